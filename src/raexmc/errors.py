@@ -1,0 +1,46 @@
+"""The few error types the pipeline raises on bad input or bad configuration.
+
+Each carries the file and the record (line, member, key) it is about, so the command line can
+print one line a user can act on and exit with status 2.
+"""
+
+from __future__ import annotations
+
+from os import PathLike
+
+
+class RaexmcError(Exception):
+    """Base class: an error the user can fix; printed as one line, exit status 2."""
+
+    def __init__(self, message: str, path: str | PathLike | None = None, record: str | int | None = None):
+        self.message = message
+        self.path = None if path is None else str(path)
+        self.record = record
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = self.path if self.record is None else f"{self.path}:{self.record}"
+            where += ": "
+        return f"{type(self).__name__}: {where}{self.message}"
+
+
+class DataError(RaexmcError):
+    """Input data is missing, malformed or inconsistent."""
+
+
+class ChecksumError(DataError):
+    """A downloaded or cached file does not match its pinned checksum."""
+
+
+class UnsafeArchiveError(DataError):
+    """An archive member would be written outside the extraction folder."""
+
+
+class ConfigError(RaexmcError):
+    """A parameter is missing, of the wrong type, or names something unknown."""
+
+
+class SourceError(RaexmcError):
+    """A download source (apt, HTTP, Google Drive) could not deliver."""

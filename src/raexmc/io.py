@@ -1,0 +1,74 @@
+"""Atomic outputs: a stage's results appear whole or not at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+def _umask() -> int:
+    """The process umask (temp files are created private; outputs should not be)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary folder beside `target`; rename it to `target` on success.
+
+    On an exception the temporary folder is removed and `target` is left as it was, so a later
+    stage never reads a half-written output.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(target)
+
+
+@contextmanager
+def atomic_file(target: str | os.PathLike, mode: str = "w", **open_kwargs: Any) -> Iterator[Any]:
+    """Open a temporary file beside `target` for writing; rename it over `target` on success."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    os.chmod(tmp_name, 0o666 & ~_umask())
+    try:
+        with open(tmp_name, mode, **open_kwargs) as handle:
+            yield handle
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write `obj` as indented JSON, atomically."""
+    with atomic_file(path, "w", encoding="utf-8") as handle:
+        json.dump(obj, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

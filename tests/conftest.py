@@ -1,0 +1,91 @@
+"""Shared fixtures: a tiny random encoder, tiny datasets on disk, an isolated MLflow store."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def download_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("download-cache")
+
+
+@pytest.fixture(autouse=True)
+def isolated_stores(tmp_path, monkeypatch, download_cache):
+    """Every test gets its own MLflow SQLite store; downloads stay in a shared per-run cache."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("RAEXMC_CACHE", str(download_cache))
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A 2-layer, 32-wide random BERT with the real MiniLM tokenizer, saved as a local folder."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from raexmc.encoder import resolve_encoder
+
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_encoder("all-MiniLM-L6-v2"))
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+LABELS = [("l0", "python", "a programming language"), ("l1", "perl", "a scripting language"),
+          ("l2", "unix", "an operating system"), ("l3", "linux", "a unix-like kernel"),
+          ("l4", "compiler", "translates source code")]
+TRAIN = [("t0", "cpython", "the reference python implementation", [0, 4], [1.0, 1.0]),
+         ("t1", "awk", "text processing language", [1, 2], [1.0, 0.5]),
+         ("t2", "gnu", "free unix replacement", [2, 3], [1.0, 1.0]),
+         ("t3", "gcc", "the gnu compiler collection", [4], [1.0])]
+TEST = [("s0", "jython", "python on the jvm", [0], [1.0]),
+        ("s1", "minix", "a small unix", [2, 3], [1.0, 1.0])]
+
+
+def write_jsonl_gz(path: Path, records: list[dict]) -> None:
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+
+
+def make_lf_folder(folder: Path) -> Path:
+    """A tiny dataset in the Extreme Classification Repository's LF layout."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_jsonl_gz(folder / "lbl.json.gz", [{"uid": u, "title": t, "content": c} for u, t, c in LABELS])
+    for name, rows in (("trn.json.gz", TRAIN), ("tst.json.gz", TEST)):
+        write_jsonl_gz(folder / name, [{"uid": u, "title": t, "content": c, "target_ind": i, "target_rel": r}
+                                       for u, t, c, i, r in rows])
+    (folder / "filter_labels_test.txt").write_text("1 3\n")
+    return folder
+
+
+def make_ngame_folder(folder: Path) -> Path:
+    """The same tiny dataset in the NGAME text layout (titles only)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "Y.txt").write_text("".join(f"{t}\n" for _, t, _ in LABELS))
+    for prefix, rows in (("trn", TRAIN), ("tst", TEST)):
+        (folder / f"{prefix}_X.txt").write_text("".join(f"{t}\n" for _, t, _, _, _ in rows))
+        lines = [" ".join(f"{i}:{r}" for i, r in zip(ids, rels)) for _, _, _, ids, rels in rows]
+        (folder / f"{prefix}_X_Y.txt").write_text(f"{len(rows)} {len(LABELS)}\n" + "\n".join(lines) + "\n")
+    (folder / "filter_labels_test.txt").write_text("1 3\n")
+    return folder
+
+
+@pytest.fixture
+def lf_folder(tmp_path) -> Path:
+    return make_lf_folder(tmp_path / "lf")
+
+
+@pytest.fixture
+def ngame_folder(tmp_path) -> Path:
+    return make_ngame_folder(tmp_path / "ngame")
