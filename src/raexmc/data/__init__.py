@@ -1,0 +1,1 @@
+"""Datasets: sources, on-disk layouts, and the normalised dataset folder every stage reads."""

@@ -1,0 +1,181 @@
+"""The normalised dataset folder that the download stage writes and every later stage reads.
+
+    labels.jsonl  train.jsonl  test.jsonl      one {"uid", "title", "content"} object per line
+    Y_train.npz   Y_test.npz                   CSR label matrices (inputs x labels, relevance)
+    filter_train.npz  filter_test.npz          CSR reciprocal-pair filters (pairs never predicted)
+    stats.json    source.json                  counts; where the data came from
+
+Texts stay on disk as JSON lines so the tokeniser can stream them; label matrices are CSR so
+nothing dense of shape inputs x labels is ever built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import DataError
+from ..io import atomic_dir, read_json, write_json
+from .stats import dataset_stats
+
+SPLITS = ("train", "test")
+TEXT_FILES = {"train": "train.jsonl", "test": "test.jsonl", "labels": "labels.jsonl"}
+
+
+@dataclass
+class Text:
+    """A text record: an input or a label."""
+
+    uid: str
+    title: str
+    content: str = ""
+
+
+@dataclass
+class Example(Text):
+    """An input with the indices of its positive labels (and their relevance, 1 if unknown).
+
+    `origin` names where the record came from (file and line), for error messages.
+    """
+
+    labels: Sequence[int] = ()
+    relevance: Sequence[float] | None = None
+    origin: tuple[str, str | int] | None = field(default=None, repr=False)
+
+
+class _CsrBuilder:
+    """Accumulates CSR rows without holding Python lists per row."""
+
+    def __init__(self) -> None:
+        self.indptr = [0]
+        self.indices: list[np.ndarray] = []
+        self.data: list[np.ndarray] = []
+        self.nnz = 0
+
+    def add_row(self, cols: np.ndarray, vals: np.ndarray) -> None:
+        self.indices.append(cols)
+        self.data.append(vals)
+        self.nnz += len(cols)
+        self.indptr.append(self.nnz)
+
+    def build(self, num_cols: int) -> sp.csr_matrix:
+        indices = np.concatenate(self.indices) if self.indices else np.zeros(0, np.int32)
+        data = np.concatenate(self.data) if self.data else np.zeros(0, np.float32)
+        matrix = sp.csr_matrix(
+            (data.astype(np.float32), indices.astype(np.int32), np.asarray(self.indptr, np.int64)),
+            shape=(len(self.indptr) - 1, num_cols),
+        )
+        matrix.sum_duplicates()
+        return matrix
+
+
+def _write_text(handle, record: Text) -> None:
+    handle.write(json.dumps({"uid": record.uid, "title": record.title, "content": record.content}, ensure_ascii=False))
+    handle.write("\n")
+
+
+def _write_examples(folder: Path, split: str, examples: Iterable[Example], num_labels: int) -> sp.csr_matrix:
+    builder = _CsrBuilder()
+    with open(folder / TEXT_FILES[split], "w", encoding="utf-8") as handle:
+        for example in examples:
+            cols = np.asarray(example.labels, dtype=np.int64)
+            bad = cols[(cols < 0) | (cols >= num_labels)]
+            if len(bad):
+                path, record = example.origin or (TEXT_FILES[split], example.uid)
+                raise DataError(f"label index {int(bad[0])} outside [0, {num_labels})", path, record)
+            rel = np.ones(len(cols), np.float32) if example.relevance is None else np.asarray(example.relevance, np.float32)
+            if len(rel) != len(cols):
+                path, record = example.origin or (TEXT_FILES[split], example.uid)
+                raise DataError(f"{len(cols)} labels but {len(rel)} relevance values", path, record)
+            builder.add_row(cols, rel)
+            _write_text(handle, example)
+    return builder.build(num_labels)
+
+
+def pairs_to_csr(pairs: Iterable[tuple[int, int]], shape: tuple[int, int], origin: str) -> sp.csr_matrix:
+    """A boolean CSR filter from (input, label) pairs, checked against the matrix shape."""
+    arr = np.asarray(list(pairs), dtype=np.int64).reshape(-1, 2)
+    for axis, name in ((0, "input"), (1, "label")):
+        bad = np.flatnonzero((arr[:, axis] < 0) | (arr[:, axis] >= shape[axis]))
+        if len(bad):
+            raise DataError(f"filter {name} index {int(arr[bad[0], axis])} outside [0, {shape[axis]})", origin, int(bad[0]) + 1)
+    matrix = sp.csr_matrix((np.ones(len(arr), bool), (arr[:, 0], arr[:, 1])), shape=shape)
+    matrix.sum_duplicates()
+    return matrix
+
+
+def write_dataset(
+    target: str | os.PathLike,
+    labels: Iterable[Text],
+    train: Iterable[Example],
+    test: Iterable[Example],
+    filters: dict[str, Iterable[tuple[int, int]]],
+    source: dict[str, Any],
+    filter_origin: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Write a normalised dataset folder atomically and return its stats.
+
+    `labels` is consumed first (it fixes the number of labels L); `train` and `test` are streamed.
+    """
+    filter_origin = filter_origin or {}
+    with atomic_dir(target) as folder:
+        num_labels = 0
+        with open(folder / TEXT_FILES["labels"], "w", encoding="utf-8") as handle:
+            for num_labels, label in enumerate(labels, start=1):
+                _write_text(handle, label)
+        if num_labels == 0:
+            raise DataError("the dataset has no labels", source.get("labels_file", "labels"))
+        matrices = {split: _write_examples(folder, split, examples, num_labels)
+                    for split, examples in (("train", train), ("test", test))}
+        for split, matrix in matrices.items():
+            if matrix.shape[0] == 0:
+                raise DataError(f"the {split} split is empty", source.get(f"{split}_file", split))
+            sp.save_npz(folder / f"Y_{split}.npz", matrix)
+            pairs = filters.get(split, ())
+            filt = pairs_to_csr(pairs, matrix.shape, filter_origin.get(split, f"filter_{split}"))
+            sp.save_npz(folder / f"filter_{split}.npz", filt)
+        stats = dataset_stats(matrices["train"], matrices["test"])
+        write_json(folder / "stats.json", stats)
+        write_json(folder / "source.json", source)
+    return stats
+
+
+class Dataset:
+    """Read access to a normalised dataset folder."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        if not (self.folder / "stats.json").is_file():
+            raise DataError("not a dataset folder (no stats.json); run the download stage first", self.folder)
+        self.stats: dict[str, Any] = read_json(self.folder / "stats.json")
+
+    @property
+    def num_labels(self) -> int:
+        return int(self.stats["L"])
+
+    def size(self, split: str) -> int:
+        """Number of records of a split: "train", "test" or "labels"."""
+        return {"train": self.stats["N_train"], "test": self.stats["N_test"], "labels": self.stats["L"]}[split]
+
+    def label_matrix(self, split: str) -> sp.csr_matrix:
+        return sp.load_npz(self.folder / f"Y_{split}.npz").tocsr()
+
+    def filter_matrix(self, split: str) -> sp.csr_matrix:
+        return sp.load_npz(self.folder / f"filter_{split}.npz").tocsr()
+
+    def text_path(self, split: str) -> Path:
+        return self.folder / TEXT_FILES[split]
+
+    def texts(self, split: str) -> Iterator[Text]:
+        """Stream the text records of "train", "test" or "labels"."""
+        with open(self.text_path(split), encoding="utf-8") as handle:
+            for line in handle:
+                obj = json.loads(line)
+                yield Text(obj["uid"], obj["title"], obj["content"])

@@ -1,0 +1,156 @@
+"""Readers for the two public on-disk layouts of XMC datasets with label texts.
+
+- LF layout of the Extreme Classification Repository: trn.json.gz, tst.json.gz, lbl.json.gz
+  (records {uid, title, content, target_ind, target_rel}) and filter_labels_{train,test}.txt.
+- NGAME text layout: trn_X.txt, tst_X.txt, Y.txt (a text per line) and trn_X_Y.txt,
+  tst_X_Y.txt (an optional "rows cols" header, then "label:value ..." per line), same filters.
+
+Readers stream records; the dataset writer checks label indices against the label count.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from itertools import zip_longest
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataError
+from .dataset import Example, Text
+from .textfile import read_lines, require_file
+
+FILTER_FILES = {"train": "filter_labels_train.txt", "test": "filter_labels_test.txt"}
+
+
+@dataclass
+class LayoutReader:
+    """Everything `write_dataset` needs, as lazy iterators over the files of one folder."""
+
+    layout: str
+    labels: Iterator[Text]
+    train: Iterator[Example]
+    test: Iterator[Example]
+    filters: dict[str, Iterator[tuple[int, int]]]
+    files: dict[str, str]
+
+
+def read_filter(path: Path) -> Iterator[tuple[int, int]]:
+    """Pairs "input label" (whitespace separated) of a reciprocal-pair filter file."""
+    for line_no, line in read_lines(path):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise DataError("expected two non-negative integers 'input label'", path, line_no)
+        yield int(parts[0]), int(parts[1])
+
+
+def _filters(folder: Path) -> dict[str, Iterator[tuple[int, int]]]:
+    return {split: read_filter(folder / name) for split, name in FILTER_FILES.items() if (folder / name).is_file()}
+
+
+# --- LF layout ---------------------------------------------------------------------------------
+
+def _json_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line_no, line in read_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"malformed JSON ({exc.msg})", path, line_no) from None
+        if not isinstance(record, dict):
+            raise DataError("expected a JSON object", path, line_no)
+        yield line_no, record
+
+
+def _field(record: dict[str, Any], key: str, kind: type, path: Path, line_no: int, default: Any = None) -> Any:
+    value = record.get(key, default)
+    if value is None or not isinstance(value, kind):
+        raise DataError(f"field '{key}' missing or not {kind.__name__}", path, line_no)
+    return value
+
+
+def _lf_labels(path: Path) -> Iterator[Text]:
+    for line_no, record in _json_records(path):
+        yield Text(str(record.get("uid", line_no - 1)), _field(record, "title", str, path, line_no),
+                   record.get("content") or "")
+
+
+def _lf_examples(path: Path) -> Iterator[Example]:
+    for line_no, record in _json_records(path):
+        labels = _field(record, "target_ind", list, path, line_no)
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in labels):
+            raise DataError("'target_ind' must be a list of integers", path, line_no)
+        relevance = record.get("target_rel")
+        if relevance is not None and (not isinstance(relevance, list) or len(relevance) != len(labels)):
+            raise DataError("'target_rel' must be a list as long as 'target_ind'", path, line_no)
+        yield Example(str(record.get("uid", line_no - 1)), _field(record, "title", str, path, line_no),
+                      record.get("content") or "", labels=labels, relevance=relevance,
+                      origin=(str(path), line_no))
+
+
+def read_lf(folder: Path) -> LayoutReader:
+    files = {"labels": folder / "lbl.json.gz", "train": folder / "trn.json.gz", "test": folder / "tst.json.gz"}
+    for path in files.values():
+        require_file(path)
+    return LayoutReader("xc-lf", _lf_labels(files["labels"]), _lf_examples(files["train"]),
+                        _lf_examples(files["test"]), _filters(folder), {k: str(v) for k, v in files.items()})
+
+
+# --- NGAME layout ------------------------------------------------------------------------------
+
+def _sparse_rows(path: Path) -> Iterator[tuple[int, list[int], list[float]]]:
+    """(line number, label indices, values) per row; a leading "rows cols" header is skipped."""
+    for line_no, line in read_lines(path):
+        tokens = line.split()
+        if line_no == 1 and len(tokens) == 2 and all(t.isdigit() for t in tokens):
+            continue
+        labels, values = [], []
+        for token in tokens:
+            index, sep, value = token.partition(":")
+            try:
+                labels.append(int(index))
+                values.append(float(value) if sep else 1.0)
+            except ValueError:
+                raise DataError(f"expected 'label:value', got '{token}'", path, line_no) from None
+        yield line_no, labels, values
+
+
+def _ngame_examples(text_path: Path, label_path: Path) -> Iterator[Example]:
+    count = 0
+    for count, (text, row) in enumerate(zip_longest(read_lines(text_path), _sparse_rows(label_path)), start=1):
+        if text is None or row is None:
+            longer = label_path if text is None else text_path
+            raise DataError(f"line count mismatch: {text_path.name} and {label_path.name} differ after "
+                            f"{count - 1} records ({longer.name} is longer)", longer, count)
+        line_no, labels, values = row
+        yield Example(str(count - 1), text[1], "", labels=labels, relevance=values, origin=(str(label_path), line_no))
+
+
+def _ngame_labels(path: Path) -> Iterator[Text]:
+    for line_no, text in read_lines(path):
+        yield Text(str(line_no - 1), text, "")
+
+
+def read_ngame(folder: Path) -> LayoutReader:
+    names = {"labels": "Y.txt", "train": "trn_X.txt", "test": "tst_X.txt",
+             "train_labels": "trn_X_Y.txt", "test_labels": "tst_X_Y.txt"}
+    files = {key: require_file(folder / name) for key, name in names.items()}
+    return LayoutReader(
+        "ngame", _ngame_labels(files["labels"]),
+        _ngame_examples(files["train"], files["train_labels"]),
+        _ngame_examples(files["test"], files["test_labels"]),
+        _filters(folder), {k: str(v) for k, v in files.items()})
+
+
+def read_layout(folder: str | Path) -> LayoutReader:
+    """Detect the layout of `folder` (LF json.gz or NGAME text) and return its reader."""
+    folder = Path(folder)
+    if (folder / "trn.json.gz").exists():
+        return read_lf(folder)
+    if (folder / "trn_X.txt").exists():
+        return read_ngame(folder)
+    raise DataError("no dataset found: expected trn.json.gz (XC LF layout) or trn_X.txt (NGAME layout)", folder)

@@ -1,0 +1,53 @@
+"""Turn a corpus whose entries link to other entries into an XMC dataset.
+
+FOLDOC and WordNet have the same shape: every entry is a label (its text is the entry), and an
+entry with at least one link is also an input whose positive labels are the entries it links
+to. Because an input is also a label, the reciprocal-pair filter removes (input, its own label).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .dataset import Example, Text
+
+
+@dataclass
+class LinkedEntry:
+    uid: str
+    title: str
+    content: str
+    links: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SplitCorpus:
+    labels: list[Text]
+    train: list[Example]
+    test: list[Example]
+    filters: dict[str, list[tuple[int, int]]]
+
+
+def split_linked_corpus(entries: Sequence[LinkedEntry], seed: int, test_fraction: float) -> SplitCorpus:
+    """Seeded train/test split of the entries that have links; all entries are labels."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    inputs = np.array([i for i, entry in enumerate(entries) if entry.links], dtype=np.int64)
+    order = np.random.default_rng(seed).permutation(len(inputs))
+    n_test = int(round(len(inputs) * test_fraction))
+    test_ids, train_ids = np.sort(inputs[order[:n_test]]), np.sort(inputs[order[n_test:]])
+
+    def examples(ids: np.ndarray) -> list[Example]:
+        return [Example(entries[i].uid, entries[i].title, entries[i].content, labels=sorted(set(entries[i].links)))
+                for i in ids]
+
+    return SplitCorpus(
+        labels=[Text(e.uid, e.title, e.content) for e in entries],
+        train=examples(train_ids),
+        test=examples(test_ids),
+        filters={"train": [(row, int(i)) for row, i in enumerate(train_ids)],
+                 "test": [(row, int(i)) for row, i in enumerate(test_ids)]},
+    )

@@ -1,0 +1,91 @@
+"""Build the normalised dataset folder of a named dataset from its configured source.
+
+Sources: `foldoc` and `wordnet` (pinned Debian packages turned into linked corpora), `local` (a
+folder in the LF or NGAME layout) and `xc-repo` (the paper's benchmarks, as archives).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, DataError
+from ..paths import cache_dir
+from .archive import extract
+from .dataset import write_dataset
+from .debian import fetch_deb
+from .foldoc import read_foldoc
+from .layouts import read_layout
+from .linked import LinkedEntry, split_linked_corpus
+from .wordnet import read_wordnet
+from .xcrepo import fetch_archive
+
+SOURCES = ("foldoc", "wordnet", "local", "xc-repo")
+
+
+def _require(spec: dict[str, Any], key: str, name: str) -> Any:
+    if key not in spec or spec[key] in (None, ""):
+        raise ConfigError(f"dataset '{name}' needs '{key}'", "params.yaml", f"datasets.{name}.{key}")
+    return spec[key]
+
+
+def _linked_entries(name: str, spec: dict[str, Any], workdir: Path) -> tuple[list[LinkedEntry], dict[str, Any]]:
+    package = _require(spec, "package", name)
+    deb = fetch_deb(package["name"], str(package["version"]), package.get("md5"), cache_dir() / "debs")
+    unpacked = extract(deb.path, workdir / "deb")
+    if spec["source"] == "foldoc":
+        dictd = unpacked / "usr/share/dictd"
+        entries = read_foldoc(dictd / "foldoc.index", dictd / "foldoc.dict.dz")
+    else:
+        pointers = spec.get("pointers", "semantic")
+        entries = read_wordnet(unpacked / "usr/share/wordnet", None if pointers == "semantic" else set(pointers))
+    return entries, {"package": deb.provenance()}
+
+
+def _write_linked(name: str, spec: dict[str, Any], target: Path, workdir: Path) -> dict[str, Any]:
+    entries, provenance = _linked_entries(name, spec, workdir)
+    seed, fraction = int(spec.get("seed", 0)), float(spec.get("test_fraction", 0.2))
+    corpus = split_linked_corpus(entries, seed, fraction)
+    source = {"name": name, "source": spec["source"], "seed": seed, "test_fraction": fraction, **provenance}
+    return write_dataset(target, corpus.labels, corpus.train, corpus.test, corpus.filters, source)
+
+
+def _write_layout(name: str, folder: Path, target: Path, provenance: dict[str, Any]) -> dict[str, Any]:
+    reader = read_layout(folder)
+    source = {"name": name, "layout": reader.layout, **provenance,
+              "labels_file": reader.files["labels"], "train_file": reader.files["train"],
+              "test_file": reader.files["test"]}
+    origins = {split: str(folder / f"filter_labels_{split}.txt") for split in reader.filters}
+    return write_dataset(target, reader.labels, reader.train, reader.test, reader.filters, source, origins)
+
+
+def _find_dataset_folder(root: Path) -> Path:
+    """The folder inside an unpacked archive that holds the dataset files."""
+    for marker in ("trn.json.gz", "trn_X.txt"):
+        hits = sorted(root.rglob(marker))
+        if hits:
+            return hits[0].parent
+    raise DataError("archive holds no trn.json.gz or trn_X.txt", root)
+
+
+def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_url: str) -> dict[str, Any]:
+    """Write dataset `name` (configured by `spec`, a `datasets.<name>` entry) to `target`."""
+    source = _require(spec, "source", name)
+    if source not in SOURCES:
+        raise ConfigError(f"unknown source '{source}' (choose from {', '.join(SOURCES)})",
+                          "params.yaml", f"datasets.{name}.source")
+    target = Path(target)
+    with tempfile.TemporaryDirectory(prefix="raexmc-download-") as tmp:
+        workdir = Path(tmp)
+        if source in ("foldoc", "wordnet"):
+            return _write_linked(name, spec, target, workdir)
+        if source == "local":
+            folder = Path(_require(spec, "path", name)).expanduser()
+            return _write_layout(name, folder, target, {"source": "local", "path": str(folder)})
+        archive = fetch_archive(xc_repo_url + str(_require(spec, "archive_id", name)),
+                                cache_dir() / "xc-repo" / f"{name}{spec.get('archive_suffix', '.zip')}",
+                                spec.get("sha256"))
+        unpacked = extract(archive.path, workdir / "archive")
+        return _write_layout(name, _find_dataset_folder(unpacked), target,
+                             {"source": "xc-repo", "url": archive.url, "sha256": archive.sha256})

@@ -1,0 +1,44 @@
+"""Download the Extreme Classification Repository's archives (hosted on Google Drive).
+
+gdown handles Drive's confirmation page for large files and resumes a partial download left by
+an interrupted run; the archive's sha256 is recorded and checked against a pinned value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gdown
+
+from ..errors import SourceError
+from .checksum import verify
+
+
+@dataclass
+class Archive:
+    path: Path
+    url: str
+    sha256: str
+
+
+def fetch_archive(url: str, target: Path, sha256: str | None) -> Archive:
+    """Download `url` to `target` (resuming a partial file), then verify its sha256.
+
+    A complete file already at `target` whose checksum matches is reused; one that does not match
+    a pinned checksum is removed, so the next run downloads it again.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.is_file():
+        try:
+            result = gdown.download(url, str(target), quiet=False, resume=True, retries=2)
+        except Exception as exc:  # gdown raises several unrelated types for network failures
+            raise SourceError(f"download failed ({type(exc).__name__}: {exc})", url) from None
+        if result is None or not target.is_file():
+            raise SourceError("download failed (no file received)", url)
+    try:
+        digest = verify(target, sha256, "sha256")
+    except Exception:
+        target.unlink(missing_ok=True)
+        raise
+    return Archive(target, url, digest)

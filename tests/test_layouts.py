@@ -1,0 +1,138 @@
+"""Local datasets in the LF and NGAME layouts, and every kind of bad input they can hold."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from raexmc.data.dataset import Dataset
+from raexmc.data.sources import build_dataset
+from raexmc.errors import ConfigError, DataError
+
+from conftest import LABELS, TEST, TRAIN, write_jsonl_gz
+
+
+def build(folder, out):
+    return build_dataset("tiny", {"source": "local", "path": str(folder)}, out, xc_repo_url="")
+
+
+@pytest.mark.parametrize("layout", ["lf_folder", "ngame_folder"])
+def test_local_layouts_give_the_same_matrices(layout, request, tmp_path):
+    stats = build(request.getfixturevalue(layout), tmp_path / "out")
+    dataset = Dataset(tmp_path / "out")
+    assert stats == dataset.stats
+    assert (stats["N_train"], stats["N_test"], stats["L"]) == (4, 2, 5)
+    Y = dataset.label_matrix("train")
+    assert Y[1, 2] == pytest.approx(0.5) and Y[1, 1] == 1.0 and Y.nnz == 7
+    assert dataset.label_matrix("test").toarray().tolist() == [[1, 0, 0, 0, 0], [0, 0, 1, 1, 0]]
+    assert dataset.filter_matrix("test").nonzero() == (np.array([1]), np.array([3]))
+    assert dataset.filter_matrix("train").nnz == 0
+    assert [t.title for t in dataset.texts("labels")] == [t for _, t, _ in LABELS]
+    assert [t.title for t in dataset.texts("test")] == [t for _, t, _, _, _ in TEST]
+
+
+def test_lf_keeps_content_and_uids(lf_folder, tmp_path):
+    build(lf_folder, tmp_path / "out")
+    first = next(Dataset(tmp_path / "out").texts("train"))
+    assert (first.uid, first.title, first.content) == TRAIN[0][:3]
+
+
+def test_stats_count_segments_and_unseen_test_labels(lf_folder, tmp_path):
+    stats = build(lf_folder, tmp_path / "out")
+    # training frequencies: l0 1, l1 1, l2 2, l3 1, l4 2 -> all xtail; test uses l0, l2, l3 (all seen)
+    assert stats["labels_per_segment"] == {"head": 0, "torso": 0, "tail": 0, "xtail": 5, "unseen": 0}
+    assert stats["test_labels_unseen_in_train"] == 0
+    assert stats["avg_labels_per_input"] == pytest.approx(7 / 4)
+    assert stats["avg_inputs_per_label"] == pytest.approx(7 / 5)
+
+
+def expect_error(folder, out, *fragments):
+    with pytest.raises(DataError) as info:
+        build(folder, out)
+    message = str(info.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert not out.exists(), "no partial output may be left behind"
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], "temp folder left behind"
+
+
+def test_corrupt_gzip(lf_folder, tmp_path):
+    data = (lf_folder / "trn.json.gz").read_bytes()
+    (lf_folder / "trn.json.gz").write_bytes(data[: len(data) // 2])
+    expect_error(lf_folder, tmp_path / "out", "trn.json.gz", "corrupt gzip")
+
+
+def test_malformed_json_names_the_line(lf_folder, tmp_path):
+    with gzip.open(lf_folder / "tst.json.gz", "wt") as handle:
+        handle.write(json.dumps({"uid": "a", "title": "x", "target_ind": [0]}) + "\n{not json\n")
+    expect_error(lf_folder, tmp_path / "out", "tst.json.gz:2", "malformed JSON")
+
+
+def test_label_index_out_of_range(lf_folder, tmp_path):
+    write_jsonl_gz(lf_folder / "trn.json.gz", [{"uid": "a", "title": "x", "target_ind": [0]},
+                                               {"uid": "b", "title": "y", "target_ind": [1, 5]}])
+    expect_error(lf_folder, tmp_path / "out", "trn.json.gz:2", "label index 5 outside [0, 5)")
+
+
+def test_empty_label_file(lf_folder, tmp_path):
+    write_jsonl_gz(lf_folder / "lbl.json.gz", [])
+    expect_error(lf_folder, tmp_path / "out", "lbl.json.gz", "no labels")
+
+
+def test_invalid_utf8(lf_folder, tmp_path):
+    with gzip.open(lf_folder / "lbl.json.gz", "wb") as handle:
+        handle.write(b'{"uid": "a", "title": "ok"}\n{"uid": "b", "title": "\xff\xfe"}\n')
+    expect_error(lf_folder, tmp_path / "out", "lbl.json.gz:2", "invalid UTF-8")
+
+
+def test_missing_file(lf_folder, tmp_path):
+    (lf_folder / "tst.json.gz").unlink()
+    expect_error(lf_folder, tmp_path / "out", "tst.json.gz", "file not found")
+
+
+def test_missing_field(lf_folder, tmp_path):
+    write_jsonl_gz(lf_folder / "trn.json.gz", [{"uid": "a", "title": "x"}])
+    expect_error(lf_folder, tmp_path / "out", "trn.json.gz:1", "target_ind")
+
+
+def test_bad_filter_line(lf_folder, tmp_path):
+    (lf_folder / "filter_labels_test.txt").write_text("0 1\nzero one\n")
+    expect_error(lf_folder, tmp_path / "out", "filter_labels_test.txt:2")
+
+
+def test_filter_out_of_range(lf_folder, tmp_path):
+    (lf_folder / "filter_labels_test.txt").write_text("0 1\n7 1\n")
+    expect_error(lf_folder, tmp_path / "out", "filter_labels_test.txt:2", "input index 7")
+
+
+def test_ngame_line_count_mismatch(ngame_folder, tmp_path):
+    (ngame_folder / "trn_X.txt").write_text("a\nb\nc\nd\ne\n")
+    expect_error(ngame_folder, tmp_path / "out", "line count mismatch", "trn_X.txt")
+
+
+def test_ngame_bad_label_token(ngame_folder, tmp_path):
+    (ngame_folder / "tst_X_Y.txt").write_text("2 5\n0:1\n2:1 x:y\n")
+    expect_error(ngame_folder, tmp_path / "out", "tst_X_Y.txt:3", "label:value")
+
+
+def test_unknown_layout(tmp_path):
+    (tmp_path / "empty").mkdir()
+    expect_error(tmp_path / "empty", tmp_path / "out", "no dataset found")
+
+
+def test_previous_output_survives_a_failed_rebuild(lf_folder, tmp_path):
+    out = tmp_path / "out"
+    build(lf_folder, out)
+    write_jsonl_gz(lf_folder / "lbl.json.gz", [])
+    with pytest.raises(DataError):
+        build(lf_folder, out)
+    assert Dataset(out).stats["L"] == 5
+
+
+def test_unknown_source_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="unknown source 'ftp'"):
+        build_dataset("x", {"source": "ftp"}, tmp_path / "out", "")

@@ -1,0 +1,131 @@
+"""FOLDOC and WordNet parsing on small hand-written files, and the linked-corpus split."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from raexmc.data.foldoc import read_foldoc
+from raexmc.data.linked import LinkedEntry, split_linked_corpus
+from raexmc.data.wordnet import read_wordnet
+from raexmc.errors import DataError
+
+B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def b64(number: int) -> str:
+    digits = ""
+    while True:
+        digits = B64[number % 64] + digits
+        number //= 64
+        if not number:
+            return digits
+
+
+def write_dictd(folder, entries: list[tuple[list[str], str]]):
+    """entries: (index headwords, entry text); returns (index path, dict path)."""
+    blob, index = b"", []
+    for headwords, text in entries:
+        data = text.encode("utf-8")
+        index += [f"{h}\t{b64(len(blob))}\t{b64(len(data))}" for h in headwords]
+        blob += data
+    index.append(f"00-database-short\t{b64(0)}\t{b64(1)}")
+    (folder / "foldoc.index").write_text("\n".join(sorted(index)) + "\n", encoding="utf-8")
+    with gzip.open(folder / "foldoc.dict.dz", "wb") as handle:
+        handle.write(blob)
+    return folder / "foldoc.index", folder / "foldoc.dict.dz"
+
+
+FOLDOC = [
+    (["awk"], "awk\n\n   <language> A language for {Unix} text, like {PERL} and {awk}.\n   See {gnu awk} and\n"
+              "   {missing entry}, {netlib (http://netlib.org/)}.\n\n   (1995-10-06)\n\n"),
+    (["unix", "unix operating system"], "Unix\nUNIX Operating System\n\n   <os> An {operating system}.\n\n"),
+    (["perl"], "Perl\n\n   <language> Practical extraction; see {Unix Operating System}.\n\n"),
+    (["gawk", "gnu awk"], "gawk\n\n   The {GNU} version of {AWK}.\n\n"),
+]
+
+
+def test_foldoc_links_resolve_case_insensitively_through_aliases(tmp_path):
+    entries = {e.uid: e for e in read_foldoc(*write_dictd(tmp_path, FOLDOC))}
+    titles = {i: e.title for i, e in enumerate(read_foldoc(*write_dictd(tmp_path, FOLDOC)))}
+    assert set(entries) == {"awk", "unix", "perl", "gawk"}
+    # {Unix} and {PERL} by case, {gnu awk} through an alias; {awk} is a self-link; the dangling
+    # {missing entry} and the external {netlib (url)} are dropped
+    assert sorted(titles[i] for i in entries["awk"].links) == ["Perl", "Unix", "gawk"]
+    assert [titles[i] for i in entries["perl"].links] == ["Unix"]  # alias spelled in the entry header
+    assert [titles[i] for i in entries["gawk"].links] == ["awk"]
+    assert entries["unix"].links == []
+
+
+def test_foldoc_content_has_no_markup(tmp_path):
+    awk = next(e for e in read_foldoc(*write_dictd(tmp_path, FOLDOC)) if e.uid == "awk")
+    assert awk.title == "awk"
+    assert awk.content == "A language for Unix text, like PERL and awk. See gnu awk and missing entry, netlib."
+
+
+def test_foldoc_bad_index_line(tmp_path):
+    index, dict_path = write_dictd(tmp_path, FOLDOC)
+    index.write_text(index.read_text() + "broken line without tabs\n")
+    with pytest.raises(DataError, match=r"foldoc.index:8: .*headword"):
+        read_foldoc(index, dict_path)
+
+
+def test_foldoc_corrupt_dictzip(tmp_path):
+    index, dict_path = write_dictd(tmp_path, FOLDOC)
+    dict_path.write_bytes(b"not gzip at all")
+    with pytest.raises(DataError, match="foldoc.dict.dz.*corrupt"):
+        read_foldoc(index, dict_path)
+
+
+WORDNET_HEADER = "  1 This software and database is being provided to you, the LICENSEE\n"
+WORDNET = {
+    "data.noun": [
+        "00000100 03 n 02 entity 0 thing 0 002 ~ 00000200 n 0000 + 00000300 v 0101 | that which exists",
+        "00000200 03 n 01 physical_entity 0 001 @ 00000100 n 0000 | an entity that has physical existence",
+    ],
+    "data.verb": ["00000300 42 v 01 exist 0 002 $ 00000100 n 0000 + 00000100 n 0101 01 + 02 00 | have existence"],
+    "data.adj": ["00000400 00 s 01 real(a) 0 001 & 00000100 n 0000 | being or occurring in fact"],
+    "data.adv": [],
+}
+
+
+def write_wordnet(folder):
+    for name, lines in WORDNET.items():
+        (folder / name).write_text(WORDNET_HEADER + "".join(line + "  \n" for line in lines))
+    return folder
+
+
+def test_wordnet_semantic_pointers_by_default(tmp_path):
+    entries = read_wordnet(write_wordnet(tmp_path))
+    by_uid = {e.uid: e for e in entries}
+    index = {e.uid: i for i, e in enumerate(entries)}
+    assert by_uid["n00000100"].title == "entity, thing"
+    assert by_uid["n00000100"].content == "that which exists"
+    assert by_uid["a00000400"].title == "real"  # adjective marker removed, satellite filed under adj
+    assert by_uid["n00000100"].links == [index["n00000200"]]  # the lexical "+" pointer does not count
+    assert by_uid["v00000300"].links == [index["n00000100"]]
+    assert by_uid["a00000400"].links == [index["n00000100"]]
+
+
+def test_wordnet_pointer_symbols_select_types(tmp_path):
+    entries = read_wordnet(write_wordnet(tmp_path), pointer_symbols={"@"})
+    assert [bool(e.links) for e in entries] == [False, True, False, False]
+
+
+def test_wordnet_malformed_line(tmp_path):
+    write_wordnet(tmp_path)
+    (tmp_path / "data.verb").write_text(WORDNET_HEADER + "00000300 42 v 01 exist 0 005 $ 00000100 n | gloss\n")
+    with pytest.raises(DataError, match=r"data.verb:2: malformed synset"):
+        read_wordnet(tmp_path)
+
+
+def test_split_is_seeded_and_filters_own_label():
+    entries = [LinkedEntry(f"e{i}", f"t{i}", "", links=[(i + 1) % 10] if i < 8 else []) for i in range(10)]
+    a, b = split_linked_corpus(entries, seed=3, test_fraction=0.25), split_linked_corpus(entries, 3, 0.25)
+    assert [x.uid for x in a.test] == [x.uid for x in b.test]
+    assert len(a.labels) == 10 and len(a.train) + len(a.test) == 8 and len(a.test) == 2
+    for split, examples in (("train", a.train), ("test", a.test)):
+        assert [(row, int(ex.uid[1:])) for row, ex in enumerate(examples)] == a.filters[split]
+    splits = {tuple(x.uid for x in split_linked_corpus(entries, seed, 0.25).test) for seed in range(10)}
+    assert len(splits) > 1, "the seed must change the split"
