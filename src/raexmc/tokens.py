@@ -1,0 +1,130 @@
+"""The tokenisation cache: token ids of every input and label text, as memory-mapped arrays.
+
+Per split ("train", "test", "labels"): `<split>.ids.npy` (texts x max_len, padded) and
+`<split>.len.npy` (true lengths); `meta.json` holds the cache key (tokenizer fingerprint, max
+lengths, text fields). Texts are streamed in batches straight into the memmaps, so memory stays
+flat however many texts there are.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from .data.dataset import Dataset, Text
+from .encoder import tokenizer_fingerprint
+from .errors import ConfigError, DataError
+from .io import atomic_dir, read_json, write_json
+
+SPLITS = ("train", "test", "labels")
+FIELDS = ("title", "title+content")
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Everything the token ids depend on; a cache is reused only when all of it matches."""
+
+    tokenizer: str
+    fingerprint: str
+    input_max_len: int
+    label_max_len: int
+    input_fields: str
+    label_fields: str
+
+
+def text_of(record: Text, fields: str) -> str:
+    if fields == "title":
+        return record.title
+    return f"{record.title} {record.content}".strip()
+
+
+def _check_fields(fields: str, key: str) -> None:
+    if fields not in FIELDS:
+        raise ConfigError(f"'{fields}' is not one of {', '.join(FIELDS)}", "params.yaml", key)
+
+
+def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, fields: str, folder: Path,
+                    batch_size: int) -> None:
+    count = dataset.size(split)
+    dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.int32
+    ids = np.lib.format.open_memmap(folder / f"{split}.ids.npy", mode="w+", dtype=dtype, shape=(count, max_len))
+    lengths = np.lib.format.open_memmap(folder / f"{split}.len.npy", mode="w+", dtype=np.int32, shape=(count,))
+    row = 0
+    batch: list[str] = []
+
+    def flush() -> None:
+        nonlocal row
+        encoded = tokenizer(batch, max_length=max_len, truncation=True, padding="max_length",
+                            return_attention_mask=True, return_tensors="np")
+        ids[row:row + len(batch)] = encoded["input_ids"]
+        lengths[row:row + len(batch)] = encoded["attention_mask"].sum(axis=1)
+        row += len(batch)
+        progress.update(len(batch))
+        batch.clear()
+
+    with tqdm(total=count, desc=f"tokenize {split}", unit="text", mininterval=1.0) as progress:
+        for record in dataset.texts(split):
+            if row + len(batch) >= count:
+                raise DataError(f"more records than the {count} in stats.json", dataset.text_path(split))
+            batch.append(text_of(record, fields))
+            if len(batch) == batch_size:
+                flush()
+        if batch:
+            flush()
+    if row != count:
+        raise DataError(f"{row} records, but stats.json says {count}", dataset.text_path(split))
+    ids.flush()
+    lengths.flush()
+    del ids, lengths
+
+
+def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: str | os.PathLike,
+                      input_max_len: int, label_max_len: int, input_fields: str, label_fields: str,
+                      batch_size: int = 2048) -> tuple[dict[str, Any], bool]:
+    """Tokenise all texts of `dataset` into `target`; return (meta, reused).
+
+    An existing cache at `target` with the same key is reused as it is.
+    """
+    _check_fields(input_fields, "tokenize.input_fields")
+    _check_fields(label_fields, "tokenize.label_fields")
+    key = CacheKey(tokenizer_name, tokenizer_fingerprint(tokenizer), input_max_len, label_max_len, input_fields, label_fields)
+    target = Path(target)
+    if (target / "meta.json").is_file() and read_json(target / "meta.json").get("key") == asdict(key):
+        return read_json(target / "meta.json"), True
+    plan = {"train": (input_max_len, input_fields), "test": (input_max_len, input_fields),
+            "labels": (label_max_len, label_fields)}
+    with atomic_dir(target) as folder:
+        for split, (max_len, fields) in plan.items():
+            _tokenize_split(dataset, split, tokenizer, max_len, fields, folder, batch_size)
+        meta = {"key": asdict(key), "pad_token_id": int(tokenizer.pad_token_id or 0),
+                "counts": {split: dataset.size(split) for split in SPLITS},
+                "truncated": {split: _truncated_share(folder, split, plan[split][0]) for split in SPLITS}}
+        write_json(folder / "meta.json", meta)
+    return meta, False
+
+
+def _truncated_share(folder: Path, split: str, max_len: int) -> float:
+    """Share of texts that filled max_len (and so were probably cut), for the run log."""
+    lengths = np.load(folder / f"{split}.len.npy", mmap_mode="r")
+    return round(float((lengths >= max_len).mean()) if len(lengths) else 0.0, 4)
+
+
+class TokenCache:
+    """Read access to a token cache; arrays are memory-mapped, not loaded."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        if not (self.folder / "meta.json").is_file():
+            raise DataError("not a token cache (no meta.json); run the tokenize stage first", self.folder)
+        self.meta = read_json(self.folder / "meta.json")
+
+    def ids(self, split: str) -> np.ndarray:
+        return np.load(self.folder / f"{split}.ids.npy", mmap_mode="r")
+
+    def lengths(self, split: str) -> np.ndarray:
+        return np.load(self.folder / f"{split}.len.npy", mmap_mode="r")
