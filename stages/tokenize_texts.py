@@ -1,0 +1,33 @@
+"""Tokenise the inputs and label texts of a dataset folder into the token cache (memory-mapped
+token ids and lengths, keyed by tokenizer, max lengths and text fields)."""
+
+from pathlib import Path
+
+import typer
+
+from raexmc.data.dataset import Dataset
+from raexmc.encoder import load_tokenizer
+from raexmc.stage import run_stage, stage_cli
+from raexmc.tokens import build_token_cache
+
+
+def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
+         out: Path = typer.Option(..., help="Token cache folder to write."),
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
+    def body(p, run) -> None:
+        name = p.typed("encoder.name", str)
+        settings = p.section("tokenize")
+        run.params({"encoder.name": name, "tokenize": settings})
+        meta, reused = build_token_cache(
+            Dataset(dataset), load_tokenizer(name), name, out,
+            input_max_len=p.typed("tokenize.input_max_len", int), label_max_len=p.typed("tokenize.label_max_len", int),
+            input_fields=p.typed("tokenize.input_fields", str), label_fields=p.typed("tokenize.label_fields", str),
+            batch_size=p.typed("tokenize.batch_size", int))
+        run.metrics({"truncated": meta["truncated"], "reused": int(reused)})
+        run.artifact(out / "meta.json")
+
+    run_stage("tokenize", body, str(params))
+
+
+if __name__ == "__main__":
+    stage_cli(main, __doc__)

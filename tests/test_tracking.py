@@ -1,0 +1,75 @@
+"""MLflow tracking on a real SQLite store: one run per pipeline execution, shared by its stages."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from raexmc.paths import project_root
+from raexmc.tracking import EXPERIMENT, stage_run, tracking_uri
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def runs():
+    client = MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    return client, client.search_runs([experiment.experiment_id])
+
+
+def test_stages_of_one_execution_share_a_run(project):
+    with stage_run("download") as run:
+        run.params({"data": {"name": "tiny"}})
+        run.metrics({"N_train": 4, "segments": {"head": 1}})
+        (project / "stats.json").write_text("{}")
+        run.artifact(project / "stats.json")
+    with stage_run("tokenize") as run:
+        run.params({"data.name": "tiny", "tokenize.max_len": 8})
+    client, found = runs()
+    assert len(found) == 1
+    data = found[0].data
+    assert data.params == {"data.name": "tiny", "tokenize.max_len": "8"}
+    assert data.metrics["download/N_train"] == 4 and data.metrics["download/segments.head"] == 1
+    assert "download/duration_s" in data.metrics and "tokenize/duration_s" in data.metrics
+    assert data.tags["dvc_experiment"] == "workspace" and data.tags["git_commit"]
+    assert [a.path for a in client.list_artifacts(found[0].info.run_id, "download")] == ["download/stats.json"]
+    assert found[0].info.status == "FINISHED"
+
+
+def test_changed_params_or_experiment_start_a_new_run(project, monkeypatch):
+    with stage_run("download"):
+        pass
+    (project / "params.yaml").write_text("data:\n  name: other\n")
+    with stage_run("download"):
+        pass
+    monkeypatch.setenv("DVC_EXP_NAME", "sleek-gnus")
+    with stage_run("download"):
+        pass
+    _, found = runs()
+    assert len(found) == 3
+    assert {r.info.run_name for r in found} >= {"sleek-gnus"}
+
+
+def test_a_failing_stage_marks_the_run_failed(project):
+    with pytest.raises(RuntimeError):
+        with stage_run("download"):
+            raise RuntimeError("boom")
+    _, found = runs()
+    assert found[0].info.status == "FAILED"
+
+
+def test_default_store_is_at_the_parent_project_of_temp_experiments(project, monkeypatch, tmp_path):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
+    copy = project / ".dvc" / "tmp" / "exps" / "tmp123"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("DVC_ROOT", str(project))  # what DVC sets for --temp and queued runs
+    assert project_root() == project
+    assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
