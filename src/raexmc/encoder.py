@@ -49,3 +49,28 @@ def tokenizer_fingerprint(tokenizer) -> str:
     definition.pop("padding", None)
     definition.pop("truncation", None)
     return hashlib.sha256(json.dumps(definition, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+def load_encoder(name: str, device: str = "cpu"):
+    """The transformer of `name` (a hub name or folder) in eval mode on `device`."""
+    from transformers import AutoModel
+
+    try:
+        model = AutoModel.from_pretrained(resolve_encoder(name))
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot load the encoder '{name}': {first_line}", "params.yaml", "encoder.name") from None
+    return model.to(device).eval()
+
+
+def encode(model, input_ids, attention_mask):
+    """The one encoder function: mean of the last hidden states under the mask, L2-normalised.
+
+    Training, key embedding and prediction all call this, so queries and keys live in one space.
+    """
+    import torch.nn.functional as F
+
+    hidden = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    return F.normalize(pooled.float(), dim=-1)

@@ -1,0 +1,44 @@
+"""Embed training inputs, label texts and test inputs from the token cache with the encoder
+(mean pooling, L2 normalisation), longest texts first, into .npy memmaps."""
+
+import os
+from pathlib import Path
+
+import torch
+import typer
+
+from raexmc.device import pick_device, resolve_precision
+from raexmc.embedding import embed_split
+from raexmc.encoder import load_encoder
+from raexmc.io import atomic_dir, write_json
+from raexmc.stage import run_stage, stage_cli
+from raexmc.tokens import TokenCache
+
+
+def main(tokens: Path = typer.Option(..., help="Token cache folder written by the tokenize stage."),
+         out: Path = typer.Option(..., help="Embeddings folder to write."),
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
+    def body(p, run) -> None:
+        name = p.typed("encoder.name", str)
+        settings = p.section("embed")
+        run.params({"encoder.name": name, "embed": settings})
+        torch.set_num_threads(p.typed("embed.threads", int) or os.cpu_count() or 1)
+        device = pick_device(p.typed("embed.device", str))
+        precision = resolve_precision(p.typed("embed.precision", str), device)
+        model = load_encoder(name, device)
+        cache = TokenCache(tokens)
+        throughput = {}
+        with atomic_dir(out) as folder:
+            for split in ("train", "labels", "test"):
+                throughput[split] = embed_split(model, cache, split, folder / f"{split}.npy",
+                                                p.typed("embed.batch_size", int), device, precision,
+                                                p.typed("embed.dtype", str))
+            write_json(folder / "meta.json", {"encoder": name, "device": device, "precision": precision,
+                                              "dim": model.config.hidden_size, "throughput": throughput})
+        run.metrics(throughput)
+
+    run_stage("embed", body, str(params))
+
+
+if __name__ == "__main__":
+    stage_cli(main, __doc__)
