@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -60,31 +61,35 @@ def project(tmp_path, tiny_model) -> Path:
 
 
 def changed_stages(repo: Path) -> set[str]:
-    status = dvc("status", "--json", cwd=repo).stdout
-    import json
-
-    return set(json.loads(status))
+    return set(json.loads(dvc("status", "--json", cwd=repo).stdout))
 
 
-def test_repro_builds_dataset_and_token_cache(project, tiny_model):
-    dvc("repro", "tokenize", cwd=project)
-    assert (project / "data/tiny/stats.json").is_file()
-    assert (project / "artifacts/tiny/tokens/train.ids.npy").is_file()
+def test_repro_runs_the_whole_dag(project, tiny_model):
+    dvc("repro", cwd=project)
+    for path in ("data/tiny/stats.json", "artifacts/tiny/tokens/train.ids.npy", "artifacts/tiny/embeddings/test.npy",
+                 "artifacts/tiny/index/meta.json", "artifacts/tiny/eval/metrics.json",
+                 "artifacts/tiny/eval/per_instance.npz", "artifacts/tiny/significance.json"):
+        assert (project / path).is_file(), path
     assert changed_stages(project) == set()
+    shown = json.loads(dvc("metrics", "show", "--json", cwd=project).stdout)
+    assert "rae" in json.dumps(shown) and "rae_vs_knn" in json.dumps(shown)
 
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     runs = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
-    assert len(runs) == 1, "both stages log into one run per pipeline execution"
+    assert len(runs) == 1, "all stages log into one run per pipeline execution"
     metrics = runs[0].data.metrics
     assert metrics["download/N_train"] == 4 and "tokenize/duration_s" in metrics
+    assert "evaluate/rae.P_at_1" in metrics and "significance/rae_vs_knn.P_at_1.p_value" in metrics
     assert runs[0].data.params["encoder.name"] == str(tiny_model)
 
-    set_params(project, **{"train.lr": 1e-4, "infer.lambda": 0.3})
-    assert changed_stages(project) == set(), "train.* and infer.* must not rerun tokenisation"
-    set_params(project, **{"tokenize.input_max_len": 32})
+    set_params(project, **{"train.lr": 1e-4})
+    assert changed_stages(project) == set(), "an unrelated param must not rerun anything"
+    set_params(project, **{"infer.lambda": 0.3})
+    assert changed_stages(project) == {"evaluate"}, "infer.* reruns only what follows the index"
+    set_params(project, **{"infer.lambda": 0.5, "tokenize.input_max_len": 32})
     assert changed_stages(project) == {"tokenize"}
     set_params(project, **{"tokenize.input_max_len": 16, "encoder.name": "all-MiniLM-L6-v2"})
-    assert changed_stages(project) == {"tokenize"}
+    assert changed_stages(project) == {"tokenize", "embed"}
 
 
 def test_failed_stage_exits_2_and_leaves_no_output(project, tmp_path):

@@ -10,7 +10,9 @@ MLFLOW_TRACKING_URI overrides it.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -21,6 +23,7 @@ from typing import Any
 from .paths import project_root
 
 EXPERIMENT = "rae-xmc"
+_NOT_ALLOWED = re.compile(r"[^\w./\- :]")
 PIPELINE_TAG = "raexmc.pipeline_key"
 
 
@@ -56,6 +59,11 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def metric_name(name: str) -> str:
+    """MLflow allows only [A-Za-z0-9_.-/: ] in names: "rae.P@1" becomes "rae.P_at_1"."""
+    return _NOT_ALLOWED.sub("_", name.replace("@", "_at_"))
+
+
 class StageRun:
     """Logs one stage's params, metrics and artifacts into the pipeline's MLflow run."""
 
@@ -74,8 +82,8 @@ class StageRun:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [Metric(f"{self.stage}/{k}", float(v), now, step) for k, v in flatten(values).items()
-                 if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        batch = [Metric(metric_name(f"{self.stage}/{k}"), float(v), now, step) for k, v in flatten(values).items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
         for start in range(0, len(batch), 1000):
             self.client.log_batch(self.run_id, metrics=batch[start:start + 1000])
 
@@ -113,3 +121,16 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml") -> Ite
         raise
     run.metrics({"duration_s": round(time.monotonic() - started, 3)})
     client.set_terminated(run.run_id, status="FINISHED")
+
+
+def download_artifact(run_id: str, artifact_path: str) -> Path:
+    """A local copy of one artifact of an MLflow run (for comparing against another experiment)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from .errors import DataError
+
+    try:
+        return Path(MlflowClient(tracking_uri()).download_artifacts(run_id, artifact_path))
+    except MlflowException as exc:
+        raise DataError(f"cannot fetch '{artifact_path}' of MLflow run: {exc.message.splitlines()[0]}", run_id) from None

@@ -1,0 +1,77 @@
+"""Retrieve the top-b keys of every test input once, score RAE (λ, b), the dual encoder (λ=0)
+and kNN (λ=1) and the λ and b sweeps, and write metrics.json, per-instance metrics and plots."""
+
+import time
+from pathlib import Path
+
+import numpy as np
+import typer
+
+from raexmc.data.dataset import Dataset
+from raexmc.embedding import load_embeddings
+from raexmc.evaluation import EvalSettings, Evaluator, evaluate_retrieval, segment_rows
+from raexmc.index import load_index
+from raexmc.io import atomic_dir, write_json
+from raexmc.memory import memory_keys
+from raexmc.metrics import propensity_ab
+from raexmc.plots import line_plot, segment_bars
+from raexmc.stage import run_stage, stage_cli
+
+
+def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
+         embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
+         index: Path = typer.Option(..., help="Index folder written by the index stage."),
+         out: Path = typer.Option(..., help="Evaluation folder to write."),
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
+    def body(p, run) -> None:
+        run.params({"infer": p.section("infer"), "evaluate": p.section("evaluate")})
+        data = Dataset(dataset)
+        settings = EvalSettings(
+            lam=p.typed("infer.lambda", float), b=p.typed("infer.b", int), tau=p.typed("infer.tau", float),
+            lambda_sweep=[float(v) for v in p.typed("infer.lambda_sweep", list)],
+            b_sweep=[int(v) for v in p.typed("infer.b_sweep", list)],
+            propensity_ab=_propensity(p, dataset.name))
+        depth = max([settings.b, *settings.b_sweep])
+        queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
+        keys = memory_keys(embeddings)
+        searcher = load_index(index, keys=keys, ef_search=p.typed("infer.ef_search", int))
+        started = time.perf_counter()
+        ids, sims = searcher.search(queries, depth)
+        search_s = time.perf_counter() - started
+        evaluator = Evaluator(data.label_matrix("train"), data.label_matrix("test"), data.filter_matrix("test"),
+                              settings.propensity_ab)
+        result = evaluate_retrieval(ids, sims, evaluator, settings)
+        metrics = {**result["methods"], "retrieval": {"queries_per_s": round(len(queries) / max(search_s, 1e-9), 1),
+                                                      "depth": depth}}
+        with atomic_dir(out) as folder:
+            write_json(folder / "metrics.json", metrics)
+            np.savez_compressed(folder / "per_instance.npz", **{f"{method}/{metric}": values
+                                                               for method, arrays in result["per_instance"].items()
+                                                               for metric, values in arrays.items()})
+            segments = segment_rows(result["methods"])
+            for name, rows in (("lambda_sweep", result["lambda_sweep"]), ("b_sweep", result["b_sweep"]),
+                               ("segments_f1", segments)):
+                write_json(folder / f"{name}.json", rows)
+            line_plot(result["lambda_sweep"], "lambda", ["P@1", "P@5", "R@100"], "metric vs λ",
+                      folder / "lambda_sweep.png", log_x=True)
+            line_plot(result["b_sweep"], "b", ["P@1", "P@5", "R@100", "train_key_share"], "metric vs b",
+                      folder / "b_sweep.png")
+            segment_bars(segments, folder / "segments_f1.png")
+        run.metrics(metrics)
+        for name in ("metrics.json", "per_instance.npz", "lambda_sweep.png", "b_sweep.png", "segments_f1.png"):
+            run.artifact(out / name)
+
+    run_stage("evaluate", body, str(params))
+
+
+def _propensity(p, dataset_name: str) -> tuple[float, float]:
+    """`evaluate.propensity`: "auto" picks A, B by dataset family; else an explicit [A, B]."""
+    value = p.get("evaluate.propensity")
+    if value == "auto":
+        return propensity_ab(dataset_name)
+    A, B = p.typed("evaluate.propensity", list)
+    return float(A), float(B)
+
+
+if __name__ == "__main__":
+    stage_cli(main, __doc__)

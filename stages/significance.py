@@ -1,0 +1,30 @@
+"""Paired t-tests of per-instance metrics (P@1, P@5, R@100 by default) between RAE and its
+baselines: the dual encoder (λ=0) and kNN (λ=1) of the same run, and optionally another run."""
+
+from pathlib import Path
+
+import typer
+
+from raexmc.io import write_json
+from raexmc.significance import compare_runs, load_per_instance
+from raexmc.stage import run_stage, stage_cli
+
+
+def main(eval: Path = typer.Option(..., help="Evaluation folder written by the evaluate stage."),
+         out: Path = typer.Option(..., help="significance.json to write."),
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
+    def body(p, run) -> None:
+        run.params({"significance": p.section("significance")})
+        metrics = [str(m) for m in p.typed("significance.metrics", list)]
+        other = p.get("significance.compare_with")
+        report = compare_runs(load_per_instance(eval / "per_instance.npz"), metrics,
+                              None if other is None else load_per_instance(str(other)))
+        write_json(out, report)
+        run.metrics(report)
+        run.artifact(out)
+
+    run_stage("significance", body, str(params))
+
+
+if __name__ == "__main__":
+    stage_cli(main, __doc__)
