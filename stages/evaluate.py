@@ -1,5 +1,6 @@
 """Retrieve the top-b keys of every test input once, score RAE (λ, b), the dual encoder (λ=0)
-and kNN (λ=1) and the λ and b sweeps, and write metrics.json, per-instance metrics and plots."""
+and kNN (λ=1) and the λ and b sweeps (optionally the paper's OvA+kNN ablation), and write
+metrics.json, per-instance metrics and plots."""
 
 import time
 from pathlib import Path
@@ -9,7 +10,7 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.embedding import load_embeddings
-from raexmc.evaluation import EvalSettings, Evaluator, evaluate_retrieval, segment_rows
+from raexmc.evaluation import EvalSettings, Evaluator, evaluate_ova_knn, evaluate_retrieval, segment_rows
 from raexmc.index import load_index
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory import memory_keys
@@ -41,6 +42,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         evaluator = Evaluator(data.label_matrix("train"), data.label_matrix("test"), data.filter_matrix("test"),
                               settings.propensity_ab)
         result = evaluate_retrieval(ids, sims, evaluator, settings)
+        if p.typed("infer.ova_knn", bool):
+            result["methods"]["ova_knn"] = evaluate_ova_knn(queries, keys, evaluator, settings)
         metrics = {**result["methods"], "retrieval": {"queries_per_s": round(len(queries) / max(search_s, 1e-9), 1),
                                                       "depth": depth}}
         with atomic_dir(out) as folder:

@@ -60,3 +60,23 @@ def test_significance_report_compares_rae_with_both_baselines(problem):
     rae_p1 = result["methods"]["rae"]["P@1"]
     assert report["rae_vs_knn"]["P@1"]["mean_a"] == pytest.approx(rae_p1, abs=0.01)
     assert report["rae_vs_other"]["P@1"]["p_value"] == 1.0  # identical runs
+
+
+def test_ova_knn_ranks_with_two_separate_softmaxes(problem):
+    from raexmc.evaluation import evaluate_ova_knn
+    from raexmc.predict import ova_knn_scores
+
+    Y_train, Y_test, exclude, _, _ = problem
+    rng = np.random.default_rng(1)
+    keys = rng.normal(size=(85, 8)).astype(np.float32)
+    keys /= np.linalg.norm(keys, axis=1, keepdims=True)
+    queries = keys[:20] + 0.1
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    evaluator = Evaluator(Y_train, Y_test, exclude, (0.55, 1.5))
+    settings = EvalSettings(lam=0.3, b=15, tau=0.1)
+    got = evaluate_ova_knn(queries, keys, evaluator, settings)
+
+    x = ExactIndex(keys[:60]).search(queries, 15)
+    z = ExactIndex(keys[60:]).search(queries, 15)
+    ranked = top_k(ova_knn_scores(*x, *z, Y_train, 0.3, 0.1), 100, exclude=exclude)
+    assert got["P@1"] == summarize(per_instance_metrics(ranked, remove_pairs(Y_test, exclude)))["P@1"]

@@ -98,3 +98,14 @@ def test_failed_stage_exits_2_and_leaves_no_output(project, tmp_path):
     assert proc.returncode != 0
     assert "DataError: " in proc.stderr + proc.stdout and "lbl.json.gz" in proc.stderr + proc.stdout
     assert not (project / "data/tiny").exists()
+
+
+def test_temp_experiment_logs_into_the_project_store(project, monkeypatch):
+    """`dvc exp run --temp` runs in a copy under .dvc/tmp/exps; its run must land in <project>/mlflow.db."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    dvc("exp", "run", "--temp", "-n", "tiny-temp", "-S", "infer.lambda=0.3", "download", cwd=project)
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
+    assert [r.data.tags["dvc_experiment"] for r in runs] == ["tiny-temp"]
+    assert runs[0].data.metrics["download/N_train"] == 4
+    assert not list((project / ".dvc" / "tmp").rglob("mlflow.db")), "no store inside the temporary copy"

@@ -6,6 +6,7 @@ of a smaller b use a prefix of the same ranked keys.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,8 @@ import scipy.sparse as sp
 
 from .data.stats import label_frequency
 from .metrics import macro_f1_by_segment, per_instance_metrics, propensities, remove_pairs, summarize, top_k
-from .predict import combine, score_parts, train_key_share
+from .index import ExactIndex
+from .predict import combine, ova_knn_scores, score_parts, train_key_share
 
 RANK_DEPTH = 100  # deep enough for R@100
 F1_K = 5
@@ -50,11 +52,12 @@ class Evaluator:
 
     def rank(self, ids: np.ndarray, sims: np.ndarray, lam: float, tau: float, b: int) -> np.ndarray:
         """Top-100 labels of every query under RAE(λ, τ, b), filtered pairs never ranked."""
-        chunks = []
-        for start in range(0, len(ids), QUERY_CHUNK):
-            rows = slice(start, start + QUERY_CHUNK)
-            scores = combine(score_parts(ids[rows], sims[rows], self.Y_train, tau, b), lam)
-            chunks.append(top_k(scores, RANK_DEPTH, exclude=self.exclude[rows]))
+        return self.rank_by(len(ids), lambda rows: combine(score_parts(ids[rows], sims[rows], self.Y_train, tau, b), lam))
+
+    def rank_by(self, num_queries: int, scores_of: Callable[[slice], sp.csr_matrix]) -> np.ndarray:
+        """Top-100 labels from `scores_of(rows)`, called on chunks of queries to bound memory."""
+        chunks = [top_k(scores_of(rows), RANK_DEPTH, exclude=self.exclude[rows])
+                  for rows in (slice(start, start + QUERY_CHUNK) for start in range(0, num_queries, QUERY_CHUNK))]
         return np.vstack(chunks) if chunks else np.zeros((0, RANK_DEPTH), np.int64)
 
     def summary(self, ranked: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -96,3 +99,13 @@ def segment_rows(methods: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"method": method, "segment": segment, "F1": value}
             for method, summary in methods.items()
             for segment, value in summary[f"macro-F1@{F1_K}"].items() if segment != "all"]
+
+
+def evaluate_ova_knn(queries: np.ndarray, keys: np.ndarray, evaluator: Evaluator, settings: EvalSettings) -> dict[str, Any]:
+    """The paper's Eq. 12 ablation: separate exact searches over inputs and over labels, mixed by λ."""
+    num_train = evaluator.Y_train.shape[0]
+    x_ids, x_sims = ExactIndex(np.ascontiguousarray(keys[:num_train])).search(queries, settings.b)
+    z_ids, z_sims = ExactIndex(np.ascontiguousarray(keys[num_train:])).search(queries, settings.b)
+    ranked = evaluator.rank_by(len(queries), lambda rows: ova_knn_scores(
+        x_ids[rows], x_sims[rows], z_ids[rows], z_sims[rows], evaluator.Y_train, settings.lam, settings.tau))
+    return evaluator.summary(ranked)[0]
