@@ -32,6 +32,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             lambda_sweep=[float(v) for v in p.typed("infer.lambda_sweep", list)],
             b_sweep=[int(v) for v in p.typed("infer.b_sweep", list)],
             propensity_ab=_propensity(p, dataset.name))
+        with_ova_knn = p.typed("infer.ova_knn", bool)
         depth = max([settings.b, *settings.b_sweep])
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         keys = memory_keys(embeddings)
@@ -42,7 +43,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         evaluator = Evaluator(data.label_matrix("train"), data.label_matrix("test"), data.filter_matrix("test"),
                               settings.propensity_ab)
         result = evaluate_retrieval(ids, sims, evaluator, settings)
-        if p.typed("infer.ova_knn", bool):
+        if with_ova_knn:
             result["methods"]["ova_knn"] = evaluate_ova_knn(queries, keys, evaluator, settings)
         metrics = {**result["methods"], "retrieval": {"queries_per_s": round(len(queries) / max(search_s, 1e-9), 1),
                                                       "depth": depth}}
