@@ -1,5 +1,5 @@
-"""Embed training inputs, label texts and test inputs from the token cache with the encoder
-(mean pooling, L2 normalisation), longest texts first, into .npy memmaps."""
+"""Embed training inputs, label texts and test inputs from the token cache with the encoder the
+train stage wrote (mean pooling, L2 normalisation), longest texts first, into .npy memmaps."""
 
 import os
 from pathlib import Path
@@ -15,26 +15,26 @@ from raexmc.stage import run_stage, stage_cli
 from raexmc.tokens import TokenCache
 
 
-def main(tokens: Path = typer.Option(..., help="Token cache folder written by the tokenize stage."),
+def main(model: Path = typer.Option(..., help="Encoder folder written by the train stage."),
+         tokens: Path = typer.Option(..., help="Token cache folder written by the tokenize stage."),
          out: Path = typer.Option(..., help="Embeddings folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        name = p.typed("encoder.name", str)
         settings = p.section("embed")
-        run.params({"encoder.name": name, "embed": settings})
+        run.params({"embed": settings})
         torch.set_num_threads(p.typed("embed.threads", int) or os.cpu_count() or 1)
         device = pick_device(p.typed("embed.device", str))
         precision = resolve_precision(p.typed("embed.precision", str), device)
-        model = load_encoder(name, device)
+        encoder = load_encoder(str(model), device)
         cache = TokenCache(tokens)
         throughput = {}
         with atomic_dir(out) as folder:
             for split in ("train", "labels", "test"):
-                throughput[split] = embed_split(model, cache, split, folder / f"{split}.npy",
+                throughput[split] = embed_split(encoder, cache, split, folder / f"{split}.npy",
                                                 p.typed("embed.batch_size", int), device, precision,
                                                 p.typed("embed.dtype", str))
-            write_json(folder / "meta.json", {"encoder": name, "device": device, "precision": precision,
-                                              "dim": model.config.hidden_size, "throughput": throughput})
+            write_json(folder / "meta.json", {"encoder": str(model), "device": device, "precision": precision,
+                                              "dim": encoder.config.hidden_size, "throughput": throughput})
         run.metrics(throughput)
 
     run_stage("embed", body, str(params))

@@ -82,14 +82,16 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     assert "evaluate/rae.P_at_1" in metrics and "significance/rae_vs_knn.P_at_1.p_value" in metrics
     assert runs[0].data.params["encoder.name"] == str(tiny_model)
 
-    set_params(project, **{"train.lr": 1e-4})
+    set_params(project, **{"train.lr": 3e-4})
+    assert changed_stages(project) == {"train"}, "train.* reruns training (DVC then goes on downstream)"
+    set_params(project, **{"train.lr": 1.0e-4, "unrelated.knob": 1})
     assert changed_stages(project) == set(), "an unrelated param must not rerun anything"
     set_params(project, **{"infer.lambda": 0.3})
     assert changed_stages(project) == {"evaluate"}, "infer.* reruns only what follows the index"
     set_params(project, **{"infer.lambda": 0.5, "tokenize.input_max_len": 32})
     assert changed_stages(project) == {"tokenize"}
     set_params(project, **{"tokenize.input_max_len": 16, "encoder.name": "all-MiniLM-L6-v2"})
-    assert changed_stages(project) == {"tokenize", "embed"}
+    assert changed_stages(project) == {"tokenize", "train"}
 
 
 def test_failed_stage_exits_2_and_leaves_no_output(project, tmp_path):

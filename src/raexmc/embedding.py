@@ -25,13 +25,18 @@ def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarr
     return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def embed_rows(model, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device: str, precision: str) -> np.ndarray:
-    """Embeddings (float32, L2-normalised) of the given rows of a token array."""
+def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask of the given rows, cut to their longest text."""
     width = max(int(lengths[rows].max()), 1)
     batch_ids = torch.from_numpy(np.asarray(ids[rows, :width], dtype=np.int64)).to(device)
     mask = (torch.arange(width) < torch.from_numpy(np.asarray(lengths[rows]))[:, None]).long().to(device)
+    return batch_ids, mask
+
+
+def embed_rows(model, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device: str, precision: str) -> np.ndarray:
+    """Embeddings (float32, L2-normalised) of the given rows of a token array, without gradients."""
     with torch.inference_mode(), autocast(device, precision):
-        return encode(model, batch_ids, mask).cpu().numpy()
+        return encode(model, *batch_tensors(ids, lengths, rows, device)).cpu().numpy()
 
 
 def embed_split(model, cache: TokenCache, split: str, target: str | os.PathLike, batch_size: int, device: str,

@@ -1,0 +1,88 @@
+"""torch.distributed set-up for training launched by torchrun (or a single plain process).
+
+torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; NCCL is used on GPUs, gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    world_size: int
+    device: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: str = "auto") -> DistContext:
+    """Join the process group torchrun describes in the environment; a single process otherwise."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
+    if use_cuda:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        resolved = f"cuda:{local_rank}"
+    else:
+        resolved = "cpu"
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return DistContext(rank, world_size, resolved)
+
+
+def gather_with_grad(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """Concatenate every rank's equally sized `tensor`, keeping gradients to the local part.
+
+    Negatives then span the global batch while each rank back-propagates only what it encoded.
+    """
+    if not ctx.active:
+        return tensor
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(tensor), dim=0)
+
+
+def gather_array(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """Concatenate every rank's equally sized `tensor` (no gradients)."""
+    if not ctx.active:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(ctx.world_size)]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.cat(parts, dim=0)
+
+
+def shard(rows, ctx: DistContext):
+    """This rank's equal share of `rows` (length divisible by world_size)."""
+    size = len(rows) // ctx.world_size
+    return rows[ctx.rank * size:(ctx.rank + 1) * size]
+
+
+def pad_to_multiple(rows, multiple: int):
+    """`rows` padded by repeating its first element up to a multiple of `multiple` (for equal shards)."""
+    import numpy as np
+
+    missing = (-len(rows)) % multiple
+    return np.concatenate([rows, np.repeat(rows[:1], missing)]) if missing else rows
+
+
+def barrier(ctx: DistContext) -> None:
+    if ctx.active:
+        dist.barrier()
+
+
+def shutdown(ctx: DistContext) -> None:
+    if ctx.active and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,94 @@
+"""Fine-tune the shared encoder (decoupled InfoNCE, hard negatives, instance negatives) and save it
+for the embed stage; with `encoder.mode: zero-shot` only export the pre-trained encoder.
+With `train.nproc` > 1 the stage relaunches itself under torchrun (one process per GPU)."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import typer
+
+from raexmc.data.dataset import Dataset
+from raexmc.device import resolve_precision
+from raexmc.distributed import init_distributed, shutdown
+from raexmc.encoder import load_encoder, load_tokenizer
+from raexmc.errors import ConfigError
+from raexmc.io import atomic_dir, write_json
+from raexmc.metrics import propensity_ab
+from raexmc.stage import run_stage, stage_cli, user_errors
+from raexmc.params import load_params
+from raexmc.tokens import TokenCache
+from raexmc.train import TrainSettings, train
+
+MODES = ("zero-shot", "fine-tuned")
+
+
+def settings_from(p) -> TrainSettings:
+    known = TrainSettings.__dataclass_fields__
+    values = {k: v for k, v in p.section("train").items() if k in known}
+    return TrainSettings(**values)
+
+
+def nproc_from(p) -> int:
+    value = p.get("train.nproc")
+    if value == "auto":
+        return max(torch.cuda.device_count(), 1)
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"train.nproc must be 'auto' or a positive integer, got {value!r}", p.path, "train.nproc")
+    return value
+
+
+def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
+         tokens: Path = typer.Option(..., help="Token cache folder written by the tokenize stage."),
+         out: Path = typer.Option(..., help="Folder for the trained (or exported) encoder."),
+         checkpoints: Path = typer.Option(..., help="Folder for the resumable training checkpoint."),
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
+    with user_errors():
+        p = load_params(params)
+        nproc = nproc_from(p)
+        mode = p.typed("encoder.mode", str)
+        if mode not in MODES:
+            raise ConfigError(f"encoder.mode must be one of {', '.join(MODES)}", p.path, "encoder.mode")
+    if mode == "fine-tuned" and nproc > 1 and "LOCAL_RANK" not in os.environ:
+        extra = str(p.get("train.torchrun_args", "") or "").split()
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", *extra,
+                   *sys.argv]
+        raise typer.Exit(subprocess.call(command))
+
+    ctx = init_distributed(p.typed("train.device", str))
+
+    def body(p, run) -> None:
+        name = p.typed("encoder.name", str)
+        if run is not None:
+            run.params({"encoder.name": name, "encoder.mode": mode, "train": p.section("train")})
+        model = load_encoder(name, ctx.device)
+        checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
+        if mode == "fine-tuned":
+            settings = settings_from(p)
+            data, cache = Dataset(dataset), TokenCache(tokens)
+            fingerprint = hashlib.sha256(json.dumps([name, vars(settings), data.stats, cache.meta["key"],
+                                                     ctx.world_size], sort_keys=True).encode()).hexdigest()
+            log = (lambda step, values: run.metrics(values, step=step)) if run is not None else (lambda *_: None)
+            train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), settings, ctx,
+                  resolve_precision(p.typed("train.precision", str), ctx.device), checkpoints / "last.pt",
+                  propensity_ab(dataset.name), log, fingerprint)
+        if ctx.is_main:
+            with atomic_dir(out) as folder:
+                model.save_pretrained(folder)
+                load_tokenizer(name).save_pretrained(folder)
+                write_json(folder / "raexmc.json", {"base": name, "mode": mode})
+        shutdown(ctx)
+
+    if ctx.is_main:
+        run_stage("train", body, str(params))
+    else:
+        with user_errors():
+            body(load_params(params), None)
+
+
+if __name__ == "__main__":
+    stage_cli(main, __doc__)
