@@ -56,7 +56,8 @@ def test_significance_report_compares_rae_with_both_baselines(problem):
                                 EvalSettings(lam=0.5, b=30, tau=0.1))
     flat = {f"{m}/{k}": v for m, arrays in result["per_instance"].items() for k, v in arrays.items()}
     report = compare_runs(flat, ["P@1", "R@100"], other=flat)
-    assert set(report) == {"rae_vs_dual_encoder", "rae_vs_knn", "rae_vs_other"}
+    assert set(report) == {"rae_vs_dual_encoder", "rae_vs_knn", "rae_vs_other", "dual_encoder_vs_other",
+                           "knn_vs_other"}
     rae_p1 = result["methods"]["rae"]["P@1"]
     assert report["rae_vs_knn"]["P@1"]["mean_a"] == pytest.approx(rae_p1, abs=0.01)
     assert report["rae_vs_other"]["P@1"]["p_value"] == 1.0  # identical runs

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -111,3 +112,29 @@ def test_temp_experiment_logs_into_the_project_store(project, monkeypatch):
     assert [r.data.tags["dvc_experiment"] for r in runs] == ["tiny-temp"]
     assert runs[0].data.metrics["download/N_train"] == 4
     assert not list((project / ".dvc" / "tmp").rglob("mlflow.db")), "no store inside the temporary copy"
+
+
+def test_killed_training_resumes_from_its_checkpoint(project):
+    """SIGKILL a real fine-tuning run once a checkpoint exists; the rerun resumes and finishes."""
+    set_params(project, **{"encoder.mode": "fine-tuned", "train.batch_size": 2, "train.max_steps": 150,
+                           "train.hnm_steps": 100, "train.hnm_topk": 3, "train.checkpoint_every": 5,
+                           "train.val_fraction": 0.25, "train.val_b": 10, "train.embed_batch_size": 4})
+    dvc("repro", "tokenize", cwd=project)
+    command = [sys.executable, "stages/train.py", "--dataset", "data/tiny", "--tokens", "artifacts/tiny/tokens",
+               "--out", "artifacts/tiny/model", "--checkpoints", "artifacts/tiny/checkpoints"]
+    checkpoint = project / "artifacts/tiny/checkpoints/last.pt"
+    proc = subprocess.Popen(command, cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    import torch
+
+    killed_at = torch.load(checkpoint, weights_only=False)["step"]
+    assert 0 < killed_at < 150, "the run must die part-way, after a checkpoint"
+    assert not (project / "artifacts/tiny/model").exists(), "a killed run leaves no model behind"
+    rerun = sh(*command, cwd=project)
+    assert f"at step {killed_at}" in rerun.stderr, "the rerun resumes from the checkpoint"
+    assert torch.load(checkpoint, weights_only=False)["step"] == 150
+    assert (project / "artifacts/tiny/model/model.safetensors").is_file()

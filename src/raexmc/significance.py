@@ -42,9 +42,11 @@ def _test(a: dict[str, np.ndarray], a_method: str, b: dict[str, np.ndarray], b_m
 
 def compare_runs(run: dict[str, np.ndarray], metrics: list[str],
                  other: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ..., "rae_vs_other": ...}."""
+    """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ...}; with `other` also each method
+    against the same method of the other run ("rae_vs_other", "dual_encoder_vs_other", ...)."""
     report = {f"{METHOD}_vs_{baseline}": _test(run, METHOD, run, baseline, metrics, "per_instance.npz")
               for baseline in BASELINES}
     if other is not None:
-        report[f"{METHOD}_vs_other"] = _test(run, METHOD, other, METHOD, metrics, "significance.compare_with")
+        for method in (METHOD, *BASELINES):
+            report[f"{method}_vs_other"] = _test(run, method, other, method, metrics, "significance.compare_with")
     return report

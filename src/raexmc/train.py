@@ -11,6 +11,7 @@ and torch's RNG are in the checkpoint.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 from .device import autocast
 from .distributed import DistContext, gather_array, gather_with_grad, pad_to_multiple, shard
@@ -93,7 +95,8 @@ def embed_all(model, ids: np.ndarray, lengths: np.ndarray, batch_size: int, ctx:
     padded = pad_to_multiple(np.arange(count), ctx.world_size)
     mine = shard(padded, ctx)
     local = np.zeros((len(mine), model.config.hidden_size), np.float32)
-    for batch in length_sorted_batches(np.asarray(lengths)[mine], batch_size):
+    for batch in tqdm(length_sorted_batches(np.asarray(lengths)[mine], batch_size), desc="re-embed",
+                      unit="batch", disable=not ctx.is_main, mininterval=2.0, leave=False):
         local[batch] = embed_rows(model, ids, lengths, mine[batch], ctx.device, precision)
     gathered = gather_array(torch.from_numpy(local).to(ctx.device), ctx).cpu().numpy()
     out = np.zeros((count, local.shape[1]), np.float32)
@@ -211,7 +214,11 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         start_step, negatives, elapsed = state["step"], state["negatives"], state["elapsed_s"]
+        if ctx.is_main:
+            print(f"resuming from {checkpoint} at step {start_step}", file=sys.stderr)
     model.train()
+    progress = tqdm(total=settings.max_steps, initial=start_step, desc="train", unit="step", disable=not ctx.is_main,
+                    mininterval=2.0)
     started, window_start, window_loss, window_steps = time.perf_counter() - elapsed, time.perf_counter(), 0.0, 0
     for step in range(start_step, settings.max_steps):
         if negatives is None or step % settings.hnm_steps == 0:
@@ -236,12 +243,15 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
         scheduler.step()
         window_loss += float(loss.detach())
         window_steps += 1
+        progress.update(1)
+        progress.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
         done = step + 1
         if ctx.is_main and (done % settings.checkpoint_every == 0 or done == settings.max_steps):
             save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                          "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
                                          "step": done, "negatives": negatives, "fingerprint": fingerprint,
                                          "elapsed_s": time.perf_counter() - started})
+    progress.close()
     if settings.max_steps > start_step:  # a last round on every rank: it gathers across ranks
         result = mining_round(model, cache, Y, filters, train_rows, val_rows, settings, ctx, precision,
                               settings.max_steps // settings.hnm_steps + 1, propensity_ab)
