@@ -138,3 +138,5 @@ def test_killed_training_resumes_from_its_checkpoint(project):
     assert f"at step {killed_at}" in rerun.stderr, "the rerun resumes from the checkpoint"
     assert torch.load(checkpoint, weights_only=False)["step"] == 150
     assert (project / "artifacts/tiny/model/model.safetensors").is_file()
+    curve = json.loads((project / "artifacts/tiny/model/training_curve.json").read_text())
+    assert curve[-1]["step"] == 150 and "val_rae_P@1" in curve[-1] and "elapsed_s" in curve[-1]
