@@ -21,7 +21,6 @@ from raexmc.encoder import load_encoder, load_tokenizer
 from raexmc.tokens import TokenCache, build_token_cache
 from raexmc.train import BatchSampler, TrainSettings, linear_schedule, split_validation, train
 
-from conftest import REPO
 
 SINGLE = DistContext(0, 1, "cpu")
 

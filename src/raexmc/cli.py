@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from .errors import ConfigError
 from .params import load_params
 from .stage import user_errors
 from .tracking import flatten
@@ -48,12 +49,10 @@ def show(name: str = typer.Argument(..., help="Dataset name, e.g. foldoc."),
 def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitles-131K."), params: Path = PARAMS) -> None:
     """Print the `dvc exp run` command that applies one of the paper's hyper-parameter presets."""
     with user_errors():
-        p = load_params(params)
-        values = flatten(p.section(f"presets.{name}")) if name in p.section("presets") else None
-        if values is None:
-            from .errors import ConfigError
-
-            raise ConfigError(f"unknown preset '{name}' (known: {', '.join(p.section('presets'))})", params, "presets")
+        presets = load_params(params).section("presets")
+        if name not in presets:
+            raise ConfigError(f"unknown preset '{name}' (known: {', '.join(presets)})", params, "presets")
+        values = flatten(presets[name])
         typer.echo("dvc exp run " + " ".join(f"-S '{k}={v}'" for k, v in values.items()))
 if __name__ == "__main__":
     app()

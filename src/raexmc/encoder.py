@@ -30,14 +30,20 @@ def resolve_encoder(name: str) -> str:
     return name
 
 
+def _first_line(exc: Exception) -> str:
+    """transformers' load errors run to many lines; the first says what is wrong."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(resolve_encoder(name), use_fast=True)
     except (OSError, ValueError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot load the tokenizer of '{name}': {first_line}", "params.yaml", "encoder.name") from None
+        raise ConfigError(f"cannot load the tokenizer of '{name}': {_first_line(exc)}", "params.yaml",
+                          "encoder.name") from None
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -58,8 +64,8 @@ def load_encoder(name: str, device: str = "cpu"):
     try:
         model = AutoModel.from_pretrained(resolve_encoder(name))
     except (OSError, ValueError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot load the encoder '{name}': {first_line}", "params.yaml", "encoder.name") from None
+        raise ConfigError(f"cannot load the encoder '{name}': {_first_line(exc)}", "params.yaml",
+                          "encoder.name") from None
     return model.to(device).eval()
 
 

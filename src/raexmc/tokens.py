@@ -9,6 +9,7 @@ flat however many texts there are.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,17 @@ def _check_fields(fields: str, key: str) -> None:
         raise ConfigError(f"'{fields}' is not one of {', '.join(FIELDS)}", "params.yaml", key)
 
 
+def _chunks(records: Iterable[Text], size: int) -> Iterator[list[Text]]:
+    chunk: list[Text] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, fields: str, folder: Path,
                     batch_size: int) -> None:
     count = dataset.size(split)
@@ -55,32 +67,20 @@ def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, field
     ids = np.lib.format.open_memmap(folder / f"{split}.ids.npy", mode="w+", dtype=dtype, shape=(count, max_len))
     lengths = np.lib.format.open_memmap(folder / f"{split}.len.npy", mode="w+", dtype=np.int32, shape=(count,))
     row = 0
-    batch: list[str] = []
-
-    def flush() -> None:
-        nonlocal row
-        encoded = tokenizer(batch, max_length=max_len, truncation=True, padding="max_length",
-                            return_attention_mask=True, return_tensors="np")
-        ids[row:row + len(batch)] = encoded["input_ids"]
-        lengths[row:row + len(batch)] = encoded["attention_mask"].sum(axis=1)
-        row += len(batch)
-        progress.update(len(batch))
-        batch.clear()
-
     with tqdm(total=count, desc=f"tokenize {split}", unit="text", mininterval=1.0) as progress:
-        for record in dataset.texts(split):
-            if row + len(batch) >= count:
+        for chunk in _chunks(dataset.texts(split), batch_size):
+            if row + len(chunk) > count:
                 raise DataError(f"more records than the {count} in stats.json", dataset.text_path(split))
-            batch.append(text_of(record, fields))
-            if len(batch) == batch_size:
-                flush()
-        if batch:
-            flush()
+            encoded = tokenizer([text_of(record, fields) for record in chunk], max_length=max_len, truncation=True,
+                                padding="max_length", return_attention_mask=True, return_tensors="np")
+            ids[row:row + len(chunk)] = encoded["input_ids"]
+            lengths[row:row + len(chunk)] = encoded["attention_mask"].sum(axis=1)
+            row += len(chunk)
+            progress.update(len(chunk))
     if row != count:
         raise DataError(f"{row} records, but stats.json says {count}", dataset.text_path(split))
     ids.flush()
     lengths.flush()
-    del ids, lengths
 
 
 def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: str | os.PathLike,
@@ -122,9 +122,16 @@ class TokenCache:
         if not (self.folder / "meta.json").is_file():
             raise DataError("not a token cache (no meta.json); run the tokenize stage first", self.folder)
         self.meta = read_json(self.folder / "meta.json")
+        self._arrays: dict[str, np.ndarray] = {}
 
     def ids(self, split: str) -> np.ndarray:
-        return np.load(self.folder / f"{split}.ids.npy", mmap_mode="r")
+        return self._open(f"{split}.ids.npy")
 
     def lengths(self, split: str) -> np.ndarray:
-        return np.load(self.folder / f"{split}.len.npy", mmap_mode="r")
+        return self._open(f"{split}.len.npy")
+
+    def _open(self, name: str) -> np.ndarray:
+        """Each memmap is opened once: training reads the cache on every step."""
+        if name not in self._arrays:
+            self._arrays[name] = np.load(self.folder / name, mmap_mode="r")
+        return self._arrays[name]
