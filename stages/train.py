@@ -66,7 +66,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         if run is not None:
             run.params({"encoder.name": name, "encoder.mode": mode, "train": p.section("train")})
         model = load_encoder(name, ctx.device)
-        curve: list[dict] = []
+        curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
         if mode == "fine-tuned":
             settings = settings_from(p)
@@ -75,11 +75,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                                      ctx.world_size], sort_keys=True).encode()).hexdigest()
 
             def log(step: int, values: dict) -> None:
-                curve.append({"step": step, **values})
                 if run is not None:
                     run.metrics(values, step=step)
 
-            train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), settings, ctx,
+            curve = train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), settings, ctx,
                   resolve_precision(p.typed("train.precision", str), ctx.device), checkpoints / "last.pt",
                   propensity_ab(dataset.name), log, fingerprint)
         if ctx.is_main:
@@ -87,7 +86,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                 model.save_pretrained(folder)
                 load_tokenizer(name).save_pretrained(folder)
                 write_json(folder / "raexmc.json", {"base": name, "mode": mode})
-                write_json(folder / "training_curve.json", curve)  # validation P@1 vs time (Figure 2)
+                write_json(folder / "training_curve.json", curve)
         shutdown(ctx)
 
     if ctx.is_main:

@@ -46,9 +46,11 @@ def run_training(tiny, tiny_model, checkpoint: Path, **overrides):
     torch.manual_seed(0)
     model = load_encoder(str(tiny_model))
     logged = []
-    train(model, cache, dataset.label_matrix("train"), dataset.filter_matrix("train"), settings(**overrides),
-          SINGLE, "fp32", checkpoint, (0.55, 1.5), lambda step, values: logged.append((step, values)), "fp")
-    return model, logged
+    history = train(model, cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
+                    settings(**overrides), SINGLE, "fp32", checkpoint, (0.55, 1.5),
+                    lambda step, values: logged.append((step, values)), "fp")
+    assert [row["step"] for row in history][-len(logged):] == [step for step, _ in logged]
+    return model, logged, history
 
 
 def test_sampler_is_deterministic_per_step_and_skips_unlabelled_inputs():
@@ -73,7 +75,7 @@ def test_validation_is_carved_from_training_inputs():
 
 
 def test_training_lowers_the_loss_and_logs_validation(tiny, tiny_model, tmp_path):
-    model, logged = run_training(tiny, tiny_model, tmp_path / "ckpt.pt", max_steps=12, hnm_steps=4)
+    model, logged, _ = run_training(tiny, tiny_model, tmp_path / "ckpt.pt", max_steps=12, hnm_steps=4)
     losses = [values["loss"] for step, values in logged if "loss" in values]
     assert losses[-1] < losses[0], logged
     assert {"val_rae_P@1", "val_dual_encoder_P@1", "val_knn_P@1", "elapsed_s"} <= set(logged[-1][1])
@@ -84,8 +86,8 @@ class Killed(Exception):
     pass
 
 
-def test_resume_reaches_the_same_weights(tiny, tiny_model, tmp_path):
-    full, _ = run_training(tiny, tiny_model, tmp_path / "full.pt")
+def test_resume_reaches_the_same_weights_and_keeps_the_whole_curve(tiny, tiny_model, tmp_path):
+    full, _, full_history = run_training(tiny, tiny_model, tmp_path / "full.pt")
     dataset, cache = tiny
 
     def die_at_step_3(step, values):  # the round at step 3 comes after the checkpoint of step 2
@@ -97,8 +99,9 @@ def test_resume_reaches_the_same_weights(tiny, tiny_model, tmp_path):
         train(load_encoder(str(tiny_model)), cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
               settings(), SINGLE, "fp32", tmp_path / "part.pt", (0.55, 1.5), die_at_step_3, "fp")
     assert torch.load(tmp_path / "part.pt", weights_only=False)["step"] == 2
-    resumed, logged = run_training(tiny, tiny_model, tmp_path / "part.pt")
+    resumed, logged, history = run_training(tiny, tiny_model, tmp_path / "part.pt")
     assert logged[0][0] == 3, "resumed from step 2, first round at step 3"
+    assert [row["step"] for row in history] == [row["step"] for row in full_history] == [0, 3, 6]
     for (name, a), (_, b) in zip(full.state_dict().items(), resumed.state_dict().items()):
         assert torch.allclose(a, b, atol=1e-6), name
 

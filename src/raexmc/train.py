@@ -192,12 +192,13 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, settings: TrainSettings,
           ctx: DistContext, precision: str, checkpoint: Path, propensity_ab: tuple[float, float],
-          log: Callable[[int, dict[str, float]], None], fingerprint: str = "") -> int:
+          log: Callable[[int, dict[str, float]], None], fingerprint: str = "") -> list[dict[str, float]]:
     """Train `model` in place for settings.max_steps, resuming from `checkpoint` if it exists.
 
     `log(step, metrics)` is called on rank 0 at every mining round (loss, lr, examples/s,
     validation P@1 of RAE, λ=0 and λ=1, elapsed seconds). A checkpoint is resumed only when its
-    `fingerprint` (settings, encoder, data) matches. Returns the number of steps run now.
+    `fingerprint` (settings, encoder, data) matches. Returns every logged row as {"step", ...},
+    those of an interrupted earlier run included (they travel in the checkpoint).
     """
     torch.manual_seed(settings.seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -206,7 +207,7 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
     train_rows, val_rows = split_validation(Y, settings.val_fraction, settings.seed)
     sampler = BatchSampler(Y, train_rows, settings.seed)
     global_batch = settings.batch_size * ctx.world_size
-    start_step, negatives, elapsed = 0, None, 0.0
+    start_step, negatives, elapsed, history = 0, None, 0.0, []
     state = torch.load(checkpoint, map_location=ctx.device, weights_only=False) if checkpoint.is_file() else None
     if state is not None and state.get("fingerprint") == fingerprint:
         model.load_state_dict(state["model"])
@@ -214,8 +215,14 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         start_step, negatives, elapsed = state["step"], state["negatives"], state["elapsed_s"]
+        history = state.get("history", [])
         if ctx.is_main:
             print(f"resuming from {checkpoint} at step {start_step}", file=sys.stderr)
+
+    def record(step: int, values: dict[str, float]) -> None:
+        history.append({"step": step, **values})
+        log(step, values)
+
     model.train()
     progress = tqdm(total=settings.max_steps, initial=start_step, desc="train", unit="step", disable=not ctx.is_main,
                     mininterval=2.0)
@@ -227,11 +234,11 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
             negatives = result.negatives
             if ctx.is_main and step > start_step:
                 seconds = time.perf_counter() - window_start
-                log(step, {"loss": window_loss / max(window_steps, 1), "lr": scheduler.get_last_lr()[0],
+                record(step, {"loss": window_loss / max(window_steps, 1), "lr": scheduler.get_last_lr()[0],
                            "examples_per_s": window_steps * global_batch / max(seconds, 1e-9),
                            "elapsed_s": time.perf_counter() - started, **result.validation})
             elif ctx.is_main:
-                log(step, {"elapsed_s": time.perf_counter() - started, **result.validation})
+                record(step, {"elapsed_s": time.perf_counter() - started, **result.validation})
             window_start, window_loss, window_steps = time.perf_counter(), 0.0, 0
         rows, positives = sampler.batch(step, global_batch)
         loss = training_step(model, cache, Y, rows, positives, negatives, settings, ctx, precision)
@@ -250,12 +257,12 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
             save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                          "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
                                          "step": done, "negatives": negatives, "fingerprint": fingerprint,
-                                         "elapsed_s": time.perf_counter() - started})
+                                         "elapsed_s": time.perf_counter() - started, "history": history})
     progress.close()
     if settings.max_steps > start_step:  # a last round on every rank: it gathers across ranks
         result = mining_round(model, cache, Y, filters, train_rows, val_rows, settings, ctx, precision,
                               settings.max_steps // settings.hnm_steps + 1, propensity_ab)
         if ctx.is_main:
-            log(settings.max_steps, {"loss": window_loss / max(window_steps, 1),
+            record(settings.max_steps, {"loss": window_loss / max(window_steps, 1),
                                      "elapsed_s": time.perf_counter() - started, **result.validation})
-    return settings.max_steps - start_step
+    return history
