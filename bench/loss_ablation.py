@@ -1,0 +1,74 @@
+"""The paper's loss ablation on one dataset: fine-tune with instance negatives and hard negatives
+switched on and off, each as a `dvc exp run --temp` experiment, and record the test metrics.
+
+    python bench/loss_ablation.py --name foldoc            # all four variants, about 17 min each on 2 cores
+    python bench/loss_ablation.py --name foldoc --only no-hard
+
+Every variant is a named DVC experiment (ablation-<dataset>-<variant>), so `dvc exp show` and the
+MLflow UI hold the same numbers; results go to bench/results/loss_ablation_<dataset>.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = {  # name: (hard negatives, instance negatives)
+    "full": (True, True),
+    "no-instance": (True, False),
+    "no-hard": (False, True),
+    "neither": (False, False),
+}
+METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
+
+
+def run_variant(dataset: str, variant: str) -> str:
+    """Run one variant as a temp-dir experiment and return its name. PYTHONPATH=src makes the
+    experiment import the code of its own checkout, not the (editable) working tree's."""
+    hard, instance = VARIANTS[variant]
+    name = f"ablation-{dataset}-{variant}"
+    command = ["dvc", "exp", "run", "--temp", "--force", "-n", name, "-S", f"data.name={dataset}",
+               "-S", "encoder.mode=fine-tuned", "-S", f"train.hard_negatives={str(hard).lower()}",
+               "-S", f"train.instance_negatives={str(instance).lower()}"]
+    subprocess.run(command, cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": "src"})
+    return name
+
+
+def experiment_metrics(name: str, dataset: str) -> dict:
+    """The evaluate stage's metrics.json of a named experiment, read through `dvc exp show`."""
+    shown = json.loads(subprocess.run(["dvc", "exp", "show", "--json", "-A"], cwd=ROOT, check=True,
+                                      capture_output=True, text=True).stdout)
+    for commit in shown:
+        for experiment in commit.get("experiments") or []:
+            if experiment.get("name") == name:
+                metrics = experiment["revs"][0]["data"]["metrics"]
+                return metrics[f"artifacts/{dataset}/eval/metrics.json"]["data"]
+    raise SystemExit(f"experiment {name} not found in `dvc exp show -A`")
+
+
+def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.yaml datasets)."),
+         only: list[str] = typer.Option(list(VARIANTS), help="Variants to run: " + ", ".join(VARIANTS)),
+         ) -> None:
+    out = ROOT / "bench" / "results" / f"loss_ablation_{name}.json"
+    results = json.loads(out.read_text()) if out.is_file() else {}
+    for variant in only:
+        if variant not in VARIANTS:
+            raise typer.BadParameter(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
+        experiment = run_variant(name, variant)
+        metrics = experiment_metrics(experiment, name)
+        hard, instance = VARIANTS[variant]
+        results[variant] = {"experiment": experiment, "hard_negatives": hard, "instance_negatives": instance,
+                            **{f"{method}.{m}": metrics[method][m] for method in ("rae", "dual_encoder", "knn")
+                               for m in METRICS}}
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        print(json.dumps({variant: results[variant]}), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    typer.run(main)
