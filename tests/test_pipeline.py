@@ -69,7 +69,8 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     dvc("repro", cwd=project)
     for path in ("data/tiny/stats.json", "artifacts/tiny/tokens/train.ids.npy", "artifacts/tiny/embeddings/test.npy",
                  "artifacts/tiny/index/meta.json", "artifacts/tiny/eval/metrics.json",
-                 "artifacts/tiny/eval/per_instance.npz", "artifacts/tiny/significance.json"):
+                 "artifacts/tiny/eval/per_instance.npz", "artifacts/tiny/significance.json",
+                 "artifacts/tiny/predictor/settings.json"):
         assert (project / path).is_file(), path
     assert changed_stages(project) == set()
     shown = json.loads(dvc("metrics", "show", "--json", cwd=project).stdout)
@@ -82,15 +83,17 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     assert metrics["download/N_train"] == 4 and "tokenize/duration_s" in metrics
     assert "evaluate/rae.P_at_1" in metrics and "significance/rae_vs_knn.P_at_1.p_value" in metrics
     assert runs[0].data.params["encoder.name"] == str(tiny_model)
+    assert str(client.get_model_version_by_alias("raexmc-tiny", "candidate").run_id) == runs[0].info.run_id
+    assert "package/duration_s" in metrics
 
     set_params(project, **{"train.lr": 3e-4})
     assert changed_stages(project) == {"train"}, "train.* reruns training (DVC then goes on downstream)"
     set_params(project, **{"train.lr": 1.0e-4, "unrelated.knob": 1})
     assert changed_stages(project) == set(), "an unrelated param must not rerun anything"
     set_params(project, **{"infer.lambda": 0.3})
-    assert changed_stages(project) == {"evaluate"}, "infer.* reruns only what follows the index"
+    assert changed_stages(project) == {"evaluate", "package"}, "infer.* reruns only what follows the index"
     set_params(project, **{"infer.lambda": 0.5, "tokenize.input_max_len": 32})
-    assert changed_stages(project) == {"tokenize"}
+    assert changed_stages(project) == {"tokenize", "package"}, "queries are cut at the inputs' max length"
     set_params(project, **{"tokenize.input_max_len": 16, "encoder.name": "all-MiniLM-L6-v2"})
     assert changed_stages(project) == {"tokenize", "train"}
 

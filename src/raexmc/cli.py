@@ -1,8 +1,13 @@
-"""The `raexmc` command: look at datasets and presets (the pipeline itself runs with `dvc repro`)."""
+"""The `raexmc` command: look at datasets and presets, predict with and serve a built pipeline
+(the pipeline itself runs with `dvc repro`)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import typer
@@ -14,9 +19,11 @@ from .tracking import flatten
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RAE-XMC: extreme multi-label classification with retrieval-augmented encoders. "
-                       "Run the pipeline with `dvc repro`; these commands inspect its datasets and presets.")
+                       "Run the pipeline with `dvc repro`; these commands inspect its datasets and presets "
+                       "and predict with (or serve) what it built.")
 
 PARAMS = typer.Option(Path("params.yaml"), help="Parameters file.")
+NAME = typer.Option(None, help="Dataset whose pipeline outputs to use (default: data.name in params.yaml).")
 
 
 @app.command()
@@ -54,5 +61,87 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
             raise ConfigError(f"unknown preset '{name}' (known: {', '.join(presets)})", params, "presets")
         values = flatten(presets[name])
         typer.echo("dvc exp run " + " ".join(f"-S '{k}={v}'" for k, v in values.items()))
+
+
+def _dataset_name(name: str | None, params: Path) -> str:
+    return name or load_params(params).typed("data.name", str)
+
+
+def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> list[str]:
+    from .errors import DataError
+    from .queries import parse_queries
+
+    if texts:
+        return list(texts)
+    if file is not None:
+        if not file.is_file():
+            raise DataError("query file not found", file)
+        with file.open(encoding="utf-8") as handle:
+            return parse_queries(handle, str(file), jsonl or file.suffix == ".jsonl")
+    if sys.stdin.isatty():
+        raise DataError("no queries: give texts as arguments, --file, or pipe them on stdin")
+    return parse_queries(sys.stdin, "<stdin>", jsonl)
+
+
+@app.command()
+def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: read --file or stdin)."),
+            file: Path = typer.Option(None, "--file", "-f", help="Queries, one per line; JSON lines if it ends .jsonl."),
+            jsonl: bool = typer.Option(False, help='Read JSON lines with "text" (or "title"/"content").'),
+            k: int = typer.Option(10, "--top-k", "-k", min=1, help="Labels per query."),
+            name: str = NAME,
+            artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
+            batch_size: int = typer.Option(32, min=1, help="Queries encoded and searched together."),
+            device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
+            verbose: bool = typer.Option(False, "--verbose", "-v", help="Load time and per-query latency on stderr."),
+            params: Path = PARAMS) -> None:
+    """Top-k labels, with scores and label texts, as one JSON line per query on stdout."""
+    with user_errors():
+        from .predictor import Predictor, Timing
+
+        queries = _read_queries(texts, file, jsonl)
+        folder = artifacts / _dataset_name(name, params)
+        started = time.perf_counter()
+        predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device=device)
+        if verbose:
+            typer.echo(f"loaded {folder} in {time.perf_counter() - started:.2f} s", err=True)
+        total = Timing()
+        for start in range(0, len(queries), batch_size):
+            batch = queries[start:start + batch_size]
+            results, timing = predictor.predict(batch, k)
+            for text, labels in zip(batch, results):
+                typer.echo(json.dumps({"text": text, "labels": labels}, ensure_ascii=False))
+            total.add(timing)
+            if verbose:
+                typer.echo(_latency_line(f"queries {start + 1}-{start + len(batch)}", timing), err=True)
+        if verbose and queries:
+            typer.echo(_latency_line(f"all {len(queries)} queries", total), err=True)
+
+
+def _latency_line(what: str, timing) -> str:
+    ms = timing.per_query_ms()
+    return (f"{what}: {ms['total']:.1f} ms/query (encode {ms['encode']:.1f}, search {ms['search']:.1f}, "
+            f"score {ms['score']:.1f})")
+
+
+@app.command()
+def serve(name: str = NAME,
+          alias: str = typer.Option(None, help="Registered model alias (default: package.alias in params.yaml)."),
+          host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+          port: int = typer.Option(5001, help="Port to listen on."),
+          params: Path = PARAMS) -> None:
+    """Serve the registered predictor over HTTP (`mlflow models serve` in this environment)."""
+    with user_errors():
+        from .tracking import tracking_uri
+
+        p = load_params(params)
+        model_name = p.typed("package.model_name", (str, type(None))) or f"raexmc-{_dataset_name(name, params)}"
+        uri = f"models:/{model_name}@{alias or p.typed('package.alias', str)}"
+        env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri()}
+    typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)
+    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",
+               "-h", host, "-p", str(port)]
+    raise typer.Exit(subprocess.call(command, env=env))
+
+
 if __name__ == "__main__":
     app()

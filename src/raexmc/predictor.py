@@ -1,0 +1,124 @@
+"""Top-k labels for new texts from a built pipeline, everything loaded once for many queries.
+
+A predictor is three folders: the encoder (written by the train stage), the index over the
+knowledge memory (index stage) and the memory folder the package stage writes: the inference
+settings, the values' training part Y_train, the label texts, and the keys when the index is
+exact (that backend keeps none). The same three folders make the MLflow model (serving.py), so
+`raexmc predict` and a served model answer alike.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .data.dataset import Dataset
+from .device import pick_device, resolve_precision
+from .embedding import embed_rows
+from .encoder import load_encoder, load_tokenizer
+from .errors import DataError
+from .index import load_index
+from .io import atomic_dir, read_json, write_json
+from .metrics import top_k
+from .predict import rae_scores
+
+SETTINGS_FILE = "settings.json"
+VALUES_FILE = "Y_train.npz"
+LABEL_TEXTS_FILE = "label_texts.json"
+KEYS_FILE = "keys.npy"
+SETTINGS = ("lambda", "b", "tau", "ef_search", "input_max_len")
+PHASES = ("encode_s", "search_s", "score_s")
+
+
+def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str, Any],
+                 keys: np.ndarray | None = None) -> None:
+    """Write the memory folder atomically; `settings` needs every key of SETTINGS."""
+    missing = [name for name in SETTINGS if name not in settings]
+    if missing:
+        raise ValueError(f"settings lack {', '.join(missing)}")
+    Y_train = dataset.label_matrix("train")
+    with atomic_dir(folder) as tmp:
+        write_json(tmp / SETTINGS_FILE, {**settings, "num_train": Y_train.shape[0], "num_labels": Y_train.shape[1]})
+        sp.save_npz(tmp / VALUES_FILE, Y_train)
+        write_json(tmp / LABEL_TEXTS_FILE, [label.title for label in dataset.texts("labels")])
+        if keys is not None:
+            np.save(tmp / KEYS_FILE, np.asarray(keys, dtype=np.float32))
+
+
+@dataclass
+class Timing:
+    """Wall seconds spent per phase over `queries` queries."""
+
+    queries: int = 0
+    encode_s: float = 0.0
+    search_s: float = 0.0
+    score_s: float = 0.0
+
+    def add(self, other: Timing) -> None:
+        self.queries += other.queries
+        for phase in PHASES:
+            setattr(self, phase, getattr(self, phase) + getattr(other, phase))
+
+    def per_query_ms(self) -> dict[str, float]:
+        n = max(self.queries, 1)
+        parts = {phase[:-2]: 1000 * getattr(self, phase) / n for phase in PHASES}
+        return {"total": sum(parts.values()), **parts}
+
+
+class Predictor:
+    """RAE-XMC label scores for raw texts: encode, retrieve the top-b keys, p = softmax(q.k / tau)
+    over them, scores = p . V, as the evaluate stage does for the test set."""
+
+    def __init__(self, encoder: str | os.PathLike, index: str | os.PathLike, memory: str | os.PathLike,
+                 device: str = "auto", threads: int = 0):
+        memory = Path(memory)
+        if not (memory / SETTINGS_FILE).is_file():
+            raise DataError(f"not a predictor memory folder (no {SETTINGS_FILE}); run the package stage", memory)
+        self.settings = read_json(memory / SETTINGS_FILE)
+        self.Y_train = sp.load_npz(memory / VALUES_FILE).tocsr()
+        self.label_texts: list[str] = read_json(memory / LABEL_TEXTS_FILE)
+        keys = np.load(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
+        self.index = load_index(index, keys=keys, ef_search=int(self.settings["ef_search"]), threads=threads)
+        expected = self.settings["num_train"] + self.settings["num_labels"]
+        if self.index.count != expected:
+            raise DataError(f"the index holds {self.index.count} keys, the memory {expected}: rebuild both", index)
+        self.device = pick_device(device)
+        self.precision = resolve_precision("auto", self.device)
+        self.tokenizer = load_tokenizer(str(encoder))
+        self.model = load_encoder(str(encoder), self.device)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Query embeddings, tokenised as the token cache does (same max length, same special tokens)."""
+        encoded = self.tokenizer(texts, max_length=int(self.settings["input_max_len"]), truncation=True,
+                                 padding="longest", return_attention_mask=True, return_tensors="np")
+        lengths = encoded["attention_mask"].sum(axis=1)
+        return embed_rows(self.model, encoded["input_ids"], lengths, np.arange(len(texts)), self.device,
+                          self.precision)
+
+    def predict(self, texts: list[str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:
+        """Per text, its top-k labels as {"label": id, "text": label text, "score": p.V}, best first."""
+        timing = Timing(queries=len(texts))
+        if not texts:
+            return [], timing
+        started = time.perf_counter()
+        queries = self.embed(texts)
+        encoded = time.perf_counter()
+        b = int(self.settings["b"])
+        ids, sims = self.index.search(queries, b)
+        searched = time.perf_counter()
+        scores = rae_scores(ids, sims, self.Y_train, float(self.settings["lambda"]), float(self.settings["tau"]), b)
+        top = top_k(scores, k)
+        results = []
+        for row, labels in enumerate(top):
+            values = scores[row, labels[labels >= 0]].toarray().ravel() if (labels >= 0).any() else []
+            results.append([{"label": int(label), "text": self.label_texts[label], "score": round(float(value), 6)}
+                            for label, value in zip(labels[labels >= 0], values)])
+        timing.encode_s, timing.search_s = encoded - started, searched - encoded
+        timing.score_s = time.perf_counter() - searched
+        return results, timing

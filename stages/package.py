@@ -1,0 +1,39 @@
+"""Package the pipeline for prediction: write the memory folder (inference settings, Y_train,
+label texts) that `raexmc predict` reads beside the encoder and the index, and log the three
+as an MLflow pyfunc model registered under `package.model_name` with the alias `package.alias`."""
+
+from pathlib import Path
+
+import typer
+
+from raexmc.data.dataset import Dataset
+from raexmc.memory import memory_keys
+from raexmc.predictor import write_memory
+from raexmc.stage import run_stage, stage_cli
+
+
+def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
+         model: Path = typer.Option(..., help="Encoder folder written by the train stage."),
+         embeddings: Path = typer.Option(..., help="Embeddings folder (keys, for an exact index)."),
+         index: Path = typer.Option(..., help="Index folder written by the index stage."),
+         out: Path = typer.Option(..., help="Memory folder to write."),
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
+    def body(p, run) -> None:
+        run.params({"package": p.section("package")})
+        settings = {"lambda": p.typed("infer.lambda", float), "b": p.typed("infer.b", int),
+                    "tau": p.typed("infer.tau", float), "ef_search": p.typed("infer.ef_search", int),
+                    "input_max_len": p.typed("tokenize.input_max_len", int), "dataset": dataset.name}
+        exact = p.typed("index.backend", str) == "exact"  # that backend keeps no keys: the memory does
+        write_memory(out, Dataset(dataset), settings, memory_keys(embeddings) if exact else None)
+        if p.typed("package.register", bool):
+            from raexmc.serving import log_predictor
+
+            name = p.typed("package.model_name", (str, type(None))) or f"raexmc-{dataset.name}"
+            uri = log_predictor(run.run_id, model, index, out, name, p.typed("package.alias", str))
+            typer.echo(f"registered {uri}; serve it with `raexmc serve`", err=True)
+
+    run_stage("package", body, str(params))
+
+
+if __name__ == "__main__":
+    stage_cli(main, __doc__)

@@ -1,0 +1,196 @@
+"""Prediction from a built pipeline: the Predictor agrees with the evaluate path, `raexmc predict`
+reads arguments, files and stdin, and a real `mlflow models serve` process answers alike."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from raexmc.cli import app
+from raexmc.data.dataset import Dataset
+from raexmc.data.sources import build_dataset
+from raexmc.embedding import embed_split, load_embeddings
+from raexmc.encoder import load_encoder, load_tokenizer
+from raexmc.errors import DataError
+from raexmc.index import make_index, save_index
+from raexmc.memory import memory_keys
+from raexmc.metrics import top_k
+from raexmc.predict import rae_scores
+from raexmc.predictor import Predictor, write_memory
+from raexmc.queries import parse_queries
+from raexmc.tokens import TokenCache, build_token_cache
+
+SETTINGS = {"lambda": 0.5, "b": 8, "tau": 0.04, "ef_search": 50, "input_max_len": 16}
+JYTHON = "jython python on the jvm"  # the first test input, as the token cache joins title and content
+
+
+def build_pipeline(root: Path, lf_folder: Path, tiny_model: Path, backend: str) -> Path:
+    """artifacts/tiny/{model,tokens,embeddings,index,predictor} the way the stages write them."""
+    build_dataset("tiny", {"source": "local", "path": str(lf_folder)}, root / "data" / "tiny", "")
+    dataset, folder = Dataset(root / "data" / "tiny"), root / "artifacts" / "tiny"
+    shutil.copytree(tiny_model, folder / "model")
+    build_token_cache(dataset, load_tokenizer(str(tiny_model)), "tiny", folder / "tokens", 16, 8, "title+content", "title")
+    model, cache = load_encoder(str(tiny_model)), TokenCache(folder / "tokens")
+    (folder / "embeddings").mkdir()
+    for split in ("train", "labels", "test"):
+        embed_split(model, cache, split, folder / "embeddings" / f"{split}.npy", 4, "cpu", "fp32")
+    keys = memory_keys(folder / "embeddings")
+    save_index(make_index(backend, keys, M=8, ef_construction=50), folder / "index")
+    write_memory(folder / "predictor", dataset, SETTINGS, keys if backend == "exact" else None)
+    return folder
+
+
+@pytest.fixture(params=["hnsw", "exact"])
+def built(request, tmp_path, lf_folder, tiny_model) -> Path:
+    return build_pipeline(tmp_path, lf_folder, tiny_model, request.param)
+
+
+def predictor_of(folder: Path) -> Predictor:
+    return Predictor(folder / "model", folder / "index", folder / "predictor", device="cpu")
+
+
+def test_predictions_match_the_evaluate_path(built):
+    """Query texts tokenised on the fly must score exactly like the test set's cached embeddings."""
+    results, timing = predictor_of(built).predict([JYTHON, "a small unix"], k=3)
+    queries = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
+    index = make_index("exact", memory_keys(built / "embeddings"))
+    ids, sims = index.search(queries, SETTINGS["b"])
+    Y_train = Dataset(built.parents[1] / "data" / "tiny").label_matrix("train")
+    scores = rae_scores(ids, sims, Y_train, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
+    expected = top_k(scores, 3)[0]
+    assert [label["label"] for label in results[0]] == list(expected[expected >= 0])
+    assert results[0][0]["text"] in {"python", "perl", "unix", "linux", "compiler"}
+    assert results[0][0]["score"] == pytest.approx(scores[0, expected[0]], abs=1e-4)
+    assert [r["score"] for r in results[0]] == sorted((r["score"] for r in results[0]), reverse=True)
+    assert timing.queries == 2 and timing.per_query_ms()["total"] > 0
+
+
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_a_memory_that_does_not_fit_the_index_is_refused(built, tmp_path, lf_folder):
+    other = tmp_path / "other-memory"
+    bigger = make_lf_folder_with_extra_label(tmp_path, lf_folder)
+    write_memory(other, bigger, SETTINGS)
+    with pytest.raises(DataError, match="rebuild both"):
+        Predictor(built / "model", built / "index", other, device="cpu")
+
+
+def make_lf_folder_with_extra_label(tmp_path: Path, lf_folder: Path) -> Dataset:
+    import gzip
+
+    with gzip.open(lf_folder / "lbl.json.gz", "at", encoding="utf-8") as handle:
+        handle.write(json.dumps({"uid": "l5", "title": "emacs", "content": "an editor"}) + "\n")
+    build_dataset("bigger", {"source": "local", "path": str(lf_folder)}, tmp_path / "bigger", "")
+    return Dataset(tmp_path / "bigger")
+
+
+def test_query_parsing_and_errors(tmp_path):
+    assert parse_queries(["perl\n", "\n", " awk  \n"], "q.txt", jsonl=False) == ["perl", "awk"]
+    lines = ['{"text": "perl"}\n', '{"title": "gcc", "content": "compiler"}\n']
+    assert parse_queries(lines, "q.jsonl", jsonl=True) == ["perl", "gcc compiler"]
+    with pytest.raises(DataError) as bad:
+        parse_queries(['{"text": "ok"}', "{oops"], "q.jsonl", jsonl=True)
+    assert bad.value.one_line().startswith("DataError: q.jsonl:2: not valid JSON")
+    with pytest.raises(DataError, match="q.jsonl:1"):
+        parse_queries(['{"id": 3}'], "q.jsonl", jsonl=True)
+
+
+@pytest.fixture
+def cli(built, monkeypatch):
+    monkeypatch.chdir(built.parents[1])
+    runner = CliRunner()
+
+    def invoke(*args, input=None):
+        return runner.invoke(app, ["predict", "--name", "tiny", *args], input=input)
+    return invoke
+
+
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
+    by_argument = cli(JYTHON, "a small unix", "-k", "2")
+    assert by_argument.exit_code == 0, by_argument.output
+    lines = [json.loads(line) for line in by_argument.stdout.splitlines()]
+    assert [line["text"] for line in lines] == [JYTHON, "a small unix"] and all(len(l["labels"]) == 2 for l in lines)
+    (tmp_path / "q.txt").write_text(f"{JYTHON}\n\na small unix\n")
+    (tmp_path / "q.jsonl").write_text(json.dumps({"title": "jython", "content": "python on the jvm"}) + "\n"
+                                      + json.dumps({"text": "a small unix"}) + "\n")
+    from_file = cli("--file", str(tmp_path / "q.txt"), "-k", "2", "--batch-size", "1")
+    from_jsonl = cli("--file", str(tmp_path / "q.jsonl"), "-k", "2")
+    from_stdin = cli("-k", "2", "--verbose", input=f"{JYTHON}\na small unix\n")
+    for result in (from_file, from_jsonl, from_stdin):
+        assert result.exit_code == 0, result.output
+        assert result.stdout == by_argument.stdout
+    assert "ms/query" in from_stdin.stderr and "all 2 queries" in from_stdin.stderr
+
+
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predict_cli_errors_are_one_line(cli, tmp_path):
+    (tmp_path / "bad.jsonl").write_text('{"text": "perl"}\nnot json\n')
+    bad = cli("--file", str(tmp_path / "bad.jsonl"))
+    assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0
+    assert f"{tmp_path / 'bad.jsonl'}:2" in bad.stderr
+    missing = cli("perl", "--name", "nothing-built")
+    assert missing.exit_code == 2 and "run the package stage" in missing.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def post_json(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_served_model_answers_like_predict(built, tmp_path):
+    """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP."""
+    from mlflow.tracking import MlflowClient
+
+    from raexmc.serving import log_predictor
+    from raexmc.tracking import tracking_uri
+
+    client = MlflowClient(tracking_uri())
+    experiment = client.create_experiment("serve-test", artifact_location=(tmp_path / "mlartifacts").as_uri())
+    run_id = client.create_run(experiment).info.run_id
+    uri = log_predictor(run_id, built / "model", built / "index", built / "predictor", "raexmc-tiny", "candidate")
+    assert uri == "models:/raexmc-tiny@candidate"
+    assert str(client.get_model_version_by_alias("raexmc-tiny", "candidate").version) == "1"
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",
+                               "-h", "127.0.0.1", "-p", str(port)], env=os.environ.copy(), start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read()
+                assert time.monotonic() < deadline, "the server did not come up in 120 s"
+                time.sleep(0.5)
+        answer = post_json(f"http://127.0.0.1:{port}/invocations",
+                           {"dataframe_records": [{"text": JYTHON}, {"text": "a small unix"}], "params": {"k": 3}})
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    expected, _ = predictor_of(built).predict([JYTHON, "a small unix"], k=3)
+    assert [row["labels"] for row in answer["predictions"]] == expected
+    assert [row["text"] for row in answer["predictions"]] == [JYTHON, "a small unix"]
