@@ -4,8 +4,18 @@
 #   TORCH_SPEC   pip arguments for torch (default: torch==2.13.0, the CPU build our machines have
 #                locally). GPU users pass their CUDA build, e.g. TORCH_SPEC="torch==2.13.0 --index-url <their index>".
 #   PYTHON       the interpreter to build the environment with (default: python3.11, else python3).
+#
+#   --test       also install what the tests need beyond Python: Debian's chromium (the MLflow UI test
+#                drives it headless). Needs root or sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+WITH_TEST_TOOLS=false
+for arg in "$@"; do
+  case "$arg" in
+    --test) WITH_TEST_TOOLS=true ;;
+    *) echo "setup.sh: unknown option $arg (known: --test)" >&2; exit 2 ;;
+  esac
+done
 
 PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
@@ -26,5 +36,10 @@ if command -v apt-get >/dev/null && ! ls /var/lib/apt/lists/*_Packages* >/dev/nu
   else
     echo "note: run 'sudo apt-get update' once so the foldoc/wordnet sources can download their packages" >&2
   fi
+fi
+if $WITH_TEST_TOOLS && ! command -v chromium >/dev/null; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 echo "rae-xmc is set up in .venv (activate with: . .venv/bin/activate)"

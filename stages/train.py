@@ -79,14 +79,16 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                     run.metrics(values, step=step)
 
             curve = train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), settings, ctx,
-                  resolve_precision(p.typed("train.precision", str), ctx.device), checkpoints / "last.pt",
-                  propensity_ab(dataset.name), log, fingerprint)
+                          resolve_precision(p.typed("train.precision", str), ctx.device), checkpoints / "last.pt",
+                          propensity_ab(dataset.name), log, fingerprint)
         if ctx.is_main:
             with atomic_dir(out) as folder:
                 model.save_pretrained(folder)
                 load_tokenizer(name).save_pretrained(folder)
                 write_json(folder / "raexmc.json", {"base": name, "mode": mode})
                 write_json(folder / "training_curve.json", curve)
+            if run is not None and curve:
+                run.artifact(out / "training_curve.json")
         shutdown(ctx)
 
     if ctx.is_main:

@@ -73,3 +73,15 @@ def test_default_store_is_at_the_parent_project_of_temp_experiments(project, mon
     monkeypatch.setenv("DVC_ROOT", str(project))  # what DVC sets for --temp and queued runs
     assert project_root() == project
     assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
+
+
+def test_a_run_holds_every_param_even_when_dvc_reran_one_stage(project):
+    (project / "params.yaml").write_text("data:\n  name: tiny\ninfer:\n  lambda: 0.3\n"
+                                         "datasets:\n  tiny: {source: local}\n  other: {source: foldoc}\n"
+                                         "presets:\n  big: {train.lr: 1}\n")
+    with stage_run("evaluate") as run:
+        run.metrics({"rae": {"P@1": 50.0}})
+    _, found = runs()
+    params = found[0].data.params
+    assert params["infer.lambda"] == "0.3" and params["datasets.tiny.source"] == "local"
+    assert not any(key.startswith(("datasets.other", "presets")) for key in params)

@@ -103,7 +103,22 @@ def _pipeline_run(client, params_path: Path) -> str:
         return found[0].info.run_id
     tags = {PIPELINE_TAG: key, "git_commit": commit, "dvc_experiment": exp_name}
     run_name = exp_name if exp_name != "workspace" else f"workspace-{key[:8]}"
-    return client.create_run(experiment_id, tags=tags, run_name=run_name).info.run_id
+    run_id = client.create_run(experiment_id, tags=tags, run_name=run_name).info.run_id
+    StageRun(client, run_id, "pipeline").params(pipeline_params(params_path))
+    return run_id
+
+
+def pipeline_params(params_path: Path) -> dict[str, Any]:
+    """Every param of the execution, the chosen dataset's entry included, so that runs in which
+    DVC reran only the last stages still compare side by side on all of them."""
+    from .params import load_params
+
+    tree = load_params(params_path).data
+    chosen = tree.get("data", {}).get("name")
+    picked = {key: value for key, value in tree.items() if key not in ("datasets", "presets")}
+    if chosen in tree.get("datasets", {}):
+        picked[f"datasets.{chosen}"] = tree["datasets"][chosen]
+    return picked
 
 
 @contextmanager

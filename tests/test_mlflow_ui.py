@@ -1,0 +1,88 @@
+"""The MLflow UI's compare view puts two pipeline runs side by side: a real `mlflow ui` on
+127.0.0.1 against a project store, read by headless Chromium (Debian's chromium package, which
+`scripts/setup.sh --test` installs). The screenshot is kept in the test's output folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from raexmc.tracking import EXPERIMENT, stage_run, tracking_uri
+
+pytestmark = pytest.mark.slow
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                 "--disable-background-networking", "--hide-scrollbars", "--virtual-time-budget=20000",
+                 "--window-size=1600,2400"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def log_pipeline_run(project: Path, exp_name: str, lam: float, p_at_1: float, monkeypatch) -> str:
+    (project / "params.yaml").write_text(f"data:\n  name: tiny\ninfer:\n  lambda: {lam}\n")
+    monkeypatch.setenv("DVC_EXP_NAME", exp_name)
+    with stage_run("evaluate") as run:
+        run.metrics({"rae": {"P@1": p_at_1, "P@5": p_at_1 / 2}})
+        return run.run_id
+
+
+@pytest.fixture
+def ui(tmp_path, monkeypatch):
+    """Two experiments' runs in a project store, and `mlflow ui` serving it on a free port."""
+    project = tmp_path / "project"
+    (project / ".dvc").mkdir(parents=True)
+    monkeypatch.chdir(project)
+    runs = [log_pipeline_run(project, "sweep-lambda-0.3", 0.3, 41.37, monkeypatch),
+            log_pipeline_run(project, "sweep-lambda-0.7", 0.7, 63.52, monkeypatch)]
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(),
+                               "--host", "127.0.0.1", "--port", str(port)], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read()
+                assert time.monotonic() < deadline, "mlflow ui did not come up in 120 s"
+                time.sleep(0.5)
+        experiment = MlflowClient(tracking_uri()).get_experiment_by_name(EXPERIMENT).experiment_id
+        query = urllib.parse.urlencode({"runs": json.dumps(runs), "experiments": json.dumps([experiment])})
+        yield f"http://127.0.0.1:{port}/#/compare-runs?{query}"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def browser(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    binary = shutil.which("chromium")
+    assert binary, "Debian's chromium is needed: run `scripts/setup.sh --test` (as root) or apt-get install chromium"
+    return subprocess.run([binary, *BROWSER_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
+                          text=True, timeout=180)
+
+
+def test_compare_view_shows_both_runs_p_at_1(ui, tmp_path):
+    page = browser("--dump-dom", ui, profile=tmp_path / "profile").stdout
+    assert "Comparing 2 Runs" in page
+    assert "sweep-lambda-0.3" in page and "sweep-lambda-0.7" in page
+    assert "evaluate/rae.P_at_1" in page and "41.37" in page and "63.52" in page
+    screenshot = tmp_path / "mlflow-compare.png"
+    browser(f"--screenshot={screenshot}", ui, profile=tmp_path / "profile")
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
