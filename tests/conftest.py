@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -89,3 +97,33 @@ def lf_folder(tmp_path) -> Path:
 @pytest.fixture
 def ngame_folder(tmp_path) -> Path:
     return make_ngame_folder(tmp_path / "ngame")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def local_server(command: Callable[[int], list[str]], health_path: str, timeout: float = 120) -> Iterator[str]:
+    """Run `command(port)` on a free port, wait until `health_path` answers, yield the base URL,
+    then stop the whole process group (servers fork workers)."""
+    port = free_port()
+    server = subprocess.Popen(command(port), start_new_session=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(base + health_path, timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read()
+                assert time.monotonic() < deadline, f"{command(port)[:4]} did not come up in {timeout:.0f} s"
+                time.sleep(0.5)
+        yield base
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)

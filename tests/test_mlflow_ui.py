@@ -5,32 +5,22 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from conftest import local_server
 from raexmc.tracking import EXPERIMENT, stage_run, tracking_uri
 
 pytestmark = pytest.mark.slow
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                  "--disable-background-networking", "--hide-scrollbars", "--virtual-time-budget=20000",
                  "--window-size=1600,2400"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def log_pipeline_run(project: Path, exp_name: str, lam: float, p_at_1: float, monkeypatch) -> str:
@@ -49,26 +39,11 @@ def ui(tmp_path, monkeypatch):
     monkeypatch.chdir(project)
     runs = [log_pipeline_run(project, "sweep-lambda-0.3", 0.3, 41.37, monkeypatch),
             log_pipeline_run(project, "sweep-lambda-0.7", 0.7, 63.52, monkeypatch)]
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(),
-                               "--host", "127.0.0.1", "--port", str(port)], start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                assert server.poll() is None, server.stderr.read()
-                assert time.monotonic() < deadline, "mlflow ui did not come up in 120 s"
-                time.sleep(0.5)
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(), "--host", "127.0.0.1"]
+    with local_server(lambda port: [*command, "--port", str(port)], "/health") as base:
         experiment = MlflowClient(tracking_uri()).get_experiment_by_name(EXPERIMENT).experiment_id
         query = urllib.parse.urlencode({"runs": json.dumps(runs), "experiments": json.dumps([experiment])})
-        yield f"http://127.0.0.1:{port}/#/compare-runs?{query}"
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        yield f"{base}/#/compare-runs?{query}"
 
 
 def browser(*args: str, profile: Path) -> subprocess.CompletedProcess:

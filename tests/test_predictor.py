@@ -4,19 +4,16 @@ reads arguments, files and stdin, and a real `mlflow models serve` process answe
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
+
+from conftest import local_server
 
 from raexmc.cli import app
 from raexmc.data.dataset import Dataset
@@ -144,12 +141,6 @@ def test_predict_cli_errors_are_one_line(cli, tmp_path):
     assert missing.exit_code == 2 and "run the package stage" in missing.stderr
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def post_json(url: str, body: dict) -> dict:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:
@@ -172,25 +163,10 @@ def test_served_model_answers_like_predict(built, tmp_path):
     assert uri == "models:/raexmc-tiny@candidate"
     assert str(client.get_model_version_by_alias("raexmc-tiny", "candidate").version) == "1"
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",
-                               "-h", "127.0.0.1", "-p", str(port)], env=os.environ.copy(), start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
-                break
-            except OSError:
-                assert server.poll() is None, server.stderr.read()
-                assert time.monotonic() < deadline, "the server did not come up in 120 s"
-                time.sleep(0.5)
-        answer = post_json(f"http://127.0.0.1:{port}/invocations",
+    serve = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1"]
+    with local_server(lambda port: [*serve, "-p", str(port)], "/ping") as base:
+        answer = post_json(f"{base}/invocations",
                            {"dataframe_records": [{"text": JYTHON}, {"text": "a small unix"}], "params": {"k": 3}})
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
     expected, _ = predictor_of(built).predict([JYTHON, "a small unix"], k=3)
     assert [row["labels"] for row in answer["predictions"]] == expected
     assert [row["text"] for row in answer["predictions"]] == [JYTHON, "a small unix"]

@@ -4,7 +4,6 @@ real 2-process gloo group ends with identical weights on both ranks."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from conftest import free_port
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.distributed import DistContext
@@ -137,12 +137,6 @@ train(model, TokenCache(tokens), dataset.label_matrix("train"), dataset.filter_m
 torch.save(model.state_dict(), Path(out) / f"rank{ctx.rank}.pt")
 shutdown(ctx)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_two_process_gloo_training_keeps_ranks_identical(tiny, tiny_model, tmp_path):
