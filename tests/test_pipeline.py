@@ -143,3 +143,23 @@ def test_killed_training_resumes_from_its_checkpoint(project):
     assert (project / "artifacts/tiny/model/model.safetensors").is_file()
     curve = json.loads((project / "artifacts/tiny/model/training_curve.json").read_text())
     assert curve[-1]["step"] == 150 and "val_rae_P@1" in curve[-1] and "elapsed_s" in curve[-1]
+
+
+def test_sweep_runs_a_queued_grid_into_one_store(project, monkeypatch):
+    """`raexmc sweep` queues a grid, runs it with DVC's queue workers and waits; every experiment
+    lands in the project's MLflow store with the numbers `dvc exp show` has."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    dvc("repro", cwd=project)  # the run cache then serves the unchanged stages of every experiment
+    sweep = sh(str(Path(sys.executable).parent / "raexmc"), "sweep", "-S", "infer.lambda=0.2,0.8", "-j", "2",
+               cwd=project)
+    assert "compare-runs?runs=" in sweep.stdout and "2 success" in sweep.stderr
+    shown = json.loads(dvc("exp", "show", "--json", cwd=project).stdout)
+    by_name = {e["name"]: e["revs"][0]["data"] for commit in shown for e in commit.get("experiments") or []}
+    assert len(by_name) == 2 and all(name in sweep.stdout for name in by_name)
+    client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
+    for name, data in by_name.items():
+        run = next(r for r in runs if r.data.tags["dvc_experiment"] == name)
+        rae = data["metrics"]["artifacts/tiny/eval/metrics.json"]["data"]["rae"]
+        assert run.data.metrics["evaluate/rae.P_at_1"] == rae["P@1"]
+        assert run.data.params["infer.lambda"] == str(data["params"]["params.yaml"]["data"]["infer"]["lambda"])

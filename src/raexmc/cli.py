@@ -143,5 +143,31 @@ def serve(name: str = NAME,
     raise typer.Exit(subprocess.call(command, env=env))
 
 
+@app.command()
+def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
+                                             help="key=v1,v2,...; repeat for a grid, e.g. -S infer.lambda=0,0.5,1 -S infer.b=50,200."),
+          jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Experiments run at once (DVC queue workers)."),
+          ui: str = typer.Option("http://127.0.0.1:5000", help="Where `mlflow ui` listens, for the compare link.")) -> None:
+    """Run a grid of `dvc exp run --queue` experiments, wait, and compare them (dvc exp show + MLflow)."""
+    with user_errors():
+        from .paths import project_root
+        from .sweep import run_sweep, show_command, swept_keys
+        from .tracking import compare_url
+
+        keys, root, seen = swept_keys(overrides), project_root(), {}
+
+        def report(states: dict[str, str]) -> None:
+            counts = {state: list(states.values()).count(state) for state in sorted(set(states.values()))}
+            if counts != seen:
+                seen.clear()
+                seen.update(counts)
+                typer.echo("sweep: " + ", ".join(f"{n} {state.lower()}" for state, n in counts.items()), err=True)
+
+        names = run_sweep(overrides, jobs, root, report=report)
+        subprocess.run(show_command(keys), cwd=root, check=False)
+        typer.echo(f"\nMLflow compare view (with `mlflow ui --backend-store-uri sqlite:///mlflow.db` running):\n"
+                   f"{compare_url(names, ui)}")
+
+
 if __name__ == "__main__":
     app()

@@ -138,6 +138,26 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml") -> Ite
     client.set_terminated(run.run_id, status="FINISHED")
 
 
+def compare_url(experiment_names: list[str], ui: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI's compare view of the newest run of each named DVC experiment."""
+    import json
+    from urllib.parse import urlencode
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    if experiment is None:
+        return ui
+    runs = []
+    for name in experiment_names:
+        found = client.search_runs([experiment.experiment_id], filter_string=f"tags.dvc_experiment = '{name}'",
+                                   order_by=["attributes.start_time DESC"], max_results=1)
+        runs += [run.info.run_id for run in found]
+    query = urlencode({"runs": json.dumps(runs), "experiments": json.dumps([experiment.experiment_id])})
+    return f"{ui.rstrip('/')}/#/compare-runs?{query}"
+
+
 def download_artifact(run_id: str, artifact_path: str) -> Path:
     """A local copy of one artifact of an MLflow run (for comparing against another experiment)."""
     from mlflow.exceptions import MlflowException
