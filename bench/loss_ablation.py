@@ -3,6 +3,7 @@ switched on and off, each as a `dvc exp run --temp` experiment, and record the t
 
     python bench/loss_ablation.py --name foldoc            # all four variants, about 17 min each on 2 cores
     python bench/loss_ablation.py --name foldoc --only no-hard
+    python bench/loss_ablation.py --name foldoc --reuse full=foldoc-ft   # record one already run
 
 Every variant is a named DVC experiment (ablation-<dataset>-<variant>), so `dvc exp show` and the
 MLflow UI hold the same numbers; results go to bench/results/loss_ablation_<dataset>.json.
@@ -40,28 +41,42 @@ def run_variant(dataset: str, variant: str) -> str:
     return name
 
 
-def experiment_metrics(name: str, dataset: str) -> dict:
-    """The evaluate stage's metrics.json of a named experiment, read through `dvc exp show`."""
+def experiment_data(name: str) -> dict:
+    """Params and metrics of a named experiment, read through `dvc exp show`."""
     shown = json.loads(subprocess.run(["dvc", "exp", "show", "--json", "-A"], cwd=ROOT, check=True,
                                       capture_output=True, text=True).stdout)
     for commit in shown:
         for experiment in commit.get("experiments") or []:
             if experiment.get("name") == name:
-                metrics = experiment["revs"][0]["data"]["metrics"]
-                return metrics[f"artifacts/{dataset}/eval/metrics.json"]["data"]
+                return experiment["revs"][0]["data"]
     raise SystemExit(f"experiment {name} not found in `dvc exp show -A`")
+
+
+def check_variant(data: dict, dataset: str, variant: str, name: str) -> None:
+    """A reused experiment must be the variant: same dataset, fine-tuned, same two switches."""
+    params = data["params"]["params.yaml"]["data"]
+    hard, instance = VARIANTS[variant]
+    found = (params["data"]["name"], params["encoder"]["mode"], params["train"]["hard_negatives"],
+             params["train"]["instance_negatives"])
+    if found != (dataset, "fine-tuned", hard, instance):
+        raise SystemExit(f"experiment {name} is {found}, not variant {variant} of {dataset}")
 
 
 def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.yaml datasets)."),
          only: list[str] = typer.Option(list(VARIANTS), help="Variants to run: " + ", ".join(VARIANTS)),
+         reuse: list[str] = typer.Option([], help="VARIANT=EXPERIMENT: record an experiment already run "
+                                                  "(its params are checked) instead of running the variant."),
          ) -> None:
     out = ROOT / "bench" / "results" / f"loss_ablation_{name}.json"
     results = json.loads(out.read_text()) if out.is_file() else {}
-    for variant in only:
+    reused = dict(item.split("=", 1) for item in reuse)
+    for variant in [*reused, *(v for v in only if v not in reused)]:
         if variant not in VARIANTS:
             raise typer.BadParameter(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
-        experiment = run_variant(name, variant)
-        metrics = experiment_metrics(experiment, name)
+        experiment = reused.get(variant) or run_variant(name, variant)
+        data = experiment_data(experiment)
+        check_variant(data, name, variant, experiment)
+        metrics = data["metrics"][f"artifacts/{name}/eval/metrics.json"]["data"]
         hard, instance = VARIANTS[variant]
         results[variant] = {"experiment": experiment, "hard_negatives": hard, "instance_negatives": instance,
                             **{f"{method}.{m}": metrics[method][m] for method in ("rae", "dual_encoder", "knn")
