@@ -88,6 +88,9 @@ class Predictor:
         expected = self.settings["num_train"] + self.settings["num_labels"]
         if self.index.count != expected:
             raise DataError(f"the index holds {self.index.count} keys, the memory {expected}: rebuild both", index)
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # one-line stderr for `raexmc predict`
         self.device = pick_device(device)
         self.precision = resolve_precision("auto", self.device)
         self.tokenizer = load_tokenizer(str(encoder))
