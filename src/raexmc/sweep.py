@@ -76,7 +76,10 @@ def run_sweep(overrides: list[str], jobs: int, cwd: Path, poll_s: float = 10.0,
     names = queue(overrides, cwd)
     if not names:
         raise SweepError("DVC queued no experiment")
-    _dvc(["queue", "start", "-j", str(jobs)], cwd)
+    # The workers outlive `dvc queue start` and would hold captured pipes open until they finish.
+    if subprocess.run(["dvc", "queue", "start", "-j", str(jobs)], cwd=cwd, stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        raise SweepError("`dvc queue start` failed; see `dvc queue status`")
     states = wait(names, cwd, poll_s, report)
     failed = sorted(name for name, state in states.items() if state != "Success")
     if failed:
