@@ -151,7 +151,7 @@ def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
     """Run a grid of `dvc exp run --queue` experiments, wait, and compare them (dvc exp show + MLflow)."""
     with user_errors():
         from .paths import project_root
-        from .sweep import run_sweep, show_command, swept_keys
+        from .sweep import baseline, run_sweep, show_command, swept_keys
         from .tracking import compare_url
 
         keys, root, seen = swept_keys(overrides), project_root(), {}
@@ -163,8 +163,9 @@ def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
                 seen.update(counts)
                 typer.echo("sweep: " + ", ".join(f"{n} {state.lower()}" for state, n in counts.items()), err=True)
 
+        commit = baseline(root)
         names = run_sweep(overrides, jobs, root, report=report)
-        subprocess.run(show_command(keys), cwd=root, check=False)
+        subprocess.run(show_command(keys, commit), cwd=root, check=False)
         typer.echo(f"\nMLflow compare view (with `mlflow ui --backend-store-uri sqlite:///mlflow.db` running):\n"
                    f"{compare_url(names, ui)}")
 

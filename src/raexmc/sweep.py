@@ -70,6 +70,15 @@ def wait(names: list[str], cwd: Path, poll_s: float = 10.0,
         time.sleep(poll_s)
 
 
+def baseline(cwd: Path) -> str:
+    """The commit the experiments derive from: `dvc exp show` lists them under it, even after
+    HEAD moves on."""
+    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SweepError("a sweep needs a git commit to derive experiments from (git rev-parse HEAD failed)")
+    return proc.stdout.strip()
+
+
 def run_sweep(overrides: list[str], jobs: int, cwd: Path, poll_s: float = 10.0,
               report: Callable[[dict[str, str]], None] = lambda states: None) -> list[str]:
     """Queue, start `jobs` workers, wait; the names of the experiments (SweepError if one failed)."""
@@ -94,6 +103,6 @@ def show_columns(keys: list[str]) -> str:
     return "^(" + "|".join(re.escape(name) for name in names) + ")$"
 
 
-def show_command(keys: list[str]) -> list[str]:
-    return ["dvc", "exp", "show", "--md", "--hide-workspace", "--hide-queued", "--drop", ".*",
+def show_command(keys: list[str], commit: str) -> list[str]:
+    return ["dvc", "exp", "show", "--md", "--hide-workspace", "--hide-queued", "--rev", commit, "--drop", ".*",
             "--keep", show_columns(keys)]

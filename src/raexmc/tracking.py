@@ -90,6 +90,11 @@ class StageRun:
     def artifact(self, path: str | os.PathLike) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path=self.stage)
 
+    def for_stage(self, stage: str) -> StageRun:
+        """The same run, logging under another stage's names (for outputs DVC restored from its
+        run cache, whose stage did not run and so logged nothing)."""
+        return StageRun(self.client, self.run_id, stage)
+
 
 def _pipeline_run(client, params_path: Path) -> str:
     root = project_root()

@@ -1,0 +1,28 @@
+"""Log the pipeline's result files into this execution's MLflow run, whatever DVC did to make
+them: a stage restored from DVC's run cache (same deps and params as an earlier run) does not
+run and logs nothing, so this stage (always run) logs the dataset stats, the evaluation metrics
+and the significance report under the names their stages use."""
+
+from pathlib import Path
+
+import typer
+
+from raexmc.io import read_json
+from raexmc.stage import run_stage, stage_cli
+
+
+def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
+         eval: Path = typer.Option(..., help="Evaluation folder written by the evaluate stage."),
+         significance: Path = typer.Option(..., help="significance.json written by the significance stage."),
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
+    def body(p, run) -> None:
+        for stage, path in (("download", dataset / "stats.json"), ("evaluate", eval / "metrics.json"),
+                            ("significance", significance)):
+            run.for_stage(stage).metrics(read_json(path))
+            run.for_stage(stage).artifact(path)
+
+    run_stage("track", body, str(params))
+
+
+if __name__ == "__main__":
+    stage_cli(main, __doc__)
