@@ -1,6 +1,7 @@
 """Package the pipeline for prediction: write the memory folder (inference settings, Y_train,
 label texts) that `raexmc predict` reads beside the encoder and the index, and log the three
-as an MLflow pyfunc model registered under `package.model_name` with the alias `package.alias`."""
+as an MLflow pyfunc model registered under `package.model_name`, with the alias `package.alias`
+for a `dvc repro` of the workspace and the experiment's name for a DVC experiment."""
 
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from raexmc.data.dataset import Dataset
 from raexmc.memory import memory_keys
 from raexmc.predictor import write_memory
 from raexmc.stage import run_stage, stage_cli
+from raexmc.tracking import experiment_name
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -29,7 +31,11 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             from raexmc.serving import log_predictor
 
             name = p.typed("package.model_name", (str, type(None))) or f"raexmc-{dataset.name}"
-            uri = log_predictor(run.run_id, model, index, out, name, p.typed("package.alias", str))
+            # `dvc repro` moves the alias that `raexmc serve` uses; an experiment gets its own name as
+            # alias, so a sweep does not change what is served (`raexmc serve --alias <experiment>`).
+            experiment = experiment_name()
+            alias = p.typed("package.alias", str) if experiment == "workspace" else experiment
+            uri = log_predictor(run.run_id, model, index, out, name, alias)
             typer.echo(f"registered {uri}; serve it with `raexmc serve`", err=True)
 
     run_stage("package", body, str(params))

@@ -168,3 +168,8 @@ def test_sweep_runs_a_queued_grid_into_one_store(project, monkeypatch):
         assert run.data.metrics["evaluate/rae.P_at_1"] == rae["P@1"]
         assert float(run.data.params["infer.tau"]) == float(data["params"]["params.yaml"]["data"]["infer"]["tau"])
     assert {float(r.data.params["infer.tau"]) for r in runs if r.data.tags["dvc_experiment"] in by_name} == {0.04, 0.1}
+    served = client.get_model_version_by_alias("raexmc-tiny", "candidate")
+    assert client.get_run(served.run_id).data.tags["dvc_experiment"] == "workspace", "a sweep leaves serving alone"
+    for name in by_name:
+        version = client.get_model_version_by_alias("raexmc-tiny", name)
+        assert client.get_run(version.run_id).data.tags["dvc_experiment"] == name
