@@ -1,7 +1,7 @@
 """Log the pipeline's result files into this execution's MLflow run, whatever DVC did to make
 them: a stage restored from DVC's run cache (same deps and params as an earlier run) does not
 run and logs nothing, so this stage (always run) logs the dataset stats, the evaluation metrics
-and the significance report under the names their stages use."""
+and the significance report of each such stage, under the names that stage uses."""
 
 from pathlib import Path
 
@@ -16,8 +16,11 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          significance: Path = typer.Option(..., help="significance.json written by the significance stage."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
+        ran = run.stages_run()
         for stage, path in (("download", dataset / "stats.json"), ("evaluate", eval / "metrics.json"),
                             ("significance", significance)):
+            if stage in ran:  # it logged these itself
+                continue
             run.for_stage(stage).metrics(read_json(path))
             run.for_stage(stage).artifact(path)
 

@@ -3,6 +3,7 @@ reads arguments, files and stdin, and a real `mlflow models serve` process answe
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import sys
@@ -84,8 +85,6 @@ def test_a_memory_that_does_not_fit_the_index_is_refused(built, tmp_path, lf_fol
 
 
 def make_lf_folder_with_extra_label(tmp_path: Path, lf_folder: Path) -> Dataset:
-    import gzip
-
     with gzip.open(lf_folder / "lbl.json.gz", "at", encoding="utf-8") as handle:
         handle.write(json.dumps({"uid": "l5", "title": "emacs", "content": "an editor"}) + "\n")
     build_dataset("bigger", {"source": "local", "path": str(lf_folder)}, tmp_path / "bigger", "")

@@ -63,10 +63,6 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
         typer.echo("dvc exp run " + " ".join(f"-S '{k}={v}'" for k, v in values.items()))
 
 
-def _dataset_name(name: str | None, params: Path) -> str:
-    return name or load_params(params).typed("data.name", str)
-
-
 def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> list[str]:
     from .errors import DataError
     from .queries import parse_queries
@@ -99,7 +95,7 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
         from .predictor import Predictor, Timing
 
         queries = _read_queries(texts, file, jsonl)
-        folder = artifacts / _dataset_name(name, params)
+        folder = artifacts / (name or load_params(params).typed("data.name", str))
         started = time.perf_counter()
         predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device=device)
         if verbose:
@@ -134,7 +130,7 @@ def serve(name: str = NAME,
         from .tracking import tracking_uri
 
         p = load_params(params)
-        model_name = p.typed("package.model_name", (str, type(None))) or f"raexmc-{_dataset_name(name, params)}"
+        model_name = p.typed("package.model_name", (str, type(None))) or f"raexmc-{name or p.typed('data.name', str)}"
         uri = f"models:/{model_name}@{alias or p.typed('package.alias', str)}"
         env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri()}
     typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)

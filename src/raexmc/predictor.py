@@ -119,9 +119,10 @@ class Predictor:
         top = top_k(scores, k)
         results = []
         for row, labels in enumerate(top):
-            values = scores[row, labels[labels >= 0]].toarray().ravel() if (labels >= 0).any() else []
+            labels = labels[labels >= 0]  # top_k pads with -1 when fewer labels scored
+            values = scores[row, labels].toarray().ravel()
             results.append([{"label": int(label), "text": self.label_texts[label], "score": round(float(value), 6)}
-                            for label, value in zip(labels[labels >= 0], values)])
+                            for label, value in zip(labels, values)])
         timing.encode_s, timing.search_s = encoded - started, searched - encoded
         timing.score_s = time.perf_counter() - searched
         return results, timing

@@ -10,6 +10,7 @@ MLFLOW_TRACKING_URI overrides it.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -19,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from .paths import project_root
 
@@ -90,6 +92,11 @@ class StageRun:
     def artifact(self, path: str | os.PathLike) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path=self.stage)
 
+    def stages_run(self) -> set[str]:
+        """Stages that ran in this execution (each logs its duration when it ends)."""
+        metrics = self.client.get_run(self.run_id).data.metrics
+        return {name.split("/")[0] for name in metrics if name.endswith("/duration_s")}
+
     def for_stage(self, stage: str) -> StageRun:
         """The same run, logging under another stage's names (for outputs DVC restored from its
         run cache, whose stage did not run and so logged nothing)."""
@@ -145,9 +152,6 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml") -> Ite
 
 def compare_url(experiment_names: list[str], ui: str = "http://127.0.0.1:5000") -> str:
     """The MLflow UI's compare view of the newest run of each named DVC experiment."""
-    import json
-    from urllib.parse import urlencode
-
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri())
