@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -62,6 +66,24 @@ def test_a_failing_stage_marks_the_run_failed(project):
             raise RuntimeError("boom")
     _, found = runs()
     assert found[0].info.status == "FAILED"
+
+
+STAGE_UNTIL_KILLED = """
+import time
+from raexmc.tracking import stage_run
+with stage_run("train"):
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_killed_stage_marks_the_run_killed_and_exits_143(project):
+    stage = subprocess.Popen([sys.executable, "-c", STAGE_UNTIL_KILLED], stdout=subprocess.PIPE, text=True)
+    assert stage.stdout.readline().strip() == "ready"
+    stage.send_signal(signal.SIGTERM)
+    assert stage.wait(timeout=30) == 128 + signal.SIGTERM
+    _, found = runs()
+    assert found[0].info.status == "KILLED"
 
 
 def test_default_store_is_at_the_parent_project_of_temp_experiments(project, monkeypatch, tmp_path):

@@ -14,7 +14,9 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -133,16 +135,46 @@ def pipeline_params(params_path: Path) -> dict[str, Any]:
     return picked
 
 
+class Terminated(BaseException):
+    """SIGTERM as an exception, so that a killed stage still closes its MLflow run."""
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Without this a `kill` (or torchrun stopping its workers) leaves the run RUNNING forever."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @contextmanager
 def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml") -> Iterator[StageRun]:
-    """Open the pipeline's MLflow run for `stage`; log its duration and final status on exit."""
+    """Open the pipeline's MLflow run for `stage`; log its duration and final status on exit:
+    FINISHED, FAILED on an error, KILLED on Ctrl-C or SIGTERM (then exit status 143, as if the
+    signal had not been caught)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri())
     run = StageRun(client, _pipeline_run(client, Path(params_path)), stage)
     started = time.monotonic()
     try:
-        yield run
+        with _sigterm_raises():
+            yield run
+    except Terminated:
+        client.set_terminated(run.run_id, status="KILLED")
+        raise SystemExit(128 + signal.SIGTERM) from None
+    except KeyboardInterrupt:
+        client.set_terminated(run.run_id, status="KILLED")
+        raise
     except BaseException:
         client.set_terminated(run.run_id, status="FAILED")
         raise
