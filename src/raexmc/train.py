@@ -184,6 +184,17 @@ def training_step(model, cache: TokenCache, Y: sp.csr_matrix, rows: np.ndarray, 
     return decoupled_infonce(x, z, positive_col, is_positive, share, settings.tau)
 
 
+def apply_gradients(loss: torch.Tensor, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer,
+                    scheduler: torch.optim.lr_scheduler.LRScheduler, grad_clip: float, ctx: DistContext) -> None:
+    """Back-propagate one step's loss, sum gradients across ranks, clip, and step optimizer and schedule."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    _all_reduce_gradients(params, ctx)
+    torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    optimizer.step()
+    scheduler.step()
+
+
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
@@ -242,12 +253,7 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
             window_start, window_loss, window_steps = time.perf_counter(), 0.0, 0
         rows, positives = sampler.batch(step, global_batch)
         loss = training_step(model, cache, Y, rows, positives, negatives, settings, ctx, precision)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        _all_reduce_gradients(params, ctx)
-        torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
-        optimizer.step()
-        scheduler.step()
+        apply_gradients(loss, params, optimizer, scheduler, settings.grad_clip, ctx)
         window_loss += float(loss.detach())
         window_steps += 1
         progress.update(1)
