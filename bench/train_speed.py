@@ -1,0 +1,121 @@
+"""Training throughput of the real training step (encode inputs and labels, gather across ranks,
+decoupled InfoNCE, backward, AdamW) at the shape of one of the paper's presets, on synthetic
+token ids, so no dataset download is needed.
+
+    python bench/train_speed.py --preset LF-AmazonTitles-131K --model all-MiniLM-L6-v2
+    python bench/train_speed.py --preset LF-AmazonTitles-131K --model distilbert-sized
+    torchrun --nproc_per_node 8 bench/train_speed.py --preset LF-AmazonTitles-131K   # global batch x 8
+
+Every text is at its full max_len (an upper bound on a real step's work). `distilbert-sized` is
+DistilBERT's architecture with random weights (speed does not depend on the weights, and our
+machines are offline). Each measurement is appended to bench/results/train_speed.json (`--out`).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import typer
+
+from raexmc.device import resolve_precision
+from raexmc.distributed import init_distributed, shutdown
+from raexmc.encoder import load_encoder
+from raexmc.io import write_json
+from raexmc.params import load_params
+from raexmc.tokens import TokenCache
+from raexmc.train import BatchSampler, TrainSettings, apply_gradients, linear_schedule, training_step
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LABELS_PER_INPUT = (1, 5)  # synthetic positives per input, uniform in [1, 5)
+
+
+def build_model(name: str, device: str):
+    if name != "distilbert-sized":
+        return load_encoder(name, device).train()
+    from transformers import DistilBertConfig, DistilBertModel
+
+    return DistilBertModel(DistilBertConfig()).to(device).train()
+
+
+def synthetic_cache(folder: Path, rows: int, labels: int, input_len: int, label_len: int, vocab: int,
+                    rng: np.random.Generator) -> TokenCache:
+    """A token cache folder of random ids, every text at full length."""
+    for split, count, width in (("train", rows, input_len), ("labels", labels, label_len)):
+        np.save(folder / f"{split}.ids.npy", rng.integers(1000, vocab, size=(count, width), dtype=np.int32))
+        np.save(folder / f"{split}.len.npy", np.full(count, width, np.int32))
+    write_json(folder / "meta.json", {"key": {"synthetic": True}})
+    return TokenCache(folder)
+
+
+def synthetic_labels(rows: int, labels: int, rng: np.random.Generator) -> sp.csr_matrix:
+    degree = rng.integers(*LABELS_PER_INPUT, size=rows)
+    indptr = np.concatenate([[0], np.cumsum(degree)])
+    indices = rng.integers(0, labels, size=indptr[-1])
+    return sp.csr_matrix((np.ones(indptr[-1], np.float32), indices, indptr), shape=(rows, labels))
+
+
+def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of params.yaml (batch size, lengths, m)."),
+         model: str = typer.Option("all-MiniLM-L6-v2", help="Encoder name or folder, or `distilbert-sized`."),
+         batch_size: int = typer.Option(0, help="Inputs per device; 0 = the preset's."),
+         steps: int = typer.Option(20, min=1, help="Timed steps."),
+         warmup: int = typer.Option(3, min=0, help="Untimed steps first (allocation, kernel selection)."),
+         labels: int = typer.Option(131_073, help="Synthetic label count."),
+         precision: str = typer.Option("auto", help="auto | fp32 | bf16 | fp16"),
+         device: str = typer.Option("auto", help="auto | cpu | cuda"),
+         out: Path = typer.Option(ROOT / "bench" / "results" / "train_speed.json", help="JSON list to append to.")) -> None:
+    values = load_params(ROOT / "params.yaml").section("presets").get(preset)
+    if values is None:
+        raise typer.BadParameter(f"no preset {preset!r} in params.yaml presets")
+    settings = TrainSettings(batch_size=batch_size or values["train.batch_size"],
+                             num_hard_negatives=values["train.num_hard_negatives"], max_steps=warmup + steps)
+    ctx = init_distributed(device)
+    resolved = resolve_precision(precision, ctx.device)
+    global_batch = settings.batch_size * ctx.world_size
+    rng = np.random.default_rng(0)
+    rows = max(4 * global_batch, 1000)
+    encoder = build_model(model, ctx.device)
+    Y = synthetic_labels(rows, labels, rng)
+    negatives = rng.integers(0, labels, size=(rows, settings.num_hard_negatives))
+    params = [p for p in encoder.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(0, settings.max_steps))
+    sampler = BatchSampler(Y, np.arange(rows), settings.seed)
+    with tempfile.TemporaryDirectory() as folder:
+        cache = synthetic_cache(Path(folder), rows, labels, values["tokenize.input_max_len"],
+                                values["tokenize.label_max_len"], encoder.config.vocab_size, rng)
+        for step in range(settings.max_steps):
+            if step == warmup:
+                if ctx.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                started = time.perf_counter()
+            batch_rows, positives = sampler.batch(step, global_batch)
+            loss = training_step(encoder, cache, Y, batch_rows, positives, negatives, settings, ctx, resolved)
+            apply_gradients(loss, params, optimizer, scheduler, settings.grad_clip, ctx)
+        if ctx.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+    if ctx.is_main:
+        gpu = torch.cuda.get_device_name(ctx.device) if ctx.device.startswith("cuda") else None
+        result = {"preset": preset, "model": model, "parameters_M": round(sum(p.numel() for p in params) / 1e6, 1),
+                  "device": gpu or f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)",
+                  "processes": ctx.world_size, "precision": resolved, "batch_per_device": settings.batch_size,
+                  "global_batch": global_batch, "input_max_len": values["tokenize.input_max_len"],
+                  "label_max_len": values["tokenize.label_max_len"], "steps": steps,
+                  "steps_per_s": round(steps / seconds, 3), "examples_per_s": round(steps * global_batch / seconds, 1),
+                  "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 2) if gpu else None)}
+        recorded = json.loads(out.read_text()) if out.is_file() else []
+        write_json(out, [*recorded, result])
+        print(json.dumps(result))
+    shutdown(ctx)
+
+
+if __name__ == "__main__":
+    typer.run(main)
