@@ -97,6 +97,33 @@ def test_default_store_is_at_the_parent_project_of_temp_experiments(project, mon
     assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
 
 
+def git(folder, *args) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=folder, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_temp_experiment_keeps_one_run_when_the_parent_commits_meanwhile(project, monkeypatch):
+    """The run key holds the commit the experiment's copy runs, not the parent's moving HEAD."""
+    git(project, "init", "-q")
+    git(project, "add", "params.yaml")
+    git(project, "commit", "-q", "-m", "baseline")
+    baseline = git(project, "rev-parse", "HEAD")
+    copy = project / ".dvc" / "tmp" / "exps" / "tmp123"
+    git(project, "clone", "-q", str(project), str(copy))
+    (copy / ".dvc").mkdir()
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("DVC_ROOT", str(project))
+    monkeypatch.setenv("DVC_EXP_NAME", "ablation")
+    with stage_run("download"):
+        pass
+    git(project, "commit", "-q", "--allow-empty", "-m", "work goes on in the workspace")
+    with stage_run("train"):
+        pass
+    _, found = runs()
+    assert len(found) == 1
+    assert found[0].data.tags["git_commit"] == baseline
+
+
 def test_a_run_holds_every_param_even_when_dvc_reran_one_stage(project):
     (project / "params.yaml").write_text("data:\n  name: tiny\ninfer:\n  lambda: 0.3\n"
                                          "datasets:\n  tiny: {source: local}\n  other: {source: foldoc}\n"

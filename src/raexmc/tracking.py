@@ -36,6 +36,8 @@ def tracking_uri() -> str:
 
 
 def git_commit(folder: Path) -> str:
+    """HEAD of `folder`: for an experiment, pass its own copy (the code it runs), not the parent
+    project, whose HEAD may move while the experiment runs."""
     proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else "uncommitted"
 
@@ -110,7 +112,7 @@ def _pipeline_run(client, params_path: Path) -> str:
     experiment = client.get_experiment_by_name(EXPERIMENT)
     experiment_id = (experiment.experiment_id if experiment else
                      client.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri()))
-    commit, exp_name = git_commit(root), experiment_name()
+    commit, exp_name = git_commit(Path.cwd()), experiment_name()
     key = pipeline_key(params_path, commit, exp_name)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_TAG}` = '{key}'", max_results=1)
     if found:
