@@ -6,18 +6,24 @@ switched on and off, each as a `dvc exp run --temp` experiment, and record the t
     python bench/loss_ablation.py --name foldoc --reuse full=foldoc-ft   # record one already run
 
 Every variant is a named DVC experiment (ablation-<dataset>-<variant>), so `dvc exp show` and the
-MLflow UI hold the same numbers; results go to bench/results/loss_ablation_<dataset>.json.
+MLflow UI hold the same numbers; results go to bench/results/loss_ablation_<dataset>.json, with a
+paired t-test of the full loss against each variant on the same test inputs.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import dvc.api
+import numpy as np
 import typer
+
+from raexmc.significance import compare_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {  # name: (hard negatives, instance negatives)
@@ -27,6 +33,7 @@ VARIANTS = {  # name: (hard negatives, instance negatives)
     "neither": (False, False),
 }
 METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
+TESTED = ["P@1", "P@5", "R@100"]  # paired t-tests of the full loss against each variant
 
 
 def run_variant(dataset: str, variant: str) -> str:
@@ -62,6 +69,25 @@ def check_variant(data: dict, dataset: str, variant: str, name: str) -> None:
         raise SystemExit(f"experiment {name} is {found}, not variant {variant} of {dataset}")
 
 
+def per_instance(experiment: str, dataset: str) -> dict[str, np.ndarray]:
+    """An experiment's per-instance test results, read from the DVC cache by experiment name."""
+    path = f"artifacts/{dataset}/eval/per_instance.npz"
+    with dvc.api.open(path, repo=str(ROOT), rev=experiment, mode="rb") as handle:
+        with np.load(io.BytesIO(handle.read())) as archive:
+            return {key: archive[key] for key in archive.files}
+
+
+def full_against_variants(results: dict, dataset: str) -> None:
+    """Add to each variant the paired t-test of the full loss against it (RAE and λ=0)."""
+    full = per_instance(results["full"]["experiment"], dataset)
+    for variant, row in results.items():
+        if variant != "full":
+            report = compare_runs(full, TESTED, per_instance(row["experiment"], dataset))
+            row["full_vs_this"] = {method: {metric: {k: test[k] for k in ("mean_diff", "ci_low", "ci_high", "p_value")}
+                                            for metric, test in report[f"{method}_vs_other"].items()}
+                                   for method in ("rae", "dual_encoder")}
+
+
 def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.yaml datasets)."),
          only: list[str] = typer.Option(list(VARIANTS), help="Variants to run: " + ", ".join(VARIANTS)),
          reuse: list[str] = typer.Option([], help="VARIANT=EXPERIMENT: record an experiment already run "
@@ -83,6 +109,9 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
                                for m in METRICS}}
         out.write_text(json.dumps(results, indent=2) + "\n")
         print(json.dumps({variant: results[variant]}), file=sys.stderr)
+    if "full" in results and len(results) > 1:
+        full_against_variants(results, name)
+        out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
