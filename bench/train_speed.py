@@ -38,6 +38,7 @@ LABELS_PER_INPUT = (1, 5)  # synthetic positives per input, uniform in [1, 5)
 
 
 def build_model(name: str, device: str):
+    """The named encoder in training mode, or DistilBERT's default architecture built offline."""
     if name != "distilbert-sized":
         return load_encoder(name, device).train()
     from transformers import DistilBertConfig, DistilBertModel
@@ -56,6 +57,7 @@ def synthetic_cache(folder: Path, rows: int, labels: int, input_len: int, label_
 
 
 def synthetic_labels(rows: int, labels: int, rng: np.random.Generator) -> sp.csr_matrix:
+    """A random label matrix with a few positives per input, as the loss masks need them."""
     degree = rng.integers(*LABELS_PER_INPUT, size=rows)
     indptr = np.concatenate([[0], np.cumsum(degree)])
     indices = rng.integers(0, labels, size=indptr[-1])
