@@ -28,9 +28,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         exact = p.typed("index.backend", str) == "exact"  # that backend keeps no keys: the memory does
         write_memory(out, Dataset(dataset), settings, memory_keys(embeddings) if exact else None)
         if p.typed("package.register", bool):
-            from raexmc.serving import log_predictor
+            from raexmc.serving import log_predictor, registered_name
 
-            name = p.typed("package.model_name", (str, type(None))) or f"raexmc-{dataset.name}"
+            name = registered_name(p, dataset.name)
             # `dvc repro` moves the alias that `raexmc serve` uses; an experiment gets its own name as
             # alias, so a sweep does not change what is served (`raexmc serve --alias <experiment>`).
             experiment = experiment_name()

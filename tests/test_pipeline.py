@@ -6,8 +6,8 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import pytest

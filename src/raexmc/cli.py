@@ -127,10 +127,11 @@ def serve(name: str = NAME,
           params: Path = PARAMS) -> None:
     """Serve the registered predictor over HTTP (`mlflow models serve` in this environment)."""
     with user_errors():
+        from .serving import registered_name
         from .tracking import tracking_uri
 
         p = load_params(params)
-        model_name = p.typed("package.model_name", (str, type(None))) or f"raexmc-{name or p.typed('data.name', str)}"
+        model_name = registered_name(p, name or p.typed("data.name", str))
         uri = f"models:/{model_name}@{alias or p.typed('package.alias', str)}"
         env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri()}
     typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)

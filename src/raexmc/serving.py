@@ -17,6 +17,7 @@ import pandas as pd
 from mlflow.models import ModelSignature
 from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 
+from .params import Params
 from .predictor import Predictor
 from .tracking import tracking_uri
 
@@ -39,6 +40,11 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
         return pd.DataFrame({"text": texts, "labels": results})
 
 
+def registered_name(p: Params, dataset: str) -> str:
+    """The registered model's name: package.model_name, or raexmc-<dataset> when that is null."""
+    return p.typed("package.model_name", (str, type(None))) or f"raexmc-{dataset}"
+
+
 def log_predictor(run_id: str, encoder: Path, index: Path, memory: Path, model_name: str, alias: str) -> str:
     """Log the predictor into MLflow run `run_id`, register it as a new version of `model_name`,
     point `alias` at that version and return the model URI to serve."""
@@ -47,7 +53,7 @@ def log_predictor(run_id: str, encoder: Path, index: Path, memory: Path, model_n
     with mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
             name="predictor", python_model=RaexmcModel(), signature=SIGNATURE,
-            artifacts={"encoder": str(encoder), "index": str(index), "memory": str(memory)},
+            artifacts=dict(zip(ARTIFACTS, map(str, (encoder, index, memory)))),
             code_paths=[str(code)], pip_requirements=[f"{name}=={version(name)}" for name in REQUIREMENTS],
             registered_model_name=model_name)
     mlflow.MlflowClient().set_registered_model_alias(model_name, alias, info.registered_model_version)

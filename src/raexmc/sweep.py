@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ConfigError, RaexmcError
+from .tracking import git_commit
 
 KEY_METRICS = ("rae.P@1", "rae.P@5", "rae.R@100")
 _QUEUED = re.compile(r"Queued experiment '([^']+)'")
@@ -73,10 +74,10 @@ def wait(names: list[str], cwd: Path, poll_s: float = 10.0,
 def baseline(cwd: Path) -> str:
     """The commit the experiments derive from: `dvc exp show` lists them under it, even after
     HEAD moves on."""
-    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
+    commit = git_commit(cwd)
+    if commit == "uncommitted":
         raise SweepError("a sweep needs a git commit to derive experiments from (git rev-parse HEAD failed)")
-    return proc.stdout.strip()
+    return commit
 
 
 def run_sweep(overrides: list[str], jobs: int, cwd: Path, poll_s: float = 10.0,

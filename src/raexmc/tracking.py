@@ -1,7 +1,7 @@
-"""MLflow glue: the only module that imports mlflow.
+"""MLflow run tracking for the stages (serving.py logs and registers the predictor model).
 
 One MLflow run per pipeline execution: every stage of one `dvc repro` or `dvc exp run` finds the
-run by a key derived from params.yaml, the git commit and the DVC experiment name, and logs its
+run by a key derived from params.yaml, the git commit it runs and the DVC experiment name, and logs its
 params, metrics, duration and artifacts into it. The store defaults to SQLite at the project
 root so that `--temp` and queued experiments (which run in copies) land in the same place;
 MLFLOW_TRACKING_URI overrides it.

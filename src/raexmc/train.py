@@ -254,10 +254,11 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
         rows, positives = sampler.batch(step, global_batch)
         loss = training_step(model, cache, Y, rows, positives, negatives, settings, ctx, precision)
         apply_gradients(loss, params, optimizer, scheduler, settings.grad_clip, ctx)
-        window_loss += float(loss.detach())
+        step_loss = float(loss.detach())
+        window_loss += step_loss
         window_steps += 1
         progress.update(1)
-        progress.set_postfix(loss=f"{float(loss.detach()):.3f}", refresh=False)
+        progress.set_postfix(loss=f"{step_loss:.3f}", refresh=False)
         done = step + 1
         if ctx.is_main and (done % settings.checkpoint_every == 0 or done == settings.max_steps):
             save_checkpoint(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
