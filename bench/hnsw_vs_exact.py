@@ -21,9 +21,9 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.embedding import load_embeddings
-from raexmc.evaluation import Evaluator
+from raexmc.evaluation import Evaluator, rae_scorer
 from raexmc.index import ExactIndex, build_hnsw, recall_at_k
-from raexmc.memory import memory_keys
+from raexmc.memory import memory_keys, training_values
 from raexmc.metrics import propensity_ab
 
 
@@ -52,10 +52,10 @@ def main(name: str = "foldoc", b: int = 200, ef_search: int = 300, M: int = 64, 
         results[label] = search()
         timings[label] = time.perf_counter() - started
 
-    evaluator = Evaluator(dataset.label_matrix("train"), dataset.label_matrix("test"), dataset.filter_matrix("test"),
-                          propensity_ab(name))
-    p_at_1 = {label: evaluator.summary(evaluator.rank(ids, sims, lam, tau, b))[0]["P@1"]
-              for label, (ids, sims) in results.items()}
+    evaluator = Evaluator(training_values(dataset.label_matrix("train")), dataset.label_matrix("test"),
+                          dataset.filter_matrix("test"), propensity_ab(name))
+    p_at_1 = {label: evaluator.summary(evaluator.rank(len(queries), rae_scorer(hits, evaluator.Y_train, lam, tau, b)))[0]
+              ["P@1"] for label, hits in results.items()}
     report = {
         "dataset": name, "keys": int(len(keys)), "queries": int(len(queries)), "dim": int(keys.shape[1]),
         "b": b, "M": M, "ef_construction": ef_construction, "ef_search": ef_search, "threads": os.cpu_count(),

@@ -1,6 +1,6 @@
-"""Retrieve the top-b keys of every test input once, score RAE (λ, b), the dual encoder (λ=0)
-and kNN (λ=1) and the λ and b sweeps (optionally the paper's OvA+kNN ablation), and write
-metrics.json, per-instance metrics and plots."""
+"""Retrieve every test input's top keys from the joint memory (RAE), the label keys alone (the dual
+encoder) and the training-input keys alone (kNN); score RAE (λ, b), both baselines and RAE's λ and b
+sweeps (optionally the paper's OvA+kNN ablation), and write metrics.json, per-instance metrics and plots."""
 
 import time
 from pathlib import Path
@@ -10,10 +10,9 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.embedding import load_embeddings
-from raexmc.evaluation import EvalSettings, Evaluator, evaluate_ova_knn, evaluate_retrieval, segment_rows
-from raexmc.index import load_index
+from raexmc.evaluation import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
 from raexmc.io import atomic_dir, write_json
-from raexmc.memory import memory_keys
+from raexmc.memory import load_memory_index, training_values
 from raexmc.metrics import propensity_ab
 from raexmc.plots import line_plot, segment_bars
 from raexmc.stage import run_stage, stage_cli
@@ -32,19 +31,20 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             lambda_sweep=[float(v) for v in p.typed("infer.lambda_sweep", list)],
             b_sweep=[int(v) for v in p.typed("infer.b_sweep", list)],
             propensity_ab=_propensity(p, dataset.name))
-        with_ova_knn = p.typed("infer.ova_knn", bool)
         depth = max([settings.b, *settings.b_sweep])
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
-        keys = memory_keys(embeddings)
-        searcher = load_index(index, keys=keys, ef_search=p.typed("infer.ef_search", int))
+        ef_search = p.typed("infer.ef_search", int)
+        joint_index = load_memory_index(index, embeddings, "joint", ef_search)
         started = time.perf_counter()
-        ids, sims = searcher.search(queries, depth)
+        joint = joint_index.search(queries, depth)
         search_s = time.perf_counter() - started
-        evaluator = Evaluator(data.label_matrix("train"), data.label_matrix("test"), data.filter_matrix("test"),
-                              settings.propensity_ab)
-        result = evaluate_retrieval(ids, sims, evaluator, settings)
-        if with_ova_knn:
-            result["methods"]["ova_knn"] = evaluate_ova_knn(queries, keys, evaluator, settings)
+        del joint_index
+        baselines = {key_set: load_memory_index(index, embeddings, key_set, ef_search).search(queries, settings.b)
+                     for key_set in ("labels", "inputs")}
+        Y_values = training_values(data.label_matrix("train"), p.typed("infer.relevance", str))
+        evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab)
+        result = evaluate_retrieval(Retrievals(joint, **baselines), evaluator, settings,
+                                    with_ova_knn=p.typed("infer.ova_knn", bool))
         metrics = {**result["methods"], "retrieval": {"queries_per_s": round(len(queries) / max(search_s, 1e-9), 1),
                                                       "depth": depth}}
         with atomic_dir(out) as folder:

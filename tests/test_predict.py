@@ -11,9 +11,10 @@ import scipy.sparse as sp
 
 from raexmc.errors import ConfigError, DataError
 from raexmc.predict import (
-    RetrievedKeys,
     combine,
+    dual_encoder_scores,
     key_probabilities,
+    knn_scores,
     ova_knn_scores,
     rae_scores,
     score_parts,
@@ -146,8 +147,16 @@ def test_train_key_share_hand_example():
     assert train_key_share(ids, num_train=2, b=1) == pytest.approx(0.5)
     # b = 2: keys 0, 5 and 4, 3 -> 1 train out of 4.
     assert train_key_share(ids, num_train=2, b=2) == pytest.approx(0.25)
-    keys = RetrievedKeys(ids, np.zeros(ids.shape, np.float32), num_train=2, num_labels=4)
-    assert keys.train_key_share(b=2) == pytest.approx(0.25)
+
+
+def test_baselines_hand_example():
+    # Label-only search of one query: labels 2 and 0 at similarities 1 and 0 -> weights 2/3, 1/3.
+    de = dual_encoder_scores(np.array([[2, 0, -1]]), np.array([[1, 0, NEG]], np.float32), 3, tau=TAU2)
+    np.testing.assert_allclose(de.toarray(), [[1 / 3, 0, 2 / 3]])
+    # Input-only search: inputs 1 and 0 at similarities 2 and 0 -> weights 4/5, 1/5; input 0 has
+    # labels {0, 2}, input 1 has label {1}.
+    knn = knn_scores(np.array([[1, 0]]), np.array([[2, 0]], np.float32), Y_HAND, tau=TAU2)
+    np.testing.assert_allclose(knn.toarray(), [[1 / 5, 4 / 5, 1 / 5]])
 
 
 # --------------------------------------------------------------------------- invalid input
@@ -187,8 +196,8 @@ def test_bad_retrieval_is_a_data_error():
         rae_scores(IDS_HAND, SIMS_HAND[:, :3], Y_HAND, 0.5, 0.04)
     with pytest.raises(DataError, match="nan"):
         rae_scores(IDS_HAND, np.where(IDS_HAND == 0, np.nan, SIMS_HAND), Y_HAND, 0.5, 0.04)
-    with pytest.raises(DataError, match="shape"):
-        RetrievedKeys(IDS_HAND, SIMS_HAND, num_train=2, num_labels=3).scores(Y_HAND[:, :2], 0.5, 0.04)
+    with pytest.raises(DataError, match="outside the memory"):
+        knn_scores(np.array([[2]]), np.array([[1.0]], np.float32), Y_HAND)  # only inputs 0 and 1 exist
 
 
 # --------------------------------------------------------------------------- random cross-checks
@@ -280,27 +289,20 @@ def test_rae_scores_match_dense_brute_force(memory, tau, b):
     m = memory
     keep = np.arange(m["Q"].shape[0]) != 2  # query 2 had truncated results
     ids, sims = m["ids"][keep], m["sims"][keep]
-    retrieved = RetrievedKeys(ids, sims, num_train=m["X"].shape[0], num_labels=m["Z"].shape[0])
     for lam in (0.0, 0.25, 0.5, 0.9, 1.0):
         expected = _dense_rae(m["Q"][keep], m["X"], m["Z"], m["Y"], lam, tau, b)
         got = rae_scores(ids, sims, m["Y"], lam=lam, tau=tau, b=b)
         np.testing.assert_allclose(got.toarray(), expected, rtol=1e-9, atol=1e-12)
-        np.testing.assert_allclose(retrieved.scores(m["Y"], lam, tau, b).toarray(), expected, rtol=1e-9, atol=1e-12)
         # Stored entries are exactly the labels with a nonzero score.
         assert got.nnz == np.count_nonzero(got.toarray())
 
 
-def test_parts_are_reused_across_lambda(memory):
+def test_parts_combine_linearly_and_probabilities_sum_to_one(memory):
     m = memory
-    retrieved = RetrievedKeys(m["ids"], m["sims"], num_train=m["X"].shape[0], num_labels=m["Z"].shape[0])
-    parts = retrieved.parts(m["Y"], 0.04, 10)
-    assert retrieved.parts(m["Y"], 0.04, 10) is parts
-    assert retrieved.parts(m["Y"], 0.04, 11) is not parts
     knn, labels = score_parts(m["ids"], m["sims"], m["Y"], 0.04, 10)
     for lam in (0.1, 0.5):
         np.testing.assert_allclose(combine((knn, labels), lam).toarray(), (lam * knn + (1 - lam) * labels).toarray())
-    # Probabilities of each query sum to 1, split between the two parts' key mass.
-    P = retrieved.probabilities(0.04, 10)
+    P = key_probabilities(m["sims"], m["ids"], 0.04, m["X"].shape[0] + m["Z"].shape[0], 10)
     np.testing.assert_allclose(np.asarray(P.sum(axis=1)).ravel(), 1.0)
 
 

@@ -329,6 +329,11 @@ def _read_meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
+def saved_backend(folder: str | os.PathLike) -> str:
+    """The backend of the index saved in `folder` ("hnsw" or "exact"), from its checked meta.json."""
+    return _read_meta(Path(folder))["backend"]
+
+
 def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = 300,
                threads: int = 0, chunk_rows: int = 4096) -> ExactIndex | HnswIndex:
     """Reopen an index written by `save_index`; the exact backend needs `keys` again.

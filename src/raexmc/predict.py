@@ -8,18 +8,17 @@ them, and scores = p . V, that is
 
     scores = lam * P[:, :N] @ Y_train + (1 - lam) * P[:, N:].
 
-lam = 0 keeps only the label keys (a dual encoder whose softmax is still normalised over all the
-retrieved keys), lam = 1 only the training inputs (a kNN classifier).
+On the joint retrieval, lam = 0 keeps only the label keys that happened to enter the top b (its
+softmax still normalised over all of them) and lam = 1 only the training inputs: truncated versions
+of the baselines. The real dual encoder and kNN each search their own key set (`dual_encoder_scores`,
+`knn_scores`).
 
-Sweeps reuse one retrieval for many lam, tau and b: `score_parts` computes the two products once per
-(tau, b) and `combine` mixes them for any lam at the cost of one sparse addition; `RetrievedKeys`
-bundles a retrieval with that cache. Everything is vectorised over the batch: no loop per query
-or per key. Probabilities are computed in float64.
+Sweeps reuse one retrieval for many lam: `score_parts` computes the two products once per (tau, b)
+and `combine` mixes them for any lam at the cost of one sparse addition. Everything is vectorised
+over the batch: no loop per query or per key. Probabilities are computed in float64.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -204,65 +203,30 @@ def rae_scores(
 ) -> sp.csr_matrix:
     """RAE-XMC label scores, CSR (n, L): lam * P[:, :N] @ Y_train + (1 - lam) * P[:, N:].
 
-    For several lam on one retrieval, call `score_parts` once and `combine` per lam, or use
-    `RetrievedKeys.scores`, which caches the parts.
+    For several lam on one retrieval, call `score_parts` once and `combine` per lam.
     """
     lam, tau = check_lambda(lam), check_tau(tau)
     return combine(score_parts(ids, sims, Y_train, tau, b), lam)
 
 
-@dataclass
-class RetrievedKeys:
-    """One retrieval over the joint memory, scored for many (lam, tau, b) without retrieving again.
-
-    The parts of the last (tau, b, Y_train) are cached, so a sweep over lam costs one sparse
-    addition per value; loop over lam innermost.
-    """
-
-    ids: np.ndarray
-    sims: np.ndarray
-    num_train: int
-    num_labels: int
-    _cache: tuple | None = field(default=None, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        self.ids, self.sims = _check_retrieval(self.ids, self.sims)
-        if self.num_train < 0 or self.num_labels < 0:
-            raise DataError(f"memory sizes must be >= 0, got {self.num_train} and {self.num_labels}")
-
-    @property
-    def num_keys(self) -> int:
-        return self.num_train + self.num_labels
-
-    def probabilities(self, tau: float, b: int | None = None) -> sp.csr_matrix:
-        """Key softmax, CSR (n, num_train + num_labels); see `key_probabilities`."""
-        return key_probabilities(self.sims, self.ids, tau, self.num_keys, b)
-
-    def parts(self, Y_train: sp.spmatrix | np.ndarray, tau: float, b: int | None = None) -> Parts:
-        """`score_parts` for this retrieval, reused while tau, b and the Y_train object stay the same."""
-        tau, b = check_tau(tau), check_b(b)
-        if Y_train.shape != (self.num_train, self.num_labels):
-            raise DataError(f"Y_train has shape {Y_train.shape}, expected ({self.num_train}, {self.num_labels})")
-        cached = self._cache
-        if cached is not None and cached[0] is Y_train and cached[1] == (tau, b):
-            return cached[2]
-        parts = score_parts(self.ids, self.sims, Y_train, tau, b)
-        self._cache = (Y_train, (tau, b), parts)  # holding Y_train keeps its identity unique
-        return parts
-
-    def scores(
-        self, Y_train: sp.spmatrix | np.ndarray, lam: float = PAPER_LAMBDA, tau: float = PAPER_TAU, b: int | None = None
-    ) -> sp.csr_matrix:
-        """`rae_scores` for this retrieval."""
-        lam = check_lambda(lam)
-        return combine(self.parts(Y_train, tau, b), lam)
-
-    def train_key_share(self, b: int | None = None) -> float:
-        """See the module function `train_key_share`."""
-        return train_key_share(self.ids, self.num_train, b)
-
-
 # --------------------------------------------------------------------------- ablation and analysis
+
+
+def dual_encoder_scores(ids: np.ndarray, sims: np.ndarray, num_labels: int, tau: float = PAPER_TAU,
+                        b: int | None = None) -> sp.csr_matrix:
+    """The dual encoder from its own search over the label keys alone (ids 0..L-1): softmax(q Z^T / tau)
+    over the first b valid labels, CSR (n, L). RAE with lam = 0 on a label-only memory."""
+    ids, sims = _check_retrieval(ids, sims)
+    return key_probabilities(sims, ids, tau, num_labels, b)
+
+
+def knn_scores(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float = PAPER_TAU,
+               b: int | None = None) -> sp.csr_matrix:
+    """kNN from its own search over the training-input keys alone (ids 0..N-1): softmax(q X^T / tau)
+    over the first b valid inputs, times Y_train, CSR (n, L). RAE with lam = 1 on an input-only memory."""
+    Y = _as_labels(Y_train)
+    ids, sims = _check_retrieval(ids, sims)
+    return sp.csr_matrix(key_probabilities(sims, ids, tau, Y.shape[0], b) @ Y)
 
 
 def ova_knn_scores(
@@ -275,22 +239,13 @@ def ova_knn_scores(
     tau: float = PAPER_TAU,
     b: int | None = None,
 ) -> sp.csr_matrix:
-    """The OvA+kNN ablation: two searches, each with its own softmax, mixed afterwards.
-
-    x_ids index the training inputs only (0..N-1), z_ids the labels only (0..L-1). Scores are
-    lam * softmax(q X^T / tau) @ Y_train + (1 - lam) * softmax(q Z^T / tau), each softmax over the
-    first b valid results of its own search.
-    """
-    lam, tau = check_lambda(lam), check_tau(tau)
+    """The paper's OvA+kNN ablation (Eq. 12): the kNN and dual-encoder scores of two separate searches,
+    each with its own softmax, mixed afterwards: lam * knn + (1 - lam) * dual encoder."""
+    lam = check_lambda(lam)
+    if np.shape(x_ids)[0] != np.shape(z_ids)[0]:
+        raise DataError(f"the two searches have {np.shape(x_ids)[0]} and {np.shape(z_ids)[0]} queries")
     Y = _as_labels(Y_train)
-    num_train, num_labels = Y.shape
-    x_ids, x_sims = _check_retrieval(x_ids, x_sims)
-    z_ids, z_sims = _check_retrieval(z_ids, z_sims)
-    if x_ids.shape[0] != z_ids.shape[0]:
-        raise DataError(f"the two searches have {x_ids.shape[0]} and {z_ids.shape[0]} queries")
-    p_x = key_probabilities(x_sims, x_ids, tau, num_train, b)
-    p_z = key_probabilities(z_sims, z_ids, tau, num_labels, b)
-    return combine((sp.csr_matrix(p_x @ Y), p_z), lam)
+    return combine((knn_scores(x_ids, x_sims, Y, tau, b), dual_encoder_scores(z_ids, z_sims, Y.shape[1], tau, b)), lam)
 
 
 def train_key_share(ids: np.ndarray, num_train: int, b: int | None = None) -> float:

@@ -28,9 +28,10 @@ from .device import autocast
 from .distributed import DistContext, gather_array, gather_with_grad, pad_to_multiple, shard
 from .embedding import batch_tensors, embed_rows, length_sorted_batches
 from .encoder import encode
-from .evaluation import Evaluator
+from .evaluation import Evaluator, Retrievals, method_scorers
 from .index import ExactIndex
 from .loss import batch_label_masks, decoupled_infonce, shared_label_mask
+from .memory import training_values
 from .mining import sample_negatives
 from .tokens import TokenCache
 
@@ -142,13 +143,24 @@ def mining_round(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_mat
                                      np.random.default_rng([settings.seed, 1000 + round_no]))
     validation = {}
     if len(val_rows):
-        memory = np.vstack([inputs[train_rows], labels])
-        ids, sims = top_k_search(memory, ctx.device)(inputs[val_rows], settings.val_b)
-        evaluator = Evaluator(Y[train_rows], Y[val_rows], filters[val_rows], propensity_ab)
-        for name, lam in (("rae", settings.val_lambda), ("dual_encoder", 0.0), ("knn", 1.0)):
-            summary, _ = evaluator.summary(evaluator.rank(ids, sims, lam, settings.tau, settings.val_b))
-            validation[f"val_{name}_P@1"] = summary["P@1"]
+        validation = validate(inputs, labels, Y, filters, train_rows, val_rows, settings, ctx.device, propensity_ab)
     return RoundResult(negatives, validation)
+
+
+def validate(inputs: np.ndarray, labels: np.ndarray, Y: sp.csr_matrix, filters: sp.csr_matrix,
+             train_rows: np.ndarray, val_rows: np.ndarray, settings: TrainSettings, device: str,
+             propensity_ab: tuple[float, float]) -> dict[str, float]:
+    """Validation P@1 of RAE, the dual encoder and kNN, each from its own exact search, with the
+    remaining training inputs as the memory (as the evaluate stage does for the test set)."""
+    queries, memory_inputs = inputs[val_rows], inputs[train_rows]
+    searches = {"joint": np.vstack([memory_inputs, labels]), "labels": labels, "inputs": memory_inputs}
+    retrievals = Retrievals(**{name: top_k_search(keys, device)(queries, settings.val_b)
+                               for name, keys in searches.items()})
+    values = training_values(Y[train_rows])
+    evaluator = Evaluator(values, Y[val_rows], filters[val_rows], propensity_ab)
+    scorers = method_scorers(retrievals, values, settings.val_lambda, settings.tau, settings.val_b)
+    return {f"val_{name}_P@1": evaluator.summary(evaluator.rank(len(val_rows), scorer))[0]["P@1"]
+            for name, scorer in scorers.items()}
 
 
 def _all_reduce_gradients(params: list[torch.nn.Parameter], ctx: DistContext) -> None:
