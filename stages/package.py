@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.memory import memory_keys
+from raexmc.memory import index_folder, memory_keys
 from raexmc.predictor import write_memory
 from raexmc.stage import run_stage, stage_cli
 from raexmc.tracking import experiment_name
@@ -24,7 +24,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"package": p.section("package")})
         settings = {"lambda": p.typed("infer.lambda", float), "b": p.typed("infer.b", int),
                     "tau": p.typed("infer.tau", float), "ef_search": p.typed("infer.ef_search", int),
-                    "input_max_len": p.typed("tokenize.input_max_len", int), "dataset": dataset.name}
+                    "relevance": p.typed("infer.relevance", str), "input_max_len": p.typed("tokenize.input_max_len", int),
+                    "input_fields": p.typed("tokenize.input_fields", str), "dataset": dataset.name}
         exact = p.typed("index.backend", str) == "exact"  # that backend keeps no keys: the memory does
         write_memory(out, Dataset(dataset), settings, memory_keys(embeddings) if exact else None)
         if p.typed("package.register", bool):
@@ -35,7 +36,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             # alias, so a sweep does not change what is served (`raexmc serve --alias <experiment>`).
             experiment = experiment_name()
             alias = p.typed("package.alias", str) if experiment == "workspace" else experiment
-            uri = log_predictor(run.run_id, model, index, out, name, alias)
+            uri = log_predictor(run.run_id, model, index_folder(index), out, name, alias)
             typer.echo(f"registered {uri}; serve it with `raexmc serve`", err=True)
 
     run_stage("package", body, str(params))

@@ -63,7 +63,7 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
         typer.echo("dvc exp run " + " ".join(f"-S '{k}={v}'" for k, v in values.items()))
 
 
-def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> list[str]:
+def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> list:
     from .errors import DataError
     from .queries import parse_queries
 
@@ -92,20 +92,21 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
             params: Path = PARAMS) -> None:
     """Top-k labels, with scores and label texts, as one JSON line per query on stdout."""
     with user_errors():
+        from .memory import index_folder
         from .predictor import Predictor, Timing
 
         queries = _read_queries(texts, file, jsonl)
         folder = artifacts / (name or load_params(params).typed("data.name", str))
         started = time.perf_counter()
-        predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device=device)
+        predictor = Predictor(folder / "model", index_folder(folder / "index"), folder / "predictor", device=device)
         if verbose:
             typer.echo(f"loaded {folder} in {time.perf_counter() - started:.2f} s", err=True)
         total = Timing()
         for start in range(0, len(queries), batch_size):
             batch = queries[start:start + batch_size]
             results, timing = predictor.predict(batch, k)
-            for text, labels in zip(batch, results):
-                typer.echo(json.dumps({"text": text, "labels": labels}, ensure_ascii=False))
+            for query, labels in zip(batch, results):
+                typer.echo(json.dumps({"text": predictor.query_text(query), "labels": labels}, ensure_ascii=False))
             total.add(timing)
             if verbose:
                 typer.echo(_latency_line(f"queries {start + 1}-{start + len(batch)}", timing), err=True)

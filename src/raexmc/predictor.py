@@ -2,8 +2,10 @@
 
 A predictor is three folders: the encoder (written by the train stage), the index over the
 knowledge memory (index stage) and the memory folder the package stage writes: the inference
-settings, the values' training part Y_train, the label texts, and the keys when the index is
-exact (that backend keeps none). The same three folders make the MLflow model (serving.py), so
+settings (the text recipe of the inputs among them), the values' training part Y_train, the label
+texts, and the keys when the index is exact (that backend keeps none). Queries are turned into text
+by the same recipe as the training inputs (`tokens.text_of`), so a Titles dataset's model sees only
+a query's title, as in training. The same three folders make the MLflow model (serving.py), so
 `raexmc predict` and a served model answer alike.
 """
 
@@ -18,21 +20,23 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .data.dataset import Dataset
+from .data.dataset import Dataset, Text
 from .device import pick_device, resolve_precision
 from .embedding import embed_rows
 from .encoder import load_encoder, load_tokenizer
 from .errors import DataError
 from .index import load_index
 from .io import atomic_dir, read_json, write_json
+from .memory import training_values
 from .metrics import top_k
 from .predict import rae_scores
+from .tokens import text_of
 
 SETTINGS_FILE = "settings.json"
 VALUES_FILE = "Y_train.npz"
 LABEL_TEXTS_FILE = "label_texts.json"
 KEYS_FILE = "keys.npy"
-SETTINGS = ("lambda", "b", "tau", "ef_search", "input_max_len")
+SETTINGS = ("lambda", "b", "tau", "ef_search", "relevance", "input_max_len", "input_fields")
 PHASES = ("encode_s", "search_s", "score_s")
 
 
@@ -42,7 +46,7 @@ def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str
     missing = [name for name in SETTINGS if name not in settings]
     if missing:
         raise ValueError(f"settings lack {', '.join(missing)}")
-    Y_train = dataset.label_matrix("train")
+    Y_train = training_values(dataset.label_matrix("train"), settings["relevance"])
     with atomic_dir(folder) as tmp:
         write_json(tmp / SETTINGS_FILE, {**settings, "num_train": Y_train.shape[0], "num_labels": Y_train.shape[1]})
         sp.save_npz(tmp / VALUES_FILE, Y_train)
@@ -81,6 +85,9 @@ class Predictor:
         if not (memory / SETTINGS_FILE).is_file():
             raise DataError(f"not a predictor memory folder (no {SETTINGS_FILE}); run the package stage", memory)
         self.settings = read_json(memory / SETTINGS_FILE)
+        missing = [name for name in SETTINGS if name not in self.settings]
+        if missing:
+            raise DataError(f"{SETTINGS_FILE} lacks {', '.join(missing)}: rerun the package stage", memory)
         self.Y_train = sp.load_npz(memory / VALUES_FILE).tocsr()
         self.label_texts: list[str] = read_json(memory / LABEL_TEXTS_FILE)
         keys = np.load(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
@@ -96,6 +103,11 @@ class Predictor:
         self.tokenizer = load_tokenizer(str(encoder))
         self.model = load_encoder(str(encoder), self.device)
 
+    def query_text(self, query: Text | str) -> str:
+        """The text the encoder sees for a query: a record goes through the training inputs' recipe
+        (title, or title + content); a plain string is taken as it is."""
+        return query if isinstance(query, str) else text_of(query, self.settings["input_fields"])
+
     def embed(self, texts: list[str]) -> np.ndarray:
         """Query embeddings, tokenised as the token cache does (same max length, same special tokens)."""
         encoded = self.tokenizer(texts, max_length=int(self.settings["input_max_len"]), truncation=True,
@@ -104,13 +116,13 @@ class Predictor:
         return embed_rows(self.model, encoded["input_ids"], lengths, np.arange(len(texts)), self.device,
                           self.precision)
 
-    def predict(self, texts: list[str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:
-        """Per text, its top-k labels as {"label": id, "text": label text, "score": p.V}, best first."""
-        timing = Timing(queries=len(texts))
-        if not texts:
+    def predict(self, queries: list[Text | str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:
+        """Per query, its top-k labels as {"label": id, "text": label text, "score": p.V}, best first."""
+        timing = Timing(queries=len(queries))
+        if not queries:
             return [], timing
         started = time.perf_counter()
-        queries = self.embed(texts)
+        queries = self.embed([self.query_text(query) for query in queries])
         encoded = time.perf_counter()
         b = int(self.settings["b"])
         ids, sims = self.index.search(queries, b)

@@ -2,7 +2,8 @@
 as artifacts and this package's code, registered under a name and an alias, so that
 `mlflow models serve -m models:/<name>@<alias>` answers HTTP requests with labels.
 
-Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}}).
+Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}});
+a record may give "title" and "content" instead of "text", joined by the training inputs' recipe.
 Answer: {"predictions": [{"text": "...", "labels": [{"label": id, "text": "...", "score": s}, ...]}]}.
 """
 
@@ -17,6 +18,8 @@ import pandas as pd
 from mlflow.models import ModelSignature
 from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 
+from .data.dataset import Text
+from .errors import DataError
 from .params import Params
 from .predictor import Predictor
 from .tracking import tracking_uri
@@ -24,7 +27,7 @@ from .tracking import tracking_uri
 DEFAULT_K = 10
 ARTIFACTS = ("encoder", "index", "memory")
 REQUIREMENTS = ("torch", "transformers", "hnswlib", "numpy", "scipy", "pandas", "mlflow")
-SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", "text")]),
+SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False) for column in ("text", "title", "content")]),
                            params=ParamSchema([ParamSpec("k", "long", DEFAULT_K)]))
 
 
@@ -35,9 +38,18 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
         self.predictor = Predictor(*(context.artifacts[name] for name in ARTIFACTS))
 
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        texts = [str(text) for text in model_input["text"]]
-        results, _ = self.predictor.predict(texts, int((params or {}).get("k", DEFAULT_K)))
-        return pd.DataFrame({"text": texts, "labels": results})
+        queries = [_query_of(row, number) for number, row in enumerate(model_input.to_dict("records"))]
+        results, _ = self.predictor.predict(queries, int((params or {}).get("k", DEFAULT_K)))
+        return pd.DataFrame({"text": [self.predictor.query_text(query) for query in queries], "labels": results})
+
+
+def _query_of(row: dict[str, Any], number: int) -> Text | str:
+    """A request record as a query: its "text", else its "title" and "content" as a record."""
+    if isinstance(row.get("text"), str):
+        return row["text"]
+    if isinstance(row.get("title"), str):
+        return Text(uid=str(number), title=row["title"], content=str(row.get("content") or ""))
+    raise DataError('a query needs a "text" (or "title") string', "request", number)
 
 
 def registered_name(p: Params, dataset: str) -> str:
