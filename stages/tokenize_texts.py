@@ -1,6 +1,7 @@
 """Tokenise the inputs and label texts of a dataset folder into the token cache (memory-mapped
 token ids and lengths, keyed by tokenizer, max lengths and text fields)."""
 
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -8,7 +9,7 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder import load_tokenizer
 from raexmc.stage import run_stage, stage_cli
-from raexmc.tokens import build_token_cache
+from raexmc.tokens import TokenizeSettings, build_token_cache
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -16,13 +17,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         name = p.typed("encoder.name", str)
-        settings = p.section("tokenize")
+        settings = asdict(TokenizeSettings.from_params(p))
         run.params({"encoder.name": name, "tokenize": settings})
-        meta, reused = build_token_cache(
-            Dataset(dataset), load_tokenizer(name), name, out,
-            input_max_len=p.typed("tokenize.input_max_len", int), label_max_len=p.typed("tokenize.label_max_len", int),
-            input_fields=p.typed("tokenize.input_fields", str), label_fields=p.typed("tokenize.label_fields", str),
-            batch_size=p.typed("tokenize.batch_size", int))
+        meta, reused = build_token_cache(Dataset(dataset), load_tokenizer(name), name, out, **settings)
         run.metrics({"truncated": meta["truncated"], "reused": int(reused)})
         run.artifact(out / "meta.json")
 

@@ -7,10 +7,11 @@ import pytest
 from raexmc.data.dataset import Dataset
 from raexmc.data.debian import fetch_deb
 from raexmc.data.sources import build_dataset
-from raexmc.errors import ChecksumError, SourceError
+from raexmc.errors import ChecksumError, SourceError, UnsafeArchiveError
 from raexmc.params import load_params
 
 from conftest import REPO
+from test_archive import SAFE, deb_bytes
 
 CATALOGUE = load_params(REPO / "params.yaml").section("datasets")
 
@@ -36,6 +37,20 @@ def test_checksum_mismatch_fails_without_output(tmp_path):
     spec = {**CATALOGUE["foldoc"], "package": {**CATALOGUE["foldoc"]["package"], "md5": "0" * 32}}
     with pytest.raises(ChecksumError, match="dict-foldoc=20230119-1.*does not match the pinned 0000"):
         build_dataset("foldoc", spec, tmp_path / "foldoc", "")
+    assert not (tmp_path / "foldoc").exists()
+
+
+def test_unsafe_cached_package_is_removed_from_the_cache(tmp_path, monkeypatch):
+    # an unpinned (no md5) package found in the cache is reused without downloading; one whose
+    # data part escapes the extraction folder must be thrown out, not reused on every run
+    monkeypatch.setenv("RAEXMC_CACHE", str(tmp_path / "cache"))
+    cached = tmp_path / "cache" / "debs" / "dict-foldoc_20230119-1.deb"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(deb_bytes([("file", "./usr/ok.txt", SAFE), ("file", "../escaped.txt", SAFE)]))
+    spec = {**CATALOGUE["foldoc"], "package": {"name": "dict-foldoc", "version": "20230119-1"}}
+    with pytest.raises(UnsafeArchiveError, match="data.tar.xz:../escaped.txt"):
+        build_dataset("foldoc", spec, tmp_path / "foldoc", "")
+    assert not cached.exists(), "a rejected package must not stay cached"
     assert not (tmp_path / "foldoc").exists()
 
 

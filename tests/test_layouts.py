@@ -114,6 +114,39 @@ def test_ngame_line_count_mismatch(ngame_folder, tmp_path):
     expect_error(ngame_folder, tmp_path / "out", "line count mismatch", "trn_X.txt")
 
 
+def test_ngame_mismatch_names_the_file_line_after_the_header(ngame_folder, tmp_path):
+    # trn_X_Y.txt: header "4 5", then 4 rows on lines 2-5; trn_X.txt has only 3 texts, so the
+    # 4th row, on line 5 of trn_X_Y.txt, is the one without a text
+    (ngame_folder / "trn_X.txt").write_text("a\nb\nc\n")
+    expect_error(ngame_folder, tmp_path / "out", "trn_X_Y.txt:5: line count mismatch", "after 3 records")
+
+
+def ngame_with_header(folder, header, rows=300, labels=593):
+    """An NGAME folder with `labels` labels and `rows` training rows whose trn_X_Y.txt starts with `header`."""
+    folder.mkdir()
+    (folder / "Y.txt").write_text("".join(f"label {j}\n" for j in range(labels)))
+    for prefix, count in (("trn", rows), ("tst", 2)):
+        (folder / f"{prefix}_X.txt").write_text("".join(f"text {i}\n" for i in range(count)))
+        first = header if prefix == "trn" else f"{count} {labels}"
+        (folder / f"{prefix}_X_Y.txt").write_text(first + "\n" + "".join(f"{i % labels}:1\n" for i in range(count)))
+    return folder
+
+
+def test_ngame_header_agreeing_with_the_files_builds(tmp_path):
+    stats = build(ngame_with_header(tmp_path / "ngame", "300 593"), tmp_path / "out")
+    assert (stats["N_train"], stats["L"]) == (300, 593)
+
+
+def test_ngame_header_label_count_must_match_y_txt(tmp_path):
+    folder = ngame_with_header(tmp_path / "ngame", "300 10")
+    expect_error(folder, tmp_path / "out", "trn_X_Y.txt:1: header says 10 labels, but Y.txt has 593")
+
+
+def test_ngame_header_row_count_must_match_the_file(tmp_path):
+    folder = ngame_with_header(tmp_path / "ngame", "250 593")
+    expect_error(folder, tmp_path / "out", "trn_X_Y.txt:1: header says 250 rows, but the file has 300")
+
+
 def test_ngame_bad_label_token(ngame_folder, tmp_path):
     (ngame_folder / "tst_X_Y.txt").write_text("2 5\n0:1\n2:1 x:y\n")
     expect_error(ngame_folder, tmp_path / "out", "tst_X_Y.txt:3", "label:value")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -9,7 +12,10 @@ from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder import load_tokenizer, resolve_encoder
 from raexmc.errors import ConfigError
-from raexmc.tokens import TokenCache, build_token_cache, text_of
+from raexmc.params import Params, load_params
+from raexmc.tokens import TokenCache, TokenizeSettings, build_token_cache, text_of
+
+from conftest import REPO
 
 
 @pytest.fixture
@@ -60,6 +66,60 @@ def test_bad_fields_is_a_config_error(tiny_dataset, tiny_model, tmp_path):
     with pytest.raises(ConfigError, match="tokenize.label_fields"):
         build(tiny_dataset, load_tokenizer(str(tiny_model)), tmp_path / "tokens", label_fields="body")
     assert not (tmp_path / "tokens").exists()
+
+
+BAD_SETTINGS = [
+    ("input_max_len", -5, "must be at least 1, got -5"),
+    ("label_max_len", 0, "must be at least 1, got 0"),
+    ("batch_size", 0, "must be at least 1, got 0"),
+    ("input_max_len", "64", "must be int, got '64'"),
+    ("batch_size", 2.5, "must be int, got 2.5"),
+    ("label_max_len", True, "must be int, got True"),
+    ("input_fields", "body", "'body' is not one of title, title+content"),
+    ("label_fields", None, "must be str, got None"),
+    ("input_max_length", 64, "unknown parameter 'tokenize.input_max_length'"),
+]
+
+
+@pytest.mark.parametrize("key, value, fragment", BAD_SETTINGS)
+def test_every_tokenize_value_is_checked_before_any_work(key, value, fragment):
+    data = load_params(REPO / "params.yaml").data
+    params = Params({**data, "tokenize": {**data["tokenize"], key: value}}, "params.yaml")
+    with pytest.raises(ConfigError) as info:
+        TokenizeSettings.from_params(params)
+    assert (info.value.path, info.value.record) == ("params.yaml", f"tokenize.{key}")
+    assert fragment in str(info.value)
+
+
+def test_the_shipped_tokenize_params_pass():
+    settings = TokenizeSettings.from_params(load_params(REPO / "params.yaml"))
+    assert settings.input_max_len >= 1 and settings.input_fields in ("title", "title+content")
+
+
+@pytest.mark.parametrize("key, value", [("input_max_len", 2), ("label_max_len", 513)])
+def test_max_len_must_fit_the_tokenizer(tiny_dataset, tiny_model, tmp_path, key, value):
+    # BERT's tokenizer adds [CLS] and [SEP] (so 2 tokens hold no text) and takes at most 512 tokens
+    with pytest.raises(ConfigError, match=f"tokenize.{key}: 'tokenize.{key}' is {value}, but the tokenizer takes "
+                                          "3 to 512 tokens"):
+        build(tiny_dataset, load_tokenizer(str(tiny_model)), tmp_path / "tokens", **{key: value})
+    assert not (tmp_path / "tokens").exists()
+
+
+def test_stage_rejects_a_negative_max_len_in_one_line(tiny_dataset, tiny_model, tmp_path):
+    text = (REPO / "params.yaml").read_text()
+    assert "  input_max_len: 128" in text
+    text = text.replace("  input_max_len: 128", "  input_max_len: -5", 1)
+    (tmp_path / "params.yaml").write_text(text.replace("  name: all-MiniLM-L6-v2", f"  name: {tiny_model}", 1))
+    out = tmp_path / "tokens"
+    proc = subprocess.run([sys.executable, str(REPO / "stages/tokenize_texts.py"), "--dataset",
+                           str(tiny_dataset.folder), "--out", str(out), "--params", str(tmp_path / "params.yaml")],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    # a fresh MLflow store logs its own creation; besides that, only the one error line
+    assert [line for line in proc.stderr.splitlines() if " INFO mlflow." not in line] == [
+        f"ConfigError: {tmp_path / 'params.yaml'}:tokenize.input_max_len: 'tokenize.input_max_len' must be at least 1, "
+        "got -5"], proc.stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
 def test_packaged_minilm_resolves_offline():

@@ -21,7 +21,7 @@ import pytest
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.data.xcrepo import fetch_archive
-from raexmc.errors import ChecksumError, SourceError
+from raexmc.errors import ChecksumError, SourceError, UnsafeArchiveError
 
 LABELS = [{"uid": "L0", "title": "python", "content": "a language"},
           {"uid": "L1", "title": "unix", "content": "an operating system"},
@@ -39,8 +39,9 @@ def _jsonl_gz(records: list[dict]) -> bytes:
     return gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode("utf-8"), mtime=0)
 
 
-def lf_tiny_zip() -> bytes:
-    """A small LF-layout archive as the Extreme Classification Repository ships them."""
+def lf_tiny_zip(extra: dict[str, str] | None = None) -> bytes:
+    """A small LF-layout archive as the Extreme Classification Repository ships them, plus `extra`
+    members (name -> text)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
         archive.writestr("LF-Tiny/trn.json.gz", _jsonl_gz(TRAIN))
@@ -49,6 +50,8 @@ def lf_tiny_zip() -> bytes:
         archive.writestr("LF-Tiny/filter_labels_test.txt", FILTER_TEST)
         # padding so "the first half" is a meaningful partial download
         archive.writestr("LF-Tiny/README.txt", "tiny LF dataset for tests\n" * 400)
+        for name, text in (extra or {}).items():
+            archive.writestr(name, text)
     return buffer.getvalue()
 
 
@@ -207,6 +210,21 @@ def test_bad_cached_archive_is_removed_then_fetched_again(server, base_url, cach
     assert server.requests == []  # a cached file is checked, not re-downloaded blindly
     build_dataset("LF-Tiny", spec(), tmp_path / "out", base_url)
     assert cached.read_bytes() == ARCHIVE
+
+
+def test_unsafe_archive_is_not_kept_in_the_cache(server, base_url, cache, tmp_path):
+    server.files["/tiny.zip"] = lf_tiny_zip({"../escaped.txt": "pwned\n"})
+    out = tmp_path / "data" / "LF-Tiny"
+    with pytest.raises(UnsafeArchiveError, match="LF-Tiny.zip:../escaped.txt"):
+        build_dataset("LF-Tiny", spec(None), out, base_url)
+    assert list((cache / "xc-repo").iterdir()) == [], "a rejected archive must not stay cached"
+    assert not out.exists() and not (tmp_path / "data" / "escaped.txt").exists()
+
+    # the next run downloads again (the server now has the good archive) instead of reusing the bad one
+    server.files["/tiny.zip"] = ARCHIVE
+    build_dataset("LF-Tiny", spec(None), out, base_url)
+    assert (out / "stats.json").is_file()
+    assert server.requests == [("/tiny.zip", None), ("/tiny.zip", None)]
 
 
 def test_resume_sends_a_range_request_from_the_partial_file(server, base_url, cache, tmp_path):

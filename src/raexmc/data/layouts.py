@@ -3,7 +3,8 @@
 - LF layout of the Extreme Classification Repository: trn.json.gz, tst.json.gz, lbl.json.gz
   (records {uid, title, content, target_ind, target_rel}) and filter_labels_{train,test}.txt.
 - NGAME text layout: trn_X.txt, tst_X.txt, Y.txt (a text per line) and trn_X_Y.txt,
-  tst_X_Y.txt (an optional "rows cols" header, then "label:value ..." per line), same filters.
+  tst_X_Y.txt (an optional "rows cols" header, checked against the file and Y.txt, then
+  "label:value ..." per line), same filters.
 
 Readers stream records; the dataset writer checks label indices against the label count.
 """
@@ -102,12 +103,21 @@ def read_lf(folder: Path) -> LayoutReader:
 
 # --- NGAME layout ------------------------------------------------------------------------------
 
-def _sparse_rows(path: Path) -> Iterator[tuple[int, list[int], list[float]]]:
-    """(line number, label indices, values) per row; a leading "rows cols" header is skipped."""
+def _sparse_rows(path: Path, num_labels: int) -> Iterator[tuple[int, list[int], list[float]]]:
+    """(line number, label indices, values) per row.
+
+    A leading "rows cols" header is not a row, but it must agree with the file: a header that
+    disagrees means the file was cut, padded or paired with another Y.txt.
+    """
+    declared_rows, rows = None, 0
     for line_no, line in read_lines(path):
         tokens = line.split()
         if line_no == 1 and len(tokens) == 2 and all(t.isdigit() for t in tokens):
+            declared_rows, declared_labels = int(tokens[0]), int(tokens[1])
+            if declared_labels != num_labels:
+                raise DataError(f"header says {declared_labels} labels, but Y.txt has {num_labels}", path, line_no)
             continue
+        rows += 1
         labels, values = [], []
         for token in tokens:
             index, sep, value = token.partition(":")
@@ -117,15 +127,18 @@ def _sparse_rows(path: Path) -> Iterator[tuple[int, list[int], list[float]]]:
             except ValueError:
                 raise DataError(f"expected 'label:value', got '{token}'", path, line_no) from None
         yield line_no, labels, values
+    if declared_rows is not None and declared_rows != rows:
+        raise DataError(f"header says {declared_rows} rows, but the file has {rows}", path, 1)
 
 
-def _ngame_examples(text_path: Path, label_path: Path) -> Iterator[Example]:
+def _ngame_examples(text_path: Path, label_path: Path, num_labels: int) -> Iterator[Example]:
     count = 0
-    for count, (text, row) in enumerate(zip_longest(read_lines(text_path), _sparse_rows(label_path)), start=1):
+    for count, (text, row) in enumerate(zip_longest(read_lines(text_path), _sparse_rows(label_path, num_labels)),
+                                        start=1):
         if text is None or row is None:
-            longer = label_path if text is None else text_path
+            longer, line_no = (label_path, row[0]) if text is None else (text_path, text[0])
             raise DataError(f"line count mismatch: {text_path.name} and {label_path.name} differ after "
-                            f"{count - 1} records ({longer.name} is longer)", longer, count)
+                            f"{count - 1} records ({longer.name} is longer)", longer, line_no)
         line_no, labels, values = row
         yield Example(str(count - 1), text[1], "", labels=labels, relevance=values, origin=(str(label_path), line_no))
 
@@ -139,10 +152,11 @@ def read_ngame(folder: Path) -> LayoutReader:
     names = {"labels": "Y.txt", "train": "trn_X.txt", "test": "tst_X.txt",
              "train_labels": "trn_X_Y.txt", "test_labels": "tst_X_Y.txt"}
     files = {key: require_file(folder / name) for key, name in names.items()}
+    num_labels = sum(1 for _ in read_lines(files["labels"]))  # counted first, to check the label files' headers
     return LayoutReader(
         "ngame", _ngame_labels(files["labels"]),
-        _ngame_examples(files["train"], files["train_labels"]),
-        _ngame_examples(files["test"], files["test_labels"]),
+        _ngame_examples(files["train"], files["train_labels"], num_labels),
+        _ngame_examples(files["test"], files["test_labels"], num_labels),
         _filters(folder), {k: str(v) for k, v in files.items()})
 
 

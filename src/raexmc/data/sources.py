@@ -30,10 +30,20 @@ def _require(spec: dict[str, Any], key: str, name: str) -> Any:
     return spec[key]
 
 
+def _extract_download(archive: Path, target: Path) -> Path:
+    """Extract a cached download; one rejected as unsafe or corrupt is removed from the cache, so
+    the next run fetches it again instead of reusing it as if it were good."""
+    try:
+        return extract(archive, target)
+    except DataError:
+        archive.unlink(missing_ok=True)
+        raise
+
+
 def _linked_entries(name: str, spec: dict[str, Any], workdir: Path) -> tuple[list[LinkedEntry], dict[str, Any]]:
     package = _require(spec, "package", name)
     deb = fetch_deb(package["name"], str(package["version"]), package.get("md5"), cache_dir() / "debs")
-    unpacked = extract(deb.path, workdir / "deb")
+    unpacked = _extract_download(deb.path, workdir / "deb")
     if spec["source"] == "foldoc":
         dictd = unpacked / "usr/share/dictd"
         entries = read_foldoc(dictd / "foldoc.index", dictd / "foldoc.dict.dz")
@@ -86,6 +96,6 @@ def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_u
         archive = fetch_archive(xc_repo_url + str(_require(spec, "archive_id", name)),
                                 cache_dir() / "xc-repo" / f"{name}{spec.get('archive_suffix', '.zip')}",
                                 spec.get("sha256"))
-        unpacked = extract(archive.path, workdir / "archive")
+        unpacked = _extract_download(archive.path, workdir / "archive")
         return _write_layout(name, _find_dataset_folder(unpacked), target,
                              {"source": "xc-repo", "url": archive.url, "sha256": archive.sha256})
