@@ -147,16 +147,47 @@ def test_precision_ndcg_recall_by_hand(worked_example):
     assert "PSP@1" not in m
 
 
-def test_psp_with_known_propensities(worked_example):
+def test_psp_is_a_ratio_of_means_over_the_test_set(worked_example):
+    """pyxclib's psprecision: mean of propensity-scored hits over mean of the best achievable."""
     ranked, truth, propensity = worked_example
     m = per_instance_metrics(ranked, truth, ks=(1, 3, 5), recall_ks=(), propensity=propensity)
-    # row 0 positives weigh {0: 2, 2: 4, 5: 1.25}; ranking [0, 1, 2] gains [2, 0, 4].
-    #   PSP@1 = 2 / 4 (best single positive is label 2) = 0.5
-    #   PSP@3 = PSP@5 = (2 + 4) / (4 + 2 + 1.25) = 6 / 7.25 = 0.8275862068965517
-    # row 1: its only positive (weight 2) at rank 1 -> 1. row 2: no positive -> 0.
-    assert m["PSP@1"] == pytest.approx([0.5, 1, 0])
-    assert m["PSP@3"] == pytest.approx([0.8275862068965517, 1, 0])
-    assert m["PSP@5"] == pytest.approx([0.8275862068965517, 1, 0])
+    # Weights 1/p: row 0's positives {0: 2, 2: 4, 5: 1.25}, row 1's {3: 2}, row 2 has none.
+    # Gains of the rankings: row 0 [0, 1, 2] -> [2, 0, 4]; row 1 [3] -> [2]; row 2 -> nothing.
+    # k = 1: gains [2, 2, 0], best [4, 2, 0] -> PSP@1 = (4/3) / (6/3) = 2/3.
+    #   (The mean of per-input ratios would be (2/4 + 2/2 + 0) / 3 = 0.5.)
+    # k = 3 (and 5: no more hits, no more positives): gains [6, 2, 0], best [7.25, 2, 0]
+    #   -> PSP@3 = 8 / 9.25 = 0.8648648648648649 (mean of ratios: (6/7.25 + 1 + 0)/3 = 0.6092).
+    # Per input: the gain over the mean best, so the plain mean is the ratio of means:
+    #   k = 1: mean best 2 -> [1, 1, 0];  k = 3: mean best 9.25/3 -> [6, 2, 0] * 3/9.25.
+    assert m["PSP@1"] == pytest.approx([1, 1, 0])
+    assert m["PSP@3"] == pytest.approx([1.9459459459459458, 0.6486486486486486, 0])
+    assert m["PSP@5"] == pytest.approx(m["PSP@3"])
+    summary = summarize(m)
+    assert summary["PSP@1"] == 66.67
+    assert summary["PSP@3"] == summary["PSP@5"] == 86.49
+
+
+def test_psndcg_is_a_ratio_of_means_over_the_test_set(worked_example):
+    """pyxclib's psndcg: mean of PSDCG/IDCG over mean of best PSDCG/IDCG, IDCG with unit gains."""
+    ranked, truth, propensity = worked_example
+    m = per_instance_metrics(ranked, truth, ks=(1, 3), recall_ks=(), propensity=propensity)
+    # k = 1: IDCG@1 = 1 for rows 0 and 1; PSDCG [2, 2, 0], best [4, 2, 0] -> 4/6, per input [1, 1, 0].
+    # k = 3: row 0: IDCG@3 = D1 + D2 + D3 = 2.1309297535714578 (3 positives);
+    #   PSDCG = 2*D1 + 4*D3 = 4 -> 4 / 2.1309297535714578 = 1.8771149040910258;
+    #   best = 4*D1 + 2*D2 + 1.25*D3 = 5.8868595071429155 -> / IDCG = 2.7625779297869792.
+    #   row 1: IDCG@3 = 1 (one positive); PSDCG = best = 2. row 2: 0.
+    #   PSnDCG@3 = (1.8771149 + 2) / (2.7625779 + 2) = 0.8140790473667779 (mean of ratios: 0.5598);
+    #   mean best = 4.7625779297869792 / 3 = 1.5875259765956597
+    #   -> per input [1.8771149 / 1.5875260, 2 / 1.5875260, 0] = [1.1824152, 1.2598219, 0].
+    assert m["PSnDCG@1"] == pytest.approx([1, 1, 0])
+    assert m["PSnDCG@3"] == pytest.approx([1.1824152371455172, 1.2598219049548167, 0])
+    assert summarize(m)["PSnDCG@3"] == 81.41
+
+
+def test_propensity_scored_metrics_without_any_positive_are_zero():
+    m = per_instance_metrics(np.array([[0], [1]]), labels([set(), set()], 2), ks=(1,), recall_ks=(),
+                             propensity=np.array([0.5, 0.5]))
+    assert m["PSP@1"].tolist() == m["PSnDCG@1"].tolist() == [0.0, 0.0]
 
 
 def test_k_larger_than_number_of_labels():
@@ -257,7 +288,7 @@ def reference_top_k(scores, k, exclude):
     return out
 
 
-def reference_metrics(ranked, truth, ks, recall_ks, propensity):
+def reference_metrics(ranked, truth, ks, recall_ks):
     out = {}
     for i, ranking in enumerate(ranked.tolist()):
         pos = set(truth[i].indices.tolist())
@@ -267,9 +298,6 @@ def reference_metrics(ranked, truth, ks, recall_ks, propensity):
             dcg = sum(1 / math.log2(j + 2) for j in range(k) if hit[j])
             idcg = sum(1 / math.log2(j + 2) for j in range(min(k, len(pos))))
             out.setdefault(f"nDCG@{k}", []).append(dcg / idcg if pos else 0.0)
-            gain = sum(1 / propensity[ranking[j]] for j in range(min(k, len(ranking))) if hit[j])
-            best = sum(sorted((1 / propensity[l] for l in pos), reverse=True)[:k])
-            out.setdefault(f"PSP@{k}", []).append(gain / best if pos else 0.0)
         for k in recall_ks:
             out.setdefault(f"R@{k}", []).append(sum(hit[:k]) / max(len(pos), 1))
     return out
@@ -317,14 +345,13 @@ def test_matches_reference_loops_on_random_data(sparse):
     truth = sp.random(n, width, density=0.1, random_state=rng, format="csr")
     truth = remove_pairs(truth, exclude)
     freq = rng.choice([0, 3, 10, 50, 500, 5000], size=width)
-    propensity = propensities(freq, num_train=10_000)
 
     ranked = top_k(scores, k, exclude=exclude)
     assert ranked.tolist() == reference_top_k(scores, k, exclude)
 
     ks, recall_ks = (1, 3, 5), (10, 15)
-    got = per_instance_metrics(ranked, truth, ks, recall_ks, propensity)
-    want = reference_metrics(ranked, truth, ks, recall_ks, propensity)
+    got = per_instance_metrics(ranked, truth, ks, recall_ks)
+    want = reference_metrics(ranked, truth, ks, recall_ks)
     assert got.keys() == want.keys()
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12, err_msg=name)
@@ -336,6 +363,59 @@ def test_matches_reference_loops_on_random_data(sparse):
             assert value == pytest.approx(want_f1[name]), name
         else:
             assert math.isnan(value), name
+
+
+def reference_pyxclib_propensity_scored(ranked, truth, propensity, k):
+    """pyxclib's psprecision and psndcg at k, re-derived with plain loops over a dense truth.
+
+    pyxclib weighs each hit of the top k by 1/p and the ideal top k by the same weights (the
+    row's positives sorted by 1/p, padded with weight 0); nDCG's normaliser is min(IDCG over all
+    positives, IDCG@k), i.e. IDCG over min(k, #positives) unit gains, and IDCG@k for a row
+    without positives. Returns {name: (per-input numerators, per-input ideals)}; the metric is
+    mean(numerators) / mean(ideals).
+    """
+    dense = truth.toarray() != 0
+    inv_psp = 1.0 / propensity
+    out = {"PSP": ([], []), "PSnDCG": ([], [])}
+    for i in range(dense.shape[0]):
+        top = [int(label) for label in ranked[i][:k]] + [-1] * (k - min(k, len(ranked[i])))
+        flags = [inv_psp[label] if label >= 0 and dense[i, label] else 0.0 for label in top]
+        ideal = sorted((inv_psp[label] for label in range(dense.shape[1]) if dense[i, label]), reverse=True)
+        ideal = (ideal + [0.0] * k)[:k]
+        n_pos = int(dense[i].sum())
+        idcg_k = sum(1 / math.log2(j + 2) for j in range(k))
+        idcg_all = sum(1 / math.log2(j + 2) for j in range(n_pos))
+        norm = min(idcg_all, idcg_k) if n_pos else idcg_k
+        out["PSP"][0].append(sum(flags) / k)
+        out["PSP"][1].append(sum(ideal) / k)
+        out["PSnDCG"][0].append(sum(f / math.log2(j + 2) for j, f in enumerate(flags)) / norm)
+        out["PSnDCG"][1].append(sum(f / math.log2(j + 2) for j, f in enumerate(ideal)) / norm)
+    return out
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_propensity_scored_metrics_match_pyxclib_semantics_on_random_data(sparse):
+    rng = np.random.default_rng(11)
+    n, width = 80, 25
+    truth = sp.random(n, width, density=0.15, random_state=rng, format="csr")  # some rows empty
+    scores = rng.random((n, width)) + 0.6 * (truth.toarray() != 0)  # better than chance
+    if sparse:  # few candidates: rankings padded with -1
+        scores = sp.csr_matrix(scores * (rng.random((n, width)) < 0.3))
+    freq = rng.choice([0, 2, 10, 50, 500], size=width)
+    propensity = propensities(freq, num_train=5_000)
+    ks = (1, 3, 5)
+    ranked = top_k(scores, 8)
+    got = per_instance_metrics(ranked, truth, ks, recall_ks=(), propensity=propensity)
+    for k in ks:
+        for name, (numerators, ideals) in reference_pyxclib_propensity_scored(ranked, truth, propensity, k).items():
+            key = f"{name}@{k}"
+            value = np.mean(numerators) / np.mean(ideals)
+            assert np.mean(got[key]) == pytest.approx(value, rel=1e-12), key
+            assert summarize(got)[key] == round(100 * value, 2), key
+            # The per-input values t-tests see: pyxclib's per-input numerators over the mean ideal.
+            np.testing.assert_allclose(got[key], np.array(numerators) / np.mean(ideals), rtol=1e-12, err_msg=key)
+            mean_of_ratios = np.mean(np.divide(numerators, ideals, out=np.zeros(n), where=np.array(ideals) > 0))
+            assert abs(mean_of_ratios - value) > 1e-3, f"{key}: the data does not tell the definitions apart"
 
 
 def test_chunked_processing_matches_single_pass(monkeypatch):

@@ -208,36 +208,76 @@ def _hits(ranked: np.ndarray, truth: sp.csr_matrix) -> np.ndarray:
     return hits
 
 
+def _discounts(k: int) -> np.ndarray:
+    """DCG weights 1/log2(j + 1) of ranking positions j = 1..k."""
+    return 1.0 / np.log2(np.arange(2, k + 2))
+
+
+def _idcg(n_pos: np.ndarray, k: int) -> np.ndarray:
+    """Each row's best DCG@k with unit gains: the first min(k, #positives) discounts."""
+    return np.concatenate([[0.0], np.cumsum(_discounts(k))])[np.minimum(n_pos, k)]
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator elementwise, 0 where the denominator is 0."""
+    return np.divide(numerator, denominator, out=np.zeros_like(numerator), where=denominator > 0)
+
+
 def _ndcg(hits: np.ndarray, n_pos: np.ndarray, k: int) -> np.ndarray:
-    discount = 1.0 / np.log2(np.arange(2, k + 2))
-    dcg = hits[:, :k] @ discount
-    ideal = np.concatenate([[0.0], np.cumsum(discount)])[np.minimum(n_pos, k)]
-    return np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
+    return _ratio(hits[:, :k] @ _discounts(k), _idcg(n_pos, k))
 
 
-def _psp(
+def _best_weights(truth: sp.csr_matrix, weight: np.ndarray, depth: int) -> np.ndarray:
+    """(N, depth): each row's positive weights, largest first, padded with 0 (the ideal ranking)."""
+    rows, pos_weight = _row_ids(truth.indptr), weight[truth.indices]
+    order = np.lexsort((-pos_weight, rows))
+    rows, pos_weight = rows[order], pos_weight[order]
+    rank = np.arange(rows.size) - truth.indptr[rows]
+    best = np.zeros((truth.shape[0], depth))
+    kept = rank < depth
+    best[rows[kept], rank[kept]] = pos_weight[kept]
+    return best
+
+
+def _over_mean_ideal(gain: np.ndarray, ideal: np.ndarray) -> np.ndarray:
+    """gain / mean(ideal): values whose mean over the test set is mean(gain) / mean(ideal)."""
+    mean_ideal = float(ideal.mean()) if ideal.size else 0.0
+    return gain / mean_ideal if mean_ideal > 0 else np.zeros_like(gain)
+
+
+def _propensity_scored(
     ranked: np.ndarray,
     hits: np.ndarray,
     truth: sp.csr_matrix,
     propensity: np.ndarray,
     ks: Sequence[int],
 ) -> dict[str, np.ndarray]:
-    """PSP@k: propensity-weighted hits over the best weight sum the row's positives allow."""
+    """PSP@k and PSnDCG@k as pyxclib (the XC Repository) defines them: ratios of means.
+
+    PSP@k = mean_i[sum of 1/p over the hits in i's top k] / mean_i[sum of i's k largest 1/p over
+    its positives] (the 1/k of both cancels). PSnDCG@k = mean_i[PSDCG_i@k / IDCG_i@k] /
+    mean_i[best PSDCG_i@k / IDCG_i@k], with 1/p as gains and IDCG_i@k the unit-gain one.
+    This is not the mean of per-input ratios. Each input's value is its numerator divided by the
+    test set's mean ideal, so that the plain mean over the test set is pyxclib's number, and a
+    paired t-test sees the per-input numerators scaled by a factor that is the same for every
+    system ranked on this test set (t and p are unchanged by it). The mean over a subset of the
+    inputs is not that subset's PSP@k: compute the metrics on the subset instead.
+    """
     propensity = np.asarray(propensity, dtype=np.float64)
     if propensity.shape != (truth.shape[1],) or np.any(propensity <= 0):
         raise DataError(f"propensity must be {truth.shape[1]} positive values")
     weight = 1.0 / propensity
     gained = np.where(hits, weight[np.maximum(ranked, 0)], 0.0)
-    # Each row's positive weights, largest first, with their rank within the row.
-    rows, pos_weight = _row_ids(truth.indptr), weight[truth.indices]
-    order = np.lexsort((-pos_weight, rows))
-    rows, pos_weight = rows[order], pos_weight[order]
-    rank = np.arange(rows.size) - truth.indptr[rows]
+    best = _best_weights(truth, weight, max(ks, default=0))
+    n_pos = np.diff(truth.indptr)
     out = {}
     for k in ks:
-        best = np.bincount(rows[rank < k], weights=pos_weight[rank < k], minlength=truth.shape[0])
-        got = gained[:, :k].sum(axis=1)
-        out[f"PSP@{k}"] = np.divide(got, best, out=np.zeros_like(got), where=best > 0)
+        out[f"PSP@{k}"] = _over_mean_ideal(gained[:, :k].sum(axis=1), best[:, :k].sum(axis=1))
+    for k in ks:
+        idcg = _idcg(n_pos, k)
+        out[f"PSnDCG@{k}"] = _over_mean_ideal(
+            _ratio(gained[:, :k] @ _discounts(k), idcg), _ratio(best[:, :k] @ _discounts(k), idcg)
+        )
     return out
 
 
@@ -248,11 +288,13 @@ def per_instance_metrics(
     recall_ks: Sequence[int] = (10, 100),
     propensity: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per-test-input P@k, nDCG@k (and PSP@k given propensities) for `ks`, R@k for `recall_ks`.
+    """Per test input: P@k, nDCG@k (PSP@k, PSnDCG@k given propensities) at `ks`, R@k at `recall_ks`.
 
-    Kept per input, not averaged, so that systems can be compared with paired tests. `truth` must
-    already be without filtered pairs (see `remove_pairs`); nonzeros are positives. Ranking
-    positions beyond `ranked`'s width, and -1 padding, count as misses. Rows with no positive get 0.
+    Kept per input, not averaged, so that systems can be compared with paired tests; the mean of
+    every array over the whole test set is the XC Repository's metric (PSP@k and PSnDCG@k are
+    ratios of means, see `_propensity_scored`). `truth` must already be without filtered pairs
+    (see `remove_pairs`); nonzeros are positives. Ranking positions beyond `ranked`'s width, and
+    -1 padding, count as misses. Rows with no positive get 0.
     """
     truth = _as_pattern(truth)
     ranked = _to_depth(_check_ranked(ranked, truth), max((*ks, *recall_ks), default=0))
@@ -264,14 +306,18 @@ def per_instance_metrics(
     for k in ks:
         out[f"nDCG@{k}"] = _ndcg(hits, n_pos, k)
     if propensity is not None:
-        out.update(_psp(ranked, hits, truth, propensity, ks))
+        out.update(_propensity_scored(ranked, hits, truth, propensity, ks))
     for k in recall_ks:
         out[f"R@{k}"] = hits[:, :k].sum(axis=1) / np.maximum(n_pos, 1)
     return out
 
 
 def summarize(per_instance: dict[str, np.ndarray]) -> dict[str, float]:
-    """Mean of each metric over test inputs, as a percentage rounded to two decimals."""
+    """Mean of each metric over test inputs, as a percentage rounded to two decimals.
+
+    `per_instance` must hold whole-test-set arrays from `per_instance_metrics`: their plain means
+    are the XC Repository's metrics, PSP@k's ratio of means included.
+    """
     return {
         name: round(100.0 * float(np.mean(values)), 2) if np.size(values) else float("nan")
         for name, values in per_instance.items()
