@@ -1,7 +1,8 @@
 """Build the normalised dataset folder of a named dataset from its configured source.
 
 Sources: `foldoc` and `wordnet` (pinned Debian packages turned into linked corpora), `local` (a
-folder in the LF or NGAME layout) and `xc-repo` (the paper's benchmarks, as archives).
+folder in the LF or NGAME layout), `xc-repo` (the paper's benchmarks, as archives) and
+`synthetic` (generated with a requested shape, to measure the pipeline at scale offline).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from .debian import fetch_deb
 from .foldoc import read_foldoc
 from .layouts import read_layout
 from .linked import LinkedEntry, split_linked_corpus
+from .synthetic import write_synthetic
 from .wordnet import read_wordnet
 from .xcrepo import fetch_archive
 
-SOURCES = ("foldoc", "wordnet", "local", "xc-repo")
+SOURCES = ("foldoc", "wordnet", "local", "xc-repo", "synthetic")
 
 
 def _require(spec: dict[str, Any], key: str, name: str) -> Any:
@@ -86,6 +88,8 @@ def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_u
         raise ConfigError(f"unknown source '{source}' (choose from {', '.join(SOURCES)})",
                           "params.yaml", f"datasets.{name}.source")
     target = Path(target)
+    if source == "synthetic":
+        return write_synthetic(name, spec, target)
     with tempfile.TemporaryDirectory(prefix="raexmc-download-") as tmp:
         workdir = Path(tmp)
         if source in ("foldoc", "wordnet"):

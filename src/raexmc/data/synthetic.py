@@ -1,0 +1,201 @@
+"""A seeded synthetic dataset with the shape of a real one, to measure time and memory offline.
+
+The paper's largest benchmark cannot be fetched here, so this source writes a dataset of any
+requested shape (N_train, N_test, L, mean labels per input, words per text) through the same
+writer as every other source, for every stage to run on at that scale.
+
+How it is made, so that tokenising costs like real text and the labels can be retrieved:
+- Words are pseudo-words over a fixed vocabulary, drawn by Zipf's law (frequent words short).
+- Labels fall into topics of `topic_size` consecutive ids. Topics are popular by a power law and
+  so are labels within a topic: label frequencies are heavy-tailed like XC data (head to unseen).
+- An input picks a topic, a number of labels (geometric with mean `labels_per_input`, at most
+  the topic's size) and that many labels of its topic without replacement, weighted by
+  popularity (Gumbel top-k).
+- A label's title holds its topic's word and two signature words; an input's title holds its
+  topic's word and a signature word of three of its labels (random, repeats allowed); the rest
+  of both are Zipf words. Content is empty, as in the Titles benchmarks.
+
+Every chunk has its own random stream (seed, split, chunk number), so the output is a function
+of the parameters alone. Generation is vectorised per chunk and streamed to the writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ..errors import ConfigError
+from .dataset import Example, Text, write_dataset
+
+CHUNK = 32_768                 # inputs or labels generated at once
+SYLLABLES = [c + v for c in "bdfghjklmnprstvz" for v in "aeiou"]
+WORD_ZIPF = 1.0                # exponent of word frequency by rank
+TOPIC_POWER = 0.5              # exponent of topic popularity by rank
+LABEL_POWER = 1.0              # exponent of label popularity by rank within its topic
+SIGNATURE_WORDS = 2            # words naming a label in its title
+BORROWED_WORDS = 3             # labels whose signature word an input's title carries
+STREAMS = {"labels": 0, "train": 1, "test": 2, "topics": 3, "signatures": 4}
+UID_PREFIX = {"labels": "lbl", "train": "trn", "test": "tst"}
+_DEFAULTS = {"seed": 0, "vocab_size": 50_000, "topic_size": 256}
+_REQUIRED = ("n_train", "n_test", "n_labels", "labels_per_input", "input_words", "label_words")
+_MIN_WORDS = {"input_words": 1 + BORROWED_WORDS, "label_words": 1 + SIGNATURE_WORDS}
+
+
+@dataclass(frozen=True)
+class SyntheticShape:
+    """The parameters of a synthetic dataset (a `datasets.<name>` entry with source: synthetic)."""
+
+    n_train: int
+    n_test: int
+    n_labels: int
+    labels_per_input: float
+    input_words: tuple[int, int]
+    label_words: tuple[int, int]
+    seed: int
+    vocab_size: int
+    topic_size: int
+
+
+def parse_shape(name: str, spec: dict[str, Any]) -> SyntheticShape:
+    """Check a `datasets.<name>` entry; a bad value is a ConfigError naming its key."""
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(message, "params.yaml", f"datasets.{name}.{key}")
+
+    unknown = sorted(set(spec) - {"source", *_REQUIRED, *_DEFAULTS})
+    if unknown:
+        known = ", ".join((*_REQUIRED, *_DEFAULTS))
+        raise fail(unknown[0], f"unknown key '{unknown[0]}' for a synthetic dataset (known: {known})")
+    values = {**_DEFAULTS, **spec}
+    for key in _REQUIRED:
+        if values.get(key) is None:
+            raise fail(key, f"a synthetic dataset needs '{key}'")
+
+    def integer(key: str, low: int) -> int:
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise fail(key, f"'{key}' must be an integer >= {low}, got {value!r}")
+        return value
+
+    def word_range(key: str) -> tuple[int, int]:
+        value, low = values[key], _MIN_WORDS[key]
+        if (not isinstance(value, list) or len(value) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in value)
+                or not low <= value[0] <= value[1]):
+            raise fail(key, f"'{key}' must be [min, max] words with {low} <= min <= max, got {value!r}")
+        return value[0], value[1]
+
+    n_labels = integer("n_labels", 1)
+    topic_size = min(integer("topic_size", 1), n_labels)
+    mean = values["labels_per_input"]
+    if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 1 <= mean <= topic_size:
+        raise fail("labels_per_input", f"'labels_per_input' must be a number in [1, topic_size={topic_size}], "
+                                       f"got {mean!r}")
+    return SyntheticShape(
+        n_train=integer("n_train", 1), n_test=integer("n_test", 1), n_labels=n_labels,
+        labels_per_input=float(mean), input_words=word_range("input_words"), label_words=word_range("label_words"),
+        seed=integer("seed", 0), vocab_size=integer("vocab_size", len(SYLLABLES) * 10), topic_size=topic_size,
+    )
+
+
+def pseudo_word(rank: int) -> str:
+    """The word of a vocabulary rank: its digits in base len(SYLLABLES), one syllable each."""
+    syllables = []
+    while True:
+        syllables.append(SYLLABLES[rank % len(SYLLABLES)])
+        rank = rank // len(SYLLABLES) - 1
+        if rank < 0:
+            return "".join(reversed(syllables))
+
+
+def _power_cdf(size: int, exponent: float) -> np.ndarray:
+    """Cumulative probabilities of ranks 1..size weighted rank**-exponent, for searchsorted draws."""
+    weights = np.arange(1, size + 1, dtype=np.float64) ** -exponent
+    cdf = np.cumsum(weights)
+    return cdf / cdf[-1]
+
+
+class SyntheticGenerator:
+    """Streams the labels and the inputs of each split of a synthetic dataset."""
+
+    def __init__(self, shape: SyntheticShape):
+        self.shape = shape
+        self.vocab = [pseudo_word(rank) for rank in range(shape.vocab_size)]
+        self.word_cdf = _power_cdf(shape.vocab_size, WORD_ZIPF)
+        self.num_topics = -(-shape.n_labels // shape.topic_size)
+        self.topic_cdf = _power_cdf(self.num_topics, TOPIC_POWER)
+        self.label_log_weight = -LABEL_POWER * np.log(np.arange(1, shape.topic_size + 1, dtype=np.float64))
+        # Topic and signature words come from below the most frequent ranks, as content words do.
+        content_words = (shape.vocab_size // 50, shape.vocab_size)
+        self.topic_word = self._rng("topics").integers(*content_words, size=self.num_topics)
+        self.signature = self._rng("signatures").integers(*content_words, size=(shape.n_labels, SIGNATURE_WORDS))
+
+    def _rng(self, stream: str, chunk: int = 0) -> np.random.Generator:
+        return np.random.default_rng([self.shape.seed, STREAMS[stream], chunk])
+
+    def _chunks(self, split: str, count: int) -> Iterator[tuple[np.ndarray, np.random.Generator]]:
+        """The record numbers of each chunk of a split, with the chunk's own random stream."""
+        with tqdm(total=count, desc=f"synthetic {split}", unit="text", mininterval=2.0) as progress:
+            for chunk, start in enumerate(range(0, count, CHUNK)):
+                ids = np.arange(start, min(start + CHUNK, count))
+                yield ids, self._rng(split, chunk)
+                progress.update(len(ids))
+
+    def _titles(self, rng: np.random.Generator, words: np.ndarray, lengths: tuple[int, int]) -> list[str]:
+        """Join each row's leading words (a count in `lengths`) into a title."""
+        counts = rng.integers(lengths[0], lengths[1] + 1, size=len(words))
+        vocab = self.vocab
+        return [" ".join([vocab[w] for w in row[:n]]) for row, n in zip(words.tolist(), counts.tolist())]
+
+    def _zipf_words(self, rng: np.random.Generator, rows: int, columns: int) -> np.ndarray:
+        return np.searchsorted(self.word_cdf, rng.random((rows, columns)), side="right")
+
+    def labels(self) -> Iterator[Text]:
+        for ids, rng in self._chunks("labels", self.shape.n_labels):
+            words = self._zipf_words(rng, len(ids), self.shape.label_words[1])
+            words[:, 0] = self.topic_word[ids // self.shape.topic_size]
+            words[:, 1:1 + SIGNATURE_WORDS] = self.signature[ids]
+            for label, title in zip(ids.tolist(), self._titles(rng, words, self.shape.label_words)):
+                yield Text(f"{UID_PREFIX['labels']}{label}", title)
+
+    def _label_sets(self, rng: np.random.Generator, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each input's topic, and its labels as CSR (indptr, sorted label ids)."""
+        size = self.shape.topic_size
+        topics = np.searchsorted(self.topic_cdf, rng.random(rows), side="right")
+        members = topics[:, None] * size + np.arange(size)
+        in_topic = np.minimum(size, self.shape.n_labels - topics * size)
+        counts = np.minimum(rng.geometric(1.0 / self.shape.labels_per_input, rows), in_topic)
+        keys = self.label_log_weight + rng.gumbel(size=(rows, size))
+        keys[members >= self.shape.n_labels] = -np.inf
+        kth_largest = np.take_along_axis(np.sort(keys, axis=1), (size - counts)[:, None], axis=1)
+        chosen = keys >= kth_largest
+        indptr = np.concatenate([[0], np.cumsum(chosen.sum(axis=1))])
+        return topics, indptr, members[chosen]
+
+    def examples(self, split: str, count: int) -> Iterator[Example]:
+        for ids, rng in self._chunks(split, count):
+            rows = len(ids)
+            topics, indptr, labels = self._label_sets(rng, rows)
+            words = self._zipf_words(rng, rows, self.shape.input_words[1])
+            words[:, 0] = self.topic_word[topics]
+            per_row = np.diff(indptr)
+            for column in range(1, 1 + BORROWED_WORDS):
+                picked = labels[indptr[:-1] + (rng.random(rows) * per_row).astype(np.int64)]
+                words[:, column] = self.signature[picked, rng.integers(0, SIGNATURE_WORDS, size=rows)]
+            titles = self._titles(rng, words, self.shape.input_words)
+            for row, (number, title) in enumerate(zip(ids.tolist(), titles)):
+                yield Example(f"{UID_PREFIX[split]}{number}", title, labels=labels[indptr[row]:indptr[row + 1]])
+
+
+def write_synthetic(name: str, spec: dict[str, Any], target: str | Path) -> dict[str, Any]:
+    """Write the synthetic dataset `name` to `target` and return its stats."""
+    shape = parse_shape(name, spec)
+    generator = SyntheticGenerator(shape)
+    source = {"name": name, "source": "synthetic", **asdict(shape)}
+    return write_dataset(target, generator.labels(), generator.examples("train", shape.n_train),
+                         generator.examples("test", shape.n_test), {}, source)
