@@ -8,7 +8,8 @@ token ids, so no dataset download is needed.
 
 Every text is at its full max_len (an upper bound on a real step's work). `distilbert-sized` is
 DistilBERT's architecture with random weights (speed does not depend on the weights, and our
-machines are offline). Each measurement is appended to bench/results/train_speed.json (`--out`).
+machines are offline). The recipe is params.yaml's `train` section with the preset's batch and m.
+Each measurement is appended to bench/results/train_speed.json (`--out`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import platform
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +32,7 @@ from raexmc.encoder import load_encoder
 from raexmc.io import write_json
 from raexmc.params import load_params
 from raexmc.tokens import TokenCache
-from raexmc.train import BatchSampler, TrainSettings, apply_gradients, linear_schedule, training_step
+from raexmc.train import BatchSampler, TrainSettings, apply_gradients, make_optimizer, training_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,11 +75,13 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          precision: str = typer.Option("auto", help="auto | fp32 | bf16 | fp16"),
          device: str = typer.Option("auto", help="auto | cpu | cuda"),
          out: Path = typer.Option(ROOT / "bench" / "results" / "train_speed.json", help="JSON list to append to.")) -> None:
-    values = load_params(ROOT / "params.yaml").section("presets").get(preset)
+    config = load_params(ROOT / "params.yaml")
+    values = config.section("presets").get(preset)
     if values is None:
         raise typer.BadParameter(f"no preset {preset!r} in params.yaml presets")
-    settings = TrainSettings(batch_size=batch_size or values["train.batch_size"],
-                             num_hard_negatives=values["train.num_hard_negatives"], max_steps=warmup + steps)
+    settings = replace(TrainSettings.from_params(config), batch_size=batch_size or values["train.batch_size"],
+                       num_hard_negatives=values["train.num_hard_negatives"],
+                       max_steps=warmup + steps, warmup_steps=0)
     ctx = init_distributed(device)
     resolved = resolve_precision(precision, ctx.device)
     global_batch = settings.batch_size * ctx.world_size
@@ -87,8 +91,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
     Y = synthetic_labels(rows, labels, rng)
     negatives = rng.integers(0, labels, size=(rows, settings.num_hard_negatives))
     params = [p for p in encoder.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(0, settings.max_steps))
+    optimizer, scheduler = make_optimizer(params, settings)
     sampler = BatchSampler(Y, np.arange(rows), settings.seed)
     with tempfile.TemporaryDirectory() as folder:
         cache = synthetic_cache(Path(folder), rows, labels, values["tokenize.input_max_len"],
@@ -99,8 +102,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                     torch.cuda.synchronize()
                 started = time.perf_counter()
             batch_rows, positives = sampler.batch(step, global_batch)
-            loss = training_step(encoder, cache, Y, batch_rows, positives, negatives, settings, ctx, resolved)
-            apply_gradients(loss, params, optimizer, scheduler, settings.grad_clip, ctx)
+            training_step(encoder, cache, Y, batch_rows, positives, negatives, settings, ctx, resolved)
+            apply_gradients(params, optimizer, scheduler, settings.grad_clip)
         if ctx.device.startswith("cuda"):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started
