@@ -1,6 +1,6 @@
 """Training: the loss goes down on a tiny problem, checkpoints resume to the same weights, a real
-2-process gloo group takes the step one process takes on the same global batch, and every train.*
-value is checked before any work."""
+2-process gloo group takes the step one process takes on the same global batch, gradient caching
+takes the plain step, and every train.* value is checked before any work."""
 
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ from conftest import REPO, free_port, make_lf_folder
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.distributed import DistContext
-from raexmc.encoder import load_encoder, load_tokenizer
+from raexmc.encoder import encode, load_encoder, load_tokenizer
+from raexmc.embedding import batch_tensors
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
 from raexmc.tokens import TokenCache, build_token_cache
-from raexmc.train import (BatchSampler, TrainSettings, apply_gradients, linear_schedule, make_optimizer,
+from raexmc.train import (BatchSampler, TrainSettings, apply_gradients, linear_schedule, make_optimizer, plan_batch,
                           split_validation, train, training_step)
 
 
@@ -171,7 +172,7 @@ def test_two_process_gloo_training_keeps_ranks_identical(tiny, tiny_model, tmp_p
     assert changed > 0, "training must have moved the weights"
 
 
-# --- One step: W processes against one process -------------------------- -------------------------
+# --- One step: W processes and gradient caching against one plain process -------------------------
 
 STEP_WORKER = """
 import sys
@@ -187,26 +188,27 @@ from raexmc.tokens import TokenCache
 from raexmc.train import TrainSettings, apply_gradients, make_optimizer, training_step
 
 tests, params, data, tokens, model_dir, out = sys.argv[1:7]
-global_batch = int(sys.argv[7])
+global_batch, chunks = int(sys.argv[7]), [int(c) for c in sys.argv[8:]]
 sys.path.insert(0, tests)
 from test_train import gradients, the_batch
 
 ctx = init_distributed("cpu")
 Y = Dataset(data).label_matrix("train")
 rows, positives, negatives = the_batch(Y, global_batch)
-settings = replace(TrainSettings.from_params(load_params(params)), batch_size=global_batch // ctx.world_size,
-                   lr=1e-3, warmup_steps=0, max_steps=10, grad_clip=0.01)
-model = load_encoder(model_dir).train()
-weights = [p for p in model.parameters() if p.requires_grad]
-optimizer, scheduler = make_optimizer(weights, settings)
-loss = training_step(model, TokenCache(tokens), Y, rows, positives, negatives, settings, ctx, "fp32")
-grads = gradients(model)
-norm = apply_gradients(weights, optimizer, scheduler, settings.grad_clip)
-torch.save({"loss": float(loss), "grads": grads, "norm": norm, "weights": model.state_dict()},
-           Path(out) / f"w{ctx.world_size}_rank{ctx.rank}.pt")
+for chunk in chunks:
+    settings = replace(TrainSettings.from_params(load_params(params)), batch_size=global_batch // ctx.world_size,
+                       grad_cache_chunk=chunk, lr=1e-3, warmup_steps=0, max_steps=10, grad_clip=0.01)
+    model = load_encoder(model_dir).train()
+    weights = [p for p in model.parameters() if p.requires_grad]
+    optimizer, scheduler = make_optimizer(weights, settings)
+    loss = training_step(model, TokenCache(tokens), Y, rows, positives, negatives, settings, ctx, "fp32")
+    grads = gradients(model)
+    norm = apply_gradients(weights, optimizer, scheduler, settings.grad_clip)
+    torch.save({"loss": float(loss), "grads": grads, "norm": norm, "weights": model.state_dict()},
+               Path(out) / f"w{ctx.world_size}_chunk{chunk}_rank{ctx.rank}.pt")
 shutdown(ctx)
 """
-GLOBAL_BATCH = 8
+GLOBAL_BATCH, CHUNK = 8, 2  # per rank at W=2: 4 inputs in chunks of 2+2, 3 labels (padded) in 2+1
 
 
 def the_batch(Y: sp.csr_matrix, size: int = GLOBAL_BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -232,18 +234,19 @@ def no_dropout_model(tiny_model, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def one_step(tiny_model, no_dropout_model, tmp_path_factory):
-    """The step the worker takes as 1 process and as a real 2-process gloo group:
-    {(world size, rank): {"loss", "grads", "norm", "weights"}}."""
+    """The step the worker takes as 1 plain process and as a real 2-process gloo group, plain and
+    with gradient caching: {(world size, chunk, rank): {"loss", "grads", "norm", "weights"}}."""
     folder = tmp_path_factory.mktemp("one-step")
     dataset, cache = build_tiny(folder, tiny_model)
     (folder / "step.py").write_text(STEP_WORKER)
     args = [str(folder / "step.py"), str(Path(__file__).parent), str(PARAMS), str(dataset.folder), str(cache.folder), str(no_dropout_model),
-            str(folder), str(GLOBAL_BATCH)]
+            str(folder), str(GLOBAL_BATCH), "0", str(CHUNK)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for launcher in ([], ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]):
         proc = subprocess.run([sys.executable, *launcher, *args], capture_output=True, text=True, env=env, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    return {(w, rank): torch.load(folder / f"w{w}_rank{rank}.pt") for w, rank in ((1, 0), (2, 0), (2, 1))}
+    return {(w, chunk, rank): torch.load(folder / f"w{w}_chunk{chunk}_rank{rank}.pt")
+            for w, rank in ((1, 0), (2, 0), (2, 1)) for chunk in (0, CHUNK)}
 
 
 def assert_same_step(step: dict, reference: dict, what: str) -> None:
@@ -267,12 +270,58 @@ def assert_same_gradients(got: dict, expected: dict, what: str) -> None:
 
 
 def test_two_processes_take_the_step_of_one_process_on_the_same_global_batch(one_step):
-    reference = one_step[(1, 0)]
+    reference = one_step[(1, 0, 0)]
     assert reference["norm"] > 10 * 0.01, "clipping must bite for the weights to test it"
     for rank in (0, 1):
-        assert_same_step(one_step[(2, rank)], reference, f"2 processes, rank {rank}")
-    for name, weight in one_step[(2, 0)]["weights"].items():
-        assert torch.equal(weight, one_step[(2, 1)]["weights"][name]), f"ranks differ in {name}"
+        assert_same_step(one_step[(2, 0, rank)], reference, f"2 processes, rank {rank}")
+    for name, weight in one_step[(2, 0, 0)]["weights"].items():
+        assert torch.equal(weight, one_step[(2, 0, 1)]["weights"][name]), f"ranks differ in {name}"
+
+
+def test_gradient_caching_takes_the_plain_step_in_one_process_and_in_two(one_step):
+    reference = one_step[(1, 0, 0)]
+    assert_same_step(one_step[(1, CHUNK, 0)], reference, "1 process, gradient caching")
+    for rank in (0, 1):
+        assert_same_step(one_step[(2, CHUNK, rank)], reference, f"2 processes, gradient caching, rank {rank}")
+
+
+def step_gradients(model, tiny, chunk: int, seed: int) -> dict[str, torch.Tensor]:
+    dataset, cache = tiny
+    Y = dataset.label_matrix("train")
+    torch.manual_seed(seed)
+    training_step(model, cache, Y, *the_batch(Y), settings(batch_size=GLOBAL_BATCH, grad_cache_chunk=chunk), SINGLE,
+                  "fp32")
+    return gradients(model)
+
+
+def chunked_forward_gradients(model, tiny, chunk: int, seed: int) -> dict[str, torch.Tensor]:
+    """The reference for gradient caching with dropout: encode the same chunks in the same order
+    (inputs, then labels), all with graph, then back-propagate the loss through all of them."""
+    dataset, cache = tiny
+    Y = dataset.label_matrix("train")
+    plan = plan_batch(Y, *the_batch(Y), settings(batch_size=GLOBAL_BATCH), SINGLE)
+
+    def encoded(split: str, rows: np.ndarray) -> torch.Tensor:
+        return torch.cat([encode(model, *batch_tensors(cache.ids(split), cache.lengths(split), part, "cpu"))
+                          for part in np.split(rows, range(chunk, len(rows), chunk))])
+
+    torch.manual_seed(seed)
+    model.zero_grad(set_to_none=True)
+    x = encoded("train", plan.input_rows)  # inputs first, then labels: the first pass's order
+    z = encoded("labels", plan.label_rows)
+    plan.loss(x, z).backward()
+    return gradients(model)
+
+
+def test_gradient_caching_with_dropout_replays_the_first_pass_masks(tiny, tiny_model):
+    model = load_encoder(str(tiny_model)).train()  # dropout 0.1
+    assert model.config.hidden_dropout_prob > 0
+    reference = chunked_forward_gradients(model, tiny, CHUNK, seed=3)
+    other_masks = chunked_forward_gradients(model, tiny, CHUNK, seed=4)
+    assert any(not torch.allclose(reference[n], other_masks[n]) for n in reference), "dropout must change gradients"
+    assert_same_gradients(step_gradients(model, tiny, CHUNK, seed=3), reference, "chunks of 2")
+    # One chunk per split draws its masks exactly as the plain step does.
+    assert_same_gradients(step_gradients(model, tiny, 64, seed=3), step_gradients(model, tiny, 0, seed=3), "one chunk")
 
 
 # --- train.* checks ---------------------------------------------------------------------------------
@@ -295,7 +344,7 @@ def test_every_setting_comes_from_params_yaml():
     ("batch_size", "abc"), ("batch_size", 0), ("batch_size", True), ("batch_size", 2.5), ("lr", -1e-4),
     ("lr", float("nan")), ("tau", 0), ("grad_clip", 0.0), ("max_steps", 0), ("hnm_steps", 0),
     ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_lambda", 1.5),
-    ("seed", -1), ("nproc", 0), ("nproc", "all"),
+    ("seed", -1), ("grad_cache_chunk", -8), ("grad_cache_chunk", "16"), ("nproc", 0), ("nproc", "all"),
     ("device", "gpu"), ("precision", "fp8"), ("torchrun_args", None), ("batchsize", 8),
 ])
 def test_a_bad_or_unknown_train_value_names_the_file_and_key(key, value):

@@ -4,7 +4,8 @@ negatives, on one CPU, one GPU or many (torchrun).
 Every rank draws the same global batch (the sampler is seeded by step), encodes its share of the
 batch's inputs and labels, and gathers the embeddings so negatives span the global batch. Every
 rank then computes the same loss and back-propagates it through its own encodings only; one flat
-all-reduce sums those shares into the gradient one process would get on the same batch.
+all-reduce sums those shares into the gradient one process would get on the same batch. With
+gradient caching the encoder holds the graph of only `grad_cache_chunk` texts at a time.
 Resuming needs no sampler state: step, model, optimizer, scheduler, mined negatives and torch's
 RNG are in the checkpoint.
 """
@@ -16,7 +17,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -89,6 +91,7 @@ class TrainSettings:
     that and `dataclasses.replace` what they vary.
     """
     batch_size: int = _at_least(1)           # inputs per device; the global batch is this times the world size
+    grad_cache_chunk: int = _at_least(0)     # texts per encoder pass with gradient caching; 0 = off
     lr: float = _positive()
     max_steps: int = _at_least(1)
     warmup_steps: int = _at_least(0)
@@ -269,6 +272,70 @@ def _plain_backward(model, cache: TokenCache, plan: BatchPlan, ctx: DistContext,
     return loss
 
 
+class _RngSnapshot:
+    """The RNG state dropout draws from (CPU, and the GPU's on a GPU), to replay a pass's masks."""
+
+    def __init__(self, device: str):
+        self.gpu = torch.device(device) if device.startswith("cuda") else None
+        self.cpu_state = torch.get_rng_state()
+        self.gpu_state = None if self.gpu is None else torch.cuda.get_rng_state(self.gpu)
+
+    @contextmanager
+    def replay(self) -> Iterator[None]:
+        """Run the block from this state; afterwards the RNG is where it was before the block."""
+        with torch.random.fork_rng(devices=[] if self.gpu is None else [self.gpu], device_type="cuda"):
+            torch.set_rng_state(self.cpu_state)
+            if self.gpu is not None:
+                torch.cuda.set_rng_state(self.gpu_state, self.gpu)
+            yield
+
+
+class _ChunkedEncoding:
+    """One split's share of the batch encoded `chunk` texts at a time: first without graph,
+    remembering each chunk's RNG state; later again with graph under that state (the same dropout
+    masks, so the same embeddings) to back-propagate a gradient given for the embeddings."""
+
+    def __init__(self, encode_rows: Callable[[np.ndarray], torch.Tensor], rows: np.ndarray, chunk: int, device: str):
+        self.encode_rows, self.chunk = encode_rows, chunk
+        self.chunks = [rows[start:start + chunk] for start in range(0, len(rows), chunk)]
+        self.snapshots, pieces = [], []
+        with torch.no_grad():
+            for part in self.chunks:
+                self.snapshots.append(_RngSnapshot(device))  # before this pass draws its dropout masks
+                pieces.append(encode_rows(part))
+        self.embeddings = torch.cat(pieces)
+
+    def backward(self, gradient: torch.Tensor) -> None:
+        for part, snapshot, part_gradient in zip(self.chunks, self.snapshots, gradient.split(self.chunk), strict=True):
+            with snapshot.replay():
+                embedded = self.encode_rows(part)
+            embedded.backward(part_gradient)
+
+
+def _cached_backward(model, cache: TokenCache, plan: BatchPlan, chunk: int, ctx: DistContext,
+                     precision: str) -> torch.Tensor:
+    """Gradient caching (Gao et al. 2021): the same gradient as `_plain_backward`, holding the
+    graph of only `chunk` texts at a time, so the batch size no longer depends on device memory.
+
+    Encode this rank's share in chunks without graph; gather; compute the loss and its gradient
+    with respect to the embeddings (leaf tensors), keeping this rank's slice of it (every rank
+    holds the same loss, as in gather_with_grad); re-encode chunk by chunk with graph and
+    back-propagate those slices. Costs one more forward pass of the encoder.
+    """
+    def encoder(split: str) -> Callable[[np.ndarray], torch.Tensor]:
+        return lambda rows: _encode_rows(model, cache, split, rows, ctx, precision)
+
+    inputs = _ChunkedEncoding(encoder("train"), plan.input_rows, chunk, ctx.device)
+    labels = _ChunkedEncoding(encoder("labels"), plan.label_rows, chunk, ctx.device)
+    x = gather_array(inputs.embeddings, ctx).requires_grad_()
+    z = gather_array(labels.embeddings, ctx).requires_grad_()
+    loss = plan.loss(x, z)
+    loss.backward()
+    inputs.backward(shard(x.grad, ctx))
+    labels.backward(shard(z.grad, ctx))
+    return loss
+
+
 def _all_reduce_gradients(model, ctx: DistContext) -> None:
     """Sum gradients across ranks in one flat buffer: each rank back-propagated the (identical)
     loss through its own encodings only, so the sum is the one-process gradient."""
@@ -286,9 +353,13 @@ def _all_reduce_gradients(model, ctx: DistContext) -> None:
 def training_step(model, cache: TokenCache, Y: sp.csr_matrix, rows: np.ndarray, positives: np.ndarray,
                   negatives: np.ndarray, settings: TrainSettings, ctx: DistContext, precision: str) -> torch.Tensor:
     """The loss of one global batch (the same on every rank), leaving its full gradient in every
-    parameter's .grad on every rank."""
+    parameter's .grad on every rank; with `grad_cache_chunk` the encoder sees that many texts at once."""
     model.zero_grad(set_to_none=True)
-    loss = _plain_backward(model, cache, plan_batch(Y, rows, positives, negatives, settings, ctx), ctx, precision)
+    plan = plan_batch(Y, rows, positives, negatives, settings, ctx)
+    if settings.grad_cache_chunk:
+        loss = _cached_backward(model, cache, plan, settings.grad_cache_chunk, ctx, precision)
+    else:
+        loss = _plain_backward(model, cache, plan, ctx, precision)
     _all_reduce_gradients(model, ctx)
     return loss.detach()
 
