@@ -4,19 +4,25 @@ token ids, so no dataset download is needed.
 
     python bench/train_speed.py --preset LF-AmazonTitles-131K --model all-MiniLM-L6-v2
     python bench/train_speed.py --preset LF-AmazonTitles-131K --model distilbert-sized
+    python bench/train_speed.py --preset LF-AmazonTitles-131K --batch-size 7168 --grad-cache-chunk 512
     torchrun --nproc_per_node 8 bench/train_speed.py --preset LF-AmazonTitles-131K   # global batch x 8
 
 Every text is at its full max_len (an upper bound on a real step's work). `distilbert-sized` is
 DistilBERT's architecture with random weights (speed does not depend on the weights, and our
-machines are offline). Each measurement is appended to bench/results/train_speed.json (`--out`).
+machines are offline). The recipe is params.yaml's `train` section with the preset's batch and m.
+Besides steps/s and examples/s it projects the wall time of the preset's full schedule: its
+max_steps steps of the paper's global batch (8 GPUs x the preset's batch per GPU) at the measured
+examples/s. Each measurement is appended to bench/results/train_speed.json (`--out`).
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import resource
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +36,12 @@ from raexmc.encoder import load_encoder
 from raexmc.io import write_json
 from raexmc.params import load_params
 from raexmc.tokens import TokenCache
-from raexmc.train import BatchSampler, TrainSettings, apply_gradients, linear_schedule, training_step
+from raexmc.train import BatchSampler, TrainSettings, apply_gradients, make_optimizer, training_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
 LABELS_PER_INPUT = (1, 5)  # synthetic positives per input, uniform in [1, 5)
+PAPER_GPUS = 8             # the presets give the batch per GPU of the paper's 8 GPUs
 
 
 def build_model(name: str, device: str):
@@ -67,17 +74,20 @@ def synthetic_labels(rows: int, labels: int, rng: np.random.Generator) -> sp.csr
 def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of params.yaml (batch size, lengths, m)."),
          model: str = typer.Option("all-MiniLM-L6-v2", help="Encoder name or folder, or `distilbert-sized`."),
          batch_size: int = typer.Option(0, help="Inputs per device; 0 = the preset's."),
+         grad_cache_chunk: int = typer.Option(0, min=0, help="Gradient caching: texts per encoder pass; 0 = off."),
          steps: int = typer.Option(20, min=1, help="Timed steps."),
          warmup: int = typer.Option(3, min=0, help="Untimed steps first (allocation, kernel selection)."),
          labels: int = typer.Option(131_073, help="Synthetic label count."),
          precision: str = typer.Option("auto", help="auto | fp32 | bf16 | fp16"),
          device: str = typer.Option("auto", help="auto | cpu | cuda"),
          out: Path = typer.Option(ROOT / "bench" / "results" / "train_speed.json", help="JSON list to append to.")) -> None:
-    values = load_params(ROOT / "params.yaml").section("presets").get(preset)
+    config = load_params(ROOT / "params.yaml")
+    values = config.section("presets").get(preset)
     if values is None:
         raise typer.BadParameter(f"no preset {preset!r} in params.yaml presets")
-    settings = TrainSettings(batch_size=batch_size or values["train.batch_size"],
-                             num_hard_negatives=values["train.num_hard_negatives"], max_steps=warmup + steps)
+    settings = replace(TrainSettings.from_params(config), batch_size=batch_size or values["train.batch_size"],
+                       grad_cache_chunk=grad_cache_chunk, num_hard_negatives=values["train.num_hard_negatives"],
+                       max_steps=warmup + steps, warmup_steps=0)
     ctx = init_distributed(device)
     resolved = resolve_precision(precision, ctx.device)
     global_batch = settings.batch_size * ctx.world_size
@@ -87,8 +97,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
     Y = synthetic_labels(rows, labels, rng)
     negatives = rng.integers(0, labels, size=(rows, settings.num_hard_negatives))
     params = [p for p in encoder.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(0, settings.max_steps))
+    optimizer, scheduler = make_optimizer(params, settings)
     sampler = BatchSampler(Y, np.arange(rows), settings.seed)
     with tempfile.TemporaryDirectory() as folder:
         cache = synthetic_cache(Path(folder), rows, labels, values["tokenize.input_max_len"],
@@ -99,20 +108,25 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                     torch.cuda.synchronize()
                 started = time.perf_counter()
             batch_rows, positives = sampler.batch(step, global_batch)
-            loss = training_step(encoder, cache, Y, batch_rows, positives, negatives, settings, ctx, resolved)
-            apply_gradients(loss, params, optimizer, scheduler, settings.grad_clip, ctx)
+            training_step(encoder, cache, Y, batch_rows, positives, negatives, settings, ctx, resolved)
+            apply_gradients(params, optimizer, scheduler, settings.grad_clip)
         if ctx.device.startswith("cuda"):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started
     if ctx.is_main:
         gpu = torch.cuda.get_device_name(ctx.device) if ctx.device.startswith("cuda") else None
+        examples_per_s = steps * global_batch / seconds
+        schedule_batch = PAPER_GPUS * values["train.batch_size"]
         result = {"preset": preset, "model": model, "parameters_M": round(sum(p.numel() for p in params) / 1e6, 1),
                   "device": gpu or f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)",
                   "processes": ctx.world_size, "precision": resolved, "batch_per_device": settings.batch_size,
-                  "global_batch": global_batch, "input_max_len": values["tokenize.input_max_len"],
-                  "label_max_len": values["tokenize.label_max_len"], "steps": steps,
-                  "steps_per_s": round(steps / seconds, 3), "examples_per_s": round(steps * global_batch / seconds, 1),
-                  "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 2) if gpu else None)}
+                  "grad_cache_chunk": settings.grad_cache_chunk, "global_batch": global_batch,
+                  "input_max_len": values["tokenize.input_max_len"], "label_max_len": values["tokenize.label_max_len"],
+                  "steps": steps, "steps_per_s": round(steps / seconds, 3), "examples_per_s": round(examples_per_s, 1),
+                  "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 2) if gpu else None),
+                  "peak_rss_GB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),  # KiB on Linux
+                  "schedule_steps": values["train.max_steps"], "schedule_global_batch": schedule_batch,
+                  "projected_schedule_h": round(values["train.max_steps"] * schedule_batch / examples_per_s / 3600, 2)}
         recorded = json.loads(out.read_text()) if out.is_file() else []
         write_json(out, [*recorded, result])
         print(json.dumps(result))

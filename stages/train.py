@@ -27,19 +27,9 @@ from raexmc.train import TrainSettings, train
 MODES = ("zero-shot", "fine-tuned")
 
 
-def settings_from(p) -> TrainSettings:
-    known = TrainSettings.__dataclass_fields__
-    values = {k: v for k, v in p.section("train").items() if k in known}
-    return TrainSettings(**values)
-
-
 def nproc_from(p) -> int:
-    value = p.get("train.nproc")
-    if value == "auto":
-        return max(torch.cuda.device_count(), 1)
-    if not isinstance(value, int) or value < 1:
-        raise ConfigError(f"train.nproc must be 'auto' or a positive integer, got {value!r}", p.path, "train.nproc")
-    return value
+    value = p.get("train.nproc")  # checked by TrainSettings.from_params: 'auto' or >= 1
+    return max(torch.cuda.device_count(), 1) if value == "auto" else value
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -49,6 +39,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     with user_errors():
         p = load_params(params)
+        settings = TrainSettings.from_params(p)  # every train.* value checked before any work
         nproc = nproc_from(p)
         mode = p.typed("encoder.mode", str)
         if mode not in MODES:
@@ -69,7 +60,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
         if mode == "fine-tuned":
-            settings = settings_from(p)
             data, cache = Dataset(dataset), TokenCache(tokens)
             fingerprint = hashlib.sha256(json.dumps([name, vars(settings), data.stats, cache.meta["key"],
                                                      ctx.world_size], sort_keys=True).encode()).hexdigest()

@@ -43,16 +43,37 @@ def init_distributed(device: str = "auto") -> DistContext:
     return DistContext(rank, world_size, resolved)
 
 
-def gather_with_grad(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
-    """Concatenate every rank's equally sized `tensor`, keeping gradients to the local part.
+class _GatherKeepingLocalGradient(torch.autograd.Function):
+    """All-gather whose backward hands each rank only its own slice of the incoming gradient.
 
-    Negatives then span the global batch while each rank back-propagates only what it encoded.
+    Every rank computes the same loss from the same gathered tensor, so the incoming gradient is
+    the same on every rank and no communication is needed: the local slice is exactly
+    dL/d(this rank's part). The later all-reduce of parameter gradients sums the ranks' shares
+    into the gradient one process would get. (torch.distributed.nn's all_gather instead
+    reduce-scatters, i.e. sums the W identical losses' gradients, so that sum came out W times
+    too large.)
+    """
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+        ctx.start, ctx.rows = rank * tensor.shape[0], tensor.shape[0]
+        parts = [torch.empty_like(tensor) for _ in range(world_size)]
+        dist.all_gather(parts, tensor.contiguous())
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad[ctx.start:ctx.start + ctx.rows], None, None
+
+
+def gather_with_grad(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """Concatenate every rank's equally sized `tensor`, keeping gradients to the local part only.
+
+    Only valid for a loss every rank computes identically from the result (see the class above).
     """
     if not ctx.active:
         return tensor
-    from torch.distributed.nn.functional import all_gather
-
-    return torch.cat(all_gather(tensor), dim=0)
+    return _GatherKeepingLocalGradient.apply(tensor, ctx.rank, ctx.world_size)
 
 
 def gather_array(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
@@ -76,11 +97,6 @@ def pad_to_multiple(rows, multiple: int):
 
     missing = (-len(rows)) % multiple
     return np.concatenate([rows, np.repeat(rows[:1], missing)]) if missing else rows
-
-
-def barrier(ctx: DistContext) -> None:
-    if ctx.active:
-        dist.barrier()
 
 
 def shutdown(ctx: DistContext) -> None:
