@@ -31,14 +31,21 @@ class SplitCorpus:
     filters: dict[str, list[tuple[int, int]]]
 
 
-def split_linked_corpus(entries: Sequence[LinkedEntry], seed: int, test_fraction: float) -> SplitCorpus:
-    """Seeded train/test split of the entries that have links; all entries are labels."""
+def seeded_split(count: int, seed: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Positions 0..count-1 shuffled by `seed` into (train, test), each sorted; the test part
+    holds round(count * test_fraction) of them. Every corpus built here is split this way."""
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    order = np.random.default_rng(seed).permutation(count)
+    n_test = int(round(count * test_fraction))
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def split_linked_corpus(entries: Sequence[LinkedEntry], seed: int, test_fraction: float) -> SplitCorpus:
+    """Seeded train/test split of the entries that have links; all entries are labels."""
     inputs = np.array([i for i, entry in enumerate(entries) if entry.links], dtype=np.int64)
-    order = np.random.default_rng(seed).permutation(len(inputs))
-    n_test = int(round(len(inputs) * test_fraction))
-    test_ids, train_ids = np.sort(inputs[order[:n_test]]), np.sort(inputs[order[n_test:]])
+    train_rows, test_rows = seeded_split(len(inputs), seed, test_fraction)
+    train_ids, test_ids = inputs[train_rows], inputs[test_rows]
 
     def examples(ids: np.ndarray) -> list[Example]:
         return [Example(entries[i].uid, entries[i].title, entries[i].content, labels=sorted(set(entries[i].links)))

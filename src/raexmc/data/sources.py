@@ -1,7 +1,8 @@
 """Build the normalised dataset folder of a named dataset from its configured source.
 
-Sources: `foldoc` and `wordnet` (pinned Debian packages turned into linked corpora), `local` (a
-folder in the LF or NGAME layout), `xc-repo` (the paper's benchmarks, as archives) and
+Sources: `foldoc` and `wordnet` (pinned Debian packages turned into linked corpora),
+`wordnet-hypernyms` (WordNet nouns labelled by hypernym ancestors: few labels, many inputs),
+`local` (a folder in the LF or NGAME layout), `xc-repo` (the paper's benchmarks, as archives) and
 `synthetic` (generated with a requested shape, to measure the pipeline at scale offline).
 """
 
@@ -21,9 +22,11 @@ from .layouts import read_layout
 from .linked import LinkedEntry, split_linked_corpus
 from .synthetic import write_synthetic
 from .wordnet import read_wordnet
+from .wordnet_hypernyms import parse_hypernym_settings, write_hypernym_dataset
 from .xcrepo import fetch_archive
 
-SOURCES = ("foldoc", "wordnet", "local", "xc-repo", "synthetic")
+SOURCES = ("foldoc", "wordnet", "wordnet-hypernyms", "local", "xc-repo", "synthetic")
+WORDNET_DIR = "usr/share/wordnet"  # inside the wordnet-base package
 
 
 def _require(spec: dict[str, Any], key: str, name: str) -> Any:
@@ -42,17 +45,22 @@ def _extract_download(archive: Path, target: Path) -> Path:
         raise
 
 
-def _linked_entries(name: str, spec: dict[str, Any], workdir: Path) -> tuple[list[LinkedEntry], dict[str, Any]]:
+def _unpack_package(name: str, spec: dict[str, Any], workdir: Path) -> tuple[Path, dict[str, Any]]:
+    """Fetch the entry's pinned Debian package and unpack it; (folder, provenance)."""
     package = _require(spec, "package", name)
     deb = fetch_deb(package["name"], str(package["version"]), package.get("md5"), cache_dir() / "debs")
-    unpacked = _extract_download(deb.path, workdir / "deb")
+    return _extract_download(deb.path, workdir / "deb"), {"package": deb.provenance()}
+
+
+def _linked_entries(name: str, spec: dict[str, Any], workdir: Path) -> tuple[list[LinkedEntry], dict[str, Any]]:
+    unpacked, provenance = _unpack_package(name, spec, workdir)
     if spec["source"] == "foldoc":
         dictd = unpacked / "usr/share/dictd"
         entries = read_foldoc(dictd / "foldoc.index", dictd / "foldoc.dict.dz")
     else:
         pointers = spec.get("pointers", "semantic")
-        entries = read_wordnet(unpacked / "usr/share/wordnet", None if pointers == "semantic" else set(pointers))
-    return entries, {"package": deb.provenance()}
+        entries = read_wordnet(unpacked / WORDNET_DIR, None if pointers == "semantic" else set(pointers))
+    return entries, provenance
 
 
 def _write_linked(name: str, spec: dict[str, Any], target: Path, workdir: Path) -> dict[str, Any]:
@@ -61,6 +69,13 @@ def _write_linked(name: str, spec: dict[str, Any], target: Path, workdir: Path) 
     corpus = split_linked_corpus(entries, seed, fraction)
     source = {"name": name, "source": spec["source"], "seed": seed, "test_fraction": fraction, **provenance}
     return write_dataset(target, corpus.labels, corpus.train, corpus.test, corpus.filters, source)
+
+
+def _write_wordnet_hypernyms(name: str, spec: dict[str, Any], target: Path, workdir: Path) -> dict[str, Any]:
+    settings = parse_hypernym_settings(name, spec)  # before the download
+    unpacked, provenance = _unpack_package(name, spec, workdir)
+    return write_hypernym_dataset(unpacked / WORDNET_DIR, settings, target,
+                                  {"name": name, "source": spec["source"], **provenance}, name)
 
 
 def _write_layout(name: str, folder: Path, target: Path, provenance: dict[str, Any]) -> dict[str, Any]:
@@ -94,6 +109,8 @@ def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_u
         workdir = Path(tmp)
         if source in ("foldoc", "wordnet"):
             return _write_linked(name, spec, target, workdir)
+        if source == "wordnet-hypernyms":
+            return _write_wordnet_hypernyms(name, spec, target, workdir)
         if source == "local":
             folder = Path(_require(spec, "path", name)).expanduser()
             return _write_layout(name, folder, target, {"source": "local", "path": str(folder)})

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import ConfigError
 from .dataset import Example, Text, write_dataset
+from .entry_check import EntryCheck
 
 CHUNK = 32_768                 # inputs or labels generated at once
 SYLLABLES = [c + v for c in "bdfghjklmnprstvz" for v in "aeiou"]
@@ -64,23 +64,11 @@ class SyntheticShape:
 def parse_shape(name: str, spec: dict[str, Any]) -> SyntheticShape:
     """Check a `datasets.<name>` entry; a bad value is a ConfigError naming its key."""
 
-    def fail(key: str, message: str) -> ConfigError:
-        return ConfigError(message, "params.yaml", f"datasets.{name}.{key}")
-
-    unknown = sorted(set(spec) - {"source", *_REQUIRED, *_DEFAULTS})
-    if unknown:
-        known = ", ".join((*_REQUIRED, *_DEFAULTS))
-        raise fail(unknown[0], f"unknown key '{unknown[0]}' for a synthetic dataset (known: {known})")
-    values = {**_DEFAULTS, **spec}
+    check = EntryCheck(name, spec, "synthetic", (*_REQUIRED, *_DEFAULTS), _DEFAULTS)
+    values, fail, integer = check.values, check.fail, check.integer
     for key in _REQUIRED:
         if values.get(key) is None:
             raise fail(key, f"a synthetic dataset needs '{key}'")
-
-    def integer(key: str, low: int) -> int:
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise fail(key, f"'{key}' must be an integer >= {low}, got {value!r}")
-        return value
 
     def word_range(key: str) -> tuple[int, int]:
         value, low = values[key], _MIN_WORDS[key]

@@ -1,0 +1,123 @@
+"""WordNet noun synsets labelled by their hypernym ancestors within a band of depths.
+
+A corpus with few labels and many inputs (the regime of EURLex-4K and AmazonCat-13K), where a
+joint top-b over [inputs; labels] holds few label keys. The noun hypernym graph (pointers "@"
+and "@i") is a DAG under one root, "entity". A synset's depth on a path from a root is its
+position on it (root 0); with multiple inheritance a synset can sit at several depths.
+
+- Labels: every synset that sits at a depth in [min_depth, max_depth] on some path from a root
+  to another synset, i.e. is such an ancestor of at least one synset.
+- Inputs: the noun synsets that have such ancestors and are not labels themselves, so no input
+  is its own label (the reciprocal-pair filters stay empty). An input's labels are all its
+  ancestors at those depths over all its paths.
+One depth gives about 1.25 labels per input (multiple inheritance alone); a band of two or more
+nests a deeper label under a shallower one, as category trees do in AmazonCat-13K.
+Title = lemmas, content = gloss, for inputs and labels alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, DataError
+from .dataset import Example, Text, write_dataset
+from .entry_check import EntryCheck
+from .linked import LinkedEntry, seeded_split
+from .wordnet import read_wordnet
+
+HYPERNYM_POINTERS = frozenset({"@", "@i"})
+_KNOWN = ("package", "min_depth", "max_depth", "seed", "test_fraction")
+_DEFAULTS = {"seed": 0, "test_fraction": 0.2}
+
+
+@dataclass(frozen=True)
+class HypernymSettings:
+    """A `datasets.<name>` entry with source: wordnet-hypernyms, checked."""
+
+    min_depth: int
+    max_depth: int
+    seed: int
+    test_fraction: float
+
+
+def parse_hypernym_settings(name: str, spec: dict[str, Any]) -> HypernymSettings:
+    """Check the entry before anything is downloaded; a bad value is a ConfigError naming its key."""
+    check = EntryCheck(name, spec, "wordnet-hypernyms", _KNOWN, _DEFAULTS)
+    min_depth = check.integer("min_depth", 0)
+    max_depth = check.integer("max_depth", min_depth)
+    fraction = check.values["test_fraction"]
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+        raise check.fail("test_fraction", f"'test_fraction' must be a number in (0, 1), got {fraction!r}")
+    return HypernymSettings(min_depth, max_depth, check.integer("seed", 0), float(fraction))
+
+
+def _topological_order(parents: dict[int, list[int]], entries: Sequence[LinkedEntry], origin: Path) -> list[int]:
+    """Nodes with every parent before them; a cycle (not a DAG) is a DataError."""
+    children: dict[int, list[int]] = {node: [] for node in parents}
+    waiting = {node: len(ups) for node, ups in parents.items()}
+    for node, ups in parents.items():
+        for up in ups:
+            children[up].append(node)
+    order = [node for node, count in waiting.items() if count == 0]
+    for node in order:  # grows while it is walked
+        for child in children[node]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                order.append(child)
+    if len(order) < len(parents):
+        stuck = next(node for node, count in waiting.items() if count > 0)
+        raise DataError(f"hypernym pointers form a cycle through synset {entries[stuck].uid}", origin)
+    return order
+
+
+def band_ancestors(parents: dict[int, list[int]], min_depth: int, max_depth: int,
+                   order: list[int]) -> dict[int, frozenset[int]]:
+    """Each node's proper ancestors at a depth in [min_depth, max_depth] on some path from a root
+    (a node without parents, depth 0); `order` is topological."""
+    depths: dict[int, frozenset[int]] = {}
+    in_band: dict[int, frozenset[int]] = {}  # the node's band ancestors, plus itself where it sits in the band
+    ancestors: dict[int, frozenset[int]] = {}
+    for node in order:
+        ups = parents[node]
+        depths[node] = frozenset(d + 1 for up in ups for d in depths[up]) if ups else frozenset({0})
+        ancestors[node] = frozenset().union(*(in_band[up] for up in ups))
+        sits_in_band = any(min_depth <= d <= max_depth for d in depths[node])
+        in_band[node] = ancestors[node] | {node} if sits_in_band else ancestors[node]
+    return ancestors
+
+
+def read_hypernym_corpus(dict_dir: str | Path, min_depth: int,
+                         max_depth: int) -> tuple[list[LinkedEntry], list[LinkedEntry]]:
+    """(labels, inputs) of the noun synsets in `dict_dir`, in data.noun order; an input's `links`
+    are positions in `labels`."""
+    entries = read_wordnet(dict_dir, HYPERNYM_POINTERS)
+    nouns = {i for i, entry in enumerate(entries) if entry.uid.startswith("n")}
+    parents = {i: [up for up in entries[i].links if up in nouns] for i in sorted(nouns)}
+    order = _topological_order(parents, entries, Path(dict_dir) / "data.noun")
+    ancestors = band_ancestors(parents, min_depth, max_depth, order)
+    label_ids = sorted(frozenset().union(*ancestors.values()))
+    position = {node: number for number, node in enumerate(label_ids)}
+    labels = [entries[node] for node in label_ids]
+    inputs = [LinkedEntry(entries[node].uid, entries[node].title, entries[node].content,
+                          sorted(position[up] for up in ancestors[node]))
+              for node in sorted(parents) if ancestors[node] and node not in position]
+    return labels, inputs
+
+
+def write_hypernym_dataset(dict_dir: str | Path, settings: HypernymSettings, target: str | Path,
+                           source: dict[str, Any], name: str) -> dict[str, Any]:
+    """Build the corpus from `dict_dir`, split it by the seed and write the dataset folder."""
+    labels, inputs = read_hypernym_corpus(dict_dir, settings.min_depth, settings.max_depth)
+    if not inputs:
+        raise ConfigError(f"no noun synset has hypernym ancestors at depths {settings.min_depth}.."
+                          f"{settings.max_depth}", "params.yaml", f"datasets.{name}.min_depth")
+    train_rows, test_rows = seeded_split(len(inputs), settings.seed, settings.test_fraction)
+
+    def examples(rows: Sequence[int]) -> list[Example]:
+        return [Example(inputs[r].uid, inputs[r].title, inputs[r].content, labels=inputs[r].links) for r in rows]
+
+    return write_dataset(target, [Text(e.uid, e.title, e.content) for e in labels], examples(train_rows),
+                         examples(test_rows), {}, {**source, **asdict(settings)})
