@@ -4,6 +4,7 @@ and through every stage of the pipeline."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,9 +16,8 @@ from raexmc.distributed import DistContext
 from raexmc.embedding import embed_split
 from raexmc.encoder import load_encoder, load_tokenizer
 from raexmc.errors import ConfigError
-from raexmc.evaluation import EvalSettings, Evaluator, evaluate_retrieval
-from raexmc.index import make_index
-from raexmc.memory import memory_keys
+from raexmc.evaluation import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.memory import build_memory_indexes, load_memory_index
 from raexmc.params import load_params
 from raexmc.significance import compare_runs
 from raexmc.tokens import TokenCache, build_token_cache
@@ -118,18 +118,20 @@ def test_synthetic_small_goes_through_every_stage(tmp_path, tiny_model):
     build_token_cache(dataset, load_tokenizer(str(tiny_model)), "tiny", tmp_path / "tokens", 16, 16, "title", "title")
     cache = TokenCache(tmp_path / "tokens")
     model = load_encoder(str(tiny_model))
-    settings = TrainSettings(batch_size=16, max_steps=4, warmup_steps=1, hnm_steps=2, hnm_topk=5, val_b=20,
-                             checkpoint_every=4, embed_batch_size=256)
+    settings = replace(TrainSettings.from_params(load_params(REPO / "params.yaml")), batch_size=16, max_steps=4,
+                       warmup_steps=1, hnm_steps=2, hnm_topk=5, val_b=20, checkpoint_every=4, embed_batch_size=256)
     curve = train(model, cache, dataset.label_matrix("train"), dataset.filter_matrix("train"), settings,
                   DistContext(0, 1, "cpu"), "fp32", tmp_path / "last.pt", (0.55, 1.5), lambda step, values: None)
     assert curve[-1]["step"] == 4
     for split in ("train", "labels", "test"):
         embed_split(model, cache, split, tmp_path / f"{split}.npy", 256, "cpu", "fp32")
-    index = make_index("hnsw", memory_keys(tmp_path), M=16, ef_construction=100, progress=False)
-    ids, sims = index.search(np.load(tmp_path / "test.npy"), 50)
+    build_memory_indexes(tmp_path, tmp_path / "index", "hnsw", M=16, ef_construction=100, progress=False)
+    queries = np.load(tmp_path / "test.npy")
+    retrievals = Retrievals(**{key_set: load_memory_index(tmp_path / "index", tmp_path, key_set).search(queries, 50)
+                               for key_set in ("joint", "labels", "inputs")})
     evaluator = Evaluator(dataset.label_matrix("train"), dataset.label_matrix("test"), dataset.filter_matrix("test"),
                           (0.55, 1.5))
-    result = evaluate_retrieval(ids, sims, evaluator, EvalSettings(lam=0.5, b=50, tau=0.04))
+    result = evaluate_retrieval(retrievals, evaluator, EvalSettings(lam=0.5, b=50, tau=0.04))
     Y_test = dataset.label_matrix("test")
     chance_percent = 100 * Y_test.nnz / Y_test.shape[0] / Y_test.shape[1]
     assert result["methods"]["knn"]["P@1"] > 10 * chance_percent, "shared words make neighbours share labels"
