@@ -5,8 +5,8 @@ from pathlib import Path
 
 import typer
 
+from raexmc.data.catalogue import dataset_spec
 from raexmc.data.sources import build_dataset
-from raexmc.datasets import dataset_spec
 from raexmc.stage import run_stage, stage_cli
 
 

@@ -8,16 +8,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from raexmc.data.stats import SEGMENTS, segment_of
 from raexmc.errors import DataError
 from raexmc.metrics import (
     PROPENSITY_AB,
-    SEGMENTS,
     macro_f1_by_segment,
     per_instance_metrics,
     propensities,
     propensity_ab,
     remove_pairs,
-    segment_of,
     summarize,
     top_k,
 )

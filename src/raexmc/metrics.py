@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from raexmc.data.stats import SEGMENTS, UNSEEN, segment_of
 from raexmc.errors import DataError
 
 PROPENSITY_AB: dict[str, tuple[float, float]] = {
@@ -22,15 +23,6 @@ PROPENSITY_AB: dict[str, tuple[float, float]] = {
     "wikipedia": (0.5, 0.4),
     "default": (0.55, 1.5),
 }
-
-# Label segments by training frequency, each a half-open range (low, high], head first.
-SEGMENTS: dict[str, tuple[float, float]] = {
-    "head": (1000, np.inf),
-    "torso": (100, 1000),
-    "tail": (10, 100),
-    "xtail": (0, 10),
-}
-UNSEEN = "unseen"  # labels with no training input: reported on their own, never as xtail
 
 # Rough number of matrix entries handled at once; bounds temporary memory to some 100 MB.
 _CHUNK_ENTRIES = 1 << 22
@@ -350,13 +342,6 @@ def propensity_ab(dataset_name: str) -> tuple[float, float]:
 
 
 # --------------------------------------------------------------------------- label segments
-
-
-def segment_of(train_label_freq: np.ndarray) -> np.ndarray:
-    """Segment name of each label by training frequency (see SEGMENTS); "unseen" for none."""
-    freq = np.asarray(train_label_freq)
-    in_segment = [(freq > low) & (freq <= high) for low, high in SEGMENTS.values()]
-    return np.select(in_segment, list(SEGMENTS), default=UNSEEN)
 
 
 def macro_f1_by_segment(

@@ -21,9 +21,3 @@ def project_root(start: str | os.PathLike | None = None) -> Path:
             return folder
     return here
 
-
-def cache_dir() -> Path:
-    """Downloads kept across runs (Debian packages, archives): $RAEXMC_CACHE or ~/.cache/raexmc."""
-    folder = Path(os.environ.get("RAEXMC_CACHE") or Path.home() / ".cache" / "raexmc")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .errors import ConfigError
-from .params import Params
+from ..errors import ConfigError
+from ..params import Params
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
