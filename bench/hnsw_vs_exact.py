@@ -20,7 +20,7 @@ import numpy as np
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.embedding import load_embeddings
+from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation import Evaluator, rae_scorer
 from raexmc.index import ExactIndex, build_hnsw, recall_at_k
 from raexmc.memory import memory_keys, training_values

@@ -9,7 +9,7 @@ import numpy as np
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.embedding import load_embeddings
+from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory import load_memory_index, training_values

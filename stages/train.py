@@ -13,15 +13,15 @@ import torch
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.device import resolve_precision
 from raexmc.distributed import init_distributed, shutdown
-from raexmc.encoder import load_encoder, load_tokenizer
+from raexmc.encoder.device import resolve_precision
+from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.tokens import TokenCache
 from raexmc.errors import ConfigError
 from raexmc.io import atomic_dir, write_json
 from raexmc.metrics import propensity_ab
-from raexmc.stage import run_stage, stage_cli, user_errors
 from raexmc.params import load_params
-from raexmc.tokens import TokenCache
+from raexmc.stage import run_stage, stage_cli, user_errors
 from raexmc.train import TrainSettings, train
 
 MODES = ("zero-shot", "fine-tuned")

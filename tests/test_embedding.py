@@ -8,9 +8,9 @@ import torch
 
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
-from raexmc.embedding import embed_split, length_sorted_batches
-from raexmc.encoder import encode, load_encoder, load_tokenizer
-from raexmc.tokens import TokenCache, build_token_cache
+from raexmc.encoder.embedding import embed_split, encode, length_sorted_batches
+from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.tokens import TokenCache, build_token_cache
 
 
 def test_encode_is_a_normalised_masked_mean(tiny_model):

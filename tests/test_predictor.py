@@ -17,19 +17,18 @@ from typer.testing import CliRunner
 from conftest import local_server
 
 from raexmc.cli import app
-from raexmc.data.dataset import Dataset
+from raexmc.data.dataset import Dataset, Text
 from raexmc.data.sources import build_dataset
-from raexmc.embedding import embed_split, load_embeddings
-from raexmc.encoder import load_encoder, load_tokenizer
+from raexmc.encoder.embedding import embed_split, load_embeddings
+from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
-from raexmc.data.dataset import Text
 from raexmc.index import make_index
 from raexmc.memory import build_memory_indexes, index_folder, memory_keys
 from raexmc.metrics import top_k
 from raexmc.predict import rae_scores
 from raexmc.predictor import Predictor, write_memory
 from raexmc.queries import parse_queries
-from raexmc.tokens import TokenCache, build_token_cache
 
 SETTINGS = {"lambda": 0.5, "b": 8, "tau": 0.04, "ef_search": 50, "relevance": "binary", "input_max_len": 16,
             "input_fields": "title+content"}

@@ -13,14 +13,14 @@ import scipy.sparse as sp
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.distributed import DistContext
-from raexmc.embedding import embed_split
-from raexmc.encoder import load_encoder, load_tokenizer
+from raexmc.encoder.embedding import embed_split
+from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.evaluation import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.memory import build_memory_indexes, load_memory_index
 from raexmc.params import load_params
 from raexmc.significance import compare_runs
-from raexmc.tokens import TokenCache, build_token_cache
 from raexmc.train import TrainSettings, train
 
 from conftest import REPO

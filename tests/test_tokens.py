@@ -10,10 +10,10 @@ import pytest
 
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
-from raexmc.encoder import load_tokenizer, resolve_encoder
+from raexmc.encoder.model import load_tokenizer, resolve_encoder
+from raexmc.encoder.tokens import TokenCache, TokenizeSettings, build_token_cache, text_of
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
-from raexmc.tokens import TokenCache, TokenizeSettings, build_token_cache, text_of
 
 from conftest import REPO
 

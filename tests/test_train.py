@@ -20,11 +20,11 @@ from conftest import REPO, free_port, make_lf_folder
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.distributed import DistContext
-from raexmc.encoder import encode, load_encoder, load_tokenizer
-from raexmc.embedding import batch_tensors
+from raexmc.encoder.embedding import batch_tensors, encode
+from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
-from raexmc.tokens import TokenCache, build_token_cache
 from raexmc.train import (BatchSampler, TrainSettings, apply_gradients, linear_schedule, make_optimizer, plan_batch,
                           split_validation, train, training_step)
 
@@ -133,9 +133,9 @@ import sys, torch
 from pathlib import Path
 from raexmc.data.dataset import Dataset
 from raexmc.distributed import init_distributed, shutdown
-from raexmc.encoder import load_encoder
+from raexmc.encoder.model import load_encoder
+from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
-from raexmc.tokens import TokenCache
 from raexmc.train import TrainSettings, train
 from dataclasses import replace
 
@@ -182,9 +182,9 @@ from pathlib import Path
 import torch
 from raexmc.data.dataset import Dataset
 from raexmc.distributed import init_distributed, shutdown
-from raexmc.encoder import load_encoder
+from raexmc.encoder.model import load_encoder
+from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
-from raexmc.tokens import TokenCache
 from raexmc.train import TrainSettings, apply_gradients, make_optimizer, training_step
 
 tests, params, data, tokens, model_dir, out = sys.argv[1:7]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .embedding import load_embeddings
+from .encoder.embedding import load_embeddings
 from .errors import ConfigError
 from .index import ExactIndex, HnswIndex, load_index, make_index, save_index, saved_backend
 from .io import atomic_dir

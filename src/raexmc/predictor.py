@@ -21,16 +21,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from .data.dataset import Dataset, Text
-from .device import pick_device, resolve_precision
-from .embedding import embed_rows
-from .encoder import load_encoder, load_tokenizer
+from .encoder.device import pick_device, resolve_precision
+from .encoder.embedding import embed_rows
+from .encoder.model import load_encoder, load_tokenizer
+from .encoder.tokens import text_of
 from .errors import DataError
 from .index import load_index
 from .io import atomic_dir, read_json, write_json
 from .memory import training_values
 from .metrics import top_k
 from .predict import rae_scores
-from .tokens import text_of
 
 SETTINGS_FILE = "settings.json"
 VALUES_FILE = "Y_train.npz"

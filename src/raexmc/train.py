@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from .device import PRECISIONS, autocast
 from .distributed import DistContext, gather_array, gather_with_grad, pad_to_multiple, shard
-from .embedding import batch_tensors, embed_rows, length_sorted_batches
-from .encoder import encode
+from .encoder.device import PRECISIONS, autocast
+from .encoder.embedding import batch_tensors, embed_rows, encode, length_sorted_batches
+from .encoder.tokens import TokenCache
 from .errors import ConfigError
 from .evaluation import Evaluator, Retrievals, method_scorers
 from .index import ExactIndex
@@ -40,7 +40,6 @@ from .loss import batch_label_masks, decoupled_infonce, shared_label_mask
 from .memory import training_values
 from .mining import sample_negatives
 from .params import Params
-from .tokens import TokenCache
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from .data.dataset import Dataset, Text
-from .encoder import tokenizer_fingerprint
-from .errors import ConfigError, DataError
-from .io import atomic_dir, read_json, write_json
+from ..data.dataset import Dataset, Text
+from ..errors import ConfigError, DataError
+from ..io import atomic_dir, read_json, write_json
+from .model import tokenizer_fingerprint
 
 if TYPE_CHECKING:
-    from .params import Params  # not at run time: the GPU machines lack ruamel.yaml
+    from ..params import Params  # not at run time: the GPU machines lack ruamel.yaml
 
 SPLITS = ("train", "test", "labels")
 FIELDS = ("title", "title+content")

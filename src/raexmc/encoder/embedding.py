@@ -1,7 +1,7 @@
-"""Embed every text of a token cache with the encoder, streaming into a .npy memmap.
+"""Texts to vectors: the one encoder function `encode`, and embedding every text of a token cache.
 
-Texts are sorted by length so each batch is cut to its own longest text (little padding), and
-results are written back at each text's original row.
+`embed_split` streams a split into a .npy memmap: texts are sorted by length so each batch is cut
+to its own longest text (little padding), and results are written back at each text's original row.
 """
 
 from __future__ import annotations
@@ -12,11 +12,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
 from .device import autocast
-from .encoder import encode
 from .tokens import TokenCache
+
+
+def encode(model, input_ids, attention_mask):
+    """The one encoder function: mean of the last hidden states under the mask, L2-normalised.
+
+    Training, key embedding and prediction all call this, so queries and keys live in one space.
+    """
+    hidden = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    return F.normalize(pooled.float(), dim=-1)
 
 
 def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:

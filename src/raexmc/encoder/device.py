@@ -6,7 +6,7 @@ import contextlib
 
 import torch
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 

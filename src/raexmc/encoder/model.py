@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 PACKAGED_MODELS = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 
@@ -68,15 +68,3 @@ def load_encoder(name: str, device: str = "cpu"):
                           "encoder.name") from None
     return model.to(device).eval()
 
-
-def encode(model, input_ids, attention_mask):
-    """The one encoder function: mean of the last hidden states under the mask, L2-normalised.
-
-    Training, key embedding and prediction all call this, so queries and keys live in one space.
-    """
-    import torch.nn.functional as F
-
-    hidden = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-    return F.normalize(pooled.float(), dim=-1)
