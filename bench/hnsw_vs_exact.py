@@ -22,8 +22,8 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation import Evaluator, rae_scorer
-from raexmc.index import ExactIndex, build_hnsw, recall_at_k
-from raexmc.memory import memory_keys, training_values
+from raexmc.memory.hnsw import ExactIndex, build_hnsw, recall_at_k
+from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.metrics import propensity_ab
 
 

@@ -23,8 +23,8 @@ from raexmc.encoder.embedding import embed_split, load_embeddings
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
-from raexmc.index import make_index
-from raexmc.memory import build_memory_indexes, index_folder, memory_keys
+from raexmc.memory.hnsw import make_index
+from raexmc.memory.keys_values import build_memory_indexes, index_folder, memory_keys
 from raexmc.metrics import top_k
 from raexmc.predict import rae_scores
 from raexmc.predictor import Predictor, write_memory

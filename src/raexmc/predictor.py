@@ -26,9 +26,9 @@ from .encoder.embedding import embed_rows
 from .encoder.model import load_encoder, load_tokenizer
 from .encoder.tokens import text_of
 from .errors import DataError
-from .index import load_index
 from .io import atomic_dir, read_json, write_json
-from .memory import training_values
+from .memory.hnsw import load_index
+from .memory.keys_values import training_values
 from .metrics import top_k
 from .predict import rae_scores
 

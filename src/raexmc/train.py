@@ -35,9 +35,9 @@ from .encoder.embedding import batch_tensors, embed_rows, encode, length_sorted_
 from .encoder.tokens import TokenCache
 from .errors import ConfigError
 from .evaluation import Evaluator, Retrievals, method_scorers
-from .index import ExactIndex
 from .loss import batch_label_masks, decoupled_infonce, shared_label_mask
-from .memory import training_values
+from .memory.hnsw import ExactIndex
+from .memory.keys_values import training_values
 from .mining import sample_negatives
 from .params import Params
 

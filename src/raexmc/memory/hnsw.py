@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError, DataError
-from .io import atomic_dir, read_json, write_json
+from ..errors import ConfigError, DataError
+from ..io import atomic_dir, read_json, write_json
 
 BACKENDS = ("hnsw", "exact")
 META_FILE = "meta.json"

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .encoder.embedding import load_embeddings
-from .errors import ConfigError
-from .index import ExactIndex, HnswIndex, load_index, make_index, save_index, saved_backend
-from .io import atomic_dir
+from ..encoder.embedding import load_embeddings
+from ..errors import ConfigError
+from ..io import atomic_dir
+from .hnsw import ExactIndex, HnswIndex, load_index, make_index, save_index, saved_backend
 
 # Key set -> the embedding splits it stacks, in key-id order.
 KEY_SETS: dict[str, tuple[str, ...]] = {
