@@ -22,8 +22,10 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation import Evaluator, rae_scorer
-from raexmc.memory.hnsw import ExactIndex, build_hnsw, recall_at_k
+from raexmc.memory.exact import ExactIndex
+from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.keys_values import memory_keys, training_values
+from raexmc.memory.recall import recall_at_k
 from raexmc.metrics import propensity_ab
 
 

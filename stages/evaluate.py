@@ -12,7 +12,8 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
 from raexmc.io import atomic_dir, write_json
-from raexmc.memory.keys_values import load_memory_index, training_values
+from raexmc.memory.indexes import load_memory_index
+from raexmc.memory.keys_values import training_values
 from raexmc.metrics import propensity_ab
 from raexmc.plots import line_plot, segment_bars
 from raexmc.stage import run_stage, stage_cli

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from raexmc.memory.keys_values import build_memory_indexes
+from raexmc.memory.indexes import build_memory_indexes
 from raexmc.stage import run_stage, stage_cli
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.memory.keys_values import index_folder, memory_keys
-from raexmc.predictor import write_memory
+from raexmc.memory.indexes import index_folder
+from raexmc.memory.keys_values import memory_keys, write_memory
 from raexmc.stage import run_stage, stage_cli
 from raexmc.tracking import experiment_name
 

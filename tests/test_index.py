@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 
 from raexmc.errors import ConfigError, DataError
-from raexmc.memory.hnsw import ExactIndex, HnswIndex, build_hnsw, load_index, make_index, recall_at_k, save_index
+from raexmc.memory.exact import ExactIndex
+from raexmc.memory.hnsw import HnswIndex, build_hnsw
+from raexmc.memory.indexes import make_index
+from raexmc.memory.persistence import load_index, save_index
+from raexmc.memory.recall import recall_at_k
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -73,7 +77,7 @@ def test_exact_chunking_bounds_memory_and_keeps_results(data, monkeypatch):
             return block
 
     # A tiny selection budget forces the row-by-row selection path as well.
-    monkeypatch.setattr("raexmc.memory.hnsw.SELECT_BUDGET", 2 * len(keys))
+    monkeypatch.setattr("raexmc.memory.exact.SELECT_BUDGET", 2 * len(keys))
     chunked = Recording(keys, chunk_rows=7).search(queries, 12)
     assert blocks and all(rows <= 7 and cols == len(keys) for rows, cols in blocks)
     assert sum(rows for rows, _ in blocks) == len(queries)

@@ -7,7 +7,8 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.errors import ConfigError
-from raexmc.memory.keys_values import build_memory_indexes, load_memory_index, memory_keys, training_values
+from raexmc.memory.indexes import build_memory_indexes, load_memory_index
+from raexmc.memory.keys_values import memory_keys, training_values
 
 
 @pytest.fixture

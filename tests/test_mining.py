@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from raexmc.memory.hnsw import ExactIndex
+from raexmc.memory.exact import ExactIndex
 from raexmc.mining import mine_hard_negatives, positive_mask, sample_negatives
 
 Y = sp.csr_matrix(np.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 0, 1]], dtype=np.float32))

@@ -23,11 +23,11 @@ from raexmc.encoder.embedding import embed_split, load_embeddings
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
-from raexmc.memory.hnsw import make_index
-from raexmc.memory.keys_values import build_memory_indexes, index_folder, memory_keys
+from raexmc.memory.indexes import build_memory_indexes, index_folder, make_index
+from raexmc.memory.keys_values import memory_keys, write_memory
 from raexmc.metrics import top_k
 from raexmc.predict import rae_scores
-from raexmc.predictor import Predictor, write_memory
+from raexmc.predictor import Predictor
 from raexmc.queries import parse_queries
 
 SETTINGS = {"lambda": 0.5, "b": 8, "tau": 0.04, "ef_search": 50, "relevance": "binary", "input_max_len": 16,

@@ -18,7 +18,7 @@ from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.evaluation import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
-from raexmc.memory.keys_values import build_memory_indexes, load_memory_index
+from raexmc.memory.indexes import build_memory_indexes, load_memory_index
 from raexmc.params import load_params
 from raexmc.significance import compare_runs
 from raexmc.train import TrainSettings, train

@@ -92,7 +92,7 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
             params: Path = PARAMS) -> None:
     """Top-k labels, with scores and label texts, as one JSON line per query on stdout."""
     with user_errors():
-        from .memory.keys_values import index_folder
+        from .memory.indexes import index_folder
         from .predictor import Predictor, Timing
 
         queries = _read_queries(texts, file, jsonl)

@@ -20,39 +20,19 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .data.dataset import Dataset, Text
+from .data.dataset import Text
 from .encoder.device import pick_device, resolve_precision
 from .encoder.embedding import embed_rows
 from .encoder.model import load_encoder, load_tokenizer
 from .encoder.tokens import text_of
 from .errors import DataError
-from .io import atomic_dir, read_json, write_json
-from .memory.hnsw import load_index
-from .memory.keys_values import training_values
+from .io import read_json
+from .memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
+from .memory.persistence import load_index
 from .metrics import top_k
 from .predict import rae_scores
 
-SETTINGS_FILE = "settings.json"
-VALUES_FILE = "Y_train.npz"
-LABEL_TEXTS_FILE = "label_texts.json"
-KEYS_FILE = "keys.npy"
-SETTINGS = ("lambda", "b", "tau", "ef_search", "relevance", "input_max_len", "input_fields")
 PHASES = ("encode_s", "search_s", "score_s")
-
-
-def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str, Any],
-                 keys: np.ndarray | None = None) -> None:
-    """Write the memory folder atomically; `settings` needs every key of SETTINGS."""
-    missing = [name for name in SETTINGS if name not in settings]
-    if missing:
-        raise ValueError(f"settings lack {', '.join(missing)}")
-    Y_train = training_values(dataset.label_matrix("train"), settings["relevance"])
-    with atomic_dir(folder) as tmp:
-        write_json(tmp / SETTINGS_FILE, {**settings, "num_train": Y_train.shape[0], "num_labels": Y_train.shape[1]})
-        sp.save_npz(tmp / VALUES_FILE, Y_train)
-        write_json(tmp / LABEL_TEXTS_FILE, [label.title for label in dataset.texts("labels")])
-        if keys is not None:
-            np.save(tmp / KEYS_FILE, np.asarray(keys, dtype=np.float32))
 
 
 @dataclass

@@ -36,7 +36,7 @@ from .encoder.tokens import TokenCache
 from .errors import ConfigError
 from .evaluation import Evaluator, Retrievals, method_scorers
 from .loss import batch_label_masks, decoupled_infonce, shared_label_mask
-from .memory.hnsw import ExactIndex
+from .memory.exact import ExactIndex
 from .memory.keys_values import training_values
 from .mining import sample_negatives
 from .params import Params

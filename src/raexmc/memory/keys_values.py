@@ -1,24 +1,25 @@
-"""The knowledge memory: keys K = [X_train; Z_labels], their values, and the key sets each method searches.
+"""The knowledge memory: keys K = [X_train; Z_labels], their values, and the memory folder the predictor reads.
 
 Key ids 0..N-1 are training inputs, N..N+L-1 labels. RAE searches the joint keys; its baselines
 search their own key sets, so that a dual encoder is a top-b over the label keys alone and kNN a
 top-b over the training-input keys alone (on the joint top-b, input keys can crowd labels out).
-The index stage builds one index per key set in a sub-folder of its output, named as in KEY_SETS.
+The values' input part is Y_train (the label part, the identity, is implicit). The package stage
+writes the memory folder: the inference settings, Y_train, the label texts, and the keys when the
+index is exact (that backend keeps none).
 """
 
 from __future__ import annotations
 
 import os
-import time
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from ..data.dataset import Dataset
 from ..encoder.embedding import load_embeddings
 from ..errors import ConfigError
-from ..io import atomic_dir
-from .hnsw import ExactIndex, HnswIndex, load_index, make_index, save_index, saved_backend
+from ..io import atomic_dir, write_json
 
 # Key set -> the embedding splits it stacks, in key-id order.
 KEY_SETS: dict[str, tuple[str, ...]] = {
@@ -27,6 +28,11 @@ KEY_SETS: dict[str, tuple[str, ...]] = {
     "inputs": ("train",),            # kNN over training inputs
 }
 RELEVANCE = ("binary", "graded")
+SETTINGS_FILE = "settings.json"
+VALUES_FILE = "Y_train.npz"
+LABEL_TEXTS_FILE = "label_texts.json"
+KEYS_FILE = "keys.npy"
+SETTINGS = ("lambda", "b", "tau", "ef_search", "relevance", "input_max_len", "input_fields")
 
 
 def memory_keys(embeddings: str | os.PathLike, key_set: str = "joint") -> np.ndarray:
@@ -40,37 +46,6 @@ def memory_keys(embeddings: str | os.PathLike, key_set: str = "joint") -> np.nda
     return keys
 
 
-def index_folder(index: str | os.PathLike, key_set: str = "joint") -> Path:
-    """Where the index stage keeps the index over `key_set`."""
-    return Path(index) / key_set
-
-
-def build_memory_indexes(embeddings: str | os.PathLike, out: str | os.PathLike, backend: str,
-                         **index_settings) -> dict[str, dict[str, float]]:
-    """Build and save one index per key set under `out` (atomically, all or none).
-
-    Returns per key set its number of keys and build seconds."""
-    built = {}
-    with atomic_dir(out) as folder:
-        for key_set in KEY_SETS:
-            keys = memory_keys(embeddings, key_set)
-            started = time.perf_counter()
-            index = make_index(backend, keys, **index_settings)
-            built[key_set] = {"keys": len(keys), "build_s": round(time.perf_counter() - started, 2)}
-            save_index(index, folder / key_set)
-            del index, keys  # one key set in memory at a time
-    return built
-
-
-def load_memory_index(index: str | os.PathLike, embeddings: str | os.PathLike, key_set: str,
-                      ef_search: int = 300, threads: int = 0) -> ExactIndex | HnswIndex:
-    """The saved index over `key_set`. The exact backend keeps no keys, so it reads them from `embeddings`
-    (an HNSW graph holds its own and needs none)."""
-    folder = index_folder(index, key_set)
-    keys = memory_keys(embeddings, key_set) if saved_backend(folder) == "exact" else None
-    return load_index(folder, keys=keys, ef_search=ef_search, threads=threads)
-
-
 def training_values(Y_train: sp.spmatrix, relevance: str = "binary") -> sp.csr_matrix:
     """The values' input part: binary Y_train as in the paper, or the stored relevance when "graded"."""
     if relevance not in RELEVANCE:
@@ -81,3 +56,18 @@ def training_values(Y_train: sp.spmatrix, relevance: str = "binary") -> sp.csr_m
     if relevance == "binary":
         values.data[:] = 1.0
     return values
+
+
+def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str, Any],
+                 keys: np.ndarray | None = None) -> None:
+    """Write the memory folder atomically; `settings` needs every key of SETTINGS."""
+    missing = [name for name in SETTINGS if name not in settings]
+    if missing:
+        raise ValueError(f"settings lack {', '.join(missing)}")
+    Y_train = training_values(dataset.label_matrix("train"), settings["relevance"])
+    with atomic_dir(folder) as tmp:
+        write_json(tmp / SETTINGS_FILE, {**settings, "num_train": Y_train.shape[0], "num_labels": Y_train.shape[1]})
+        sp.save_npz(tmp / VALUES_FILE, Y_train)
+        write_json(tmp / LABEL_TEXTS_FILE, [label.title for label in dataset.texts("labels")])
+        if keys is not None:
+            np.save(tmp / KEYS_FILE, np.asarray(keys, dtype=np.float32))
