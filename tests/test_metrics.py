@@ -10,16 +10,10 @@ import scipy.sparse as sp
 
 from raexmc.data.stats import SEGMENTS, segment_of
 from raexmc.errors import DataError
-from raexmc.metrics import (
-    PROPENSITY_AB,
-    macro_f1_by_segment,
-    per_instance_metrics,
-    propensities,
-    propensity_ab,
-    remove_pairs,
-    summarize,
-    top_k,
-)
+from raexmc.metrics import (PROPENSITY_AB, macro_f1_by_segment, per_instance_metrics, propensities, propensity_ab,
+                            summarize)
+from raexmc.rae.pairs import remove_pairs
+from raexmc.rae.ranking import top_k
 
 # Discounts 1/log2(j + 1) for positions j = 1, 2, 3.
 D1, D2, D3 = 1.0, 0.6309297535714575, 0.5
@@ -429,7 +423,7 @@ def test_chunked_processing_matches_single_pass(monkeypatch):
         return ranked, dense, per_instance_metrics(ranked, truth)
 
     sparse_whole, dense_whole, metrics_whole = run()
-    monkeypatch.setattr("raexmc.metrics._CHUNK_ENTRIES", 7)  # a few rows per chunk
+    monkeypatch.setattr("raexmc.rae.pairs._CHUNK_ENTRIES", 7)  # a few rows per chunk
     sparse_chunked, dense_chunked, metrics_chunked = run()
     assert sparse_chunked.tolist() == sparse_whole.tolist()
     assert dense_chunked.tolist() == dense_whole.tolist()

@@ -10,16 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.errors import ConfigError, DataError
-from raexmc.predict import (
-    combine,
-    dual_encoder_scores,
-    key_probabilities,
-    knn_scores,
-    ova_knn_scores,
-    rae_scores,
-    score_parts,
-    train_key_share,
-)
+from raexmc.rae.scoring import (combine, dual_encoder_scores, key_probabilities, knn_scores, ova_knn_scores, rae_scores,
+                                score_parts, train_key_share)
 
 # With tau = 1 / ln 2, exp(s / tau) = 2 ** s, so integer similarities give power-of-two weights.
 TAU2 = 1.0 / math.log(2.0)

@@ -25,10 +25,10 @@ from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
 from raexmc.memory.indexes import build_memory_indexes, index_folder, make_index
 from raexmc.memory.keys_values import memory_keys, write_memory
-from raexmc.metrics import top_k
-from raexmc.predict import rae_scores
-from raexmc.predictor import Predictor
-from raexmc.queries import parse_queries
+from raexmc.rae.predictor import Predictor
+from raexmc.rae.queries import parse_queries
+from raexmc.rae.ranking import top_k
+from raexmc.rae.scoring import rae_scores
 
 SETTINGS = {"lambda": 0.5, "b": 8, "tau": 0.04, "ef_search": 50, "relevance": "binary", "input_max_len": 16,
             "input_fields": "title+content"}

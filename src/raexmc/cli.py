@@ -65,7 +65,7 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
 
 def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> list:
     from .errors import DataError
-    from .queries import parse_queries
+    from .rae.queries import parse_queries
 
     if texts:
         return list(texts)
@@ -93,7 +93,8 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
     """Top-k labels, with scores and label texts, as one JSON line per query on stdout."""
     with user_errors():
         from .memory.indexes import index_folder
-        from .predictor import Predictor, Timing
+        from .rae.predictor import Predictor
+        from .rae.timing import Timing
 
         queries = _read_queries(texts, file, jsonl)
         folder = artifacts / (name or load_params(params).typed("data.name", str))

@@ -17,8 +17,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .data.stats import label_frequency
-from .metrics import macro_f1_by_segment, per_instance_metrics, propensities, remove_pairs, summarize, top_k
-from .predict import combine, dual_encoder_scores, knn_scores, ova_knn_scores, score_parts, train_key_share
+from .metrics import macro_f1_by_segment, per_instance_metrics, propensities, summarize
+from .rae.pairs import remove_pairs
+from .rae.ranking import top_k
+from .rae.scoring import combine, dual_encoder_scores, knn_scores, ova_knn_scores, score_parts, train_key_share
 
 RANK_DEPTH = 100  # deep enough for R@100
 F1_K = 5

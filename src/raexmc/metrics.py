@@ -3,170 +3,26 @@
 Everything works from top-k label indices, never from a dense test-inputs x labels matrix, so that
 500k test inputs x 1M labels fit in memory. Work is done in chunks of rows, vectorised within each.
 
-Filtered ("reciprocal") pairs follow the XC convention: such a pair can neither be predicted
-(`top_k(..., exclude=...)`) nor count as a positive (`remove_pairs(truth, exclude)`); the caller
-applies both before computing metrics.
+The caller applies the filtered pairs before computing metrics: they are never ranked
+(`rae.ranking.top_k(..., exclude=...)`) and never positives (`rae.pairs.remove_pairs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from raexmc.data.stats import SEGMENTS, UNSEEN, segment_of
 from raexmc.errors import DataError
+from raexmc.rae.pairs import as_pattern, row_chunks, in_pattern, row_ids
 
 PROPENSITY_AB: dict[str, tuple[float, float]] = {
     "amazon": (0.6, 2.6),
     "wikipedia": (0.5, 0.4),
     "default": (0.55, 1.5),
 }
-
-# Rough number of matrix entries handled at once; bounds temporary memory to some 100 MB.
-_CHUNK_ENTRIES = 1 << 22
-
-
-# --------------------------------------------------------------------------- sparse helpers
-
-
-def _as_pattern(matrix: sp.spmatrix | sp.sparray) -> sp.csr_matrix:
-    """Canonical CSR copy holding 1.0 where `matrix` is nonzero: no duplicates, sorted indices."""
-    pattern = sp.csr_matrix(matrix, dtype=np.float64, copy=True)
-    pattern.sum_duplicates()
-    pattern.eliminate_zeros()
-    pattern.data[:] = 1.0
-    return pattern
-
-
-def _row_ids(indptr: np.ndarray) -> np.ndarray:
-    """Row index of every stored entry of a CSR matrix."""
-    return np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
-
-
-def _in_pattern(rows: np.ndarray, cols: np.ndarray, pattern: sp.csr_matrix) -> np.ndarray:
-    """True where (rows[i], cols[i]) is stored in `pattern` (canonical CSR, see _as_pattern).
-
-    Pairs become int64 keys row * L + col; a canonical CSR lists its keys already sorted, so a
-    binary search answers all pairs at once.
-    """
-    width = np.int64(pattern.shape[1])
-    stored = _row_ids(pattern.indptr) * width + pattern.indices
-    keys = rows.astype(np.int64) * width + cols
-    pos = np.searchsorted(stored, keys)
-    found = np.zeros(keys.shape, dtype=bool)
-    inside = pos < stored.size
-    found[inside] = stored[pos[inside]] == keys[inside]
-    return found
-
-
-def _chunks(cost_cumsum: np.ndarray) -> Iterator[tuple[int, int]]:
-    """Split rows into (start, stop) runs costing about _CHUNK_ENTRIES each (at least one row)."""
-    n = len(cost_cumsum) - 1
-    start = 0
-    while start < n:
-        limit = cost_cumsum[start] + _CHUNK_ENTRIES
-        stop = int(np.searchsorted(cost_cumsum, limit, side="right")) - 1
-        stop = min(max(stop, start + 1), n)
-        yield start, stop
-        start = stop
-
-
-def _check_same_shape(name: str, matrix: sp.spmatrix | sp.sparray, shape: tuple[int, ...]) -> None:
-    if matrix.shape != shape:
-        raise DataError(f"{name} has shape {matrix.shape}, expected {shape}")
-
-
-# --------------------------------------------------------------------------- ranking
-
-
-def top_k(
-    scores: sp.csr_matrix | np.ndarray, k: int, exclude: sp.csr_matrix | None = None
-) -> np.ndarray:
-    """Top-k label indices per row, best first, as an (N, k) int64 array padded with -1.
-
-    Ties go to the smaller label index, so rankings are reproducible. For sparse scores only stored
-    entries are candidates (a stored 0.0 is one); nonzeros of `exclude` are never returned.
-    """
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
-    sparse = sp.issparse(scores)
-    scores = scores.tocsr() if sparse else np.asarray(scores)
-    if scores.ndim != 2:
-        raise DataError(f"scores must be 2-D, got shape {scores.shape}")
-    n, width = scores.shape
-    banned = None
-    if exclude is not None:
-        _check_same_shape("exclude", exclude, scores.shape)
-        banned = _as_pattern(exclude)
-    out = np.full((n, k), -1, dtype=np.int64)
-    cost = scores.indptr if sparse else np.arange(n + 1, dtype=np.int64) * max(width, 1)
-    for start, stop in _chunks(cost):
-        part = None if banned is None else banned[start:stop]
-        if sparse:
-            rows, cols, vals = _sparse_candidates(scores[start:stop], part)
-        else:
-            rows, cols, vals = _dense_candidates(scores[start:stop], k, part)
-        _fill_ranking(out[start:stop], rows, cols, vals)
-    return out
-
-
-def _sparse_candidates(
-    block: sp.csr_matrix, banned: sp.csr_matrix | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, label, score) of every stored score not in `banned`."""
-    if not block.has_canonical_format:
-        block.sum_duplicates()  # `block` is a row slice, hence a private copy
-    rows, cols, vals = _row_ids(block.indptr), block.indices, block.data
-    if banned is not None:
-        keep = ~_in_pattern(rows, cols, banned)
-        rows, cols, vals = rows[keep], cols[keep], vals[keep]
-    return rows, cols, vals
-
-
-def _dense_candidates(
-    block: np.ndarray, k: int, banned: sp.csr_matrix | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, label, score) of the entries that can reach the top k of their row.
-
-    The k-th best allowed score is a threshold: anything below it cannot be in the top k, so only
-    the rest (ties included) goes on to the exact sort.
-    """
-    allowed = np.ones(block.shape, dtype=bool) if banned is None else banned.toarray() == 0
-    keep = allowed
-    width = block.shape[1]
-    if 0 < k < width:
-        masked = np.where(allowed, block.astype(np.float64), -np.inf)
-        kth = np.partition(masked, width - k, axis=1)[:, width - k]
-        keep = allowed & (masked >= kth[:, None])
-    rows, cols = np.nonzero(keep)
-    return rows, cols, block[rows, cols]
-
-
-def _fill_ranking(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
-    """Write the best len(out[0]) labels of each row into `out`: score descending, label ascending.
-
-    Candidates arrive in (row, label) order, so a stable sort on (row, -score) keeps ties by label.
-    """
-    k = out.shape[1]
-    order = np.lexsort((-vals.astype(np.float64), rows))
-    rows, cols = rows[order], cols[order]
-    first = np.searchsorted(rows, np.arange(out.shape[0]))
-    pos = np.arange(rows.size) - first[rows]
-    top = pos < k
-    out[rows[top], pos[top]] = cols[top]
-
-
-def remove_pairs(truth: sp.csr_matrix, exclude: sp.csr_matrix) -> sp.csr_matrix:
-    """Truth without the entries nonzero in `exclude`: a filtered pair is not a positive."""
-    truth = sp.csr_matrix(truth)
-    _check_same_shape("exclude", exclude, truth.shape)
-    rows = _row_ids(truth.indptr)
-    keep = ~_in_pattern(rows, truth.indices, _as_pattern(exclude))
-    indptr = np.zeros(truth.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows[keep], minlength=truth.shape[0]), out=indptr[1:])
-    return sp.csr_matrix((truth.data[keep], truth.indices[keep], indptr), shape=truth.shape)
 
 
 # --------------------------------------------------------------------------- per-instance metrics
@@ -193,10 +49,10 @@ def _hits(ranked: np.ndarray, truth: sp.csr_matrix) -> np.ndarray:
     """Boolean array like `ranked`: True where the label is a positive of its row; -1 never is."""
     hits = np.zeros(ranked.shape, dtype=bool)
     width = max(ranked.shape[1], 1)
-    for start, stop in _chunks(np.arange(ranked.shape[0] + 1, dtype=np.int64) * width):
+    for start, stop in row_chunks(np.arange(ranked.shape[0] + 1, dtype=np.int64) * width):
         block = ranked[start:stop]
         rows, cols = np.nonzero(block >= 0)
-        hits[start + rows, cols] = _in_pattern(rows, block[rows, cols], truth[start:stop])
+        hits[start + rows, cols] = in_pattern(rows, block[rows, cols], truth[start:stop])
     return hits
 
 
@@ -221,7 +77,7 @@ def _ndcg(hits: np.ndarray, n_pos: np.ndarray, k: int) -> np.ndarray:
 
 def _best_weights(truth: sp.csr_matrix, weight: np.ndarray, depth: int) -> np.ndarray:
     """(N, depth): each row's positive weights, largest first, padded with 0 (the ideal ranking)."""
-    rows, pos_weight = _row_ids(truth.indptr), weight[truth.indices]
+    rows, pos_weight = row_ids(truth.indptr), weight[truth.indices]
     order = np.lexsort((-pos_weight, rows))
     rows, pos_weight = rows[order], pos_weight[order]
     rank = np.arange(rows.size) - truth.indptr[rows]
@@ -288,7 +144,7 @@ def per_instance_metrics(
     (see `remove_pairs`); nonzeros are positives. Ranking positions beyond `ranked`'s width, and
     -1 padding, count as misses. Rows with no positive get 0.
     """
-    truth = _as_pattern(truth)
+    truth = as_pattern(truth)
     ranked = _to_depth(_check_ranked(ranked, truth), max((*ks, *recall_ks), default=0))
     hits = _hits(ranked, truth)
     n_pos = np.diff(truth.indptr)
@@ -357,7 +213,7 @@ def macro_f1_by_segment(
     and over all of them ("all"). A segment without any counted label gives nan. `truth` must
     already be without filtered pairs (see `remove_pairs`).
     """
-    truth = _as_pattern(truth)
+    truth = as_pattern(truth)
     freq = np.asarray(train_label_freq)
     if freq.shape != (truth.shape[1],):
         raise DataError(f"train_label_freq has shape {freq.shape}, expected ({truth.shape[1]},)")

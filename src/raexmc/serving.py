@@ -18,10 +18,9 @@ import pandas as pd
 from mlflow.models import ModelSignature
 from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 
-from .data.dataset import Text
-from .errors import DataError
 from .params import Params
-from .predictor import Predictor
+from .rae.predictor import Predictor
+from .rae.queries import query_of
 from .tracking import tracking_uri
 
 DEFAULT_K = 10
@@ -38,18 +37,9 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
         self.predictor = Predictor(*(context.artifacts[name] for name in ARTIFACTS))
 
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        queries = [_query_of(row, number) for number, row in enumerate(model_input.to_dict("records"))]
+        queries = [query_of(row, "request", number) for number, row in enumerate(model_input.to_dict("records"))]
         results, _ = self.predictor.predict(queries, int((params or {}).get("k", DEFAULT_K)))
         return pd.DataFrame({"text": [self.predictor.query_text(query) for query in queries], "labels": results})
-
-
-def _query_of(row: dict[str, Any], number: int) -> Text | str:
-    """A request record as a query: its "text", else its "title" and "content" as a record."""
-    if isinstance(row.get("text"), str):
-        return row["text"]
-    if isinstance(row.get("title"), str):
-        return Text(uid=str(number), title=row["title"], content=str(row.get("content") or ""))
-    raise DataError('a query needs a "text" (or "title") string', "request", number)
 
 
 def registered_name(p: Params, dataset: str) -> str:

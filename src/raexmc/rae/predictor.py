@@ -4,8 +4,8 @@ A predictor is three folders: the encoder (written by the train stage), the inde
 knowledge memory (index stage) and the memory folder the package stage writes: the inference
 settings (the text recipe of the inputs among them), the values' training part Y_train, the label
 texts, and the keys when the index is exact (that backend keeps none). Queries are turned into text
-by the same recipe as the training inputs (`tokens.text_of`), so a Titles dataset's model sees only
-a query's title, as in training. The same three folders make the MLflow model (serving.py), so
+by the same recipe as the training inputs (`encoder.tokens.text_of`), so a Titles dataset's model sees only
+a query's title, as in training. The same three folders make the MLflow model (pipeline/serving.py), so
 `raexmc predict` and a served model answer alike.
 """
 
@@ -13,47 +13,24 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from .data.dataset import Text
-from .encoder.device import pick_device, resolve_precision
-from .encoder.embedding import embed_rows
-from .encoder.model import load_encoder, load_tokenizer
-from .encoder.tokens import text_of
-from .errors import DataError
-from .io import read_json
-from .memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
-from .memory.persistence import load_index
-from .metrics import top_k
-from .predict import rae_scores
-
-PHASES = ("encode_s", "search_s", "score_s")
-
-
-@dataclass
-class Timing:
-    """Wall seconds spent per phase over `queries` queries."""
-
-    queries: int = 0
-    encode_s: float = 0.0
-    search_s: float = 0.0
-    score_s: float = 0.0
-
-    def add(self, other: Timing) -> None:
-        self.queries += other.queries
-        for phase in PHASES:
-            setattr(self, phase, getattr(self, phase) + getattr(other, phase))
-
-    def per_query_ms(self) -> dict[str, float]:
-        n = max(self.queries, 1)
-        parts = {phase[:-2]: 1000 * getattr(self, phase) / n for phase in PHASES}
-        return {"total": sum(parts.values()), **parts}
-
+from ..data.dataset import Text
+from ..encoder.device import pick_device, resolve_precision
+from ..encoder.embedding import embed_rows
+from ..encoder.model import load_encoder, load_tokenizer
+from ..encoder.tokens import text_of
+from ..errors import DataError
+from ..io import read_json
+from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
+from ..memory.persistence import load_index
+from .ranking import top_k
+from .scoring import rae_scores
+from .timing import Timing
 
 class Predictor:
     """RAE-XMC label scores for raw texts: encode, retrieve the top-b keys, p = softmax(q.k / tau)
