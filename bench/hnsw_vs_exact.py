@@ -21,12 +21,12 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
-from raexmc.evaluation import Evaluator, rae_scorer
+from raexmc.evaluation.evaluator import Evaluator, rae_scorer
+from raexmc.evaluation.propensity import propensity_ab
+from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.keys_values import memory_keys, training_values
-from raexmc.memory.recall import recall_at_k
-from raexmc.metrics import propensity_ab
 
 
 def tie_aware_recall(approx_sims: np.ndarray, exact_sims: np.ndarray, atol: float = 1e-5) -> float:

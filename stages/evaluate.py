@@ -10,11 +10,11 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
-from raexmc.evaluation import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
+from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
+from raexmc.evaluation.propensity import propensity_ab
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import load_memory_index
 from raexmc.memory.keys_values import training_values
-from raexmc.metrics import propensity_ab
 from raexmc.plots import line_plot, segment_bars
 from raexmc.stage import run_stage, stage_cli
 

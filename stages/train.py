@@ -18,8 +18,8 @@ from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache
 from raexmc.errors import ConfigError
+from raexmc.evaluation.propensity import propensity_ab
 from raexmc.io import atomic_dir, write_json
-from raexmc.metrics import propensity_ab
 from raexmc.params import load_params
 from raexmc.stage import run_stage, stage_cli, user_errors
 from raexmc.train import TrainSettings, train

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from raexmc.evaluation import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
-from raexmc.significance import compare_runs
+from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
+from raexmc.evaluation.significance import compare_runs
 
 N_LABELS, N_TEST, DIM = 25, 20, 8
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from raexmc.errors import ConfigError, DataError
+from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import HnswIndex, build_hnsw
 from raexmc.memory.indexes import make_index
 from raexmc.memory.persistence import load_index, save_index
-from raexmc.memory.recall import recall_at_k
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:

@@ -10,8 +10,9 @@ import scipy.sparse as sp
 
 from raexmc.data.stats import SEGMENTS, segment_of
 from raexmc.errors import DataError
-from raexmc.metrics import (PROPENSITY_AB, macro_f1_by_segment, per_instance_metrics, propensities, propensity_ab,
-                            summarize)
+from raexmc.evaluation.macro_f1 import macro_f1_by_segment
+from raexmc.evaluation.metrics import per_instance_metrics, summarize
+from raexmc.evaluation.propensity import PROPENSITY_AB, propensities, propensity_ab
 from raexmc.rae.pairs import remove_pairs
 from raexmc.rae.ranking import top_k
 

@@ -10,7 +10,7 @@ import pytest
 import scipy.stats
 
 from raexmc.errors import DataError
-from raexmc.stats import paired_ttest
+from raexmc.evaluation.significance import paired_ttest
 
 A = np.array([1.0, 2.0, 3.0, 5.0])
 B = np.array([0.0, 1.0, 2.0, 3.0])

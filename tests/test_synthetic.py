@@ -17,10 +17,10 @@ from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
-from raexmc.evaluation import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.significance import compare_runs
 from raexmc.memory.indexes import build_memory_indexes, load_memory_index
 from raexmc.params import load_params
-from raexmc.significance import compare_runs
 from raexmc.train import TrainSettings, train
 
 from conftest import REPO

@@ -18,7 +18,9 @@ import numpy as np
 import scipy.sparse as sp
 import typer
 
-from raexmc.metrics import macro_f1_by_segment, per_instance_metrics, propensities, propensity_ab, summarize
+from raexmc.evaluation.macro_f1 import macro_f1_by_segment
+from raexmc.evaluation.metrics import per_instance_metrics, summarize
+from raexmc.evaluation.propensity import propensities, propensity_ab
 from raexmc.rae.pairs import remove_pairs
 from raexmc.rae.ranking import top_k
 

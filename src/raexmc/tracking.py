@@ -212,3 +212,10 @@ def download_artifact(run_id: str, artifact_path: str) -> Path:
         return Path(MlflowClient(tracking_uri()).download_artifacts(run_id, artifact_path))
     except MlflowException as exc:
         raise DataError(f"cannot fetch '{artifact_path}' of MLflow run: {exc.message.splitlines()[0]}", run_id) from None
+
+
+def local_copy(source: str | os.PathLike, artifact_path: str) -> Path:
+    """`source` itself when it is a path that exists, else a downloaded copy of `artifact_path` of
+    the MLflow run whose id is `source` (for comparing against another experiment)."""
+    path = Path(source)
+    return path if path.exists() else download_artifact(str(source), artifact_path)

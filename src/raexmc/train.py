@@ -34,7 +34,7 @@ from .encoder.device import PRECISIONS, autocast
 from .encoder.embedding import batch_tensors, embed_rows, encode, length_sorted_batches
 from .encoder.tokens import TokenCache
 from .errors import ConfigError
-from .evaluation import Evaluator, Retrievals, method_scorers
+from .evaluation.evaluator import Evaluator, Retrievals, method_scorers
 from .loss import batch_label_masks, decoupled_infonce, shared_label_mask
 from .memory.exact import ExactIndex
 from .memory.keys_values import training_values

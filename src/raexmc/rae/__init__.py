@@ -1,1 +1,1 @@
-"""RAE inference: label scores from retrieved keys (softmax over them, times the values), top-k ranking, and the Predictor for raw texts."""
+"""RAE inference: label scores from retrieved keys (softmax over them, times V), top-k ranking, the Predictor."""

@@ -1,13 +1,24 @@
-"""Paired significance tests for comparing two systems on the same test inputs."""
+"""Paired significance tests: a t-test on per-input metric values, and RAE against its baselines with it.
+
+Per-input values of two systems are paired by test input (the same test set), so the tests look at
+their differences.
+"""
 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.stats
 
-from raexmc.errors import ConfigError, DataError
+from ..errors import ConfigError, DataError
+
+METHOD = "rae"
+BASELINES = ("dual_encoder", "knn")
+PER_INSTANCE_ARTIFACT = "evaluate/per_instance.npz"  # as the evaluate stage logs it into its MLflow run
 
 
 def _paired(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -56,3 +67,36 @@ def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict
         "p_value": p_value,
         "n": n,
     }
+
+
+def load_per_instance(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Per-instance arrays ("method/metric" -> values) from a per_instance.npz."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("per-instance results not found", path)
+    with np.load(path) as archive:
+        return {key: archive[key] for key in archive.files}
+
+
+def _test(a: dict[str, np.ndarray], a_method: str, b: dict[str, np.ndarray], b_method: str,
+          metrics: list[str], origin: str) -> dict[str, Any]:
+    out = {}
+    for metric in metrics:
+        for values, method in ((a, a_method), (b, b_method)):
+            if f"{method}/{metric}" not in values:
+                raise DataError(f"no per-instance '{method}/{metric}'", origin)
+        # percentage points, as the metrics are reported
+        out[metric] = paired_ttest(100 * a[f"{a_method}/{metric}"], 100 * b[f"{b_method}/{metric}"])
+    return out
+
+
+def compare_runs(run: dict[str, np.ndarray], metrics: list[str],
+                 other: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ...}; with `other` also each method
+    against the same method of the other run ("rae_vs_other", "dual_encoder_vs_other", ...)."""
+    report = {f"{METHOD}_vs_{baseline}": _test(run, METHOD, run, baseline, metrics, "per_instance.npz")
+              for baseline in BASELINES}
+    if other is not None:
+        for method in (METHOD, *BASELINES):
+            report[f"{method}_vs_other"] = _test(run, method, other, method, metrics, "significance.compare_with")
+    return report

@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .data.stats import label_frequency
-from .metrics import macro_f1_by_segment, per_instance_metrics, propensities, summarize
-from .rae.pairs import remove_pairs
-from .rae.ranking import top_k
-from .rae.scoring import combine, dual_encoder_scores, knn_scores, ova_knn_scores, score_parts, train_key_share
+from ..data.stats import label_frequency
+from ..rae.pairs import remove_pairs
+from ..rae.ranking import top_k
+from ..rae.scoring import combine, dual_encoder_scores, knn_scores, ova_knn_scores, score_parts, train_key_share
+from .macro_f1 import macro_f1_by_segment
+from .metrics import per_instance_metrics, summarize
+from .propensity import DEFAULT_AB, propensities
 
 RANK_DEPTH = 100  # deep enough for R@100
 F1_K = 5
@@ -47,14 +49,14 @@ class EvalSettings:
     tau: float
     lambda_sweep: list[float] = field(default_factory=list)
     b_sweep: list[int] = field(default_factory=list)
-    propensity_ab: tuple[float, float] = (0.55, 1.5)
+    propensity_ab: tuple[float, float] = DEFAULT_AB
 
 
 @dataclass
 class Evaluator:
     """Rankings and metrics for one dataset split (test inputs against the training memory).
 
-    `Y_train` is the values' input part (see memory.training_values); its pattern also gives the
+    `Y_train` is the values' input part (see memory.keys_values.training_values); its pattern also gives the
     label frequencies behind propensities and segments.
     """
 

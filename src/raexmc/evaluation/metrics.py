@@ -1,4 +1,4 @@
-"""Extreme multi-label classification metrics, as defined by the XC Repository.
+"""Ranking metrics per test input, as the XC Repository (pyxclib) defines them: P@k, nDCG@k, R@k, PSP@k.
 
 Everything works from top-k label indices, never from a dense test-inputs x labels matrix, so that
 500k test inputs x 1M labels fit in memory. Work is done in chunks of rows, vectorised within each.
@@ -14,21 +14,11 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from raexmc.data.stats import SEGMENTS, UNSEEN, segment_of
-from raexmc.errors import DataError
-from raexmc.rae.pairs import as_pattern, row_chunks, in_pattern, row_ids
-
-PROPENSITY_AB: dict[str, tuple[float, float]] = {
-    "amazon": (0.6, 2.6),
-    "wikipedia": (0.5, 0.4),
-    "default": (0.55, 1.5),
-}
+from ..errors import DataError
+from ..rae.pairs import as_pattern, in_pattern, row_chunks, row_ids
 
 
-# --------------------------------------------------------------------------- per-instance metrics
-
-
-def _check_ranked(ranked: np.ndarray, truth: sp.csr_matrix) -> np.ndarray:
+def check_ranked(ranked: np.ndarray, truth: sp.csr_matrix) -> np.ndarray:
     ranked = np.asarray(ranked)
     if ranked.ndim != 2 or ranked.shape[0] != truth.shape[0]:
         raise DataError(f"ranked has shape {ranked.shape}, expected ({truth.shape[0]}, k)")
@@ -45,7 +35,7 @@ def _to_depth(ranked: np.ndarray, depth: int) -> np.ndarray:
     return np.hstack([ranked, pad])
 
 
-def _hits(ranked: np.ndarray, truth: sp.csr_matrix) -> np.ndarray:
+def hit_matrix(ranked: np.ndarray, truth: sp.csr_matrix) -> np.ndarray:
     """Boolean array like `ranked`: True where the label is a positive of its row; -1 never is."""
     hits = np.zeros(ranked.shape, dtype=bool)
     width = max(ranked.shape[1], 1)
@@ -145,8 +135,8 @@ def per_instance_metrics(
     -1 padding, count as misses. Rows with no positive get 0.
     """
     truth = as_pattern(truth)
-    ranked = _to_depth(_check_ranked(ranked, truth), max((*ks, *recall_ks), default=0))
-    hits = _hits(ranked, truth)
+    ranked = _to_depth(check_ranked(ranked, truth), max((*ks, *recall_ks), default=0))
+    hits = hit_matrix(ranked, truth)
     n_pos = np.diff(truth.indptr)
     out: dict[str, np.ndarray] = {}
     for k in ks:
@@ -170,67 +160,3 @@ def summarize(per_instance: dict[str, np.ndarray]) -> dict[str, float]:
         name: round(100.0 * float(np.mean(values)), 2) if np.size(values) else float("nan")
         for name, values in per_instance.items()
     }
-
-
-# --------------------------------------------------------------------------- propensity
-
-
-def propensities(
-    train_label_freq: np.ndarray, num_train: int, A: float = 0.55, B: float = 1.5
-) -> np.ndarray:
-    """Jain et al. (2016) propensities p_l = 1 / (1 + C (N_l + B)^-A), C = (ln N - 1)(B + 1)^A.
-
-    Rare labels get small p_l, so PSP@k rewards predicting them correctly.
-    """
-    freq = np.asarray(train_label_freq, dtype=np.float64)
-    c = (np.log(num_train) - 1.0) * (B + 1.0) ** A
-    return 1.0 / (1.0 + c * np.exp(-A * np.log(freq + B)))
-
-
-def propensity_ab(dataset_name: str) -> tuple[float, float]:
-    """(A, B) for a dataset: Amazon and Wikipedia families have their own, others the default."""
-    name = dataset_name.lower()
-    if "amazon" in name:
-        return PROPENSITY_AB["amazon"]
-    if "wiki" in name:
-        return PROPENSITY_AB["wikipedia"]
-    return PROPENSITY_AB["default"]
-
-
-# --------------------------------------------------------------------------- label segments
-
-
-def macro_f1_by_segment(
-    ranked: np.ndarray, truth: sp.csr_matrix, train_label_freq: np.ndarray, k: int = 5
-) -> dict[str, float]:
-    """Macro-averaged F1 of the top-k predictions, per label segment and over all labels.
-
-    For each label l, over all test inputs: TP = inputs with l among their top k and in their
-    truth, FP = top k but not truth, FN = truth but not top k (-1 padding is no prediction).
-    F1_l = 2TP / (2TP + FP + FN). Labels with TP + FP + FN = 0 (never predicted nor relevant) are
-    left out, and the remaining F1_l are averaged within each segment ("head", "torso", "tail",
-    "xtail", and "unseen" for labels with zero training inputs, which is never folded into xtail)
-    and over all of them ("all"). A segment without any counted label gives nan. `truth` must
-    already be without filtered pairs (see `remove_pairs`).
-    """
-    truth = as_pattern(truth)
-    freq = np.asarray(train_label_freq)
-    if freq.shape != (truth.shape[1],):
-        raise DataError(f"train_label_freq has shape {freq.shape}, expected ({truth.shape[1]},)")
-    top = _check_ranked(ranked, truth)[:, :k]
-    hits = _hits(top, truth)
-    width = truth.shape[1]
-    tp = np.bincount(top[hits], minlength=width)
-    predicted = np.bincount(top[top >= 0], minlength=width)
-    relevant = np.bincount(truth.indices, minlength=width)
-    denominator = predicted + relevant  # = 2TP + FP + FN
-    counted = denominator > 0
-    f1 = np.divide(2.0 * tp, denominator, out=np.zeros(width), where=counted)
-    segment = segment_of(freq)
-    out = {name: _mean_or_nan(f1[counted & (segment == name)]) for name in (*SEGMENTS, UNSEEN)}
-    out["all"] = _mean_or_nan(f1[counted])
-    return out
-
-
-def _mean_or_nan(values: np.ndarray) -> float:
-    return float(values.mean()) if values.size else float("nan")
