@@ -13,7 +13,6 @@ import torch
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.distributed import init_distributed, shutdown
 from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache
@@ -22,7 +21,8 @@ from raexmc.evaluation.propensity import propensity_ab
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.stage import run_stage, stage_cli, user_errors
-from raexmc.train import TrainSettings, train
+from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.training.train import TrainSettings, train
 
 MODES = ("zero-shot", "fine-tuned")
 

@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from raexmc.loss import batch_label_masks, decoupled_infonce, shared_label_mask
+from raexmc.training.loss import batch_label_masks, decoupled_infonce, shared_label_mask
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from raexmc.memory.exact import ExactIndex
-from raexmc.mining import mine_hard_negatives, positive_mask, sample_negatives
+from raexmc.training.mining import mine_hard_negatives, positive_mask, sample_negatives
 
 Y = sp.csr_matrix(np.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 0, 1]], dtype=np.float32))
 

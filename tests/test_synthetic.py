@@ -12,7 +12,6 @@ import scipy.sparse as sp
 
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
-from raexmc.distributed import DistContext
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
@@ -21,7 +20,8 @@ from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, eva
 from raexmc.evaluation.significance import compare_runs
 from raexmc.memory.indexes import build_memory_indexes, load_memory_index
 from raexmc.params import load_params
-from raexmc.train import TrainSettings, train
+from raexmc.training.distributed import DistContext
+from raexmc.training.train import TrainSettings, train
 
 from conftest import REPO
 

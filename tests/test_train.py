@@ -19,14 +19,14 @@ import torch
 from conftest import REPO, free_port, make_lf_folder
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
-from raexmc.distributed import DistContext
 from raexmc.encoder.embedding import batch_tensors, encode
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
-from raexmc.train import (BatchSampler, TrainSettings, apply_gradients, linear_schedule, make_optimizer, plan_batch,
-                          split_validation, train, training_step)
+from raexmc.training.distributed import DistContext
+from raexmc.training.train import (BatchSampler, TrainSettings, apply_gradients, linear_schedule, make_optimizer,
+                                   plan_batch, split_validation, train, training_step)
 
 
 SINGLE = DistContext(0, 1, "cpu")
@@ -132,11 +132,11 @@ WORKER = """
 import sys, torch
 from pathlib import Path
 from raexmc.data.dataset import Dataset
-from raexmc.distributed import init_distributed, shutdown
 from raexmc.encoder.model import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
-from raexmc.train import TrainSettings, train
+from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.training.train import TrainSettings, train
 from dataclasses import replace
 
 params, data, tokens, model_dir, out = sys.argv[1:6]
@@ -181,11 +181,11 @@ from pathlib import Path
 
 import torch
 from raexmc.data.dataset import Dataset
-from raexmc.distributed import init_distributed, shutdown
 from raexmc.encoder.model import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
-from raexmc.train import TrainSettings, apply_gradients, make_optimizer, training_step
+from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.training.train import TrainSettings, apply_gradients, make_optimizer, training_step
 
 tests, params, data, tokens, model_dir, out = sys.argv[1:7]
 global_batch, chunks = int(sys.argv[7]), [int(c) for c in sys.argv[8:]]

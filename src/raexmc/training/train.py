@@ -29,17 +29,17 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from ..encoder.device import PRECISIONS, autocast
+from ..encoder.embedding import batch_tensors, embed_rows, encode, length_sorted_batches
+from ..encoder.tokens import TokenCache
+from ..errors import ConfigError
+from ..evaluation.evaluator import Evaluator, Retrievals, method_scorers
+from ..memory.exact import ExactIndex
+from ..memory.keys_values import training_values
+from ..params import Params
 from .distributed import DistContext, gather_array, gather_with_grad, pad_to_multiple, shard
-from .encoder.device import PRECISIONS, autocast
-from .encoder.embedding import batch_tensors, embed_rows, encode, length_sorted_batches
-from .encoder.tokens import TokenCache
-from .errors import ConfigError
-from .evaluation.evaluator import Evaluator, Retrievals, method_scorers
 from .loss import batch_label_masks, decoupled_infonce, shared_label_mask
-from .memory.exact import ExactIndex
-from .memory.keys_values import training_values
 from .mining import sample_negatives
-from .params import Params
 
 
 @dataclass(frozen=True)
