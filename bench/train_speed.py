@@ -35,8 +35,10 @@ from raexmc.encoder.model import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import write_json
 from raexmc.params import load_params
+from raexmc.training.batches import BatchSampler
 from raexmc.training.distributed import init_distributed, shutdown
-from raexmc.training.train import BatchSampler, TrainSettings, apply_gradients, make_optimizer, training_step
+from raexmc.training.settings import TrainSettings
+from raexmc.training.step import apply_gradients, make_optimizer, training_step
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,8 @@ from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.stage import run_stage, stage_cli, user_errors
 from raexmc.training.distributed import init_distributed, shutdown
-from raexmc.training.train import TrainSettings, train
+from raexmc.training.settings import TrainSettings
+from raexmc.training.train import train
 
 MODES = ("zero-shot", "fine-tuned")
 

@@ -21,7 +21,8 @@ from raexmc.evaluation.significance import compare_runs
 from raexmc.memory.indexes import build_memory_indexes, load_memory_index
 from raexmc.params import load_params
 from raexmc.training.distributed import DistContext
-from raexmc.training.train import TrainSettings, train
+from raexmc.training.settings import TrainSettings
+from raexmc.training.train import train
 
 from conftest import REPO
 

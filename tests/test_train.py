@@ -24,9 +24,11 @@ from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
+from raexmc.training.batches import BatchSampler, plan_batch, split_validation
 from raexmc.training.distributed import DistContext
-from raexmc.training.train import (BatchSampler, TrainSettings, apply_gradients, linear_schedule, make_optimizer,
-                                   plan_batch, split_validation, train, training_step)
+from raexmc.training.settings import TrainSettings
+from raexmc.training.step import apply_gradients, linear_schedule, make_optimizer, training_step
+from raexmc.training.train import train
 
 
 SINGLE = DistContext(0, 1, "cpu")
@@ -136,7 +138,8 @@ from raexmc.encoder.model import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
 from raexmc.training.distributed import init_distributed, shutdown
-from raexmc.training.train import TrainSettings, train
+from raexmc.training.settings import TrainSettings
+from raexmc.training.train import train
 from dataclasses import replace
 
 params, data, tokens, model_dir, out = sys.argv[1:6]
@@ -185,7 +188,8 @@ from raexmc.encoder.model import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
 from raexmc.training.distributed import init_distributed, shutdown
-from raexmc.training.train import TrainSettings, apply_gradients, make_optimizer, training_step
+from raexmc.training.settings import TrainSettings
+from raexmc.training.step import apply_gradients, make_optimizer, training_step
 
 tests, params, data, tokens, model_dir, out = sys.argv[1:7]
 global_batch, chunks = int(sys.argv[7]), [int(c) for c in sys.argv[8:]]

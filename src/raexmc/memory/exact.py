@@ -1,6 +1,8 @@
-"""Exact nearest-key search by inner product: the ground truth, and the backend for small data."""
+"""Exact nearest-key search by inner product: the ground truth, the backend for small data, and training's search."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -9,6 +11,7 @@ from .search import as_matrix, check_k, empty_result
 
 # Elements (not bytes) of scratch space the exact top-k selection may use beside the similarity block.
 SELECT_BUDGET = 1 << 20
+CHUNK_ROWS = 4096  # queries multiplied by the key matrix at once
 
 
 class ExactIndex:
@@ -23,7 +26,7 @@ class ExactIndex:
 
     backend = "exact"
 
-    def __init__(self, keys: np.ndarray, chunk_rows: int = 4096):
+    def __init__(self, keys: np.ndarray, chunk_rows: int = CHUNK_ROWS):
         if chunk_rows < 1:
             raise ConfigError(f"chunk_rows must be >= 1, got {chunk_rows}")
         self.keys = as_matrix(keys, "keys")
@@ -81,3 +84,22 @@ class ExactIndex:
         values = np.take_along_axis(scores, top, axis=1)
         order = np.argsort(-values, axis=1, kind="stable")
         return np.take_along_axis(top, order, axis=1).astype(np.int64, copy=False)
+
+
+def top_k_search(keys: np.ndarray, device: str) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+    """Exact top-k by inner product on `device`: a torch matrix product on the GPU, ExactIndex on the CPU."""
+    if not device.startswith("cuda"):
+        return ExactIndex(keys).search
+    import torch
+
+    key_tensor = torch.from_numpy(keys).to(device)
+
+    def search(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        ids, sims = [], []
+        for start in range(0, len(queries), CHUNK_ROWS):
+            scores = torch.from_numpy(queries[start:start + CHUNK_ROWS]).to(device) @ key_tensor.T
+            top = torch.topk(scores, min(k, key_tensor.shape[0]), dim=1)
+            ids.append(top.indices.cpu().numpy())
+            sims.append(top.values.float().cpu().numpy())
+        return np.vstack(ids).astype(np.int64), np.vstack(sims)
+    return search

@@ -1,4 +1,4 @@
-"""torch.distributed set-up for training launched by torchrun (or a single plain process).
+"""torch.distributed for training launched by torchrun (or one plain process): set-up, gathers, gradient sums.
 
 torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; NCCL is used on GPUs, gloo on CPU.
 """
@@ -97,6 +97,20 @@ def pad_to_multiple(rows, multiple: int):
 
     missing = (-len(rows)) % multiple
     return np.concatenate([rows, np.repeat(rows[:1], missing)]) if missing else rows
+
+
+def all_reduce_gradients(model, ctx: DistContext) -> None:
+    """Sum gradients across ranks in one flat buffer: each rank back-propagated the (identical)
+    loss through its own encodings only, so the sum is the one-process gradient."""
+    if not ctx.active:
+        return
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
 
 
 def shutdown(ctx: DistContext) -> None:
