@@ -15,8 +15,8 @@ from raexmc.evaluation.propensity import propensity_ab
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import load_memory_index
 from raexmc.memory.keys_values import training_values
-from raexmc.plots import line_plot, segment_bars
-from raexmc.stage import run_stage, stage_cli
+from raexmc.pipeline.plots import line_plot, segment_bars
+from raexmc.pipeline.stage import run_stage, stage_cli
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),

@@ -20,7 +20,7 @@ from raexmc.errors import ConfigError
 from raexmc.evaluation.propensity import propensity_ab
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
-from raexmc.stage import run_stage, stage_cli, user_errors
+from raexmc.pipeline.stage import run_stage, stage_cli, user_errors
 from raexmc.training.distributed import init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train

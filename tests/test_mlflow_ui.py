@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import local_server
-from raexmc.tracking import EXPERIMENT, stage_run, tracking_uri
+from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
 
 pytestmark = pytest.mark.slow
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",

@@ -179,8 +179,8 @@ def test_served_model_answers_like_predict(built, tmp_path):
     """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP."""
     from mlflow.tracking import MlflowClient
 
-    from raexmc.serving import log_predictor
-    from raexmc.tracking import tracking_uri
+    from raexmc.pipeline.serving import log_predictor
+    from raexmc.pipeline.tracking.run import tracking_uri
 
     client = MlflowClient(tracking_uri())
     experiment = client.create_experiment("serve-test", artifact_location=(tmp_path / "mlartifacts").as_uri())

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from raexmc.errors import ConfigError
-from raexmc.sweep import show_columns, swept_keys, task_states
+from raexmc.pipeline.sweep import show_columns, swept_keys, task_states
 
 STATUS = """Task     Name        Created    Status
 17f6080  stray-amie  04:10 PM   Success

@@ -9,8 +9,8 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raexmc.paths import project_root
-from raexmc.tracking import EXPERIMENT, stage_run, tracking_uri
+from raexmc.pipeline.paths import project_root
+from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_a_failing_stage_marks_the_run_failed(project):
 
 STAGE_UNTIL_KILLED = """
 import time
-from raexmc.tracking import stage_run
+from raexmc.pipeline.tracking.run import stage_run
 with stage_run("train"):
     print("ready", flush=True)
     time.sleep(60)

@@ -14,8 +14,8 @@ import typer
 
 from .errors import ConfigError
 from .params import load_params
-from .stage import user_errors
-from .tracking import flatten
+from .pipeline.stage import user_errors
+from .pipeline.tracking.run import flatten
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RAE-XMC: extreme multi-label classification with retrieval-augmented encoders. "
@@ -129,8 +129,8 @@ def serve(name: str = NAME,
           params: Path = PARAMS) -> None:
     """Serve the registered predictor over HTTP (`mlflow models serve` in this environment)."""
     with user_errors():
-        from .serving import registered_name
-        from .tracking import tracking_uri
+        from .pipeline.serving import registered_name
+        from .pipeline.tracking.run import tracking_uri
 
         p = load_params(params)
         model_name = registered_name(p, name or p.typed("data.name", str))
@@ -149,9 +149,9 @@ def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
           ui: str = typer.Option("http://127.0.0.1:5000", help="Where `mlflow ui` listens, for the compare link.")) -> None:
     """Run a grid of `dvc exp run --queue` experiments, wait, and compare them (dvc exp show + MLflow)."""
     with user_errors():
-        from .paths import project_root
-        from .sweep import baseline, run_sweep, show_command, swept_keys
-        from .tracking import compare_url
+        from .pipeline.paths import project_root
+        from .pipeline.sweep import baseline, run_sweep, show_command, swept_keys
+        from .pipeline.tracking.run import compare_url
 
         keys, root, seen = swept_keys(overrides), project_root(), {}
 

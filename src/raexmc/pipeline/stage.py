@@ -8,9 +8,9 @@ from contextlib import contextmanager
 
 import typer
 
-from .errors import RaexmcError
-from .params import Params, load_params
-from .tracking import StageRun, stage_run
+from ..errors import RaexmcError
+from ..params import Params, load_params
+from .tracking.run import StageRun, stage_run
 
 
 @contextmanager

@@ -18,10 +18,12 @@ import pandas as pd
 from mlflow.models import ModelSignature
 from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 
-from .params import Params
-from .rae.predictor import Predictor
-from .rae.queries import query_of
-from .tracking import tracking_uri
+import raexmc
+
+from ..params import Params
+from ..rae.predictor import Predictor
+from ..rae.queries import query_of
+from .tracking.run import tracking_uri
 
 DEFAULT_K = 10
 ARTIFACTS = ("encoder", "index", "memory")
@@ -51,7 +53,7 @@ def log_predictor(run_id: str, encoder: Path, index: Path, memory: Path, model_n
     """Log the predictor into MLflow run `run_id`, register it as a new version of `model_name`,
     point `alias` at that version and return the model URI to serve."""
     mlflow.set_tracking_uri(tracking_uri())
-    code = Path(__file__).resolve().parent
+    code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
     with mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
             name="predictor", python_model=RaexmcModel(), signature=SIGNATURE,

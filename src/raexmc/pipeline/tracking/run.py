@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from .paths import project_root
+from ..paths import project_root
 
 EXPERIMENT = "rae-xmc"
 _NOT_ALLOWED = re.compile(r"[^\w./\- :]")
@@ -127,7 +127,7 @@ def _pipeline_run(client, params_path: Path) -> str:
 def pipeline_params(params_path: Path) -> dict[str, Any]:
     """Every param of the execution, the chosen dataset's entry included, so that runs in which
     DVC reran only the last stages still compare side by side on all of them."""
-    from .params import load_params
+    from ...params import load_params
 
     tree = load_params(params_path).data
     chosen = tree.get("data", {}).get("name")
@@ -206,7 +206,7 @@ def download_artifact(run_id: str, artifact_path: str) -> Path:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from .errors import DataError
+    from ...errors import DataError
 
     try:
         return Path(MlflowClient(tracking_uri()).download_artifacts(run_id, artifact_path))
