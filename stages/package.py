@@ -11,7 +11,7 @@ from raexmc.data.dataset import Dataset
 from raexmc.memory.indexes import index_folder
 from raexmc.memory.keys_values import memory_keys, write_memory
 from raexmc.pipeline.stage import run_stage, stage_cli
-from raexmc.pipeline.tracking.run import experiment_name
+from raexmc.pipeline.tracking.identity import experiment_name
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),

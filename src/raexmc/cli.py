@@ -15,7 +15,7 @@ import typer
 from .errors import ConfigError
 from .params import load_params
 from .pipeline.stage import user_errors
-from .pipeline.tracking.run import flatten
+from .pipeline.tracking.names import flatten
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RAE-XMC: extreme multi-label classification with retrieval-augmented encoders. "
@@ -151,7 +151,7 @@ def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
     with user_errors():
         from .pipeline.paths import project_root
         from .pipeline.sweep import baseline, run_sweep, show_command, swept_keys
-        from .pipeline.tracking.run import compare_url
+        from .pipeline.tracking.lookup import compare_url
 
         keys, root, seen = swept_keys(overrides), project_root(), {}
 

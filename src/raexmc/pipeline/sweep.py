@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError, RaexmcError
-from .tracking.run import git_commit
+from .tracking.identity import git_commit
 
 KEY_METRICS = ("rae.P@1", "rae.P@5", "rae.R@100")
 _QUEUED = re.compile(r"Queued experiment '([^']+)'")

@@ -1,4 +1,4 @@
-"""MLflow run tracking for the stages (serving.py logs and registers the predictor model).
+"""Logging a stage into the pipeline's MLflow run (serving.py logs and registers the predictor model).
 
 One MLflow run per pipeline execution: every stage of one `dvc repro` or `dvc exp run` finds the
 run by a key derived from params.yaml, the git commit it runs and the DVC experiment name, and logs its
@@ -9,65 +9,25 @@ MLFLOW_TRACKING_URI overrides it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
-import re
 import signal
-import subprocess
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 from ..paths import project_root
+from .identity import PIPELINE_TAG, experiment_name, git_commit, pipeline_key, pipeline_params
+from .names import flatten, metric_name
+from .signals import Terminated, sigterm_raises
 
 EXPERIMENT = "rae-xmc"
-_NOT_ALLOWED = re.compile(r"[^\w./\- :]")
-PIPELINE_TAG = "raexmc.pipeline_key"
 
 
 def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
-
-
-def git_commit(folder: Path) -> str:
-    """HEAD of `folder`: for an experiment, pass its own copy (the code it runs), not the parent
-    project, whose HEAD may move while the experiment runs."""
-    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else "uncommitted"
-
-
-def experiment_name() -> str:
-    """The DVC experiment being run, or "workspace" for a plain `dvc repro`."""
-    return os.environ.get("DVC_EXP_NAME") or "workspace"
-
-
-def pipeline_key(params_path: Path, commit: str, exp_name: str) -> str:
-    digest = hashlib.sha256(params_path.read_bytes())
-    digest.update(f"\0{commit}\0{exp_name}".encode())
-    return digest.hexdigest()[:16]
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}: params as they are named in params.yaml and `dvc exp show`."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def metric_name(name: str) -> str:
-    """MLflow allows only [A-Za-z0-9_.-/: ] in names: "rae.P@1" becomes "rae.P_at_1"."""
-    return _NOT_ALLOWED.sub("_", name.replace("@", "_at_"))
 
 
 class StageRun:
@@ -124,40 +84,6 @@ def _pipeline_run(client, params_path: Path) -> str:
     return run_id
 
 
-def pipeline_params(params_path: Path) -> dict[str, Any]:
-    """Every param of the execution, the chosen dataset's entry included, so that runs in which
-    DVC reran only the last stages still compare side by side on all of them."""
-    from ...params import load_params
-
-    tree = load_params(params_path).data
-    chosen = tree.get("data", {}).get("name")
-    picked = {key: value for key, value in tree.items() if key not in ("datasets", "presets")}
-    if chosen in tree.get("datasets", {}):
-        picked[f"datasets.{chosen}"] = tree["datasets"][chosen]
-    return picked
-
-
-class Terminated(BaseException):
-    """SIGTERM as an exception, so that a killed stage still closes its MLflow run."""
-
-
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """Without this a `kill` (or torchrun stopping its workers) leaves the run RUNNING forever."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def raise_terminated(signum, frame):
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 @contextmanager
 def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml") -> Iterator[StageRun]:
     """Open the pipeline's MLflow run for `stage`; log its duration and final status on exit:
@@ -169,7 +95,7 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml") -> Ite
     run = StageRun(client, _pipeline_run(client, Path(params_path)), stage)
     started = time.monotonic()
     try:
-        with _sigterm_raises():
+        with sigterm_raises():
             yield run
     except Terminated:
         client.set_terminated(run.run_id, status="KILLED")
@@ -182,40 +108,3 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml") -> Ite
         raise
     run.metrics({"duration_s": round(time.monotonic() - started, 3)})
     client.set_terminated(run.run_id, status="FINISHED")
-
-
-def compare_url(experiment_names: list[str], ui: str = "http://127.0.0.1:5000") -> str:
-    """The MLflow UI's compare view of the newest run of each named DVC experiment."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri())
-    experiment = client.get_experiment_by_name(EXPERIMENT)
-    if experiment is None:
-        return ui
-    runs = []
-    for name in experiment_names:
-        found = client.search_runs([experiment.experiment_id], filter_string=f"tags.dvc_experiment = '{name}'",
-                                   order_by=["attributes.start_time DESC"], max_results=1)
-        runs += [run.info.run_id for run in found]
-    query = urlencode({"runs": json.dumps(runs), "experiments": json.dumps([experiment.experiment_id])})
-    return f"{ui.rstrip('/')}/#/compare-runs?{query}"
-
-
-def download_artifact(run_id: str, artifact_path: str) -> Path:
-    """A local copy of one artifact of an MLflow run (for comparing against another experiment)."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    from ...errors import DataError
-
-    try:
-        return Path(MlflowClient(tracking_uri()).download_artifacts(run_id, artifact_path))
-    except MlflowException as exc:
-        raise DataError(f"cannot fetch '{artifact_path}' of MLflow run: {exc.message.splitlines()[0]}", run_id) from None
-
-
-def local_copy(source: str | os.PathLike, artifact_path: str) -> Path:
-    """`source` itself when it is a path that exists, else a downloaded copy of `artifact_path` of
-    the MLflow run whose id is `source` (for comparing against another experiment)."""
-    path = Path(source)
-    return path if path.exists() else download_artifact(str(source), artifact_path)
