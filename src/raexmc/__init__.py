@@ -17,5 +17,5 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("memory",),                 # keys K = [X; Z], values, nearest-key indexes
     ("encoder",),                # load the model, tokenise, encode()
     ("data",),                   # datasets: sources, layouts, the catalogue, label-frequency segments
-    ("errors", "io", "params"),  # error types, atomic outputs, the params loader: used by every layer
+    ("errors", "checks", "io", "params"),  # error types and range checks, atomic outputs, the params loader
 )

@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..checks import positive_int
 from ..errors import ConfigError
-from .search import as_matrix, check_k, empty_result
+from .search import as_matrix, empty_result
 
 # Elements (not bytes) of scratch space the exact top-k selection may use beside the similarity block.
 SELECT_BUDGET = 1 << 20
@@ -48,7 +49,7 @@ class ExactIndex:
         return queries @ self.keys.T
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        k = check_k(k)
+        k = positive_int(k, "k")
         queries = as_matrix(queries, "queries", self.dim)
         ids, sims = empty_result(queries.shape[0], k)
         if self.count == 0:

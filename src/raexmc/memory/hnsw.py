@@ -11,10 +11,12 @@ import os
 
 import numpy as np
 
+from ..checks import positive_int
 from ..errors import ConfigError, DataError
-from .search import as_matrix, check_k, empty_result, sort_rows
+from .search import as_matrix, empty_result, sort_rows
 
 SPACE = "ip"
+PAPER_M, PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH = 64, 500, 300  # the paper's graph and search beam
 # Keys inserted per hnswlib add_items call (one progress-bar step) and queries per knn_query call.
 INSERT_BATCH = 10_000
 QUERY_BATCH = 16_384
@@ -43,7 +45,7 @@ class HnswIndex:
 
     backend = "hnsw"
 
-    def __init__(self, graph, M: int, ef_construction: int, ef_search: int = 300, threads: int = 0):
+    def __init__(self, graph, M: int, ef_construction: int, ef_search: int = PAPER_EF_SEARCH, threads: int = 0):
         self.graph = graph
         self.M = int(M)
         self.ef_construction = int(ef_construction)
@@ -67,7 +69,7 @@ class HnswIndex:
     def search(self, queries: np.ndarray, k: int, ef_search: int | None = None,
                progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Approximate top-k keys of each query; rows hnswlib cannot fill are padded, never dropped."""
-        k = check_k(k)
+        k = positive_int(k, "k")
         queries = as_matrix(queries, "queries", self.dim)
         ef = max(int(self.ef_search if ef_search is None else ef_search), k)
         ids, sims = empty_result(queries.shape[0], k)
@@ -136,8 +138,8 @@ class HnswIndex:
         return ids, sims
 
 
-def build_hnsw(keys: np.ndarray, M: int = 64, ef_construction: int = 500, threads: int = 0, seed: int = 0,
-               ef_search: int = 300, progress: bool = True) -> HnswIndex:
+def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION, threads: int = 0,
+               seed: int = 0, ef_search: int = PAPER_EF_SEARCH, progress: bool = True) -> HnswIndex:
     """Insert every key (ids 0..n-1) into a new hnswlib "ip" graph, with a progress bar."""
     import hnswlib
     from tqdm import tqdm

@@ -10,15 +10,15 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..io import atomic_dir
-from .exact import ExactIndex
-from .hnsw import HnswIndex, build_hnsw
+from .exact import CHUNK_ROWS, ExactIndex
+from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, build_hnsw
 from .keys_values import KEY_SETS, memory_keys
 from .persistence import load_index, save_index, saved_backend
 from .search import BACKENDS
 
 
-def make_index(backend: str, keys: np.ndarray, M: int = 64, ef_construction: int = 500, threads: int = 0,
-               seed: int = 0, ef_search: int = 300, chunk_rows: int = 4096,
+def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION,
+               threads: int = 0, seed: int = 0, ef_search: int = PAPER_EF_SEARCH, chunk_rows: int = CHUNK_ROWS,
                progress: bool = True) -> ExactIndex | HnswIndex:
     """The index that `index.backend` names, over `keys`."""
     if backend == "exact":
@@ -53,7 +53,7 @@ def build_memory_indexes(embeddings: str | os.PathLike, out: str | os.PathLike, 
 
 
 def load_memory_index(index: str | os.PathLike, embeddings: str | os.PathLike, key_set: str,
-                      ef_search: int = 300, threads: int = 0) -> ExactIndex | HnswIndex:
+                      ef_search: int = PAPER_EF_SEARCH, threads: int = 0) -> ExactIndex | HnswIndex:
     """The saved index over `key_set`. The exact backend keeps no keys, so it reads them from `embeddings`
     (an HNSW graph holds its own and needs none)."""
     folder = index_folder(index, key_set)

@@ -14,8 +14,8 @@ import numpy as np
 
 from ..errors import DataError
 from ..io import atomic_dir, read_json, write_json
-from .exact import ExactIndex
-from .hnsw import SPACE, HnswIndex
+from .exact import CHUNK_ROWS, ExactIndex
+from .hnsw import PAPER_EF_SEARCH, SPACE, HnswIndex
 from .search import BACKENDS
 
 META_FILE = "meta.json"
@@ -66,8 +66,8 @@ def saved_backend(folder: str | os.PathLike) -> str:
     return _read_meta(Path(folder))["backend"]
 
 
-def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = 300,
-               threads: int = 0, chunk_rows: int = 4096) -> ExactIndex | HnswIndex:
+def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
+               threads: int = 0, chunk_rows: int = CHUNK_ROWS) -> ExactIndex | HnswIndex:
     """Reopen an index written by `save_index`; the exact backend needs `keys` again.
 
     Given keys must match the saved dimension and count. HNSW comes back with ef set to ef_search.

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 
 BACKENDS = ("hnsw", "exact")
 
@@ -30,11 +30,6 @@ def as_matrix(array: Any, what: str, dim: int | None = None) -> np.ndarray:
         raise DataError(f"{what} contain NaN or infinite values")
     return matrix
 
-
-def check_k(k: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ConfigError(f"k must be a positive integer, got {k!r}")
-    return int(k)
 
 
 def empty_result(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:

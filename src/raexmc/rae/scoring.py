@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from raexmc.checks import positive_int
 from raexmc.errors import ConfigError, DataError
 
 PAPER_TAU = 0.04
@@ -61,11 +62,7 @@ def check_tau(tau: float) -> float:
 
 def check_b(b: int | None) -> int | None:
     """b as an int (None: every retrieved key), or ConfigError unless it is >= 1."""
-    if b is None:
-        return None
-    if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
-        raise ConfigError(f"infer.b must be an integer >= 1, got {b!r}", _PARAMS, "infer.b")
-    return int(b)
+    return None if b is None else positive_int(b, "infer.b", _PARAMS, "infer.b")
 
 
 def _check_retrieval(ids: np.ndarray, sims: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:

@@ -23,6 +23,8 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
+from ..rae.scoring import PAPER_TAU
+
 LabelRows = Sequence[Sequence[int] | np.ndarray] | sp.spmatrix | sp.sparray
 
 
@@ -32,7 +34,7 @@ def decoupled_infonce(
     positive_col: Tensor,
     is_positive: Tensor,
     share_label: Tensor | None = None,
-    tau: float = 0.04,
+    tau: float = PAPER_TAU,
 ) -> Tensor:
     """Mean decoupled InfoNCE loss of a batch.
 
