@@ -7,8 +7,8 @@ import typer
 
 from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, compare_runs, load_per_instance
 from raexmc.io import write_json
+from raexmc.pipeline.compare import local_copy
 from raexmc.pipeline.stage import run_stage, stage_cli
-from raexmc.pipeline.tracking.lookup import local_copy
 
 
 def main(eval: Path = typer.Option(..., help="Evaluation folder written by the evaluate stage."),

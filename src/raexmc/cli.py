@@ -149,9 +149,9 @@ def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
           ui: str = typer.Option("http://127.0.0.1:5000", help="Where `mlflow ui` listens, for the compare link.")) -> None:
     """Run a grid of `dvc exp run --queue` experiments, wait, and compare them (dvc exp show + MLflow)."""
     with user_errors():
+        from .pipeline.compare import compare_url
         from .pipeline.paths import project_root
         from .pipeline.sweep import baseline, run_sweep, show_command, swept_keys
-        from .pipeline.tracking.lookup import compare_url
 
         keys, root, seen = swept_keys(overrides), project_root(), {}
 

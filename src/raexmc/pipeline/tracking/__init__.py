@@ -1,1 +1,1 @@
-"""MLflow tracking: the one mlflow importer besides serving. One run per pipeline execution, logged into by every stage."""
+"""MLflow tracking (the only mlflow importer besides serving): one run per pipeline execution, for every stage."""

@@ -1,4 +1,4 @@
-"""Reading the store back: the MLflow UI's compare view of experiments, and the artifacts of another run."""
+"""Comparing experiments through the MLflow store: the UI's compare view, and another run's artifacts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from urllib.parse import urlencode
 
-from ...errors import DataError
-from .run import EXPERIMENT, tracking_uri
+from ..errors import DataError
+from .tracking.run import EXPERIMENT, tracking_uri
 
 
 def compare_url(experiment_names: list[str], ui: str = "http://127.0.0.1:5000") -> str:
