@@ -193,7 +193,7 @@ from raexmc.training.step import apply_gradients, make_optimizer, training_step
 
 tests, params, data, tokens, model_dir, out = sys.argv[1:7]
 global_batch, chunks = int(sys.argv[7]), [int(c) for c in sys.argv[8:]]
-sys.path.insert(0, tests)
+sys.path[:0] = [tests, str(Path(tests).parent)]  # this test file, and the conftest it imports
 from test_train import gradients, the_batch
 
 ctx = init_distributed("cpu")
