@@ -1,9 +1,9 @@
-"""The tokenisation cache: token ids of every input and label text, as memory-mapped arrays.
+"""Tokenisation: the text recipe of inputs and labels (`text_of`), and the cache of their token ids.
 
-Per split ("train", "test", "labels"): `<split>.ids.npy` (texts x max_len, padded) and
-`<split>.len.npy` (true lengths); `meta.json` holds the cache key (tokenizer fingerprint, max
-lengths, text fields). Texts are streamed in batches straight into the memmaps, so memory stays
-flat however many texts there are.
+The cache holds memory-mapped arrays per split ("train", "test", "labels"): `<split>.ids.npy`
+(texts x max_len, padded) and `<split>.len.npy` (true lengths); `meta.json` holds the cache key
+(tokenizer fingerprint, max lengths, text fields). Texts are streamed in batches straight into the
+memmaps, so memory stays flat however many texts there are.
 """
 
 from __future__ import annotations

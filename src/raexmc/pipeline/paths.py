@@ -1,4 +1,4 @@
-"""Where the project keeps things that outlive one stage run."""
+"""The project root that outlives one stage run: where the MLflow store lives, for experiments run in copies too."""
 
 from __future__ import annotations
 
