@@ -67,4 +67,3 @@ def load_encoder(name: str, device: str = "cpu"):
         raise ConfigError(f"cannot load the encoder '{name}': {_first_line(exc)}", "params.yaml",
                           "encoder.name") from None
     return model.to(device).eval()
-

@@ -31,7 +31,6 @@ def as_matrix(array: Any, what: str, dim: int | None = None) -> np.ndarray:
     return matrix
 
 
-
 def empty_result(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full((n, k), -1, dtype=np.int64), np.full((n, k), -np.inf, dtype=np.float32)
 

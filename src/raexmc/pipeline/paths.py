@@ -20,4 +20,3 @@ def project_root(start: str | os.PathLike | None = None) -> Path:
         if (folder / ".dvc").is_dir():
             return folder
     return here
-

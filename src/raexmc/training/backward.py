@@ -21,7 +21,8 @@ from .distributed import DistContext, gather_array, gather_with_grad, shard
 
 
 def encode_rows(model, cache: TokenCache, split: str, rows: np.ndarray, ctx: DistContext,
-                 precision: str) -> torch.Tensor:
+                precision: str) -> torch.Tensor:
+    """Embeddings of the given rows of a token-cache split, with graph, under the run's precision."""
     with autocast(ctx.device, precision):
         return encode(model, *batch_tensors(cache.ids(split), cache.lengths(split), rows, ctx.device))
 
@@ -76,7 +77,7 @@ class ChunkedEncoding:
 
 
 def cached_backward(model, cache: TokenCache, plan: BatchPlan, chunk: int, ctx: DistContext,
-                     precision: str) -> torch.Tensor:
+                    precision: str) -> torch.Tensor:
     """Gradient caching (Gao et al. 2021): the same gradient as `plain_backward`, holding the
     graph of only `chunk` texts at a time, so the batch size no longer depends on device memory.
 

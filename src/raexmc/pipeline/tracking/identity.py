@@ -1,4 +1,4 @@
-"""Which MLflow run a stage logs into: one per pipeline execution, keyed by params.yaml, the git commit and the DVC experiment."""
+"""Which MLflow run a stage logs into: one per pipeline execution, keyed by params, git commit and DVC experiment."""
 
 from __future__ import annotations
 
