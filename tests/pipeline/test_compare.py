@@ -9,14 +9,7 @@ from raexmc.errors import DataError
 from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, load_per_instance
 from raexmc.pipeline.compare import local_copy
 from raexmc.pipeline.tracking.run import stage_run
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    (tmp_path / ".dvc").mkdir()
-    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+from test_tracking import project  # noqa: F401  (the fixture: a DVC project with params.yaml)
 
 
 def test_a_path_is_used_as_it_is_and_a_run_id_fetches_what_the_evaluate_stage_logged(project):
