@@ -20,11 +20,14 @@ import numpy as np
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.embedding import load_embeddings
-from raexmc.evaluation import Evaluator, rae_scorer
-from raexmc.index import ExactIndex, build_hnsw, recall_at_k
-from raexmc.memory import memory_keys, training_values
-from raexmc.metrics import propensity_ab
+from raexmc.encoder.embedding import load_embeddings
+from raexmc.evaluation.evaluator import Evaluator, rae_scorer
+from raexmc.evaluation.propensity import propensity_ab
+from raexmc.evaluation.recall import recall_at_k
+from raexmc.memory.exact import ExactIndex
+from raexmc.memory.hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, build_hnsw
+from raexmc.memory.keys_values import memory_keys, training_values
+from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
 
 
 def tie_aware_recall(approx_sims: np.ndarray, exact_sims: np.ndarray, atol: float = 1e-5) -> float:
@@ -33,8 +36,8 @@ def tie_aware_recall(approx_sims: np.ndarray, exact_sims: np.ndarray, atol: floa
     return float((approx_sims >= threshold).mean())
 
 
-def main(name: str = "foldoc", b: int = 200, ef_search: int = 300, M: int = 64, ef_construction: int = 500,
-         lam: float = 0.5, tau: float = 0.04) -> None:
+def main(name: str = "foldoc", b: int = PAPER_B, ef_search: int = PAPER_EF_SEARCH, M: int = PAPER_M,
+         ef_construction: int = PAPER_EF_CONSTRUCTION, lam: float = PAPER_LAMBDA, tau: float = PAPER_TAU) -> None:
     dataset = Dataset(Path("data") / name)
     embeddings = Path("artifacts") / name / "embeddings"
     keys = memory_keys(embeddings)

@@ -23,7 +23,7 @@ import dvc.api
 import numpy as np
 import typer
 
-from raexmc.significance import compare_runs
+from raexmc.evaluation.significance import compare_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {  # name: (hard negatives, instance negatives)

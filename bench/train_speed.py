@@ -30,13 +30,15 @@ import scipy.sparse as sp
 import torch
 import typer
 
-from raexmc.device import resolve_precision
-from raexmc.distributed import init_distributed, shutdown
-from raexmc.encoder import load_encoder
+from raexmc.encoder.device import resolve_precision
+from raexmc.encoder.model import load_encoder
+from raexmc.encoder.tokens import TokenCache
 from raexmc.io import write_json
 from raexmc.params import load_params
-from raexmc.tokens import TokenCache
-from raexmc.train import BatchSampler, TrainSettings, apply_gradients, make_optimizer, training_step
+from raexmc.training.batches import BatchSampler
+from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.training.settings import TrainSettings
+from raexmc.training.step import apply_gradients, make_optimizer, training_step
 
 ROOT = Path(__file__).resolve().parents[1]
 

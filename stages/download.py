@@ -5,9 +5,9 @@ from pathlib import Path
 
 import typer
 
+from raexmc.data.catalogue import dataset_spec
 from raexmc.data.sources import build_dataset
-from raexmc.datasets import dataset_spec
-from raexmc.stage import run_stage, stage_cli
+from raexmc.pipeline.stage import run_stage, stage_cli
 
 
 def main(out: Path = typer.Option(..., help="Dataset folder to write, e.g. data/foldoc."),

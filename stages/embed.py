@@ -7,12 +7,12 @@ from pathlib import Path
 import torch
 import typer
 
-from raexmc.device import pick_device, resolve_precision
-from raexmc.embedding import embed_split
-from raexmc.encoder import load_encoder
+from raexmc.encoder.device import pick_device, resolve_precision
+from raexmc.encoder.embedding import embed_split
+from raexmc.encoder.model import load_encoder
+from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
-from raexmc.stage import run_stage, stage_cli
-from raexmc.tokens import TokenCache
+from raexmc.pipeline.stage import run_stage, stage_cli
 
 
 def main(model: Path = typer.Option(..., help="Encoder folder written by the train stage."),

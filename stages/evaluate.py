@@ -9,13 +9,14 @@ import numpy as np
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.embedding import load_embeddings
-from raexmc.evaluation import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
+from raexmc.encoder.embedding import load_embeddings
+from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
+from raexmc.evaluation.propensity import propensity_ab
 from raexmc.io import atomic_dir, write_json
-from raexmc.memory import load_memory_index, training_values
-from raexmc.metrics import propensity_ab
-from raexmc.plots import line_plot, segment_bars
-from raexmc.stage import run_stage, stage_cli
+from raexmc.memory.indexes import load_memory_index
+from raexmc.memory.keys_values import training_values
+from raexmc.pipeline.plots import line_plot, segment_bars
+from raexmc.pipeline.stage import run_stage, stage_cli
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),

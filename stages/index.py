@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from raexmc.memory import build_memory_indexes
-from raexmc.stage import run_stage, stage_cli
+from raexmc.memory.indexes import build_memory_indexes
+from raexmc.pipeline.stage import run_stage, stage_cli
 
 
 def main(embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),

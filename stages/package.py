@@ -8,10 +8,10 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.memory import index_folder, memory_keys
-from raexmc.predictor import write_memory
-from raexmc.stage import run_stage, stage_cli
-from raexmc.tracking import experiment_name
+from raexmc.memory.indexes import index_folder
+from raexmc.memory.keys_values import memory_keys, write_memory
+from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.identity import experiment_name
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -29,7 +29,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         exact = p.typed("index.backend", str) == "exact"  # that backend keeps no keys: the memory does
         write_memory(out, Dataset(dataset), settings, memory_keys(embeddings) if exact else None)
         if p.typed("package.register", bool):
-            from raexmc.serving import log_predictor, registered_name
+            from raexmc.pipeline.serving import log_predictor, registered_name
 
             name = registered_name(p, dataset.name)
             # `dvc repro` moves the alias that `raexmc serve` uses; an experiment gets its own name as

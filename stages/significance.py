@@ -5,9 +5,10 @@ from pathlib import Path
 
 import typer
 
+from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, compare_runs, load_per_instance
 from raexmc.io import write_json
-from raexmc.significance import compare_runs, load_per_instance
-from raexmc.stage import run_stage, stage_cli
+from raexmc.pipeline.compare import local_copy
+from raexmc.pipeline.stage import run_stage, stage_cli
 
 
 def main(eval: Path = typer.Option(..., help="Evaluation folder written by the evaluate stage."),
@@ -17,8 +18,8 @@ def main(eval: Path = typer.Option(..., help="Evaluation folder written by the e
         run.params({"significance": p.section("significance")})
         metrics = [str(m) for m in p.typed("significance.metrics", list)]
         other = p.get("significance.compare_with")
-        report = compare_runs(load_per_instance(eval / "per_instance.npz"), metrics,
-                              None if other is None else load_per_instance(str(other)))
+        baseline = None if other is None else load_per_instance(local_copy(str(other), PER_INSTANCE_ARTIFACT))
+        report = compare_runs(load_per_instance(eval / "per_instance.npz"), metrics, baseline)
         write_json(out, report)
         run.metrics(report)
         run.artifact(out)

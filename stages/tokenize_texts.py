@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.encoder import load_tokenizer
-from raexmc.stage import run_stage, stage_cli
-from raexmc.tokens import TokenizeSettings, build_token_cache
+from raexmc.encoder.model import load_tokenizer
+from raexmc.encoder.tokens import TokenizeSettings, build_token_cache
+from raexmc.pipeline.stage import run_stage, stage_cli
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from raexmc.io import read_json
-from raexmc.stage import run_stage, stage_cli
+from raexmc.pipeline.stage import run_stage, stage_cli
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),

@@ -13,16 +13,17 @@ import torch
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.device import resolve_precision
-from raexmc.distributed import init_distributed, shutdown
-from raexmc.encoder import load_encoder, load_tokenizer
+from raexmc.encoder.device import resolve_precision
+from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.tokens import TokenCache
 from raexmc.errors import ConfigError
+from raexmc.evaluation.propensity import propensity_ab
 from raexmc.io import atomic_dir, write_json
-from raexmc.metrics import propensity_ab
-from raexmc.stage import run_stage, stage_cli, user_errors
 from raexmc.params import load_params
-from raexmc.tokens import TokenCache
-from raexmc.train import TrainSettings, train
+from raexmc.pipeline.stage import run_stage, stage_cli, user_errors
+from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.training.settings import TrainSettings
+from raexmc.training.train import train
 
 MODES = ("zero-shot", "fine-tuned")
 

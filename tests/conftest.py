@@ -38,7 +38,7 @@ def tiny_model(tmp_path_factory) -> Path:
     """A 2-layer, 32-wide random BERT with the real MiniLM tokenizer, saved as a local folder."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from raexmc.encoder import resolve_encoder
+    from raexmc.encoder.model import resolve_encoder
 
     folder = tmp_path_factory.mktemp("tiny-model")
     tokenizer = AutoTokenizer.from_pretrained(resolve_encoder("all-MiniLM-L6-v2"))

@@ -18,8 +18,11 @@ import numpy as np
 import scipy.sparse as sp
 import typer
 
-from raexmc.metrics import (macro_f1_by_segment, per_instance_metrics, propensities, propensity_ab, remove_pairs,
-                            summarize, top_k)
+from raexmc.evaluation.macro_f1 import macro_f1_by_segment
+from raexmc.evaluation.metrics import per_instance_metrics, summarize
+from raexmc.evaluation.propensity import propensities, propensity_ab
+from raexmc.rae.pairs import remove_pairs
+from raexmc.rae.ranking import top_k
 
 
 def texts(path: Path) -> list[str]:

@@ -14,8 +14,8 @@ import typer
 
 from .errors import ConfigError
 from .params import load_params
-from .stage import user_errors
-from .tracking import flatten
+from .pipeline.stage import user_errors
+from .pipeline.tracking.names import flatten
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RAE-XMC: extreme multi-label classification with retrieval-augmented encoders. "
@@ -65,7 +65,7 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
 
 def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> list:
     from .errors import DataError
-    from .queries import parse_queries
+    from .rae.queries import parse_queries
 
     if texts:
         return list(texts)
@@ -92,8 +92,9 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
             params: Path = PARAMS) -> None:
     """Top-k labels, with scores and label texts, as one JSON line per query on stdout."""
     with user_errors():
-        from .memory import index_folder
-        from .predictor import Predictor, Timing
+        from .memory.indexes import index_folder
+        from .rae.predictor import Predictor
+        from .rae.timing import Timing
 
         queries = _read_queries(texts, file, jsonl)
         folder = artifacts / (name or load_params(params).typed("data.name", str))
@@ -128,8 +129,8 @@ def serve(name: str = NAME,
           params: Path = PARAMS) -> None:
     """Serve the registered predictor over HTTP (`mlflow models serve` in this environment)."""
     with user_errors():
-        from .serving import registered_name
-        from .tracking import tracking_uri
+        from .pipeline.serving import registered_name
+        from .pipeline.tracking.run import tracking_uri
 
         p = load_params(params)
         model_name = registered_name(p, name or p.typed("data.name", str))
@@ -148,9 +149,9 @@ def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
           ui: str = typer.Option("http://127.0.0.1:5000", help="Where `mlflow ui` listens, for the compare link.")) -> None:
     """Run a grid of `dvc exp run --queue` experiments, wait, and compare them (dvc exp show + MLflow)."""
     with user_errors():
-        from .paths import project_root
-        from .sweep import baseline, run_sweep, show_command, swept_keys
-        from .tracking import compare_url
+        from .pipeline.compare import compare_url
+        from .pipeline.paths import project_root
+        from .pipeline.sweep import baseline, run_sweep, show_command, swept_keys
 
         keys, root, seen = swept_keys(overrides), project_root(), {}
 

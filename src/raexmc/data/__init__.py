@@ -1,1 +1,1 @@
-"""Datasets: sources, on-disk layouts, and the normalised dataset folder every stage reads."""
+"""Datasets: sources and on-disk layouts, the catalogue, the normalised dataset folder, label-frequency segments."""

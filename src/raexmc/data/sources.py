@@ -8,12 +8,12 @@ Sources: `foldoc` and `wordnet` (pinned Debian packages turned into linked corpo
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, DataError
-from ..paths import cache_dir
 from .archive import extract
 from .dataset import write_dataset
 from .debian import fetch_deb
@@ -27,6 +27,13 @@ from .xcrepo import fetch_archive
 
 SOURCES = ("foldoc", "wordnet", "wordnet-hypernyms", "local", "xc-repo", "synthetic")
 WORDNET_DIR = "usr/share/wordnet"  # inside the wordnet-base package
+
+
+def cache_dir() -> Path:
+    """Downloads kept across runs (Debian packages, archives): $RAEXMC_CACHE or ~/.cache/raexmc."""
+    folder = Path(os.environ.get("RAEXMC_CACHE") or Path.home() / ".cache" / "raexmc")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _require(spec: dict[str, Any], key: str, name: str) -> Any:

@@ -1,0 +1,43 @@
+"""Choosing the device and mixed precision the hardware supports."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..errors import ConfigError
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def pick_device(requested: str = "auto") -> str:
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device '{requested}' requested but no GPU is visible", "params.yaml", "embed.device")
+    return requested
+
+
+def _cpu_has_bf16() -> bool:
+    """AVX512-BF16 or AMX: bf16 matrix work in hardware (torch exposes no public check)."""
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """'auto' -> bf16 where the hardware runs it natively, else fp32."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision '{precision}' is not one of {', '.join(PRECISIONS)}", "params.yaml", "precision")
+    if precision != "auto":
+        return precision
+    if device.startswith("cuda"):
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "bf16" if _cpu_has_bf16() else "fp32"
+
+
+def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=dtype)

@@ -1,0 +1,70 @@
+"""Texts to vectors: the one encoder function `encode`, and embedding every text of a token cache.
+
+`embed_split` streams a split into a .npy memmap: texts are sorted by length so each batch is cut
+to its own longest text (little padding), and results are written back at each text's original row.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .device import autocast
+from .tokens import TokenCache
+
+
+def encode(model, input_ids, attention_mask):
+    """The one encoder function: mean of the last hidden states under the mask, L2-normalised.
+
+    Training, key embedding and prediction all call this, so queries and keys live in one space.
+    """
+    hidden = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    return F.normalize(pooled.float(), dim=-1)
+
+
+def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Row indices grouped into batches of similar length, longest first."""
+    order = np.argsort(-lengths, kind="stable")
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask of the given rows, cut to their longest text."""
+    width = max(int(lengths[rows].max()), 1)
+    batch_ids = torch.from_numpy(np.asarray(ids[rows, :width], dtype=np.int64)).to(device)
+    mask = (torch.arange(width) < torch.from_numpy(np.asarray(lengths[rows]))[:, None]).long().to(device)
+    return batch_ids, mask
+
+
+def embed_rows(model, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device: str, precision: str) -> np.ndarray:
+    """Embeddings (float32, L2-normalised) of the given rows of a token array, without gradients."""
+    with torch.inference_mode(), autocast(device, precision):
+        return encode(model, *batch_tensors(ids, lengths, rows, device)).cpu().numpy()
+
+
+def embed_split(model, cache: TokenCache, split: str, target: str | os.PathLike, batch_size: int, device: str,
+                precision: str, dtype: str = "float32") -> dict[str, float]:
+    """Write the embeddings of one split to `target` (.npy); return its throughput."""
+    ids, lengths = cache.ids(split), cache.lengths(split)
+    dim = model.config.hidden_size
+    out = np.lib.format.open_memmap(target, mode="w+", dtype=np.dtype(dtype), shape=(len(lengths), dim))
+    started = time.perf_counter()
+    with tqdm(total=len(lengths), desc=f"embed {split}", unit="text", mininterval=2.0) as progress:
+        for rows in length_sorted_batches(lengths, batch_size):
+            out[rows] = embed_rows(model, ids, lengths, rows, device, precision)
+            progress.update(len(rows))
+    out.flush()
+    seconds = time.perf_counter() - started
+    return {"texts": int(len(lengths)), "seconds": round(seconds, 2), "texts_per_s": round(len(lengths) / max(seconds, 1e-9), 1)}
+
+
+def load_embeddings(folder: str | os.PathLike, split: str) -> np.ndarray:
+    return np.load(Path(folder) / f"{split}.npy", mmap_mode="r")

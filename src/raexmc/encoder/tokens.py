@@ -1,0 +1,186 @@
+"""Tokenisation: the text recipe of inputs and labels (`text_of`), and the cache of their token ids.
+
+The cache holds memory-mapped arrays per split ("train", "test", "labels"): `<split>.ids.npy`
+(texts x max_len, padded) and `<split>.len.npy` (true lengths); `meta.json` holds the cache key
+(tokenizer fingerprint, max lengths, text fields). Texts are streamed in batches straight into the
+memmaps, so memory stays flat however many texts there are.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ..data.dataset import Dataset, Text
+from ..errors import ConfigError, DataError
+from ..io import atomic_dir, read_json, write_json
+from .model import tokenizer_fingerprint
+
+if TYPE_CHECKING:
+    from ..params import Params  # not at run time: the GPU machines lack ruamel.yaml
+
+SPLITS = ("train", "test", "labels")
+FIELDS = ("title", "title+content")
+NO_LENGTH_LIMIT = int(1e20)  # a tokenizer's model_max_length from here up (transformers uses 1e20, 1e30) means none
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Everything the token ids depend on; a cache is reused only when all of it matches."""
+
+    tokenizer: str
+    fingerprint: str
+    input_max_len: int
+    label_max_len: int
+    input_fields: str
+    label_fields: str
+
+
+@dataclass(frozen=True)
+class TokenizeSettings:
+    """The tokenize.* values. Checked before any text is read, so a bad one fails as a ConfigError
+    naming its key, not deep inside numpy or the tokenizer."""
+
+    input_max_len: int
+    label_max_len: int
+    input_fields: str
+    label_fields: str
+    batch_size: int
+
+    @classmethod
+    def from_params(cls, params: Params) -> TokenizeSettings:
+        """Read, type-check and range-check every tokenize.* key; a key not known here is a typo."""
+        unknown = sorted(set(params.section("tokenize")) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(f"unknown parameter 'tokenize.{unknown[0]}'", params.path, f"tokenize.{unknown[0]}")
+        settings = cls(input_max_len=params.typed("tokenize.input_max_len", int),
+                       label_max_len=params.typed("tokenize.label_max_len", int),
+                       input_fields=params.typed("tokenize.input_fields", str),
+                       label_fields=params.typed("tokenize.label_fields", str),
+                       batch_size=params.typed("tokenize.batch_size", int))
+        settings.check_ranges(params.path)
+        return settings
+
+    def check_ranges(self, source: str = "params.yaml") -> None:
+        """The ranges that hold whatever the tokenizer; checked before it is even loaded."""
+        for key in ("input_max_len", "label_max_len", "batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"'tokenize.{key}' must be at least 1, got {getattr(self, key)}", source,
+                                  f"tokenize.{key}")
+        for key in ("input_fields", "label_fields"):
+            if getattr(self, key) not in FIELDS:
+                raise ConfigError(f"'{getattr(self, key)}' is not one of {', '.join(FIELDS)}", source,
+                                  f"tokenize.{key}")
+
+    def check_tokenizer(self, tokenizer, source: str = "params.yaml") -> None:
+        """Each max length must hold the tokenizer's special tokens plus one text token, and fit
+        the longest input the model takes (when the tokenizer knows it)."""
+        shortest = tokenizer.num_special_tokens_to_add() + 1
+        longest = tokenizer.model_max_length if tokenizer.model_max_length < NO_LENGTH_LIMIT else None
+        for key in ("input_max_len", "label_max_len"):
+            value = getattr(self, key)
+            if value < shortest or (longest is not None and value > longest):
+                allowed = f"{shortest} to {longest}" if longest is not None else f"at least {shortest}"
+                raise ConfigError(f"'tokenize.{key}' is {value}, but the tokenizer takes {allowed} tokens",
+                                  source, f"tokenize.{key}")
+
+
+def text_of(record: Text, fields: str) -> str:
+    if fields == "title":
+        return record.title
+    return f"{record.title} {record.content}".strip()
+
+
+def _chunks(records: Iterable[Text], size: int) -> Iterator[list[Text]]:
+    chunk: list[Text] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, fields: str, folder: Path,
+                    batch_size: int) -> None:
+    count = dataset.size(split)
+    dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.int32
+    ids = np.lib.format.open_memmap(folder / f"{split}.ids.npy", mode="w+", dtype=dtype, shape=(count, max_len))
+    lengths = np.lib.format.open_memmap(folder / f"{split}.len.npy", mode="w+", dtype=np.int32, shape=(count,))
+    row = 0
+    with tqdm(total=count, desc=f"tokenize {split}", unit="text", mininterval=1.0) as progress:
+        for chunk in _chunks(dataset.texts(split), batch_size):
+            if row + len(chunk) > count:
+                raise DataError(f"more records than the {count} in stats.json", dataset.text_path(split))
+            encoded = tokenizer([text_of(record, fields) for record in chunk], max_length=max_len, truncation=True,
+                                padding="max_length", return_attention_mask=True, return_tensors="np")
+            ids[row:row + len(chunk)] = encoded["input_ids"]
+            lengths[row:row + len(chunk)] = encoded["attention_mask"].sum(axis=1)
+            row += len(chunk)
+            progress.update(len(chunk))
+    if row != count:
+        raise DataError(f"{row} records, but stats.json says {count}", dataset.text_path(split))
+    ids.flush()
+    lengths.flush()
+
+
+def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: str | os.PathLike,
+                      input_max_len: int, label_max_len: int, input_fields: str, label_fields: str,
+                      batch_size: int = 2048) -> tuple[dict[str, Any], bool]:
+    """Tokenise all texts of `dataset` into `target`; return (meta, reused).
+
+    An existing cache at `target` with the same key is reused as it is.
+    """
+    settings = TokenizeSettings(input_max_len, label_max_len, input_fields, label_fields, batch_size)
+    settings.check_ranges()
+    settings.check_tokenizer(tokenizer)
+    key = CacheKey(tokenizer_name, tokenizer_fingerprint(tokenizer), input_max_len, label_max_len, input_fields, label_fields)
+    target = Path(target)
+    if (target / "meta.json").is_file() and read_json(target / "meta.json").get("key") == asdict(key):
+        return read_json(target / "meta.json"), True
+    plan = {"train": (input_max_len, input_fields), "test": (input_max_len, input_fields),
+            "labels": (label_max_len, label_fields)}
+    with atomic_dir(target) as folder:
+        for split, (max_len, fields) in plan.items():
+            _tokenize_split(dataset, split, tokenizer, max_len, fields, folder, batch_size)
+        meta = {"key": asdict(key), "pad_token_id": int(tokenizer.pad_token_id or 0),
+                "counts": {split: dataset.size(split) for split in SPLITS},
+                "truncated": {split: _truncated_share(folder, split, plan[split][0]) for split in SPLITS}}
+        write_json(folder / "meta.json", meta)
+    return meta, False
+
+
+def _truncated_share(folder: Path, split: str, max_len: int) -> float:
+    """Share of texts that filled max_len (and so were probably cut), for the run log."""
+    lengths = np.load(folder / f"{split}.len.npy", mmap_mode="r")
+    return round(float((lengths >= max_len).mean()) if len(lengths) else 0.0, 4)
+
+
+class TokenCache:
+    """Read access to a token cache; arrays are memory-mapped, not loaded."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        if not (self.folder / "meta.json").is_file():
+            raise DataError("not a token cache (no meta.json); run the tokenize stage first", self.folder)
+        self.meta = read_json(self.folder / "meta.json")
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def ids(self, split: str) -> np.ndarray:
+        return self._open(f"{split}.ids.npy")
+
+    def lengths(self, split: str) -> np.ndarray:
+        return self._open(f"{split}.len.npy")
+
+    def _open(self, name: str) -> np.ndarray:
+        """Each memmap is opened once: training reads the cache on every step."""
+        if name not in self._arrays:
+            self._arrays[name] = np.load(self.folder / name, mmap_mode="r")
+        return self._arrays[name]

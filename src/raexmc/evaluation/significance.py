@@ -1,0 +1,102 @@
+"""Paired significance tests: a t-test on per-input metric values, and RAE against its baselines with it.
+
+Per-input values of two systems are paired by test input (the same test set), so the tests look at
+their differences.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.stats
+
+from ..errors import ConfigError, DataError
+
+METHOD = "rae"
+BASELINES = ("dual_encoder", "knn")
+PER_INSTANCE_ARTIFACT = "evaluate/per_instance.npz"  # as the evaluate stage logs it into its MLflow run
+
+
+def _paired(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both inputs as float arrays, checked to be paired: 1-D, same length, at least two pairs."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.ndim != 1 or b.ndim != 1:
+        raise DataError(f"paired scores must be 1-D, got shapes {a.shape} and {b.shape}")
+    if a.size != b.size:
+        raise DataError(f"paired scores differ in length: {a.size} and {b.size}")
+    if a.size < 2:
+        raise DataError(f"a paired t-test needs at least two pairs, got {a.size}")
+    return a, b
+
+
+def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict[str, float | int]:
+    """Two-sided paired t-test of a against b, with a confidence interval for mean(a - b).
+
+    Per-input metric values of two systems are paired by test input, so the test looks at their
+    differences. Constant differences have no spread, where scipy would warn and return nan: all
+    zero gives t = 0 and p = 1; a nonzero constant gives t = +-inf and p = 0; both a zero-width CI.
+    Values are plain Python numbers so the result can go straight into JSON.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ConfigError(f"confidence must be in (0, 1), got {confidence}")
+    a, b = _paired(a, b)
+    diff = a - b
+    n = diff.size
+    mean_diff = float(diff.mean())
+    if np.all(diff == diff[0]):
+        t = 0.0 if mean_diff == 0.0 else math.copysign(math.inf, mean_diff)
+        p_value = 1.0 if mean_diff == 0.0 else 0.0
+        half_width = 0.0
+    else:
+        result = scipy.stats.ttest_rel(a, b)
+        t, p_value = float(result.statistic), float(result.pvalue)
+        std_err = float(diff.std(ddof=1)) / math.sqrt(n)
+        half_width = float(scipy.stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * std_err
+    return {
+        "mean_a": float(a.mean()),
+        "mean_b": float(b.mean()),
+        "mean_diff": mean_diff,
+        "ci_low": mean_diff - half_width,
+        "ci_high": mean_diff + half_width,
+        "t": t,
+        "p_value": p_value,
+        "n": n,
+    }
+
+
+def load_per_instance(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Per-instance arrays ("method/metric" -> values) from a per_instance.npz."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("per-instance results not found", path)
+    with np.load(path) as archive:
+        return {key: archive[key] for key in archive.files}
+
+
+def _test(a: dict[str, np.ndarray], a_method: str, b: dict[str, np.ndarray], b_method: str,
+          metrics: list[str], origin: str) -> dict[str, Any]:
+    out = {}
+    for metric in metrics:
+        for values, method in ((a, a_method), (b, b_method)):
+            if f"{method}/{metric}" not in values:
+                raise DataError(f"no per-instance '{method}/{metric}'", origin)
+        # percentage points, as the metrics are reported
+        out[metric] = paired_ttest(100 * a[f"{a_method}/{metric}"], 100 * b[f"{b_method}/{metric}"])
+    return out
+
+
+def compare_runs(run: dict[str, np.ndarray], metrics: list[str],
+                 other: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ...}; with `other` also each method
+    against the same method of the other run ("rae_vs_other", "dual_encoder_vs_other", ...)."""
+    report = {f"{METHOD}_vs_{baseline}": _test(run, METHOD, run, baseline, metrics, "per_instance.npz")
+              for baseline in BASELINES}
+    if other is not None:
+        for method in (METHOD, *BASELINES):
+            report[f"{method}_vs_other"] = _test(run, method, other, method, metrics, "significance.compare_with")
+    return report

@@ -1,0 +1,164 @@
+"""Approximate nearest-key search on an hnswlib graph (space "ip"), for large data.
+
+hnswlib raises instead of answering when it finds fewer than k keys for a query (typical with many
+identical keys); `HnswIndex.search` retries with a wider beam, then on halves of the batch, then
+with a smaller k, and pads such rows, so no query is ever dropped.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..checks import positive_int
+from ..errors import ConfigError, DataError
+from .search import as_matrix, empty_result, sort_rows
+
+SPACE = "ip"
+PAPER_M, PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH = 64, 500, 300  # the paper's graph and search beam
+# Keys inserted per hnswlib add_items call (one progress-bar step) and queries per knn_query call.
+INSERT_BATCH = 10_000
+QUERY_BATCH = 16_384
+# How much the beam (ef) grows when hnswlib cannot fill a batch's rows.
+EF_RETRY_FACTOR = 4
+_SHORT_RESULT = "contiguous 2D array"
+
+
+def resolve_threads(threads: int) -> int:
+    """The number of worker threads: `threads`, or every CPU this process may use when it is 0."""
+    if threads < 0:
+        raise ConfigError(f"threads must be >= 0 (0 = all CPUs), got {threads}")
+    if threads:
+        return int(threads)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class HnswIndex:
+    """An hnswlib graph over the keys (space "ip"); build it with `build_hnsw` or `load_index`.
+
+    hnswlib does not store the search beam, so `search` sets ef = max(ef_search, k) every time.
+    """
+
+    backend = "hnsw"
+
+    def __init__(self, graph, M: int, ef_construction: int, ef_search: int = PAPER_EF_SEARCH, threads: int = 0):
+        self.graph = graph
+        self.M = int(M)
+        self.ef_construction = int(ef_construction)
+        self.ef_search = int(ef_search)
+        self.threads = resolve_threads(threads)
+        self.graph.set_num_threads(self.threads)
+        self.graph.set_ef(self.ef_search)
+
+    @property
+    def count(self) -> int:
+        return int(self.graph.element_count)
+
+    @property
+    def dim(self) -> int:
+        return int(self.graph.dim)
+
+    def __repr__(self) -> str:
+        return (f"HnswIndex(count={self.count}, dim={self.dim}, M={self.M}, "
+                f"ef_construction={self.ef_construction}, ef_search={self.ef_search})")
+
+    def search(self, queries: np.ndarray, k: int, ef_search: int | None = None,
+               progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate top-k keys of each query; rows hnswlib cannot fill are padded, never dropped."""
+        k = positive_int(k, "k")
+        queries = as_matrix(queries, "queries", self.dim)
+        ef = max(int(self.ef_search if ef_search is None else ef_search), k)
+        ids, sims = empty_result(queries.shape[0], k)
+        width = min(k, self.count)
+        if width == 0 or queries.shape[0] == 0:
+            return ids, sims
+        from tqdm import tqdm
+
+        try:
+            with tqdm(total=queries.shape[0], desc="hnsw search", unit="query", disable=not progress) as bar:
+                for start in range(0, queries.shape[0], QUERY_BATCH):
+                    batch = queries[start:start + QUERY_BATCH]
+                    rows = slice(start, start + batch.shape[0])
+                    ids[rows, :width], sims[rows, :width] = self._search_batch(batch, width, ef)
+                    bar.update(batch.shape[0])
+        finally:
+            self.graph.set_ef(max(self.ef_search, 1))
+        return sort_rows(ids, sims)
+
+    def _query(self, queries: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """hnswlib's answer, or None when it found fewer than k keys for some query."""
+        self.graph.set_ef(ef)
+        try:
+            labels, distances = self.graph.knn_query(queries, k=k, num_threads=self.threads)
+        except RuntimeError as exc:
+            if _SHORT_RESULT in str(exc):
+                return None
+            raise
+        # Space "ip" reports the distance 1 - <q, key>.
+        return labels.astype(np.int64), (1.0 - distances).astype(np.float32)
+
+    def _search_batch(self, batch: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+        found = self._query(batch, k, ef)
+        if found is not None:
+            return found
+        # Some query reached fewer than k keys (typical with many identical keys): first a wider
+        # beam for the whole batch, then halves of the batch, then single queries with smaller k.
+        wide = ef * EF_RETRY_FACTOR
+        found = self._query(batch, k, wide)
+        if found is not None:
+            return found
+        return self._split(batch, k, wide)
+
+    def _split(self, batch: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+        if batch.shape[0] == 1:
+            return self._shrink(batch, k, ef)
+        ids, sims = empty_result(batch.shape[0], k)
+        half = batch.shape[0] // 2
+        for part in (slice(0, half), slice(half, batch.shape[0])):
+            found = self._query(batch[part], k, ef)
+            ids[part], sims[part] = found if found is not None else self._split(batch[part], k, ef)
+        return ids, sims
+
+    def _shrink(self, query: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+        """One query known to fail at k: the largest k that succeeds (binary search), padded to k."""
+        ids, sims = empty_result(1, k)
+        good, bad = 0, k
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            found = self._query(query, middle, ef)
+            if found is None:
+                bad = middle
+            else:
+                good = middle
+                ids[:, :middle], sims[:, :middle] = found
+        return ids, sims
+
+
+def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION, threads: int = 0,
+               seed: int = 0, ef_search: int = PAPER_EF_SEARCH, progress: bool = True) -> HnswIndex:
+    """Insert every key (ids 0..n-1) into a new hnswlib "ip" graph, with a progress bar."""
+    import hnswlib
+    from tqdm import tqdm
+
+    if M < 2:
+        raise ConfigError(f"M must be >= 2, got {M}", "params.yaml", "index.M")
+    if ef_construction < 1:
+        raise ConfigError(f"ef_construction must be >= 1, got {ef_construction}", "params.yaml",
+                          "index.ef_construction")
+    keys = as_matrix(keys, "keys")
+    if keys.shape[0] == 0:
+        raise DataError("no keys to index")
+    n_threads = resolve_threads(threads)
+    graph = hnswlib.Index(space=SPACE, dim=keys.shape[1])
+    graph.init_index(max_elements=keys.shape[0], M=int(M), ef_construction=int(ef_construction),
+                     random_seed=int(seed))
+    with tqdm(total=keys.shape[0], desc="hnsw build", unit="key", disable=not progress) as bar:
+        for start in range(0, keys.shape[0], INSERT_BATCH):
+            chunk = keys[start:start + INSERT_BATCH]
+            graph.add_items(chunk, np.arange(start, start + chunk.shape[0]), num_threads=n_threads)
+            bar.update(chunk.shape[0])
+    return HnswIndex(graph, M=M, ef_construction=ef_construction, ef_search=ef_search, threads=n_threads)

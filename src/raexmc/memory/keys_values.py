@@ -1,0 +1,73 @@
+"""The knowledge memory: keys K = [X_train; Z_labels], their values, and the memory folder the predictor reads.
+
+Key ids 0..N-1 are training inputs, N..N+L-1 labels. RAE searches the joint keys; its baselines
+search their own key sets, so that a dual encoder is a top-b over the label keys alone and kNN a
+top-b over the training-input keys alone (on the joint top-b, input keys can crowd labels out).
+The values' input part is Y_train (the label part, the identity, is implicit). The package stage
+writes the memory folder: the inference settings, Y_train, the label texts, and the keys when the
+index is exact (that backend keeps none).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..data.dataset import Dataset
+from ..encoder.embedding import load_embeddings
+from ..errors import ConfigError
+from ..io import atomic_dir, write_json
+
+# Key set -> the embedding splits it stacks, in key-id order.
+KEY_SETS: dict[str, tuple[str, ...]] = {
+    "joint": ("train", "labels"),    # RAE: K = [X_train; Z_labels]
+    "labels": ("labels",),           # the dual encoder
+    "inputs": ("train",),            # kNN over training inputs
+}
+RELEVANCE = ("binary", "graded")
+SETTINGS_FILE = "settings.json"
+VALUES_FILE = "Y_train.npz"
+LABEL_TEXTS_FILE = "label_texts.json"
+KEYS_FILE = "keys.npy"
+SETTINGS = ("lambda", "b", "tau", "ef_search", "relevance", "input_max_len", "input_fields")
+
+
+def memory_keys(embeddings: str | os.PathLike, key_set: str = "joint") -> np.ndarray:
+    """The keys of `key_set` as one float32 matrix, stacked in key-id order."""
+    parts = [load_embeddings(embeddings, split) for split in KEY_SETS[key_set]]
+    keys = np.empty((sum(len(part) for part in parts), parts[0].shape[1]), dtype=np.float32)
+    start = 0
+    for part in parts:
+        keys[start:start + len(part)] = part
+        start += len(part)
+    return keys
+
+
+def training_values(Y_train: sp.spmatrix, relevance: str = "binary") -> sp.csr_matrix:
+    """The values' input part: binary Y_train as in the paper, or the stored relevance when "graded"."""
+    if relevance not in RELEVANCE:
+        raise ConfigError(f"infer.relevance must be one of {', '.join(RELEVANCE)}, got {relevance!r}",
+                          "params.yaml", "infer.relevance")
+    values = sp.csr_matrix(Y_train, dtype=np.float64, copy=True)
+    values.eliminate_zeros()
+    if relevance == "binary":
+        values.data[:] = 1.0
+    return values
+
+
+def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str, Any],
+                 keys: np.ndarray | None = None) -> None:
+    """Write the memory folder atomically; `settings` needs every key of SETTINGS."""
+    missing = [name for name in SETTINGS if name not in settings]
+    if missing:
+        raise ValueError(f"settings lack {', '.join(missing)}")
+    Y_train = training_values(dataset.label_matrix("train"), settings["relevance"])
+    with atomic_dir(folder) as tmp:
+        write_json(tmp / SETTINGS_FILE, {**settings, "num_train": Y_train.shape[0], "num_labels": Y_train.shape[1]})
+        sp.save_npz(tmp / VALUES_FILE, Y_train)
+        write_json(tmp / LABEL_TEXTS_FILE, [label.title for label in dataset.texts("labels")])
+        if keys is not None:
+            np.save(tmp / KEYS_FILE, np.asarray(keys, dtype=np.float32))

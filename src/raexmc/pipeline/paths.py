@@ -1,0 +1,22 @@
+"""The project root that outlives one stage run: where the MLflow store lives, for experiments run in copies too."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def project_root(start: str | os.PathLike | None = None) -> Path:
+    """The DVC project that owns this run.
+
+    `dvc exp run --temp` and queued experiments run in a copy under `.dvc/tmp/exps/`; DVC points
+    DVC_ROOT at the parent project for them, so their MLflow runs land in the same store as
+    workspace runs. Outside DVC the nearest folder holding `.dvc/` (or the start folder) is used.
+    """
+    if os.environ.get("DVC_ROOT"):
+        return Path(os.environ["DVC_ROOT"]).resolve()
+    here = Path(start or os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / ".dvc").is_dir():
+            return folder
+    return here

@@ -1,0 +1,64 @@
+"""The predictor as an MLflow pyfunc model: logged into the pipeline's run with its three folders
+as artifacts and this package's code, registered under a name and an alias, so that
+`mlflow models serve -m models:/<name>@<alias>` answers HTTP requests with labels.
+
+Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}});
+a record may give "title" and "content" instead of "text", joined by the training inputs' recipe.
+Answer: {"predictions": [{"text": "...", "labels": [{"label": id, "text": "...", "score": s}, ...]}]}.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pandas as pd
+from mlflow.models import ModelSignature
+from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
+
+import raexmc
+
+from ..params import Params
+from ..rae.predictor import Predictor
+from ..rae.queries import query_of
+from .tracking.run import tracking_uri
+
+DEFAULT_K = 10
+ARTIFACTS = ("encoder", "index", "memory")
+REQUIREMENTS = ("torch", "transformers", "hnswlib", "numpy", "scipy", "pandas", "mlflow")
+SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False) for column in ("text", "title", "content")]),
+                           params=ParamSchema([ParamSpec("k", "long", DEFAULT_K)]))
+
+
+class RaexmcModel(mlflow.pyfunc.PythonModel):
+    """Loads a Predictor from the model's artifacts and answers a table of texts with labels."""
+
+    def load_context(self, context) -> None:
+        self.predictor = Predictor(*(context.artifacts[name] for name in ARTIFACTS))
+
+    def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        queries = [query_of(row, "request", number) for number, row in enumerate(model_input.to_dict("records"))]
+        results, _ = self.predictor.predict(queries, int((params or {}).get("k", DEFAULT_K)))
+        return pd.DataFrame({"text": [self.predictor.query_text(query) for query in queries], "labels": results})
+
+
+def registered_name(p: Params, dataset: str) -> str:
+    """The registered model's name: package.model_name, or raexmc-<dataset> when that is null."""
+    return p.typed("package.model_name", (str, type(None))) or f"raexmc-{dataset}"
+
+
+def log_predictor(run_id: str, encoder: Path, index: Path, memory: Path, model_name: str, alias: str) -> str:
+    """Log the predictor into MLflow run `run_id`, register it as a new version of `model_name`,
+    point `alias` at that version and return the model URI to serve."""
+    mlflow.set_tracking_uri(tracking_uri())
+    code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
+    with mlflow.start_run(run_id=run_id):
+        info = mlflow.pyfunc.log_model(
+            name="predictor", python_model=RaexmcModel(), signature=SIGNATURE,
+            artifacts=dict(zip(ARTIFACTS, map(str, (encoder, index, memory)))),
+            code_paths=[str(code)], pip_requirements=[f"{name}=={version(name)}" for name in REQUIREMENTS],
+            registered_model_name=model_name)
+    mlflow.MlflowClient().set_registered_model_alias(model_name, alias, info.registered_model_version)
+    return f"models:/{model_name}@{alias}"

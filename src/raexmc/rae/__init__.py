@@ -1,0 +1,1 @@
+"""RAE inference: label scores from retrieved keys (softmax over them, times V), top-k ranking, the Predictor."""

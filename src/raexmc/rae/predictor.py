@@ -1,0 +1,97 @@
+"""Top-k labels for new texts from a built pipeline, everything loaded once for many queries.
+
+A predictor is three folders: the encoder (written by the train stage), the index over the
+knowledge memory (index stage) and the memory folder the package stage writes: the inference
+settings (the text recipe of the inputs among them), the values' training part Y_train, the label
+texts, and the keys when the index is exact (that backend keeps none). Queries are turned into text
+by the same recipe as the training inputs (`encoder.tokens.text_of`), so a Titles dataset's model sees only
+a query's title, as in training. The same three folders make the MLflow model (pipeline/serving.py), so
+`raexmc predict` and a served model answer alike.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..data.dataset import Text
+from ..encoder.device import pick_device, resolve_precision
+from ..encoder.embedding import embed_rows
+from ..encoder.model import load_encoder, load_tokenizer
+from ..encoder.tokens import text_of
+from ..errors import DataError
+from ..io import read_json
+from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
+from ..memory.persistence import load_index
+from .ranking import top_k
+from .scoring import rae_scores
+from .timing import Timing
+
+class Predictor:
+    """RAE-XMC label scores for raw texts: encode, retrieve the top-b keys, p = softmax(q.k / tau)
+    over them, scores = p . V, as the evaluate stage does for the test set."""
+
+    def __init__(self, encoder: str | os.PathLike, index: str | os.PathLike, memory: str | os.PathLike,
+                 device: str = "auto", threads: int = 0):
+        memory = Path(memory)
+        if not (memory / SETTINGS_FILE).is_file():
+            raise DataError(f"not a predictor memory folder (no {SETTINGS_FILE}); run the package stage", memory)
+        self.settings = read_json(memory / SETTINGS_FILE)
+        missing = [name for name in SETTINGS if name not in self.settings]
+        if missing:
+            raise DataError(f"{SETTINGS_FILE} lacks {', '.join(missing)}: rerun the package stage", memory)
+        self.Y_train = sp.load_npz(memory / VALUES_FILE).tocsr()
+        self.label_texts: list[str] = read_json(memory / LABEL_TEXTS_FILE)
+        keys = np.load(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
+        self.index = load_index(index, keys=keys, ef_search=int(self.settings["ef_search"]), threads=threads)
+        expected = self.settings["num_train"] + self.settings["num_labels"]
+        if self.index.count != expected:
+            raise DataError(f"the index holds {self.index.count} keys, the memory {expected}: rebuild both", index)
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # one-line stderr for `raexmc predict`
+        self.device = pick_device(device)
+        self.precision = resolve_precision("auto", self.device)
+        self.tokenizer = load_tokenizer(str(encoder))
+        self.model = load_encoder(str(encoder), self.device)
+
+    def query_text(self, query: Text | str) -> str:
+        """The text the encoder sees for a query: a record goes through the training inputs' recipe
+        (title, or title + content); a plain string is taken as it is."""
+        return query if isinstance(query, str) else text_of(query, self.settings["input_fields"])
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Query embeddings, tokenised as the token cache does (same max length, same special tokens)."""
+        encoded = self.tokenizer(texts, max_length=int(self.settings["input_max_len"]), truncation=True,
+                                 padding="longest", return_attention_mask=True, return_tensors="np")
+        lengths = encoded["attention_mask"].sum(axis=1)
+        return embed_rows(self.model, encoded["input_ids"], lengths, np.arange(len(texts)), self.device,
+                          self.precision)
+
+    def predict(self, queries: list[Text | str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:
+        """Per query, its top-k labels as {"label": id, "text": label text, "score": p.V}, best first."""
+        timing = Timing(queries=len(queries))
+        if not queries:
+            return [], timing
+        started = time.perf_counter()
+        queries = self.embed([self.query_text(query) for query in queries])
+        encoded = time.perf_counter()
+        b = int(self.settings["b"])
+        ids, sims = self.index.search(queries, b)
+        searched = time.perf_counter()
+        scores = rae_scores(ids, sims, self.Y_train, float(self.settings["lambda"]), float(self.settings["tau"]), b)
+        top = top_k(scores, k)
+        results = []
+        for row, labels in enumerate(top):
+            labels = labels[labels >= 0]  # top_k pads with -1 when fewer labels scored
+            values = scores[row, labels].toarray().ravel()
+            results.append([{"label": int(label), "text": self.label_texts[label], "score": round(float(value), 6)}
+                            for label, value in zip(labels, values)])
+        timing.encode_s, timing.search_s = encoded - started, searched - encoded
+        timing.score_s = time.perf_counter() - searched
+        return results, timing

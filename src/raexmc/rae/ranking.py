@@ -1,0 +1,86 @@
+"""Top-k labels per input from sparse or dense scores, ties to the smaller label, filtered pairs never ranked."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import DataError
+from .pairs import as_pattern, check_same_shape, in_pattern, row_chunks, row_ids
+
+
+def top_k(
+    scores: sp.csr_matrix | np.ndarray, k: int, exclude: sp.csr_matrix | None = None
+) -> np.ndarray:
+    """Top-k label indices per row, best first, as an (N, k) int64 array padded with -1.
+
+    Ties go to the smaller label index, so rankings are reproducible. For sparse scores only stored
+    entries are candidates (a stored 0.0 is one); nonzeros of `exclude` are never returned.
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    sparse = sp.issparse(scores)
+    scores = scores.tocsr() if sparse else np.asarray(scores)
+    if scores.ndim != 2:
+        raise DataError(f"scores must be 2-D, got shape {scores.shape}")
+    n, width = scores.shape
+    banned = None
+    if exclude is not None:
+        check_same_shape("exclude", exclude, scores.shape)
+        banned = as_pattern(exclude)
+    out = np.full((n, k), -1, dtype=np.int64)
+    cost = scores.indptr if sparse else np.arange(n + 1, dtype=np.int64) * max(width, 1)
+    for start, stop in row_chunks(cost):
+        part = None if banned is None else banned[start:stop]
+        if sparse:
+            rows, cols, vals = _sparse_candidates(scores[start:stop], part)
+        else:
+            rows, cols, vals = _dense_candidates(scores[start:stop], k, part)
+        _fill_ranking(out[start:stop], rows, cols, vals)
+    return out
+
+
+def _sparse_candidates(
+    block: sp.csr_matrix, banned: sp.csr_matrix | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, label, score) of every stored score not in `banned`."""
+    if not block.has_canonical_format:
+        block.sum_duplicates()  # `block` is a row slice, hence a private copy
+    rows, cols, vals = row_ids(block.indptr), block.indices, block.data
+    if banned is not None:
+        keep = ~in_pattern(rows, cols, banned)
+        rows, cols, vals = rows[keep], cols[keep], vals[keep]
+    return rows, cols, vals
+
+
+def _dense_candidates(
+    block: np.ndarray, k: int, banned: sp.csr_matrix | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, label, score) of the entries that can reach the top k of their row.
+
+    The k-th best allowed score is a threshold: anything below it cannot be in the top k, so only
+    the rest (ties included) goes on to the exact sort.
+    """
+    allowed = np.ones(block.shape, dtype=bool) if banned is None else banned.toarray() == 0
+    keep = allowed
+    width = block.shape[1]
+    if 0 < k < width:
+        masked = np.where(allowed, block.astype(np.float64), -np.inf)
+        kth = np.partition(masked, width - k, axis=1)[:, width - k]
+        keep = allowed & (masked >= kth[:, None])
+    rows, cols = np.nonzero(keep)
+    return rows, cols, block[rows, cols]
+
+
+def _fill_ranking(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
+    """Write the best len(out[0]) labels of each row into `out`: score descending, label ascending.
+
+    Candidates arrive in (row, label) order, so a stable sort on (row, -score) keeps ties by label.
+    """
+    k = out.shape[1]
+    order = np.lexsort((-vals.astype(np.float64), rows))
+    rows, cols = rows[order], cols[order]
+    first = np.searchsorted(rows, np.arange(out.shape[0]))
+    pos = np.arange(rows.size) - first[rows]
+    top = pos < k
+    out[rows[top], pos[top]] = cols[top]

@@ -1,0 +1,260 @@
+"""Turning retrieved knowledge-memory keys into label scores (RAE-XMC inference).
+
+The knowledge memory has keys K = [X_train; Z_labels] and values V = [lam * Y_train; (1 - lam) * I_L]:
+key ids 0..N-1 are training inputs, ids N..N+L-1 are labels. An index hands back, per query, the ids
+and similarities of its top keys (ids int64 (n, w) padded with -1, sims float32 (n, w) padded with
+-inf, best first). Only those keys take part: p = softmax(q . k / tau) over the first b valid of
+them, and scores = p . V, that is
+
+    scores = lam * P[:, :N] @ Y_train + (1 - lam) * P[:, N:].
+
+On the joint retrieval, lam = 0 keeps only the label keys that happened to enter the top b (its
+softmax still normalised over all of them) and lam = 1 only the training inputs: truncated versions
+of the baselines. The real dual encoder and kNN each search their own key set (`dual_encoder_scores`,
+`knn_scores`).
+
+Sweeps reuse one retrieval for many lam: `score_parts` computes the two products once per (tau, b)
+and `combine` mixes them for any lam at the cost of one sparse addition. Everything is vectorised
+over the batch: no loop per query or per key. Probabilities are computed in float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from raexmc.checks import positive_int
+from raexmc.errors import ConfigError, DataError
+
+PAPER_TAU = 0.04
+PAPER_B = 200
+PAPER_LAMBDA = 0.5
+
+_PARAMS = "params.yaml"
+
+Parts = tuple[sp.csr_matrix, sp.csr_matrix]
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_lambda(lam: float) -> float:
+    """lam as a float, or ConfigError unless 0 <= lam <= 1."""
+    try:
+        value = float(lam)
+    except (TypeError, ValueError):
+        raise ConfigError(f"infer.lambda must be a number in [0, 1], got {lam!r}", _PARAMS, "infer.lambda") from None
+    if not 0.0 <= value <= 1.0:  # also false for nan
+        raise ConfigError(f"infer.lambda must be in [0, 1], got {lam!r}", _PARAMS, "infer.lambda")
+    return value
+
+
+def check_tau(tau: float) -> float:
+    """tau as a float, or ConfigError unless it is a finite number > 0."""
+    try:
+        value = float(tau)
+    except (TypeError, ValueError):
+        raise ConfigError(f"infer.tau must be a number > 0, got {tau!r}", _PARAMS, "infer.tau") from None
+    if not (value > 0.0 and np.isfinite(value)):
+        raise ConfigError(f"infer.tau must be a finite number > 0, got {tau!r}", _PARAMS, "infer.tau")
+    return value
+
+
+def check_b(b: int | None) -> int | None:
+    """b as an int (None: every retrieved key), or ConfigError unless it is >= 1."""
+    return None if b is None else positive_int(b, "infer.b", _PARAMS, "infer.b")
+
+
+def _check_retrieval(ids: np.ndarray, sims: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    ids = np.asarray(ids)
+    if ids.ndim != 2:
+        raise DataError(f"retrieved ids must be 2-D (queries x keys), got shape {ids.shape}")
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        raise DataError(f"retrieved ids must be integers, got {ids.dtype}")
+    ids = ids.astype(np.int64, copy=False)
+    if sims is not None:
+        sims = np.asarray(sims)
+        if sims.shape != ids.shape:
+            raise DataError(f"retrieved sims have shape {sims.shape}, ids have {ids.shape}")
+    return ids, sims
+
+
+def _as_labels(Y_train: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
+    Y = sp.csr_matrix(Y_train, dtype=np.float64)
+    if Y.ndim != 2:
+        raise DataError(f"Y_train must be 2-D, got shape {Y.shape}")
+    return Y
+
+
+# --------------------------------------------------------------------------- key probabilities
+
+
+def _kept(ids: np.ndarray, sims: np.ndarray | None, b: int | None) -> np.ndarray:
+    """Mask of the first b valid entries of each row (valid: id >= 0 and, given sims, sim > -inf)."""
+    valid = ids >= 0
+    if sims is not None:
+        valid &= sims > -np.inf  # nan compares false here and is caught by the caller
+    if b is not None and b < ids.shape[1]:
+        valid &= np.cumsum(valid, axis=1) <= b
+    return valid
+
+
+def _softmax_entries(
+    sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int, b: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, key id, probability) of every kept entry, in row-major order.
+
+    The row maximum is subtracted before exp, so the largest weight of each row is exp(0) = 1 and
+    nothing overflows however small tau is; weights that underflow are simply 0.
+    """
+    tau, b = check_tau(tau), check_b(b)
+    ids, sims = _check_retrieval(ids, sims)
+    if ids.size and np.isnan(sims[ids >= 0]).any():
+        raise DataError("retrieved sims hold nan for a valid key")
+    kept = _kept(ids, sims, b)
+    if np.isposinf(sims[kept]).any():
+        raise DataError("retrieved sims hold +inf")
+    keys = ids[kept]
+    if keys.size and keys.max() >= num_keys:
+        raise DataError(f"retrieved key id {int(keys.max())} is outside the memory of {num_keys} keys")
+    logits = np.where(kept, sims.astype(np.float64) / tau, -np.inf)
+    row_max = logits.max(axis=1, initial=-np.inf, keepdims=True)
+    row_max[~np.isfinite(row_max)] = 0.0  # rows with no kept key: their entries all stay 0
+    weights = np.exp(logits - row_max)  # exp(-inf) = 0 outside the kept entries
+    total = weights.sum(axis=1, keepdims=True)
+    np.divide(weights, total, out=weights, where=total > 0)
+    rows = np.nonzero(kept)[0].astype(np.int64)
+    return rows, keys, weights[kept]
+
+
+def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
+    """Canonical CSR (sorted indices, duplicates summed) from entries whose rows are sorted."""
+    indptr = np.zeros(shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=shape[0]), out=indptr[1:])
+    matrix = sp.csr_matrix((vals, cols, indptr), shape=shape)
+    matrix.sum_duplicates()  # sorts indices too; an index should never repeat a key anyway
+    return matrix
+
+
+def key_probabilities(
+    sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int, b: int | None = None
+) -> sp.csr_matrix:
+    """Softmax weights of the retrieved keys, as a CSR (n, num_keys) matrix.
+
+    Each row holds softmax(sims / tau) over its first b valid entries (id >= 0 and sim > -inf;
+    b=None: all of them) and sums to 1; a row without any valid key is all zero.
+    """
+    ids, sims = _check_retrieval(ids, sims)
+    rows, keys, probs = _softmax_entries(sims, ids, tau, num_keys, b)
+    return _csr(rows, keys, probs, (ids.shape[0], int(num_keys)))
+
+
+# --------------------------------------------------------------------------- RAE scores
+
+
+def score_parts(
+    ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float, b: int | None = None
+) -> Parts:
+    """(knn_part, label_part), both CSR (n, L): P[:, :N] @ Y_train and P[:, N:].
+
+    P is the key softmax over the joint memory of N = Y_train.shape[0] training inputs and
+    L = Y_train.shape[1] labels. `combine(parts, lam)` then gives the scores for any lam.
+    """
+    Y = _as_labels(Y_train)
+    num_train, num_labels = Y.shape
+    ids, sims = _check_retrieval(ids, sims)
+    rows, keys, probs = _softmax_entries(sims, ids, tau, num_train + num_labels, b)
+    is_train = keys < num_train
+    n = ids.shape[0]
+    p_train = _csr(rows[is_train], keys[is_train], probs[is_train], (n, num_train))
+    is_label = ~is_train
+    p_label = _csr(rows[is_label], keys[is_label] - num_train, probs[is_label], (n, num_labels))
+    knn_part = sp.csr_matrix(p_train @ Y)
+    return knn_part, p_label
+
+
+def combine(parts: Parts, lam: float) -> sp.csr_matrix:
+    """lam * knn_part + (1 - lam) * label_part, storing exactly the labels with a nonzero score."""
+    lam = check_lambda(lam)
+    knn_part, label_part = parts
+    if knn_part.shape != label_part.shape:
+        raise DataError(f"score parts have shapes {knn_part.shape} and {label_part.shape}")
+    if lam == 1.0:
+        scores = sp.csr_matrix(knn_part, copy=True)
+    elif lam == 0.0:
+        scores = sp.csr_matrix(label_part, copy=True)
+    else:
+        scores = sp.csr_matrix(lam * knn_part + (1.0 - lam) * label_part)
+    scores.sum_duplicates()
+    scores.eliminate_zeros()
+    return scores
+
+
+def rae_scores(
+    ids: np.ndarray,
+    sims: np.ndarray,
+    Y_train: sp.spmatrix | np.ndarray,
+    lam: float = PAPER_LAMBDA,
+    tau: float = PAPER_TAU,
+    b: int | None = None,
+) -> sp.csr_matrix:
+    """RAE-XMC label scores, CSR (n, L): lam * P[:, :N] @ Y_train + (1 - lam) * P[:, N:].
+
+    For several lam on one retrieval, call `score_parts` once and `combine` per lam.
+    """
+    lam, tau = check_lambda(lam), check_tau(tau)
+    return combine(score_parts(ids, sims, Y_train, tau, b), lam)
+
+
+# --------------------------------------------------------------------------- ablation and analysis
+
+
+def dual_encoder_scores(ids: np.ndarray, sims: np.ndarray, num_labels: int, tau: float = PAPER_TAU,
+                        b: int | None = None) -> sp.csr_matrix:
+    """The dual encoder from its own search over the label keys alone (ids 0..L-1): softmax(q Z^T / tau)
+    over the first b valid labels, CSR (n, L). RAE with lam = 0 on a label-only memory."""
+    ids, sims = _check_retrieval(ids, sims)
+    return key_probabilities(sims, ids, tau, num_labels, b)
+
+
+def knn_scores(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float = PAPER_TAU,
+               b: int | None = None) -> sp.csr_matrix:
+    """kNN from its own search over the training-input keys alone (ids 0..N-1): softmax(q X^T / tau)
+    over the first b valid inputs, times Y_train, CSR (n, L). RAE with lam = 1 on an input-only memory."""
+    Y = _as_labels(Y_train)
+    ids, sims = _check_retrieval(ids, sims)
+    return sp.csr_matrix(key_probabilities(sims, ids, tau, Y.shape[0], b) @ Y)
+
+
+def ova_knn_scores(
+    x_ids: np.ndarray,
+    x_sims: np.ndarray,
+    z_ids: np.ndarray,
+    z_sims: np.ndarray,
+    Y_train: sp.spmatrix | np.ndarray,
+    lam: float = PAPER_LAMBDA,
+    tau: float = PAPER_TAU,
+    b: int | None = None,
+) -> sp.csr_matrix:
+    """The paper's OvA+kNN ablation (Eq. 12): the kNN and dual-encoder scores of two separate searches,
+    each with its own softmax, mixed afterwards: lam * knn + (1 - lam) * dual encoder."""
+    lam = check_lambda(lam)
+    if np.shape(x_ids)[0] != np.shape(z_ids)[0]:
+        raise DataError(f"the two searches have {np.shape(x_ids)[0]} and {np.shape(z_ids)[0]} queries")
+    Y = _as_labels(Y_train)
+    return combine((knn_scores(x_ids, x_sims, Y, tau, b), dual_encoder_scores(z_ids, z_sims, Y.shape[1], tau, b)), lam)
+
+
+def train_key_share(ids: np.ndarray, num_train: int, b: int | None = None) -> float:
+    """Share of the retrieved keys that are training inputs (ids < num_train) rather than labels.
+
+    Counts the first b valid (id >= 0) keys of every query, pooled over all queries, so a query
+    with fewer valid keys weighs less. nan when nothing valid was retrieved.
+    """
+    b = check_b(b)
+    ids, _ = _check_retrieval(ids, None)
+    kept = _kept(ids, None, b)
+    total = int(kept.sum())
+    if total == 0:
+        return float("nan")
+    return int((kept & (ids < num_train)).sum()) / total

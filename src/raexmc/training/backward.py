@@ -1,0 +1,100 @@
+"""The gradient of one batch's loss on this rank: plain, or with gradient caching.
+
+Every rank computes the same loss from the gathered embeddings and back-propagates it through its
+own encodings only (see distributed.gather_with_grad); with gradient caching the encoder holds the
+graph of only `grad_cache_chunk` texts at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from ..encoder.device import autocast
+from ..encoder.embedding import batch_tensors, encode
+from ..encoder.tokens import TokenCache
+from .batches import BatchPlan
+from .distributed import DistContext, gather_array, gather_with_grad, shard
+
+
+def encode_rows(model, cache: TokenCache, split: str, rows: np.ndarray, ctx: DistContext,
+                precision: str) -> torch.Tensor:
+    """Embeddings of the given rows of a token-cache split, with graph, under the run's precision."""
+    with autocast(ctx.device, precision):
+        return encode(model, *batch_tensors(cache.ids(split), cache.lengths(split), rows, ctx.device))
+
+
+def plain_backward(model, cache: TokenCache, plan: BatchPlan, ctx: DistContext, precision: str) -> torch.Tensor:
+    """Encode this rank's share with graph, gather, and back-propagate the loss through it."""
+    x = gather_with_grad(encode_rows(model, cache, "train", plan.input_rows, ctx, precision), ctx)
+    z = gather_with_grad(encode_rows(model, cache, "labels", plan.label_rows, ctx, precision), ctx)
+    loss = plan.loss(x, z)
+    loss.backward()
+    return loss
+
+
+class RngSnapshot:
+    """The RNG state dropout draws from (CPU, and the GPU's on a GPU), to replay a pass's masks."""
+
+    def __init__(self, device: str):
+        self.gpu = torch.device(device) if device.startswith("cuda") else None
+        self.cpu_state = torch.get_rng_state()
+        self.gpu_state = None if self.gpu is None else torch.cuda.get_rng_state(self.gpu)
+
+    @contextmanager
+    def replay(self) -> Iterator[None]:
+        """Run the block from this state; afterwards the RNG is where it was before the block."""
+        with torch.random.fork_rng(devices=[] if self.gpu is None else [self.gpu], device_type="cuda"):
+            torch.set_rng_state(self.cpu_state)
+            if self.gpu is not None:
+                torch.cuda.set_rng_state(self.gpu_state, self.gpu)
+            yield
+
+
+class ChunkedEncoding:
+    """One split's share of the batch encoded `chunk` texts at a time: first without graph,
+    remembering each chunk's RNG state; later again with graph under that state (the same dropout
+    masks, so the same embeddings) to back-propagate a gradient given for the embeddings."""
+
+    def __init__(self, encode_rows: Callable[[np.ndarray], torch.Tensor], rows: np.ndarray, chunk: int, device: str):
+        self.encode_rows, self.chunk = encode_rows, chunk
+        self.chunks = [rows[start:start + chunk] for start in range(0, len(rows), chunk)]
+        self.snapshots, pieces = [], []
+        with torch.no_grad():
+            for part in self.chunks:
+                self.snapshots.append(RngSnapshot(device))  # before this pass draws its dropout masks
+                pieces.append(encode_rows(part))
+        self.embeddings = torch.cat(pieces)
+
+    def backward(self, gradient: torch.Tensor) -> None:
+        for part, snapshot, part_gradient in zip(self.chunks, self.snapshots, gradient.split(self.chunk), strict=True):
+            with snapshot.replay():
+                embedded = self.encode_rows(part)
+            embedded.backward(part_gradient)
+
+
+def cached_backward(model, cache: TokenCache, plan: BatchPlan, chunk: int, ctx: DistContext,
+                    precision: str) -> torch.Tensor:
+    """Gradient caching (Gao et al. 2021): the same gradient as `plain_backward`, holding the
+    graph of only `chunk` texts at a time, so the batch size no longer depends on device memory.
+
+    Encode this rank's share in chunks without graph; gather; compute the loss and its gradient
+    with respect to the embeddings (leaf tensors), keeping this rank's slice of it (every rank
+    holds the same loss, as in gather_with_grad); re-encode chunk by chunk with graph and
+    back-propagate those slices. Costs one more forward pass of the encoder.
+    """
+    def encoder(split: str) -> Callable[[np.ndarray], torch.Tensor]:
+        return lambda rows: encode_rows(model, cache, split, rows, ctx, precision)
+
+    inputs = ChunkedEncoding(encoder("train"), plan.input_rows, chunk, ctx.device)
+    labels = ChunkedEncoding(encoder("labels"), plan.label_rows, chunk, ctx.device)
+    x = gather_array(inputs.embeddings, ctx).requires_grad_()
+    z = gather_array(labels.embeddings, ctx).requires_grad_()
+    loss = plan.loss(x, z)
+    loss.backward()
+    inputs.backward(shard(x.grad, ctx))
+    labels.backward(shard(z.grad, ctx))
+    return loss

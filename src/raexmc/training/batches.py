@@ -1,0 +1,76 @@
+"""What one training step sees: the validation split, the global batch of each step, and this rank's share of it.
+
+Every rank draws the same global batch (the sampler is seeded by step), so resuming needs no
+sampler state; each rank encodes its share of the batch's inputs and labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from .distributed import DistContext, pad_to_multiple, shard
+from .loss import batch_label_masks, decoupled_infonce, shared_label_mask
+from .settings import TrainSettings
+
+
+def split_validation(Y: sp.csr_matrix, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, validation rows) of the training inputs: validation is never the test set."""
+    order = np.random.default_rng([seed, 7]).permutation(Y.shape[0])
+    n_val = int(round(Y.shape[0] * fraction))
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+class BatchSampler:
+    """The global batch of each step and one sampled positive per input, identical on every rank."""
+
+    def __init__(self, Y: sp.csr_matrix, rows: np.ndarray, seed: int):
+        self.Y, self.seed = Y, seed
+        self.rows = rows[np.diff(Y.indptr)[rows] > 0]
+        if len(self.rows) == 0:
+            raise ValueError("no training input has a label")
+
+    def batch(self, step: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng([self.seed, step])
+        rows = rng.choice(self.rows, size=size, replace=size > len(self.rows))
+        degree = np.diff(self.Y.indptr)[rows]
+        picks = self.Y.indptr[rows] + (rng.random(size) * degree).astype(np.int64)
+        return rows, self.Y.indices[picks].astype(np.int64)
+
+
+@dataclass
+class BatchPlan:
+    """One global batch as this rank sees it: the rows it encodes, and what the loss needs.
+
+    Labels are padded to equal shares (padding rows are encoded but cut off before the loss).
+    """
+    input_rows: np.ndarray      # this rank's share of the batch's inputs
+    label_rows: np.ndarray      # this rank's share of the batch's distinct labels, padded
+    n_labels: int
+    positive_col: torch.Tensor
+    is_positive: torch.Tensor
+    share: torch.Tensor | None
+    tau: float
+
+    def loss(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """Decoupled InfoNCE of the gathered input and (padded) label embeddings."""
+        return decoupled_infonce(x, z[: self.n_labels], self.positive_col, self.is_positive, self.share, self.tau)
+
+
+def plan_batch(Y: sp.csr_matrix, rows: np.ndarray, positives: np.ndarray, negatives: np.ndarray,
+               settings: TrainSettings, ctx: DistContext) -> BatchPlan:
+    """The batch's labels (sampled positives and their mined negatives), this rank's shares of
+    inputs and labels, and the loss's masks."""
+    chosen = negatives[rows].ravel()
+    label_ids = np.unique(np.concatenate([positives, chosen[chosen >= 0]]))
+    batch_labels = Y[rows]
+    return BatchPlan(
+        input_rows=shard(rows, ctx), label_rows=shard(pad_to_multiple(label_ids, ctx.world_size), ctx),
+        n_labels=len(label_ids),
+        positive_col=torch.from_numpy(np.searchsorted(label_ids, positives)).to(ctx.device),
+        is_positive=batch_label_masks(batch_labels, label_ids).to(ctx.device),
+        share=shared_label_mask(batch_labels).to(ctx.device) if settings.instance_negatives else None,
+        tau=settings.tau)

@@ -1,0 +1,69 @@
+"""The resumable state of a training run in one file: written by rank 0 every `checkpoint_every` steps.
+
+It holds model, optimizer, scheduler, torch's RNG, the step, the mined negatives, the elapsed time and
+the logged history, so resuming needs no sampler state (the sampler is seeded by step). A checkpoint
+is resumed only when its fingerprint (settings, encoder, data) matches.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Resumed:
+    """Where training picks up: step 0 with nothing mined, or what a matching checkpoint holds."""
+
+    step: int = 0
+    negatives: np.ndarray | None = None
+    elapsed_s: float = 0.0
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class Checkpoint:
+    """The checkpoint file of one training run and the objects whose state it holds."""
+
+    path: Path
+    fingerprint: str
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    every: int
+    last_step: int
+    is_main: bool
+
+    def resume(self, device: str) -> Resumed:
+        """Load the model, optimizer, scheduler and RNG state from the file when its fingerprint matches."""
+        state = torch.load(self.path, map_location=device, weights_only=False) if self.path.is_file() else None
+        if state is None or state.get("fingerprint") != self.fingerprint:
+            return Resumed()
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        if self.is_main:
+            print(f"resuming from {self.path} at step {state['step']}", file=sys.stderr)
+        return Resumed(state["step"], state["negatives"], state["elapsed_s"], state.get("history", []))
+
+    def save_if_due(self, done: int, negatives: np.ndarray, elapsed_s: float, history: list[dict[str, float]]) -> None:
+        """On rank 0, after every `every` steps and after the last one, save the state after `done` steps."""
+        if self.is_main and (done % self.every == 0 or done == self.last_step):
+            save_checkpoint(self.path, {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                                        "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+                                        "step": done, "negatives": negatives, "fingerprint": self.fingerprint,
+                                        "elapsed_s": elapsed_s, "history": history})
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Write `state` beside `path`, then rename it over `path`: a killed run leaves the previous checkpoint whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)

@@ -1,0 +1,118 @@
+"""torch.distributed for training launched by torchrun (or one plain process): set-up, gathers, gradient sums.
+
+torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; NCCL is used on GPUs, gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    world_size: int
+    device: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: str = "auto") -> DistContext:
+    """Join the process group torchrun describes in the environment; a single process otherwise."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
+    if use_cuda:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        resolved = f"cuda:{local_rank}"
+    else:
+        resolved = "cpu"
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return DistContext(rank, world_size, resolved)
+
+
+class _GatherKeepingLocalGradient(torch.autograd.Function):
+    """All-gather whose backward hands each rank only its own slice of the incoming gradient.
+
+    Every rank computes the same loss from the same gathered tensor, so the incoming gradient is
+    the same on every rank and no communication is needed: the local slice is exactly
+    dL/d(this rank's part). The later all-reduce of parameter gradients sums the ranks' shares
+    into the gradient one process would get. (torch.distributed.nn's all_gather instead
+    reduce-scatters, i.e. sums the W identical losses' gradients, so that sum came out W times
+    too large.)
+    """
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+        ctx.start, ctx.rows = rank * tensor.shape[0], tensor.shape[0]
+        parts = [torch.empty_like(tensor) for _ in range(world_size)]
+        dist.all_gather(parts, tensor.contiguous())
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad[ctx.start:ctx.start + ctx.rows], None, None
+
+
+def gather_with_grad(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """Concatenate every rank's equally sized `tensor`, keeping gradients to the local part only.
+
+    Only valid for a loss every rank computes identically from the result (see the class above).
+    """
+    if not ctx.active:
+        return tensor
+    return _GatherKeepingLocalGradient.apply(tensor, ctx.rank, ctx.world_size)
+
+
+def gather_array(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """Concatenate every rank's equally sized `tensor` (no gradients)."""
+    if not ctx.active:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(ctx.world_size)]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.cat(parts, dim=0)
+
+
+def shard(rows, ctx: DistContext):
+    """This rank's equal share of `rows` (length divisible by world_size)."""
+    size = len(rows) // ctx.world_size
+    return rows[ctx.rank * size:(ctx.rank + 1) * size]
+
+
+def pad_to_multiple(rows, multiple: int):
+    """`rows` padded by repeating its first element up to a multiple of `multiple` (for equal shards)."""
+    import numpy as np
+
+    missing = (-len(rows)) % multiple
+    return np.concatenate([rows, np.repeat(rows[:1], missing)]) if missing else rows
+
+
+def all_reduce_gradients(model, ctx: DistContext) -> None:
+    """Sum gradients across ranks in one flat buffer: each rank back-propagated the (identical)
+    loss through its own encodings only, so the sum is the one-process gradient."""
+    if not ctx.active:
+        return
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def shutdown(ctx: DistContext) -> None:
+    if ctx.active and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,67 @@
+"""What the training loop reports: loss and throughput between mining rounds, the logged history, a progress bar.
+
+Rows go to `log(step, values)` and into the history on rank 0 only. The history travels in the
+checkpoint, so a resumed run returns the rows of its interrupted start too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from tqdm import tqdm
+
+from .distributed import DistContext
+from .settings import TrainSettings
+
+
+class Journal:
+    """The current window (steps since the last mining round), the history of logged rows, the progress bar."""
+
+    def __init__(self, settings: TrainSettings, ctx: DistContext, start_step: int, elapsed_s: float,
+                 history: list[dict[str, float]], log: Callable[[int, dict[str, float]], None]):
+        self.is_main, self.start_step = ctx.is_main, start_step
+        self.global_batch = settings.batch_size * ctx.world_size
+        self.history, self.log = history, log
+        self.bar = tqdm(total=settings.max_steps, initial=start_step, desc="train", unit="step",
+                        disable=not ctx.is_main, mininterval=2.0)
+        self.started = time.perf_counter() - elapsed_s
+        self._open_window()
+
+    def _open_window(self) -> None:
+        self.window_start, self.window_loss, self.window_steps = time.perf_counter(), 0.0, 0
+
+    def elapsed_s(self) -> float:
+        """Seconds of training so far, those before a resume included."""
+        return time.perf_counter() - self.started
+
+    def _record(self, step: int, values: dict[str, float]) -> None:
+        if self.is_main:
+            self.history.append({"step": step, **values})
+            self.log(step, values)
+
+    def mined(self, step: int, validation: dict[str, float], lr: float) -> None:
+        """A mining round ran before `step`: log the window it closes (none at the start) and open the next."""
+        if step > self.start_step:
+            seconds = time.perf_counter() - self.window_start
+            self._record(step, {"loss": self.window_loss / max(self.window_steps, 1), "lr": lr,
+                                "examples_per_s": self.window_steps * self.global_batch / max(seconds, 1e-9),
+                                "elapsed_s": self.elapsed_s(), **validation})
+        else:
+            self._record(step, {"elapsed_s": self.elapsed_s(), **validation})
+        self._open_window()
+
+    def stepped(self, loss: float) -> None:
+        """One step done with this loss."""
+        self.window_loss += loss
+        self.window_steps += 1
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def finished(self, step: int, validation: dict[str, float]) -> None:
+        """The round after the last step: log the last window's loss with its validation."""
+        self._record(step, {"loss": self.window_loss / max(self.window_steps, 1), "elapsed_s": self.elapsed_s(),
+                            **validation})

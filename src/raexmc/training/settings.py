@@ -1,0 +1,99 @@
+"""The training recipe (the `train` section of params.yaml), every value checked for type and range before any work."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..encoder.device import PRECISIONS
+from ..errors import ConfigError
+from ..params import Params
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one `train.*` value must be: its type(s), and its range in words and as a test."""
+    kind: type | tuple[type, ...]
+    text: str
+    ok: Callable[[Any], bool] = lambda value: True
+
+
+def _setting(kind: type, text: str, ok: Callable[[Any], bool] = lambda value: True) -> Any:
+    """A TrainSettings field and its rule; no default, since params.yaml is where defaults live."""
+    return field(metadata={"rule": Rule(kind, text, ok)})
+
+
+def _at_least(low: int) -> Any:
+    return _setting(int, f"an integer >= {low}", lambda value: value >= low)
+
+
+def _positive() -> Any:
+    return _setting(float, "a finite number > 0", lambda value: 0 < value < math.inf)
+
+
+def _fraction() -> Any:
+    return _setting(float, "a number in [0, 1]", lambda value: 0 <= value <= 1)
+
+
+def _switch() -> Any:
+    return _setting(bool, "true or false")
+
+
+# Keys of the `train` section that start processes rather than shape the recipe: the stage reads
+# them, and they stay out of TrainSettings (so out of the checkpoint's fingerprint).
+LAUNCH_RULES = {
+    "nproc": Rule((str, int), "'auto' or an integer >= 1",
+                  lambda value: value == "auto" or (isinstance(value, int) and value >= 1)),
+    "torchrun_args": Rule(str, "a string of torchrun arguments"),
+    "device": Rule(str, "auto, cpu, cuda or cuda:N", lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value)),
+    "precision": Rule(str, f"one of {', '.join(PRECISIONS)}", lambda value: value in PRECISIONS),
+}
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """The training recipe: the `train` section of params.yaml less its launch keys.
+
+    No defaults here: params.yaml is the one place they live. The pipeline builds this with
+    `from_params`, which checks every value before any work; tests and benchmarks start from
+    that and `dataclasses.replace` what they vary.
+    """
+    batch_size: int = _at_least(1)           # inputs per device; the global batch is this times the world size
+    grad_cache_chunk: int = _at_least(0)     # texts per encoder pass with gradient caching; 0 = off
+    lr: float = _positive()
+    max_steps: int = _at_least(1)
+    warmup_steps: int = _at_least(0)
+    weight_decay: float = _setting(float, "a number >= 0", lambda value: value >= 0)
+    grad_clip: float = _setting(float, "a number > 0 (.inf: no clipping)", lambda value: value > 0)
+    tau: float = _positive()
+    hnm_steps: int = _at_least(1)
+    hnm_topk: int = _at_least(1)
+    num_hard_negatives: int = _at_least(0)
+    hard_negatives: bool = _switch()
+    instance_negatives: bool = _switch()
+    val_fraction: float = _setting(float, "a number in [0, 1)", lambda value: 0 <= value < 1)
+    val_b: int = _at_least(1)
+    val_lambda: float = _fraction()
+    checkpoint_every: int = _at_least(1)
+    embed_batch_size: int = _at_least(1)
+    seed: int = _at_least(0)
+
+    @classmethod
+    def from_params(cls, p: Params) -> TrainSettings:
+        """The recipe of params.yaml's `train` section. Every key there, launch keys included, is
+        checked for type and range; an unknown key is an error, not silently dropped."""
+        rules = {**LAUNCH_RULES, **{f.name: f.metadata["rule"] for f in fields(cls)}}
+        for key in p.section("train"):
+            if key not in rules:
+                raise ConfigError(f"unknown parameter (the train section knows {', '.join(rules)})", p.path,
+                                  f"train.{key}")
+        values = {}
+        for key, rule in rules.items():
+            value = p.typed(f"train.{key}", rule.kind)  # missing, or the wrong type: ConfigError
+            if not rule.ok(value):
+                raise ConfigError(f"must be {rule.text}, got {value!r}", p.path, f"train.{key}")
+            values[key] = value
+        return cls(**{f.name: values[f.name] for f in fields(cls)})

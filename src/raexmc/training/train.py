@@ -1,0 +1,76 @@
+"""Fine-tune the shared encoder with decoupled InfoNCE, hard negatives and in-batch instance
+negatives, on one CPU, one GPU or many (torchrun).
+
+Every rank draws the same global batch (the sampler is seeded by step), encodes its share of the
+batch's inputs and labels, and gathers the embeddings so negatives span the global batch. Every
+rank then computes the same loss and back-propagates it through its own encodings only; one flat
+all-reduce sums those shares into the gradient one process would get on the same batch. With
+gradient caching the encoder holds the graph of only `grad_cache_chunk` texts at a time.
+Resuming needs no sampler state: step, model, optimizer, scheduler, mined negatives and torch's
+RNG are in the checkpoint.
+
+The loop below reads top to bottom; each step's parts live in their own modules: the batch
+(batches.py), its gradient (backward.py, step.py), the mining round (rounds.py: mining.py and
+validation.py), the checkpoint (checkpoint.py) and what is logged (journal.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import scipy.sparse as sp
+import torch
+
+from ..encoder.tokens import TokenCache
+from .batches import BatchSampler, split_validation
+from .checkpoint import Checkpoint
+from .distributed import DistContext
+from .journal import Journal
+from .rounds import RoundResult, mining_round
+from .settings import TrainSettings
+from .step import apply_gradients, make_optimizer, training_step
+
+
+def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, settings: TrainSettings,
+          ctx: DistContext, precision: str, checkpoint: Path, propensity_ab: tuple[float, float],
+          log: Callable[[int, dict[str, float]], None], fingerprint: str = "") -> list[dict[str, float]]:
+    """Train `model` in place for settings.max_steps, resuming from `checkpoint` if it exists.
+
+    `log(step, metrics)` is called on rank 0 at every mining round (loss, lr, examples/s,
+    validation P@1 of RAE, λ=0 and λ=1, elapsed seconds). A checkpoint is resumed only when its
+    `fingerprint` (settings, encoder, data) matches. Returns every logged row as {"step", ...},
+    those of an interrupted earlier run included (they travel in the checkpoint).
+    """
+    torch.manual_seed(settings.seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer, scheduler = make_optimizer(params, settings)
+    train_rows, val_rows = split_validation(Y, settings.val_fraction, settings.seed)
+    sampler = BatchSampler(Y, train_rows, settings.seed)
+    global_batch = settings.batch_size * ctx.world_size
+    saved = Checkpoint(checkpoint, fingerprint, model, optimizer, scheduler, settings.checkpoint_every,
+                       settings.max_steps, ctx.is_main)
+    start = saved.resume(ctx.device)
+    journal = Journal(settings, ctx, start.step, start.elapsed_s, start.history, log)
+
+    def mine(round_no: int) -> RoundResult:
+        return mining_round(model, cache, Y, filters, train_rows, val_rows, settings, ctx, precision, round_no,
+                            propensity_ab)
+
+    model.train()
+    negatives = start.negatives
+    for step in range(start.step, settings.max_steps):
+        if negatives is None or step % settings.hnm_steps == 0:
+            mined = mine(step // settings.hnm_steps)
+            negatives = mined.negatives
+            journal.mined(step, mined.validation, scheduler.get_last_lr()[0])
+        rows, positives = sampler.batch(step, global_batch)
+        loss = training_step(model, cache, Y, rows, positives, negatives, settings, ctx, precision)
+        apply_gradients(params, optimizer, scheduler, settings.grad_clip)
+        journal.stepped(float(loss))
+        saved.save_if_due(step + 1, negatives, journal.elapsed_s(), journal.history)
+    journal.close()
+    if settings.max_steps > start.step:  # a last round on every rank: it gathers across ranks
+        mined = mine(settings.max_steps // settings.hnm_steps + 1)
+        journal.finished(settings.max_steps, mined.validation)
+    return journal.history

@@ -1,0 +1,137 @@
+"""Evaluation: every method's metrics agree with a dense brute force written out per query, and the
+baselines are their own searches (input keys crowding the joint top-b do not change the dual encoder)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
+from raexmc.evaluation.significance import compare_runs
+
+N_LABELS, N_TEST, DIM = 25, 20, 8
+
+
+def _unit(rng, n):
+    v = rng.normal(size=(n, DIM))
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _search(queries, keys, width):
+    """Brute-force top-`width` by inner product (ids, sims), ties by smaller id."""
+    sims = (queries @ keys.T).astype(np.float32)
+    order = np.argsort(-sims, axis=1, kind="stable")[:, :width]
+    return order.astype(np.int64), np.take_along_axis(sims, order, axis=1)
+
+
+def make_problem(n_train: int, crowd: bool, seed: int = 0):
+    """Labels and test queries are fixed by `seed`; training inputs are random, or (crowd) near-copies
+    of the test queries, so they fill the joint top-b."""
+    rng = np.random.default_rng(seed)
+    Z, Q = _unit(rng, N_LABELS), _unit(rng, N_TEST)
+    Y_test = sp.csr_matrix((rng.random((N_TEST, N_LABELS)) < 0.15).astype(np.float64))
+    exclude = sp.csr_matrix((np.ones(N_TEST), (np.arange(N_TEST), np.arange(N_TEST) % N_LABELS)),
+                            shape=(N_TEST, N_LABELS))
+    train_rng = np.random.default_rng([seed, n_train])
+    if crowd:
+        X = Q[train_rng.integers(0, N_TEST, n_train)] + 0.01 * train_rng.normal(size=(n_train, DIM))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+    else:
+        X = _unit(train_rng, n_train)
+    Y_train = sp.csr_matrix((train_rng.random((n_train, N_LABELS)) < 0.1).astype(np.float64))
+    return {"X": X, "Z": Z, "Q": Q, "Y_train": Y_train, "Y_test": Y_test, "exclude": exclude}
+
+
+def retrievals_of(m, width):
+    return Retrievals(joint=_search(m["Q"], np.vstack([m["X"], m["Z"]]), width),
+                      labels=_search(m["Q"], m["Z"], width), inputs=_search(m["Q"], m["X"], width))
+
+
+def _softmax_top(S, b, tau):
+    """Dense softmax over the b largest entries of each row (float32 sims, as an index returns them)."""
+    S = S.astype(np.float32).astype(np.float64)
+    P = np.zeros_like(S)
+    for q in range(S.shape[0]):
+        top = np.argsort(-S[q], kind="stable")[:b]
+        w = np.exp((S[q, top] - S[q, top].max()) / tau)
+        P[q, top] = w / w.sum()
+    return P
+
+
+def dense_scores(m, method, lam, tau, b):
+    Y = m["Y_train"].toarray()
+    if method == "dual_encoder":
+        return _softmax_top(m["Q"] @ m["Z"].T, b, tau)
+    if method == "knn":
+        return _softmax_top(m["Q"] @ m["X"].T, b, tau) @ Y
+    if method == "ova_knn":
+        return lam * dense_scores(m, "knn", lam, tau, b) + (1 - lam) * dense_scores(m, "dual_encoder", lam, tau, b)
+    P = _softmax_top(m["Q"] @ np.vstack([m["X"], m["Z"]]).T, b, tau)
+    return P @ np.vstack([lam * Y, (1 - lam) * np.eye(N_LABELS)])
+
+
+def loop_metrics(scores, m):
+    """P@1, P@5, R@100 (percent) by hand: rank each row's scored, unfiltered labels, count hits."""
+    banned, truth = m["exclude"].toarray() > 0, m["Y_test"].toarray() > 0
+    p1, p5, r100 = [], [], []
+    for q in range(scores.shape[0]):
+        candidates = [l for l in range(N_LABELS) if scores[q, l] > 0 and not banned[q, l]]
+        ranked = sorted(candidates, key=lambda l: (-scores[q, l], l))
+        positives = {l for l in range(N_LABELS) if truth[q, l] and not banned[q, l]}
+        hits = [l in positives for l in ranked]
+        p1.append(sum(hits[:1]))
+        p5.append(sum(hits[:5]) / 5)
+        r100.append(sum(hits[:100]) / max(len(positives), 1))
+    return {"P@1": round(100 * np.mean(p1), 2), "P@5": round(100 * np.mean(p5), 2),
+            "R@100": round(100 * np.mean(r100), 2)}
+
+
+def evaluator_of(m):
+    return Evaluator(m["Y_train"], m["Y_test"], m["exclude"], (0.55, 1.5))
+
+
+@pytest.mark.parametrize("crowd", [False, True])
+def test_every_method_matches_a_dense_brute_force(crowd):
+    m = make_problem(60, crowd)
+    settings = EvalSettings(lam=0.3, b=12, tau=0.1, lambda_sweep=[0.0, 0.3, 1.0], b_sweep=[5, 12])
+    result = evaluate_retrieval(retrievals_of(m, 40), evaluator_of(m), settings, with_ova_knn=True)
+    for method in ("rae", "dual_encoder", "knn", "ova_knn"):
+        expected = loop_metrics(dense_scores(m, method, 0.3, 0.1, 12), m)
+        assert {k: result["methods"][method][k] for k in expected} == expected, method
+    # The λ sweep is RAE on the joint retrieval; its endpoints are not the baselines.
+    sweep = {row["lambda"]: row for row in result["lambda_sweep"]}
+    for lam in (0.0, 1.0):
+        assert sweep[lam]["P@1"] == loop_metrics(dense_scores(m, "rae", lam, 0.1, 12), m)["P@1"]
+    assert result["b_sweep"][0]["P@5"] == loop_metrics(dense_scores(m, "rae", 0.3, 0.1, 5), m)["P@5"]
+    # Share of training inputs among the joint top-5, counted by hand.
+    joint_top5 = np.argsort(-(m["Q"] @ np.vstack([m["X"], m["Z"]]).T).astype(np.float32), axis=1, kind="stable")[:, :5]
+    assert result["b_sweep"][0]["train_key_share"] == round(100 * float(np.mean(joint_top5 < 60)), 2)
+    assert {r["segment"] for r in segment_rows(result["methods"])} <= {"head", "torso", "tail", "xtail", "unseen"}
+
+
+def test_the_dual_encoder_does_not_depend_on_how_many_inputs_crowd_the_joint_top_b():
+    settings = EvalSettings(lam=0.5, b=10, tau=0.04)
+    few, many = make_problem(5, crowd=True), make_problem(500, crowd=True)
+    assert np.array_equal(few["Z"], many["Z"]) and np.array_equal(few["Q"], many["Q"])
+    got = {n: evaluate_retrieval(retrievals_of(m, 10), evaluator_of(m), settings)["methods"]
+           for n, m in (("few", few), ("many", many))}
+    assert got["few"]["dual_encoder"]["R@100"] == got["many"]["dual_encoder"]["R@100"]
+    assert got["many"]["dual_encoder"]["R@100"] == loop_metrics(dense_scores(many, "dual_encoder", 0, 0.04, 10),
+                                                                many)["R@100"]
+    # ...while RAE at λ=0 on the joint top-10 sees almost no label key once 500 inputs crowd it.
+    crowded = retrievals_of(many, 10).joint[0]
+    assert (crowded >= 500).mean() < 0.2
+
+
+def test_significance_report_compares_rae_with_both_baselines():
+    m = make_problem(60, crowd=False)
+    result = evaluate_retrieval(retrievals_of(m, 30), evaluator_of(m), EvalSettings(lam=0.5, b=30, tau=0.1))
+    flat = {f"{m}/{k}": v for m, arrays in result["per_instance"].items() for k, v in arrays.items()}
+    report = compare_runs(flat, ["P@1", "R@100"], other=flat)
+    assert set(report) == {"rae_vs_dual_encoder", "rae_vs_knn", "rae_vs_other", "dual_encoder_vs_other",
+                           "knn_vs_other"}
+    assert report["rae_vs_knn"]["P@1"]["mean_a"] == pytest.approx(result["methods"]["rae"]["P@1"], abs=0.01)
+    assert report["rae_vs_dual_encoder"]["P@1"]["mean_b"] == pytest.approx(result["methods"]["dual_encoder"]["P@1"],
+                                                                          abs=0.01)
+    assert report["rae_vs_other"]["P@1"]["p_value"] == 1.0  # identical runs

@@ -1,0 +1,73 @@
+"""Paired t-test: a hand-worked example checked against scipy, and the degenerate cases."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from raexmc.errors import DataError
+from raexmc.evaluation.significance import paired_ttest
+
+A = np.array([1.0, 2.0, 3.0, 5.0])
+B = np.array([0.0, 1.0, 2.0, 3.0])
+
+
+def test_known_example_by_hand():
+    # d = a - b = [1, 1, 1, 2]: mean 1.25, sd = sqrt((3 * 0.25^2 + 0.75^2) / 3) = 0.5,
+    # se = 0.5 / sqrt(4) = 0.25, t = 1.25 / 0.25 = 5 on 3 degrees of freedom.
+    # t_{0.975, 3} = 3.18245 -> half width 3.18245 * 0.25 = 0.79561 -> CI [0.45439, 2.04561].
+    # Two-sided p for t = 5, df = 3: 0.01539 (t tables).
+    r = paired_ttest(A, B)
+    assert r["n"] == 4
+    assert r["mean_a"] == pytest.approx(2.75)
+    assert r["mean_b"] == pytest.approx(1.5)
+    assert r["mean_diff"] == pytest.approx(1.25)
+    assert r["t"] == pytest.approx(5.0)
+    assert r["ci_low"] == pytest.approx(0.45439, abs=1e-5)
+    assert r["ci_high"] == pytest.approx(2.04561, abs=1e-5)
+    assert r["p_value"] == pytest.approx(0.01539, abs=1e-5)
+
+
+def test_matches_scipy_on_random_data():
+    rng = np.random.default_rng(0)
+    a = rng.random(200)
+    b = a - 0.02 + 0.1 * rng.standard_normal(200)
+    r = paired_ttest(a, b, confidence=0.9)
+    ref = scipy.stats.ttest_rel(a, b)
+    ci = ref.confidence_interval(0.9)
+    assert r["t"] == pytest.approx(ref.statistic)
+    assert r["p_value"] == pytest.approx(ref.pvalue)
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((ci.low, ci.high))
+
+
+def test_higher_confidence_gives_wider_interval():
+    narrow, wide = paired_ttest(A, B, 0.9), paired_ttest(A, B, 0.99)
+    assert wide["ci_low"] < narrow["ci_low"] < narrow["ci_high"] < wide["ci_high"]
+
+
+def test_zero_differences_give_p_one_not_nan():
+    r = paired_ttest(A, A.copy())
+    assert (r["t"], r["p_value"], r["mean_diff"]) == (0.0, 1.0, 0.0)
+    assert (r["ci_low"], r["ci_high"]) == (0.0, 0.0)
+
+
+def test_constant_nonzero_difference():
+    r = paired_ttest(A + 1.0, A)  # every difference is exactly 1
+    assert r["t"] == math.inf and r["p_value"] == 0.0
+    assert (r["ci_low"], r["ci_high"]) == (1.0, 1.0)
+
+
+def test_result_is_plain_json():
+    r = paired_ttest(A, B)
+    assert all(type(v) is float for k, v in r.items() if k != "n") and type(r["n"]) is int
+    assert json.loads(json.dumps(r)) == r
+
+
+@pytest.mark.parametrize("a, b", [(A, B[:3]), (np.array([]), np.array([])), (A[:1], B[:1])])
+def test_unpaired_or_too_short_input_is_rejected(a, b):
+    with pytest.raises(DataError):
+        paired_ttest(a, b)

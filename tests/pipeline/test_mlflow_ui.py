@@ -1,0 +1,63 @@
+"""The MLflow UI's compare view puts two pipeline runs side by side: a real `mlflow ui` on
+127.0.0.1 against a project store, read by headless Chromium (Debian's chromium package, which
+`scripts/setup.sh --test` installs). The screenshot is kept in the test's output folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import local_server
+from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
+
+pytestmark = pytest.mark.slow
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                 "--disable-background-networking", "--hide-scrollbars", "--virtual-time-budget=20000",
+                 "--window-size=1600,2400"]
+
+
+def log_pipeline_run(project: Path, exp_name: str, lam: float, p_at_1: float, monkeypatch) -> str:
+    (project / "params.yaml").write_text(f"data:\n  name: tiny\ninfer:\n  lambda: {lam}\n")
+    monkeypatch.setenv("DVC_EXP_NAME", exp_name)
+    with stage_run("evaluate") as run:
+        run.metrics({"rae": {"P@1": p_at_1, "P@5": p_at_1 / 2}})
+        return run.run_id
+
+
+@pytest.fixture
+def ui(tmp_path, monkeypatch):
+    """Two experiments' runs in a project store, and `mlflow ui` serving it on a free port."""
+    project = tmp_path / "project"
+    (project / ".dvc").mkdir(parents=True)
+    monkeypatch.chdir(project)
+    runs = [log_pipeline_run(project, "sweep-lambda-0.3", 0.3, 41.37, monkeypatch),
+            log_pipeline_run(project, "sweep-lambda-0.7", 0.7, 63.52, monkeypatch)]
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(), "--host", "127.0.0.1"]
+    with local_server(lambda port: [*command, "--port", str(port)], "/health") as base:
+        experiment = MlflowClient(tracking_uri()).get_experiment_by_name(EXPERIMENT).experiment_id
+        query = urllib.parse.urlencode({"runs": json.dumps(runs), "experiments": json.dumps([experiment])})
+        yield f"{base}/#/compare-runs?{query}"
+
+
+def browser(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    binary = shutil.which("chromium")
+    assert binary, "Debian's chromium is needed: run `scripts/setup.sh --test` (as root) or apt-get install chromium"
+    return subprocess.run([binary, *BROWSER_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
+                          text=True, timeout=180)
+
+
+def test_compare_view_shows_both_runs_p_at_1(ui, tmp_path):
+    page = browser("--dump-dom", ui, profile=tmp_path / "profile").stdout
+    assert "Comparing 2 Runs" in page
+    assert "sweep-lambda-0.3" in page and "sweep-lambda-0.7" in page
+    assert "evaluate/rae.P_at_1" in page and "41.37" in page and "63.52" in page
+    screenshot = tmp_path / "mlflow-compare.png"
+    browser(f"--screenshot={screenshot}", ui, profile=tmp_path / "profile")
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000

@@ -1,0 +1,36 @@
+"""Sweep helpers: override parsing, `dvc queue status` parsing, the `dvc exp show` column filter
+(the whole sweep runs for real in test_pipeline.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from raexmc.errors import ConfigError
+from raexmc.pipeline.sweep import show_columns, swept_keys, task_states
+
+STATUS = """Task     Name        Created    Status
+17f6080  stray-amie  04:10 PM   Success
+263b33a  taunt-rubs  04:10 PM   Running
+9c48c8a  erect-lava  04:10 PM   Queued
+
+Worker status: 1 active, 0 idle
+"""
+
+
+def test_swept_keys_need_key_equals_values():
+    assert swept_keys(["infer.lambda=0,0.5", "train.lr=1e-4"]) == ["infer.lambda", "train.lr"]
+    for bad in ("infer.lambda", "=1", "infer.b="):
+        with pytest.raises(ConfigError):
+            swept_keys([bad])
+
+
+def test_queue_status_table_is_read_by_name():
+    assert task_states(STATUS) == {"stray-amie": "Success", "taunt-rubs": "Running", "erect-lava": "Queued"}
+
+
+def test_show_keeps_exactly_the_swept_params_and_key_metrics():
+    pattern = re.compile(show_columns(["infer.b"]))
+    kept = [c for c in ("Experiment", "infer.b", "infer.bx", "rae.P@1", "rae.P@10", "knn.P@1") if pattern.match(c)]
+    assert kept == ["Experiment", "infer.b", "rae.P@1"]

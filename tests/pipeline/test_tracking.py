@@ -1,0 +1,136 @@
+"""MLflow tracking on a real SQLite store: one run per pipeline execution, shared by its stages."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from raexmc.pipeline.paths import project_root
+from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def runs():
+    client = MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    return client, client.search_runs([experiment.experiment_id])
+
+
+def test_stages_of_one_execution_share_a_run(project):
+    with stage_run("download") as run:
+        run.params({"data": {"name": "tiny"}})
+        run.metrics({"N_train": 4, "segments": {"head": 1}})
+        (project / "stats.json").write_text("{}")
+        run.artifact(project / "stats.json")
+    with stage_run("tokenize") as run:
+        run.params({"data.name": "tiny", "tokenize.max_len": 8})
+    client, found = runs()
+    assert len(found) == 1
+    data = found[0].data
+    assert data.params == {"data.name": "tiny", "tokenize.max_len": "8"}
+    assert data.metrics["download/N_train"] == 4 and data.metrics["download/segments.head"] == 1
+    assert "download/duration_s" in data.metrics and "tokenize/duration_s" in data.metrics
+    assert data.tags["dvc_experiment"] == "workspace" and data.tags["git_commit"]
+    assert [a.path for a in client.list_artifacts(found[0].info.run_id, "download")] == ["download/stats.json"]
+    assert found[0].info.status == "FINISHED"
+
+
+def test_changed_params_or_experiment_start_a_new_run(project, monkeypatch):
+    with stage_run("download"):
+        pass
+    (project / "params.yaml").write_text("data:\n  name: other\n")
+    with stage_run("download"):
+        pass
+    monkeypatch.setenv("DVC_EXP_NAME", "sleek-gnus")
+    with stage_run("download"):
+        pass
+    _, found = runs()
+    assert len(found) == 3
+    assert {r.info.run_name for r in found} >= {"sleek-gnus"}
+
+
+def test_a_failing_stage_marks_the_run_failed(project):
+    with pytest.raises(RuntimeError):
+        with stage_run("download"):
+            raise RuntimeError("boom")
+    _, found = runs()
+    assert found[0].info.status == "FAILED"
+
+
+STAGE_UNTIL_KILLED = """
+import time
+from raexmc.pipeline.tracking.run import stage_run
+with stage_run("train"):
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_killed_stage_marks_the_run_killed_and_exits_143(project):
+    stage = subprocess.Popen([sys.executable, "-c", STAGE_UNTIL_KILLED], stdout=subprocess.PIPE, text=True)
+    assert stage.stdout.readline().strip() == "ready"
+    stage.send_signal(signal.SIGTERM)
+    assert stage.wait(timeout=30) == 128 + signal.SIGTERM
+    _, found = runs()
+    assert found[0].info.status == "KILLED"
+
+
+def test_default_store_is_at_the_parent_project_of_temp_experiments(project, monkeypatch, tmp_path):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
+    copy = project / ".dvc" / "tmp" / "exps" / "tmp123"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("DVC_ROOT", str(project))  # what DVC sets for --temp and queued runs
+    assert project_root() == project
+    assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
+
+
+def git(folder, *args) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=folder, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_temp_experiment_keeps_one_run_when_the_parent_commits_meanwhile(project, monkeypatch):
+    """The run key holds the commit the experiment's copy runs, not the parent's moving HEAD."""
+    git(project, "init", "-q")
+    git(project, "add", "params.yaml")
+    git(project, "commit", "-q", "-m", "baseline")
+    baseline = git(project, "rev-parse", "HEAD")
+    copy = project / ".dvc" / "tmp" / "exps" / "tmp123"
+    git(project, "clone", "-q", str(project), str(copy))
+    (copy / ".dvc").mkdir()
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("DVC_ROOT", str(project))
+    monkeypatch.setenv("DVC_EXP_NAME", "ablation")
+    with stage_run("download"):
+        pass
+    git(project, "commit", "-q", "--allow-empty", "-m", "work goes on in the workspace")
+    with stage_run("train"):
+        pass
+    _, found = runs()
+    assert len(found) == 1
+    assert found[0].data.tags["git_commit"] == baseline
+
+
+def test_a_run_holds_every_param_even_when_dvc_reran_one_stage(project):
+    (project / "params.yaml").write_text("data:\n  name: tiny\ninfer:\n  lambda: 0.3\n"
+                                         "datasets:\n  tiny: {source: local}\n  other: {source: foldoc}\n"
+                                         "presets:\n  big: {train.lr: 1}\n")
+    with stage_run("evaluate") as run:
+        run.metrics({"rae": {"P@1": 50.0}})
+    _, found = runs()
+    params = found[0].data.params
+    assert params["infer.lambda"] == "0.3" and params["datasets.tiny.source"] == "local"
+    assert not any(key.startswith(("datasets.other", "presets")) for key in params)

@@ -1,0 +1,200 @@
+"""Prediction from a built pipeline: the Predictor agrees with the evaluate path, `raexmc predict`
+reads arguments, files and stdin, and a real `mlflow models serve` process answers alike."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import local_server
+
+from raexmc.cli import app
+from raexmc.data.dataset import Dataset, Text
+from raexmc.data.sources import build_dataset
+from raexmc.encoder.embedding import embed_split, load_embeddings
+from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.tokens import TokenCache, build_token_cache
+from raexmc.errors import DataError
+from raexmc.memory.indexes import build_memory_indexes, index_folder, make_index
+from raexmc.memory.keys_values import memory_keys, write_memory
+from raexmc.rae.predictor import Predictor
+from raexmc.rae.queries import parse_queries
+from raexmc.rae.ranking import top_k
+from raexmc.rae.scoring import rae_scores
+
+SETTINGS = {"lambda": 0.5, "b": 8, "tau": 0.04, "ef_search": 50, "relevance": "binary", "input_max_len": 16,
+            "input_fields": "title+content"}
+JYTHON = "jython python on the jvm"  # the first test input, as the token cache joins title and content
+JYTHON_RECORD = Text(uid="s0", title="jython", content="python on the jvm")
+LABEL_TITLES = ["python", "perl", "unix", "linux", "compiler"]  # conftest's labels, by id
+
+
+def build_pipeline(root: Path, lf_folder: Path, tiny_model: Path, backend: str,
+                   input_fields: str = "title+content") -> Path:
+    """artifacts/tiny/{model,tokens,embeddings,index,predictor} the way the stages write them."""
+    build_dataset("tiny", {"source": "local", "path": str(lf_folder)}, root / "data" / "tiny", "")
+    dataset, folder = Dataset(root / "data" / "tiny"), root / "artifacts" / "tiny"
+    shutil.copytree(tiny_model, folder / "model")
+    build_token_cache(dataset, load_tokenizer(str(tiny_model)), "tiny", folder / "tokens", 16, 8, input_fields, "title")
+    model, cache = load_encoder(str(tiny_model)), TokenCache(folder / "tokens")
+    (folder / "embeddings").mkdir()
+    for split in ("train", "labels", "test"):
+        embed_split(model, cache, split, folder / "embeddings" / f"{split}.npy", 4, "cpu", "fp32")
+    build_memory_indexes(folder / "embeddings", folder / "index", backend, M=8, ef_construction=50)
+    keys = memory_keys(folder / "embeddings") if backend == "exact" else None
+    write_memory(folder / "predictor", dataset, {**SETTINGS, "input_fields": input_fields}, keys)
+    return folder
+
+
+@pytest.fixture(params=["hnsw", "exact"])
+def built(request, tmp_path, lf_folder, tiny_model) -> Path:
+    return build_pipeline(tmp_path, lf_folder, tiny_model, request.param)
+
+
+def predictor_of(folder: Path) -> Predictor:
+    return Predictor(folder / "model", index_folder(folder / "index"), folder / "predictor", device="cpu")
+
+
+def expected_top3_of_first_test_input(built: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The evaluate path: the cached embedding of test input s0 searched exactly, RAE scores, top 3."""
+    queries = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
+    ids, sims = make_index("exact", memory_keys(built / "embeddings")).search(queries, SETTINGS["b"])
+    Y_train = Dataset(built.parents[1] / "data" / "tiny").label_matrix("train").copy()
+    Y_train.data[:] = 1.0  # binary values, as the paper (t1's label 2 has relevance 0.5 in the data)
+    scores = rae_scores(ids, sims, Y_train, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
+    top = top_k(scores, 3)[0]
+    return top[top >= 0], scores[0, top[top >= 0]].toarray().ravel()
+
+
+def test_predictions_match_the_evaluate_path(built):
+    """Query texts tokenised on the fly must score exactly like the test set's cached embeddings."""
+    results, timing = predictor_of(built).predict([JYTHON, "a small unix"], k=3)
+    labels, scores = expected_top3_of_first_test_input(built)
+    assert [label["label"] for label in results[0]] == list(labels)
+    assert [label["text"] for label in results[0]] == [LABEL_TITLES[label] for label in labels]
+    assert [label["score"] for label in results[0]] == pytest.approx(list(scores), abs=1e-4)
+    assert [r["score"] for r in results[0]] == sorted((r["score"] for r in results[0]), reverse=True)
+    assert timing.queries == 2 and timing.per_query_ms()["total"] > 0
+
+
+@pytest.mark.parametrize("input_fields", ["title", "title+content"])
+def test_a_query_record_is_built_by_the_training_inputs_recipe(tmp_path, lf_folder, tiny_model, input_fields):
+    """Train/serve skew: a Titles model must see only a query's title, as its training inputs did."""
+    built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", input_fields)
+    predictor = predictor_of(built)
+    assert predictor.query_text(JYTHON_RECORD) == ("jython" if input_fields == "title" else JYTHON)
+    results, _ = predictor.predict([JYTHON_RECORD], k=3)
+    labels, scores = expected_top3_of_first_test_input(built)
+    assert [label["label"] for label in results[0]] == list(labels)
+    assert [label["score"] for label in results[0]] == pytest.approx(list(scores), abs=1e-4)
+
+
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_a_memory_that_does_not_fit_the_index_is_refused(built, tmp_path, lf_folder):
+    other = tmp_path / "other-memory"
+    bigger = make_lf_folder_with_extra_label(tmp_path, lf_folder)
+    write_memory(other, bigger, SETTINGS)
+    with pytest.raises(DataError, match="rebuild both"):
+        Predictor(built / "model", index_folder(built / "index"), other, device="cpu")
+
+
+def make_lf_folder_with_extra_label(tmp_path: Path, lf_folder: Path) -> Dataset:
+    with gzip.open(lf_folder / "lbl.json.gz", "at", encoding="utf-8") as handle:
+        handle.write(json.dumps({"uid": "l5", "title": "emacs", "content": "an editor"}) + "\n")
+    build_dataset("bigger", {"source": "local", "path": str(lf_folder)}, tmp_path / "bigger", "")
+    return Dataset(tmp_path / "bigger")
+
+
+def test_query_parsing_and_errors(tmp_path):
+    assert parse_queries(["perl\n", "\n", " awk  \n"], "q.txt", jsonl=False) == ["perl", "awk"]
+    lines = ['{"text": "perl"}\n', '{"title": "gcc", "content": "compiler"}\n']
+    assert parse_queries(lines, "q.jsonl", jsonl=True) == ["perl", Text(uid="2", title="gcc", content="compiler")]
+    with pytest.raises(DataError) as bad:
+        parse_queries(['{"text": "ok"}', "{oops"], "q.jsonl", jsonl=True)
+    assert bad.value.one_line().startswith("DataError: q.jsonl:2: not valid JSON")
+    with pytest.raises(DataError, match="q.jsonl:1"):
+        parse_queries(['{"id": 3}'], "q.jsonl", jsonl=True)
+
+
+@pytest.fixture
+def cli(built, monkeypatch):
+    monkeypatch.chdir(built.parents[1])
+    runner = CliRunner()
+
+    def invoke(*args, input=None):
+        return runner.invoke(app, ["predict", "--name", "tiny", *args], input=input)
+    return invoke
+
+
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
+    by_argument = cli(JYTHON, "a small unix", "-k", "2")
+    assert by_argument.exit_code == 0, by_argument.output
+    lines = [json.loads(line) for line in by_argument.stdout.splitlines()]
+    assert [line["text"] for line in lines] == [JYTHON, "a small unix"] and all(len(l["labels"]) == 2 for l in lines)
+    (tmp_path / "q.txt").write_text(f"{JYTHON}\n\na small unix\n")
+    (tmp_path / "q.jsonl").write_text(json.dumps({"title": "jython", "content": "python on the jvm"}) + "\n"
+                                      + json.dumps({"text": "a small unix"}) + "\n")
+    from_file = cli("--file", str(tmp_path / "q.txt"), "-k", "2", "--batch-size", "1")
+    from_jsonl = cli("--file", str(tmp_path / "q.jsonl"), "-k", "2")
+    from_stdin = cli("-k", "2", "--verbose", input=f"{JYTHON}\na small unix\n")
+    for result in (from_file, from_jsonl, from_stdin):
+        assert result.exit_code == 0, result.output
+        got = [json.loads(line) for line in result.stdout.splitlines()]
+        assert [line["text"] for line in got] == [line["text"] for line in lines]
+        for answer, reference in zip(got, lines):  # batches pad differently: scores may move in the 6th decimal
+            assert [label["label"] for label in answer["labels"]] == [label["label"] for label in reference["labels"]]
+            assert [label["score"] for label in answer["labels"]] == pytest.approx(
+                [label["score"] for label in reference["labels"]], abs=1e-5)
+    assert "ms/query" in from_stdin.stderr and "all 2 queries" in from_stdin.stderr
+
+
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predict_cli_errors_are_one_line(cli, tmp_path):
+    (tmp_path / "bad.jsonl").write_text('{"text": "perl"}\nnot json\n')
+    bad = cli("--file", str(tmp_path / "bad.jsonl"))
+    assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0
+    assert f"{tmp_path / 'bad.jsonl'}:2" in bad.stderr
+    missing = cli("perl", "--name", "nothing-built")
+    assert missing.exit_code == 2 and "run the package stage" in missing.stderr
+
+
+def post_json(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_served_model_answers_like_predict(built, tmp_path):
+    """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP."""
+    from mlflow.tracking import MlflowClient
+
+    from raexmc.pipeline.serving import log_predictor
+    from raexmc.pipeline.tracking.run import tracking_uri
+
+    client = MlflowClient(tracking_uri())
+    experiment = client.create_experiment("serve-test", artifact_location=(tmp_path / "mlartifacts").as_uri())
+    run_id = client.create_run(experiment).info.run_id
+    uri = log_predictor(run_id, built / "model", index_folder(built / "index"), built / "predictor", "raexmc-tiny",
+                        "candidate")
+    assert uri == "models:/raexmc-tiny@candidate"
+    assert str(client.get_model_version_by_alias("raexmc-tiny", "candidate").version) == "1"
+
+    serve = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1"]
+    with local_server(lambda port: [*serve, "-p", str(port)], "/ping") as base:
+        answer = post_json(f"{base}/invocations",
+                           {"dataframe_records": [{"title": "jython", "content": "python on the jvm"},
+                                                  {"text": "a small unix"}], "params": {"k": 3}})
+    expected, _ = predictor_of(built).predict([JYTHON, "a small unix"], k=3)
+    assert [row["labels"] for row in answer["predictions"]] == expected
+    assert [row["text"] for row in answer["predictions"]] == [JYTHON, "a small unix"]

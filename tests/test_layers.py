@@ -1,0 +1,77 @@
+"""No raexmc module imports from a layer above its own, with the layers as raexmc.LAYERS writes them.
+
+Every import statement counts, wherever it stands (inside functions, under TYPE_CHECKING): a lazy
+import is a dependency too. The package itself (`import raexmc`, whose __init__ holds only LAYERS)
+may be imported from anywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from raexmc import LAYERS
+from test_dvc_deps import SRC, imported_names
+
+Layers = tuple[tuple[str, ...], ...]
+
+
+def layer_of(name: str, layers: Layers) -> int | None:
+    """Index in `layers` of the layer holding the dotted module `name` (None: in no layer)."""
+    part = name.split(".")[1]
+    return next((depth for depth, members in enumerate(layers) if part in members), None)
+
+
+def layering_errors(src: Path, package: str, layers: Layers) -> list[str]:
+    """One line per module in no layer and per import that goes up the layers."""
+    errors = []
+    for path in sorted((src / package).rglob("*.py")):
+        parts = path.relative_to(src).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if module == package:
+            continue
+        own = layer_of(module, layers)
+        if own is None:
+            errors.append(f"{module} is in no layer")
+            continue
+        for name in sorted(imported_names(path, module)):
+            if not name.startswith(f"{package}."):
+                continue
+            target = layer_of(name, layers)
+            if target is not None and target < own:
+                errors.append(f"{module} ({', '.join(layers[own])}) imports {name} ({', '.join(layers[target])})")
+    return errors
+
+
+def test_no_module_imports_from_a_layer_above():
+    assert not layering_errors(SRC, "raexmc", LAYERS)
+
+
+def test_layers_name_every_package_and_module_once():
+    members = [member for layer in LAYERS for member in layer]
+    found = sorted(path.stem if path.is_file() else path.name for path in (SRC / "raexmc").iterdir()
+                   if path.name != "__init__.py" and (path.suffix == ".py" or (path / "__init__.py").is_file()))
+    assert sorted(members) == found
+
+
+def test_an_upward_import_is_caught_wherever_it_stands(tmp_path):
+    """A lazy upward import inside a function, one through a relative import, and a module no layer
+    names are all reported; downward and same-layer imports are not."""
+    pkg = tmp_path / "pkg"
+    for folder in ("top", "low"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "base.py").write_text("")
+    (pkg / "stray.py").write_text("")
+    (pkg / "top" / "a.py").write_text("from ..low import b\nfrom pkg.base import x\nfrom . import c\n")
+    (pkg / "top" / "c.py").write_text("")
+    (pkg / "low" / "b.py").write_text("import pkg\n\ndef f():\n    from pkg.top.a import g\n")
+    (pkg / "low" / "d.py").write_text("from ..top import c\n")
+    layers = (("top",), ("low",), ("base",))
+    assert layering_errors(tmp_path, "pkg", layers) == [
+        "pkg.low.b (low) imports pkg.top.a (top)",
+        "pkg.low.b (low) imports pkg.top.a.g (top)",
+        "pkg.low.d (low) imports pkg.top (top)",
+        "pkg.low.d (low) imports pkg.top.c (top)",
+        "pkg.stray is in no layer",
+    ]

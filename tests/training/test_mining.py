@@ -1,0 +1,47 @@
+"""Hard negative mining: never a positive, m distinct labels, -1 when too few, seeded."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from raexmc.memory.exact import ExactIndex
+from raexmc.training.mining import mine_hard_negatives, positive_mask, sample_negatives
+
+Y = sp.csr_matrix(np.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 0, 1]], dtype=np.float32))
+
+
+def test_positive_mask_marks_positives_only():
+    candidates = np.array([[2, 1, 0, -1], [1, 3, -1, -1], [4, 4, 0, 2]])
+    assert positive_mask(candidates, Y).tolist() == [[True, False, True, False], [True, False, False, False],
+                                                      [True, True, False, False]]
+
+
+def test_samples_are_distinct_non_positive_candidates():
+    candidates = np.array([[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [4, 3, -1, -1, -1]])
+    got = sample_negatives(candidates, Y, m=2, rng=np.random.default_rng(0))
+    assert set(got[0]) <= {1, 3, 4} and len(set(got[0])) == 2
+    assert set(got[1]) <= {0, 2, 3, 4} and len(set(got[1])) == 2
+    assert got[2].tolist() == [3, -1], "one usable candidate (label 4 is a positive): pad with -1"
+
+
+def test_sampling_is_seeded_and_roughly_uniform():
+    candidates = np.tile(np.arange(5), (3000, 1))
+    Y_many = sp.csr_matrix((3000, 5), dtype=np.float32)
+    a = sample_negatives(candidates, Y_many, 1, np.random.default_rng(7))
+    assert (a == sample_negatives(candidates, Y_many, 1, np.random.default_rng(7))).all()
+    counts = np.bincount(a.ravel(), minlength=5)
+    assert counts.min() > 500, counts  # about 600 each
+
+
+def test_mining_with_a_real_search_returns_hard_non_positives():
+    rng = np.random.default_rng(0)
+    labels = rng.normal(size=(50, 8)).astype(np.float32)
+    labels /= np.linalg.norm(labels, axis=1, keepdims=True)
+    inputs = labels[:10] + 0.05 * rng.normal(size=(10, 8)).astype(np.float32)
+    inputs /= np.linalg.norm(inputs, axis=1, keepdims=True)
+    Y_in = sp.csr_matrix((np.ones(10, np.float32), (np.arange(10), np.arange(10))), shape=(10, 50))
+    negatives = mine_hard_negatives(inputs, ExactIndex(labels).search, Y_in, topk=5, m=2, rng=rng)
+    top5, _ = ExactIndex(labels).search(inputs, 5)
+    for i in range(10):
+        assert i not in negatives[i] and set(negatives[i]) <= set(top5[i])

@@ -1,0 +1,380 @@
+"""Training: the loss goes down on a tiny problem, checkpoints resume to the same weights, a real
+2-process gloo group takes the step one process takes on the same global batch, gradient caching
+takes the plain step, and every train.* value is checked before any work."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from conftest import REPO, free_port, make_lf_folder
+from raexmc.data.dataset import Dataset
+from raexmc.data.sources import build_dataset
+from raexmc.encoder.embedding import batch_tensors, encode
+from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.tokens import TokenCache, build_token_cache
+from raexmc.errors import ConfigError
+from raexmc.params import Params, load_params
+from raexmc.training.batches import BatchSampler, plan_batch, split_validation
+from raexmc.training.distributed import DistContext
+from raexmc.training.settings import TrainSettings
+from raexmc.training.step import apply_gradients, linear_schedule, make_optimizer, training_step
+from raexmc.training.train import train
+
+
+SINGLE = DistContext(0, 1, "cpu")
+PARAMS = REPO / "params.yaml"
+
+
+def build_tiny(folder: Path, tiny_model: Path) -> tuple[Dataset, TokenCache]:
+    build_dataset("tiny", {"source": "local", "path": str(make_lf_folder(folder / "lf"))}, folder / "tiny", "")
+    dataset = Dataset(folder / "tiny")
+    build_token_cache(dataset, load_tokenizer(str(tiny_model)), "tiny", folder / "tokens", 16, 8,
+                      "title+content", "title")
+    return dataset, TokenCache(folder / "tokens")
+
+
+@pytest.fixture
+def tiny(tiny_model, tmp_path):
+    return build_tiny(tmp_path, tiny_model)
+
+
+def settings(**overrides) -> TrainSettings:
+    """params.yaml's recipe, shrunk to the tiny problem."""
+    base = dict(batch_size=4, lr=1e-3, max_steps=6, warmup_steps=1, hnm_steps=3, hnm_topk=3, num_hard_negatives=1,
+                val_fraction=0.25, val_b=10, checkpoint_every=2, embed_batch_size=4)
+    return replace(TrainSettings.from_params(load_params(PARAMS)), **{**base, **overrides})
+
+
+def run_training(tiny, tiny_model, checkpoint: Path, **overrides):
+    dataset, cache = tiny
+    torch.manual_seed(0)
+    model = load_encoder(str(tiny_model))
+    logged = []
+    history = train(model, cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
+                    settings(**overrides), SINGLE, "fp32", checkpoint, (0.55, 1.5),
+                    lambda step, values: logged.append((step, values)), "fp")
+    assert [row["step"] for row in history][-len(logged):] == [step for step, _ in logged]
+    return model, logged, history
+
+
+def test_sampler_is_deterministic_per_step_and_skips_unlabelled_inputs():
+    Y = sp.csr_matrix(np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0]], dtype=np.float32))
+    sampler = BatchSampler(Y, np.arange(3), seed=1)
+    rows, positives = sampler.batch(5, 8)
+    again = sampler.batch(5, 8)
+    assert (rows == again[0]).all() and (positives == again[1]).all()
+    assert 1 not in rows
+    assert all(Y[r, p] == 1 for r, p in zip(rows, positives))
+
+
+def test_schedule_warms_up_then_decays_to_zero():
+    factor = linear_schedule(2, 10)
+    assert [round(factor(s), 3) for s in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]
+
+
+def test_validation_is_carved_from_training_inputs():
+    Y = sp.csr_matrix(np.eye(20, dtype=np.float32))
+    train_rows, val_rows = split_validation(Y, 0.25, 0)
+    assert len(val_rows) == 5 and not set(train_rows) & set(val_rows) and len(train_rows) + 5 == 20
+
+
+def test_training_lowers_the_loss_and_logs_validation(tiny, tiny_model, tmp_path):
+    model, logged, _ = run_training(tiny, tiny_model, tmp_path / "ckpt.pt", max_steps=12, hnm_steps=4)
+    losses = [values["loss"] for step, values in logged if "loss" in values]
+    assert losses[-1] < losses[0], logged
+    assert {"val_rae_P@1", "val_dual_encoder_P@1", "val_knn_P@1", "elapsed_s"} <= set(logged[-1][1])
+    assert (tmp_path / "ckpt.pt").is_file()
+
+
+class Killed(Exception):
+    pass
+
+
+def test_resume_reaches_the_same_weights_and_keeps_the_whole_curve(tiny, tiny_model, tmp_path):
+    full, _, full_history = run_training(tiny, tiny_model, tmp_path / "full.pt")
+    dataset, cache = tiny
+
+    def die_at_step_3(step, values):  # the round at step 3 comes after the checkpoint of step 2
+        if step == 3:
+            raise Killed
+
+    torch.manual_seed(0)
+    with pytest.raises(Killed):
+        train(load_encoder(str(tiny_model)), cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
+              settings(), SINGLE, "fp32", tmp_path / "part.pt", (0.55, 1.5), die_at_step_3, "fp")
+    assert torch.load(tmp_path / "part.pt", weights_only=False)["step"] == 2
+    resumed, logged, history = run_training(tiny, tiny_model, tmp_path / "part.pt")
+    assert logged[0][0] == 3, "resumed from step 2, first round at step 3"
+    assert [row["step"] for row in history] == [row["step"] for row in full_history] == [0, 3, 6]
+    for (name, a), (_, b) in zip(full.state_dict().items(), resumed.state_dict().items()):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
+def test_a_changed_fingerprint_starts_over(tiny, tiny_model, tmp_path):
+    run_training(tiny, tiny_model, tmp_path / "ckpt.pt", max_steps=2)
+    dataset, cache = tiny
+    logged = []
+    train(load_encoder(str(tiny_model)), cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
+          settings(max_steps=2), SINGLE, "fp32", tmp_path / "ckpt.pt", (0.55, 1.5),
+          lambda step, values: logged.append(step), "other settings")
+    assert logged[0] == 0
+
+
+WORKER = """
+import sys, torch
+from pathlib import Path
+from raexmc.data.dataset import Dataset
+from raexmc.encoder.model import load_encoder
+from raexmc.encoder.tokens import TokenCache
+from raexmc.params import load_params
+from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.training.settings import TrainSettings
+from raexmc.training.train import train
+from dataclasses import replace
+
+params, data, tokens, model_dir, out = sys.argv[1:6]
+ctx = init_distributed("cpu")
+torch.manual_seed(0)
+model = load_encoder(model_dir)
+dataset = Dataset(data)
+settings = replace(TrainSettings.from_params(load_params(params)), batch_size=2, lr=1e-3, max_steps=4, warmup_steps=1,
+                   hnm_steps=2, hnm_topk=3, num_hard_negatives=1, val_fraction=0.25, val_b=10, checkpoint_every=2,
+                   embed_batch_size=3)
+train(model, TokenCache(tokens), dataset.label_matrix("train"), dataset.filter_matrix("train"), settings, ctx,
+      "fp32", Path(out) / "ckpt.pt", (0.55, 1.5), lambda *a: None, "fp")
+torch.save(model.state_dict(), Path(out) / f"rank{ctx.rank}.pt")
+shutdown(ctx)
+"""
+
+
+def test_two_process_gloo_training_keeps_ranks_identical(tiny, tiny_model, tmp_path):
+    dataset, cache = tiny
+    (tmp_path / "worker.py").write_text(WORKER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={free_port()}",
+                           str(tmp_path / "worker.py"), str(PARAMS), str(dataset.folder), str(cache.folder),
+                           str(tiny_model), str(tmp_path)], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    initial = load_encoder(str(tiny_model)).state_dict()
+    changed = 0
+    for name in rank0:
+        assert torch.equal(rank0[name], rank1[name]), name
+        changed += not torch.equal(rank0[name], initial[name])
+    assert changed > 0, "training must have moved the weights"
+
+
+# --- One step: W processes and gradient caching against one plain process -------------------------
+
+STEP_WORKER = """
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from raexmc.data.dataset import Dataset
+from raexmc.encoder.model import load_encoder
+from raexmc.encoder.tokens import TokenCache
+from raexmc.params import load_params
+from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.training.settings import TrainSettings
+from raexmc.training.step import apply_gradients, make_optimizer, training_step
+
+tests, params, data, tokens, model_dir, out = sys.argv[1:7]
+global_batch, chunks = int(sys.argv[7]), [int(c) for c in sys.argv[8:]]
+sys.path[:0] = [tests, str(Path(tests).parent)]  # this test file, and the conftest it imports
+from test_train import gradients, the_batch
+
+ctx = init_distributed("cpu")
+Y = Dataset(data).label_matrix("train")
+rows, positives, negatives = the_batch(Y, global_batch)
+for chunk in chunks:
+    settings = replace(TrainSettings.from_params(load_params(params)), batch_size=global_batch // ctx.world_size,
+                       grad_cache_chunk=chunk, lr=1e-3, warmup_steps=0, max_steps=10, grad_clip=0.01)
+    model = load_encoder(model_dir).train()
+    weights = [p for p in model.parameters() if p.requires_grad]
+    optimizer, scheduler = make_optimizer(weights, settings)
+    loss = training_step(model, TokenCache(tokens), Y, rows, positives, negatives, settings, ctx, "fp32")
+    grads = gradients(model)
+    norm = apply_gradients(weights, optimizer, scheduler, settings.grad_clip)
+    torch.save({"loss": float(loss), "grads": grads, "norm": norm, "weights": model.state_dict()},
+               Path(out) / f"w{ctx.world_size}_chunk{chunk}_rank{ctx.rank}.pt")
+shutdown(ctx)
+"""
+GLOBAL_BATCH, CHUNK = 8, 2  # per rank at W=2: 4 inputs in chunks of 2+2, 3 labels (padded) in 2+1
+
+
+def the_batch(Y: sp.csr_matrix, size: int = GLOBAL_BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The batch of these tests: rows, sampled positives, two random negatives per input (-1 = none)."""
+    rows, positives = BatchSampler(Y, np.arange(Y.shape[0]), seed=0).batch(0, size)
+    return rows, positives, np.random.default_rng(0).integers(-1, Y.shape[1], size=(Y.shape[0], 2))
+
+
+def gradients(model) -> dict[str, torch.Tensor]:
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.fixture(scope="module")
+def no_dropout_model(tiny_model, tmp_path_factory) -> Path:
+    """The tiny random BERT with dropout 0, so one process and two see the same network."""
+    from transformers import AutoModel
+
+    folder = tmp_path_factory.mktemp("no-dropout")
+    model = AutoModel.from_pretrained(tiny_model, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def one_step(tiny_model, no_dropout_model, tmp_path_factory):
+    """The step the worker takes as 1 plain process and as a real 2-process gloo group, plain and
+    with gradient caching: {(world size, chunk, rank): {"loss", "grads", "norm", "weights"}}."""
+    folder = tmp_path_factory.mktemp("one-step")
+    dataset, cache = build_tiny(folder, tiny_model)
+    (folder / "step.py").write_text(STEP_WORKER)
+    args = [str(folder / "step.py"), str(Path(__file__).parent), str(PARAMS), str(dataset.folder), str(cache.folder), str(no_dropout_model),
+            str(folder), str(GLOBAL_BATCH), "0", str(CHUNK)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for launcher in ([], ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]):
+        proc = subprocess.run([sys.executable, *launcher, *args], capture_output=True, text=True, env=env, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return {(w, chunk, rank): torch.load(folder / f"w{w}_chunk{chunk}_rank{rank}.pt")
+            for w, rank in ((1, 0), (2, 0), (2, 1)) for chunk in (0, CHUNK)}
+
+
+def assert_same_step(step: dict, reference: dict, what: str) -> None:
+    assert step["loss"] == pytest.approx(reference["loss"], rel=1e-6), what
+    assert step["norm"] == pytest.approx(reference["norm"], rel=1e-5), f"{what}: gradient norm before clipping"
+    assert_same_gradients(step["grads"], reference["grads"], what)
+    # Adam's first update is lr·g/(|g| + eps): where the clipped g is near eps, float noise in g
+    # moves the update by a fraction of lr (1e-3; seen: up to 0.05%), so weights agree to 1% of lr.
+    for name, weight in reference["weights"].items():
+        torch.testing.assert_close(step["weights"][name], weight, rtol=0, atol=1e-5,
+                                   msg=lambda m: f"{what}, weight {name}: {m}")
+
+
+def assert_same_gradients(got: dict, expected: dict, what: str) -> None:
+    """Equal to float32 rounding: sums in another order differ by ~1e-7 of the largest entry."""
+    assert got.keys() == expected.keys(), what
+    scale = max(float(g.abs().max()) for g in expected.values())
+    for name, grad in expected.items():
+        torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-5 * scale,
+                                   msg=lambda m: f"{what}, grad {name}: {m}")
+
+
+def test_two_processes_take_the_step_of_one_process_on_the_same_global_batch(one_step):
+    reference = one_step[(1, 0, 0)]
+    assert reference["norm"] > 10 * 0.01, "clipping must bite for the weights to test it"
+    for rank in (0, 1):
+        assert_same_step(one_step[(2, 0, rank)], reference, f"2 processes, rank {rank}")
+    for name, weight in one_step[(2, 0, 0)]["weights"].items():
+        assert torch.equal(weight, one_step[(2, 0, 1)]["weights"][name]), f"ranks differ in {name}"
+
+
+def test_gradient_caching_takes_the_plain_step_in_one_process_and_in_two(one_step):
+    reference = one_step[(1, 0, 0)]
+    assert_same_step(one_step[(1, CHUNK, 0)], reference, "1 process, gradient caching")
+    for rank in (0, 1):
+        assert_same_step(one_step[(2, CHUNK, rank)], reference, f"2 processes, gradient caching, rank {rank}")
+
+
+def step_gradients(model, tiny, chunk: int, seed: int) -> dict[str, torch.Tensor]:
+    dataset, cache = tiny
+    Y = dataset.label_matrix("train")
+    torch.manual_seed(seed)
+    training_step(model, cache, Y, *the_batch(Y), settings(batch_size=GLOBAL_BATCH, grad_cache_chunk=chunk), SINGLE,
+                  "fp32")
+    return gradients(model)
+
+
+def chunked_forward_gradients(model, tiny, chunk: int, seed: int) -> dict[str, torch.Tensor]:
+    """The reference for gradient caching with dropout: encode the same chunks in the same order
+    (inputs, then labels), all with graph, then back-propagate the loss through all of them."""
+    dataset, cache = tiny
+    Y = dataset.label_matrix("train")
+    plan = plan_batch(Y, *the_batch(Y), settings(batch_size=GLOBAL_BATCH), SINGLE)
+
+    def encoded(split: str, rows: np.ndarray) -> torch.Tensor:
+        return torch.cat([encode(model, *batch_tensors(cache.ids(split), cache.lengths(split), part, "cpu"))
+                          for part in np.split(rows, range(chunk, len(rows), chunk))])
+
+    torch.manual_seed(seed)
+    model.zero_grad(set_to_none=True)
+    x = encoded("train", plan.input_rows)  # inputs first, then labels: the first pass's order
+    z = encoded("labels", plan.label_rows)
+    plan.loss(x, z).backward()
+    return gradients(model)
+
+
+def test_gradient_caching_with_dropout_replays_the_first_pass_masks(tiny, tiny_model):
+    model = load_encoder(str(tiny_model)).train()  # dropout 0.1
+    assert model.config.hidden_dropout_prob > 0
+    reference = chunked_forward_gradients(model, tiny, CHUNK, seed=3)
+    other_masks = chunked_forward_gradients(model, tiny, CHUNK, seed=4)
+    assert any(not torch.allclose(reference[n], other_masks[n]) for n in reference), "dropout must change gradients"
+    assert_same_gradients(step_gradients(model, tiny, CHUNK, seed=3), reference, "chunks of 2")
+    # One chunk per split draws its masks exactly as the plain step does.
+    assert_same_gradients(step_gradients(model, tiny, 64, seed=3), step_gradients(model, tiny, 0, seed=3), "one chunk")
+
+
+# --- train.* checks ---------------------------------------------------------------------------------
+
+def params_with(**train_values) -> Params:
+    data = copy.deepcopy(load_params(PARAMS).data)
+    data["train"].update(train_values)
+    return Params(data, "some/params.yaml")
+
+
+def test_every_setting_comes_from_params_yaml():
+    data = copy.deepcopy(load_params(PARAMS).data)
+    assert TrainSettings.from_params(Params(data)).tau == data["train"]["tau"]
+    del data["train"]["tau"]
+    with pytest.raises(ConfigError, match="missing parameter 'train.tau'"):
+        TrainSettings.from_params(Params(data))
+
+
+@pytest.mark.parametrize("key, value", [
+    ("batch_size", "abc"), ("batch_size", 0), ("batch_size", True), ("batch_size", 2.5), ("lr", -1e-4),
+    ("lr", float("nan")), ("tau", 0), ("grad_clip", 0.0), ("max_steps", 0), ("hnm_steps", 0),
+    ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_lambda", 1.5),
+    ("seed", -1), ("grad_cache_chunk", -8), ("grad_cache_chunk", "16"), ("nproc", 0), ("nproc", "all"),
+    ("device", "gpu"), ("precision", "fp8"), ("torchrun_args", None), ("batchsize", 8),
+])
+def test_a_bad_or_unknown_train_value_names_the_file_and_key(key, value):
+    with pytest.raises(ConfigError) as error:
+        TrainSettings.from_params(params_with(**{key: value}))
+    assert error.value.one_line().startswith(f"ConfigError: some/params.yaml:train.{key}: ")
+
+
+def test_good_values_pass_and_ints_serve_as_floats():
+    values = TrainSettings.from_params(params_with(lr=1, grad_clip=float("inf"), nproc=2, device="cuda:1"))
+    assert values.lr == 1.0 and isinstance(values.lr, float)
+
+
+@pytest.mark.parametrize("key, value", [("batch_size", "abc"), ("batchsize", 8)])
+def test_the_train_stage_rejects_bad_train_params_in_one_line_before_any_work(key, value, tiny_model, tmp_path):
+    data = copy.deepcopy(load_params(PARAMS).data)
+    data["encoder"].update(name=str(tiny_model), mode="fine-tuned")
+    data["train"][key] = value
+    from ruamel.yaml import YAML
+
+    YAML(typ="safe", pure=True).dump(data, tmp_path / "params.yaml")
+    proc = subprocess.run([sys.executable, "stages/train.py", "--dataset", str(tmp_path / "data"),
+                           "--tokens", str(tmp_path / "tokens"), "--out", str(tmp_path / "model"),
+                           "--checkpoints", str(tmp_path / "checkpoints"), "--params", str(tmp_path / "params.yaml")],
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ConfigError: {tmp_path / 'params.yaml'}:train.{key}: "), lines
+    assert not (tmp_path / "model").exists() and not (tmp_path / "checkpoints").exists()
