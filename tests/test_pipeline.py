@@ -69,7 +69,7 @@ def changed_stages(repo: Path) -> set[str]:
 def test_repro_runs_the_whole_dag(project, tiny_model):
     dvc("repro", cwd=project)
     for path in ("data/tiny/stats.json", "artifacts/tiny/tokens/train.ids.npy", "artifacts/tiny/embeddings/test.npy",
-                 "artifacts/tiny/index/meta.json", "artifacts/tiny/eval/metrics.json",
+                 "artifacts/tiny/index/joint/meta.json", "artifacts/tiny/eval/metrics.json",
                  "artifacts/tiny/eval/per_instance.npz", "artifacts/tiny/significance.json",
                  "artifacts/tiny/predictor/settings.json"):
         assert (project / path).is_file(), path
