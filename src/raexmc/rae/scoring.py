@@ -206,7 +206,7 @@ def rae_scores(
     return combine(score_parts(ids, sims, Y_train, tau, b), lam)
 
 
-# --------------------------------------------------------------------------- ablation and analysis
+# --------------------------------------------------------------------------- baselines, ablation, analysis
 
 
 def dual_encoder_scores(ids: np.ndarray, sims: np.ndarray, num_labels: int, tau: float = PAPER_TAU,
