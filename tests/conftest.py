@@ -127,3 +127,17 @@ def local_server(command: Callable[[int], list[str]], health_path: str, timeout:
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def dense_top_b_softmax(S, b: int, tau: float):
+    """Brute-force reference: softmax over the b largest entries of each row of the similarity matrix S
+    (cast to float32 first, as an index returns sims), zero elsewhere; ties go to the smaller column."""
+    import numpy as np
+
+    S = np.asarray(S).astype(np.float32).astype(np.float64)
+    P = np.zeros_like(S)
+    for q in range(S.shape[0]):
+        top = np.argsort(-S[q], kind="stable")[:b]
+        w = np.exp((S[q, top] - S[q, top].max()) / tau)
+        P[q, top] = w / w.sum()
+    return P

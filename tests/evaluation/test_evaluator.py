@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from conftest import dense_top_b_softmax
+
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
 from raexmc.evaluation.significance import compare_runs
 
@@ -48,26 +50,15 @@ def retrievals_of(m, width):
                       labels=_search(m["Q"], m["Z"], width), inputs=_search(m["Q"], m["X"], width))
 
 
-def _softmax_top(S, b, tau):
-    """Dense softmax over the b largest entries of each row (float32 sims, as an index returns them)."""
-    S = S.astype(np.float32).astype(np.float64)
-    P = np.zeros_like(S)
-    for q in range(S.shape[0]):
-        top = np.argsort(-S[q], kind="stable")[:b]
-        w = np.exp((S[q, top] - S[q, top].max()) / tau)
-        P[q, top] = w / w.sum()
-    return P
-
-
 def dense_scores(m, method, lam, tau, b):
     Y = m["Y_train"].toarray()
     if method == "dual_encoder":
-        return _softmax_top(m["Q"] @ m["Z"].T, b, tau)
+        return dense_top_b_softmax(m["Q"] @ m["Z"].T, b, tau)
     if method == "knn":
-        return _softmax_top(m["Q"] @ m["X"].T, b, tau) @ Y
+        return dense_top_b_softmax(m["Q"] @ m["X"].T, b, tau) @ Y
     if method == "ova_knn":
         return lam * dense_scores(m, "knn", lam, tau, b) + (1 - lam) * dense_scores(m, "dual_encoder", lam, tau, b)
-    P = _softmax_top(m["Q"] @ np.vstack([m["X"], m["Z"]]).T, b, tau)
+    P = dense_top_b_softmax(m["Q"] @ np.vstack([m["X"], m["Z"]]).T, b, tau)
     return P @ np.vstack([lam * Y, (1 - lam) * np.eye(N_LABELS)])
 
 

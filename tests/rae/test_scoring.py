@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from conftest import dense_top_b_softmax
+
 from raexmc.errors import ConfigError, DataError
 from raexmc.rae.scoring import (combine, dual_encoder_scores, key_probabilities, knn_scores, ova_knn_scores, rae_scores,
                                 score_parts, train_key_share)
@@ -265,12 +267,7 @@ def test_lambda_one_is_the_knn_formula(memory, tau, b):
 def _dense_rae(Q, X, Z, Y, lam, tau, b):
     """Brute force over the whole memory: q K^T, top-b, softmax, times the dense values V."""
     K = np.vstack([X, Z])
-    S = (Q @ K.T).astype(np.float32).astype(np.float64)
-    P = np.zeros_like(S)
-    for q in range(S.shape[0]):
-        top = np.argsort(-S[q], kind="stable")[:b]
-        w = np.exp((S[q, top] - S[q, top].max()) / tau)
-        P[q, top] = w / w.sum()
+    P = dense_top_b_softmax(Q @ K.T, b, tau)
     V = np.vstack([lam * Y.toarray(), (1.0 - lam) * np.eye(Z.shape[0])])
     return P @ V
 
@@ -307,20 +304,10 @@ def test_ova_knn_scores_match_dense_reference(memory, lam, b):
     z_ids, z_sims = _search(m["Q"], m["Z"], width=20)  # wider than L = 15: padded
     got = ova_knn_scores(x_ids, x_sims, z_ids, z_sims, m["Y"], lam=lam, tau=tau, b=b)
 
-    def dense_softmax(S: np.ndarray, width: int) -> np.ndarray:
-        S = S.astype(np.float32).astype(np.float64)
-        P = np.zeros_like(S)
-        for q in range(S.shape[0]):
-            top = np.argsort(-S[q], kind="stable")[:width]
-            w = np.exp((S[q, top] - S[q, top].max()) / tau)
-            P[q, top] = w / w.sum()
-        return P
-
     bx = 12 if b is None else b
     bz = m["Z"].shape[0] if b is None else b
-    expected = lam * dense_softmax(m["Q"] @ m["X"].T, bx) @ m["Y"].toarray() + (1 - lam) * dense_softmax(
-        m["Q"] @ m["Z"].T, bz
-    )
+    expected = lam * dense_top_b_softmax(m["Q"] @ m["X"].T, bx, tau) @ m["Y"].toarray() + (
+        1 - lam) * dense_top_b_softmax(m["Q"] @ m["Z"].T, bz, tau)
     np.testing.assert_allclose(got.toarray(), expected, rtol=1e-9, atol=1e-12)
 
 
