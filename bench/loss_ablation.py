@@ -4,10 +4,13 @@ switched on and off, each as a `dvc exp run --temp` experiment, and record the t
     python bench/loss_ablation.py --name foldoc            # all four variants, about 17 min each on 2 cores
     python bench/loss_ablation.py --name foldoc --only no-hard
     python bench/loss_ablation.py --name foldoc --reuse full=foldoc-ft   # record one already run
+    python bench/loss_ablation.py --name foldoc --folder full=bench/results/runs/foldoc_ablation-full ...
 
 Every variant is a named DVC experiment (ablation-<dataset>-<variant>), so `dvc exp show` and the
-MLflow UI hold the same numbers; results go to bench/results/loss_ablation_<dataset>.json, with a
-paired t-test of the full loss against each variant on the same test inputs.
+MLflow UI hold the same numbers. Where DVC is not installed (an offline GPU machine), run each variant
+with `bench/stage_resources.py -S ... --keep-eval` and record its kept folder with --folder (its
+params.yaml is checked the same way). Results go to bench/results/loss_ablation_<dataset>.json, with
+a paired t-test of the full loss against each variant on the same test inputs.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dvc.api
 import numpy as np
 import typer
+from ruamel.yaml import YAML
 
 from raexmc.evaluation.significance import compare_runs
 
@@ -59,9 +62,8 @@ def experiment_data(name: str) -> dict:
     raise SystemExit(f"experiment {name} not found in `dvc exp show -A`")
 
 
-def check_variant(data: dict, dataset: str, variant: str, name: str) -> None:
-    """A reused experiment must be the variant: same dataset, fine-tuned, same two switches."""
-    params = data["params"]["params.yaml"]["data"]
+def check_variant(params: dict, dataset: str, variant: str, name: str) -> None:
+    """A reused run must be the variant: same dataset, fine-tuned, same two switches."""
     hard, instance = VARIANTS[variant]
     found = (params["data"]["name"], params["encoder"]["mode"], params["train"]["hard_negatives"],
              params["train"]["instance_negatives"])
@@ -69,12 +71,26 @@ def check_variant(data: dict, dataset: str, variant: str, name: str) -> None:
         raise SystemExit(f"experiment {name} is {found}, not variant {variant} of {dataset}")
 
 
-def per_instance(experiment: str, dataset: str) -> dict[str, np.ndarray]:
-    """An experiment's per-instance test results, read from the DVC cache by experiment name."""
-    path = f"artifacts/{dataset}/eval/per_instance.npz"
-    with dvc.api.open(path, repo=str(ROOT), rev=experiment, mode="rb") as handle:
-        with np.load(io.BytesIO(handle.read())) as archive:
-            return {key: archive[key] for key in archive.files}
+def per_instance(source: str, dataset: str) -> dict[str, np.ndarray]:
+    """A run's per-instance test results: from its kept folder, or from the DVC cache by experiment name."""
+    if Path(source).is_dir():
+        raw = (Path(source) / "per_instance.npz").read_bytes()
+    else:
+        import dvc.api
+
+        with dvc.api.open(f"artifacts/{dataset}/eval/per_instance.npz", repo=str(ROOT), rev=source, mode="rb") as handle:
+            raw = handle.read()
+    with np.load(io.BytesIO(raw)) as archive:
+        return {key: archive[key] for key in archive.files}
+
+
+def run_record(source: str, dataset: str) -> tuple[dict, dict]:
+    """(params, test metrics) of a run: a folder kept by stage_resources.py, or a DVC experiment."""
+    if Path(source).is_dir():
+        folder = Path(source)
+        return YAML(typ="safe").load(folder / "params.yaml"), json.loads((folder / "metrics.json").read_text())
+    data = experiment_data(source)
+    return data["params"]["params.yaml"]["data"], data["metrics"][f"artifacts/{dataset}/eval/metrics.json"]["data"]
 
 
 def full_against_variants(results: dict, dataset: str) -> None:
@@ -92,17 +108,18 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
          only: list[str] = typer.Option(list(VARIANTS), help="Variants to run: " + ", ".join(VARIANTS)),
          reuse: list[str] = typer.Option([], help="VARIANT=EXPERIMENT: record an experiment already run "
                                                   "(its params are checked) instead of running the variant."),
+         folder: list[str] = typer.Option([], help="VARIANT=FOLDER: record a run kept by stage_resources.py "
+                                                   "--keep-eval (its params are checked)."),
          ) -> None:
     out = ROOT / "bench" / "results" / f"loss_ablation_{name}.json"
     results = json.loads(out.read_text()) if out.is_file() else {}
-    reused = dict(item.split("=", 1) for item in reuse)
+    reused = dict(item.split("=", 1) for item in [*reuse, *folder])
     for variant in [*reused, *(v for v in only if v not in reused)]:
         if variant not in VARIANTS:
             raise typer.BadParameter(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
         experiment = reused.get(variant) or run_variant(name, variant)
-        data = experiment_data(experiment)
-        check_variant(data, name, variant, experiment)
-        metrics = data["metrics"][f"artifacts/{name}/eval/metrics.json"]["data"]
+        params, metrics = run_record(experiment, name)
+        check_variant(params, name, variant, experiment)
         hard, instance = VARIANTS[variant]
         results[variant] = {"experiment": experiment, "hard_negatives": hard, "instance_negatives": instance,
                             **{f"{method}.{m}": metrics[method][m] for method in ("rae", "dual_encoder", "knn")
