@@ -66,7 +66,7 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = PAPER_B, tau: fl
     evaluator = Evaluator(Y_train, dataset.label_matrix("test"), dataset.filter_matrix("test"), ab)
     fixed = metric_by_lambda(joint, evaluator, grid, tau, b)  # (n, G) test P@1 per fixed λ
     started = time.perf_counter()
-    lambdas = model.lambdas(*joint, Y_train.shape[0], Y_train.shape[1])
+    lambdas = model.lambdas(*joint, Y_train)
     choose_s = time.perf_counter() - started
     ranked = evaluator.rank(len(queries), per_query_lambda_scorer(joint, Y_train, lambdas, tau, b))
     per_query = per_query_metric(evaluator, ranked)

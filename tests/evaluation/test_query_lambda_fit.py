@@ -51,7 +51,7 @@ def test_fitted_model_picks_lambda_per_kind_and_beats_every_fixed_lambda():
     joint, evaluator, kind = _queries(rng, 300)
     fixed = metric_by_lambda(joint, evaluator, GRID, TAU, 3).mean(axis=0)
     assert fixed.max() < 0.6  # every fixed λ gets at most one kind right
-    lambdas = model.lambdas(*joint, NUM_TRAIN, NUM_LABELS)
+    lambdas = model.lambdas(*joint, Y_TRAIN)
     np.testing.assert_array_equal(lambdas, kind.astype(float))
     ranked = evaluator.rank(len(kind), per_query_lambda_scorer(joint, Y_TRAIN, lambdas, TAU, 3))
     assert per_query_metric(evaluator, ranked).mean() == 1.0
@@ -65,7 +65,7 @@ def test_fallback_to_the_best_fixed_lambda_when_features_cannot_tell_the_kinds()
     best_fixed = 0.0 if (kind == 0).sum() >= (kind == 1).sum() else 1.0
     assert not model.uses_model and not report["uses_model"]
     assert model.fallback == best_fixed
-    np.testing.assert_array_equal(model.lambdas(*joint, NUM_TRAIN, NUM_LABELS), np.full(200, best_fixed))
+    np.testing.assert_array_equal(model.lambdas(*joint, Y_TRAIN), np.full(200, best_fixed))
 
 
 def test_unknown_metric_is_a_config_error():

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from raexmc.errors import DataError
 from raexmc.rae.query_lambda import FEATURES, QueryLambda, fit_query_lambda, query_features
@@ -21,14 +22,19 @@ def _entropy(probs: list[float]) -> float:
 
 
 def test_features_hand_example():
-    # Memory: 2 training inputs (key ids 0, 1), 3 labels (ids 2, 3, 4); b = 3.
-    ids = np.array([[2, 0, -1, 4, 3], [1, 0, -1, -1, -1]], dtype=np.int64)
+    # Memory: 2 training inputs (key ids 0, 1), 3 labels (ids 2, 3, 4); input 0 has labels {0, 2},
+    # input 1 label {1}; b = 3.
+    Y = sp.csr_matrix(np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]))
+    ids = np.array([[4, 0, -1, 2, 3], [1, 0, -1, -1, -1]], dtype=np.int64)
     sims = np.array([[2, 1, NEG, 0, -1], [3, 1, NEG, NEG, NEG]], dtype=np.float32)
-    got = query_features(ids, sims, num_train=2, num_labels=3, tau=TAU2, b=3)
-    # Query 0 keeps keys 2, 0, 4 (the pad is skipped, key 3 is the 4th valid): one input of three;
+    got = query_features(ids, sims, Y, tau=TAU2, b=3)
+    # Query 0 keeps keys 4, 0, 2 (the pad is skipped, key 3 is the 4th valid): one input of three;
     #   best input sim 1, best label sim 2; weights 4, 2, 1 -> 4/7, 2/7, 1/7; input mass 2/7.
+    #   Input half: 2/7 * Y[0] = [2/7, 0, 2/7], favourite label 0 (a tie with 2, the smaller wins).
+    #   Label half: [1/7, 0, 4/7] (key 2 is label 0, key 4 label 2), favourite label 2.
+    #   The inputs score label 2 at 2/7 of their best 2/7 -> 1; the labels score label 0 at 1/7 of 4/7.
     # Query 1 keeps its two inputs 1 and 0: no label key, so its best label sim is its lowest kept
-    #   sim, 1; weights 8, 2 -> 0.8, 0.2; all the mass on inputs.
+    #   sim, 1; weights 8, 2 -> 0.8, 0.2; all the mass on inputs; an empty label half -> 0 and 0.
     expected = {
         "input_share": [1 / 3, 1.0],
         "best_input_sim": [1.0, 3.0],
@@ -36,8 +42,10 @@ def test_features_hand_example():
         "sim_gap": [-1.0, 2.0],
         "entropy": [_entropy([4 / 7, 2 / 7, 1 / 7]), _entropy([0.8, 0.2])],
         "input_mass": [2 / 7, 1.0],
+        "inputs_back_label_top": [1.0, 0.0],
+        "labels_back_input_top": [1 / 4, 0.0],
     }
-    assert got.shape == (2, len(FEATURES))
+    assert got.shape == (2, len(FEATURES)) and set(FEATURES) == set(expected)
     for column, name in enumerate(FEATURES):
         np.testing.assert_allclose(got[:, column], expected[name], rtol=1e-6, err_msg=name)
 
@@ -45,7 +53,7 @@ def test_features_hand_example():
 def test_a_query_without_keys_has_zero_features():
     ids = np.array([[-1, -1], [0, 2]], dtype=np.int64)
     sims = np.array([[NEG, NEG], [0.5, 0.25]], dtype=np.float32)
-    got = query_features(ids, sims, num_train=1, num_labels=2, tau=0.1)
+    got = query_features(ids, sims, sp.csr_matrix(np.array([[1.0, 0.0]])), tau=0.1)
     np.testing.assert_array_equal(got[0], np.zeros(len(FEATURES)))
     assert np.isfinite(got).all()
 
@@ -111,3 +119,24 @@ def test_fit_checks_its_inputs():
         fit_query_lambda(features[:9], targets[:9], grid, 0.04, 200)
     with pytest.raises(DataError, match="grid"):
         fit_query_lambda(features, targets, np.array([0.0, 0.5, 2.0]), 0.04, 200)
+
+
+def test_agreement_features_match_a_dense_loop():
+    rng = np.random.default_rng(5)
+    num_train, num_labels, n = 30, 12, 25
+    Y = sp.random(num_train, num_labels, density=0.2, random_state=6, format="csr")
+    Y.data[:] = 1.0
+    ids = np.stack([rng.permutation(num_train + num_labels)[:8] for _ in range(n)])
+    sims = -np.sort(-rng.uniform(0, 1, (n, 8)), axis=1).astype(np.float32)
+    sims[:, 4] = sims[:, 3]  # a tie between keys
+    got = query_features(ids, sims, Y, tau=0.05)
+    P = np.zeros((n, num_train + num_labels))
+    for q in range(n):
+        w = np.exp((sims[q].astype(np.float64) - sims[q].max()) / 0.05)
+        P[q, ids[q]] = w / w.sum()
+    halves = P[:, :num_train] @ Y.toarray(), P[:, num_train:]
+    for column, (scorer, other) in ((6, halves), (7, halves[::-1])):
+        for q in range(n):
+            favourite = int(np.argmax(other[q]))  # first maximum: the smaller label id
+            expected = scorer[q, favourite] / scorer[q].max() if other[q].max() > 0 and scorer[q].max() > 0 else 0.0
+            assert got[q, column] == pytest.approx(expected, rel=1e-9, abs=1e-12), (q, FEATURES[column])

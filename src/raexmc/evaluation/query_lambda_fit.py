@@ -49,8 +49,7 @@ def fit_on_validation(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: 
                       ridge: float = DEFAULT_RIDGE) -> tuple[QueryLambda, dict[str, Any]]:
     """The per-query λ model of validation queries: their joint retrieval against a memory that does not
     hold them, and an evaluator of their labels. Returns the model and the fit's report."""
-    Y = evaluator.Y_train
-    features = query_features(joint[0], joint[1], Y.shape[0], Y.shape[1], tau, b)
+    features = query_features(joint[0], joint[1], evaluator.Y_train, tau, b)
     targets = metric_by_lambda(joint, evaluator, grid, tau, b, metric)
     model, report = fit_query_lambda(features, targets, grid, tau, b, folds, ridge)
     return model, {"metric": metric, **report}

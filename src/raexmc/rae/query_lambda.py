@@ -16,31 +16,38 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..errors import ConfigError, DataError
-from .scoring import check_b, check_tau, key_probabilities, kept_mask
+from .scoring import check_b, check_tau, key_probabilities, kept_mask, score_parts
 
 # Features of one query's joint retrieval over its first b valid keys, in this column order.
 FEATURES = (
-    "input_share",     # share of the kept keys that are training inputs (the rest are labels)
-    "best_input_sim",  # similarity of the best input key (none kept: the lowest kept similarity, a bound)
-    "best_label_sim",  # similarity of the best label key (none kept: the lowest kept similarity, a bound)
-    "sim_gap",         # best_input_sim - best_label_sim: which kind of key the query is nearest to
-    "entropy",         # entropy (nats) of the softmax over the kept keys at tau: how peaked the retrieval is
-    "input_mass",      # softmax mass on input keys: the share of the scores that lambda weighs
+    "input_share",            # share of the kept keys that are training inputs (the rest are labels)
+    "best_input_sim",         # similarity of the best input key (none kept: the lowest kept similarity, a bound)
+    "best_label_sim",         # similarity of the best label key (none kept: the lowest kept similarity, a bound)
+    "sim_gap",                # best_input_sim - best_label_sim: which kind of key the query is nearest to
+    "entropy",                # entropy (nats) of the softmax over the kept keys at tau: how peaked the retrieval is
+    "input_mass",             # softmax mass on input keys: the share of the scores that lambda weighs
+    "inputs_back_label_top",  # the input keys' score of the label keys' best label, over their own best score
+    "labels_back_input_top",  # the label keys' score of the input keys' best label, over their own best score
 )
 DEFAULT_FOLDS = 5
 DEFAULT_RIDGE = 1.0
 MARGIN_SE = 2.0  # the model's cross-validated gain must exceed this many standard errors
 
 
-def query_features(ids: np.ndarray, sims: np.ndarray, num_train: int, num_labels: int, tau: float,
+def query_features(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix, tau: float,
                    b: int | None = None) -> np.ndarray:
-    """(n, len(FEATURES)) float64 features of n joint retrievals (key ids < num_train are inputs).
+    """(n, len(FEATURES)) float64 features of n joint retrievals over the memory of Y_train's inputs and labels.
 
-    A query with no valid key gets all zeros. Vectorised over queries and keys.
+    The last two ask whether the two halves of RAE's scores agree on their favourite label (1: the other
+    half scores it as high as its own favourite; 0: not at all, or a half is empty); ties between labels
+    go to the smaller label id. A query with no valid key gets all zeros. Vectorised over queries.
     """
+    num_train, num_labels = Y_train.shape
     probs = key_probabilities(sims, ids, tau, num_train + num_labels, b)  # validates ids, sims, tau, b
+    knn_part, label_part = score_parts(ids, sims, Y_train, tau, b)
     ids, sims = np.asarray(ids, dtype=np.int64), np.asarray(sims, dtype=np.float64)
     kept = kept_mask(ids, sims, b)
     is_input = kept & (ids < num_train)
@@ -59,7 +66,28 @@ def query_features(ids: np.ndarray, sims: np.ndarray, num_train: int, num_labels
     entropy = -np.asarray(plogp.sum(axis=1)).ravel()
     input_mass = np.asarray(probs[:, :num_train].sum(axis=1)).ravel()
     share = np.divide(is_input.sum(axis=1), count, out=np.zeros(len(count)), where=count > 0)
-    return np.column_stack([share, best_input, best_label, best_input - best_label, entropy, input_mass])
+    return np.column_stack([share, best_input, best_label, best_input - best_label, entropy, input_mass,
+                            _backing(knn_part, label_part), _backing(label_part, knn_part)])
+
+
+def _backing(scorer: sp.csr_matrix, favourite_of: sp.csr_matrix) -> np.ndarray:
+    """Per row: scorer's score of favourite_of's best label over scorer's best score (0 where either is empty)."""
+    label, _ = _row_best(favourite_of)
+    _, top = _row_best(scorer)
+    rows = np.flatnonzero((label >= 0) & (top > 0))
+    out = np.zeros(scorer.shape[0])
+    out[rows] = np.asarray(scorer[rows, label[rows]]).ravel() / top[rows]
+    return out
+
+
+def _row_best(matrix: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """(column, value) of each row's largest stored entry, the smaller column on ties; (-1, 0) for empty rows."""
+    rows = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+    order = np.lexsort((matrix.indices, -matrix.data, rows))
+    first = order[matrix.indptr[:-1][np.diff(matrix.indptr) > 0]]
+    column, value = np.full(matrix.shape[0], -1, dtype=np.int64), np.zeros(matrix.shape[0])
+    column[rows[first]], value[rows[first]] = matrix.indices[first], matrix.data[first]
+    return column, value
 
 
 @dataclass(frozen=True)
@@ -85,9 +113,9 @@ class QueryLambda:
             return np.full(len(features), self.fallback)
         return self.grid[_predicted(features, self.mean, self.scale, self.coef).argmax(axis=1)]
 
-    def lambdas(self, ids: np.ndarray, sims: np.ndarray, num_train: int, num_labels: int) -> np.ndarray:
-        """λ per query of a joint retrieval, from its features at this model's tau and b."""
-        return self.choose(query_features(ids, sims, num_train, num_labels, self.tau, self.b))
+    def lambdas(self, ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix) -> np.ndarray:
+        """λ per query of a joint retrieval over Y_train's memory, from its features at this model's tau and b."""
+        return self.choose(query_features(ids, sims, Y_train, self.tau, self.b))
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict for json.dump: feature names, grid, fallback, tau, b, means, scales, coefficients."""
