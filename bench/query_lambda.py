@@ -21,7 +21,7 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
-from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.evaluator import HEADLINE, Evaluator, rae_scorer
 from raexmc.evaluation.propensity import propensity_ab
 from raexmc.evaluation.query_lambda_fit import (fit_on_validation, metric_by_lambda, per_query_lambda_scorer,
                                                 per_query_metric)
@@ -77,6 +77,11 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = PAPER_B, tau: fl
     oracle = int(fixed.mean(axis=0).argmax())
     by_validation = int(np.flatnonzero(grid == model.fallback)[0])
     paper = int(np.flatnonzero(grid == PAPER_LAMBDA)[0])
+    def headline(ranked_queries: np.ndarray) -> dict[str, float]:
+        summary = evaluator.summary(ranked_queries)[0]
+        return {k: summary[k] for k in HEADLINE}
+
+    best_fixed_ranked = evaluator.rank(len(queries), rae_scorer(joint, Y_train, GRID[oracle], tau, b))
     report = {
         "dataset": name, "embeddings": str(json.loads((embeddings / "meta.json").read_text())["encoder"]),
         "b": b, "tau": tau, "grid": list(GRID), "features": list(FEATURES), "metric": "P@1",
@@ -87,6 +92,7 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = PAPER_B, tau: fl
             "queries": int(len(queries)),
             "fixed_P@1": {f"{lam:g}": _percent(fixed[:, j]) for j, lam in enumerate(GRID)},
             "per_query_P@1": _percent(per_query),
+            "headline": {"per_query_lambda": headline(ranked), f"fixed_{GRID[oracle]:g}": headline(best_fixed_ranked)},
             "oracle_P@1": _percent(fixed.max(axis=1)),  # the best grid λ of every query: the ceiling
             "lambda_counts": {f"{lam:g}": int((lambdas == lam).sum()) for lam in GRID},
             "choose_us_per_query": round(1e6 * choose_s / len(queries), 2),
