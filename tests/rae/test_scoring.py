@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from conftest import dense_top_b_softmax
 
 from raexmc.errors import ConfigError, DataError
-from raexmc.rae.scoring import (combine, dual_encoder_scores, key_probabilities, knn_scores, ova_knn_scores, rae_scores,
+from raexmc.rae.scoring import (combine, combine_per_query, dual_encoder_scores, key_probabilities, knn_scores, ova_knn_scores, rae_scores,
                                 score_parts, train_key_share)
 
 # With tau = 1 / ln 2, exp(s / tau) = 2 ** s, so integer similarities give power-of-two weights.
@@ -293,6 +293,33 @@ def test_parts_combine_linearly_and_probabilities_sum_to_one(memory):
         np.testing.assert_allclose(combine((knn, labels), lam).toarray(), (lam * knn + (1 - lam) * labels).toarray())
     P = key_probabilities(m["sims"], m["ids"], 0.04, m["X"].shape[0] + m["Z"].shape[0], 10)
     np.testing.assert_allclose(np.asarray(P.sum(axis=1)).ravel(), 1.0)
+
+
+def test_per_query_lambda_matches_a_dense_loop_over_queries(memory):
+    m = memory
+    keep = np.arange(m["Q"].shape[0]) != 2  # query 2 had truncated results
+    Q, ids, sims = m["Q"][keep], m["ids"][keep], m["sims"][keep]
+    lams = np.array([0.0, 1.0, 0.25, 0.5, 0.9, 0.01, 0.7, 1.0])
+    got = combine_per_query(score_parts(ids, sims, m["Y"], 0.2, 5), lams)
+    expected = np.vstack([_dense_rae(Q[q:q + 1], m["X"], m["Z"], m["Y"], lam, 0.2, 5) for q, lam in enumerate(lams)])
+    np.testing.assert_allclose(got.toarray(), expected, rtol=1e-9, atol=1e-12)
+    assert got.nnz == np.count_nonzero(expected)  # lam = 0 or 1 leaves no stored zeros behind
+
+
+def test_per_query_combine_with_a_scalar_is_combine(memory):
+    parts = score_parts(memory["ids"], memory["sims"], memory["Y"], 0.04, 10)
+    for lam in (0.0, 0.3, 1.0):
+        got, today = combine_per_query(parts, lam), combine(parts, lam)
+        for name in ("indptr", "indices", "data"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(today, name))
+
+
+def test_per_query_lambdas_are_checked(memory):
+    parts = score_parts(memory["ids"], memory["sims"], memory["Y"], 0.04, 10)
+    n = memory["ids"].shape[0]
+    for bad in (np.full(n - 1, 0.5), np.full(n, 1.5), np.full(n, np.nan)):
+        with pytest.raises(DataError, match="per-query lambdas"):
+            combine_per_query(parts, bad)
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.3, 1.0])

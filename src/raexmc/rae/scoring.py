@@ -14,8 +14,9 @@ of the baselines. The real dual encoder and kNN each search their own key set (`
 `knn_scores`).
 
 Sweeps reuse one retrieval for many lam: `score_parts` computes the two products once per (tau, b)
-and `combine` mixes them for any lam at the cost of one sparse addition. Everything is vectorised
-over the batch: no loop per query or per key. Probabilities are computed in float64.
+and `combine` mixes them for any lam at the cost of one sparse addition (`combine_per_query`: one lam
+per query, as rae/query_lambda.py picks them). Everything is vectorised over the batch: no loop per
+query or per key. Probabilities are computed in float64.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def _as_labels(Y_train: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
 # --------------------------------------------------------------------------- key probabilities
 
 
-def _kept(ids: np.ndarray, sims: np.ndarray | None, b: int | None) -> np.ndarray:
+def kept_mask(ids: np.ndarray, sims: np.ndarray | None, b: int | None) -> np.ndarray:
     """Mask of the first b valid entries of each row (valid: id >= 0 and, given sims, sim > -inf)."""
     valid = ids >= 0
     if sims is not None:
@@ -111,7 +112,7 @@ def _softmax_entries(
     ids, sims = _check_retrieval(ids, sims)
     if ids.size and np.isnan(sims[ids >= 0]).any():
         raise DataError("retrieved sims hold nan for a valid key")
-    kept = _kept(ids, sims, b)
+    kept = kept_mask(ids, sims, b)
     if np.isposinf(sims[kept]).any():
         raise DataError("retrieved sims hold +inf")
     keys = ids[kept]
@@ -190,6 +191,27 @@ def combine(parts: Parts, lam: float) -> sp.csr_matrix:
     return scores
 
 
+def combine_per_query(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
+    """Like `combine`, with a lam per query: diag(lam) @ knn_part + diag(1 - lam) @ label_part.
+
+    A scalar lam is exactly `combine(parts, lam)`; an array needs one value in [0, 1] per row.
+    """
+    if np.ndim(lam) == 0:
+        return combine(parts, lam)
+    knn_part, label_part = parts
+    if knn_part.shape != label_part.shape:
+        raise DataError(f"score parts have shapes {knn_part.shape} and {label_part.shape}")
+    lam = np.asarray(lam, dtype=np.float64)
+    if lam.shape != (knn_part.shape[0],):
+        raise DataError(f"per-query lambdas have shape {lam.shape}, the scores {knn_part.shape[0]} rows")
+    if not np.all((lam >= 0.0) & (lam <= 1.0)):  # also false for nan
+        raise DataError("per-query lambdas must lie in [0, 1]")
+    scores = sp.csr_matrix(sp.diags(lam) @ knn_part + sp.diags(1.0 - lam) @ label_part)
+    scores.sum_duplicates()
+    scores.eliminate_zeros()
+    return scores
+
+
 def rae_scores(
     ids: np.ndarray,
     sims: np.ndarray,
@@ -253,7 +275,7 @@ def train_key_share(ids: np.ndarray, num_train: int, b: int | None = None) -> fl
     """
     b = check_b(b)
     ids, _ = _check_retrieval(ids, None)
-    kept = _kept(ids, None, b)
+    kept = kept_mask(ids, None, b)
     total = int(kept.sum())
     if total == 0:
         return float("nan")

@@ -1,0 +1,55 @@
+"""Fitting and evaluating the per-query λ model (rae/query_lambda.py) with the evaluator's metrics.
+
+The model's targets are per-query metric values of RAE at each grid λ, ranked and measured exactly
+as the evaluate stage does (filtered pairs never ranked, never positives).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import ConfigError
+from ..rae.query_lambda import DEFAULT_FOLDS, DEFAULT_RIDGE, QueryLambda, fit_query_lambda, query_features
+from ..rae.scoring import combine_per_query, score_parts
+from .evaluator import Evaluator, Hits, Scorer, rae_scorer
+from .metrics import per_instance_metrics
+
+DEFAULT_METRIC = "P@1"
+
+
+def per_query_metric(evaluator: Evaluator, ranked: np.ndarray, metric: str = DEFAULT_METRIC) -> np.ndarray:
+    """Per-query values (fractions, not percent) of one metric of a ranking."""
+    values = per_instance_metrics(ranked, evaluator.truth, propensity=evaluator.propensity)
+    if metric not in values:
+        raise ConfigError(f"unknown metric {metric!r}; known: {', '.join(values)}")
+    return values[metric]
+
+
+def metric_by_lambda(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: float, b: int,
+                     metric: str = DEFAULT_METRIC) -> np.ndarray:
+    """(n, G): each query's `metric` under RAE at each λ of `grid` on the joint retrieval."""
+    num_queries = len(joint[0])
+    return np.column_stack([
+        per_query_metric(evaluator, evaluator.rank(num_queries, rae_scorer(joint, evaluator.Y_train, lam, tau, b)),
+                         metric)
+        for lam in grid])
+
+
+def per_query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, lambdas: np.ndarray, tau: float, b: int) -> Scorer:
+    """RAE on the joint retrieval with query i scored at lambdas[i]."""
+    ids, sims = joint
+    return lambda rows: combine_per_query(score_parts(ids[rows], sims[rows], Y_train, tau, b), lambdas[rows])
+
+
+def fit_on_validation(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: float, b: int,
+                      metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS,
+                      ridge: float = DEFAULT_RIDGE) -> tuple[QueryLambda, dict[str, Any]]:
+    """The per-query λ model of validation queries: their joint retrieval against a memory that does not
+    hold them, and an evaluator of their labels. Returns the model and the fit's report."""
+    features = query_features(joint[0], joint[1], evaluator.Y_train, tau, b)
+    targets = metric_by_lambda(joint, evaluator, grid, tau, b, metric)
+    model, report = fit_query_lambda(features, targets, grid, tau, b, folds, ridge)
+    return model, {"metric": metric, **report}

@@ -1,0 +1,74 @@
+"""The per-query λ model fitted through the real evaluator on a synthetic retrieval problem with two
+kinds of queries: one needs λ = 1, the other λ = 0, and every fixed λ gets at most one kind right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from raexmc.errors import ConfigError
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.propensity import DEFAULT_AB
+from raexmc.evaluation.query_lambda_fit import (fit_on_validation, metric_by_lambda, per_query_lambda_scorer,
+                                                per_query_metric)
+
+NUM_LABELS, NUM_TRAIN = 10, 20  # training input i has the one label i % 10
+Y_TRAIN = sp.csr_matrix((np.ones(NUM_TRAIN), np.arange(NUM_TRAIN) % NUM_LABELS, np.arange(NUM_TRAIN + 1)),
+                        shape=(NUM_TRAIN, NUM_LABELS))
+GRID = np.array([0.0, 0.5, 1.0])
+TAU = 0.1
+
+
+def _queries(rng: np.random.Generator, n: int, separable: bool = True):
+    """(joint retrieval, evaluator, kind) of n queries, each with a right label r and a wrong one w.
+
+    Kind 1 (needs λ = 1): the label key of w at sim 1.0, the two inputs of r at 0.8: the label key
+    holds about 79% of the mass. Kind 0 (needs λ = 0): the two inputs of w at 1.0, the label key of r
+    at 0.8: the inputs hold about 94%. At λ = 0.5 both rank w first. Sims get a little jitter.
+    `separable=False` gives both kinds kind 1's retrieval (the kinds differ only in which label is
+    right), so no feature can tell them apart.
+    """
+    kind = rng.integers(0, 2, n)
+    low = rng.integers(0, NUM_LABELS, n)  # the label of the keys at sim 0.8: the right one, when separable
+    high = (low + rng.integers(1, NUM_LABELS, n)) % NUM_LABELS  # the label of the keys at sim 1.0
+    looks_like_1 = (kind == 1) | (not separable)
+    ids = np.where(looks_like_1[:, None],
+                   np.column_stack([NUM_TRAIN + high, low, low + NUM_LABELS]),
+                   np.column_stack([high, high + NUM_LABELS, NUM_TRAIN + low]))
+    sims = np.where(looks_like_1[:, None], [1.0, 0.8, 0.8], [1.0, 1.0, 0.8]) + rng.uniform(-0.01, 0.01, (n, 3))
+    truth = low if separable else np.where(kind == 1, low, high)
+    Y_test = sp.csr_matrix((np.ones(n), truth, np.arange(n + 1)), shape=(n, NUM_LABELS))
+    evaluator = Evaluator(Y_TRAIN, Y_test, sp.csr_matrix((n, NUM_LABELS)), DEFAULT_AB)
+    return (ids.astype(np.int64), sims.astype(np.float32)), evaluator, kind
+
+
+def test_fitted_model_picks_lambda_per_kind_and_beats_every_fixed_lambda():
+    rng = np.random.default_rng(0)
+    model, report = fit_on_validation(*_queries(rng, 200)[:2], GRID, TAU, b=3)
+    assert report["uses_model"] and report["metric"] == "P@1"
+
+    joint, evaluator, kind = _queries(rng, 300)
+    fixed = metric_by_lambda(joint, evaluator, GRID, TAU, 3).mean(axis=0)
+    assert fixed.max() < 0.6  # every fixed λ gets at most one kind right
+    lambdas = model.lambdas(*joint, Y_TRAIN)
+    np.testing.assert_array_equal(lambdas, kind.astype(float))
+    ranked = evaluator.rank(len(kind), per_query_lambda_scorer(joint, Y_TRAIN, lambdas, TAU, 3))
+    assert per_query_metric(evaluator, ranked).mean() == 1.0
+
+
+def test_fallback_to_the_best_fixed_lambda_when_features_cannot_tell_the_kinds():
+    rng = np.random.default_rng(1)
+    joint, evaluator, kind = _queries(rng, 200, separable=False)
+    model, report = fit_on_validation(joint, evaluator, GRID, TAU, b=3)
+    # Kind 0 is right at λ = 0 and 0.5 (the wrong label's key dominates), kind 1 only at λ = 1.
+    best_fixed = 0.0 if (kind == 0).sum() >= (kind == 1).sum() else 1.0
+    assert not model.uses_model and not report["uses_model"]
+    assert model.fallback == best_fixed
+    np.testing.assert_array_equal(model.lambdas(*joint, Y_TRAIN), np.full(200, best_fixed))
+
+
+def test_unknown_metric_is_a_config_error():
+    joint, evaluator, _ = _queries(np.random.default_rng(2), 20)
+    with pytest.raises(ConfigError, match="P@2"):
+        metric_by_lambda(joint, evaluator, GRID, TAU, 3, metric="P@2")
