@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from bench_scripts import load_bench_module
 from raexmc.errors import DataError
+
+
+@pytest.fixture
+def peer_eval():
+    return load_bench_module("peers/peer_eval.py")
 
 
 def write_toy_dataset(folder):

@@ -8,12 +8,18 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from bench_scripts import load_bench_module
 from raexmc.errors import DataError
 
 METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 RAE_P1 = [1.0, 1.0, 0.0, 1.0]
 KNN_P1 = [0.0, 1.0, 0.0, 0.0]
 PEER_P1 = [1.0, 1.0, 0.0, 0.0]
+
+
+@pytest.fixture
+def results_table():
+    return load_bench_module("results_table.py")
 
 
 def write_run(folder, per_method, params=True):

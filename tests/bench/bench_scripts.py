@@ -1,13 +1,12 @@
 """Bench scripts are not a package: tests load them from their files, with their folder on sys.path
-(as when the script runs, so that bench/peers scripts find peer_eval)."""
+(as when the script runs, so that bench/peers scripts find peer_eval). Not a conftest.py: the tests'
+top conftest is imported by name (`from conftest import REPO`), and a second one would shadow it."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 from pathlib import Path
-
-import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -23,12 +22,3 @@ def load_bench_module(relative: str):
     spec.loader.exec_module(module)
     return module
 
-
-@pytest.fixture
-def peer_eval():
-    return load_bench_module("peers/peer_eval.py")
-
-
-@pytest.fixture
-def results_table():
-    return load_bench_module("results_table.py")
