@@ -1,0 +1,63 @@
+"""bench/peers/peer_eval.py: a peer's scores ranked and measured by our Evaluator, written for results_table."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from bench_scripts import load_bench_module
+from raexmc.errors import DataError
+
+
+@pytest.fixture
+def peer_eval():
+    return load_bench_module("peers/peer_eval.py")
+
+
+def write_toy_dataset(folder):
+    """Two test inputs over 4 labels. Input 0: positives {1, 2}, its own label 0 filtered; input 1: positive {3}."""
+    folder.mkdir()
+    (folder / "stats.json").write_text(json.dumps({"L": 4, "N_train": 3, "N_test": 2}))
+    sp.save_npz(folder / "Y_train.npz", sp.csr_matrix(np.array([[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]])))
+    sp.save_npz(folder / "Y_test.npz", sp.csr_matrix(np.array([[0, 1, 1, 0], [0, 0, 0, 1]])))
+    sp.save_npz(folder / "filter_test.npz", sp.csr_matrix(np.array([[1, 0, 0, 0], [0, 0, 0, 0]])))
+    return folder
+
+
+def test_peer_result_ranks_with_the_filter_and_writes_json_and_per_instance_arrays(peer_eval, tmp_path):
+    split = peer_eval.load_split("toy", write_toy_dataset(tmp_path / "toy"))
+    assert split.predict_depth == 101  # 100 left after the one filtered label per input
+    # input 0 scores its filtered label 0 highest: it must not count; then 1 (hit), 3 (miss)
+    scores = peer_eval.scores_from_pairs([[(0, 0.9), (1, 0.8), (3, 0.5)], [(2, 0.7), (3, 0.6)]], 4)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"\0" * 2_000_000)
+    results = tmp_path / "results"
+    report = peer_eval.write_peer_result(split, "toy_peer", "a toy peer", scores, train_s=1.25, predict_s=0.5,
+                                         model_path=model, settings={"k": 1}, results=results)
+
+    # by hand: P@1 = (1 + 0) / 2; R@100 = (1/2 + 1/1) / 2
+    assert report["metrics"]["P@1"] == 50.0
+    assert report["metrics"]["R@100"] == 75.0
+    assert report["predict_s_per_1k"] == 250.0
+    assert report["model_mb"] == 2.0
+    assert json.loads((results / "toy_peer_toy.json").read_text()) == report
+    with np.load(results / "toy_peer_toy.npz") as arrays:
+        np.testing.assert_array_equal(arrays["toy_peer/P@1"], [1.0, 0.0])
+        np.testing.assert_array_equal(arrays["toy_peer/R@100"], [0.5, 1.0])
+
+
+def test_scores_from_pairs_rejects_labels_outside_the_label_set(peer_eval):
+    with pytest.raises(DataError, match="outside"):
+        peer_eval.scores_from_pairs([[(4, 1.0)]], 4)
+
+
+def test_peer_result_rejects_scores_of_another_shape(peer_eval, tmp_path):
+    split = peer_eval.load_split("toy", write_toy_dataset(tmp_path / "toy"))
+    with pytest.raises(DataError, match="shape"):
+        peer_eval.write_peer_result(split, "p", "p", sp.csr_matrix((3, 4)), 0.0, 0.0, tmp_path, {},
+                                    results=tmp_path / "results")
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,80 @@
+"""bench/results_table.py: our runs' and the peers' rows per dataset, RAE tested against the best other row."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from bench_scripts import load_bench_module
+from raexmc.errors import DataError
+
+METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
+RAE_P1 = [1.0, 1.0, 0.0, 1.0]
+KNN_P1 = [0.0, 1.0, 0.0, 0.0]
+PEER_P1 = [1.0, 1.0, 0.0, 0.0]
+
+
+@pytest.fixture
+def results_table():
+    return load_bench_module("results_table.py")
+
+
+def write_run(folder, per_method, params=True):
+    folder.mkdir(parents=True)
+    if params:
+        (folder / "params.yaml").write_text("data:\n  name: toy\n")
+    metrics = {m: {k: 100 * float(np.mean(v)) for k in METRICS} for m, v in per_method.items()}
+    metrics["retrieval"] = {"queries_per_s": 2000.0, "depth": 200}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    np.savez(folder / "per_instance.npz", **{f"{m}/{k}": np.asarray(v) for m, v in per_method.items() for k in METRICS})
+
+
+def write_peer(results, values):
+    results.mkdir(parents=True, exist_ok=True)
+    report = {"dataset": "toy", "peer": "tree", "model": "a tree peer", "train_s": 3.0, "predict_s_per_1k": 0.5,
+              "model_mb": 1.5, "metrics": {k: 100 * float(np.mean(values)) for k in METRICS}}
+    (results / "tree_toy.json").write_text(json.dumps(report))
+    np.savez(results / "tree_toy.npz", **{f"tree/{k}": np.asarray(values) for k in METRICS})
+
+
+def test_rae_is_tested_against_the_best_non_rae_row_by_p1(results_table, tmp_path):
+    results = tmp_path / "results"
+    write_run(results / "runs" / "toy_tuned", {"rae": RAE_P1, "knn": KNN_P1})
+    (results / "stage_resources_toy_tuned.json").write_text(json.dumps({"train": {"wall_s": 42.0}}))
+    write_peer(results, PEER_P1)
+
+    rows = results_table.build_tables([results / "runs" / "toy_tuned"], results)["toy"]
+
+    assert [row["name"] for row in rows] == ["toy_tuned rae", "a tree peer", "toy_tuned knn"]  # by P@1: 75, 50, 25
+    rae = rows[0]
+    assert (rae["train_s"], rae["predict_s_per_1k"]) == (42.0, 0.5)
+    assert rae["vs"] == "a tree peer"
+    # paired t by hand: differences 0, 0, 0, 1: mean 1/4, sd 1/2, t = (1/4) / (sd / sqrt(4)) = 1, 3 dof
+    expected = 2 * scipy.stats.t.sf(1.0, 3)
+    for metric in METRICS:
+        assert rae["p"][metric] == pytest.approx(expected)
+    assert "p" not in rows[1] and "p" not in rows[2]
+
+
+def test_tables_are_written_as_markdown_and_json(results_table, tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    write_run(tmp_path / "artifacts" / "toy" / "eval", {"rae": RAE_P1}, params=False)  # dataset from the layout
+    write_peer(results, PEER_P1)
+    monkeypatch.chdir(tmp_path)
+
+    results_table.main([tmp_path / "artifacts" / "toy" / "eval"], results)
+
+    table = (results / "results_table.md").read_text()
+    assert "### toy" in table
+    assert "| toy rae | 75.00 | 75.00 | 75.00 | 75.00 | 75.00 | — | 0.500 | — | vs a tree peer:" in table
+    saved = json.loads((results / "results_table.json").read_text())
+    assert [row["name"] for row in saved["toy"]] == ["toy rae", "a tree peer"]
+
+
+def test_a_run_folder_of_unknown_dataset_is_a_data_error(results_table, tmp_path):
+    write_run(tmp_path / "somewhere", {"rae": RAE_P1}, params=False)
+    with pytest.raises(DataError, match="cannot tell the dataset"):
+        results_table.build_tables([tmp_path / "somewhere"], tmp_path / "results")
