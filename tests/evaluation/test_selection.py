@@ -15,8 +15,9 @@ import scipy.sparse as sp
 from ruamel.yaml import YAML
 
 from conftest import REPO, dense_top_b_softmax
-from raexmc.errors import ConfigError
-from raexmc.evaluation.selection import TuneSettings, choose, select, validation_retrieval
+from raexmc.errors import ConfigError, DataError
+from raexmc.evaluation.selection import (TuneSettings, choose, lambda_rows, read_selection, select,
+                                        validation_retrieval)
 from raexmc.params import load_params
 from raexmc.training.batches import split_validation
 
@@ -192,3 +193,22 @@ def test_stage_reads_no_test_split_and_writes_the_choice(tmp_path):
     assert at_tau[chosen["lambda"]] == max(at_tau.values())
     assert (chosen["val_queries"], chosen["memory_inputs"]) == (2, 2)
     assert chosen["fixed_lambda"] == 0.5
+
+
+def test_read_selection_checks_what_evaluate_and_package_will_use(tmp_path):
+    with pytest.raises(DataError, match="run the tune stage"):
+        read_selection(tmp_path)
+    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 1.5, "tau": 0.04}))
+    with pytest.raises(DataError, match="lambda must be a number in its range, got 1.5"):
+        read_selection(tmp_path)
+    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04}))
+    assert read_selection(tmp_path)["lambda"] == 0.3
+
+
+def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau():
+    selection = {"metric": "P@5", "tau": 0.1, "validation": [
+        {"lambda": 0.0, "tau": 0.1, "P@5": 10.0}, {"lambda": 0.5, "tau": 0.1, "P@5": 30.0},
+        {"lambda": 0.5, "tau": 0.04, "P@5": 99.0}, {"lambda": 0.7, "tau": 0.1, "P@5": 20.0}]}
+    test = [{"lambda": 0.0, "P@5": 11.0}, {"lambda": 0.5, "P@5": 31.0}, {"lambda": 1.0, "P@5": 5.0}]
+    assert lambda_rows(selection, test) == [{"lambda": 0.0, "validation": 10.0, "test": 11.0},
+                                            {"lambda": 0.5, "validation": 30.0, "test": 31.0}]
