@@ -1,6 +1,7 @@
 """Retrieve every test input's top keys from the joint memory (RAE), the label keys alone (the dual
-encoder) and the training-input keys alone (kNN); score RAE (λ, b), both baselines and RAE's λ and b
-sweeps (optionally the paper's OvA+kNN ablation), and write metrics.json, per-instance metrics and plots."""
+encoder) and the training-input keys alone (kNN); score RAE (at the λ and τ the tune stage chose, and
+b), both baselines and RAE's λ and b sweeps (optionally the paper's OvA+kNN ablation), and write
+metrics.json, per-instance metrics and plots (the λ sweep on test beside validation's)."""
 
 import time
 from pathlib import Path
@@ -11,7 +12,8 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
-from raexmc.evaluation.propensity import propensity_ab
+from raexmc.evaluation.propensity import propensity_from_params
+from raexmc.evaluation.selection import lambda_rows, read_selection
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import load_memory_index
 from raexmc.memory.keys_values import training_values
@@ -22,16 +24,17 @@ from raexmc.pipeline.stage import run_stage, stage_cli
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
          index: Path = typer.Option(..., help="Index folder written by the index stage."),
+         tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json."),
          out: Path = typer.Option(..., help="Evaluation folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         run.params({"infer": p.section("infer"), "evaluate": p.section("evaluate")})
-        data = Dataset(dataset)
+        data, selection = Dataset(dataset), read_selection(tune)
         settings = EvalSettings(
-            lam=p.typed("infer.lambda", float), b=p.typed("infer.b", int), tau=p.typed("infer.tau", float),
+            lam=selection["lambda"], b=p.typed("infer.b", int), tau=selection["tau"],
             lambda_sweep=[float(v) for v in p.typed("infer.lambda_sweep", list)],
             b_sweep=[int(v) for v in p.typed("infer.b_sweep", list)],
-            propensity_ab=_propensity(p, dataset.name))
+            propensity_ab=propensity_from_params(p, dataset.name))
         depth = max([settings.b, *settings.b_sweep])
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         ef_search = p.typed("infer.ef_search", int)
@@ -46,36 +49,34 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab)
         result = evaluate_retrieval(Retrievals(joint, **baselines), evaluator, settings,
                                     with_ova_knn=p.typed("infer.ova_knn", bool))
-        metrics = {**result["methods"], "retrieval": {"queries_per_s": round(len(queries) / max(search_s, 1e-9), 1),
+        chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
+        run.params({"selection": chosen})
+        metrics = {**result["methods"], "selection": {**chosen, "validation": {
+                       "chosen": selection["val_value"], "fixed": selection["fixed_val_value"]}},
+                   "retrieval": {"queries_per_s": round(len(queries) / max(search_s, 1e-9), 1),
                                                       "depth": depth}}
         with atomic_dir(out) as folder:
             write_json(folder / "metrics.json", metrics)
             np.savez_compressed(folder / "per_instance.npz", **{f"{method}/{metric}": values
                                                                for method, arrays in result["per_instance"].items()
                                                                for metric, values in arrays.items()})
-            segments = segment_rows(result["methods"])
+            segments, chosen_rows = segment_rows(result["methods"]), lambda_rows(selection, result["lambda_sweep"])
             for name, rows in (("lambda_sweep", result["lambda_sweep"]), ("b_sweep", result["b_sweep"]),
-                               ("segments_f1", segments)):
+                               ("segments_f1", segments), ("lambda_selection", chosen_rows)):
                 write_json(folder / f"{name}.json", rows)
             line_plot(result["lambda_sweep"], "lambda", ["P@1", "P@5", "R@100"], "metric vs λ",
                       folder / "lambda_sweep.png", log_x=True)
             line_plot(result["b_sweep"], "b", ["P@1", "P@5", "R@100", "train_key_share"], "metric vs b",
                       folder / "b_sweep.png")
             segment_bars(segments, folder / "segments_f1.png")
+            line_plot(chosen_rows, "lambda", ["validation", "test"], f"{selection['metric']} vs λ at τ={selection['tau']}",
+                      folder / "lambda_selection.png", log_x=True)
         run.metrics(metrics)
-        for name in ("metrics.json", "per_instance.npz", "lambda_sweep.png", "b_sweep.png", "segments_f1.png"):
+        for name in ("metrics.json", "per_instance.npz", "lambda_sweep.png", "b_sweep.png", "segments_f1.png",
+                     "lambda_selection.png"):
             run.artifact(out / name)
 
     run_stage("evaluate", body, str(params))
-
-
-def _propensity(p, dataset_name: str) -> tuple[float, float]:
-    """`evaluate.propensity`: "auto" picks A, B by dataset family; else an explicit [A, B]."""
-    value = p.get("evaluate.propensity")
-    if value == "auto":
-        return propensity_ab(dataset_name)
-    A, B = p.typed("evaluate.propensity", list)
-    return float(A), float(B)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Package the pipeline for prediction: write the memory folder (inference settings, Y_train,
-label texts) that `raexmc predict` reads beside the encoder and the index, and log the three
-as an MLflow pyfunc model registered under `package.model_name`, with the alias `package.alias`
+"""Package the pipeline for prediction: write the memory folder (inference settings with the λ and τ
+the tune stage chose, Y_train, label texts) that `raexmc predict` reads beside the encoder and the
+index, and log the three as an MLflow pyfunc model registered under `package.model_name`, with the alias `package.alias`
 for a `dvc repro` of the workspace and the experiment's name for a DVC experiment."""
 
 from pathlib import Path
@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
+from raexmc.evaluation.selection import read_selection
 from raexmc.memory.indexes import index_folder
 from raexmc.memory.keys_values import memory_keys, write_memory
 from raexmc.pipeline.stage import run_stage, stage_cli
@@ -18,12 +19,14 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          model: Path = typer.Option(..., help="Encoder folder written by the train stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder (keys, for an exact index)."),
          index: Path = typer.Option(..., help="Index folder written by the index stage."),
+         tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json."),
          out: Path = typer.Option(..., help="Memory folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         run.params({"package": p.section("package")})
-        settings = {"lambda": p.typed("infer.lambda", float), "b": p.typed("infer.b", int),
-                    "tau": p.typed("infer.tau", float), "ef_search": p.typed("infer.ef_search", int),
+        selection = read_selection(tune)
+        settings = {"lambda": selection["lambda"], "b": p.typed("infer.b", int),
+                    "tau": selection["tau"], "ef_search": p.typed("infer.ef_search", int),
                     "relevance": p.typed("infer.relevance", str), "input_max_len": p.typed("tokenize.input_max_len", int),
                     "input_fields": p.typed("tokenize.input_fields", str), "dataset": dataset.name}
         exact = p.typed("index.backend", str) == "exact"  # that backend keeps no keys: the memory does

@@ -55,7 +55,8 @@ def project(tmp_path, tiny_model) -> Path:
     sh("git", "init", "-q", cwd=repo)
     set_params(repo, **{"data.name": "tiny",
                         "datasets.tiny": {"source": "local", "path": str(make_lf_folder(tmp_path / "lf"))},
-                        "encoder.name": str(tiny_model), "tokenize.input_max_len": 16})
+                        "encoder.name": str(tiny_model), "tokenize.input_max_len": 16,
+                        "infer.lambda": "auto", "infer.val_fraction": 0.25})  # tune holds out 1 of the 4 inputs
     sh("git", "add", "-A", cwd=repo)
     sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny", cwd=repo)
     return repo
@@ -71,8 +72,13 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     for path in ("data/tiny/stats.json", "artifacts/tiny/tokens/train.ids.npy", "artifacts/tiny/embeddings/test.npy",
                  "artifacts/tiny/index/joint/meta.json", "artifacts/tiny/eval/metrics.json",
                  "artifacts/tiny/eval/per_instance.npz", "artifacts/tiny/significance.json",
-                 "artifacts/tiny/predictor/settings.json"):
+                 "artifacts/tiny/predictor/settings.json", "artifacts/tiny/tune/selection.json"):
         assert (project / path).is_file(), path
+    chosen = json.loads((project / "artifacts/tiny/tune/selection.json").read_text())
+    packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
+    evaluated = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())["selection"]
+    assert chosen["auto"] == {"lambda": True, "tau": False}
+    assert (packaged["lambda"], packaged["tau"]) == (evaluated["lambda"], evaluated["tau"]) == (chosen["lambda"], 0.04)
     assert changed_stages(project) == set()
     shown = json.loads(dvc("metrics", "show", "--json", cwd=project).stdout)
     assert "rae" in json.dumps(shown) and "rae_vs_knn" in json.dumps(shown)
@@ -82,6 +88,7 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     assert len(runs) == 1, "all stages log into one run per pipeline execution"
     metrics = runs[0].data.metrics
     assert metrics["download/N_train"] == 4 and "tokenize/duration_s" in metrics
+    assert metrics["evaluate/selection.lambda"] == chosen["lambda"] and "tune/val_value" in metrics
     assert "evaluate/rae.P_at_1" in metrics and "significance/rae_vs_knn.P_at_1.p_value" in metrics
     assert runs[0].data.params["encoder.name"] == str(tiny_model)
     assert str(client.get_model_version_by_alias("raexmc-tiny", "candidate").run_id) == runs[0].info.run_id
@@ -92,8 +99,10 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     set_params(project, **{"train.lr": 1.0e-4, "unrelated.knob": 1})
     assert changed_stages(project) == set(), "an unrelated param must not rerun anything"
     set_params(project, **{"infer.lambda": 0.3})
-    assert changed_stages(project) == {"evaluate", "package"}, "infer.* reruns only what follows the index"
-    set_params(project, **{"infer.lambda": 0.5, "tokenize.input_max_len": 32})
+    assert changed_stages(project) == {"tune"}, "λ reruns the choice (then evaluate and package), nothing before it"
+    set_params(project, **{"infer.lambda": "auto", "infer.b": 100})
+    assert changed_stages(project) == {"tune", "evaluate", "package"}, "infer.* reruns only what follows the index"
+    set_params(project, **{"infer.b": 200, "tokenize.input_max_len": 32})
     assert changed_stages(project) == {"tokenize", "package"}, "queries are cut at the inputs' max length"
     set_params(project, **{"tokenize.input_max_len": 16, "encoder.name": "all-MiniLM-L6-v2"})
     assert changed_stages(project) == {"tokenize", "train"}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..params import Params
+
 DEFAULT_AB = (0.55, 1.5)  # (A, B) of datasets outside the Amazon and Wikipedia families
 PROPENSITY_AB: dict[str, tuple[float, float]] = {
     "amazon": (0.6, 2.6),
@@ -32,3 +34,12 @@ def propensity_ab(dataset_name: str) -> tuple[float, float]:
     if "wiki" in name:
         return PROPENSITY_AB["wikipedia"]
     return PROPENSITY_AB["default"]
+
+
+def propensity_from_params(p: Params, dataset_name: str) -> tuple[float, float]:
+    """`evaluate.propensity`: "auto" picks (A, B) by dataset family; else an explicit [A, B]."""
+    value = p.get("evaluate.propensity")
+    if value == "auto":
+        return propensity_ab(dataset_name)
+    A, B = p.typed("evaluate.propensity", list)
+    return float(A), float(B)

@@ -1,0 +1,198 @@
+"""Choosing RAE's λ and τ on held-out training inputs (`infer.lambda: auto`, `infer.tau: auto`), never on the test set.
+
+The right λ moves with the dataset and with training, so it is chosen on data the test never sees:
+the held-out training inputs (the split training's validation uses) query a memory built like the
+evaluation's from the training inputs that remain, keys [X_rest; Z] and values [λ·Y_rest; (1−λ)·I].
+The held-out inputs are not keys of that memory, so none can find itself (which would make kNN look
+perfect). One exact joint top-b search serves the whole grid: one softmax per τ (`score_parts`), one
+sparse mix per λ (`combine`), each ranked and scored by the Evaluator as the test set is. The best
+(λ, τ) by `infer.auto_metric` wins; among equal values (metrics are rounded to 0.01 points) the one
+nearest the paper's λ = 0.5, τ = 0.04 (τ by ratio) wins.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import ConfigError, DataError
+from ..io import read_json
+from ..memory.exact import top_k_search
+from ..memory.keys_values import training_values
+from ..params import Params
+from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau, combine, score_parts
+from .evaluator import HEADLINE, Evaluator
+
+AUTO = "auto"
+SELECTION_FILE = "selection.json"
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """The `infer` keys the choice reads; `lam` or `tau` None means "auto" (chosen on validation)."""
+
+    lam: float | None
+    tau: float | None
+    lambda_grid: tuple[float, ...]
+    tau_grid: tuple[float, ...]
+    metric: str
+    b: int
+    val_fraction: float
+    val_seed: int
+    relevance: str
+
+    @classmethod
+    def from_params(cls, p: Params) -> TuneSettings:
+        """Every value checked before any work, each failure one ConfigError naming its key."""
+        fraction = p.typed("infer.val_fraction", float)
+        if not 0.0 < fraction < 1.0:
+            raise ConfigError(f"infer.val_fraction must be in (0, 1), got {fraction!r}", p.path, "infer.val_fraction")
+        metric = p.typed("infer.auto_metric", str)
+        if metric not in HEADLINE:
+            raise ConfigError(f"infer.auto_metric must be one of {', '.join(HEADLINE)}, got {metric!r}",
+                              p.path, "infer.auto_metric")
+        return cls(lam=_number_or_auto(p, "infer.lambda", check_lambda, "a number in [0, 1]"),
+                   tau=_number_or_auto(p, "infer.tau", check_tau, "a number > 0"),
+                   lambda_grid=_grid(p, "infer.lambda_sweep", check_lambda, "numbers in [0, 1]"),
+                   tau_grid=_grid(p, "infer.tau_grid", check_tau, "numbers > 0"),
+                   metric=metric, b=check_b(p.typed("infer.b", int)), val_fraction=fraction,
+                   val_seed=p.typed("infer.val_seed", int), relevance=p.typed("infer.relevance", str))
+
+    @property
+    def fixed_lambda(self) -> float:
+        """The hand-set λ (the paper's when λ is auto): what the choice is compared with."""
+        return PAPER_LAMBDA if self.lam is None else self.lam
+
+    @property
+    def fixed_tau(self) -> float:
+        return PAPER_TAU if self.tau is None else self.tau
+
+    def lambdas(self) -> list[float]:
+        """The λ of the validation curve: the grid and the fixed value."""
+        return sorted({*self.lambda_grid, self.fixed_lambda})
+
+    def taus(self) -> list[float]:
+        return sorted({*self.tau_grid, self.fixed_tau})
+
+
+def _number_or_auto(p: Params, key: str, check: Callable[[Any], float], text: str) -> float | None:
+    value = p.get(key)
+    return None if value == AUTO else _checked(p, key, [value], check, f"{text} or {AUTO}", value)[0]
+
+
+def _grid(p: Params, key: str, check: Callable[[Any], float], text: str) -> tuple[float, ...]:
+    values = p.get(key)
+    return _checked(p, key, values if isinstance(values, list) else [], check, f"a non-empty list of {text}", values)
+
+
+def _checked(p: Params, key: str, values: list, check: Callable[[Any], float], text: str,
+             shown: Any) -> tuple[float, ...]:
+    """Each value through `check` (True and False are not numbers here), or one ConfigError naming `key`."""
+    try:
+        if not values or any(isinstance(v, bool) for v in values):
+            raise ConfigError(text)
+        return tuple(check(v) for v in values)
+    except ConfigError:
+        raise ConfigError(f"{key} must be {text}, got {shown!r}", p.path, key) from None
+
+
+@dataclass
+class ValidationRetrieval:
+    """The held-out training inputs' joint top-b over [X_rest; Z] and what scoring them needs; a
+    per-query λ model is fitted on the same retrieval."""
+
+    ids: np.ndarray             # (n_val, b) key ids: 0..n_rest-1 remaining inputs, n_rest.. labels
+    sims: np.ndarray
+    Y_val: sp.csr_matrix        # the held-out inputs' labels
+    Y_rest: sp.csr_matrix       # the memory values' input part: training_values of the remaining inputs
+    exclude: sp.csr_matrix      # the held-out inputs' filtered pairs
+    val_rows: np.ndarray        # rows of the training inputs that query
+    rest_rows: np.ndarray       # rows of the training inputs that are keys
+
+
+def validation_retrieval(train_inputs: np.ndarray, labels: np.ndarray, Y_train: sp.csr_matrix,
+                         filters_train: sp.csr_matrix, rest_rows: np.ndarray, val_rows: np.ndarray, b: int,
+                         relevance: str = "binary", device: str = "cpu") -> ValidationRetrieval:
+    """Exact joint top-b of the held-out inputs (`val_rows`) over the remaining ones (`rest_rows`) and the labels."""
+    if len(val_rows) == 0 or len(rest_rows) == 0:
+        raise ConfigError(f"infer.val_fraction leaves {len(val_rows)} held-out and {len(rest_rows)} memory inputs "
+                          f"of {Y_train.shape[0]}: both need at least one", "params.yaml", "infer.val_fraction")
+    Y_rest = training_values(Y_train[rest_rows], relevance)
+    keys = np.vstack([train_inputs[rest_rows], labels]).astype(np.float32, copy=False)
+    queries = np.ascontiguousarray(train_inputs[val_rows], dtype=np.float32)
+    ids, sims = top_k_search(keys, device)(queries, b)
+    return ValidationRetrieval(ids, sims, sp.csr_matrix(Y_train[val_rows]), Y_rest, sp.csr_matrix(filters_train[val_rows]),
+                               np.asarray(val_rows), np.asarray(rest_rows))
+
+
+def validation_curve(retrieval: ValidationRetrieval, lambdas: list[float], taus: list[float], b: int,
+                     propensity_ab: tuple[float, float]) -> list[dict[str, float]]:
+    """The headline metrics (percent) of every (λ, τ) on the held-out inputs, rows {"lambda", "tau", metric...}."""
+    evaluator = Evaluator(retrieval.Y_rest, retrieval.Y_val, retrieval.exclude, propensity_ab)
+    n = len(retrieval.ids)
+    rows = []
+    for tau in taus:
+        knn_part, label_part = score_parts(retrieval.ids, retrieval.sims, retrieval.Y_rest, tau, b)
+        for lam in lambdas:
+            ranked = evaluator.rank(n, lambda r, lam=lam: combine((knn_part[r], label_part[r]), lam))
+            summary = evaluator.summary(ranked)[0]
+            rows.append({"lambda": lam, "tau": tau, **{k: summary[k] for k in HEADLINE}})
+    return rows
+
+
+def choose(curve: list[dict[str, float]], metric: str, lam: float | None = None,
+           tau: float | None = None) -> dict[str, float]:
+    """The curve's best row by `metric` among those at the fixed λ / τ (None: free); ties go to the
+    row nearest the paper's λ, then τ."""
+    rows = [r for r in curve if (lam is None or r["lambda"] == lam) and (tau is None or r["tau"] == tau)]
+    if not rows:
+        raise ValueError(f"no validation row at lambda={lam}, tau={tau}")
+    return min(rows, key=lambda r: (-r[metric], abs(r["lambda"] - PAPER_LAMBDA), abs(math.log(r["tau"] / PAPER_TAU)),
+                                    r["lambda"], r["tau"]))
+
+
+def select(retrieval: ValidationRetrieval, settings: TuneSettings,
+           propensity_ab: tuple[float, float]) -> dict[str, Any]:
+    """The chosen λ and τ, the validation metric there and at the fixed values, and the whole curve."""
+    curve = validation_curve(retrieval, settings.lambdas(), settings.taus(), settings.b, propensity_ab)
+    best = choose(curve, settings.metric, settings.lam, settings.tau)
+    fixed = choose(curve, settings.metric, settings.fixed_lambda, settings.fixed_tau)
+    return {"lambda": best["lambda"], "tau": best["tau"], "metric": settings.metric,
+            "auto": {"lambda": settings.lam is None, "tau": settings.tau is None},
+            "val_value": best[settings.metric],
+            "fixed_lambda": settings.fixed_lambda, "fixed_tau": settings.fixed_tau,
+            "fixed_val_value": fixed[settings.metric],
+            "val_queries": len(retrieval.val_rows), "memory_inputs": len(retrieval.rest_rows),
+            "val_fraction": settings.val_fraction, "val_seed": settings.val_seed, "b": settings.b,
+            "validation": curve}
+
+
+def read_selection(folder: str | os.PathLike) -> dict[str, Any]:
+    """The tune stage's choice, checked: evaluation and the packaged memory run RAE at its λ and τ."""
+    path = Path(folder) / SELECTION_FILE
+    if not path.is_file():
+        raise DataError("no selection file: run the tune stage", path)
+    selection = read_json(path)
+    if not isinstance(selection, dict):
+        raise DataError("not a JSON object", path)
+    for key, check in (("lambda", check_lambda), ("tau", check_tau)):
+        try:
+            check(selection.get(key))
+        except ConfigError:
+            raise DataError(f"{key} must be a number in its range, got {selection.get(key)!r}", path, key) from None
+    return selection
+
+
+def lambda_rows(selection: dict[str, Any], test_sweep: list[dict[str, float]]) -> list[dict[str, float]]:
+    """The chosen metric against λ at the chosen τ, on validation beside test: rows {"lambda", "validation", "test"}."""
+    metric = selection["metric"]
+    validation = {r["lambda"]: r[metric] for r in selection["validation"] if r["tau"] == selection["tau"]}
+    return [{"lambda": r["lambda"], "validation": validation[r["lambda"]], "test": r[metric]}
+            for r in test_sweep if r["lambda"] in validation]

@@ -1,0 +1,46 @@
+"""Choose RAE's λ and τ on training inputs held out from the memory, never on the test set: with
+`infer.lambda` / `infer.tau` set to auto, the best of the grid by `infer.auto_metric`; with numbers,
+those. Writes the choice and the whole validation curve (λ grid × τ grid) to selection.json, which
+the evaluate and package stages read."""
+
+from pathlib import Path
+
+import typer
+
+from raexmc.data.dataset import Dataset
+from raexmc.encoder.device import pick_device
+from raexmc.encoder.embedding import load_embeddings
+from raexmc.evaluation.propensity import propensity_from_params
+from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, select, validation_retrieval
+from raexmc.io import atomic_dir, write_json
+from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.training.batches import split_validation
+
+
+def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
+         embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
+         out: Path = typer.Option(..., help="Folder to write selection.json into."),
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
+    def body(p, run) -> None:
+        settings = TuneSettings.from_params(p)
+        run.params({"infer": p.section("infer")})
+        data = Dataset(dataset)
+        Y_train = data.label_matrix("train")
+        rest_rows, val_rows = split_validation(Y_train, settings.val_fraction, settings.val_seed)
+        retrieval = validation_retrieval(load_embeddings(embeddings, "train"), load_embeddings(embeddings, "labels"),
+                                         Y_train, data.filter_matrix("train"), rest_rows, val_rows, settings.b,
+                                         settings.relevance, pick_device("auto"))
+        selection = select(retrieval, settings, propensity_from_params(p, dataset.name))
+        with atomic_dir(out) as folder:
+            write_json(folder / SELECTION_FILE, selection)
+        run.metrics({k: v for k, v in selection.items() if k != "validation"})
+        run.artifact(out / SELECTION_FILE)
+        typer.echo(f"chose lambda={selection['lambda']} tau={selection['tau']} "
+                   f"(validation {selection['metric']} {selection['val_value']}, "
+                   f"{selection['fixed_val_value']} at the fixed values)", err=True)
+
+    run_stage("tune", body, str(params))
+
+
+if __name__ == "__main__":
+    stage_cli(main, __doc__)

@@ -1,0 +1,214 @@
+"""Choosing λ and τ on held-out training inputs: the choice against a dense brute force on memories
+built so that one side of the values is right, the split that keeps queries out of their own memory,
+and the tune stage's output and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from ruamel.yaml import YAML
+
+from conftest import REPO, dense_top_b_softmax
+from raexmc.errors import ConfigError, DataError
+from raexmc.evaluation.selection import (TuneSettings, choose, lambda_rows, read_selection, select,
+                                        validation_retrieval)
+from raexmc.params import load_params
+from raexmc.training.batches import split_validation
+
+LAMBDAS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
+TAUS = [0.02, 0.04, 0.1]
+DIM = 32
+
+
+def unit(*parts: tuple[int, float]) -> np.ndarray:
+    v = np.zeros(DIM)
+    for axis, value in parts:
+        v[axis] = value
+    return v / np.linalg.norm(v)
+
+
+def memory(inputs_right: bool):
+    """Two held-out queries (rows 0, 1) and two memory inputs (rows 2, 3); labels i (right) and 2+i (wrong).
+
+    Query i = e_i. When `inputs_right`, memory input 2+i (similarity 0.8) holds the right label i and
+    the wrong label's key (similarity 0.9) is nearer than the right label's (0): only λ near 1 ranks
+    the right label first. Otherwise the memory input holds the wrong label (similarity 0.9) and the
+    right label's key is at 0.8: only λ near 0 wins.
+    """
+    near, far = (0.8, 0.9) if inputs_right else (0.9, 0.8)
+    queries = [unit((i, 1.0)) for i in range(2)]
+    rest = [unit((i, near), (10 + i, math.sqrt(1 - near ** 2))) for i in range(2)]
+    right_labels = [unit((i, far), (20 + i, math.sqrt(1 - far ** 2))) if not inputs_right else unit((25 + i, 1.0))
+                    for i in range(2)]
+    wrong_labels = [unit((i, far), (20 + i, math.sqrt(1 - far ** 2))) if inputs_right else unit((27 + i, 1.0))
+                    for i in range(2)]
+    X = np.array(queries + rest, dtype=np.float32)
+    Z = np.array(right_labels + wrong_labels, dtype=np.float32)
+    rest_labels = [0, 1] if inputs_right else [2, 3]
+    Y = sp.csr_matrix((np.ones(4), ([0, 1, 2, 3], [0, 1, *rest_labels])), shape=(4, 4))
+    return X, Z, Y
+
+
+def brute_force(X, Z, Y, val_rows, rest_rows, b):
+    """P@1 (percent) of every (λ, τ) from dense matrices, and the best by the documented tie rule."""
+    Y = Y.toarray()
+    K = np.vstack([X[rest_rows], Z])
+    S = X[val_rows] @ K.T
+    curve = {}
+    for tau in TAUS:
+        P = dense_top_b_softmax(S, b, tau)
+        for lam in LAMBDAS:
+            scores = lam * P[:, :len(rest_rows)] @ Y[rest_rows] + (1 - lam) * P[:, len(rest_rows):]
+            top = scores.argmax(axis=1)
+            curve[lam, tau] = round(100 * float(np.mean(Y[val_rows, top] > 0)), 2)
+    best = min(curve, key=lambda k: (-curve[k], abs(k[0] - 0.5), abs(math.log(k[1] / 0.04))))
+    return curve, best
+
+
+def settings(**changes) -> TuneSettings:
+    base = dict(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=6,
+                val_fraction=0.5, val_seed=0, relevance="binary")
+    return TuneSettings(**{**base, **changes})
+
+
+@pytest.mark.parametrize("inputs_right", [True, False])
+def test_choice_matches_brute_force_where_one_side_of_the_values_is_right(inputs_right):
+    X, Z, Y = memory(inputs_right)
+    val_rows, rest_rows = np.array([0, 1]), np.array([2, 3])
+    retrieval = validation_retrieval(X, Z, Y, sp.csr_matrix((4, 4)), rest_rows, val_rows, b=6)
+    chosen = select(retrieval, settings(), (0.55, 1.5))
+    curve, best = brute_force(X, Z, Y, val_rows, rest_rows, b=6)
+
+    assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"]} == curve
+    assert (chosen["lambda"], chosen["tau"]) == best
+    assert chosen["val_value"] == 100.0
+    if inputs_right:
+        assert chosen["lambda"] >= 0.9, "the memory inputs hold the right labels: high λ must win"
+    else:
+        assert chosen["lambda"] <= 0.1, "the label keys are the right ones: low λ must win"
+    assert chosen["fixed_val_value"] == curve[0.5, 0.04] == 0.0
+
+
+def test_a_fixed_value_keeps_it_and_chooses_the_other():
+    X, Z, Y = memory(inputs_right=True)
+    retrieval = validation_retrieval(X, Z, Y, sp.csr_matrix((4, 4)), np.array([2, 3]), np.array([0, 1]), b=6)
+    curve, _ = brute_force(X, Z, Y, np.array([0, 1]), np.array([2, 3]), b=6)
+    fixed_tau = select(retrieval, settings(tau=0.02), (0.55, 1.5))
+    best_at = -max((curve[lam, 0.02], -abs(lam - 0.5), -lam) for lam in LAMBDAS)[2]
+    assert (fixed_tau["lambda"], fixed_tau["tau"]) == (best_at, 0.02)
+    both_fixed = select(retrieval, settings(lam=0.3, tau=0.04), (0.55, 1.5))
+    assert (both_fixed["lambda"], both_fixed["tau"]) == (0.3, 0.04)
+    assert len(both_fixed["validation"]) == len(LAMBDAS) * len(TAUS), "the curve is still computed"
+
+
+def test_ties_go_to_the_value_nearest_the_papers():
+    curve = [{"lambda": lam, "tau": tau, "P@1": 50.0} for lam in (0.1, 0.3, 0.9) for tau in (0.01, 0.05, 0.1)]
+    assert (choose(curve, "P@1")["lambda"], choose(curve, "P@1")["tau"]) == (0.3, 0.05)
+
+
+def test_held_out_queries_are_not_keys_of_their_memory():
+    """Every training input is also a would-be key; a query that found itself would score 1.0."""
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(45, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    X, Z = vectors[:40], vectors[40:]
+    Y = sp.csr_matrix((np.ones(40), (np.arange(40), np.arange(40) % 5)), shape=(40, 5))
+    rest_rows, val_rows = split_validation(Y, 0.25, 0)
+    retrieval = validation_retrieval(X, Z, Y, sp.csr_matrix((40, 5)), rest_rows, val_rows, b=45)
+
+    assert len(val_rows) == 10 and sorted([*val_rows, *rest_rows]) == list(range(40))
+    assert ((retrieval.ids >= 0).sum(axis=1) == 30 + 5).all(), "the memory holds the 30 other inputs and the 5 labels"
+    input_keys = (retrieval.ids >= 0) & (retrieval.ids < len(rest_rows))
+    found_rows = rest_rows[retrieval.ids[input_keys]]
+    assert not np.isin(found_rows, val_rows).any(), "a held-out input is a key of its own memory"
+    assert retrieval.sims[:, 0].max() < 0.999, "a query found itself"
+    assert (retrieval.Y_val != Y[val_rows]).nnz == 0 and retrieval.Y_rest.shape == (30, 5)
+
+
+def write_params(folder, **infer):
+    params = YAML().load((REPO / "params.yaml").read_text())
+    for key, value in infer.items():
+        params["infer"][key] = value
+    YAML().dump(params, folder / "params.yaml")
+    return folder / "params.yaml"
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("lambda", "abc", "infer.lambda must be a number in [0, 1] or auto, got 'abc'"),
+    ("lambda", 1.5, "infer.lambda must be a number in [0, 1] or auto, got 1.5"),
+    ("tau", 0, "infer.tau must be a number > 0 or auto, got 0"),
+    ("tau_grid", [], "infer.tau_grid must be a non-empty list of numbers > 0, got []"),
+    ("tau_grid", [0.04, -1], "infer.tau_grid must be a non-empty list of numbers > 0, got [0.04, -1]"),
+    ("auto_metric", "P@2", "infer.auto_metric must be one of"),
+    ("val_fraction", 1.0, "infer.val_fraction must be in (0, 1), got 1.0"),
+])
+def test_bad_settings_name_their_key(tmp_path, key, value, says):
+    with pytest.raises(ConfigError) as error:
+        TuneSettings.from_params(load_params(write_params(tmp_path, **{key: value})))
+    assert says in str(error.value) and error.value.record == f"infer.{key}"
+
+
+def test_project_params_fix_the_papers_values():
+    chosen = TuneSettings.from_params(load_params(REPO / "params.yaml"))
+    assert (chosen.lam, chosen.tau) == (0.5, 0.04) and 0.04 in chosen.tau_grid
+
+
+def run_stage(tmp_path, params):
+    return subprocess.run([sys.executable, str(REPO / "stages/tune.py"), "--dataset", str(tmp_path / "data"),
+                           "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "tune"),
+                           "--params", str(params)], capture_output=True, text=True, cwd=tmp_path)
+
+
+@pytest.mark.parametrize(("key", "value"), [("lambda", "abc"), ("tau_grid", [])])
+def test_stage_bad_value_is_one_line_exit_2_and_writes_nothing(tmp_path, key, value):
+    proc = run_stage(tmp_path, write_params(tmp_path, **{key: value}))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {tmp_path / 'params.yaml'}:infer.{key}: ")
+    assert not (tmp_path / "tune").exists()
+
+
+def test_stage_reads_no_test_split_and_writes_the_choice(tmp_path):
+    """The dataset and embeddings folders hold no test split at all: the stage must not need one."""
+    X, Z, Y = memory(inputs_right=True)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "stats.json").write_text("{}")
+    sp.save_npz(tmp_path / "data" / "Y_train.npz", Y)
+    sp.save_npz(tmp_path / "data" / "filter_train.npz", sp.csr_matrix((4, 4), dtype=bool))
+    (tmp_path / "emb").mkdir()
+    np.save(tmp_path / "emb" / "train.npy", X)
+    np.save(tmp_path / "emb" / "labels.npy", Z)
+    proc = run_stage(tmp_path, write_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.5, "b": 6}))
+    assert proc.returncode == 0, proc.stderr
+    chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
+    rest_rows, val_rows = split_validation(Y, 0.5, 0)
+    curve, _ = brute_force(X, Z, Y, val_rows, rest_rows, b=6)
+    at_tau = {lam: p for (lam, tau), p in curve.items() if tau == 0.04}
+    assert chosen["tau"] == 0.04 and chosen["auto"] == {"lambda": True, "tau": False}
+    assert at_tau[chosen["lambda"]] == max(at_tau.values())
+    assert (chosen["val_queries"], chosen["memory_inputs"]) == (2, 2)
+    assert chosen["fixed_lambda"] == 0.5
+
+
+def test_read_selection_checks_what_evaluate_and_package_will_use(tmp_path):
+    with pytest.raises(DataError, match="run the tune stage"):
+        read_selection(tmp_path)
+    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 1.5, "tau": 0.04}))
+    with pytest.raises(DataError, match="lambda must be a number in its range, got 1.5"):
+        read_selection(tmp_path)
+    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04}))
+    assert read_selection(tmp_path)["lambda"] == 0.3
+
+
+def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau():
+    selection = {"metric": "P@5", "tau": 0.1, "validation": [
+        {"lambda": 0.0, "tau": 0.1, "P@5": 10.0}, {"lambda": 0.5, "tau": 0.1, "P@5": 30.0},
+        {"lambda": 0.5, "tau": 0.04, "P@5": 99.0}, {"lambda": 0.7, "tau": 0.1, "P@5": 20.0}]}
+    test = [{"lambda": 0.0, "P@5": 11.0}, {"lambda": 0.5, "P@5": 31.0}, {"lambda": 1.0, "P@5": 5.0}]
+    assert lambda_rows(selection, test) == [{"lambda": 0.0, "validation": 10.0, "test": 11.0},
+                                            {"lambda": 0.5, "validation": 30.0, "test": 31.0}]
