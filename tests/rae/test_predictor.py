@@ -89,11 +89,10 @@ def test_predictions_match_the_evaluate_path(built):
 
 def with_query_lambda(built: Path, model: QueryLambda) -> None:
     """Repackage the memory with `model` as its query_lambda.json and infer.query_lambda true."""
-    model_file = built.parent / QUERY_LAMBDA_FILE
-    model_file.write_text(json.dumps(model.to_json()))
     keys = memory_keys(built / "embeddings") if (built / "predictor" / "keys.npy").is_file() else None
     write_memory(built / "predictor", Dataset(built.parents[1] / "data" / "tiny"), {**SETTINGS, "query_lambda": True},
-                 keys, copies=(model_file,))
+                 keys)
+    (built / "predictor" / QUERY_LAMBDA_FILE).write_text(json.dumps(model.to_json()))
 
 
 def random_query_lambda(tau: float = SETTINGS["tau"], b: int = SETTINGS["b"]) -> QueryLambda:
