@@ -1,7 +1,8 @@
 """Retrieve every test input's top keys from the joint memory (RAE), the label keys alone (the dual
 encoder) and the training-input keys alone (kNN); score RAE (at the λ and τ the tune stage chose, and
-b), both baselines and RAE's λ and b sweeps (optionally the paper's OvA+kNN ablation), and write
-metrics.json, per-instance metrics and plots (the λ sweep on test beside validation's)."""
+b), both baselines, RAE with the tune stage's per-query λ model (rae_query_lambda) and RAE's λ and b
+sweeps (optionally the paper's OvA+kNN ablation), and write metrics.json, per-instance metrics and
+plots (the λ sweep on test beside validation's)."""
 
 import time
 from pathlib import Path
@@ -13,18 +14,21 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
 from raexmc.evaluation.propensity import propensity_from_params
+from raexmc.evaluation.query_lambda_fit import METHOD as QUERY_LAMBDA_METHOD
+from raexmc.evaluation.query_lambda_fit import evaluate_query_lambda
 from raexmc.evaluation.selection import lambda_rows, read_selection
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import load_memory_index
 from raexmc.memory.keys_values import training_values
 from raexmc.pipeline.plots import line_plot, segment_bars
 from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
          index: Path = typer.Option(..., help="Index folder written by the index stage."),
-         tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json."),
+         tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
          out: Path = typer.Option(..., help="Evaluation folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
@@ -35,6 +39,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             lambda_sweep=[float(v) for v in p.typed("infer.lambda_sweep", list)],
             b_sweep=[int(v) for v in p.typed("infer.b_sweep", list)],
             propensity_ab=propensity_from_params(p, dataset.name))
+        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(settings.tau, settings.b,
+                                                                                 tune / QUERY_LAMBDA_FILE)
         depth = max([settings.b, *settings.b_sweep])
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         ef_search = p.typed("infer.ef_search", int)
@@ -49,18 +55,22 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab)
         result = evaluate_retrieval(Retrievals(joint, **baselines), evaluator, settings,
                                     with_ova_knn=p.typed("infer.ova_knn", bool))
+        methods, per_instance = result["methods"], result["per_instance"]
+        methods[QUERY_LAMBDA_METHOD], per_instance[QUERY_LAMBDA_METHOD] = evaluate_query_lambda(
+            joint, evaluator, query_lambda, settings.b)
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
         run.params({"selection": chosen})
-        metrics = {**result["methods"], "selection": {**chosen, "validation": {
+        metrics = {**methods, "selection": {**chosen, "validation": {
                        "chosen": selection["val_value"], "fixed": selection["fixed_val_value"]}},
+                   "query_lambda": {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback},
                    "retrieval": {"queries_per_s": round(len(queries) / max(search_s, 1e-9), 1),
                                                       "depth": depth}}
         with atomic_dir(out) as folder:
             write_json(folder / "metrics.json", metrics)
             np.savez_compressed(folder / "per_instance.npz", **{f"{method}/{metric}": values
-                                                               for method, arrays in result["per_instance"].items()
+                                                               for method, arrays in per_instance.items()
                                                                for metric, values in arrays.items()})
-            segments, chosen_rows = segment_rows(result["methods"]), lambda_rows(selection, result["lambda_sweep"])
+            segments, chosen_rows = segment_rows(methods), lambda_rows(selection, result["lambda_sweep"])
             for name, rows in (("lambda_sweep", result["lambda_sweep"]), ("b_sweep", result["b_sweep"]),
                                ("segments_f1", segments), ("lambda_selection", chosen_rows)):
                 write_json(folder / f"{name}.json", rows)

@@ -1,5 +1,6 @@
 """Paired t-tests of per-instance metrics (P@1, P@5, R@100 by default) between RAE and its
-baselines: the dual encoder (λ=0) and kNN (λ=1) of the same run, and optionally another run."""
+baselines: the dual encoder (λ=0) and kNN (λ=1) of the same run, RAE with the per-query λ against
+RAE, and optionally another run."""
 
 from pathlib import Path
 

@@ -1,7 +1,9 @@
 """Choose RAE's λ and τ on training inputs held out from the memory, never on the test set: with
 `infer.lambda` / `infer.tau` set to auto, the best of the grid by `infer.auto_metric`; with numbers,
 those. Writes the choice and the whole validation curve (λ grid × τ grid) to selection.json, which
-the evaluate and package stages read."""
+the evaluate and package stages read, and beside it query_lambda.json: the per-query λ model fitted on
+the same validation retrieval at the chosen τ (or, when it does not beat the best fixed λ in
+cross-validation, that λ for every query; its "fit" report says which)."""
 
 from pathlib import Path
 
@@ -11,15 +13,17 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.device import pick_device
 from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation.propensity import propensity_from_params
+from raexmc.evaluation.query_lambda_fit import fit_on_selection
 from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, select, validation_retrieval
 from raexmc.io import atomic_dir, write_json
 from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
 from raexmc.training.batches import split_validation
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
-         out: Path = typer.Option(..., help="Folder to write selection.json into."),
+         out: Path = typer.Option(..., help="Folder to write selection.json and query_lambda.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         settings = TuneSettings.from_params(p)
@@ -30,14 +34,20 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         retrieval = validation_retrieval(load_embeddings(embeddings, "train"), load_embeddings(embeddings, "labels"),
                                          Y_train, data.filter_matrix("train"), rest_rows, val_rows, settings.b,
                                          settings.relevance, pick_device("auto"))
-        selection = select(retrieval, settings, propensity_from_params(p, dataset.name))
+        propensity_ab = propensity_from_params(p, dataset.name)
+        selection = select(retrieval, settings, propensity_ab)
+        query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)
         with atomic_dir(out) as folder:
             write_json(folder / SELECTION_FILE, selection)
-        run.metrics({k: v for k, v in selection.items() if k != "validation"})
-        run.artifact(out / SELECTION_FILE)
+            write_json(folder / QUERY_LAMBDA_FILE, {**query_lambda.to_json(), "fit": fit})
+        run.metrics({**{k: v for k, v in selection.items() if k != "validation"},
+                     "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}})
+        for name in (SELECTION_FILE, QUERY_LAMBDA_FILE):
+            run.artifact(out / name)
         typer.echo(f"chose lambda={selection['lambda']} tau={selection['tau']} "
                    f"(validation {selection['metric']} {selection['val_value']}, "
-                   f"{selection['fixed_val_value']} at the fixed values)", err=True)
+                   f"{selection['fixed_val_value']} at the fixed values); per-query lambda: "
+                   f"{'a model' if fit['uses_model'] else f'falls back to {query_lambda.fallback}'}", err=True)
 
     run_stage("tune", body, str(params))
 

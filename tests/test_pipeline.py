@@ -72,7 +72,8 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     for path in ("data/tiny/stats.json", "artifacts/tiny/tokens/train.ids.npy", "artifacts/tiny/embeddings/test.npy",
                  "artifacts/tiny/index/joint/meta.json", "artifacts/tiny/eval/metrics.json",
                  "artifacts/tiny/eval/per_instance.npz", "artifacts/tiny/significance.json",
-                 "artifacts/tiny/predictor/settings.json", "artifacts/tiny/tune/selection.json"):
+                 "artifacts/tiny/predictor/settings.json", "artifacts/tiny/tune/selection.json",
+                 "artifacts/tiny/tune/query_lambda.json", "artifacts/tiny/predictor/query_lambda.json"):
         assert (project / path).is_file(), path
     chosen = json.loads((project / "artifacts/tiny/tune/selection.json").read_text())
     packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
@@ -82,6 +83,8 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     assert changed_stages(project) == set()
     shown = json.loads(dvc("metrics", "show", "--json", cwd=project).stdout)
     assert "rae" in json.dumps(shown) and "rae_vs_knn" in json.dumps(shown)
+    assert "rae_query_lambda" in json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())
+    assert "rae_query_lambda_vs_rae" in json.dumps(shown)
 
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     runs = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
@@ -98,7 +101,9 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     assert changed_stages(project) == {"train"}, "train.* reruns training (DVC then goes on downstream)"
     set_params(project, **{"train.lr": 1.0e-4, "unrelated.knob": 1})
     assert changed_stages(project) == set(), "an unrelated param must not rerun anything"
-    set_params(project, **{"infer.lambda": 0.3})
+    set_params(project, **{"infer.query_lambda": True})
+    assert changed_stages(project) == {"package"}, "the per-query λ switch only repackages"
+    set_params(project, **{"infer.query_lambda": False, "infer.lambda": 0.3})
     assert changed_stages(project) == {"tune"}, "λ reruns the choice (then evaluate and package), nothing before it"
     set_params(project, **{"infer.lambda": "auto", "infer.b": 100})
     assert changed_stages(project) == {"tune", "evaluate", "package"}, "infer.* reruns only what follows the index"

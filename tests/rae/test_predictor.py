@@ -24,8 +24,10 @@ from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
 from raexmc.memory.indexes import build_memory_indexes, index_folder, make_index
+from raexmc.evaluation.query_lambda_fit import query_lambda_scorer
 from raexmc.memory.keys_values import memory_keys, write_memory
 from raexmc.rae.predictor import Predictor
+from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.queries import parse_queries
 from raexmc.rae.ranking import top_k
 from raexmc.rae.scoring import rae_scores
@@ -83,6 +85,44 @@ def test_predictions_match_the_evaluate_path(built):
     assert [label["score"] for label in results[0]] == pytest.approx(list(scores), abs=1e-4)
     assert [r["score"] for r in results[0]] == sorted((r["score"] for r in results[0]), reverse=True)
     assert timing.queries == 2 and timing.per_query_ms()["total"] > 0
+
+
+def with_query_lambda(built: Path, model: QueryLambda) -> None:
+    """Repackage the memory with `model` as its query_lambda.json and infer.query_lambda true."""
+    keys = memory_keys(built / "embeddings") if (built / "predictor" / "keys.npy").is_file() else None
+    write_memory(built / "predictor", Dataset(built.parents[1] / "data" / "tiny"), {**SETTINGS, "query_lambda": True},
+                 keys)
+    (built / "predictor" / QUERY_LAMBDA_FILE).write_text(json.dumps(model.to_json()))
+
+
+def random_query_lambda(tau: float = SETTINGS["tau"], b: int = SETTINGS["b"]) -> QueryLambda:
+    """A model that picks λ from {0, 0.2, 1} by seeded random weights: never the memory's 0.5."""
+    rng = np.random.default_rng(0)
+    width = len(FEATURES)
+    return QueryLambda(np.array([0.0, 0.2, 1.0]), 0.5, tau, b, np.zeros(width), np.ones(width),
+                       rng.normal(size=(3, 1 + width)))
+
+
+@pytest.mark.parametrize("built", ["exact"], indirect=True)
+def test_predictor_with_query_lambda_ranks_like_the_evaluation_path(built):
+    """infer.query_lambda true: a query text gets the λ and the ranking that evaluate's rae_query_lambda
+    gives its cached test embedding in the same memory."""
+    model = random_query_lambda()
+    with_query_lambda(built, model)
+    results, _ = predictor_of(built).predict([JYTHON], k=3)
+
+    queries = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
+    joint = make_index("exact", memory_keys(built / "embeddings")).search(queries, SETTINGS["b"])
+    Y_train = Dataset(built.parents[1] / "data" / "tiny").label_matrix("train").copy()
+    Y_train.data[:] = 1.0
+    scores = query_lambda_scorer(joint, Y_train, model, SETTINGS["b"])(slice(0, 1))
+    top = top_k(scores, 3)[0]
+    top = top[top >= 0]
+    at_memory_lambda = rae_scores(*joint, Y_train, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
+    assert model.lambdas(*joint, Y_train)[0] != SETTINGS["lambda"]
+    assert not np.allclose(scores[0, top].toarray(), at_memory_lambda[0, top].toarray(), atol=1e-3)
+    assert [label["label"] for label in results[0]] == list(top)
+    assert [label["score"] for label in results[0]] == pytest.approx(list(scores[0, top].toarray().ravel()), abs=1e-4)
 
 
 @pytest.mark.parametrize("input_fields", ["title", "title+content"])
@@ -165,6 +205,16 @@ def test_predict_cli_errors_are_one_line(cli, tmp_path):
     assert f"{tmp_path / 'bad.jsonl'}:2" in bad.stderr
     missing = cli("perl", "--name", "nothing-built")
     assert missing.exit_code == 2 and "run the package stage" in missing.stderr
+
+
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predict_refuses_a_query_lambda_model_of_another_tau_in_one_line(cli, built):
+    with_query_lambda(built, random_query_lambda(tau=0.1))
+    result = cli("perl")
+    assert result.exit_code == 2 and result.stderr.strip().count("\n") == 0, result.output
+    assert result.stderr.startswith(f"DataError: artifacts/tiny/predictor/{QUERY_LAMBDA_FILE}: ")
+    assert "tau=0.1" in result.stderr
+    assert "rerun the tune stage" in result.stderr
 
 
 def post_json(url: str, body: dict) -> dict:

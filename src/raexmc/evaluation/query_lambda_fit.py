@@ -1,7 +1,9 @@
 """Fitting and evaluating the per-query λ model (rae/query_lambda.py) with the evaluator's metrics.
 
 The model's targets are per-query metric values of RAE at each grid λ, ranked and measured exactly
-as the evaluate stage does (filtered pairs never ranked, never positives).
+as the evaluate stage does (filtered pairs never ranked, never positives). The tune stage fits it on
+the same validation retrieval that chooses λ and τ (`fit_on_selection`); the evaluate stage scores
+it on the test set as the method `rae_query_lambda` (`evaluate_query_lambda`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from ..rae.query_lambda import DEFAULT_FOLDS, DEFAULT_RIDGE, QueryLambda, fit_qu
 from ..rae.scoring import combine_per_query, score_parts
 from .evaluator import Evaluator, Hits, Scorer, rae_scorer
 from .metrics import per_instance_metrics
+from .selection import TuneSettings, ValidationRetrieval
 
 DEFAULT_METRIC = "P@1"
+METHOD = "rae_query_lambda"  # its name beside rae, dual_encoder and knn in metrics.json and per_instance.npz
 
 
 def per_query_metric(evaluator: Evaluator, ranked: np.ndarray, metric: str = DEFAULT_METRIC) -> np.ndarray:
@@ -42,6 +46,39 @@ def per_query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, lambdas: np.nda
     """RAE on the joint retrieval with query i scored at lambdas[i]."""
     ids, sims = joint
     return lambda rows: combine_per_query(score_parts(ids[rows], sims[rows], Y_train, tau, b), lambdas[rows])
+
+
+def query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, model: QueryLambda, b: int) -> Scorer:
+    """RAE on the joint retrieval with each query at the λ `model` picks from its features, chunk by
+    chunk: the score halves are computed once and serve both the features and the scores."""
+    ids, sims = joint
+
+    def scores(rows: slice) -> sp.csr_matrix:
+        parts = score_parts(ids[rows], sims[rows], Y_train, model.tau, b)
+        return combine_per_query(parts, model.lambdas(ids[rows], sims[rows], Y_train, parts))
+
+    return scores
+
+
+def evaluate_query_lambda(joint: Hits, evaluator: Evaluator, model: QueryLambda,
+                          b: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The evaluator's summary and per-instance arrays of RAE with the model's λ per query."""
+    return evaluator.summary(evaluator.rank(len(joint[0]), query_lambda_scorer(joint, evaluator.Y_train, model, b)))
+
+
+def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, selection: dict[str, Any],
+                     propensity_ab: tuple[float, float]) -> tuple[QueryLambda, dict[str, Any]]:
+    """The per-query λ model of the tune stage's validation retrieval, at the chosen τ, b and metric,
+    over its λ grid. With too few held-out queries to cross-validate it is the chosen λ for every
+    query; the report says so (`uses_model` false, `reason`)."""
+    grid = np.array(settings.lambdas())
+    tau, metric = selection["tau"], settings.metric
+    if len(retrieval.val_rows) < 2 * DEFAULT_FOLDS:
+        model = QueryLambda(grid, float(selection["lambda"]), tau, settings.b)
+        return model, {"metric": metric, "queries": len(retrieval.val_rows), "uses_model": False,
+                       "reason": f"fewer than {2 * DEFAULT_FOLDS} validation queries: the chosen lambda"}
+    evaluator = Evaluator(retrieval.Y_rest, retrieval.Y_val, retrieval.exclude, propensity_ab)
+    return fit_on_validation((retrieval.ids, retrieval.sims), evaluator, grid, tau, settings.b, metric)
 
 
 def fit_on_validation(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: float, b: int,

@@ -18,6 +18,7 @@ from ..errors import ConfigError, DataError
 
 METHOD = "rae"
 BASELINES = ("dual_encoder", "knn")
+VARIANTS = ("rae_query_lambda",)  # RAE variants tested against RAE, where a run has them
 PER_INSTANCE_ARTIFACT = "evaluate/per_instance.npz"  # as the evaluate stage logs it into its MLflow run
 
 
@@ -92,10 +93,14 @@ def _test(a: dict[str, np.ndarray], a_method: str, b: dict[str, np.ndarray], b_m
 
 def compare_runs(run: dict[str, np.ndarray], metrics: list[str],
                  other: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ...}; with `other` also each method
-    against the same method of the other run ("rae_vs_other", "dual_encoder_vs_other", ...)."""
+    """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ..., "rae_query_lambda_vs_rae": ... (when the
+    run has that variant)}; with `other` also each method against the same method of the other run
+    ("rae_vs_other", "dual_encoder_vs_other", ...)."""
     report = {f"{METHOD}_vs_{baseline}": _test(run, METHOD, run, baseline, metrics, "per_instance.npz")
               for baseline in BASELINES}
+    for variant in VARIANTS:
+        if any(key.startswith(f"{variant}/") for key in run):
+            report[f"{variant}_vs_{METHOD}"] = _test(run, variant, run, METHOD, metrics, "per_instance.npz")
     if other is not None:
         for method in (METHOD, *BASELINES):
             report[f"{method}_vs_other"] = _test(run, method, other, method, metrics, "significance.compare_with")

@@ -4,13 +4,15 @@ Key ids 0..N-1 are training inputs, N..N+L-1 labels. RAE searches the joint keys
 search their own key sets, so that a dual encoder is a top-b over the label keys alone and kNN a
 top-b over the training-input keys alone (on the joint top-b, input keys can crowd labels out).
 The values' input part is Y_train (the label part, the identity, is implicit). The package stage
-writes the memory folder: the inference settings, Y_train, the label texts, and the keys when the
-index is exact (that backend keeps none).
+writes the memory folder: the inference settings, Y_train, the label texts, the keys when the
+index is exact (that backend keeps none), and files it copies in (the per-query λ model).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,8 +61,9 @@ def training_values(Y_train: sp.spmatrix, relevance: str = "binary") -> sp.csr_m
 
 
 def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str, Any],
-                 keys: np.ndarray | None = None) -> None:
-    """Write the memory folder atomically; `settings` needs every key of SETTINGS."""
+                 keys: np.ndarray | None = None, copies: tuple[str | os.PathLike, ...] = ()) -> None:
+    """Write the memory folder atomically, with the files of `copies` copied in under their names;
+    `settings` needs every key of SETTINGS."""
     missing = [name for name in SETTINGS if name not in settings]
     if missing:
         raise ValueError(f"settings lack {', '.join(missing)}")
@@ -71,3 +74,5 @@ def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str
         write_json(tmp / LABEL_TEXTS_FILE, [label.title for label in dataset.texts("labels")])
         if keys is not None:
             np.save(tmp / KEYS_FILE, np.asarray(keys, dtype=np.float32))
+        for path in copies:
+            shutil.copyfile(path, tmp / Path(path).name)

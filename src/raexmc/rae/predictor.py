@@ -3,7 +3,8 @@
 A predictor is three folders: the encoder (written by the train stage), the index over the
 knowledge memory (index stage) and the memory folder the package stage writes: the inference
 settings (the text recipe of the inputs among them), the values' training part Y_train, the label
-texts, and the keys when the index is exact (that backend keeps none). Queries are turned into text
+texts, the keys when the index is exact (that backend keeps none) and the per-query λ model, which
+scores each query at its own λ when the settings' `query_lambda` is true (else the scalar λ). Queries are turned into text
 by the same recipe as the training inputs (`encoder.tokens.text_of`), so a Titles dataset's model sees only
 a query's title, as in training. The same three folders make the MLflow model (pipeline/serving.py), so
 `raexmc predict` and a served model answer alike.
@@ -28,8 +29,9 @@ from ..errors import DataError
 from ..io import read_json
 from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
 from ..memory.persistence import load_index
+from .query_lambda import QUERY_LAMBDA_FILE, QueryLambda, read_query_lambda
 from .ranking import top_k
-from .scoring import rae_scores
+from .scoring import combine_per_query, score_parts
 from .timing import Timing
 
 class Predictor:
@@ -46,6 +48,10 @@ class Predictor:
         if missing:
             raise DataError(f"{SETTINGS_FILE} lacks {', '.join(missing)}: rerun the package stage", memory)
         self.Y_train = sp.load_npz(memory / VALUES_FILE).tocsr()
+        self.query_lambda: QueryLambda | None = None
+        if self.settings.get("query_lambda", False):  # memory folders packaged before it existed lack the key
+            self.query_lambda = read_query_lambda(memory / QUERY_LAMBDA_FILE).check_settings(
+                float(self.settings["tau"]), int(self.settings["b"]), memory / QUERY_LAMBDA_FILE)
         self.label_texts: list[str] = read_json(memory / LABEL_TEXTS_FILE)
         keys = np.load(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
         self.index = load_index(index, keys=keys, ef_search=int(self.settings["ef_search"]), threads=threads)
@@ -84,7 +90,7 @@ class Predictor:
         b = int(self.settings["b"])
         ids, sims = self.index.search(queries, b)
         searched = time.perf_counter()
-        scores = rae_scores(ids, sims, self.Y_train, float(self.settings["lambda"]), float(self.settings["tau"]), b)
+        scores = self.scores(ids, sims)
         top = top_k(scores, k)
         results = []
         for row, labels in enumerate(top):
@@ -95,3 +101,12 @@ class Predictor:
         timing.encode_s, timing.search_s = encoded - started, searched - encoded
         timing.score_s = time.perf_counter() - searched
         return results, timing
+
+    def scores(self, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
+        """RAE's label scores of a joint retrieval: at the memory's λ, or at the per-query model's λ of
+        each query, its features read off the same retrieval and score halves."""
+        b = int(self.settings["b"])
+        parts = score_parts(ids, sims, self.Y_train, float(self.settings["tau"]), b)
+        lam = (float(self.settings["lambda"]) if self.query_lambda is None
+               else self.query_lambda.lambdas(ids, sims, self.Y_train, parts))
+        return combine_per_query(parts, lam)

@@ -14,14 +14,17 @@ it travels as a small JSON dict. On WordNet (zero-shot MiniLM, bench/query_lambd
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ConfigError, DataError
-from .scoring import check_b, check_tau, key_probabilities, kept_mask, score_parts
+from ..io import read_json
+from .scoring import Parts, check_b, check_tau, key_probabilities, kept_mask, score_parts
 
 # Features of one query's joint retrieval over its first b valid keys, in this column order.
 FEATURES = (
@@ -37,19 +40,22 @@ FEATURES = (
 DEFAULT_FOLDS = 5
 DEFAULT_RIDGE = 1.0
 MARGIN_SE = 2.0  # the model's cross-validated gain must exceed this many standard errors
+QUERY_LAMBDA_FILE = "query_lambda.json"  # the tune stage writes it, the package stage copies it into the memory
 
 
 def query_features(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix, tau: float,
-                   b: int | None = None) -> np.ndarray:
+                   b: int | None = None, parts: Parts | None = None) -> np.ndarray:
     """(n, len(FEATURES)) float64 features of n joint retrievals over the memory of Y_train's inputs and labels.
 
     The last two ask whether the two halves of RAE's scores agree on their favourite label (1: the other
     half scores it as high as its own favourite; 0: not at all, or a half is empty); ties between labels
     go to the smaller label id. A query with no valid key gets all zeros. Vectorised over queries.
+    `parts`: RAE's two score halves of this retrieval at (tau, b) when the caller has them already
+    (the Predictor scores with them), which saves their sparse product.
     """
     num_train, num_labels = Y_train.shape
     probs = key_probabilities(sims, ids, tau, num_train + num_labels, b)  # validates ids, sims, tau, b
-    knn_part, label_part = score_parts(ids, sims, Y_train, tau, b)
+    knn_part, label_part = score_parts(ids, sims, Y_train, tau, b) if parts is None else parts
     ids, sims = np.asarray(ids, dtype=np.int64), np.asarray(sims, dtype=np.float64)
     kept = kept_mask(ids, sims, b)
     is_input = kept & (ids < num_train)
@@ -115,9 +121,20 @@ class QueryLambda:
             return np.full(len(features), self.fallback)
         return self.grid[_predicted(features, self.mean, self.scale, self.coef).argmax(axis=1)]
 
-    def lambdas(self, ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix) -> np.ndarray:
-        """λ per query of a joint retrieval over Y_train's memory, from its features at this model's tau and b."""
-        return self.choose(query_features(ids, sims, Y_train, self.tau, self.b))
+    def lambdas(self, ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix,
+                parts: Parts | None = None) -> np.ndarray:
+        """λ per query of a joint retrieval over Y_train's memory, from its features at this model's tau and b
+        (`parts`: the retrieval's score halves at them, if already computed)."""
+        if not self.uses_model:
+            return np.full(len(ids), self.fallback)
+        return self.choose(query_features(ids, sims, Y_train, self.tau, self.b, parts))
+
+    def check_settings(self, tau: float, b: int | None, origin: str | os.PathLike | None = None) -> QueryLambda:
+        """This model, if its features were fitted at the τ and b that score with it; else a DataError."""
+        if (self.tau, self.b) != (tau, b):
+            raise DataError(f"query-λ model fitted at tau={self.tau}, b={self.b}, but RAE here runs at tau={tau}, "
+                            f"b={b}: rerun the tune stage", origin)
+        return self
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict for json.dump: feature names, grid, fallback, tau, b, means, scales, coefficients."""
@@ -150,6 +167,17 @@ class QueryLambda:
         return model
 
 
+def read_query_lambda(path: str | os.PathLike) -> QueryLambda:
+    """The model of a query_lambda.json (to_json's dict; other keys, such as the fit's report, ignored)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("no query-λ model: run the tune stage", path)
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise DataError("not a JSON object", path)
+    return QueryLambda.from_json(data, str(path))
+
+
 def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray, tau: float, b: int | None,
                      folds: int = DEFAULT_FOLDS, ridge: float = DEFAULT_RIDGE,
                      seed: int = 0) -> tuple[QueryLambda, dict[str, Any]]:
@@ -179,7 +207,7 @@ def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray
     fitted = _fit_linear(features, targets, ridge) if uses_model else (None, None, None)
     model = QueryLambda(grid, float(grid[best]), check_tau(tau), check_b(b), *fitted)
     report = {"queries": len(features), "folds": folds, "ridge": ridge, "fixed_lambda": float(grid[best]),
-              "fixed_mean": float(fixed_means[best]), "model_cv_mean": float(targets[:, best].mean() + gain.mean()),
+              "fixed_mean": float(fixed_means[best]), "model_cv_mean": float(targets[:, best].mean() + gain.mean()), "cv_gain": float(gain.mean()),
               "cv_gain_floor": float(gain_floor), "uses_model": bool(uses_model)}
     return model, report
 
