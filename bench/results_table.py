@@ -5,7 +5,9 @@
 Rows come from
 - each RUN folder given (metrics.json + per_instance.npz, as the evaluate stage writes them, or as
   bench/stage_resources.py --keep-eval copies them to bench/results/runs/<run>/): one row per method
-  in it (rae, dual_encoder, knn, ...). Its dataset is data.name of the params.yaml in the folder, else
+  in it (rae, rae_query_lambda, dual_encoder, knn, ...), named by run and recipe: "RAE λ=0.5",
+  "RAE auto λ=0.7" (metrics.json's selection), "RAE per-query λ" ("fell back to λ=..." when the
+  tune stage kept the fixed λ), "dual encoder", "kNN". Its dataset is data.name of the params.yaml in the folder, else
   the name of the folder above an `eval` folder (artifacts/<name>/eval). Train time is the train
   stage's wall time from stage_resources_<run>.json (beside runs/, or in bench/results for an
   artifacts/<run>/eval folder) when that file has one; predict
@@ -14,7 +16,7 @@ Rows come from
   disk of the model/ and index/ folders beside an artifacts/<name>/eval folder. Unknown values show "—".
 - every peer result bench/results/<peer>_<name>.json (with its .npz) that bench/peers/*.py wrote.
 
-Each RAE row gets the two-sided paired t-test (evaluation/significance.py) of its per-input values
+Each RAE row (rae and rae_*) gets the two-sided paired t-test (evaluation/significance.py) of its per-input values
 against the best non-RAE row of its dataset by P@1 (peers, and our dual encoder and kNN rows alike),
 one p-value per metric column. Writes bench/results/results_table.md and results_table.json.
 """
@@ -52,6 +54,28 @@ def size_mb(folders: list[Path]) -> float | None:
     return round(sum(p.stat().st_size for p in files) / 1e6, 1) if files else None
 
 
+def is_rae(method: str) -> bool:
+    return method == RAE or method.startswith(RAE + "_")
+
+
+def method_label(method: str, metrics: dict[str, Any], params_lambda: Any = None) -> str:
+    """What a row's method is, with the λ it ran at where the run records it (metrics.json's selection,
+    else the infer.lambda of the run's params.yaml, for runs made before the tune stage)."""
+    selection, query_lambda = metrics.get("selection") or {}, metrics.get("query_lambda") or {}
+    if method == RAE and "lambda" not in selection and isinstance(params_lambda, (int, float)):
+        selection = {"lambda": params_lambda}
+    if method == RAE:
+        if "lambda" not in selection:
+            return "RAE"
+        auto = "auto " if selection.get("auto", {}).get("lambda") else ""
+        return f"RAE {auto}λ={selection['lambda']:g}"
+    if method == "rae_query_lambda":
+        fallback = query_lambda.get("fallback")
+        return ("RAE per-query λ" if query_lambda.get("uses_model", 1) or fallback is None
+                else f"RAE per-query λ (fell back to λ={fallback:g})")
+    return {"dual_encoder": "dual encoder", "knn": "kNN"}.get(method, method)
+
+
 def run_rows(folder: Path, results: Path) -> list[dict[str, Any]]:
     """One row per method of an evaluate run."""
     if not (folder / "metrics.json").is_file():
@@ -63,15 +87,18 @@ def run_rows(folder: Path, results: Path) -> list[dict[str, Any]]:
     resources = (folder.parent.parent if folder.parent.name == "runs" else results) / f"stage_resources_{run}.json"
     train_s = read_json(resources).get("train", {}).get("wall_s") if resources.is_file() else None
     qps = metrics.get("retrieval", {}).get("queries_per_s")
+    params = YAML(typ="safe").load((folder / "params.yaml").read_text()) if (folder / "params.yaml").is_file() else {}
+    params_lambda = (params.get("infer") or {}).get("lambda")
     rows = []
     for method, summary in metrics.items():
-        if method == "retrieval":
+        if not isinstance(summary, dict) or "P@1" not in summary:  # retrieval, selection, query_lambda
             continue
-        rows.append({"dataset": run_dataset(folder), "name": f"{run} {method}", "method": method,
-                     "metrics": {m: summary.get(m) for m in METRICS},
-                     "train_s": train_s if method == RAE else None,
-                     "predict_s_per_1k": round(1000 / qps, 3) if method == RAE and qps else None,
-                     "model_mb": size_mb([home / "model", home / "index"]) if home and method == RAE else None,
+        rae = is_rae(method)
+        rows.append({"dataset": run_dataset(folder), "name": f"{run}: {method_label(method, metrics, params_lambda)}",
+                     "method": method, "metrics": {m: summary.get(m) for m in METRICS},
+                     "train_s": train_s if rae else None,
+                     "predict_s_per_1k": round(1000 / qps, 3) if rae and qps else None,
+                     "model_mb": size_mb([home / "model", home / "index"]) if home and rae else None,
                      "per_instance": {m: per_instance.get(f"{method}/{m}") for m in METRICS}})
     return rows
 
@@ -95,12 +122,12 @@ def peer_rows(results: Path) -> list[dict[str, Any]]:
 
 def significance(rows: list[dict[str, Any]]) -> None:
     """Give each RAE row "vs" (the best non-RAE row by P@1) and "p" (metric -> paired t-test p-value)."""
-    others = [row for row in rows if row["method"] != RAE and row["metrics"]["P@1"] is not None]
+    others = [row for row in rows if not is_rae(row["method"]) and row["metrics"]["P@1"] is not None]
     if not others:
         return
     best = max(others, key=lambda row: row["metrics"]["P@1"])
     for row in rows:
-        if row["method"] == RAE:
+        if is_rae(row["method"]):
             row["vs"] = best["name"]
             row["p"] = {m: paired_ttest(row["per_instance"][m], best["per_instance"][m])["p_value"]
                         for m in METRICS if row["per_instance"][m] is not None and best["per_instance"][m] is not None}

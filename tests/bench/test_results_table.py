@@ -25,7 +25,7 @@ def results_table():
 def write_run(folder, per_method, params=True):
     folder.mkdir(parents=True)
     if params:
-        (folder / "params.yaml").write_text("data:\n  name: toy\n")
+        (folder / "params.yaml").write_text("data:\n  name: toy\ninfer:\n  lambda: 0.5\n")
     metrics = {m: {k: 100 * float(np.mean(v)) for k in METRICS} for m, v in per_method.items()}
     metrics["retrieval"] = {"queries_per_s": 2000.0, "depth": 200}
     (folder / "metrics.json").write_text(json.dumps(metrics))
@@ -48,7 +48,7 @@ def test_rae_is_tested_against_the_best_non_rae_row_by_p1(results_table, tmp_pat
 
     rows = results_table.build_tables([results / "runs" / "toy_tuned"], results)["toy"]
 
-    assert [row["name"] for row in rows] == ["toy_tuned rae", "a tree peer", "toy_tuned knn"]  # by P@1: 75, 50, 25
+    assert [row["name"] for row in rows] == ["toy_tuned: RAE λ=0.5", "a tree peer", "toy_tuned: kNN"]  # by P@1: 75, 50, 25
     rae = rows[0]
     assert (rae["train_s"], rae["predict_s_per_1k"]) == (42.0, 0.5)
     assert rae["vs"] == "a tree peer"
@@ -69,12 +69,32 @@ def test_tables_are_written_as_markdown_and_json(results_table, tmp_path, monkey
 
     table = (results / "results_table.md").read_text()
     assert "### toy" in table
-    assert "| toy rae | 75.00 | 75.00 | 75.00 | 75.00 | 75.00 | — | 0.500 | — | vs a tree peer:" in table
+    assert "| toy: RAE | 75.00 | 75.00 | 75.00 | 75.00 | 75.00 | — | 0.500 | — | vs a tree peer:" in table
     saved = json.loads((results / "results_table.json").read_text())
-    assert [row["name"] for row in saved["toy"]] == ["toy rae", "a tree peer"]
+    assert [row["name"] for row in saved["toy"]] == ["toy: RAE", "a tree peer"]
 
 
 def test_a_run_folder_of_unknown_dataset_is_a_data_error(results_table, tmp_path):
     write_run(tmp_path / "somewhere", {"rae": RAE_P1}, params=False)
     with pytest.raises(DataError, match="cannot tell the dataset"):
         results_table.build_tables([tmp_path / "somewhere"], tmp_path / "results")
+
+
+def test_rae_rows_are_named_by_their_lambda_and_every_one_is_tested(results_table, tmp_path):
+    """metrics.json as the evaluate stage writes it since the tune stage: selection and query_lambda
+    entries describe the rae rows and are not rows themselves."""
+    results = tmp_path / "results"
+    folder = results / "runs" / "toy_auto"
+    write_run(folder, {"rae": RAE_P1, "rae_query_lambda": RAE_P1, "knn": KNN_P1})
+    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics["selection"] = {"lambda": 0.7, "tau": 0.04, "auto": {"lambda": True, "tau": False}}
+    metrics["query_lambda"] = {"uses_model": 0, "fallback": 0.7}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+
+    rows = results_table.build_tables([folder], results)["toy"]
+
+    names = [row["name"] for row in rows]
+    assert names == ["toy_auto: RAE auto λ=0.7", "toy_auto: RAE per-query λ (fell back to λ=0.7)", "toy_auto: kNN"]
+    expected = 2 * scipy.stats.t.sf(3 ** 0.5, 3)  # differences 1, 0, 0, 1 against kNN: mean 1/2, sd 1/sqrt(3)
+    assert [rows[0]["p"]["P@1"], rows[1]["p"]["P@1"]] == pytest.approx([expected, expected])
+    assert rows[0]["vs"] == rows[1]["vs"] == "toy_auto: kNN"
