@@ -77,8 +77,7 @@ def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, sel
         model = QueryLambda(grid, float(selection["lambda"]), tau, settings.b)
         return model, {"metric": metric, "queries": len(retrieval.val_rows), "uses_model": False,
                        "reason": f"fewer than {2 * DEFAULT_FOLDS} validation queries: the chosen lambda"}
-    evaluator = Evaluator(retrieval.Y_rest, retrieval.Y_val, retrieval.exclude, propensity_ab)
-    return fit_on_validation((retrieval.ids, retrieval.sims), evaluator, grid, tau, settings.b, metric)
+    return fit_on_validation((retrieval.ids, retrieval.sims), retrieval.evaluator(propensity_ab), grid, tau, settings.b, metric)
 
 
 def fit_on_validation(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: float, b: int,

@@ -116,6 +116,10 @@ class ValidationRetrieval:
     val_rows: np.ndarray        # rows of the training inputs that query
     rest_rows: np.ndarray       # rows of the training inputs that are keys
 
+    def evaluator(self, propensity_ab: tuple[float, float]) -> Evaluator:
+        """Ranks and scores the held-out inputs as the test set is ranked and scored."""
+        return Evaluator(self.Y_rest, self.Y_val, self.exclude, propensity_ab)
+
 
 def validation_retrieval(train_inputs: np.ndarray, labels: np.ndarray, Y_train: sp.csr_matrix,
                          filters_train: sp.csr_matrix, rest_rows: np.ndarray, val_rows: np.ndarray, b: int,
@@ -135,7 +139,7 @@ def validation_retrieval(train_inputs: np.ndarray, labels: np.ndarray, Y_train: 
 def validation_curve(retrieval: ValidationRetrieval, lambdas: list[float], taus: list[float], b: int,
                      propensity_ab: tuple[float, float]) -> list[dict[str, float]]:
     """The headline metrics (percent) of every (λ, τ) on the held-out inputs, rows {"lambda", "tau", metric...}."""
-    evaluator = Evaluator(retrieval.Y_rest, retrieval.Y_val, retrieval.exclude, propensity_ab)
+    evaluator = retrieval.evaluator(propensity_ab)
     n = len(retrieval.ids)
     rows = []
     for tau in taus:

@@ -174,21 +174,29 @@ def score_parts(
     return knn_part, p_label
 
 
-def combine(parts: Parts, lam: float) -> sp.csr_matrix:
-    """lam * knn_part + (1 - lam) * label_part, storing exactly the labels with a nonzero score."""
-    lam = check_lambda(lam)
+def _checked_parts(parts: Parts) -> Parts:
     knn_part, label_part = parts
     if knn_part.shape != label_part.shape:
         raise DataError(f"score parts have shapes {knn_part.shape} and {label_part.shape}")
-    if lam == 1.0:
-        scores = sp.csr_matrix(knn_part, copy=True)
-    elif lam == 0.0:
-        scores = sp.csr_matrix(label_part, copy=True)
-    else:
-        scores = sp.csr_matrix(lam * knn_part + (1.0 - lam) * label_part)
+    return knn_part, label_part
+
+
+def _nonzero_only(scores: sp.csr_matrix) -> sp.csr_matrix:
+    """The scores storing exactly the labels with a nonzero score (ranking reads the stored entries)."""
     scores.sum_duplicates()
     scores.eliminate_zeros()
     return scores
+
+
+def combine(parts: Parts, lam: float) -> sp.csr_matrix:
+    """lam * knn_part + (1 - lam) * label_part, storing exactly the labels with a nonzero score."""
+    lam = check_lambda(lam)
+    knn_part, label_part = _checked_parts(parts)
+    if lam == 1.0:
+        return _nonzero_only(sp.csr_matrix(knn_part, copy=True))
+    if lam == 0.0:
+        return _nonzero_only(sp.csr_matrix(label_part, copy=True))
+    return _nonzero_only(sp.csr_matrix(lam * knn_part + (1.0 - lam) * label_part))
 
 
 def combine_per_query(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
@@ -198,18 +206,13 @@ def combine_per_query(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
     """
     if np.ndim(lam) == 0:
         return combine(parts, lam)
-    knn_part, label_part = parts
-    if knn_part.shape != label_part.shape:
-        raise DataError(f"score parts have shapes {knn_part.shape} and {label_part.shape}")
+    knn_part, label_part = _checked_parts(parts)
     lam = np.asarray(lam, dtype=np.float64)
     if lam.shape != (knn_part.shape[0],):
         raise DataError(f"per-query lambdas have shape {lam.shape}, the scores {knn_part.shape[0]} rows")
     if not np.all((lam >= 0.0) & (lam <= 1.0)):  # also false for nan
         raise DataError("per-query lambdas must lie in [0, 1]")
-    scores = sp.csr_matrix(sp.diags(lam) @ knn_part + sp.diags(1.0 - lam) @ label_part)
-    scores.sum_duplicates()
-    scores.eliminate_zeros()
-    return scores
+    return _nonzero_only(sp.csr_matrix(sp.diags(lam) @ knn_part + sp.diags(1.0 - lam) @ label_part))
 
 
 def rae_scores(
