@@ -85,9 +85,11 @@ def run_rows(folder: Path, results: Path) -> list[dict[str, Any]]:
     run = home.name if home else folder.name
     # bench/stage_resources.py writes stage_resources_<run>.json beside the runs/ folder it copies runs to
     resources = (folder.parent.parent if folder.parent.name == "runs" else results) / f"stage_resources_{run}.json"
-    train_s = read_json(resources).get("train", {}).get("wall_s") if resources.is_file() else None
-    qps = metrics.get("retrieval", {}).get("queries_per_s")
     params = YAML(typ="safe").load((folder / "params.yaml").read_text()) if (folder / "params.yaml").is_file() else {}
+    # a zero-shot run's train stage only exports the pre-trained encoder: that is no training time
+    zero_shot = (params.get("encoder") or {}).get("mode") == "zero-shot"
+    train_s = read_json(resources).get("train", {}).get("wall_s") if resources.is_file() and not zero_shot else None
+    qps = metrics.get("retrieval", {}).get("queries_per_s")
     params_lambda = (params.get("infer") or {}).get("lambda")
     rows = []
     for method, summary in metrics.items():

@@ -22,10 +22,10 @@ def results_table():
     return load_bench_module("results_table.py")
 
 
-def write_run(folder, per_method, params=True):
+def write_run(folder, per_method, params=True, mode="fine-tuned"):
     folder.mkdir(parents=True)
     if params:
-        (folder / "params.yaml").write_text("data:\n  name: toy\ninfer:\n  lambda: 0.5\n")
+        (folder / "params.yaml").write_text(f"data:\n  name: toy\nencoder:\n  mode: {mode}\ninfer:\n  lambda: 0.5\n")
     metrics = {m: {k: 100 * float(np.mean(v)) for k in METRICS} for m, v in per_method.items()}
     metrics["retrieval"] = {"queries_per_s": 2000.0, "depth": 200}
     (folder / "metrics.json").write_text(json.dumps(metrics))
@@ -57,6 +57,17 @@ def test_rae_is_tested_against_the_best_non_rae_row_by_p1(results_table, tmp_pat
     for metric in METRICS:
         assert rae["p"][metric] == pytest.approx(expected)
     assert "p" not in rows[1] and "p" not in rows[2]
+
+
+def test_a_zero_shot_run_has_no_train_time(results_table, tmp_path):
+    """Its train stage only exported the pre-trained encoder; that time is not training."""
+    results = tmp_path / "results"
+    write_run(results / "runs" / "toy_zero", {"rae": RAE_P1}, mode="zero-shot")
+    (results / "stage_resources_toy_zero.json").write_text(json.dumps({"train": {"wall_s": 8.0}}))
+
+    (rae,) = results_table.build_tables([results / "runs" / "toy_zero"], results)["toy"]
+
+    assert rae["train_s"] is None and rae["predict_s_per_1k"] == 0.5
 
 
 def test_tables_are_written_as_markdown_and_json(results_table, tmp_path, monkeypatch):
