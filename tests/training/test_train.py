@@ -96,6 +96,12 @@ def test_training_lowers_the_loss_and_logs_validation(tiny, tiny_model, tmp_path
     assert (tmp_path / "ckpt.pt").is_file()
 
 
+def test_without_validate_last_the_curve_ends_at_the_last_mining_round(tiny, tiny_model, tmp_path):
+    _, logged, history = run_training(tiny, tiny_model, tmp_path / "ckpt.pt", validate_last=False)
+    assert [row["step"] for row in history] == [0, 3], "rounds at steps 0 and 3; none after step 6"
+    assert "val_rae_P@1" in logged[-1][1]
+
+
 class Killed(Exception):
     pass
 
@@ -353,7 +359,7 @@ def test_every_setting_comes_from_params_yaml():
 @pytest.mark.parametrize("key, value", [
     ("batch_size", "abc"), ("batch_size", 0), ("batch_size", True), ("batch_size", 2.5), ("lr", -1e-4),
     ("lr", float("nan")), ("tau", 0), ("grad_clip", 0.0), ("max_steps", 0), ("hnm_steps", 0),
-    ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_lambda", 1.5),
+    ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_lambda", 1.5), ("validate_last", "no"),
     ("seed", -1), ("grad_cache_chunk", -8), ("grad_cache_chunk", "16"), ("nproc", 0), ("nproc", "all"),
     ("device", "gpu"), ("precision", "fp8"), ("torchrun_args", None), ("batchsize", 8),
 ])

@@ -77,6 +77,7 @@ class TrainSettings:
     val_fraction: float = _setting(float, "a number in [0, 1)", lambda value: 0 <= value < 1)
     val_b: int = _at_least(1)
     val_lambda: float = _fraction()
+    validate_last: bool = _switch()          # a round after the last step only to validate the final encoder
     checkpoint_every: int = _at_least(1)
     embed_batch_size: int = _at_least(1)
     seed: int = _at_least(0)

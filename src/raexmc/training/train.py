@@ -53,9 +53,9 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
     start = saved.resume(ctx.device)
     journal = Journal(settings, ctx, start.step, start.elapsed_s, start.history, log)
 
-    def mine(round_no: int) -> RoundResult:
+    def mine(round_no: int, negatives_too: bool = True) -> RoundResult:
         return mining_round(model, cache, Y, filters, train_rows, val_rows, settings, ctx, precision, round_no,
-                            propensity_ab)
+                            propensity_ab, negatives_too)
 
     model.train()
     negatives = start.negatives
@@ -70,7 +70,7 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
         journal.stepped(float(loss))
         saved.save_if_due(step + 1, negatives, journal.elapsed_s(), journal.history)
     journal.close()
-    if settings.max_steps > start.step:  # a last round on every rank: it gathers across ranks
-        mined = mine(settings.max_steps // settings.hnm_steps + 1)
+    if settings.validate_last and settings.max_steps > start.step:  # on every rank: it gathers across ranks
+        mined = mine(settings.max_steps // settings.hnm_steps + 1, negatives_too=False)
         journal.finished(settings.max_steps, mined.validation)
     return journal.history
