@@ -10,8 +10,9 @@ import scipy.sparse as sp
 from raexmc.errors import ConfigError
 from raexmc.evaluation.evaluator import Evaluator
 from raexmc.evaluation.propensity import DEFAULT_AB
-from raexmc.evaluation.query_lambda_fit import (fit_on_validation, metric_by_lambda, per_query_lambda_scorer,
-                                                per_query_metric)
+from raexmc.evaluation.query_lambda_fit import (fit_on_selection, fit_on_validation, metric_by_lambda,
+                                                per_query_lambda_scorer, per_query_metric)
+from raexmc.evaluation.selection import TuneSettings, ValidationRetrieval
 
 NUM_LABELS, NUM_TRAIN = 10, 20  # training input i has the one label i % 10
 Y_TRAIN = sp.csr_matrix((np.ones(NUM_TRAIN), np.arange(NUM_TRAIN) % NUM_LABELS, np.arange(NUM_TRAIN + 1)),
@@ -72,3 +73,20 @@ def test_unknown_metric_is_a_config_error():
     joint, evaluator, _ = _queries(np.random.default_rng(2), 20)
     with pytest.raises(ConfigError, match="P@2"):
         metric_by_lambda(joint, evaluator, GRID, TAU, 3, metric="P@2")
+
+
+def test_the_tune_stage_fit_falls_back_to_its_chosen_lambda_in_a_tie():
+    """Kind 0 is right at λ = 0 and 0.5 alike; where it is the majority the fit's own best is 0, but
+    the tune stage breaks that tie towards 0.5, and the per-query model must fall back to its choice."""
+    rng = np.random.default_rng(8)
+    joint, evaluator, kind = _queries(rng, 200, separable=False)
+    assert (kind == 0).sum() > (kind == 1).sum()
+    retrieval = ValidationRetrieval(*joint, evaluator.truth, Y_TRAIN, sp.csr_matrix((200, NUM_LABELS)),
+                                    np.arange(200), np.arange(NUM_TRAIN))
+    settings = TuneSettings(lam=None, tau=TAU, lambda_grid=tuple(GRID), tau_grid=(TAU,), metric="P@1", b=3,
+                            val_fraction=0.05, val_seed=0, relevance="binary")
+
+    model, report = fit_on_selection(retrieval, settings, {"lambda": 0.5, "tau": TAU}, DEFAULT_AB)
+
+    assert not report["uses_model"] and model.fallback == report["fixed_lambda"] == 0.5
+    assert fit_on_validation(joint, evaluator, GRID, TAU, b=3)[0].fallback == 0.0

@@ -87,7 +87,9 @@ def test_tune_stage_writes_the_model_a_fit_by_hand_gives(tmp_path):
         truth[np.arange(len(val_rows)), (lam * P[:, :n_rest] @ Y_rest + (1 - lam) * P[:, n_rest:]).argmax(axis=1)]
         for lam in GRID])
     assert targets.mean(axis=0).max() == 0.5, "every fixed λ gets one kind of held-out input wrong"
-    by_hand, report = fit_query_lambda(query_features(ids, sims, Y[rest_rows], TAU, B), targets, np.array(GRID), TAU, B)
+    chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())["lambda"]  # a tie: the fit's bar is it
+    by_hand, report = fit_query_lambda(query_features(ids, sims, Y[rest_rows], TAU, B), targets, np.array(GRID), TAU, B,
+                                       fixed_lambda=chosen)
 
     assert by_hand.uses_model and model.uses_model and written["fit"]["uses_model"]
     assert (model.tau, model.b, model.fallback) == (TAU, B, by_hand.fallback)

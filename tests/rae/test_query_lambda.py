@@ -88,6 +88,22 @@ def test_fallback_when_features_carry_no_signal():
     np.testing.assert_array_equal(model.choose(noise[:7]), np.full(7, best_fixed))
 
 
+def test_a_given_fixed_lambda_is_the_bar_and_the_fallback_even_in_a_tie():
+    """Targets tie at 0.3 and 0.5: by default the first of them, else the given one (the tune stage's
+    choice, whose ties break towards 0.5)."""
+    rng = np.random.default_rng(6)
+    noise = rng.standard_normal((40, len(FEATURES)))
+    hits = (np.arange(40) % 2).astype(float)
+    targets = np.column_stack([np.zeros(40), hits, hits, np.zeros(40)])
+    grid = np.array([0.0, 0.3, 0.5, 1.0])
+    default, _ = fit_query_lambda(noise, targets, grid, 0.04, 200)
+    given, report = fit_query_lambda(noise, targets, grid, 0.04, 200, fixed_lambda=0.5)
+    assert (default.fallback, given.fallback, report["fixed_lambda"]) == (0.3, 0.5, 0.5)
+    assert not report["uses_model"] and report["fixed_mean"] == 0.5
+    with pytest.raises(DataError, match="not on the grid"):
+        fit_query_lambda(noise, targets, grid, 0.04, 200, fixed_lambda=0.7)
+
+
 @pytest.mark.parametrize("signal", [True, False])
 def test_model_round_trips_through_json(signal):
     rng = np.random.default_rng(2)

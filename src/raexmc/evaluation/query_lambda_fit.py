@@ -77,15 +77,17 @@ def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, sel
         model = QueryLambda(grid, float(selection["lambda"]), tau, settings.b)
         return model, {"metric": metric, "queries": len(retrieval.val_rows), "uses_model": False,
                        "reason": f"fewer than {2 * DEFAULT_FOLDS} validation queries: the chosen lambda"}
-    return fit_on_validation((retrieval.ids, retrieval.sims), retrieval.evaluator(propensity_ab), grid, tau, settings.b, metric)
+    return fit_on_validation((retrieval.ids, retrieval.sims), retrieval.evaluator(propensity_ab), grid, tau, settings.b,
+                             metric, fixed_lambda=float(selection["lambda"]))
 
 
 def fit_on_validation(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: float, b: int,
                       metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS,
-                      ridge: float = DEFAULT_RIDGE) -> tuple[QueryLambda, dict[str, Any]]:
+                      ridge: float = DEFAULT_RIDGE, fixed_lambda: float | None = None) -> tuple[QueryLambda, dict[str, Any]]:
     """The per-query λ model of validation queries: their joint retrieval against a memory that does not
-    hold them, and an evaluator of their labels. Returns the model and the fit's report."""
+    hold them, and an evaluator of their labels; `fixed_lambda` is the λ it must beat and else falls
+    back to (default: the best on these queries). Returns the model and the fit's report."""
     features = query_features(joint[0], joint[1], evaluator.Y_train, tau, b)
     targets = metric_by_lambda(joint, evaluator, grid, tau, b, metric)
-    model, report = fit_query_lambda(features, targets, grid, tau, b, folds, ridge)
+    model, report = fit_query_lambda(features, targets, grid, tau, b, folds, ridge, fixed_lambda=fixed_lambda)
     return model, {"metric": metric, **report}

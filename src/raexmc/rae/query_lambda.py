@@ -180,13 +180,14 @@ def read_query_lambda(path: str | os.PathLike) -> QueryLambda:
 
 def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray, tau: float, b: int | None,
                      folds: int = DEFAULT_FOLDS, ridge: float = DEFAULT_RIDGE,
-                     seed: int = 0) -> tuple[QueryLambda, dict[str, Any]]:
+                     seed: int = 0, fixed_lambda: float | None = None) -> tuple[QueryLambda, dict[str, Any]]:
     """The model from validation queries' features (n, F) and their target metric at each grid λ (n, G).
 
     The ridge model is kept only when its `folds`-fold cross-validated per-query target beats the
-    best fixed λ's (chosen on all the fitting queries, so the bar is high) by MARGIN_SE standard errors
-    of the mean per-query gain; otherwise the model is that fixed λ, so that noise never wins a near
-    tie. Returns the model and a report of both scores.
+    fixed λ's (`fixed_lambda`, a grid point: the tune stage's choice, so that ties break as they did
+    there; by default the best on all the fitting queries; either way the bar is high) by MARGIN_SE
+    standard errors of the mean per-query gain; otherwise the model is that fixed λ, so that noise
+    never wins a near tie. Returns the model and a report of both scores.
     """
     features, grid = _check_features(features), _check_grid(grid)
     targets = np.asarray(targets, dtype=np.float64)
@@ -195,7 +196,12 @@ def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray
     if len(features) < 2 * folds:
         raise DataError(f"fitting a query-λ model needs at least {2 * folds} queries, got {len(features)}")
     fixed_means = targets.mean(axis=0)
-    best = int(fixed_means.argmax())
+    if fixed_lambda is None:
+        best = int(fixed_means.argmax())
+    elif np.isclose(grid, fixed_lambda).any():
+        best = int(np.isclose(grid, fixed_lambda).argmax())
+    else:
+        raise DataError(f"the fixed λ {fixed_lambda} is not on the grid {grid.tolist()}")
     chosen = np.empty(len(features), dtype=np.int64)
     for held_out in np.array_split(np.random.default_rng(seed).permutation(len(features)), folds):
         fitting = np.setdiff1d(np.arange(len(features)), held_out)
