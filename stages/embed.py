@@ -33,8 +33,10 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
                 throughput[split] = embed_split(encoder, cache, split, folder / f"{split}.npy",
                                                 p.typed("embed.batch_size", int), device, precision,
                                                 p.typed("embed.dtype", str))
+            # no timings in the output: rerunning on the same inputs must give the same bytes, or DVC
+            # rebuilds the index downstream (and a multithreaded HNSW build is not bit-reproducible)
             write_json(folder / "meta.json", {"encoder": str(model), "device": device, "precision": precision,
-                                              "dim": encoder.config.hidden_size, "throughput": throughput})
+                                              "dim": encoder.config.hidden_size})
         run.metrics(throughput)
 
     run_stage("embed", body, str(params))

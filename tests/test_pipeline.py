@@ -95,7 +95,10 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     assert "evaluate/rae.P_at_1" in metrics and "significance/rae_vs_knn.P_at_1.p_value" in metrics
     assert runs[0].data.params["encoder.name"] == str(tiny_model)
     assert str(client.get_model_version_by_alias("raexmc-tiny", "candidate").run_id) == runs[0].info.run_id
-    assert "package/duration_s" in metrics
+    assert "package/duration_s" in metrics and metrics["embed/train.texts"] == 4
+
+    dvc("repro", "--force", "--single-item", "embed", cwd=project)  # the same embeddings, so the same output
+    assert changed_stages(project) == set(), "a rerun of embed must not make the index stale"
 
     set_params(project, **{"train.lr": 3e-4})
     assert changed_stages(project) == {"train"}, "train.* reruns training (DVC then goes on downstream)"
