@@ -198,10 +198,11 @@ def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray
     fixed_means = targets.mean(axis=0)
     if fixed_lambda is None:
         best = int(fixed_means.argmax())
-    elif np.isclose(grid, fixed_lambda).any():
-        best = int(np.isclose(grid, fixed_lambda).argmax())
     else:
-        raise DataError(f"the fixed λ {fixed_lambda} is not on the grid {grid.tolist()}")
+        on_grid = np.flatnonzero(np.isclose(grid, fixed_lambda))
+        if len(on_grid) == 0:
+            raise DataError(f"the fixed λ {fixed_lambda} is not on the grid {grid.tolist()}")
+        best = int(on_grid[0])
     chosen = np.empty(len(features), dtype=np.int64)
     for held_out in np.array_split(np.random.default_rng(seed).permutation(len(features)), folds):
         fitting = np.setdiff1d(np.arange(len(features)), held_out)
@@ -213,8 +214,8 @@ def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray
     fitted = _fit_linear(features, targets, ridge) if uses_model else (None, None, None)
     model = QueryLambda(grid, float(grid[best]), check_tau(tau), check_b(b), *fitted)
     report = {"queries": len(features), "folds": folds, "ridge": ridge, "fixed_lambda": float(grid[best]),
-              "fixed_mean": float(fixed_means[best]), "model_cv_mean": float(targets[:, best].mean() + gain.mean()), "cv_gain": float(gain.mean()),
-              "cv_gain_floor": float(gain_floor), "uses_model": bool(uses_model)}
+              "fixed_mean": float(fixed_means[best]), "model_cv_mean": float(targets[:, best].mean() + gain.mean()),
+              "cv_gain": float(gain.mean()), "cv_gain_floor": float(gain_floor), "uses_model": bool(uses_model)}
     return model, report
 
 

@@ -44,15 +44,15 @@ class RoundResult:
 
 def mining_round(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, train_rows: np.ndarray,
                  val_rows: np.ndarray, settings: TrainSettings, ctx: DistContext, precision: str, round_no: int,
-                 propensity_ab: tuple[float, float], mine: bool = True) -> RoundResult:
-    """Re-embed inputs and labels with the current encoder; mine hard negatives (unless `mine` is
-    false: the round after the last step only validates); validate P@1."""
+                 propensity_ab: tuple[float, float], mine_negatives: bool = True) -> RoundResult:
+    """Re-embed inputs and labels with the current encoder; mine hard negatives (unless
+    `mine_negatives` is false: the round after the last step only validates); validate P@1."""
     model.eval()
     inputs = embed_all(model, cache.ids("train"), cache.lengths("train"), settings.embed_batch_size, ctx, precision)
     labels = embed_all(model, cache.ids("labels"), cache.lengths("labels"), settings.embed_batch_size, ctx, precision)
     model.train()
     negatives = np.full((Y.shape[0], settings.num_hard_negatives), -1, np.int64)
-    if settings.hard_negatives and mine:
+    if settings.hard_negatives and mine_negatives:
         negatives = mine_hard_negatives(inputs, top_k_search(labels, ctx.device), Y, settings.hnm_topk,
                                         settings.num_hard_negatives,
                                         np.random.default_rng([settings.seed, 1000 + round_no]))

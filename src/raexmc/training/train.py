@@ -53,9 +53,9 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
     start = saved.resume(ctx.device)
     journal = Journal(settings, ctx, start.step, start.elapsed_s, start.history, log)
 
-    def mine(round_no: int, negatives_too: bool = True) -> RoundResult:
+    def mine(round_no: int, mine_negatives: bool = True) -> RoundResult:
         return mining_round(model, cache, Y, filters, train_rows, val_rows, settings, ctx, precision, round_no,
-                            propensity_ab, negatives_too)
+                            propensity_ab, mine_negatives)
 
     model.train()
     negatives = start.negatives
@@ -71,6 +71,6 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
         saved.save_if_due(step + 1, negatives, journal.elapsed_s(), journal.history)
     journal.close()
     if settings.validate_last and settings.max_steps > start.step:  # on every rank: it gathers across ranks
-        mined = mine(settings.max_steps // settings.hnm_steps + 1, negatives_too=False)
+        mined = mine(settings.max_steps // settings.hnm_steps + 1, mine_negatives=False)
         journal.finished(settings.max_steps, mined.validation)
     return journal.history
