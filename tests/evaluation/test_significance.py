@@ -44,6 +44,28 @@ def test_matches_scipy_on_random_data():
     assert (r["ci_low"], r["ci_high"]) == pytest.approx((ci.low, ci.high))
 
 
+def test_log10_p_of_the_hand_worked_example():
+    assert paired_ttest(A, B)["log10_p"] == pytest.approx(math.log10(0.01539), abs=1e-3)
+
+
+def test_p_that_underflows_keeps_its_size_in_log10_p():
+    # 1,000 paired differences with mean 1 and sample sd 0.25 exactly: t = 1 / (0.25 / sqrt(1000)) = 126.5
+    # on 999 degrees of freedom, far below the smallest double as a p-value. The reference is the t
+    # distribution's tail as a regularised incomplete beta function, evaluated in 50-digit arithmetic:
+    # P(|T| > t) = I_{v / (v + t^2)}(v / 2, 1 / 2).
+    import mpmath
+
+    z = np.random.default_rng(0).standard_normal(1000)
+    diff = 1.0 + 0.25 * (z - z.mean()) / z.std(ddof=1)
+    r = paired_ttest(diff, np.zeros_like(diff))
+    assert r["p_value"] == 0.0  # what float64 gives
+    mpmath.mp.dps = 50
+    t, v = mpmath.mpf(r["t"]), mpmath.mpf(999)
+    expected = mpmath.log10(mpmath.betainc(v / 2, mpmath.mpf(1) / 2, 0, v / (v + t ** 2), regularized=True))
+    assert expected < -300
+    assert r["log10_p"] == pytest.approx(float(expected), abs=1e-6 * abs(float(expected)))
+
+
 def test_higher_confidence_gives_wider_interval():
     narrow, wide = paired_ttest(A, B, 0.9), paired_ttest(A, B, 0.99)
     assert wide["ci_low"] < narrow["ci_low"] < narrow["ci_high"] < wide["ci_high"]
@@ -57,7 +79,7 @@ def test_zero_differences_give_p_one_not_nan():
 
 def test_constant_nonzero_difference():
     r = paired_ttest(A + 1.0, A)  # every difference is exactly 1
-    assert r["t"] == math.inf and r["p_value"] == 0.0
+    assert r["t"] == math.inf and r["p_value"] == 0.0 and r["log10_p"] == -math.inf
     assert (r["ci_low"], r["ci_high"]) == (1.0, 1.0)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.special
 import scipy.stats
 
 from ..errors import ConfigError, DataError
@@ -35,13 +36,50 @@ def _paired(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+def _log10_two_sided_p(t: float, dof: int) -> float:
+    """log10 of P(|T| > |t|) for Student's t with `dof` degrees of freedom, also where p underflows.
+
+    scipy's log survival function is the log of a float64 tail, so it reaches -inf near 1e-308. In
+    that range the tail is the regularised incomplete beta I_x(dof/2, 1/2) at x = dof / (dof + t^2),
+    with x far below its mean, where its continued fraction (DLMF 8.17.22) converges in a few terms;
+    it is evaluated here with its prefactor in log space.
+    """
+    log_p = math.log(2.0) + float(scipy.stats.t.logsf(abs(t), dof))
+    if math.isfinite(log_p):
+        return log_p / math.log(10.0)
+    a, b, x = dof / 2.0, 0.5, dof / (dof + t * t)
+    log_prefactor = (a * math.log(x) + b * math.log(t * t / (dof + t * t)) - math.log(a)
+                     - float(scipy.special.betaln(a, b)))
+    return (log_prefactor + math.log(_beta_continued_fraction(a, b, x))) / math.log(10.0)
+
+
+def _beta_continued_fraction(a: float, b: float, x: float, tiny: float = 1e-300, tol: float = 1e-15) -> float:
+    """The continued fraction of I_x(a, b) (modified Lentz), valid for x < (a + 1) / (a + b + 2)."""
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 10_000):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < tol:
+            break
+    return fraction
+
+
 def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict[str, float | int]:
     """Two-sided paired t-test of a against b, with a confidence interval for mean(a - b).
 
     Per-input metric values of two systems are paired by test input, so the test looks at their
     differences. Constant differences have no spread, where scipy would warn and return nan: all
     zero gives t = 0 and p = 1; a nonzero constant gives t = +-inf and p = 0; both a zero-width CI.
-    Values are plain Python numbers so the result can go straight into JSON.
+    On large test sets p underflows to 0.0 in floating point, which would read as "certain", so the
+    result also carries log10_p from the t distribution's log survival function: finite wherever t
+    is (a constant nonzero difference gives -inf). Values are plain Python numbers for JSON.
     """
     if not 0.0 < confidence < 1.0:
         raise ConfigError(f"confidence must be in (0, 1), got {confidence}")
@@ -52,10 +90,12 @@ def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict
     if np.all(diff == diff[0]):
         t = 0.0 if mean_diff == 0.0 else math.copysign(math.inf, mean_diff)
         p_value = 1.0 if mean_diff == 0.0 else 0.0
+        log10_p = 0.0 if mean_diff == 0.0 else -math.inf
         half_width = 0.0
     else:
         result = scipy.stats.ttest_rel(a, b)
         t, p_value = float(result.statistic), float(result.pvalue)
+        log10_p = _log10_two_sided_p(t, n - 1)
         std_err = float(diff.std(ddof=1)) / math.sqrt(n)
         half_width = float(scipy.stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * std_err
     return {
@@ -66,6 +106,7 @@ def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict
         "ci_high": mean_diff + half_width,
         "t": t,
         "p_value": p_value,
+        "log10_p": log10_p,
         "n": n,
     }
 
