@@ -143,6 +143,18 @@ def serve(name: str = NAME,
 
 
 @app.command()
+def results(name: str = NAME,
+            artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
+            params: Path = PARAMS) -> None:
+    """Key metrics per method and RAE's paired t-tests: a readable `dvc metrics show`."""
+    with user_errors():
+        from .pipeline.results import summary
+
+        folder = artifacts / (name or load_params(params).typed("data.name", str))
+        typer.echo(summary(folder / "eval", folder / "significance.json"))
+
+
+@app.command()
 def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
                                              help="key=v1,v2,...; repeat for a grid, e.g. -S infer.lambda=0,0.5,1 -S infer.b=50,200."),
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Experiments run at once (DVC queue workers)."),
