@@ -1,8 +1,9 @@
-"""Retrieve every test input's top keys from the joint memory (RAE), the label keys alone (the dual
-encoder) and the training-input keys alone (kNN); score RAE (at the λ and τ the tune stage chose, and
-b), both baselines, RAE with the tune stage's per-query λ model (rae_query_lambda) and RAE's λ and b
-sweeps (optionally the paper's OvA+kNN ablation), and write metrics.json, per-instance metrics and
-plots (the λ sweep on test beside validation's)."""
+"""Retrieve every test input's top keys from the label keys alone (the dual encoder) and the
+training-input keys alone (kNN), and from the joint memory (RAE) as the merge of those two searches;
+score RAE (at the λ and τ the tune stage chose, and b), both baselines, RAE with the tune stage's
+per-query λ model (rae_query_lambda) and RAE's λ and b sweeps (optionally the paper's OvA+kNN
+ablation), and write metrics.json, per-instance metrics and plots (the λ sweep on test beside
+validation's)."""
 
 import time
 from pathlib import Path
@@ -18,8 +19,8 @@ from raexmc.evaluation.query_lambda_fit import METHOD as QUERY_LAMBDA_METHOD
 from raexmc.evaluation.query_lambda_fit import evaluate_query_lambda
 from raexmc.evaluation.selection import lambda_rows, read_selection
 from raexmc.io import atomic_dir, write_json
-from raexmc.memory.indexes import load_memory_index
-from raexmc.memory.keys_values import training_values
+from raexmc.memory.indexes import load_joint_search, memory_backend
+from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.pipeline.plots import line_plot, segment_bars
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
@@ -44,16 +45,15 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         depth = max([settings.b, *settings.b_sweep])
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         ef_search = p.typed("infer.ef_search", int)
-        joint_index = load_memory_index(index, embeddings, "joint", ef_search)
+        keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
+        memory = load_joint_search(index, keys, ef_search)
         started = time.perf_counter()
-        joint = joint_index.search(queries, depth)
+        joint, inputs, labels = memory.search_all(queries, depth, settings.b)
         search_s = time.perf_counter() - started
-        del joint_index
-        baselines = {key_set: load_memory_index(index, embeddings, key_set, ef_search).search(queries, settings.b)
-                     for key_set in ("labels", "inputs")}
+        del memory, keys
         Y_values = training_values(data.label_matrix("train"), p.typed("infer.relevance", str))
         evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab)
-        result = evaluate_retrieval(Retrievals(joint, **baselines), evaluator, settings,
+        result = evaluate_retrieval(Retrievals(joint=joint, labels=labels, inputs=inputs), evaluator, settings,
                                     with_ova_knn=p.typed("infer.ova_knn", bool))
         methods, per_instance = result["methods"], result["per_instance"]
         methods[QUERY_LAMBDA_METHOD], per_instance[QUERY_LAMBDA_METHOD] = evaluate_query_lambda(

@@ -1,6 +1,7 @@
-"""Build the nearest-key indexes of the knowledge memory: over the joint keys K = [training inputs;
-labels] for RAE, and over the labels alone and the training inputs alone for the dual-encoder and kNN
-baselines (HNSW by inner product on normalised embeddings, or exact search), saved with what reloads them."""
+"""Build the nearest-key indexes of the knowledge memory, every key once: one over the training inputs
+(kNN) and one over the labels (the dual encoder); RAE's search of the joint keys K = [training inputs;
+labels] merges the two (HNSW by inner product on normalised embeddings on `index.threads` threads, or
+exact search), saved with what reloads them."""
 
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from raexmc.pipeline.stage import run_stage, stage_cli
 
 
 def main(embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
-         out: Path = typer.Option(..., help="Index folder to write (one sub-folder per key set)."),
+         out: Path = typer.Option(..., help="Index folder to write (inputs/ and labels/)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         run.params({"index": p.section("index")})

@@ -9,7 +9,6 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection import read_selection
-from raexmc.memory.indexes import index_folder
 from raexmc.memory.keys_values import memory_keys, write_memory
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.pipeline.tracking.identity import experiment_name
@@ -43,7 +42,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             # alias, so a sweep does not change what is served (`raexmc serve --alias <experiment>`).
             experiment = experiment_name()
             alias = p.typed("package.alias", str) if experiment == "workspace" else experiment
-            uri = log_predictor(run.run_id, model, index_folder(index), out, name, alias)
+            uri = log_predictor(run.run_id, model, index, out, name, alias)
             typer.echo(f"registered {uri}; serve it with `raexmc serve`", err=True)
 
     run_stage("package", body, str(params))

@@ -70,11 +70,14 @@ def changed_stages(repo: Path) -> set[str]:
 def test_repro_runs_the_whole_dag(project, tiny_model):
     dvc("repro", cwd=project)
     for path in ("data/tiny/stats.json", "artifacts/tiny/tokens/train.ids.npy", "artifacts/tiny/embeddings/test.npy",
-                 "artifacts/tiny/index/joint/meta.json", "artifacts/tiny/eval/metrics.json",
-                 "artifacts/tiny/eval/per_instance.npz", "artifacts/tiny/significance.json",
+                 "artifacts/tiny/index/inputs/meta.json", "artifacts/tiny/index/labels/meta.json",
+                 "artifacts/tiny/eval/metrics.json", "artifacts/tiny/eval/per_instance.npz",
+                 "artifacts/tiny/significance.json",
                  "artifacts/tiny/predictor/settings.json", "artifacts/tiny/tune/selection.json",
                  "artifacts/tiny/tune/query_lambda.json", "artifacts/tiny/predictor/query_lambda.json"):
         assert (project / path).is_file(), path
+    index = sorted(p.name for p in (project / "artifacts/tiny/index").iterdir())
+    assert index == ["inputs", "labels"], "every key is indexed once: no joint index"
     chosen = json.loads((project / "artifacts/tiny/tune/selection.json").read_text())
     packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
     evaluated = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())["selection"]

@@ -92,14 +92,13 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
             params: Path = PARAMS) -> None:
     """Top-k labels, with scores and label texts, as one JSON line per query on stdout."""
     with user_errors():
-        from .memory.indexes import index_folder
         from .rae.predictor import Predictor
         from .rae.timing import Timing
 
         queries = _read_queries(texts, file, jsonl)
         folder = artifacts / (name or load_params(params).typed("data.name", str))
         started = time.perf_counter()
-        predictor = Predictor(folder / "model", index_folder(folder / "index"), folder / "predictor", device=device)
+        predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device=device)
         if verbose:
             typer.echo(f"loaded {folder} in {time.perf_counter() - started:.2f} s", err=True)
         total = Timing()

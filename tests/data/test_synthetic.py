@@ -18,7 +18,7 @@ from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.evaluation.significance import compare_runs
-from raexmc.memory.indexes import build_memory_indexes, load_memory_index
+from raexmc.memory.indexes import build_memory_indexes, load_joint_search
 from raexmc.params import load_params
 from raexmc.training.distributed import DistContext
 from raexmc.training.settings import TrainSettings
@@ -128,8 +128,8 @@ def test_synthetic_small_goes_through_every_stage(tmp_path, tiny_model):
         embed_split(model, cache, split, tmp_path / f"{split}.npy", 256, "cpu", "fp32")
     build_memory_indexes(tmp_path, tmp_path / "index", "hnsw", M=16, ef_construction=100, progress=False)
     queries = np.load(tmp_path / "test.npy")
-    retrievals = Retrievals(**{key_set: load_memory_index(tmp_path / "index", tmp_path, key_set).search(queries, 50)
-                               for key_set in ("joint", "labels", "inputs")})
+    joint, inputs, labels = load_joint_search(tmp_path / "index").search_all(queries, 50, 50)
+    retrievals = Retrievals(joint=joint, labels=labels, inputs=inputs)
     evaluator = Evaluator(dataset.label_matrix("train"), dataset.label_matrix("test"), dataset.filter_matrix("test"),
                           (0.55, 1.5))
     result = evaluate_retrieval(retrievals, evaluator, EvalSettings(lam=0.5, b=50, tau=0.04))

@@ -1,4 +1,5 @@
-"""The knowledge memory: key sets, one index per key set (real hnswlib and exact), binary values."""
+"""The knowledge memory: key sets, an index over the inputs and one over the labels merged into the joint
+search (real hnswlib and exact), binary values."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from raexmc.errors import ConfigError
-from raexmc.memory.indexes import build_memory_indexes, load_memory_index
+from raexmc.errors import ConfigError, DataError
+from raexmc.memory.indexes import build_memory_indexes, load_joint_search, memory_backend
 from raexmc.memory.keys_values import memory_keys, training_values
 
 
@@ -30,15 +31,26 @@ def test_key_sets_stack_in_key_id_order(embeddings):
 
 
 @pytest.mark.parametrize("backend", ["exact", "hnsw"])
-def test_each_key_set_has_its_own_index(embeddings, tmp_path, backend):
+def test_every_key_is_indexed_once_and_the_joint_search_merges(embeddings, tmp_path, backend):
     built = build_memory_indexes(embeddings, tmp_path / "index", backend, M=16, ef_construction=100, threads=1)
-    assert {name: values["keys"] for name, values in built.items()} == {"joint": 55, "labels": 15, "inputs": 40}
+    assert {name: values["keys"] for name, values in built.items()} == {"inputs": 40, "labels": 15}
+    assert sorted(p.name for p in (tmp_path / "index").iterdir()) == ["inputs", "labels"]
+    assert memory_backend(tmp_path / "index") == backend
     queries = np.load(embeddings / "test.npy")
-    for key_set, keys in (("joint", memory_keys(embeddings)), ("labels", np.load(embeddings / "labels.npy")),
-                          ("inputs", np.load(embeddings / "train.npy"))):
-        ids, _ = load_memory_index(tmp_path / "index", embeddings, key_set, ef_search=100).search(queries, 5)
-        brute = np.argsort(-(queries @ keys.T), axis=1, kind="stable")[:, :5]
-        np.testing.assert_array_equal(ids, brute)  # ids within the key set's own numbering
+    keys = memory_keys(embeddings)
+    memory = load_joint_search(tmp_path / "index", keys if backend == "exact" else None, ef_search=100)
+    for hits, key_set in ((memory.search(queries, 5), keys), *zip(memory.search_parts(queries, 5),
+                                                                   (keys[:40], keys[40:]))):
+        brute = np.argsort(-(queries @ key_set.T), axis=1, kind="stable")[:, :5]
+        np.testing.assert_array_equal(hits[0], brute)  # joint ids, and each part's ids in its own key set
+
+
+def test_an_exact_memory_needs_its_keys(embeddings, tmp_path):
+    build_memory_indexes(embeddings, tmp_path / "index", "exact")
+    with pytest.raises(DataError, match="keeps no keys"):
+        load_joint_search(tmp_path / "index")
+    with pytest.raises(DataError, match="shape"):
+        load_joint_search(tmp_path / "index", memory_keys(embeddings)[:50])
 
 
 def test_values_are_binary_unless_graded_is_asked_for():

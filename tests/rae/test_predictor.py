@@ -23,7 +23,7 @@ from raexmc.encoder.embedding import embed_split, load_embeddings
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
-from raexmc.memory.indexes import build_memory_indexes, index_folder, make_index
+from raexmc.memory.indexes import build_memory_indexes, make_index
 from raexmc.evaluation.query_lambda_fit import query_lambda_scorer
 from raexmc.memory.keys_values import memory_keys, write_memory
 from raexmc.rae.predictor import Predictor
@@ -62,7 +62,7 @@ def built(request, tmp_path, lf_folder, tiny_model) -> Path:
 
 
 def predictor_of(folder: Path) -> Predictor:
-    return Predictor(folder / "model", index_folder(folder / "index"), folder / "predictor", device="cpu")
+    return Predictor(folder / "model", folder / "index", folder / "predictor", device="cpu")
 
 
 def expected_top3_of_first_test_input(built: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -143,7 +143,7 @@ def test_a_memory_that_does_not_fit_the_index_is_refused(built, tmp_path, lf_fol
     bigger = make_lf_folder_with_extra_label(tmp_path, lf_folder)
     write_memory(other, bigger, SETTINGS)
     with pytest.raises(DataError, match="rebuild both"):
-        Predictor(built / "model", index_folder(built / "index"), other, device="cpu")
+        Predictor(built / "model", built / "index", other, device="cpu")
 
 
 def make_lf_folder_with_extra_label(tmp_path: Path, lf_folder: Path) -> Dataset:
@@ -235,7 +235,7 @@ def test_served_model_answers_like_predict(built, tmp_path):
     client = MlflowClient(tracking_uri())
     experiment = client.create_experiment("serve-test", artifact_location=(tmp_path / "mlartifacts").as_uri())
     run_id = client.create_run(experiment).info.run_id
-    uri = log_predictor(run_id, built / "model", index_folder(built / "index"), built / "predictor", "raexmc-tiny",
+    uri = log_predictor(run_id, built / "model", built / "index", built / "predictor", "raexmc-tiny",
                         "candidate")
     assert uri == "models:/raexmc-tiny@candidate"
     assert str(client.get_model_version_by_alias("raexmc-tiny", "candidate").version) == "1"

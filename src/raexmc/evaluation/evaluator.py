@@ -4,7 +4,8 @@ encoder, kNN, and RAE's λ and b sweeps.
 Each method scores its own search: RAE the top-b_max over the joint keys, the dual encoder the top-b
 over the label keys alone, kNN the top-b over the training-input keys alone. One joint retrieval
 serves every λ and every b <= b_max, because the scores of a smaller b use a prefix of the same
-ranked keys.
+ranked keys. The three come from two searches (memory.merge.JointSearch.search_all): the joint one
+is the merge of the inputs' and the labels' top-b_max.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..data.stats import label_frequency
+from ..memory.search import Hits
 from ..rae.pairs import remove_pairs
 from ..rae.ranking import top_k
 from ..rae.scoring import combine, dual_encoder_scores, knn_scores, ova_knn_scores, score_parts, train_key_share
@@ -28,7 +30,6 @@ RANK_DEPTH = 100  # deep enough for R@100
 F1_K = 5
 QUERY_CHUNK = 8192  # queries scored at once: bounds the sparse score matrices' memory
 
-Hits = tuple[np.ndarray, np.ndarray]  # (ids, sims) of one search, as an index returns them
 Scorer = Callable[[slice], sp.csr_matrix]  # label scores of a chunk of queries
 
 

@@ -139,8 +139,10 @@ class HnswIndex:
 
 
 def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION, threads: int = 0,
-               seed: int = 0, ef_search: int = PAPER_EF_SEARCH, progress: bool = True) -> HnswIndex:
-    """Insert every key (ids 0..n-1) into a new hnswlib "ip" graph, with a progress bar."""
+               seed: int = 0, ef_search: int = PAPER_EF_SEARCH, progress: bool = True,
+               progress_label: str = "keys") -> HnswIndex:
+    """Insert every key (ids 0..n-1) into a new hnswlib "ip" graph on `threads` threads (0: every CPU),
+    with a progress bar (rate and ETA) that names the keys `progress_label`."""
     import hnswlib
     from tqdm import tqdm
 
@@ -156,7 +158,7 @@ def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_
     graph = hnswlib.Index(space=SPACE, dim=keys.shape[1])
     graph.init_index(max_elements=keys.shape[0], M=int(M), ef_construction=int(ef_construction),
                      random_seed=int(seed))
-    with tqdm(total=keys.shape[0], desc="hnsw build", unit="key", disable=not progress) as bar:
+    with tqdm(total=keys.shape[0], desc=f"hnsw build ({progress_label})", unit="key", disable=not progress) as bar:
         for start in range(0, keys.shape[0], INSERT_BATCH):
             chunk = keys[start:start + INSERT_BATCH]
             graph.add_items(chunk, np.arange(start, start + chunk.shape[0]), num_threads=n_threads)

@@ -1,4 +1,5 @@
-"""One index per key set of the memory, as the index stage writes them (one sub-folder each)."""
+"""The index stage's folder: one index over the training inputs and one over the labels (a sub-folder
+each), every key stored once; the joint keys are searched by merging the two (merge.py)."""
 
 from __future__ import annotations
 
@@ -12,50 +13,62 @@ from ..errors import ConfigError
 from ..io import atomic_dir
 from .exact import CHUNK_ROWS, ExactIndex
 from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, build_hnsw
-from .keys_values import KEY_SETS, memory_keys
-from .persistence import load_index, save_index, saved_backend
+from .keys_values import memory_keys
+from .merge import JointSearch
+from .persistence import load_index, save_index, saved_meta
 from .search import BACKENDS
+
+# The key sets that get an index, in joint-id order: the joint search merges them.
+INDEXED_KEY_SETS = ("inputs", "labels")
 
 
 def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION,
                threads: int = 0, seed: int = 0, ef_search: int = PAPER_EF_SEARCH, chunk_rows: int = CHUNK_ROWS,
-               progress: bool = True) -> ExactIndex | HnswIndex:
-    """The index that `index.backend` names, over `keys`."""
+               progress: bool = True, progress_label: str = "keys") -> ExactIndex | HnswIndex:
+    """The index that `index.backend` names, over `keys` (`progress_label` names them on the build's progress bar)."""
     if backend == "exact":
         return ExactIndex(keys, chunk_rows=chunk_rows)
     if backend == "hnsw":
         return build_hnsw(keys, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
-                          ef_search=ef_search, progress=progress)
+                          ef_search=ef_search, progress=progress, progress_label=progress_label)
     raise ConfigError(f"unknown index backend {backend!r} (known: {', '.join(BACKENDS)})", "params.yaml",
                       "index.backend")
 
 
-def index_folder(index: str | os.PathLike, key_set: str = "joint") -> Path:
+def index_folder(index: str | os.PathLike, key_set: str) -> Path:
     """Where the index stage keeps the index over `key_set`."""
     return Path(index) / key_set
 
 
 def build_memory_indexes(embeddings: str | os.PathLike, out: str | os.PathLike, backend: str,
                          **index_settings) -> dict[str, dict[str, float]]:
-    """Build and save one index per key set under `out` (atomically, all or none).
+    """Build and save the inputs' and the labels' index under `out` (atomically, both or none).
 
     Returns per key set its number of keys and build seconds."""
     built = {}
     with atomic_dir(out) as folder:
-        for key_set in KEY_SETS:
+        for key_set in INDEXED_KEY_SETS:
             keys = memory_keys(embeddings, key_set)
             started = time.perf_counter()
-            index = make_index(backend, keys, **index_settings)
+            index = make_index(backend, keys, progress_label=key_set, **index_settings)
             built[key_set] = {"keys": len(keys), "build_s": round(time.perf_counter() - started, 2)}
             save_index(index, folder / key_set)
             del index, keys  # one key set in memory at a time
     return built
 
 
-def load_memory_index(index: str | os.PathLike, embeddings: str | os.PathLike, key_set: str,
-                      ef_search: int = PAPER_EF_SEARCH, threads: int = 0) -> ExactIndex | HnswIndex:
-    """The saved index over `key_set`. The exact backend keeps no keys, so it reads them from `embeddings`
-    (an HNSW graph holds its own and needs none)."""
-    folder = index_folder(index, key_set)
-    keys = memory_keys(embeddings, key_set) if saved_backend(folder) == "exact" else None
-    return load_index(folder, keys=keys, ef_search=ef_search, threads=threads)
+def memory_backend(index: str | os.PathLike) -> str:
+    """The backend the index stage used ("exact" keeps no keys: loading it needs them)."""
+    return saved_meta(index_folder(index, INDEXED_KEY_SETS[0]))["backend"]
+
+
+def load_joint_search(index: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
+                      threads: int = 0) -> JointSearch:
+    """The joint search over the index stage's folder: its inputs' and labels' indexes, merged.
+
+    An exact index keeps no keys: `keys` are then the joint keys [X_train; Z_labels] (memory_keys),
+    split at the inputs' count without a copy. An HNSW graph holds its own and needs none."""
+    folders = [index_folder(index, key_set) for key_set in INDEXED_KEY_SETS]
+    parts = (None, None) if keys is None else np.split(keys, [saved_meta(folders[0])["count"]])
+    return JointSearch(*(load_index(folder, keys=part, ef_search=ef_search, threads=threads)
+                         for folder, part in zip(folders, parts)))

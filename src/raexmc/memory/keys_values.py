@@ -3,6 +3,7 @@
 Key ids 0..N-1 are training inputs, N..N+L-1 labels. RAE searches the joint keys; its baselines
 search their own key sets, so that a dual encoder is a top-b over the label keys alone and kNN a
 top-b over the training-input keys alone (on the joint top-b, input keys can crowd labels out).
+Only those two key sets are indexed: the joint top-b is the merge of their top-b (merge.py).
 The values' input part is Y_train (the label part, the identity, is implicit). The package stage
 writes the memory folder: the inference settings, Y_train, the label texts, the keys when the
 index is exact (that backend keeps none), and files it copies in (the per-query λ model).

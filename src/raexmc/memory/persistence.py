@@ -37,7 +37,9 @@ def save_index(index: ExactIndex | HnswIndex, folder: str | os.PathLike) -> Path
     return folder
 
 
-def _read_meta(folder: Path) -> dict[str, Any]:
+def saved_meta(folder: str | os.PathLike) -> dict[str, Any]:
+    """The checked meta.json of the index saved in `folder`: its backend, dim, count (and HNSW settings)."""
+    folder = Path(folder)
     if not folder.is_dir():
         raise DataError("index folder not found", folder)
     try:
@@ -61,11 +63,6 @@ def _read_meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
-def saved_backend(folder: str | os.PathLike) -> str:
-    """The backend of the index saved in `folder` ("hnsw" or "exact"), from its checked meta.json."""
-    return _read_meta(Path(folder))["backend"]
-
-
 def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
                threads: int = 0, chunk_rows: int = CHUNK_ROWS) -> ExactIndex | HnswIndex:
     """Reopen an index written by `save_index`; the exact backend needs `keys` again.
@@ -73,7 +70,7 @@ def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_sea
     Given keys must match the saved dimension and count. HNSW comes back with ef set to ef_search.
     """
     folder = Path(folder)
-    meta = _read_meta(folder)
+    meta = saved_meta(folder)
     if keys is not None:
         keys = np.asarray(keys)
         if keys.ndim != 2 or keys.shape != (meta["count"], meta["dim"]):

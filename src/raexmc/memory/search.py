@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import DataError
 
 BACKENDS = ("hnsw", "exact")
+Hits = tuple[np.ndarray, np.ndarray]  # (ids, sims) of one search
 
 
 def as_matrix(array: Any, what: str, dim: int | None = None) -> np.ndarray:

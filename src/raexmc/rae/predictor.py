@@ -1,7 +1,7 @@
 """Top-k labels for new texts from a built pipeline, everything loaded once for many queries.
 
-A predictor is three folders: the encoder (written by the train stage), the index over the
-knowledge memory (index stage) and the memory folder the package stage writes: the inference
+A predictor is three folders: the encoder (written by the train stage), the index stage's folder (the
+inputs' and the labels' index, merged into one joint search) and the memory folder the package stage writes: the inference
 settings (the text recipe of the inputs among them), the values' training part Y_train, the label
 texts, the keys when the index is exact (that backend keeps none) and the per-query λ model, which
 scores each query at its own λ when the settings' `query_lambda` is true (else the scalar λ). Queries are turned into text
@@ -28,7 +28,7 @@ from ..encoder.tokens import text_of
 from ..errors import DataError
 from ..io import read_json
 from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
-from ..memory.persistence import load_index
+from ..memory.indexes import load_joint_search
 from .query_lambda import QUERY_LAMBDA_FILE, QueryLambda, read_query_lambda
 from .ranking import top_k
 from .scoring import combine_per_query, score_parts
@@ -54,10 +54,11 @@ class Predictor:
                 float(self.settings["tau"]), int(self.settings["b"]), memory / QUERY_LAMBDA_FILE)
         self.label_texts: list[str] = read_json(memory / LABEL_TEXTS_FILE)
         keys = np.load(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
-        self.index = load_index(index, keys=keys, ef_search=int(self.settings["ef_search"]), threads=threads)
-        expected = self.settings["num_train"] + self.settings["num_labels"]
-        if self.index.count != expected:
-            raise DataError(f"the index holds {self.index.count} keys, the memory {expected}: rebuild both", index)
+        self.index = load_joint_search(index, keys, ef_search=int(self.settings["ef_search"]), threads=threads)
+        held = (self.index.inputs.count, self.index.labels.count)
+        if held != (self.settings["num_train"], self.settings["num_labels"]):
+            raise DataError(f"the index holds {held[0]} input and {held[1]} label keys, the memory "
+                            f"{self.settings['num_train']} and {self.settings['num_labels']}: rebuild both", index)
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # one-line stderr for `raexmc predict`

@@ -1,0 +1,90 @@
+"""The joint search without a joint index: the top-k over K = [X_train; Z_labels] is the merge of the
+top-k over the training inputs and the top-k over the labels.
+
+Every joint top-k key is among the k best of its own key set, so two indexes, each key stored once,
+serve RAE (the merge), the dual encoder (labels alone) and kNN (inputs alone). The merge orders by
+descending similarity, ties by smaller joint id, as `ExactIndex` does over the stacked keys.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..checks import positive_int
+from ..errors import ConfigError, DataError
+from .search import Hits, as_matrix, empty_result, sort_rows
+
+MERGE_ROWS = 65_536  # rows merged at once: bounds the scratch space of the sort
+
+
+def merge_top_k(hits_a: Hits, offset_a: int, hits_b: Hits, offset_b: int, k: int) -> Hits:
+    """The top-k of two searches over disjoint key sets, in the joint id space where key i of set a is
+    offset_a + i and key i of set b is offset_b + i; -1 / -inf padding where both hold fewer than k."""
+    k = positive_int(k, "k")
+    (ids_a, sims_a), (ids_b, sims_b) = hits_a, hits_b
+    if ids_a.shape[0] != ids_b.shape[0]:
+        raise DataError(f"cannot merge searches of {ids_a.shape[0]} and {ids_b.shape[0]} queries")
+    ids, sims = empty_result(ids_a.shape[0], k)
+    width = min(k, ids_a.shape[1] + ids_b.shape[1])
+    for start in range(0, ids.shape[0], MERGE_ROWS):
+        rows = slice(start, start + MERGE_ROWS)
+        both_ids = np.hstack([_shift(ids_a[rows], offset_a), _shift(ids_b[rows], offset_b)])
+        both_sims = np.hstack([sims_a[rows], sims_b[rows]]).astype(np.float32, copy=False)
+        merged_ids, merged_sims = sort_rows(both_ids, both_sims)
+        ids[rows, :width], sims[rows, :width] = merged_ids[:, :width], merged_sims[:, :width]
+    return ids, sims
+
+
+def _shift(ids: np.ndarray, offset: int) -> np.ndarray:
+    """Ids moved into the joint id space; the -1 padding stays -1."""
+    return np.where(ids >= 0, ids.astype(np.int64) + int(offset), -1)
+
+
+class JointSearch:
+    """Searches the joint keys [X_train; Z_labels] through an index over the training inputs (joint ids
+    0..N-1) and one over the labels (joint ids N..N+L-1), with an index's `search(queries, k)`."""
+
+    backend = "merge"
+
+    def __init__(self, inputs, labels):
+        if inputs.dim != labels.dim:
+            raise DataError(f"the inputs' index has dimension {inputs.dim}, the labels' {labels.dim}")
+        self.inputs, self.labels = inputs, labels
+
+    @property
+    def count(self) -> int:
+        return self.inputs.count + self.labels.count
+
+    @property
+    def dim(self) -> int:
+        return self.inputs.dim
+
+    def __repr__(self) -> str:
+        return f"JointSearch(inputs={self.inputs!r}, labels={self.labels!r})"
+
+    def search_parts(self, queries: np.ndarray, k: int) -> tuple[Hits, Hits]:
+        """The top-k of the inputs alone (kNN's search) and of the labels alone (the dual encoder's),
+        each in its own key set's ids."""
+        queries = as_matrix(queries, "queries", self.dim)
+        return self.inputs.search(queries, k), self.labels.search(queries, k)
+
+    def merge(self, inputs_hits: Hits, labels_hits: Hits, k: int) -> Hits:
+        """The joint top-k from the two searches of `search_parts`."""
+        return merge_top_k(inputs_hits, 0, labels_hits, self.inputs.count, k)
+
+    def search(self, queries: np.ndarray, k: int) -> Hits:
+        return self.merge(*self.search_parts(queries, k), k)
+
+    def search_all(self, queries: np.ndarray, k: int, k_parts: int) -> tuple[Hits, Hits, Hits]:
+        """RAE's joint top-k, kNN's inputs top-k_parts and the dual encoder's labels top-k_parts (k_parts
+        <= k) from one top-k search per key set: the parts' are its prefixes, which is what a top-k_parts
+        search returns (exactly for the exact backend, and for HNSW while k <= ef_search: the same beam)."""
+        if not 1 <= k_parts <= k:
+            raise ConfigError(f"k_parts must be in 1..{k}, got {k_parts}")
+        inputs, labels = self.search_parts(queries, k)
+        return self.merge(inputs, labels, k), _prefix(inputs, k_parts), _prefix(labels, k_parts)
+
+
+def _prefix(hits: Hits, k: int) -> Hits:
+    ids, sims = hits
+    return ids[:, :k], sims[:, :k]
