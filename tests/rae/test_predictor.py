@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -205,6 +206,30 @@ def test_predict_cli_errors_are_one_line(cli, tmp_path):
     assert f"{tmp_path / 'bad.jsonl'}:2" in bad.stderr
     missing = cli("perl", "--name", "nothing-built")
     assert missing.exit_code == 2 and "run the package stage" in missing.stderr
+
+
+NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text has
+
+
+@pytest.mark.parametrize(("args", "stdin", "error"), [
+    (["--file", "q.txt"], None, "DataError: q.txt:2: not UTF-8 text (byte 0xff at column 1)"),
+    ([], NOT_UTF8, "DataError: <stdin>:2: not UTF-8 text (byte 0xff at column 1)"),
+    (["perl", "  "], None, "DataError: <arguments>:2: empty query"),
+    ([""], None, "DataError: <arguments>:1: empty query"),
+    ([b"a\xffb"], None, "DataError: <arguments>:1: not UTF-8 text (character 2)"),
+    (["--jsonl"], b'{"text": "perl"}\n{"text": ""}\n', "DataError: <stdin>:2: empty query")])
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predict_refuses_bad_query_text_in_one_line(built, args, stdin, error):
+    """`raexmc predict` as a process (stdin decodes as the locale says there): text that is not UTF-8
+    used to end in a UnicodeDecodeError or, on stdin, a TypeError from the tokenizer; an empty text
+    was answered with labels."""
+    project = built.parents[1]
+    (project / "q.txt").write_bytes(NOT_UTF8)
+    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "predict", "--name", "tiny", *args], cwd=project,
+                          input=stdin or b"", capture_output=True)
+    assert proc.returncode == 2
+    assert proc.stderr.decode().splitlines() == [error]
+    assert proc.stdout == b""
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
