@@ -7,8 +7,9 @@ from pathlib import Path
 import torch
 import typer
 
+from raexmc.checks import one_of, positive_int
 from raexmc.encoder.device import pick_device, resolve_precision
-from raexmc.encoder.embedding import embed_split
+from raexmc.encoder.embedding import STORAGE_DTYPES, embed_split
 from raexmc.encoder.model import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
@@ -22,6 +23,8 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
     def body(p, run) -> None:
         settings = p.section("embed")
         run.params({"embed": settings})
+        batch_size = positive_int(p.typed("embed.batch_size", int), "embed.batch_size", p.path, "embed.batch_size")
+        dtype = one_of(p.typed("embed.dtype", str), STORAGE_DTYPES, "embed.dtype", p.path, "embed.dtype")
         torch.set_num_threads(p.typed("embed.threads", int) or os.cpu_count() or 1)
         device = pick_device(p.typed("embed.device", str))
         precision = resolve_precision(p.typed("embed.precision", str), device)
@@ -30,9 +33,8 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
         throughput = {}
         with atomic_dir(out) as folder:
             for split in ("train", "labels", "test"):
-                throughput[split] = embed_split(encoder, cache, split, folder / f"{split}.npy",
-                                                p.typed("embed.batch_size", int), device, precision,
-                                                p.typed("embed.dtype", str))
+                throughput[split] = embed_split(encoder, cache, split, folder / f"{split}.npy", batch_size,
+                                                device, precision, dtype)
             # no timings in the output: rerunning on the same inputs must give the same bytes, or DVC
             # rebuilds the index downstream (and a multithreaded HNSW build is not bit-reproducible)
             write_json(folder / "meta.json", {"encoder": str(model), "device": device, "precision": precision,

@@ -64,19 +64,21 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
 
 
 def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> list:
+    """The queries of the arguments, the file or stdin; files and stdin are read as bytes and decoded
+    here, so a line that is not UTF-8 is named by its number whatever the locale."""
     from .errors import DataError
-    from .rae.queries import parse_queries
+    from .rae.queries import checked_text, parse_queries, utf8_lines
 
     if texts:
-        return list(texts)
+        return [checked_text(text, "<arguments>", number) for number, text in enumerate(texts, start=1)]
     if file is not None:
         if not file.is_file():
             raise DataError("query file not found", file)
-        with file.open(encoding="utf-8") as handle:
-            return parse_queries(handle, str(file), jsonl or file.suffix == ".jsonl")
+        with file.open("rb") as handle:
+            return parse_queries(utf8_lines(handle, str(file)), str(file), jsonl or file.suffix == ".jsonl")
     if sys.stdin.isatty():
         raise DataError("no queries: give texts as arguments, --file, or pipe them on stdin")
-    return parse_queries(sys.stdin, "<stdin>", jsonl)
+    return parse_queries(utf8_lines(sys.stdin.buffer, "<stdin>"), "<stdin>", jsonl)
 
 
 @app.command()

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+
+from conftest import REPO
 
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
@@ -47,3 +53,63 @@ def test_embed_split_matches_one_text_at_a_time(lf_folder, tiny_model, tmp_path,
             one = encode(model, torch.tensor(ids[row:row + 1, :n].astype(np.int64)), torch.ones(1, n, dtype=torch.long))
         tolerance = 1e-5 if precision == "fp32" else 3e-2
         np.testing.assert_allclose(got[row], one[0].numpy(), atol=tolerance)
+
+
+@pytest.fixture
+def token_cache(lf_folder, tiny_model, tmp_path) -> Path:
+    build_dataset("tiny", {"source": "local", "path": str(lf_folder)}, tmp_path / "tiny", "")
+    build_token_cache(Dataset(tmp_path / "tiny"), load_tokenizer(str(tiny_model)), "tiny", tmp_path / "tokens",
+                      16, 8, "title+content", "title")
+    return tmp_path / "tokens"
+
+
+def run_embed_stage(folder: Path, model: Path, tokens: Path, batch_size: object = 4,
+                    dtype: str = "float32") -> subprocess.CompletedProcess:
+    """stages/embed.py in a subprocess, in `folder`, with these embed.* values, writing `folder`/embeddings."""
+    (folder / "params.yaml").write_text(f"embed:\n  device: cpu\n  precision: fp32\n  dtype: {dtype}\n"
+                                        f"  batch_size: {batch_size}\n  threads: 1\n")
+    return subprocess.run([sys.executable, str(REPO / "stages" / "embed.py"), "--model", str(model),
+                           "--tokens", str(tokens), "--out", "embeddings"], cwd=folder, capture_output=True, text=True)
+
+
+def last_line_only_error(stderr: str) -> str:
+    """The last line of a stage's stderr, after checking no traceback came before it (MLflow may log)."""
+    assert "Traceback" not in stderr, stderr
+    return stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(("batch_size", "dtype", "key", "reason"), [
+    (0, "float32", "batch_size", "must be an integer >= 1, got 0"),
+    (-1, "float32", "batch_size", "must be an integer >= 1, got -1"),
+    (2, "int8", "dtype", "must be one of float32, float16, got 'int8'")])
+def test_embed_stage_refuses_a_bad_batch_size_or_dtype_in_one_line(tmp_path, tiny_model, token_cache,
+                                                                    batch_size, dtype, key, reason):
+    """0 used to end in a traceback; -1 and int8 used to exit 0 with all-zero embeddings."""
+    stage = run_embed_stage(tmp_path, tiny_model, token_cache, batch_size, dtype)
+    assert stage.returncode == 2, stage.stderr
+    assert last_line_only_error(stage.stderr) == f"ConfigError: params.yaml:embed.{key}: embed.{key} {reason}"
+    assert not (tmp_path / "embeddings").exists()
+
+
+def broken_encoder(tiny_model: Path, folder: Path, value: float) -> Path:
+    """The tiny encoder with its last LayerNorm's weight and bias set to `value`: 0 makes every hidden
+    state (so every embedding) zero, NaN makes them NaN."""
+    model = load_encoder(str(tiny_model))
+    norm = model.encoder.layer[-1].output.LayerNorm
+    with torch.no_grad():
+        norm.weight.fill_(value)
+        norm.bias.fill_(value)
+    model.save_pretrained(folder)
+    load_tokenizer(str(tiny_model)).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(("value", "what"), [(0.0, "is all zero"), (float("nan"), "is not finite")])
+def test_embed_stage_refuses_degenerate_embeddings_and_commits_nothing(tmp_path, tiny_model, token_cache,
+                                                                       value, what):
+    model = broken_encoder(tiny_model, tmp_path / "broken", value)
+    stage = run_embed_stage(tmp_path, model, token_cache)
+    assert stage.returncode == 2, stage.stderr
+    line = last_line_only_error(stage.stderr)
+    assert line.startswith(f"DataError: {token_cache / 'train.ids.npy'}:row ") and what in line
+    assert not (tmp_path / "embeddings").exists()

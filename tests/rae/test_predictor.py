@@ -6,7 +6,9 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -207,6 +209,30 @@ def test_predict_cli_errors_are_one_line(cli, tmp_path):
     assert missing.exit_code == 2 and "run the package stage" in missing.stderr
 
 
+NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text has
+
+
+@pytest.mark.parametrize(("args", "stdin", "error"), [
+    (["--file", "q.txt"], None, "DataError: q.txt:2: not UTF-8 text (byte 0xff at column 1)"),
+    ([], NOT_UTF8, "DataError: <stdin>:2: not UTF-8 text (byte 0xff at column 1)"),
+    (["perl", "  "], None, "DataError: <arguments>:2: empty query"),
+    ([""], None, "DataError: <arguments>:1: empty query"),
+    ([b"a\xffb"], None, "DataError: <arguments>:1: not UTF-8 text (character 2)"),
+    (["--jsonl"], b'{"text": "perl"}\n{"text": ""}\n', "DataError: <stdin>:2: empty query")])
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predict_refuses_bad_query_text_in_one_line(built, args, stdin, error):
+    """`raexmc predict` as a process (stdin decodes as the locale says there): text that is not UTF-8
+    used to end in a UnicodeDecodeError or, on stdin, a TypeError from the tokenizer; an empty text
+    was answered with labels."""
+    project = built.parents[1]
+    (project / "q.txt").write_bytes(NOT_UTF8)
+    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "predict", "--name", "tiny", *args], cwd=project,
+                          input=stdin or b"", capture_output=True)
+    assert proc.returncode == 2
+    assert proc.stderr.decode().splitlines() == [error]
+    assert proc.stdout == b""
+
+
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_predict_refuses_a_query_lambda_model_of_another_tau_in_one_line(cli, built):
     with_query_lambda(built, random_query_lambda(tau=0.1))
@@ -217,16 +243,33 @@ def test_predict_refuses_a_query_lambda_model_of_another_tau_in_one_line(cli, bu
     assert "rerun the tune stage" in result.stderr
 
 
-def post_json(url: str, body: dict) -> dict:
+def post_json(url: str, body: dict) -> tuple[int, dict]:
+    """The HTTP status and JSON answer of a POST (a 4xx answer too)."""
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.loads(response.read())
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
+
+
+BAD_REQUESTS = [  # (request, the one line the answer's message must be); conftest's tiny dataset has 5 labels
+    ({"dataframe_records": [{"id": 7}], "params": {"k": 3}},
+     'DataError: request: no query: each record needs a "text" (or "title") string'),
+    ({"dataframe_records": [{"text": "perl"}, {"content": "a language"}], "params": {"k": 3}},
+     'DataError: request:1: a query needs a "text" (or "title") string'),
+    ({"dataframe_records": [{"text": ""}], "params": {"k": 3}}, "DataError: request:0: empty query"),
+    ({"dataframe_records": [{"text": "perl"}], "params": {"k": 0}}, "ConfigError: k must be an integer >= 1, got 0"),
+    ({"dataframe_records": [{"text": "perl"}], "params": {"k": 200_000_000}},
+     "ConfigError: k must be at most 5 (the number of labels), got 200000000")]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_served_model_answers_like_predict(built, tmp_path):
-    """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP."""
+def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(built, tmp_path):
+    """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP.
+    A bad request used to be answered 200 with nothing (no text, k=0), with labels (an empty text),
+    by allocating k slots per query (a huge k), or 400 with a generic message and a stack trace."""
     from mlflow.tracking import MlflowClient
 
     from raexmc.pipeline.serving import log_predictor
@@ -242,9 +285,14 @@ def test_served_model_answers_like_predict(built, tmp_path):
 
     serve = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1"]
     with local_server(lambda port: [*serve, "-p", str(port)], "/ping") as base:
-        answer = post_json(f"{base}/invocations",
-                           {"dataframe_records": [{"title": "jython", "content": "python on the jvm"},
-                                                  {"text": "a small unix"}], "params": {"k": 3}})
+        status, answer = post_json(f"{base}/invocations",
+                                   {"dataframe_records": [{"title": "jython", "content": "python on the jvm"},
+                                                          {"text": "a small unix"}], "params": {"k": 3}})
+        refusals = [post_json(f"{base}/invocations", request) for request, _ in BAD_REQUESTS]
     expected, _ = predictor_of(built).predict([JYTHON, "a small unix"], k=3)
+    assert status == 200
     assert [row["labels"] for row in answer["predictions"]] == expected
     assert [row["text"] for row in answer["predictions"]] == [JYTHON, "a small unix"]
+    for (status, refusal), (_, line) in zip(refusals, BAD_REQUESTS):
+        assert (status, refusal["message"]) == (400, line)
+        assert "stack_trace" not in refusal

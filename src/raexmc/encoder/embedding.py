@@ -2,6 +2,7 @@
 
 `embed_split` streams a split into a .npy memmap: texts are sorted by length so each batch is cut
 to its own longest text (little padding), and results are written back at each text's original row.
+A row that comes out all zero or not finite stops the split: every later stage would build on it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from ..errors import DataError
 from .device import autocast
 from .tokens import TokenCache
+
+STORAGE_DTYPES = ("float32", "float16")  # embed.dtype: how the .npy files store the vectors
 
 
 def encode(model, input_ids, attention_mask):
@@ -59,11 +63,26 @@ def embed_split(model, cache: TokenCache, split: str, target: str | os.PathLike,
     started = time.perf_counter()
     with tqdm(total=len(lengths), desc=f"embed {split}", unit="text", mininterval=2.0) as progress:
         for rows in length_sorted_batches(lengths, batch_size):
-            out[rows] = embed_rows(model, ids, lengths, rows, device, precision)
+            vectors = embed_rows(model, ids, lengths, rows, device, precision).astype(out.dtype)
+            check_vectors(vectors, rows, cache.folder / f"{split}.ids.npy")
+            out[rows] = vectors
             progress.update(len(rows))
     out.flush()
     seconds = time.perf_counter() - started
     return {"texts": int(len(lengths)), "seconds": round(seconds, 2), "texts_per_s": round(len(lengths) / max(seconds, 1e-9), 1)}
+
+
+def check_vectors(vectors: np.ndarray, rows: np.ndarray, source: Path) -> None:
+    """DataError naming the first row of `source` whose vector is not finite or all zero: a unit
+    vector is neither, so the encoder (or its precision) broke, and search on it would be noise."""
+    finite = np.isfinite(vectors).all(axis=1)
+    nonzero = vectors.any(axis=1)
+    bad = np.flatnonzero(~finite | ~nonzero)
+    if len(bad):
+        first = bad[0]
+        what = "is not finite" if not finite[first] else "is all zero"
+        raise DataError(f"the embedding of this text {what}: check the encoder and embed.precision", source,
+                        f"row {rows[first]}")
 
 
 def load_embeddings(folder: str | os.PathLike, split: str) -> np.ndarray:

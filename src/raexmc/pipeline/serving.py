@@ -5,6 +5,8 @@ as artifacts and this package's code, registered under a name and an alias, so t
 Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}});
 a record may give "title" and "content" instead of "text", joined by the training inputs' recipe.
 Answer: {"predictions": [{"text": "...", "labels": [{"label": id, "text": "...", "score": s}, ...]}]}.
+A bad request (no "text"/"title", an empty text, k outside 1..number of labels) is answered 400 with
+the one line `raexmc predict` would print as its "message".
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from typing import Any
 
 import mlflow
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 
 import raexmc
 
+from ..errors import DataError, RaexmcError
 from ..params import Params
 from ..rae.predictor import Predictor
 from ..rae.queries import query_of
@@ -32,6 +37,28 @@ SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=Fal
                            params=ParamSchema([ParamSpec("k", "long", DEFAULT_K)]))
 
 
+class RequestRefused(MlflowException):
+    """A bad request, answered 400 with our one line as its "message".
+
+    MLflow's scoring server answers an MlflowException a model raises with its HTTP status (400 for
+    INVALID_PARAMETER_VALUE), but first prefixes its message with the whole input table; any other
+    exception becomes a generic message with a stack trace. So the message here keeps the line it
+    was made with: the client reads the reason, not its own request echoed back.
+    """
+
+    def __init__(self, error: RaexmcError):
+        self.reason = error.one_line()
+        super().__init__(self.reason, error_code=INVALID_PARAMETER_VALUE)
+
+    @property
+    def message(self) -> str:
+        return self.reason
+
+    @message.setter
+    def message(self, _prefixed: str) -> None:
+        pass  # the server's prefixed message (see the class docstring)
+
+
 class RaexmcModel(mlflow.pyfunc.PythonModel):
     """Loads a Predictor from the model's artifacts and answers a table of texts with labels."""
 
@@ -39,8 +66,18 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
         self.predictor = Predictor(*(context.artifacts[name] for name in ARTIFACTS))
 
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        try:
+            return self.answer(model_input, (params or {}).get("k", DEFAULT_K))
+        except RaexmcError as error:
+            raise RequestRefused(error) from None
+
+    def answer(self, model_input: pd.DataFrame, k: object) -> pd.DataFrame:
+        # MLflow drops the columns the signature lacks, and with them every row of a request that has
+        # neither "text" nor "title": an empty table is such a request (or one with no records)
+        if model_input.empty:
+            raise DataError('no query: each record needs a "text" (or "title") string', "request")
         queries = [query_of(row, "request", number) for number, row in enumerate(model_input.to_dict("records"))]
-        results, _ = self.predictor.predict(queries, int((params or {}).get("k", DEFAULT_K)))
+        results, _ = self.predictor.predict(queries, k)
         return pd.DataFrame({"text": [self.predictor.query_text(query) for query in queries], "labels": results})
 
 

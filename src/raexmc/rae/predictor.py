@@ -29,6 +29,7 @@ from ..errors import DataError
 from ..io import read_json
 from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
 from ..memory.indexes import load_joint_search
+from .queries import checked_k
 from .query_lambda import QUERY_LAMBDA_FILE, QueryLambda, read_query_lambda
 from .ranking import top_k
 from .scoring import combine_per_query, score_parts
@@ -82,6 +83,7 @@ class Predictor:
 
     def predict(self, queries: list[Text | str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:
         """Per query, its top-k labels as {"label": id, "text": label text, "score": p.V}, best first."""
+        k = checked_k(k, len(self.label_texts))
         timing = Timing(queries=len(queries))
         if not queries:
             return [], timing

@@ -4,10 +4,43 @@ the predictor joins by the training inputs' recipe), from `raexmc predict`'s lin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
+from ..checks import positive_int
 from ..data.dataset import Text
-from ..errors import DataError
+from ..errors import ConfigError, DataError
+
+
+def checked_text(text: str, source: str, number: int) -> str:
+    """`text`, or DataError if it is blank (the encoder would see only special tokens and answer
+    anyway) or holds a lone surrogate (what Python makes of bytes that were not UTF-8, such as a
+    command-line argument's; the tokenizer would fail on it with a TypeError)."""
+    if not text.strip():
+        raise DataError("empty query", source, number)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(f"not UTF-8 text (character {exc.start + 1})", source, number) from None
+    return text
+
+
+def checked_k(k: object, num_labels: int) -> int:
+    """`k` as an int in [1, num_labels]: 0 would answer nothing, and top-k allocates k slots per
+    query before it looks at a score, so one huge k could take the memory of a server."""
+    k = positive_int(k, "k")
+    if k > num_labels:
+        raise ConfigError(f"k must be at most {num_labels} (the number of labels), got {k}")
+    return k
+
+
+def utf8_lines(lines: Iterable[bytes], source: str) -> Iterator[str]:
+    """`lines` decoded as UTF-8; a line that is not is a DataError naming `source` and its line number."""
+    for line_no, line in enumerate(lines, start=1):
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"not UTF-8 text (byte {line[exc.start]:#04x} at column {exc.start + 1})", source,
+                            line_no) from None
 
 
 def query_of(record: object, source: str, number: int) -> Text | str:
@@ -15,15 +48,16 @@ def query_of(record: object, source: str, number: int) -> Text | str:
     "title" and "content" as a record."""
     if isinstance(record, dict):
         if isinstance(record.get("text"), str):
-            return record["text"]
+            return checked_text(record["text"], source, number)
         if isinstance(record.get("title"), str):
-            return Text(uid=str(number), title=record["title"], content=str(record.get("content") or ""))
+            return Text(uid=str(number), title=checked_text(record["title"], source, number),
+                        content=str(record.get("content") or ""))
     raise DataError('a query needs a "text" (or "title") string', source, number)
 
 
 def parse_queries(lines: Iterable[str], source: str, jsonl: bool) -> list[Text | str]:
     """The queries in `lines` (from `source`, named in errors with the line number): plain lines, or
-    JSON lines (`jsonl`) read by `query_of`. Blank lines are skipped."""
+    JSON lines (`jsonl`) read by `query_of`. Blank lines are skipped; a JSON line's text may not be blank."""
     queries: list[Text | str] = []
     for line_no, line in enumerate(lines, start=1):
         line = line.strip()
