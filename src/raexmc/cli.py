@@ -85,7 +85,8 @@ def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> li
 def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: read --file or stdin)."),
             file: Path = typer.Option(None, "--file", "-f", help="Queries, one per line; JSON lines if it ends .jsonl."),
             jsonl: bool = typer.Option(False, help='Read JSON lines with "text" (or "title"/"content").'),
-            k: int = typer.Option(10, "--top-k", "-k", min=1, help="Labels per query."),
+            k: int = typer.Option(None, "--top-k", "-k", min=1,
+                                  help="Labels per query (default 10, or every label of a smaller model)."),
             name: str = NAME,
             artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
             batch_size: int = typer.Option(32, min=1, help="Queries encoded and searched together."),
@@ -103,6 +104,7 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
         predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device=device)
         if verbose:
             typer.echo(f"loaded {folder} in {time.perf_counter() - started:.2f} s", err=True)
+        k = k or min(10, len(predictor.label_texts))
         total = Timing()
         for start in range(0, len(queries), batch_size):
             batch = queries[start:start + batch_size]

@@ -209,6 +209,15 @@ def test_predict_cli_errors_are_one_line(cli, tmp_path):
     assert missing.exit_code == 2 and "run the package stage" in missing.stderr
 
 
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predict_cli_default_k_is_every_label_of_a_small_model(cli):
+    """The tiny model has 5 labels: without -k the answer holds all 5 (10 would be refused as > L)."""
+    result = cli("perl")
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["labels"]) == 5
+    assert cli("perl", "-k", "6").exit_code == 2
+
+
 NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text has
 
 
