@@ -32,8 +32,9 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        _name_the_output(exc, tmp, target)
         raise
     if target.exists():
         old = target.with_name(f".{target.name}.old")
@@ -57,9 +58,20 @@ def atomic_file(target: str | os.PathLike, mode: str = "w", **open_kwargs: Any) 
         with open(tmp_name, mode, **open_kwargs) as handle:
             yield handle
         os.replace(tmp_name, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp_name).unlink(missing_ok=True)
+        _name_the_output(exc, Path(tmp_name), target)
         raise
+
+
+def _name_the_output(exc: BaseException, tmp: Path, target: Path) -> None:
+    """A write error names the output, not the temporary name it was written under; one that names
+    no file (a full disk, as write() reports it) names the output too."""
+    if not isinstance(exc, OSError):
+        return
+    name = os.fsdecode(exc.filename) if exc.filename is not None else str(tmp)
+    if name == str(tmp) or name.startswith(f"{tmp}{os.sep}"):
+        exc.filename = f"{target}{name[len(str(tmp)):]}"
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
