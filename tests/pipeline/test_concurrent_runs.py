@@ -36,12 +36,6 @@ def test_two_workspace_experiments_never_mislabel_results(project, monkeypatch):
     outputs = {name: proc.communicate(timeout=600)[0] for name, proc in (("lam03", first), ("lam07", second))}
     codes = {"lam03": first.returncode, "lam07": second.returncode}
 
-    assert any(code != 0 for code in codes.values()), f"one workspace cannot run both: {outputs}"
-    refusals = [line for out in outputs.values() for line in out.splitlines() if REFUSAL in line]
-    assert refusals, outputs
-    assert all(line.startswith(REFUSAL) and "raexmc sweep" in line and "dvc exp run --queue" in line
-               for line in refusals)
-
     client = MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
     for run in runs:
@@ -56,3 +50,9 @@ def test_two_workspace_experiments_never_mislabel_results(project, monkeypatch):
         except MlflowException:  # no alias: that experiment registered nothing
             continue
         assert float(client.get_run(version.run_id).data.params["infer.lambda"]) == lam, f"alias {name}"
+
+    assert any(code != 0 for code in codes.values()), f"one workspace cannot run both: {outputs}"
+    refusals = [line for out in outputs.values() for line in out.splitlines() if REFUSAL in line]
+    assert refusals, outputs
+    assert all(line.startswith(REFUSAL) and "raexmc sweep" in line and "dvc exp run --queue" in line
+               for line in refusals)
