@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -10,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _umask() -> int:
@@ -65,11 +68,15 @@ def atomic_file(target: str | os.PathLike, mode: str = "w", **open_kwargs: Any) 
 
 
 def _name_the_output(exc: BaseException, tmp: Path, target: Path) -> None:
-    """A write error names the output, not the temporary name it was written under; one that names
-    no file (a full disk, as write() reports it) names the output too."""
+    """A write error names the output, not the temporary name it was written under; a full disk,
+    which write() reports with no file name, names the output too."""
     if not isinstance(exc, OSError):
         return
-    name = os.fsdecode(exc.filename) if exc.filename is not None else str(tmp)
+    if exc.filename is None:
+        if exc.errno in DISK_FULL:
+            exc.filename = str(target)
+        return
+    name = os.fsdecode(exc.filename)
     if name == str(tmp) or name.startswith(f"{tmp}{os.sep}"):
         exc.filename = f"{target}{name[len(str(tmp)):]}"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,6 +9,7 @@ from contextlib import contextmanager
 import typer
 
 from ..errors import RaexmcError, StorageError
+from ..io import DISK_FULL
 from ..params import Params, load_params
 from .tracking.guard import ParamsGuard
 from .tracking.run import StageRun, stage_run
@@ -23,7 +23,7 @@ def user_errors() -> Iterator[None]:
         try:
             yield
         except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if exc.errno not in DISK_FULL:
                 raise
             raise StorageError(f"{exc.strerror} while writing: free some space and rerun (outputs are written "
                                "to temporary names first, so nothing half-written was kept)",

@@ -48,20 +48,23 @@ def readable_store() -> Iterator[None]:
     naming the file, instead of SQLAlchemy's traceback (and MLflow's minutes of retries)."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    sqlite = urlparse(tracking_uri()).scheme == "sqlite"
-    try:
-        if sqlite:
+    if urlparse(tracking_uri()).scheme == "sqlite":
+        try:
             _sqlite_header()
+        except OSError as exc:
+            raise _store_error(exc.strerror) from None
+    try:
         yield
-    except (SQLAlchemyError, OSError) as exc:
-        if isinstance(exc, OSError) and not sqlite:
-            raise
-        reason = exc.strerror if isinstance(exc, OSError) else str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        store = store_file()
-        fix = f"move it aside (mv {store} {store}.broken) and rerun for a new, empty store" if sqlite else \
-            "check the store MLFLOW_TRACKING_URI names"
-        raise StorageError(f"the MLflow store cannot be used ({reason}): {fix}; the pipeline's outputs "
-                           "do not depend on it", store) from None
+    except SQLAlchemyError as exc:
+        raise _store_error(str(getattr(exc, "orig", None) or exc).splitlines()[0]) from None
+
+
+def _store_error(reason: str) -> StorageError:
+    store = store_file()
+    fix = (f"move it aside (mv {store} {store}.broken) and rerun for a new, empty store"
+           if urlparse(tracking_uri()).scheme == "sqlite" else "check the store MLFLOW_TRACKING_URI names")
+    return StorageError(f"the MLflow store cannot be used ({reason}): {fix}; the pipeline's outputs do not "
+                        "depend on it", store)
 
 
 def _sqlite_header() -> None:
