@@ -110,3 +110,20 @@ def test_a_full_disk_is_one_line_naming_the_output(project):
                           capture_output=True, text=True)
     line = one_line(proc)
     assert line.startswith(f"StorageError: {full / 'tiny'}") and "No space left on device while writing" in line
+
+
+def test_a_store_on_a_full_disk_is_one_line(project, monkeypatch):
+    """MLflow cannot even create its tables in 64 KiB: SQLite's "database or disk is full"."""
+    prefix = small_filesystem("64k")
+    if prefix is None:
+        pytest.skip("no user namespaces here to mount a small filesystem in")
+    full = project / "full"
+    full.mkdir()
+    store = full / "mlflow.db"
+    store_at(store, monkeypatch)
+    proc = subprocess.run([*prefix, str(full), *download_command(project / "data" / "tiny")], cwd=project,
+                          capture_output=True, text=True)
+    line = one_line(proc)
+    assert line.startswith(f"StorageError: {store}: the MLflow store cannot be used (database or disk is full)")
+    assert "free some space and rerun" in line
+    assert not (project / "data" / "tiny").exists()

@@ -14,7 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -46,13 +46,20 @@ _SQLITE_HEADER = b"SQLite format 3\0"
 def readable_store() -> Iterator[None]:
     """A store SQLite cannot open or read (not a database, truncated, unreadable) as one line
     naming the file, instead of SQLAlchemy's traceback (and MLflow's minutes of retries)."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     if urlparse(tracking_uri()).scheme == "sqlite":
         try:
             _sqlite_header()
         except OSError as exc:
             raise _store_error(exc.strerror) from None
+    with store_errors():
+        yield
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """SQLAlchemy's error, opening the store or writing to it (a full disk), as one line."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     try:
         yield
     except SQLAlchemyError as exc:
@@ -61,8 +68,12 @@ def readable_store() -> Iterator[None]:
 
 def _store_error(reason: str) -> StorageError:
     store = store_file()
-    fix = (f"move it aside (mv {store} {store}.broken) and rerun for a new, empty store"
-           if urlparse(tracking_uri()).scheme == "sqlite" else "check the store MLFLOW_TRACKING_URI names")
+    if "disk is full" in reason:
+        fix = "free some space and rerun"
+    elif urlparse(tracking_uri()).scheme == "sqlite":
+        fix = f"move it aside (mv {store} {store}.broken) and rerun for a new, empty store"
+    else:
+        fix = "check the store MLFLOW_TRACKING_URI names"
     return StorageError(f"the MLflow store cannot be used ({reason}): {fix}; the pipeline's outputs do not "
                         "depend on it", store)
 
@@ -95,10 +106,11 @@ class StageRun:
         from mlflow.entities import Param
 
         self.guard.check()
-        logged = self.client.get_run(self._run_id).data.params
-        fresh = [Param(k, str(v)[:6000]) for k, v in flatten(values).items() if k not in logged]
-        for start in range(0, len(fresh), 100):
-            self.client.log_batch(self._run_id, params=fresh[start:start + 100])
+        with store_errors():
+            logged = self.client.get_run(self._run_id).data.params
+            fresh = [Param(k, str(v)[:6000]) for k, v in flatten(values).items() if k not in logged]
+            for start in range(0, len(fresh), 100):
+                self.client.log_batch(self._run_id, params=fresh[start:start + 100])
 
     def metrics(self, values: Mapping[str, float], step: int = 0) -> None:
         from mlflow.entities import Metric
@@ -107,8 +119,9 @@ class StageRun:
         batch = [Metric(metric_name(f"{self.stage}/{k}"), float(v), now, step) for k, v in flatten(values).items()
                  if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
         self.guard.check()
-        for start in range(0, len(batch), 1000):
-            self.client.log_batch(self._run_id, metrics=batch[start:start + 1000])
+        with store_errors():
+            for start in range(0, len(batch), 1000):
+                self.client.log_batch(self._run_id, metrics=batch[start:start + 1000])
 
     def artifact(self, path: str | os.PathLike) -> None:
         self.guard.check()
@@ -161,13 +174,23 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
             yield run
         guard.check()  # the stage's results were made with the params it read: else FAILED, not kept
     except Terminated:
-        client.set_terminated(run_id, status="KILLED")
+        _mark_ended(client, run_id, "KILLED")
         raise SystemExit(128 + signal.SIGTERM) from None
     except KeyboardInterrupt:
-        client.set_terminated(run_id, status="KILLED")
+        _mark_ended(client, run_id, "KILLED")
         raise
     except BaseException:
-        client.set_terminated(run_id, status="FAILED")
+        _mark_ended(client, run_id, "FAILED")
         raise
     run.metrics({"duration_s": round(time.monotonic() - started, 3)})
-    client.set_terminated(run_id, status="FINISHED")
+    with store_errors():
+        client.set_terminated(run_id, status="FINISHED")
+
+
+def _mark_ended(client, run_id: str, status: str) -> None:
+    """Close a run that ends by an error, unless the store cannot take it (the error that is on its
+    way out, such as that very store's, is the one to report)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    with suppress(SQLAlchemyError):
+        client.set_terminated(run_id, status=status)
