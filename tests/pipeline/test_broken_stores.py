@@ -28,9 +28,9 @@ def download_command(out: Path) -> list[str]:
     return [sys.executable, str(REPO / "stages" / "download.py"), "--out", str(out)]
 
 
-def download(project: Path, out: Path) -> subprocess.CompletedProcess:
-    """The real download stage, run as DVC runs it."""
-    return subprocess.run(download_command(out), cwd=project, capture_output=True, text=True)
+def download(project: Path, out: Path, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The real download stage, run as DVC runs it (inside `prefix`, a command that runs another)."""
+    return subprocess.run([*prefix, *download_command(out)], cwd=project, capture_output=True, text=True)
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
@@ -44,8 +44,8 @@ def store_at(path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{path}")
 
 
-def assert_store_refused(project: Path, store: Path) -> None:
-    proc = download(project, project / "data" / "tiny")
+def assert_store_refused(project: Path, store: Path, prefix: tuple[str, ...] = ()) -> None:
+    proc = download(project, project / "data" / "tiny", prefix)
     line = one_line(proc)
     assert line.startswith(f"StorageError: {store}: the MLflow store cannot be used (")
     assert f"mv {store} {store}.broken" in line and "outputs do not depend on it" in line
@@ -78,14 +78,25 @@ def test_a_folder_in_place_of_the_store_is_one_line(project, monkeypatch):
     assert_store_refused(project, store)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
+def as_owner_without_privileges() -> tuple[str, ...]:
+    """Root reads a file whatever its mode; in a user namespace of its own it keeps owning its files
+    but loses that privilege, so mode 000 stops it as it stops anyone else."""
+    if os.geteuid() != 0:
+        return ()
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-U", "true"]).returncode != 0:
+        pytest.skip("running as root, with no user namespaces to drop root's privilege in")
+    return ("unshare", "-U")
+
+
 def test_an_unreadable_store_is_one_line(project, tmp_path, monkeypatch):
+    prefix = as_owner_without_privileges()
     store = project / "mlflow.db"
     store_at(store, monkeypatch)
     assert download(project, tmp_path / "first").returncode == 0
     store.chmod(0)
     try:
-        assert_store_refused(project, store)
+        assert_store_refused(project, store, prefix)
+        assert "(Permission denied)" in download(project, project / "data" / "tiny", prefix).stderr
     finally:
         store.chmod(0o644)
 
