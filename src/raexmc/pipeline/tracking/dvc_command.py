@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_SHELL_HOPS = 3  # DVC runs a stage's cmd through a shell (`sh -c cmd`), which may fork once more
+# DVC runs a stage's cmd through a shell (`sh -c cmd`); train under torchrun adds its launcher and torchrun
+_MAX_HOPS = 5
 
 
 def _cmdline(pid: int) -> list[str] | None:
@@ -34,12 +35,12 @@ def _dvc_args(argv: list[str]) -> list[str] | None:
 
 
 def dvc_command() -> list[str] | None:
-    """The arguments of the `dvc` process this stage runs under (its parent, or the parent's parent
-    when DVC went through a shell); None outside DVC or where /proc is not there."""
+    """The arguments of the `dvc` process this stage runs under (its parent, or an ancestor a few
+    processes up); None outside DVC or where /proc is not there."""
     if not os.environ.get("DVC_STAGE"):
         return None
     pid = os.getppid()
-    for _ in range(_SHELL_HOPS):
+    for _ in range(_MAX_HOPS):
         argv = _cmdline(pid)
         if argv is None:
             return None
