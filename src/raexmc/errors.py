@@ -44,3 +44,11 @@ class ConfigError(RaexmcError):
 
 class SourceError(RaexmcError):
     """A download source (apt, HTTP, Google Drive) could not deliver."""
+
+
+class StorageError(RaexmcError):
+    """A local store cannot be written or read: a full disk, or a corrupt or unreadable MLflow database."""
+
+
+class ConcurrentRunError(RaexmcError):
+    """Another pipeline run holds or rewrote the workspace this stage runs in."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -10,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _umask() -> int:
@@ -32,8 +35,9 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        _name_the_output(exc, tmp, target)
         raise
     if target.exists():
         old = target.with_name(f".{target.name}.old")
@@ -57,9 +61,24 @@ def atomic_file(target: str | os.PathLike, mode: str = "w", **open_kwargs: Any) 
         with open(tmp_name, mode, **open_kwargs) as handle:
             yield handle
         os.replace(tmp_name, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp_name).unlink(missing_ok=True)
+        _name_the_output(exc, Path(tmp_name), target)
         raise
+
+
+def _name_the_output(exc: BaseException, tmp: Path, target: Path) -> None:
+    """A write error names the output, not the temporary name it was written under; a full disk,
+    which write() reports with no file name, names the output too."""
+    if not isinstance(exc, OSError):
+        return
+    if exc.filename is None:
+        if exc.errno in DISK_FULL:
+            exc.filename = str(target)
+        return
+    name = os.fsdecode(exc.filename)
+    if name == str(tmp) or name.startswith(f"{tmp}{os.sep}"):
+        exc.filename = f"{target}{name[len(str(tmp)):]}"
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

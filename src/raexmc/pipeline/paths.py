@@ -16,7 +16,14 @@ def project_root(start: str | os.PathLike | None = None) -> Path:
     if os.environ.get("DVC_ROOT"):
         return Path(os.environ["DVC_ROOT"]).resolve()
     here = Path(start or os.getcwd()).resolve()
+    return working_copy(here) or here
+
+
+def working_copy(start: str | os.PathLike) -> Path | None:
+    """The nearest folder at or above `start` holding `.dvc/`: for an experiment run in a copy,
+    the copy itself (not the parent project that DVC_ROOT names); None outside a DVC project."""
+    here = Path(start).resolve()
     for folder in (here, *here.parents):
         if (folder / ".dvc").is_dir():
             return folder
-    return here
+    return None

@@ -23,8 +23,9 @@ def experiment_name() -> str:
     return os.environ.get("DVC_EXP_NAME") or "workspace"
 
 
-def pipeline_key(params_path: Path, commit: str, exp_name: str) -> str:
-    digest = hashlib.sha256(params_path.read_bytes())
+def pipeline_key(params: bytes, commit: str, exp_name: str) -> str:
+    """The run's key: the params file's bytes, the commit and the experiment."""
+    digest = hashlib.sha256(params)
     digest.update(f"\0{commit}\0{exp_name}".encode())
     return digest.hexdigest()[:16]
 

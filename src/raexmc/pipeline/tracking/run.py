@@ -14,11 +14,14 @@ import os
 import signal
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+from ...errors import StorageError
 from ..paths import project_root
+from .guard import ParamsGuard
 from .identity import PIPELINE_TAG, experiment_name, git_commit, pipeline_key, pipeline_params
 from .names import flatten, metric_name
 from .signals import Terminated, sigterm_raises
@@ -30,19 +33,84 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
 
 
-class StageRun:
-    """Logs one stage's params, metrics and artifacts into the pipeline's MLflow run."""
+def store_file() -> str:
+    """The store as a user would name it: the SQLite file, or the tracking URI itself."""
+    uri = tracking_uri()
+    return uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else uri
 
-    def __init__(self, client, run_id: str, stage: str):
-        self.client, self.run_id, self.stage = client, run_id, stage
+
+_SQLITE_HEADER = b"SQLite format 3\0"
+
+
+@contextmanager
+def readable_store() -> Iterator[None]:
+    """A store SQLite cannot open or read (not a database, truncated, unreadable) as one line
+    naming the file, instead of SQLAlchemy's traceback (and MLflow's minutes of retries)."""
+    if urlparse(tracking_uri()).scheme == "sqlite":
+        try:
+            _sqlite_header()
+        except OSError as exc:
+            raise _store_error(exc.strerror) from None
+    with store_errors():
+        yield
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """SQLAlchemy's error, opening the store or writing to it (a full disk), as one line."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise _store_error(str(getattr(exc, "orig", None) or exc).splitlines()[0]) from None
+
+
+def _store_error(reason: str) -> StorageError:
+    store = store_file()
+    if "disk is full" in reason:
+        fix = "free some space and rerun"
+    elif urlparse(tracking_uri()).scheme == "sqlite":
+        fix = f"move it aside (mv {store} {store}.broken) and rerun for a new, empty store"
+    else:
+        fix = "check the store MLFLOW_TRACKING_URI names"
+    return StorageError(f"the MLflow store cannot be used ({reason}): {fix}; the pipeline's outputs do not "
+                        "depend on it", store)
+
+
+def _sqlite_header() -> None:
+    """Read the store's first bytes: an unreadable file, a folder or another kind of file fails here."""
+    path = Path(store_file())
+    if not path.exists():
+        return  # MLflow creates it
+    with open(path, "rb") as handle:
+        head = handle.read(len(_SQLITE_HEADER))
+    if head and head != _SQLITE_HEADER:
+        raise OSError(0, "file is not a database", str(path))
+
+
+class StageRun:
+    """Logs one stage's params, metrics and artifacts into the pipeline's MLflow run, each only
+    after checking that the params file is still the one the stage ran with."""
+
+    def __init__(self, client, run_id: str, stage: str, guard: ParamsGuard):
+        self.client, self._run_id, self.stage, self.guard = client, run_id, stage, guard
+
+    @property
+    def run_id(self) -> str:
+        """The run's id, for logging done elsewhere (the model registry): checked like every log."""
+        self.guard.check()
+        return self._run_id
 
     def params(self, values: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        logged = self.client.get_run(self.run_id).data.params
-        fresh = [Param(k, str(v)[:6000]) for k, v in flatten(values).items() if k not in logged]
-        for start in range(0, len(fresh), 100):
-            self.client.log_batch(self.run_id, params=fresh[start:start + 100])
+        self.guard.check()
+        with store_errors():
+            logged = self.client.get_run(self._run_id).data.params
+            fresh = [Param(k, str(v)[:6000]) for k, v in flatten(values).items() if k not in logged]
+            for start in range(0, len(fresh), 100):
+                self.client.log_batch(self._run_id, params=fresh[start:start + 100])
 
     def metrics(self, values: Mapping[str, float], step: int = 0) -> None:
         from mlflow.entities import Metric
@@ -50,61 +118,79 @@ class StageRun:
         now = int(time.time() * 1000)
         batch = [Metric(metric_name(f"{self.stage}/{k}"), float(v), now, step) for k, v in flatten(values).items()
                  if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-        for start in range(0, len(batch), 1000):
-            self.client.log_batch(self.run_id, metrics=batch[start:start + 1000])
+        self.guard.check()
+        with store_errors():
+            for start in range(0, len(batch), 1000):
+                self.client.log_batch(self._run_id, metrics=batch[start:start + 1000])
 
     def artifact(self, path: str | os.PathLike) -> None:
-        self.client.log_artifact(self.run_id, str(path), artifact_path=self.stage)
+        self.guard.check()
+        self.client.log_artifact(self._run_id, str(path), artifact_path=self.stage)
 
     def stages_run(self) -> set[str]:
         """Stages that ran in this execution (each logs its duration when it ends)."""
-        metrics = self.client.get_run(self.run_id).data.metrics
+        metrics = self.client.get_run(self._run_id).data.metrics
         return {name.split("/")[0] for name in metrics if name.endswith("/duration_s")}
 
     def for_stage(self, stage: str) -> StageRun:
         """The same run, logging under another stage's names (for outputs DVC restored from its
         run cache, whose stage did not run and so logged nothing)."""
-        return StageRun(self.client, self.run_id, stage)
+        return StageRun(self.client, self._run_id, stage, self.guard)
 
 
-def _pipeline_run(client, params_path: Path) -> str:
+def _pipeline_run(client, guard: ParamsGuard) -> str:
     root = project_root()
     experiment = client.get_experiment_by_name(EXPERIMENT)
     experiment_id = (experiment.experiment_id if experiment else
                      client.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri()))
     commit, exp_name = git_commit(Path.cwd()), experiment_name()
-    key = pipeline_key(params_path, commit, exp_name)
+    key = pipeline_key(guard.content or b"", commit, exp_name)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_TAG}` = '{key}'", max_results=1)
     if found:
         return found[0].info.run_id
     tags = {PIPELINE_TAG: key, "git_commit": commit, "dvc_experiment": exp_name}
     run_name = exp_name if exp_name != "workspace" else f"workspace-{key[:8]}"
     run_id = client.create_run(experiment_id, tags=tags, run_name=run_name).info.run_id
-    StageRun(client, run_id, "pipeline").params(pipeline_params(params_path))
+    StageRun(client, run_id, "pipeline", guard).params(pipeline_params(guard.path))
     return run_id
 
 
 @contextmanager
-def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml") -> Iterator[StageRun]:
-    """Open the pipeline's MLflow run for `stage`; log its duration and final status on exit:
-    FINISHED, FAILED on an error, KILLED on Ctrl-C or SIGTERM (then exit status 143, as if the
-    signal had not been caught)."""
+def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
+              guard: ParamsGuard | None = None) -> Iterator[StageRun]:
+    """Open the pipeline's MLflow run for `stage` (for the params file as `guard` read it); log its
+    duration and final status on exit: FINISHED, FAILED on an error, KILLED on Ctrl-C or SIGTERM
+    (then exit status 143, as if the signal had not been caught)."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri())
-    run = StageRun(client, _pipeline_run(client, Path(params_path)), stage)
+    guard = guard or ParamsGuard(params_path)
+    with readable_store():
+        client = MlflowClient(tracking_uri=tracking_uri())
+        run_id = _pipeline_run(client, guard)
+    run = StageRun(client, run_id, stage, guard)
     started = time.monotonic()
     try:
         with sigterm_raises():
             yield run
+        guard.check()  # the stage's results were made with the params it read: else FAILED, not kept
     except Terminated:
-        client.set_terminated(run.run_id, status="KILLED")
+        _mark_ended(client, run_id, "KILLED")
         raise SystemExit(128 + signal.SIGTERM) from None
     except KeyboardInterrupt:
-        client.set_terminated(run.run_id, status="KILLED")
+        _mark_ended(client, run_id, "KILLED")
         raise
     except BaseException:
-        client.set_terminated(run.run_id, status="FAILED")
+        _mark_ended(client, run_id, "FAILED")
         raise
     run.metrics({"duration_s": round(time.monotonic() - started, 3)})
-    client.set_terminated(run.run_id, status="FINISHED")
+    with store_errors():
+        client.set_terminated(run_id, status="FINISHED")
+
+
+def _mark_ended(client, run_id: str, status: str) -> None:
+    """Close a run that ends by an error, unless the store cannot take it (the error that is on its
+    way out, such as that very store's, is the one to report)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    with suppress(SQLAlchemyError):
+        client.set_terminated(run_id, status=status)

@@ -1,0 +1,140 @@
+"""A broken MLflow store or a full disk ends a real stage process in one line naming the file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, make_lf_folder
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A DVC project folder whose params point the download stage at the tiny LF dataset."""
+    folder = tmp_path / "project"
+    (folder / ".dvc").mkdir(parents=True)
+    lf = make_lf_folder(tmp_path / "lf")
+    (folder / "params.yaml").write_text(f"data:\n  name: tiny\n  xc_repo_url: unused\n"
+                                        f"datasets:\n  tiny: {{source: local, path: '{lf}'}}\n")
+    return folder
+
+
+def download_command(out: Path) -> list[str]:
+    return [sys.executable, str(REPO / "stages" / "download.py"), "--out", str(out)]
+
+
+def download(project: Path, out: Path, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The real download stage, run as DVC runs it (inside `prefix`, a command that runs another)."""
+    return subprocess.run([*prefix, *download_command(out)], cwd=project, capture_output=True, text=True)
+
+
+def one_line(proc: subprocess.CompletedProcess) -> str:
+    """The error line, which must be all there is besides MLflow's notes on creating a new store."""
+    lines = [line for line in proc.stderr.strip().splitlines() if " INFO mlflow." not in line]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def store_at(path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{path}")
+
+
+def assert_store_refused(project: Path, store: Path, prefix: tuple[str, ...] = ()) -> None:
+    proc = download(project, project / "data" / "tiny", prefix)
+    line = one_line(proc)
+    assert line.startswith(f"StorageError: {store}: the MLflow store cannot be used (")
+    assert f"mv {store} {store}.broken" in line and "outputs do not depend on it" in line
+    assert not (project / "data" / "tiny").exists()
+
+
+def test_a_store_of_random_bytes_is_one_line(project, monkeypatch):
+    store = project / "mlflow.db"
+    store.write_bytes(bytes(range(256)) * 16)
+    store_at(store, monkeypatch)
+    assert_store_refused(project, store)
+    assert "file is not a database" in download(project, project / "data" / "tiny").stderr
+
+
+def test_a_truncated_store_is_one_line(project, tmp_path, monkeypatch):
+    """The first pages of a real store: SQLite finds its header but not its tables' pages."""
+    whole = tmp_path / "whole.db"
+    store_at(whole, monkeypatch)
+    assert download(project, tmp_path / "first").returncode == 0
+    store = project / "mlflow.db"
+    store.write_bytes(whole.read_bytes()[:8192])
+    store_at(store, monkeypatch)
+    assert_store_refused(project, store)
+
+
+def test_a_folder_in_place_of_the_store_is_one_line(project, monkeypatch):
+    store = project / "mlflow.db"
+    store.mkdir()
+    store_at(store, monkeypatch)
+    assert_store_refused(project, store)
+
+
+def as_owner_without_privileges() -> tuple[str, ...]:
+    """Root reads a file whatever its mode; in a user namespace of its own it keeps owning its files
+    but loses that privilege, so mode 000 stops it as it stops anyone else."""
+    if os.geteuid() != 0:
+        return ()
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-U", "true"]).returncode != 0:
+        pytest.skip("running as root, with no user namespaces to drop root's privilege in")
+    return ("unshare", "-U")
+
+
+def test_an_unreadable_store_is_one_line(project, tmp_path, monkeypatch):
+    prefix = as_owner_without_privileges()
+    store = project / "mlflow.db"
+    store_at(store, monkeypatch)
+    assert download(project, tmp_path / "first").returncode == 0
+    store.chmod(0)
+    try:
+        assert_store_refused(project, store, prefix)
+        assert "(Permission denied)" in download(project, project / "data" / "tiny", prefix).stderr
+    finally:
+        store.chmod(0o644)
+
+
+def small_filesystem(size: str) -> tuple[str, ...] | None:
+    """A command prefix that runs a shell command with a `size` tmpfs mounted on its first
+    argument's folder, in a user namespace (no root needed); None where the kernel forbids it."""
+    if not shutil.which("unshare"):
+        return None
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    return ("unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs "$0" && exec "$@"') \
+        if probe.returncode == 0 else None
+
+
+def test_a_full_disk_is_one_line_naming_the_output(project):
+    full = project / "full"
+    full.mkdir()
+    prefix = small_filesystem("16k")
+    if prefix is None:
+        pytest.skip("no user namespaces here to mount a small filesystem in")
+    proc = subprocess.run([*prefix, str(full), *download_command(full / "tiny")], cwd=project,
+                          capture_output=True, text=True)
+    line = one_line(proc)
+    assert line.startswith(f"StorageError: {full / 'tiny'}") and "No space left on device while writing" in line
+
+
+def test_a_store_on_a_full_disk_is_one_line(project, monkeypatch):
+    """MLflow cannot even create its tables in 64 KiB: SQLite's "database or disk is full"."""
+    prefix = small_filesystem("64k")
+    if prefix is None:
+        pytest.skip("no user namespaces here to mount a small filesystem in")
+    full = project / "full"
+    full.mkdir()
+    store = full / "mlflow.db"
+    store_at(store, monkeypatch)
+    proc = subprocess.run([*prefix, str(full), *download_command(project / "data" / "tiny")], cwd=project,
+                          capture_output=True, text=True)
+    line = one_line(proc)
+    assert line.startswith(f"StorageError: {store}: the MLflow store cannot be used (database or disk is full)")
+    assert "free some space and rerun" in line
+    assert not (project / "data" / "tiny").exists()
