@@ -18,7 +18,6 @@ from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, select, va
 from raexmc.io import atomic_dir, write_json
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
-from raexmc.training.batches import split_validation
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -30,7 +29,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"infer": p.section("infer")})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
-        rest_rows, val_rows = split_validation(Y_train, settings.val_fraction, settings.val_seed)
+        rest_rows, val_rows = settings.split(Y_train)
         retrieval = validation_retrieval(load_embeddings(embeddings, "train"), load_embeddings(embeddings, "labels"),
                                          Y_train, data.filter_matrix("train"), rest_rows, val_rows, settings.b,
                                          settings.relevance, pick_device("auto"))
