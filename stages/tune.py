@@ -1,9 +1,10 @@
-"""Choose RAE's λ and τ on training inputs held out from the memory, never on the test set: with
-`infer.lambda` / `infer.tau` set to auto, the best of the grid by `infer.auto_metric`; with numbers,
-those. Writes the choice and the whole validation curve (λ grid × τ grid) to selection.json, which
-the evaluate and package stages read, and beside it query_lambda.json: the per-query λ model fitted on
-the same validation retrieval at the chosen τ (or, when it does not beat the best fixed λ in
-cross-validation, that λ for every query; its "fit" report says which)."""
+"""Choose RAE's λ and τ on training inputs held out from the memory (at most `infer.val_max_queries`
+of them query it), never on the test set: with `infer.lambda` / `infer.tau` set to auto, the best of
+the grid by `infer.auto_metric`; with numbers, those. Writes the choice and the whole validation
+curve (λ grid × τ grid) to selection.json, which the evaluate and package stages read, and beside it
+query_lambda.json: the per-query λ model fitted on the same validation retrieval at the chosen τ (or,
+when it does not beat the best fixed λ in cross-validation, that λ for every query; its "fit" report
+says which)."""
 
 from pathlib import Path
 
