@@ -15,10 +15,11 @@ from raexmc.encoder.device import pick_device
 from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
-from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, select, validation_retrieval
+from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, query_sample, select, validation_retrieval
 from raexmc.io import atomic_dir, write_json
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
+from raexmc.training.batches import split_validation
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -30,7 +31,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"infer": p.section("infer")})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
-        rest_rows, val_rows = settings.split(Y_train)
+        rest_rows, held_out = split_validation(Y_train, settings.val_fraction, settings.val_seed)
+        val_rows = query_sample(held_out, settings.val_max_queries, settings.val_seed)
         retrieval = validation_retrieval(load_embeddings(embeddings, "train"), load_embeddings(embeddings, "labels"),
                                          Y_train, data.filter_matrix("train"), rest_rows, val_rows, settings.b,
                                          settings.relevance, pick_device("auto"))

@@ -230,7 +230,7 @@ def test_stage_queries_at_most_val_max_queries_of_the_held_out_inputs(tmp_path, 
     chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
 
     rest_rows, held_out = split_validation(Y, 0.25, 0)
-    query_rows = TuneSettings.from_params(load_params(params)).split(Y)[1]
+    query_rows = query_sample(held_out, cap, 0)
     assert len(held_out) == 10 and len(query_rows) == min(10, cap) and np.isin(query_rows, held_out).all()
     assert (chosen["val_queries"], chosen["memory_inputs"], chosen["val_max_queries"]) == (min(10, cap), 30, cap)
     curve, _ = brute_force(X, Z, Y, query_rows, rest_rows, b=45)

@@ -35,7 +35,6 @@ from ..memory.exact import top_k_search
 from ..memory.keys_values import training_values
 from ..params import Params
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau, combine, score_parts
-from ..training.batches import split_validation
 from .evaluator import HEADLINE, Evaluator
 
 AUTO = "auto"
@@ -75,12 +74,6 @@ class TuneSettings:
                    val_max_queries=positive_int(p.get("infer.val_max_queries"), "infer.val_max_queries", p.path,
                                                 "infer.val_max_queries"),
                    val_seed=p.typed("infer.val_seed", int), relevance=p.typed("infer.relevance", str))
-
-    def split(self, Y_train: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
-        """(memory rows, query rows) of the training inputs: val_fraction held out of the memory, at most
-        val_max_queries of those querying it."""
-        rest_rows, held_out = split_validation(Y_train, self.val_fraction, self.val_seed)
-        return rest_rows, query_sample(held_out, self.val_max_queries, self.val_seed)
 
     @property
     def fixed_lambda(self) -> float:
