@@ -1,9 +1,10 @@
-"""Choose RAE's λ and τ on training inputs held out from the memory, never on the test set: with
-`infer.lambda` / `infer.tau` set to auto, the best of the grid by `infer.auto_metric`; with numbers,
-those. Writes the choice and the whole validation curve (λ grid × τ grid) to selection.json, which
-the evaluate and package stages read, and beside it query_lambda.json: the per-query λ model fitted on
-the same validation retrieval at the chosen τ (or, when it does not beat the best fixed λ in
-cross-validation, that λ for every query; its "fit" report says which)."""
+"""Choose RAE's λ and τ on training inputs held out from the memory (at most `infer.val_max_queries`
+of them query it), never on the test set: with `infer.lambda` / `infer.tau` set to auto, the best of
+the grid by `infer.auto_metric`; with numbers, those. Writes the choice and the whole validation
+curve (λ grid × τ grid) to selection.json, which the evaluate and package stages read, and beside it
+query_lambda.json: the per-query λ model fitted on the same validation retrieval at the chosen τ (or,
+when it does not beat the best fixed λ in cross-validation, that λ for every query; its "fit" report
+says which)."""
 
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from raexmc.encoder.device import pick_device
 from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
-from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, select, validation_retrieval
+from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, query_sample, select, validation_retrieval
 from raexmc.io import atomic_dir, write_json
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
@@ -30,7 +31,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"infer": p.section("infer")})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
-        rest_rows, val_rows = split_validation(Y_train, settings.val_fraction, settings.val_seed)
+        rest_rows, held_out = split_validation(Y_train, settings.val_fraction, settings.val_seed)
+        val_rows = query_sample(held_out, settings.val_max_queries, settings.val_seed)
         retrieval = validation_retrieval(load_embeddings(embeddings, "train"), load_embeddings(embeddings, "labels"),
                                          Y_train, data.filter_matrix("train"), rest_rows, val_rows, settings.b,
                                          settings.relevance, pick_device("auto"))

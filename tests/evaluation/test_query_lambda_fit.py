@@ -84,7 +84,7 @@ def test_the_tune_stage_fit_falls_back_to_its_chosen_lambda_in_a_tie():
     retrieval = ValidationRetrieval(*joint, evaluator.truth, Y_TRAIN, sp.csr_matrix((200, NUM_LABELS)),
                                     np.arange(200), np.arange(NUM_TRAIN))
     settings = TuneSettings(lam=None, tau=TAU, lambda_grid=tuple(GRID), tau_grid=(TAU,), metric="P@1", b=3,
-                            val_fraction=0.05, val_seed=0, relevance="binary")
+                            val_fraction=0.05, val_max_queries=20000, val_seed=0, relevance="binary")
 
     model, report = fit_on_selection(retrieval, settings, {"lambda": 0.5, "tau": TAU}, DEFAULT_AB)
 

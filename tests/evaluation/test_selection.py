@@ -1,6 +1,6 @@
 """Choosing λ and τ on held-out training inputs: the choice against a dense brute force on memories
 built so that one side of the values is right, the split that keeps queries out of their own memory,
-and the tune stage's output and its one-line errors."""
+the cap on how many of them query, and the tune stage's output and its one-line errors."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ruamel.yaml import YAML
 
 from conftest import REPO, dense_top_b_softmax
 from raexmc.errors import ConfigError, DataError
-from raexmc.evaluation.selection import (TuneSettings, choose, lambda_rows, read_selection, select,
+from raexmc.evaluation.selection import (TuneSettings, choose, lambda_rows, query_sample, read_selection, select,
                                         validation_retrieval)
 from raexmc.params import load_params
 from raexmc.training.batches import split_validation
@@ -73,7 +73,7 @@ def brute_force(X, Z, Y, val_rows, rest_rows, b):
 
 def settings(**changes) -> TuneSettings:
     base = dict(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=6,
-                val_fraction=0.5, val_seed=0, relevance="binary")
+                val_fraction=0.5, val_max_queries=20000, val_seed=0, relevance="binary")
     return TuneSettings(**{**base, **changes})
 
 
@@ -112,13 +112,18 @@ def test_ties_go_to_the_value_nearest_the_papers():
     assert (choose(curve, "P@1")["lambda"], choose(curve, "P@1")["tau"]) == (0.3, 0.05)
 
 
-def test_held_out_queries_are_not_keys_of_their_memory():
-    """Every training input is also a would-be key; a query that found itself would score 1.0."""
+def forty_inputs_five_labels():
+    """Random unit vectors: 40 training inputs (input i has label i % 5) and 5 label keys."""
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(45, 16)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    X, Z = vectors[:40], vectors[40:]
     Y = sp.csr_matrix((np.ones(40), (np.arange(40), np.arange(40) % 5)), shape=(40, 5))
+    return vectors[:40], vectors[40:], Y
+
+
+def test_held_out_queries_are_not_keys_of_their_memory():
+    """Every training input is also a would-be key; a query that found itself would score 1.0."""
+    X, Z, Y = forty_inputs_five_labels()
     rest_rows, val_rows = split_validation(Y, 0.25, 0)
     retrieval = validation_retrieval(X, Z, Y, sp.csr_matrix((40, 5)), rest_rows, val_rows, b=45)
 
@@ -147,6 +152,8 @@ def write_params(folder, **infer):
     ("tau_grid", [0.04, -1], "infer.tau_grid must be a non-empty list of numbers > 0, got [0.04, -1]"),
     ("auto_metric", "P@2", "infer.auto_metric must be one of"),
     ("val_fraction", 1.0, "infer.val_fraction must be in (0, 1), got 1.0"),
+    ("val_max_queries", 0, "infer.val_max_queries must be an integer >= 1, got 0"),
+    ("val_max_queries", 2.5, "infer.val_max_queries must be an integer >= 1, got 2.5"),
 ])
 def test_bad_settings_name_their_key(tmp_path, key, value, says):
     with pytest.raises(ConfigError) as error:
@@ -173,16 +180,20 @@ def test_stage_bad_value_is_one_line_exit_2_and_writes_nothing(tmp_path, key, va
     assert not (tmp_path / "tune").exists()
 
 
-def test_stage_reads_no_test_split_and_writes_the_choice(tmp_path):
-    """The dataset and embeddings folders hold no test split at all: the stage must not need one."""
-    X, Z, Y = memory(inputs_right=True)
+def write_training_split(tmp_path, X, Z, Y):
+    """The dataset and embeddings folders with no test split at all: the stage must not need one."""
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "stats.json").write_text("{}")
     sp.save_npz(tmp_path / "data" / "Y_train.npz", Y)
-    sp.save_npz(tmp_path / "data" / "filter_train.npz", sp.csr_matrix((4, 4), dtype=bool))
+    sp.save_npz(tmp_path / "data" / "filter_train.npz", sp.csr_matrix(Y.shape, dtype=bool))
     (tmp_path / "emb").mkdir()
     np.save(tmp_path / "emb" / "train.npy", X)
     np.save(tmp_path / "emb" / "labels.npy", Z)
+
+
+def test_stage_reads_no_test_split_and_writes_the_choice(tmp_path):
+    X, Z, Y = memory(inputs_right=True)
+    write_training_split(tmp_path, X, Z, Y)
     proc = run_stage(tmp_path, write_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.5, "b": 6}))
     assert proc.returncode == 0, proc.stderr
     chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
@@ -193,6 +204,37 @@ def test_stage_reads_no_test_split_and_writes_the_choice(tmp_path):
     assert at_tau[chosen["lambda"]] == max(at_tau.values())
     assert (chosen["val_queries"], chosen["memory_inputs"]) == (2, 2)
     assert chosen["fixed_lambda"] == 0.5
+
+
+def test_query_sample_keeps_at_most_the_cap_seeded_in_order():
+    held_out = np.arange(0, 3000, 3)
+    sample = query_sample(held_out, 250, seed=4)
+    assert len(sample) == 250 and len(set(sample)) == 250 and np.isin(sample, held_out).all()
+    assert (np.diff(sample) > 0).all(), "the held-out inputs' order is kept"
+    np.testing.assert_array_equal(query_sample(held_out, 250, seed=4), sample)
+    assert not np.array_equal(query_sample(held_out, 250, seed=5), sample), "another seed, another sample"
+    for cap in (len(held_out), len(held_out) + 1):
+        np.testing.assert_array_equal(query_sample(held_out, cap, seed=4), held_out)
+
+
+@pytest.mark.parametrize("cap", [4, 10, 20000])
+def test_stage_queries_at_most_val_max_queries_of_the_held_out_inputs(tmp_path, cap):
+    """A quarter of 40 inputs (10) is held out of the memory whatever the cap; min(10, cap) of them query,
+    and the curve is the brute force's on exactly those; from 10 up the cap changes nothing."""
+    X, Z, Y = forty_inputs_five_labels()
+    write_training_split(tmp_path, X, Z, Y)
+    params = write_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "val_max_queries": cap, "b": 45,
+                                       "lambda_sweep": LAMBDAS, "tau_grid": TAUS})
+    proc = run_stage(tmp_path, params)
+    assert proc.returncode == 0, proc.stderr
+    chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
+
+    rest_rows, held_out = split_validation(Y, 0.25, 0)
+    query_rows = query_sample(held_out, cap, 0)
+    assert len(held_out) == 10 and len(query_rows) == min(10, cap) and np.isin(query_rows, held_out).all()
+    assert (chosen["val_queries"], chosen["memory_inputs"], chosen["val_max_queries"]) == (min(10, cap), 30, cap)
+    curve, _ = brute_force(X, Z, Y, query_rows, rest_rows, b=45)
+    assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"]} == curve
 
 
 def test_read_selection_checks_what_evaluate_and_package_will_use(tmp_path):

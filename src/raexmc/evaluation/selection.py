@@ -8,6 +8,12 @@ perfect). One exact joint top-b search serves the whole grid: one softmax per τ
 sparse mix per λ (`combine`), each ranked and scored by the Evaluator as the test set is. The best
 (λ, τ) by `infer.auto_metric` wins; among equal values (metrics are rounded to 0.01 points) the one
 nearest the paper's λ = 0.5, τ = 0.04 (τ by ratio) wins.
+
+At most `infer.val_max_queries` of the held-out inputs query (a seeded subset): the search costs
+queries x (memory inputs + labels) products, which at 5% of N held out would grow with N squared; a
+fixed number of queries makes it grow with N. The held-out inputs beyond the cap stay out of the
+memory all the same: the memory is the one every cap queries, so the cap only changes how many
+queries measure it (the estimate's noise), not what is measured.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..checks import positive_int
 from ..errors import ConfigError, DataError
 from ..io import read_json
 from ..memory.exact import top_k_search
@@ -45,6 +52,7 @@ class TuneSettings:
     metric: str
     b: int
     val_fraction: float
+    val_max_queries: int
     val_seed: int
     relevance: str
 
@@ -63,6 +71,8 @@ class TuneSettings:
                    lambda_grid=_grid(p, "infer.lambda_sweep", check_lambda, "numbers in [0, 1]"),
                    tau_grid=_grid(p, "infer.tau_grid", check_tau, "numbers > 0"),
                    metric=metric, b=check_b(p.typed("infer.b", int)), val_fraction=fraction,
+                   val_max_queries=positive_int(p.get("infer.val_max_queries"), "infer.val_max_queries", p.path,
+                                                "infer.val_max_queries"),
                    val_seed=p.typed("infer.val_seed", int), relevance=p.typed("infer.relevance", str))
 
     @property
@@ -80,6 +90,14 @@ class TuneSettings:
 
     def taus(self) -> list[float]:
         return sorted({*self.tau_grid, self.fixed_tau})
+
+
+def query_sample(held_out: np.ndarray, cap: int, seed: int) -> np.ndarray:
+    """At most `cap` of the `held_out` rows, a subset drawn with `seed`, in their order; all of them when they fit."""
+    if len(held_out) <= cap:
+        return held_out
+    picked = np.random.default_rng([seed, 11]).choice(len(held_out), size=cap, replace=False)
+    return held_out[np.sort(picked)]
 
 
 def _number_or_auto(p: Params, key: str, check: Callable[[Any], float], text: str) -> float | None:
@@ -174,7 +192,8 @@ def select(retrieval: ValidationRetrieval, settings: TuneSettings,
             "fixed_lambda": settings.fixed_lambda, "fixed_tau": settings.fixed_tau,
             "fixed_val_value": fixed[settings.metric],
             "val_queries": len(retrieval.val_rows), "memory_inputs": len(retrieval.rest_rows),
-            "val_fraction": settings.val_fraction, "val_seed": settings.val_seed, "b": settings.b,
+            "val_fraction": settings.val_fraction, "val_max_queries": settings.val_max_queries,
+            "val_seed": settings.val_seed, "b": settings.b,
             "validation": curve}
 
 

@@ -7,31 +7,41 @@ from collections.abc import Callable
 import numpy as np
 
 from ..checks import positive_int
-from ..errors import ConfigError
 from .search import as_matrix, empty_result
 
 # Elements (not bytes) of scratch space the exact top-k selection may use beside the similarity block.
 SELECT_BUDGET = 1 << 20
-CHUNK_ROWS = 4096  # queries multiplied by the key matrix at once
+# Bytes of one similarity block (queries x keys, float32): what bounds the search's memory however many keys
+# there are (at 3.4M keys, 19 queries a block). A block of 4,096 queries against 3.4M keys would be 56 GB.
+BLOCK_BYTES = 256 << 20
+# Queries a block holds at most even when the budget allows more: larger blocks buy no speed, and small key
+# sets keep the blocks (so the BLAS rounding, so the results) they had before the byte budget.
+CHUNK_ROWS = 4096
+
+
+def block_rows(n_keys: int, block_bytes: int = BLOCK_BYTES, max_rows: int = CHUNK_ROWS) -> int:
+    """Queries per similarity block: as many float32 rows of `n_keys` as `block_bytes` holds, at least one."""
+    return max(1, min(max_rows, block_bytes // (4 * max(n_keys, 1))))
 
 
 class ExactIndex:
-    """Exact inner-product top-k: a matrix product per chunk of `chunk_rows` queries.
+    """Exact inner-product top-k: a matrix product per block of queries, sized by a byte budget.
 
     The keys are referenced, not copied, when they already are a C-contiguous float32 matrix. At
-    most one similarity block of chunk_rows x n_keys float32 values exists at a time; the top-k
+    most one similarity block exists at a time, of `block_rows(n_keys, block_bytes, chunk_rows)`
+    queries x n_keys float32 values (about `block_bytes`, whatever the number of keys); the top-k
     selection works through that block a few rows at a time with about SELECT_BUDGET elements of
     scratch space. Among keys with equal similarity the smaller id wins, so results are
-    deterministic even with duplicate keys.
+    deterministic even with duplicate keys, and the blocking changes no id or score beyond the
+    BLAS's own rounding of a product by block shape.
     """
 
     backend = "exact"
 
-    def __init__(self, keys: np.ndarray, chunk_rows: int = CHUNK_ROWS):
-        if chunk_rows < 1:
-            raise ConfigError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    def __init__(self, keys: np.ndarray, chunk_rows: int = CHUNK_ROWS, block_bytes: int = BLOCK_BYTES):
         self.keys = as_matrix(keys, "keys")
-        self.chunk_rows = int(chunk_rows)
+        self.chunk_rows = positive_int(chunk_rows, "chunk_rows")
+        self.block_bytes = positive_int(block_bytes, "block_bytes")
 
     @property
     def count(self) -> int:
@@ -42,7 +52,8 @@ class ExactIndex:
         return self.keys.shape[1]
 
     def __repr__(self) -> str:
-        return f"ExactIndex(count={self.count}, dim={self.dim}, chunk_rows={self.chunk_rows})"
+        return (f"ExactIndex(count={self.count}, dim={self.dim}, chunk_rows={self.chunk_rows}, "
+                f"block_bytes={self.block_bytes})")
 
     def _scores(self, queries: np.ndarray) -> np.ndarray:
         """The similarity block of a chunk of queries against every key."""
@@ -55,8 +66,9 @@ class ExactIndex:
         if self.count == 0:
             return ids, sims
         width = min(k, self.count)
-        for start in range(0, queries.shape[0], self.chunk_rows):
-            block = self._scores(queries[start:start + self.chunk_rows])
+        rows_per_block = block_rows(self.count, self.block_bytes, self.chunk_rows)
+        for start in range(0, queries.shape[0], rows_per_block):
+            block = self._scores(queries[start:start + rows_per_block])
             step = max(1, SELECT_BUDGET // self.count)
             for row in range(0, block.shape[0], step):
                 part = block[row:row + step]
@@ -87,20 +99,31 @@ class ExactIndex:
         return np.take_along_axis(top, order, axis=1).astype(np.int64, copy=False)
 
 
-def top_k_search(keys: np.ndarray, device: str) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+def top_k_search(keys: np.ndarray, device: str,
+                 block_bytes: int = BLOCK_BYTES) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
     """Exact top-k by inner product on `device`: a torch matrix product on the GPU, ExactIndex on the CPU."""
     if not device.startswith("cuda"):
-        return ExactIndex(keys).search
+        return ExactIndex(keys, block_bytes=block_bytes).search
+    return torch_top_k_search(keys, device, block_bytes)
+
+
+def torch_top_k_search(keys: np.ndarray, device: str,
+                       block_bytes: int = BLOCK_BYTES) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+    """Top-k by torch on `device`, one block of `block_rows` queries at a time so the similarity block
+    stays near `block_bytes` of device memory; ties go as torch.topk puts them."""
     import torch
 
+    block_bytes = positive_int(block_bytes, "block_bytes")
     key_tensor = torch.from_numpy(keys).to(device)
+    rows_per_block = block_rows(key_tensor.shape[0], block_bytes)
 
     def search(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         ids, sims = [], []
-        for start in range(0, len(queries), CHUNK_ROWS):
-            scores = torch.from_numpy(queries[start:start + CHUNK_ROWS]).to(device) @ key_tensor.T
+        for start in range(0, len(queries), rows_per_block):
+            scores = torch.from_numpy(queries[start:start + rows_per_block]).to(device) @ key_tensor.T
             top = torch.topk(scores, min(k, key_tensor.shape[0]), dim=1)
             ids.append(top.indices.cpu().numpy())
             sims.append(top.values.float().cpu().numpy())
+            del scores
         return np.vstack(ids).astype(np.int64), np.vstack(sims)
     return search
