@@ -7,8 +7,9 @@ Runs each stage's command from dvc.yaml directly (so the numbers are the stage's
 pipeline runs where DVC is not installed, e.g. an offline GPU machine), with a copy of
 params.yaml whose data.name is NAME and whose keys are set by `-S key=value` as `dvc exp run -S`
 sets them. Peak memory is the largest resident set of the stage's process tree (os.wait4), so no
-/usr/bin/time is needed. Writes bench/results/stage_resources_<name>[_<tag>].json and prints a
-Markdown table; with --keep-eval, also copies the run's eval outputs (metrics.json,
+/usr/bin/time is needed; output bytes are the sizes of the stage's `outs` in dvc.yaml. Writes
+bench/results/stage_resources_<name>[_<tag>].json after every stage (a long run keeps what it has
+measured if it is stopped), with the command that reproduces it, and prints a Markdown table; with --keep-eval, also copies the run's eval outputs (metrics.json,
 per_instance.npz, significance.json, the training curve, the params used) to bench/results/runs/<name>_<tag>/.
 """
 
@@ -31,9 +32,22 @@ ROOT = Path(__file__).resolve().parents[1]
 KEPT = ("eval/metrics.json", "eval/per_instance.npz", "significance.json", "model/training_curve.json")
 
 
+def dvc_stages() -> dict[str, dict]:
+    return YAML(typ="safe").load((ROOT / "dvc.yaml").read_text())["stages"]
+
+
 def stage_commands(name: str) -> dict[str, list[str]]:
-    stages = YAML(typ="safe").load((ROOT / "dvc.yaml").read_text())["stages"]
-    return {stage: shlex.split(spec["cmd"].replace("${data.name}", name)) for stage, spec in stages.items()}
+    return {stage: shlex.split(spec["cmd"].replace("${data.name}", name)) for stage, spec in dvc_stages().items()}
+
+
+def output_bytes(stage: str, name: str) -> int:
+    """Bytes on disk of the stage's `outs` (files, or every file under a folder)."""
+    total = 0
+    for out in dvc_stages()[stage].get("outs", []):
+        path = ROOT / (next(iter(out)) if isinstance(out, dict) else out).replace("${data.name}", name)
+        files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+        total += sum(f.stat().st_size for f in files)
+    return total
 
 
 def measure(command: list[str]) -> dict[str, float]:
@@ -72,18 +86,21 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.dump(params, handle)
     chosen = [s for s in stages.split(",") if s]
+    suffix = f"_{tag}" if tag else ""
+    out = ROOT / "bench" / "results" / f"stage_resources_{name}{suffix}.json"
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    rerun = "python " + shlex.join(["bench/stage_resources.py", *sys.argv[1:]])
+    earlier = previous.get("command")
+    command_line = rerun if earlier in (None, rerun) else f"{earlier} && {rerun}"
     report = {}
     for stage, command in stage_commands(name).items():
         if chosen and stage not in chosen:
             continue
         command = [sys.executable if part == "python" else part for part in command] + ["--params", handle.name]
-        report[stage] = measure(command)
+        report[stage] = {**measure(command), "output_bytes": output_bytes(stage, name)}
         print(f"{stage}: {report[stage]}", flush=True)
-    suffix = f"_{tag}" if tag else ""
-    out = ROOT / "bench" / "results" / f"stage_resources_{name}{suffix}.json"
-    previous = json.loads(out.read_text()) if out.exists() else {}
-    out.write_text(json.dumps({**previous, **report, **({"overrides": set_params} if set_params else {})},
-                              indent=2) + "\n")
+        out.write_text(json.dumps({**previous, **report, **({"overrides": set_params} if set_params else {}),
+                                   "command": command_line}, indent=2) + "\n")
     if keep_eval:
         kept = ROOT / "bench" / "results" / "runs" / f"{name}{suffix}"
         kept.mkdir(parents=True, exist_ok=True)
