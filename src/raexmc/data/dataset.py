@@ -137,6 +137,9 @@ def write_dataset(
         for split, matrix in matrices.items():
             if matrix.shape[0] == 0:
                 raise DataError(f"the {split} split is empty", source.get(f"{split}_file", split))
+            if split == "test" and matrix.nnz == 0:
+                raise DataError(f"none of the {matrix.shape[0]} test inputs has a label: there is nothing to evaluate",
+                                source.get("test_labels_file", source.get("test_file", split)))
             sp.save_npz(folder / f"Y_{split}.npz", matrix)
             pairs = filters.get(split, ())
             filt = pairs_to_csr(pairs, matrix.shape, filter_origin.get(split, f"filter_{split}"))
