@@ -1,5 +1,6 @@
 """The download stage run as a process on a local dataset: bad input is one line and exit 2 with
-nothing written; inputs without labels are counted, and a test split without any is refused."""
+nothing written; inputs without labels are counted, and a test split without any is refused; what a
+killed run left behind is cleared by the next run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, TEST, TRAIN, write_jsonl_gz
+from conftest import REPO, TEST, TRAIN, leftover_of_killed_writer, write_jsonl_gz
 
 
 def run_download(folder: Path, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -64,3 +65,10 @@ def test_inputs_without_labels_are_kept_counted_and_reported(lf_folder, tmp_path
     assert (stats["N_train"], stats["N_test"]) == (4, 2)
     assert stats["inputs_without_labels"] == {"train": 1, "test": 1}
     assert "inputs without labels (kept): 1 of 4 train, 1 of 2 test" in proc.stderr
+
+
+def test_a_rerun_clears_what_a_killed_run_left(lf_folder, tmp_path):
+    leftover = leftover_of_killed_writer(tmp_path / "data" / "tiny")
+    proc = run_download(lf_folder, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not leftover.exists() and [p.name for p in (tmp_path / "data").iterdir()] == ["tiny"]
