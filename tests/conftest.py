@@ -173,3 +173,14 @@ def leftover_of_killed_writer(target: Path) -> Path:
         pass
     assert tmp.is_dir()
     return tmp
+
+
+def peak_rss_of(command: list[str], cwd: Path) -> int:
+    """Run `command` to its end and return its peak resident memory in bytes (a memory bound, not a
+    timing: it does not depend on the machine's load). It must succeed."""
+    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    error = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert os.waitstatus_to_exitcode(status) == 0, error
+    return usage.ru_maxrss * 1024  # kilobytes on Linux

@@ -177,8 +177,12 @@ class Dataset:
         return self.folder / TEXT_FILES[split]
 
     def texts(self, split: str) -> Iterator[Text]:
-        """Stream the text records of "train", "test" or "labels"."""
+        """Stream the text records of "train", "test" or "labels". Each line is parsed inside `map`,
+        so a long one is not kept alive beside its record while the caller holds the record."""
         with open(self.text_path(split), encoding="utf-8") as handle:
-            for line in handle:
-                obj = json.loads(line)
-                yield Text(obj["uid"], obj["title"], obj["content"])
+            yield from map(_text_record, handle)
+
+
+def _text_record(line: str) -> Text:
+    obj = json.loads(line)
+    return Text(obj["uid"], obj["title"], obj["content"])
