@@ -16,6 +16,10 @@ def main(out: Path = typer.Option(..., help="Dataset folder to write, e.g. data/
         name, spec = dataset_spec(p)
         run.params({"data.name": name, "data.xc_repo_url": p.get("data.xc_repo_url"), f"datasets.{name}": spec})
         stats = build_dataset(name, spec, out, p.typed("data.xc_repo_url", str))
+        empty = stats["inputs_without_labels"]
+        typer.echo(f"{name}: {stats['N_train']} train inputs, {stats['N_test']} test inputs, {stats['L']} labels; "
+                   f"inputs without labels (kept): {empty['train']} of {stats['N_train']} train, "
+                   f"{empty['test']} of {stats['N_test']} test", err=True)
         run.metrics(stats)
         run.artifact(out / "stats.json")
         run.artifact(out / "source.json")

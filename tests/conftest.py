@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -141,3 +142,45 @@ def dense_top_b_softmax(S, b: int, tau: float):
         w = np.exp((S[q, top] - S[q, top].max()) / tau)
         P[q, top] = w / w.sum()
     return P
+
+
+_WRITER = """
+import sys, time
+from raexmc.io import atomic_dir
+with atomic_dir(sys.argv[1]) as folder:
+    (folder / "half-written.bin").write_bytes(bytes(4096))
+    print(folder, flush=True)
+    time.sleep(600)
+"""
+
+
+@contextmanager
+def writer_in_progress(target: Path) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """A real process half way through writing `target` with atomic_dir; yields it and its
+    temporary folder, and kills it (SIGKILL: no clean-up runs) on leaving, if not killed before."""
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(target)], stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc, Path(proc.stdout.readline().strip())
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def leftover_of_killed_writer(target: Path) -> Path:
+    """The temporary folder a writer of `target` killed mid-write (as by the OOM killer) leaves behind."""
+    with writer_in_progress(target) as (_, tmp):
+        pass
+    assert tmp.is_dir()
+    return tmp
+
+
+def peak_rss_of(command: list[str], cwd: Path) -> int:
+    """Run `command` to its end and return its peak resident memory in bytes (a memory bound, not a
+    timing: it does not depend on the machine's load). It must succeed."""
+    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    error = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert os.waitstatus_to_exitcode(status) == 0, error
+    return usage.ru_maxrss * 1024  # kilobytes on Linux

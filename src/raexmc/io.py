@@ -22,16 +22,59 @@ def _umask() -> int:
     return mask
 
 
+def _temp_prefix(target: Path) -> str:
+    """Temporaries are named `.<name>.<pid>-<random>.tmp`: the writer's process id tells a
+    leftover of a killed writer from the temporary of one still running."""
+    return f".{target.name}.{os.getpid()}-"
+
+
+def _stale_temp(name: str, prefix: str) -> bool:
+    """Whether `name` is a temporary of the target whose names start with `prefix` (`.<name>.`)
+    left by a writer no longer running. Its tag (between `prefix` and `.tmp`) never holds a dot,
+    so a temporary of `<name>.json` is not taken for one of `<name>`."""
+    if not (name.startswith(prefix) and name.endswith(".tmp")):
+        return False
+    tag = name[len(prefix):-len(".tmp")]
+    if not tag or "." in tag:
+        return False
+    pid = tag.partition("-")[0]
+    if not pid.isdigit():
+        return True  # named before temporaries carried a process id: its writer is long gone
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # a running process of another user
+    return False
+
+
+def remove_leftovers(target: Path) -> None:
+    """Remove what a killed earlier writer of `target` left beside it: its temporary file or folder
+    (gigabytes for a dataset or token cache) and the output it had set aside while swapping in the
+    new one (`.<name>.old`). A temporary whose writer still runs is kept."""
+    if not target.parent.is_dir():
+        return
+    prefix = f".{target.name}."
+    for sibling in target.parent.iterdir():
+        if sibling.name == f"{prefix}old" or _stale_temp(sibling.name, prefix):
+            if sibling.is_dir() and not sibling.is_symlink():
+                shutil.rmtree(sibling, ignore_errors=True)
+            else:
+                sibling.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary folder beside `target`; rename it to `target` on success.
 
     On an exception the temporary folder is removed and `target` is left as it was, so a later
-    stage never reads a half-written output.
+    stage never reads a half-written output; what a killed earlier run left is removed first.
     """
     target = Path(target)
+    remove_leftovers(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent))
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
@@ -51,10 +94,12 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
 
 @contextmanager
 def atomic_file(target: str | os.PathLike, mode: str = "w", **open_kwargs: Any) -> Iterator[Any]:
-    """Open a temporary file beside `target` for writing; rename it over `target` on success."""
+    """Open a temporary file beside `target` for writing; rename it over `target` on success.
+    What a killed earlier run left beside `target` is removed first."""
     target = Path(target)
+    remove_leftovers(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
     os.close(fd)
     os.chmod(tmp_name, 0o666 & ~_umask())
     try:

@@ -152,6 +152,39 @@ def test_ngame_bad_label_token(ngame_folder, tmp_path):
     expect_error(ngame_folder, tmp_path / "out", "tst_X_Y.txt:3", "label:value")
 
 
+def lf_with_relevance(folder, relevance):
+    """The LF folder with the second training record's target_rel replaced (line 2 of trn.json.gz)."""
+    rows = [{"uid": u, "title": t, "content": c, "target_ind": i, "target_rel": r} for u, t, c, i, r in TRAIN]
+    rows[1]["target_rel"] = relevance
+    write_jsonl_gz(folder / "trn.json.gz", rows)
+    return folder
+
+
+@pytest.mark.parametrize("bad, shown", [("abc", "'abc'"), (float("nan"), "nan"), (float("inf"), "inf"),
+                                        (-1, "-1"), (None, "None"), (True, "True"), ([1], "[1]"),
+                                        (1e39, "1e+39")])  # 1e39 overflows float32: stored as inf
+def test_lf_relevance_must_be_a_finite_number_at_least_0(lf_folder, tmp_path, bad, shown):
+    expect_error(lf_with_relevance(lf_folder, [1.0, bad]), tmp_path / "out",
+                 f"trn.json.gz:2: target_rel must be a finite number >= 0, got {shown}")
+
+
+def test_lf_numeric_strings_and_zero_are_relevance_values(lf_folder, tmp_path):
+    build(lf_with_relevance(lf_folder, ["2.5", 0]), tmp_path / "out")
+    assert Dataset(tmp_path / "out").label_matrix("train")[1].toarray().tolist() == [[0, 2.5, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("token", ["2:nan", "2:inf", "2:-1", "2:abc", "2:", "2:1e39"])
+def test_ngame_relevance_must_be_a_finite_number_at_least_0(ngame_folder, tmp_path, token):
+    (ngame_folder / "tst_X_Y.txt").write_text(f"2 5\n0:1\n{token} 3:1\n")
+    expect_error(ngame_folder, tmp_path / "out",
+                 f"tst_X_Y.txt:3: the relevance in '{token}' must be a finite number >= 0, got '{token[2:]}'")
+
+
+def test_ngame_test_split_without_labels_names_its_label_file(ngame_folder, tmp_path):
+    (ngame_folder / "tst_X_Y.txt").write_text("2 5\n\n\n")
+    expect_error(ngame_folder, tmp_path / "out", "tst_X_Y.txt: none of the 2 test inputs has a label")
+
+
 def test_unknown_layout(tmp_path):
     (tmp_path / "empty").mkdir()
     expect_error(tmp_path / "empty", tmp_path / "out", "no dataset found")

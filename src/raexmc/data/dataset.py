@@ -137,6 +137,9 @@ def write_dataset(
         for split, matrix in matrices.items():
             if matrix.shape[0] == 0:
                 raise DataError(f"the {split} split is empty", source.get(f"{split}_file", split))
+            if split == "test" and matrix.nnz == 0:
+                raise DataError(f"none of the {matrix.shape[0]} test inputs has a label: there is nothing to evaluate",
+                                source.get("test_labels_file", source.get("test_file", split)))
             sp.save_npz(folder / f"Y_{split}.npz", matrix)
             pairs = filters.get(split, ())
             filt = pairs_to_csr(pairs, matrix.shape, filter_origin.get(split, f"filter_{split}"))
@@ -174,8 +177,12 @@ class Dataset:
         return self.folder / TEXT_FILES[split]
 
     def texts(self, split: str) -> Iterator[Text]:
-        """Stream the text records of "train", "test" or "labels"."""
+        """Stream the text records of "train", "test" or "labels". Each line is parsed inside `map`,
+        so a long one is not kept alive beside its record while the caller holds the record."""
         with open(self.text_path(split), encoding="utf-8") as handle:
-            for line in handle:
-                obj = json.loads(line)
-                yield Text(obj["uid"], obj["title"], obj["content"])
+            yield from map(_text_record, handle)
+
+
+def _text_record(line: str) -> Text:
+    obj = json.loads(line)
+    return Text(obj["uid"], obj["title"], obj["content"])

@@ -6,23 +6,28 @@
   tst_X_Y.txt (an optional "rows cols" header, checked against the file and Y.txt, then
   "label:value ..." per line), same filters.
 
-Readers stream records; the dataset writer checks label indices against the label count.
+Readers stream records and check each relevance value; the dataset writer checks label indices
+against the label count.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from itertools import zip_longest
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import DataError
 from .dataset import Example, Text
 from .textfile import read_lines, require_file
 
 FILTER_FILES = {"train": "filter_labels_train.txt", "test": "filter_labels_test.txt"}
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass
@@ -50,6 +55,19 @@ def read_filter(path: Path) -> Iterator[tuple[int, int]]:
 
 def _filters(folder: Path) -> dict[str, Iterator[tuple[int, int]]]:
     return {split: read_filter(folder / name) for split, name in FILTER_FILES.items() if (folder / name).is_file()}
+
+
+def _relevance(raw: object, name: str, path: Path, line_no: int) -> float:
+    """`raw` (named `name` in the error) as a relevance: a number or numeric string, finite and >= 0
+    once stored as float32. NaN, inf or a negative value would otherwise be stored silently and
+    then poison every score and metric computed from the label matrix."""
+    try:
+        value = float(raw) if not isinstance(raw, bool) else math.nan  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= FLOAT32_MAX):
+        raise DataError(f"{name} must be a finite number >= 0, got {raw!r}", path, line_no)
+    return value
 
 
 # --- LF layout ---------------------------------------------------------------------------------
@@ -86,8 +104,10 @@ def _lf_examples(path: Path) -> Iterator[Example]:
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in labels):
             raise DataError("'target_ind' must be a list of integers", path, line_no)
         relevance = record.get("target_rel")
-        if relevance is not None and (not isinstance(relevance, list) or len(relevance) != len(labels)):
-            raise DataError("'target_rel' must be a list as long as 'target_ind'", path, line_no)
+        if relevance is not None:
+            if not isinstance(relevance, list) or len(relevance) != len(labels):
+                raise DataError("'target_rel' must be a list as long as 'target_ind'", path, line_no)
+            relevance = [_relevance(raw, "target_rel", path, line_no) for raw in relevance]
         yield Example(str(record.get("uid", line_no - 1)), _field(record, "title", str, path, line_no),
                       record.get("content") or "", labels=labels, relevance=relevance,
                       origin=(str(path), line_no))
@@ -123,9 +143,9 @@ def _sparse_rows(path: Path, num_labels: int) -> Iterator[tuple[int, list[int], 
             index, sep, value = token.partition(":")
             try:
                 labels.append(int(index))
-                values.append(float(value) if sep else 1.0)
             except ValueError:
                 raise DataError(f"expected 'label:value', got '{token}'", path, line_no) from None
+            values.append(_relevance(value, f"the relevance in '{token}'", path, line_no) if sep else 1.0)
         yield line_no, labels, values
     if declared_rows is not None and declared_rows != rows:
         raise DataError(f"header says {declared_rows} rows, but the file has {rows}", path, 1)

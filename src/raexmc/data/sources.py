@@ -88,8 +88,7 @@ def _write_wordnet_hypernyms(name: str, spec: dict[str, Any], target: Path, work
 def _write_layout(name: str, folder: Path, target: Path, provenance: dict[str, Any]) -> dict[str, Any]:
     reader = read_layout(folder)
     source = {"name": name, "layout": reader.layout, **provenance,
-              "labels_file": reader.files["labels"], "train_file": reader.files["train"],
-              "test_file": reader.files["test"]}
+              **{f"{role}_file": path for role, path in reader.files.items()}}
     origins = {split: str(folder / f"filter_labels_{split}.txt") for split in reader.filters}
     return write_dataset(target, reader.labels, reader.train, reader.test, reader.filters, source, origins)
 

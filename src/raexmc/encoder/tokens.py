@@ -3,7 +3,8 @@
 The cache holds memory-mapped arrays per split ("train", "test", "labels"): `<split>.ids.npy`
 (texts x max_len, padded) and `<split>.len.npy` (true lengths); `meta.json` holds the cache key
 (tokenizer fingerprint, max lengths, text fields). Texts are streamed in batches straight into the
-memmaps, so memory stays flat however many texts there are.
+memmaps, so memory stays flat however many texts there are, and each is cut to a character budget
+before the tokenizer sees it, so memory stays flat however long one is.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 SPLITS = ("train", "test", "labels")
 FIELDS = ("title", "title+content")
 NO_LENGTH_LIMIT = int(1e20)  # a tokenizer's model_max_length from here up (transformers uses 1e20, 1e30) means none
+CHARS_PER_TOKEN = 128  # see tokenizer_input
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,36 @@ def text_of(record: Text, fields: str) -> str:
     return f"{record.title} {record.content}".strip()
 
 
+def tokenizer_input(text: str, max_len: int) -> str:
+    """`text` cut to CHARS_PER_TOKEN x max_len characters for a tokenizer call that truncates at
+    max_len tokens. The tokenizer builds tokens and offsets for all it is given and truncates only
+    afterwards, so without the cut its memory follows the longest text (one 10 MB text: +1.2 GB).
+
+    The cut leaves the ids of a text unchanged when its first max_len words lie within the first
+    CHARS_PER_TOKEN x max_len characters: the tokenizer splits at whitespace and punctuation before
+    anything else (WordPiece, and BPE or Unigram with their whitespace pre-tokenizers), so the whole
+    words before the cut are tokenised as before, and the word the cut splits only adds tokens after
+    theirs, which truncation drops. Each word yields at least one token, so max_len whole words fill
+    max_len tokens. 128 characters a word leave room for a WordPiece word of 100 characters (its
+    limit; a longer one becomes a single [UNK]) and 28 of whitespace before it (punctuation marks
+    are words of their own), far beyond real text; only texts such as runs of whitespace or a
+    binary dump lose tokens, and cutting those short is the point. A batch still holds up to
+    batch_size x CHARS_PER_TOKEN x max_len characters: long-document datasets may want a smaller
+    tokenize.batch_size."""
+    limit = CHARS_PER_TOKEN * max_len
+    return text if len(text) <= limit else text[:limit]
+
+
+def record_input(record: Text, fields: str, max_len: int) -> str:
+    """`tokenizer_input` of the record's `text_of`, without first joining a huge title and content:
+    each is cut to twice the budget before, which leaves the first budget characters of the joined
+    text as they were (text_of strips the ends, so a field gives up at most its leading whitespace
+    to the strip), unless a field starts or ends with more than a budget's worth of whitespace."""
+    limit = 2 * CHARS_PER_TOKEN * max_len
+    short = Text(record.uid, record.title[:limit], record.content[:limit])
+    return tokenizer_input(text_of(short, fields), max_len)
+
+
 def _chunks(records: Iterable[Text], size: int) -> Iterator[list[Text]]:
     chunk: list[Text] = []
     for record in records:
@@ -119,8 +151,9 @@ def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, field
         for chunk in _chunks(dataset.texts(split), batch_size):
             if row + len(chunk) > count:
                 raise DataError(f"more records than the {count} in stats.json", dataset.text_path(split))
-            encoded = tokenizer([text_of(record, fields) for record in chunk], max_length=max_len, truncation=True,
-                                padding="max_length", return_attention_mask=True, return_tensors="np")
+            texts = [record_input(record, fields, max_len) for record in chunk]
+            encoded = tokenizer(texts, max_length=max_len, truncation=True, padding="max_length",
+                                return_attention_mask=True, return_tensors="np")
             ids[row:row + len(chunk)] = encoded["input_ids"]
             lengths[row:row + len(chunk)] = encoded["attention_mask"].sum(axis=1)
             row += len(chunk)

@@ -24,7 +24,7 @@ from ..data.dataset import Text
 from ..encoder.device import pick_device, resolve_precision
 from ..encoder.embedding import embed_rows
 from ..encoder.model import load_encoder, load_tokenizer
-from ..encoder.tokens import text_of
+from ..encoder.tokens import text_of, tokenizer_input
 from ..errors import DataError
 from ..io import read_json
 from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
@@ -75,8 +75,9 @@ class Predictor:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Query embeddings, tokenised as the token cache does (same max length, same special tokens)."""
-        encoded = self.tokenizer(texts, max_length=int(self.settings["input_max_len"]), truncation=True,
-                                 padding="longest", return_attention_mask=True, return_tensors="np")
+        max_len = int(self.settings["input_max_len"])
+        encoded = self.tokenizer([tokenizer_input(text, max_len) for text in texts], max_length=max_len,
+                                 truncation=True, padding="longest", return_attention_mask=True, return_tensors="np")
         lengths = encoded["attention_mask"].sum(axis=1)
         return embed_rows(self.model, encoded["input_ids"], lengths, np.arange(len(texts)), self.device,
                           self.precision)
