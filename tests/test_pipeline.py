@@ -99,6 +99,8 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     assert runs[0].data.params["encoder.name"] == str(tiny_model)
     assert str(client.get_model_version_by_alias("raexmc-tiny", "candidate").run_id) == runs[0].info.run_id
     assert "package/duration_s" in metrics and metrics["embed/train.texts"] == 4
+    embeddings = project / "artifacts/tiny/embeddings/train.npy"  # a link into the cache, not a second copy
+    assert embeddings.is_symlink() or embeddings.stat().st_nlink >= 2, "cache.type in .dvc/config"
 
     dvc("repro", "--force", "--single-item", "embed", cwd=project)  # the same embeddings, so the same output
     assert changed_stages(project) == set(), "a rerun of embed must not make the index stale"
