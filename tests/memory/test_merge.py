@@ -28,6 +28,22 @@ def integer_memory(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return inputs, labels, queries
 
 
+def test_merge_in_row_blocks_equals_one_block(monkeypatch):
+    """The merge works through the queries MERGE_ROWS rows at a time: blocks of 1 and 5 rows give
+    what one block of all rows gives (12 queries, so the last block is partial)."""
+    import raexmc.memory.merge as merge
+
+    inputs, labels, queries = integer_memory()
+    hits_a, hits_b = ExactIndex(inputs).search(queries, 7), ExactIndex(labels).search(queries, 7)
+    monkeypatch.setattr(merge, "MERGE_ROWS", 10_000)
+    whole = merge_top_k(hits_a, 0, hits_b, N_INPUTS, 7)
+    for rows in (1, 5):
+        monkeypatch.setattr(merge, "MERGE_ROWS", rows)
+        blocked = merge_top_k(hits_a, 0, hits_b, N_INPUTS, 7)
+        np.testing.assert_array_equal(blocked[0], whole[0])
+        np.testing.assert_array_equal(blocked[1], whole[1])
+
+
 def test_merge_by_hand():
     # Set a: ids 0, 2 (joint 0, 2); set b: ids 1, 0 and padding (joint 11, 10 at offset 10).
     hits_a = (np.array([[0, 2]]), np.array([[0.9, 0.5]], np.float32))

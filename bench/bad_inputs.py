@@ -1,0 +1,406 @@
+"""The bad-input corpus: every bad input and fault we know of, through the real stage, CLI or server.
+
+Each case breaks one thing in a tiny, fully built project (a temp git repo with the project's files,
+a 5-label LF dataset and a random 2-layer encoder with MiniLM's tokenizer, built once with
+`dvc repro`) and records what a user would see: the exit status (or HTTP status), whether a
+traceback was printed, the last line of stderr, whether that line names the file, record or key
+it should, and whether a partial output was left behind. A case passes when all of that holds.
+
+    python bench/bad_inputs.py                      # bench/results/bad_inputs.{json,md}
+    python bench/bad_inputs.py --only rel-nan,embed-int8
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import typer
+from ruamel.yaml import YAML
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+
+@dataclass
+class Outcome:
+    """What a user saw: exit code (or HTTP status), the last stderr line (or the HTTP message)."""
+    code: int
+    last_line: str
+    traceback: bool
+    output_left: bool = False
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass
+class Case:
+    name: str
+    item: str                 # where it comes from: "issue 21.1", ...
+    what: str
+    run: Callable[[Project], Outcome]
+    names: str                # the substring the one line must carry (file, record or key)
+    expect_failure: bool = True
+
+
+class Project:
+    """A tiny built project in a temp folder, and the ways to run things in it."""
+
+    def __init__(self, root: Path, lf: Path, encoder: Path):
+        self.root, self.lf, self.encoder = root, lf, encoder
+        self.env = {**os.environ, "PATH": f"{Path(PYTHON).parent}{os.pathsep}{os.environ['PATH']}",
+                    "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "PYTHONPATH": str(REPO / "src")}
+        self.scratch = Path(tempfile.mkdtemp(prefix="case-", dir=root.parent))
+
+    def fresh(self, name: str) -> Path:
+        folder = self.scratch / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        return folder
+
+    def params(self, folder: Path, **updates) -> Path:
+        """A copy of the project's params.yaml with `updates` (dotted keys) applied."""
+        yaml = YAML()
+        tree = yaml.load(self.root / "params.yaml")
+        for dotted, value in updates.items():
+            node = tree
+            *parents, leaf = dotted.split(".")
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[leaf] = value
+        path = folder / "params.yaml"
+        yaml.dump(tree, path)
+        return path
+
+    def run(self, args: list[str], stdin: bytes | None = None, env: dict | None = None,
+            output: Path | None = None) -> Outcome:
+        proc = subprocess.run(args, cwd=self.root, env={**self.env, **(env or {})}, input=stdin,
+                              capture_output=True, timeout=900)
+        stderr = proc.stderr.decode("utf-8", "replace")
+        lines = [line for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
+        return Outcome(proc.returncode, lines[-1] if lines else "", "Traceback" in stderr,
+                       output is not None and output.exists() and proc.returncode != 0,
+                       {"stderr_lines": len(lines)})
+
+    def stage(self, script: str, params: Path, **options: str | Path) -> Outcome:
+        args = [PYTHON, f"stages/{script}.py", "--params", str(params)]
+        for key, value in options.items():
+            args += [f"--{key}", str(value)]
+        return self.run(args, output=Path(options["out"]) if "out" in options else None)
+
+
+def write_jsonl_gz(path: Path, records: list[dict]) -> None:
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+
+
+def read_jsonl_gz(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def download_with(project: Project, name: str, edit: Callable[[Path], None]) -> Outcome:
+    """Copy the LF folder, let `edit` break it, and run the download stage on it."""
+    folder = project.fresh(name)
+    shutil.copytree(project.lf, folder / "lf")
+    edit(folder / "lf")
+    params = project.params(folder, **{"datasets.tiny.path": str(folder / "lf")})
+    return project.stage("download", params, out=folder / "data")
+
+
+def edit_record(file: str, row: int, **changes) -> Callable[[Path], None]:
+    def edit(lf: Path) -> None:
+        records = read_jsonl_gz(lf / file)
+        records[row].update(changes)
+        write_jsonl_gz(lf / file, records)
+    return edit
+
+
+def empty_test_split(lf: Path) -> None:
+    records = read_jsonl_gz(lf / "tst.json.gz")
+    write_jsonl_gz(lf / "tst.json.gz", [{**r, "target_ind": [], "target_rel": []} for r in records])
+
+
+def ngame_bad_value(project: Project) -> Outcome:
+    folder = project.fresh("ngame-rel")
+    ngame = folder / "ngame"
+    ngame.mkdir()
+    records = {split: read_jsonl_gz(project.lf / f"{split}.json.gz") for split in ("trn", "tst", "lbl")}
+    (ngame / "Y.txt").write_text("".join(r["title"] + "\n" for r in records["lbl"]))
+    for split in ("trn", "tst"):
+        (ngame / f"{split}_X.txt").write_text("".join(r["title"] + "\n" for r in records[split]))
+        rows = [" ".join(f"{i}:{v}" for i, v in zip(r["target_ind"], r["target_rel"])) for r in records[split]]
+        if split == "trn":
+            rows[1] = rows[1].split(":")[0] + ":abc"
+        (ngame / f"{split}_X_Y.txt").write_text(f"{len(rows)} {len(records['lbl'])}\n" + "\n".join(rows) + "\n")
+    params = project.params(folder, **{"datasets.tiny.path": str(ngame)})
+    return project.stage("download", params, out=folder / "data")
+
+
+def embed_with(project: Project, name: str, **updates) -> Outcome:
+    folder = project.fresh(name)
+    return project.stage("embed", project.params(folder, **updates), model="artifacts/tiny/model",
+                         tokens="artifacts/tiny/tokens", out=folder / "embeddings")
+
+
+def corrupt_store(project: Project) -> Outcome:
+    folder = project.fresh("mlflow-corrupt")
+    store = folder / "mlflow.db"
+    store.write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+    params = project.params(folder)
+    return project.run([PYTHON, "stages/download.py", "--params", str(params), "--out", str(folder / "data")],
+                       env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}"}, output=folder / "data")
+
+
+def disk_full(project: Project) -> Outcome:
+    """The download stage writing onto an 8 KiB tmpfs (needs root to mount; skipped otherwise)."""
+    folder = project.fresh("enospc")
+    mount = folder / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(mount)]).returncode:
+        return Outcome(-1, "skipped: mounting a small tmpfs needs root", False)
+    try:
+        return project.stage("download", project.params(folder), out=mount / "data")
+    finally:
+        subprocess.run(["umount", str(mount)])
+
+
+def predict(project: Project, *args: str, stdin: bytes | None = None) -> Outcome:
+    return project.run([PYTHON, "-m", "raexmc.cli", "predict", *args], stdin=stdin)
+
+
+def non_utf8_file(project: Project) -> Outcome:
+    path = project.fresh("predict-file") / "queries.txt"
+    path.write_bytes(b"python\n\xff\xfe bad bytes\n")
+    return predict(project, "--file", str(path))
+
+
+def stale_leftover(project: Project) -> Outcome:
+    """A folder a killed download left (atomic_dir's temp name); the next download must remove it."""
+    folder = project.fresh("leftover")
+    leftover = folder / ".data.k1ll3d.tmp"
+    leftover.mkdir()
+    (leftover / "part.npz").write_bytes(b"\0" * 1024)
+    outcome = project.stage("download", project.params(folder), out=folder / "data")
+    outcome.output_left = leftover.exists()
+    return outcome
+
+
+def tokenize_rss(project: Project) -> Outcome:
+    """One 10 MB input: tokenize must succeed with about the clean run's peak memory."""
+    peaks = {}
+    for name, huge in (("clean", False), ("huge", True)):
+        folder = project.fresh(f"tokenize-{name}")
+        shutil.copytree(project.lf, folder / "lf")
+        if huge:
+            edit_record("trn.json.gz", 0, content="lorem ipsum " * 900_000)(folder / "lf")
+        params = project.params(folder, **{"datasets.tiny.path": str(folder / "lf")})
+        project.stage("download", params, out=folder / "data")
+        args = [PYTHON, "stages/tokenize_texts.py", "--params", str(params), "--dataset", str(folder / "data"),
+                "--out", str(folder / "tokens")]
+        proc = subprocess.Popen(args, cwd=project.root, env=project.env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        stderr = proc.stderr.read().decode("utf-8", "replace")
+        _, status, usage = os.wait4(proc.pid, 0)
+        peaks[name] = usage.ru_maxrss / 1024
+    lines = [line for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
+    delta = peaks["huge"] - peaks["clean"]
+    return Outcome(os.waitstatus_to_exitcode(status) if delta <= 50 else 1,
+                   f"peak RSS clean {peaks['clean']:.0f} MB, with a 10 MB input {peaks['huge']:.0f} MB "
+                   f"(+{delta:.0f} MB)", "Traceback" in stderr, detail={"stderr_last": lines[-1] if lines else ""})
+
+
+def serve_requests(project: Project) -> dict[str, Outcome]:
+    """Bad requests against one real `raexmc serve` process."""
+    with socket_port() as port:
+        server = subprocess.Popen([PYTHON, "-m", "raexmc.cli", "serve", "--port", str(port)], cwd=project.root,
+                                  env=project.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(base + "/ping", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("raexmc serve did not come up")
+                time.sleep(0.5)
+        bodies = {"serve-no-text": {"dataframe_records": [{"content": "no title, no text"}]},
+                  "serve-empty-text": {"dataframe_records": [{"text": ""}]},
+                  "serve-k-zero": {"dataframe_records": [{"text": "python"}], "params": {"k": 0}},
+                  "serve-k-huge": {"dataframe_records": [{"text": "python"}], "params": {"k": 200000000}}}
+        return {name: post(base + "/invocations", body) for name, body in bodies.items()}
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
+
+class socket_port:
+    """A free local port (closed again before the server binds it)."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        return self.sock.getsockname()[1]
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+
+
+def post(url: str, body: dict) -> Outcome:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return Outcome(response.status, response.read().decode()[:200], False)
+    except urllib.error.HTTPError as error:
+        text = error.read().decode("utf-8", "replace")
+        message = json.loads(text).get("message", text) if text.startswith("{") else text
+        return Outcome(error.code, message.splitlines()[0] if message else "", "Traceback" in message,
+                       detail={"message_lines": len(message.splitlines())})
+
+
+SERVE_NAMES = {"serve-no-text": "text", "serve-empty-text": "empty", "serve-k-zero": "k",
+               "serve-k-huge": "k"}
+
+
+def cases() -> list[Case]:
+    return [
+        Case("rel-abc", "21.1", "LF target_rel \"abc\"", lambda p: download_with(p, "rel-abc", edit_record(
+            "trn.json.gz", 1, target_rel=["abc", 0.5])), "trn.json.gz:2"),
+        Case("rel-nan", "21.1", "LF target_rel NaN", lambda p: download_with(p, "rel-nan", edit_record(
+            "trn.json.gz", 1, target_rel=[float("nan"), 0.5])), "trn.json.gz:2"),
+        Case("rel-inf", "21.1", "LF target_rel inf", lambda p: download_with(p, "rel-inf", edit_record(
+            "trn.json.gz", 1, target_rel=[float("inf"), 0.5])), "trn.json.gz:2"),
+        Case("rel-negative", "21.1", "LF target_rel -1", lambda p: download_with(p, "rel-neg", edit_record(
+            "tst.json.gz", 0, target_rel=[-1.0])), "tst.json.gz:1"),
+        Case("ngame-rel-abc", "21.1", "NGAME j:v with v = abc", ngame_bad_value, "trn_X_Y.txt:"),
+        Case("test-no-positives", "21.2", "every test row has no target_ind", lambda p: download_with(
+            p, "no-positives", empty_test_split), "tst.json.gz"),
+        Case("target-out-of-range", "earlier", "a target_ind beyond the label count", lambda p: download_with(
+            p, "out-of-range", edit_record("trn.json.gz", 2, target_ind=[99], target_rel=[1.0])), "trn.json.gz:3"),
+        Case("json-broken-line", "earlier", "a line of trn.json.gz that is not JSON", lambda p: download_with(
+            p, "broken-json", lambda lf_: (lf_ / "trn.json.gz").write_bytes(gzip.compress(b'{"uid": "t0", \n'))),
+            "trn.json.gz:1"),
+        Case("labels-missing", "earlier", "lbl.json.gz missing", lambda p: download_with(
+            p, "no-labels", lambda lf_: (lf_ / "lbl.json.gz").unlink()), "lbl.json.gz"),
+        Case("tokenize-10mb-input", "21.3", "one 10 MB input (must succeed within 50 MB of the clean peak)",
+             tokenize_rss, "", expect_failure=False),
+        Case("embed-batch-0", "21.4", "embed.batch_size 0", lambda p: embed_with(
+            p, "embed-0", **{"embed.batch_size": 0}), "embed.batch_size"),
+        Case("embed-batch-negative", "21.4", "embed.batch_size -1", lambda p: embed_with(
+            p, "embed-neg", **{"embed.batch_size": -1}), "embed.batch_size"),
+        Case("embed-int8", "21.4", "embed.dtype int8", lambda p: embed_with(
+            p, "embed-int8", **{"embed.dtype": "int8"}), "embed.dtype"),
+        Case("mlflow-corrupt", "21.5", "mlflow.db is not a database", corrupt_store, "mlflow.db"),
+        Case("disk-full", "21.5", "download onto a full disk (8 KiB tmpfs)", disk_full, "small"),
+        Case("predict-non-utf8-file", "21.7", "predict --file with invalid UTF-8 on line 2",
+             non_utf8_file, "queries.txt:2"),
+        Case("predict-non-utf8-stdin", "21.7", "predict from stdin with invalid UTF-8 on line 2",
+             lambda p: predict(p, stdin=b"python\n\xff\xfe\n"), "<stdin>:2"),
+        Case("predict-empty-query", "21.7", "predict \"\"", lambda p: predict(p, ""), "query"),
+        Case("predict-blank-query", "21.7", "predict \"   \"", lambda p: predict(p, "   "), "query"),
+        Case("leftover-tmp", "21.9", "a killed stage's .tmp folder is removed by the next run",
+             stale_leftover, "", expect_failure=False),
+        Case("params-lambda-2", "earlier", "infer.lambda 2 (outside 0..1)", lambda p: p.stage(
+            "tune", p.params(p.fresh("lambda-2"), **{"infer.lambda": 2}), dataset="data/tiny",
+            embeddings="artifacts/tiny/embeddings", out=p.scratch / "lambda-2" / "tune"), "infer.lambda"),
+        Case("params-unknown-dataset", "earlier", "data.name names no dataset", lambda p: p.stage(
+            "download", p.params(p.fresh("unknown"), **{"data.name": "nope"}), out=p.scratch / "unknown" / "d"),
+             "nope"),
+    ] + [Case(name, "21.8", name.replace("-", " "), None, key) for name, key in SERVE_NAMES.items()]  # type: ignore[arg-type]
+
+
+def verdict(case: Case, outcome: Outcome) -> str:
+    if outcome.code == -1:
+        return "skipped"
+    if not case.expect_failure:
+        return "ok" if outcome.code == 0 and not outcome.traceback and not outcome.output_left else "FAIL"
+    if case.name.startswith("serve-"):
+        return "ok" if outcome.code == 400 and case.names in outcome.last_line and not outcome.traceback else "FAIL"
+    one_line = outcome.code not in (0,) and not outcome.traceback and case.names in outcome.last_line
+    return "ok" if one_line and not outcome.output_left else "FAIL"
+
+
+def build_project(workdir: Path) -> Project:
+    """The project's files in a fresh git repo, set to a tiny LF dataset and a tiny random encoder."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from make_tiny_encoder import make_tiny_encoder
+
+    repo = workdir / "repo"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        if (REPO / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, repo / name)
+    lf = workdir / "lf"
+    lf.mkdir()
+    labels = ["python", "perl", "unix", "linux", "compiler"]
+    write_jsonl_gz(lf / "lbl.json.gz", [{"uid": f"l{i}", "title": t, "content": ""} for i, t in enumerate(labels)])
+    train = [("cpython", [0, 4]), ("awk", [1, 2]), ("gnu", [2, 3]), ("gcc", [4]), ("jruby", [0, 1]), ("bsd", [2])]
+    test = [("jython", [0]), ("minix", [2, 3]), ("clang", [4])]
+    for file, rows in (("trn.json.gz", train), ("tst.json.gz", test)):
+        write_jsonl_gz(lf / file, [{"uid": f"{file[0]}{i}", "title": t, "content": f"about {t}", "target_ind": ids,
+                                    "target_rel": [1.0] * len(ids)} for i, (t, ids) in enumerate(rows)])
+    encoder = make_tiny_encoder(workdir / "encoder", hidden=32, layers=2, heads=2, intermediate=64, max_len=128, seed=0)
+    project = Project(repo, lf, encoder)
+    params = project.params(workdir, **{"data.name": "tiny", "datasets.tiny": {"source": "local", "path": str(lf)},
+                                        "encoder.name": str(encoder), "tokenize.input_max_len": 16,
+                                        "infer.b": 8, "infer.val_fraction": 0.34, "index.M": 8,
+                                        "index.ef_construction": 16})
+    shutil.copy(params, repo / "params.yaml")
+    for args in (["git", "init", "-q"], ["git", "add", "-A"],
+                 ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "tiny"],
+                 [PYTHON, "-m", "dvc", "repro", "-q"]):
+        proc = subprocess.run(args, cwd=repo, env=project.env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"building the tiny project: {' '.join(args[-3:])} failed:\n{proc.stdout}{proc.stderr}")
+    return project
+
+
+def main(out: Path = typer.Option(REPO / "bench" / "results" / "bad_inputs.json", help="Where to write the table."),
+         only: str = typer.Option("", help="Comma-separated case names (default: all).")) -> None:
+    chosen = [case for case in cases() if not only or case.name in only.split(",")]
+    with tempfile.TemporaryDirectory(prefix="bad-inputs-") as tmp:
+        started = time.monotonic()
+        project = build_project(Path(tmp))
+        typer.echo(f"built the tiny project in {time.monotonic() - started:.0f} s", err=True)
+        outcomes = {}
+        for case in chosen:
+            if case.run is not None:
+                outcomes[case.name] = case.run(project)
+                typer.echo(f"{case.name}: {verdict(case, outcomes[case.name])}", err=True)
+        if any(case.run is None for case in chosen):
+            outcomes.update(serve_requests(project))
+    rows = [{"case": case.name, "from": case.item, "what": case.what, "code": outcomes[case.name].code,
+             "traceback": outcomes[case.name].traceback, "output_left": outcomes[case.name].output_left,
+             "line": outcomes[case.name].last_line[:300], "must_name": case.names,
+             "verdict": verdict(case, outcomes[case.name]), **outcomes[case.name].detail} for case in chosen]
+    command = "python bench/bad_inputs.py" + (f" --only {only}" if only else "")
+    out.write_text(json.dumps({"rows": rows, "command": command}, indent=2) + "\n")
+    table = ["| case | from | exit / HTTP | verdict | what the user sees |", "|---|---|---|---|---|"]
+    table += [f"| {r['case']} | {r['from']} | {r['code']} | {r['verdict']} | `{r['line'][:140].replace('|', '/')}` |"
+              for r in rows]
+    out.with_suffix(".md").write_text(f"Recorded with `{command}`.\n\n" + "\n".join(table) + "\n")
+    typer.echo("\n".join(table))
+    failed = [r["case"] for r in rows if r["verdict"] == "FAIL"]
+    raise typer.Exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    typer.run(main)
