@@ -11,10 +11,9 @@ from test_predictor import build_pipeline
 PREDICT_ONE = """
 import sys
 from pathlib import Path
-from raexmc.memory.indexes import index_folder
 from raexmc.rae.predictor import Predictor
 folder = Path(sys.argv[1])
-predictor = Predictor(folder / "model", index_folder(folder / "index"), folder / "predictor", device="cpu")
+predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device="cpu")
 predictor.predict(["python unix compiler " * int(sys.argv[2])], k=3)
 """
 
