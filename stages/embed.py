@@ -1,5 +1,7 @@
 """Embed training inputs, label texts and test inputs from the token cache with the encoder the
-train stage wrote (mean pooling, L2 normalisation), longest texts first, into .npy memmaps."""
+train stage wrote (mean pooling, L2 normalisation), longest texts first, into .npy memmaps.
+With `embed.nproc` > 1 the stage relaunches itself under torchrun; the processes share out the
+batches and rank 0 writes the same files one process writes."""
 
 import os
 from pathlib import Path
@@ -13,35 +15,56 @@ from raexmc.encoder.embedding import STORAGE_DTYPES, embed_split
 from raexmc.encoder.model import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.params import load_params
+from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
+from raexmc.training.distributed import DistContext, init_distributed, shutdown
+
+SPLITS = ("train", "labels", "test")
 
 
 def main(model: Path = typer.Option(..., help="Encoder folder written by the train stage."),
          tokens: Path = typer.Option(..., help="Token cache folder written by the tokenize stage."),
          out: Path = typer.Option(..., help="Embeddings folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
-        settings = p.section("embed")
-        run.params({"embed": settings})
+    with user_errors():  # every embed.* value checked before any process starts
+        p = load_params(params)
         batch_size = positive_int(p.typed("embed.batch_size", int), "embed.batch_size", p.path, "embed.batch_size")
         dtype = one_of(p.typed("embed.dtype", str), STORAGE_DTYPES, "embed.dtype", p.path, "embed.dtype")
-        torch.set_num_threads(p.typed("embed.threads", int) or os.cpu_count() or 1)
+        nproc = process_count(p.get("embed.nproc"), "embed.nproc", p.path)
+        torchrun_args = p.typed("embed.torchrun_args", str)
         device = pick_device(p.typed("embed.device", str))
-        precision = resolve_precision(p.typed("embed.precision", str), device)
-        encoder = load_encoder(str(model), device)
-        cache = TokenCache(tokens)
-        throughput = {}
-        with atomic_dir(out) as folder:
-            for split in ("train", "labels", "test"):
-                throughput[split] = embed_split(encoder, cache, split, folder / f"{split}.npy", batch_size,
-                                                device, precision, dtype)
-            # no timings in the output: rerunning on the same inputs must give the same bytes, or DVC
-            # rebuilds the index downstream (and a multithreaded HNSW build is not bit-reproducible)
-            write_json(folder / "meta.json", {"encoder": str(model), "device": device, "precision": precision,
-                                              "dim": encoder.config.hidden_size})
-        run.metrics(throughput)
+    relaunch_under_torchrun(nproc, torchrun_args)
+    # a torchrun worker takes the GPU of its local rank; one process keeps the device asked for (cuda:N)
+    ctx = init_distributed(device) if "LOCAL_RANK" in os.environ else DistContext(0, 1, device)
 
-    run_stage("embed", body, str(params))
+    def body(p, run) -> None:
+        if run is not None:
+            run.params({"embed": p.section("embed")})
+        torch.set_num_threads(p.typed("embed.threads", int) or os.cpu_count() or 1)
+        precision = resolve_precision(p.typed("embed.precision", str), ctx.device)
+        encoder = load_encoder(str(model), ctx.device)
+        cache = TokenCache(tokens)
+
+        def embed(split: str, folder: Path | None) -> dict[str, float]:
+            """Rank 0 writes into `folder`; the other ranks (folder None) only compute their batches."""
+            target = None if folder is None else folder / f"{split}.npy"
+            return embed_split(encoder, cache, split, target, batch_size, ctx.device, precision, dtype, ctx.rank,
+                               ctx.world_size)
+
+        if ctx.is_main:
+            with atomic_dir(out) as folder:
+                throughput = {split: embed(split, folder) for split in SPLITS}
+                # no timings in the output: rerunning on the same inputs must give the same bytes, or DVC
+                # rebuilds the index downstream (and a multithreaded HNSW build is not bit-reproducible)
+                write_json(folder / "meta.json", {"encoder": str(model), "device": device, "precision": precision,
+                                                  "dim": encoder.config.hidden_size})
+            run.metrics({**throughput, "processes": ctx.world_size})
+        else:
+            for split in SPLITS:
+                embed(split, None)
+        shutdown(ctx)
+
+    run_stage_on_rank("embed", body, str(params), ctx.is_main)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,8 @@ With `train.nproc` > 1 the stage relaunches itself under torchrun (one process p
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import torch
 import typer
 
 from raexmc.data.dataset import Dataset
@@ -20,17 +16,12 @@ from raexmc.errors import ConfigError
 from raexmc.evaluation.propensity import propensity_ab
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
-from raexmc.pipeline.stage import run_stage, stage_cli, user_errors
+from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
 from raexmc.training.distributed import init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
 
 MODES = ("zero-shot", "fine-tuned")
-
-
-def nproc_from(p) -> int:
-    value = p.get("train.nproc")  # checked by TrainSettings.from_params: 'auto' or >= 1
-    return max(torch.cuda.device_count(), 1) if value == "auto" else value
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -41,15 +32,12 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     with user_errors():
         p = load_params(params)
         settings = TrainSettings.from_params(p)  # every train.* value checked before any work
-        nproc = nproc_from(p)
+        nproc = process_count(p.get("train.nproc"), "train.nproc", p.path)
         mode = p.typed("encoder.mode", str)
         if mode not in MODES:
             raise ConfigError(f"encoder.mode must be one of {', '.join(MODES)}", p.path, "encoder.mode")
-    if mode == "fine-tuned" and nproc > 1 and "LOCAL_RANK" not in os.environ:
-        extra = str(p.get("train.torchrun_args", "") or "").split()
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", *extra,
-                   *sys.argv]
-        raise typer.Exit(subprocess.call(command))
+    if mode == "fine-tuned":
+        relaunch_under_torchrun(nproc, p.typed("train.torchrun_args", str))
 
     ctx = init_distributed(p.typed("train.device", str))
 
@@ -82,11 +70,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                 run.artifact(out / "training_curve.json")
         shutdown(ctx)
 
-    if ctx.is_main:
-        run_stage("train", body, str(params))
-    else:
-        with user_errors():
-            body(load_params(params), None)
+    run_stage_on_rank("train", body, str(params), ctx.is_main)
 
 
 if __name__ == "__main__":

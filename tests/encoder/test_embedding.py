@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from mlflow.tracking import MlflowClient
 
-from conftest import REPO
+from conftest import REPO, free_port
 
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
@@ -63,19 +65,49 @@ def token_cache(lf_folder, tiny_model, tmp_path) -> Path:
     return tmp_path / "tokens"
 
 
-def run_embed_stage(folder: Path, model: Path, tokens: Path, batch_size: object = 4,
-                    dtype: str = "float32") -> subprocess.CompletedProcess:
+def run_embed_stage(folder: Path, model: Path, tokens: Path, batch_size: object = 4, dtype: str = "float32",
+                    nproc: object = 1, torchrun_args: str = "") -> subprocess.CompletedProcess:
     """stages/embed.py in a subprocess, in `folder`, with these embed.* values, writing `folder`/embeddings."""
-    (folder / "params.yaml").write_text(f"embed:\n  device: cpu\n  precision: fp32\n  dtype: {dtype}\n"
+    (folder / "params.yaml").write_text(f"embed:\n  nproc: {nproc}\n  torchrun_args: '{torchrun_args}'\n"
+                                        f"  device: cpu\n  precision: fp32\n  dtype: {dtype}\n"
                                         f"  batch_size: {batch_size}\n  threads: 1\n")
     return subprocess.run([sys.executable, str(REPO / "stages" / "embed.py"), "--model", str(model),
-                           "--tokens", str(tokens), "--out", "embeddings"], cwd=folder, capture_output=True, text=True)
+                           "--tokens", str(tokens), "--out", "embeddings"], cwd=folder, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
 
 
 def last_line_only_error(stderr: str) -> str:
     """The last line of a stage's stderr, after checking no traceback came before it (MLflow may log)."""
     assert "Traceback" not in stderr, stderr
     return stderr.strip().splitlines()[-1]
+
+
+def test_two_processes_write_the_bytes_one_process_writes(tmp_path, tiny_model, token_cache):
+    """Batches of 2 make 3 batches of the 5 labels and 1 of the 2 test inputs: the last round of a
+    2-process group leaves rank 1 idle. MLflow's `embed/processes` shows the group really ran."""
+    files = {}
+    for nproc in (1, 2):
+        folder = tmp_path / f"nproc{nproc}"
+        folder.mkdir()
+        port = f"--master_port={free_port()}" if nproc > 1 else ""  # one process stays out of torchrun
+        stage = run_embed_stage(folder, tiny_model, token_cache, batch_size=2, nproc=nproc, torchrun_args=port)
+        assert stage.returncode == 0, stage.stderr[-3000:]
+        files[nproc] = {path.name: path.read_bytes() for path in (folder / "embeddings").iterdir()}
+    assert sorted(files[1]) == ["labels.npy", "meta.json", "test.npy", "train.npy"]
+    assert files[2] == files[1]
+    assert np.load(tmp_path / "nproc2" / "embeddings" / "labels.npy").shape == (5, 32)
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id], order_by=["start_time"])
+    assert [run.data.metrics["embed/processes"] for run in runs] == [1, 2]
+
+
+@pytest.mark.parametrize(("nproc", "read_as"), [("0", "0"), ("all", "'all'"), ("1.5", "1.5"), ("true", "True")])
+def test_embed_stage_refuses_a_bad_nproc_in_one_line(tmp_path, tiny_model, token_cache, nproc, read_as):
+    stage = run_embed_stage(tmp_path, tiny_model, token_cache, nproc=nproc)
+    assert stage.returncode == 2, stage.stderr
+    assert last_line_only_error(stage.stderr) == (f"ConfigError: params.yaml:embed.nproc: must be 'auto' or an "
+                                                  f"integer >= 1, got {read_as}")
+    assert not (tmp_path / "embeddings").exists()
 
 
 @pytest.mark.parametrize(("batch_size", "dtype", "key", "reason"), [

@@ -2,6 +2,7 @@
 
 `embed_split` streams a split into a .npy memmap: texts are sorted by length so each batch is cut
 to its own longest text (little padding), and results are written back at each text's original row.
+Under torchrun the batches are dealt out to the processes and rank 0 writes them all.
 A row that comes out all zero or not finite stops the split: every later stage would build on it.
 """
 
@@ -54,22 +55,48 @@ def embed_rows(model, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, de
         return encode(model, *batch_tensors(ids, lengths, rows, device)).cpu().numpy()
 
 
-def embed_split(model, cache: TokenCache, split: str, target: str | os.PathLike, batch_size: int, device: str,
-                precision: str, dtype: str = "float32") -> dict[str, float]:
-    """Write the embeddings of one split to `target` (.npy); return its throughput."""
+def embed_split(model, cache: TokenCache, split: str, target: str | os.PathLike | None, batch_size: int,
+                device: str, precision: str, dtype: str = "float32", rank: int = 0,
+                world_size: int = 1) -> dict[str, float]:
+    """Write the embeddings of one split to `target` (.npy); return its throughput.
+
+    In a torch.distributed group of `world_size` processes, batch i goes to rank i % world_size and
+    rank 0 gathers each round of batches and writes them (other ranks pass target=None). The batches
+    are those of one process, so every text is embedded in the same batch, of the same shape: the
+    file is the one a single process writes, to the bit.
+    """
     ids, lengths = cache.ids(split), cache.lengths(split)
     dim = model.config.hidden_size
-    out = np.lib.format.open_memmap(target, mode="w+", dtype=np.dtype(dtype), shape=(len(lengths), dim))
+    storage = np.dtype(dtype)
+    out = None
+    if rank == 0:
+        out = np.lib.format.open_memmap(target, mode="w+", dtype=storage, shape=(len(lengths), dim))
+    batches = length_sorted_batches(lengths, batch_size)
     started = time.perf_counter()
-    with tqdm(total=len(lengths), desc=f"embed {split}", unit="text", mininterval=2.0) as progress:
-        for rows in length_sorted_batches(lengths, batch_size):
-            vectors = embed_rows(model, ids, lengths, rows, device, precision).astype(out.dtype)
-            check_vectors(vectors, rows, cache.folder / f"{split}.ids.npy")
-            out[rows] = vectors
-            progress.update(len(rows))
-    out.flush()
+    with tqdm(total=len(lengths), desc=f"embed {split}", unit="text", mininterval=2.0, disable=rank != 0) as progress:
+        for first in range(0, len(batches), world_size):
+            round_batches = batches[first:first + world_size]
+            mine = round_batches[rank] if rank < len(round_batches) else None  # the last round may leave ranks idle
+            done = (mine, None if mine is None else
+                    embed_rows(model, ids, lengths, mine, device, precision).astype(storage))
+            for rows, vectors in gather_to_first(done, rank, world_size):  # on rank 0 only
+                if rows is not None:
+                    check_vectors(vectors, rows, cache.folder / f"{split}.ids.npy")
+                    out[rows] = vectors
+                    progress.update(len(rows))
+    if out is not None:
+        out.flush()
     seconds = time.perf_counter() - started
     return {"texts": int(len(lengths)), "seconds": round(seconds, 2), "texts_per_s": round(len(lengths) / max(seconds, 1e-9), 1)}
+
+
+def gather_to_first(item: object, rank: int, world_size: int) -> list:
+    """Every rank's `item`, in rank order, on rank 0 (other ranks get []); [item] in one process."""
+    if world_size == 1:
+        return [item]
+    items = [None] * world_size if rank == 0 else None
+    torch.distributed.gather_object(item, items, dst=0)
+    return items or []
 
 
 def check_vectors(vectors: np.ndarray, rows: np.ndarray, source: Path) -> None:

@@ -1,14 +1,17 @@
-"""What every stage script shares: error reporting, params loading and MLflow logging."""
+"""What every stage script shares: error reporting, params loading, MLflow logging, and the torchrun
+relaunch of the stages that run as several processes (train, embed)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import typer
 
-from ..errors import RaexmcError, StorageError
+from ..errors import ConfigError, RaexmcError, StorageError
 from ..io import DISK_FULL
 from ..params import Params, load_params
 from .tracking.guard import ParamsGuard
@@ -44,6 +47,39 @@ def run_stage(name: str, body: Callable[[Params, StageRun], None], params_path: 
             guard.check_dvc_overrides(params)
             with stage_run(name, params_path, guard) as run:
                 body(params, run)
+
+
+def process_count(value: object, key: str, path: str | os.PathLike) -> int:
+    """A `*.nproc` value as a number of processes, or a ConfigError naming `key`: 'auto' is one per
+    visible GPU (1 where there is none); otherwise an integer >= 1."""
+    if value == "auto":
+        import torch  # only the stages that can start processes pay for it
+
+        return max(torch.cuda.device_count(), 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"must be 'auto' or an integer >= 1, got {value!r}", path, key)
+    return value
+
+
+def relaunch_under_torchrun(nproc: int, torchrun_args: str) -> None:
+    """Run this very command again as `nproc` torchrun workers per node and exit with torchrun's
+    status, when there are several processes (or nodes, in `torchrun_args`) and this is not
+    already a worker; return otherwise, in the one process or the worker that goes on."""
+    extra = torchrun_args.split()
+    if (nproc > 1 or extra) and "LOCAL_RANK" not in os.environ:
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", *extra, *sys.argv]
+        raise typer.Exit(subprocess.call(command))
+
+
+def run_stage_on_rank(name: str, body: Callable[[Params, StageRun | None], None], params_path: str,
+                      is_main: bool) -> None:
+    """Rank 0 (or the one process) runs the stage as `run_stage` does; the other ranks of a torchrun
+    group run `body` with run=None: one MLflow run, one lock and one output for the whole group."""
+    if is_main:
+        run_stage(name, body, params_path)
+    else:
+        with user_errors():
+            body(load_params(params_path), None)
 
 
 def stage_cli(main: Callable[..., None], description: str) -> None:
