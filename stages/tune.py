@@ -15,11 +15,11 @@ from raexmc.encoder.device import pick_device
 from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
-from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, query_sample, select, validation_retrieval
+from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, select, validation_retrieval
 from raexmc.io import atomic_dir, write_json
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
-from raexmc.training.batches import split_validation
+from raexmc.training.batches import query_sample, split_validation
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),

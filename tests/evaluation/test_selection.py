@@ -16,10 +16,10 @@ from ruamel.yaml import YAML
 
 from conftest import REPO, dense_top_b_softmax
 from raexmc.errors import ConfigError, DataError
-from raexmc.evaluation.selection import (TuneSettings, choose, lambda_rows, query_sample, read_selection, select,
+from raexmc.evaluation.selection import (TuneSettings, choose, lambda_rows, read_selection, select,
                                         validation_retrieval)
 from raexmc.params import load_params
-from raexmc.training.batches import split_validation
+from raexmc.training.batches import query_sample, split_validation
 
 LAMBDAS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
 TAUS = [0.02, 0.04, 0.1]

@@ -96,6 +96,16 @@ def test_training_lowers_the_loss_and_logs_validation(tiny, tiny_model, tmp_path
     assert (tmp_path / "ckpt.pt").is_file()
 
 
+def test_validation_queries_at_most_val_max_queries_of_the_held_out_inputs(tiny, tiny_model, tmp_path):
+    """val_fraction 0.5 holds out 2 of the 4 tiny training inputs (never memory keys); a cap of 1
+    lets one of them query, without the cap both do."""
+    _, capped, _ = run_training(tiny, tiny_model, tmp_path / "a.pt", val_fraction=0.5, val_max_queries=1)
+    _, whole, _ = run_training(tiny, tiny_model, tmp_path / "b.pt", val_fraction=0.5)
+    assert {values["val_queries"] for _, values in capped if "val_queries" in values} == {1}
+    assert {values["val_queries"] for _, values in whole if "val_queries" in values} == {2}
+    assert {values["val_rae_P@1"] for _, values in capped if "val_queries" in values} <= {0.0, 100.0}
+
+
 def test_without_validate_last_the_curve_ends_at_the_last_mining_round(tiny, tiny_model, tmp_path):
     _, logged, history = run_training(tiny, tiny_model, tmp_path / "ckpt.pt", validate_last=False)
     assert [row["step"] for row in history] == [0, 3], "rounds at steps 0 and 3; none after step 6"
@@ -359,7 +369,7 @@ def test_every_setting_comes_from_params_yaml():
 @pytest.mark.parametrize("key, value", [
     ("batch_size", "abc"), ("batch_size", 0), ("batch_size", True), ("batch_size", 2.5), ("lr", -1e-4),
     ("lr", float("nan")), ("tau", 0), ("grad_clip", 0.0), ("max_steps", 0), ("hnm_steps", 0),
-    ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_lambda", 1.5), ("validate_last", "no"),
+    ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_max_queries", 0), ("val_lambda", 1.5), ("validate_last", "no"),
     ("seed", -1), ("grad_cache_chunk", -8), ("grad_cache_chunk", "16"), ("nproc", 0), ("nproc", "all"),
     ("device", "gpu"), ("precision", "fp8"), ("torchrun_args", None), ("batchsize", 8),
 ])

@@ -92,14 +92,6 @@ class TuneSettings:
         return sorted({*self.tau_grid, self.fixed_tau})
 
 
-def query_sample(held_out: np.ndarray, cap: int, seed: int) -> np.ndarray:
-    """At most `cap` of the `held_out` rows, a subset drawn with `seed`, in their order; all of them when they fit."""
-    if len(held_out) <= cap:
-        return held_out
-    picked = np.random.default_rng([seed, 11]).choice(len(held_out), size=cap, replace=False)
-    return held_out[np.sort(picked)]
-
-
 def _number_or_auto(p: Params, key: str, check: Callable[[Any], float], text: str) -> float | None:
     value = p.get(key)
     return None if value == AUTO else _checked(p, key, [value], check, f"{text} or {AUTO}", value)[0]

@@ -24,6 +24,17 @@ def split_validation(Y: sp.csr_matrix, fraction: float, seed: int) -> tuple[np.n
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
+def query_sample(held_out: np.ndarray, cap: int, seed: int) -> np.ndarray:
+    """At most `cap` of the `held_out` rows, a subset drawn with `seed`, in their order; all of them when they fit.
+
+    Validation (training's and the tune stage's) queries a memory of every other training input, so
+    its exact search costs held-out x N: capping the queries keeps that linear in N."""
+    if len(held_out) <= cap:
+        return held_out
+    picked = np.random.default_rng([seed, 11]).choice(len(held_out), size=cap, replace=False)
+    return held_out[np.sort(picked)]
+
+
 class BatchSampler:
     """The global batch of each step and one sampled positive per input, identical on every rank."""
 

@@ -76,6 +76,7 @@ class TrainSettings:
     instance_negatives: bool = _switch()
     val_fraction: float = _setting(float, "a number in [0, 1)", lambda value: 0 <= value < 1)
     val_b: int = _at_least(1)
+    val_max_queries: int = _at_least(1)      # held-out inputs that query at a validation (a seeded subset)
     val_lambda: float = _fraction()
     validate_last: bool = _switch()          # a round after the last step only to validate the final encoder
     checkpoint_every: int = _at_least(1)

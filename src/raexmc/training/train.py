@@ -23,7 +23,7 @@ import scipy.sparse as sp
 import torch
 
 from ..encoder.tokens import TokenCache
-from .batches import BatchSampler, split_validation
+from .batches import BatchSampler, query_sample, split_validation
 from .checkpoint import Checkpoint
 from .distributed import DistContext
 from .journal import Journal
@@ -46,6 +46,7 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer, scheduler = make_optimizer(params, settings)
     train_rows, val_rows = split_validation(Y, settings.val_fraction, settings.seed)
+    val_queries = query_sample(val_rows, settings.val_max_queries, settings.seed)
     sampler = BatchSampler(Y, train_rows, settings.seed)
     global_batch = settings.batch_size * ctx.world_size
     saved = Checkpoint(checkpoint, fingerprint, model, optimizer, scheduler, settings.checkpoint_every,
@@ -54,7 +55,7 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
     journal = Journal(settings, ctx, start.step, start.elapsed_s, start.history, log)
 
     def mine(round_no: int, mine_negatives: bool = True) -> RoundResult:
-        return mining_round(model, cache, Y, filters, train_rows, val_rows, settings, ctx, precision, round_no,
+        return mining_round(model, cache, Y, filters, train_rows, val_queries, settings, ctx, precision, round_no,
                             propensity_ab, mine_negatives)
 
     model.train()

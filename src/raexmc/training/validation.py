@@ -15,7 +15,8 @@ def validate(inputs: np.ndarray, labels: np.ndarray, Y: sp.csr_matrix, filters: 
              train_rows: np.ndarray, val_rows: np.ndarray, settings: TrainSettings, device: str,
              propensity_ab: tuple[float, float]) -> dict[str, float]:
     """Validation P@1 of RAE, the dual encoder and kNN, each from its own exact search, with the
-    remaining training inputs as the memory (as the evaluate stage does for the test set)."""
+    remaining training inputs as the memory (as the evaluate stage does for the test set), and how
+    many inputs queried."""
     queries, memory_inputs = inputs[val_rows], inputs[train_rows]
     searches = {"joint": np.vstack([memory_inputs, labels]), "labels": labels, "inputs": memory_inputs}
     retrievals = Retrievals(**{name: top_k_search(keys, device)(queries, settings.val_b)
@@ -23,5 +24,6 @@ def validate(inputs: np.ndarray, labels: np.ndarray, Y: sp.csr_matrix, filters: 
     values = training_values(Y[train_rows])
     evaluator = Evaluator(values, Y[val_rows], filters[val_rows], propensity_ab)
     scorers = method_scorers(retrievals, values, settings.val_lambda, settings.tau, settings.val_b)
-    return {f"val_{name}_P@1": evaluator.summary(evaluator.rank(len(val_rows), scorer))[0]["P@1"]
-            for name, scorer in scorers.items()}
+    return {"val_queries": len(val_rows),
+            **{f"val_{name}_P@1": evaluator.summary(evaluator.rank(len(val_rows), scorer))[0]["P@1"]
+               for name, scorer in scorers.items()}}
