@@ -56,8 +56,8 @@ class Case:
 class Project:
     """A tiny built project in a temp folder, and the ways to run things in it."""
 
-    def __init__(self, root: Path, lf: Path, encoder: Path):
-        self.root, self.lf, self.encoder = root, lf, encoder
+    def __init__(self, root: Path, lf: Path):
+        self.root, self.lf = root, lf
         self.env = {**os.environ, "PATH": f"{Path(PYTHON).parent}{os.pathsep}{os.environ['PATH']}",
                     "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "PYTHONPATH": str(REPO / "src")}
         self.scratch = Path(tempfile.mkdtemp(prefix="case-", dir=root.parent))
@@ -358,7 +358,7 @@ def build_project(workdir: Path) -> Project:
         write_jsonl_gz(lf / file, [{"uid": f"{file[0]}{i}", "title": t, "content": f"about {t}", "target_ind": ids,
                                     "target_rel": [1.0] * len(ids)} for i, (t, ids) in enumerate(rows)])
     encoder = make_tiny_encoder(workdir / "encoder", hidden=32, layers=2, heads=2, intermediate=64, max_len=128, seed=0)
-    project = Project(repo, lf, encoder)
+    project = Project(repo, lf)
     params = project.params(workdir, **{"data.name": "tiny", "datasets.tiny": {"source": "local", "path": str(lf)},
                                         "encoder.name": str(encoder), "tokenize.input_max_len": 16,
                                         "infer.b": 8, "infer.val_fraction": 0.34, "index.M": 8,
