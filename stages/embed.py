@@ -33,6 +33,8 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
         nproc = process_count(p.get("embed.nproc"), "embed.nproc", p.path)
         torchrun_args = p.typed("embed.torchrun_args", str)
         device = pick_device(p.typed("embed.device", str))
+        if device == "cpu" and p.get("embed.nproc") == "auto":
+            nproc = 1  # 'auto' counts GPUs: CPU processes would only compete for the same cores
     relaunch_under_torchrun(nproc, torchrun_args)
     # a torchrun worker takes the GPU of its local rank; one process keeps the device asked for (cuda:N)
     ctx = init_distributed(device) if "LOCAL_RANK" in os.environ else DistContext(0, 1, device)

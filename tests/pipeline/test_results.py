@@ -50,3 +50,13 @@ def test_missing_outputs_are_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"DataError: {tmp_path}/run/eval/metrics.json: not found: run `dvc repro` (or the evaluate and significance "
         "stages) first"]
+
+
+def test_metrics_without_any_method_are_one_line(tmp_path):
+    (tmp_path / "run" / "eval").mkdir(parents=True)
+    (tmp_path / "run" / "eval" / "metrics.json").write_text(json.dumps({"retrieval": {"depth": 200}}))
+    (tmp_path / "run" / "significance.json").write_text("{}")
+    proc = results(tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"DataError: {tmp_path}/run/eval/metrics.json: holds none of the methods rae, rae_query_lambda, dual_encoder, knn"]

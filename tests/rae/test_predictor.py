@@ -298,10 +298,12 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(
                                    {"dataframe_records": [{"title": "jython", "content": "python on the jvm"},
                                                           {"text": "a small unix"}], "params": {"k": 3}})
         refusals = [post_json(f"{base}/invocations", request) for request, _ in BAD_REQUESTS]
+        default_k = post_json(f"{base}/invocations", {"dataframe_records": [{"text": "perl"}]})
     expected, _ = predictor_of(built).predict([JYTHON, "a small unix"], k=3)
     assert status == 200
     assert [row["labels"] for row in answer["predictions"]] == expected
     assert [row["text"] for row in answer["predictions"]] == [JYTHON, "a small unix"]
+    assert default_k[0] == 200 and len(default_k[1]["predictions"][0]["labels"]) == 5, "no k: all 5 labels"
     for (status, refusal), (_, line) in zip(refusals, BAD_REQUESTS):
         assert (status, refusal["message"]) == (400, line)
         assert "stack_trace" not in refusal

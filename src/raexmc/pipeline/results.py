@@ -34,6 +34,8 @@ def summary(eval_dir: Path, significance_path: Path, metrics: tuple[str, ...] = 
     results = _read(eval_dir / "metrics.json")
     tests = _read(significance_path)
     methods = [m for m in METHODS if m in results]
+    if not methods:
+        raise DataError(f"holds none of the methods {', '.join(METHODS)}", eval_dir / "metrics.json")
     lines = []
     selection = results.get("selection")
     if selection:

@@ -67,7 +67,10 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         try:
-            return self.answer(model_input, (params or {}).get("k", DEFAULT_K))
+            k = (params or {}).get("k", DEFAULT_K)
+            if k == DEFAULT_K:  # the signature's default (MLflow fills it in): every label of a smaller model
+                k = min(k, len(self.predictor.label_texts))
+            return self.answer(model_input, k)
         except RaexmcError as error:
             raise RequestRefused(error) from None
 

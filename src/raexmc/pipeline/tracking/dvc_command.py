@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# DVC runs a stage's cmd through a shell (`sh -c cmd`); train under torchrun adds its launcher and torchrun
+# DVC runs a stage's cmd through a shell (`sh -c cmd`); train or embed under torchrun adds its launcher and torchrun
 _MAX_HOPS = 5
 
 

@@ -1,4 +1,4 @@
-"""Refuse to log or keep a stage's results unless it ran with the params its DVC command set.
+"""Refuse to log, or let DVC record, a stage's results unless it ran with the params its DVC command set.
 
 `dvc exp run -S key=value` writes the value into the workspace's params.yaml before it takes any
 lock, so a second experiment started in the same workspace rewrites the params under the first

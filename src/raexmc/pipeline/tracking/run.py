@@ -172,7 +172,7 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
     try:
         with sigterm_raises():
             yield run
-        guard.check()  # the stage's results were made with the params it read: else FAILED, not kept
+        guard.check()  # the stage's results were made with the params it read: else FAILED, so DVC records nothing
     except Terminated:
         _mark_ended(client, run_id, "KILLED")
         raise SystemExit(128 + signal.SIGTERM) from None
