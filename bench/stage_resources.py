@@ -6,7 +6,7 @@
 Runs each stage's command from dvc.yaml directly (so the numbers are the stage's own, and the
 pipeline runs where DVC is not installed, e.g. an offline GPU machine), with a copy of
 params.yaml whose data.name is NAME and whose keys are set by `-S key=value` as `dvc exp run -S`
-sets them. Peak memory is the largest resident set of the stage's process tree (os.wait4), so no
+sets them. CPU seconds are the stage's user + system time; peak memory is the largest resident set of the stage's process tree (os.wait4), so no
 /usr/bin/time is needed; output bytes are the sizes of the stage's `outs` in dvc.yaml. Writes
 bench/results/stage_resources_<name>[_<tag>].json after every stage (a long run keeps what it has
 measured if it is stopped), with the command that reproduces it, and prints a Markdown table; with --keep-eval, also copies the run's eval outputs (metrics.json,
@@ -51,14 +51,16 @@ def output_bytes(stage: str, name: str) -> int:
 
 
 def measure(command: list[str]) -> dict[str, float]:
-    """Run a command to its end; its wall time and the peak RSS of its process tree."""
+    """Run a command to its end; its wall time, CPU time (user + system, all threads and children: unlike the
+    wall time it hardly changes when other jobs share the cores) and the peak RSS of its process tree."""
     started = time.monotonic()
     proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
     stderr = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
-    return {"wall_s": round(time.monotonic() - started, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    return {"wall_s": round(time.monotonic() - started, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
 
 
 def set_key(params: dict, assignment: str) -> None:
@@ -109,9 +111,9 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
             if source.exists():
                 shutil.copy2(source, kept / source.name)
         shutil.copy2(handle.name, kept / "params.yaml")
-    print("| stage | wall (s) | peak RSS (MB) |\n|---|---|---|")
+    print("| stage | wall (s) | CPU (s) | peak RSS (MB) |\n|---|---|---|---|")
     for stage, values in report.items():
-        print(f"| {stage} | {values['wall_s']} | {values['peak_rss_mb']} |")
+        print(f"| {stage} | {values['wall_s']} | {values['cpu_s']} | {values['peak_rss_mb']} |")
 
 
 if __name__ == "__main__":
