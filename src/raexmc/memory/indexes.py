@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..io import atomic_dir
 from .exact import CHUNK_ROWS, ExactIndex
+from .footprint import hnsw_disk_bytes, hnsw_resident_bytes
 from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, build_hnsw
 from .keys_values import memory_keys
 from .merge import JointSearch
@@ -49,12 +50,22 @@ def build_memory_indexes(embeddings: str | os.PathLike, out: str | os.PathLike, 
     with atomic_dir(out) as folder:
         for key_set in INDEXED_KEY_SETS:
             keys = memory_keys(embeddings, key_set)
+            if backend == "hnsw":
+                print(hnsw_estimate(key_set, keys.shape, index_settings.get("M", PAPER_M)), flush=True)
             started = time.perf_counter()
             index = make_index(backend, keys, progress_label=key_set, **index_settings)
             built[key_set] = {"keys": len(keys), "build_s": round(time.perf_counter() - started, 2)}
             save_index(index, folder / key_set)
             del index, keys  # one key set in memory at a time
     return built
+
+
+def hnsw_estimate(key_set: str, shape: tuple[int, int], M: int) -> str:
+    """What the build will cost in bytes, said before it starts (the progress bar then gives its ETA)."""
+    count, dim = shape
+    return (f"index: {key_set}: {count:,} keys x {dim} dims, M={M}: {hnsw_disk_bytes(count, dim, M) / 1e6:,.2f} MB "
+            f"on disk, about {(hnsw_resident_bytes(count, dim, M) + count * dim * 4) / 1e6:,.0f} MB of memory "
+            "while it is built")
 
 
 def memory_backend(index: str | os.PathLike) -> str:

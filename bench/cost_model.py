@@ -1,0 +1,226 @@
+"""The README's cost model: CPU time, peak memory and disk per stage for a dataset shape and encoder.
+
+    python bench/cost_model.py        # writes bench/results/cost_model.json, prints the README tables
+
+Each stage's cost is a formula in the shape (N training inputs, T test inputs, L labels, t tokens per
+text) and the encoder (width d, layers), with constants fitted on the runs that
+bench/stage_resources.py recorded here (2 cores). Time is CPU seconds (user + system), which other jobs
+on the cores hardly change; the stages that use every core take about CPU / cores of wall time.
+
+- embed: a·(N + T + L)·t·layers·(24·d² + 4·t·d) + c·(N + T + L)·t·layers·d
+  (the FLOPs of the encoder's matrix products; the element-wise work per token and layer)
+- index: W·(a·d + c) with W = efC·Σ n·ln(n) over the inputs and the labels   (HNSW inserts)
+- tune: W·(a·d + c) with W = Q·(N + L)   (the exact validation search; Q = min(5% of N, val_max_queries))
+- evaluate: W·(a·d + c) with W = T·efS·(ln N + ln L)   (two HNSW searches per test query)
+a is the cost that grows with the width (dot products, matrix products), c the one that does not
+(graph walks, memory traffic, scoring). a and c come from the two 131K runs (d = 64, 2 layers and
+d = 384, 1 layer). The check: a alone fitted on the d = 64 run (cost proportional to d), beside the
+measured 384 run. The 1.3M run at d = 64 checks the growth in N; its index, built at efC = 100 to fit
+a session, is scaled by the efC = 500 / 100 ratio measured at 131K.
+
+Peak memory = the stage's base (fitted on the 131K d = 64 run) + the arrays it must hold:
+embed the model; index the larger key set's keys and graph; tune every key; evaluate both graphs, the
+test queries' embeddings and the label matrices. Disk: embeddings (N + T + L)·d·4, the two graphs by
+raexmc.memory.footprint, the model's float32 weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from raexmc.memory.footprint import hnsw_disk_bytes, hnsw_resident_bytes
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MB = 1e6
+
+
+@dataclass(frozen=True)
+class Shape:
+    N: int
+    T: int
+    L: int
+    labels_per_input: float
+    tokens: float = 25.7          # mean tokens per text of the synthetic titles (input_max_len 32)
+    val_max_queries: int = 20000
+
+    @property
+    def Q(self) -> int:
+        return min(round(0.05 * self.N), self.val_max_queries)
+
+    @property
+    def texts(self) -> int:
+        return self.N + self.T + self.L
+
+
+@dataclass(frozen=True)
+class Encoder:
+    width: int
+    layers: int
+    vocab: int = 30522
+    positions: int = 512
+
+    @property
+    def parameters(self) -> int:
+        d = self.width
+        return (self.vocab + self.positions + 2) * d + self.layers * (12 * d * d + 13 * d)
+
+
+SHAPES = {"131K": Shape(294805, 134835, 131073, 2.29), "1.3M": Shape(2248619, 970237, 1305265, 22.2)}
+ENCODERS = {"random 64x2": Encoder(64, 2), "random 384x1": Encoder(384, 1),
+            "MiniLM-L6 (384)": Encoder(384, 6), "BERT-base (768)": Encoder(768, 12)}
+M, EF_SEARCH, EF_CONSTRUCTION = 64, 300, 500
+# The measured runs: (record, shape, encoder, efC of its index).
+RUNS = {
+    "131K d=64": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-zero-shot-cpu.json", "131K", "random 64x2", 500),
+    "131K d=384": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny384x1-zero-shot.json", "131K", "random 384x1", 500),
+    "1.3M d=64": ("stage_resources_synthetic-LF-AmazonTitles-1.3M_tiny64-zero-shot-efc100.json", "1.3M", "random 64x2", 100),
+}
+EFC_RECORD = "stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-efc100.json"  # the 131K index at efC=100
+MODELLED = ("embed", "index", "tune", "evaluate")
+
+
+def features(stage: str, shape: Shape, encoder: Encoder) -> tuple[float, float]:
+    """What the stage's two constants multiply: the work that grows with the width (a) and the rest (c)."""
+    d = encoder.width
+    if stage == "embed":   # FLOPs of the matrix products; the per-token, per-layer element-wise work
+        per_token = shape.texts * shape.tokens * encoder.layers
+        return per_token * (24 * d * d + 4 * shape.tokens * d), per_token * d
+    if stage == "index":   # HNSW inserts: n·ln(n)·efC distance evaluations per key set
+        steps = sum(n * math.log(n) for n in (shape.N, shape.L)) * EF_CONSTRUCTION
+    elif stage == "tune":  # the exact validation search
+        steps = shape.Q * (shape.N + shape.L)
+    elif stage == "evaluate":  # two HNSW searches per test query
+        steps = shape.T * EF_SEARCH * (math.log(shape.N) + math.log(shape.L))
+    else:
+        raise KeyError(stage)
+    return steps * d, steps
+
+
+def arrays_bytes(stage: str, shape: Shape, encoder: Encoder) -> float:
+    """The arrays the stage cannot avoid holding, in bytes."""
+    d = encoder.width
+    if stage == "embed":
+        return encoder.parameters * 4
+    if stage == "index":
+        biggest = max(shape.N, shape.L)
+        return biggest * d * 4 + hnsw_resident_bytes(biggest, d, M)
+    if stage == "tune":
+        return (shape.N + shape.L) * d * 4
+    if stage == "evaluate":
+        labels = (shape.N + shape.T) * shape.labels_per_input * 12   # CSR: int32 index + float64 value
+        return hnsw_resident_bytes(shape.N, d, M) + hnsw_resident_bytes(shape.L, d, M) + shape.T * d * 4 + labels
+    raise KeyError(stage)
+
+
+def disk_bytes(stage: str, shape: Shape, encoder: Encoder) -> float:
+    d = encoder.width
+    if stage == "embed":
+        return shape.texts * d * 4
+    if stage == "index":
+        return hnsw_disk_bytes(shape.N, d, M) + hnsw_disk_bytes(shape.L, d, M)
+    if stage == "train":
+        return encoder.parameters * 4
+    raise KeyError(stage)
+
+
+def load_run(name: str) -> dict:
+    record, shape, encoder, efc = RUNS[name]
+    return {"record": record, "shape": shape, "encoder": encoder, "efC": efc,
+            "stages": json.loads((RESULTS / record).read_text())}
+
+
+def fit(runs: dict[str, dict], efc_ratio: float) -> dict[str, dict[str, float]]:
+    """Per modelled stage: a and c from the two 131K runs, a alone from the d = 64 run, and each
+    stage's base memory from the d = 64 run."""
+    constants = {}
+    small, wide = runs["131K d=64"], runs["131K d=384"]
+    for stage in MODELLED:
+        rows = [features(stage, SHAPES[run["shape"]], ENCODERS[run["encoder"]]) for run in (small, wide)]
+        a, c = np.linalg.solve(np.array(rows), np.array([run["stages"][stage]["cpu_s"] for run in (small, wide)]))
+        shape, encoder = SHAPES[small["shape"]], ENCODERS[small["encoder"]]
+        a_only = small["stages"][stage]["cpu_s"] / features(stage, shape, encoder)[0]
+        base = small["stages"][stage]["peak_rss_mb"] * MB - arrays_bytes(stage, shape, encoder)
+        constants[stage] = {"a": float(a), "c": float(c), "a_only": float(a_only), "base_bytes": float(base)}
+    constants["index"]["efc100_ratio"] = efc_ratio
+    return constants
+
+
+def predict(stage: str, shape: Shape, encoder: Encoder, constants: dict, one_constant: bool = False) -> dict:
+    k = constants[stage]
+    grows, rest = features(stage, shape, encoder)
+    cpu = grows * k["a_only"] if one_constant else grows * k["a"] + rest * k["c"]
+    peak = k["base_bytes"] + arrays_bytes(stage, shape, encoder)
+    disk = disk_bytes(stage, shape, encoder) if stage in ("embed", "index") else None
+    return {"cpu_s": cpu, "peak_rss_mb": peak / MB, "output_mb": None if disk is None else disk / MB}
+
+
+def checks(runs: dict[str, dict], constants: dict) -> list[dict]:
+    """Each measured run beside what the model predicts for it (the 1.3M index at its own efC)."""
+    rows = []
+    for name, run in runs.items():
+        shape, encoder = SHAPES[run["shape"]], ENCODERS[run["encoder"]]
+        for stage in MODELLED:
+            measured = run["stages"].get(stage)
+            if measured is None or "cpu_s" not in measured:
+                continue
+            model = predict(stage, shape, encoder, constants)
+            one = predict(stage, shape, encoder, constants, one_constant=True)
+            scale = constants["index"]["efc100_ratio"] if stage == "index" and run["efC"] == 100 else 1.0
+            rows.append({"run": name, "stage": stage, "cpu_s": measured["cpu_s"],
+                         "model_cpu_s": round(model["cpu_s"] * scale, 1),
+                         "one_constant_cpu_s": round(one["cpu_s"] * scale, 1),
+                         "peak_rss_mb": measured["peak_rss_mb"], "model_peak_rss_mb": round(model["peak_rss_mb"]),
+                         "output_mb": round(measured["output_bytes"] / MB, 1),
+                         "model_output_mb": None if model["output_mb"] is None else round(model["output_mb"], 1)})
+    return rows
+
+
+def projections(constants: dict) -> list[dict]:
+    rows = []
+    for shape_name, shape in SHAPES.items():
+        for encoder_name in ("random 64x2", "MiniLM-L6 (384)", "BERT-base (768)"):
+            encoder = ENCODERS[encoder_name]
+            for stage in MODELLED:
+                model = predict(stage, shape, encoder, constants)
+                rows.append({"shape": shape_name, "encoder": encoder_name, "stage": stage,
+                             "cpu_h": round(model["cpu_s"] / 3600, 2), "peak_rss_gb": round(model["peak_rss_mb"] / 1e3, 2),
+                             "output_gb": None if model["output_mb"] is None else round(model["output_mb"] / 1e3, 2)})
+            rows.append({"shape": shape_name, "encoder": encoder_name, "stage": "train (model)", "cpu_h": None,
+                         "peak_rss_gb": None, "output_gb": round(disk_bytes("train", shape, encoder) / 1e9, 2)})
+    return rows
+
+
+def markdown(check_rows: list[dict], projection_rows: list[dict]) -> str:
+    lines = ["| run | stage | CPU s measured | model | d-linear | peak MB measured | model | output MB | model |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in check_rows:
+        lines.append(f"| {r['run']} | {r['stage']} | {r['cpu_s']:,.0f} | {r['model_cpu_s']:,.0f} | "
+                     f"{r['one_constant_cpu_s']:,.0f} | {r['peak_rss_mb']:,.0f} | {r['model_peak_rss_mb']:,} | "
+                     f"{r['output_mb']:,.1f} | {'' if r['model_output_mb'] is None else f'{r['model_output_mb']:,.1f}'} |")
+    lines += ["", "| shape | encoder | stage | CPU hours | peak GB | output GB |", "|---|---|---|---|---|---|"]
+    for r in projection_rows:
+        cells = ["" if r[k] is None else f"{r[k]:,.2f}" for k in ("cpu_h", "peak_rss_gb", "output_gb")]
+        lines.append(f"| {r['shape']} | {r['encoder']} | {r['stage']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    runs = {name: load_run(name) for name in RUNS if (RESULTS / RUNS[name][0]).exists()}
+    efc = json.loads((RESULTS / EFC_RECORD).read_text())["index"]["cpu_s"]
+    efc_ratio = efc / runs["131K d=64"]["stages"]["index"]["cpu_s"]
+    constants = fit(runs, efc_ratio)
+    check_rows, projection_rows = checks(runs, constants), projections(constants)
+    out = RESULTS / "cost_model.json"
+    out.write_text(json.dumps({"constants": constants, "checks": check_rows, "projections": projection_rows,
+                               "runs": {name: run["record"] for name, run in runs.items()},
+                               "command": "python bench/cost_model.py"}, indent=2) + "\n")
+    print(markdown(check_rows, projection_rows))
+
+
+if __name__ == "__main__":
+    main()
