@@ -1,5 +1,6 @@
 """Retrieve every test input's top keys from the label keys alone (the dual encoder) and the
-training-input keys alone (kNN), and from the joint memory (RAE) as the merge of those two searches;
+training-input keys alone (kNN), and from the joint memory (RAE) as the merge of those two searches, a chunk
+of test inputs at a time (searched, scored and measured before the next: memory does not grow with them);
 score RAE (at the λ and τ the tune stage chose, and b), both baselines, RAE with the tune stage's
 per-query λ model (rae_query_lambda) and RAE's λ and b sweeps (optionally the paper's OvA+kNN
 ablation), and write metrics.json, per-instance metrics and plots (the λ sweep on test beside
@@ -13,10 +14,10 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
-from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
+from raexmc.errors import DataError
+from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, Retrievals, evaluate_retrieval,
+                                        segment_rows)
 from raexmc.evaluation.propensity import propensity_from_params
-from raexmc.evaluation.query_lambda_fit import METHOD as QUERY_LAMBDA_METHOD
-from raexmc.evaluation.query_lambda_fit import evaluate_query_lambda
 from raexmc.evaluation.selection import lambda_rows, read_selection
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import load_joint_search, memory_backend
@@ -31,7 +32,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          index: Path = typer.Option(..., help="Index folder written by the index stage."),
          tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
          out: Path = typer.Option(..., help="Evaluation folder to write."),
-         params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file."),
+         chunk: int = typer.Option(0, min=0, help="Test queries searched and scored at once (0: as many as about "
+                                                  "256 MB of scores hold); the outputs are the same for any.")) -> None:
     def body(p, run) -> None:
         run.params({"infer": p.section("infer"), "evaluate": p.section("evaluate")})
         data, selection = Dataset(dataset), read_selection(tune)
@@ -47,17 +50,25 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         ef_search = p.typed("infer.ef_search", int)
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
         memory = load_joint_search(index, keys, ef_search)
-        started = time.perf_counter()
-        joint, inputs, labels = memory.search_all(queries, depth, settings.b)
-        search_s = time.perf_counter() - started
-        del memory, keys
+        search_s = 0.0
+
+        def search(rows: slice) -> Retrievals:
+            nonlocal search_s
+            started = time.perf_counter()
+            joint, inputs, labels = memory.search_all(queries[rows], depth, settings.b)
+            search_s += time.perf_counter() - started
+            return Retrievals(joint=joint, labels=labels, inputs=inputs)
+
         Y_values = training_values(data.label_matrix("train"), p.typed("infer.relevance", str))
         evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab)
-        result = evaluate_retrieval(Retrievals(joint=joint, labels=labels, inputs=inputs), evaluator, settings,
-                                    with_ova_knn=p.typed("infer.ova_knn", bool))
+        if len(queries) != evaluator.num_queries:
+            raise DataError(f"{len(queries)} test embeddings for {evaluator.num_queries} test inputs: rerun embed",
+                            embeddings / "test.npy")
+        result = evaluate_retrieval(BlockSearch(search, memory.query_block, len(queries)), evaluator, settings,
+                                    with_ova_knn=p.typed("infer.ova_knn", bool), query_lambda=query_lambda,
+                                    chunk=chunk or None, progress=True)
+        del memory, keys
         methods, per_instance = result["methods"], result["per_instance"]
-        methods[QUERY_LAMBDA_METHOD], per_instance[QUERY_LAMBDA_METHOD] = evaluate_query_lambda(
-            joint, evaluator, query_lambda, settings.b)
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
         run.params({"selection": chosen})
         metrics = {**methods, "selection": {**chosen, "validation": {

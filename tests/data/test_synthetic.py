@@ -132,7 +132,7 @@ def test_synthetic_small_goes_through_every_stage(tmp_path, tiny_model):
     retrievals = Retrievals(joint=joint, labels=labels, inputs=inputs)
     evaluator = Evaluator(dataset.label_matrix("train"), dataset.label_matrix("test"), dataset.filter_matrix("test"),
                           (0.55, 1.5))
-    result = evaluate_retrieval(retrievals, evaluator, EvalSettings(lam=0.5, b=50, tau=0.04))
+    result = evaluate_retrieval(retrievals.rows, evaluator, EvalSettings(lam=0.5, b=50, tau=0.04))
     Y_test = dataset.label_matrix("test")
     chance_percent = 100 * Y_test.nnz / Y_test.shape[0] / Y_test.shape[1]
     assert result["methods"]["knn"]["P@1"] > 10 * chance_percent, "shared words make neighbours share labels"

@@ -9,7 +9,8 @@ import scipy.sparse as sp
 
 from conftest import dense_top_b_softmax
 
-from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval, segment_rows
+from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, Retrievals, evaluate_retrieval,
+                                        method_scorers, segment_rows)
 from raexmc.evaluation.significance import compare_runs
 
 N_LABELS, N_TEST, DIM = 25, 20, 8
@@ -86,7 +87,7 @@ def evaluator_of(m):
 def test_every_method_matches_a_dense_brute_force(crowd):
     m = make_problem(60, crowd)
     settings = EvalSettings(lam=0.3, b=12, tau=0.1, lambda_sweep=[0.0, 0.3, 1.0], b_sweep=[5, 12])
-    result = evaluate_retrieval(retrievals_of(m, 40), evaluator_of(m), settings, with_ova_knn=True)
+    result = evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), settings, with_ova_knn=True)
     for method in ("rae", "dual_encoder", "knn", "ova_knn"):
         expected = loop_metrics(dense_scores(m, method, 0.3, 0.1, 12), m)
         assert {k: result["methods"][method][k] for k in expected} == expected, method
@@ -105,7 +106,7 @@ def test_the_dual_encoder_does_not_depend_on_how_many_inputs_crowd_the_joint_top
     settings = EvalSettings(lam=0.5, b=10, tau=0.04)
     few, many = make_problem(5, crowd=True), make_problem(500, crowd=True)
     assert np.array_equal(few["Z"], many["Z"]) and np.array_equal(few["Q"], many["Q"])
-    got = {n: evaluate_retrieval(retrievals_of(m, 10), evaluator_of(m), settings)["methods"]
+    got = {n: evaluate_retrieval(retrievals_of(m, 10).rows, evaluator_of(m), settings)["methods"]
            for n, m in (("few", few), ("many", many))}
     assert got["few"]["dual_encoder"]["R@100"] == got["many"]["dual_encoder"]["R@100"]
     assert got["many"]["dual_encoder"]["R@100"] == loop_metrics(dense_scores(many, "dual_encoder", 0, 0.04, 10),
@@ -117,7 +118,7 @@ def test_the_dual_encoder_does_not_depend_on_how_many_inputs_crowd_the_joint_top
 
 def test_significance_report_compares_rae_with_both_baselines():
     m = make_problem(60, crowd=False)
-    result = evaluate_retrieval(retrievals_of(m, 30), evaluator_of(m), EvalSettings(lam=0.5, b=30, tau=0.1))
+    result = evaluate_retrieval(retrievals_of(m, 30).rows, evaluator_of(m), EvalSettings(lam=0.5, b=30, tau=0.1))
     flat = {f"{m}/{k}": v for m, arrays in result["per_instance"].items() for k, v in arrays.items()}
     report = compare_runs(flat, ["P@1", "R@100"], other=flat)
     assert set(report) == {"rae_vs_dual_encoder", "rae_vs_knn", "rae_vs_other", "dual_encoder_vs_other",
@@ -126,3 +127,32 @@ def test_significance_report_compares_rae_with_both_baselines():
     assert report["rae_vs_dual_encoder"]["P@1"]["mean_b"] == pytest.approx(result["methods"]["dual_encoder"]["P@1"],
                                                                           abs=0.01)
     assert report["rae_vs_other"]["P@1"]["p_value"] == 1.0  # identical runs
+
+
+@pytest.mark.parametrize("chunk, block", [(1, 1), (7, 4), (13, 8), (50, 16)])
+def test_chunks_of_queries_give_the_numbers_of_one_chunk(chunk, block):
+    """Every summary, sweep row and per-query value, whatever the chunks (20 queries; 7 and 13 do not divide
+    it) and the aligned search blocks they are served from."""
+    m = make_problem(60, crowd=False)
+    settings = EvalSettings(lam=0.3, b=12, tau=0.1, lambda_sweep=[0.0, 0.3, 1.0], b_sweep=[5, 12])
+    retrievals, searched = retrievals_of(m, 40), []
+
+    def search(rows):
+        searched.append((rows.start, rows.stop))
+        return retrievals.rows(rows)
+
+    whole = evaluate_retrieval(retrievals.rows, evaluator_of(m), settings, with_ova_knn=True, chunk=N_TEST)
+    chunked = evaluate_retrieval(BlockSearch(search, block, N_TEST), evaluator_of(m), settings, with_ova_knn=True,
+                                 chunk=chunk)
+    assert searched == [(start, min(start + block, N_TEST)) for start in range(0, N_TEST, block)]
+    for key in ("methods", "lambda_sweep", "b_sweep"):
+        assert chunked[key] == whole[key], key
+    for method, arrays in whole["per_instance"].items():
+        assert arrays.keys() == chunked["per_instance"][method].keys()
+        for name, values in arrays.items():
+            np.testing.assert_array_equal(chunked["per_instance"][method][name], values, err_msg=f"{method}/{name}")
+    # one chunk is the evaluator's whole-set summary of the same ranking
+    ranked = evaluator_of(m).rank(N_TEST, method_scorers(retrievals, m["Y_train"], 0.3, 0.1, 12)["knn"])
+    summary, per_instance = evaluator_of(m).summary(ranked)
+    assert summary == whole["methods"]["knn"]
+    np.testing.assert_array_equal(per_instance["PSP@5"], whole["per_instance"]["knn"]["PSP@5"])

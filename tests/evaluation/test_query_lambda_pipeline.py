@@ -15,9 +15,9 @@ from ruamel.yaml import YAML
 
 from conftest import REPO, dense_top_b_softmax
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.evaluator import QUERY_LAMBDA_METHOD, EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.evaluation.propensity import DEFAULT_AB
-from raexmc.evaluation.query_lambda_fit import evaluate_query_lambda, query_lambda_scorer
+from raexmc.evaluation.query_lambda_fit import query_lambda_scorer
 from raexmc.evaluation.significance import compare_runs
 from raexmc.rae.query_lambda import QueryLambda, fit_query_lambda, query_features, read_query_lambda
 from raexmc.training.batches import split_validation
@@ -138,7 +138,10 @@ def test_rae_query_lambda_equals_a_dense_per_query_loop():
     model = QueryLambda(np.array([0.0, 1.0]), 0.5, tau, b, np.zeros(8), np.ones(8), coef)
 
     joint = (ids.astype(np.int64), sims)
-    summary, per_instance = evaluate_query_lambda(joint, evaluator, model, b)
+    baselines = (np.zeros((n, 1), np.int64), np.ones((n, 1), np.float32))  # their own searches: not under test here
+    result = evaluate_retrieval(Retrievals(joint, baselines, baselines).rows, evaluator,
+                                EvalSettings(lam=0.5, b=b, tau=tau), query_lambda=model, chunk=7)
+    summary, per_instance = result["methods"][QUERY_LAMBDA_METHOD], result["per_instance"][QUERY_LAMBDA_METHOD]
     scored = query_lambda_scorer(joint, Y_train, model, b)(slice(0, n)).toarray()
 
     lambdas = model.lambdas(ids[:, :b], sims[:, :b], Y_train)

@@ -39,8 +39,8 @@ def by_hand(queries: np.ndarray, keys: np.ndarray, k: int) -> tuple[np.ndarray, 
     return ids, np.take_along_axis(scores, ids, axis=1).astype(np.float32)
 
 
-@pytest.mark.parametrize(("budget", "rows"), [(1, 1), (ROW_BYTES, 1), (3 * ROW_BYTES + 5, 3),
-                                              (10 * ROW_BYTES, 10), (UNBOUNDED, 23)])
+@pytest.mark.parametrize(("budget", "rows"), [(1, 1), (ROW_BYTES, 1), (3 * ROW_BYTES + 5, 2),
+                                              (10 * ROW_BYTES, 8), (UNBOUNDED, 23)])
 def test_exact_blocks_follow_the_budget_and_keep_ids_and_scores(tied, budget, rows, monkeypatch):
     keys, queries = tied
     blocks = []
@@ -61,11 +61,13 @@ def test_exact_blocks_follow_the_budget_and_keep_ids_and_scores(tied, budget, ro
     np.testing.assert_array_equal(ids[1, :10], np.arange(20, 30))
 
 
-def test_block_rows_is_the_budget_in_rows_at_least_one_at_most_chunk_rows():
-    assert block_rows(1000, 4000 * 7 + 3) == 7
+def test_block_rows_is_the_budget_in_rows_at_least_one_at_most_chunk_rows_a_power_of_two():
+    assert block_rows(1000, 4000 * 7 + 3) == 4
+    assert block_rows(1000, 4000 * 8) == 8
     assert block_rows(1000, 1) == 1
     assert block_rows(10, 1 << 30, max_rows=64) == 64
-    assert block_rows(0, 100) == 25
+    assert block_rows(10, 1 << 30, max_rows=100) == 64
+    assert block_rows(0, 100) == 16
 
 
 def test_a_budget_that_is_no_positive_integer_is_a_config_error(tied):

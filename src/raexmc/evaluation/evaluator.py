@@ -1,18 +1,21 @@
 """Evaluate RAE-XMC and its baselines from one set of searches: the configured method, the dual
-encoder, kNN, and RAE's λ and b sweeps.
+encoder, kNN, RAE with a λ per query, and RAE's λ and b sweeps.
 
 Each method scores its own search: RAE the top-b_max over the joint keys, the dual encoder the top-b
 over the label keys alone, kNN the top-b over the training-input keys alone. One joint retrieval
 serves every λ and every b <= b_max, because the scores of a smaller b use a prefix of the same
 ranked keys. The three come from two searches (memory.merge.JointSearch.search_all): the joint one
 is the merge of the inputs' and the labels' top-b_max.
+
+The test queries go through search, scoring, ranking and metrics a chunk at a time (`evaluate_retrieval`):
+what grows with their number is only each method's per-query metric values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -21,16 +24,29 @@ from ..data.stats import label_frequency
 from ..memory.search import Hits
 from ..rae.pairs import remove_pairs
 from ..rae.ranking import top_k
-from ..rae.scoring import combine, dual_encoder_scores, knn_scores, ova_knn_scores, score_parts, train_key_share
-from .macro_f1 import macro_f1_by_segment
-from .metrics import per_instance_metrics, summarize
+from ..rae.scoring import (combine, combine_per_query, dual_encoder_scores, knn_scores, ova_knn_scores, score_parts,
+                           train_key_counts)
+from .metrics import propensity_ideals
 from .propensity import DEFAULT_AB, propensities
+from .totals import F1_K, QueryChunk, RankingTotals
 
 RANK_DEPTH = 100  # deep enough for R@100
-F1_K = 5
 QUERY_CHUNK = 8192  # queries scored at once: bounds the sparse score matrices' memory
+# Bytes a chunk of test queries may take while it is scored and ranked: about SCORE_ENTRY_BYTES for each of
+# the b_max x (1 + labels per training input) label scores a query's retrieval can give (sparse scores,
+# their mix and the ranking's scratch).
+CHUNK_BYTES = 256 << 20
+SCORE_ENTRY_BYTES = 48
+QUERY_LAMBDA_METHOD = "rae_query_lambda"  # its name beside rae, dual_encoder and knn in metrics.json, per_instance.npz
 
 Scorer = Callable[[slice], sp.csr_matrix]  # label scores of a chunk of queries
+
+
+class QueryLambda(Protocol):
+    """What scoring needs of rae.query_lambda.QueryLambda (not imported: training's validation uses this module
+    and must not depend on the λ model's code)."""
+
+    def lambdas(self, ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix, parts: Any = None) -> np.ndarray: ...
 
 
 @dataclass
@@ -41,6 +57,41 @@ class Retrievals:
     joint: Hits
     labels: Hits
     inputs: Hits
+
+    def rows(self, rows: slice) -> Retrievals:
+        """These retrievals of some queries only."""
+        return Retrievals(*((ids[rows], sims[rows]) for ids, sims in (self.joint, self.labels, self.inputs)))
+
+
+Search = Callable[[slice], Retrievals]  # the retrievals of a chunk of the test queries
+
+
+class BlockSearch:
+    """A Search for consecutive chunks of queries whose answers come from searches of whole aligned blocks of
+    `block` queries (rows [i * block, (i + 1) * block)), one block kept at a time.
+
+    A search's answer for a query can depend on the other queries of its call (an exact block's BLAS rounding,
+    hnswlib's retries per batch: `JointSearch.query_block`), so chunks of any size get the answers that one
+    search over every query gives.
+    """
+
+    def __init__(self, search: Search, block: int, num_queries: int):
+        self.search, self.block, self.num_queries = search, block, num_queries
+        self.start, self.found = -1, None
+
+    def _block(self, start: int) -> Retrievals:
+        if start != self.start:
+            self.start, self.found = start, None  # drop the previous block before searching the next
+            self.found = self.search(slice(start, min(start + self.block, self.num_queries)))
+        return self.found
+
+    def __call__(self, rows: slice) -> Retrievals:
+        first = rows.start - rows.start % self.block
+        pieces = [self._block(start).rows(slice(max(rows.start, start) - start, min(rows.stop - start, self.block)))
+                  for start in range(first, max(rows.stop, first + 1), self.block)]
+        return pieces[0] if len(pieces) == 1 else Retrievals(*(
+            tuple(np.concatenate(arrays) for arrays in zip(*(getattr(piece, name) for piece in pieces)))
+            for name in ("joint", "labels", "inputs")))
 
 
 @dataclass
@@ -71,6 +122,11 @@ class Evaluator:
         self.train_freq = label_frequency(self.Y_train)
         A, B = self.propensity_ab
         self.propensity = propensities(self.train_freq, self.Y_train.shape[0], A, B)
+        self.relevant = np.bincount(self.truth.indices, minlength=self.truth.shape[1])  # positives per label
+
+    @property
+    def num_queries(self) -> int:
+        return self.truth.shape[0]
 
     def rank(self, num_queries: int, scores_of: Scorer) -> np.ndarray:
         """Top-100 labels from `scores_of(rows)`, called on chunks of queries to bound memory;
@@ -79,13 +135,22 @@ class Evaluator:
                   for rows in (slice(start, start + QUERY_CHUNK) for start in range(0, num_queries, QUERY_CHUNK))]
         return np.vstack(chunks) if chunks else np.zeros((0, RANK_DEPTH), np.int64)
 
+    def chunk(self, rows: slice) -> QueryChunk:
+        truth = self.truth[rows]
+        return QueryChunk(rows, truth, self.exclude[rows], propensity_ideals(truth, self.propensity))
+
+    def totals(self, per_instance: bool = False) -> RankingTotals:
+        """An empty tally of one ranking of every query."""
+        return RankingTotals(self.num_queries, self.propensity, per_instance)
+
+    def result(self, totals: RankingTotals) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        return totals.result(self.relevant, self.train_freq)
+
     def summary(self, ranked: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """Averaged metrics (percent) with macro-F1@5 per segment, and the per-instance arrays."""
-        per = per_instance_metrics(ranked, self.truth, propensity=self.propensity)
-        f1 = macro_f1_by_segment(ranked, self.truth, self.train_freq, k=F1_K)
-        summary: dict[str, Any] = summarize(per)
-        summary[f"macro-F1@{F1_K}"] = {k: (round(100 * v, 2) if np.isfinite(v) else None) for k, v in f1.items()}
-        return summary, per
+        totals = self.totals(per_instance=True)
+        totals.add(self.chunk(slice(0, self.num_queries)), ranked)
+        return self.result(totals)
 
 
 def rae_scorer(joint: Hits, Y_train: sp.csr_matrix, lam: float, tau: float, b: int) -> Scorer:
@@ -103,36 +168,74 @@ def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, t
             "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, tau, b)}
 
 
-def ova_knn_scorer(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, tau: float, b: int) -> Scorer:
-    """The paper's Eq. 12 ablation from the baselines' two searches, mixed by λ."""
-    (z_ids, z_sims), (x_ids, x_sims) = retrievals.labels, retrievals.inputs
-    return lambda rows: ova_knn_scores(x_ids[rows], x_sims[rows], z_ids[rows], z_sims[rows], Y_train, lam, tau, b)
+def chunk_scores(found: Retrievals, Y_train: sp.csr_matrix, settings: EvalSettings, with_ova_knn: bool,
+                 query_lambda: QueryLambda | None) -> Iterator[tuple[tuple[str, Any], sp.csr_matrix]]:
+    """Each ranking's label scores of a chunk's retrievals, one at a time: ("method", name), ("lambda", i)
+    for lambda_sweep[i] and ("b", i) for b_sweep[i]. RAE's halves at (τ, b) serve every λ."""
+    lam, tau, b, everything = settings.lam, settings.tau, settings.b, slice(None)
+    ids, sims = found.joint
+    parts = score_parts(ids, sims, Y_train, tau, b)
+    yield ("method", "rae"), combine(parts, lam)
+    for name, scorer in method_scorers(found, Y_train, lam, tau, b).items():
+        if name != "rae":
+            yield ("method", name), scorer(everything)
+    if with_ova_knn:
+        (z_ids, z_sims), (x_ids, x_sims) = found.labels, found.inputs
+        yield ("method", "ova_knn"), ova_knn_scores(x_ids, x_sims, z_ids, z_sims, Y_train, lam, tau, b)
+    if query_lambda is not None:
+        yield ("method", QUERY_LAMBDA_METHOD), combine_per_query(parts, query_lambda.lambdas(ids, sims, Y_train, parts))
+    for i, swept in enumerate(settings.lambda_sweep):
+        yield ("lambda", i), combine(parts, swept)
+    del parts
+    for i, swept in enumerate(settings.b_sweep):
+        yield ("b", i), combine(score_parts(ids, sims, Y_train, tau, swept), lam)
 
 
-def evaluate_retrieval(retrievals: Retrievals, evaluator: Evaluator, settings: EvalSettings,
-                       with_ova_knn: bool = False) -> dict[str, Any]:
-    """Metrics of RAE (λ, b), the dual encoder and kNN (optionally OvA+kNN), and RAE's λ and b sweeps.
+def chunk_queries(Y_train: sp.csr_matrix, depth: int, budget: int = CHUNK_BYTES) -> int:
+    """Test queries per chunk: as many as `budget` bytes of label scores hold (see CHUNK_BYTES), at least one."""
+    per_query = depth * (1 + Y_train.nnz / max(Y_train.shape[0], 1)) * SCORE_ENTRY_BYTES
+    return int(max(1, min(QUERY_CHUNK, budget // per_query)))
+
+
+def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSettings, with_ova_knn: bool = False,
+                       query_lambda: QueryLambda | None = None, chunk: int | None = None,
+                       progress: bool = False) -> dict[str, Any]:
+    """Metrics of RAE (λ, b), the dual encoder and kNN (optionally OvA+kNN, and RAE with `query_lambda`'s λ per
+    query), and RAE's λ and b sweeps, from `search(rows)`'s retrievals (at least max(b, b_sweep) keys deep) of
+    the test queries, `chunk` at a time (default: `chunk_queries`), with a progress bar when `progress`.
 
     Returns {"methods": {name: summary}, "per_instance": {name: arrays}, "lambda_sweep": rows,
     "b_sweep": rows}.
     """
-    num_queries, Y = len(retrievals.joint[0]), evaluator.Y_train
-    scorers = method_scorers(retrievals, Y, settings.lam, settings.tau, settings.b)
-    if with_ova_knn:
-        scorers["ova_knn"] = ova_knn_scorer(retrievals, Y, settings.lam, settings.tau, settings.b)
-    methods, per_instance = {}, {}
-    for name, scorer in scorers.items():
-        methods[name], per_instance[name] = evaluator.summary(evaluator.rank(num_queries, scorer))
+    from tqdm import tqdm
 
-    def headline(lam: float, b: int) -> dict[str, float]:
-        summary = evaluator.summary(evaluator.rank(num_queries, rae_scorer(retrievals.joint, Y, lam, settings.tau, b)))[0]
-        return {k: summary[k] for k in HEADLINE if k in summary}
+    Y, n = evaluator.Y_train, evaluator.num_queries
+    size = chunk or chunk_queries(Y, max([settings.b, *settings.b_sweep]))
+    totals: dict[tuple[str, Any], RankingTotals] = {}
+    key_counts = np.zeros((len(settings.b_sweep), 2), dtype=np.int64)
+    with tqdm(total=n, desc="evaluate", unit="query", disable=not progress) as bar:
+        for start in range(0, max(n, 1), size):  # one chunk, empty, when there is no query
+            rows = slice(start, min(start + size, n))
+            found, queries = search(rows), evaluator.chunk(rows)
+            for key, scores in chunk_scores(found, Y, settings, with_ova_knn, query_lambda):
+                if key not in totals:
+                    totals[key] = evaluator.totals(per_instance=key[0] == "method")
+                totals[key].add(queries, top_k(scores, RANK_DEPTH, exclude=queries.exclude))
+            for counts, b in zip(key_counts, settings.b_sweep):
+                counts += train_key_counts(found.joint[0], Y.shape[0], b)
+            bar.update(rows.stop - rows.start)
+    results = {key: evaluator.result(tally) for key, tally in totals.items()}
+    methods = {name: results[kind, name] for kind, name in results if kind == "method"}
 
-    lambda_rows = [{"lambda": lam, **headline(lam, settings.b)} for lam in settings.lambda_sweep]
-    b_rows = [{"b": b, **headline(settings.lam, b),
-               "train_key_share": round(100 * train_key_share(retrievals.joint[0], Y.shape[0], b), 2)}
-              for b in settings.b_sweep]
-    return {"methods": methods, "per_instance": per_instance, "lambda_sweep": lambda_rows, "b_sweep": b_rows}
+    def headline(key: tuple[str, int]) -> dict[str, float]:
+        return {k: results[key][0][k] for k in HEADLINE if k in results[key][0]}
+
+    return {"methods": {name: summary for name, (summary, _) in methods.items()},
+            "per_instance": {name: arrays for name, (_, arrays) in methods.items()},
+            "lambda_sweep": [{"lambda": lam, **headline(("lambda", i))} for i, lam in enumerate(settings.lambda_sweep)],
+            "b_sweep": [{"b": b, **headline(("b", i)),
+                         "train_key_share": round(100 * float(train / total), 2) if total else float("nan")}
+                        for i, (b, (train, total)) in enumerate(zip(settings.b_sweep, key_counts))]}
 
 
 HEADLINE = ("P@1", "P@3", "P@5", "nDCG@5", "PSP@5", "R@10", "R@100")

@@ -25,23 +25,33 @@ def macro_f1_by_segment(
     already be without filtered pairs (see `remove_pairs`).
     """
     truth = as_pattern(truth)
-    freq = np.asarray(train_label_freq)
-    if freq.shape != (truth.shape[1],):
-        raise DataError(f"train_label_freq has shape {freq.shape}, expected ({truth.shape[1]},)")
+    tp, predicted = f1_counts(ranked, truth, k)
+    return macro_f1_from_counts(tp, predicted, np.bincount(truth.indices, minlength=truth.shape[1]), train_label_freq)
+
+
+def f1_counts(ranked: np.ndarray, truth: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per label, how many of these inputs rank it in their top k and have it in their truth (TP), and how many
+    rank it there at all (TP + FP): sums over inputs, so a test set's counts add up over its chunks."""
+    truth = as_pattern(truth)
     top = check_ranked(ranked, truth)[:, :k]
     hits = hit_matrix(top, truth)
     width = truth.shape[1]
-    tp = np.bincount(top[hits], minlength=width)
-    predicted = np.bincount(top[top >= 0], minlength=width)
-    relevant = np.bincount(truth.indices, minlength=width)
+    return np.bincount(top[hits], minlength=width), np.bincount(top[top >= 0], minlength=width)
+
+
+def macro_f1_from_counts(tp: np.ndarray, predicted: np.ndarray, relevant: np.ndarray,
+                         train_label_freq: np.ndarray) -> dict[str, float]:
+    """`macro_f1_by_segment` from the test set's per-label TP, TP + FP (`f1_counts`) and TP + FN (`relevant`)."""
+    freq = np.asarray(train_label_freq)
+    if freq.shape != tp.shape:
+        raise DataError(f"train_label_freq has shape {freq.shape}, expected {tp.shape}")
     denominator = predicted + relevant  # = 2TP + FP + FN
     counted = denominator > 0
-    f1 = np.divide(2.0 * tp, denominator, out=np.zeros(width), where=counted)
+    f1 = np.divide(2.0 * tp, denominator, out=np.zeros(len(tp)), where=counted)
     segment = segment_of(freq)
     out = {name: _mean_or_nan(f1[counted & (segment == name)]) for name in (*SEGMENTS, UNSEEN)}
     out["all"] = _mean_or_nan(f1[counted])
     return out
-
 
 def _mean_or_nan(values: np.ndarray) -> float:
     return float(values.mean()) if values.size else float("nan")

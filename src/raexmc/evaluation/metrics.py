@@ -17,6 +17,8 @@ import scipy.sparse as sp
 from ..errors import DataError
 from ..rae.pairs import as_pattern, in_pattern, row_chunks, row_ids
 
+KS, RECALL_KS = (1, 3, 5), (10, 100)  # the cut-offs of P, nDCG, PSP, PSnDCG and of R
+
 
 def check_ranked(ranked: np.ndarray, truth: sp.csr_matrix) -> np.ndarray:
     ranked = np.asarray(ranked)
@@ -51,6 +53,12 @@ def _discounts(k: int) -> np.ndarray:
     return 1.0 / np.log2(np.arange(2, k + 2))
 
 
+def _dcg(gains: np.ndarray, k: int) -> np.ndarray:
+    """Each row's DCG@k of `gains` by rank. A row-wise sum, not a matrix-vector product: a BLAS product's
+    rounding depends on how many rows it gets, and a row's value must not depend on its chunk."""
+    return (gains[:, :k] * _discounts(k)).sum(axis=1)
+
+
 def _idcg(n_pos: np.ndarray, k: int) -> np.ndarray:
     """Each row's best DCG@k with unit gains: the first min(k, #positives) discounts."""
     return np.concatenate([[0.0], np.cumsum(_discounts(k))])[np.minimum(n_pos, k)]
@@ -62,7 +70,7 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
 
 
 def _ndcg(hits: np.ndarray, n_pos: np.ndarray, k: int) -> np.ndarray:
-    return _ratio(hits[:, :k] @ _discounts(k), _idcg(n_pos, k))
+    return _ratio(_dcg(hits, k), _idcg(n_pos, k))
 
 
 def _best_weights(truth: sp.csr_matrix, weight: np.ndarray, depth: int) -> np.ndarray:
@@ -77,63 +85,59 @@ def _best_weights(truth: sp.csr_matrix, weight: np.ndarray, depth: int) -> np.nd
     return best
 
 
-def _over_mean_ideal(gain: np.ndarray, ideal: np.ndarray) -> np.ndarray:
-    """gain / mean(ideal): values whose mean over the test set is mean(gain) / mean(ideal)."""
-    mean_ideal = float(ideal.mean()) if ideal.size else 0.0
+def over_mean_ideal(gain: np.ndarray, mean_ideal: float) -> np.ndarray:
+    """gain / mean_ideal: values whose mean over the test set is mean(gain) / mean(ideal)."""
     return gain / mean_ideal if mean_ideal > 0 else np.zeros_like(gain)
 
 
-def _propensity_scored(
+def propensity_ideals(truth: sp.csr_matrix, propensity: np.ndarray, ks: Sequence[int] = KS) -> dict[str, np.ndarray]:
+    """Per input, the denominators of PSP@k and PSnDCG@k (see `_propensity_gains`): what its best ranking would
+    score. They depend on the truth alone, so every system ranked on the same inputs shares them."""
+    weight = _propensity_weights(truth, propensity)
+    best = _best_weights(truth, weight, max(ks, default=0))
+    n_pos = np.diff(truth.indptr)
+    ideals = {f"PSP@{k}": best[:, :k].sum(axis=1) for k in ks}
+    ideals.update({f"PSnDCG@{k}": _ratio(_dcg(best, k), _idcg(n_pos, k)) for k in ks})
+    return ideals
+
+
+def _propensity_weights(truth: sp.csr_matrix, propensity: np.ndarray) -> np.ndarray:
+    propensity = np.asarray(propensity, dtype=np.float64)
+    if propensity.shape != (truth.shape[1],) or np.any(propensity <= 0):
+        raise DataError(f"propensity must be {truth.shape[1]} positive values")
+    return 1.0 / propensity
+
+
+def _propensity_gains(
     ranked: np.ndarray,
     hits: np.ndarray,
     truth: sp.csr_matrix,
     propensity: np.ndarray,
     ks: Sequence[int],
 ) -> dict[str, np.ndarray]:
-    """PSP@k and PSnDCG@k as pyxclib (the XC Repository) defines them: ratios of means.
+    """The numerators of PSP@k and PSnDCG@k as pyxclib (the XC Repository) defines them: ratios of means.
 
     PSP@k = mean_i[sum of 1/p over the hits in i's top k] / mean_i[sum of i's k largest 1/p over
     its positives] (the 1/k of both cancels). PSnDCG@k = mean_i[PSDCG_i@k / IDCG_i@k] /
     mean_i[best PSDCG_i@k / IDCG_i@k], with 1/p as gains and IDCG_i@k the unit-gain one.
     This is not the mean of per-input ratios. Each input's value is its numerator divided by the
-    test set's mean ideal, so that the plain mean over the test set is pyxclib's number, and a
-    paired t-test sees the per-input numerators scaled by a factor that is the same for every
+    test set's mean ideal (`propensity_ideals`), so that the plain mean over the test set is pyxclib's
+    number, and a paired t-test sees the per-input numerators scaled by a factor that is the same for every
     system ranked on this test set (t and p are unchanged by it). The mean over a subset of the
     inputs is not that subset's PSP@k: compute the metrics on the subset instead.
     """
-    propensity = np.asarray(propensity, dtype=np.float64)
-    if propensity.shape != (truth.shape[1],) or np.any(propensity <= 0):
-        raise DataError(f"propensity must be {truth.shape[1]} positive values")
-    weight = 1.0 / propensity
+    weight = _propensity_weights(truth, propensity)
     gained = np.where(hits, weight[np.maximum(ranked, 0)], 0.0)
-    best = _best_weights(truth, weight, max(ks, default=0))
     n_pos = np.diff(truth.indptr)
-    out = {}
-    for k in ks:
-        out[f"PSP@{k}"] = _over_mean_ideal(gained[:, :k].sum(axis=1), best[:, :k].sum(axis=1))
-    for k in ks:
-        idcg = _idcg(n_pos, k)
-        out[f"PSnDCG@{k}"] = _over_mean_ideal(
-            _ratio(gained[:, :k] @ _discounts(k), idcg), _ratio(best[:, :k] @ _discounts(k), idcg)
-        )
-    return out
+    gains = {f"PSP@{k}": gained[:, :k].sum(axis=1) for k in ks}
+    gains.update({f"PSnDCG@{k}": _ratio(_dcg(gained, k), _idcg(n_pos, k)) for k in ks})
+    return gains
 
 
-def per_instance_metrics(
-    ranked: np.ndarray,
-    truth: sp.csr_matrix,
-    ks: Sequence[int] = (1, 3, 5),
-    recall_ks: Sequence[int] = (10, 100),
-    propensity: np.ndarray | None = None,
-) -> dict[str, np.ndarray]:
-    """Per test input: P@k, nDCG@k (PSP@k, PSnDCG@k given propensities) at `ks`, R@k at `recall_ks`.
-
-    Kept per input, not averaged, so that systems can be compared with paired tests; the mean of
-    every array over the whole test set is the XC Repository's metric (PSP@k and PSnDCG@k are
-    ratios of means, see `_propensity_scored`). `truth` must already be without filtered pairs
-    (see `remove_pairs`); nonzeros are positives. Ranking positions beyond `ranked`'s width, and
-    -1 padding, count as misses. Rows with no positive get 0.
-    """
+def per_query_values(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int] = KS,
+                     recall_ks: Sequence[int] = RECALL_KS, propensity: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """`per_instance_metrics` of some inputs, except that PSP@k and PSnDCG@k are each input's numerator, not yet
+    over the test set's mean ideal: values that need only these inputs, so a test set can be measured in chunks."""
     truth = as_pattern(truth)
     ranked = _to_depth(check_ranked(ranked, truth), max((*ks, *recall_ks), default=0))
     hits = hit_matrix(ranked, truth)
@@ -144,10 +148,37 @@ def per_instance_metrics(
     for k in ks:
         out[f"nDCG@{k}"] = _ndcg(hits, n_pos, k)
     if propensity is not None:
-        out.update(_propensity_scored(ranked, hits, truth, propensity, ks))
+        out.update(_propensity_gains(ranked, hits, truth, propensity, ks))
     for k in recall_ks:
         out[f"R@{k}"] = hits[:, :k].sum(axis=1) / np.maximum(n_pos, 1)
     return out
+
+
+def per_instance_metrics(
+    ranked: np.ndarray,
+    truth: sp.csr_matrix,
+    ks: Sequence[int] = KS,
+    recall_ks: Sequence[int] = RECALL_KS,
+    propensity: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Per test input: P@k, nDCG@k (PSP@k, PSnDCG@k given propensities) at `ks`, R@k at `recall_ks`.
+
+    Kept per input, not averaged, so that systems can be compared with paired tests; the mean of
+    every array over the whole test set is the XC Repository's metric (PSP@k and PSnDCG@k are
+    ratios of means, see `_propensity_gains`). `truth` must already be without filtered pairs
+    (see `remove_pairs`); nonzeros are positives. Ranking positions beyond `ranked`'s width, and
+    -1 padding, count as misses. Rows with no positive get 0.
+    """
+    out = per_query_values(ranked, truth, ks, recall_ks, propensity)
+    if propensity is not None:
+        for name, ideal in propensity_ideals(as_pattern(truth), propensity, ks).items():
+            out[name] = over_mean_ideal(out[name], float(ideal.mean()) if ideal.size else 0.0)
+    return out
+
+
+def percent(mean: float) -> float:
+    """A metric's mean as a percentage rounded to two decimals (nan stays nan)."""
+    return round(100.0 * mean, 2) if np.isfinite(mean) else float("nan")
 
 
 def summarize(per_instance: dict[str, np.ndarray]) -> dict[str, float]:
@@ -156,7 +187,5 @@ def summarize(per_instance: dict[str, np.ndarray]) -> dict[str, float]:
     `per_instance` must hold whole-test-set arrays from `per_instance_metrics`: their plain means
     are the XC Repository's metrics, PSP@k's ratio of means included.
     """
-    return {
-        name: round(100.0 * float(np.mean(values)), 2) if np.size(values) else float("nan")
-        for name, values in per_instance.items()
-    }
+    return {name: percent(float(np.mean(values))) if np.size(values) else float("nan")
+            for name, values in per_instance.items()}

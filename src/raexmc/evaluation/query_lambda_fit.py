@@ -3,7 +3,7 @@
 The model's targets are per-query metric values of RAE at each grid λ, ranked and measured exactly
 as the evaluate stage does (filtered pairs never ranked, never positives). The tune stage fits it on
 the same validation retrieval that chooses λ and τ (`fit_on_selection`); the evaluate stage scores
-it on the test set as the method `rae_query_lambda` (`evaluate_query_lambda`).
+it on the test set as the method `rae_query_lambda` (`evaluator.evaluate_retrieval`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from .metrics import per_instance_metrics
 from .selection import TuneSettings, ValidationRetrieval
 
 DEFAULT_METRIC = "P@1"
-METHOD = "rae_query_lambda"  # its name beside rae, dual_encoder and knn in metrics.json and per_instance.npz
 
 
 def per_query_metric(evaluator: Evaluator, ranked: np.ndarray, metric: str = DEFAULT_METRIC) -> np.ndarray:
@@ -58,12 +57,6 @@ def query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, model: QueryLambda,
         return combine_per_query(parts, model.lambdas(ids[rows], sims[rows], Y_train, parts))
 
     return scores
-
-
-def evaluate_query_lambda(joint: Hits, evaluator: Evaluator, model: QueryLambda,
-                          b: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The evaluator's summary and per-instance arrays of RAE with the model's λ per query."""
-    return evaluator.summary(evaluator.rank(len(joint[0]), query_lambda_scorer(joint, evaluator.Y_train, model, b)))
 
 
 def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, selection: dict[str, Any],

@@ -20,8 +20,10 @@ CHUNK_ROWS = 4096
 
 
 def block_rows(n_keys: int, block_bytes: int = BLOCK_BYTES, max_rows: int = CHUNK_ROWS) -> int:
-    """Queries per similarity block: as many float32 rows of `n_keys` as `block_bytes` holds, at least one."""
-    return max(1, min(max_rows, block_bytes // (4 * max(n_keys, 1))))
+    """Queries per similarity block: as many float32 rows of `n_keys` as `block_bytes` holds, at least one, rounded
+    down to a power of two so that the blocks of two key sets align (memory.merge.JointSearch.query_block)."""
+    rows = max(1, min(max_rows, block_bytes // (4 * max(n_keys, 1))))
+    return 1 << (rows.bit_length() - 1)
 
 
 class ExactIndex:
@@ -51,6 +53,11 @@ class ExactIndex:
     def dim(self) -> int:
         return self.keys.shape[1]
 
+    @property
+    def query_block(self) -> int:
+        """Queries searched together: a query's similarities (the BLAS's rounding) depend on its block's shape."""
+        return block_rows(self.count, self.block_bytes, self.chunk_rows)
+
     def __repr__(self) -> str:
         return (f"ExactIndex(count={self.count}, dim={self.dim}, chunk_rows={self.chunk_rows}, "
                 f"block_bytes={self.block_bytes})")
@@ -66,7 +73,7 @@ class ExactIndex:
         if self.count == 0:
             return ids, sims
         width = min(k, self.count)
-        rows_per_block = block_rows(self.count, self.block_bytes, self.chunk_rows)
+        rows_per_block = self.query_block
         for start in range(0, queries.shape[0], rows_per_block):
             block = self._scores(queries[start:start + rows_per_block])
             step = max(1, SELECT_BUDGET // self.count)

@@ -62,6 +62,11 @@ class HnswIndex:
     def dim(self) -> int:
         return int(self.graph.dim)
 
+    @property
+    def query_block(self) -> int:
+        """Queries searched together: the retries of a batch hnswlib cannot fill change its other queries' beam."""
+        return QUERY_BATCH
+
     def __repr__(self) -> str:
         return (f"HnswIndex(count={self.count}, dim={self.dim}, M={self.M}, "
                 f"ef_construction={self.ef_construction}, ef_search={self.ef_search})")

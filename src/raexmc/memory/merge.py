@@ -59,6 +59,12 @@ class JointSearch:
     def dim(self) -> int:
         return self.inputs.dim
 
+    @property
+    def query_block(self) -> int:
+        """Queries one search answers as a block (both indexes' blocks are powers of two, so the larger is a
+        multiple of the smaller): searching the queries in aligned blocks of it gives the answers of one search."""
+        return max(self.inputs.query_block, self.labels.query_block)
+
     def __repr__(self) -> str:
         return f"JointSearch(inputs={self.inputs!r}, labels={self.labels!r})"
 

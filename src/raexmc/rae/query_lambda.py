@@ -234,8 +234,9 @@ def _fit_linear(features: np.ndarray, targets: np.ndarray, ridge: float) -> tupl
 
 
 def _predicted(features: np.ndarray, mean: np.ndarray, scale: np.ndarray, coef: np.ndarray) -> np.ndarray:
-    """(n, G) predicted target of each query at each grid point."""
-    return coef[:, 0] + ((features - mean) / scale) @ coef[:, 1:].T
+    """(n, G) predicted target of each query at each grid point: a row-wise sum, not a matrix product, whose
+    BLAS rounding would depend on how many queries come at once (the evaluate stage scores them in chunks)."""
+    return coef[:, 0] + (((features - mean) / scale)[:, None, :] * coef[None, :, 1:]).sum(axis=2)
 
 
 def _check_features(features: np.ndarray) -> np.ndarray:

@@ -276,10 +276,14 @@ def train_key_share(ids: np.ndarray, num_train: int, b: int | None = None) -> fl
     Counts the first b valid (id >= 0) keys of every query, pooled over all queries, so a query
     with fewer valid keys weighs less. nan when nothing valid was retrieved.
     """
+    train, total = train_key_counts(ids, num_train, b)
+    return float(train / total) if total else float("nan")
+
+
+def train_key_counts(ids: np.ndarray, num_train: int, b: int | None = None) -> np.ndarray:
+    """[training-input keys, all valid keys] among the first b valid keys of every query (`train_key_share`'s
+    numerator and denominator): sums over queries, so they add up over chunks of them."""
     b = check_b(b)
     ids, _ = _check_retrieval(ids, None)
     kept = kept_mask(ids, None, b)
-    total = int(kept.sum())
-    if total == 0:
-        return float("nan")
-    return int((kept & (ids < num_train)).sum()) / total
+    return np.array([(kept & (ids < num_train)).sum(), kept.sum()], dtype=np.int64)

@@ -1,0 +1,87 @@
+"""The evaluate stage streams the test queries in chunks: on a real dataset (FOLDOC), with the exact and the
+HNSW backend, chunks of 7 queries (not a divisor of the test set's 2,057) write exactly what one chunk
+holding every query writes, element by element."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from ruamel.yaml import YAML
+
+from conftest import REPO
+from raexmc.data.dataset import Dataset
+from raexmc.data.sources import build_dataset
+from raexmc.encoder.embedding import embed_split
+from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.tokens import TokenCache, build_token_cache
+from raexmc.memory.indexes import build_memory_indexes
+from raexmc.params import load_params
+
+pytestmark = pytest.mark.slow
+
+OUTPUTS = ("metrics.json", "per_instance.npz", "lambda_sweep.json", "b_sweep.json", "segments_f1.json",
+           "lambda_selection.json", "lambda_sweep.png", "b_sweep.png", "segments_f1.png", "lambda_selection.png")
+
+
+@pytest.fixture(scope="module")
+def foldoc_run(tmp_path_factory, tiny_model):
+    """FOLDOC embedded by the tiny encoder, both backends' indexes, and the tune stage's choice on it."""
+    root = tmp_path_factory.mktemp("foldoc-eval")
+    build_dataset("foldoc", load_params(REPO / "params.yaml").section("datasets")["foldoc"], root / "foldoc", "")
+    dataset = Dataset(root / "foldoc")
+    build_token_cache(dataset, load_tokenizer(str(tiny_model)), "tiny", root / "tokens", 16, 16, "title", "title")
+    model, tokens = load_encoder(str(tiny_model)), TokenCache(root / "tokens")
+    (root / "emb").mkdir()
+    for split in ("train", "labels", "test"):
+        embed_split(model, tokens, split, root / "emb" / f"{split}.npy", 256, "cpu", "fp32")
+    params = YAML().load((REPO / "params.yaml").read_text())
+    params["infer"].update({"lambda": "auto", "b_sweep": [10, 50, 100], "ova_knn": True})
+    YAML().dump(params, root / "params.yaml")
+    for backend in ("exact", "hnsw"):
+        build_memory_indexes(root / "emb", root / f"index-{backend}", backend, M=16, ef_construction=100,
+                             progress=False)
+    stage(root, "tune", "--embeddings", root / "emb", "--out", root / "tune")
+    return root
+
+
+def stage(root, name, *args):
+    proc = subprocess.run([sys.executable, str(REPO / f"stages/{name}.py"), "--dataset", str(root / "foldoc"),
+                           "--params", str(root / "params.yaml"), *map(str, args)],
+                          capture_output=True, text=True, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def evaluate(root, backend: str, chunk: int):
+    out = root / f"eval-{backend}-{chunk}"
+    stage(root, "evaluate", "--embeddings", root / "emb", "--index", root / f"index-{backend}",
+          "--tune", root / "tune", "--out", out, "--chunk", chunk)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["exact", "hnsw"])
+def test_chunks_of_7_queries_write_what_one_chunk_writes(foldoc_run, backend):
+    n = Dataset(foldoc_run / "foldoc").stats["N_test"]
+    assert n % 7 and n > 7
+    whole, chunked = evaluate(foldoc_run, backend, n), evaluate(foldoc_run, backend, 7)
+
+    metrics = [json.loads((folder / "metrics.json").read_text()) for folder in (whole, chunked)]
+    for each in metrics:
+        each["retrieval"].pop("queries_per_s")  # a timing
+    assert metrics[0] == metrics[1]
+    assert {"rae", "dual_encoder", "knn", "ova_knn", "rae_query_lambda"} <= set(metrics[0])
+    assert metrics[0]["rae"]["P@1"] > 0 and metrics[0]["rae"]["macro-F1@5"]["all"] > 0
+
+    arrays = [np.load(folder / "per_instance.npz") for folder in (whole, chunked)]
+    assert sorted(arrays[0].files) == sorted(arrays[1].files) and len(arrays[0].files) == 5 * 14
+    for name in arrays[0].files:
+        assert arrays[0][name].shape == (n,), name
+        np.testing.assert_array_equal(arrays[0][name], arrays[1][name], err_msg=name)
+    assert arrays[0]["rae/P@1"].mean() == pytest.approx(metrics[0]["rae"]["P@1"] / 100, abs=5e-5)
+    assert arrays[0]["rae/PSP@5"].mean() == pytest.approx(metrics[0]["rae"]["PSP@5"] / 100, abs=5e-5)
+
+    for name in OUTPUTS[2:]:
+        assert (whole / name).read_bytes() == (chunked / name).read_bytes(), name
