@@ -66,10 +66,10 @@ def token_cache(lf_folder, tiny_model, tmp_path) -> Path:
 
 
 def run_embed_stage(folder: Path, model: Path, tokens: Path, batch_size: object = 4, dtype: str = "float32",
-                    nproc: object = 1, torchrun_args: str = "") -> subprocess.CompletedProcess:
+                    nproc: object = 1, torchrun_args: str = "", precision: str = "fp32") -> subprocess.CompletedProcess:
     """stages/embed.py in a subprocess, in `folder`, with these embed.* values, writing `folder`/embeddings."""
     (folder / "params.yaml").write_text(f"embed:\n  nproc: {nproc}\n  torchrun_args: '{torchrun_args}'\n"
-                                        f"  device: cpu\n  precision: fp32\n  dtype: {dtype}\n"
+                                        f"  device: cpu\n  precision: {precision}\n  dtype: {dtype}\n"
                                         f"  batch_size: {batch_size}\n  threads: 1\n")
     return subprocess.run([sys.executable, str(REPO / "stages" / "embed.py"), "--model", str(model),
                            "--tokens", str(tokens), "--out", "embeddings"], cwd=folder, capture_output=True, text=True,
@@ -99,6 +99,18 @@ def test_two_processes_write_the_bytes_one_process_writes(tmp_path, tiny_model, 
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     runs = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id], order_by=["start_time"])
     assert [run.data.metrics["embed/processes"] for run in runs] == [1, 2]
+
+
+def test_a_user_error_on_the_ranks_of_a_torchrun_group_is_one_line_and_exit_2(tmp_path, tiny_model, token_cache):
+    """embed.precision is checked in the workers only, after the relaunch: every rank fails on it, and the user
+    sees our one line once, not torchrun's failure report and its traceback, and exit status 2, not 1."""
+    stage = run_embed_stage(tmp_path, tiny_model, token_cache, nproc=2, precision="fp4",
+                            torchrun_args=f"--master_port={free_port()}")
+    line = "ConfigError: params.yaml:precision: precision 'fp4' is not one of auto, fp32, bf16, fp16"
+    assert stage.returncode == 2, stage.stderr
+    assert last_line_only_error(stage.stderr) == line
+    assert stage.stderr.count(line) == 1 and "ChildFailedError" not in stage.stderr, stage.stderr
+    assert not (tmp_path / "embeddings").exists()
 
 
 @pytest.mark.parametrize(("nproc", "read_as"), [("0", "0"), ("all", "'all'"), ("1.5", "1.5"), ("true", "True")])

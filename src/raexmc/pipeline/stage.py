@@ -3,11 +3,13 @@ relaunch of the stages that run as several processes (train, embed)."""
 
 from __future__ import annotations
 
+import logging
 import os
-import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import typer
 
@@ -17,6 +19,10 @@ from ..params import Params, load_params
 from .tracking.guard import ParamsGuard
 from .tracking.run import StageRun, stage_run
 from .tracking.workspace_lock import one_stage_at_a_time
+
+# Set by relaunch_under_torchrun for its workers: the folder where a rank leaves its one-line user error, which the
+# launcher prints once (instead of every rank printing it beside torchrun's failure report).
+RANK_ERRORS = "RAEXMC_RANK_ERRORS"
 
 
 @contextmanager
@@ -32,7 +38,11 @@ def user_errors() -> Iterator[None]:
                                "to temporary names first, so nothing half-written was kept)",
                                exc.filename or "(file not reported)") from None
     except RaexmcError as exc:
-        print(exc.one_line(), file=sys.stderr)
+        folder = os.environ.get(RANK_ERRORS)
+        if folder and "RANK" in os.environ:
+            (Path(folder) / f"rank{int(os.environ['RANK']):06d}").write_text(exc.one_line())
+        else:
+            print(exc.one_line(), file=sys.stderr)
         raise typer.Exit(2) from None
 
 
@@ -62,13 +72,35 @@ def process_count(value: object, key: str, path: str | os.PathLike) -> int:
 
 
 def relaunch_under_torchrun(nproc: int, torchrun_args: str) -> None:
-    """Run this very command again as `nproc` torchrun workers per node and exit with torchrun's
-    status, when there are several processes (or nodes, in `torchrun_args`) and this is not
-    already a worker; return otherwise, in the one process or the worker that goes on."""
+    """Run this very command again as `nproc` torchrun workers per node and exit, when there are several
+    processes (or nodes, in `torchrun_args`) and this is not already a worker; return otherwise, in the one
+    process or the worker that goes on. The exit status is 0, or 2 with the first failed rank's one-line user
+    error, or else 1 with torchrun's failure report."""
     extra = torchrun_args.split()
     if (nproc > 1 or extra) and "LOCAL_RANK" not in os.environ:
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", *extra, *sys.argv]
-        raise typer.Exit(subprocess.call(command))
+        raise typer.Exit(torchrun([f"--nproc_per_node={nproc}", *extra, *sys.argv]))
+
+
+def torchrun(args: list[str]) -> int:
+    """torchrun's launcher with these arguments, in this process, so that a rank's user error ends it as any
+    stage's does: one line, status 2 (torchrun itself would add its traceback and exit 1)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser, run
+
+    elastic_log = logging.getLogger("torch.distributed.elastic")
+    with tempfile.TemporaryDirectory(prefix="raexmc-ranks-") as folder:
+        os.environ[RANK_ERRORS], level = folder, elastic_log.level
+        elastic_log.setLevel(logging.CRITICAL)  # its warnings and errors repeat what the report below says
+        try:
+            run(get_args_parser().parse_args(args))
+            return 0
+        except ChildFailedError as failed:
+            errors = sorted(Path(folder).iterdir())
+            print(errors[0].read_text() if errors else str(failed), file=sys.stderr)
+            return 2 if errors else 1
+        finally:
+            del os.environ[RANK_ERRORS]
+            elastic_log.setLevel(level)
 
 
 def run_stage_on_rank(name: str, body: Callable[[Params, StageRun | None], None], params_path: str,
