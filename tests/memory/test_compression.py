@@ -3,6 +3,8 @@ score error, persistence and bytes per key, all on real faiss."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.compression import Compression, parse_compression
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.faiss_index import FaissIndex, principal_directions
-from raexmc.memory.indexes import make_index
+from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index, memory_backend
 from raexmc.memory.persistence import index_bytes, load_index, save_index, saved_meta
 
 N_KEYS, DIM, B = 3000, 64, 50
@@ -132,4 +134,30 @@ def test_load_refuses_a_damaged_faiss_file(clustered, tmp_path):
     save_index(build(clustered[0][:200], "sq8"), tmp_path / "index")
     (tmp_path / "index" / "faiss.bin").write_bytes(b"not an index")
     with pytest.raises(DataError, match="cannot load faiss.bin"):
+        load_index(tmp_path / "index")
+
+
+def test_a_compressed_memory_serves_the_joint_search(clustered, tmp_path):
+    """The index stage's folder with compression: one faiss index per key set, reopened without keys and
+    merged as hnswlib's are; fp16 scores are q·k to 2^-11, so the joint top-b has the exact scores."""
+    keys, queries = clustered
+    embeddings = tmp_path / "embeddings"
+    embeddings.mkdir()
+    np.save(embeddings / "train.npy", keys[:2000])
+    np.save(embeddings / "labels.npy", keys[2000:])
+    built = build_memory_indexes(embeddings, tmp_path / "index", "hnsw", M=16, ef_construction=100, threads=1,
+                                 progress=False, compression="fp16")
+    assert {name: values["keys"] for name, values in built.items()} == {"inputs": 2000, "labels": 1000}
+    assert memory_backend(tmp_path / "index") == "faiss"
+    ids, sims = load_joint_search(tmp_path / "index", ef_search=100, threads=1).search(queries, B)
+    assert recall_at_k(ids, ExactIndex(keys).search(queries, B)[0]) >= 0.97
+    np.testing.assert_allclose(sims, np.einsum("qd,qkd->qk", queries, keys[ids]), atol=2.0 ** -11)
+
+
+@pytest.mark.parametrize("compression", ["none", "sq3", 8])
+def test_load_refuses_a_meta_with_an_unknown_compression(clustered, tmp_path, compression):
+    save_index(build(clustered[0][:200], "sq8"), tmp_path / "index")
+    meta = json.loads((tmp_path / "index" / "meta.json").read_text())
+    (tmp_path / "index" / "meta.json").write_text(json.dumps({**meta, "compression": compression}))
+    with pytest.raises(DataError, match="not a compression this version knows"):
         load_index(tmp_path / "index")

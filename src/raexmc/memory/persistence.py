@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..io import atomic_dir, read_json, write_json
 from .compression import parse_compression
 from .exact import CHUNK_ROWS, ExactIndex
@@ -74,10 +74,19 @@ def saved_meta(folder: str | os.PathLike) -> dict[str, Any]:
     missing = [name for name in needed if name not in meta]
     if missing:
         raise DataError(f"{META_FILE} lacks {', '.join(missing)}", folder)
-    for name in needed:
-        if name not in ("space", "compression") and (isinstance(meta[name], bool) or not isinstance(meta[name], int) or meta[name] < 0):
+    for name in (name for name in needed if name not in ("space", "compression")):
+        if isinstance(meta[name], bool) or not isinstance(meta[name], int) or meta[name] < 0:
             raise DataError(f"{META_FILE}: {name} must be a non-negative integer, got {meta[name]!r}", folder)
+    if backend == FaissIndex.backend and not _names_a_compression(meta["compression"]):
+        raise DataError(f"{META_FILE}: not a compression this version knows: {meta['compression']!r}", folder)
     return meta
+
+
+def _names_a_compression(name: Any) -> bool:
+    try:
+        return isinstance(name, str) and parse_compression(name) is not None
+    except ConfigError:
+        return False
 
 
 def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
@@ -120,7 +129,6 @@ def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_sea
 def _load_faiss(folder: Path, meta: dict[str, Any], ef_search: int, threads: int) -> FaissIndex:
     import faiss
 
-    parse_compression(meta["compression"])  # a name this version knows, or a ConfigError
     path = folder / FAISS_FILE
     if not path.is_file():
         raise DataError(f"{FAISS_FILE} is missing", folder)
