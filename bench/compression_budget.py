@@ -42,7 +42,7 @@ from raexmc.memory.merge import JointSearch
 from raexmc.memory.persistence import index_bytes
 from raexmc.rae.scoring import PAPER_B, PAPER_TAU
 
-DEFAULT_COMPRESSIONS = "none,fp16-m16,sq8-m16,sq8-m12,sq8-m8,pca256-sq8-m16,sq4-m8,sq4-m6,sq4-m4,pca256-sq4-m8"
+DEFAULT_COMPRESSIONS = "none,fp16-m16,sq8-m16,sq8-m12,sq8-m8,pca256-sq8-m16,sq4-m8,sq4-m6,sq4-m5,sq4-m4,pca256-sq4-m8"
 # Reopens an index folder in a fresh process and prints how much its resident memory grew.
 _LOAD_RSS = """
 import resource, sys
