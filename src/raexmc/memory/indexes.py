@@ -11,7 +11,9 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..io import atomic_dir
+from .compression import NONE, parse_compression
 from .exact import CHUNK_ROWS, ExactIndex
+from .faiss_index import FaissIndex, build_faiss
 from .footprint import hnsw_disk_bytes, hnsw_resident_bytes
 from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, build_hnsw
 from .keys_values import memory_keys
@@ -25,8 +27,17 @@ INDEXED_KEY_SETS = ("inputs", "labels")
 
 def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION,
                threads: int = 0, seed: int = 0, ef_search: int = PAPER_EF_SEARCH, chunk_rows: int = CHUNK_ROWS,
-               progress: bool = True, progress_label: str = "keys") -> ExactIndex | HnswIndex:
-    """The index that `index.backend` names, over `keys` (`progress_label` names them on the build's progress bar)."""
+               progress: bool = True, progress_label: str = "keys",
+               compression: str = NONE) -> ExactIndex | HnswIndex | FaissIndex:
+    """The index that `index.backend` and `memory.compression` name, over `keys` (`progress_label` names
+    them on the build's progress bar); a compressed memory is a faiss HNSW graph (faiss_index.py)."""
+    compressed = parse_compression(compression)
+    if compressed is not None:
+        if backend != "hnsw":
+            raise ConfigError(f"compression {compression!r} needs index.backend hnsw, got {backend!r}",
+                              "params.yaml", "memory.compression")
+        return build_faiss(keys, compressed, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
+                           ef_search=ef_search, progress=progress, progress_label=progress_label)
     if backend == "exact":
         return ExactIndex(keys, chunk_rows=chunk_rows)
     if backend == "hnsw":
@@ -50,7 +61,7 @@ def build_memory_indexes(embeddings: str | os.PathLike, out: str | os.PathLike, 
     with atomic_dir(out) as folder:
         for key_set in INDEXED_KEY_SETS:
             keys = memory_keys(embeddings, key_set)
-            if backend == "hnsw":
+            if backend == "hnsw" and parse_compression(index_settings.get("compression", NONE)) is None:
                 print(hnsw_estimate(key_set, keys.shape, index_settings.get("M", PAPER_M)), flush=True)
             started = time.perf_counter()
             index = make_index(backend, keys, progress_label=key_set, **index_settings)

@@ -1,7 +1,8 @@
-"""Saving an index to a folder and reopening it: `meta.json`, plus `hnsw.bin` for HNSW.
+"""Saving an index to a folder and reopening it: `meta.json`, plus `hnsw.bin` for HNSW or `faiss.bin`
+for a compressed index (faiss_index.py).
 
-The exact backend keeps no keys on disk; reopening it needs them again. hnswlib does not store the
-search beam, so a reopened HNSW index gets ef_search set again.
+The exact backend keeps no keys on disk; reopening it needs them again. Neither hnswlib nor faiss is
+trusted to store the search beam, so a reopened graph gets ef_search set again.
 """
 
 from __future__ import annotations
@@ -12,27 +13,42 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..io import atomic_dir, read_json, write_json
+from .compression import parse_compression
 from .exact import CHUNK_ROWS, ExactIndex
+from .faiss_index import FaissIndex
 from .hnsw import PAPER_EF_SEARCH, SPACE, HnswIndex
 from .search import BACKENDS
 
 META_FILE = "meta.json"
 HNSW_FILE = "hnsw.bin"
+FAISS_FILE = "faiss.bin"
+# What a saved index may be: `index.backend`'s choices, and faiss for a compressed memory.
+SAVED_BACKENDS = (*BACKENDS, FaissIndex.backend)
+# meta.json's fields beyond backend, dim and count, by backend.
+GRAPH_FIELDS = {"hnsw": ("M", "ef_construction", "space"), "faiss": ("M", "ef_construction", "compression"),
+                "exact": ()}
 
 
-def save_index(index: ExactIndex | HnswIndex, folder: str | os.PathLike) -> Path:
-    """Write `index` to `folder` atomically: meta.json, plus hnsw.bin for HNSW (exact keeps no keys)."""
+def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.PathLike) -> Path:
+    """Write `index` to `folder` atomically: meta.json, plus hnsw.bin for HNSW or faiss.bin for a
+    compressed index (exact keeps no keys)."""
     folder = Path(folder)
     meta: dict[str, Any] = {"backend": index.backend, "dim": index.dim, "count": index.count}
     if isinstance(index, HnswIndex):
         meta.update(M=index.M, ef_construction=index.ef_construction, space=SPACE)
+    elif isinstance(index, FaissIndex):
+        meta.update(M=index.M, ef_construction=index.ef_construction, compression=index.compression)
     elif not isinstance(index, ExactIndex):
         raise TypeError(f"not an index: {type(index).__name__}")
     with atomic_dir(folder) as tmp:
         if isinstance(index, HnswIndex):
             index.graph.save_index(str(tmp / HNSW_FILE))
+        elif isinstance(index, FaissIndex):
+            import faiss
+
+            faiss.write_index(index.index, str(tmp / FAISS_FILE))
         write_json(tmp / META_FILE, meta)
     return folder
 
@@ -51,23 +67,33 @@ def saved_meta(folder: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise DataError(f"{META_FILE} must hold a JSON object", folder)
     backend = meta.get("backend")
-    if backend not in BACKENDS:
-        raise DataError(f"unknown index backend {backend!r} in {META_FILE} (known: {', '.join(BACKENDS)})", folder)
-    needed = ("dim", "count") + (("M", "ef_construction", "space") if backend == "hnsw" else ())
+    if backend not in SAVED_BACKENDS:
+        raise DataError(f"unknown index backend {backend!r} in {META_FILE} (known: {', '.join(SAVED_BACKENDS)})",
+                        folder)
+    needed = ("dim", "count", *GRAPH_FIELDS[backend])
     missing = [name for name in needed if name not in meta]
     if missing:
         raise DataError(f"{META_FILE} lacks {', '.join(missing)}", folder)
-    for name in needed:
-        if name != "space" and (isinstance(meta[name], bool) or not isinstance(meta[name], int) or meta[name] < 0):
+    for name in (name for name in needed if name not in ("space", "compression")):
+        if isinstance(meta[name], bool) or not isinstance(meta[name], int) or meta[name] < 0:
             raise DataError(f"{META_FILE}: {name} must be a non-negative integer, got {meta[name]!r}", folder)
+    if backend == FaissIndex.backend and not _names_a_compression(meta["compression"]):
+        raise DataError(f"{META_FILE}: not a compression this version knows: {meta['compression']!r}", folder)
     return meta
 
 
+def _names_a_compression(name: Any) -> bool:
+    try:
+        return isinstance(name, str) and parse_compression(name) is not None
+    except ConfigError:
+        return False
+
+
 def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
-               threads: int = 0, chunk_rows: int = CHUNK_ROWS) -> ExactIndex | HnswIndex:
+               threads: int = 0, chunk_rows: int = CHUNK_ROWS) -> ExactIndex | HnswIndex | FaissIndex:
     """Reopen an index written by `save_index`; the exact backend needs `keys` again.
 
-    Given keys must match the saved dimension and count. HNSW comes back with ef set to ef_search.
+    Given keys must match the saved dimension and count. A graph comes back with its beam set to ef_search.
     """
     folder = Path(folder)
     meta = saved_meta(folder)
@@ -80,6 +106,8 @@ def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_sea
         if keys is None:
             raise DataError("the exact index keeps no keys: pass the keys to load it", folder)
         return ExactIndex(keys, chunk_rows=chunk_rows)
+    if meta["backend"] == "faiss":
+        return _load_faiss(folder, meta, ef_search, threads)
     import hnswlib
 
     if meta["space"] != SPACE:
@@ -96,3 +124,29 @@ def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_sea
         raise DataError(f"{HNSW_FILE} holds {graph.element_count} keys, {META_FILE} says {meta['count']}", folder)
     return HnswIndex(graph, M=meta["M"], ef_construction=meta["ef_construction"], ef_search=ef_search,
                      threads=threads)
+
+
+def _load_faiss(folder: Path, meta: dict[str, Any], ef_search: int, threads: int) -> FaissIndex:
+    import faiss
+
+    path = folder / FAISS_FILE
+    if not path.is_file():
+        raise DataError(f"{FAISS_FILE} is missing", folder)
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise DataError(f"cannot load {FAISS_FILE} ({str(exc).splitlines()[0]})", folder) from None
+    if (index.ntotal, index.d) != (meta["count"], meta["dim"]):
+        raise DataError(f"{FAISS_FILE} holds {index.ntotal} keys of dimension {index.d}, {META_FILE} says "
+                        f"{meta['count']} of {meta['dim']}", folder)
+    return FaissIndex(index, meta["compression"], M=meta["M"], ef_construction=meta["ef_construction"],
+                      ef_search=ef_search, threads=threads)
+
+
+def index_bytes(folder: str | os.PathLike) -> int:
+    """Bytes of the index saved in `folder` as stored: every file in it (meta.json included). Loading
+    allocates about as much again plus each library's bookkeeping a key (hnswlib: a lock and a label
+    map entry); bench/compression_budget.py measures it."""
+    folder = Path(folder)
+    saved_meta(folder)
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())

@@ -1,0 +1,54 @@
+"""The names of `memory.compression`: how the memory's index stores its keys, parsed in one place.
+
+    none               hnswlib, float32 keys (today's memory; `index.backend` decides)
+    fp16 | sq8 | sq4   faiss HNSW over scalar-quantised keys: 2 bytes, 1 byte or half a byte a dimension
+    pca<d>-<codec>     the keys first projected on their top d principal directions (uncentred, so
+                       inner products survive), then stored as <codec>
+    ...-m<M>           the graph's degree M (default: index.M); level 0 holds 2M links of 4 bytes a key
+
+hnswlib stores float32 only, and its graph at M=64 (512 bytes a key) outweighs a quantised vector,
+so a small memory needs both: fewer bytes a dimension and a sparser graph.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+NONE = "none"
+# Codec -> bits a dimension of the stored key.
+CODEC_BITS = {"fp16": 16, "sq8": 8, "sq4": 4}
+FORMS = "none, fp16 | sq8 | sq4, pca<d>-<codec>, each optionally ending in -m<M>"
+_NAME = re.compile(r"(?:pca(?P<dim>[1-9][0-9]*)-)?(?P<codec>fp16|sq8|sq4)(?:-m(?P<M>[1-9][0-9]*))?")
+
+
+@dataclass(frozen=True)
+class Compression:
+    """A parsed compression name: the codec, the projected dimension (None: keep every one) and the
+    graph degree (None: index.M)."""
+
+    name: str
+    codec: str
+    pca_dim: int | None = None
+    M: int | None = None
+
+    def code_bytes(self, dim: int) -> float:
+        """Bytes of one stored key of dimension `dim` (after the projection)."""
+        return min(dim, self.pca_dim or dim) * CODEC_BITS[self.codec] / 8
+
+
+def parse_compression(name: str) -> Compression | None:
+    """The compression that `name` names, None for "none"; a ConfigError (one line) for anything else."""
+    if name == NONE:
+        return None
+    match = _NAME.fullmatch(str(name))
+    if match is None:
+        raise ConfigError(f"unknown compression {name!r} (known forms: {FORMS})", "params.yaml",
+                          "memory.compression")
+    M = match["M"]
+    if M is not None and int(M) < 2:
+        raise ConfigError(f"compression {name!r}: M must be >= 2", "params.yaml", "memory.compression")
+    return Compression(name=name, codec=match["codec"], pca_dim=int(match["dim"]) if match["dim"] else None,
+                       M=int(M) if M else None)

@@ -1,0 +1,139 @@
+"""A compressed memory index: a faiss HNSW graph over scalar-quantised keys, optionally projected first.
+
+hnswlib keeps every key as float32 (1,536 bytes at d=384) beside its graph; faiss's IndexHNSWSQ keeps
+1 or 2 bytes a dimension (or half a byte) and a graph of any degree, which is what a memory with a
+size budget needs. The scores it returns are inner products with the decoded keys (after the
+projection, if any): close to the original scale, which RAE's softmax needs (bench/compression_budget.py
+measures the error).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..checks import positive_int
+from ..errors import ConfigError, DataError
+from .compression import Compression
+from .hnsw import INSERT_BATCH, PAPER_EF_SEARCH, QUERY_BATCH, resolve_threads
+from .search import as_matrix, empty_result, sort_rows
+
+# Keys (a seeded sample) that fit the quantiser's ranges and the projection: enough for 384-768 dims.
+TRAIN_SAMPLE = 200_000
+# Codec -> faiss's quantiser type and how it fits each dimension's range: 8 bits spread min..max
+# (FOLDOC's score error 0.0003); 4 bits cannot spend 16 levels on a few outliers, so their range is
+# the one with the least squared error on the keys (RS_optim: FOLDOC's error 0.0057 -> 0.0047, recall@200
+# 0.928 -> 0.941 at M=6). fp16 has no range.
+_QUANTISERS = {"fp16": ("QT_fp16", "RS_minmax"), "sq8": ("QT_8bit", "RS_minmax"), "sq4": ("QT_4bit", "RS_optim")}
+
+
+class FaissIndex:
+    """A faiss HNSW index over compressed keys (build it with `build_faiss` or `load_index`).
+
+    `index` is the faiss index (an IndexHNSWSQ, or an IndexPreTransform around one when the keys are
+    projected); `search` sets the beam efSearch = max(ef_search, k) every time, as HnswIndex does.
+    """
+
+    backend = "faiss"
+
+    def __init__(self, index, compression: str, M: int, ef_construction: int, ef_search: int = PAPER_EF_SEARCH,
+                 threads: int = 0):
+        import faiss
+
+        self.index = index
+        self.graph = faiss.downcast_index(index.index if isinstance(index, faiss.IndexPreTransform) else index)
+        self.compression = compression
+        self.M = int(M)
+        self.ef_construction = int(ef_construction)
+        self.ef_search = int(ef_search)
+        self.threads = resolve_threads(threads)
+
+    @property
+    def count(self) -> int:
+        return int(self.index.ntotal)
+
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    def __repr__(self) -> str:
+        return (f"FaissIndex(count={self.count}, dim={self.dim}, compression={self.compression!r}, M={self.M}, "
+                f"ef_construction={self.ef_construction}, ef_search={self.ef_search})")
+
+    def search(self, queries: np.ndarray, k: int, ef_search: int | None = None,
+               progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate top-k keys of each query by inner product with the decoded keys; -1 / -inf padding."""
+        import faiss
+        from tqdm import tqdm
+
+        k = positive_int(k, "k")
+        queries = as_matrix(queries, "queries", self.dim)
+        ids, sims = empty_result(queries.shape[0], k)
+        width = min(k, self.count)
+        if width == 0 or queries.shape[0] == 0:
+            return ids, sims
+        faiss.omp_set_num_threads(self.threads)
+        self.graph.hnsw.efSearch = max(int(self.ef_search if ef_search is None else ef_search), k)
+        with tqdm(total=queries.shape[0], desc="faiss search", unit="query", disable=not progress) as bar:
+            for start in range(0, queries.shape[0], QUERY_BATCH):
+                batch = queries[start:start + QUERY_BATCH]
+                found_sims, found_ids = self.index.search(batch, width)
+                rows = slice(start, start + batch.shape[0])
+                ids[rows, :width] = found_ids
+                sims[rows, :width] = np.where(found_ids >= 0, found_sims, -np.inf)
+                bar.update(batch.shape[0])
+        return sort_rows(ids, sims)
+
+
+def principal_directions(keys: np.ndarray, dim: int, seed: int = 0) -> np.ndarray:
+    """The (dim, d) matrix of the keys' top `dim` uncentred principal directions (rows), from a seeded
+    sample: projecting queries and keys on them keeps the part of q·k those directions carry; centring
+    would add a per-key term, mu·k, and change the ranking by inner product."""
+    sample = _sample(keys, seed).astype(np.float64)
+    _, vectors = np.linalg.eigh(sample.T @ sample)  # ascending eigenvalues
+    return np.ascontiguousarray(vectors[:, ::-1][:, :dim].T, dtype=np.float32)
+
+
+def _sample(keys: np.ndarray, seed: int) -> np.ndarray:
+    if keys.shape[0] <= TRAIN_SAMPLE:
+        return keys
+    rows = np.sort(np.random.default_rng(seed).choice(keys.shape[0], TRAIN_SAMPLE, replace=False))
+    return keys[rows]
+
+
+def build_faiss(keys: np.ndarray, compression: Compression, M: int, ef_construction: int, threads: int = 0,
+                seed: int = 0, ef_search: int = PAPER_EF_SEARCH, progress: bool = True,
+                progress_label: str = "keys") -> FaissIndex:
+    """Fit the projection (if any) and the quantiser's ranges on a seeded sample of the keys, then insert
+    every key (ids 0..n-1) into a faiss HNSW graph of degree `compression.M or M`, with a progress bar."""
+    import faiss
+    from tqdm import tqdm
+
+    keys = as_matrix(keys, "keys")
+    if keys.shape[0] == 0:
+        raise DataError("no keys to index")
+    dim = keys.shape[1]
+    if compression.pca_dim is not None and compression.pca_dim > dim:
+        raise ConfigError(f"compression {compression.name!r} projects to {compression.pca_dim} dimensions, the keys "
+                          f"have {dim}", "params.yaml", "memory.compression")
+    degree = compression.M or M
+    if degree < 2:
+        raise ConfigError(f"M must be >= 2, got {degree}", "params.yaml", "index.M")
+    faiss.omp_set_num_threads(resolve_threads(threads))
+    quantiser, range_fit = (getattr(faiss.ScalarQuantizer, name) for name in _QUANTISERS[compression.codec])
+    graph = faiss.IndexHNSWSQ(compression.pca_dim or dim, quantiser, int(degree), faiss.METRIC_INNER_PRODUCT)
+    faiss.downcast_index(graph.storage).sq.rangestat = range_fit
+    graph.hnsw.efConstruction = int(ef_construction)
+    index = graph
+    if compression.pca_dim is not None:
+        projection = faiss.LinearTransform(dim, compression.pca_dim, False)
+        faiss.copy_array_to_vector(principal_directions(keys, compression.pca_dim, seed).ravel(), projection.A)
+        projection.is_trained = True
+        index = faiss.IndexPreTransform(projection, graph)
+    index.train(_sample(keys, seed))
+    with tqdm(total=keys.shape[0], desc=f"faiss build ({progress_label})", unit="key", disable=not progress) as bar:
+        for start in range(0, keys.shape[0], INSERT_BATCH):
+            chunk = keys[start:start + INSERT_BATCH]
+            index.add(chunk)
+            bar.update(chunk.shape[0])
+    return FaissIndex(index, compression.name, M=degree, ef_construction=ef_construction, ef_search=ef_search,
+                      threads=threads)
