@@ -58,13 +58,21 @@ class Evaluator:
     """Rankings and metrics for one dataset split (test inputs against the training memory).
 
     `Y_train` is the values' input part (see memory.keys_values.training_values); its pattern also gives the
-    label frequencies behind propensities and segments.
+    label frequencies behind propensities and segments. `memory_values` are the values of RAE's input
+    keys when its memory keeps other keys than the training inputs (memory.input_memory); kNN and the
+    label frequencies keep `Y_train`.
     """
 
     Y_train: sp.csr_matrix
     Y_test: sp.csr_matrix
     exclude: sp.csr_matrix
     propensity_ab: tuple[float, float]
+    memory_values: sp.csr_matrix | None = None
+
+    @property
+    def rae_values(self) -> sp.csr_matrix:
+        """The values RAE's input keys carry."""
+        return self.Y_train if self.memory_values is None else self.memory_values
 
     def __post_init__(self) -> None:
         self.truth = remove_pairs(self.Y_test, self.exclude)
@@ -95,10 +103,11 @@ def rae_scorer(joint: Hits, Y_train: sp.csr_matrix, lam: float, tau: float, b: i
 
 
 def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, tau: float,
-                   b: int) -> dict[str, Scorer]:
-    """RAE at λ, and the dual encoder and kNN, each from its own search, all at (τ, b)."""
+                   b: int, rae_values: sp.csr_matrix | None = None) -> dict[str, Scorer]:
+    """RAE at λ (its input keys carrying `rae_values`, by default Y_train), and the dual encoder and kNN,
+    each from its own search, all at (τ, b)."""
     (z_ids, z_sims), (x_ids, x_sims) = retrievals.labels, retrievals.inputs
-    return {"rae": rae_scorer(retrievals.joint, Y_train, lam, tau, b),
+    return {"rae": rae_scorer(retrievals.joint, Y_train if rae_values is None else rae_values, lam, tau, b),
             "dual_encoder": lambda rows: dual_encoder_scores(z_ids[rows], z_sims[rows], Y_train.shape[1], tau, b),
             "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, tau, b)}
 
@@ -116,8 +125,8 @@ def evaluate_retrieval(retrievals: Retrievals, evaluator: Evaluator, settings: E
     Returns {"methods": {name: summary}, "per_instance": {name: arrays}, "lambda_sweep": rows,
     "b_sweep": rows}.
     """
-    num_queries, Y = len(retrievals.joint[0]), evaluator.Y_train
-    scorers = method_scorers(retrievals, Y, settings.lam, settings.tau, settings.b)
+    num_queries, Y, V = len(retrievals.joint[0]), evaluator.Y_train, evaluator.rae_values
+    scorers = method_scorers(retrievals, Y, settings.lam, settings.tau, settings.b, V)
     if with_ova_knn:
         scorers["ova_knn"] = ova_knn_scorer(retrievals, Y, settings.lam, settings.tau, settings.b)
     methods, per_instance = {}, {}
@@ -125,12 +134,12 @@ def evaluate_retrieval(retrievals: Retrievals, evaluator: Evaluator, settings: E
         methods[name], per_instance[name] = evaluator.summary(evaluator.rank(num_queries, scorer))
 
     def headline(lam: float, b: int) -> dict[str, float]:
-        summary = evaluator.summary(evaluator.rank(num_queries, rae_scorer(retrievals.joint, Y, lam, settings.tau, b)))[0]
+        summary = evaluator.summary(evaluator.rank(num_queries, rae_scorer(retrievals.joint, V, lam, settings.tau, b)))[0]
         return {k: summary[k] for k in HEADLINE if k in summary}
 
     lambda_rows = [{"lambda": lam, **headline(lam, settings.b)} for lam in settings.lambda_sweep]
     b_rows = [{"b": b, **headline(settings.lam, b),
-               "train_key_share": round(100 * train_key_share(retrievals.joint[0], Y.shape[0], b), 2)}
+               "train_key_share": round(100 * train_key_share(retrievals.joint[0], V.shape[0], b), 2)}
               for b in settings.b_sweep]
     return {"methods": methods, "per_instance": per_instance, "lambda_sweep": lambda_rows, "b_sweep": b_rows}
 
