@@ -73,8 +73,7 @@ def select_keys(inputs: np.ndarray, values: sp.csr_matrix, keep: float, method: 
 def merge_clusters(inputs: np.ndarray, values: sp.csr_matrix, clusters: np.ndarray, count: int) -> SelectedKeys:
     """One key per cluster 0..count-1 (every one non-empty): its members' unit mean direction, the mean of
     their value rows and their number."""
-    members = sp.csr_matrix((np.ones(len(clusters), dtype=np.float32), (clusters, np.arange(len(clusters)))),
-                            shape=(count, len(clusters)))
+    members = _membership(clusters, count)
     counts = np.asarray(members.sum(axis=1)).ravel().astype(np.int64)
     keys = np.zeros((count, inputs.shape[1]), dtype=np.float32)
     for start in range(0, len(inputs), 1 << 16):  # the inputs may be a memory map: read them once, in blocks
@@ -140,10 +139,7 @@ def spherical_kmeans_centroids(points: np.ndarray, k: int, rng: np.random.Genera
     centroids = points[rng.choice(len(points), k, replace=False)].copy()
     for _ in range(iterations):
         clusters, fit = assign(points, centroids)
-        clusters = _fill_empty(clusters, fit, k)
-        sums = np.zeros_like(centroids)
-        np.add.at(sums, clusters, points)
-        centroids = _unit(sums)
+        centroids = _unit(_membership(_fill_empty(clusters, fit, k), k) @ points)
     return centroids
 
 
@@ -173,6 +169,12 @@ def _fill_empty(clusters: np.ndarray, fit: np.ndarray, k: int) -> np.ndarray:
         sizes[clusters[point]] -= 1
         clusters[point], sizes[cluster] = cluster, 1
     return clusters
+
+
+def _membership(clusters: np.ndarray, k: int) -> sp.csr_matrix:
+    """(k, n) float32: row c has a 1 at each member of cluster c, so that it times the points sums each cluster."""
+    return sp.csr_matrix((np.ones(len(clusters), dtype=np.float32), (clusters, np.arange(len(clusters)))),
+                         shape=(k, len(clusters)))
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
