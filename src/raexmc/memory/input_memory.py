@@ -24,6 +24,7 @@ from ..errors import ConfigError, DataError
 from ..io import atomic_dir, read_json, write_json
 from ..params import Params
 from .exact import ExactIndex
+from .hnsw import HnswIndex
 from .indexes import make_index
 from .key_selection import METHODS, kept_count, select_keys
 from .keys_values import KEYS_FILE
@@ -127,7 +128,7 @@ class InputMemory:
         """What a predictor needs from this folder beside its values: the selected keys' index and counts."""
         return () if self.full else (self.folder / INDEX_FOLDER, self.folder / COUNTS_FILE)
 
-    def index(self, ef_search: int, threads: int = 0) -> ExactIndex:
+    def index(self, ef_search: int, threads: int = 0) -> ExactIndex | HnswIndex:
         """The selected keys' index (not for a full memory: that is the index stage's)."""
         return load_index(self.folder / INDEX_FOLDER, keys=self.own_keys(), ef_search=ef_search, threads=threads)
 
