@@ -5,8 +5,9 @@ the held-out training inputs (the split training's validation uses) query a memo
 evaluation's from the training inputs that remain, keys [X_rest; Z] and values [λ·Y_rest; (1−λ)·I].
 The held-out inputs are not keys of that memory, so none can find itself (which would make kNN look
 perfect). A smaller memory (`memory.keep` < 1) is selected from the remaining inputs by the memory
-stage's method, so that λ and τ are chosen for the memory that evaluate and predict search. One exact joint top-b search serves the whole grid: one softmax per τ (`score_parts`), one
-sparse mix per λ (`combine`), each ranked and scored by the Evaluator as the test set is. The best
+stage's method, so that λ and τ are chosen for the memory that evaluate and predict search. One
+exact joint top-b search serves the whole grid: one softmax per τ (`score_parts`), one sparse mix
+per λ (`combine`), each ranked and scored by the Evaluator as the test set is. The best
 (λ, τ) by `infer.auto_metric` wins; among equal values (metrics are rounded to 0.01 points) the one
 nearest the paper's λ = 0.5, τ = 0.04 (τ by ratio) wins.
 
