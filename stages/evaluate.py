@@ -1,6 +1,7 @@
 """Retrieve every test input's top keys from the label keys alone (the dual encoder) and the
-training-input keys alone (kNN), and from the joint memory (RAE) as the merge of those two searches, a chunk
-of test inputs at a time (searched, scored and measured before the next: memory does not grow with them);
+training-input keys alone (kNN), and from the joint memory (RAE) as the merge of the labels' search and
+the search of the memory stage's input keys (the training inputs' own with memory.keep = 1), a chunk of
+test inputs at a time (searched, scored and measured before the next: memory does not grow with them);
 score RAE (at the λ and τ the tune stage chose, and b), both baselines, RAE with the tune stage's
 per-query λ model (rae_query_lambda) and RAE's λ and b sweeps (optionally the paper's OvA+kNN
 ablation), and write metrics.json, per-instance metrics and plots (the λ sweep on test beside
@@ -21,6 +22,7 @@ from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.selection import lambda_rows, read_selection
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import load_joint_search, memory_backend
+from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.pipeline.plots import line_plot, segment_bars
 from raexmc.pipeline.stage import run_stage, stage_cli
@@ -31,6 +33,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
          index: Path = typer.Option(..., help="Index folder written by the index stage."),
          tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
+         memory: Path = typer.Option(..., help="Memory folder written by the memory stage (RAE's input keys)."),
          out: Path = typer.Option(..., help="Evaluation folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file."),
          chunk: int = typer.Option(0, min=0, help="Test queries searched and scored at once (0: as many as about "
@@ -49,30 +52,33 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         ef_search = p.typed("infer.ef_search", int)
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
-        memory = load_joint_search(index, keys, ef_search)
+        baselines, rae_memory = load_joint_search(index, keys, ef_search), InputMemory(memory)
         search_s = 0.0
 
         def search(rows: slice) -> Retrievals:
             nonlocal search_s
             started = time.perf_counter()
-            joint, inputs, labels = memory.search_all(queries[rows], depth, settings.b)
+            joint, inputs, labels = rae_memory.search(baselines, queries[rows], depth, settings.b, settings.tau,
+                                                      ef_search)
             search_s += time.perf_counter() - started
             return Retrievals(joint=joint, labels=labels, inputs=inputs)
 
         Y_values = training_values(data.label_matrix("train"), p.typed("infer.relevance", str))
-        evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab)
+        evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab,
+                              None if rae_memory.full else rae_memory.values(Y_values))
         if len(queries) != evaluator.num_queries:
             raise DataError(f"{len(queries)} test embeddings for {evaluator.num_queries} test inputs: rerun embed",
                             embeddings / "test.npy")
-        result = evaluate_retrieval(BlockSearch(search, memory.query_block, len(queries)), evaluator, settings,
+        result = evaluate_retrieval(BlockSearch(search, baselines.query_block, len(queries)), evaluator, settings,
                                     with_ova_knn=p.typed("infer.ova_knn", bool), query_lambda=query_lambda,
                                     chunk=chunk or None, progress=True)
-        del memory, keys
+        del baselines, keys
         methods, per_instance = result["methods"], result["per_instance"]
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
         run.params({"selection": chosen})
         metrics = {**methods, "selection": {**chosen, "validation": {
                        "chosen": selection["val_value"], "fixed": selection["fixed_val_value"]}},
+                   "memory": {k: rae_memory.meta[k] for k in ("keep", "method", "prior", "input_keys")},
                    "query_lambda": {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback},
                    "retrieval": {"queries_per_s": round(len(queries) / max(search_s, 1e-9), 1),
                                                       "depth": depth}}

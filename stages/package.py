@@ -1,15 +1,19 @@
 """Package the pipeline for prediction: write the memory folder (inference settings with the λ and τ
-the tune stage chose, Y_train, label texts, the tune stage's per-query λ model, used when
+the tune stage chose and which memory RAE searches (memory.keep, method, prior, input keys), the values
+(Y_train, or the memory stage's selected keys' values with their index and member counts), label texts, the tune stage's per-query λ model, used when
 `infer.query_lambda` is true) that `raexmc predict` reads beside the encoder and the index, and log the three as an MLflow pyfunc model registered under `package.model_name`, with the alias `package.alias`
 for a `dvc repro` of the workspace and the experiment's name for a DVC experiment."""
 
 from pathlib import Path
 
+import numpy as np
 import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection import read_selection
-from raexmc.memory.keys_values import memory_keys, write_memory
+from raexmc.encoder.embedding import load_embeddings
+from raexmc.memory.input_memory import InputMemory
+from raexmc.memory.keys_values import memory_keys, training_values, write_memory
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.pipeline.tracking.identity import experiment_name
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
@@ -20,6 +24,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          embeddings: Path = typer.Option(..., help="Embeddings folder (keys, for an exact index)."),
          index: Path = typer.Option(..., help="Index folder written by the index stage."),
          tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
+         memory: Path = typer.Option(..., help="Memory folder written by the memory stage (RAE's input keys)."),
          out: Path = typer.Option(..., help="Memory folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
@@ -31,9 +36,16 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                     "input_fields": p.typed("tokenize.input_fields", str), "dataset": dataset.name,
                     "query_lambda": p.typed("infer.query_lambda", bool)}
         read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(settings["tau"], settings["b"], tune / QUERY_LAMBDA_FILE)
-        exact = p.typed("index.backend", str) == "exact"  # that backend keeps no keys: the memory does
-        write_memory(out, Dataset(dataset), settings, memory_keys(embeddings) if exact else None,
-                     copies=(tune / QUERY_LAMBDA_FILE,))
+        rae_memory, data = InputMemory(memory), Dataset(dataset)
+        settings["memory"] = {k: rae_memory.meta[k] for k in ("keep", "method", "prior", "input_keys")}
+        keys, values = None, None
+        if p.typed("index.backend", str) == "exact":  # that backend keeps no keys: the memory does
+            own = rae_memory.own_keys()
+            keys = memory_keys(embeddings) if own is None else np.vstack([own, load_embeddings(embeddings, "labels")])
+        if not rae_memory.full:
+            values = rae_memory.values(training_values(data.label_matrix("train"), settings["relevance"]))
+        write_memory(out, data, settings, keys, copies=(tune / QUERY_LAMBDA_FILE, *rae_memory.predictor_files()),
+                     values=values)
         if p.typed("package.register", bool):
             from raexmc.pipeline.serving import log_predictor, registered_name
 

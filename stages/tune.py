@@ -1,5 +1,6 @@
-"""Choose RAE's λ and τ on training inputs held out from the memory (at most `infer.val_max_queries`
-of them query it), never on the test set: with `infer.lambda` / `infer.tau` set to auto, the best of
+"""Choose RAE's λ and τ on training inputs held out from the memory (at most `infer.val_max_queries` of
+them query it; the memory keeps `memory.keep` of the remaining inputs' keys, selected as the memory
+stage selects them from all), never on the test set: with `infer.lambda` / `infer.tau` set to auto, the best of
 the grid by `infer.auto_metric`; with numbers, those. Writes the choice and the whole validation
 curve (λ grid × τ grid) to selection.json, which the evaluate and package stages read, and beside it
 query_lambda.json: the per-query λ model fitted on the same validation retrieval at the chosen τ (or,
@@ -17,6 +18,7 @@ from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
 from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, select, validation_retrieval
 from raexmc.io import atomic_dir, write_json
+from raexmc.memory.input_memory import MemorySettings
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
 from raexmc.training.batches import query_sample, split_validation
@@ -35,7 +37,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         val_rows = query_sample(held_out, settings.val_max_queries, settings.val_seed)
         retrieval = validation_retrieval(load_embeddings(embeddings, "train"), load_embeddings(embeddings, "labels"),
                                          Y_train, data.filter_matrix("train"), rest_rows, val_rows, settings.b,
-                                         settings.relevance, pick_device("auto"))
+                                         settings.relevance, pick_device("auto"),
+                                         MemorySettings.from_params(p))
         propensity_ab = propensity_from_params(p, dataset.name)
         selection = select(retrieval, settings, propensity_ab)
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)

@@ -78,6 +78,8 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
         assert (project / path).is_file(), path
     index = sorted(p.name for p in (project / "artifacts/tiny/index").iterdir())
     assert index == ["inputs", "labels"], "every key is indexed once: no joint index"
+    memory = sorted(p.name for p in (project / "artifacts/tiny/memory").iterdir())
+    assert memory == ["memory.json"], "memory.keep 1 searches index/inputs: no second copy"
     chosen = json.loads((project / "artifacts/tiny/tune/selection.json").read_text())
     packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
     evaluated = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())["selection"]
@@ -119,6 +121,17 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     assert changed_stages(project) == {"tokenize", "package"}, "queries are cut at the inputs' max length"
     set_params(project, **{"tokenize.input_max_len": 16, "encoder.name": "all-MiniLM-L6-v2"})
     assert changed_stages(project) == {"tokenize", "train"}
+
+    set_params(project, **{"encoder.name": str(tiny_model), "memory.keep": 0.5})
+    assert changed_stages(project) == {"memory", "tune"}, "memory.* leaves download, tokenize, train and embed"
+    dvc("repro", cwd=project)
+    assert changed_stages(project) == set()
+    kept = json.loads((project / "artifacts/tiny/memory/memory.json").read_text())
+    assert (kept["input_keys"], kept["num_inputs"], kept["index"]) == (2, 4, "inputs")
+    packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
+    evaluated = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())["memory"]
+    assert packaged["memory"] == evaluated == {"keep": 0.5, "method": "kmeans", "prior": False, "input_keys": 2}
+    assert packaged["num_train"] == 2 and (project / "artifacts/tiny/predictor/inputs/meta.json").is_file()
 
 
 def test_failed_stage_exits_2_and_leaves_no_output(project, tmp_path):

@@ -1,5 +1,5 @@
 """The evaluate stage streams the test queries in chunks: on a real dataset (FOLDOC), with the exact and the
-HNSW backend, chunks of 7 queries (not a divisor of the test set's 2,057) write exactly what one chunk
+HNSW backend, RAE over every input key or over half of them merged (with the prior), chunks of 7 queries (not a divisor of the test set's 2,057) write exactly what one chunk
 holding every query writes, element by element."""
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.memory.indexes import build_memory_indexes
+from raexmc.memory.input_memory import MemorySettings, build_input_memory
+from raexmc.memory.keys_values import training_values
 from raexmc.params import load_params
 
 pytestmark = pytest.mark.slow
 
+MEMORIES = ((1.0, False), (0.5, True))  # (memory.keep, memory.prior)
 OUTPUTS = ("metrics.json", "per_instance.npz", "lambda_sweep.json", "b_sweep.json", "segments_f1.json",
            "lambda_selection.json", "lambda_sweep.png", "b_sweep.png", "segments_f1.png", "lambda_selection.png")
 
@@ -44,6 +47,10 @@ def foldoc_run(tmp_path_factory, tiny_model):
     for backend in ("exact", "hnsw"):
         build_memory_indexes(root / "emb", root / f"index-{backend}", backend, M=16, ef_construction=100,
                              progress=False)
+    values = training_values(dataset.label_matrix("train"))
+    for keep, prior in MEMORIES:  # RAE's input keys: all of them (the index stage's), or half, merged
+        build_input_memory(np.load(root / "emb" / "train.npy"), values, MemorySettings(keep, "kmeans", prior, 0),
+                           root / f"memory-{keep}", "hnsw", M=16, ef_construction=100)
     stage(root, "tune", "--embeddings", root / "emb", "--out", root / "tune")
     return root
 
@@ -55,18 +62,18 @@ def stage(root, name, *args):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def evaluate(root, backend: str, chunk: int):
-    out = root / f"eval-{backend}-{chunk}"
+def evaluate(root, backend: str, keep: float, chunk: int):
+    out = root / f"eval-{backend}-{keep}-{chunk}"
     stage(root, "evaluate", "--embeddings", root / "emb", "--index", root / f"index-{backend}",
-          "--tune", root / "tune", "--out", out, "--chunk", chunk)
+          "--tune", root / "tune", "--memory", root / f"memory-{keep}", "--out", out, "--chunk", chunk)
     return out
 
 
-@pytest.mark.parametrize("backend", ["exact", "hnsw"])
-def test_chunks_of_7_queries_write_what_one_chunk_writes(foldoc_run, backend):
+@pytest.mark.parametrize(("backend", "keep"), [("exact", 1.0), ("hnsw", 1.0), ("hnsw", 0.5)])
+def test_chunks_of_7_queries_write_what_one_chunk_writes(foldoc_run, backend, keep):
     n = Dataset(foldoc_run / "foldoc").stats["N_test"]
     assert n % 7 and n > 7
-    whole, chunked = evaluate(foldoc_run, backend, n), evaluate(foldoc_run, backend, 7)
+    whole, chunked = evaluate(foldoc_run, backend, keep, n), evaluate(foldoc_run, backend, keep, 7)
 
     metrics = [json.loads((folder / "metrics.json").read_text()) for folder in (whole, chunked)]
     for each in metrics:

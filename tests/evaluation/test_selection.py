@@ -254,3 +254,24 @@ def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau():
     test = [{"lambda": 0.0, "P@5": 11.0}, {"lambda": 0.5, "P@5": 31.0}, {"lambda": 1.0, "P@5": 5.0}]
     assert lambda_rows(selection, test) == [{"lambda": 0.0, "validation": 10.0, "test": 11.0},
                                             {"lambda": 0.5, "validation": 30.0, "test": 31.0}]
+
+
+def test_stage_chooses_on_a_memory_selected_from_the_remaining_inputs(tmp_path):
+    """memory.keep 0.5 (random, seed 7) of the 30 inputs left after holding out 10: the validation curve is
+    the brute force's over the 15 inputs that seed draws from those 30, and the labels."""
+    X, Z, Y = forty_inputs_five_labels()
+    write_training_split(tmp_path, X, Z, Y)
+    params = write_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "b": 45,
+                                       "lambda_sweep": LAMBDAS, "tau_grid": TAUS})
+    values = YAML().load(params.read_text())
+    values["memory"].update({"keep": 0.5, "method": "random", "seed": 7})
+    YAML().dump(values, params)
+    proc = run_stage(tmp_path, params)
+    assert proc.returncode == 0, proc.stderr
+    chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
+
+    rest_rows, held_out = split_validation(Y, 0.25, 0)
+    kept = rest_rows[np.sort(np.random.default_rng(7).choice(30, 15, replace=False))]
+    assert (chosen["memory_inputs"], chosen["memory_input_keys"]) == (30, 15)
+    curve, _ = brute_force(X, Z, Y, query_sample(held_out, 20000, 0), kept, b=45)
+    assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"]} == curve

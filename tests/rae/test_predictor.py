@@ -307,3 +307,38 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(
     for (status, refusal), (_, line) in zip(refusals, BAD_REQUESTS):
         assert (status, refusal["message"]) == (400, line)
         assert "stack_trace" not in refusal
+
+
+@pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
+def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path):
+    """memory.keep 0.5 with the prior: 2 merged keys of the 4 inputs beside the 5 labels (7 keys, all within
+    b = 8). The predictor's scores are a dense softmax over them with log(members) added to the merged keys'
+    logits, times [merged values; I], mixed by λ."""
+    from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
+    from raexmc.memory.keys_values import training_values
+
+    dataset = Dataset(built.parents[1] / "data" / "tiny")
+    Y = training_values(dataset.label_matrix("train"))
+    backend = "exact" if (built / "predictor" / "keys.npy").is_file() else "hnsw"
+    build_input_memory(load_embeddings(built / "embeddings", "train"), Y, MemorySettings(0.5, "kmeans", True, 0),
+                       tmp_path / "memory", backend, M=8, ef_construction=50)
+    memory = InputMemory(tmp_path / "memory")
+    own_keys = memory.own_keys()
+    labels = np.asarray(load_embeddings(built / "embeddings", "labels"))
+    write_memory(built / "predictor", dataset, {**SETTINGS, "memory": {"prior": True}},
+                 None if own_keys is None else np.vstack([own_keys, labels]),
+                 copies=memory.predictor_files(), values=memory.values(Y))
+    results, _ = predictor_of(built).predict([JYTHON], k=5)
+
+    query = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
+    merged_keys = np.asarray(memory.index(50).graph.get_items(range(2))) if own_keys is None else own_keys
+    counts = np.load(tmp_path / "memory" / "counts.npy")
+    assert counts.tolist() in ([1, 3], [2, 2], [3, 1])
+    logits = np.concatenate([query @ merged_keys.T, query @ labels.T], axis=1)[0] / SETTINGS["tau"]
+    logits[:2] += np.log(counts)
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    scores = 0.5 * p[:2] @ memory.values(Y).toarray() + 0.5 * p[2:]
+    expected = np.argsort(-scores, kind="stable")[:5]
+    assert [r["label"] for r in results[0]] == list(expected)
+    assert [r["score"] for r in results[0]] == pytest.approx(list(scores[expected]), abs=1e-4)

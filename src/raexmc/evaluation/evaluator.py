@@ -109,13 +109,21 @@ class Evaluator:
     """Rankings and metrics for one dataset split (test inputs against the training memory).
 
     `Y_train` is the values' input part (see memory.keys_values.training_values); its pattern also gives the
-    label frequencies behind propensities and segments.
+    label frequencies behind propensities and segments. `memory_values` are the values of RAE's input
+    keys when its memory keeps other keys than the training inputs (memory.input_memory); kNN and the
+    label frequencies keep `Y_train`.
     """
 
     Y_train: sp.csr_matrix
     Y_test: sp.csr_matrix
     exclude: sp.csr_matrix
     propensity_ab: tuple[float, float]
+    memory_values: sp.csr_matrix | None = None
+
+    @property
+    def rae_values(self) -> sp.csr_matrix:
+        """The values RAE's input keys carry."""
+        return self.Y_train if self.memory_values is None else self.memory_values
 
     def __post_init__(self) -> None:
         self.truth = remove_pairs(self.Y_test, self.exclude)
@@ -168,13 +176,14 @@ def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, t
             "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, tau, b)}
 
 
-def chunk_scores(found: Retrievals, Y_train: sp.csr_matrix, settings: EvalSettings, with_ova_knn: bool,
-                 query_lambda: QueryLambda | None) -> Iterator[tuple[tuple[str, Any], sp.csr_matrix]]:
+def chunk_scores(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr_matrix, settings: EvalSettings,
+                 with_ova_knn: bool, query_lambda: QueryLambda | None) -> Iterator[tuple[tuple[str, Any], sp.csr_matrix]]:
     """Each ranking's label scores of a chunk's retrievals, one at a time: ("method", name), ("lambda", i)
-    for lambda_sweep[i] and ("b", i) for b_sweep[i]. RAE's halves at (τ, b) serve every λ."""
+    for lambda_sweep[i] and ("b", i) for b_sweep[i]. RAE's halves at (τ, b) serve every λ; its input keys
+    carry `rae_values` (Y_train unless the memory keeps other keys), kNN's carry Y_train."""
     lam, tau, b, everything = settings.lam, settings.tau, settings.b, slice(None)
     ids, sims = found.joint
-    parts = score_parts(ids, sims, Y_train, tau, b)
+    parts = score_parts(ids, sims, rae_values, tau, b)
     yield ("method", "rae"), combine(parts, lam)
     for name, scorer in method_scorers(found, Y_train, lam, tau, b).items():
         if name != "rae":
@@ -183,12 +192,13 @@ def chunk_scores(found: Retrievals, Y_train: sp.csr_matrix, settings: EvalSettin
         (z_ids, z_sims), (x_ids, x_sims) = found.labels, found.inputs
         yield ("method", "ova_knn"), ova_knn_scores(x_ids, x_sims, z_ids, z_sims, Y_train, lam, tau, b)
     if query_lambda is not None:
-        yield ("method", QUERY_LAMBDA_METHOD), combine_per_query(parts, query_lambda.lambdas(ids, sims, Y_train, parts))
+        lambdas = query_lambda.lambdas(ids, sims, rae_values, parts)
+        yield ("method", QUERY_LAMBDA_METHOD), combine_per_query(parts, lambdas)
     for i, swept in enumerate(settings.lambda_sweep):
         yield ("lambda", i), combine(parts, swept)
     del parts
     for i, swept in enumerate(settings.b_sweep):
-        yield ("b", i), combine(score_parts(ids, sims, Y_train, tau, swept), lam)
+        yield ("b", i), combine(score_parts(ids, sims, rae_values, tau, swept), lam)
 
 
 def chunk_queries(Y_train: sp.csr_matrix, depth: int, budget: int = CHUNK_BYTES) -> int:
@@ -209,7 +219,7 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
     """
     from tqdm import tqdm
 
-    Y, n = evaluator.Y_train, evaluator.num_queries
+    Y, V, n = evaluator.Y_train, evaluator.rae_values, evaluator.num_queries
     size = chunk or chunk_queries(Y, max([settings.b, *settings.b_sweep]))
     totals: dict[tuple[str, Any], RankingTotals] = {}
     key_counts = np.zeros((len(settings.b_sweep), 2), dtype=np.int64)
@@ -217,12 +227,12 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
         for start in range(0, max(n, 1), size):  # one chunk, empty, when there is no query
             rows = slice(start, min(start + size, n))
             found, queries = search(rows), evaluator.chunk(rows)
-            for key, scores in chunk_scores(found, Y, settings, with_ova_knn, query_lambda):
+            for key, scores in chunk_scores(found, Y, V, settings, with_ova_knn, query_lambda):
                 if key not in totals:
                     totals[key] = evaluator.totals(per_instance=key[0] == "method")
                 totals[key].add(queries, top_k(scores, RANK_DEPTH, exclude=queries.exclude))
             for counts, b in zip(key_counts, settings.b_sweep):
-                counts += train_key_counts(found.joint[0], Y.shape[0], b)
+                counts += train_key_counts(found.joint[0], V.shape[0], b)
             bar.update(rows.stop - rows.start)
     results = {key: evaluator.result(tally) for key, tally in totals.items()}
     methods = {name: results[kind, name] for kind, name in results if kind == "method"}

@@ -36,7 +36,7 @@ def metric_by_lambda(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: f
     """(n, G): each query's `metric` under RAE at each λ of `grid` on the joint retrieval."""
     num_queries = len(joint[0])
     return np.column_stack([
-        per_query_metric(evaluator, evaluator.rank(num_queries, rae_scorer(joint, evaluator.Y_train, lam, tau, b)),
+        per_query_metric(evaluator, evaluator.rank(num_queries, rae_scorer(joint, evaluator.rae_values, lam, tau, b)),
                          metric)
         for lam in grid])
 
@@ -70,7 +70,7 @@ def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, sel
         model = QueryLambda(grid, float(selection["lambda"]), tau, settings.b)
         return model, {"metric": metric, "queries": len(retrieval.val_rows), "uses_model": False,
                        "reason": f"fewer than {2 * DEFAULT_FOLDS} validation queries: the chosen lambda"}
-    return fit_on_validation((retrieval.ids, retrieval.sims), retrieval.evaluator(propensity_ab), grid, tau, settings.b,
+    return fit_on_validation(retrieval.hits(tau), retrieval.evaluator(propensity_ab), grid, tau, settings.b,
                              metric, fixed_lambda=float(selection["lambda"]))
 
 
@@ -80,7 +80,7 @@ def fit_on_validation(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: 
     """The per-query λ model of validation queries: their joint retrieval against a memory that does not
     hold them, and an evaluator of their labels; `fixed_lambda` is the λ it must beat and else falls
     back to (default: the best on these queries). Returns the model and the fit's report."""
-    features = query_features(joint[0], joint[1], evaluator.Y_train, tau, b)
+    features = query_features(joint[0], joint[1], evaluator.rae_values, tau, b)
     targets = metric_by_lambda(joint, evaluator, grid, tau, b, metric)
     model, report = fit_query_lambda(features, targets, grid, tau, b, folds, ridge, fixed_lambda=fixed_lambda)
     return model, {"metric": metric, **report}

@@ -4,8 +4,10 @@ The right λ moves with the dataset and with training, so it is chosen on data t
 the held-out training inputs (the split training's validation uses) query a memory built like the
 evaluation's from the training inputs that remain, keys [X_rest; Z] and values [λ·Y_rest; (1−λ)·I].
 The held-out inputs are not keys of that memory, so none can find itself (which would make kNN look
-perfect). One exact joint top-b search serves the whole grid: one softmax per τ (`score_parts`), one
-sparse mix per λ (`combine`), each ranked and scored by the Evaluator as the test set is. The best
+perfect). A smaller memory (`memory.keep` < 1) is selected from the remaining inputs by the memory
+stage's method, so that λ and τ are chosen for the memory that evaluate and predict search. One
+exact joint top-b search serves the whole grid: one softmax per τ (`score_parts`), one sparse mix
+per λ (`combine`), each ranked and scored by the Evaluator as the test set is. The best
 (λ, τ) by `infer.auto_metric` wins; among equal values (metrics are rounded to 0.01 points) the one
 nearest the paper's λ = 0.5, τ = 0.04 (τ by ratio) wins.
 
@@ -32,7 +34,11 @@ from ..checks import positive_int
 from ..errors import ConfigError, DataError
 from ..io import read_json
 from ..memory.exact import top_k_search
+from ..memory.input_memory import MemorySettings
+from ..memory.key_selection import select_keys
 from ..memory.keys_values import training_values
+from ..memory.prior import add_log_prior
+from ..memory.search import Hits
 from ..params import Params
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau, combine, score_parts
 from .evaluator import HEADLINE, Evaluator
@@ -118,32 +124,46 @@ class ValidationRetrieval:
     """The held-out training inputs' joint top-b over [X_rest; Z] and what scoring them needs; a
     per-query λ model is fitted on the same retrieval."""
 
-    ids: np.ndarray             # (n_val, b) key ids: 0..n_rest-1 remaining inputs, n_rest.. labels
+    ids: np.ndarray             # (n_val, b) key ids: 0..K-1 the memory's input keys, K.. labels
     sims: np.ndarray
     Y_val: sp.csr_matrix        # the held-out inputs' labels
-    Y_rest: sp.csr_matrix       # the memory values' input part: training_values of the remaining inputs
+    Y_rest: sp.csr_matrix       # training_values of the remaining inputs
     exclude: sp.csr_matrix      # the held-out inputs' filtered pairs
     val_rows: np.ndarray        # rows of the training inputs that query
-    rest_rows: np.ndarray       # rows of the training inputs that are keys
+    rest_rows: np.ndarray       # rows of the training inputs the memory keys are chosen from
+    memory_values: sp.csr_matrix | None = None   # the selected keys' values (None: every remaining input, Y_rest)
+    log_counts: np.ndarray | None = None         # their log member counts when the prior is on
 
     def evaluator(self, propensity_ab: tuple[float, float]) -> Evaluator:
         """Ranks and scores the held-out inputs as the test set is ranked and scored."""
-        return Evaluator(self.Y_rest, self.Y_val, self.exclude, propensity_ab)
+        return Evaluator(self.Y_rest, self.Y_val, self.exclude, propensity_ab, self.memory_values)
+
+    def hits(self, tau: float) -> Hits:
+        """The retrieval as RAE scores it at `tau`: with the prior added when the memory has one."""
+        hits = (self.ids, self.sims)
+        return hits if self.log_counts is None else add_log_prior(hits, self.log_counts, tau)
 
 
 def validation_retrieval(train_inputs: np.ndarray, labels: np.ndarray, Y_train: sp.csr_matrix,
                          filters_train: sp.csr_matrix, rest_rows: np.ndarray, val_rows: np.ndarray, b: int,
-                         relevance: str = "binary", device: str = "cpu") -> ValidationRetrieval:
-    """Exact joint top-b of the held-out inputs (`val_rows`) over the remaining ones (`rest_rows`) and the labels."""
+                         relevance: str = "binary", device: str = "cpu",
+                         memory: MemorySettings | None = None) -> ValidationRetrieval:
+    """Exact joint top-b of the held-out inputs (`val_rows`) over the remaining ones (`rest_rows`), or the
+    keys `memory` selects from them, and the labels."""
     if len(val_rows) == 0 or len(rest_rows) == 0:
         raise ConfigError(f"infer.val_fraction leaves {len(val_rows)} held-out and {len(rest_rows)} memory inputs "
                           f"of {Y_train.shape[0]}: both need at least one", "params.yaml", "infer.val_fraction")
     Y_rest = training_values(Y_train[rest_rows], relevance)
-    keys = np.vstack([train_inputs[rest_rows], labels]).astype(np.float32, copy=False)
+    input_keys, memory_values, log_counts = train_inputs[rest_rows], None, None
+    if memory is not None and not memory.full:
+        selected = select_keys(input_keys, Y_rest, memory.keep, memory.method, memory.seed)
+        input_keys, memory_values = selected.keys, selected.values
+        log_counts = np.log(selected.counts.astype(np.float64)) if memory.prior else None
+    keys = np.vstack([input_keys, labels]).astype(np.float32, copy=False)
     queries = np.ascontiguousarray(train_inputs[val_rows], dtype=np.float32)
     ids, sims = top_k_search(keys, device)(queries, b)
     return ValidationRetrieval(ids, sims, sp.csr_matrix(Y_train[val_rows]), Y_rest, sp.csr_matrix(filters_train[val_rows]),
-                               np.asarray(val_rows), np.asarray(rest_rows))
+                               np.asarray(val_rows), np.asarray(rest_rows), memory_values, log_counts)
 
 
 def validation_curve(retrieval: ValidationRetrieval, lambdas: list[float], taus: list[float], b: int,
@@ -153,7 +173,7 @@ def validation_curve(retrieval: ValidationRetrieval, lambdas: list[float], taus:
     n = len(retrieval.ids)
     rows = []
     for tau in taus:
-        knn_part, label_part = score_parts(retrieval.ids, retrieval.sims, retrieval.Y_rest, tau, b)
+        knn_part, label_part = score_parts(*retrieval.hits(tau), evaluator.rae_values, tau, b)
         for lam in lambdas:
             ranked = evaluator.rank(n, lambda r, lam=lam: combine((knn_part[r], label_part[r]), lam))
             summary = evaluator.summary(ranked)[0]
@@ -184,6 +204,8 @@ def select(retrieval: ValidationRetrieval, settings: TuneSettings,
             "fixed_lambda": settings.fixed_lambda, "fixed_tau": settings.fixed_tau,
             "fixed_val_value": fixed[settings.metric],
             "val_queries": len(retrieval.val_rows), "memory_inputs": len(retrieval.rest_rows),
+            "memory_input_keys": len(retrieval.rest_rows) if retrieval.memory_values is None
+            else retrieval.memory_values.shape[0],
             "val_fraction": settings.val_fraction, "val_max_queries": settings.val_max_queries,
             "val_seed": settings.val_seed, "b": settings.b,
             "validation": curve}

@@ -62,18 +62,20 @@ def training_values(Y_train: sp.spmatrix, relevance: str = "binary") -> sp.csr_m
 
 
 def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str, Any],
-                 keys: np.ndarray | None = None, copies: tuple[str | os.PathLike, ...] = ()) -> None:
-    """Write the memory folder atomically, with the files of `copies` copied in under their names;
-    `settings` needs every key of SETTINGS."""
+                 keys: np.ndarray | None = None, copies: tuple[str | os.PathLike, ...] = (),
+                 values: sp.csr_matrix | None = None) -> None:
+    """Write the memory folder atomically, with the files and folders of `copies` copied in under their
+    names; `settings` needs every key of SETTINGS. `values` replace Y_train when RAE's input keys are
+    not the training inputs (a smaller memory: memory/input_memory.py)."""
     missing = [name for name in SETTINGS if name not in settings]
     if missing:
         raise ValueError(f"settings lack {', '.join(missing)}")
-    Y_train = training_values(dataset.label_matrix("train"), settings["relevance"])
+    Y_train = training_values(dataset.label_matrix("train"), settings["relevance"]) if values is None else values
     with atomic_dir(folder) as tmp:
         write_json(tmp / SETTINGS_FILE, {**settings, "num_train": Y_train.shape[0], "num_labels": Y_train.shape[1]})
         sp.save_npz(tmp / VALUES_FILE, Y_train)
         write_json(tmp / LABEL_TEXTS_FILE, [label.title for label in dataset.texts("labels")])
         if keys is not None:
             np.save(tmp / KEYS_FILE, np.asarray(keys, dtype=np.float32))
-        for path in copies:
-            shutil.copyfile(path, tmp / Path(path).name)
+        for path in map(Path, copies):
+            (shutil.copytree if path.is_dir() else shutil.copyfile)(path, tmp / path.name)

@@ -88,9 +88,9 @@ class JointSearch:
         if not 1 <= k_parts <= k:
             raise ConfigError(f"k_parts must be in 1..{k}, got {k_parts}")
         inputs, labels = self.search_parts(queries, k)
-        return self.merge(inputs, labels, k), _prefix(inputs, k_parts), _prefix(labels, k_parts)
+        return self.merge(inputs, labels, k), prefix(inputs, k_parts), prefix(labels, k_parts)
 
 
-def _prefix(hits: Hits, k: int) -> Hits:
+def prefix(hits: Hits, k: int) -> Hits:
     ids, sims = hits
     return ids[:, :k], sims[:, :k]

@@ -1,0 +1,123 @@
+"""RAE with a smaller knowledge memory: bytes, P@1, P@5, R@100 and query latency per budget and method.
+
+    python bench/memory_budget.py --root . --name foldoc --mode zero-shot
+
+Reads <root>/data/<name> and <root>/artifacts/<name>/{embeddings,index,tune} (a `dvc repro` of the
+project), builds each memory as the memory stage does (HNSW at params.yaml's index.*: M, ef_construction)
+for every keep of --keeps and method of --methods, with and without the prior for the merging methods,
+and scores RAE at the tune stage's λ and τ and infer.b / ef_search. The full memory (keep 1) is the index
+stage's own inputs' index. Writes bench/results/memory_budget_<name>.json:
+{"rows": [{"dataset", "mode", "method", "keep", "compression", "bytes", "P@1", "P@5", "R@100",
+"latency_ms"}], "command"}, the metrics in percent, a method with the prior named "<method>+prior".
+
+"bytes" is what evaluate and predict load for RAE's memory, as stored: both indexes (the labels' and the
+memory's input keys', vectors and graph), the values RAE's input keys carry (Y_train.npz as the package
+stage stores it, or the selected keys' values.npz) and, with the prior, counts.npy. "latency_ms" is RAE's
+search (both indexes, the merge, the prior) and scoring per test query, all queries in one batch on all
+cores, the best of three.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import typer
+
+from raexmc.data.dataset import Dataset
+from raexmc.encoder.embedding import load_embeddings
+from raexmc.evaluation.evaluator import Evaluator, rae_scorer
+from raexmc.evaluation.propensity import propensity_ab
+from raexmc.evaluation.selection import read_selection
+from raexmc.memory.indexes import index_folder, load_joint_search
+from raexmc.memory.input_memory import COUNTS_FILE, INDEX_FOLDER, VALUES_FILE, InputMemory, MemorySettings, \
+    build_input_memory
+from raexmc.memory.keys_values import training_values
+from raexmc.memory.merge import merge_top_k
+from raexmc.memory.prior import add_log_prior
+from raexmc.params import load_params
+from raexmc.rae.scoring import combine, score_parts
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def stored_bytes(values: sp.csr_matrix, scratch: Path) -> int:
+    """The size of `values` written as the pipeline writes them (scipy's compressed npz)."""
+    sp.save_npz(scratch / "values.npz", values)
+    return (scratch / "values.npz").stat().st_size
+
+
+def main(root: Path = typer.Option(Path("."), help="Project root holding data/<name> and artifacts/<name>."),
+         name: str = typer.Option("foldoc", help="Dataset name."),
+         mode: str = typer.Option("zero-shot", help="zero-shot | fine-tuned: the encoder the embeddings came from."),
+         keeps: str = typer.Option("1,0.5,0.25,0.1,0", help="Shares of the input keys, comma-separated."),
+         methods: str = typer.Option("random,kmeans", help="Selection methods, comma-separated."),
+         params: Path = typer.Option(Path("params.yaml"), help="Parameters file (index.*, infer.b, ef_search)."),
+         seed: int = typer.Option(0, help="memory.seed.")) -> None:
+    p = load_params(params)
+    data, artifacts = Dataset(root / "data" / name), root / "artifacts" / name
+    index, selection = artifacts / "index", read_selection(artifacts / "tune")
+    lam, tau, b, ef_search = selection["lambda"], selection["tau"], p.typed("infer.b", int), p.typed("infer.ef_search", int)
+    index_settings = {"M": p.typed("index.M", int), "ef_construction": p.typed("index.ef_construction", int),
+                      "threads": p.typed("index.threads", int)}
+    queries = np.asarray(load_embeddings(artifacts / "embeddings", "test"), dtype=np.float32)
+    train = load_embeddings(artifacts / "embeddings", "train")
+    Y = training_values(data.label_matrix("train"), p.typed("infer.relevance", str))
+    Y_test, exclude, ab = data.label_matrix("test"), data.filter_matrix("test"), propensity_ab(name)
+    baselines = load_joint_search(index, ef_search=ef_search)
+    labels_bytes = folder_bytes(index_folder(index, "labels"))
+
+    variants = []  # (keep, method, prior): keep 1 once (every method keeps every input); the prior where keys merge
+    for keep in map(float, keeps.split(",")):
+        for method in methods.split(",")[:1] if keep == 1.0 else methods.split(","):
+            variants += [(keep, method, prior) for prior in (False, True)
+                         if not prior or (method != "random" and 0.0 < keep < 1.0)]
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        for keep, method, prior in variants:
+            settings = MemorySettings(keep, method, prior, seed)
+            folder = scratch / f"memory_{keep}_{method}_{prior}"
+            build_input_memory(train, Y, settings, folder, "hnsw", **index_settings)
+            memory = InputMemory(folder)
+            values = memory.values(Y)
+            if memory.full:
+                own, memory_bytes = baselines.inputs, folder_bytes(index_folder(index, "inputs")) + stored_bytes(Y, scratch)
+            else:
+                own = memory.index(ef_search)
+                memory_bytes = folder_bytes(folder / INDEX_FOLDER) + (folder / VALUES_FILE).stat().st_size
+                memory_bytes += (folder / COUNTS_FILE).stat().st_size if prior else 0
+            log_counts = memory.log_counts()
+
+            def rae_search():
+                joint = merge_top_k(own.search(queries, b), 0, baselines.labels.search(queries, b), own.count, b)
+                return joint if log_counts is None else add_log_prior(joint, log_counts, tau)
+
+            latencies = []
+            for _ in range(3):
+                started = time.perf_counter()
+                joint = rae_search()
+                combine(score_parts(*joint, values, tau, b), lam)
+                latencies.append(time.perf_counter() - started)
+            scored = Evaluator(Y, Y_test, exclude, ab, values)
+            summary = scored.summary(scored.rank(len(queries), rae_scorer(joint, values, lam, tau, b)))[0]
+            rows.append({"dataset": name, "mode": mode, "method": "full" if memory.full else method + ("+prior" if prior else ""),
+                         "keep": keep, "compression": "none", "bytes": labels_bytes + memory_bytes,
+                         **{k: summary[k] for k in ("P@1", "P@5", "R@100")},
+                         "latency_ms": round(1000 * min(latencies) / len(queries), 4)})
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    out = Path("bench/results") / f"memory_budget_{name}.json"
+    command = "python bench/memory_budget.py " + shlex.join(sys.argv[1:])
+    out.write_text(json.dumps({"rows": rows, "command": command}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    typer.run(main)

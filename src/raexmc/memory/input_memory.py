@@ -1,0 +1,152 @@
+"""The memory stage's folder: which training-input keys RAE searches (`memory.keep` of them, chosen by
+`memory.method`, key_selection.py), beside the labels' index of the index stage.
+
+With keep = 1 the folder holds only memory.json, which says that RAE searches the index stage's own
+inputs' index (index/inputs) with the values Y_train, as it always did: no second copy of that index.
+Otherwise it also holds the selected keys' index (inputs/), their values (values.npz, the mean of each
+merged key's members' value rows), their member counts (counts.npy, the prior's n) and, for the exact
+backend that keeps no keys, the keys (keys.npy). The dual encoder and kNN never read this folder: they
+search the index stage's two indexes, whatever the memory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..checks import one_of
+from ..errors import ConfigError, DataError
+from ..io import atomic_dir, read_json, write_json
+from ..params import Params
+from .exact import ExactIndex
+from .hnsw import HnswIndex
+from .indexes import make_index
+from .key_selection import METHODS, kept_count, select_keys
+from .keys_values import KEYS_FILE
+from .merge import JointSearch, merge_top_k, prefix
+from .persistence import load_index, save_index
+from .prior import add_log_prior
+from .search import Hits
+
+MEMORY_FILE = "memory.json"
+VALUES_FILE = "values.npz"
+COUNTS_FILE = "counts.npy"
+INDEX_FOLDER = "inputs"
+FULL_INDEX = "index/inputs"   # what memory.json names when RAE searches the index stage's inputs' index
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """The `memory` section of params.yaml, checked."""
+
+    keep: float
+    method: str
+    prior: bool
+    seed: int
+
+    @classmethod
+    def from_params(cls, p: Params) -> MemorySettings:
+        keep = p.typed("memory.keep", float)
+        if not 0.0 <= keep <= 1.0:
+            raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", p.path, "memory.keep")
+        return cls(keep=keep, method=one_of(p.get("memory.method"), METHODS, "memory.method", p.path, "memory.method"),
+                   prior=p.typed("memory.prior", bool), seed=p.typed("memory.seed", int))
+
+    @property
+    def full(self) -> bool:
+        return self.keep == 1.0
+
+
+def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix, settings: MemorySettings,
+                       out: str | os.PathLike, backend: str, **index_settings) -> dict[str, Any]:
+    """Select the input keys, index them with `backend` and write the memory folder atomically;
+    returns what memory.json records. `values` are the inputs' value rows (training_values)."""
+    meta: dict[str, Any] = {**asdict(settings), "num_inputs": len(train_inputs),
+                            "input_keys": kept_count(settings.keep, len(train_inputs))}
+    with atomic_dir(out) as folder:
+        if settings.full:
+            meta["index"] = FULL_INDEX
+        else:
+            selected = select_keys(train_inputs, values, settings.keep, settings.method, settings.seed, progress=True)
+            backend = backend if len(selected) else "exact"  # hnswlib builds no empty graph; nothing to search
+            save_index(make_index(backend, selected.keys, progress_label="memory keys", **index_settings),
+                       folder / INDEX_FOLDER)
+            sp.save_npz(folder / VALUES_FILE, selected.values)
+            np.save(folder / COUNTS_FILE, selected.counts)
+            if backend == "exact":
+                np.save(folder / KEYS_FILE, selected.keys)
+            meta["index"] = INDEX_FOLDER
+        write_json(folder / MEMORY_FILE, meta)
+    return meta
+
+
+class InputMemory:
+    """A memory folder reopened: its settings, and what RAE's search and scores need from it."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self._own: ExactIndex | HnswIndex | None = None  # the selected keys' index, loaded at the first search
+        path = self.folder / MEMORY_FILE
+        if not path.is_file():
+            raise DataError(f"not a memory folder (no {MEMORY_FILE}): run the memory stage", self.folder)
+        self.meta = read_json(path)
+        missing = [k for k in ("keep", "method", "prior", "seed", "num_inputs", "input_keys", "index")
+                   if not isinstance(self.meta, dict) or k not in self.meta]
+        if missing:
+            raise DataError(f"{MEMORY_FILE} lacks {', '.join(missing)}: rerun the memory stage", path)
+
+    @property
+    def full(self) -> bool:
+        return self.meta["index"] == FULL_INDEX
+
+    def values(self, Y_values: sp.csr_matrix) -> sp.csr_matrix:
+        """The values of RAE's input keys: `Y_values` (the full memory's) or the selected keys' own."""
+        if self.full:
+            return Y_values
+        values = sp.load_npz(self.folder / VALUES_FILE).tocsr()
+        if values.shape != (self.meta["input_keys"], Y_values.shape[1]):
+            raise DataError(f"{VALUES_FILE} has shape {values.shape}, expected "
+                            f"({self.meta['input_keys']}, {Y_values.shape[1]})", self.folder)
+        return values
+
+    def log_counts(self) -> np.ndarray | None:
+        """log n of every input key when the prior is on (None: no prior, or nothing was merged)."""
+        if not self.meta["prior"] or self.full:
+            return None
+        return np.log(np.load(self.folder / COUNTS_FILE).astype(np.float64))
+
+    def own_keys(self) -> np.ndarray | None:
+        """The selected keys when the exact backend indexes them (it keeps none); None otherwise."""
+        path = self.folder / KEYS_FILE
+        return np.load(path) if path.is_file() else None
+
+    def predictor_files(self) -> tuple[Path, ...]:
+        """What a predictor needs from this folder beside its values: the selected keys' index and counts."""
+        return () if self.full else (self.folder / INDEX_FOLDER, self.folder / COUNTS_FILE)
+
+    def index(self, ef_search: int, threads: int = 0) -> ExactIndex | HnswIndex:
+        """The selected keys' index (not for a full memory: that is the index stage's), loaded once."""
+        if self._own is None:
+            self._own = load_index(self.folder / INDEX_FOLDER, keys=self.own_keys(), ef_search=ef_search,
+                                   threads=threads)
+        return self._own
+
+    def search(self, baselines: JointSearch, queries: np.ndarray, k: int, k_parts: int, tau: float,
+               ef_search: int, threads: int = 0) -> tuple[Hits, Hits, Hits]:
+        """RAE's joint top-k over this memory's input keys and the labels (the prior added at `tau`), and
+        kNN's and the dual encoder's top-k_parts from the index stage's own two indexes."""
+        if self.full:
+            joint, inputs, labels = baselines.search_all(queries, k, k_parts)
+        else:
+            full_inputs, labels_k = baselines.search_parts(queries, k)
+            own = self.index(ef_search, threads)
+            joint = merge_top_k(own.search(queries, k), 0, labels_k, own.count, k)
+            inputs, labels = prefix(full_inputs, k_parts), prefix(labels_k, k_parts)
+        log_counts = self.log_counts()
+        return (joint if log_counts is None else add_log_prior(joint, log_counts, tau)), inputs, labels
+

@@ -1,0 +1,182 @@
+"""Choosing a share `keep` of the training-input keys for a smaller knowledge memory.
+
+Two methods, each giving exactly round(keep · N) input keys:
+
+* `random` (the control): a seeded sample of the inputs, each with its own value row.
+* `kmeans`: spherical k-means merges the inputs into round(keep · N) clusters; a cluster's key is
+  the unit-length mean direction of its members, its value the mean of their value rows, and its
+  member count is kept (a prior the memory may add as log n to the key's logit, prior.py).
+  Why it works: near-duplicate inputs retrieve together and vote together, so one key in their
+  direction carrying their averaged labels gives nearly the same scores, while every training
+  input's labels stay in the memory (random selection drops 1 − keep of them outright).
+
+The k-means runs in two levels so that it scales: coarse cells of about `cell_size` inputs (k-means
+fitted on a sample, then every input assigned), then an independent k-means inside each cell with
+the cell's share of the budget. The largest array is a chunk of inputs by the centroids of one cell,
+never N × N nor N × L.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..checks import one_of
+from ..errors import ConfigError
+
+METHODS = ("kmeans", "random")
+CELL_SIZE = 8_192          # inputs per coarse cell: the fine k-means costs about keep · N · CELL_SIZE · d per iteration
+COARSE_SAMPLE = 64         # inputs sampled per coarse cell to fit the cells
+ITERATIONS = 10            # Lloyd iterations per level
+ASSIGN_BYTES = 64 << 20    # scratch of one chunk of similarities (inputs x centroids, float32)
+
+
+@dataclass
+class SelectedKeys:
+    """The memory's input keys after selection: (K, d) unit keys, (K, L) values, members per key."""
+
+    keys: np.ndarray
+    values: sp.csr_matrix
+    counts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def kept_count(keep: float, num_inputs: int) -> int:
+    """The number of input keys a share `keep` in [0, 1] of `num_inputs` keeps (rounded half up)."""
+    if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0.0 <= keep <= 1.0:
+        raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", "params.yaml", "memory.keep")
+    return int(math.floor(keep * num_inputs + 0.5))
+
+
+def select_keys(inputs: np.ndarray, values: sp.csr_matrix, keep: float, method: str, seed: int = 0,
+                cell_size: int = CELL_SIZE, progress: bool = False) -> SelectedKeys:
+    """Exactly kept_count(keep, N) input keys chosen from the N rows of `inputs` (unit embeddings)
+    with their `values` rows, by `method` (METHODS); keep = 1 keeps every input as it is."""
+    one_of(method, METHODS, "memory.method", "params.yaml", "memory.method")
+    count = kept_count(keep, len(inputs))
+    values = sp.csr_matrix(values)
+    if len(inputs) != values.shape[0]:
+        raise ConfigError(f"{len(inputs)} input keys but {values.shape[0]} value rows")
+    rng = np.random.default_rng(seed)
+    if count == 0 or count == len(inputs) or method == "random":
+        rows = np.arange(len(inputs)) if count == len(inputs) else np.sort(rng.choice(len(inputs), count, replace=False))
+        return SelectedKeys(np.asarray(inputs[rows], dtype=np.float32), values[rows], np.ones(count, dtype=np.int64))
+    clusters = two_level_kmeans(inputs, count, rng, cell_size, progress)
+    return merge_clusters(inputs, values, clusters, count)
+
+
+def merge_clusters(inputs: np.ndarray, values: sp.csr_matrix, clusters: np.ndarray, count: int) -> SelectedKeys:
+    """One key per cluster 0..count-1 (every one non-empty): its members' unit mean direction, the mean of
+    their value rows and their number."""
+    members = _membership(clusters, count)
+    counts = np.asarray(members.sum(axis=1)).ravel().astype(np.int64)
+    keys = np.zeros((count, inputs.shape[1]), dtype=np.float32)
+    for start in range(0, len(inputs), 1 << 16):  # the inputs may be a memory map: read them once, in blocks
+        block = np.asarray(inputs[start:start + (1 << 16)], dtype=np.float32)
+        keys += members[:, start:start + len(block)] @ block
+    values = sp.csr_matrix(sp.diags(1.0 / counts) @ members.astype(np.float64) @ values)
+    return SelectedKeys(_unit(keys), values, counts)
+
+
+def two_level_kmeans(inputs: np.ndarray, count: int, rng: np.random.Generator, cell_size: int = CELL_SIZE,
+                     progress: bool = False) -> np.ndarray:
+    """Each input's cluster in 0..count-1, every cluster non-empty: coarse cells, then k-means per cell
+    with the cell's share of `count` (largest remainders, so the shares sum to `count` exactly)."""
+    n = len(inputs)
+    cells = max(1, min(math.ceil(n / cell_size), count))  # at most one cell per key: each gets one or more
+    if cells == 1:
+        cell_of = np.zeros(n, dtype=np.int64)
+    else:
+        sample = np.sort(rng.choice(n, min(n, cells * COARSE_SAMPLE), replace=False))
+        centroids = spherical_kmeans_centroids(np.asarray(inputs[sample], dtype=np.float32), cells, rng)
+        cell_of = assign(inputs, centroids)[0]
+    sizes = np.bincount(cell_of, minlength=cells)
+    budgets = _shares(sizes, count)
+    clusters = np.empty(n, dtype=np.int64)
+    order = np.argsort(cell_of, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    from tqdm import tqdm
+
+    offset = 0
+    for cell in tqdm(range(cells), desc="k-means per cell", unit="cell", disable=not progress or cells == 1):
+        rows = order[bounds[cell]:bounds[cell + 1]]
+        if budgets[cell] == 0:  # an empty cell
+            continue
+        points = np.asarray(inputs[rows], dtype=np.float32)
+        clusters[rows] = offset + spherical_kmeans(points, int(budgets[cell]), rng)
+        offset += int(budgets[cell])
+    return clusters
+
+
+def _shares(sizes: np.ndarray, count: int) -> np.ndarray:
+    """`count` (>= the non-empty cells) split over cells: one key per non-empty cell, the rest in proportion
+    to the inputs beyond the first by largest remainders, so each share is at most its cell's size."""
+    base = (sizes > 0).astype(np.int64)
+    rest = sizes - base
+    exact = rest * ((count - base.sum()) / max(1, rest.sum()))
+    shares = np.floor(exact).astype(np.int64)
+    extra = count - int(base.sum()) - int(shares.sum())
+    shares[np.argsort(-(exact - shares), kind="stable")[:extra]] += 1
+    return base + shares
+
+
+def spherical_kmeans(points: np.ndarray, k: int, rng: np.random.Generator, iterations: int = ITERATIONS) -> np.ndarray:
+    """Each point's cluster in 0..k-1 (k <= len(points)), every cluster non-empty."""
+    centroids = spherical_kmeans_centroids(points, k, rng, iterations)
+    clusters, fit = assign(points, centroids)
+    return _fill_empty(clusters, fit, k)
+
+
+def spherical_kmeans_centroids(points: np.ndarray, k: int, rng: np.random.Generator,
+                               iterations: int = ITERATIONS) -> np.ndarray:
+    """k unit centroids by Lloyd's iterations on cosine similarity, started at k distinct points; a
+    cluster that empties restarts at the point its centroid fits worst."""
+    centroids = points[rng.choice(len(points), k, replace=False)].copy()
+    for _ in range(iterations):
+        clusters, fit = assign(points, centroids)
+        centroids = _unit(_membership(_fill_empty(clusters, fit, k), k) @ points)
+    return centroids
+
+
+def assign(points: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's most similar centroid and that similarity, in chunks of bounded scratch."""
+    rows = max(1, ASSIGN_BYTES // (4 * max(1, len(centroids))))
+    best = np.empty(len(points), dtype=np.int64)
+    fit = np.empty(len(points), dtype=np.float32)
+    for start in range(0, len(points), rows):
+        sims = np.asarray(points[start:start + rows], dtype=np.float32) @ centroids.T
+        best[start:start + rows] = np.argmax(sims, axis=1)
+        fit[start:start + rows] = sims[np.arange(len(sims)), best[start:start + rows]]
+    return best, fit
+
+
+def _fill_empty(clusters: np.ndarray, fit: np.ndarray, k: int) -> np.ndarray:
+    """Clusters with every one of 0..k-1 non-empty: each empty one takes the worst-fitting point of a
+    cluster with two or more members."""
+    sizes = np.bincount(clusters, minlength=k)
+    empty = np.nonzero(sizes == 0)[0]
+    if not len(empty):
+        return clusters
+    clusters = clusters.copy()
+    candidates = iter(np.argsort(fit, kind="stable"))
+    for cluster in empty:
+        point = next(p for p in candidates if sizes[clusters[p]] > 1)
+        sizes[clusters[point]] -= 1
+        clusters[point], sizes[cluster] = cluster, 1
+    return clusters
+
+
+def _membership(clusters: np.ndarray, k: int) -> sp.csr_matrix:
+    """(k, n) float32: row c has a 1 at each member of cluster c, so that it times the points sums each cluster."""
+    return sp.csr_matrix((np.ones(len(clusters), dtype=np.float32), (clusters, np.arange(len(clusters)))),
+                         shape=(k, len(clusters)))
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return (rows / np.where(norms > 0, norms, 1.0)).astype(np.float32)

@@ -1,0 +1,66 @@
+"""bench/memory_budget.py on a small made-up project: the issue's row format, every budget and method, the
+bytes as the files evaluate and predict load, and the labels-alone memory scored by hand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import scipy.sparse as sp
+
+from conftest import REPO
+from raexmc.memory.indexes import build_memory_indexes
+
+COLUMNS = ["dataset", "mode", "method", "keep", "compression", "bytes", "P@1", "P@5", "R@100", "latency_ms"]
+
+
+def small_project(root):
+    rng = np.random.default_rng(0)
+    data, artifacts = root / "data" / "tiny", root / "artifacts" / "tiny"
+    for folder in (data, artifacts / "embeddings", artifacts / "tune", root / "bench" / "results"):
+        folder.mkdir(parents=True)
+    (data / "stats.json").write_text(json.dumps({"N_train": 60, "N_test": 10, "L": 20}))
+    sp.save_npz(data / "Y_train.npz", sp.csr_matrix((rng.random((60, 20)) < 0.15).astype(np.float64)))
+    Y_test = sp.csr_matrix((rng.random((10, 20)) < 0.2).astype(np.float64))
+    sp.save_npz(data / "Y_test.npz", Y_test)
+    sp.save_npz(data / "filter_test.npz", sp.csr_matrix((10, 20), dtype=bool))
+    for split, n in (("train", 60), ("labels", 20), ("test", 10)):
+        v = rng.normal(size=(n, 8)).astype(np.float32)
+        np.save(artifacts / "embeddings" / f"{split}.npy", v / np.linalg.norm(v, axis=1, keepdims=True))
+    build_memory_indexes(artifacts / "embeddings", artifacts / "index", "hnsw", M=64, ef_construction=100)
+    (artifacts / "tune" / "selection.json").write_text(json.dumps({"lambda": 0.5, "tau": 0.04}))
+    return data, artifacts, Y_test
+
+
+def test_rows_in_the_issues_format_with_bytes_as_loaded(tmp_path):
+    data, artifacts, Y_test = small_project(tmp_path)
+    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "--root", str(tmp_path), "--name", "tiny",
+                           "--keeps", "1,0.5,0", "--params", str(REPO / "params.yaml")],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "bench/results/memory_budget_tiny.json").read_text())
+    assert report["command"].startswith("python bench/memory_budget.py --root")
+    rows = report["rows"]
+    assert all(list(row) == COLUMNS for row in rows)
+    assert [(r["method"], r["keep"]) for r in rows] == [("full", 1.0), ("random", 0.5), ("kmeans", 0.5),
+                                                        ("kmeans+prior", 0.5), ("random", 0.0), ("kmeans", 0.0)]
+    assert {r["mode"] for r in rows} == {"zero-shot"} and {r["compression"] for r in rows} == {"none"}
+
+    labels_bytes = sum(p.stat().st_size for p in (artifacts / "index" / "labels").iterdir())
+    inputs_bytes = sum(p.stat().st_size for p in (artifacts / "index" / "inputs").iterdir())
+    Y_train = sp.load_npz(data / "Y_train.npz")
+    sp.save_npz(tmp_path / "values.npz", Y_train)
+    assert rows[0]["bytes"] == labels_bytes + inputs_bytes + (tmp_path / "values.npz").stat().st_size
+    assert rows[-1]["bytes"] == rows[-2]["bytes"]
+    assert 0 < rows[-1]["bytes"] - labels_bytes < 2048, "keep 0: the labels' index, an empty memory's meta and values"
+    assert labels_bytes > 20 * (4 * 8 + 8 * 64 + 20) - 100, "hnswlib: about 4d + 8M + 20 bytes per key"
+    assert rows[0]["bytes"] > rows[2]["bytes"] > rows[-1]["bytes"]
+
+    # keep 0: the labels alone; with λ = 0.5 RAE ranks as the nearest label does
+    embeddings = artifacts / "embeddings"
+    nearest = np.argmax(np.load(embeddings / "test.npy") @ np.load(embeddings / "labels.npy").T, axis=1)
+    has_labels = np.diff(Y_test.indptr) > 0
+    expected = round(100 * float(np.mean(Y_test.toarray()[np.arange(10), nearest][has_labels] > 0)), 2)
+    assert rows[-1]["P@1"] == rows[-2]["P@1"] == expected

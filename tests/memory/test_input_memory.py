@@ -1,0 +1,142 @@
+"""The memory stage's folder: keep = 1 is the index stage's inputs' index itself (no copy, the same search
+and scores), a smaller memory is searched beside the labels while kNN and the dual encoder keep theirs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from raexmc.errors import DataError
+from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.memory.exact import ExactIndex
+from raexmc.memory.indexes import build_memory_indexes, load_joint_search
+from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
+from raexmc.memory.keys_values import KEYS_FILE, memory_keys
+from raexmc.memory.persistence import save_index
+from raexmc.memory.search import sort_rows
+
+N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
+
+
+@pytest.fixture
+def memory_data(tmp_path):
+    """Embeddings of 40 inputs, 15 labels, 12 queries, the exact indexes over them and label rows."""
+    rng = np.random.default_rng(3)
+    folder = tmp_path / "embeddings"
+    folder.mkdir()
+    for split, n in (("train", N_TRAIN), ("labels", N_LABELS), ("test", N_TEST)):
+        v = rng.normal(size=(n, 8)).astype(np.float32)
+        np.save(folder / f"{split}.npy", v / np.linalg.norm(v, axis=1, keepdims=True))
+    build_memory_indexes(folder, tmp_path / "index", "exact")
+    Y = sp.csr_matrix((rng.random((N_TRAIN, N_LABELS)) < 0.2).astype(np.float64))
+    Y_test = sp.csr_matrix((rng.random((N_TEST, N_LABELS)) < 0.2).astype(np.float64))
+    return folder, tmp_path / "index", Y, Y_test
+
+
+def searches(memory_data, memory_folder, k=10, k_parts=5, prior_tau=TAU):
+    embeddings, index, _, _ = memory_data
+    baselines = load_joint_search(index, memory_keys(embeddings))
+    queries = np.load(embeddings / "test.npy")
+    return InputMemory(memory_folder).search(baselines, queries, k, k_parts, prior_tau, ef_search=100)
+
+
+def metrics(memory_data, memory_folder):
+    _, _, Y, Y_test = memory_data
+    memory = InputMemory(memory_folder)
+    joint, inputs, labels = searches(memory_data, memory_folder)
+    evaluator = Evaluator(Y, Y_test, sp.csr_matrix(Y_test.shape), (0.55, 1.5), None if memory.full else memory.values(Y))
+    return evaluate_retrieval(Retrievals(joint, labels, inputs).rows, evaluator, EvalSettings(0.5, 5, TAU, [0.3], [2]))
+
+
+def test_keep_one_records_the_index_stage_inputs_and_copies_nothing(memory_data, tmp_path):
+    embeddings, index, Y, _ = memory_data
+    meta = build_input_memory(np.load(embeddings / "train.npy"), Y, MemorySettings(1.0, "kmeans", True, 0),
+                              tmp_path / "memory", "exact")
+    assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == ["memory.json"]
+    assert meta == json.loads((tmp_path / "memory/memory.json").read_text())
+    assert (meta["index"], meta["input_keys"], meta["num_inputs"]) == ("index/inputs", N_TRAIN, N_TRAIN)
+    joint, inputs, labels = searches(memory_data, tmp_path / "memory")
+    reference = load_joint_search(index, memory_keys(embeddings)).search_all(np.load(embeddings / "test.npy"), 10, 5)
+    for got, expected in zip((joint, inputs, labels), reference):  # the prior is never applied to a full memory
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
+
+
+def test_a_selected_memory_of_every_input_scores_as_the_full_one(memory_data, tmp_path):
+    """A memory folder holding its own index over all 40 inputs, in order, with values Y: every metric of
+    every method equals the full memory's, so the selected path adds nothing of its own."""
+    embeddings, _, Y, _ = memory_data
+    build_input_memory(np.load(embeddings / "train.npy"), Y, MemorySettings(1.0, "random", False, 0),
+                       tmp_path / "full", "exact")
+    own = tmp_path / "own"
+    keys = np.load(embeddings / "train.npy")
+    save_index(ExactIndex(keys), own / "inputs")
+    np.save(own / KEYS_FILE, keys)
+    np.save(own / "counts.npy", np.ones(N_TRAIN, np.int64))
+    sp.save_npz(own / "values.npz", Y)
+    (own / "memory.json").write_text(json.dumps({"keep": 1.0, "method": "random", "prior": True, "seed": 0,
+                                                 "num_inputs": N_TRAIN, "input_keys": N_TRAIN, "index": "inputs"}))
+    got, expected = metrics(memory_data, own), metrics(memory_data, tmp_path / "full")
+    for part in ("methods", "lambda_sweep", "b_sweep"):
+        assert got[part] == expected[part]
+    for method, arrays in expected["per_instance"].items():
+        for name, values in arrays.items():
+            np.testing.assert_array_equal(got["per_instance"][method][name], values)
+
+
+@pytest.mark.parametrize("backend", ["exact", "hnsw"])
+def test_a_smaller_memory_is_searched_beside_the_labels(memory_data, tmp_path, backend):
+    """keep 0.25 of 40 inputs: 10 merged keys (joint ids 0..9, labels 10..24); the joint top-k is the exact
+    top-k over [those keys; labels]; kNN still searches all 40 inputs and the dual encoder the labels."""
+    embeddings, index, Y, _ = memory_data
+    meta = build_input_memory(np.load(embeddings / "train.npy"), Y, MemorySettings(0.25, "kmeans", False, 0),
+                              tmp_path / "memory", backend, M=16, ef_construction=100, threads=1)
+    memory = InputMemory(tmp_path / "memory")
+    assert meta["input_keys"] == 10 and not memory.full and memory.log_counts() is None
+    assert memory.values(Y).shape == (10, N_LABELS)
+    own_keys = ExactIndex(np.load(tmp_path / "memory" / KEYS_FILE)) if backend == "exact" else None
+    joint, inputs, labels = searches(memory_data, tmp_path / "memory", k=25)
+    queries = np.load(embeddings / "test.npy")
+    if own_keys is not None:
+        stacked = np.vstack([own_keys.keys, np.load(embeddings / "labels.npy")])
+        expected = ExactIndex(stacked).search(queries, 25)
+        np.testing.assert_array_equal(joint[0], expected[0])
+    assert ((joint[0] >= 0) & (joint[0] < 25)).all(), "every key is one of the 10 kept and 15 labels"
+    full_inputs = ExactIndex(np.load(embeddings / "train.npy")).search(queries, 5)
+    np.testing.assert_array_equal(inputs[0], full_inputs[0])
+    np.testing.assert_array_equal(labels[0], ExactIndex(np.load(embeddings / "labels.npy")).search(queries, 5)[0])
+
+
+def test_the_prior_is_added_at_the_chosen_tau(memory_data, tmp_path):
+    """With the prior, each input key's similarity gains τ·log n (n its member count), rows re-sorted."""
+    embeddings, _, Y, _ = memory_data
+    build_input_memory(np.load(embeddings / "train.npy"), Y, MemorySettings(0.25, "kmeans", False, 0),
+                       tmp_path / "plain", "exact")
+    build_input_memory(np.load(embeddings / "train.npy"), Y, MemorySettings(0.25, "kmeans", True, 0),
+                       tmp_path / "prior", "exact")
+    counts = np.load(tmp_path / "prior/counts.npy")
+    assert counts.sum() == N_TRAIN and (counts > 1).any()
+    plain_ids, plain_sims = searches(memory_data, tmp_path / "plain", k=25)[0]
+    ids, sims = searches(memory_data, tmp_path / "prior", k=25, prior_tau=0.1)[0]
+    boost = np.where(plain_ids < 10, 0.1 * np.log(counts[np.minimum(plain_ids, 9)]), 0.0)
+    expected_ids, expected_sims = sort_rows(plain_ids, (plain_sims + boost).astype(np.float32))
+    np.testing.assert_array_equal(ids, expected_ids)
+    np.testing.assert_allclose(sims, expected_sims, rtol=1e-6)
+
+
+def test_keep_zero_is_the_labels_alone(memory_data, tmp_path):
+    embeddings, _, Y, _ = memory_data
+    build_input_memory(np.load(embeddings / "train.npy"), Y, MemorySettings(0.0, "kmeans", False, 0),
+                       tmp_path / "memory", "hnsw")
+    joint, _, labels = searches(memory_data, tmp_path / "memory", k=5)
+    np.testing.assert_array_equal(joint[0], labels[0])  # label j is joint id 0 + j: no input keys before it
+    assert InputMemory(tmp_path / "memory").values(Y).shape == (0, N_LABELS)
+
+
+def test_a_folder_without_memory_json_is_one_data_error(tmp_path):
+    (tmp_path / "memory").mkdir()
+    with pytest.raises(DataError, match="memory stage"):
+        InputMemory(tmp_path / "memory")

@@ -1,0 +1,79 @@
+"""Choosing a share of the training-input keys: exactly the requested count, and merged keys whose values
+are their members' mean, worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from raexmc.errors import ConfigError
+from raexmc.memory.key_selection import kept_count, select_keys
+
+
+def unit_rows(n: int, d: int = 8, seed: int = 0) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def label_rows(n: int, num_labels: int = 5, seed: int = 1) -> sp.csr_matrix:
+    return sp.csr_matrix((np.random.default_rng(seed).random((n, num_labels)) < 0.4).astype(np.float64))
+
+
+@pytest.mark.parametrize("keep, n, expected", [(0.25, 10, 3), (0.1, 10, 1), (0.5, 7, 4), (0.0, 10, 0), (1.0, 10, 10),
+                                               (0.1, 103, 10), (0.25, 103, 26)])
+def test_kept_count_rounds_half_up(keep, n, expected):
+    assert kept_count(keep, n) == expected
+
+
+@pytest.mark.parametrize("method", ["random", "kmeans"])
+@pytest.mark.parametrize("keep, expected", [(0.1, 10), (0.25, 26), (0.5, 52), (0.0, 0), (1.0, 103)])
+def test_selection_keeps_exactly_the_requested_share(method, keep, expected):
+    """103 inputs in cells of 16 (7 coarse cells for the k-means): exactly round(keep · 103) keys, each
+    merged key standing for at least one input, all inputs accounted for once."""
+    inputs, values = unit_rows(103), label_rows(103)
+    selected = select_keys(inputs, values, keep, method, seed=3, cell_size=16)
+    assert len(selected) == selected.values.shape[0] == len(selected.counts) == expected
+    assert selected.values.shape[1] == 5 and selected.keys.shape == (expected, 8)
+    assert (selected.counts >= 1).all()
+    assert selected.counts.sum() == (expected if method == "random" else (103 if expected else 0))
+    np.testing.assert_allclose(np.linalg.norm(selected.keys, axis=1), 1.0, rtol=1e-5)
+
+
+def test_random_keeps_inputs_as_they_are():
+    inputs, values = unit_rows(20), label_rows(20)
+    selected = select_keys(inputs, values, 0.5, "random", seed=0)
+    rows = [int(np.flatnonzero((inputs == key).all(axis=1))[0]) for key in selected.keys]
+    assert len(set(rows)) == 10
+    np.testing.assert_array_equal(selected.values.toarray(), values[rows].toarray())
+
+
+def test_kmeans_merges_near_duplicates_into_their_mean():
+    """Two pairs of near-duplicate inputs, keep 0.5: one key per pair, pointing along the pair, carrying
+    the mean of the pair's label rows and its count 2."""
+    e1, e2 = np.eye(4, dtype=np.float32)[:2]
+    inputs = np.array([e1, e1 + [0, 0, 0.1, 0], e2, e2 + [0, 0, 0, 0.1]], dtype=np.float32)
+    inputs /= np.linalg.norm(inputs, axis=1, keepdims=True)
+    values = sp.csr_matrix(np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1]], dtype=np.float64))
+    selected = select_keys(inputs, values, 0.5, "kmeans", seed=0)
+    order = np.argsort(-selected.keys[:, 0])  # the key along e1 first
+    keys, merged = selected.keys[order], selected.values.toarray()[order]
+    assert selected.counts.tolist() == [2, 2]
+    np.testing.assert_allclose(merged, [[1, 0.5, 0], [0, 0.5, 1]])
+    # the unit mean of (1, 0, 0, 0) and (1, 0, 0.1, 0)/|.|: |.| = sqrt(1.01) = 1.004988
+    mean = (np.array([1, 0, 0, 0]) + np.array([1, 0, 0.1, 0]) / 1.004988) / 2
+    np.testing.assert_allclose(keys[0], mean / np.linalg.norm(mean), atol=1e-5)
+
+
+def test_the_same_seed_gives_the_same_memory():
+    inputs, values = unit_rows(60), label_rows(60)
+    a, b = (select_keys(inputs, values, 0.2, "kmeans", seed=5, cell_size=16) for _ in range(2))
+    np.testing.assert_array_equal(a.keys, b.keys)
+    np.testing.assert_array_equal(a.counts, b.counts)
+
+
+@pytest.mark.parametrize("keep, method, record", [(1.5, "kmeans", "memory.keep"), (-0.1, "random", "memory.keep"),
+                                                  ("half", "random", "memory.keep"), (0.5, "prototypes", "memory.method")])
+def test_bad_settings_are_config_errors_naming_the_key(keep, method, record):
+    with pytest.raises(ConfigError, match=record.split(".")[1]):
+        select_keys(unit_rows(10), label_rows(10), keep, method)
