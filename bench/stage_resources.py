@@ -51,14 +51,19 @@ def output_bytes(stage: str, name: str) -> int:
 
 
 def measure(command: list[str]) -> dict[str, float]:
-    """Run a command to its end; its wall time, CPU time (user + system, all threads and children: unlike the
-    wall time it hardly changes when other jobs share the cores) and the peak RSS of its process tree."""
+    """Run a command to its end, passing its stderr (progress bars, ETAs) through; its wall time, CPU time
+    (user + system, all threads and children: unlike the wall time it hardly changes when other jobs share the
+    cores) and the peak RSS of its process tree."""
     started = time.monotonic()
-    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    stderr = proc.stderr.read()
+    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE)
+    tail = b""
+    while chunk := os.read(proc.stderr.fileno(), 65536):
+        sys.stderr.buffer.write(chunk)
+        sys.stderr.flush()
+        tail = (tail + chunk)[-3000:]
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
+        raise SystemExit(f"{' '.join(command)} failed:\n{tail.decode(errors='replace')}")
     return {"wall_s": round(time.monotonic() - started, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
             "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
 
