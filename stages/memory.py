@@ -31,7 +31,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                   threads=p.typed("index.threads", int))
         run.metrics({"memory/input_keys": meta["input_keys"], "memory/num_inputs": meta["num_inputs"]})
         typer.echo(f"memory: {meta['input_keys']} of {meta['num_inputs']} input keys ({settings.method}, "
-                   f"keep {settings.keep}, prior {'on' if settings.prior else 'off'}, compression {settings.compression})", err=True)
+                   f"keep {settings.keep}, prior {'on' if settings.prior else 'off'}, "
+                   f"compression {settings.compression})", err=True)
 
     run_stage("memory", body, str(params))
 
