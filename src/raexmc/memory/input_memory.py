@@ -25,10 +25,10 @@ from ..checks import one_of
 from ..errors import ConfigError, DataError
 from ..io import atomic_dir, read_json, write_json
 from ..params import Params
+from .compression import NONE, parse_compression
 from .indexes import make_index
 from .key_selection import METHODS, kept_count, select_keys
 from .keys_values import KEYS_FILE
-from .compression import NONE, parse_compression
 from .merge import JointSearch, prefix
 from .persistence import load_index, save_index
 from .prior import add_log_prior
