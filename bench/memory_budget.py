@@ -1,17 +1,18 @@
 """RAE with a smaller knowledge memory: bytes, P@1, P@5, R@100 and query latency per budget and method.
 
-    python bench/memory_budget.py --root . --name foldoc --mode zero-shot
+    python bench/memory_budget.py --root . --name foldoc --mode zero-shot --compressions none,sq8-m12,sq4-m6
 
 Reads <root>/data/<name> and <root>/artifacts/<name>/{embeddings,index,tune} (a `dvc repro` of the
 project), builds each memory as the memory stage does (HNSW at params.yaml's index.*: M, ef_construction)
 for every keep of --keeps and method of --methods, with and without the prior for the merging methods,
 and scores RAE at the tune stage's λ and τ and infer.b / ef_search. The full memory (keep 1) is the index
-stage's own inputs' index. Writes bench/results/memory_budget_<name>.json:
+stage's own inputs' index. Every variant without the prior is also built with each compression of
+--compressions (memory.compression: its input keys' and labels' indexes compressed). Writes bench/results/memory_budget_<name>.json:
 {"rows": [{"dataset", "mode", "method", "keep", "compression", "bytes", "P@1", "P@5", "R@100",
 "latency_ms"}], "command"}, the metrics in percent, a method with the prior named "<method>+prior".
 
-"bytes" is what evaluate and predict load for RAE's memory, as stored: both indexes (the labels' and the
-memory's input keys', vectors and graph), the values RAE's input keys carry (Y_train.npz as the package
+"bytes" is what evaluate and predict load for RAE's memory, as stored: both indexes RAE searches (the
+labels' and the memory's input keys', vectors and graph; the memory's own where it has them), the values RAE's input keys carry (Y_train.npz as the package
 stage stores it, or the selected keys' values.npz) and, with the prior, counts.npy. "latency_ms" is RAE's
 search (both indexes, the merge, the prior) and scoring per test query, all queries in one batch on all
 cores, the best of three.
@@ -36,10 +37,8 @@ from raexmc.evaluation.evaluator import Evaluator, rae_scorer
 from raexmc.evaluation.propensity import propensity_ab
 from raexmc.evaluation.selection import read_selection
 from raexmc.memory.indexes import index_folder, load_joint_search
-from raexmc.memory.input_memory import COUNTS_FILE, INDEX_FOLDER, VALUES_FILE, InputMemory, MemorySettings, \
-    build_input_memory
+from raexmc.memory.input_memory import COUNTS_FILE, VALUES_FILE, InputMemory, MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
-from raexmc.memory.merge import merge_top_k
 from raexmc.memory.prior import add_log_prior
 from raexmc.params import load_params
 from raexmc.rae.scoring import combine, score_parts
@@ -61,7 +60,8 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
          keeps: str = typer.Option("1,0.5,0.25,0.1,0", help="Shares of the input keys, comma-separated."),
          methods: str = typer.Option("random,kmeans", help="Selection methods, comma-separated."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file (index.*, infer.b, ef_search)."),
-         seed: int = typer.Option(0, help="memory.seed.")) -> None:
+         seed: int = typer.Option(0, help="memory.seed."),
+         compressions: str = typer.Option("none", help="memory.compression names, comma-separated.")) -> None:
     p = load_params(params)
     data, artifacts = Dataset(root / "data" / name), root / "artifacts" / name
     index, selection = artifacts / "index", read_selection(artifacts / "tune")
@@ -69,36 +69,34 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
     index_settings = {"M": p.typed("index.M", int), "ef_construction": p.typed("index.ef_construction", int),
                       "threads": p.typed("index.threads", int)}
     queries = np.asarray(load_embeddings(artifacts / "embeddings", "test"), dtype=np.float32)
-    train = load_embeddings(artifacts / "embeddings", "train")
+    train, labels = (load_embeddings(artifacts / "embeddings", split) for split in ("train", "labels"))
     Y = training_values(data.label_matrix("train"), p.typed("infer.relevance", str))
     Y_test, exclude, ab = data.label_matrix("test"), data.filter_matrix("test"), propensity_ab(name)
     baselines = load_joint_search(index, ef_search=ef_search)
-    labels_bytes = folder_bytes(index_folder(index, "labels"))
 
-    variants = []  # (keep, method, prior): keep 1 once (every method keeps every input); the prior where keys merge
-    for keep in map(float, keeps.split(",")):
+    variants = []  # (keep, method, prior, compression): keep 1 once (every method keeps every input); the prior
+    for keep in map(float, keeps.split(",")):  # where keys merge; the compressions without it
         for method in methods.split(",")[:1] if keep == 1.0 else methods.split(","):
-            variants += [(keep, method, prior) for prior in (False, True)
+            variants += [(keep, method, prior, "none") for prior in (False, True)
                          if not prior or (method != "random" and 0.0 < keep < 1.0)]
+            variants += [(keep, method, False, name) for name in compressions.split(",") if name != "none"]
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        for keep, method, prior in variants:
-            settings = MemorySettings(keep, method, prior, seed)
-            folder = scratch / f"memory_{keep}_{method}_{prior}"
-            build_input_memory(train, Y, settings, folder, "hnsw", **index_settings)
+        for keep, method, prior, compression in variants:
+            settings = MemorySettings(keep, method, prior, seed, compression)
+            folder = scratch / f"memory_{keep}_{method}_{prior}_{compression}"
+            build_input_memory(train, Y, settings, folder, "hnsw", labels=labels, **index_settings)
             memory = InputMemory(folder)
-            values = memory.values(Y)
-            if memory.full:
-                own, memory_bytes = baselines.inputs, folder_bytes(index_folder(index, "inputs")) + stored_bytes(Y, scratch)
-            else:
-                own = memory.index(ef_search)
-                memory_bytes = folder_bytes(folder / INDEX_FOLDER) + (folder / VALUES_FILE).stat().st_size
-                memory_bytes += (folder / COUNTS_FILE).stat().st_size if prior else 0
+            values, rae = memory.values(Y), memory.indexes(baselines, ef_search)
+            memory_bytes = sum(folder_bytes(folder / key_set if (folder / key_set).is_dir()
+                                            else index_folder(index, key_set)) for key_set in ("inputs", "labels"))
+            memory_bytes += stored_bytes(Y, scratch) if memory.full else (folder / VALUES_FILE).stat().st_size
+            memory_bytes += (folder / COUNTS_FILE).stat().st_size if prior else 0
             log_counts = memory.log_counts()
 
             def rae_search():
-                joint = merge_top_k(own.search(queries, b), 0, baselines.labels.search(queries, b), own.count, b)
+                joint = rae.search(queries, b)
                 return joint if log_counts is None else add_log_prior(joint, log_counts, tau)
 
             latencies = []
@@ -110,7 +108,7 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
             scored = Evaluator(Y, Y_test, exclude, ab, values)
             summary = scored.summary(scored.rank(len(queries), rae_scorer(joint, values, lam, tau, b)))[0]
             rows.append({"dataset": name, "mode": mode, "method": "full" if memory.full else method + ("+prior" if prior else ""),
-                         "keep": keep, "compression": "none", "bytes": labels_bytes + memory_bytes,
+                         "keep": keep, "compression": compression, "bytes": memory_bytes,
                          **{k: summary[k] for k in ("P@1", "P@5", "R@100")},
                          "latency_ms": round(1000 * min(latencies) / len(queries), 4)})
             print(json.dumps(rows[-1]), file=sys.stderr)

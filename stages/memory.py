@@ -1,7 +1,8 @@
 """Choose the training-input keys RAE's memory keeps (`memory.keep` of them, by `memory.method`) and index
 them beside the labels' index: with keep = 1 the memory is every input, searched through the index
 stage's own inputs' index (nothing is copied); otherwise the selected keys' index, values and member
-counts. The dual encoder and kNN keep the index stage's indexes whatever the memory."""
+counts; with memory.compression other than none, compressed indexes of its input keys and of the labels.
+The dual encoder and kNN keep the index stage's indexes whatever the memory."""
 
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
+from raexmc.memory.compression import NONE
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
 from raexmc.pipeline.stage import run_stage, stage_cli
@@ -22,13 +24,15 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         settings = MemorySettings.from_params(p)
         run.params({"memory": p.section("memory")})
         values = training_values(Dataset(dataset).label_matrix("train"), p.typed("infer.relevance", str))
+        labels = None if settings.compression == NONE else load_embeddings(embeddings, "labels")
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,
-                                  p.typed("index.backend", str), M=p.typed("index.M", int),
+                                  p.typed("index.backend", str), labels=labels, M=p.typed("index.M", int),
                                   ef_construction=p.typed("index.ef_construction", int),
                                   threads=p.typed("index.threads", int))
         run.metrics({"memory/input_keys": meta["input_keys"], "memory/num_inputs": meta["num_inputs"]})
         typer.echo(f"memory: {meta['input_keys']} of {meta['num_inputs']} input keys ({settings.method}, "
-                   f"keep {settings.keep}, prior {'on' if settings.prior else 'off'})", err=True)
+                   f"keep {settings.keep}, prior {'on' if settings.prior else 'off'}, "
+                   f"compression {settings.compression})", err=True)
 
     run_stage("memory", body, str(params))
 

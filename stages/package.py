@@ -1,6 +1,7 @@
 """Package the pipeline for prediction: write the memory folder (inference settings with the λ and τ
 the tune stage chose and which memory RAE searches (memory.keep, method, prior, input keys), the values
-(Y_train, or the memory stage's selected keys' values with their index and member counts), label texts, the tune stage's per-query λ model, used when
+(Y_train, or the memory stage's selected keys' values with their index and member counts; a compressed
+memory's input keys' and labels' indexes), label texts, the tune stage's per-query λ model, used when
 `infer.query_lambda` is true) that `raexmc predict` reads beside the encoder and the index, and log the three as an MLflow pyfunc model registered under `package.model_name`, with the alias `package.alias`
 for a `dvc repro` of the workspace and the experiment's name for a DVC experiment."""
 
@@ -37,7 +38,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                     "query_lambda": p.typed("infer.query_lambda", bool)}
         read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(settings["tau"], settings["b"], tune / QUERY_LAMBDA_FILE)
         rae_memory, data = InputMemory(memory), Dataset(dataset)
-        settings["memory"] = {k: rae_memory.meta[k] for k in ("keep", "method", "prior", "input_keys")}
+        settings["memory"] = {**{k: rae_memory.meta[k] for k in ("keep", "method", "prior", "input_keys")},
+                              "compression": rae_memory.compression}
         keys, values = None, None
         if p.typed("index.backend", str) == "exact":  # that backend keeps no keys: the memory does
             own = rae_memory.own_keys()

@@ -130,8 +130,11 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     assert (kept["input_keys"], kept["num_inputs"], kept["index"]) == (2, 4, "inputs")
     packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
     evaluated = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())["memory"]
-    assert packaged["memory"] == evaluated == {"keep": 0.5, "method": "kmeans", "prior": False, "input_keys": 2}
+    assert packaged["memory"] == evaluated == {"keep": 0.5, "method": "kmeans", "prior": False, "input_keys": 2,
+                                               "compression": "none"}
     assert packaged["num_train"] == 2 and (project / "artifacts/tiny/predictor/inputs/meta.json").is_file()
+    set_params(project, **{"memory.compression": "sq8-m4"})
+    assert changed_stages(project) == {"memory"}, "compression leaves everything up to index, and tune, as they are"
 
 
 def test_failed_stage_exits_2_and_leaves_no_output(project, tmp_path):

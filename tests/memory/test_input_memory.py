@@ -4,19 +4,25 @@ and scores), a smaller memory is searched beside the labels while kNN and the du
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from conftest import REPO
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
-from raexmc.memory.keys_values import KEYS_FILE, memory_keys
+from raexmc.memory.key_selection import select_keys
+from raexmc.memory.keys_values import KEYS_FILE, memory_keys, training_values
+from raexmc.memory.merge import JointSearch
 from raexmc.memory.persistence import save_index
 from raexmc.memory.search import sort_rows
+from raexmc.params import load_params
 
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 
@@ -140,3 +146,52 @@ def test_a_folder_without_memory_json_is_one_data_error(tmp_path):
     (tmp_path / "memory").mkdir()
     with pytest.raises(DataError, match="memory stage"):
         InputMemory(tmp_path / "memory")
+
+
+def test_compression_none_at_keep_one_is_recorded_and_copies_nothing(tmp_path):
+    """The project's params (memory.compression none, keep 1): memory.json alone, saying so."""
+    settings = MemorySettings.from_params(load_params(REPO / "params.yaml"))
+    rng = np.random.default_rng(0)
+    meta = build_input_memory(rng.normal(size=(6, 4)).astype(np.float32), sp.csr_matrix(np.eye(6)), settings,
+                              tmp_path / "memory", "hnsw", labels=rng.normal(size=(3, 4)).astype(np.float32))
+    assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == ["memory.json"]
+    assert (meta["compression"], meta["index"]) == ("none", "index/inputs")
+
+
+@pytest.mark.parametrize("keep", [1.0, 0.5])
+def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep):
+    """sq8 keys in faiss graphs of degree 12 (600 inputs, 200 labels, 16 dims): the joint top-20 of the
+    memory's own two indexes holds at least 90% of the exact top-20 over [kept keys; labels] (the kept
+    keys: the same seeded selection, float32); kNN and the dual encoder keep the index stage's indexes."""
+    rng = np.random.default_rng(5)
+    train, labels, queries = (v / np.linalg.norm(v, axis=1, keepdims=True)
+                              for v in (rng.normal(size=(n, 16)).astype(np.float32) for n in (600, 200, 50)))
+    Y = training_values(sp.csr_matrix((rng.random((600, 200)) < 0.02).astype(np.float64)))
+    baselines = JointSearch(ExactIndex(train), ExactIndex(labels))
+    meta = build_input_memory(train, Y, MemorySettings(keep, "kmeans", False, 0, "sq8-m12"),
+                              tmp_path / "memory", "hnsw", labels=labels, M=32, ef_construction=100, threads=1)
+    memory = InputMemory(tmp_path / "memory")
+    assert meta["compression"] == memory.compression == "sq8-m12"
+    assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == sorted(
+        ["memory.json", "inputs", "labels", *(["values.npz", "counts.npy"] if keep < 1 else [])])
+    joint, inputs, dual = memory.search(baselines, queries, 20, 5, TAU, ef_search=64)
+    kept = train if keep == 1.0 else select_keys(train, Y, keep, "kmeans", 0).keys
+    exact = ExactIndex(np.vstack([kept, labels])).search(queries, 20)[0]
+    recall = np.mean([len(set(got) & set(want)) / 20 for got, want in zip(joint[0], exact)])
+    assert recall >= 0.9, recall
+    assert {memory.indexes(baselines, 64).inputs.backend, memory.indexes(baselines, 64).labels.backend} == {"faiss"}
+    np.testing.assert_array_equal(inputs[0], ExactIndex(train).search(queries, 5)[0])
+    np.testing.assert_array_equal(dual[0], ExactIndex(labels).search(queries, 5)[0])
+
+
+def test_the_memory_stage_refuses_an_unknown_compression_in_one_line(tmp_path):
+    params = (REPO / "params.yaml").read_text().replace("  compression: none ", "  compression: zip9 ")
+    assert "compression: zip9" in params
+    (tmp_path / "params.yaml").write_text(params)
+    proc = subprocess.run([sys.executable, str(REPO / "stages/memory.py"), "--dataset", str(tmp_path / "data"),
+                           "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "memory"),
+                           "--params", str(tmp_path / "params.yaml")], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ConfigError: ") and "params.yaml" in last and "memory.compression" in last
+    assert "zip9" in last and not (tmp_path / "memory").exists()

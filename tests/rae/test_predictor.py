@@ -25,7 +25,7 @@ from raexmc.encoder.embedding import embed_split, load_embeddings
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
-from raexmc.memory.indexes import build_memory_indexes, make_index
+from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index
 from raexmc.evaluation.query_lambda_fit import query_lambda_scorer
 from raexmc.memory.keys_values import memory_keys, write_memory
 from raexmc.rae.predictor import Predictor
@@ -331,7 +331,8 @@ def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path):
     results, _ = predictor_of(built).predict([JYTHON], k=5)
 
     query = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
-    merged_keys = np.asarray(memory.index(50).graph.get_items(range(2))) if own_keys is None else own_keys
+    merged_keys = own_keys if own_keys is not None else np.asarray(
+        memory.indexes(load_joint_search(built / "index"), 50).inputs.graph.get_items(range(2)))
     counts = np.load(tmp_path / "memory" / "counts.npy")
     assert counts.tolist() in ([1, 3], [2, 2], [3, 1])
     logits = np.concatenate([query @ merged_keys.T, query @ labels.T], axis=1)[0] / SETTINGS["tau"]
@@ -342,3 +343,33 @@ def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path):
     expected = np.argsort(-scores, kind="stable")[:5]
     assert [r["label"] for r in results[0]] == list(expected)
     assert [r["score"] for r in results[0]] == pytest.approx(list(scores[expected]), abs=1e-4)
+
+
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predictor_searches_a_compressed_memory_as_evaluate_does(built, tmp_path):
+    """memory.compression sq8-m4 at keep 1: the packaged folder carries both faiss indexes and records the
+    compression; the predictor's top labels are those of evaluating that memory (its own search, RAE's scores)."""
+    from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
+    from raexmc.memory.keys_values import training_values
+
+    dataset = Dataset(built.parents[1] / "data" / "tiny")
+    Y = training_values(dataset.label_matrix("train"))
+    build_input_memory(load_embeddings(built / "embeddings", "train"), Y,
+                       MemorySettings(1.0, "kmeans", False, 0, "sq8-m4"), tmp_path / "memory", "hnsw",
+                       labels=load_embeddings(built / "embeddings", "labels"), M=8, ef_construction=50)
+    memory = InputMemory(tmp_path / "memory")
+    write_memory(built / "predictor", dataset,
+                 {**SETTINGS, "memory": {"prior": False, "compression": memory.compression}},
+                 copies=memory.predictor_files(), values=memory.values(Y))
+    assert all((built / "predictor" / key_set / "faiss.bin").is_file() for key_set in ("inputs", "labels"))
+    predictor = predictor_of(built)
+    assert (predictor.index.inputs.backend, predictor.index.labels.backend) == ("faiss", "faiss")
+    assert predictor.settings["memory"]["compression"] == "sq8-m4"
+    results, _ = predictor.predict([JYTHON], k=3)
+
+    queries = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
+    joint, _, _ = memory.search(load_joint_search(built / "index", ef_search=50), queries, SETTINGS["b"], 2,
+                                SETTINGS["tau"], ef_search=50)
+    scores = rae_scores(*joint, Y, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
+    top = top_k(scores, 3)[0]
+    assert [r["label"] for r in results[0]] == list(top[top >= 0])

@@ -85,14 +85,15 @@ def memory_backend(index: str | os.PathLike) -> str:
 
 
 def load_joint_search(index: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
-                      threads: int = 0, inputs: str | os.PathLike | None = None) -> JointSearch:
+                      threads: int = 0, inputs: str | os.PathLike | None = None,
+                      labels: str | os.PathLike | None = None) -> JointSearch:
     """The joint search over the index stage's folder: its inputs' and labels' indexes, merged (or the
-    index in `inputs` in place of its inputs' one: a smaller memory's, memory/input_memory.py).
+    index in `inputs` / `labels` in place of its own: a smaller or compressed memory's, memory/input_memory.py).
 
     An exact index keeps no keys: `keys` are then the joint keys [X_train; Z_labels] (memory_keys),
     split at the inputs' count without a copy. An HNSW graph holds its own and needs none."""
     folders = [Path(inputs) if inputs is not None else index_folder(index, INDEXED_KEY_SETS[0]),
-               index_folder(index, INDEXED_KEY_SETS[1])]
+               Path(labels) if labels is not None else index_folder(index, INDEXED_KEY_SETS[1])]
     parts = (None, None) if keys is None else np.split(keys, [saved_meta(folders[0])["count"]])
     return JointSearch(*(load_index(folder, keys=part, ef_search=ef_search, threads=threads)
                          for folder, part in zip(folders, parts)))

@@ -5,8 +5,10 @@ With keep = 1 the folder holds only memory.json, which says that RAE searches th
 inputs' index (index/inputs) with the values Y_train, as it always did: no second copy of that index.
 Otherwise it also holds the selected keys' index (inputs/), their values (values.npz, the mean of each
 merged key's members' value rows), their member counts (counts.npy, the prior's n) and, for the exact
-backend that keeps no keys, the keys (keys.npy). The dual encoder and kNN never read this folder: they
-search the index stage's two indexes, whatever the memory.
+backend that keeps no keys, the keys (keys.npy). With `memory.compression` other than none RAE's memory
+is compressed (compression.py): the folder then always holds its input keys' index (all of them at keep = 1)
+and a compressed labels' index (labels/), both faiss graphs, and RAE's joint top-b is their merge. The
+dual encoder and kNN never read this folder: they search the index stage's two indexes, whatever the memory.
 """
 
 from __future__ import annotations
@@ -23,12 +25,11 @@ from ..checks import one_of
 from ..errors import ConfigError, DataError
 from ..io import atomic_dir, read_json, write_json
 from ..params import Params
-from .exact import ExactIndex
-from .hnsw import HnswIndex
+from .compression import NONE, parse_compression
 from .indexes import make_index
 from .key_selection import METHODS, kept_count, select_keys
 from .keys_values import KEYS_FILE
-from .merge import JointSearch, merge_top_k, prefix
+from .merge import JointSearch, prefix
 from .persistence import load_index, save_index
 from .prior import add_log_prior
 from .search import Hits
@@ -37,6 +38,7 @@ MEMORY_FILE = "memory.json"
 VALUES_FILE = "values.npz"
 COUNTS_FILE = "counts.npy"
 INDEX_FOLDER = "inputs"
+LABELS_FOLDER = "labels"   # a compressed memory's own labels' index
 FULL_INDEX = "index/inputs"   # what memory.json names when RAE searches the index stage's inputs' index
 
 
@@ -48,14 +50,17 @@ class MemorySettings:
     method: str
     prior: bool
     seed: int
+    compression: str = NONE
 
     @classmethod
     def from_params(cls, p: Params) -> MemorySettings:
         keep = p.typed("memory.keep", float)
         if not 0.0 <= keep <= 1.0:
             raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", p.path, "memory.keep")
+        compression = p.typed("memory.compression", str)
+        parse_compression(compression)  # an unknown name fails here, in one line
         return cls(keep=keep, method=one_of(p.get("memory.method"), METHODS, "memory.method", p.path, "memory.method"),
-                   prior=p.typed("memory.prior", bool), seed=p.typed("memory.seed", int))
+                   prior=p.typed("memory.prior", bool), seed=p.typed("memory.seed", int), compression=compression)
 
     @property
     def full(self) -> bool:
@@ -63,23 +68,36 @@ class MemorySettings:
 
 
 def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix, settings: MemorySettings,
-                       out: str | os.PathLike, backend: str, **index_settings) -> dict[str, Any]:
-    """Select the input keys, index them with `backend` and write the memory folder atomically;
-    returns what memory.json records. `values` are the inputs' value rows (training_values)."""
+                       out: str | os.PathLike, backend: str, labels: np.ndarray | None = None,
+                       **index_settings) -> dict[str, Any]:
+    """Select the input keys, index them with `backend` (and `settings.compression`: then the `labels`
+    keys get a compressed index too) and write the memory folder atomically; returns what memory.json
+    records. `values` are the inputs' value rows (training_values)."""
     meta: dict[str, Any] = {**asdict(settings), "num_inputs": len(train_inputs),
                             "input_keys": kept_count(settings.keep, len(train_inputs))}
+    compressed = parse_compression(settings.compression) is not None
+    if compressed and labels is None:
+        raise ValueError("a compressed memory needs the labels' keys")
     with atomic_dir(out) as folder:
-        if settings.full:
+        if settings.full and not compressed:
             meta["index"] = FULL_INDEX
         else:
-            selected = select_keys(train_inputs, values, settings.keep, settings.method, settings.seed, progress=True)
-            backend = backend if len(selected) else "exact"  # hnswlib builds no empty graph; nothing to search
-            save_index(make_index(backend, selected.keys, progress_label="memory keys", **index_settings),
-                       folder / INDEX_FOLDER)
-            sp.save_npz(folder / VALUES_FILE, selected.values)
-            np.save(folder / COUNTS_FILE, selected.counts)
-            if backend == "exact":
-                np.save(folder / KEYS_FILE, selected.keys)
+            keys = train_inputs
+            if not settings.full:
+                selected = select_keys(train_inputs, values, settings.keep, settings.method, settings.seed,
+                                       progress=True)
+                keys = selected.keys
+                sp.save_npz(folder / VALUES_FILE, selected.values)
+                np.save(folder / COUNTS_FILE, selected.counts)
+            # hnswlib and faiss build no empty graph; nothing to search
+            keys_backend, compression = (backend, settings.compression) if len(keys) else ("exact", NONE)
+            save_index(make_index(keys_backend, keys, progress_label="memory keys", compression=compression,
+                                  **index_settings), folder / INDEX_FOLDER)
+            if keys_backend == "exact":
+                np.save(folder / KEYS_FILE, keys)
+            if compressed:
+                save_index(make_index(backend, labels, progress_label="memory labels",
+                                      compression=settings.compression, **index_settings), folder / LABELS_FOLDER)
             meta["index"] = INDEX_FOLDER
         write_json(folder / MEMORY_FILE, meta)
     return meta
@@ -90,7 +108,7 @@ class InputMemory:
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder)
-        self._own: ExactIndex | HnswIndex | None = None  # the selected keys' index, loaded at the first search
+        self._own: JointSearch | None = None  # RAE's own indexes, loaded at the first search
         path = self.folder / MEMORY_FILE
         if not path.is_file():
             raise DataError(f"not a memory folder (no {MEMORY_FILE}): run the memory stage", self.folder)
@@ -102,7 +120,12 @@ class InputMemory:
 
     @property
     def full(self) -> bool:
-        return self.meta["index"] == FULL_INDEX
+        """Every training input is a key, with its values Y (keep = 1, compressed or not)."""
+        return self.meta["keep"] == 1.0
+
+    @property
+    def compression(self) -> str:
+        return self.meta.get("compression", NONE)  # memory folders written before compression existed lack it
 
     def values(self, Y_values: sp.csr_matrix) -> sp.csr_matrix:
         """The values of RAE's input keys: `Y_values` (the full memory's) or the selected keys' own."""
@@ -116,7 +139,7 @@ class InputMemory:
 
     def log_counts(self) -> np.ndarray | None:
         """log n of every input key when the prior is on (None: no prior, or nothing was merged)."""
-        if not self.meta["prior"] or self.full:
+        if not self.meta["prior"] or self.full:  # nothing was merged
             return None
         return np.log(np.load(self.folder / COUNTS_FILE).astype(np.float64))
 
@@ -126,26 +149,32 @@ class InputMemory:
         return np.load(path) if path.is_file() else None
 
     def predictor_files(self) -> tuple[Path, ...]:
-        """What a predictor needs from this folder beside its values: the selected keys' index and counts."""
-        return () if self.full else (self.folder / INDEX_FOLDER, self.folder / COUNTS_FILE)
+        """What a predictor needs from this folder beside its values: its own indexes and the counts."""
+        return tuple(path for path in (self.folder / INDEX_FOLDER, self.folder / COUNTS_FILE,
+                                       self.folder / LABELS_FOLDER) if path.exists())
 
-    def index(self, ef_search: int, threads: int = 0) -> ExactIndex | HnswIndex:
-        """The selected keys' index (not for a full memory: that is the index stage's), loaded once."""
+    def indexes(self, baselines: JointSearch, ef_search: int, threads: int = 0) -> JointSearch:
+        """RAE's two indexes, loaded once: this folder's input keys' (else the index stage's) and its
+        compressed labels' (else the index stage's)."""
         if self._own is None:
-            self._own = load_index(self.folder / INDEX_FOLDER, keys=self.own_keys(), ef_search=ef_search,
-                                   threads=threads)
+            own = [load_index(self.folder / folder, keys=keys, ef_search=ef_search, threads=threads)
+                   if (self.folder / folder).is_dir() else default
+                   for folder, keys, default in ((INDEX_FOLDER, self.own_keys(), baselines.inputs),
+                                                 (LABELS_FOLDER, None, baselines.labels))]
+            self._own = JointSearch(*own)
         return self._own
 
     def search(self, baselines: JointSearch, queries: np.ndarray, k: int, k_parts: int, tau: float,
                ef_search: int, threads: int = 0) -> tuple[Hits, Hits, Hits]:
-        """RAE's joint top-k over this memory's input keys and the labels (the prior added at `tau`), and
+        """RAE's joint top-k over this memory's input keys and labels (the prior added at `tau`), and
         kNN's and the dual encoder's top-k_parts from the index stage's own two indexes."""
-        if self.full:
+        if self.meta["index"] == FULL_INDEX:
             joint, inputs, labels = baselines.search_all(queries, k, k_parts)
         else:
             full_inputs, labels_k = baselines.search_parts(queries, k)
-            own = self.index(ef_search, threads)
-            joint = merge_top_k(own.search(queries, k), 0, labels_k, own.count, k)
+            rae = self.indexes(baselines, ef_search, threads)
+            own_labels = labels_k if rae.labels is baselines.labels else rae.labels.search(queries, k)
+            joint = rae.merge(rae.inputs.search(queries, k), own_labels, k)
             inputs, labels = prefix(full_inputs, k_parts), prefix(labels_k, k_parts)
         log_counts = self.log_counts()
         return (joint if log_counts is None else add_log_prior(joint, log_counts, tau)), inputs, labels

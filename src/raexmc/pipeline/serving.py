@@ -32,7 +32,7 @@ from .tracking.run import tracking_uri
 
 DEFAULT_K = 10
 ARTIFACTS = ("encoder", "index", "memory")
-REQUIREMENTS = ("torch", "transformers", "hnswlib", "numpy", "scipy", "pandas", "mlflow")
+REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow")  # faiss: a compressed memory
 SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False) for column in ("text", "title", "content")]),
                            params=ParamSchema([ParamSpec("k", "long", DEFAULT_K)]))
 

@@ -2,8 +2,8 @@
 
 A predictor is three folders: the encoder (written by the train stage), the index stage's folder (the
 inputs' and the labels' index, merged into one joint search) and the memory folder the package stage writes
-(with a smaller memory, memory.keep < 1, its input keys' index and member counts, which replace the index
-stage's inputs' index): the inference settings (the text recipe of the inputs among them), the values' training part Y_train, the label
+(with a smaller memory, memory.keep < 1, its input keys' index and member counts, and with a compressed one,
+memory.compression, its input keys' and labels' indexes, which replace the index stage's): the inference settings (the text recipe of the inputs among them), the values' training part Y_train, the label
 texts, the keys when the index is exact (that backend keeps none) and the per-query λ model, which
 scores each query at its own λ when the settings' `query_lambda` is true (else the scalar λ). Queries are turned into text
 by the same recipe as the training inputs (`encoder.tokens.text_of`), so a Titles dataset's model sees only
@@ -30,7 +30,7 @@ from ..errors import DataError
 from ..io import read_json
 from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
 from ..memory.indexes import load_joint_search
-from ..memory.input_memory import COUNTS_FILE, INDEX_FOLDER
+from ..memory.input_memory import COUNTS_FILE, INDEX_FOLDER, LABELS_FOLDER
 from ..memory.prior import add_log_prior
 from .queries import checked_k
 from .query_lambda import QUERY_LAMBDA_FILE, QueryLambda, read_query_lambda
@@ -58,11 +58,14 @@ class Predictor:
                 float(self.settings["tau"]), int(self.settings["b"]), memory / QUERY_LAMBDA_FILE)
         self.label_texts: list[str] = read_json(memory / LABEL_TEXTS_FILE)
         keys = np.load(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
-        own_inputs = memory / INDEX_FOLDER  # a smaller memory's input keys, in place of the index stage's
+        # a smaller or compressed memory's own indexes, in place of the index stage's
+        own_inputs, own_labels = (memory / folder for folder in (INDEX_FOLDER, LABELS_FOLDER))
         self.index = load_joint_search(index, keys, ef_search=int(self.settings["ef_search"]), threads=threads,
-                                       inputs=own_inputs if own_inputs.is_dir() else None)
+                                       inputs=own_inputs if own_inputs.is_dir() else None,
+                                       labels=own_labels if own_labels.is_dir() else None)
         self.log_counts = (np.log(np.load(memory / COUNTS_FILE).astype(np.float64))
-                           if self.settings.get("memory", {}).get("prior") and own_inputs.is_dir() else None)
+                           if self.settings.get("memory", {}).get("prior") and (memory / COUNTS_FILE).is_file()
+                           else None)
         held = (self.index.inputs.count, self.index.labels.count)
         if held != (self.settings["num_train"], self.settings["num_labels"]):
             raise DataError(f"the index holds {held[0]} input and {held[1]} label keys, the memory "
