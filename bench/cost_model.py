@@ -11,7 +11,8 @@ on the cores hardly change; the stages that use every core take about CPU / core
   (the FLOPs of the encoder's matrix products; the element-wise work per token and layer)
 - index: W·(a·d + c) with W = efC·Σ n·ln(n) over the inputs and the labels   (HNSW inserts)
 - tune: W·(a·d + c) with W = Q·(N + L)   (the exact validation search; Q = min(5% of N, val_max_queries))
-- evaluate: W·(a·d + c) with W = T·efS·(ln N + ln L)   (two HNSW searches per test query)
+- evaluate: a·T·efS·(ln N + ln L)·d + c·T·b·(1 + labels per input)   (two HNSW searches per test query;
+  the label scores of its b keys, a training input's key carrying its labels, in every ranking)
 a is the cost that grows with the width (dot products, matrix products), c the one that does not
 (graph walks, memory traffic, scoring). a and c come from the two 131K runs (d = 64, 2 layers and
 d = 384, 1 layer). The check: a alone fitted on the d = 64 run (cost proportional to d), beside the
@@ -19,7 +20,7 @@ measured 384 run. The 1.3M run at d = 64 checks the growth in N; its index, buil
 a session, is scaled by the efC = 500 / 100 ratio measured at 131K.
 
 Peak memory = the stage's base (fitted on the 131K d = 64 run) + the arrays it must hold:
-embed the model; index the larger key set's keys and graph; tune every key; evaluate both graphs, the
+embed the model; index the larger key set's keys and graph; tune every key and Y_train; evaluate both graphs, the
 test queries' embeddings and the label matrices. Disk: embeddings (N + T + L)·d·4, the two graphs by
 raexmc.memory.footprint, the model's float32 weights.
 """
@@ -73,7 +74,7 @@ class Encoder:
 SHAPES = {"131K": Shape(294805, 134835, 131073, 2.29), "1.3M": Shape(2248619, 970237, 1305265, 22.2)}
 ENCODERS = {"random 64x2": Encoder(64, 2), "random 384x1": Encoder(384, 1),
             "MiniLM-L6 (384)": Encoder(384, 6), "BERT-base (768)": Encoder(768, 12)}
-M, EF_SEARCH, EF_CONSTRUCTION = 64, 300, 500
+M, EF_SEARCH, EF_CONSTRUCTION, B = 64, 300, 500, 200
 # The measured runs: (record, shape, encoder, efC of its index).
 RUNS = {
     "131K d=64": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-zero-shot-cpu.json", "131K", "random 64x2", 500),
@@ -94,8 +95,8 @@ def features(stage: str, shape: Shape, encoder: Encoder) -> tuple[float, float]:
         steps = sum(n * math.log(n) for n in (shape.N, shape.L)) * EF_CONSTRUCTION
     elif stage == "tune":  # the exact validation search
         steps = shape.Q * (shape.N + shape.L)
-    elif stage == "evaluate":  # two HNSW searches per test query
-        steps = shape.T * EF_SEARCH * (math.log(shape.N) + math.log(shape.L))
+    elif stage == "evaluate":  # two HNSW searches per test query; scoring its b keys' labels in every ranking
+        return shape.T * EF_SEARCH * (math.log(shape.N) + math.log(shape.L)) * d, shape.T * B * (1 + shape.labels_per_input)
     else:
         raise KeyError(stage)
     return steps * d, steps
@@ -109,8 +110,8 @@ def arrays_bytes(stage: str, shape: Shape, encoder: Encoder) -> float:
     if stage == "index":
         biggest = max(shape.N, shape.L)
         return biggest * d * 4 + hnsw_resident_bytes(biggest, d, M)
-    if stage == "tune":
-        return (shape.N + shape.L) * d * 4
+    if stage == "tune":   # every key, and the training label matrix (CSR: int32 index + float64 value)
+        return (shape.N + shape.L) * d * 4 + shape.N * shape.labels_per_input * 12
     if stage == "evaluate":
         labels = (shape.N + shape.T) * shape.labels_per_input * 12   # CSR: int32 index + float64 value
         return hnsw_resident_bytes(shape.N, d, M) + hnsw_resident_bytes(shape.L, d, M) + shape.T * d * 4 + labels
@@ -199,9 +200,10 @@ def markdown(check_rows: list[dict], projection_rows: list[dict]) -> str:
     lines = ["| run | stage | CPU s measured | model | d-linear | peak MB measured | model | output MB | model |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in check_rows:
+        modelled_mb = "" if r["model_output_mb"] is None else f"{r['model_output_mb']:,.1f}"
         lines.append(f"| {r['run']} | {r['stage']} | {r['cpu_s']:,.0f} | {r['model_cpu_s']:,.0f} | "
                      f"{r['one_constant_cpu_s']:,.0f} | {r['peak_rss_mb']:,.0f} | {r['model_peak_rss_mb']:,} | "
-                     f"{r['output_mb']:,.1f} | {'' if r['model_output_mb'] is None else f'{r['model_output_mb']:,.1f}'} |")
+                     f"{r['output_mb']:,.1f} | {modelled_mb} |")
     lines += ["", "| shape | encoder | stage | CPU hours | peak GB | output GB |", "|---|---|---|---|---|---|"]
     for r in projection_rows:
         cells = ["" if r[k] is None else f"{r[k]:,.2f}" for k in ("cpu_h", "peak_rss_gb", "output_gb")]
