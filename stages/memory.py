@@ -23,7 +23,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     def body(p, run) -> None:
         settings = MemorySettings.from_params(p)
         run.params({"memory": p.section("memory")})
-        values = training_values(Dataset(dataset).label_matrix("train"), p.typed("infer.relevance", str))
+        values = None if settings.full else training_values(Dataset(dataset).label_matrix("train"),
+                                                            p.typed("infer.relevance", str))
         labels = None if settings.compression == NONE else load_embeddings(embeddings, "labels")
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,
                                   p.typed("index.backend", str), labels=labels, M=p.typed("index.M", int),

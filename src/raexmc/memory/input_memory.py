@@ -67,12 +67,12 @@ class MemorySettings:
         return self.keep == 1.0
 
 
-def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix, settings: MemorySettings,
+def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, settings: MemorySettings,
                        out: str | os.PathLike, backend: str, labels: np.ndarray | None = None,
                        **index_settings) -> dict[str, Any]:
     """Select the input keys, index them with `backend` (and `settings.compression`: then the `labels`
     keys get a compressed index too) and write the memory folder atomically; returns what memory.json
-    records. `values` are the inputs' value rows (training_values)."""
+    records. `values` are the inputs' value rows (training_values); at keep 1 nothing reads them (None will do)."""
     meta: dict[str, Any] = {**asdict(settings), "num_inputs": len(train_inputs),
                             "input_keys": kept_count(settings.keep, len(train_inputs))}
     compressed = parse_compression(settings.compression) is not None
@@ -109,6 +109,7 @@ class InputMemory:
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder)
         self._own: JointSearch | None = None  # RAE's own indexes, loaded at the first search
+        self._log_counts: np.ndarray | None = None  # read at the first search that needs them
         path = self.folder / MEMORY_FILE
         if not path.is_file():
             raise DataError(f"not a memory folder (no {MEMORY_FILE}): run the memory stage", self.folder)
@@ -141,7 +142,9 @@ class InputMemory:
         """log n of every input key when the prior is on (None: no prior, or nothing was merged)."""
         if not self.meta["prior"] or self.full:  # nothing was merged
             return None
-        return np.log(np.load(self.folder / COUNTS_FILE).astype(np.float64))
+        if self._log_counts is None:  # evaluate searches a block at a time: read the file once
+            self._log_counts = np.log(np.load(self.folder / COUNTS_FILE).astype(np.float64))
+        return self._log_counts
 
     def own_keys(self) -> np.ndarray | None:
         """The selected keys when the exact backend indexes them (it keeps none); None otherwise."""
