@@ -9,7 +9,8 @@ and scores RAE at the tune stage's λ and τ and infer.b / ef_search. The full m
 stage's own inputs' index. Every variant without the prior is also built with each compression of
 --compressions (memory.compression: its input keys' and labels' indexes compressed). Writes bench/results/memory_budget_<name>.json:
 {"rows": [{"dataset", "mode", "method", "keep", "compression", "bytes", "P@1", "P@5", "R@100",
-"latency_ms"}], "command"}, the metrics in percent, a method with the prior named "<method>+prior".
+"latency_ms"}], "command": {mode: command}}, the metrics in percent, a method with the prior named "<method>+prior";
+a run replaces its mode's rows and keeps the other mode's.
 
 "bytes" is what evaluate and predict load for RAE's memory, as stored: both indexes RAE searches (the
 labels' and the memory's input keys', vectors and graph; the memory's own where it has them), the values RAE's input keys carry (Y_train.npz as the package
@@ -112,9 +113,15 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
                          **{k: summary[k] for k in ("P@1", "P@5", "R@100")},
                          "latency_ms": round(1000 * min(latencies) / len(queries), 4)})
             print(json.dumps(rows[-1]), file=sys.stderr)
-    out = Path("bench/results") / f"memory_budget_{name}.json"
-    command = "python bench/memory_budget.py " + shlex.join(sys.argv[1:])
-    out.write_text(json.dumps({"rows": rows, "command": command}, indent=2) + "\n")
+    write_rows(Path("bench/results") / f"memory_budget_{name}.json", mode, rows,
+               "python bench/memory_budget.py " + shlex.join(sys.argv[1:]))
+
+
+def write_rows(out: Path, mode: str, rows: list[dict], command: str) -> None:
+    """Write `rows` as `mode`'s, keeping the other mode's rows and command: one file per dataset, both modes."""
+    earlier = json.loads(out.read_text()) if out.is_file() else {"rows": [], "command": {}}
+    kept = [row for row in earlier["rows"] if row["mode"] != mode]
+    out.write_text(json.dumps({"rows": kept + rows, "command": {**earlier["command"], mode: command}}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

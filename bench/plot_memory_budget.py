@@ -1,5 +1,5 @@
 """The README's memory-budget plot: RAE's P@1 against its memory's bytes, one line per selection method
-and compression, from a bench/memory_budget.py result.
+and compression, a panel per mode (zero-shot, fine-tuned), from a bench/memory_budget.py result.
 
     python bench/plot_memory_budget.py bench/results/memory_budget_foldoc.json   # writes the .png beside it
 """
@@ -18,14 +18,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 
-def main(result: Path = typer.Argument(..., help="A memory_budget_<dataset>.json.")) -> None:
-    rows = json.loads(result.read_text())["rows"]
+def draw(axes, rows: list[dict]) -> None:
+    """One mode's lines on `axes`, with the full memory's P@1 and ¼ and ⅛ of its bytes as guides."""
     full = next(r for r in rows if r["method"] == "full" and r["compression"] == "none")
     lines: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for row in rows:  # the full memory (keep 1) is the first point of both selection methods' lines
         for method in (("kmeans", "random") if row["method"] == "full" else (row["method"],)):
             lines[method, row["compression"]].append((row["bytes"] / 1e6, row["P@1"]))
-    figure, axes = plt.subplots(figsize=(6, 4), dpi=120)
     for (method, compression), points in sorted(lines.items()):
         points.sort()
         style = "-" if method.startswith("kmeans") else "--"
@@ -34,14 +33,24 @@ def main(result: Path = typer.Argument(..., help="A memory_budget_<dataset>.json
     axes.axvline(full["bytes"] / 4e6, color="grey", linewidth=0.8, linestyle=":")
     axes.axvline(full["bytes"] / 8e6, color="grey", linewidth=0.8, linestyle=":")
     axes.set_xscale("log")
+    axes.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 3, 5)))
     axes.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     axes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    axes.set_xticks([3, 5, 10, 20, 40])
     axes.set_xlabel("memory bytes (MB, log): indexes + values as stored")
     axes.set_ylabel("RAE P@1 (%)")
-    axes.set_title(f"{rows[0]['dataset']}, {rows[0]['mode']}: full memory, ¼ and ⅛ of its bytes")
+    axes.set_title(f"{rows[0]['dataset']}, {rows[0]['mode']}", fontsize=9)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=6, ncol=2)
+
+
+def main(result: Path = typer.Argument(..., help="A memory_budget_<dataset>.json.")) -> None:
+    rows = json.loads(result.read_text())["rows"]
+    modes = sorted({row["mode"] for row in rows}, reverse=True)  # zero-shot, then fine-tuned
+    figure, panels = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4), dpi=120, squeeze=False)
+    for axes, mode in zip(panels[0], modes):
+        draw(axes, [row for row in rows if row["mode"] == mode])
+    figure.suptitle("RAE P@1 against the memory's bytes: full memory (grey line), ¼ and ⅛ of its bytes (dotted)",
+                    fontsize=9)
     figure.tight_layout()
     figure.savefig(result.with_suffix(".png"))
     plt.close(figure)

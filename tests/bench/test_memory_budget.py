@@ -34,14 +34,17 @@ def small_project(root):
     return data, artifacts, Y_test
 
 
+def run_bench(root, *args):
+    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "--root", str(root), "--name", "tiny",
+                           "--params", str(REPO / "params.yaml"), *args], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((root / "bench/results/memory_budget_tiny.json").read_text())
+
+
 def test_rows_in_the_issues_format_with_bytes_as_loaded(tmp_path):
     data, artifacts, Y_test = small_project(tmp_path)
-    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "--root", str(tmp_path), "--name", "tiny",
-                           "--keeps", "1,0.5,0", "--params", str(REPO / "params.yaml")],
-                          cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads((tmp_path / "bench/results/memory_budget_tiny.json").read_text())
-    assert report["command"].startswith("python bench/memory_budget.py --root")
+    report = run_bench(tmp_path, "--keeps", "1,0.5,0")
+    assert report["command"]["zero-shot"].startswith("python bench/memory_budget.py --root")
     rows = report["rows"]
     assert all(list(row) == COLUMNS for row in rows)
     assert [(r["method"], r["keep"]) for r in rows] == [("full", 1.0), ("random", 0.5), ("kmeans", 0.5),
@@ -64,3 +67,14 @@ def test_rows_in_the_issues_format_with_bytes_as_loaded(tmp_path):
     has_labels = np.diff(Y_test.indptr) > 0
     expected = round(100 * float(np.mean(Y_test.toarray()[np.arange(10), nearest][has_labels] > 0)), 2)
     assert rows[-1]["P@1"] == rows[-2]["P@1"] == expected
+
+
+def test_a_run_replaces_its_modes_rows_and_keeps_the_others(tmp_path):
+    small_project(tmp_path)
+    zero_shot = run_bench(tmp_path, "--keeps", "1,0")["rows"]
+    both = run_bench(tmp_path, "--keeps", "1", "--mode", "fine-tuned")
+    assert both["rows"][:len(zero_shot)] == zero_shot
+    assert [(r["mode"], r["keep"]) for r in both["rows"][len(zero_shot):]] == [("fine-tuned", 1.0)]
+    assert set(both["command"]) == {"zero-shot", "fine-tuned"}
+    again = run_bench(tmp_path, "--keeps", "0")
+    assert [(r["mode"], r["keep"]) for r in again["rows"]] == [("fine-tuned", 1.0)] + [("zero-shot", 0.0)] * 2
