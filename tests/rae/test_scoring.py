@@ -13,7 +13,7 @@ from conftest import dense_top_b_softmax
 
 from raexmc.errors import ConfigError, DataError
 from raexmc.rae.scoring import (combine, combine_per_query, dual_encoder_scores, key_probabilities, knn_scores, ova_knn_scores, rae_scores,
-                                score_parts, train_key_share)
+                                score_parts, train_key_counts)
 
 # With tau = 1 / ln 2, exp(s / tau) = 2 ** s, so integer similarities give power-of-two weights.
 TAU2 = 1.0 / math.log(2.0)
@@ -109,7 +109,7 @@ def test_all_padding_and_empty_batch():
     assert scores.shape == (2, 3) and scores.nnz == 0
     empty = rae_scores(np.zeros((0, 4), np.int64), np.zeros((0, 4), np.float32), Y_HAND, 0.5, 0.04)
     assert empty.shape == (0, 3)
-    assert math.isnan(train_key_share(ids, num_train=2))
+    assert train_key_counts(ids, num_train=2).tolist() == [0, 0]
 
 
 def test_large_tau_gives_uniform_weights():
@@ -132,15 +132,15 @@ def test_tiny_tau_is_stable():
     np.testing.assert_allclose(p, [[0, 0, 1, 0, 0]])
 
 
-def test_train_key_share_hand_example():
+def test_train_key_counts_hand_example():
     # num_train = 2: ids 0, 1 are training inputs, larger ids are labels.
     ids = np.array([[0, 5, 1, -1], [4, 3, -1, -1]], dtype=np.int64)
-    # All keys: row 0 has 0, 5, 1 (2 train), row 1 has 4, 3 (0 train) -> 2 / 5.
-    assert train_key_share(ids, num_train=2) == pytest.approx(0.4)
-    # b = 1: keys 0 (train) and 4 (label) -> 1 / 2.
-    assert train_key_share(ids, num_train=2, b=1) == pytest.approx(0.5)
-    # b = 2: keys 0, 5 and 4, 3 -> 1 train out of 4.
-    assert train_key_share(ids, num_train=2, b=2) == pytest.approx(0.25)
+    # All keys: row 0 has 0, 5, 1 (2 train), row 1 has 4, 3 (0 train) -> 2 of 5.
+    assert train_key_counts(ids, num_train=2).tolist() == [2, 5]
+    # b = 1: keys 0 (train) and 4 (label) -> 1 of 2.
+    assert train_key_counts(ids, num_train=2, b=1).tolist() == [1, 2]
+    # b = 2: keys 0, 5 and 4, 3 -> 1 train of 4.
+    assert train_key_counts(ids, num_train=2, b=2).tolist() == [1, 4]
 
 
 def test_baselines_hand_example():

@@ -270,19 +270,10 @@ def ova_knn_scores(
     return combine((knn_scores(x_ids, x_sims, Y, tau, b), dual_encoder_scores(z_ids, z_sims, Y.shape[1], tau, b)), lam)
 
 
-def train_key_share(ids: np.ndarray, num_train: int, b: int | None = None) -> float:
-    """Share of the retrieved keys that are training inputs (ids < num_train) rather than labels.
-
-    Counts the first b valid (id >= 0) keys of every query, pooled over all queries, so a query
-    with fewer valid keys weighs less. nan when nothing valid was retrieved.
-    """
-    train, total = train_key_counts(ids, num_train, b)
-    return float(train / total) if total else float("nan")
-
-
 def train_key_counts(ids: np.ndarray, num_train: int, b: int | None = None) -> np.ndarray:
-    """[training-input keys, all valid keys] among the first b valid keys of every query (`train_key_share`'s
-    numerator and denominator): sums over queries, so they add up over chunks of them."""
+    """[training-input keys (ids < num_train), all valid keys (id >= 0)] among the first b valid keys of every
+    query, pooled over queries (a query with fewer valid keys weighs less): sums, so they add up over chunks
+    of queries, and their ratio is the b sweep's train_key_share."""
     b = check_b(b)
     ids, _ = _check_retrieval(ids, None)
     kept = kept_mask(ids, None, b)
