@@ -91,3 +91,20 @@ def test_torch_path_blocks_keep_ids_and_scores(budget):
     want_ids, want_sims = by_hand(queries, keys, 12)
     np.testing.assert_array_equal(ids, want_ids)
     np.testing.assert_array_equal(sims, want_sims)
+
+
+@pytest.mark.parametrize("path", ["index", "torch"])
+def test_progress_bar_counts_every_query_once_and_changes_no_result(tied, path, capsys):
+    keys, queries = tied
+    block_bytes = 4 * ROW_BYTES  # 4 queries a block: 23 queries make 6 blocks, the last of 3
+    if path == "index":
+        index = ExactIndex(keys, block_bytes=block_bytes)
+        quiet, shown = index.search(queries, 5), index.search(queries, 5, progress=True)
+    else:
+        quiet = torch_top_k_search(keys, "cpu", block_bytes)(queries, 5)
+        shown = torch_top_k_search(keys, "cpu", block_bytes, progress=True)(queries, 5)
+    bar = capsys.readouterr().err
+    assert "exact search" in bar and f"{len(queries)}/{len(queries)}" in bar
+    assert f"{len(queries) + 1}/" not in bar
+    for a, b in zip(quiet, shown):
+        np.testing.assert_array_equal(a, b)

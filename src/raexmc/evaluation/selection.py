@@ -161,7 +161,7 @@ def validation_retrieval(train_inputs: np.ndarray, labels: np.ndarray, Y_train: 
         log_counts = np.log(selected.counts.astype(np.float64)) if memory.prior else None
     keys = np.vstack([input_keys, labels]).astype(np.float32, copy=False)
     queries = np.ascontiguousarray(train_inputs[val_rows], dtype=np.float32)
-    ids, sims = top_k_search(keys, device)(queries, b)
+    ids, sims = top_k_search(keys, device, progress=True)(queries, b)
     return ValidationRetrieval(ids, sims, sp.csr_matrix(Y_train[val_rows]), Y_rest, sp.csr_matrix(filters_train[val_rows]),
                                np.asarray(val_rows), np.asarray(rest_rows), memory_values, log_counts)
 

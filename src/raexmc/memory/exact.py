@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -66,7 +67,7 @@ class ExactIndex:
         """The similarity block of a chunk of queries against every key."""
         return queries @ self.keys.T
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         k = positive_int(k, "k")
         queries = as_matrix(queries, "queries", self.dim)
         ids, sims = empty_result(queries.shape[0], k)
@@ -74,7 +75,7 @@ class ExactIndex:
             return ids, sims
         width = min(k, self.count)
         rows_per_block = self.query_block
-        for start in range(0, queries.shape[0], rows_per_block):
+        for start in query_blocks(queries.shape[0], rows_per_block, progress):
             block = self._scores(queries[start:start + rows_per_block])
             step = max(1, SELECT_BUDGET // self.count)
             for row in range(0, block.shape[0], step):
@@ -106,16 +107,28 @@ class ExactIndex:
         return np.take_along_axis(top, order, axis=1).astype(np.int64, copy=False)
 
 
-def top_k_search(keys: np.ndarray, device: str,
-                 block_bytes: int = BLOCK_BYTES) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
-    """Exact top-k by inner product on `device`: a torch matrix product on the GPU, ExactIndex on the CPU."""
+def query_blocks(n_queries: int, rows_per_block: int, progress: bool) -> Iterator[int]:
+    """The first query of each block, with a progress bar (rate and ETA, in queries) when `progress`: at
+    scale one exact search (a mining round, tune's validation) takes minutes to hours."""
+    from tqdm import tqdm
+
+    with tqdm(total=n_queries, desc="exact search", unit="query", disable=not progress) as bar:
+        for start in range(0, n_queries, rows_per_block):
+            yield start
+            bar.update(min(rows_per_block, n_queries - start))
+
+
+def top_k_search(keys: np.ndarray, device: str, block_bytes: int = BLOCK_BYTES,
+                 progress: bool = False) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+    """Exact top-k by inner product on `device`: a torch matrix product on the GPU, ExactIndex on the CPU;
+    with a progress bar when `progress`."""
     if not device.startswith("cuda"):
-        return ExactIndex(keys, block_bytes=block_bytes).search
-    return torch_top_k_search(keys, device, block_bytes)
+        return functools.partial(ExactIndex(keys, block_bytes=block_bytes).search, progress=progress)
+    return torch_top_k_search(keys, device, block_bytes, progress)
 
 
-def torch_top_k_search(keys: np.ndarray, device: str,
-                       block_bytes: int = BLOCK_BYTES) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+def torch_top_k_search(keys: np.ndarray, device: str, block_bytes: int = BLOCK_BYTES,
+                       progress: bool = False) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
     """Top-k by torch on `device`, one block of `block_rows` queries at a time so the similarity block
     stays near `block_bytes` of device memory; ties go as torch.topk puts them."""
     import torch
@@ -126,7 +139,7 @@ def torch_top_k_search(keys: np.ndarray, device: str,
 
     def search(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         ids, sims = [], []
-        for start in range(0, len(queries), rows_per_block):
+        for start in query_blocks(len(queries), rows_per_block, progress):
             scores = torch.from_numpy(queries[start:start + rows_per_block]).to(device) @ key_tensor.T
             top = torch.topk(scores, min(k, key_tensor.shape[0]), dim=1)
             ids.append(top.indices.cpu().numpy())

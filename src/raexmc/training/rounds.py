@@ -53,7 +53,7 @@ def mining_round(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_mat
     model.train()
     negatives = np.full((Y.shape[0], settings.num_hard_negatives), -1, np.int64)
     if settings.hard_negatives and mine_negatives:
-        negatives = mine_hard_negatives(inputs, top_k_search(labels, ctx.device), Y, settings.hnm_topk,
+        negatives = mine_hard_negatives(inputs, top_k_search(labels, ctx.device, progress=ctx.is_main), Y, settings.hnm_topk,
                                         settings.num_hard_negatives,
                                         np.random.default_rng([settings.seed, 1000 + round_no]))
     validation = {}
