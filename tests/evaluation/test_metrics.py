@@ -430,3 +430,21 @@ def test_chunked_processing_matches_single_pass(monkeypatch):
     assert dense_chunked.tolist() == dense_whole.tolist()
     for name, values in metrics_whole.items():
         assert metrics_chunked[name].tolist() == values.tolist(), name
+
+
+@pytest.mark.parametrize("outlier", [False, True])
+def test_sparse_rows_wider_than_k_match_the_reference(outlier):
+    """Rows of 0 to 5k candidates with ties at the k-th score (the cut keeps them all); with an outlier row
+    of every label the padding would exceed 4 cells per candidate, so every candidate is sorted instead."""
+    rng = np.random.default_rng(11)
+    n, width, k = 40, 400, 10
+    dense = np.zeros((n, width))
+    for i in range(n):
+        cols = rng.choice(width, size=rng.integers(0, 5 * k), replace=False)
+        dense[i, cols] = rng.integers(0, 4, size=cols.size) / 4 + 0.25  # four scores: ties at every cut
+    if outlier:
+        dense[0] = rng.integers(1, 4, size=width)
+    scores = sp.csr_matrix(dense)
+    exclude = sp.random(n, width, density=0.05, random_state=rng, format="csr")
+    assert (np.diff(scores.indptr) > k).sum() > n // 2
+    assert top_k(scores, k, exclude=exclude).tolist() == reference_top_k(scores, k, exclude)

@@ -171,6 +171,7 @@ def score_parts(
     is_label = ~is_train
     p_label = _csr(rows[is_label], keys[is_label] - num_train, probs[is_label], (n, num_labels))
     knn_part = sp.csr_matrix(p_train @ Y)
+    knn_part.sum_duplicates()  # a product's indices come unsorted: sorted once here, every combine adds in order
     return knn_part, p_label
 
 
