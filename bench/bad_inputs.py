@@ -319,6 +319,10 @@ def cases() -> list[Case]:
         Case("params-lambda-2", "earlier", "infer.lambda 2 (outside 0..1)", lambda p: p.stage(
             "tune", p.params(p.fresh("lambda-2"), **{"infer.lambda": 2}), dataset="data/tiny",
             embeddings="artifacts/tiny/embeddings", out=p.scratch / "lambda-2" / "tune"), "infer.lambda"),
+        Case("params-exact-compressed", "20", "index.backend exact with memory.compression sq8", lambda p: p.stage(
+            "memory", p.params(p.fresh("exact-sq8"), **{"index.backend": "exact", "memory.compression": "sq8"}),
+            dataset="data/tiny", embeddings="artifacts/tiny/embeddings", out=p.scratch / "exact-sq8" / "memory"),
+             "memory.compression"),
         Case("params-unknown-dataset", "earlier", "data.name names no dataset", lambda p: p.stage(
             "download", p.params(p.fresh("unknown"), **{"data.name": "nope"}), out=p.scratch / "unknown" / "d"),
              "nope"),

@@ -29,7 +29,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          out: Path = typer.Option(..., help="Folder to write selection.json and query_lambda.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        settings = TuneSettings.from_params(p)
+        settings, memory = TuneSettings.from_params(p), MemorySettings.from_params(p)  # both checked before any work
         run.params({"infer": p.section("infer")})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
@@ -37,8 +37,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         val_rows = query_sample(held_out, settings.val_max_queries, settings.val_seed)
         retrieval = validation_retrieval(load_embeddings(embeddings, "train"), load_embeddings(embeddings, "labels"),
                                          Y_train, data.filter_matrix("train"), rest_rows, val_rows, settings.b,
-                                         settings.relevance, pick_device("auto"),
-                                         MemorySettings.from_params(p))
+                                         settings.relevance, pick_device("auto"), memory)
         propensity_ab = propensity_from_params(p, dataset.name)
         selection = select(retrieval, settings, propensity_ab)
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)

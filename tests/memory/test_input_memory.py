@@ -184,9 +184,16 @@ def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep):
     np.testing.assert_array_equal(dual[0], ExactIndex(labels).search(queries, 5)[0])
 
 
-def test_the_memory_stage_refuses_an_unknown_compression_in_one_line(tmp_path):
-    params = (REPO / "params.yaml").read_text().replace("  compression: none ", "  compression: zip9 ")
-    assert "compression: zip9" in params
+@pytest.mark.parametrize("edits, named", [
+    ({"  compression: none ": "  compression: zip9 "}, "zip9"),
+    ({"  compression: none ": "  compression: sq8 ", "  backend: hnsw ": "  backend: exact "}, "index.backend hnsw")])
+def test_the_memory_stage_refuses_a_compression_it_cannot_build_in_one_line(tmp_path, edits, named):
+    """An unknown name, or a compression with the exact backend (no graph to compress): refused before the
+    stage reads anything (there is no dataset here), so not after minutes of key selection."""
+    params = (REPO / "params.yaml").read_text()
+    for old, new in edits.items():
+        assert old in params
+        params = params.replace(old, new)
     (tmp_path / "params.yaml").write_text(params)
     proc = subprocess.run([sys.executable, str(REPO / "stages/memory.py"), "--dataset", str(tmp_path / "data"),
                            "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "memory"),
@@ -194,4 +201,4 @@ def test_the_memory_stage_refuses_an_unknown_compression_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ConfigError: ") and "params.yaml" in last and "memory.compression" in last
-    assert "zip9" in last and not (tmp_path / "memory").exists()
+    assert named in last and not (tmp_path / "memory").exists()

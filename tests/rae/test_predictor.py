@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -273,12 +274,8 @@ BAD_REQUESTS = [  # (request, the one line the answer's message must be); confte
      "ConfigError: k must be at most 5 (the number of labels), got 200000000")]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(built, tmp_path):
-    """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP.
-    A bad request used to be answered 200 with nothing (no text, k=0), with labels (an empty text),
-    by allocating k slots per query (a huge k), or 400 with a generic message and a stack trace."""
+def logged_predictor(built: Path, tmp_path: Path) -> str:
+    """Log and register the predictor of `built` as the package stage does; its model URI."""
     from mlflow.tracking import MlflowClient
 
     from raexmc.pipeline.serving import log_predictor
@@ -287,10 +284,35 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(
     client = MlflowClient(tracking_uri())
     experiment = client.create_experiment("serve-test", artifact_location=(tmp_path / "mlartifacts").as_uri())
     run_id = client.create_run(experiment).info.run_id
-    uri = log_predictor(run_id, built / "model", built / "index", built / "predictor", "raexmc-tiny",
-                        "candidate")
+    return log_predictor(run_id, built / "model", built / "index", built / "predictor", "raexmc-tiny", "candidate")
+
+
+def logged_and_loaded(built: Path, tmp_path: Path, monkeypatch) -> tuple[set[str], object]:
+    """The logged model's indexes (folders under its artifacts, as index/<key set> or predictor/<key set>)
+    and the model loaded back from its downloaded copy, as a server loads it."""
+    import mlflow
+
+    folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=logged_predictor(built, tmp_path),
+                                                      dst_path=str(tmp_path / "downloaded")))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # loading prepends the model's code folder
+    indexes = {meta.parent.relative_to(folder / "artifacts").as_posix()
+               for meta in (folder / "artifacts").glob("*/*/meta.json")}
+    return indexes, mlflow.pyfunc.load_model(str(folder))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(built, tmp_path):
+    """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP.
+    A bad request used to be answered 200 with nothing (no text, k=0), with labels (an empty text),
+    by allocating k slots per query (a huge k), or 400 with a generic message and a stack trace."""
+    from mlflow.tracking import MlflowClient
+
+    from raexmc.pipeline.tracking.run import tracking_uri
+
+    uri = logged_predictor(built, tmp_path)
     assert uri == "models:/raexmc-tiny@candidate"
-    assert str(client.get_model_version_by_alias("raexmc-tiny", "candidate").version) == "1"
+    assert str(MlflowClient(tracking_uri()).get_model_version_by_alias("raexmc-tiny", "candidate").version) == "1"
 
     serve = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1"]
     with local_server(lambda port: [*serve, "-p", str(port)], "/ping") as base:
@@ -310,10 +332,11 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(
 
 
 @pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
-def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path):
+def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path, monkeypatch):
     """memory.keep 0.5 with the prior: 2 merged keys of the 4 inputs beside the 5 labels (7 keys, all within
     b = 8). The predictor's scores are a dense softmax over them with log(members) added to the merged keys'
-    logits, times [merged values; I], mixed by λ."""
+    logits, times [merged values; I], mixed by λ. The logged model carries the memory's input keys' index,
+    not the index stage's (which predict does not load), and answers alike."""
     from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
     from raexmc.memory.keys_values import training_values
 
@@ -344,11 +367,16 @@ def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path):
     assert [r["label"] for r in results[0]] == list(expected)
     assert [r["score"] for r in results[0]] == pytest.approx(list(scores[expected]), abs=1e-4)
 
+    indexes, model = logged_and_loaded(built, tmp_path, monkeypatch)
+    assert indexes == {"predictor/inputs", "index/labels"}
+    assert model.predict(pd.DataFrame({"text": [JYTHON]}), params={"k": 5})["labels"].tolist() == results
+
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predictor_searches_a_compressed_memory_as_evaluate_does(built, tmp_path):
+def test_predictor_searches_a_compressed_memory_as_evaluate_does(built, tmp_path, monkeypatch):
     """memory.compression sq8-m4 at keep 1: the packaged folder carries both faiss indexes and records the
-    compression; the predictor's top labels are those of evaluating that memory (its own search, RAE's scores)."""
+    compression; the predictor's top labels are those of evaluating that memory (its own search, RAE's scores).
+    The logged model carries none of the index stage's indexes, and answers alike."""
     from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
     from raexmc.memory.keys_values import training_values
 
@@ -373,3 +401,7 @@ def test_predictor_searches_a_compressed_memory_as_evaluate_does(built, tmp_path
     scores = rae_scores(*joint, Y, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
     top = top_k(scores, 3)[0]
     assert [r["label"] for r in results[0]] == list(top[top >= 0])
+
+    indexes, model = logged_and_loaded(built, tmp_path, monkeypatch)
+    assert indexes == {"predictor/inputs", "predictor/labels"}
+    assert model.predict(pd.DataFrame({"text": [JYTHON]}), params={"k": 3})["labels"].tolist() == results

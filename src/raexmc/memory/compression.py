@@ -52,3 +52,13 @@ def parse_compression(name: str) -> Compression | None:
         raise ConfigError(f"compression {name!r}: M must be >= 2", "params.yaml", "memory.compression")
     return Compression(name=name, codec=match["codec"], pca_dim=int(match["dim"]) if match["dim"] else None,
                        M=int(M) if M else None)
+
+
+def checked_compression(name: str, backend: str) -> Compression | None:
+    """`name` parsed, and refused with `index.backend` other than hnsw: a compressed memory is a faiss HNSW
+    graph, which the exact backend does not build."""
+    compressed = parse_compression(name)
+    if compressed is not None and backend != "hnsw":
+        raise ConfigError(f"compression {name!r} needs index.backend hnsw, got {backend!r}", "params.yaml",
+                          "memory.compression")
+    return compressed

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..io import atomic_dir
-from .compression import NONE, parse_compression
+from .compression import NONE, checked_compression, parse_compression
 from .exact import CHUNK_ROWS, ExactIndex
 from .faiss_index import FaissIndex, build_faiss
 from .footprint import hnsw_disk_bytes, hnsw_resident_bytes
@@ -31,11 +31,8 @@ def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction
                compression: str = NONE) -> ExactIndex | HnswIndex | FaissIndex:
     """The index that `index.backend` and `memory.compression` name, over `keys` (`progress_label` names
     them on the build's progress bar); a compressed memory is a faiss HNSW graph (faiss_index.py)."""
-    compressed = parse_compression(compression)
+    compressed = checked_compression(compression, backend)
     if compressed is not None:
-        if backend != "hnsw":
-            raise ConfigError(f"compression {compression!r} needs index.backend hnsw, got {backend!r}",
-                              "params.yaml", "memory.compression")
         return build_faiss(keys, compressed, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
                            ef_search=ef_search, progress=progress, progress_label=progress_label)
     if backend == "exact":

@@ -25,7 +25,7 @@ from ..checks import one_of
 from ..errors import ConfigError, DataError
 from ..io import atomic_dir, read_json, write_json
 from ..params import Params
-from .compression import NONE, parse_compression
+from .compression import NONE, checked_compression, parse_compression
 from .indexes import make_index
 from .key_selection import METHODS, kept_count, select_keys
 from .keys_values import KEYS_FILE
@@ -58,7 +58,8 @@ class MemorySettings:
         if not 0.0 <= keep <= 1.0:
             raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", p.path, "memory.keep")
         compression = p.typed("memory.compression", str)
-        parse_compression(compression)  # an unknown name fails here, in one line
+        # an unknown name, or one the index backend cannot build, fails here: before any key is selected
+        checked_compression(compression, p.typed("index.backend", str))
         return cls(keep=keep, method=one_of(p.get("memory.method"), METHODS, "memory.method", p.path, "memory.method"),
                    prior=p.typed("memory.prior", bool), seed=p.typed("memory.seed", int), compression=compression)
 

@@ -1,5 +1,6 @@
 """The predictor as an MLflow pyfunc model: logged into the pipeline's run with its three folders
-as artifacts and this package's code, registered under a name and an alias, so that
+as artifacts (of the index stage's, only the indexes that the memory's own do not replace) and this
+package's code, registered under a name and an alias, so that
 `mlflow models serve -m models:/<name>@<alias>` answers HTTP requests with labels.
 
 Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}});
@@ -11,6 +12,9 @@ the one line `raexmc predict` would print as its "message".
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -25,13 +29,13 @@ from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 import raexmc
 
 from ..errors import DataError, RaexmcError
+from ..memory.indexes import INDEXED_KEY_SETS
 from ..params import Params
-from ..rae.predictor import Predictor
+from ..rae.predictor import Predictor, index_key_sets_read
 from ..rae.queries import query_of
 from .tracking.run import tracking_uri
 
 DEFAULT_K = 10
-ARTIFACTS = ("encoder", "index", "memory")
 REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow")  # faiss: a compressed memory
 SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False) for column in ("text", "title", "content")]),
                            params=ParamSchema([ParamSpec("k", "long", DEFAULT_K)]))
@@ -63,7 +67,8 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
     """Loads a Predictor from the model's artifacts and answers a table of texts with labels."""
 
     def load_context(self, context) -> None:
-        self.predictor = Predictor(*(context.artifacts[name] for name in ARTIFACTS))
+        artifacts = context.artifacts
+        self.predictor = Predictor(artifacts["encoder"], artifacts.get("index"), artifacts["memory"])
 
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         try:
@@ -94,11 +99,36 @@ def log_predictor(run_id: str, encoder: Path, index: Path, memory: Path, model_n
     point `alias` at that version and return the model URI to serve."""
     mlflow.set_tracking_uri(tracking_uri())
     code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
-    with mlflow.start_run(run_id=run_id):
-        info = mlflow.pyfunc.log_model(
-            name="predictor", python_model=RaexmcModel(), signature=SIGNATURE,
-            artifacts=dict(zip(ARTIFACTS, map(str, (encoder, index, memory)))),
-            code_paths=[str(code)], pip_requirements=[f"{name}=={version(name)}" for name in REQUIREMENTS],
-            registered_model_name=model_name)
+    with tempfile.TemporaryDirectory() as scratch:  # where MLflow stages the artifacts too
+        artifacts = {"encoder": str(encoder), "memory": str(memory)}
+        carried = carried_index(Path(index), index_key_sets_read(memory), Path(scratch))
+        if carried is not None:  # None: a compressed memory's own indexes replace both
+            artifacts["index"] = str(carried)
+        with mlflow.start_run(run_id=run_id):
+            info = mlflow.pyfunc.log_model(
+                name="predictor", python_model=RaexmcModel(), signature=SIGNATURE, artifacts=artifacts,
+                code_paths=[str(code)], pip_requirements=[f"{name}=={version(name)}" for name in REQUIREMENTS],
+                registered_model_name=model_name)
     mlflow.MlflowClient().set_registered_model_alias(model_name, alias, info.registered_model_version)
     return f"models:/{model_name}@{alias}"
+
+
+def carried_index(index: Path, key_sets: tuple[str, ...], scratch: Path) -> Path | None:
+    """The index stage's folder as the model carries it: only the indexes of `key_sets` (None for none).
+    A partial one is assembled under `scratch` from hard links (copies across file systems): MLflow
+    refuses symbolic links that lead out of the folder it copies."""
+    if key_sets == INDEXED_KEY_SETS:
+        return index
+    if not key_sets:
+        return None
+    carried = scratch / index.name
+    for key_set in key_sets:
+        shutil.copytree(index / key_set, carried / key_set, copy_function=link_or_copy)
+    return carried
+
+
+def link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

@@ -7,8 +7,8 @@ memory.compression, its input keys' and labels' indexes, which replace the index
 texts, the keys when the index is exact (that backend keeps none) and the per-query λ model, which
 scores each query at its own λ when the settings' `query_lambda` is true (else the scalar λ). Queries are turned into text
 by the same recipe as the training inputs (`encoder.tokens.text_of`), so a Titles dataset's model sees only
-a query's title, as in training. The same three folders make the MLflow model (pipeline/serving.py), so
-`raexmc predict` and a served model answer alike.
+a query's title, as in training. The same three folders make the MLflow model (pipeline/serving.py), less
+the index stage's indexes that the memory's own replace, so `raexmc predict` and a served model answer alike.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..encoder.tokens import text_of, tokenizer_input
 from ..errors import DataError
 from ..io import read_json
 from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
-from ..memory.indexes import load_joint_search
+from ..memory.indexes import INDEXED_KEY_SETS, load_joint_search
 from ..memory.input_memory import COUNTS_FILE, INDEX_FOLDER, LABELS_FOLDER
 from ..memory.prior import add_log_prior
 from .queries import checked_k
@@ -38,12 +38,27 @@ from .ranking import top_k
 from .scoring import combine_per_query, score_parts
 from .timing import Timing
 
+
+def own_indexes(memory: str | os.PathLike) -> dict[str, Path]:
+    """The packaged memory's own indexes by the index stage's key set each replaces: a smaller memory's
+    input keys', a compressed one's labels' too."""
+    own = {key_set: Path(memory) / folder for key_set, folder in zip(INDEXED_KEY_SETS, (INDEX_FOLDER, LABELS_FOLDER))}
+    return {key_set: folder for key_set, folder in own.items() if folder.is_dir()}
+
+
+def index_key_sets_read(memory: str | os.PathLike) -> tuple[str, ...]:
+    """The index stage's key sets whose index a predictor over `memory` loads: those it has none of its own for."""
+    own = own_indexes(memory)
+    return tuple(key_set for key_set in INDEXED_KEY_SETS if key_set not in own)
+
+
 class Predictor:
     """RAE-XMC label scores for raw texts: encode, retrieve the top-b keys, p = softmax(q.k / tau)
     over them, scores = p . V, as the evaluate stage does for the test set."""
 
-    def __init__(self, encoder: str | os.PathLike, index: str | os.PathLike, memory: str | os.PathLike,
+    def __init__(self, encoder: str | os.PathLike, index: str | os.PathLike | None, memory: str | os.PathLike,
                  device: str = "auto", threads: int = 0):
+        """`index` is the index stage's folder (None when the memory's own indexes replace both of its)."""
         memory = Path(memory)
         if not (memory / SETTINGS_FILE).is_file():
             raise DataError(f"not a predictor memory folder (no {SETTINGS_FILE}); run the package stage", memory)
@@ -58,11 +73,9 @@ class Predictor:
                 float(self.settings["tau"]), int(self.settings["b"]), memory / QUERY_LAMBDA_FILE)
         self.label_texts: list[str] = read_json(memory / LABEL_TEXTS_FILE)
         keys = np.load(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
-        # a smaller or compressed memory's own indexes, in place of the index stage's
-        own_inputs, own_labels = (memory / folder for folder in (INDEX_FOLDER, LABELS_FOLDER))
+        # a smaller or compressed memory's own indexes, in place of the index stage's (inputs=, labels=)
         self.index = load_joint_search(index, keys, ef_search=int(self.settings["ef_search"]), threads=threads,
-                                       inputs=own_inputs if own_inputs.is_dir() else None,
-                                       labels=own_labels if own_labels.is_dir() else None)
+                                       **own_indexes(memory))
         self.log_counts = (np.log(np.load(memory / COUNTS_FILE).astype(np.float64))
                            if self.settings.get("memory", {}).get("prior") and (memory / COUNTS_FILE).is_file()
                            else None)
