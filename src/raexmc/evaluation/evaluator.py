@@ -14,7 +14,7 @@ what grows with their number is only each method's per-query metric values.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -111,11 +111,11 @@ class Evaluator:
     `Y_train` is the values' input part (see memory.keys_values.training_values); its pattern also gives the
     label frequencies behind propensities and segments. `memory_values` are the values of RAE's input
     keys when its memory keeps other keys than the training inputs (memory.input_memory); kNN and the
-    label frequencies keep `Y_train`.
+    label frequencies keep `Y_train`. Of `Y_test` only its pairs that are not filtered are kept (`truth`).
     """
 
     Y_train: sp.csr_matrix
-    Y_test: sp.csr_matrix
+    Y_test: InitVar[sp.csr_matrix]
     exclude: sp.csr_matrix
     propensity_ab: tuple[float, float]
     memory_values: sp.csr_matrix | None = None
@@ -125,8 +125,8 @@ class Evaluator:
         """The values RAE's input keys carry."""
         return self.Y_train if self.memory_values is None else self.memory_values
 
-    def __post_init__(self) -> None:
-        self.truth = remove_pairs(self.Y_test, self.exclude)
+    def __post_init__(self, Y_test: sp.csr_matrix) -> None:
+        self.truth = remove_pairs(Y_test, self.exclude)
         self.train_freq = label_frequency(self.Y_train)
         A, B = self.propensity_ab
         self.propensity = propensities(self.train_freq, self.Y_train.shape[0], A, B)
