@@ -52,12 +52,10 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = PAPER_B, tau: fl
     grid = np.array(GRID)
     ab = propensity_ab(name)
     Y_train = training_values(dataset.label_matrix("train"))
-    X = np.asarray(load_embeddings(embeddings, "train"), dtype=np.float32)
-    Z = np.asarray(load_embeddings(embeddings, "labels"), dtype=np.float32)
 
     started = time.perf_counter()
     rest, held = split_validation(Y_train, VALIDATION_FRACTION, 0)
-    validation = validation_retrieval(X, Z, held_out_labels(Y_train, dataset.filter_matrix("train"), rest, held), b)
+    validation = validation_retrieval(embeddings, held_out_labels(Y_train, dataset.filter_matrix("train"), rest, held), b)
     model, fit = fit_on_validation((validation.ids, validation.sims), validation.evaluator(ab), grid, tau, b,
                                    folds=folds, ridge=ridge)
     fit_s = time.perf_counter() - started

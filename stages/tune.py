@@ -13,7 +13,6 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.device import pick_device
-from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
 from raexmc.evaluation.selection import (SELECTION_FILE, TuneSettings, held_out_labels, select,
@@ -38,8 +37,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         held = held_out_labels(Y_train, data.filter_matrix("train"), rest_rows,
                                query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance)
         del Y_train  # the search's keys take its place
-        retrieval = validation_retrieval(load_embeddings(embeddings, "train"), load_embeddings(embeddings, "labels"),
-                                         held, settings.b, pick_device("auto"), MemorySettings.from_params(p))
+        retrieval = validation_retrieval(embeddings, held, settings.b, pick_device("auto"), MemorySettings.from_params(p))
         propensity_ab = propensity_from_params(p, dataset.name)
         selection = select(retrieval, settings, propensity_ab)
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)

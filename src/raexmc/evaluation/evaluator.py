@@ -139,9 +139,11 @@ class Evaluator:
     def rank(self, num_queries: int, scores_of: Scorer) -> np.ndarray:
         """Top-100 labels from `scores_of(rows)`, called on chunks of queries to bound memory;
         filtered pairs are never ranked."""
-        chunks = [top_k(scores_of(rows), RANK_DEPTH, exclude=self.exclude[rows])
-                  for rows in (slice(start, start + QUERY_CHUNK) for start in range(0, num_queries, QUERY_CHUNK))]
-        return np.vstack(chunks) if chunks else np.zeros((0, RANK_DEPTH), np.int64)
+        return stacked_rankings([self.rank_rows(rows, scores_of(rows)) for rows in query_chunks(num_queries)])
+
+    def rank_rows(self, rows: slice, scores: sp.csr_matrix) -> np.ndarray:
+        """Top-100 labels of the queries `rows` from their scores; filtered pairs are never ranked."""
+        return top_k(scores, RANK_DEPTH, exclude=self.exclude[rows])
 
     def chunk(self, rows: slice) -> QueryChunk:
         truth = self.truth[rows]
@@ -159,6 +161,16 @@ class Evaluator:
         totals = self.totals(per_instance=True)
         totals.add(self.chunk(slice(0, self.num_queries)), ranked)
         return self.result(totals)
+
+
+def query_chunks(num_queries: int) -> list[slice]:
+    """The chunks of QUERY_CHUNK queries that scores are computed and ranked in."""
+    return [slice(start, start + QUERY_CHUNK) for start in range(0, num_queries, QUERY_CHUNK)]
+
+
+def stacked_rankings(chunks: list[np.ndarray]) -> np.ndarray:
+    """The rankings of consecutive chunks of queries as one (queries, 100) array."""
+    return np.vstack(chunks) if chunks else np.zeros((0, RANK_DEPTH), np.int64)
 
 
 def rae_scorer(joint: Hits, Y_train: sp.csr_matrix, lam: float, tau: float, b: int) -> Scorer:

@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..checks import positive_int
+from ..encoder.embedding import load_embeddings
 from ..errors import ConfigError, DataError
 from ..io import read_json
 from ..memory.exact import top_k_search
@@ -41,7 +42,7 @@ from ..memory.prior import add_log_prior
 from ..memory.search import Hits
 from ..params import Params
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau, combine, score_parts
-from .evaluator import HEADLINE, Evaluator
+from .evaluator import HEADLINE, Evaluator, query_chunks, stacked_rankings
 
 AUTO = "auto"
 SELECTION_FILE = "selection.json"
@@ -163,10 +164,12 @@ def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_r
                          sp.csr_matrix(filters_train[val_rows]), np.asarray(val_rows), np.asarray(rest_rows))
 
 
-def validation_retrieval(train_inputs: np.ndarray, labels: np.ndarray, held: HeldOutLabels, b: int,
-                         device: str = "cpu", memory: MemorySettings | None = None) -> ValidationRetrieval:
+def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
+                         memory: MemorySettings | None = None) -> ValidationRetrieval:
     """Exact joint top-b of the held-out inputs over the remaining ones, or the keys `memory` selects from
-    them, and the labels."""
+    them, and the labels, from the embeddings folder. Its files are mapped only while the keys and queries
+    are copied out of them: the search holds those alone (the mapped pages count as the stage's memory)."""
+    train_inputs, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
     input_keys, memory_values, log_counts = (train_inputs, held.rest_rows), None, None
     if memory is not None and not memory.full:
         selected = select_keys(train_inputs[held.rest_rows], held.Y_rest, memory.keep, memory.method, memory.seed)
@@ -174,21 +177,28 @@ def validation_retrieval(train_inputs: np.ndarray, labels: np.ndarray, held: Hel
         log_counts = np.log(selected.counts.astype(np.float64)) if memory.prior else None
     keys = stack_rows([input_keys, (labels, None)])
     queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
+    del train_inputs, labels, input_keys
     ids, sims = top_k_search(keys, device)(queries, b)
     return ValidationRetrieval(ids, sims, held, memory_values, log_counts)
 
 
 def validation_curve(retrieval: ValidationRetrieval, lambdas: list[float], taus: list[float], b: int,
                      propensity_ab: tuple[float, float]) -> list[dict[str, float]]:
-    """The headline metrics (percent) of every (λ, τ) on the held-out inputs, rows {"lambda", "tau", metric...}."""
+    """The headline metrics (percent) of every (λ, τ) on the held-out inputs, rows {"lambda", "tau", metric...}.
+    The score halves are computed a chunk of queries at a time and serve every λ: at 1.3M labels those of
+    all 20,000 queries would take some 0.7 GB."""
     evaluator = retrieval.evaluator(propensity_ab)
-    n = len(retrieval.ids)
     rows = []
     for tau in taus:
-        knn_part, label_part = score_parts(*retrieval.hits(tau), evaluator.rae_values, tau, b)
+        ids, sims = retrieval.hits(tau)
+        ranked: dict[float, list[np.ndarray]] = {lam: [] for lam in lambdas}
+        for chunk in query_chunks(len(ids)):
+            parts = score_parts(ids[chunk], sims[chunk], evaluator.rae_values, tau, b)
+            for lam in lambdas:
+                ranked[lam].append(evaluator.rank_rows(chunk, combine(parts, lam)))
+            del parts
         for lam in lambdas:
-            ranked = evaluator.rank(n, lambda r, lam=lam: combine((knn_part[r], label_part[r]), lam))
-            summary = evaluator.summary(ranked)[0]
+            summary = evaluator.summary(stacked_rankings(ranked.pop(lam)))[0]
             rows.append({"lambda": lam, "tau": tau, **{k: summary[k] for k in HEADLINE}})
     return rows
 
