@@ -23,7 +23,7 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation.evaluator import HEADLINE, Evaluator, rae_scorer
 from raexmc.evaluation.propensity import propensity_ab
-from raexmc.evaluation.selection import validation_retrieval
+from raexmc.evaluation.selection import held_out_labels, validation_retrieval
 from raexmc.evaluation.query_lambda_fit import (fit_on_validation, metric_by_lambda, per_query_lambda_scorer,
                                                 per_query_metric)
 from raexmc.evaluation.significance import paired_ttest
@@ -52,12 +52,10 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = PAPER_B, tau: fl
     grid = np.array(GRID)
     ab = propensity_ab(name)
     Y_train = training_values(dataset.label_matrix("train"))
-    X = np.asarray(load_embeddings(embeddings, "train"), dtype=np.float32)
-    Z = np.asarray(load_embeddings(embeddings, "labels"), dtype=np.float32)
 
     started = time.perf_counter()
     rest, held = split_validation(Y_train, VALIDATION_FRACTION, 0)
-    validation = validation_retrieval(X, Z, Y_train, dataset.filter_matrix("train"), rest, held, b)
+    validation = validation_retrieval(embeddings, held_out_labels(Y_train, dataset.filter_matrix("train"), rest, held), b)
     model, fit = fit_on_validation((validation.ids, validation.sims), validation.evaluator(ab), grid, tau, b,
                                    folds=folds, ridge=ridge)
     fit_s = time.perf_counter() - started

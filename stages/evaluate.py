@@ -63,7 +63,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             search_s += time.perf_counter() - started
             return Retrievals(joint=joint, labels=labels, inputs=inputs)
 
-        Y_values = training_values(data.label_matrix("train"), p.typed("infer.relevance", str))
+        Y_values = training_values(data.label_matrix("train"), p.typed("infer.relevance", str), copy=False)
         evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab,
                               None if rae_memory.full else rae_memory.values(Y_values))
         if len(queries) != evaluator.num_queries:

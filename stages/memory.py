@@ -24,7 +24,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         settings = MemorySettings.from_params(p)
         run.params({"memory": p.section("memory")})
         values = None if settings.full else training_values(Dataset(dataset).label_matrix("train"),
-                                                            p.typed("infer.relevance", str))
+                                                            p.typed("infer.relevance", str), copy=False)
         labels = None if settings.compression == NONE else load_embeddings(embeddings, "labels")
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,
                                   p.typed("index.backend", str), labels=labels, M=p.typed("index.M", int),

@@ -45,7 +45,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             own = rae_memory.own_keys()
             keys = memory_keys(embeddings) if own is None else np.vstack([own, load_embeddings(embeddings, "labels")])
         if not rae_memory.full:
-            values = rae_memory.values(training_values(data.label_matrix("train"), settings["relevance"]))
+            values = rae_memory.values(training_values(data.label_matrix("train"), settings["relevance"], copy=False))
         write_memory(out, data, settings, keys, copies=(tune / QUERY_LAMBDA_FILE, *rae_memory.predictor_files()),
                      values=values)
         if p.typed("package.register", bool):

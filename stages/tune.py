@@ -13,10 +13,10 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.device import pick_device
-from raexmc.encoder.embedding import load_embeddings
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
-from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, select, validation_retrieval
+from raexmc.evaluation.selection import (SELECTION_FILE, TuneSettings, held_out_labels, select,
+                                        validation_retrieval)
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.pipeline.stage import run_stage, stage_cli
@@ -34,10 +34,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
         rest_rows, held_out = split_validation(Y_train, settings.val_fraction, settings.val_seed)
-        val_rows = query_sample(held_out, settings.val_max_queries, settings.val_seed)
-        retrieval = validation_retrieval(load_embeddings(embeddings, "train"), load_embeddings(embeddings, "labels"),
-                                         Y_train, data.filter_matrix("train"), rest_rows, val_rows, settings.b,
-                                         settings.relevance, pick_device("auto"), memory)
+        held = held_out_labels(Y_train, data.filter_matrix("train"), rest_rows,
+                               query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance)
+        del Y_train  # the search's keys take its place
+        retrieval = validation_retrieval(embeddings, held, settings.b, pick_device("auto"), memory)
         propensity_ab = propensity_from_params(p, dataset.name)
         selection = select(retrieval, settings, propensity_ab)
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)

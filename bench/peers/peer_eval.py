@@ -41,7 +41,7 @@ class Split:
 
     @property
     def num_test(self) -> int:
-        return self.evaluator.Y_test.shape[0]
+        return self.evaluator.num_queries
 
     @property
     def predict_depth(self) -> int:
@@ -108,8 +108,8 @@ def write_peer_result(split: Split, peer: str, model: str, scores: sp.csr_matrix
                       predict_s: float, model_path: str | Path, settings: dict[str, Any],
                       results: Path = RESULTS) -> dict[str, Any]:
     """Rank a peer's test scores with our Evaluator; write <peer>_<name>.json and .npz; return the report."""
-    if scores.shape != split.evaluator.Y_test.shape:
-        raise DataError(f"{peer} scores have shape {scores.shape}, expected {split.evaluator.Y_test.shape}")
+    if scores.shape != split.evaluator.truth.shape:
+        raise DataError(f"{peer} scores have shape {scores.shape}, expected {split.evaluator.truth.shape}")
     ranked = split.evaluator.rank(split.num_test, lambda rows: scores[rows])
     summary, per_instance = split.evaluator.summary(ranked)
     report = {"dataset": split.name, "peer": peer, "model": model, "settings": settings,

@@ -13,6 +13,7 @@ from raexmc.errors import DataError
 from raexmc.evaluation.macro_f1 import macro_f1_by_segment
 from raexmc.evaluation.metrics import per_instance_metrics, summarize
 from raexmc.evaluation.propensity import PROPENSITY_AB, propensities, propensity_ab
+from raexmc.rae import pairs
 from raexmc.rae.pairs import remove_pairs
 from raexmc.rae.ranking import top_k
 
@@ -92,6 +93,16 @@ def test_remove_pairs_drops_filtered_positives():
     truth = labels([{0, 2}, {1}], 4)
     exclude = labels([{2}, {3}], 4)  # (1, 3) is not a positive: nothing to drop there
     assert remove_pairs(truth, exclude).toarray().tolist() == [[1, 0, 0, 0], [0, 1, 0, 0]]
+
+
+def test_remove_pairs_works_through_chunks_of_rows_as_through_one(monkeypatch):
+    rng = np.random.default_rng(5)
+    truth = sp.random(50, 30, density=0.3, random_state=rng, format="csr")
+    exclude = sp.random(50, 30, density=0.2, random_state=rng, format="csr")
+    monkeypatch.setattr(pairs, "_CHUNK_ENTRIES", 7)  # a chunk of one to a few rows
+    kept = remove_pairs(truth, exclude)
+    np.testing.assert_array_equal(kept.toarray(), np.where(exclude.toarray() != 0, 0.0, truth.toarray()))
+    assert kept.nnz == ((truth.toarray() != 0) & (exclude.toarray() == 0)).sum()
 
 
 def test_filtered_pair_neither_predicted_nor_positive():

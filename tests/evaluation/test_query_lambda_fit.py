@@ -12,7 +12,7 @@ from raexmc.evaluation.evaluator import Evaluator
 from raexmc.evaluation.propensity import DEFAULT_AB
 from raexmc.evaluation.query_lambda_fit import (fit_on_selection, fit_on_validation, metric_by_lambda,
                                                 per_query_lambda_scorer, per_query_metric)
-from raexmc.evaluation.selection import TuneSettings, ValidationRetrieval
+from raexmc.evaluation.selection import HeldOutLabels, TuneSettings, ValidationRetrieval
 
 NUM_LABELS, NUM_TRAIN = 10, 20  # training input i has the one label i % 10
 Y_TRAIN = sp.csr_matrix((np.ones(NUM_TRAIN), np.arange(NUM_TRAIN) % NUM_LABELS, np.arange(NUM_TRAIN + 1)),
@@ -81,8 +81,8 @@ def test_the_tune_stage_fit_falls_back_to_its_chosen_lambda_in_a_tie():
     rng = np.random.default_rng(8)
     joint, evaluator, kind = _queries(rng, 200, separable=False)
     assert (kind == 0).sum() > (kind == 1).sum()
-    retrieval = ValidationRetrieval(*joint, evaluator.truth, Y_TRAIN, sp.csr_matrix((200, NUM_LABELS)),
-                                    np.arange(200), np.arange(NUM_TRAIN))
+    retrieval = ValidationRetrieval(*joint, HeldOutLabels(evaluator.truth, Y_TRAIN, sp.csr_matrix((200, NUM_LABELS)),
+                                                          np.arange(200), np.arange(NUM_TRAIN)))
     settings = TuneSettings(lam=None, tau=TAU, lambda_grid=tuple(GRID), tau_grid=(TAU,), metric="P@1", b=3,
                             val_fraction=0.05, val_max_queries=20000, val_seed=0, relevance="binary")
 

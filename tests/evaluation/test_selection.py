@@ -16,8 +16,9 @@ from ruamel.yaml import YAML
 
 from conftest import REPO, dense_top_b_softmax
 from raexmc.errors import ConfigError, DataError
-from raexmc.evaluation.selection import (TuneSettings, choose, lambda_rows, read_selection, select,
-                                        validation_retrieval)
+from raexmc.evaluation import evaluator
+from raexmc.evaluation.selection import (TuneSettings, choose, held_out_labels, lambda_rows, read_selection,
+                                        select, validation_retrieval)
 from raexmc.params import load_params
 from raexmc.training.batches import query_sample, split_validation
 
@@ -55,6 +56,14 @@ def memory(inputs_right: bool):
     return X, Z, Y
 
 
+def saved(folder, X, Z):
+    """The embeddings folder of training inputs X and label keys Z, as the embed stage writes it."""
+    folder.mkdir()
+    np.save(folder / "train.npy", X)
+    np.save(folder / "labels.npy", Z)
+    return folder
+
+
 def brute_force(X, Z, Y, val_rows, rest_rows, b):
     """P@1 (percent) of every (λ, τ) from dense matrices, and the best by the documented tie rule."""
     Y = Y.toarray()
@@ -78,10 +87,13 @@ def settings(**changes) -> TuneSettings:
 
 
 @pytest.mark.parametrize("inputs_right", [True, False])
-def test_choice_matches_brute_force_where_one_side_of_the_values_is_right(inputs_right):
+@pytest.mark.parametrize("chunk", [8192, 1])  # 1: each query's scores computed and ranked apart
+def test_choice_matches_brute_force_where_one_side_of_the_values_is_right(inputs_right, chunk, tmp_path, monkeypatch):
+    monkeypatch.setattr(evaluator, "QUERY_CHUNK", chunk)
     X, Z, Y = memory(inputs_right)
     val_rows, rest_rows = np.array([0, 1]), np.array([2, 3])
-    retrieval = validation_retrieval(X, Z, Y, sp.csr_matrix((4, 4)), rest_rows, val_rows, b=6)
+    retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z), held_out_labels(Y, sp.csr_matrix((4, 4)), rest_rows,
+                                                                                 val_rows), b=6)
     chosen = select(retrieval, settings(), (0.55, 1.5))
     curve, best = brute_force(X, Z, Y, val_rows, rest_rows, b=6)
 
@@ -95,9 +107,10 @@ def test_choice_matches_brute_force_where_one_side_of_the_values_is_right(inputs
     assert chosen["fixed_val_value"] == curve[0.5, 0.04] == 0.0
 
 
-def test_a_fixed_value_keeps_it_and_chooses_the_other():
+def test_a_fixed_value_keeps_it_and_chooses_the_other(tmp_path):
     X, Z, Y = memory(inputs_right=True)
-    retrieval = validation_retrieval(X, Z, Y, sp.csr_matrix((4, 4)), np.array([2, 3]), np.array([0, 1]), b=6)
+    held = held_out_labels(Y, sp.csr_matrix((4, 4)), np.array([2, 3]), np.array([0, 1]))
+    retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z), held, b=6)
     curve, _ = brute_force(X, Z, Y, np.array([0, 1]), np.array([2, 3]), b=6)
     fixed_tau = select(retrieval, settings(tau=0.02), (0.55, 1.5))
     best_at = -max((curve[lam, 0.02], -abs(lam - 0.5), -lam) for lam in LAMBDAS)[2]
@@ -121,11 +134,12 @@ def forty_inputs_five_labels():
     return vectors[:40], vectors[40:], Y
 
 
-def test_held_out_queries_are_not_keys_of_their_memory():
+def test_held_out_queries_are_not_keys_of_their_memory(tmp_path):
     """Every training input is also a would-be key; a query that found itself would score 1.0."""
     X, Z, Y = forty_inputs_five_labels()
     rest_rows, val_rows = split_validation(Y, 0.25, 0)
-    retrieval = validation_retrieval(X, Z, Y, sp.csr_matrix((40, 5)), rest_rows, val_rows, b=45)
+    retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z), held_out_labels(Y, sp.csr_matrix((40, 5)), rest_rows,
+                                                                                 val_rows), b=45)
 
     assert len(val_rows) == 10 and sorted([*val_rows, *rest_rows]) == list(range(40))
     assert ((retrieval.ids >= 0).sum(axis=1) == 30 + 5).all(), "the memory holds the 30 other inputs and the 5 labels"
@@ -133,7 +147,7 @@ def test_held_out_queries_are_not_keys_of_their_memory():
     found_rows = rest_rows[retrieval.ids[input_keys]]
     assert not np.isin(found_rows, val_rows).any(), "a held-out input is a key of its own memory"
     assert retrieval.sims[:, 0].max() < 0.999, "a query found itself"
-    assert (retrieval.Y_val != Y[val_rows]).nnz == 0 and retrieval.Y_rest.shape == (30, 5)
+    assert (retrieval.held.Y_val != Y[val_rows]).nnz == 0 and retrieval.held.Y_rest.shape == (30, 5)
 
 
 def write_params(folder, **infer):

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 
 from raexmc.errors import ConfigError, DataError
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, memory_backend
+from raexmc.memory import keys_values
 from raexmc.memory.keys_values import memory_keys, training_values
 
 
@@ -28,6 +29,17 @@ def test_key_sets_stack_in_key_id_order(embeddings):
     np.testing.assert_array_equal(memory_keys(embeddings), np.vstack([train, labels]))
     np.testing.assert_array_equal(memory_keys(embeddings, "labels"), labels)
     np.testing.assert_array_equal(memory_keys(embeddings, "inputs"), train)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_stacked_rows_are_the_chosen_rows_of_each_part_in_turn(monkeypatch, dtype):
+    rng = np.random.default_rng(4)
+    inputs, labels = rng.normal(size=(11, 3)).astype(dtype), rng.normal(size=(4, 3)).astype(dtype)
+    rows = np.array([0, 2, 3, 7, 8, 10])
+    monkeypatch.setattr(keys_values, "GATHER_ROWS", 4)  # blocks end inside both parts
+    keys = keys_values.stack_rows([(inputs, rows), (labels, None)])
+    assert keys.dtype == np.float32
+    np.testing.assert_array_equal(keys, np.concatenate([inputs[[0, 2, 3, 7, 8, 10]], labels]).astype(np.float32))
 
 
 @pytest.mark.parametrize("backend", ["exact", "hnsw"])
@@ -60,3 +72,15 @@ def test_values_are_binary_unless_graded_is_asked_for():
     assert Y.data.tolist() == [1.0, 0.5, 2.0]  # the dataset's matrix is left as it was
     with pytest.raises(ConfigError, match="infer.relevance"):
         training_values(Y, "weighted")
+
+
+def test_values_take_over_the_matrix_handed_to_them():
+    """copy=False: a float64 matrix's arrays become the values' (the stages hand over the 0.6 GB Y_train)."""
+    Y = sp.csr_matrix((np.array([1.0, 0.0, 0.5, 2.0]), np.array([0, 1, 2, 1]), np.array([0, 3, 4])), shape=(2, 3))
+    values = training_values(Y, copy=False)  # with a stored zero, which the values drop
+    np.testing.assert_array_equal(values.toarray(), [[1, 0, 1], [0, 1, 0]])
+    assert values.nnz == 3
+    assert np.shares_memory(values.data, Y.data) and np.shares_memory(values.indices, Y.indices)
+    graded = training_values(sp.csr_matrix(np.array([[0.5, 0.0], [0.0, 3.0]], dtype=np.float32)), "graded",
+                             copy=False)
+    assert graded.dtype == np.float64 and graded.toarray().tolist() == [[0.5, 0.0], [0.0, 3.0]]

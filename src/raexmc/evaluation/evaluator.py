@@ -14,7 +14,7 @@ what grows with their number is only each method's per-query metric values.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -111,11 +111,11 @@ class Evaluator:
     `Y_train` is the values' input part (see memory.keys_values.training_values); its pattern also gives the
     label frequencies behind propensities and segments. `memory_values` are the values of RAE's input
     keys when its memory keeps other keys than the training inputs (memory.input_memory); kNN and the
-    label frequencies keep `Y_train`.
+    label frequencies keep `Y_train`. Of `Y_test` only its pairs that are not filtered are kept (`truth`).
     """
 
     Y_train: sp.csr_matrix
-    Y_test: sp.csr_matrix
+    Y_test: InitVar[sp.csr_matrix]
     exclude: sp.csr_matrix
     propensity_ab: tuple[float, float]
     memory_values: sp.csr_matrix | None = None
@@ -125,8 +125,8 @@ class Evaluator:
         """The values RAE's input keys carry."""
         return self.Y_train if self.memory_values is None else self.memory_values
 
-    def __post_init__(self) -> None:
-        self.truth = remove_pairs(self.Y_test, self.exclude)
+    def __post_init__(self, Y_test: sp.csr_matrix) -> None:
+        self.truth = remove_pairs(Y_test, self.exclude)
         self.train_freq = label_frequency(self.Y_train)
         A, B = self.propensity_ab
         self.propensity = propensities(self.train_freq, self.Y_train.shape[0], A, B)
@@ -139,9 +139,11 @@ class Evaluator:
     def rank(self, num_queries: int, scores_of: Scorer) -> np.ndarray:
         """Top-100 labels from `scores_of(rows)`, called on chunks of queries to bound memory;
         filtered pairs are never ranked."""
-        chunks = [top_k(scores_of(rows), RANK_DEPTH, exclude=self.exclude[rows])
-                  for rows in (slice(start, start + QUERY_CHUNK) for start in range(0, num_queries, QUERY_CHUNK))]
-        return np.vstack(chunks) if chunks else np.zeros((0, RANK_DEPTH), np.int64)
+        return stacked_rankings([self.rank_rows(rows, scores_of(rows)) for rows in query_chunks(num_queries)])
+
+    def rank_rows(self, rows: slice, scores: sp.csr_matrix) -> np.ndarray:
+        """Top-100 labels of the queries `rows` from their scores; filtered pairs are never ranked."""
+        return top_k(scores, RANK_DEPTH, exclude=self.exclude[rows])
 
     def chunk(self, rows: slice) -> QueryChunk:
         truth = self.truth[rows]
@@ -159,6 +161,16 @@ class Evaluator:
         totals = self.totals(per_instance=True)
         totals.add(self.chunk(slice(0, self.num_queries)), ranked)
         return self.result(totals)
+
+
+def query_chunks(num_queries: int) -> list[slice]:
+    """The chunks of QUERY_CHUNK queries that scores are computed and ranked in."""
+    return [slice(start, start + QUERY_CHUNK) for start in range(0, num_queries, QUERY_CHUNK)]
+
+
+def stacked_rankings(chunks: list[np.ndarray]) -> np.ndarray:
+    """The rankings of consecutive chunks of queries as one (queries, 100) array."""
+    return np.vstack(chunks) if chunks else np.zeros((0, RANK_DEPTH), np.int64)
 
 
 def rae_scorer(joint: Hits, Y_train: sp.csr_matrix, lam: float, tau: float, b: int) -> Scorer:

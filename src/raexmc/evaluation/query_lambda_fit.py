@@ -66,9 +66,9 @@ def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, sel
     query; the report says so (`uses_model` false, `reason`)."""
     grid = np.array(settings.lambdas())
     tau, metric = selection["tau"], settings.metric
-    if len(retrieval.val_rows) < 2 * DEFAULT_FOLDS:
+    if len(retrieval.held.val_rows) < 2 * DEFAULT_FOLDS:
         model = QueryLambda(grid, float(selection["lambda"]), tau, settings.b)
-        return model, {"metric": metric, "queries": len(retrieval.val_rows), "uses_model": False,
+        return model, {"metric": metric, "queries": len(retrieval.held.val_rows), "uses_model": False,
                        "reason": f"fewer than {2 * DEFAULT_FOLDS} validation queries: the chosen lambda"}
     return fit_on_validation(retrieval.hits(tau), retrieval.evaluator(propensity_ab), grid, tau, settings.b,
                              metric, fixed_lambda=float(selection["lambda"]))

@@ -31,17 +31,18 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..checks import positive_int
+from ..encoder.embedding import load_embeddings
 from ..errors import ConfigError, DataError
 from ..io import read_json
 from ..memory.exact import top_k_search
 from ..memory.input_memory import MemorySettings
 from ..memory.key_selection import select_keys
-from ..memory.keys_values import training_values
+from ..memory.keys_values import stack_rows, training_values
 from ..memory.prior import add_log_prior
 from ..memory.search import Hits
 from ..params import Params
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau, combine, score_parts
-from .evaluator import HEADLINE, Evaluator
+from .evaluator import HEADLINE, Evaluator, query_chunks, stacked_rankings
 
 AUTO = "auto"
 SELECTION_FILE = "selection.json"
@@ -119,6 +120,18 @@ def _checked(p: Params, key: str, values: list, check: Callable[[Any], float], t
         raise ConfigError(f"{key} must be {text}, got {shown!r}", p.path, key) from None
 
 
+@dataclass(frozen=True)
+class HeldOutLabels:
+    """What the tune stage takes of Y_train: taken before the memory's keys are built, so that the stage
+    can drop Y_train (0.6 GB at 1.3M inputs) before the search."""
+
+    Y_val: sp.csr_matrix        # the held-out inputs' labels
+    Y_rest: sp.csr_matrix       # training_values of the remaining inputs
+    exclude: sp.csr_matrix      # the held-out inputs' filtered pairs
+    val_rows: np.ndarray        # rows of the training inputs that query
+    rest_rows: np.ndarray       # rows of the training inputs the memory keys are chosen from
+
+
 @dataclass
 class ValidationRetrieval:
     """The held-out training inputs' joint top-b over [X_rest; Z] and what scoring them needs; a
@@ -126,17 +139,14 @@ class ValidationRetrieval:
 
     ids: np.ndarray             # (n_val, b) key ids: 0..K-1 the memory's input keys, K.. labels
     sims: np.ndarray
-    Y_val: sp.csr_matrix        # the held-out inputs' labels
-    Y_rest: sp.csr_matrix       # training_values of the remaining inputs
-    exclude: sp.csr_matrix      # the held-out inputs' filtered pairs
-    val_rows: np.ndarray        # rows of the training inputs that query
-    rest_rows: np.ndarray       # rows of the training inputs the memory keys are chosen from
+    held: HeldOutLabels
     memory_values: sp.csr_matrix | None = None   # the selected keys' values (None: every remaining input, Y_rest)
     log_counts: np.ndarray | None = None         # their log member counts when the prior is on
 
     def evaluator(self, propensity_ab: tuple[float, float]) -> Evaluator:
         """Ranks and scores the held-out inputs as the test set is ranked and scored."""
-        return Evaluator(self.Y_rest, self.Y_val, self.exclude, propensity_ab, self.memory_values)
+        held = self.held
+        return Evaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values)
 
     def hits(self, tau: float) -> Hits:
         """The retrieval as RAE scores it at `tau`: with the prior added when the memory has one."""
@@ -144,39 +154,51 @@ class ValidationRetrieval:
         return hits if self.log_counts is None else add_log_prior(hits, self.log_counts, tau)
 
 
-def validation_retrieval(train_inputs: np.ndarray, labels: np.ndarray, Y_train: sp.csr_matrix,
-                         filters_train: sp.csr_matrix, rest_rows: np.ndarray, val_rows: np.ndarray, b: int,
-                         relevance: str = "binary", device: str = "cpu",
-                         memory: MemorySettings | None = None) -> ValidationRetrieval:
-    """Exact joint top-b of the held-out inputs (`val_rows`) over the remaining ones (`rest_rows`), or the
-    keys `memory` selects from them, and the labels."""
+def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_rows: np.ndarray,
+                    val_rows: np.ndarray, relevance: str = "binary") -> HeldOutLabels:
+    """The labels of the held-out inputs (`val_rows`) and the values of the remaining ones (`rest_rows`)."""
     if len(val_rows) == 0 or len(rest_rows) == 0:
         raise ConfigError(f"infer.val_fraction leaves {len(val_rows)} held-out and {len(rest_rows)} memory inputs "
                           f"of {Y_train.shape[0]}: both need at least one", "params.yaml", "infer.val_fraction")
-    Y_rest = training_values(Y_train[rest_rows], relevance)
-    input_keys, memory_values, log_counts = train_inputs[rest_rows], None, None
+    return HeldOutLabels(sp.csr_matrix(Y_train[val_rows]), training_values(Y_train[rest_rows], relevance, copy=False),
+                         sp.csr_matrix(filters_train[val_rows]), np.asarray(val_rows), np.asarray(rest_rows))
+
+
+def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
+                         memory: MemorySettings | None = None) -> ValidationRetrieval:
+    """Exact joint top-b of the held-out inputs over the remaining ones, or the keys `memory` selects from
+    them, and the labels, from the embeddings folder. Its files are mapped only while the keys and queries
+    are copied out of them: the search holds those alone (the mapped pages count as the stage's memory)."""
+    train_inputs, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
+    input_keys, memory_values, log_counts = (train_inputs, held.rest_rows), None, None
     if memory is not None and not memory.full:
-        selected = select_keys(input_keys, Y_rest, memory.keep, memory.method, memory.seed)
-        input_keys, memory_values = selected.keys, selected.values
+        selected = select_keys(train_inputs[held.rest_rows], held.Y_rest, memory.keep, memory.method, memory.seed)
+        input_keys, memory_values = (selected.keys, None), selected.values
         log_counts = np.log(selected.counts.astype(np.float64)) if memory.prior else None
-    keys = np.vstack([input_keys, labels]).astype(np.float32, copy=False)
-    queries = np.ascontiguousarray(train_inputs[val_rows], dtype=np.float32)
+    keys = stack_rows([input_keys, (labels, None)])
+    queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
+    del train_inputs, labels, input_keys
     ids, sims = top_k_search(keys, device, progress=True)(queries, b)
-    return ValidationRetrieval(ids, sims, sp.csr_matrix(Y_train[val_rows]), Y_rest, sp.csr_matrix(filters_train[val_rows]),
-                               np.asarray(val_rows), np.asarray(rest_rows), memory_values, log_counts)
+    return ValidationRetrieval(ids, sims, held, memory_values, log_counts)
 
 
 def validation_curve(retrieval: ValidationRetrieval, lambdas: list[float], taus: list[float], b: int,
                      propensity_ab: tuple[float, float]) -> list[dict[str, float]]:
-    """The headline metrics (percent) of every (λ, τ) on the held-out inputs, rows {"lambda", "tau", metric...}."""
+    """The headline metrics (percent) of every (λ, τ) on the held-out inputs, rows {"lambda", "tau", metric...}.
+    The score halves are computed a chunk of queries at a time and serve every λ: at 1.3M labels those of
+    all 20,000 queries would take some 0.7 GB."""
     evaluator = retrieval.evaluator(propensity_ab)
-    n = len(retrieval.ids)
     rows = []
     for tau in taus:
-        knn_part, label_part = score_parts(*retrieval.hits(tau), evaluator.rae_values, tau, b)
+        ids, sims = retrieval.hits(tau)
+        ranked: dict[float, list[np.ndarray]] = {lam: [] for lam in lambdas}
+        for chunk in query_chunks(len(ids)):
+            parts = score_parts(ids[chunk], sims[chunk], evaluator.rae_values, tau, b)
+            for lam in lambdas:
+                ranked[lam].append(evaluator.rank_rows(chunk, combine(parts, lam)))
+            del parts
         for lam in lambdas:
-            ranked = evaluator.rank(n, lambda r, lam=lam: combine((knn_part[r], label_part[r]), lam))
-            summary = evaluator.summary(ranked)[0]
+            summary = evaluator.summary(stacked_rankings(ranked.pop(lam)))[0]
             rows.append({"lambda": lam, "tau": tau, **{k: summary[k] for k in HEADLINE}})
     return rows
 
@@ -203,8 +225,8 @@ def select(retrieval: ValidationRetrieval, settings: TuneSettings,
             "val_value": best[settings.metric],
             "fixed_lambda": settings.fixed_lambda, "fixed_tau": settings.fixed_tau,
             "fixed_val_value": fixed[settings.metric],
-            "val_queries": len(retrieval.val_rows), "memory_inputs": len(retrieval.rest_rows),
-            "memory_input_keys": len(retrieval.rest_rows) if retrieval.memory_values is None
+            "val_queries": len(retrieval.held.val_rows), "memory_inputs": len(retrieval.held.rest_rows),
+            "memory_input_keys": len(retrieval.held.rest_rows) if retrieval.memory_values is None
             else retrieval.memory_values.shape[0],
             "val_fraction": settings.val_fraction, "val_max_queries": settings.val_max_queries,
             "val_seed": settings.val_seed, "b": settings.b,

@@ -21,7 +21,7 @@ def validate(inputs: np.ndarray, labels: np.ndarray, Y: sp.csr_matrix, filters: 
     searches = {"joint": np.vstack([memory_inputs, labels]), "labels": labels, "inputs": memory_inputs}
     retrievals = Retrievals(**{name: top_k_search(keys, device)(queries, settings.val_b)
                                for name, keys in searches.items()})
-    values = training_values(Y[train_rows])
+    values = training_values(Y[train_rows], copy=False)
     evaluator = Evaluator(values, Y[val_rows], filters[val_rows], propensity_ab)
     scorers = method_scorers(retrievals, values, settings.val_lambda, settings.tau, settings.val_b)
     return {"val_queries": len(val_rows),
