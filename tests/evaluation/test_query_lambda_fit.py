@@ -12,6 +12,7 @@ from raexmc.evaluation.evaluator import Evaluator
 from raexmc.evaluation.propensity import DEFAULT_AB
 from raexmc.evaluation.query_lambda_fit import (fit_on_selection, fit_on_validation, metric_by_lambda,
                                                 per_query_lambda_scorer, per_query_metric)
+from raexmc.evaluation import evaluator as evaluator_module
 from raexmc.evaluation.selection import HeldOutLabels, TuneSettings, ValidationRetrieval
 
 NUM_LABELS, NUM_TRAIN = 10, 20  # training input i has the one label i % 10
@@ -90,3 +91,13 @@ def test_the_tune_stage_fit_falls_back_to_its_chosen_lambda_in_a_tie():
 
     assert not report["uses_model"] and model.fallback == report["fixed_lambda"] == 0.5
     assert fit_on_validation(joint, evaluator, GRID, TAU, b=3)[0].fallback == 0.0
+
+
+def test_the_fit_is_the_same_through_chunks_of_queries(monkeypatch):
+    """The features are computed a chunk of queries at a time; no feature of a query depends on the others."""
+    joint, evaluator, _ = _queries(np.random.default_rng(3), 200)
+    whole = fit_on_validation(joint, evaluator, GRID, TAU, b=3)
+    monkeypatch.setattr(evaluator_module, "QUERY_CHUNK", 7)
+    chunked = fit_on_validation(joint, evaluator, GRID, TAU, b=3)
+    assert chunked[1] == whole[1]
+    np.testing.assert_array_equal(chunked[0].lambdas(*joint, Y_TRAIN), whole[0].lambdas(*joint, Y_TRAIN))
