@@ -1,0 +1,49 @@
+"""bench/memory_budget_scale.py on a small made-up project: one row per variant with its key count, the
+bytes as the files evaluate and predict load, the index stage's build time counted where RAE searches
+its indexes, and the index stage built once across runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import scipy.sparse as sp
+from test_memory_budget import small_project
+
+from conftest import REPO
+
+
+def run_scale(root, variants):
+    out = root / "scale.json"
+    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget_scale.py"), "--dataset",
+                           str(root / "data" / "tiny"), "--embeddings", str(root / "artifacts" / "tiny" / "embeddings"),
+                           "--work", str(root / "work"), "--variants", variants, "--queries", "5", "--out", str(out)],
+                          cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text())
+
+
+def test_rows_count_keys_bytes_and_build_time_of_what_rae_searches(tmp_path):
+    data, _, _ = small_project(tmp_path)
+    report = run_scale(tmp_path, "1/full/none,0.5/kmeans/none,0/random/none,1/full/sq8-m12")
+    rows = report["rows"]
+    assert report["command"].startswith("python bench/memory_budget_scale.py --dataset")
+    assert [(r["method"], r["keep"], r["compression"], r["keys"]) for r in rows] == [
+        ("full", 1.0, "none", 80), ("kmeans", 0.5, "none", 50), ("random", 0.0, "none", 20),
+        ("full", 1.0, "sq8-m12", 80)]
+
+    index = tmp_path / "work" / "index"
+    built = json.loads((index / "built.json").read_text())
+    folder_bytes = {key_set: sum(p.stat().st_size for p in (index / key_set).iterdir()) for key_set in built}
+    sp.save_npz(tmp_path / "values.npz", sp.load_npz(data / "Y_train.npz"))
+    assert rows[0]["bytes"] == sum(folder_bytes.values()) + (tmp_path / "values.npz").stat().st_size
+    assert 0 < rows[2]["bytes"] - folder_bytes["labels"] < 2048, "keep 0: the labels' index and an empty memory"
+    assert rows[3]["bytes"] < rows[0]["bytes"]
+    assert rows[0]["build_s"] == round(built["inputs"]["build_s"] + built["labels"]["build_s"], 1)
+    assert rows[2]["build_s"] >= round(built["labels"]["build_s"], 1)
+    assert all(r["latency_ms"] > 0 for r in rows)
+
+    index_files = {p: p.stat().st_mtime_ns for p in index.rglob("*")}
+    run_scale(tmp_path, "0.5/random/none")
+    assert {p: p.stat().st_mtime_ns for p in index.rglob("*")} == index_files, "the index stage is built once"
