@@ -22,6 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 import typer
 
+from random_embeddings import fill_random_unit
 from raexmc.memory.key_selection import select_keys
 
 
@@ -34,9 +35,7 @@ def main(n: int = 2_248_619, dim: int = 384, labels: int = 1_305_265, labels_per
          keep: float = 0.1, method: str = "kmeans", seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     inputs = np.empty((n, dim), np.float32)
-    for start in range(0, n, 1 << 16):  # normalised block by block: no second copy of the inputs
-        block = rng.standard_normal((min(1 << 16, n - start), dim), dtype=np.float32)
-        inputs[start:start + len(block)] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    fill_random_unit(inputs, rng)
     columns = rng.integers(0, labels, n * labels_per_input).astype(np.int32)
     values = sp.csr_matrix((np.ones(len(columns)), columns, np.arange(0, len(columns) + 1, labels_per_input)),
                            shape=(n, labels))

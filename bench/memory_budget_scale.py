@@ -4,8 +4,8 @@ accuracy (the synthetic shapes' labels mean nothing). The rows of issue 20's tab
     python bench/memory_budget_scale.py --dataset DIR --embeddings DIR --work DIR \\
         --variants "1/full/none,1/full/sq8-m12,0.1/kmeans/none" --ef-construction 100
 
-DIR are a download stage's folder and an embed stage's (random unit vectors will do: build time and
-latency do not depend on what the keys mean). The index stage's two hnswlib indexes (every key, M and
+DIR are a download stage's folder and an embed stage's (random unit vectors will do, as
+bench/random_embeddings.py writes them: build time and latency do not depend on what the keys mean). The index stage's two hnswlib indexes (every key, M and
 --ef-construction) are built once under --work and kept for the next run; each variant <keep>/<method>/<compression>
 is then built as the memory stage builds it. Writes --out after every row:
 {"rows": [{"dataset", "method", "keep", "compression", "keys", "bytes", "build_s", "latency_ms"}], "command"}.
@@ -68,7 +68,7 @@ def main(dataset: Path = typer.Option(..., help="A download stage's folder (Y_tr
     built = index_stage(embeddings, index, M, ef_construction)
     train, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
     batch = np.asarray(load_embeddings(embeddings, "test")[:queries], dtype=np.float32)
-    Y = training_values(Dataset(dataset).label_matrix("train"), "binary")
+    Y = training_values(Dataset(dataset).label_matrix("train"), "binary", copy=False)
     baselines = load_joint_search(index, ef_search=PAPER_EF_SEARCH)
     rows, command = [], "python bench/memory_budget_scale.py " + shlex.join(sys.argv[1:])
     for text in variants.split(","):
