@@ -6,11 +6,13 @@ Reads <root>/data/<name> and <root>/artifacts/<name>/{embeddings,index,tune} (a 
 project), builds each memory as the memory stage does (HNSW at params.yaml's index.*: M, ef_construction)
 for every keep of --keeps and method of --methods, with and without the prior for the merging methods,
 and scores RAE at the tune stage's λ and τ and infer.b / ef_search. The full memory (keep 1) is the index
-stage's own inputs' index. Every variant without the prior is also built with each compression of
---compressions (memory.compression: its input keys' and labels' indexes compressed). Writes bench/results/memory_budget_<name>.json:
-{"rows": [{"dataset", "mode", "method", "keep", "compression", "bytes", "P@1", "P@5", "R@100",
-"latency_ms"}], "command": {mode: command}}, the metrics in percent, a method with the prior named "<method>+prior";
-a run replaces its mode's rows and keeps the other mode's.
+stage's own inputs' index. Each variant is built with each compression of --compressions
+(memory.compression: its input keys' and labels' indexes compressed); the prior rides with "none" only.
+Writes bench/results/memory_budget_<name>.json: {"rows": [{"dataset", "mode", "method", "keep",
+"compression", "bytes", "P@1", "P@5", "R@100", "latency_ms"}], "command": {mode: command}}, the metrics in
+percent, a method with the prior named "<method>+prior". A run replaces its mode's rows and keeps the other
+mode's; with --append it replaces only the rows it measures again and chains its command to the mode's,
+so that a few costly variants join a table without rebuilding the rest.
 
 "bytes" is what evaluate and predict load for RAE's memory, as stored: both indexes RAE searches (the
 labels' and the memory's input keys', vectors and graph; the memory's own where it has them), the values RAE's input keys carry (Y_train.npz as the package
@@ -87,7 +89,8 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
          methods: str = typer.Option("random,kmeans", help="Selection methods, comma-separated."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file (index.*, infer.b, ef_search)."),
          seed: int = typer.Option(0, help="memory.seed."),
-         compressions: str = typer.Option("none", help="memory.compression names, comma-separated.")) -> None:
+         compressions: str = typer.Option("none", help="memory.compression names, comma-separated."),
+         append: bool = typer.Option(False, help="Keep the mode's other rows; replace only those measured again.")) -> None:
     p = load_params(params)
     data, artifacts = Dataset(root / "data" / name), root / "artifacts" / name
     index, selection = artifacts / "index", read_selection(artifacts / "tune")
@@ -101,11 +104,11 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
     baselines = load_joint_search(index, ef_search=ef_search)
 
     variants = []  # (keep, method, prior, compression): keep 1 once (every method keeps every input); the prior
-    for keep in map(float, keeps.split(",")):  # where keys merge; the compressions without it
+    for keep in map(float, keeps.split(",")):  # where keys merge, uncompressed
         for method in methods.split(",")[:1] if keep == 1.0 else methods.split(","):
-            variants += [(keep, method, prior, "none") for prior in (False, True)
-                         if not prior or (method != "random" and 0.0 < keep < 1.0)]
-            variants += [(keep, method, False, name) for name in compressions.split(",") if name != "none"]
+            for compression in compressions.split(","):
+                variants += [(keep, method, prior, compression) for prior in (False, True)
+                             if not prior or (compression == "none" and method != "random" and 0.0 < keep < 1.0)]
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
@@ -125,13 +128,23 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
                          "latency_ms": latency_ms})
             print(json.dumps(rows[-1]), file=sys.stderr)
     write_rows(Path("bench/results") / f"memory_budget_{name}.json", mode, rows,
-               "python bench/memory_budget.py " + shlex.join(sys.argv[1:]))
+               "python bench/memory_budget.py " + shlex.join(sys.argv[1:]), append)
 
 
-def write_rows(out: Path, mode: str, rows: list[dict], command: str) -> None:
-    """Write `rows` as `mode`'s, keeping the other mode's rows and command: one file per dataset, both modes."""
+def row_key(row: dict) -> tuple:
+    return row["mode"], row["method"], row["keep"], row["compression"]
+
+
+def write_rows(out: Path, mode: str, rows: list[dict], command: str, append: bool = False) -> None:
+    """Write `rows` as `mode`'s, keeping the other mode's rows and command: one file per dataset, both modes.
+    With `append`, the mode's earlier rows stay too, but for those `rows` measure again, and the mode's
+    command becomes the earlier one followed by this one."""
     earlier = json.loads(out.read_text()) if out.is_file() else {"rows": [], "command": {}}
-    kept = [row for row in earlier["rows"] if row["mode"] != mode]
+    measured = {row_key(row) for row in rows}
+    kept = [row for row in earlier["rows"]
+            if row["mode"] != mode or (append and row_key(row) not in measured)]
+    if append and mode in earlier["command"]:
+        command = earlier["command"][mode] + " && " + command
     out.write_text(json.dumps({"rows": kept + rows, "command": {**earlier["command"], mode: command}}, indent=2) + "\n")
 
 

@@ -78,3 +78,16 @@ def test_a_run_replaces_its_modes_rows_and_keeps_the_others(tmp_path):
     assert set(both["command"]) == {"zero-shot", "fine-tuned"}
     again = run_bench(tmp_path, "--keeps", "0")
     assert [(r["mode"], r["keep"]) for r in again["rows"]] == [("fine-tuned", 1.0)] + [("zero-shot", 0.0)] * 2
+
+
+def test_an_appended_run_adds_only_the_variants_it_names(tmp_path):
+    small_project(tmp_path)
+    first = run_bench(tmp_path, "--keeps", "1,0")
+    appended = run_bench(tmp_path, "--keeps", "0.5", "--methods", "kmeans", "--compressions", "sq8", "--append")
+    assert appended["rows"][:len(first["rows"])] == first["rows"]
+    assert [(r["method"], r["keep"], r["compression"]) for r in appended["rows"][len(first["rows"]):]] == [
+        ("kmeans", 0.5, "sq8")], "only the compression named: no uncompressed twin, no prior"
+    command = appended["command"]["zero-shot"]
+    assert command.startswith(first["command"]["zero-shot"] + " && ") and command.endswith("--append")
+    again = run_bench(tmp_path, "--keeps", "0", "--methods", "random", "--append")["rows"]
+    assert [(r["method"], r["keep"]) for r in again] == [("full", 1.0), ("kmeans", 0.0), ("kmeans", 0.5), ("random", 0.0)]
