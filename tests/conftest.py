@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,89 @@ def make_ngame_folder(folder: Path) -> Path:
         (folder / f"{prefix}_X_Y.txt").write_text(f"{len(rows)} {len(LABELS)}\n" + "\n".join(lines) + "\n")
     (folder / "filter_labels_test.txt").write_text("1 3\n")
     return folder
+
+
+def sh(*args, cwd, check=True, env=None):
+    env = {**(os.environ if env is None else env),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def dvc(*args, cwd, check=True, env=None):
+    return sh(sys.executable, "-m", "dvc", *args, cwd=cwd, check=check, env=env)
+
+
+def set_params(repo: Path, **updates) -> None:
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    params = yaml.load(repo / "params.yaml")
+    for dotted, value in updates.items():
+        node = params
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    yaml.dump(params, repo / "params.yaml")
+
+
+def commit_all(repo: Path, message: str) -> None:
+    sh("git", "add", "-A", cwd=repo)
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message, cwd=repo)
+
+
+def new_project(root: Path, tiny_model: Path) -> Path:
+    """The project's tracked and new files, committed in a fresh git repo under `root`, set to a tiny dataset."""
+    repo = root / "repo"
+    files = sh("git", "ls-files", "-co", "--exclude-standard", cwd=REPO).stdout.split()
+    for name in files:
+        if (REPO / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, repo / name)
+    sh("git", "init", "-q", cwd=repo)
+    set_params(repo, **{"data.name": "tiny",
+                        "datasets.tiny": {"source": "local", "path": str(make_lf_folder(root / "lf"))},
+                        "encoder.name": str(tiny_model), "tokenize.input_max_len": 16,
+                        "infer.lambda": "auto", "infer.val_fraction": 0.25})  # tune holds out 1 of the 4 inputs
+    commit_all(repo, "tiny")
+    return repo
+
+
+@pytest.fixture
+def project(tmp_path, tiny_model) -> Path:
+    return new_project(tmp_path, tiny_model)
+
+
+@dataclass(frozen=True)
+class Reproduced:
+    """A project after one whole `dvc repro`, committed, and the MLflow store that run logged into
+    (outside the project, so that a copy of the project starts with no store of its own)."""
+
+    repo: Path
+    store: str
+
+
+@pytest.fixture(scope="session")
+def reproduced_once(tmp_path_factory, tiny_model, download_cache) -> Reproduced:
+    """One real `dvc repro` of the tiny project for every test that starts from a reproduced project:
+    each stage is a fresh Python process (seconds of imports), so a repro costs a minute or more."""
+    root = tmp_path_factory.mktemp("reproduced")
+    repo, store = new_project(root, tiny_model), f"sqlite:///{root / 'mlflow.db'}"
+    env = {name: value for name, value in os.environ.items() if name not in ("DVC_ROOT", "DVC_EXP_NAME")}
+    dvc("repro", cwd=repo, env={**env, "MLFLOW_TRACKING_URI": store, "RAEXMC_CACHE": str(download_cache)})
+    commit_all(repo, "reproduced")
+    return Reproduced(repo, store)
+
+
+@pytest.fixture
+def reproduced_project(tmp_path, reproduced_once) -> Path:
+    """A test's own copy of the reproduced project: `cp -a` keeps the outputs hard-linked to the copy's
+    DVC cache, as `dvc repro` left them, and the run cache serves unchanged stages."""
+    sh("cp", "-a", str(reproduced_once.repo), str(tmp_path / "repo"), cwd=tmp_path)
+    return tmp_path / "repo"
 
 
 @pytest.fixture

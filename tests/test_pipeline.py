@@ -1,10 +1,9 @@
-"""A real `dvc repro` of the first stages in a fresh temporary git repo, on a tiny dataset."""
+"""A real `dvc repro` of the whole DAG in a fresh temporary git repo, on a tiny dataset, and what DVC and
+MLflow make of it: reruns, experiments, a sweep, a killed training run."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -12,54 +11,10 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from ruamel.yaml import YAML
 
-from conftest import REPO, make_lf_folder
+from conftest import dvc, set_params, sh
 
 pytestmark = pytest.mark.slow
-
-
-def sh(*args, cwd, check=True):
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def dvc(*args, cwd, check=True):
-    return sh(sys.executable, "-m", "dvc", *args, cwd=cwd, check=check)
-
-
-def set_params(repo: Path, **updates) -> None:
-    yaml = YAML()
-    params = yaml.load(repo / "params.yaml")
-    for dotted, value in updates.items():
-        node = params
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    yaml.dump(params, repo / "params.yaml")
-
-
-@pytest.fixture
-def project(tmp_path, tiny_model) -> Path:
-    """The project's tracked and new files, committed in a fresh git repo, set to a tiny dataset."""
-    repo = tmp_path / "repo"
-    files = sh("git", "ls-files", "-co", "--exclude-standard", cwd=REPO).stdout.split()
-    for name in files:
-        if (REPO / name).is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, repo / name)
-    sh("git", "init", "-q", cwd=repo)
-    set_params(repo, **{"data.name": "tiny",
-                        "datasets.tiny": {"source": "local", "path": str(make_lf_folder(tmp_path / "lf"))},
-                        "encoder.name": str(tiny_model), "tokenize.input_max_len": 16,
-                        "infer.lambda": "auto", "infer.val_fraction": 0.25})  # tune holds out 1 of the 4 inputs
-    sh("git", "add", "-A", cwd=repo)
-    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny", cwd=repo)
-    return repo
 
 
 def changed_stages(repo: Path) -> set[str]:
@@ -67,8 +22,8 @@ def changed_stages(repo: Path) -> set[str]:
     return set(json.loads(dvc("status", "--json", cwd=repo).stdout)) - {"track"}
 
 
-def test_repro_runs_the_whole_dag(project, tiny_model):
-    dvc("repro", cwd=project)
+def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_model):
+    project = reproduced_project
     for path in ("data/tiny/stats.json", "artifacts/tiny/tokens/train.ids.npy", "artifacts/tiny/embeddings/test.npy",
                  "artifacts/tiny/index/inputs/meta.json", "artifacts/tiny/index/labels/meta.json",
                  "artifacts/tiny/eval/metrics.json", "artifacts/tiny/eval/per_instance.npz",
@@ -91,7 +46,7 @@ def test_repro_runs_the_whole_dag(project, tiny_model):
     assert "rae_query_lambda" in json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())
     assert "rae_query_lambda_vs_rae" in json.dumps(shown)
 
-    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    client = MlflowClient(reproduced_once.store)
     runs = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
     assert len(runs) == 1, "all stages log into one run per pipeline execution"
     metrics = runs[0].data.metrics
@@ -184,11 +139,12 @@ def test_killed_training_resumes_from_its_checkpoint(project):
     assert curve[-1]["step"] == 150 and "val_rae_P@1" in curve[-1] and "elapsed_s" in curve[-1]
 
 
-def test_sweep_runs_a_queued_grid_into_one_store(project, monkeypatch):
+def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch):
     """`raexmc sweep` queues a grid, runs it with DVC's queue workers and waits; every experiment
-    lands in the project's MLflow store with the numbers `dvc exp show` has."""
+    lands in the project's MLflow store with the numbers `dvc exp show` has. The project was
+    reproduced, so the run cache serves the unchanged stages of every experiment."""
+    project = reproduced_project
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    dvc("repro", cwd=project)  # the run cache then serves the unchanged stages of every experiment
     # YAML 1.2 exponents are floats for DVC and for our params loader alike. tau=0.04 is the
     # workspace's value: DVC restores its evaluate stage from the run cache, and the track stage
     # must still put the metrics into that experiment's MLflow run.
@@ -206,8 +162,7 @@ def test_sweep_runs_a_queued_grid_into_one_store(project, monkeypatch):
         assert run.data.metrics["evaluate/rae.P_at_1"] == rae["P@1"]
         assert float(run.data.params["infer.tau"]) == float(data["params"]["params.yaml"]["data"]["infer"]["tau"])
     assert {float(r.data.params["infer.tau"]) for r in runs if r.data.tags["dvc_experiment"] in by_name} == {0.04, 0.1}
-    served = client.get_model_version_by_alias("raexmc-tiny", "candidate")
-    assert client.get_run(served.run_id).data.tags["dvc_experiment"] == "workspace", "a sweep leaves serving alone"
+    assert "candidate" not in client.get_registered_model("raexmc-tiny").aliases, "a sweep leaves serving alone"
     # tau=0.1 changed what the package stage reads, so that experiment registered a version under
     # its own name (tau=0.04's package stage was restored from the run cache: nothing new to register).
     changed = next(name for name, data in by_name.items() if data["params"]["params.yaml"]["data"]["infer"]["tau"] == 0.1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -134,3 +135,31 @@ def test_a_run_holds_every_param_even_when_dvc_reran_one_stage(project):
     params = found[0].data.params
     assert params["infer.lambda"] == "0.3" and params["datasets.tiny.source"] == "local"
     assert not any(key.startswith(("datasets.other", "presets")) for key in params)
+
+
+_OPEN_RUN = """
+import sys
+from raexmc.pipeline.tracking.run import stage_run
+sys.stdin.readline()  # every process waits here, then all open the store at once
+with stage_run("download") as run:
+    run.metrics({"opened": 1})
+"""
+
+
+def test_experiments_started_together_on_a_new_store_all_log(project, monkeypatch):
+    """Queue workers of a first sweep open a store that does not exist yet at the same moment: MLflow's
+    table creation and the experiment's creation must each happen once, not fail all but one."""
+    for name in ("lam01", "lam02", "lam03", "lam04"):
+        (project / name).mkdir()
+        (project / name / "params.yaml").write_text(f"data:\n  name: {name}\n")
+    monkeypatch.setenv("DVC_ROOT", str(project))  # as for queued experiments, each in its own copy
+    workers = [subprocess.Popen([sys.executable, "-c", _OPEN_RUN], cwd=project / name, stdin=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "DVC_EXP_NAME": name})
+               for name in ("lam01", "lam02", "lam03", "lam04")]
+    for worker in workers:
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+    errors = [worker.communicate(timeout=300)[1] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0] * 4, errors
+    _, found = runs()
+    assert sorted(r.data.tags["dvc_experiment"] for r in found) == ["lam01", "lam02", "lam03", "lam04"]

@@ -9,6 +9,7 @@ MLFLOW_TRACKING_URI overrides it.
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
 import signal
@@ -76,6 +77,23 @@ def _store_error(reason: str) -> StorageError:
         fix = "check the store MLFLOW_TRACKING_URI names"
     return StorageError(f"the MLflow store cannot be used ({reason}): {fix}; the pipeline's outputs do not "
                         "depend on it", store)
+
+
+@contextmanager
+def one_opener_at_a_time() -> Iterator[None]:
+    """Hold a lock beside a SQLite store while opening it and finding or creating the experiment and
+    the pipeline's run: queue workers that start together on a new store would otherwise each create
+    MLflow's tables (all but one fail) or the same experiment twice."""
+    if urlparse(tracking_uri()).scheme != "sqlite":
+        yield
+        return
+    try:
+        handle = open(store_file() + ".lock", "a")
+    except OSError as exc:  # the store's folder is missing or read-only: SQLite could not write there either
+        raise _store_error(exc.strerror) from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _sqlite_header() -> None:
@@ -164,7 +182,7 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
     from mlflow.tracking import MlflowClient
 
     guard = guard or ParamsGuard(params_path)
-    with readable_store():
+    with readable_store(), one_opener_at_a_time():
         client = MlflowClient(tracking_uri=tracking_uri())
         run_id = _pipeline_run(client, guard)
     run = StageRun(client, run_id, stage, guard)
