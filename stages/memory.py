@@ -10,7 +10,6 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import load_embeddings
-from raexmc.memory.compression import NONE
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
 from raexmc.pipeline.stage import run_stage, stage_cli
@@ -25,7 +24,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"memory": p.section("memory")})
         values = None if settings.full else training_values(Dataset(dataset).label_matrix("train"),
                                                             p.typed("infer.relevance", str), copy=False)
-        labels = None if settings.compression == NONE else load_embeddings(embeddings, "labels")
+        labels = load_embeddings(embeddings, "labels") if settings.needs_labels else None
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,
                                   p.typed("index.backend", str), labels=labels, M=p.typed("index.M", int),
                                   ef_construction=p.typed("index.ef_construction", int),

@@ -77,7 +77,7 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     set_params(project, **{"tokenize.input_max_len": 16, "encoder.name": "all-MiniLM-L6-v2"})
     assert changed_stages(project) == {"tokenize", "train"}
 
-    set_params(project, **{"encoder.name": str(tiny_model), "memory.keep": 0.5})
+    set_params(project, **{"encoder.name": str(tiny_model), "memory.keep": 0.5, "memory.method": "kmeans-labels"})
     assert changed_stages(project) == {"memory", "tune"}, "memory.* leaves download, tokenize, train and embed"
     dvc("repro", cwd=project)
     assert changed_stages(project) == set()
@@ -85,7 +85,7 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     assert (kept["input_keys"], kept["num_inputs"], kept["index"]) == (2, 4, "inputs")
     packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
     evaluated = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())["memory"]
-    assert packaged["memory"] == evaluated == {"keep": 0.5, "method": "kmeans", "prior": False, "input_keys": 2,
+    assert packaged["memory"] == evaluated == {"keep": 0.5, "method": "kmeans-labels", "prior": False, "input_keys": 2,
                                                "compression": "none"}
     assert packaged["num_train"] == 2 and (project / "artifacts/tiny/predictor/inputs/meta.json").is_file()
     set_params(project, **{"memory.compression": "sq8-m4"})

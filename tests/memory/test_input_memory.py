@@ -202,3 +202,18 @@ def test_the_memory_stage_refuses_a_compression_it_cannot_build_in_one_line(tmp_
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ConfigError: ") and "params.yaml" in last and "memory.compression" in last
     assert named in last and not (tmp_path / "memory").exists()
+
+
+def test_a_kmeans_labels_memory_selects_with_the_labels_keys(memory_data, tmp_path):
+    """kmeans-labels needs the labels' keys below keep 1 (and says so), and the memory holds what
+    select_keys gives with them."""
+    embeddings, _, Y, _ = memory_data
+    train, labels = np.load(embeddings / "train.npy"), np.load(embeddings / "labels.npy")
+    settings = MemorySettings(0.25, "kmeans-labels", False, 0)
+    assert settings.needs_labels and not MemorySettings(1.0, "kmeans-labels", False, 0).needs_labels
+    with pytest.raises(ValueError, match="labels' keys"):
+        build_input_memory(train, Y, settings, tmp_path / "without", "exact")
+    build_input_memory(train, Y, settings, tmp_path / "memory", "exact", labels=labels)
+    expected = select_keys(train, Y, 0.25, "kmeans-labels", 0, labels=labels)
+    np.testing.assert_array_equal(np.load(tmp_path / "memory" / KEYS_FILE), expected.keys)
+    np.testing.assert_array_equal(InputMemory(tmp_path / "memory").values(Y).toarray(), expected.values.toarray())

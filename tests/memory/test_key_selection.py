@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.errors import ConfigError
-from raexmc.memory.key_selection import kept_count, select_keys
+from raexmc.memory.key_selection import InputsWithLabels, kept_count, select_keys
 
 
 def unit_rows(n: int, d: int = 8, seed: int = 0) -> np.ndarray:
@@ -26,13 +26,13 @@ def test_kept_count_rounds_half_up(keep, n, expected):
     assert kept_count(keep, n) == expected
 
 
-@pytest.mark.parametrize("method", ["random", "kmeans"])
+@pytest.mark.parametrize("method", ["random", "kmeans", "kmeans-labels"])
 @pytest.mark.parametrize("keep, expected", [(0.1, 10), (0.25, 26), (0.5, 52), (0.0, 0), (1.0, 103)])
 def test_selection_keeps_exactly_the_requested_share(method, keep, expected):
     """103 inputs in cells of 16 (7 coarse cells for the k-means): exactly round(keep · 103) keys, each
     merged key standing for at least one input, all inputs accounted for once."""
     inputs, values = unit_rows(103), label_rows(103)
-    selected = select_keys(inputs, values, keep, method, seed=3, cell_size=16)
+    selected = select_keys(inputs, values, keep, method, seed=3, cell_size=16, labels=unit_rows(5, seed=2))
     assert len(selected) == selected.values.shape[0] == len(selected.counts) == expected
     assert selected.values.shape[1] == 5 and selected.keys.shape == (expected, 8)
     assert (selected.counts >= 1).all()
@@ -63,6 +63,31 @@ def test_kmeans_merges_near_duplicates_into_their_mean():
     # the unit mean of (1, 0, 0, 0) and (1, 0, 0.1, 0)/|.|: |.| = sqrt(1.01) = 1.004988
     mean = (np.array([1, 0, 0, 0]) + np.array([1, 0, 0.1, 0]) / 1.004988) / 2
     np.testing.assert_allclose(keys[0], mean / np.linalg.norm(mean), atol=1e-5)
+
+
+def test_kmeans_labels_clusters_each_input_with_its_labels_keys():
+    """unit(x + unit(mean of its positive labels' keys)), by hand; an input without labels is its key."""
+    x = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.float32)
+    z = np.array([[0, 1, 0], [0, 0, 1]], dtype=np.float32)
+    values = sp.csr_matrix(np.array([[1, 1], [0.5, 0], [0, 0]]))  # a graded 0.5 counts as positive
+    points = InputsWithLabels(x, values, z)[np.arange(3)]
+    # input 0: labels 0 and 1, mean (0, .5, .5) -> unit (0, .7071, .7071); x + that = (1, .7071, .7071), |.| = 1.41421
+    np.testing.assert_allclose(points[0], [0.70711, 0.5, 0.5], atol=1e-5)
+    np.testing.assert_allclose(points[1], [0, 1, 0], atol=1e-6)  # (0, 1, 0) + (0, 1, 0), made unit
+    np.testing.assert_allclose(points[2], [0, 0, 1], atol=1e-6)
+
+
+def test_kmeans_labels_keeps_look_alikes_with_different_labels_apart():
+    """Four copies of one input, two with label A and two with label B, keep 0.5: plain k-means cannot
+    tell them apart, kmeans-labels merges each label's pair, so each key's value is one label, not a half
+    of each."""
+    inputs = np.tile(np.array([[1, 0, 0, 0]], dtype=np.float32), (4, 1))
+    values = sp.csr_matrix(np.array([[1, 0], [0, 1], [1, 0], [0, 1]], dtype=np.float64))
+    labels = np.array([[0, 0, 1, 0], [0, 0, 0, 1]], dtype=np.float32)
+    selected = select_keys(inputs, values, 0.5, "kmeans-labels", seed=0, labels=labels)
+    assert selected.counts.tolist() == [2, 2]
+    assert sorted(map(tuple, selected.values.toarray())) == [(0.0, 1.0), (1.0, 0.0)]
+    np.testing.assert_allclose(selected.keys, inputs[:2], atol=1e-6)
 
 
 def test_the_same_seed_gives_the_same_memory():

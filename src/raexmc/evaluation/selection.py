@@ -172,7 +172,8 @@ def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: 
     train_inputs, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
     input_keys, memory_values, log_counts = (train_inputs, held.rest_rows), None, None
     if memory is not None and not memory.full:
-        selected = select_keys(train_inputs[held.rest_rows], held.Y_rest, memory.keep, memory.method, memory.seed)
+        selected = select_keys(train_inputs[held.rest_rows], held.Y_rest, memory.keep, memory.method, memory.seed,
+                               labels=labels)
         input_keys, memory_values = (selected.keys, None), selected.values
         log_counts = np.log(selected.counts.astype(np.float64)) if memory.prior else None
     keys = stack_rows([input_keys, (labels, None)])

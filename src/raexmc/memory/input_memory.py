@@ -67,6 +67,11 @@ class MemorySettings:
     def full(self) -> bool:
         return self.keep == 1.0
 
+    @property
+    def needs_labels(self) -> bool:
+        """Whether building the memory reads the labels' keys: to compress them, or to select by them."""
+        return self.compression != NONE or (self.method == "kmeans-labels" and 0.0 < self.keep < 1.0)
+
 
 def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, settings: MemorySettings,
                        out: str | os.PathLike, backend: str, labels: np.ndarray | None = None,
@@ -77,8 +82,8 @@ def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, s
     meta: dict[str, Any] = {**asdict(settings), "num_inputs": len(train_inputs),
                             "input_keys": kept_count(settings.keep, len(train_inputs))}
     compressed = parse_compression(settings.compression) is not None
-    if compressed and labels is None:
-        raise ValueError("a compressed memory needs the labels' keys")
+    if labels is None and settings.needs_labels:
+        raise ValueError("a compressed memory, or one whose keys kmeans-labels selects, needs the labels' keys")
     with atomic_dir(out) as folder:
         if settings.full and not compressed:
             meta["index"] = FULL_INDEX
@@ -86,7 +91,7 @@ def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, s
             keys = train_inputs
             if not settings.full:
                 selected = select_keys(train_inputs, values, settings.keep, settings.method, settings.seed,
-                                       progress=True)
+                                       progress=True, labels=labels)
                 keys = selected.keys
                 sp.save_npz(folder / VALUES_FILE, selected.values)
                 np.save(folder / COUNTS_FILE, selected.counts)
