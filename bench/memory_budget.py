@@ -86,7 +86,7 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
          name: str = typer.Option("foldoc", help="Dataset name."),
          mode: str = typer.Option("zero-shot", help="zero-shot | fine-tuned: the encoder the embeddings came from."),
          keeps: str = typer.Option("1,0.5,0.25,0.1,0", help="Shares of the input keys, comma-separated."),
-         methods: str = typer.Option("random,kmeans", help="Selection methods, comma-separated."),
+         methods: str = typer.Option("random,kmeans,kmeans-labels", help="Selection methods, comma-separated."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file (index.*, infer.b, ef_search)."),
          seed: int = typer.Option(0, help="memory.seed."),
          compressions: str = typer.Option("none", help="memory.compression names, comma-separated."),

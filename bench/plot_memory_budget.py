@@ -22,8 +22,10 @@ def draw(axes, rows: list[dict]) -> None:
     """One mode's lines on `axes`, with the full memory's P@1 and ¼ and ⅛ of its bytes as guides."""
     full = next(r for r in rows if r["method"] == "full" and r["compression"] == "none")
     lines: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for row in rows:  # the full memory (keep 1) is the first point of both selection methods' lines
-        for method in (("kmeans", "random") if row["method"] == "full" else (row["method"],)):
+    selected = {(row["method"], row["compression"]) for row in rows if row["method"] != "full"}
+    for row in rows:  # the full memory (keep 1) is the first point of every selection method's line
+        methods = sorted(m for m, c in selected if c == row["compression"]) if row["method"] == "full" else [row["method"]]
+        for method in methods:
             lines[method, row["compression"]].append((row["bytes"] / 1e6, row["P@1"]))
     for (method, compression), points in sorted(lines.items()):
         points.sort()

@@ -47,8 +47,9 @@ def test_rows_in_the_issues_format_with_bytes_as_loaded(tmp_path):
     assert report["command"]["zero-shot"].startswith("python bench/memory_budget.py --root")
     rows = report["rows"]
     assert all(list(row) == COLUMNS for row in rows)
-    assert [(r["method"], r["keep"]) for r in rows] == [("full", 1.0), ("random", 0.5), ("kmeans", 0.5),
-                                                        ("kmeans+prior", 0.5), ("random", 0.0), ("kmeans", 0.0)]
+    assert [(r["method"], r["keep"]) for r in rows] == [
+        ("full", 1.0), ("random", 0.5), ("kmeans", 0.5), ("kmeans+prior", 0.5), ("kmeans-labels", 0.5),
+        ("kmeans-labels+prior", 0.5), ("random", 0.0), ("kmeans", 0.0), ("kmeans-labels", 0.0)]
     assert {r["mode"] for r in rows} == {"zero-shot"} and {r["compression"] for r in rows} == {"none"}
 
     labels_bytes = sum(p.stat().st_size for p in (artifacts / "index" / "labels").iterdir())
@@ -71,18 +72,18 @@ def test_rows_in_the_issues_format_with_bytes_as_loaded(tmp_path):
 
 def test_a_run_replaces_its_modes_rows_and_keeps_the_others(tmp_path):
     small_project(tmp_path)
-    zero_shot = run_bench(tmp_path, "--keeps", "1,0")["rows"]
+    zero_shot = run_bench(tmp_path, "--keeps", "1,0", "--methods", "random,kmeans")["rows"]
     both = run_bench(tmp_path, "--keeps", "1", "--mode", "fine-tuned")
     assert both["rows"][:len(zero_shot)] == zero_shot
     assert [(r["mode"], r["keep"]) for r in both["rows"][len(zero_shot):]] == [("fine-tuned", 1.0)]
     assert set(both["command"]) == {"zero-shot", "fine-tuned"}
-    again = run_bench(tmp_path, "--keeps", "0")
+    again = run_bench(tmp_path, "--keeps", "0", "--methods", "random,kmeans")
     assert [(r["mode"], r["keep"]) for r in again["rows"]] == [("fine-tuned", 1.0)] + [("zero-shot", 0.0)] * 2
 
 
 def test_an_appended_run_adds_only_the_variants_it_names(tmp_path):
     small_project(tmp_path)
-    first = run_bench(tmp_path, "--keeps", "1,0")
+    first = run_bench(tmp_path, "--keeps", "1,0", "--methods", "random,kmeans")
     appended = run_bench(tmp_path, "--keeps", "0.5", "--methods", "kmeans", "--compressions", "sq8", "--append")
     assert appended["rows"][:len(first["rows"])] == first["rows"]
     assert [(r["method"], r["keep"], r["compression"]) for r in appended["rows"][len(first["rows"]):]] == [
