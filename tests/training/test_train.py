@@ -112,6 +112,18 @@ def test_without_validate_last_the_curve_ends_at_the_last_mining_round(tiny, tin
     assert "val_rae_P@1" in logged[-1][1]
 
 
+def test_a_mining_round_mines_only_the_inputs_its_steps_draw(tiny, tiny_model, tmp_path):
+    """One input per step, a round per step: the checkpoint after step 2 holds the negatives mined at
+    step 1, for the one input step 1 draws and no other."""
+    dataset, _ = tiny
+    run_training(tiny, tiny_model, tmp_path / "ckpt.pt", batch_size=1, max_steps=2, hnm_steps=1, val_fraction=0.0,
+                 validate_last=False)
+    negatives = torch.load(tmp_path / "ckpt.pt", weights_only=False)["negatives"]
+    Y = dataset.label_matrix("train")
+    drawn, _ = BatchSampler(Y, np.arange(Y.shape[0]), settings().seed).batch(1, 1)
+    assert np.flatnonzero((negatives >= 0).any(axis=1)).tolist() == drawn.tolist()
+
+
 class Killed(Exception):
     pass
 

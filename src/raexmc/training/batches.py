@@ -51,6 +51,11 @@ class BatchSampler:
         picks = self.Y.indptr[rows] + (rng.random(size) * degree).astype(np.int64)
         return rows, self.Y.indices[picks].astype(np.int64)
 
+    def rows_drawn(self, first: int, last: int, size: int) -> np.ndarray:
+        """The distinct rows that the batches of steps first..last-1 draw, sorted."""
+        return np.unique(np.concatenate([np.zeros(0, np.int64), *(self.batch(step, size)[0]
+                                                                   for step in range(first, last))]))
+
 
 @dataclass
 class BatchPlan:

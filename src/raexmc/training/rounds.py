@@ -1,4 +1,9 @@
-"""A mining round every `hnm_steps`: re-embed inputs and labels with the current encoder, mine, validate."""
+"""A mining round every `hnm_steps`: re-embed the labels and the inputs the round needs with the current
+encoder, mine, validate.
+
+Mining needs only the inputs the round's steps will draw; validation needs every training input
+(its memory), so a round without validation (`val_fraction: 0`) embeds the labels and a few
+thousand inputs, however large the training set."""
 
 from __future__ import annotations
 
@@ -18,12 +23,13 @@ from .settings import TrainSettings
 from .validation import validate
 
 
-def embed_all(model, ids: np.ndarray, lengths: np.ndarray, batch_size: int, ctx: DistContext,
+def embed_all(model, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, batch_size: int, ctx: DistContext,
               precision: str) -> np.ndarray:
-    """Embeddings of every row, each rank encoding its share (length-sorted batches), gathered."""
-    count = len(lengths)
+    """Embeddings of the given rows (in their order), each rank encoding its share (length-sorted
+    batches), gathered."""
+    count = len(rows)
     padded = pad_to_multiple(np.arange(count), ctx.world_size)
-    mine = shard(padded, ctx)
+    mine = np.asarray(rows)[shard(padded, ctx)]
     local = np.zeros((len(mine), model.config.hidden_size), np.float32)
     for batch in tqdm(length_sorted_batches(np.asarray(lengths)[mine], batch_size), desc="re-embed",
                       unit="batch", disable=not ctx.is_main, mininterval=2.0, leave=False):
@@ -36,26 +42,32 @@ def embed_all(model, ids: np.ndarray, lengths: np.ndarray, batch_size: int, ctx:
 
 @dataclass
 class RoundResult:
-    """The mined negatives of every training input (N, m; -1 where none), and the validation P@1s."""
+    """The mined negatives of every training input (N, m; -1 where not mined or too few), and the
+    validation P@1s."""
 
     negatives: np.ndarray
     validation: dict[str, float]
 
 
 def mining_round(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, train_rows: np.ndarray,
-                 val_rows: np.ndarray, settings: TrainSettings, ctx: DistContext, precision: str, round_no: int,
-                 propensity_ab: tuple[float, float], mine_negatives: bool = True) -> RoundResult:
-    """Re-embed inputs and labels with the current encoder; mine hard negatives (unless
-    `mine_negatives` is false: the round after the last step only validates); validate P@1."""
+                 val_rows: np.ndarray, mine_rows: np.ndarray, settings: TrainSettings, ctx: DistContext,
+                 precision: str, round_no: int, propensity_ab: tuple[float, float]) -> RoundResult:
+    """Re-embed the labels, and the inputs that mining `mine_rows` (none: the round after the last
+    step only validates) and validating `val_rows` need, with the current encoder; mine; validate P@1."""
+    mine_rows = mine_rows if settings.hard_negatives else mine_rows[:0]
+    needed = np.arange(Y.shape[0]) if len(val_rows) else mine_rows
     model.eval()
-    inputs = embed_all(model, cache.ids("train"), cache.lengths("train"), settings.embed_batch_size, ctx, precision)
-    labels = embed_all(model, cache.ids("labels"), cache.lengths("labels"), settings.embed_batch_size, ctx, precision)
+    labels = embed_all(model, cache.ids("labels"), cache.lengths("labels"), np.arange(Y.shape[1]),
+                       settings.embed_batch_size, ctx, precision)
+    inputs = embed_all(model, cache.ids("train"), cache.lengths("train"), needed, settings.embed_batch_size, ctx,
+                       precision)
     model.train()
     negatives = np.full((Y.shape[0], settings.num_hard_negatives), -1, np.int64)
-    if settings.hard_negatives and mine_negatives:
-        negatives = mine_hard_negatives(inputs, top_k_search(labels, ctx.device, progress=ctx.is_main), Y, settings.hnm_topk,
-                                        settings.num_hard_negatives,
-                                        np.random.default_rng([settings.seed, 1000 + round_no]))
+    if len(mine_rows):
+        mined_inputs = inputs[mine_rows] if len(val_rows) else inputs
+        negatives[mine_rows] = mine_hard_negatives(
+            mined_inputs, mine_rows, top_k_search(labels, ctx.device, progress=ctx.is_main), Y, settings.hnm_topk,
+            settings.num_hard_negatives, np.random.default_rng([settings.seed, 1000 + round_no]))
     validation = {}
     if len(val_rows):
         validation = validate(inputs, labels, Y, filters, train_rows, val_rows, settings, ctx.device, propensity_ab)

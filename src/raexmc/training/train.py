@@ -54,15 +54,17 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
     start = saved.resume(ctx.device)
     journal = Journal(settings, ctx, start.step, start.elapsed_s, start.history, log)
 
-    def mine(round_no: int, mine_negatives: bool = True) -> RoundResult:
-        return mining_round(model, cache, Y, filters, train_rows, val_queries, settings, ctx, precision, round_no,
-                            propensity_ab, mine_negatives)
+    def mine(step: int, last: int) -> RoundResult:
+        """The round at `step`: negatives for the rows that steps step..last-1 draw, and validation."""
+        return mining_round(model, cache, Y, filters, train_rows, val_queries,
+                            sampler.rows_drawn(step, last, global_batch), settings, ctx, precision,
+                            step // settings.hnm_steps, propensity_ab)
 
     model.train()
     negatives = start.negatives
     for step in range(start.step, settings.max_steps):
         if negatives is None or step % settings.hnm_steps == 0:
-            mined = mine(step // settings.hnm_steps)
+            mined = mine(step, min((step // settings.hnm_steps + 1) * settings.hnm_steps, settings.max_steps))
             negatives = mined.negatives
             journal.mined(step, mined.validation, scheduler.get_last_lr()[0])
         rows, positives = sampler.batch(step, global_batch)
@@ -72,6 +74,6 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
         saved.save_if_due(step + 1, negatives, journal.elapsed_s(), journal.history)
     journal.close()
     if settings.validate_last and settings.max_steps > start.step:  # on every rank: it gathers across ranks
-        mined = mine(settings.max_steps // settings.hnm_steps + 1, mine_negatives=False)
+        mined = mine(settings.max_steps, settings.max_steps)
         journal.finished(settings.max_steps, mined.validation)
     return journal.history
