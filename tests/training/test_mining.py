@@ -4,6 +4,7 @@ negatives do not depend on which other inputs are mined with it."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 from raexmc.memory.exact import ExactIndex
@@ -42,6 +43,9 @@ def test_sampling_keys_are_rows_of_one_stream_in_any_order_and_any_block():
     for block in (1, 64, 1000, 4096):
         assert np.array_equal(sampling_keys(np.random.default_rng(3), 1000, some, 6, block), whole[some])
     assert sampling_keys(np.random.default_rng(3), 1000, some[:0], 6).shape == (0, 6)
+    for outside in (-1, 1000):
+        with pytest.raises(ValueError, match=r"\[0, 1000\)"):
+            sampling_keys(np.random.default_rng(3), 1000, np.array([5, outside]), 6, 500)
 
 
 def test_mining_a_subset_gives_those_inputs_the_negatives_of_mining_all():

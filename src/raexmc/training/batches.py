@@ -52,9 +52,12 @@ class BatchSampler:
         return rows, self.Y.indices[picks].astype(np.int64)
 
     def rows_drawn(self, first: int, last: int, size: int) -> np.ndarray:
-        """The distinct rows that the batches of steps first..last-1 draw, sorted."""
-        return np.unique(np.concatenate([np.zeros(0, np.int64), *(self.batch(step, size)[0]
-                                                                   for step in range(first, last))]))
+        """The distinct rows that the batches of steps first..last-1 draw, sorted (a mask of every
+        row: no sort of the draws, which outnumber the rows at long schedules)."""
+        drawn = np.zeros(self.Y.shape[0], bool)
+        for step in range(first, last):
+            drawn[self.batch(step, size)[0]] = True
+        return np.flatnonzero(drawn)
 
 
 @dataclass

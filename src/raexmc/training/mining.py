@@ -2,10 +2,11 @@
 
 Every `hnm_steps` the trainer re-embeds the labels, retrieves the top `hnm_topk` labels of the
 inputs the next `hnm_steps` steps will draw (no other input's negatives are read before the next
-round, so mining them would be wasted: at LF-AmazonTitles-1.3M that is 3,200 inputs of 2.25M),
+round, so mining them would be wasted: at the default 100 steps of 32 inputs, 3,200 inputs, however
+large the training set; a round whose steps draw N inputs or more still mines nearly all of them),
 drops each input's positives and samples m of the rest. The sampling keys of input r are row r of
 one (N, hnm_topk) stream of the round's generator, read block by block, so an input gets the
-negatives it gets when every input is mined, as before mining was cut to the drawn inputs.
+negatives it gets when every input is mined (up to floating-point noise in its embedding and search).
 All of it is vectorised over inputs: positives are found with one sparse lookup, sampling with one
 argsort of the keys.
 """
@@ -30,35 +31,38 @@ def positive_mask(candidates: np.ndarray, Y: sp.csr_matrix) -> np.ndarray:
     return mask
 
 
-def sampling_keys(rng: np.random.Generator, n_inputs: int, inputs: np.ndarray, k: int,
+def sampling_keys(rng: np.random.Generator, n_inputs: int, input_rows: np.ndarray, k: int,
                   block: int = 65536) -> np.ndarray:
-    """(len(inputs), k) uniform keys: row i is row inputs[i] of rng.random((n_inputs, k)), drawn a
-    block of rows at a time, so memory stays O(block·k + len(inputs)·k) whatever n_inputs."""
-    order = np.argsort(inputs, kind="stable")
-    ascending = np.asarray(inputs)[order]
+    """(len(input_rows), k) uniform keys: row i is row input_rows[i] of rng.random((n_inputs, k)),
+    drawn a block of rows at a time up to the last block needed, so memory stays O(block·k)."""
+    order = np.argsort(input_rows, kind="stable")
+    ascending = np.asarray(input_rows)[order]
+    if len(ascending) and not 0 <= ascending[0] <= ascending[-1] < n_inputs:
+        raise ValueError(f"input rows must lie in [0, {n_inputs})")
     keys = np.empty((len(order), k))
-    for first in range(0, n_inputs, block):
+    end = ascending[-1] + 1 if len(ascending) else 0
+    for first in range(0, end, block):
         drawn = rng.random((min(block, n_inputs - first), k))
         lo, hi = np.searchsorted(ascending, [first, first + block])
         keys[order[lo:hi]] = drawn[ascending[lo:hi] - first]
     return keys
 
 
-def sample_negatives(candidates: np.ndarray, inputs: np.ndarray, Y: sp.csr_matrix, m: int,
+def sample_negatives(candidates: np.ndarray, input_rows: np.ndarray, Y: sp.csr_matrix, m: int,
                      rng: np.random.Generator) -> np.ndarray:
     """m labels per row of `candidates` drawn uniformly from its non-positive candidates; -1 where too few.
 
-    Row i holds the candidates of training input `inputs[i]` (its row in Y)."""
-    usable = (candidates >= 0) & ~positive_mask(candidates, Y[inputs])
-    keys = np.where(usable, sampling_keys(rng, Y.shape[0], inputs, candidates.shape[1]), np.inf)
+    Row i holds the candidates of the training input in row `input_rows[i]` of Y."""
+    usable = (candidates >= 0) & ~positive_mask(candidates, Y[input_rows])
+    keys = np.where(usable, sampling_keys(rng, Y.shape[0], input_rows, candidates.shape[1]), np.inf)
     order = np.argsort(keys, axis=1, kind="stable")[:, :m]
     chosen = np.take_along_axis(candidates, order, axis=1)
     return np.where(np.take_along_axis(usable, order, axis=1), chosen, -1)
 
 
-def mine_hard_negatives(embeddings: np.ndarray, inputs: np.ndarray, search: Search, Y: sp.csr_matrix, topk: int,
-                        m: int, rng: np.random.Generator) -> np.ndarray:
-    """(len(inputs), m) hard negative label ids of the training inputs `inputs`, whose embeddings are
-    `embeddings` (same order), from `search` over label embeddings."""
+def mine_hard_negatives(embeddings: np.ndarray, input_rows: np.ndarray, search: Search, Y: sp.csr_matrix,
+                        topk: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    """(len(input_rows), m) hard negative label ids of the training inputs in rows `input_rows` of Y,
+    whose embeddings are `embeddings` (same order), from `search` over label embeddings."""
     candidates, _ = search(embeddings, topk)
-    return sample_negatives(candidates, inputs, Y, m, rng)
+    return sample_negatives(candidates, input_rows, Y, m, rng)

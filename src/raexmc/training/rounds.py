@@ -2,8 +2,8 @@
 encoder, mine, validate.
 
 Mining needs only the inputs the round's steps will draw; validation needs every training input
-(its memory), so a round without validation (`val_fraction: 0`) embeds the labels and a few
-thousand inputs, however large the training set."""
+(its memory), so a round without validation (`val_fraction: 0`) embeds the labels and at most
+hnm_steps x the global batch inputs, however large the training set."""
 
 from __future__ import annotations
 
@@ -23,17 +23,17 @@ from .settings import TrainSettings
 from .validation import validate
 
 
-def embed_all(model, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, batch_size: int, ctx: DistContext,
-              precision: str) -> np.ndarray:
+def embed_sharded(model, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, batch_size: int,
+                  ctx: DistContext, precision: str) -> np.ndarray:
     """Embeddings of the given rows (in their order), each rank encoding its share (length-sorted
     batches), gathered."""
     count = len(rows)
     padded = pad_to_multiple(np.arange(count), ctx.world_size)
-    mine = np.asarray(rows)[shard(padded, ctx)]
-    local = np.zeros((len(mine), model.config.hidden_size), np.float32)
-    for batch in tqdm(length_sorted_batches(np.asarray(lengths)[mine], batch_size), desc="re-embed",
+    share = np.asarray(rows)[shard(padded, ctx)]
+    local = np.zeros((len(share), model.config.hidden_size), np.float32)
+    for batch in tqdm(length_sorted_batches(np.asarray(lengths)[share], batch_size), desc="re-embed",
                       unit="batch", disable=not ctx.is_main, mininterval=2.0, leave=False):
-        local[batch] = embed_rows(model, ids, lengths, mine[batch], ctx.device, precision)
+        local[batch] = embed_rows(model, ids, lengths, share[batch], ctx.device, precision)
     gathered = gather_array(torch.from_numpy(local).to(ctx.device), ctx).cpu().numpy()
     out = np.zeros((count, local.shape[1]), np.float32)
     out[padded] = gathered  # shards are contiguous slices of `padded`, gathered in rank order
@@ -52,21 +52,23 @@ class RoundResult:
 def mining_round(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, train_rows: np.ndarray,
                  val_rows: np.ndarray, mine_rows: np.ndarray, settings: TrainSettings, ctx: DistContext,
                  precision: str, round_no: int, propensity_ab: tuple[float, float]) -> RoundResult:
-    """Re-embed the labels, and the inputs that mining `mine_rows` (none: the round after the last
-    step only validates) and validating `val_rows` need, with the current encoder; mine; validate P@1."""
-    mine_rows = mine_rows if settings.hard_negatives else mine_rows[:0]
-    needed = np.arange(Y.shape[0]) if len(val_rows) else mine_rows
-    model.eval()
-    labels = embed_all(model, cache.ids("labels"), cache.lengths("labels"), np.arange(Y.shape[1]),
-                       settings.embed_batch_size, ctx, precision)
-    inputs = embed_all(model, cache.ids("train"), cache.lengths("train"), needed, settings.embed_batch_size, ctx,
-                       precision)
-    model.train()
+    """Mine hard negatives for the training inputs `mine_rows` (sorted; none: the round after the last
+    step only validates) and validate P@1 on `val_rows`, re-embedding with the current encoder the
+    labels and the inputs those need: every one when validating (its memory), else `mine_rows`."""
     negatives = np.full((Y.shape[0], settings.num_hard_negatives), -1, np.int64)
+    if not len(mine_rows) and not len(val_rows):
+        return RoundResult(negatives, {})
+    embedded_rows = np.arange(Y.shape[0]) if len(val_rows) else mine_rows
+    model.eval()
+    labels = embed_sharded(model, cache.ids("labels"), cache.lengths("labels"), np.arange(Y.shape[1]),
+                           settings.embed_batch_size, ctx, precision)
+    inputs = embed_sharded(model, cache.ids("train"), cache.lengths("train"), embedded_rows,
+                           settings.embed_batch_size, ctx, precision)
+    model.train()
     if len(mine_rows):
-        mined_inputs = inputs[mine_rows] if len(val_rows) else inputs
         negatives[mine_rows] = mine_hard_negatives(
-            mined_inputs, mine_rows, top_k_search(labels, ctx.device, progress=ctx.is_main), Y, settings.hnm_topk,
+            inputs[np.searchsorted(embedded_rows, mine_rows)], mine_rows,
+            top_k_search(labels, ctx.device, progress=ctx.is_main), Y, settings.hnm_topk,
             settings.num_hard_negatives, np.random.default_rng([settings.seed, 1000 + round_no]))
     validation = {}
     if len(val_rows):

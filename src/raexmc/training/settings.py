@@ -83,6 +83,11 @@ class TrainSettings:
     embed_batch_size: int = _at_least(1)
     seed: int = _at_least(0)
 
+    @property
+    def mines_negatives(self) -> bool:
+        """Whether mining rounds mine hard negatives (they may still validate)."""
+        return self.hard_negatives and self.num_hard_negatives > 0
+
     @classmethod
     def from_params(cls, p: Params) -> TrainSettings:
         """The recipe of params.yaml's `train` section. Every key there, launch keys included, is

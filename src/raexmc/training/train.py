@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import scipy.sparse as sp
 import torch
 
@@ -56,8 +57,8 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
 
     def mine(step: int, last: int) -> RoundResult:
         """The round at `step`: negatives for the rows that steps step..last-1 draw, and validation."""
-        return mining_round(model, cache, Y, filters, train_rows, val_queries,
-                            sampler.rows_drawn(step, last, global_batch), settings, ctx, precision,
+        drawn = sampler.rows_drawn(step, last, global_batch) if settings.mines_negatives else np.zeros(0, np.int64)
+        return mining_round(model, cache, Y, filters, train_rows, val_queries, drawn, settings, ctx, precision,
                             step // settings.hnm_steps, propensity_ab)
 
     model.train()
