@@ -18,19 +18,27 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 
-def draw(axes, rows: list[dict]) -> None:
-    """One mode's lines on `axes`, with the full memory's P@1 and ¼ and ⅛ of its bytes as guides."""
-    full = next(r for r in rows if r["method"] == "full" and r["compression"] == "none")
+def line_points(rows: list[dict]) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """One mode's (MB, P@1) points per (method, compression), each line sorted by bytes. The full memory
+    (keep 1) is the first point of every selection method's line, or a line of its own (drawn as a star)
+    at a compression no selection was measured with."""
     lines: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     selected = {(row["method"], row["compression"]) for row in rows if row["method"] != "full"}
-    for row in rows:  # the full memory (keep 1) is the first point of every selection method's line
+    for row in rows:
         methods = sorted(m for m, c in selected if c == row["compression"]) if row["method"] == "full" else [row["method"]]
-        for method in methods:
+        for method in methods or ["full"]:
             lines[method, row["compression"]].append((row["bytes"] / 1e6, row["P@1"]))
-    for (method, compression), points in sorted(lines.items()):
-        points.sort()
+    return {key: sorted(points) for key, points in lines.items()}
+
+
+def draw(axes, rows: list[dict], colors: dict[tuple[str, str], tuple]) -> None:
+    """One mode's lines on `axes`, with the full memory's P@1 and ¼ and ⅛ of its bytes as guides."""
+    full = next(r for r in rows if r["method"] == "full" and r["compression"] == "none")
+    for (method, compression), points in sorted(line_points(rows).items()):
         style = "-" if method.startswith("kmeans") else "--"
-        axes.plot(*zip(*points), style, marker="o", markersize=3, label=f"{method}, {compression}")
+        alone = method == "full"
+        axes.plot(*zip(*points), style, marker="*" if alone else "o", markersize=8 if alone else 3,
+                  color=colors[method, compression], label=f"{method}, {compression}")
     axes.axhline(full["P@1"], color="grey", linewidth=0.8)
     axes.axvline(full["bytes"] / 4e6, color="grey", linewidth=0.8, linestyle=":")
     axes.axvline(full["bytes"] / 8e6, color="grey", linewidth=0.8, linestyle=":")
@@ -49,8 +57,11 @@ def main(result: Path = typer.Argument(..., help="A memory_budget_<dataset>.json
     rows = json.loads(result.read_text())["rows"]
     modes = sorted({row["mode"] for row in rows}, reverse=True)  # zero-shot, then fine-tuned
     figure, panels = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4), dpi=120, squeeze=False)
+    by_mode = {mode: [row for row in rows if row["mode"] == mode] for mode in modes}
+    keys = sorted({key for mode in modes for key in line_points(by_mode[mode])})
+    colors = {key: plt.cm.tab20(i % 20) for i, key in enumerate(keys)}  # a line keeps its colour in every panel
     for axes, mode in zip(panels[0], modes):
-        draw(axes, [row for row in rows if row["mode"] == mode])
+        draw(axes, by_mode[mode], colors)
     figure.suptitle("RAE P@1 against the memory's bytes: full memory (grey line), ¼ and ⅛ of its bytes (dotted)",
                     fontsize=9)
     figure.tight_layout()
