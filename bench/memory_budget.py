@@ -8,7 +8,7 @@ for every keep of --keeps and method of --methods, with and without the prior fo
 and scores RAE at the tune stage's λ and τ and infer.b / ef_search. The full memory (keep 1) is the index
 stage's own inputs' index. Each variant is built with each compression of --compressions
 (memory.compression: its input keys' and labels' indexes compressed); the prior rides with "none" only.
-Writes bench/results/memory_budget_<name>.json: {"rows": [{"dataset", "mode", "method", "keep",
+Writes bench/results/memory_budget_<name>.json after every row (a stopped run keeps what it measured): {"rows": [{"dataset", "mode", "method", "keep",
 "compression", "bytes", "P@1", "P@5", "R@100", "latency_ms"}], "command": {mode: command}}, the metrics in
 percent, a method with the prior named "<method>+prior". A run replaces its mode's rows and keeps the other
 mode's; with --append it replaces only the rows it measures again and chains its command to the mode's,
@@ -109,6 +109,9 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
             for compression in compressions.split(","):
                 variants += [(keep, method, prior, compression) for prior in (False, True)
                              if not prior or (compression == "none" and method != "random" and 0.0 < keep < 1.0)]
+    out = Path("bench/results") / f"memory_budget_{name}.json"
+    earlier = json.loads(out.read_text()) if out.is_file() else {"rows": [], "command": {}}
+    command = "python bench/memory_budget.py " + shlex.join(sys.argv[1:])
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
@@ -127,25 +130,24 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
                          **{k: summary[k] for k in ("P@1", "P@5", "R@100")},
                          "latency_ms": latency_ms})
             print(json.dumps(rows[-1]), file=sys.stderr)
-    write_rows(Path("bench/results") / f"memory_budget_{name}.json", mode, rows,
-               "python bench/memory_budget.py " + shlex.join(sys.argv[1:]), append)
+            out.write_text(json.dumps(merged(earlier, mode, rows, command, append), indent=2) + "\n")  # after
+            # every row: a stopped run keeps what it measured
 
 
 def row_key(row: dict) -> tuple:
     return row["mode"], row["method"], row["keep"], row["compression"]
 
 
-def write_rows(out: Path, mode: str, rows: list[dict], command: str, append: bool = False) -> None:
-    """Write `rows` as `mode`'s, keeping the other mode's rows and command: one file per dataset, both modes.
-    With `append`, the mode's earlier rows stay too, but for those `rows` measure again, and the mode's
-    command becomes the earlier one followed by this one."""
-    earlier = json.loads(out.read_text()) if out.is_file() else {"rows": [], "command": {}}
+def merged(earlier: dict, mode: str, rows: list[dict], command: str, append: bool = False) -> dict:
+    """`rows` as `mode`'s, beside the other mode's rows and command from the `earlier` file: one file per
+    dataset, both modes. With `append`, the mode's earlier rows stay too, but for those `rows` measure
+    again, and the mode's command becomes the earlier one followed by this one."""
     measured = {row_key(row) for row in rows}
     kept = [row for row in earlier["rows"]
             if row["mode"] != mode or (append and row_key(row) not in measured)]
     if append and mode in earlier["command"]:
         command = earlier["command"][mode] + " && " + command
-    out.write_text(json.dumps({"rows": kept + rows, "command": {**earlier["command"], mode: command}}, indent=2) + "\n")
+    return {"rows": kept + rows, "command": {**earlier["command"], mode: command}}
 
 
 if __name__ == "__main__":

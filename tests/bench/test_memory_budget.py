@@ -84,11 +84,14 @@ def test_a_run_replaces_its_modes_rows_and_keeps_the_others(tmp_path):
 def test_an_appended_run_adds_only_the_variants_it_names(tmp_path):
     small_project(tmp_path)
     first = run_bench(tmp_path, "--keeps", "1,0", "--methods", "random,kmeans")
-    appended = run_bench(tmp_path, "--keeps", "0.5", "--methods", "kmeans", "--compressions", "sq8", "--append")
+    appended = run_bench(tmp_path, "--keeps", "0.5", "--methods", "random,kmeans", "--compressions", "sq8",
+                         "--append")
     assert appended["rows"][:len(first["rows"])] == first["rows"]
     assert [(r["method"], r["keep"], r["compression"]) for r in appended["rows"][len(first["rows"]):]] == [
-        ("kmeans", 0.5, "sq8")], "only the compression named: no uncompressed twin, no prior"
+        ("random", 0.5, "sq8"), ("kmeans", 0.5, "sq8")], "only the compression named: no uncompressed twin, no prior"
     command = appended["command"]["zero-shot"]
     assert command.startswith(first["command"]["zero-shot"] + " && ") and command.endswith("--append")
+    assert command.count(" && ") == 1, "the file is written after every row, the command chained once"
     again = run_bench(tmp_path, "--keeps", "0", "--methods", "random", "--append")["rows"]
-    assert [(r["method"], r["keep"]) for r in again] == [("full", 1.0), ("kmeans", 0.0), ("kmeans", 0.5), ("random", 0.0)]
+    assert [(r["method"], r["keep"]) for r in again] == [("full", 1.0), ("kmeans", 0.0), ("random", 0.5),
+                                                        ("kmeans", 0.5), ("random", 0.0)]
