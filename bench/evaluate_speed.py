@@ -1,6 +1,6 @@
 """Evaluate's scoring and ranking speed (queries per second) at a chosen label density, without an index:
 seeded random retrievals and labels, every ranking evaluate makes (RAE, both baselines, OvA+kNN off, the
-default λ and b sweeps), as one `evaluate_retrieval` call.
+default λ and b sweeps), as one `evaluate_retrieval` call on `--workers` threads.
 
     python bench/evaluate_speed.py --tag after           # appends a row to bench/results/evaluate_speed.json
 
@@ -45,6 +45,7 @@ def main(tag: str = typer.Option(..., help="Names the row: the code measured (e.
          queries: int = typer.Option(3_000, help="Test queries."),
          per_input: float = typer.Option(22.2, help="Mean labels per input."),
          b: int = typer.Option(200, help="Keys per query (infer.b)."),
+         workers: int = typer.Option(1, help="Threads that rank side by side (evaluate.threads)."),
          seed: int = typer.Option(0)) -> None:
     rng = np.random.default_rng(seed)
     Y, Y_test = random_labels(rng, train, labels, per_input), random_labels(rng, queries, labels, per_input)
@@ -54,11 +55,12 @@ def main(tag: str = typer.Option(..., help="Names the row: the code measured (e.
     settings = EvalSettings(lam=0.5, b=b, tau=0.04, lambda_sweep=[0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1],
                             b_sweep=[10, 25, 50, 100, 200])
     started, cpu = time.perf_counter(), time.process_time()
-    result = evaluate_retrieval(found.rows, evaluator, settings)
+    result = evaluate_retrieval(found.rows, evaluator, settings, workers=workers)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     row = {"tag": tag, "queries_per_s": round(queries / wall, 1), "wall_s": round(wall, 1),
            "cpu_s": round(cpu, 1), "rae_P@1": result["methods"]["rae"]["P@1"],
-           "shape": {"train": train, "labels": labels, "queries": queries, "per_input": per_input, "b": b}}
+           "shape": {"train": train, "labels": labels, "queries": queries, "per_input": per_input, "b": b},
+           "workers": workers}
     report = json.loads(OUT.read_text()) if OUT.is_file() else {"rows": []}
     report["rows"].append({**row, "command": "python bench/evaluate_speed.py " + shlex.join(sys.argv[1:])})
     OUT.write_text(json.dumps(report, indent=2) + "\n")

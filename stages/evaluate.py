@@ -21,6 +21,7 @@ from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, R
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.selection import lambda_rows, read_selection
 from raexmc.io import atomic_dir, write_json
+from raexmc.memory.hnsw import resolve_threads
 from raexmc.memory.indexes import load_joint_search, memory_backend
 from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
@@ -71,7 +72,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                             embeddings / "test.npy")
         result = evaluate_retrieval(BlockSearch(search, baselines.query_block, len(queries)), evaluator, settings,
                                     with_ova_knn=p.typed("infer.ova_knn", bool), query_lambda=query_lambda,
-                                    chunk=chunk or None, progress=True)
+                                    chunk=chunk or None, progress=True,
+                                    workers=resolve_threads(p.typed("evaluate.threads", int)))
         del baselines, keys
         methods, per_instance = result["methods"], result["per_instance"]
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}

@@ -156,3 +156,19 @@ def test_chunks_of_queries_give_the_numbers_of_one_chunk(chunk, block):
     summary, per_instance = evaluator_of(m).summary(ranked)
     assert summary == whole["methods"]["knn"]
     np.testing.assert_array_equal(per_instance["PSP@5"], whole["per_instance"]["knn"]["PSP@5"])
+
+
+def test_rankings_on_several_workers_give_the_numbers_of_one():
+    """Threads score and rank a chunk's rankings side by side; every summary, sweep row and per-query value is
+    the one worker's (each ranking's tally still takes its chunks in order)."""
+    m = make_problem(60, crowd=False)
+    settings = EvalSettings(lam=0.3, b=12, tau=0.1, lambda_sweep=[0.0, 0.3, 1.0], b_sweep=[5, 12])
+    one, three = (evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), settings, with_ova_knn=True,
+                                     chunk=6, workers=workers) for workers in (1, 3))
+    for key in ("methods", "lambda_sweep", "b_sweep"):
+        assert three[key] == one[key], key
+    for method, arrays in one["per_instance"].items():
+        for name, values in arrays.items():
+            np.testing.assert_array_equal(three["per_instance"][method][name], values, err_msg=f"{method}/{name}")
+    with pytest.raises(ValueError, match="workers"):
+        evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), settings, workers=0)

@@ -13,8 +13,10 @@ what grows with their number is only each method's per-query metric values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import InitVar, dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -32,9 +34,9 @@ from .totals import F1_K, QueryChunk, RankingTotals
 
 RANK_DEPTH = 100  # deep enough for R@100
 QUERY_CHUNK = 8192  # queries scored at once: bounds the sparse score matrices' memory
-# Bytes a chunk of test queries may take while it is scored and ranked: about SCORE_ENTRY_BYTES for each of
-# the b_max x (1 + labels per training input) label scores a query's retrieval can give (sparse scores,
-# their mix and the ranking's scratch).
+# Bytes a chunk of test queries may take while it is scored and ranked, shared by the workers that rank it
+# side by side: about SCORE_ENTRY_BYTES for each of the b_max x (1 + labels per training input) label scores
+# a query's retrieval can give (sparse scores, their mix and the ranking's scratch), per worker.
 CHUNK_BYTES = 256 << 20
 SCORE_ENTRY_BYTES = 48
 QUERY_LAMBDA_METHOD = "rae_query_lambda"  # its name beside rae, dual_encoder and knn in metrics.json, per_instance.npz
@@ -188,29 +190,42 @@ def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, t
             "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, tau, b)}
 
 
-def chunk_scores(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr_matrix, settings: EvalSettings,
-                 with_ova_knn: bool, query_lambda: QueryLambda | None) -> Iterator[tuple[tuple[str, Any], sp.csr_matrix]]:
-    """Each ranking's label scores of a chunk's retrievals, one at a time: ("method", name), ("lambda", i)
-    for lambda_sweep[i] and ("b", i) for b_sweep[i]. RAE's halves at (τ, b) serve every λ; its input keys
-    carry `rae_values` (Y_train unless the memory keeps other keys), kNN's carry Y_train."""
-    lam, tau, b, everything = settings.lam, settings.tau, settings.b, slice(None)
+Ranking = tuple[list[tuple[str, Any]], Callable[[], sp.csr_matrix]]  # the keys it is reported under, its scores
+
+
+def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr_matrix, settings: EvalSettings,
+                   with_ova_knn: bool, query_lambda: QueryLambda | None) -> list[Ranking]:
+    """Every distinct ranking of a chunk's retrievals, as the keys it is reported under (("method", name),
+    ("lambda", i) for lambda_sweep[i], ("b", i) for b_sweep[i]) and a function that computes its label scores
+    when called, so that a pool can score and rank them side by side, a few score matrices at a time.
+
+    RAE's halves at (τ, b) serve every λ; RAE at (λ, τ, b) is also the λ sweep's point at λ and the b sweep's
+    at b (the same scores), so it is ranked once for all three. Its input keys carry `rae_values` (Y_train
+    unless the memory keeps other keys), kNN's carry Y_train."""
+    lam, tau, b = settings.lam, settings.tau, settings.b
     ids, sims = found.joint
     parts = score_parts(ids, sims, rae_values, tau, b)
-    yield ("method", "rae"), combine(parts, lam)
+    rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(settings.lambda_sweep) if swept == lam),
+                *(("b", i) for i, swept in enumerate(settings.b_sweep) if swept == b)]
+    rankings: list[Ranking] = [(rae_keys, partial(combine, parts, lam))]
     for name, scorer in method_scorers(found, Y_train, lam, tau, b).items():
         if name != "rae":
-            yield ("method", name), scorer(everything)
+            rankings.append(([("method", name)], partial(scorer, slice(None))))
     if with_ova_knn:
         (z_ids, z_sims), (x_ids, x_sims) = found.labels, found.inputs
-        yield ("method", "ova_knn"), ova_knn_scores(x_ids, x_sims, z_ids, z_sims, Y_train, lam, tau, b)
+        rankings.append(([("method", "ova_knn")],
+                         partial(ova_knn_scores, x_ids, x_sims, z_ids, z_sims, Y_train, lam, tau, b)))
     if query_lambda is not None:
-        lambdas = query_lambda.lambdas(ids, sims, rae_values, parts)
-        yield ("method", QUERY_LAMBDA_METHOD), combine_per_query(parts, lambdas)
-    for i, swept in enumerate(settings.lambda_sweep):
-        yield ("lambda", i), combine(parts, swept)
-    del parts
-    for i, swept in enumerate(settings.b_sweep):
-        yield ("b", i), combine(score_parts(ids, sims, rae_values, tau, swept), lam)
+        def per_query_lambda() -> sp.csr_matrix:
+            return combine_per_query(parts, query_lambda.lambdas(ids, sims, rae_values, parts))
+        rankings.append(([("method", QUERY_LAMBDA_METHOD)], per_query_lambda))
+    rankings += [([("lambda", i)], partial(combine, parts, swept))
+                 for i, swept in enumerate(settings.lambda_sweep) if swept != lam]
+
+    def rae_at(swept: int) -> sp.csr_matrix:
+        return combine(score_parts(ids, sims, rae_values, tau, swept), lam)
+    rankings += [([("b", i)], partial(rae_at, swept)) for i, swept in enumerate(settings.b_sweep) if swept != b]
+    return rankings
 
 
 def chunk_queries(Y_train: sp.csr_matrix, depth: int, budget: int = CHUNK_BYTES) -> int:
@@ -221,10 +236,15 @@ def chunk_queries(Y_train: sp.csr_matrix, depth: int, budget: int = CHUNK_BYTES)
 
 def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSettings, with_ova_knn: bool = False,
                        query_lambda: QueryLambda | None = None, chunk: int | None = None,
-                       progress: bool = False) -> dict[str, Any]:
+                       progress: bool = False, workers: int = 1) -> dict[str, Any]:
     """Metrics of RAE (λ, b), the dual encoder and kNN (optionally OvA+kNN, and RAE with `query_lambda`'s λ per
     query), and RAE's λ and b sweeps, from `search(rows)`'s retrievals (at least max(b, b_sweep) keys deep) of
-    the test queries, `chunk` at a time (default: `chunk_queries`), with a progress bar when `progress`.
+    the test queries, `chunk` at a time (default: `chunk_queries` for `workers`), with a progress bar when
+    `progress`.
+
+    A chunk's rankings (some 15) are scored, ranked and tallied on `workers` threads: numpy and scipy release
+    the GIL in their loops, so they run side by side. Each ranking's tally takes its chunks in order, so the
+    numbers are the same for any number of workers.
 
     Returns {"methods": {name: summary}, "per_instance": {name: arrays}, "lambda_sweep": rows,
     "b_sweep": rows}.
@@ -232,17 +252,28 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
     from tqdm import tqdm
 
     Y, V, n = evaluator.Y_train, evaluator.rae_values, evaluator.num_queries
-    size = chunk or chunk_queries(Y, max([settings.b, *settings.b_sweep]))
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    size = chunk or chunk_queries(Y, max([settings.b, *settings.b_sweep]), CHUNK_BYTES // workers)
     totals: dict[tuple[str, Any], RankingTotals] = {}
     key_counts = np.zeros((len(settings.b_sweep), 2), dtype=np.int64)
-    with tqdm(total=n, desc="evaluate", unit="query", disable=not progress) as bar:
+    with ThreadPoolExecutor(workers) as pool, tqdm(total=n, desc="evaluate", unit="query", disable=not progress) as bar:
         for start in range(0, max(n, 1), size):  # one chunk, empty, when there is no query
             rows = slice(start, min(start + size, n))
             found, queries = search(rows), evaluator.chunk(rows)
-            for key, scores in chunk_scores(found, Y, V, settings, with_ova_knn, query_lambda):
-                if key not in totals:
-                    totals[key] = evaluator.totals(per_instance=key[0] == "method")
-                totals[key].add(queries, top_k(scores, RANK_DEPTH, exclude=queries.exclude))
+            rankings = chunk_rankings(found, Y, V, settings, with_ova_knn, query_lambda)
+            for keys, _ in rankings:
+                for key in keys:
+                    if key not in totals:
+                        totals[key] = evaluator.totals(per_instance=key[0] == "method")
+
+            def rank_and_tally(ranking: Ranking, queries: QueryChunk = queries) -> None:
+                keys, scores_of = ranking
+                ranked = top_k(scores_of(), RANK_DEPTH, exclude=queries.exclude)
+                for key in keys:
+                    totals[key].add(queries, ranked)
+            for _ in pool.map(rank_and_tally, rankings):  # waits for the chunk; raises a worker's error
+                pass
             for counts, b in zip(key_counts, settings.b_sweep):
                 counts += train_key_counts(found.joint[0], V.shape[0], b)
             bar.update(rows.stop - rows.start)
