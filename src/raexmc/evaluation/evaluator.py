@@ -257,6 +257,13 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
     size = chunk or chunk_queries(Y, max([settings.b, *settings.b_sweep]), CHUNK_BYTES // workers)
     totals: dict[tuple[str, Any], RankingTotals] = {}
     key_counts = np.zeros((len(settings.b_sweep), 2), dtype=np.int64)
+
+    def rank_and_tally(queries: QueryChunk, ranking: Ranking) -> None:
+        keys, scores_of = ranking
+        ranked = top_k(scores_of(), RANK_DEPTH, exclude=queries.exclude)
+        for key in keys:
+            totals[key].add(queries, ranked)
+
     with ThreadPoolExecutor(workers) as pool, tqdm(total=n, desc="evaluate", unit="query", disable=not progress) as bar:
         for start in range(0, max(n, 1), size):  # one chunk, empty, when there is no query
             rows = slice(start, min(start + size, n))
@@ -266,14 +273,7 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
                 for key in keys:
                     if key not in totals:
                         totals[key] = evaluator.totals(per_instance=key[0] == "method")
-
-            def rank_and_tally(ranking: Ranking, queries: QueryChunk = queries) -> None:
-                keys, scores_of = ranking
-                ranked = top_k(scores_of(), RANK_DEPTH, exclude=queries.exclude)
-                for key in keys:
-                    totals[key].add(queries, ranked)
-            for _ in pool.map(rank_and_tally, rankings):  # waits for the chunk; raises a worker's error
-                pass
+            list(pool.map(partial(rank_and_tally, queries), rankings))  # waits for the chunk; raises a worker's error
             for counts, b in zip(key_counts, settings.b_sweep):
                 counts += train_key_counts(found.joint[0], V.shape[0], b)
             bar.update(rows.stop - rows.start)
