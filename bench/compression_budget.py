@@ -30,7 +30,7 @@ import numpy as np
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.encoder.embedding import load_embeddings
+from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import Evaluator, rae_scorer
 from raexmc.evaluation.propensity import propensity_ab
 from raexmc.evaluation.recall import recall_at_k

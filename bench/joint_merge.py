@@ -25,7 +25,7 @@ import numpy as np
 import typer
 
 from hnsw_vs_exact import tie_aware_recall
-from raexmc.encoder.embedding import load_embeddings
+from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, build_hnsw, resolve_threads

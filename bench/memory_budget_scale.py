@@ -30,7 +30,7 @@ import typer
 
 from memory_budget import rae_latency_ms, stored_memory_bytes
 from raexmc.data.dataset import Dataset
-from raexmc.encoder.embedding import load_embeddings
+from raexmc.encoder.vectors import load_embeddings
 from raexmc.io import read_json, write_json
 from raexmc.memory.hnsw import PAPER_EF_SEARCH, PAPER_M
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search

@@ -14,7 +14,7 @@ import numpy as np
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.encoder.embedding import load_embeddings
+from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, Retrievals, evaluate_retrieval,
                                         segment_rows)

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.encoder.embedding import load_embeddings
+from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
 from raexmc.pipeline.stage import run_stage, stage_cli

@@ -12,7 +12,7 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection import read_selection
-from raexmc.encoder.embedding import load_embeddings
+from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values, write_memory
 from raexmc.pipeline.stage import run_stage, stage_cli

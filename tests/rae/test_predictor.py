@@ -22,7 +22,8 @@ from conftest import local_server
 from raexmc.cli import app
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.sources import build_dataset
-from raexmc.encoder.embedding import embed_split, load_embeddings
+from raexmc.encoder.embedding import embed_split
+from raexmc.encoder.vectors import load_embeddings
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError

@@ -110,7 +110,3 @@ def check_vectors(vectors: np.ndarray, rows: np.ndarray, source: Path) -> None:
         what = "is not finite" if not finite[first] else "is all zero"
         raise DataError(f"the embedding of this text {what}: check the encoder and embed.precision", source,
                         f"row {rows[first]}")
-
-
-def load_embeddings(folder: str | os.PathLike, split: str) -> np.ndarray:
-    return np.load(Path(folder) / f"{split}.npy", mmap_mode="r")

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..checks import positive_int
-from ..encoder.embedding import load_embeddings
+from ..encoder.vectors import load_embeddings
 from ..errors import ConfigError, DataError
 from ..io import read_json
 from ..memory.exact import top_k_search

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..data.dataset import Dataset
-from ..encoder.embedding import load_embeddings
+from ..encoder.vectors import load_embeddings
 from ..errors import ConfigError
 from ..io import atomic_dir, write_json
 
