@@ -32,7 +32,7 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
         dtype = one_of(p.typed("embed.dtype", str), STORAGE_DTYPES, "embed.dtype", p.path, "embed.dtype")
         nproc = process_count(p.get("embed.nproc"), "embed.nproc", p.path)
         torchrun_args = p.typed("embed.torchrun_args", str)
-        device = pick_device(p.typed("embed.device", str))
+        device = pick_device(p.typed("embed.device", str), p.path, "embed.device")
         if device == "cpu" and p.get("embed.nproc") == "auto":
             nproc = 1  # 'auto' counts GPUs: CPU processes would only compete for the same cores
     relaunch_under_torchrun(nproc, torchrun_args)
@@ -42,8 +42,8 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
     def body(p, run) -> None:
         if run is not None:
             run.params({"embed": p.section("embed")})
-        torch.set_num_threads(p.typed("embed.threads", int) or os.cpu_count() or 1)
-        precision = resolve_precision(p.typed("embed.precision", str), ctx.device)
+        torch.set_num_threads(p.integer("embed.threads", 0) or os.cpu_count() or 1)
+        precision = resolve_precision(p.typed("embed.precision", str), ctx.device, p.path, "embed.precision")
         encoder = load_encoder(str(model), ctx.device)
         cache = TokenCache(tokens)
 

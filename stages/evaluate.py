@@ -8,11 +8,13 @@ ablation), and write metrics.json, per-instance metrics and plots (the λ sweep 
 validation's)."""
 
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import typer
 
+from raexmc.checks import positive_int
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
@@ -27,6 +29,7 @@ from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.pipeline.plots import line_plot, segment_bars
 from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.rae.scoring import check_lambda
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 
@@ -44,14 +47,14 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         data, selection = Dataset(dataset), read_selection(tune)
         settings = EvalSettings(
             lam=selection["lambda"], b=p.typed("infer.b", int), tau=selection["tau"],
-            lambda_sweep=[float(v) for v in p.typed("infer.lambda_sweep", list)],
-            b_sweep=[int(v) for v in p.typed("infer.b_sweep", list)],
+            lambda_sweep=list(p.grid("infer.lambda_sweep", check_lambda, "numbers in [0, 1]")),
+            b_sweep=list(p.grid("infer.b_sweep", partial(positive_int, name="infer.b_sweep"), "integers >= 1")),
             propensity_ab=propensity_from_params(p, dataset.name))
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(settings.tau, settings.b,
                                                                                  tune / QUERY_LAMBDA_FILE)
         depth = max([settings.b, *settings.b_sweep])
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
-        ef_search = p.typed("infer.ef_search", int)
+        ef_search = p.integer("infer.ef_search", 1)
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
         baselines, rae_memory = load_joint_search(index, keys, ef_search), InputMemory(memory)
         search_s = 0.0
@@ -73,7 +76,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         result = evaluate_retrieval(BlockSearch(search, baselines.query_block, len(queries)), evaluator, settings,
                                     with_ova_knn=p.typed("infer.ova_knn", bool), query_lambda=query_lambda,
                                     chunk=chunk or None, progress=True,
-                                    workers=resolve_threads(p.typed("evaluate.threads", int)))
+                                    workers=resolve_threads(p.integer("evaluate.threads", 0)))
         del baselines, keys
         methods, per_instance = result["methods"], result["per_instance"]
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}

@@ -18,7 +18,7 @@ def main(embeddings: Path = typer.Option(..., help="Embeddings folder written by
         run.params({"index": p.section("index")})
         built = build_memory_indexes(embeddings, out, p.typed("index.backend", str), M=p.typed("index.M", int),
                                        ef_construction=p.typed("index.ef_construction", int),
-                                       threads=p.typed("index.threads", int))
+                                       threads=p.integer("index.threads", 0))
         run.metrics({f"{key_set}/{name}": value for key_set, values in built.items() for name, value in values.items()})
 
     run_stage("index", body, str(params))

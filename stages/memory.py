@@ -28,7 +28,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,
                                   p.typed("index.backend", str), labels=labels, M=p.typed("index.M", int),
                                   ef_construction=p.typed("index.ef_construction", int),
-                                  threads=p.typed("index.threads", int))
+                                  threads=p.integer("index.threads", 0))
         run.metrics({"memory/input_keys": meta["input_keys"], "memory/num_inputs": meta["num_inputs"]})
         typer.echo(f"memory: {meta['input_keys']} of {meta['num_inputs']} input keys ({settings.method}, "
                    f"keep {settings.keep}, prior {'on' if settings.prior else 'off'}, "

@@ -32,7 +32,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"package": p.section("package")})
         selection = read_selection(tune)
         settings = {"lambda": selection["lambda"], "b": p.typed("infer.b", int),
-                    "tau": selection["tau"], "ef_search": p.typed("infer.ef_search", int),
+                    "tau": selection["tau"], "ef_search": p.integer("infer.ef_search", 1),
                     "relevance": p.typed("infer.relevance", str), "input_max_len": p.typed("tokenize.input_max_len", int),
                     "input_fields": p.typed("tokenize.input_fields", str), "dataset": dataset.name,
                     "query_lambda": p.typed("infer.query_lambda", bool)}

@@ -58,8 +58,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                     run.metrics(values, step=step)
 
             curve = train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), settings, ctx,
-                          resolve_precision(p.typed("train.precision", str), ctx.device), checkpoints / "last.pt",
-                          propensity_ab(dataset.name), log, fingerprint)
+                          resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision"),
+                          checkpoints / "last.pt", propensity_ab(dataset.name), log, fingerprint)
         if ctx.is_main:
             with atomic_dir(out) as folder:
                 model.save_pretrained(folder)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from raexmc.checks import positive_int
 from raexmc.errors import ConfigError
-from raexmc.params import load_params
+from raexmc.params import KNOWN_KEYS, load_params
 
 from conftest import REPO
 
@@ -38,3 +41,38 @@ def test_project_params_load():
     assert params.typed("data.name", str) in params.section("datasets")
     for name, preset in params.section("presets").items():
         assert preset["data.name"] == name and name in params.section("datasets")
+
+
+def test_a_typo_in_a_section_is_refused_with_its_key(tmp_path):
+    (tmp_path / "params.yaml").write_text("infer:\n  lambda: 0.5\n  lamda: 0.3\n")
+    with pytest.raises(ConfigError, match=r"params.yaml:infer.lamda: unknown parameter 'infer.lamda'"):
+        load_params(tmp_path / "params.yaml")
+
+
+def test_every_preset_key_is_a_known_parameter():
+    params = load_params(REPO / "params.yaml")
+    for preset in params.section("presets").values():
+        for dotted in preset:
+            section, key = dotted.split(".", 1)
+            assert section not in KNOWN_KEYS or key in KNOWN_KEYS[section], dotted
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "3", True])
+def test_a_bounded_integer_refuses_what_is_not_one(tmp_path, value):
+    (tmp_path / "params.yaml").write_text(f"infer:\n  ef_search: {json.dumps(value)}\n")
+    with pytest.raises(ConfigError, match=r"params.yaml:infer.ef_search: .*'infer.ef_search' must be"):
+        load_params(tmp_path / "params.yaml").integer("infer.ef_search", 0)
+
+
+@pytest.mark.parametrize("values", [[2.7], [10, "abc"], [], [True], [0], "10"])
+def test_a_list_parameter_names_its_key_for_any_bad_entry(tmp_path, values):
+    (tmp_path / "params.yaml").write_text(f"infer:\n  b_sweep: {json.dumps(values)}\n")
+    with pytest.raises(ConfigError, match=r"params.yaml:infer.b_sweep: infer.b_sweep must be a non-empty list"):
+        load_params(tmp_path / "params.yaml").grid("infer.b_sweep", lambda v: positive_int(v, "b"), "integers >= 1")
+
+
+def test_good_values_pass_through(tmp_path):
+    (tmp_path / "params.yaml").write_text("infer:\n  ef_search: 0\n  b_sweep: [10, 25]\n")
+    params = load_params(tmp_path / "params.yaml")
+    assert params.integer("infer.ef_search", 0) == 0
+    assert params.grid("infer.b_sweep", lambda v: positive_int(v, "b"), "integers >= 1") == (10, 25)

@@ -7,6 +7,7 @@ the file is read with a YAML 1.2 parser, and every lookup names the key that is 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,21 @@ from ruamel.yaml.error import YAMLError
 from .errors import ConfigError
 
 _MISSING = object()
+
+# The keys of the sections whose readers take single keys (train and tokenize check their own sections, data
+# and datasets are checked by the download stage): a key not listed here is a typo that would otherwise leave
+# its default in force without a word, so loading refuses it.
+KNOWN_KEYS = {
+    "encoder": ("name", "mode"),
+    "embed": ("nproc", "torchrun_args", "device", "precision", "dtype", "batch_size", "threads"),
+    "index": ("backend", "M", "ef_construction", "threads"),
+    "memory": ("keep", "method", "prior", "seed", "compression"),
+    "infer": ("lambda", "b", "tau", "tau_grid", "auto_metric", "val_fraction", "val_max_queries", "val_seed",
+              "ef_search", "lambda_sweep", "b_sweep", "relevance", "ova_knn", "query_lambda"),
+    "evaluate": ("propensity", "threads"),
+    "significance": ("metrics", "compare_with"),
+    "package": ("register", "model_name", "alias"),
+}
 
 
 class Params:
@@ -49,6 +65,39 @@ class Params:
     def section(self, key: str) -> dict[str, Any]:
         return dict(self.typed(key, dict))
 
+    def integer(self, key: str, minimum: int) -> int:
+        """An integer parameter >= `minimum` (True is not one), or ConfigError naming it."""
+        value = self.typed(key, int)
+        if value < minimum:
+            raise ConfigError(f"parameter '{key}' must be an integer >= {minimum}, got {value!r}", self.path, key)
+        return value
+
+    def checked(self, key: str, values: list, check: Callable[[Any], Any], text: str, shown: Any) -> tuple:
+        """Each of `values` through `check` (True and False are not numbers here), or one ConfigError naming
+        `key` that says the value must be `text` and shows `shown`."""
+        try:
+            if not values or any(isinstance(v, bool) for v in values):
+                raise ConfigError(text)
+            return tuple(check(v) for v in values)
+        except ConfigError:
+            raise ConfigError(f"{key} must be {text}, got {shown!r}", self.path, key) from None
+
+    def grid(self, key: str, check: Callable[[Any], Any], text: str) -> tuple:
+        """A non-empty list parameter, each entry through `check` (which raises ConfigError on a bad one)."""
+        values = self.get(key)
+        return self.checked(key, values if isinstance(values, list) else [], check, f"a non-empty list of {text}",
+                            values)
+
+
+def check_known_keys(data: dict[str, Any], path: str | os.PathLike) -> None:
+    """ConfigError naming the first key of a KNOWN_KEYS section that the code does not read."""
+    for section, known in KNOWN_KEYS.items():
+        values = data.get(section)
+        for key in values if isinstance(values, dict) else ():
+            if key not in known:
+                raise ConfigError(f"unknown parameter '{section}.{key}' (the {section} section knows "
+                                  f"{', '.join(known)})", path, f"{section}.{key}")
+
 
 def _plain(node: Any) -> Any:
     """ruamel's round-trip containers to plain dicts and lists."""
@@ -71,4 +120,6 @@ def load_params(path: str | os.PathLike = "params.yaml") -> Params:
         raise ConfigError(f"invalid YAML ({getattr(exc, 'problem', exc)})", path, line) from None
     if not isinstance(data, dict):
         raise ConfigError("top level must be a mapping", path)
-    return Params(_plain(data), path)
+    data = _plain(data)
+    check_known_keys(data, path)
+    return Params(data, path)

@@ -16,9 +16,11 @@ from conftest import REPO, free_port
 
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
+from raexmc.encoder.device import pick_device
 from raexmc.encoder.embedding import embed_split, encode, length_sorted_batches
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
+from raexmc.errors import ConfigError
 
 
 def test_encode_is_a_normalised_masked_mean(tiny_model):
@@ -157,3 +159,9 @@ def test_embed_stage_refuses_degenerate_embeddings_and_commits_nothing(tmp_path,
     line = last_line_only_error(stage.stderr)
     assert line.startswith(f"DataError: {token_cache / 'train.ids.npy'}:row ") and what in line
     assert not (tmp_path / "embeddings").exists()
+
+
+@pytest.mark.parametrize("name", ["gpu0", "cuda:x", "CPU", ""])
+def test_a_device_name_that_is_none_names_where_it_was_set(name):
+    with pytest.raises(ConfigError, match=r"params.yaml:embed.device: device must be auto, cpu, cuda or cuda:N"):
+        pick_device(name, "params.yaml", "embed.device")

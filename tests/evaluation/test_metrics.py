@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -9,10 +10,11 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.data.stats import SEGMENTS, segment_of
-from raexmc.errors import DataError
+from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation.macro_f1 import macro_f1_by_segment
 from raexmc.evaluation.metrics import per_instance_metrics, summarize
-from raexmc.evaluation.propensity import PROPENSITY_AB, propensities, propensity_ab
+from raexmc.evaluation.propensity import PROPENSITY_AB, propensities, propensity_ab, propensity_from_params
+from raexmc.params import load_params
 from raexmc.rae import pairs
 from raexmc.rae.pairs import remove_pairs
 from raexmc.rae.ranking import top_k
@@ -459,3 +461,17 @@ def test_sparse_rows_wider_than_k_match_the_reference(outlier):
     exclude = sp.random(n, width, density=0.05, random_state=rng, format="csr")
     assert (np.diff(scores.indptr) > k).sum() > n // 2
     assert top_k(scores, k, exclude=exclude).tolist() == reference_top_k(scores, k, exclude)
+
+
+@pytest.mark.parametrize("value", [[0.55], ["a", 1.5], [-1, -2], [0.6, float("inf")], "0.6, 2.6"])
+def test_evaluate_propensity_must_be_auto_or_two_positive_numbers(tmp_path, value):
+    (tmp_path / "params.yaml").write_text(f"evaluate:\n  propensity: {json.dumps(value)}\n".replace("Infinity", ".inf"))
+    with pytest.raises(ConfigError, match=r"params.yaml:evaluate.propensity: evaluate.propensity must be auto or two"):
+        propensity_from_params(load_params(tmp_path / "params.yaml"), "EURLex-4K")
+
+
+def test_evaluate_propensity_auto_or_a_pair(tmp_path):
+    (tmp_path / "params.yaml").write_text("evaluate:\n  propensity: [0.6, 2]\n")
+    assert propensity_from_params(load_params(tmp_path / "params.yaml"), "EURLex-4K") == (0.6, 2.0)
+    (tmp_path / "params.yaml").write_text("evaluate:\n  propensity: auto\n")
+    assert propensity_from_params(load_params(tmp_path / "params.yaml"), "LF-AmazonTitles-131K") == (0.6, 2.6)

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 
 import torch
 
 from ..errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 
 
-def pick_device(requested: str = "auto") -> str:
+def pick_device(requested: str = "auto", path: str | os.PathLike | None = None, key: str | None = None) -> str:
+    """The torch device for `requested` (auto: the GPU if one is visible), or ConfigError naming where the value
+    was set (`path`, `key`) when it is no device name or names a GPU this machine lacks."""
+    if not isinstance(requested, str) or not re.fullmatch(DEVICE_PATTERN, requested):
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {requested!r}", path, key)
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device '{requested}' requested but no GPU is visible", "params.yaml", "embed.device")
+        raise ConfigError(f"device '{requested}' requested but no GPU is visible", path, key)
     return requested
 
 
@@ -25,10 +32,11 @@ def _cpu_has_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
-def resolve_precision(precision: str, device: str) -> str:
-    """'auto' -> bf16 where the hardware runs it natively, else fp32."""
+def resolve_precision(precision: str, device: str, path: str | os.PathLike | None = None, key: str | None = None) -> str:
+    """'auto' -> bf16 where the hardware runs it natively, else fp32; ConfigError naming `path` and `key` for a
+    name that is no precision."""
     if precision not in PRECISIONS:
-        raise ConfigError(f"precision '{precision}' is not one of {', '.join(PRECISIONS)}", "params.yaml", "precision")
+        raise ConfigError(f"precision '{precision}' is not one of {', '.join(PRECISIONS)}", path, key)
     if precision != "auto":
         return precision
     if device.startswith("cuda"):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ..errors import ConfigError
 from ..params import Params
 
 DEFAULT_AB = (0.55, 1.5)  # (A, B) of datasets outside the Amazon and Wikipedia families
@@ -41,5 +44,13 @@ def propensity_from_params(p: Params, dataset_name: str) -> tuple[float, float]:
     value = p.get("evaluate.propensity")
     if value == "auto":
         return propensity_ab(dataset_name)
-    A, B = p.typed("evaluate.propensity", list)
-    return float(A), float(B)
+    A, B = p.checked("evaluate.propensity", value if isinstance(value, list) and len(value) == 2 else [],
+                     _positive, "auto or two numbers [A, B] > 0", value)
+    return A, B
+
+
+def _positive(value: object) -> float:
+    """`value` as a float, or ConfigError unless it is a finite number > 0 (the propensity formula's A and B)."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"not a finite number > 0: {value!r}")
+    return float(value)

@@ -75,12 +75,12 @@ class TuneSettings:
                               p.path, "infer.auto_metric")
         return cls(lam=_number_or_auto(p, "infer.lambda", check_lambda, "a number in [0, 1]"),
                    tau=_number_or_auto(p, "infer.tau", check_tau, "a number > 0"),
-                   lambda_grid=_grid(p, "infer.lambda_sweep", check_lambda, "numbers in [0, 1]"),
-                   tau_grid=_grid(p, "infer.tau_grid", check_tau, "numbers > 0"),
+                   lambda_grid=p.grid("infer.lambda_sweep", check_lambda, "numbers in [0, 1]"),
+                   tau_grid=p.grid("infer.tau_grid", check_tau, "numbers > 0"),
                    metric=metric, b=check_b(p.typed("infer.b", int)), val_fraction=fraction,
                    val_max_queries=positive_int(p.get("infer.val_max_queries"), "infer.val_max_queries", p.path,
                                                 "infer.val_max_queries"),
-                   val_seed=p.typed("infer.val_seed", int), relevance=p.typed("infer.relevance", str))
+                   val_seed=p.integer("infer.val_seed", 0), relevance=p.typed("infer.relevance", str))
 
     @property
     def fixed_lambda(self) -> float:
@@ -101,23 +101,7 @@ class TuneSettings:
 
 def _number_or_auto(p: Params, key: str, check: Callable[[Any], float], text: str) -> float | None:
     value = p.get(key)
-    return None if value == AUTO else _checked(p, key, [value], check, f"{text} or {AUTO}", value)[0]
-
-
-def _grid(p: Params, key: str, check: Callable[[Any], float], text: str) -> tuple[float, ...]:
-    values = p.get(key)
-    return _checked(p, key, values if isinstance(values, list) else [], check, f"a non-empty list of {text}", values)
-
-
-def _checked(p: Params, key: str, values: list, check: Callable[[Any], float], text: str,
-             shown: Any) -> tuple[float, ...]:
-    """Each value through `check` (True and False are not numbers here), or one ConfigError naming `key`."""
-    try:
-        if not values or any(isinstance(v, bool) for v in values):
-            raise ConfigError(text)
-        return tuple(check(v) for v in values)
-    except ConfigError:
-        raise ConfigError(f"{key} must be {text}, got {shown!r}", p.path, key) from None
+    return None if value == AUTO else p.checked(key, [value], check, f"{text} or {AUTO}", value)[0]
 
 
 @dataclass(frozen=True)

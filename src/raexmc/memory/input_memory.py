@@ -61,7 +61,7 @@ class MemorySettings:
         # an unknown name, or one the index backend cannot build, fails here: before any key is selected
         checked_compression(compression, p.typed("index.backend", str))
         return cls(keep=keep, method=one_of(p.get("memory.method"), METHODS, "memory.method", p.path, "memory.method"),
-                   prior=p.typed("memory.prior", bool), seed=p.typed("memory.seed", int), compression=compression)
+                   prior=p.typed("memory.prior", bool), seed=p.integer("memory.seed", 0), compression=compression)
 
     @property
     def full(self) -> bool:

@@ -86,7 +86,7 @@ class Predictor:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # one-line stderr for `raexmc predict`
-        self.device = pick_device(device)
+        self.device = pick_device(device, "<arguments>", "--device")
         self.precision = resolve_precision("auto", self.device)
         self.tokenizer = load_tokenizer(str(encoder))
         self.model = load_encoder(str(encoder), self.device)

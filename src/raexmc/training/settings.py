@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..encoder.device import PRECISIONS
+from ..encoder.device import DEVICE_PATTERN, PRECISIONS
 from ..errors import ConfigError
 from ..params import Params
 
@@ -48,7 +48,7 @@ LAUNCH_RULES = {
     "nproc": Rule((str, int), "'auto' or an integer >= 1",
                   lambda value: value == "auto" or (isinstance(value, int) and value >= 1)),
     "torchrun_args": Rule(str, "a string of torchrun arguments"),
-    "device": Rule(str, "auto, cpu, cuda or cuda:N", lambda value: re.fullmatch(r"auto|cpu|cuda(:\d+)?", value)),
+    "device": Rule(str, "auto, cpu, cuda or cuda:N", lambda value: re.fullmatch(DEVICE_PATTERN, value)),
     "precision": Rule(str, f"one of {', '.join(PRECISIONS)}", lambda value: value in PRECISIONS),
 }
 
