@@ -1,9 +1,14 @@
-"""Atomic outputs: what a killed writer left beside its target is removed by the next writer of
-that target, and nothing else is."""
+"""Stage files. Atomic outputs: what a killed writer left beside its target is removed by the next writer of
+that target, and nothing else is. Reading: a missing, cut or foreign file is one DataError naming it."""
 
 from __future__ import annotations
 
-from raexmc.io import atomic_dir, atomic_file, write_json
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from raexmc.errors import DataError
+from raexmc.io import atomic_dir, atomic_file, load_array, load_arrays, load_sparse, read_json, write_json
 
 from conftest import leftover_of_killed_writer, writer_in_progress
 
@@ -43,3 +48,34 @@ def test_a_temporary_whose_writer_still_runs_is_kept(tmp_path):
             (folder / "done").write_text("")
         assert writer.poll() is None and (tmp / "half-written.bin").is_file()
     assert (target / "done").is_file()
+
+
+def cut_in_half(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return path
+
+
+def test_a_cut_or_foreign_array_file_is_one_error_naming_it(tmp_path):
+    np.save(tmp_path / "keys.npy", np.ones((100, 8), np.float32))
+    with pytest.raises(DataError, match=r"keys.npy: unreadable array"):
+        load_array(cut_in_half(tmp_path / "keys.npy"), mmap_mode="r")
+    (tmp_path / "text.npy").write_bytes(b"hello")
+    with pytest.raises(DataError, match=r"text.npy: unreadable array"):
+        load_array(tmp_path / "text.npy")
+    with pytest.raises(DataError, match=r"absent.npy: file not found"):
+        load_array(tmp_path / "absent.npy")
+
+
+def test_a_cut_sparse_matrix_or_archive_is_one_error_naming_it(tmp_path):
+    sp.save_npz(tmp_path / "Y.npz", sp.random(200, 50, density=0.2, format="csr", random_state=0))
+    with pytest.raises(DataError, match=r"Y.npz: unreadable sparse matrix"):
+        load_sparse(cut_in_half(tmp_path / "Y.npz"))
+    np.savez(tmp_path / "per_instance.npz", a=np.arange(1000.0), b=np.arange(1000.0))
+    with pytest.raises(DataError, match=r"per_instance.npz: unreadable archive"):
+        load_arrays(cut_in_half(tmp_path / "per_instance.npz"))
+
+
+def test_malformed_json_names_the_file_and_line(tmp_path):
+    (tmp_path / "memory.json").write_text('{\n  "keep": 1.0\n')
+    with pytest.raises(DataError, match=r"memory.json:3: not valid JSON"):
+        read_json(tmp_path / "memory.json")

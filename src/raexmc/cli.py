@@ -128,16 +128,16 @@ def _latency_line(what: str, timing) -> str:
 def serve(name: str = NAME,
           alias: str = typer.Option(None, help="Registered model alias (default: package.alias in params.yaml)."),
           host: str = typer.Option("127.0.0.1", help="Address to listen on."),
-          port: int = typer.Option(5001, help="Port to listen on."),
+          port: int = typer.Option(5001, min=1, max=65535, help="Port to listen on."),
           params: Path = PARAMS) -> None:
     """Serve the registered predictor over HTTP (`mlflow models serve` in this environment)."""
     with user_errors():
-        from .pipeline.serving import registered_name
+        from .pipeline.serving import registered_name, registered_uri
         from .pipeline.tracking.run import tracking_uri
 
         p = load_params(params)
         model_name = registered_name(p, name or p.typed("data.name", str))
-        uri = f"models:/{model_name}@{alias or p.typed('package.alias', str)}"
+        uri = registered_uri(model_name, alias or p.typed("package.alias", str))
         env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri()}
     typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)
     command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",

@@ -1,4 +1,5 @@
-"""Atomic outputs: a stage's results appear whole or not at all."""
+"""Stage files: outputs written atomically (a stage's results appear whole or not at all), and read back
+so that a missing, truncated or foreign file is one DataError naming it, not a traceback."""
 
 from __future__ import annotations
 
@@ -7,10 +8,16 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import DataError
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -134,5 +141,52 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    """A JSON file's value, or DataError naming the file (and the line) when it is missing or not JSON."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise DataError("file not found: rerun the stage that writes it", path) from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"not valid JSON ({exc.msg}): rerun the stage that writes it", path, exc.lineno) from None
+    except UnicodeDecodeError:
+        raise DataError("not UTF-8 text: rerun the stage that writes it", path) from None
+
+
+# What numpy and scipy raise on a truncated or foreign .npy/.npz file (a zip that is not one: BadZipFile).
+_UNREADABLE = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
+
+
+def load_array(path: str | os.PathLike, mmap_mode: str | None = None) -> np.ndarray:
+    """A .npy array (memory-mapped with `mmap_mode`), or DataError naming the file when it is missing,
+    truncated or not an array (pickled objects are refused)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("file not found: rerun the stage that writes it", path)
+    try:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except _UNREADABLE as exc:
+        raise DataError(f"unreadable array ({exc}): rerun the stage that writes it", path) from None
+
+
+def load_sparse(path: str | os.PathLike) -> sp.csr_matrix:
+    """A scipy .npz sparse matrix as CSR, or DataError naming the file when it is missing or unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("file not found: rerun the stage that writes it", path)
+    try:
+        return sp.load_npz(path).tocsr()
+    except _UNREADABLE as exc:
+        raise DataError(f"unreadable sparse matrix ({exc}): rerun the stage that writes it", path) from None
+
+
+def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every array of a .npz archive, read, or DataError naming the file when it is missing or unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("file not found: rerun the stage that writes it", path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except _UNREADABLE as exc:
+        raise DataError(f"unreadable archive ({exc}): rerun the stage that writes it", path) from None

@@ -1,6 +1,10 @@
-"""Another run's per-instance results, by path or by MLflow run id, on a real SQLite store."""
+"""Another run's per-instance results, by path or by MLflow run id, on a real SQLite store; and a served
+model's alias, checked in that store before a server starts."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -25,5 +29,26 @@ def test_a_path_is_used_as_it_is_and_a_run_id_fetches_what_the_evaluate_stage_lo
 
 
 def test_an_unknown_run_is_one_data_error(project):
-    with pytest.raises(DataError, match="no-such-run"):
-        local_copy("no-such-run", PER_INSTANCE_ARTIFACT)
+    with pytest.raises(DataError, match="0123456789abcdef0123456789abcdef: cannot fetch"):
+        local_copy("0123456789abcdef0123456789abcdef", PER_INSTANCE_ARTIFACT)
+
+
+def test_a_missing_path_is_not_taken_for_a_run_id(project):
+    with pytest.raises(DataError, match="other/per_instance.npz: neither an existing file nor an MLflow run id"):
+        local_copy("other/per_instance.npz", PER_INSTANCE_ARTIFACT)
+
+
+def test_per_instance_values_that_are_not_finite_are_refused(project):
+    path = project / "per_instance.npz"
+    np.savez(path, **{"rae/P@1": np.array([1.0, np.nan]), "knn/P@1": np.array([0.0, 1.0])})
+    with pytest.raises(DataError, match=r"per_instance.npz:rae/P@1: per-instance 'rae/P@1' is not a row of finite"):
+        load_per_instance(path)
+
+
+def test_serve_refuses_an_alias_no_version_carries_in_one_line(project):
+    (project / "params.yaml").write_text("data:\n  name: tiny\npackage:\n  model_name: null\n  alias: candidate\n")
+    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", "5999"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]  # after MLflow's own lines on creating a new store
+    assert "Traceback" not in proc.stderr and last.startswith("DataError: ") and "raexmc-tiny@nope" in last

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import DataError
-from ..io import atomic_dir, read_json, write_json
+from ..io import atomic_dir, load_sparse, read_json, write_json
 from .stats import dataset_stats
 
 SPLITS = ("train", "test")
@@ -168,10 +168,10 @@ class Dataset:
         return {"train": self.stats["N_train"], "test": self.stats["N_test"], "labels": self.stats["L"]}[split]
 
     def label_matrix(self, split: str) -> sp.csr_matrix:
-        return sp.load_npz(self.folder / f"Y_{split}.npz").tocsr()
+        return load_sparse(self.folder / f"Y_{split}.npz")
 
     def filter_matrix(self, split: str) -> sp.csr_matrix:
-        return sp.load_npz(self.folder / f"filter_{split}.npz").tocsr()
+        return load_sparse(self.folder / f"filter_{split}.npz")
 
     def text_path(self, split: str) -> Path:
         return self.folder / TEXT_FILES[split]

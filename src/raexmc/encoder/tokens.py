@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from ..data.dataset import Dataset, Text
 from ..errors import ConfigError, DataError
-from ..io import atomic_dir, read_json, write_json
+from ..io import atomic_dir, load_array, read_json, write_json
 from .model import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: 
 
 def _truncated_share(folder: Path, split: str, max_len: int) -> float:
     """Share of texts that filled max_len (and so were probably cut), for the run log."""
-    lengths = np.load(folder / f"{split}.len.npy", mmap_mode="r")
+    lengths = load_array(folder / f"{split}.len.npy", mmap_mode="r")
     return round(float((lengths >= max_len).mean()) if len(lengths) else 0.0, 4)
 
 
@@ -215,5 +215,5 @@ class TokenCache:
     def _open(self, name: str) -> np.ndarray:
         """Each memmap is opened once: training reads the cache on every step."""
         if name not in self._arrays:
-            self._arrays[name] = np.load(self.folder / name, mmap_mode="r")
+            self._arrays[name] = load_array(self.folder / name, mmap_mode="r")
         return self._arrays[name]

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..io import load_array
+
 
 def load_embeddings(folder: str | os.PathLike, split: str) -> np.ndarray:
     """The split's vectors (rows in the split's order), memory-mapped: pages are read as they are used."""
-    return np.load(Path(folder) / f"{split}.npy", mmap_mode="r")
+    return load_array(Path(folder) / f"{split}.npy", mmap_mode="r")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +15,7 @@ import scipy.special
 import scipy.stats
 
 from ..errors import ConfigError, DataError
+from ..io import load_arrays
 
 METHOD = "rae"
 BASELINES = ("dual_encoder", "knn")
@@ -113,11 +113,12 @@ def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict
 
 def load_per_instance(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Per-instance arrays ("method/metric" -> values) from a per_instance.npz."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("per-instance results not found", path)
-    with np.load(path) as archive:
-        return {key: archive[key] for key in archive.files}
+    arrays = load_arrays(path)
+    for key, values in arrays.items():
+        if values.ndim != 1 or not np.isfinite(values).all():
+            raise DataError(f"per-instance '{key}' is not a row of finite values: rerun the evaluate stage that "
+                            f"wrote it", path, key)
+    return arrays
 
 
 def _test(a: dict[str, np.ndarray], a_method: str, b: dict[str, np.ndarray], b_method: str,

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlencode
 
 from ..errors import DataError
 from .tracking.run import EXPERIMENT, tracking_uri
+
+RUN_ID = r"[0-9a-f]{32}"  # how MLflow names its runs
 
 
 def compare_url(experiment_names: list[str], ui: str = "http://127.0.0.1:5000") -> str:
@@ -43,4 +46,8 @@ def local_copy(source: str | os.PathLike, artifact_path: str) -> Path:
     """`source` itself when it is a path that exists, else a downloaded copy of `artifact_path` of
     the MLflow run whose id is `source` (for comparing against another experiment)."""
     path = Path(source)
-    return path if path.exists() else download_artifact(str(source), artifact_path)
+    if path.exists():
+        return path
+    if not re.fullmatch(RUN_ID, str(source)):
+        raise DataError("neither an existing file nor an MLflow run id (32 hex digits)", source)
+    return download_artifact(str(source), artifact_path)

@@ -94,6 +94,18 @@ def registered_name(p: Params, dataset: str) -> str:
     return p.typed("package.model_name", (str, type(None))) or f"raexmc-{dataset}"
 
 
+def registered_uri(model_name: str, alias: str) -> str:
+    """models:/<name>@<alias>, once the tracking store says that alias points at a version; else DataError, so
+    that `raexmc serve` says what to run instead of the model server's traceback."""
+    client = mlflow.MlflowClient(tracking_uri())
+    try:
+        client.get_model_version_by_alias(model_name, alias)
+    except MlflowException:
+        raise DataError(f"no model registered as {model_name}@{alias}: run the package stage (package.register: "
+                        "true) or pass --name/--alias of a registered one", tracking_uri()) from None
+    return f"models:/{model_name}@{alias}"
+
+
 def log_predictor(run_id: str, encoder: Path, index: Path, memory: Path, model_name: str, alias: str) -> str:
     """Log the predictor into MLflow run `run_id`, register it as a new version of `model_name`,
     point `alias` at that version and return the model URI to serve."""
