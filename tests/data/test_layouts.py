@@ -202,3 +202,9 @@ def test_previous_output_survives_a_failed_rebuild(lf_folder, tmp_path):
 def test_unknown_source_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="unknown source 'ftp'"):
         build_dataset("x", {"source": "ftp"}, tmp_path / "out", "")
+
+
+def test_a_label_listed_twice_names_the_line(lf_folder, tmp_path):
+    write_jsonl_gz(lf_folder / "trn.json.gz", [{"uid": "a", "title": "x", "target_ind": [0]},
+                                               {"uid": "b", "title": "y", "target_ind": [1, 3, 1]}])
+    expect_error(lf_folder, tmp_path / "out", "trn.json.gz:2", "label index 1 listed twice")

@@ -98,11 +98,20 @@ def _lf_labels(path: Path) -> Iterator[Text]:
                    record.get("content") or "")
 
 
+def _refuse_repeats(labels: list[int], path: Path, line_no: int) -> None:
+    """A user's row that lists a label twice is a broken export: the label matrix would add its relevances up."""
+    if len(set(labels)) != len(labels):
+        seen: set[int] = set()
+        twice = next(label for label in labels if label in seen or seen.add(label))
+        raise DataError(f"label index {twice} listed twice", path, line_no)
+
+
 def _lf_examples(path: Path) -> Iterator[Example]:
     for line_no, record in _json_records(path):
         labels = _field(record, "target_ind", list, path, line_no)
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in labels):
             raise DataError("'target_ind' must be a list of integers", path, line_no)
+        _refuse_repeats(labels, path, line_no)
         relevance = record.get("target_rel")
         if relevance is not None:
             if not isinstance(relevance, list) or len(relevance) != len(labels):
@@ -146,6 +155,7 @@ def _sparse_rows(path: Path, num_labels: int) -> Iterator[tuple[int, list[int], 
             except ValueError:
                 raise DataError(f"expected 'label:value', got '{token}'", path, line_no) from None
             values.append(_relevance(value, f"the relevance in '{token}'", path, line_no) if sep else 1.0)
+        _refuse_repeats(labels, path, line_no)
         yield line_no, labels, values
     if declared_rows is not None and declared_rows != rows:
         raise DataError(f"header says {declared_rows} rows, but the file has {rows}", path, 1)
