@@ -27,7 +27,7 @@ from raexmc.params import Params, load_params
 from raexmc.training.batches import BatchSampler, plan_batch, split_validation
 from raexmc.training.distributed import DistContext
 from raexmc.training.settings import TrainSettings
-from raexmc.training.step import apply_gradients, linear_schedule, make_optimizer, training_step
+from raexmc.training.step import linear_schedule, training_step
 from raexmc.training.train import train
 
 
