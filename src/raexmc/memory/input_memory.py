@@ -23,7 +23,7 @@ import scipy.sparse as sp
 
 from ..checks import one_of
 from ..errors import ConfigError, DataError
-from ..io import atomic_dir, read_json, write_json
+from ..io import atomic_dir, load_array, load_sparse, read_json, write_json
 from ..params import Params
 from .compression import NONE, checked_compression, parse_compression
 from .indexes import make_index
@@ -138,7 +138,7 @@ class InputMemory:
         """The values of RAE's input keys: `Y_values` (the full memory's) or the selected keys' own."""
         if self.full:
             return Y_values
-        values = sp.load_npz(self.folder / VALUES_FILE).tocsr()
+        values = load_sparse(self.folder / VALUES_FILE)
         if values.shape != (self.meta["input_keys"], Y_values.shape[1]):
             raise DataError(f"{VALUES_FILE} has shape {values.shape}, expected "
                             f"({self.meta['input_keys']}, {Y_values.shape[1]})", self.folder)
@@ -149,13 +149,13 @@ class InputMemory:
         if not self.meta["prior"] or self.full:  # nothing was merged
             return None
         if self._log_counts is None:  # evaluate searches a block at a time: read the file once
-            self._log_counts = np.log(np.load(self.folder / COUNTS_FILE).astype(np.float64))
+            self._log_counts = np.log(load_array(self.folder / COUNTS_FILE).astype(np.float64))
         return self._log_counts
 
     def own_keys(self) -> np.ndarray | None:
         """The selected keys when the exact backend indexes them (it keeps none); None otherwise."""
         path = self.folder / KEYS_FILE
-        return np.load(path) if path.is_file() else None
+        return load_array(path) if path.is_file() else None
 
     def predictor_files(self) -> tuple[Path, ...]:
         """What a predictor needs from this folder beside its values: its own indexes and the counts."""

@@ -27,7 +27,7 @@ from ..encoder.embedding import embed_rows
 from ..encoder.model import load_encoder, load_tokenizer
 from ..encoder.tokens import text_of, tokenizer_input
 from ..errors import DataError
-from ..io import read_json
+from ..io import load_array, load_sparse, read_json
 from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
 from ..memory.indexes import INDEXED_KEY_SETS, load_joint_search
 from ..memory.input_memory import COUNTS_FILE, INDEX_FOLDER, LABELS_FOLDER
@@ -66,17 +66,17 @@ class Predictor:
         missing = [name for name in SETTINGS if name not in self.settings]
         if missing:
             raise DataError(f"{SETTINGS_FILE} lacks {', '.join(missing)}: rerun the package stage", memory)
-        self.Y_train = sp.load_npz(memory / VALUES_FILE).tocsr()
+        self.Y_train = load_sparse(memory / VALUES_FILE)
         self.query_lambda: QueryLambda | None = None
         if self.settings.get("query_lambda", False):  # memory folders packaged before it existed lack the key
             self.query_lambda = read_query_lambda(memory / QUERY_LAMBDA_FILE).check_settings(
                 float(self.settings["tau"]), int(self.settings["b"]), memory / QUERY_LAMBDA_FILE)
         self.label_texts: list[str] = read_json(memory / LABEL_TEXTS_FILE)
-        keys = np.load(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
+        keys = load_array(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
         # a smaller or compressed memory's own indexes, in place of the index stage's (inputs=, labels=)
         self.index = load_joint_search(index, keys, ef_search=int(self.settings["ef_search"]), threads=threads,
                                        **own_indexes(memory))
-        self.log_counts = (np.log(np.load(memory / COUNTS_FILE).astype(np.float64))
+        self.log_counts = (np.log(load_array(memory / COUNTS_FILE).astype(np.float64))
                            if self.settings.get("memory", {}).get("prior") and (memory / COUNTS_FILE).is_file()
                            else None)
         held = (self.index.inputs.count, self.index.labels.count)
