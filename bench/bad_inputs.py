@@ -221,6 +221,63 @@ def tokenize_rss(project: Project) -> Outcome:
                    f"(+{delta:.0f} MB)", "Traceback" in stderr, detail={"stderr_last": lines[-1] if lines else ""})
 
 
+ARTIFACTS = {"dataset": "data/tiny", "embeddings": "artifacts/tiny/embeddings", "index": "artifacts/tiny/index",
+             "tune": "artifacts/tiny/tune", "memory": "artifacts/tiny/memory", "model": "artifacts/tiny/model",
+             "tokens": "artifacts/tiny/tokens", "eval": "artifacts/tiny/eval"}
+STAGE_INPUTS = {"embed": ("model", "tokens"), "index": ("embeddings",), "memory": ("dataset", "embeddings"),
+                "tune": ("dataset", "embeddings"), "evaluate": ("dataset", "embeddings", "index", "tune", "memory"),
+                "significance": ("eval",), "package": ("dataset", "model", "embeddings", "index", "tune", "memory")}
+STAGE_OUTPUT = {"embed": "embeddings", "index": "index", "memory": "memory", "tune": "tune", "evaluate": "eval",
+                "significance": "significance.json", "package": "predictor"}
+
+
+def stage_with(project: Project, stage: str, name: str, broken: dict[str, Callable[[Path], None]] | None = None,
+               **updates) -> Outcome:
+    """Run `stage` on the built project's inputs with `updates` set in params.yaml; each input named in
+    `broken` is first copied into the case's folder and broken there by its function."""
+    folder = project.fresh(name)
+    inputs = {key: project.root / ARTIFACTS[key] for key in STAGE_INPUTS[stage]}
+    for key, breaks in (broken or {}).items():
+        shutil.copytree(inputs[key], folder / key)
+        inputs[key] = folder / key
+        breaks(folder / key)
+    return project.stage(stage, project.params(folder, **updates), **inputs, out=folder / STAGE_OUTPUT[stage])
+
+
+def truncate(name: str) -> Callable[[Path], None]:
+    def cut(folder: Path) -> None:
+        path = folder / name
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return cut
+
+
+def overwrite(name: str, content: bytes) -> Callable[[Path], None]:
+    return lambda folder: (folder / name).write_bytes(content)
+
+
+def nan_per_instance(folder: Path) -> None:
+    """A per_instance.npz of the right keys and length whose values are NaN."""
+    import numpy as np
+
+    with np.load(folder / "per_instance.npz") as archive:
+        arrays = {key: np.full_like(archive[key], np.nan) for key in archive.files}
+    np.savez(folder / "per_instance.npz", **arrays)
+
+
+def compare_with_nan(project: Project) -> Outcome:
+    folder = project.fresh("compare-nan")
+    shutil.copytree(project.root / ARTIFACTS["eval"], folder / "other")
+    nan_per_instance(folder / "other")
+    params = project.params(folder, **{"significance.compare_with": str(folder / "other" / "per_instance.npz")})
+    return project.stage("significance", params, eval=project.root / ARTIFACTS["eval"], out=folder / "significance.json")
+
+
+def serve_unknown_alias(project: Project) -> Outcome:
+    """`raexmc serve` for an alias no version carries: one line before any server starts."""
+    with socket_port() as port:
+        return project.run([PYTHON, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", str(port)])
+
+
 def serve_requests(project: Project) -> dict[str, Outcome]:
     """Bad requests against one real `raexmc serve` process."""
     with socket_port() as port:
@@ -326,6 +383,58 @@ def cases() -> list[Case]:
         Case("params-unknown-dataset", "earlier", "data.name names no dataset", lambda p: p.stage(
             "download", p.params(p.fresh("unknown"), **{"data.name": "nope"}), out=p.scratch / "unknown" / "d"),
              "nope"),
+        Case("target-twice", "audit", "a target_ind listing one label twice", lambda p: download_with(
+            p, "target-twice", edit_record("trn.json.gz", 2, target_ind=[2, 2], target_rel=[1.0, 1.0])),
+             "trn.json.gz:3"),
+        Case("params-unknown-key", "audit", "infer.lamda (a typo) in params.yaml", lambda p: p.stage(
+            "download", p.params(p.fresh("typo"), **{"infer.lamda": 0.3}), out=p.scratch / "typo" / "d"),
+             "infer.lamda"),
+        Case("b-sweep-float", "audit", "infer.b_sweep [2.7]", lambda p: stage_with(
+            p, "evaluate", "b-sweep-float", **{"infer.b_sweep": [2.7]}), "infer.b_sweep"),
+        Case("b-sweep-text", "audit", "infer.b_sweep [4, abc]", lambda p: stage_with(
+            p, "evaluate", "b-sweep-text", **{"infer.b_sweep": [4, "abc"]}), "infer.b_sweep"),
+        Case("lambda-sweep-text", "audit", "infer.lambda_sweep [0, abc] in evaluate", lambda p: stage_with(
+            p, "evaluate", "lambda-sweep-text", **{"infer.lambda_sweep": [0, "abc"]}), "infer.lambda_sweep"),
+        Case("ef-search-negative", "audit", "infer.ef_search -1 in evaluate", lambda p: stage_with(
+            p, "evaluate", "ef-negative", **{"infer.ef_search": -1}), "infer.ef_search"),
+        Case("package-ef-search-negative", "audit", "infer.ef_search -1 in package", lambda p: stage_with(
+            p, "package", "package-ef-negative", **{"infer.ef_search": -1, "package.register": False}),
+             "infer.ef_search"),
+        Case("propensity-one-number", "audit", "evaluate.propensity [0.55]", lambda p: stage_with(
+            p, "evaluate", "propensity-one", **{"evaluate.propensity": [0.55]}), "evaluate.propensity"),
+        Case("propensity-negative", "audit", "evaluate.propensity [-1, -2] in tune", lambda p: stage_with(
+            p, "tune", "propensity-negative", **{"evaluate.propensity": [-1, -2]}), "evaluate.propensity"),
+        Case("memory-seed-negative", "audit", "memory.seed -1 (keep 0.5, random)", lambda p: stage_with(
+            p, "memory", "seed-negative", **{"memory.seed": -1, "memory.keep": 0.5, "memory.method": "random"}),
+             "memory.seed"),
+        Case("val-seed-negative", "audit", "infer.val_seed -1", lambda p: stage_with(
+            p, "tune", "val-seed-negative", **{"infer.val_seed": -1}), "infer.val_seed"),
+        Case("embed-threads-negative", "audit", "embed.threads -2", lambda p: stage_with(
+            p, "embed", "embed-threads", **{"embed.threads": -2}), "embed.threads"),
+        Case("embed-device-bad", "audit", "embed.device gpu0", lambda p: stage_with(
+            p, "embed", "embed-device", **{"embed.device": "gpu0"}), "embed.device"),
+        Case("predict-device-bad", "audit", "raexmc predict --device gpu0", lambda p: predict(
+            p, "--device", "gpu0", "python"), "--device"),
+        Case("embeddings-truncated", "audit", "embeddings train.npy cut in half (index)", lambda p: stage_with(
+            p, "index", "embeddings-cut", {"embeddings": truncate("train.npy")}), "train.npy"),
+        Case("embeddings-pickle", "audit", "embeddings labels.npy holding text (index)", lambda p: stage_with(
+            p, "index", "embeddings-text", {"embeddings": overwrite("labels.npy", b"hello")}), "labels.npy"),
+        Case("tokens-truncated", "audit", "token cache train.ids.npy cut in half (embed)", lambda p: stage_with(
+            p, "embed", "tokens-cut", {"tokens": truncate("train.ids.npy")}), "train.ids.npy"),
+        Case("labels-matrix-truncated", "audit", "data Y_train.npz cut in half (tune)", lambda p: stage_with(
+            p, "tune", "y-cut", {"dataset": truncate("Y_train.npz")}), "Y_train.npz"),
+        Case("memory-json-broken", "audit", "memory.json not valid JSON (evaluate)", lambda p: stage_with(
+            p, "evaluate", "memory-json", {"memory": overwrite("memory.json", b'{"keep": 1.0')}), "memory.json"),
+        Case("per-instance-truncated", "audit", "eval per_instance.npz cut in half (significance)",
+             lambda p: stage_with(p, "significance", "per-instance-cut", {"eval": truncate("per_instance.npz")}),
+             "per_instance.npz"),
+        Case("compare-with-nan", "audit", "significance.compare_with: a per_instance.npz of NaN", compare_with_nan,
+             "per_instance.npz"),
+        Case("compare-with-missing", "audit", "significance.compare_with: a path that does not exist",
+             lambda p: stage_with(p, "significance", "compare-missing",
+                                  **{"significance.compare_with": "/nonexistent/per_instance.npz"}),
+             "/nonexistent/per_instance.npz"),
+        Case("alias-unknown", "audit", "raexmc serve --alias nope", serve_unknown_alias, "nope"),
     ] + [Case(name, "21.8", name.replace("-", " "), None, key) for name, key in SERVE_NAMES.items()]  # type: ignore[arg-type]
 
 
