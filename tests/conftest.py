@@ -39,6 +39,7 @@ def isolated_stores(tmp_path, monkeypatch, download_cache):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """A 2-layer, 32-wide random BERT with the real MiniLM tokenizer, saved as a local folder."""
+    import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     from raexmc.encoder.model import resolve_encoder
@@ -47,7 +48,10 @@ def tiny_model(tmp_path_factory) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(resolve_encoder("all-MiniLM-L6-v2"))
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=128)
-    BertModel(config).save_pretrained(folder)
+    with torch.random.fork_rng():  # the same weights whichever tests ran before (training's loss test depends on them)
+        torch.manual_seed(0)
+        model = BertModel(config)
+    model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
