@@ -157,36 +157,30 @@ def read_json(path: str | os.PathLike) -> Any:
 _UNREADABLE = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
 
 
-def load_array(path: str | os.PathLike, mmap_mode: str | None = None) -> np.ndarray:
-    """A .npy array (memory-mapped with `mmap_mode`), or DataError naming the file when it is missing,
-    truncated or not an array (pickled objects are refused)."""
-    path = Path(path)
+@contextmanager
+def _reading(path: Path, what: str) -> Iterator[None]:
+    """Reading `path` as `what`: a missing file, or one numpy or scipy cannot read, is one DataError naming it."""
     if not path.is_file():
         raise DataError("file not found: rerun the stage that writes it", path)
     try:
-        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+        yield
     except _UNREADABLE as exc:
-        raise DataError(f"unreadable array ({exc}): rerun the stage that writes it", path) from None
+        raise DataError(f"unreadable {what} ({exc}): rerun the stage that writes it", path) from None
+
+
+def load_array(path: str | os.PathLike, mmap_mode: str | None = None) -> np.ndarray:
+    """A .npy array (memory-mapped with `mmap_mode`); pickled objects are refused."""
+    with _reading(Path(path), "array"):
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
 
 
 def load_sparse(path: str | os.PathLike) -> sp.csr_matrix:
-    """A scipy .npz sparse matrix as CSR, or DataError naming the file when it is missing or unreadable."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("file not found: rerun the stage that writes it", path)
-    try:
+    """A scipy .npz sparse matrix, as CSR."""
+    with _reading(Path(path), "sparse matrix"):
         return sp.load_npz(path).tocsr()
-    except _UNREADABLE as exc:
-        raise DataError(f"unreadable sparse matrix ({exc}): rerun the stage that writes it", path) from None
 
 
 def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Every array of a .npz archive, read, or DataError naming the file when it is missing or unreadable."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("file not found: rerun the stage that writes it", path)
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
-    except _UNREADABLE as exc:
-        raise DataError(f"unreadable archive ({exc}): rerun the stage that writes it", path) from None
+    """Every array of a .npz archive, read into memory."""
+    with _reading(Path(path), "archive"), np.load(path, allow_pickle=False) as archive:
+        return {key: archive[key] for key in archive.files}

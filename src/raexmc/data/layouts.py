@@ -101,8 +101,7 @@ def _lf_labels(path: Path) -> Iterator[Text]:
 def _refuse_repeats(labels: list[int], path: Path, line_no: int) -> None:
     """A user's row that lists a label twice is a broken export: the label matrix would add its relevances up."""
     if len(set(labels)) != len(labels):
-        seen: set[int] = set()
-        twice = next(label for label in labels if label in seen or seen.add(label))
+        twice = next(label for i, label in enumerate(labels) if label in labels[:i])
         raise DataError(f"label index {twice} listed twice", path, line_no)
 
 
