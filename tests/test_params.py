@@ -7,7 +7,7 @@ import json
 import pytest
 
 from raexmc.checks import positive_int
-from raexmc.errors import ConfigError
+from raexmc.errors import PARAMS_FILE, ConfigError, DataError
 from raexmc.params import KNOWN_KEYS, load_params
 
 from conftest import REPO
@@ -76,3 +76,13 @@ def test_good_values_pass_through(tmp_path):
     params = load_params(tmp_path / "params.yaml")
     assert params.integer("infer.ef_search", 0) == 0
     assert params.grid("infer.b_sweep", lambda v: positive_int(v, "b"), "integers >= 1") == (10, 25)
+
+
+def test_an_error_about_a_parameter_names_the_parameters_file_in_use():
+    """Library code names the default params.yaml; a stage given --params names that file instead, and an
+    error about any other file keeps its path."""
+    about_params = ConfigError("M must be >= 2, got 1", PARAMS_FILE, "index.M")
+    assert about_params.in_params_file("runs/a.yaml").one_line() == "ConfigError: runs/a.yaml:index.M: M must be >= 2, got 1"
+    assert about_params.in_params_file(PARAMS_FILE) is about_params
+    about_data = DataError("cut short", "artifacts/x.npy")
+    assert about_data.in_params_file("runs/a.yaml") is about_data

@@ -29,7 +29,7 @@ NAME = typer.Option(None, help="Dataset whose pipeline outputs to use (default: 
 @app.command()
 def datasets(params: Path = PARAMS, data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
     """List the datasets configured in params.yaml, their source, and their size once built."""
-    with user_errors():
+    with user_errors(params):
         catalogue = load_params(params).section("datasets")
         for name, spec in catalogue.items():
             stats_path = data_dir / name / "stats.json"
@@ -55,7 +55,7 @@ def show(name: str = typer.Argument(..., help="Dataset name, e.g. foldoc."),
 @app.command()
 def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitles-131K."), params: Path = PARAMS) -> None:
     """Print the `dvc exp run` command that applies one of the paper's hyper-parameter presets."""
-    with user_errors():
+    with user_errors(params):
         presets = load_params(params).section("presets")
         if name not in presets:
             raise ConfigError(f"unknown preset '{name}' (known: {', '.join(presets)})", params, "presets")
@@ -94,7 +94,7 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
             verbose: bool = typer.Option(False, "--verbose", "-v", help="Load time and per-query latency on stderr."),
             params: Path = PARAMS) -> None:
     """Top-k labels, with scores and label texts, as one JSON line per query on stdout."""
-    with user_errors():
+    with user_errors(params):
         from .rae.predictor import Predictor
         from .rae.timing import Timing
 
@@ -131,7 +131,7 @@ def serve(name: str = NAME,
           port: int = typer.Option(5001, min=1, max=65535, help="Port to listen on."),
           params: Path = PARAMS) -> None:
     """Serve the registered predictor over HTTP (`mlflow models serve` in this environment)."""
-    with user_errors():
+    with user_errors(params):
         from .pipeline.serving import registered_name, registered_uri
         from .pipeline.tracking.run import tracking_uri
 
@@ -150,7 +150,7 @@ def results(name: str = NAME,
             artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
             params: Path = PARAMS) -> None:
     """Key metrics per method and RAE's paired t-tests: a readable `dvc metrics show`."""
-    with user_errors():
+    with user_errors(params):
         from .pipeline.results import summary
 
         folder = artifacts / (name or load_params(params).typed("data.name", str))

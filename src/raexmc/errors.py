@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from os import PathLike
 
+PARAMS_FILE = "params.yaml"
+"""The path library code gives an error about a parameter when it does not know which parameters file is
+in use; a stage or command run with another --params file names that file in its place (`in_params_file`)."""
+
 
 class RaexmcError(Exception):
     """Base class: an error the user can fix; printed as one line, exit status 2."""
@@ -24,6 +28,12 @@ class RaexmcError(Exception):
             where = self.path if self.record is None else f"{self.path}:{self.record}"
             where += ": "
         return f"{type(self).__name__}: {where}{self.message}"
+
+    def in_params_file(self, params_path: str | PathLike) -> RaexmcError:
+        """This error, naming `params_path` where it names the default PARAMS_FILE."""
+        if self.path != PARAMS_FILE or str(params_path) == PARAMS_FILE:
+            return self
+        return type(self)(self.message, params_path, self.record)
 
 
 class DataError(RaexmcError):

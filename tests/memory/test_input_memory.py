@@ -189,18 +189,20 @@ def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep):
     ({"  compression: none ": "  compression: sq8 ", "  backend: hnsw ": "  backend: exact "}, "index.backend hnsw")])
 def test_the_memory_stage_refuses_a_compression_it_cannot_build_in_one_line(tmp_path, edits, named):
     """An unknown name, or a compression with the exact backend (no graph to compress): refused before the
-    stage reads anything (there is no dataset here), so not after minutes of key selection."""
+    stage reads anything (there is no dataset here), so not after minutes of key selection. The line names
+    the parameters file the stage was given, not the default params.yaml."""
     params = (REPO / "params.yaml").read_text()
     for old, new in edits.items():
         assert old in params
         params = params.replace(old, new)
-    (tmp_path / "params.yaml").write_text(params)
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(params)
     proc = subprocess.run([sys.executable, str(REPO / "stages/memory.py"), "--dataset", str(tmp_path / "data"),
                            "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "memory"),
-                           "--params", str(tmp_path / "params.yaml")], capture_output=True, text=True, cwd=tmp_path)
+                           "--params", str(experiment)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("ConfigError: ") and "params.yaml" in last and "memory.compression" in last
+    assert last.startswith(f"ConfigError: {experiment}:memory.compression: ")
     assert named in last and not (tmp_path / "memory").exists()
 
 

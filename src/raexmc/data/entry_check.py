@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import PARAMS_FILE, ConfigError
 
 
 class EntryCheck:
@@ -20,7 +20,7 @@ class EntryCheck:
         self.values = {**defaults, **spec}
 
     def fail(self, key: str, message: str) -> ConfigError:
-        return ConfigError(message, "params.yaml", f"datasets.{self.name}.{key}")
+        return ConfigError(message, PARAMS_FILE, f"datasets.{self.name}.{key}")
 
     def integer(self, key: str, low: int) -> int:
         value = self.values.get(key)

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, DataError
+from ..errors import PARAMS_FILE, ConfigError, DataError
 from .archive import extract
 from .dataset import write_dataset
 from .debian import fetch_deb
@@ -38,7 +38,7 @@ def cache_dir() -> Path:
 
 def _require(spec: dict[str, Any], key: str, name: str) -> Any:
     if key not in spec or spec[key] in (None, ""):
-        raise ConfigError(f"dataset '{name}' needs '{key}'", "params.yaml", f"datasets.{name}.{key}")
+        raise ConfigError(f"dataset '{name}' needs '{key}'", PARAMS_FILE, f"datasets.{name}.{key}")
     return spec[key]
 
 
@@ -107,7 +107,7 @@ def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_u
     source = _require(spec, "source", name)
     if source not in SOURCES:
         raise ConfigError(f"unknown source '{source}' (choose from {', '.join(SOURCES)})",
-                          "params.yaml", f"datasets.{name}.source")
+                          PARAMS_FILE, f"datasets.{name}.source")
     target = Path(target)
     if source == "synthetic":
         return write_synthetic(name, spec, target)

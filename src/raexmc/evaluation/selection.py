@@ -32,7 +32,7 @@ import scipy.sparse as sp
 
 from ..checks import positive_int
 from ..encoder.vectors import load_embeddings
-from ..errors import ConfigError, DataError
+from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import read_json
 from ..memory.exact import top_k_search
 from ..memory.input_memory import MemorySettings
@@ -143,7 +143,7 @@ def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_r
     """The labels of the held-out inputs (`val_rows`) and the values of the remaining ones (`rest_rows`)."""
     if len(val_rows) == 0 or len(rest_rows) == 0:
         raise ConfigError(f"infer.val_fraction leaves {len(val_rows)} held-out and {len(rest_rows)} memory inputs "
-                          f"of {Y_train.shape[0]}: both need at least one", "params.yaml", "infer.val_fraction")
+                          f"of {Y_train.shape[0]}: both need at least one", PARAMS_FILE, "infer.val_fraction")
     return HeldOutLabels(sp.csr_matrix(Y_train[val_rows]), training_values(Y_train[rest_rows], relevance, copy=False),
                          sp.csr_matrix(filters_train[val_rows]), np.asarray(val_rows), np.asarray(rest_rows))
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from ..errors import PARAMS_FILE, ConfigError
 
 NONE = "none"
 # Codec -> bits a dimension of the stored key.
@@ -45,11 +45,11 @@ def parse_compression(name: str) -> Compression | None:
         return None
     match = _NAME.fullmatch(str(name))
     if match is None:
-        raise ConfigError(f"unknown compression {name!r} (known forms: {FORMS})", "params.yaml",
+        raise ConfigError(f"unknown compression {name!r} (known forms: {FORMS})", PARAMS_FILE,
                           "memory.compression")
     M = match["M"]
     if M is not None and int(M) < 2:
-        raise ConfigError(f"compression {name!r}: M must be >= 2", "params.yaml", "memory.compression")
+        raise ConfigError(f"compression {name!r}: M must be >= 2", PARAMS_FILE, "memory.compression")
     return Compression(name=name, codec=match["codec"], pca_dim=int(match["dim"]) if match["dim"] else None,
                        M=int(M) if M else None)
 
@@ -59,6 +59,6 @@ def checked_compression(name: str, backend: str) -> Compression | None:
     graph, which the exact backend does not build."""
     compressed = parse_compression(name)
     if compressed is not None and backend != "hnsw":
-        raise ConfigError(f"compression {name!r} needs index.backend hnsw, got {backend!r}", "params.yaml",
+        raise ConfigError(f"compression {name!r} needs index.backend hnsw, got {backend!r}", PARAMS_FILE,
                           "memory.compression")
     return compressed

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..checks import positive_int
-from ..errors import ConfigError, DataError
+from ..errors import PARAMS_FILE, ConfigError, DataError
 from .compression import Compression
 from .hnsw import INSERT_BATCH, PAPER_EF_SEARCH, QUERY_BATCH, resolve_threads
 from .search import as_matrix, empty_result, sort_rows
@@ -114,10 +114,10 @@ def build_faiss(keys: np.ndarray, compression: Compression, M: int, ef_construct
     dim = keys.shape[1]
     if compression.pca_dim is not None and compression.pca_dim > dim:
         raise ConfigError(f"compression {compression.name!r} projects to {compression.pca_dim} dimensions, the keys "
-                          f"have {dim}", "params.yaml", "memory.compression")
+                          f"have {dim}", PARAMS_FILE, "memory.compression")
     degree = compression.M or M
     if degree < 2:
-        raise ConfigError(f"M must be >= 2, got {degree}", "params.yaml", "index.M")
+        raise ConfigError(f"M must be >= 2, got {degree}", PARAMS_FILE, "index.M")
     faiss.omp_set_num_threads(resolve_threads(threads))
     quantiser, range_fit = (getattr(faiss.ScalarQuantizer, name) for name in _QUANTISERS[compression.codec])
     graph = faiss.IndexHNSWSQ(compression.pca_dim or dim, quantiser, int(degree), faiss.METRIC_INNER_PRODUCT)

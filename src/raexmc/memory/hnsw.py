@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from ..checks import positive_int
-from ..errors import ConfigError, DataError
+from ..errors import PARAMS_FILE, ConfigError, DataError
 from .search import as_matrix, empty_result, sort_rows
 
 SPACE = "ip"
@@ -154,9 +154,9 @@ def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_
     from tqdm import tqdm
 
     if M < 2:
-        raise ConfigError(f"M must be >= 2, got {M}", "params.yaml", "index.M")
+        raise ConfigError(f"M must be >= 2, got {M}", PARAMS_FILE, "index.M")
     if ef_construction < 1:
-        raise ConfigError(f"ef_construction must be >= 1, got {ef_construction}", "params.yaml",
+        raise ConfigError(f"ef_construction must be >= 1, got {ef_construction}", PARAMS_FILE,
                           "index.ef_construction")
     keys = as_matrix(keys, "keys")
     if keys.shape[0] == 0:

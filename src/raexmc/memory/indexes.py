@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import PARAMS_FILE, ConfigError
 from ..io import atomic_dir
 from .compression import NONE, checked_compression, parse_compression
 from .exact import CHUNK_ROWS, ExactIndex
@@ -40,7 +40,7 @@ def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction
     if backend == "hnsw":
         return build_hnsw(keys, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
                           ef_search=ef_search, progress=progress, progress_label=progress_label)
-    raise ConfigError(f"unknown index backend {backend!r} (known: {', '.join(BACKENDS)})", "params.yaml",
+    raise ConfigError(f"unknown index backend {backend!r} (known: {', '.join(BACKENDS)})", PARAMS_FILE,
                       "index.backend")
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..checks import one_of
-from ..errors import ConfigError
+from ..errors import PARAMS_FILE, ConfigError
 
 METHODS = ("kmeans", "kmeans-labels", "random")
 CELL_SIZE = 8_192          # inputs per coarse cell: the fine k-means costs about keep · N · CELL_SIZE · d per iteration
@@ -54,7 +54,7 @@ class SelectedKeys:
 def kept_count(keep: float, num_inputs: int) -> int:
     """The number of input keys a share `keep` in [0, 1] of `num_inputs` keeps (rounded half up)."""
     if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0.0 <= keep <= 1.0:
-        raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", "params.yaml", "memory.keep")
+        raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", PARAMS_FILE, "memory.keep")
     return int(math.floor(keep * num_inputs + 0.5))
 
 
@@ -63,7 +63,7 @@ def select_keys(inputs: np.ndarray, values: sp.csr_matrix, keep: float, method: 
     """Exactly kept_count(keep, N) input keys chosen from the N rows of `inputs` (unit embeddings)
     with their `values` rows, by `method` (METHODS); keep = 1 keeps every input as it is. `kmeans-labels`
     also needs the `labels`' keys (the columns of `values`)."""
-    one_of(method, METHODS, "memory.method", "params.yaml", "memory.method")
+    one_of(method, METHODS, "memory.method", PARAMS_FILE, "memory.method")
     count = kept_count(keep, len(inputs))
     values = sp.csr_matrix(values)
     if len(inputs) != values.shape[0]:

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from ..data.dataset import Dataset
 from ..encoder.vectors import load_embeddings
-from ..errors import ConfigError
+from ..errors import PARAMS_FILE, ConfigError
 from ..io import atomic_dir, write_json
 
 # Key set -> the embedding splits it stacks, in key-id order.
@@ -66,7 +66,7 @@ def training_values(Y_train: sp.spmatrix, relevance: str = "binary", copy: bool 
     """
     if relevance not in RELEVANCE:
         raise ConfigError(f"infer.relevance must be one of {', '.join(RELEVANCE)}, got {relevance!r}",
-                          "params.yaml", "infer.relevance")
+                          PARAMS_FILE, "infer.relevance")
     values = sp.csr_matrix(Y_train, dtype=np.float64, copy=copy)
     values.eliminate_zeros()
     if relevance == "binary":

@@ -26,8 +26,9 @@ RANK_ERRORS = "RAEXMC_RANK_ERRORS"
 
 
 @contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn a RaexmcError, or a full disk, into one line on stderr and exit status 2."""
+def user_errors(params_path: str | os.PathLike | None = None) -> Iterator[None]:
+    """Turn a RaexmcError, or a full disk, into one line on stderr and exit status 2; an error about a
+    parameter names `params_path`, the parameters file in use."""
     try:
         try:
             yield
@@ -38,6 +39,7 @@ def user_errors() -> Iterator[None]:
                                "to temporary names first, so nothing half-written was kept)",
                                exc.filename or "(file not reported)") from None
     except RaexmcError as exc:
+        exc = exc if params_path is None else exc.in_params_file(params_path)
         folder = os.environ.get(RANK_ERRORS)
         if folder and "RANK" in os.environ:
             (Path(folder) / f"rank{int(os.environ['RANK']):06d}").write_text(exc.one_line())
@@ -49,7 +51,7 @@ def user_errors() -> Iterator[None]:
 def run_stage(name: str, body: Callable[[Params, StageRun], None], params_path: str = "params.yaml") -> None:
     """Load params, open the pipeline's MLflow run for stage `name` and run `body` inside it, alone
     in its working copy and only with the params its DVC command set (see tracking.guard)."""
-    with user_errors():
+    with user_errors(params_path):
         guard = ParamsGuard(params_path)
         params = load_params(params_path)
         with one_stage_at_a_time(params_path, name):
@@ -110,7 +112,7 @@ def run_stage_on_rank(name: str, body: Callable[[Params, StageRun | None], None]
     if is_main:
         run_stage(name, body, params_path)
     else:
-        with user_errors():
+        with user_errors(params_path):
             body(load_params(params_path), None)
 
 

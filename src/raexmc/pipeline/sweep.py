@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConfigError, RaexmcError
+from ..errors import PARAMS_FILE, ConfigError, RaexmcError
 from .tracking.identity import git_commit
 
 KEY_METRICS = ("rae.P@1", "rae.P@5", "rae.R@100")
@@ -37,7 +37,7 @@ def swept_keys(overrides: list[str]) -> list[str]:
     for override in overrides:
         key, sep, values = override.partition("=")
         if not sep or not key or not values:
-            raise ConfigError(f"'{override}' is not key=value[,value...]", "params.yaml", key or None)
+            raise ConfigError(f"'{override}' is not key=value[,value...]", PARAMS_FILE, key or None)
         keys.append(key)
     return keys
 

@@ -25,13 +25,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from raexmc.checks import positive_int
-from raexmc.errors import ConfigError, DataError
+from raexmc.errors import PARAMS_FILE, ConfigError, DataError
 
 PAPER_TAU = 0.04
 PAPER_B = 200
 PAPER_LAMBDA = 0.5
 
-_PARAMS = "params.yaml"
 
 Parts = tuple[sp.csr_matrix, sp.csr_matrix]
 
@@ -44,9 +43,9 @@ def check_lambda(lam: float) -> float:
     try:
         value = float(lam)
     except (TypeError, ValueError):
-        raise ConfigError(f"infer.lambda must be a number in [0, 1], got {lam!r}", _PARAMS, "infer.lambda") from None
+        raise ConfigError(f"infer.lambda must be a number in [0, 1], got {lam!r}", PARAMS_FILE, "infer.lambda") from None
     if not 0.0 <= value <= 1.0:  # also false for nan
-        raise ConfigError(f"infer.lambda must be in [0, 1], got {lam!r}", _PARAMS, "infer.lambda")
+        raise ConfigError(f"infer.lambda must be in [0, 1], got {lam!r}", PARAMS_FILE, "infer.lambda")
     return value
 
 
@@ -55,15 +54,15 @@ def check_tau(tau: float) -> float:
     try:
         value = float(tau)
     except (TypeError, ValueError):
-        raise ConfigError(f"infer.tau must be a number > 0, got {tau!r}", _PARAMS, "infer.tau") from None
+        raise ConfigError(f"infer.tau must be a number > 0, got {tau!r}", PARAMS_FILE, "infer.tau") from None
     if not (value > 0.0 and np.isfinite(value)):
-        raise ConfigError(f"infer.tau must be a finite number > 0, got {tau!r}", _PARAMS, "infer.tau")
+        raise ConfigError(f"infer.tau must be a finite number > 0, got {tau!r}", PARAMS_FILE, "infer.tau")
     return value
 
 
 def check_b(b: int | None) -> int | None:
     """b as an int (None: every retrieved key), or ConfigError unless it is >= 1."""
-    return None if b is None else positive_int(b, "infer.b", _PARAMS, "infer.b")
+    return None if b is None else positive_int(b, "infer.b", PARAMS_FILE, "infer.b")
 
 
 def _check_retrieval(ids: np.ndarray, sims: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
