@@ -264,10 +264,21 @@ def nan_per_instance(folder: Path) -> None:
     np.savez(folder / "per_instance.npz", **arrays)
 
 
-def compare_with_nan(project: Project) -> Outcome:
-    folder = project.fresh("compare-nan")
+def one_query_short(folder: Path) -> None:
+    """A per_instance.npz of the right keys whose values miss the last test query (another test set)."""
+    import numpy as np
+
+    with np.load(folder / "per_instance.npz") as archive:
+        arrays = {key: archive[key][:-1] for key in archive.files}
+    np.savez(folder / "per_instance.npz", **arrays)
+
+
+def compare_with(project: Project, name: str, breaks: Callable[[Path], None]) -> Outcome:
+    """The significance stage with significance.compare_with set to a copy of the run's evaluation that
+    `breaks` changed."""
+    folder = project.fresh(name)
     shutil.copytree(project.root / ARTIFACTS["eval"], folder / "other")
-    nan_per_instance(folder / "other")
+    breaks(folder / "other")
     params = project.params(folder, **{"significance.compare_with": str(folder / "other" / "per_instance.npz")})
     return project.stage("significance", params, eval=project.root / ARTIFACTS["eval"], out=folder / "significance.json")
 
@@ -428,8 +439,19 @@ def cases() -> list[Case]:
         Case("per-instance-truncated", "audit", "eval per_instance.npz cut in half (significance)",
              lambda p: stage_with(p, "significance", "per-instance-cut", {"eval": truncate("per_instance.npz")}),
              "per_instance.npz"),
-        Case("compare-with-nan", "audit", "significance.compare_with: a per_instance.npz of NaN", compare_with_nan,
-             "per_instance.npz"),
+        Case("compare-with-nan", "audit", "significance.compare_with: a per_instance.npz of NaN",
+             lambda p: compare_with(p, "compare-nan", nan_per_instance), "per_instance.npz"),
+        Case("compare-with-shorter", "audit", "significance.compare_with: a run with one test query fewer",
+             lambda p: compare_with(p, "compare-shorter", one_query_short), "other/per_instance.npz"),
+        Case("significance-metric-unknown", "audit", "significance.metrics [P@7] (evaluate has no P@7)",
+             lambda p: stage_with(p, "significance", "metric-p7", **{"significance.metrics": ["P@7"]}),
+             "significance.metrics"),
+        Case("embed-model-missing", "audit", "embed --model: the train stage's folder missing", lambda p: stage_with(
+            p, "embed", "model-missing", {"model": shutil.rmtree}), "model"),
+        Case("package-b-zero", "audit", "infer.b 0 in package", lambda p: stage_with(
+            p, "package", "package-b-zero", **{"infer.b": 0, "package.register": False}), "infer.b"),
+        Case("memory-relevance-keep-1", "audit", "infer.relevance graded2 at memory.keep 1", lambda p: stage_with(
+            p, "memory", "relevance-keep-1", **{"infer.relevance": "graded2"}), "infer.relevance"),
         Case("compare-with-missing", "audit", "significance.compare_with: a path that does not exist",
              lambda p: stage_with(p, "significance", "compare-missing",
                                   **{"significance.compare_with": "/nonexistent/per_instance.npz"}),

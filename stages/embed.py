@@ -44,7 +44,7 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
             run.params({"embed": p.section("embed")})
         torch.set_num_threads(p.integer("embed.threads", 0) or os.cpu_count() or 1)
         precision = resolve_precision(p.typed("embed.precision", str), ctx.device, p.path, "embed.precision")
-        encoder = load_encoder(str(model), ctx.device)
+        encoder = load_encoder(str(model), ctx.device, stage_output=True)
         cache = TokenCache(tokens)
 
         def embed(split: str, folder: Path | None) -> dict[str, float]:

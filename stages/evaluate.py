@@ -46,7 +46,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"infer": p.section("infer"), "evaluate": p.section("evaluate")})
         data, selection = Dataset(dataset), read_selection(tune)
         settings = EvalSettings(
-            lam=selection["lambda"], b=p.typed("infer.b", int), tau=selection["tau"],
+            lam=selection["lambda"], b=p.integer("infer.b", 1), tau=selection["tau"],
             lambda_sweep=list(p.grid("infer.lambda_sweep", check_lambda, "numbers in [0, 1]")),
             b_sweep=list(p.grid("infer.b_sweep", partial(positive_int, name="infer.b_sweep"), "integers >= 1")),
             propensity_ab=propensity_from_params(p, dataset.name))

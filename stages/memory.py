@@ -11,7 +11,7 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
-from raexmc.memory.keys_values import training_values
+from raexmc.memory.keys_values import check_relevance, training_values
 from raexmc.pipeline.stage import run_stage, stage_cli
 
 
@@ -22,8 +22,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     def body(p, run) -> None:
         settings = MemorySettings.from_params(p)
         run.params({"memory": p.section("memory")})
-        values = None if settings.full else training_values(Dataset(dataset).label_matrix("train"),
-                                                            p.typed("infer.relevance", str), copy=False)
+        relevance = check_relevance(p.typed("infer.relevance", str))  # checked at keep 1 too, where no value is read
+        values = None if settings.full else training_values(Dataset(dataset).label_matrix("train"), relevance,
+                                                            copy=False)
         labels = load_embeddings(embeddings, "labels") if settings.needs_labels else None
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,
                                   p.typed("index.backend", str), labels=labels, M=p.typed("index.M", int),

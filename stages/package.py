@@ -31,7 +31,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     def body(p, run) -> None:
         run.params({"package": p.section("package")})
         selection = read_selection(tune)
-        settings = {"lambda": selection["lambda"], "b": p.typed("infer.b", int),
+        settings = {"lambda": selection["lambda"], "b": p.integer("infer.b", 1),
                     "tau": selection["tau"], "ef_search": p.integer("infer.ef_search", 1),
                     "relevance": p.typed("infer.relevance", str), "input_max_len": p.typed("tokenize.input_max_len", int),
                     "input_fields": p.typed("tokenize.input_fields", str), "dataset": dataset.name,

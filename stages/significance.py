@@ -20,7 +20,8 @@ def main(eval: Path = typer.Option(..., help="Evaluation folder written by the e
         metrics = [str(m) for m in p.typed("significance.metrics", list)]
         other = p.get("significance.compare_with")
         baseline = None if other is None else load_per_instance(local_copy(str(other), PER_INSTANCE_ARTIFACT))
-        report = compare_runs(load_per_instance(eval / "per_instance.npz"), metrics, baseline)
+        report = compare_runs(load_per_instance(eval / "per_instance.npz"), metrics, baseline,
+                              run_origin=eval / "per_instance.npz", other_origin=str(other))
         write_json(out, report)
         run.metrics(report)
         run.artifact(out)

@@ -137,6 +137,20 @@ def test_embed_stage_refuses_a_bad_batch_size_or_dtype_in_one_line(tmp_path, tin
     assert not (tmp_path / "embeddings").exists()
 
 
+@pytest.mark.parametrize("broken", ["missing", "empty"])
+def test_embed_stage_names_a_missing_or_broken_model_folder(tmp_path, tiny_model, token_cache, broken):
+    """--model is the train stage's output: a missing or empty folder is a DataError naming it, not an error
+    about encoder.name (which embed does not read)."""
+    model = tmp_path / "model"
+    if broken == "empty":
+        model.mkdir()
+    stage = run_embed_stage(tmp_path, model, token_cache)
+    assert stage.returncode == 2, stage.stderr
+    line = last_line_only_error(stage.stderr)
+    assert line.startswith(f"DataError: {model}: ") and line.endswith("rerun the stage that writes it"), line
+    assert not (tmp_path / "embeddings").exists()
+
+
 def broken_encoder(tiny_model: Path, folder: Path, value: float) -> Path:
     """The tiny encoder with its last LayerNorm's weight and bias set to `value`: 0 makes every hidden
     state (so every embedding) zero, NaN makes them NaN."""

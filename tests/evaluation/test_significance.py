@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from raexmc.errors import DataError
-from raexmc.evaluation.significance import paired_ttest
+from raexmc.errors import ConfigError, DataError
+from raexmc.evaluation.significance import compare_runs, paired_ttest
 
 A = np.array([1.0, 2.0, 3.0, 5.0])
 B = np.array([0.0, 1.0, 2.0, 3.0])
@@ -93,3 +93,22 @@ def test_result_is_plain_json():
 def test_unpaired_or_too_short_input_is_rejected(a, b):
     with pytest.raises(DataError):
         paired_ttest(a, b)
+
+
+def per_instance(n: int, metrics=("P@1", "P@5")) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(n)
+    return {f"{method}/{metric}": rng.random(n) for method in ("rae", "dual_encoder", "knn") for metric in metrics}
+
+
+def test_a_metric_the_run_did_not_measure_is_an_error_about_significance_metrics():
+    with pytest.raises(ConfigError) as caught:
+        compare_runs(per_instance(5), ["P@1", "P@7"], run_origin="eval/per_instance.npz")
+    assert caught.value.one_line() == ("ConfigError: params.yaml:significance.metrics: no per-instance values of "
+                                       "'P@7' in eval/per_instance.npz (it has P@1, P@5)")
+
+
+def test_a_compared_run_of_another_test_set_is_refused_naming_its_file():
+    with pytest.raises(DataError) as caught:
+        compare_runs(per_instance(5), ["P@1"], per_instance(6), other_origin="runs/b/per_instance.npz")
+    assert caught.value.one_line() == ("DataError: runs/b/per_instance.npz: 6 test queries, but this run has 5: "
+                                       "compare runs on the same test set")

@@ -184,11 +184,14 @@ def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep):
     np.testing.assert_array_equal(dual[0], ExactIndex(labels).search(queries, 5)[0])
 
 
-@pytest.mark.parametrize("edits, named", [
-    ({"  compression: none ": "  compression: zip9 "}, "zip9"),
-    ({"  compression: none ": "  compression: sq8 ", "  backend: hnsw ": "  backend: exact "}, "index.backend hnsw")])
-def test_the_memory_stage_refuses_a_compression_it_cannot_build_in_one_line(tmp_path, edits, named):
-    """An unknown name, or a compression with the exact backend (no graph to compress): refused before the
+@pytest.mark.parametrize("edits, key, named", [
+    ({"  compression: none ": "  compression: zip9 "}, "memory.compression", "zip9"),
+    ({"  compression: none ": "  compression: sq8 ", "  backend: hnsw ": "  backend: exact "}, "memory.compression",
+     "index.backend hnsw"),
+    ({"  relevance: binary ": "  relevance: graded2 "}, "infer.relevance", "graded2")])
+def test_the_memory_stage_refuses_what_it_cannot_build_in_one_line(tmp_path, edits, key, named):
+    """An unknown compression, one with the exact backend (no graph to compress), or an unknown relevance
+    (at keep 1 too, where the stage reads no values; evaluate would fail on it later): refused before the
     stage reads anything (there is no dataset here), so not after minutes of key selection. The line names
     the parameters file the stage was given, not the default params.yaml."""
     params = (REPO / "params.yaml").read_text()
@@ -202,7 +205,7 @@ def test_the_memory_stage_refuses_a_compression_it_cannot_build_in_one_line(tmp_
                            "--params", str(experiment)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"ConfigError: {experiment}:memory.compression: ")
+    assert last.startswith(f"ConfigError: {experiment}:{key}: ")
     assert named in last and not (tmp_path / "memory").exists()
 
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..errors import PARAMS_FILE, ConfigError
+from ..errors import PARAMS_FILE, ConfigError, DataError
 
 PACKAGED_MODELS = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 
@@ -36,13 +36,25 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def load_tokenizer(name: str):
+def load_tokenizer(name: str, stage_output: bool = False):
     from transformers import AutoTokenizer
 
+    return _load(lambda path: AutoTokenizer.from_pretrained(path, use_fast=True), name, "tokenizer", stage_output)
+
+
+def _load(loader, name: str, what: str, stage_output: bool):
+    """`loader` applied to encoder `name`; a failure is one line: a ConfigError about encoder.name, or with
+    `stage_output` (`name` is a folder a stage wrote: the train stage's model, a package's copy) a DataError
+    naming that folder."""
+    if stage_output and not Path(name).is_dir():
+        raise DataError(f"{what} folder not found: rerun the stage that writes it", name)
     try:
-        return AutoTokenizer.from_pretrained(resolve_encoder(name), use_fast=True)
+        return loader(resolve_encoder(name))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot load the tokenizer of '{name}': {_first_line(exc)}", PARAMS_FILE,
+        if stage_output:
+            raise DataError(f"cannot load the {what} ({_first_line(exc)}): rerun the stage that writes it",
+                            name) from None
+        raise ConfigError(f"cannot load the {what} of '{name}': {_first_line(exc)}", PARAMS_FILE,
                           "encoder.name") from None
 
 
@@ -57,13 +69,8 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps(definition, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
-def load_encoder(name: str, device: str = "cpu"):
-    """The transformer of `name` (a hub name or folder) in eval mode on `device`."""
+def load_encoder(name: str, device: str = "cpu", stage_output: bool = False):
+    """The transformer of `name` (a hub name or folder) in eval mode on `device`; `stage_output` as in _load."""
     from transformers import AutoModel
 
-    try:
-        model = AutoModel.from_pretrained(resolve_encoder(name))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot load the encoder '{name}': {_first_line(exc)}", PARAMS_FILE,
-                          "encoder.name") from None
-    return model.to(device).eval()
+    return _load(AutoModel.from_pretrained, name, "encoder", stage_output).to(device).eval()

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
-from ..errors import ConfigError, DataError
+from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import load_arrays
 
 METHOD = "rae"
@@ -122,28 +122,40 @@ def load_per_instance(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def _test(a: dict[str, np.ndarray], a_method: str, b: dict[str, np.ndarray], b_method: str,
-          metrics: list[str], origin: str) -> dict[str, Any]:
+          metrics: list[str], a_origin: str | os.PathLike, b_origin: str | os.PathLike) -> dict[str, Any]:
+    """Each metric's paired t-test of `a_method` in run a against `b_method` in run b (read from the origins)."""
     out = {}
     for metric in metrics:
-        for values, method in ((a, a_method), (b, b_method)):
+        for values, method, origin in ((a, a_method, a_origin), (b, b_method, b_origin)):
             if f"{method}/{metric}" not in values:
                 raise DataError(f"no per-instance '{method}/{metric}'", origin)
+        ours, theirs = a[f"{a_method}/{metric}"], b[f"{b_method}/{metric}"]
+        if len(ours) != len(theirs):
+            raise DataError(f"{len(theirs)} test queries, but this run has {len(ours)}: compare runs on the same "
+                            f"test set", b_origin)
         # percentage points, as the metrics are reported
-        out[metric] = paired_ttest(100 * a[f"{a_method}/{metric}"], 100 * b[f"{b_method}/{metric}"])
+        out[metric] = paired_ttest(100 * ours, 100 * theirs)
     return out
 
 
-def compare_runs(run: dict[str, np.ndarray], metrics: list[str],
-                 other: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+def compare_runs(run: dict[str, np.ndarray], metrics: list[str], other: dict[str, np.ndarray] | None = None,
+                 run_origin: str | os.PathLike = "per_instance.npz",
+                 other_origin: str | os.PathLike = "significance.compare_with") -> dict[str, Any]:
     """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ..., "rae_query_lambda_vs_rae": ... (when the
     run has that variant)}; with `other` also each method against the same method of the other run
-    ("rae_vs_other", "dual_encoder_vs_other", ...)."""
-    report = {f"{METHOD}_vs_{baseline}": _test(run, METHOD, run, baseline, metrics, "per_instance.npz")
+    ("rae_vs_other", "dual_encoder_vs_other", ...). A metric the run has no values of is refused as a
+    ConfigError about significance.metrics."""
+    measured = sorted({key.split("/", 1)[1] for key in run if key.startswith(f"{METHOD}/")})
+    unknown = [metric for metric in metrics if metric not in measured]
+    if unknown:
+        raise ConfigError(f"no per-instance values of {', '.join(map(repr, unknown))} in "
+                          f"{run_origin} (it has {', '.join(measured)})", PARAMS_FILE, "significance.metrics")
+    report = {f"{METHOD}_vs_{baseline}": _test(run, METHOD, run, baseline, metrics, run_origin, run_origin)
               for baseline in BASELINES}
     for variant in VARIANTS:
         if any(key.startswith(f"{variant}/") for key in run):
-            report[f"{variant}_vs_{METHOD}"] = _test(run, variant, run, METHOD, metrics, "per_instance.npz")
+            report[f"{variant}_vs_{METHOD}"] = _test(run, variant, run, METHOD, metrics, run_origin, run_origin)
     if other is not None:
         for method in (METHOD, *BASELINES):
-            report[f"{method}_vs_other"] = _test(run, method, other, method, metrics, "significance.compare_with")
+            report[f"{method}_vs_other"] = _test(run, method, other, method, metrics, run_origin, other_origin)
     return report

@@ -58,15 +58,21 @@ def stack_rows(parts: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
     return keys
 
 
+def check_relevance(relevance: str) -> str:
+    """`relevance` if it is one of RELEVANCE, else a ConfigError about infer.relevance."""
+    if relevance not in RELEVANCE:
+        raise ConfigError(f"infer.relevance must be one of {', '.join(RELEVANCE)}, got {relevance!r}",
+                          PARAMS_FILE, "infer.relevance")
+    return relevance
+
+
 def training_values(Y_train: sp.spmatrix, relevance: str = "binary", copy: bool = True) -> sp.csr_matrix:
     """The values' input part: binary Y_train as in the paper, or the stored relevance when "graded".
 
     `copy=False` hands Y_train over: its arrays become the values' where they can (a float64 CSR's all
     do), so a matrix of millions of rows is not held twice; the caller must not use it afterwards.
     """
-    if relevance not in RELEVANCE:
-        raise ConfigError(f"infer.relevance must be one of {', '.join(RELEVANCE)}, got {relevance!r}",
-                          PARAMS_FILE, "infer.relevance")
+    check_relevance(relevance)
     values = sp.csr_matrix(Y_train, dtype=np.float64, copy=copy)
     values.eliminate_zeros()
     if relevance == "binary":

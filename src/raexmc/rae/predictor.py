@@ -88,8 +88,8 @@ class Predictor:
         transformers_logging.disable_progress_bar()  # one-line stderr for `raexmc predict`
         self.device = pick_device(device, "<arguments>", "--device")
         self.precision = resolve_precision("auto", self.device)
-        self.tokenizer = load_tokenizer(str(encoder))
-        self.model = load_encoder(str(encoder), self.device)
+        self.tokenizer = load_tokenizer(str(encoder), stage_output=True)
+        self.model = load_encoder(str(encoder), self.device, stage_output=True)
 
     def query_text(self, query: Text | str) -> str:
         """The text the encoder sees for a query: a record goes through the training inputs' recipe
