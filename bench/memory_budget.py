@@ -90,6 +90,8 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file (index.*, infer.b, ef_search)."),
          seed: int = typer.Option(0, help="memory.seed."),
          compressions: str = typer.Option("none", help="memory.compression names, comma-separated."),
+         prototypes: str = typer.Option("0", help="memory.prototypes weights α, comma-separated (0: the label "
+                                                  "texts' keys); a row with α > 0 is named <method>+prototypes<α>."),
          append: bool = typer.Option(False, help="Keep the mode's other rows; replace only those measured again.")) -> None:
     p = load_params(params)
     data, artifacts = Dataset(root / "data" / name), root / "artifacts" / name
@@ -103,21 +105,23 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
     Y_test, exclude, ab = data.label_matrix("test"), data.filter_matrix("test"), propensity_ab(name)
     baselines = load_joint_search(index, ef_search=ef_search)
 
-    variants = []  # (keep, method, prior, compression): keep 1 once (every method keeps every input); the prior
-    for keep in map(float, keeps.split(",")):  # where keys merge, uncompressed
+    variants = []  # (keep, method, prior, compression, α): keep 1 once (every method keeps every input); the prior
+    for keep in map(float, keeps.split(",")):  # where keys merge, uncompressed and without prototypes
         for method in methods.split(",")[:1] if keep == 1.0 else methods.split(","):
             for compression in compressions.split(","):
-                variants += [(keep, method, prior, compression) for prior in (False, True)
-                             if not prior or (compression == "none" and method != "random" and 0.0 < keep < 1.0)]
+                for weight in map(float, prototypes.split(",")):
+                    variants += [(keep, method, prior, compression, weight) for prior in (False, True)
+                                 if not prior or (compression == "none" and method != "random" and 0.0 < keep < 1.0
+                                                  and weight == 0)]
     out = Path("bench/results") / f"memory_budget_{name}.json"
     earlier = json.loads(out.read_text()) if out.is_file() else {"rows": [], "command": {}}
     command = "python bench/memory_budget.py " + shlex.join(sys.argv[1:])
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        for keep, method, prior, compression in variants:
-            settings = MemorySettings(keep, method, prior, seed, compression)
-            folder = scratch / f"memory_{keep}_{method}_{prior}_{compression}"
+        for keep, method, prior, compression, weight in variants:
+            settings = MemorySettings(keep, method, prior, seed, compression, weight)
+            folder = scratch / f"memory_{keep}_{method}_{prior}_{compression}_{weight}"
             build_input_memory(train, Y, settings, folder, "hnsw", labels=labels, **index_settings)
             memory = InputMemory(folder)
             values, rae = memory.values(Y), memory.indexes(baselines, ef_search)
@@ -125,7 +129,9 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
             latency_ms, joint = rae_latency_ms(memory, rae, queries, values, lam, tau, b)
             scored = Evaluator(Y, Y_test, exclude, ab, values)
             summary = scored.summary(scored.rank(len(queries), rae_scorer(joint, values, lam, tau, b)))[0]
-            rows.append({"dataset": name, "mode": mode, "method": "full" if memory.full else method + ("+prior" if prior else ""),
+            named = ("full" if memory.full else method) + ("+prior" if prior else "") + (f"+prototypes{weight:g}"
+                                                                                        if weight else "")
+            rows.append({"dataset": name, "mode": mode, "method": named,
                          "keep": keep, "compression": compression, "bytes": memory_bytes,
                          **{k: summary[k] for k in ("P@1", "P@5", "R@100")},
                          "latency_ms": latency_ms})

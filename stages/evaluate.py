@@ -83,8 +83,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"selection": chosen})
         metrics = {**methods, "selection": {**chosen, "validation": {
                        "chosen": selection["val_value"], "fixed": selection["fixed_val_value"]}},
-                   "memory": {**{k: rae_memory.meta[k] for k in ("keep", "method", "prior", "input_keys")},
-                              "compression": rae_memory.compression},
+                   "memory": rae_memory.summary(),
                    "query_lambda": {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback},
                    "retrieval": {"queries_per_s": round(len(queries) / max(search_s, 1e-9), 1),
                                                       "depth": depth}}

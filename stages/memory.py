@@ -1,7 +1,8 @@
 """Choose the training-input keys RAE's memory keeps (`memory.keep` of them, by `memory.method`) and index
 them beside the labels' index: with keep = 1 the memory is every input, searched through the index
 stage's own inputs' index (nothing is copied); otherwise the selected keys' index, values and member
-counts; with memory.compression other than none, compressed indexes of its input keys and of the labels.
+counts; with memory.compression other than none, compressed indexes of its input keys and of the labels;
+with label prototypes (memory.prototypes), an index of those in place of the label texts' keys.
 The dual encoder and kNN keep the index stage's indexes whatever the memory."""
 
 from pathlib import Path
@@ -23,7 +24,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         settings = MemorySettings.from_params(p)
         run.params({"memory": p.section("memory")})
         relevance = check_relevance(p.typed("infer.relevance", str))  # checked at keep 1 too, where no value is read
-        values = None if settings.full else training_values(Dataset(dataset).label_matrix("train"), relevance,
+        values = None if not settings.needs_values else training_values(Dataset(dataset).label_matrix("train"), relevance,
                                                             copy=False)
         labels = load_embeddings(embeddings, "labels") if settings.needs_labels else None
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,
@@ -33,7 +34,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.metrics({"memory/input_keys": meta["input_keys"], "memory/num_inputs": meta["num_inputs"]})
         typer.echo(f"memory: {meta['input_keys']} of {meta['num_inputs']} input keys ({settings.method}, "
                    f"keep {settings.keep}, prior {'on' if settings.prior else 'off'}, "
-                   f"compression {settings.compression})", err=True)
+                   f"compression {settings.compression}, label prototypes α {settings.prototypes})", err=True)
 
     run_stage("memory", body, str(params))
 

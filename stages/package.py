@@ -38,8 +38,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                     "query_lambda": p.typed("infer.query_lambda", bool)}
         read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(settings["tau"], settings["b"], tune / QUERY_LAMBDA_FILE)
         rae_memory, data = InputMemory(memory), Dataset(dataset)
-        settings["memory"] = {**{k: rae_memory.meta[k] for k in ("keep", "method", "prior", "input_keys")},
-                              "compression": rae_memory.compression}
+        settings["memory"] = rae_memory.summary()
         keys, values = None, None
         if p.typed("index.backend", str) == "exact":  # that backend keeps no keys: the memory does
             own = rae_memory.own_keys()

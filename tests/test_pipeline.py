@@ -86,7 +86,8 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
     evaluated = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())["memory"]
     assert packaged["memory"] == evaluated == {"keep": 0.5, "method": "kmeans-labels", "prior": False, "input_keys": 2,
-                                               "compression": "none"}
+                                               "compression": "none", "prototypes": 0.5}  # auto at keep < 1
+    assert (project / "artifacts/tiny/predictor/labels/meta.json").is_file(), "RAE's label prototypes travel with it"
     assert packaged["num_train"] == 2 and (project / "artifacts/tiny/predictor/inputs/meta.json").is_file()
     set_params(project, **{"memory.compression": "sq8-m4"})
     assert changed_stages(project) == {"memory"}, "compression leaves everything up to index, and tune, as they are"

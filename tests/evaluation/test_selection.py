@@ -270,15 +270,22 @@ def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau():
                                             {"lambda": 0.5, "validation": 30.0, "test": 31.0}]
 
 
-def test_stage_chooses_on_a_memory_selected_from_the_remaining_inputs(tmp_path):
+def unit(rows: np.ndarray) -> np.ndarray:
+    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-30)
+
+
+@pytest.mark.parametrize("prototypes", [0, 0.5])
+def test_stage_chooses_on_a_memory_selected_from_the_remaining_inputs(tmp_path, prototypes):
     """memory.keep 0.5 (random, seed 7) of the 30 inputs left after holding out 10: the validation curve is
-    the brute force's over the 15 inputs that seed draws from those 30, and the labels."""
+    the brute force's over the 15 inputs that seed draws from those 30, and the labels; with label
+    prototypes, labels unit(z + α·unit(sum of the keys of the label's inputs among those 30)): the held-out
+    inputs are no part of them."""
     X, Z, Y = forty_inputs_five_labels()
     write_training_split(tmp_path, X, Z, Y)
     params = write_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "b": 45,
                                        "lambda_sweep": LAMBDAS, "tau_grid": TAUS})
     values = YAML().load(params.read_text())
-    values["memory"].update({"keep": 0.5, "method": "random", "seed": 7})
+    values["memory"].update({"keep": 0.5, "method": "random", "seed": 7, "prototypes": prototypes})
     YAML().dump(values, params)
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
@@ -287,5 +294,7 @@ def test_stage_chooses_on_a_memory_selected_from_the_remaining_inputs(tmp_path):
     rest_rows, held_out = split_validation(Y, 0.25, 0)
     kept = rest_rows[np.sort(np.random.default_rng(7).choice(30, 15, replace=False))]
     assert (chosen["memory_inputs"], chosen["memory_input_keys"]) == (30, 15)
-    curve, _ = brute_force(X, Z, Y, query_sample(held_out, 20000, 0), kept, b=45)
+    Y_rest = Y[rest_rows].toarray() > 0
+    label_keys = unit(Z + prototypes * unit(Y_rest.T.astype(np.float64) @ X[rest_rows])) if prototypes else Z
+    curve, _ = brute_force(X, label_keys, Y, query_sample(held_out, 20000, 0), kept, b=45)
     assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"]} == curve

@@ -39,6 +39,7 @@ from ..memory.input_memory import MemorySettings
 from ..memory.key_selection import select_keys
 from ..memory.keys_values import stack_rows, training_values
 from ..memory.prior import add_log_prior
+from ..memory.prototypes import label_prototypes
 from ..memory.search import Hits
 from ..params import Params
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau, combine, score_parts
@@ -160,6 +161,8 @@ def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: 
                                labels=labels)
         input_keys, memory_values = (selected.keys, None), selected.values
         log_counts = np.log(selected.counts.astype(np.float64)) if memory.prior else None
+    if memory is not None and memory.prototypes > 0:  # made from the memory's inputs only, as the memory stage does
+        labels = label_prototypes(train_inputs, held.Y_rest, labels, memory.prototypes, rows=held.rest_rows)
     keys = stack_rows([input_keys, (labels, None)])
     queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
     del train_inputs, labels, input_keys

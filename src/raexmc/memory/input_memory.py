@@ -7,8 +7,10 @@ Otherwise it also holds the selected keys' index (inputs/), their values (values
 merged key's members' value rows), their member counts (counts.npy, the prior's n) and, for the exact
 backend that keeps no keys, the keys (keys.npy). With `memory.compression` other than none RAE's memory
 is compressed (compression.py): the folder then always holds its input keys' index (all of them at keep = 1)
-and a compressed labels' index (labels/), both faiss graphs, and RAE's joint top-b is their merge. The
-dual encoder and kNN never read this folder: they search the index stage's two indexes, whatever the memory.
+and a compressed labels' index (labels/), both faiss graphs, and RAE's joint top-b is their merge. With
+label prototypes (`memory.prototypes`, prototypes.py) the labels' index in labels/ holds those instead of
+the label texts' keys. The dual encoder and kNN never read this folder: they search the index stage's two
+indexes, whatever the memory.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ from .keys_values import KEYS_FILE
 from .merge import JointSearch, prefix
 from .persistence import load_index, save_index
 from .prior import add_log_prior
+from .prototypes import label_prototypes, prototype_weight
 from .search import Hits
 
 MEMORY_FILE = "memory.json"
 VALUES_FILE = "values.npz"
 COUNTS_FILE = "counts.npy"
 INDEX_FOLDER = "inputs"
-LABELS_FOLDER = "labels"   # a compressed memory's own labels' index
+LABELS_FOLDER = "labels"   # a compressed memory's, or one with label prototypes, own labels' index
 FULL_INDEX = "index/inputs"   # what memory.json names when RAE searches the index stage's inputs' index
 
 
@@ -51,17 +54,19 @@ class MemorySettings:
     prior: bool
     seed: int
     compression: str = NONE
+    prototypes: float = 0.0   # α of the label prototypes, resolved (0: the label texts' keys)
 
     @classmethod
     def from_params(cls, p: Params) -> MemorySettings:
         keep = p.typed("memory.keep", float)
         if not 0.0 <= keep <= 1.0:
             raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", p.path, "memory.keep")
-        compression = p.typed("memory.compression", str)
+        compression, backend = p.typed("memory.compression", str), p.typed("index.backend", str)
         # an unknown name, or one the index backend cannot build, fails here: before any key is selected
-        checked_compression(compression, p.typed("index.backend", str))
+        checked_compression(compression, backend)
         return cls(keep=keep, method=one_of(p.get("memory.method"), METHODS, "memory.method", p.path, "memory.method"),
-                   prior=p.typed("memory.prior", bool), seed=p.integer("memory.seed", 0), compression=compression)
+                   prior=p.typed("memory.prior", bool), seed=p.integer("memory.seed", 0), compression=compression,
+                   prototypes=prototype_weight(p.get("memory.prototypes"), keep, backend, p.path))
 
     @property
     def full(self) -> bool:
@@ -69,8 +74,15 @@ class MemorySettings:
 
     @property
     def needs_labels(self) -> bool:
-        """Whether building the memory reads the labels' keys: to compress them, or to select by them."""
-        return self.compression != NONE or (self.method == "kmeans-labels" and 0.0 < self.keep < 1.0)
+        """Whether building the memory reads the labels' keys: to compress them, to select by them, or to
+        make their prototypes."""
+        return (self.compression != NONE or self.prototypes > 0
+                or (self.method == "kmeans-labels" and 0.0 < self.keep < 1.0))
+
+    @property
+    def needs_values(self) -> bool:
+        """Whether building the memory reads the inputs' value rows: to select keys, or to make prototypes."""
+        return not self.full or self.prototypes > 0
 
 
 def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, settings: MemorySettings,
@@ -78,16 +90,17 @@ def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, s
                        **index_settings) -> dict[str, Any]:
     """Select the input keys, index them with `backend` (and `settings.compression`: then the `labels`
     keys get a compressed index too) and write the memory folder atomically; returns what memory.json
-    records. `values` are the inputs' value rows (training_values); at keep 1 nothing reads them (None will do)."""
+    records. `values` are the inputs' value rows (training_values); only `settings.needs_values` reads them
+    (None will do otherwise)."""
     meta: dict[str, Any] = {**asdict(settings), "num_inputs": len(train_inputs),
                             "input_keys": kept_count(settings.keep, len(train_inputs))}
     compressed = parse_compression(settings.compression) is not None
     if labels is None and settings.needs_labels:
-        raise ValueError("a compressed memory, or one whose keys kmeans-labels selects, needs the labels' keys")
+        raise ValueError("a compressed memory, one whose keys kmeans-labels selects or one with label "
+                         "prototypes needs the labels' keys")
     with atomic_dir(out) as folder:
-        if settings.full and not compressed:
-            meta["index"] = FULL_INDEX
-        else:
+        meta["index"] = FULL_INDEX
+        if not settings.full or compressed:
             keys = train_inputs
             if not settings.full:
                 selected = select_keys(train_inputs, values, settings.keep, settings.method, settings.seed,
@@ -101,10 +114,12 @@ def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, s
                                   **index_settings), folder / INDEX_FOLDER)
             if keys_backend == "exact":
                 np.save(folder / KEYS_FILE, keys)
-            if compressed:
-                save_index(make_index(backend, labels, progress_label="memory labels",
-                                      compression=settings.compression, **index_settings), folder / LABELS_FOLDER)
             meta["index"] = INDEX_FOLDER
+        if compressed or settings.prototypes > 0:
+            label_keys = (labels if settings.prototypes == 0
+                          else label_prototypes(train_inputs, values, labels, settings.prototypes))
+            save_index(make_index(backend, label_keys, progress_label="memory labels",
+                                  compression=settings.compression, **index_settings), folder / LABELS_FOLDER)
         write_json(folder / MEMORY_FILE, meta)
     return meta
 
@@ -133,6 +148,16 @@ class InputMemory:
     @property
     def compression(self) -> str:
         return self.meta.get("compression", NONE)  # memory folders written before compression existed lack it
+
+    @property
+    def prototypes(self) -> float:
+        """α of its label prototypes (0: the label texts' keys)."""
+        return self.meta.get("prototypes", 0.0)  # memory folders written before prototypes existed lack it
+
+    def summary(self) -> dict[str, Any]:
+        """What metrics.json and a predictor's settings.json record of this memory."""
+        return {**{key: self.meta[key] for key in ("keep", "method", "prior", "input_keys")},
+                "compression": self.compression, "prototypes": self.prototypes}
 
     def values(self, Y_values: sp.csr_matrix) -> sp.csr_matrix:
         """The values of RAE's input keys: `Y_values` (the full memory's) or the selected keys' own."""
@@ -164,7 +189,7 @@ class InputMemory:
 
     def indexes(self, baselines: JointSearch, ef_search: int, threads: int = 0) -> JointSearch:
         """RAE's two indexes, loaded once: this folder's input keys' (else the index stage's) and its
-        compressed labels' (else the index stage's)."""
+        labels' (compressed, or of prototypes; else the index stage's)."""
         if self._own is None:
             own = [load_index(self.folder / folder, keys=keys, ef_search=ef_search, threads=threads)
                    if (self.folder / folder).is_dir() else default
@@ -177,13 +202,14 @@ class InputMemory:
                ef_search: int, threads: int = 0) -> tuple[Hits, Hits, Hits]:
         """RAE's joint top-k over this memory's input keys and labels (the prior added at `tau`), and
         kNN's and the dual encoder's top-k_parts from the index stage's own two indexes."""
-        if self.meta["index"] == FULL_INDEX:
+        if self.meta["index"] == FULL_INDEX and not (self.folder / LABELS_FOLDER).is_dir():
             joint, inputs, labels = baselines.search_all(queries, k, k_parts)
         else:
             full_inputs, labels_k = baselines.search_parts(queries, k)
             rae = self.indexes(baselines, ef_search, threads)
+            own_inputs = full_inputs if rae.inputs is baselines.inputs else rae.inputs.search(queries, k)
             own_labels = labels_k if rae.labels is baselines.labels else rae.labels.search(queries, k)
-            joint = rae.merge(rae.inputs.search(queries, k), own_labels, k)
+            joint = rae.merge(own_inputs, own_labels, k)
             inputs, labels = prefix(full_inputs, k_parts), prefix(labels_k, k_parts)
         log_counts = self.log_counts()
         return (joint if log_counts is None else add_log_prior(joint, log_counts, tau)), inputs, labels

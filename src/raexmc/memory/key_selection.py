@@ -98,7 +98,7 @@ class InputsWithLabels:
 
     def __getitem__(self, rows) -> np.ndarray:
         keys = np.asarray(self.inputs[rows], dtype=np.float32)
-        return _unit(keys + _unit(np.asarray(self.positives[rows] @ self.labels, dtype=np.float32)))
+        return unit_rows(keys + unit_rows(np.asarray(self.positives[rows] @ self.labels, dtype=np.float32)))
 
 
 def merge_clusters(inputs: np.ndarray, values: sp.csr_matrix, clusters: np.ndarray, count: int) -> SelectedKeys:
@@ -111,7 +111,7 @@ def merge_clusters(inputs: np.ndarray, values: sp.csr_matrix, clusters: np.ndarr
         block = np.asarray(inputs[start:start + (1 << 16)], dtype=np.float32)
         keys += members[:, start:start + len(block)] @ block
     values = sp.csr_matrix(sp.diags(1.0 / counts) @ members.astype(np.float64) @ values)
-    return SelectedKeys(_unit(keys), values, counts)
+    return SelectedKeys(unit_rows(keys), values, counts)
 
 
 def two_level_kmeans(inputs: np.ndarray, count: int, rng: np.random.Generator, cell_size: int = CELL_SIZE,
@@ -170,7 +170,7 @@ def spherical_kmeans_centroids(points: np.ndarray, k: int, rng: np.random.Genera
     centroids = points[rng.choice(len(points), k, replace=False)].copy()
     for _ in range(iterations):
         clusters, fit = assign(points, centroids)
-        centroids = _unit(_membership(_fill_empty(clusters, fit, k), k) @ points)
+        centroids = unit_rows(_membership(_fill_empty(clusters, fit, k), k) @ points)
     return centroids
 
 
@@ -208,6 +208,7 @@ def _membership(clusters: np.ndarray, k: int) -> sp.csr_matrix:
                          shape=(k, len(clusters)))
 
 
-def _unit(rows: np.ndarray) -> np.ndarray:
+def unit_rows(rows: np.ndarray) -> np.ndarray:
+    """`rows` scaled to unit length, as float32 (a zero row stays zero)."""
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     return (rows / np.where(norms > 0, norms, 1.0)).astype(np.float32)

@@ -1,0 +1,93 @@
+"""Label prototypes: RAE's label keys unit(z + α·unit(mean of the label's inputs)), worked by hand, and a
+memory that searches them while the dual encoder keeps the label texts' keys."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from conftest import REPO
+from raexmc.errors import ConfigError
+from raexmc.memory.exact import ExactIndex
+from raexmc.memory.input_memory import LABELS_FOLDER, InputMemory, MemorySettings, build_input_memory
+from raexmc.memory.key_selection import select_keys
+from raexmc.memory.keys_values import training_values
+from raexmc.memory.merge import JointSearch
+from raexmc.memory.prototypes import label_prototypes, prototype_weight
+from raexmc.params import Params, load_params
+
+LABELS = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, -0.8]], dtype=np.float32)
+INPUTS = np.array([[0.0, 1.0], [0.6, 0.8], [-1.0, 0.0]], dtype=np.float32)
+# input 0 has label 0; input 1 labels 0 and 1; input 2 none; label 2 no input
+VALUES = sp.csr_matrix(np.array([[1, 0, 0], [1, 1, 0], [0, 0, 0]], dtype=np.float64))
+
+
+def test_prototypes_worked_by_hand():
+    """Label 0: its inputs sum to (0.6, 1.8), unit (0.31623, 0.94868); z + 0.5 of that = (1.15811, 0.47434),
+    unit (0.92539, 0.37902). Label 1: its one input's unit key (0.6, 0.8); z + 0.5 of it = (0.3, 1.4), unit
+    (0.20953, 0.97780). Label 2 has no input and keeps its key."""
+    got = label_prototypes(INPUTS, VALUES, LABELS, 0.5)
+    want = np.array([[0.92539, 0.37902], [0.20953, 0.97780], [0.6, -0.8]])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(label_prototypes(INPUTS, VALUES, LABELS, 0.0), LABELS, atol=1e-7)
+
+
+def test_graded_values_count_only_which_labels_an_input_has():
+    graded = VALUES.multiply(np.array([[3.0], [0.5], [1.0]])).tocsr()
+    np.testing.assert_allclose(label_prototypes(INPUTS, graded, LABELS, 0.5),
+                               label_prototypes(INPUTS, VALUES, LABELS, 0.5), atol=1e-7)
+
+
+def test_a_subset_of_rows_needs_no_copy_and_gives_the_copy_s_prototypes():
+    """The tune stage's memory inputs are rows of the training inputs: rows 1 and 2 here."""
+    rows = np.array([1, 2])
+    np.testing.assert_allclose(label_prototypes(INPUTS, VALUES[rows], LABELS, 0.5, rows=rows),
+                               label_prototypes(INPUTS[rows], VALUES[rows], LABELS, 0.5), atol=1e-7)
+
+
+@pytest.mark.parametrize("setting, keep, backend, want", [
+    ("auto", 0.1, "hnsw", 0.5), ("auto", 0.0, "hnsw", 0.5), ("auto", 1.0, "hnsw", 0.0), ("auto", 0.1, "exact", 0.0),
+    (0, 1.0, "exact", 0.0), (0.25, 1.0, "hnsw", 0.25), (2, 0.5, "hnsw", 2.0)])
+def test_weight_from_the_setting(setting, keep, backend, want):
+    assert prototype_weight(setting, keep, backend) == want
+
+
+@pytest.mark.parametrize("setting, backend", [(-0.5, "hnsw"), ("half", "hnsw"), (True, "hnsw"), (float("nan"), "hnsw"),
+                                              (0.5, "exact")])
+def test_a_bad_weight_is_refused_naming_the_key(setting, backend):
+    with pytest.raises(ConfigError) as caught:
+        prototype_weight(setting, 0.5, backend)
+    assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: ")
+
+
+def test_the_project_default_keeps_today_s_full_memory():
+    """keep 1 with prototypes auto is the label texts' keys: today's memory, the same numbers."""
+    params = load_params(REPO / "params.yaml")
+    assert params.get("memory.prototypes") == "auto" and MemorySettings.from_params(params).prototypes == 0.0
+    smaller = Params({**params.data, "memory": {**params.section("memory"), "keep": 0.1}})
+    assert MemorySettings.from_params(smaller).prototypes == 0.5
+
+
+@pytest.mark.parametrize("keep", [1.0, 0.5])
+def test_a_memory_with_prototypes_searches_them_and_the_dual_encoder_keeps_the_texts(tmp_path, keep):
+    """300 inputs, 100 labels, 16 dims: RAE's joint top-20 is the exact top-20 over [kept keys; prototypes]
+    (HNSW at these sizes is exact here); kNN and the dual encoder search the index stage's keys."""
+    rng = np.random.default_rng(7)
+    train, labels, queries = (v / np.linalg.norm(v, axis=1, keepdims=True)
+                              for v in (rng.normal(size=(n, 16)).astype(np.float32) for n in (300, 100, 40)))
+    Y = training_values(sp.csr_matrix((rng.random((300, 100)) < 0.03).astype(np.float64)))
+    baselines = JointSearch(ExactIndex(train), ExactIndex(labels))
+    settings = MemorySettings(keep, "random", False, 0, prototypes=0.5)
+    meta = build_input_memory(train, Y, settings, tmp_path / "memory", "hnsw", labels=labels, M=32,
+                              ef_construction=200, threads=1)
+    assert meta["prototypes"] == 0.5 and (tmp_path / "memory" / LABELS_FOLDER).is_dir()
+    memory = InputMemory(tmp_path / "memory")
+    joint, inputs, dual = memory.search(baselines, queries, 20, 5, 0.04, ef_search=200)
+    kept = train if keep == 1.0 else select_keys(train, Y, keep, "random", 0).keys
+    prototypes = label_prototypes(train, Y, labels, 0.5)
+    exact_ids, exact_sims = ExactIndex(np.vstack([kept, prototypes])).search(queries, 20)
+    np.testing.assert_array_equal(joint[0], exact_ids)
+    np.testing.assert_allclose(joint[1], exact_sims, atol=1e-5)
+    np.testing.assert_array_equal(inputs[0], ExactIndex(train).search(queries, 5)[0])
+    np.testing.assert_array_equal(dual[0], ExactIndex(labels).search(queries, 5)[0])
