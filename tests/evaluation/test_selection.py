@@ -270,7 +270,7 @@ def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau():
                                             {"lambda": 0.5, "validation": 30.0, "test": 31.0}]
 
 
-def unit(rows: np.ndarray) -> np.ndarray:
+def unit_rows(rows: np.ndarray) -> np.ndarray:
     return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-30)
 
 
@@ -295,6 +295,6 @@ def test_stage_chooses_on_a_memory_selected_from_the_remaining_inputs(tmp_path, 
     kept = rest_rows[np.sort(np.random.default_rng(7).choice(30, 15, replace=False))]
     assert (chosen["memory_inputs"], chosen["memory_input_keys"]) == (30, 15)
     Y_rest = Y[rest_rows].toarray() > 0
-    label_keys = unit(Z + prototypes * unit(Y_rest.T.astype(np.float64) @ X[rest_rows])) if prototypes else Z
+    label_keys = unit_rows(Z + prototypes * unit_rows(Y_rest.T.astype(np.float64) @ X[rest_rows])) if prototypes else Z
     curve, _ = brute_force(X, label_keys, Y, query_sample(held_out, 20000, 0), kept, b=45)
     assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"]} == curve
