@@ -135,6 +135,7 @@ class InputMemory:
         if not path.is_file():
             raise DataError(f"not a memory folder (no {MEMORY_FILE}): run the memory stage", self.folder)
         self.meta = read_json(path)
+        self.has_own_labels = (self.folder / LABELS_FOLDER).is_dir()  # compressed or prototypes: RAE's own labels' index
         missing = [k for k in ("keep", "method", "prior", "seed", "num_inputs", "input_keys", "index")
                    if not isinstance(self.meta, dict) or k not in self.meta]
         if missing:
@@ -202,7 +203,7 @@ class InputMemory:
                ef_search: int, threads: int = 0) -> tuple[Hits, Hits, Hits]:
         """RAE's joint top-k over this memory's input keys and labels (the prior added at `tau`), and
         kNN's and the dual encoder's top-k_parts from the index stage's own two indexes."""
-        if self.meta["index"] == FULL_INDEX and not (self.folder / LABELS_FOLDER).is_dir():
+        if self.meta["index"] == FULL_INDEX and not self.has_own_labels:
             joint, inputs, labels = baselines.search_all(queries, k, k_parts)
         else:
             full_inputs, labels_k = baselines.search_parts(queries, k)
