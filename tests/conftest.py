@@ -22,15 +22,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (`--dist loadgroup`, pyproject's default) a test file runs on one worker, so its module
-    fixtures are built once, and every test that starts from a reproduced project runs on the same worker, so
-    the suite's one `dvc repro` (`reproduced_once`) runs once."""
-    for item in items:
-        reproduced = {"reproduced_once", "reproduced_project"} & set(item.fixturenames)
-        item.add_marker(pytest.mark.xdist_group("reproduced" if reproduced else str(item.path)))
-
-
 @pytest.fixture(scope="session")
 def download_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("download-cache")
