@@ -165,7 +165,8 @@ def index_growth(runs: dict[str, dict], constants: dict) -> float:
     for it, as a power of the inputs' growth. Measured, not derived: the graph's random walks miss the caches
     more as it grows."""
     big = [run for run in runs.values() if run["shape"] == "1.3M" and "index" in run["stages"]]
-    ratios = [run["stages"]["index"]["cpu_s"] / (predict("index", SHAPES["1.3M"], ENCODERS[run["encoder"]], constants)["cpu_s"]
+    n_log_n = {**constants, "index": {**constants["index"], "growth": 0.0}}  # the prediction without the factor
+    ratios = [run["stages"]["index"]["cpu_s"] / (predict("index", SHAPES["1.3M"], ENCODERS[run["encoder"]], n_log_n)["cpu_s"]
                                                  * (constants["index"]["efc100_ratio"] if run["efC"] == 100 else 1.0))
               for run in big]
     return math.log(statistics.median(ratios)) / math.log(SHAPES["1.3M"].N / SHAPES["131K"].N) if ratios else 0.0
