@@ -8,8 +8,9 @@ on synthetic token ids, so no dataset download is needed.
 Every text is at the preset's label_max_len (an upper bound on a real split's work), or, with
 `--min-tokens`, of random length up to it, so that the length-sorted batches differ in width as a
 real split's do. Beside the loop's texts/s it measures the bare
-forward pass on token ids already on the device, at the same batch size: the gap between the two
-is the loop's own cost (host work, transfers, synchronisation). Each measurement is appended to
+forward pass on token ids already on the device, at the same batch size and always at full length:
+the gap between the two is the loop's own cost (host work, transfers, synchronisation, and with
+`--min-tokens` the changing widths). Each measurement is appended to
 bench/results/embed_speed.json (`--out`).
 """
 
@@ -27,7 +28,7 @@ import typer
 from train_speed import build_model
 
 from raexmc.encoder.device import autocast, pick_device, resolve_precision
-from raexmc.encoder.embedding import embed_split, encode
+from raexmc.encoder.embedding import ATTENTION_WITHOUT_CUDNN, embed_split, encode
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import write_json
 from raexmc.params import load_params
@@ -35,7 +36,7 @@ from raexmc.params import load_params
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def synthetic_labels_cache(folder: Path, count: int, shortest: int, width: int, vocab: int) -> TokenCache:
+def synthetic_label_texts(folder: Path, count: int, shortest: int, width: int, vocab: int) -> TokenCache:
     """A token cache whose labels split holds `count` random texts of `shortest` to `width` tokens."""
     rng = np.random.default_rng(0)
     np.save(folder / "labels.ids.npy", rng.integers(1000, vocab, size=(count, width), dtype=np.int32))
@@ -88,7 +89,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
     gpu = torch.cuda.get_device_name(resolved_device) if resolved_device.startswith("cuda") else None
     with tempfile.TemporaryDirectory() as folder:
         shortest = min(min_tokens, width) or width
-        cache = synthetic_labels_cache(Path(folder), texts, shortest, width, encoder.config.vocab_size)
+        cache = synthetic_label_texts(Path(folder), texts, shortest, width, encoder.config.vocab_size)
         for batch_size in (int(size) for size in batch_sizes.split(",")):
             if gpu:
                 torch.cuda.reset_peak_memory_stats(resolved_device)
@@ -102,7 +103,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                                              if gpu else None),
                       "device": gpu or f"cpu ({platform.processor() or platform.machine()}, "
                                        f"{torch.get_num_threads()} threads)",
-                      "torch": torch.__version__}
+                      "torch": torch.__version__,
+                      "attention_kernels": [backend.name for backend in ATTENTION_WITHOUT_CUDNN]}
             recorded = json.loads(out.read_text()) if out.is_file() else []
             write_json(out, [*recorded, result])
             print(json.dumps(result), flush=True)

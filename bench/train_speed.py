@@ -22,7 +22,7 @@ import platform
 import resource
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +31,13 @@ import torch
 import typer
 
 from raexmc.encoder.device import resolve_precision
+from raexmc.encoder.embedding import ATTENTION_WITHOUT_CUDNN
 from raexmc.encoder.model import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import write_json
 from raexmc.params import load_params
 from raexmc.training.batches import BatchSampler
-from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.training.distributed import DistContext, init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import apply_gradients, make_optimizer, training_step
 
@@ -73,6 +74,48 @@ def synthetic_labels(rows: int, labels: int, rng: np.random.Generator) -> sp.csr
     return sp.csr_matrix((np.ones(indptr[-1], np.float32), indices, indptr), shape=(rows, labels))
 
 
+@dataclass
+class SyntheticTraining:
+    """A preset's training step on synthetic data, ready to run: what bench/train_speed.py times and
+    bench/train_step_profile.py takes apart."""
+    ctx: DistContext
+    encoder: torch.nn.Module
+    cache: TokenCache
+    Y: sp.csr_matrix
+    negatives: np.ndarray
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    sampler: BatchSampler
+    global_batch: int
+
+
+def preset_values(config, preset: str) -> dict:
+    values = config.section("presets").get(preset)
+    if values is None:
+        raise typer.BadParameter(f"no preset {preset!r} in params.yaml presets")
+    return values
+
+
+def synthetic_training(values: dict, settings: TrainSettings, model: str, device: str, labels: int,
+                       folder: Path) -> SyntheticTraining:
+    """The encoder, optimizer, label matrix, mined negatives and token cache (in `folder`) of a run
+    at the preset's lengths with `settings`, seeded, on this process's device."""
+    ctx = init_distributed(device)
+    global_batch = settings.batch_size * ctx.world_size
+    rng = np.random.default_rng(0)
+    rows = max(4 * global_batch, 1000)
+    encoder = build_model(model, ctx.device)
+    Y = synthetic_labels(rows, labels, rng)
+    negatives = rng.integers(0, labels, size=(rows, settings.num_hard_negatives))
+    params = [p for p in encoder.parameters() if p.requires_grad]
+    optimizer, scheduler = make_optimizer(params, settings)
+    cache = synthetic_cache(folder, rows, labels, values["tokenize.input_max_len"], values["tokenize.label_max_len"],
+                            encoder.config.vocab_size, rng)
+    return SyntheticTraining(ctx, encoder, cache, Y, negatives, params, optimizer, scheduler,
+                             BatchSampler(Y, np.arange(rows), settings.seed), global_batch)
+
+
 def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of params.yaml (batch size, lengths, m)."),
          model: str = typer.Option("all-MiniLM-L6-v2", help="Encoder name or folder, or `distilbert-sized`."),
          batch_size: int = typer.Option(0, help="Inputs per device; 0 = the preset's."),
@@ -82,39 +125,27 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          labels: int = typer.Option(131_073, help="Synthetic label count."),
          precision: str = typer.Option("auto", help="auto | fp32 | bf16 | fp16"),
          device: str = typer.Option("auto", help="auto | cpu | cuda"),
-         compile_encoder: bool = typer.Option(False, "--compile", help="Measure the encoder under torch.compile "
-                                              "(the warm-up steps include compiling)."),
+         compile_encoder: bool = typer.Option(False, "--compile", help="Measure the encoder under torch.compile; "
+                                              "it compiles again when the label count first changes, so keep --warmup >= 2."),
          out: Path = typer.Option(ROOT / "bench" / "results" / "train_speed.json", help="JSON list to append to.")) -> None:
     config = load_params(ROOT / "params.yaml")
-    values = config.section("presets").get(preset)
-    if values is None:
-        raise typer.BadParameter(f"no preset {preset!r} in params.yaml presets")
+    values = preset_values(config, preset)
     settings = replace(TrainSettings.from_params(config), batch_size=batch_size or values["train.batch_size"],
                        grad_cache_chunk=grad_cache_chunk, num_hard_negatives=values["train.num_hard_negatives"],
                        max_steps=warmup + steps, warmup_steps=0)
-    ctx = init_distributed(device)
-    resolved = resolve_precision(precision, ctx.device)
-    global_batch = settings.batch_size * ctx.world_size
-    rng = np.random.default_rng(0)
-    rows = max(4 * global_batch, 1000)
-    encoder = build_model(model, ctx.device)
-    step_encoder = torch.compile(encoder) if compile_encoder else encoder
-    Y = synthetic_labels(rows, labels, rng)
-    negatives = rng.integers(0, labels, size=(rows, settings.num_hard_negatives))
-    params = [p for p in encoder.parameters() if p.requires_grad]
-    optimizer, scheduler = make_optimizer(params, settings)
-    sampler = BatchSampler(Y, np.arange(rows), settings.seed)
     with tempfile.TemporaryDirectory() as folder:
-        cache = synthetic_cache(Path(folder), rows, labels, values["tokenize.input_max_len"],
-                                values["tokenize.label_max_len"], encoder.config.vocab_size, rng)
+        run = synthetic_training(values, settings, model, device, labels, Path(folder))
+        ctx, encoder, params, global_batch = run.ctx, run.encoder, run.params, run.global_batch
+        resolved = resolve_precision(precision, ctx.device)
+        step_encoder = torch.compile(encoder) if compile_encoder else encoder
         for step in range(settings.max_steps):
             if step == warmup:
                 if ctx.device.startswith("cuda"):
                     torch.cuda.synchronize()
                 started = time.perf_counter()
-            batch_rows, positives = sampler.batch(step, global_batch)
-            training_step(step_encoder, cache, Y, batch_rows, positives, negatives, settings, ctx, resolved)
-            apply_gradients(params, optimizer, scheduler, settings.grad_clip)
+            batch_rows, positives = run.sampler.batch(step, global_batch)
+            training_step(step_encoder, run.cache, run.Y, batch_rows, positives, run.negatives, settings, ctx, resolved)
+            apply_gradients(params, run.optimizer, run.scheduler, settings.grad_clip)
         if ctx.device.startswith("cuda"):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started
@@ -126,7 +157,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                   "device": gpu or f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)",
                   "processes": ctx.world_size, "precision": resolved, "batch_per_device": settings.batch_size,
                   "grad_cache_chunk": settings.grad_cache_chunk,
-                  "compiled": compile_encoder, "torch": torch.__version__, "global_batch": global_batch,
+                  "compiled": compile_encoder, "torch": torch.__version__,
+                  "attention_kernels": [backend.name for backend in ATTENTION_WITHOUT_CUDNN], "global_batch": global_batch,
                   "input_max_len": values["tokenize.input_max_len"], "label_max_len": values["tokenize.label_max_len"],
                   "steps": steps, "steps_per_s": round(steps / seconds, 3), "examples_per_s": round(examples_per_s, 1),
                   "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 2) if gpu else None),

@@ -17,15 +17,14 @@ from pathlib import Path
 import numpy as np
 import torch
 import typer
-from train_speed import build_model, synthetic_cache, synthetic_labels
+from train_speed import preset_values, synthetic_training
 
 from raexmc.encoder.device import resolve_precision
 from raexmc.params import load_params
 from raexmc.training.backward import encode_rows
-from raexmc.training.batches import BatchSampler, plan_batch
-from raexmc.training.distributed import init_distributed
+from raexmc.training.batches import plan_batch
 from raexmc.training.settings import TrainSettings
-from raexmc.training.step import apply_gradients, make_optimizer
+from raexmc.training.step import apply_gradients
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,27 +37,18 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          top: int = typer.Option(25, min=1, help="Rows of the profiler's table."),
          device: str = typer.Option("auto", help="auto | cpu | cuda")) -> None:
     config = load_params(ROOT / "params.yaml")
-    values = config.section("presets")[preset]
+    values = preset_values(config, preset)
     settings = replace(TrainSettings.from_params(config), batch_size=values["train.batch_size"],
                        num_hard_negatives=values["train.num_hard_negatives"], max_steps=warmup + steps, warmup_steps=0)
-    ctx = init_distributed(device)
-    precision = resolve_precision("auto", ctx.device)
-    rng = np.random.default_rng(0)
-    rows = 4 * settings.batch_size
-    encoder = build_model(model, ctx.device)
-    Y = synthetic_labels(rows, labels, rng)
-    negatives = rng.integers(0, labels, size=(rows, settings.num_hard_negatives))
-    params = [p for p in encoder.parameters() if p.requires_grad]
-    optimizer, scheduler = make_optimizer(params, settings)
-    sampler = BatchSampler(Y, np.arange(rows), settings.seed)
-
-    def sync() -> None:
-        if ctx.device.startswith("cuda"):
-            torch.cuda.synchronize(ctx.device)
-
     with tempfile.TemporaryDirectory() as folder:
-        cache = synthetic_cache(Path(folder), rows, labels, values["tokenize.input_max_len"],
-                                values["tokenize.label_max_len"], encoder.config.vocab_size, rng)
+        run = synthetic_training(values, settings, model, device, labels, Path(folder))
+        ctx, encoder = run.ctx, run.encoder
+        precision = resolve_precision("auto", ctx.device)
+
+        def sync() -> None:
+            if ctx.device.startswith("cuda"):
+                torch.cuda.synchronize(ctx.device)
+
         phases: dict[str, list[float]] = {}
 
         def timed(name: str, work):
@@ -71,13 +61,14 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
 
         def step(number: int) -> None:
             encoder.zero_grad(set_to_none=True)
-            plan = timed("plan batch (CPU)", lambda: plan_batch(Y, *sampler.batch(number, settings.batch_size),
-                                                                negatives, settings, ctx))
-            x = timed("encode inputs", lambda: encode_rows(encoder, cache, "train", plan.input_rows, ctx, precision))
-            z = timed("encode labels", lambda: encode_rows(encoder, cache, "labels", plan.label_rows, ctx, precision))
+            plan = timed("plan batch (CPU)", lambda: plan_batch(run.Y, *run.sampler.batch(number, run.global_batch),
+                                                                run.negatives, settings, ctx))
+            x = timed("encode inputs", lambda: encode_rows(encoder, run.cache, "train", plan.input_rows, ctx, precision))
+            z = timed("encode labels", lambda: encode_rows(encoder, run.cache, "labels", plan.label_rows, ctx,
+                                                           precision))
             loss = timed("loss", lambda: plan.loss(x, z))
             timed("backward", loss.backward)
-            timed("clip + AdamW", lambda: apply_gradients(params, optimizer, scheduler, settings.grad_clip))
+            timed("clip + AdamW", lambda: apply_gradients(run.params, run.optimizer, run.scheduler, settings.grad_clip))
 
         for number in range(warmup):
             step(number)
@@ -94,8 +85,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
         with torch.profiler.profile(activities=activities) as profile:
             for number in range(warmup + steps, warmup + steps + 3):
                 step(number)
-        sort = "self_cuda_time_total" if ctx.device.startswith("cuda") else "self_cpu_time_total"
-        print(profile.key_averages().table(sort_by=sort, row_limit=top))
+        if ctx.device.startswith("cuda"):
+            print(profile.key_averages().table(sort_by="self_cuda_time_total", row_limit=top))
         print(profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=top))
 
 

@@ -30,8 +30,9 @@ STORAGE_DTYPES = ("float32", "float16")  # embed.dtype: how the .npy files store
 # every training step, the width of every length-sorted embed batch. Measured on that H200
 # (bench/results/train_speed.json, embed_speed.json): MiniLM's step at the LF-AmazonTitles-131K preset
 # 7,058 -> 12,005 inputs/s, the embed loop on texts of 8-32 tokens 32,181 -> 111,266 texts/s.
-# CPUs never used cuDNN, so nothing changes there.
-ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+# CPUs never used cuDNN, so nothing changes there. sdpa_kernel sets torch's process-wide flags for the
+# call and restores them after it.
+ATTENTION_WITHOUT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def encode(model, input_ids, attention_mask):
@@ -39,7 +40,7 @@ def encode(model, input_ids, attention_mask):
 
     Training, key embedding and prediction all call this, so queries and keys live in one space.
     """
-    with sdpa_kernel(ATTENTION_BACKENDS):
+    with sdpa_kernel(ATTENTION_WITHOUT_CUDNN):
         hidden = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
