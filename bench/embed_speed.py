@@ -17,7 +17,6 @@ bench/results/embed_speed.json (`--out`).
 from __future__ import annotations
 
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import typer
-from train_speed import build_model
+from train_speed import build_model, device_name, preset_values
 
 from raexmc.encoder.device import autocast, pick_device, resolve_precision
 from raexmc.encoder.embedding import ATTENTION_WITHOUT_CUDNN, embed_split, encode
@@ -79,19 +78,16 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          precision: str = typer.Option("auto", help="auto | fp32 | bf16 | fp16"),
          device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
          out: Path = typer.Option(ROOT / "bench" / "results" / "embed_speed.json", help="JSON list to append to.")) -> None:
-    values = load_params(ROOT / "params.yaml").section("presets").get(preset)
-    if values is None:
-        raise typer.BadParameter(f"no preset {preset!r} in params.yaml presets")
-    width = values["tokenize.label_max_len"]
+    width = preset_values(load_params(ROOT / "params.yaml"), preset)["tokenize.label_max_len"]
     resolved_device = pick_device(device)
     resolved = resolve_precision(precision, resolved_device)
     encoder = build_model(model, resolved_device).eval()
-    gpu = torch.cuda.get_device_name(resolved_device) if resolved_device.startswith("cuda") else None
+    on_gpu = resolved_device.startswith("cuda")
     with tempfile.TemporaryDirectory() as folder:
         shortest = min(min_tokens, width) or width
         cache = synthetic_label_texts(Path(folder), texts, shortest, width, encoder.config.vocab_size)
         for batch_size in (int(size) for size in batch_sizes.split(",")):
-            if gpu:
+            if on_gpu:
                 torch.cuda.reset_peak_memory_stats(resolved_device)
             ceiling = forward_only_rate(encoder, batch_size, width, resolved_device, resolved, forward_seconds)
             loop = embed_split(encoder, cache, "labels", Path(folder) / "labels.npy", batch_size, resolved_device,
@@ -100,9 +96,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                       "batch_size": batch_size, "texts_per_s": loop["texts_per_s"], "seconds": loop["seconds"],
                       "forward_only_texts_per_s": round(ceiling, 1) if forward_seconds else None,
                       "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(resolved_device) / 1e9, 2)
-                                             if gpu else None),
-                      "device": gpu or f"cpu ({platform.processor() or platform.machine()}, "
-                                       f"{torch.get_num_threads()} threads)",
+                                             if on_gpu else None),
+                      "device": device_name(resolved_device),
                       "torch": torch.__version__,
                       "attention_kernels": [backend.name for backend in ATTENTION_WITHOUT_CUDNN]}
             recorded = json.loads(out.read_text()) if out.is_file() else []

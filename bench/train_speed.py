@@ -90,6 +90,13 @@ class SyntheticTraining:
     global_batch: int
 
 
+def device_name(device: str) -> str:
+    """What a record says ran it: the GPU's name, or the CPU and its thread count."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
 def preset_values(config, preset: str) -> dict:
     values = config.section("presets").get(preset)
     if values is None:
@@ -150,18 +157,18 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started
     if ctx.is_main:
-        gpu = torch.cuda.get_device_name(ctx.device) if ctx.device.startswith("cuda") else None
+        on_gpu = ctx.device.startswith("cuda")
         examples_per_s = steps * global_batch / seconds
         schedule_batch = PAPER_GPUS * values["train.batch_size"]
         result = {"preset": preset, "model": model, "parameters_M": round(sum(p.numel() for p in params) / 1e6, 1),
-                  "device": gpu or f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)",
+                  "device": device_name(ctx.device),
                   "processes": ctx.world_size, "precision": resolved, "batch_per_device": settings.batch_size,
                   "grad_cache_chunk": settings.grad_cache_chunk,
                   "compiled": compile_encoder, "torch": torch.__version__,
                   "attention_kernels": [backend.name for backend in ATTENTION_WITHOUT_CUDNN], "global_batch": global_batch,
                   "input_max_len": values["tokenize.input_max_len"], "label_max_len": values["tokenize.label_max_len"],
                   "steps": steps, "steps_per_s": round(steps / seconds, 3), "examples_per_s": round(examples_per_s, 1),
-                  "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 2) if gpu else None),
+                  "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 2) if on_gpu else None),
                   "peak_rss_GB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),  # KiB on Linux
                   "schedule_steps": values["train.max_steps"], "schedule_global_batch": schedule_batch,
                   "projected_schedule_h": round(values["train.max_steps"] * schedule_batch / examples_per_s / 3600, 2)}

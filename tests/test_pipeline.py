@@ -173,6 +173,7 @@ def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch
     version = client.get_model_version_by_alias("raexmc-tiny", changed)
     assert client.get_run(version.run_id).data.tags["dvc_experiment"] == changed
 
+
 REFUSAL = "ConcurrentRunError: "
 
 
