@@ -129,15 +129,19 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
             latency_ms, joint = rae_latency_ms(memory, rae, queries, values, lam, tau, b)
             scored = Evaluator(Y, Y_test, exclude, ab, values)
             summary = scored.summary(scored.rank(len(queries), rae_scorer(joint, values, lam, tau, b)))[0]
-            named = ("full" if memory.full else method) + ("+prior" if prior else "") + (f"+prototypes{weight:g}"
-                                                                                        if weight else "")
-            rows.append({"dataset": name, "mode": mode, "method": named,
+            rows.append({"dataset": name, "mode": mode, "method": row_method(memory, method, prior, weight),
                          "keep": keep, "compression": compression, "bytes": memory_bytes,
                          **{k: summary[k] for k in ("P@1", "P@5", "R@100")},
                          "latency_ms": latency_ms})
             print(json.dumps(rows[-1]), file=sys.stderr)
             out.write_text(json.dumps(merged(earlier, mode, rows, command, append), indent=2) + "\n")  # after
             # every row: a stopped run keeps what it measured
+
+
+def row_method(memory: InputMemory, method: str, prior: bool, weight: float) -> str:
+    """A row's method: the selection ("full" at keep 1), then +prior and +prototypes<α> where used."""
+    return (("full" if memory.full else method) + ("+prior" if prior else "")
+            + (f"+prototypes{weight:g}" if weight else ""))
 
 
 def row_key(row: dict) -> tuple:

@@ -5,14 +5,18 @@ accuracy (the synthetic shapes' labels mean nothing). The rows of issue 20's tab
         --variants "1/full/none,1/full/sq8-m12,0.1/kmeans/none" --ef-construction 100
 
 DIR are a download stage's folder and an embed stage's (random unit vectors will do, as
-bench/random_embeddings.py writes them: build time and latency do not depend on what the keys mean). The index stage's two hnswlib indexes (every key, M and
---ef-construction) are built once under --work and kept for the next run; each variant <keep>/<method>/<compression>
-is then built as the memory stage builds it. Writes --out after every row:
-{"rows": [{"dataset", "method", "keep", "compression", "keys", "bytes", "build_s", "latency_ms"}], "command"}.
+bench/random_embeddings.py writes them: build time and latency do not depend on what the keys mean). Each
+variant <keep>/<method>/<compression>[/<α>] (α: memory.prototypes, 0 where left out) is built as the memory
+stage builds it. The index stage's two hnswlib indexes (every key, M and --ef-construction) are built under
+--work the first time a variant searches one, and kept for later runs. Writes --out after every row
+(with --append, beside its earlier rows):
+{"rows": [{"dataset", "method", "keep", "compression", "keys", "bytes", "build_s", "latency_ms"}], "M",
+"ef_construction", "queries", "command"}; a method with label prototypes is named <method>+prototypes<α>.
 
 "bytes" is what evaluate and predict load for RAE's memory, as stored (bench/memory_budget.py's
-definition). "build_s" is the wall time to build every index RAE searches: the index stage's labels'
-index (measured here) plus the memory stage, or the index stage's two for the full memory. "latency_ms"
+definition). "build_s" is the wall time to build every index RAE searches: the memory stage, plus
+those of the index stage's two that RAE searches (the labels' beside selected keys without compression or
+prototypes; both for the full memory). "latency_ms"
 is RAE's search and scoring per query (λ 0.5, τ 0.04, b and ef_search the paper's) over --queries test
 queries in one batch on all cores, the best of three.
 """
@@ -28,12 +32,12 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from memory_budget import rae_latency_ms, stored_memory_bytes
+from memory_budget import rae_latency_ms, row_method, stored_memory_bytes
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.io import read_json, write_json
 from raexmc.memory.hnsw import PAPER_EF_SEARCH, PAPER_M
-from raexmc.memory.indexes import build_memory_indexes, load_joint_search
+from raexmc.memory.indexes import INDEXED_KEY_SETS, build_memory_indexes, load_joint_search
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
 from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
@@ -50,47 +54,71 @@ def index_stage(embeddings: Path, index: Path, M: int, ef_construction: int) -> 
 
 
 def parse_variant(text: str) -> MemorySettings:
-    keep, method, compression = text.split("/")
+    """keep/method/compression[/α]: α weighs the label prototypes (memory.prototypes; 0, the label texts' keys,
+    where left out)."""
+    keep, method, compression, *weight = text.split("/")
     return MemorySettings(keep=float(keep), method="kmeans" if method == "full" else method, prior=False, seed=0,
-                          compression=compression)
+                          compression=compression, prototypes=float(weight[0]) if weight else 0.0)
+
+
+def earlier_report(out: Path, append: bool, settings: dict) -> dict:
+    """The rows and command `out` holds, kept where `append` asks (measured with the same `settings`)."""
+    if not append or not out.is_file():
+        return {"rows": [], "command": ""}
+    earlier = read_json(out)
+    if any(earlier.get(key) != value for key, value in settings.items()):
+        raise typer.BadParameter(f"{out} was measured with other settings than {settings}; --append needs the same")
+    return earlier
+
+
+def row_key(row: dict) -> tuple:
+    return row["method"], row["keep"], row["compression"]
 
 
 def main(dataset: Path = typer.Option(..., help="A download stage's folder (Y_train)."),
          embeddings: Path = typer.Option(..., help="An embed stage's folder (train, labels, test)."),
          work: Path = typer.Option(..., help="Where the indexes are built (the index stage's are kept)."),
          variants: str = typer.Option("1/full/none,1/full/sq8-m12,0.1/kmeans/none",
-                                      help="Memories as keep/method/compression, comma-separated."),
+                                      help="Memories as keep/method/compression[/prototypes α], comma-separated."),
          M: int = typer.Option(PAPER_M, "--M", help="index.M"),
          ef_construction: int = typer.Option(100, help="index.ef_construction (the paper's is 500)."),
          queries: int = typer.Option(2000, help="Test queries timed (the first ones)."),
-         out: Path = typer.Option(Path("bench/results/memory_budget_scale.json"), help="Result file.")) -> None:
+         out: Path = typer.Option(Path("bench/results/memory_budget_scale.json"), help="Result file."),
+         append: bool = typer.Option(False, help="Keep --out's other rows; replace only those measured again.")) -> None:
     index = work / "index"
-    built = index_stage(embeddings, index, M, ef_construction)
     train, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
     batch = np.asarray(load_embeddings(embeddings, "test")[:queries], dtype=np.float32)
     Y = training_values(Dataset(dataset).label_matrix("train"), "binary", copy=False)
-    baselines = load_joint_search(index, ef_search=PAPER_EF_SEARCH)
-    rows, command = [], "python bench/memory_budget_scale.py " + shlex.join(sys.argv[1:])
+    settings = {"M": M, "ef_construction": ef_construction, "queries": len(batch)}
+    earlier = earlier_report(out, append, settings)
+    command = "python bench/memory_budget_scale.py " + shlex.join(sys.argv[1:])
+    command = f"{earlier['command']} && {command}" if earlier["command"] else command
+    rows, built, baselines = [], {}, None   # the index stage's: built or loaded when a variant first searches it
     for text in variants.split(","):
-        settings = parse_variant(text)
+        memory_settings = parse_variant(text)
         folder = work / f"memory_{text.replace('/', '_')}"
         started = time.perf_counter()
-        meta = build_input_memory(train, Y, settings, folder, "hnsw", labels=labels, M=M,
+        meta = build_input_memory(train, Y, memory_settings, folder, "hnsw", labels=labels, M=M,
                                   ef_construction=ef_construction)
         memory_s = time.perf_counter() - started
         memory = InputMemory(folder)
-        # the index stage's indexes RAE searches: both for the full memory, the labels' beside selected keys
-        shared = ([] if memory.compression != "none" else ["labels"] if not memory.full else ["inputs", "labels"])
-        build_s = memory_s + sum(built[key_set]["build_s"] for key_set in shared)
-        latency_ms, _ = rae_latency_ms(memory, memory.indexes(baselines, PAPER_EF_SEARCH), batch,
-                                       memory.values(Y), PAPER_LAMBDA, PAPER_TAU, PAPER_B)
-        rows.append({"dataset": dataset.name, "method": "full" if memory.full else settings.method,
-                     "keep": settings.keep, "compression": settings.compression,
+        # RAE searches the memory's own indexes, and the index stage's (built once, on first need) for the rest
+        shared = [key_set for key_set in INDEXED_KEY_SETS if not (folder / key_set).is_dir()]
+        if shared and baselines is None:
+            built = index_stage(embeddings, index, M, ef_construction)
+            baselines = load_joint_search(index, ef_search=PAPER_EF_SEARCH)
+        rae = memory.indexes(baselines, PAPER_EF_SEARCH)
+        latency_ms, _ = rae_latency_ms(memory, rae, batch, memory.values(Y), PAPER_LAMBDA, PAPER_TAU, PAPER_B)
+        rows.append({"dataset": dataset.name, "method": row_method(memory, memory_settings.method, False,
+                                                                   memory_settings.prototypes),
+                     "keep": memory_settings.keep, "compression": memory_settings.compression,
                      "keys": meta["input_keys"] + len(labels), "bytes": stored_memory_bytes(memory, index, Y, work),
-                     "build_s": round(build_s, 1), "latency_ms": latency_ms})
+                     "build_s": round(memory_s + sum(built[key_set]["build_s"] for key_set in shared), 1),
+                     "latency_ms": latency_ms})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-        out.write_text(json.dumps({"rows": rows, "M": M, "ef_construction": ef_construction, "queries": len(batch),
-                                   "command": command}, indent=2) + "\n")
+        measured = {row_key(row) for row in rows}
+        kept = [row for row in earlier["rows"] if row_key(row) not in measured]
+        write_json(out, {"rows": kept + rows, **settings, "command": command})
 
 
 if __name__ == "__main__":

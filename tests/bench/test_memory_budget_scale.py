@@ -14,12 +14,12 @@ from test_memory_budget import small_project
 from conftest import REPO
 
 
-def run_scale(root, variants):
+def run_scale(root, variants, *args):
     out = root / "scale.json"
     proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget_scale.py"), "--dataset",
                            str(root / "data" / "tiny"), "--embeddings", str(root / "artifacts" / "tiny" / "embeddings"),
-                           "--work", str(root / "work"), "--variants", variants, "--queries", "5", "--out", str(out)],
-                          cwd=root, capture_output=True, text=True)
+                           "--work", str(root / "work"), "--variants", variants, "--queries", "5", "--out", str(out),
+                           *args], cwd=root, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text())
 
@@ -47,3 +47,20 @@ def test_rows_count_keys_bytes_and_build_time_of_what_rae_searches(tmp_path):
     index_files = {p: p.stat().st_mtime_ns for p in index.rglob("*")}
     run_scale(tmp_path, "0.5/random/none")
     assert {p: p.stat().st_mtime_ns for p in index.rglob("*")} == index_files, "the index stage is built once"
+
+
+def test_prototypes_memory_counts_its_own_labels_index_and_needs_no_index_stage(tmp_path):
+    data, _, _ = small_project(tmp_path)
+    report = run_scale(tmp_path, "0.5/kmeans-labels/none/0.5")
+    [row] = report["rows"]
+    assert (row["method"], row["keep"], row["keys"]) == ("kmeans-labels+prototypes0.5", 0.5, 50)
+    assert not (tmp_path / "work" / "index").exists(), "RAE searches only the memory's own two indexes"
+    memory = tmp_path / "work" / "memory_0.5_kmeans-labels_none_0.5"
+    own = sum(p.stat().st_size for key_set in ("inputs", "labels") for p in (memory / key_set).iterdir())
+    assert row["bytes"] == own + (memory / "values.npz").stat().st_size
+
+    appended = run_scale(tmp_path, "1/full/none", "--append")
+    assert [r["method"] for r in appended["rows"]] == ["kmeans-labels+prototypes0.5", "full"]
+    assert appended["command"].count("python bench/memory_budget_scale.py") == 2
+    replaced = run_scale(tmp_path, "1/full/none", "--append")
+    assert [r["method"] for r in replaced["rows"]] == ["kmeans-labels+prototypes0.5", "full"], "measured again: replaced"

@@ -188,14 +188,15 @@ class InputMemory:
         return tuple(path for path in (self.folder / INDEX_FOLDER, self.folder / COUNTS_FILE,
                                        self.folder / LABELS_FOLDER) if path.exists())
 
-    def indexes(self, baselines: JointSearch, ef_search: int, threads: int = 0) -> JointSearch:
+    def indexes(self, baselines: JointSearch | None, ef_search: int, threads: int = 0) -> JointSearch:
         """RAE's two indexes, loaded once: this folder's input keys' (else the index stage's) and its
-        labels' (compressed, or of prototypes; else the index stage's)."""
+        labels' (compressed, or of prototypes; else the index stage's). `baselines` may be None where
+        this folder holds both."""
         if self._own is None:
             own = [load_index(self.folder / folder, keys=keys, ef_search=ef_search, threads=threads)
-                   if (self.folder / folder).is_dir() else default
-                   for folder, keys, default in ((INDEX_FOLDER, self.own_keys(), baselines.inputs),
-                                                 (LABELS_FOLDER, None, baselines.labels))]
+                   if (self.folder / folder).is_dir() else getattr(baselines, key_set)
+                   for folder, keys, key_set in ((INDEX_FOLDER, self.own_keys(), "inputs"),
+                                                 (LABELS_FOLDER, None, "labels"))]
             self._own = JointSearch(*own)
         return self._own
 
