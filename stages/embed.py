@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 import typer
 
-from raexmc.checks import one_of, positive_int
-from raexmc.encoder.device import pick_device, resolve_precision
+from raexmc.checks import one_of
+from raexmc.encoder.device import embed_batch_size, pick_device, resolve_precision
 from raexmc.encoder.embedding import STORAGE_DTYPES, embed_split
 from raexmc.encoder.model import load_encoder
 from raexmc.encoder.tokens import TokenCache
@@ -28,11 +28,11 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     with user_errors():  # every embed.* value checked before any process starts
         p = load_params(params)
-        batch_size = positive_int(p.typed("embed.batch_size", int), "embed.batch_size", p.path, "embed.batch_size")
         dtype = one_of(p.typed("embed.dtype", str), STORAGE_DTYPES, "embed.dtype", p.path, "embed.dtype")
         nproc = process_count(p.get("embed.nproc"), "embed.nproc", p.path)
         torchrun_args = p.typed("embed.torchrun_args", str)
         device = pick_device(p.typed("embed.device", str), p.path, "embed.device")
+        batch_size = embed_batch_size(p.get("embed.batch_size"), device, p.path, "embed.batch_size")
         if device == "cpu" and p.get("embed.nproc") == "auto":
             nproc = 1  # 'auto' counts GPUs: CPU processes would only compete for the same cores
     relaunch_under_torchrun(nproc, torchrun_args)

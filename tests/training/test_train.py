@@ -382,7 +382,7 @@ def test_every_setting_comes_from_params_yaml():
     ("batch_size", "abc"), ("batch_size", 0), ("batch_size", True), ("batch_size", 2.5), ("lr", -1e-4),
     ("lr", float("nan")), ("tau", 0), ("grad_clip", 0.0), ("max_steps", 0), ("hnm_steps", 0),
     ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_max_queries", 0), ("val_lambda", 1.5), ("validate_last", "no"),
-    ("seed", -1), ("grad_cache_chunk", -8), ("grad_cache_chunk", "16"), ("nproc", 0), ("nproc", "all"),
+    ("seed", -1), ("embed_batch_size", 0), ("embed_batch_size", "max"), ("grad_cache_chunk", -8), ("grad_cache_chunk", "16"), ("nproc", 0), ("nproc", "all"),
     ("device", "gpu"), ("precision", "fp8"), ("torchrun_args", None), ("batchsize", 8),
 ])
 def test_a_bad_or_unknown_train_value_names_the_file_and_key(key, value):
@@ -392,8 +392,10 @@ def test_a_bad_or_unknown_train_value_names_the_file_and_key(key, value):
 
 
 def test_good_values_pass_and_ints_serve_as_floats():
-    values = TrainSettings.from_params(params_with(lr=1, grad_clip=float("inf"), nproc=2, device="cuda:1"))
+    values = TrainSettings.from_params(params_with(lr=1, grad_clip=float("inf"), nproc=2, device="cuda:1",
+                                                   embed_batch_size=512))
     assert values.lr == 1.0 and isinstance(values.lr, float)
+    assert values.embed_batch_size == 512
 
 
 @pytest.mark.parametrize("key, value", [("batch_size", "abc"), ("batchsize", 8)])

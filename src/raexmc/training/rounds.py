@@ -14,6 +14,7 @@ import scipy.sparse as sp
 import torch
 from tqdm import tqdm
 
+from ..encoder.device import embed_batch_size
 from ..encoder.embedding import embed_rows, length_sorted_batches
 from ..encoder.tokens import TokenCache
 from ..memory.exact import top_k_search
@@ -59,11 +60,12 @@ def mining_round(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_mat
     if not len(mine_rows) and not len(val_rows):
         return RoundResult(negatives, {})
     embedded_rows = np.arange(Y.shape[0]) if len(val_rows) else mine_rows
+    batch_size = embed_batch_size(settings.embed_batch_size, ctx.device)
     model.eval()
     labels = embed_sharded(model, cache.ids("labels"), cache.lengths("labels"), np.arange(Y.shape[1]),
-                           settings.embed_batch_size, ctx, precision)
-    inputs = embed_sharded(model, cache.ids("train"), cache.lengths("train"), embedded_rows,
-                           settings.embed_batch_size, ctx, precision)
+                           batch_size, ctx, precision)
+    inputs = embed_sharded(model, cache.ids("train"), cache.lengths("train"), embedded_rows, batch_size, ctx,
+                           precision)
     model.train()
     if len(mine_rows):
         negatives[mine_rows] = mine_hard_negatives(
