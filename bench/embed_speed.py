@@ -27,7 +27,7 @@ import typer
 from train_speed import build_model, device_name, preset_values
 
 from raexmc.encoder.device import autocast, pick_device, resolve_precision
-from raexmc.encoder.embedding import ATTENTION_WITHOUT_CUDNN, embed_split, encode
+from raexmc.encoder.embedding import attention_without_cudnn, embed_split, encode
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import write_json
 from raexmc.params import load_params
@@ -99,7 +99,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                                              if on_gpu else None),
                       "device": device_name(resolved_device),
                       "torch": torch.__version__,
-                      "attention_kernels": [backend.name for backend in ATTENTION_WITHOUT_CUDNN]}
+                      "attention_kernels": [backend.name for backend in attention_without_cudnn()]}
             recorded = json.loads(out.read_text()) if out.is_file() else []
             write_json(out, [*recorded, result])
             print(json.dumps(result), flush=True)

@@ -31,7 +31,7 @@ import torch
 import typer
 
 from raexmc.encoder.device import resolve_precision
-from raexmc.encoder.embedding import ATTENTION_WITHOUT_CUDNN
+from raexmc.encoder.embedding import attention_without_cudnn
 from raexmc.encoder.model import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import write_json
@@ -165,7 +165,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                   "processes": ctx.world_size, "precision": resolved, "batch_per_device": settings.batch_size,
                   "grad_cache_chunk": settings.grad_cache_chunk,
                   "compiled": compile_encoder, "torch": torch.__version__,
-                  "attention_kernels": [backend.name for backend in ATTENTION_WITHOUT_CUDNN], "global_batch": global_batch,
+                  "attention_kernels": [backend.name for backend in attention_without_cudnn()], "global_batch": global_batch,
                   "input_max_len": values["tokenize.input_max_len"], "label_max_len": values["tokenize.label_max_len"],
                   "steps": steps, "steps_per_s": round(steps / seconds, 3), "examples_per_s": round(examples_per_s, 1),
                   "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 2) if on_gpu else None),

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from torch.nn.attention import SDPBackend
 
 from conftest import REPO, free_port
 
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.device import embed_batch_size, pick_device
-from raexmc.encoder.embedding import embed_split, encode, length_sorted_batches
+from raexmc.encoder.embedding import attention_without_cudnn, embed_split, encode, length_sorted_batches
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
@@ -37,22 +38,34 @@ def test_encode_is_a_normalised_masked_mean(tiny_model):
 
 def test_encode_runs_the_encoder_without_cudnn_attention_and_restores_the_flags(tiny_model):
     """cuDNN's attention re-plans each new shape (1.7x slower MiniLM training steps, 3.5x slower embedding
-    on an H200); the flags torch reads when it picks a kernel must say so inside the encoder, and be as
-    before outside."""
+    on an H200); the flags torch reads when it picks a kernel must say so inside the encoder, keep the
+    user's other choices, and be as before outside."""
     model = load_encoder(str(tiny_model))
     seen = []
     flags = (torch.backends.cuda.cudnn_sdp_enabled, torch.backends.cuda.flash_sdp_enabled,
              torch.backends.cuda.mem_efficient_sdp_enabled, torch.backends.cuda.math_sdp_enabled)
     model.register_forward_pre_hook(lambda module, args: seen.append(tuple(flag() for flag in flags)))
-    was_enabled = torch.backends.cuda.cudnn_sdp_enabled()
-    torch.backends.cuda.enable_cudnn_sdp(True)
-    try:
+    switches = (torch.backends.cuda.enable_cudnn_sdp, torch.backends.cuda.enable_flash_sdp,
+                torch.backends.cuda.enable_mem_efficient_sdp, torch.backends.cuda.enable_math_sdp)
+    was = tuple(flag() for flag in flags)
+
+    def encode_with(*globally):
+        for switch, on in zip(switches, globally):
+            switch(on)
         with torch.inference_mode():
             encode(model, torch.tensor([[101, 2000, 102]]), torch.ones(1, 3, dtype=torch.long))
-        assert seen == [(False, True, True, True)]
-        assert tuple(flag() for flag in flags) == (True, True, True, True)
+        assert tuple(flag() for flag in flags) == globally, "the flags as they were after the call"
+        return seen.pop()
+
+    try:
+        assert encode_with(True, True, True, True) == (False, True, True, True)
+        assert encode_with(True, False, True, True) == (False, False, True, True), "a user's choice stays"
+        for switch, on in zip(switches, (True, False, False, False)):
+            switch(on)
+        assert attention_without_cudnn() == [SDPBackend.CUDNN_ATTENTION], "cuDNN, where it is all a user allows"
     finally:
-        torch.backends.cuda.enable_cudnn_sdp(was_enabled)
+        for switch, on in zip(switches, was):
+            switch(on)
 
 
 def test_batches_are_length_sorted_and_cover_every_row():

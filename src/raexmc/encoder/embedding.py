@@ -30,17 +30,26 @@ STORAGE_DTYPES = ("float32", "float16")  # embed.dtype: how the .npy files store
 # every training step, the width of every length-sorted embed batch. Measured on that H200
 # (bench/results/train_speed.json, embed_speed.json): MiniLM's step at the LF-AmazonTitles-131K preset
 # 7,058 -> 12,005 inputs/s, the embed loop on texts of 8-32 tokens 32,181 -> 111,266 texts/s.
-# CPUs never used cuDNN, so nothing changes there. sdpa_kernel sets torch's process-wide flags for the
-# call and restores them after it.
-ATTENTION_WITHOUT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+# CPUs never used cuDNN, so nothing changes there.
+OTHER_ATTENTION = ((SDPBackend.FLASH_ATTENTION, torch.backends.cuda.flash_sdp_enabled),
+                   (SDPBackend.EFFICIENT_ATTENTION, torch.backends.cuda.mem_efficient_sdp_enabled),
+                   (SDPBackend.MATH, torch.backends.cuda.math_sdp_enabled))
+
+
+def attention_without_cudnn() -> list[SDPBackend]:
+    """The attention kernels torch's process-wide flags allow now, less cuDNN's: a user's own choice
+    stays, except where cuDNN is all it allows."""
+    allowed = [backend for backend, enabled in OTHER_ATTENTION if enabled()]
+    return allowed or [SDPBackend.CUDNN_ATTENTION]
 
 
 def encode(model, input_ids, attention_mask):
     """The one encoder function: mean of the last hidden states under the mask, L2-normalised.
 
     Training, key embedding and prediction all call this, so queries and keys live in one space.
+    The encoder runs without cuDNN's attention (sdpa_kernel sets the flags for the call, then restores them).
     """
-    with sdpa_kernel(ATTENTION_WITHOUT_CUDNN):
+    with sdpa_kernel(attention_without_cudnn()):
         hidden = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
