@@ -15,8 +15,8 @@ stage builds it. The index stage's two hnswlib indexes (every key, M and --ef-co
 
 "bytes" is what evaluate and predict load for RAE's memory, as stored (bench/memory_budget.py's
 definition). "build_s" is the wall time to build every index RAE searches: the memory stage, plus
-those of the index stage's two that RAE searches (the labels' beside selected keys without compression or
-prototypes; both for the full memory). "latency_ms"
+those of the index stage's two that RAE searches (the inputs' at keep 1 without compression, the labels'
+without compression or prototypes). "latency_ms"
 is RAE's search and scoring per query (λ 0.5, τ 0.04, b and ef_search the paper's) over --queries test
 queries in one batch on all cores, the best of three.
 """
@@ -40,17 +40,25 @@ from raexmc.memory.hnsw import PAPER_EF_SEARCH, PAPER_M
 from raexmc.memory.indexes import INDEXED_KEY_SETS, build_memory_indexes, load_joint_search
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
+from raexmc.memory.prototypes import prototype_weight
 from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
 
 BUILT_FILE = "built.json"   # under --work/index: the index stage's build seconds per key set
 
 
-def index_stage(embeddings: Path, index: Path, M: int, ef_construction: int) -> dict[str, dict[str, float]]:
-    """The index stage's two indexes under `index`, built once (their build seconds kept beside them)."""
-    if not (index / BUILT_FILE).is_file():
+def index_stage(embeddings: Path, index: Path, M: int, ef_construction: int) -> dict[str, float]:
+    """The build seconds of the index stage's two indexes under `index`, per key set: built once, and kept
+    beside them with the settings that built them (a later run with others is refused)."""
+    path = index / BUILT_FILE
+    if not path.is_file():
         built = build_memory_indexes(embeddings, index, "hnsw", M=M, ef_construction=ef_construction)
-        write_json(index / BUILT_FILE, built)
-    return read_json(index / BUILT_FILE)
+        write_json(path, {"M": M, "ef_construction": ef_construction,
+                          "build_s": {key_set: done["build_s"] for key_set, done in built.items()}})
+    record = read_json(path)
+    if (record["M"], record["ef_construction"]) != (M, ef_construction):
+        raise SystemExit(f"{index} holds indexes built with M {record['M']}, efC {record['ef_construction']}; "
+                         f"give another --work for M {M}, efC {ef_construction}")
+    return record["build_s"]
 
 
 def parse_variant(text: str) -> MemorySettings:
@@ -58,7 +66,9 @@ def parse_variant(text: str) -> MemorySettings:
     where left out)."""
     keep, method, compression, *weight = text.split("/")
     return MemorySettings(keep=float(keep), method="kmeans" if method == "full" else method, prior=False, seed=0,
-                          compression=compression, prototypes=float(weight[0]) if weight else 0.0)
+                          compression=compression,
+                          prototypes=prototype_weight(float(weight[0]) if weight else 0.0, float(keep), "hnsw",
+                                                      "--variants"))
 
 
 def earlier_report(out: Path, append: bool, settings: dict) -> dict:
@@ -67,12 +77,12 @@ def earlier_report(out: Path, append: bool, settings: dict) -> dict:
         return {"rows": [], "command": ""}
     earlier = read_json(out)
     if any(earlier.get(key) != value for key, value in settings.items()):
-        raise typer.BadParameter(f"{out} was measured with other settings than {settings}; --append needs the same")
+        raise SystemExit(f"{out} was measured with other settings than {settings}; --append needs the same")
     return earlier
 
 
 def row_key(row: dict) -> tuple:
-    return row["method"], row["keep"], row["compression"]
+    return row["dataset"], row["method"], row["keep"], row["compression"]
 
 
 def main(dataset: Path = typer.Option(..., help="A download stage's folder (Y_train)."),
@@ -113,7 +123,7 @@ def main(dataset: Path = typer.Option(..., help="A download stage's folder (Y_tr
                                                                    memory_settings.prototypes),
                      "keep": memory_settings.keep, "compression": memory_settings.compression,
                      "keys": meta["input_keys"] + len(labels), "bytes": stored_memory_bytes(memory, index, Y, work),
-                     "build_s": round(memory_s + sum(built[key_set]["build_s"] for key_set in shared), 1),
+                     "build_s": round(memory_s + sum(built[key_set] for key_set in shared), 1),
                      "latency_ms": latency_ms})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         measured = {row_key(row) for row in rows}

@@ -193,6 +193,9 @@ class InputMemory:
         labels' (compressed, or of prototypes; else the index stage's). `baselines` may be None where
         this folder holds both."""
         if self._own is None:
+            holds_both = all((self.folder / folder).is_dir() for folder in (INDEX_FOLDER, LABELS_FOLDER))
+            if baselines is None and not holds_both:
+                raise ValueError(f"{self.folder} searches the index stage's indexes too: pass them as baselines")
             own = [load_index(self.folder / folder, keys=keys, ef_search=ef_search, threads=threads)
                    if (self.folder / folder).is_dir() else getattr(baselines, key_set)
                    for folder, keys, key_set in ((INDEX_FOLDER, self.own_keys(), "inputs"),
