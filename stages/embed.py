@@ -41,7 +41,7 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
 
     def body(p, run) -> None:
         if run is not None:
-            run.params({"embed": p.section("embed")})
+            run.params({"embed": {**p.section("embed"), "batch_size_used": batch_size}})
         torch.set_num_threads(p.integer("embed.threads", 0) or os.cpu_count() or 1)
         precision = resolve_precision(p.typed("embed.precision", str), ctx.device, p.path, "embed.precision")
         encoder = load_encoder(str(model), ctx.device, stage_output=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.encoder.device import resolve_precision
+from raexmc.encoder.device import embed_batch_size, resolve_precision
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache
 from raexmc.errors import ConfigError
@@ -44,7 +44,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     def body(p, run) -> None:
         name = p.typed("encoder.name", str)
         if run is not None:
-            run.params({"encoder.name": name, "encoder.mode": mode, "train": p.section("train")})
+            used = embed_batch_size(settings.embed_batch_size, ctx.device)
+            run.params({"encoder.name": name, "encoder.mode": mode,
+                        "train": {**p.section("train"), "embed_batch_size_used": used}})
         model = load_encoder(name, ctx.device)
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes

@@ -63,6 +63,8 @@ def test_encode_runs_the_encoder_without_cudnn_attention_and_restores_the_flags(
         for switch, on in zip(switches, (True, False, False, False)):
             switch(on)
         assert attention_without_cudnn() == [SDPBackend.CUDNN_ATTENTION], "cuDNN, where it is all a user allows"
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        assert attention_without_cudnn() == [], "and none where the user allows none"
     finally:
         for switch, on in zip(switches, was):
             switch(on)

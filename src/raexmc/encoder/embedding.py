@@ -38,9 +38,11 @@ OTHER_ATTENTION = ((SDPBackend.FLASH_ATTENTION, torch.backends.cuda.flash_sdp_en
 
 def attention_without_cudnn() -> list[SDPBackend]:
     """The attention kernels torch's process-wide flags allow now, less cuDNN's: a user's own choice
-    stays, except where cuDNN is all it allows."""
+    stays, and where cuDNN is all it allows, cuDNN it is."""
     allowed = [backend for backend, enabled in OTHER_ATTENTION if enabled()]
-    return allowed or [SDPBackend.CUDNN_ATTENTION]
+    if not allowed and torch.backends.cuda.cudnn_sdp_enabled():
+        return [SDPBackend.CUDNN_ATTENTION]
+    return allowed
 
 
 def encode(model, input_ids, attention_mask):
