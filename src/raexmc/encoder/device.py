@@ -47,15 +47,18 @@ def resolve_precision(precision: str, device: str, path: str | os.PathLike | Non
     return "bf16" if _cpu_has_bf16() else "fp32"
 
 
+def is_embed_batch_setting(setting: object) -> bool:
+    """Whether `setting` is an embedding batch size a user may set: auto, or an integer >= 1."""
+    return setting == "auto" or (isinstance(setting, int) and not isinstance(setting, bool) and setting >= 1)
+
+
 def embed_batch_size(setting: object, device: str, path: str | os.PathLike | None = None,
                      key: str | None = None) -> int:
     """Texts per encoder call when embedding: `setting`, or for auto AUTO_EMBED_BATCH of the device's kind;
     ConfigError naming `path` and `key` for anything else than auto or an integer >= 1."""
-    if setting == "auto":
-        return AUTO_EMBED_BATCH["cuda" if device.startswith("cuda") else "cpu"]
-    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
+    if not is_embed_batch_setting(setting):
         raise ConfigError(f"{key or 'the batch size'} must be auto or an integer >= 1, got {setting!r}", path, key)
-    return setting
+    return AUTO_EMBED_BATCH["cuda" if device.startswith("cuda") else "cpu"] if setting == "auto" else setting
 
 
 def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:

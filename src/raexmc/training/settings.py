@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..encoder.device import DEVICE_PATTERN, PRECISIONS
+from ..encoder.device import DEVICE_PATTERN, PRECISIONS, is_embed_batch_setting
 from ..errors import ConfigError
 from ..params import Params
 
@@ -80,8 +80,8 @@ class TrainSettings:
     val_lambda: float = _fraction()
     validate_last: bool = _switch()          # a round after the last step only to validate the final encoder
     checkpoint_every: int = _at_least(1)
-    embed_batch_size: int | str = _setting((str, int), "auto or an integer >= 1", lambda value: value == "auto" or (
-        isinstance(value, int) and value >= 1))  # texts per re-embedding call (encoder/device.py: embed_batch_size)
+    embed_batch_size: int | str = _setting((str, int), "auto or an integer >= 1",
+                                           is_embed_batch_setting)  # texts per re-embedding call
     seed: int = _at_least(0)
 
     @property
