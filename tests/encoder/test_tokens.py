@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import string
 import subprocess
@@ -14,8 +15,8 @@ import pytest
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import load_tokenizer, resolve_encoder
-from raexmc.encoder.tokens import (CHARS_PER_TOKEN, TokenCache, TokenizeSettings, build_token_cache, record_input,
-                                   text_of, tokenizer_input)
+from raexmc.encoder.tokens import (CHARS_PER_TOKEN, RightPaddedTokenizer, TokenCache, TokenizeSettings, build_token_cache,
+                                   record_input, text_of, tokenizer_input)
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
 
@@ -92,6 +93,45 @@ def test_cutting_a_text_to_its_budget_keeps_its_token_ids(tiny_model, max_len):
     assert [tokenizer.unk_token_id] * (max_len - 2) == whole[-1][1:-1]
 
 
+TRICKY = ["", "   ", "[PAD] [CLS] hello [SEP] x", "[MASK]", "Ünïcödé ß 東京 \U0001F642", "a " * 300, "C++ e-mail (x) ..."]
+
+
+@pytest.mark.parametrize("max_len", [3, 8, 64])
+def test_right_padded_ids_are_the_tokenizers_own(tiny_model, max_len):
+    """The reference is transformers' own call on the same tokenizer, padded on the right (its default)."""
+    tokenizer = load_tokenizer(str(tiny_model))
+    texts = [*long_texts(tokenizer, 30, max_len, 4 * max_len), *TRICKY]
+    tokenize = RightPaddedTokenizer(tokenizer, max_len)
+    for width, padding in ((max_len, "max_length"), (None, "longest")):
+        expected = tokenizer(texts, max_length=max_len, truncation=True, padding=padding, return_tensors="np")
+        ids, lengths = tokenize(texts, width=width)
+        assert ids.tolist() == expected["input_ids"].tolist()
+        assert lengths.tolist() == expected["attention_mask"].sum(axis=1).tolist()
+        assert ids.dtype == np.uint16 and lengths.dtype == np.int32
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_rows_are_padded_on_the_right_whatever_the_tokenizers_padding_side(tiny_model, side):
+    """The encoder reads the first `length` ids of a row, so a left-padding tokenizer must still give right-padded
+    rows; truncation follows the tokenizer's own side. Expected: each text's unpadded ids from transformers."""
+    tokenizer = load_tokenizer(str(tiny_model))
+    tokenizer.padding_side, tokenizer.truncation_side = "left", side
+    texts = ["one two three four five six seven eight nine ten", "short", *TRICKY]
+    ids, lengths = RightPaddedTokenizer(tokenizer, 6)(texts, width=6)
+    for row, text in enumerate(texts):
+        own = tokenizer(text, max_length=6, truncation=True)["input_ids"]
+        assert lengths[row] == len(own)
+        assert ids[row].tolist() == own + [tokenizer.pad_token_id] * (6 - len(own))
+    assert side == "right" or ids[0, 1] != tokenizer("one")["input_ids"][1]  # cut on the left: "one" is gone
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_zero(tiny_model):
+    tokenizer = load_tokenizer(str(tiny_model))
+    tokenizer.pad_token = None
+    ids, lengths = RightPaddedTokenizer(tokenizer, 8)(["a b", "a b c d e"], width=8)
+    assert lengths.tolist() == [4, 7] and ids[0, 4:].tolist() == [0] * 4
+
+
 def test_a_record_is_cut_as_its_joined_text_would_be(tiny_model):
     """record_input cuts title and content before joining them; the result must be the joined text's cut."""
     budget = CHARS_PER_TOKEN * 8
@@ -110,6 +150,17 @@ def test_same_key_reuses_the_cache(tiny_dataset, tiny_model, tmp_path):
     stamp = (tmp_path / "tokens" / "train.ids.npy").stat().st_mtime_ns
     _, reused = build(tiny_dataset, tokenizer, tmp_path / "tokens")
     assert reused and (tmp_path / "tokens" / "train.ids.npy").stat().st_mtime_ns == stamp
+
+
+def test_a_cache_without_the_padding_mark_is_rebuilt(tiny_dataset, tiny_model, tmp_path):
+    """Caches from before rows were always right-padded may hold a left-padding tokenizer's rows."""
+    tokenizer = load_tokenizer(str(tiny_model))
+    meta, _ = build(tiny_dataset, tokenizer, tmp_path / "tokens")
+    assert meta["padding"] == "right"
+    del meta["padding"]
+    (tmp_path / "tokens" / "meta.json").write_text(json.dumps(meta))
+    meta, reused = build(tiny_dataset, tokenizer, tmp_path / "tokens")
+    assert not reused and meta["padding"] == "right"
 
 
 def test_changed_key_rebuilds(tiny_dataset, tiny_model, tmp_path):

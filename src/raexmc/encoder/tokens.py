@@ -1,7 +1,7 @@
 """Tokenisation: the text recipe of inputs and labels (`text_of`), and the cache of their token ids.
 
 The cache holds memory-mapped arrays per split ("train", "test", "labels"): `<split>.ids.npy`
-(texts x max_len, padded) and `<split>.len.npy` (true lengths); `meta.json` holds the cache key
+(texts x max_len, padded on the right) and `<split>.len.npy` (true lengths); `meta.json` holds the cache key
 (tokenizer fingerprint, max lengths, text fields). Texts are streamed in batches straight into the
 memmaps, so memory stays flat however many texts there are, and each is cut to a character budget
 before the tokenizer sees it, so memory stays flat however long one is.
@@ -10,8 +10,9 @@ before the tokenizer sees it, so memory stays flat however long one is.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ SPLITS = ("train", "test", "labels")
 FIELDS = ("title", "title+content")
 NO_LENGTH_LIMIT = int(1e20)  # a tokenizer's model_max_length from here up (transformers uses 1e20, 1e30) means none
 CHARS_PER_TOKEN = 128  # see tokenizer_input
+PADDING = "right"  # every row; a cache without this mark may hold a left-padding tokenizer's rows, so it is rebuilt
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,39 @@ def record_input(record: Text, fields: str, max_len: int) -> str:
     return tokenizer_input(text_of(short, fields), max_len)
 
 
+class RightPaddedTokenizer:
+    """Token ids of texts, cut at max_len and padded on the right, and their true lengths: the one recipe of
+    the token cache and of query embedding.
+
+    The encoder reads the first `length` ids of a row (embedding.batch_tensors), so rows are padded on the
+    right whatever the tokenizer's own padding_side (a left-padding tokenizer's rows would start with pads).
+    It calls the Rust tokenizer directly: transformers' per-text conversion of its output into Python lists
+    took half of the tokenize stage's time, and padding is ours, so a tokenizer without a pad token works too.
+    Truncation follows the tokenizer's truncation_side."""
+
+    def __init__(self, tokenizer, max_len: int):
+        from tokenizers import Tokenizer
+
+        # A copy: transformers re-sets padding and truncation on its own backend at every call.
+        self.backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self.backend.no_padding()
+        self.backend.enable_truncation(max_len, strategy="longest_first", direction=tokenizer.truncation_side)
+        self.max_len = max_len
+        self.pad_id = int(tokenizer.pad_token_id or 0)
+        self.dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.int32
+
+    def __call__(self, texts: Sequence[str], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, lengths): ids (len(texts), width) padded with the pad id, width = max_len for a cache, or by
+        default the longest text's length; lengths int32."""
+        encodings = self.backend.encode_batch(list(texts))
+        lengths = np.fromiter((len(encoding) for encoding in encodings), np.int32, len(encodings))
+        width = int(lengths.max(initial=0)) if width is None else width
+        ids = np.full((len(encodings), width), self.pad_id, self.dtype)
+        ids[np.arange(width) < lengths[:, None]] = np.fromiter(
+            chain.from_iterable(encoding.ids for encoding in encodings), self.dtype, int(lengths.sum()))
+        return ids, lengths
+
+
 def _chunks(records: Iterable[Text], size: int) -> Iterator[list[Text]]:
     chunk: list[Text] = []
     for record in records:
@@ -143,19 +178,17 @@ def _chunks(records: Iterable[Text], size: int) -> Iterator[list[Text]]:
 def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, fields: str, folder: Path,
                     batch_size: int) -> None:
     count = dataset.size(split)
-    dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.int32
-    ids = np.lib.format.open_memmap(folder / f"{split}.ids.npy", mode="w+", dtype=dtype, shape=(count, max_len))
+    tokenize = RightPaddedTokenizer(tokenizer, max_len)
+    ids = np.lib.format.open_memmap(folder / f"{split}.ids.npy", mode="w+", dtype=tokenize.dtype,
+                                    shape=(count, max_len))
     lengths = np.lib.format.open_memmap(folder / f"{split}.len.npy", mode="w+", dtype=np.int32, shape=(count,))
     row = 0
     with tqdm(total=count, desc=f"tokenize {split}", unit="text", mininterval=1.0) as progress:
         for chunk in _chunks(dataset.texts(split), batch_size):
             if row + len(chunk) > count:
                 raise DataError(f"more records than the {count} in stats.json", dataset.text_path(split))
-            texts = [record_input(record, fields, max_len) for record in chunk]
-            encoded = tokenizer(texts, max_length=max_len, truncation=True, padding="max_length",
-                                return_attention_mask=True, return_tensors="np")
-            ids[row:row + len(chunk)] = encoded["input_ids"]
-            lengths[row:row + len(chunk)] = encoded["attention_mask"].sum(axis=1)
+            ids[row:row + len(chunk)], lengths[row:row + len(chunk)] = tokenize(
+                [record_input(record, fields, max_len) for record in chunk], width=max_len)
             row += len(chunk)
             progress.update(len(chunk))
     if row != count:
@@ -176,14 +209,16 @@ def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: 
     settings.check_tokenizer(tokenizer)
     key = CacheKey(tokenizer_name, tokenizer_fingerprint(tokenizer), input_max_len, label_max_len, input_fields, label_fields)
     target = Path(target)
-    if (target / "meta.json").is_file() and read_json(target / "meta.json").get("key") == asdict(key):
-        return read_json(target / "meta.json"), True
+    if (target / "meta.json").is_file():
+        existing = read_json(target / "meta.json")
+        if existing.get("key") == asdict(key) and existing.get("padding") == PADDING:
+            return existing, True
     plan = {"train": (input_max_len, input_fields), "test": (input_max_len, input_fields),
             "labels": (label_max_len, label_fields)}
     with atomic_dir(target) as folder:
         for split, (max_len, fields) in plan.items():
             _tokenize_split(dataset, split, tokenizer, max_len, fields, folder, batch_size)
-        meta = {"key": asdict(key), "pad_token_id": int(tokenizer.pad_token_id or 0),
+        meta = {"key": asdict(key), "padding": PADDING, "pad_token_id": int(tokenizer.pad_token_id or 0),
                 "counts": {split: dataset.size(split) for split in SPLITS},
                 "truncated": {split: _truncated_share(folder, split, plan[split][0]) for split in SPLITS}}
         write_json(folder / "meta.json", meta)

@@ -25,7 +25,7 @@ from ..data.dataset import Text
 from ..encoder.device import pick_device, resolve_precision
 from ..encoder.embedding import embed_rows
 from ..encoder.model import load_encoder, load_tokenizer
-from ..encoder.tokens import text_of, tokenizer_input
+from ..encoder.tokens import RightPaddedTokenizer, text_of, tokenizer_input
 from ..errors import DataError
 from ..io import load_array, load_sparse, read_json
 from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
@@ -88,7 +88,8 @@ class Predictor:
         transformers_logging.disable_progress_bar()  # one-line stderr for `raexmc predict`
         self.device = pick_device(device, "<arguments>", "--device")
         self.precision = resolve_precision("auto", self.device)
-        self.tokenizer = load_tokenizer(str(encoder), stage_output=True)
+        self.tokenize = RightPaddedTokenizer(load_tokenizer(str(encoder), stage_output=True),
+                                             int(self.settings["input_max_len"]))
         self.model = load_encoder(str(encoder), self.device, stage_output=True)
 
     def query_text(self, query: Text | str) -> str:
@@ -98,12 +99,8 @@ class Predictor:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Query embeddings, tokenised as the token cache does (same max length, same special tokens)."""
-        max_len = int(self.settings["input_max_len"])
-        encoded = self.tokenizer([tokenizer_input(text, max_len) for text in texts], max_length=max_len,
-                                 truncation=True, padding="longest", return_attention_mask=True, return_tensors="np")
-        lengths = encoded["attention_mask"].sum(axis=1)
-        return embed_rows(self.model, encoded["input_ids"], lengths, np.arange(len(texts)), self.device,
-                          self.precision)
+        ids, lengths = self.tokenize([tokenizer_input(text, self.tokenize.max_len) for text in texts])
+        return embed_rows(self.model, ids, lengths, np.arange(len(texts)), self.device, self.precision)
 
     def predict(self, queries: list[Text | str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:
         """Per query, its top-k labels as {"label": id, "text": label text, "score": p.V}, best first."""
