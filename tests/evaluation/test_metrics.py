@@ -15,7 +15,7 @@ from raexmc.evaluation.macro_f1 import macro_f1_by_segment
 from raexmc.evaluation.metrics import per_instance_metrics, summarize
 from raexmc.evaluation.propensity import PROPENSITY_AB, propensities, propensity_ab, propensity_from_params
 from raexmc.params import load_params
-from raexmc.rae import pairs
+from raexmc.rae import pairs, ranking
 from raexmc.rae.pairs import remove_pairs
 from raexmc.rae.ranking import top_k
 
@@ -461,6 +461,23 @@ def test_sparse_rows_wider_than_k_match_the_reference(outlier):
     exclude = sp.random(n, width, density=0.05, random_state=rng, format="csr")
     assert (np.diff(scores.indptr) > k).sum() > n // 2
     assert top_k(scores, k, exclude=exclude).tolist() == reference_top_k(scores, k, exclude)
+
+
+@pytest.mark.parametrize("pad_limit", [0, 4, 1000])
+def test_every_sorting_path_matches_the_reference(monkeypatch, pad_limit):
+    """0: no row is padded, every candidate is sorted together; 1000: every row is padded and sorted on its
+    own, its widest rows included; 4: the default, both (rows of 0 to 60 candidates, one of 300)."""
+    monkeypatch.setattr(ranking, "_PAD_LIMIT", pad_limit)
+    rng = np.random.default_rng(5)
+    n, width, k = 60, 300, 7
+    dense = np.zeros((n, width))
+    for i in range(n):
+        cols = rng.choice(width, size=300 if i == 3 else rng.integers(0, 60), replace=False)
+        dense[i, cols] = rng.integers(0, 5, size=cols.size) / 5 - 0.5  # ties everywhere, negative scores too
+    scores = sp.csr_matrix(dense)
+    exclude = sp.random(n, width, density=0.1, random_state=rng, format="csr")
+    assert top_k(scores, k, exclude=exclude).tolist() == reference_top_k(scores, k, exclude)
+    assert top_k(dense, k, exclude=exclude).tolist() == reference_top_k(dense, k, exclude)
 
 
 @pytest.mark.parametrize("value", [[0.55], ["a", 1.5], [-1, -2], [0.6, float("inf")], "0.6, 2.6"])

@@ -103,12 +103,25 @@ def _dense_candidates(
 def _fill_ranking(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
     """Write the best len(out[0]) labels of each row into `out`: score descending, label ascending.
 
-    Candidates arrive in (row, label) order, so a stable sort on (row, -score) keeps ties by label.
+    Candidates arrive in (row, label) order, so a stable sort on -score within each row keeps ties by label.
+    Each row's candidates are sorted on their own in a padded matrix (one argsort along its rows, several
+    times faster than sorting all candidates on (row, -score) together); when a few very wide rows would make
+    the padding far larger than the candidates themselves, all are sorted together instead.
     """
-    k = out.shape[1]
-    order = np.lexsort((-vals.astype(np.float64), rows))
-    rows, cols = rows[order], cols[order]
-    first = np.searchsorted(rows, np.arange(out.shape[0]))
-    pos = np.arange(rows.size) - first[rows]
-    top = pos < k
-    out[rows[top], pos[top]] = cols[top]
+    n, k = out.shape
+    widths = np.bincount(rows, minlength=n)
+    width = int(widths.max(initial=0))
+    if width == 0 or k == 0:
+        return
+    starts = np.cumsum(widths) - widths
+    if n * width > _PAD_LIMIT * rows.size:
+        order = np.lexsort((-vals.astype(np.float64), rows))
+        pos = np.arange(rows.size) - starts[rows]
+        top = pos < k
+        out[rows[top], pos[top]] = cols[order][top]
+        return
+    padded = np.full((n, width), np.inf)
+    padded[rows, np.arange(rows.size) - starts[rows]] = -vals.astype(np.float64)
+    ranked = np.argsort(padded, axis=1, kind="stable")[:, :k]   # a row's pads (+inf) come after its candidates
+    filled = np.arange(ranked.shape[1]) < widths[:, None]
+    out[:, :ranked.shape[1]][filled] = cols[(starts[:, None] + ranked)[filled]]
