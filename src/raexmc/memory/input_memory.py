@@ -28,7 +28,7 @@ from ..errors import ConfigError, DataError
 from ..io import atomic_dir, load_array, load_sparse, read_json, write_json
 from ..params import Params
 from .compression import NONE, checked_compression, parse_compression
-from .indexes import make_index
+from .indexes import INDEXED_KEY_SETS, make_index
 from .key_selection import METHODS, kept_count, select_keys
 from .keys_values import KEYS_FILE
 from .merge import JointSearch, prefix
@@ -43,6 +43,14 @@ COUNTS_FILE = "counts.npy"
 INDEX_FOLDER = "inputs"
 LABELS_FOLDER = "labels"   # a compressed memory's, or one with label prototypes, own labels' index
 FULL_INDEX = "index/inputs"   # what memory.json names when RAE searches the index stage's inputs' index
+
+
+def own_index_folders(folder: str | os.PathLike) -> dict[str, Path]:
+    """The indexes a memory folder (or a package's copy of it) holds of its own, by the index stage's key set
+    each takes the place of for RAE: a smaller memory's input keys' (inputs/), a compressed or prototype
+    memory's labels' (labels/). The one reading of which indexes RAE does not take from the index stage."""
+    folders = {key_set: Path(folder) / name for key_set, name in zip(INDEXED_KEY_SETS, (INDEX_FOLDER, LABELS_FOLDER))}
+    return {key_set: path for key_set, path in folders.items() if path.is_dir()}
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,7 @@ class InputMemory:
         if not path.is_file():
             raise DataError(f"not a memory folder (no {MEMORY_FILE}): run the memory stage", self.folder)
         self.meta = read_json(path)
-        self.has_own_labels = (self.folder / LABELS_FOLDER).is_dir()  # compressed or prototypes: RAE's own labels' index
+        self.has_own_labels = "labels" in own_index_folders(self.folder)  # compressed or prototypes
         missing = [k for k in ("keep", "method", "prior", "seed", "num_inputs", "input_keys", "index")
                    if not isinstance(self.meta, dict) or k not in self.meta]
         if missing:
@@ -185,22 +193,21 @@ class InputMemory:
 
     def predictor_files(self) -> tuple[Path, ...]:
         """What a predictor needs from this folder beside its values: its own indexes and the counts."""
-        return tuple(path for path in (self.folder / INDEX_FOLDER, self.folder / COUNTS_FILE,
-                                       self.folder / LABELS_FOLDER) if path.exists())
+        counts = self.folder / COUNTS_FILE
+        return (*own_index_folders(self.folder).values(), *((counts,) if counts.exists() else ()))
 
     def indexes(self, baselines: JointSearch | None, ef_search: int, threads: int = 0) -> JointSearch:
         """RAE's two indexes, loaded once: this folder's input keys' (else the index stage's) and its
         labels' (compressed, or of prototypes; else the index stage's). `baselines` may be None where
         this folder holds both."""
         if self._own is None:
-            holds_both = all((self.folder / folder).is_dir() for folder in (INDEX_FOLDER, LABELS_FOLDER))
-            if baselines is None and not holds_both:
+            own = own_index_folders(self.folder)
+            if baselines is None and len(own) < len(INDEXED_KEY_SETS):
                 raise ValueError(f"{self.folder} searches the index stage's indexes too: pass them as baselines")
-            own = [load_index(self.folder / folder, keys=keys, ef_search=ef_search, threads=threads)
-                   if (self.folder / folder).is_dir() else getattr(baselines, key_set)
-                   for folder, keys, key_set in ((INDEX_FOLDER, self.own_keys(), "inputs"),
-                                                 (LABELS_FOLDER, None, "labels"))]
-            self._own = JointSearch(*own)
+            keys = {"inputs": self.own_keys(), "labels": None}  # only selected input keys can lack an index's copy
+            self._own = JointSearch(*(load_index(own[key_set], keys=keys[key_set], ef_search=ef_search, threads=threads)
+                                      if key_set in own else getattr(baselines, key_set)
+                                      for key_set in INDEXED_KEY_SETS))
         return self._own
 
     def search(self, baselines: JointSearch, queries: np.ndarray, k: int, k_parts: int, tau: float,

@@ -30,7 +30,7 @@ from ..errors import DataError
 from ..io import load_array, load_sparse, read_json
 from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
 from ..memory.indexes import INDEXED_KEY_SETS, load_joint_search
-from ..memory.input_memory import COUNTS_FILE, INDEX_FOLDER, LABELS_FOLDER
+from ..memory.input_memory import COUNTS_FILE, own_index_folders
 from ..memory.prior import add_log_prior
 from .queries import checked_k
 from .query_lambda import QUERY_LAMBDA_FILE, QueryLambda, read_query_lambda
@@ -39,16 +39,9 @@ from .scoring import combine_per_query, score_parts
 from .timing import Timing
 
 
-def own_indexes(memory: str | os.PathLike) -> dict[str, Path]:
-    """The packaged memory's own indexes by the index stage's key set each replaces: a smaller memory's
-    input keys', a compressed one's labels' too."""
-    own = {key_set: Path(memory) / folder for key_set, folder in zip(INDEXED_KEY_SETS, (INDEX_FOLDER, LABELS_FOLDER))}
-    return {key_set: folder for key_set, folder in own.items() if folder.is_dir()}
-
-
 def index_key_sets_read(memory: str | os.PathLike) -> tuple[str, ...]:
     """The index stage's key sets whose index a predictor over `memory` loads: those it has none of its own for."""
-    own = own_indexes(memory)
+    own = own_index_folders(memory)
     return tuple(key_set for key_set in INDEXED_KEY_SETS if key_set not in own)
 
 
@@ -75,7 +68,7 @@ class Predictor:
         keys = load_array(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
         # a smaller or compressed memory's own indexes, in place of the index stage's (inputs=, labels=)
         self.index = load_joint_search(index, keys, ef_search=int(self.settings["ef_search"]), threads=threads,
-                                       **own_indexes(memory))
+                                       **own_index_folders(memory))
         self.log_counts = (np.log(load_array(memory / COUNTS_FILE).astype(np.float64))
                            if self.settings.get("memory", {}).get("prior") and (memory / COUNTS_FILE).is_file()
                            else None)
