@@ -39,8 +39,9 @@ from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import Evaluator, rae_scorer
 from raexmc.evaluation.propensity import propensity_ab
 from raexmc.evaluation.selection import read_selection
-from raexmc.memory.indexes import index_folder, load_joint_search
-from raexmc.memory.input_memory import COUNTS_FILE, VALUES_FILE, InputMemory, MemorySettings, build_input_memory
+from raexmc.memory.indexes import INDEXED_KEY_SETS, index_folder, load_joint_search
+from raexmc.memory.input_memory import (COUNTS_FILE, VALUES_FILE, InputMemory, MemorySettings, build_input_memory,
+                                        own_index_folders)
 from raexmc.memory.keys_values import training_values
 from raexmc.memory.prior import add_log_prior
 from raexmc.params import load_params
@@ -61,8 +62,8 @@ def stored_memory_bytes(memory: InputMemory, index: Path, Y: sp.csr_matrix, scra
     """What evaluate and predict load for RAE's memory, as stored: both indexes RAE searches (the memory's
     own where it has them, else the index stage's), its input keys' values and, with the prior, the counts."""
     folder = memory.folder
-    total = sum(folder_bytes(folder / key_set if (folder / key_set).is_dir() else index_folder(index, key_set))
-                for key_set in ("inputs", "labels"))
+    own = own_index_folders(folder)
+    total = sum(folder_bytes(own.get(key_set, index_folder(index, key_set))) for key_set in INDEXED_KEY_SETS)
     total += stored_bytes(Y, scratch) if memory.full else (folder / VALUES_FILE).stat().st_size
     return total + ((folder / COUNTS_FILE).stat().st_size if memory.log_counts() is not None else 0)
 

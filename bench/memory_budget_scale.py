@@ -38,7 +38,7 @@ from raexmc.encoder.vectors import load_embeddings
 from raexmc.io import read_json, write_json
 from raexmc.memory.hnsw import PAPER_EF_SEARCH, PAPER_M
 from raexmc.memory.indexes import INDEXED_KEY_SETS, build_memory_indexes, load_joint_search
-from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
+from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory, own_index_folders
 from raexmc.memory.keys_values import training_values
 from raexmc.memory.prototypes import prototype_weight
 from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
@@ -113,7 +113,7 @@ def main(dataset: Path = typer.Option(..., help="A download stage's folder (Y_tr
         memory_s = time.perf_counter() - started
         memory = InputMemory(folder)
         # RAE searches the memory's own indexes, and the index stage's (built once, on first need) for the rest
-        shared = [key_set for key_set in INDEXED_KEY_SETS if not (folder / key_set).is_dir()]
+        shared = [key_set for key_set in INDEXED_KEY_SETS if key_set not in own_index_folders(folder)]
         if shared and baselines is None:
             built = index_stage(embeddings, index, M, ef_construction)
             baselines = load_joint_search(index, ef_search=PAPER_EF_SEARCH)
