@@ -480,6 +480,22 @@ def test_every_sorting_path_matches_the_reference(monkeypatch, pad_limit):
     assert top_k(dense, k, exclude=exclude).tolist() == reference_top_k(dense, k, exclude)
 
 
+@pytest.mark.parametrize("pad_limit", [0, 4, 1000])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_nan_ranks_as_minus_infinity_on_every_path(monkeypatch, pad_limit, sparse):
+    """Hand-worked: NaN ranks last, tied with -inf and broken by label; k beyond a row's candidates pads -1."""
+    monkeypatch.setattr(ranking, "_PAD_LIMIT", pad_limit)
+    nan, inf = float("nan"), float("inf")
+    scores = np.array([[0.5, nan, 0.2, 0.1, 0.7],
+                       [0.9, 0.1, 0.3, inf, -inf],
+                       [nan, -inf, 0.1, nan, nan]])
+    scores = sp.csr_matrix(scores) if sparse else scores
+    assert top_k(scores, 2).tolist() == [[4, 0], [3, 0], [2, 0]]
+    assert top_k(scores, 6).tolist() == [[4, 0, 2, 3, 1, -1], [3, 0, 2, 1, 4, -1], [2, 0, 1, 3, 4, -1]]
+    short = sp.csr_matrix(np.array([[0.5, nan, 0, 0], [0.9, 0.1, 0.3, 0]]))  # narrower than the widest row
+    assert top_k(short, 3).tolist() == [[0, 1, -1], [0, 2, 1]]
+
+
 @pytest.mark.parametrize("value", [[0.55], ["a", 1.5], [-1, -2], [0.6, float("inf")], "0.6, 2.6"])
 def test_evaluate_propensity_must_be_auto_or_two_positive_numbers(tmp_path, value):
     (tmp_path / "params.yaml").write_text(f"evaluate:\n  propensity: {json.dumps(value)}\n".replace("Infinity", ".inf"))

@@ -17,7 +17,8 @@ def top_k(
     """Top-k label indices per row, best first, as an (N, k) int64 array padded with -1.
 
     Ties go to the smaller label index, so rankings are reproducible. For sparse scores only stored
-    entries are candidates (a stored 0.0 is one); nonzeros of `exclude` are never returned.
+    entries are candidates (a stored 0.0 is one); nonzeros of `exclude` are never returned. A NaN score
+    ranks as -inf: last, and never in the way of the scores that can be compared.
     """
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
@@ -49,11 +50,18 @@ def _sparse_candidates(
     """(row, label, score) of every stored score not in `banned`."""
     if not block.has_canonical_format:
         block.sum_duplicates()  # `block` is a row slice, hence a private copy
-    rows, cols, vals = row_ids(block.indptr), block.indices, block.data
+    rows, cols, vals = row_ids(block.indptr), block.indices, _nan_last(block.data)
     if banned is not None:
         keep = ~in_pattern(rows, cols, banned)
         rows, cols, vals = rows[keep], cols[keep], vals[keep]
     return rows, cols, vals
+
+
+def _nan_last(scores: np.ndarray) -> np.ndarray:
+    """`scores` with NaN as -inf (a copy where there is any): NaN compares false with everything, so the
+    k-th score's threshold and the sorts would otherwise drop or misplace candidates around it."""
+    nan = np.isnan(scores)
+    return np.where(nan, -np.inf, scores) if nan.any() else scores
 
 
 def _row_top_candidates(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_rows: int,
@@ -89,6 +97,7 @@ def _dense_candidates(
     The k-th best allowed score is a threshold: anything below it cannot be in the top k, so only
     the rest (ties included) goes on to the exact sort.
     """
+    block = _nan_last(block)
     allowed = np.ones(block.shape, dtype=bool) if banned is None else banned.toarray() == 0
     keep = allowed
     width = block.shape[1]
