@@ -125,11 +125,26 @@ def test_rows_are_padded_on_the_right_whatever_the_tokenizers_padding_side(tiny_
     assert side == "right" or ids[0, 1] != tokenizer("one")["input_ids"][1]  # cut on the left: "one" is gone
 
 
-def test_a_tokenizer_without_a_pad_token_pads_with_zero(tiny_model):
+def test_rows_are_padded_with_the_tokenizers_pad_token_or_zero_without_one(tiny_model):
     tokenizer = load_tokenizer(str(tiny_model))
+    tokenizer.pad_token = "[MASK]"
+    ids, lengths = RightPaddedTokenizer(tokenizer, 8)(["a b", "a b c d e"], width=8)
+    assert lengths.tolist() == [4, 7] and ids[0, 4:].tolist() == [tokenizer.convert_tokens_to_ids("[MASK]")] * 4
     tokenizer.pad_token = None
     ids, lengths = RightPaddedTokenizer(tokenizer, 8)(["a b", "a b c d e"], width=8)
     assert lengths.tolist() == [4, 7] and ids[0, 4:].tolist() == [0] * 4
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_special_token_text_is_split_as_the_tokenizer_says(tiny_model, split):
+    tokenizer = load_tokenizer(str(tiny_model))
+    tokenizer.split_special_tokens = split
+    texts = ["[CLS] hello [SEP] [PAD] x", "[MASK]"]
+    ids, lengths = RightPaddedTokenizer(tokenizer, 16)(texts, width=16)
+    expected = tokenizer(texts, max_length=16, truncation=True, padding="max_length", return_tensors="np")
+    assert ids.tolist() == expected["input_ids"].tolist()
+    assert lengths.tolist() == expected["attention_mask"].sum(axis=1).tolist()
+    assert (lengths[1] == 3) != split  # [CLS] [MASK] [SEP], or [MASK] cut into pieces
 
 
 def test_a_record_is_cut_as_its_joined_text_would_be(tiny_model):

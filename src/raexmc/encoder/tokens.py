@@ -148,6 +148,8 @@ class RightPaddedTokenizer:
         self.backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
         self.backend.no_padding()
         self.backend.enable_truncation(max_len, strategy="longest_first", direction=tokenizer.truncation_side)
+        if getattr(tokenizer, "split_special_tokens", False):  # a call-time setting the copy does not carry
+            self.backend.encode_special_tokens = True
         self.max_len = max_len
         self.pad_id = int(tokenizer.pad_token_id or 0)
         self.dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.int32
