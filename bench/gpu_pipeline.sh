@@ -15,6 +15,8 @@
 # bench/results/runs/ and the tracked .npz and .png files out of the working tree for the call (nothing here
 # reads them), and put them back after it (`git status` shows them deleted until then).
 set -u
+: "${OUT:?set OUT to the folder for the results}"
+mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 STEPS=${STEPS:-600}
 EF_CONSTRUCTION=${EF_CONSTRUCTION:-100}
@@ -27,20 +29,18 @@ python -c "import torch, transformers, hnswlib, gdown, mlflow.store.tracking.sql
 
 echo "== $(date +%T) speed targets"
 if [ -z "${SKIP_SPEED:-}" ]; then
-python bench/embed_speed.py --out $OUT/embed_speed.json --model all-MiniLM-L6-v2 --batch-sizes 1024 2>&1 | tail -n 3
-python bench/train_speed.py --preset LF-AmazonTitles-131K --out $OUT/train_speed.json --model all-MiniLM-L6-v2 2>&1 | tail -n 3
+python bench/embed_speed.py --out "$OUT/embed_speed.json" --model all-MiniLM-L6-v2 --batch-sizes 1024 2>&1 | tail -n 3
+python bench/train_speed.py --preset LF-AmazonTitles-131K --out "$OUT/train_speed.json" --model all-MiniLM-L6-v2 2>&1 | tail -n 3
 fi
 
 echo "== $(date +%T) pipeline"
-# stage_resources writes its record after every stage; the link sends each write to $OUT.
-ln -sf "$OUT/stage_resources.json" "bench/results/stage_resources_${NAME}_${TAG}.json"
-timeout ${PIPELINE_S:-480} python bench/stage_resources.py --name $NAME --tag $TAG \
+timeout ${PIPELINE_S:-480} python bench/stage_resources.py --name $NAME --tag $TAG --out "$OUT/stage_resources.json" \
   --stages download,tokenize,train,embed,index,memory,tune,evaluate \
   -S tokenize.input_fields=title -S tokenize.input_max_len=32 -S tokenize.label_max_len=32 \
   -S encoder.mode=fine-tuned -S train.batch_size=896 -S train.lr=3.0e-4 -S train.max_steps=$STEPS \
   -S train.hnm_steps=$((STEPS / 2)) -S train.warmup_steps=$((STEPS / 10)) -S index.ef_construction=$EF_CONSTRUCTION \
-  2>&1 | tr '\r' '\n' > $OUT/pipeline.log
-grep -E '^[a-z]+: \{' $OUT/pipeline.log; tail -n 5 $OUT/pipeline.log
+  2>&1 | tr '\r' '\n' > "$OUT/pipeline.log"
+grep -E '^[a-z]+: \{' "$OUT/pipeline.log"; tail -n 5 "$OUT/pipeline.log"
 for f in model/training_curve.json eval/metrics.json; do
   cp "artifacts/$NAME/$f" "$OUT/" 2>/dev/null
 done

@@ -11,7 +11,7 @@
 #            with what its SQLite store imports there: sqlalchemy, alembic, mako, cryptography, cffi,
 #            pycparser, databricks-sdk, fastapi, starlette, uvicorn, pydantic, pydantic-core, annotated-types,
 #            annotated-doc, typing-inspection, cachetools, importlib-metadata, python-dotenv, sqlparse,
-#            opentelemetry-api, -sdk, -proto and -semantic-conventions (29 wheels, 19 MB; the speed
+#            opentelemetry-api, -sdk, -proto and -semantic-conventions (28 wheels, 19 MB; the speed
 #            benchmarks alone need only ruamel.yaml);
 #   .carry/hnswlib-0.8.0.tar.gz   hnswlib's source (PyPI has no cp312 wheel; the sdist's file from PyPI's
 #            simple index), compiled here (leave it out for the speed benchmarks alone);

@@ -9,7 +9,7 @@ params.yaml whose data.name is NAME and whose keys are set by `-S key=value` as 
 sets them. CPU seconds are the stage's user + system time; peak memory is the largest resident set of the stage's process tree (os.wait4), so no
 /usr/bin/time is needed; output bytes are the sizes of the stage's `outs` in dvc.yaml. Writes
 bench/results/stage_resources_<name>[_<tag>].json after every stage (a long run keeps what it has
-measured if it is stopped), with the command that reproduces it, and prints a Markdown table; with --keep-eval, also copies the run's eval outputs (metrics.json,
+measured if it is stopped; --out elsewhere), with the command that reproduces it, and prints a Markdown table; with --keep-eval, also copies the run's eval outputs (metrics.json,
 per_instance.npz, significance.json, the training curve, the params used) to bench/results/runs/<name>_<tag>/.
 """
 
@@ -84,7 +84,8 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
          stages: str = typer.Option("", help="Comma-separated stages to run; empty = all, in dvc.yaml order."),
          set_params: list[str] = typer.Option([], "-S", "--set-param", help="key=value override, as in dvc exp run."),
          tag: str = typer.Option("", help="Suffix of the result file, e.g. fine-tuned-gpu."),
-         keep_eval: bool = typer.Option(False, help="Copy the run's eval outputs to bench/results/runs/.")) -> None:
+         keep_eval: bool = typer.Option(False, help="Copy the run's eval outputs to bench/results/runs/."),
+         out: Path = typer.Option(None, help="Result file; default bench/results/stage_resources_<name>[_<tag>].json.")) -> None:
     yaml = YAML()
     params = yaml.load(ROOT / "params.yaml")
     params["data"]["name"] = name
@@ -94,7 +95,7 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
         yaml.dump(params, handle)
     chosen = [s for s in stages.split(",") if s]
     suffix = f"_{tag}" if tag else ""
-    out = ROOT / "bench" / "results" / f"stage_resources_{name}{suffix}.json"
+    out = out or ROOT / "bench" / "results" / f"stage_resources_{name}{suffix}.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
     rerun = "python " + shlex.join(["bench/stage_resources.py", *sys.argv[1:]])
     earlier = previous.get("command")
