@@ -40,6 +40,7 @@ timeout ${PIPELINE_S:-480} python bench/stage_resources.py --name $NAME --tag $T
   -S encoder.mode=fine-tuned -S train.batch_size=896 -S train.lr=3.0e-4 -S train.max_steps=$STEPS \
   -S train.hnm_steps=$((STEPS / 2)) -S train.warmup_steps=$((STEPS / 10)) -S index.ef_construction=$EF_CONSTRUCTION \
   2>&1 | tr '\r' '\n' > "$OUT/pipeline.log"
+echo "stage_resources exit ${PIPESTATUS[0]} (124: stopped at PIPELINE_S)"
 grep -E '^[a-z]+: \{' "$OUT/pipeline.log"; tail -n 5 "$OUT/pipeline.log"
 for f in model/training_curve.json eval/metrics.json; do
   cp "artifacts/$NAME/$f" "$OUT/" 2>/dev/null

@@ -80,12 +80,25 @@ def set_key(params: dict, assignment: str) -> None:
     node[leaf] = YAML(typ="safe").load(value)
 
 
+def without_out(arguments: list[str]) -> list[str]:
+    """The arguments less --out: the command a record keeps writes to its default place, where it is committed."""
+    kept, skip = [], False
+    for argument in arguments:
+        if skip or argument.startswith("--out="):
+            skip = False
+            continue
+        skip = argument == "--out"
+        if not skip:
+            kept.append(argument)
+    return kept
+
+
 def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.yaml datasets)."),
          stages: str = typer.Option("", help="Comma-separated stages to run; empty = all, in dvc.yaml order."),
          set_params: list[str] = typer.Option([], "-S", "--set-param", help="key=value override, as in dvc exp run."),
          tag: str = typer.Option("", help="Suffix of the result file, e.g. fine-tuned-gpu."),
          keep_eval: bool = typer.Option(False, help="Copy the run's eval outputs to bench/results/runs/."),
-         out: Path = typer.Option(None, help="Result file; default bench/results/stage_resources_<name>[_<tag>].json.")) -> None:
+         out: Path | None = typer.Option(None, help="Result file; default bench/results/stage_resources_<name>[_<tag>].json.")) -> None:
     yaml = YAML()
     params = yaml.load(ROOT / "params.yaml")
     params["data"]["name"] = name
@@ -97,7 +110,7 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
     suffix = f"_{tag}" if tag else ""
     out = out or ROOT / "bench" / "results" / f"stage_resources_{name}{suffix}.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
-    rerun = "python " + shlex.join(["bench/stage_resources.py", *sys.argv[1:]])
+    rerun = "python " + shlex.join(["bench/stage_resources.py", *without_out(sys.argv[1:])])
     earlier = previous.get("command")
     command_line = rerun if earlier in (None, rerun) else f"{earlier} && {rerun}"
     report = {}
