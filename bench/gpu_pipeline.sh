@@ -9,8 +9,8 @@
 #   OUT=/some/folder STEPS=600 EF_CONSTRUCTION=100 PIPELINE_S=480 bash bench/gpu_pipeline.sh
 #
 # Everything lands in $OUT as it finishes (the stage record after every stage), so a run cut short keeps what
-# it measured; SKIP_SPEED=1 leaves the speed targets out. The index is built at EF_CONSTRUCTION (default 100, to fit a short loan; the cost model projects
-# the paper's 500).
+# it measured; SKIP_SPEED=1 leaves the speed targets out. The index is built at EF_CONSTRUCTION (default
+# 100, to fit a short loan; the cost model projects the paper's 500).
 # The tracked tree with .whl/ and .carry/ comes to just over the 64 MiB a device call carries: move
 # bench/results/runs/ and the tracked .npz and .png files out of the working tree for the call (nothing here
 # reads them), and put them back after it (`git status` shows them deleted until then).

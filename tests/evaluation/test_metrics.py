@@ -466,7 +466,8 @@ def test_sparse_rows_wider_than_k_match_the_reference(outlier):
 @pytest.mark.parametrize("pad_limit", [0, 4, 1000])
 def test_every_sorting_path_matches_the_reference(monkeypatch, pad_limit):
     """0: no row is padded, every candidate is sorted together; 1000: every row is padded and sorted on its
-    own, its widest rows included; 4: the default, both (rows of 0 to 60 candidates, one of 300)."""
+    own, its widest rows included; 4: the default, where the sparse scores here (rows of 0 to 60 candidates, one
+    of 300) take the joint sort and the dense ones the padded."""
     monkeypatch.setattr(ranking, "_PAD_LIMIT", pad_limit)
     rng = np.random.default_rng(5)
     n, width, k = 60, 300, 7
