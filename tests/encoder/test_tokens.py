@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import string
@@ -11,13 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from transformers import ByT5Tokenizer
 
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import load_tokenizer, resolve_encoder
 from raexmc.encoder.tokens import (CHARS_PER_TOKEN, RightPaddedTokenizer, TokenCache, TokenizeSettings, build_token_cache,
                                    record_input, text_of, tokenizer_input)
-from raexmc.errors import ConfigError
+from raexmc.errors import ConfigError, DataError
 from raexmc.params import Params, load_params
 
 from conftest import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
@@ -186,6 +188,27 @@ def test_changed_key_rebuilds(tiny_dataset, tiny_model, tmp_path):
     assert meta["key"]["input_max_len"] == 16
 
 
+@pytest.mark.parametrize("name, value", [("truncation_side", "left"), ("split_special_tokens", True)])
+def test_a_tokenizer_setting_that_changes_the_ids_rebuilds_the_cache(tiny_dataset, tiny_model, tmp_path, name, value):
+    """Both settings live in tokenizer_config.json, outside the backend's definition; a cache built before one changed
+    must not be reused. At their defaults they add nothing: the fingerprint is then the plain hash of the definition
+    less its call-time padding and truncation, as caches made before these settings counted were keyed."""
+    tokenizer = load_tokenizer(str(tiny_model))
+    definition = json.loads(tokenizer.backend_tokenizer.to_str())
+    del definition["padding"], definition["truncation"]
+    plain = hashlib.sha256(json.dumps(definition, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+    meta, _ = build(tiny_dataset, tokenizer, tmp_path / "tokens")
+    assert meta["key"]["fingerprint"] == plain
+    before = TokenCache(tmp_path / "tokens").ids("train").copy()
+    setattr(tokenizer, name, value)
+    meta, reused = build(tiny_dataset, tokenizer, tmp_path / "tokens")
+    assert not reused and meta["key"]["fingerprint"] != plain
+    changed = TokenCache(tmp_path / "tokens").ids("train")
+    texts = [record_input(record, "title+content", 8) for record in tiny_dataset.texts("train")]
+    assert changed.tolist() == RightPaddedTokenizer(tokenizer, 8)(texts, width=8)[0].tolist()
+    assert (changed != before).any() or name == "split_special_tokens"  # no special-token text in the tiny data
+
+
 def test_bad_fields_is_a_config_error(tiny_dataset, tiny_model, tmp_path):
     with pytest.raises(ConfigError, match="tokenize.label_fields"):
         build(tiny_dataset, load_tokenizer(str(tiny_model)), tmp_path / "tokens", label_fields="body")
@@ -238,18 +261,35 @@ def stage_params(folder: Path, tiny_model: Path, input_max_len: int) -> Path:
     return folder / "params.yaml"
 
 
+def failed_stage_lines(dataset: Dataset, folder: Path) -> list[str]:
+    """What the tokenize stage prints when it fails with folder/params.yaml, less the log lines a fresh MLflow store
+    writes about its own creation; checks the exit status 2 and that no cache was left behind."""
+    out = folder / "tokens"
+    proc = subprocess.run([sys.executable, str(REPO / "stages/tokenize_texts.py"), "--dataset", str(dataset.folder),
+                           "--out", str(out), "--params", str(folder / "params.yaml")],
+                          cwd=folder, capture_output=True, text=True)
+    assert proc.returncode == 2 and not out.exists(), proc.stderr
+    return [line for line in proc.stderr.splitlines() if " INFO mlflow." not in line]
+
+
 def test_stage_rejects_a_negative_max_len_in_one_line(tiny_dataset, tiny_model, tmp_path):
     stage_params(tmp_path, tiny_model, -5)
-    out = tmp_path / "tokens"
-    proc = subprocess.run([sys.executable, str(REPO / "stages/tokenize_texts.py"), "--dataset",
-                           str(tiny_dataset.folder), "--out", str(out), "--params", str(tmp_path / "params.yaml")],
-                          cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 2, proc.stderr
-    # a fresh MLflow store logs its own creation; besides that, only the one error line
-    assert [line for line in proc.stderr.splitlines() if " INFO mlflow." not in line] == [
+    assert failed_stage_lines(tiny_dataset, tmp_path) == [
         f"ConfigError: {tmp_path / 'params.yaml'}:tokenize.input_max_len: 'tokenize.input_max_len' must be at least 1, "
-        "got -5"], proc.stderr
-    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+        "got -5"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_tokenizer_without_a_fast_version_is_refused_in_one_line(tiny_dataset, tmp_path):
+    """ByT5's tokenizer exists only in Python; the cache calls the Rust backend, which it lacks."""
+    folder = tmp_path / "byt5"
+    ByT5Tokenizer().save_pretrained(folder)
+    with pytest.raises(DataError, match="ByT5Tokenizer has no fast"):
+        load_tokenizer(str(folder), stage_output=True)
+    stage_params(tmp_path, folder, 16)
+    assert failed_stage_lines(tiny_dataset, tmp_path) == [
+        f"ConfigError: {tmp_path / 'params.yaml'}:encoder.name: the tokenizer of '{folder}': ByT5Tokenizer has no "
+        "fast (Rust) tokenizer, which rae-xmc needs; choose an encoder that ships a tokenizer.json"]
 
 
 def test_packaged_minilm_resolves_offline():

@@ -37,9 +37,17 @@ def _first_line(exc: Exception) -> str:
 
 
 def load_tokenizer(name: str, stage_output: bool = False):
+    """The fast (Rust) tokenizer of encoder `name`: the token cache and the queries call its backend directly."""
     from transformers import AutoTokenizer
 
-    return _load(lambda path: AutoTokenizer.from_pretrained(path, use_fast=True), name, "tokenizer", stage_output)
+    tokenizer = _load(lambda path: AutoTokenizer.from_pretrained(path, use_fast=True), name, "tokenizer", stage_output)
+    if not getattr(tokenizer, "is_fast", False):
+        problem = f"{type(tokenizer).__name__} has no fast (Rust) tokenizer, which rae-xmc needs"
+        if stage_output:
+            raise DataError(f"the tokenizer: {problem}", name)
+        raise ConfigError(f"the tokenizer of '{name}': {problem}; choose an encoder that ships a tokenizer.json",
+                          PARAMS_FILE, "encoder.name")
+    return tokenizer
 
 
 def _load(loader, name: str, what: str, stage_output: bool):
@@ -58,14 +66,24 @@ def _load(loader, name: str, what: str, stage_output: bool):
                           "encoder.name") from None
 
 
-def tokenizer_fingerprint(tokenizer) -> str:
-    """A hash of the tokenizer's definition (vocabulary, normaliser, special tokens).
+# Settings of the Python tokenizer that change the ids (see RightPaddedTokenizer), with the values that leave them
+# as the backend's definition gives them.
+ID_SETTINGS = {"truncation_side": "right", "split_special_tokens": False}
 
-    The padding and truncation settings are left out: they change with every call.
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A hash of the tokenizer's definition (vocabulary, normaliser, special tokens) and of the ID_SETTINGS it
+    changes.
+
+    The backend's padding and truncation settings are left out: they change with every call. An ID_SETTINGS value at
+    its default adds nothing, so caches keyed before these settings counted keep their fingerprint.
     """
     definition = json.loads(tokenizer.backend_tokenizer.to_str())
     definition.pop("padding", None)
     definition.pop("truncation", None)
+    for name, default in ID_SETTINGS.items():
+        if getattr(tokenizer, name, default) != default:
+            definition[name] = getattr(tokenizer, name)
     return hashlib.sha256(json.dumps(definition, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 

@@ -131,6 +131,11 @@ def record_input(record: Text, fields: str, max_len: int) -> str:
     return tokenizer_input(text_of(short, fields), max_len)
 
 
+def pad_id_of(tokenizer) -> int:
+    """The id the cache's rows are padded with: the tokenizer's pad token, or 0 where it has none."""
+    return int(tokenizer.pad_token_id or 0)
+
+
 class RightPaddedTokenizer:
     """Token ids of texts, cut at max_len and padded on the right, and their true lengths: the one recipe of
     the token cache and of query embedding.
@@ -139,7 +144,7 @@ class RightPaddedTokenizer:
     right whatever the tokenizer's own padding_side (a left-padding tokenizer's rows would start with pads).
     It calls the Rust tokenizer directly: transformers' per-text conversion of its output into Python lists
     took half of the tokenize stage's time, and padding is ours, so a tokenizer without a pad token works too.
-    Truncation follows the tokenizer's truncation_side."""
+    Truncation follows the tokenizer's truncation_side (a setting the cache's key counts: model.ID_SETTINGS)."""
 
     def __init__(self, tokenizer, max_len: int):
         from tokenizers import Tokenizer
@@ -151,7 +156,7 @@ class RightPaddedTokenizer:
         if getattr(tokenizer, "split_special_tokens", False):  # a call-time setting the copy does not carry
             self.backend.encode_special_tokens = True
         self.max_len = max_len
-        self.pad_id = int(tokenizer.pad_token_id or 0)
+        self.pad_id = pad_id_of(tokenizer)
         self.dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.int32
 
     def __call__(self, texts: Sequence[str], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -220,7 +225,7 @@ def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: 
     with atomic_dir(target) as folder:
         for split, (max_len, fields) in plan.items():
             _tokenize_split(dataset, split, tokenizer, max_len, fields, folder, batch_size)
-        meta = {"key": asdict(key), "padding": PADDING, "pad_token_id": int(tokenizer.pad_token_id or 0),
+        meta = {"key": asdict(key), "padding": PADDING, "pad_token_id": pad_id_of(tokenizer),
                 "counts": {split: dataset.size(split) for split in SPLITS},
                 "truncated": {split: _truncated_share(folder, split, plan[split][0]) for split in SPLITS}}
         write_json(folder / "meta.json", meta)
