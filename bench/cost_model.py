@@ -88,6 +88,11 @@ RUNS = {
                        "random 64x2", 100),
     "1.3M d=64, fine-tuned": ("stage_resources_synthetic-LF-AmazonTitles-1.3M_tiny64-fine-tuned-efc100-full.json", "1.3M",
                               "random 64x2", 100),
+    # the first run's setting again, on another of our 2-core machines (its note): checks only, fitted on nothing
+    "131K d=64, other machine": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-zero-shot-full.json", "131K",
+                                 "random 64x2", 500),
+    "131K d=64, other machine, fine-tuned": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-fine-tuned-full.json",
+                                             "131K", "random 64x2", 500),
 }
 EFC_RECORD = "stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-efc100.json"  # the 131K index at efC=100
 MODELLED = ("embed", "index", "tune", "evaluate")
