@@ -47,6 +47,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             used = embed_batch_size(settings.embed_batch_size, ctx.device)
             run.params({"encoder.name": name, "encoder.mode": mode,
                         "train": {**p.section("train"), "embed_batch_size_used": used}})
+        tokenizer = load_tokenizer(name)  # before training: one it cannot save would fail only after it
         model = load_encoder(name, ctx.device)
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
@@ -65,7 +66,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         if ctx.is_main:
             with atomic_dir(out) as folder:
                 model.save_pretrained(folder)
-                load_tokenizer(name).save_pretrained(folder)
+                tokenizer.save_pretrained(folder)
                 write_json(folder / "raexmc.json", {"base": name, "mode": mode})
                 write_json(folder / "training_curve.json", curve)
             if run is not None and curve:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from transformers import ByT5Tokenizer
 
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.sources import build_dataset
@@ -282,6 +281,8 @@ def test_stage_rejects_a_negative_max_len_in_one_line(tiny_dataset, tiny_model, 
 
 def test_a_tokenizer_without_a_fast_version_is_refused_in_one_line(tiny_dataset, tmp_path):
     """ByT5's tokenizer exists only in Python; the cache calls the Rust backend, which it lacks."""
+    from transformers import ByT5Tokenizer
+
     folder = tmp_path / "byt5"
     ByT5Tokenizer().save_pretrained(folder)
     with pytest.raises(DataError, match="ByT5Tokenizer has no fast"):

@@ -44,7 +44,7 @@ def load_tokenizer(name: str, stage_output: bool = False):
     if not getattr(tokenizer, "is_fast", False):
         problem = f"{type(tokenizer).__name__} has no fast (Rust) tokenizer, which rae-xmc needs"
         if stage_output:
-            raise DataError(f"the tokenizer: {problem}", name)
+            raise DataError(f"the tokenizer: {problem}: rerun the stage that writes it", name)
         raise ConfigError(f"the tokenizer of '{name}': {problem}; choose an encoder that ships a tokenizer.json",
                           PARAMS_FILE, "encoder.name")
     return tokenizer
@@ -71,9 +71,14 @@ def _load(loader, name: str, what: str, stage_output: bool):
 ID_SETTINGS = {"truncation_side": "right", "split_special_tokens": False}
 
 
+def id_setting(tokenizer, name: str):
+    """The tokenizer's value of ID_SETTINGS `name`; its default where the tokenizer class lacks the setting."""
+    return getattr(tokenizer, name, ID_SETTINGS[name])
+
+
 def tokenizer_fingerprint(tokenizer) -> str:
-    """A hash of the tokenizer's definition (vocabulary, normaliser, special tokens) and of the ID_SETTINGS it
-    changes.
+    """A hash of the tokenizer's definition (vocabulary, normaliser, special tokens) and of each ID_SETTINGS value
+    that differs from its default.
 
     The backend's padding and truncation settings are left out: they change with every call. An ID_SETTINGS value at
     its default adds nothing, so caches keyed before these settings counted keep their fingerprint.
@@ -82,8 +87,8 @@ def tokenizer_fingerprint(tokenizer) -> str:
     definition.pop("padding", None)
     definition.pop("truncation", None)
     for name, default in ID_SETTINGS.items():
-        if getattr(tokenizer, name, default) != default:
-            definition[name] = getattr(tokenizer, name)
+        if id_setting(tokenizer, name) != default:
+            definition[name] = id_setting(tokenizer, name)
     return hashlib.sha256(json.dumps(definition, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from ..data.dataset import Dataset, Text
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import atomic_dir, load_array, read_json, write_json
-from .model import tokenizer_fingerprint
+from .model import id_setting, tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from ..params import Params  # not at run time: the GPU machines lack ruamel.yaml
@@ -152,8 +152,9 @@ class RightPaddedTokenizer:
         # A copy: transformers re-sets padding and truncation on its own backend at every call.
         self.backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
         self.backend.no_padding()
-        self.backend.enable_truncation(max_len, strategy="longest_first", direction=tokenizer.truncation_side)
-        if getattr(tokenizer, "split_special_tokens", False):  # a call-time setting the copy does not carry
+        self.backend.enable_truncation(max_len, strategy="longest_first",
+                                       direction=id_setting(tokenizer, "truncation_side"))
+        if id_setting(tokenizer, "split_special_tokens"):  # a call-time setting the copy does not carry
             self.backend.encode_special_tokens = True
         self.max_len = max_len
         self.pad_id = pad_id_of(tokenizer)
