@@ -224,11 +224,12 @@ def tokenize_rss(project: Project) -> Outcome:
 ARTIFACTS = {"dataset": "data/tiny", "embeddings": "artifacts/tiny/embeddings", "index": "artifacts/tiny/index",
              "tune": "artifacts/tiny/tune", "memory": "artifacts/tiny/memory", "model": "artifacts/tiny/model",
              "tokens": "artifacts/tiny/tokens", "eval": "artifacts/tiny/eval"}
-STAGE_INPUTS = {"embed": ("model", "tokens"), "index": ("embeddings",), "memory": ("dataset", "embeddings"),
-                "tune": ("dataset", "embeddings"), "evaluate": ("dataset", "embeddings", "index", "tune", "memory"),
+STAGE_INPUTS = {"tokenize_texts": ("dataset",), "embed": ("model", "tokens"), "index": ("embeddings",),
+                "memory": ("dataset", "embeddings"), "tune": ("dataset", "embeddings"),
+                "evaluate": ("dataset", "embeddings", "index", "tune", "memory"),
                 "significance": ("eval",), "package": ("dataset", "model", "embeddings", "index", "tune", "memory")}
-STAGE_OUTPUT = {"embed": "embeddings", "index": "index", "memory": "memory", "tune": "tune", "evaluate": "eval",
-                "significance": "significance.json", "package": "predictor"}
+STAGE_OUTPUT = {"tokenize_texts": "tokens", "embed": "embeddings", "index": "index", "memory": "memory", "tune": "tune",
+                "evaluate": "eval", "significance": "significance.json", "package": "predictor"}
 
 
 def stage_with(project: Project, stage: str, name: str, broken: dict[str, Callable[[Path], None]] | None = None,
@@ -242,6 +243,15 @@ def stage_with(project: Project, stage: str, name: str, broken: dict[str, Callab
         inputs[key] = folder / key
         breaks(folder / key)
     return project.stage(stage, project.params(folder, **updates), **inputs, out=folder / STAGE_OUTPUT[stage])
+
+
+def python_only_tokenizer(project: Project) -> Outcome:
+    """encoder.name: a folder holding ByT5's tokenizer, which has no fast (Rust) version."""
+    from transformers import ByT5Tokenizer
+
+    folder = project.fresh("byt5")
+    ByT5Tokenizer().save_pretrained(folder)
+    return stage_with(project, "tokenize_texts", "python-only-tokenizer", **{"encoder.name": str(folder)})
 
 
 def truncate(name: str) -> Callable[[Path], None]:
@@ -457,6 +467,8 @@ def cases() -> list[Case]:
                                   **{"significance.compare_with": "/nonexistent/per_instance.npz"}),
              "/nonexistent/per_instance.npz"),
         Case("alias-unknown", "audit", "raexmc serve --alias nope", serve_unknown_alias, "nope"),
+        Case("tokenizer-python-only", "audit", "encoder.name with no fast tokenizer (ByT5's)", python_only_tokenizer,
+             "encoder.name"),
     ] + [Case(name, "21.8", name.replace("-", " "), None, key) for name, key in SERVE_NAMES.items()]  # type: ignore[arg-type]
 
 
