@@ -47,7 +47,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             used = embed_batch_size(settings.embed_batch_size, ctx.device)
             run.params({"encoder.name": name, "encoder.mode": mode,
                         "train": {**p.section("train"), "embed_batch_size_used": used}})
-        tokenizer = load_tokenizer(name)  # before training: one it cannot save would fail only after it
+        tokenizer = load_tokenizer(name)  # before training: one it cannot load would fail only after it
         model = load_encoder(name, ctx.device)
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
