@@ -87,8 +87,9 @@ def tokenizer_fingerprint(tokenizer) -> str:
     definition.pop("padding", None)
     definition.pop("truncation", None)
     for name, default in ID_SETTINGS.items():
-        if id_setting(tokenizer, name) != default:
-            definition[name] = id_setting(tokenizer, name)
+        value = id_setting(tokenizer, name)
+        if value != default:
+            definition[name] = value
     return hashlib.sha256(json.dumps(definition, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
