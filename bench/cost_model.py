@@ -1,6 +1,6 @@
-"""The README's cost model: CPU time, peak memory and disk per stage for a dataset shape and encoder.
+"""The cost model of docs/scale.md: CPU time, peak memory and disk per stage for a dataset shape and encoder.
 
-    python bench/cost_model.py        # writes bench/results/cost_model.json, prints the README tables
+    python bench/cost_model.py        # writes bench/results/cost_model.json, prints the tables of docs/scale.md
 
 Each stage's cost is a formula in the shape (N training inputs, T test inputs, L labels, t tokens per
 text) and the encoder (width d, layers), with constants fitted on the runs that

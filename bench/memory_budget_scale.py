@@ -1,5 +1,5 @@
 """The memory budget at a benchmark's shape: bytes, build time and query latency of each memory, with no
-accuracy (the synthetic shapes' labels mean nothing). The rows of issue 20's table at LF-AmazonTitles-1.3M.
+accuracy (the synthetic shapes' labels mean nothing). The rows of docs/memory.md's table at LF-AmazonTitles-1.3M.
 
     python bench/memory_budget_scale.py --dataset DIR --embeddings DIR --work DIR \\
         --variants "1/full/none,1/full/sq8-m12,0.1/kmeans/none" --ef-construction 100

@@ -1,4 +1,4 @@
-"""Issue 20's targets, checked on bench/memory_budget.py's results: for each dataset and mode, the best
+"""The memory-budget targets, checked on bench/memory_budget.py's results: for each dataset and mode, the best
 memory within each byte budget and whether it meets its target.
 
     python bench/memory_targets.py bench/results/memory_budget_foldoc.json bench/results/memory_budget_wordnet.json

@@ -1,6 +1,6 @@
 """A λ per query against the best fixed λ: fitted on a validation split, measured on the test set.
 
-    python bench/query_lambda.py --name foldoc [--root /work/main --b 200 --tau 0.04 --folds 5 --ridge 1]
+    python bench/query_lambda.py --name foldoc [--root . --b 200 --tau 0.04 --folds 5 --ridge 1]
 
 Reads <root>/data/<name> and the embeddings in <root>/artifacts/<name>/embeddings. 5% of the training
 inputs (training.batches.split_validation, seed 0) become validation queries against a memory of the

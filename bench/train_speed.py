@@ -76,8 +76,7 @@ def synthetic_labels(rows: int, labels: int, rng: np.random.Generator) -> sp.csr
 
 @dataclass
 class SyntheticTraining:
-    """A preset's training step on synthetic data, ready to run: what bench/train_speed.py times and
-    bench/train_step_profile.py takes apart."""
+    """A preset's training step on synthetic data, ready to run: what bench/train_speed.py times."""
     ctx: DistContext
     encoder: torch.nn.Module
     cache: TokenCache

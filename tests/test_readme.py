@@ -1,29 +1,126 @@
-"""The README's module map names every module of the package, so a newcomer's map has no holes."""
+"""The README is a short guide whose links, citations and license hold; docs/development.md's module map
+names every module of the package, so a newcomer's map has no holes."""
 
 from __future__ import annotations
 
+import itertools
 import re
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+MAX_README_LINES = 250
+# Pages that other branches add; listed so that a link to one fails once they are merged without it.
+PAGES_ADDED_ELSEWHERE = {"docs/presets.md", "docs/comparing-runs.md", "docs/reproducibility.md"}
+TRACKER_REFERENCE = re.compile(r"\b(?:issue|session)s?\s+#?\d+|(?<![\w/`-])#\d+\b", re.IGNORECASE)
+RESULT_PATH = re.compile(r"bench/results/[\w.{},/*-]*[\w}*]")
+
+
+def read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def documents() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def expand_braces(path: str) -> list[str]:
+    """`a_{x,y}.json` -> `a_x.json`, `a_y.json`, as the shell reads a cited path."""
+    parts = re.split(r"\{([^{}]*)\}", path)
+    choices = [[part] if i % 2 == 0 else part.split(",") for i, part in enumerate(parts)]
+    return ["".join(combination) for combination in itertools.product(*choices)]
 
 
 def module_map() -> str:
-    """The package part of the README's Development block that starts with `src/raexmc/` (up to `stages/`)."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```\n(src/raexmc/\n.*?)```", readme, flags=re.S)
-    assert len(blocks) == 1, "the README should have exactly one module map block"
+    """The package part of docs/development.md's module map block (from `src/raexmc/` up to `stages/`)."""
+    blocks = re.findall(r"```\n(src/raexmc/\n.*?)```", read(DOCS / "development.md"), flags=re.S)
+    assert len(blocks) == 1, "docs/development.md should have exactly one module map block"
     return blocks[0].split("\nstages/")[0]
+
+
+def test_readme_is_short():
+    lines = read(README).count("\n")
+    assert lines <= MAX_README_LINES, f"README.md has {lines} lines, at most {MAX_README_LINES}"
+
+
+def test_readme_keeps_the_command_ci_runs():
+    ci_command = read(REPO / ".ci" / "run").strip().splitlines()[-1]
+    assert ci_command in read(README), f"README.md lacks the test command .ci/run runs: {ci_command}"
+
+
+def test_readme_links_to_docs_resolve():
+    links = set(re.findall(r"\]\((docs/[^)#\s]+)", read(README)))
+    assert PAGES_ADDED_ELSEWHERE <= links, "README.md should link every docs page, including those added elsewhere"
+    missing = sorted(link for link in links - PAGES_ADDED_ELSEWHERE if not (REPO / link).exists())
+    assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_docs_links_between_pages_resolve():
+    broken = []
+    for page in sorted(DOCS.glob("*.md")):
+        for link in re.findall(r"\]\(([^)#\s:]+)", read(page)):
+            target = (page.parent / link).resolve()
+            if f"docs/{Path(link).name}" not in PAGES_ADDED_ELSEWHERE and not target.exists():
+                broken.append(f"{page.name} -> {link}")
+    assert not broken, f"broken links in docs/: {broken}"
+
+
+def test_no_tracker_references():
+    found = [f"{path.relative_to(REPO)}: {match.group(0)!r}"
+             for path in documents() for match in TRACKER_REFERENCE.finditer(read(path))]
+    assert not found, f"tracker issue/session numbers a reader cannot resolve: {found}"
+
+
+def test_no_release_references_without_a_changelog():
+    found = [f"{path.relative_to(REPO)}: {match.group(0)!r}" for path in documents()
+             for match in re.finditer(r"\b(?:this|previous|last|earlier) release\b", read(path), re.IGNORECASE)]
+    assert not found, f"'this/previous release' has no tag to resolve it; date it against CHANGELOG.md: {found}"
+    assert (REPO / "CHANGELOG.md").exists()
+
+
+def test_license_matches_pyproject():
+    license_name = tomllib.loads(read(REPO / "pyproject.toml"))["project"]["license"]
+    assert license_name == "Apache-2.0", f"update this test for pyproject's license {license_name!r}"
+    text = read(REPO / "LICENSE")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text, "LICENSE should hold the whole Apache License 2.0 text"
+
+
+def cited_records(text: str) -> list[str]:
+    """Every bench/results path a text cites, less templates (`..._<name>_...`, `...-VARIANT`)."""
+    cited = []
+    for match in RESULT_PATH.finditer(text):
+        template = text[match.end():match.end() + 1] == "<" or re.search(r"[A-Z]{3,}", match.group(0))
+        if not template:
+            cited.extend(expand_braces(match.group(0).rstrip(".,")))
+    return cited
+
+
+def test_every_cited_record_exists():
+    missing = []
+    for path in documents():
+        for name in cited_records(read(path)):
+                if not any(REPO.glob(name)):
+                    missing.append(f"{path.relative_to(REPO)}: {name}")
+    assert not missing, f"cited records that do not exist: {missing}"
+
+
+def test_cited_records_reads_paths_as_the_shell_does():
+    text = ("see `bench/results/a_{x,y}-full.json`, bench/results/b.json. Templates: "
+            "`bench/results/stage_resources_<name>_gpu.json`, bench/results/runs/foldoc_ablation-VARIANT")
+    assert cited_records(text) == ["bench/results/a_x-full.json", "bench/results/a_y-full.json", "bench/results/b.json"]
 
 
 def test_every_module_is_in_the_map():
     names = set(re.findall(r"[\w]+\.py", module_map()))
     modules = sorted({path.name for path in (REPO / "src" / "raexmc").rglob("*.py") if path.name != "__init__.py"})
     missing = [name for name in modules if name not in names]
-    assert not missing, f"README module map lacks {missing}"
+    assert not missing, f"docs/development.md's module map lacks {missing}"
 
 
 def test_every_name_in_the_map_exists():
     modules = {path.name for path in (REPO / "src" / "raexmc").rglob("*.py")}
     stale = sorted(set(re.findall(r"[\w]+\.py", module_map())) - modules)
-    assert not stale, f"README module map names modules that do not exist: {stale}"
+    assert not stale, f"docs/development.md's module map names modules that do not exist: {stale}"

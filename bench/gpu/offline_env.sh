@@ -1,7 +1,7 @@
 # Source this on an offline GPU machine that has Python 3.12 and torch but no package registry, from
 # the repository root, to run the stage scripts there (bench/stage_resources.py runs them without DVC):
 #
-#   . bench/offline_env.sh
+#   . bench/gpu/offline_env.sh
 #
 # It expects, prepared on a machine with PyPI and carried along (both folders git-ignored):
 #   .whl/    cp312 manylinux wheels of what such a machine lacks, in the versions of our own environment

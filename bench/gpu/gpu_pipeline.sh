@@ -3,10 +3,10 @@
 # fine-tuned with the paper's 131K preset (batch 896, lr 3e-4, titles of 32 tokens) on a short schedule, then
 # embed, index, memory, tune and evaluate, each timed by bench/stage_resources.py. Before them, the two speed
 # targets with the library as it is (bench/embed_speed.py, bench/train_speed.py). Run from the repository root
-# on an offline GPU machine prepared as bench/offline_env.sh says (.whl/ with mlflow-skinny and its needs,
+# on an offline GPU machine prepared as bench/gpu/offline_env.sh says (.whl/ with mlflow-skinny and its needs,
 # .carry/minilm/, .carry/hnswlib-0.8.0.tar.gz):
 #
-#   OUT=/some/folder STEPS=600 EF_CONSTRUCTION=100 PIPELINE_S=480 bash bench/gpu_pipeline.sh
+#   OUT=/some/folder STEPS=600 EF_CONSTRUCTION=100 PIPELINE_S=480 bash bench/gpu/gpu_pipeline.sh
 #
 # Everything lands in $OUT as it finishes (the stage record after every stage), so a run cut short keeps what
 # it measured; SKIP_SPEED=1 leaves the speed targets out. The index is built at EF_CONSTRUCTION (default
@@ -22,7 +22,7 @@ STEPS=${STEPS:-600}
 EF_CONSTRUCTION=${EF_CONSTRUCTION:-100}
 NAME=synthetic-LF-AmazonTitles-131K
 TAG=minilm-fine-tuned-gpu
-. bench/offline_env.sh || exit 1
+. bench/gpu/offline_env.sh || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nproc
 python -c "import torch, transformers, hnswlib, gdown, mlflow.store.tracking.sqlalchemy_store; print('torch', torch.__version__, 'transformers', transformers.__version__)" || exit 1
