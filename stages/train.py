@@ -13,7 +13,7 @@ from raexmc.encoder.device import embed_batch_size, resolve_precision
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache
 from raexmc.errors import ConfigError
-from raexmc.evaluation.propensity import propensity_ab
+from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
@@ -62,7 +62,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
 
             curve = train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), settings, ctx,
                           resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision"),
-                          checkpoints / "last.pt", propensity_ab(dataset.name), log, fingerprint)
+                          checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
         if ctx.is_main:
             with atomic_dir(out) as folder:
                 model.save_pretrained(folder)

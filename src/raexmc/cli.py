@@ -48,8 +48,7 @@ def show(name: str = typer.Argument(..., help="Dataset name, e.g. foldoc."),
         from .data.dataset import Dataset
 
         dataset = Dataset(data_dir / name)
-        typer.echo(json.dumps({"stats": dataset.stats, "source": json.loads((dataset.folder / "source.json").read_text())},
-                              indent=2))
+        typer.echo(json.dumps({"stats": dataset.stats, "source": dataset.source}, indent=2))
 
 
 @app.command()
