@@ -17,7 +17,7 @@ from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
-from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.training.distributed import check_gpu_count, init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
 
@@ -36,6 +36,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         mode = p.typed("encoder.mode", str)
         if mode not in MODES:
             raise ConfigError(f"encoder.mode must be one of {', '.join(MODES)}", p.path, "encoder.mode")
+        if mode == "fine-tuned":
+            check_gpu_count(nproc, p.typed("train.device", str), p.path, "train.nproc")
     if mode == "fine-tuned":
         relaunch_under_torchrun(nproc, p.typed("train.torchrun_args", str))
 
