@@ -37,7 +37,7 @@ PAIRS = [("EURLex-4K", 0.55, 1.5), ("AmazonCat-13K", 0.55, 1.5), ("Wiki10-31K", 
 def test_each_standard_dataset_has_its_sourced_pair(name, A, B):
     chosen = table_propensity([name])
     assert chosen.ab == (A, B)
-    assert chosen.source == f"{name} in the propensity table"
+    assert (chosen.source, chosen.line()) == (f"table: {name}", f"PSP@k: A={A}, B={B} ({name} in the propensity table)")
 
 
 def test_a_name_matches_whole_with_case_aside():
@@ -48,7 +48,7 @@ def test_a_name_matches_whole_with_case_aside():
 
 def test_an_unknown_dataset_gets_the_default_and_says_so():
     chosen = table_propensity(["foldoc"])
-    assert chosen.ab == (0.55, 1.5)
+    assert (chosen.ab, chosen.source) == ((0.55, 1.5), "default")
     assert chosen.line() == ("PSP@k: A=0.55, B=1.5 (the default: 'foldoc' is not in the propensity table; "
                              "set evaluate.propensity: [A, B] to choose)")
 
@@ -56,7 +56,7 @@ def test_an_unknown_dataset_gets_the_default_and_says_so():
 def test_the_first_known_name_wins():
     """A `local` dataset goes by its catalogue name and then by its source folder's name."""
     assert table_propensity(["mydata", "LF-Wikipedia-500K"]).ab == (0.5, 0.4)
-    assert "'mydata' or 'Wiki-stuff'" in table_propensity(["mydata", "Wiki-stuff"]).source
+    assert "'mydata' or 'Wiki-stuff' is not in" in table_propensity(["mydata", "Wiki-stuff"]).line()
 
 
 def test_a_local_dataset_goes_by_its_source_folder_name(tmp_path, lf_folder):
@@ -115,8 +115,8 @@ def test_the_evaluate_stage_records_the_pair_it_used(tmp_path):
     said = "PSP@k: A=0.6, B=2.6 (LF-AmazonTitles-131K in the propensity table)"
     assert said in proc.stderr.splitlines()
     recorded = json.loads((tmp_path / "eval" / "metrics.json").read_text())["propensity"]
-    assert recorded == {"A": 0.6, "B": 2.6, "source": "LF-AmazonTitles-131K in the propensity table"}
+    assert recorded == {"A": 0.6, "B": 2.6, "source": "table: LF-AmazonTitles-131K"}
     client = MlflowClient()
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert {k: run.data.params[f"propensity.{k}"] for k in ("A", "B", "source")} == {
-        "A": "0.6", "B": "2.6", "source": "LF-AmazonTitles-131K in the propensity table"}
+        "A": "0.6", "B": "2.6", "source": "table: LF-AmazonTitles-131K"}

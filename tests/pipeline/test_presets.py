@@ -82,8 +82,9 @@ def test_it_says_in_one_line_what_is_missing_here(tmp_path, tiny_model):
     build_dataset("LF-AmazonTitles-131K", {"source": "local", "path": str(make_lf_folder(tmp_path / "lf"))},
                   tmp_path / "data" / "LF-AmazonTitles-131K", "")
     assert preset("LF-AmazonTitles-131K", tmp_path, env=env).splitlines()[1] == "# missing here: nothing"
-    assert preset("LF-AmazonTitles-131K", tmp_path, "--data-dir", str(tmp_path / "elsewhere"),
-                  env=env).splitlines()[1] == f"# missing here: {tmp_path / 'elsewhere' / 'LF-AmazonTitles-131K'} (not downloaded)"
+    elsewhere = preset("LF-AmazonTitles-131K", tmp_path, "--data-dir", str(tmp_path / "elsewhere"), env=env)
+    folder = tmp_path / "elsewhere" / "LF-AmazonTitles-131K"
+    assert elsewhere.splitlines()[1] == f"# missing here: {folder} (not downloaded)"
 
 
 def test_weights_are_on_disk_in_a_folder_the_packaged_wheel_or_the_cache(tmp_path, tiny_model, monkeypatch):

@@ -32,7 +32,8 @@ def resolve_encoder(name: str) -> str:
 
 
 # What a Hugging Face model folder holds its weights in: one file, or an index of shards.
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 
 
 def weights_on_disk(name: str) -> bool:

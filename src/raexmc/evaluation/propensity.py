@@ -54,7 +54,8 @@ class Propensity:
 
     A: float
     B: float
-    source: str  # in words, e.g. "LF-AmazonTitles-131K in the propensity table"
+    source: str       # for the records: "table: LF-AmazonTitles-131K", "default" or "evaluate.propensity"
+    explanation: str  # in a sentence, for the stage's output
 
     @property
     def ab(self) -> tuple[float, float]:
@@ -62,7 +63,7 @@ class Propensity:
 
     def line(self) -> str:
         """One line for the stage's output."""
-        return f"PSP@k: A={self.A:g}, B={self.B:g} ({self.source})"
+        return f"PSP@k: A={self.A:g}, B={self.B:g} ({self.explanation})"
 
     def record(self) -> dict[str, float | str]:
         """What metrics.json and the MLflow run record."""
@@ -87,10 +88,10 @@ def table_propensity(names: Sequence[str]) -> Propensity:
     for name in names:
         known = _BY_LOWER_NAME.get(name.lower())
         if known is not None:
-            return Propensity(*PROPENSITY_AB[known], f"{known} in the propensity table")
+            return Propensity(*PROPENSITY_AB[known], f"table: {known}", f"{known} in the propensity table")
     shown = " or ".join(f"'{name}'" for name in dict.fromkeys(names))
-    return Propensity(*DEFAULT_AB, f"the default: {shown} is not in the propensity table; "
-                                   "set evaluate.propensity: [A, B] to choose")
+    return Propensity(*DEFAULT_AB, "default", f"the default: {shown} is not in the propensity table; "
+                                              "set evaluate.propensity: [A, B] to choose")
 
 
 def propensity_from_params(p: Params, names: Sequence[str]) -> Propensity:
@@ -100,7 +101,7 @@ def propensity_from_params(p: Params, names: Sequence[str]) -> Propensity:
         return table_propensity(names)
     A, B = p.checked("evaluate.propensity", value if isinstance(value, list) and len(value) == 2 else [],
                      _positive, "auto or two numbers [A, B] > 0", value)
-    return Propensity(A, B, "evaluate.propensity")
+    return Propensity(A, B, "evaluate.propensity", "evaluate.propensity")
 
 
 def _positive(value: object) -> float:
