@@ -32,7 +32,7 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import Evaluator, rae_scorer
-from raexmc.evaluation.propensity import propensity_ab
+from raexmc.evaluation.propensity import table_propensity
 from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M
@@ -100,7 +100,7 @@ def main(name: str = "foldoc", data: Path = typer.Option(None, help="Dataset fol
     keys = memory_keys(embeddings)
     exact_hits = ExactIndex(keys).search(queries, b)
     evaluator = Evaluator(training_values(dataset.label_matrix("train")), dataset.label_matrix("test"),
-                          dataset.filter_matrix("test"), propensity_ab(name))
+                          dataset.filter_matrix("test"), table_propensity(dataset.names).ab)
 
     def metrics(hits) -> dict[str, float]:
         summary = evaluator.summary(evaluator.rank(len(queries), rae_scorer(hits, evaluator.Y_train, lam, tau, b)))[0]

@@ -37,7 +37,7 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import Evaluator, rae_scorer
-from raexmc.evaluation.propensity import propensity_ab
+from raexmc.evaluation.propensity import table_propensity
 from raexmc.evaluation.selection import read_selection
 from raexmc.memory.indexes import INDEXED_KEY_SETS, index_folder, load_joint_search
 from raexmc.memory.input_memory import (COUNTS_FILE, VALUES_FILE, InputMemory, MemorySettings, build_input_memory,
@@ -103,7 +103,7 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
     queries = np.asarray(load_embeddings(artifacts / "embeddings", "test"), dtype=np.float32)
     train, labels = (load_embeddings(artifacts / "embeddings", split) for split in ("train", "labels"))
     Y = training_values(data.label_matrix("train"), p.typed("infer.relevance", str))
-    Y_test, exclude, ab = data.label_matrix("test"), data.filter_matrix("test"), propensity_ab(name)
+    Y_test, exclude, ab = data.label_matrix("test"), data.filter_matrix("test"), table_propensity(data.names).ab
     baselines = load_joint_search(index, ef_search=ef_search)
 
     variants = []  # (keep, method, prior, compression, α): keep 1 once (every method keeps every input); the prior

@@ -22,7 +22,7 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import HEADLINE, Evaluator, rae_scorer
-from raexmc.evaluation.propensity import propensity_ab
+from raexmc.evaluation.propensity import table_propensity
 from raexmc.evaluation.selection import held_out_labels, validation_retrieval
 from raexmc.evaluation.query_lambda_fit import (fit_on_validation, metric_by_lambda, per_query_lambda_scorer,
                                                 per_query_metric)
@@ -50,7 +50,7 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = PAPER_B, tau: fl
     dataset = Dataset(root / "data" / name)
     embeddings = root / "artifacts" / name / "embeddings"
     grid = np.array(GRID)
-    ab = propensity_ab(name)
+    ab = table_propensity(dataset.names).ab
     Y_train = training_values(dataset.label_matrix("train"))
 
     started = time.perf_counter()

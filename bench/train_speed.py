@@ -44,7 +44,6 @@ from raexmc.training.step import apply_gradients, make_optimizer, training_step
 ROOT = Path(__file__).resolve().parents[1]
 
 LABELS_PER_INPUT = (1, 5)  # synthetic positives per input, uniform in [1, 5)
-PAPER_GPUS = 8             # the presets give the batch per GPU of the paper's 8 GPUs
 
 
 def build_model(name: str, device: str):
@@ -158,7 +157,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
     if ctx.is_main:
         on_gpu = ctx.device.startswith("cuda")
         examples_per_s = steps * global_batch / seconds
-        schedule_batch = PAPER_GPUS * values["train.batch_size"]
+        schedule_batch = values["train.nproc"] * values["train.batch_size"]  # the paper's global batch
         result = {"preset": preset, "model": model, "parameters_M": round(sum(p.numel() for p in params) / 1e6, 1),
                   "device": device_name(ctx.device),
                   "processes": ctx.world_size, "precision": resolved, "batch_per_device": settings.batch_size,

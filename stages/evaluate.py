@@ -45,11 +45,14 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     def body(p, run) -> None:
         run.params({"infer": p.section("infer"), "evaluate": p.section("evaluate")})
         data, selection = Dataset(dataset), read_selection(tune)
+        propensity = propensity_from_params(p, data.names)
+        typer.echo(propensity.line(), err=True)
+        run.params({"propensity": propensity.record()})
         settings = EvalSettings(
             lam=selection["lambda"], b=p.integer("infer.b", 1), tau=selection["tau"],
             lambda_sweep=list(p.grid("infer.lambda_sweep", check_lambda, "numbers in [0, 1]")),
             b_sweep=list(p.grid("infer.b_sweep", partial(positive_int, name="infer.b_sweep"), "integers >= 1")),
-            propensity_ab=propensity_from_params(p, dataset.name))
+            propensity_ab=propensity.ab)
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(settings.tau, settings.b,
                                                                                  tune / QUERY_LAMBDA_FILE)
         depth = max([settings.b, *settings.b_sweep])
@@ -83,7 +86,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"selection": chosen})
         metrics = {**methods, "selection": {**chosen, "validation": {
                        "chosen": selection["val_value"], "fixed": selection["fixed_val_value"]}},
-                   "memory": rae_memory.summary(),
+                   "memory": rae_memory.summary(), "propensity": propensity.record(),
                    "query_lambda": {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback},
                    "retrieval": {"queries_per_s": round(len(queries) / max(search_s, 1e-9), 1),
                                                       "depth": depth}}

@@ -13,11 +13,11 @@ from raexmc.encoder.device import embed_batch_size, resolve_precision
 from raexmc.encoder.model import load_encoder, load_tokenizer
 from raexmc.encoder.tokens import TokenCache
 from raexmc.errors import ConfigError
-from raexmc.evaluation.propensity import propensity_ab
+from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
-from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.training.distributed import check_gpu_count, init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
 
@@ -36,6 +36,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         mode = p.typed("encoder.mode", str)
         if mode not in MODES:
             raise ConfigError(f"encoder.mode must be one of {', '.join(MODES)}", p.path, "encoder.mode")
+        if mode == "fine-tuned":
+            check_gpu_count(nproc, p.typed("train.device", str), p.path, "train.nproc")
     if mode == "fine-tuned":
         relaunch_under_torchrun(nproc, p.typed("train.torchrun_args", str))
 
@@ -62,7 +64,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
 
             curve = train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), settings, ctx,
                           resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision"),
-                          checkpoints / "last.pt", propensity_ab(dataset.name), log, fingerprint)
+                          checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
         if ctx.is_main:
             with atomic_dir(out) as folder:
                 model.save_pretrained(folder)

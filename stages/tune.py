@@ -38,7 +38,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance)
         del Y_train  # the search's keys take its place
         retrieval = validation_retrieval(embeddings, held, settings.b, pick_device("auto"), memory)
-        propensity_ab = propensity_from_params(p, dataset.name)
+        propensity_ab = propensity_from_params(p, data.names).ab
         selection = select(retrieval, settings, propensity_ab)
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)
         with atomic_dir(out) as folder:

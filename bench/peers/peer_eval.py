@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from raexmc.data.dataset import Dataset
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import RANK_DEPTH, Evaluator
-from raexmc.evaluation.propensity import propensity_ab
+from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import atomic_file, write_json
 
 RESULTS = Path("bench/results")
@@ -52,7 +52,8 @@ class Split:
 def load_split(name: str, folder: str | Path | None = None) -> Split:
     dataset = Dataset(folder or Path("data") / name)
     Y_train = dataset.label_matrix("train").astype(np.float32)
-    evaluator = Evaluator(Y_train, dataset.label_matrix("test"), dataset.filter_matrix("test"), propensity_ab(name))
+    evaluator = Evaluator(Y_train, dataset.label_matrix("test"), dataset.filter_matrix("test"),
+                          table_propensity(dataset.names).ab)
     return Split(name, dataset, Y_train, evaluator)
 
 

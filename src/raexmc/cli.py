@@ -12,10 +12,8 @@ from pathlib import Path
 
 import typer
 
-from .errors import ConfigError
 from .params import load_params
 from .pipeline.stage import user_errors
-from .pipeline.tracking.names import flatten
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RAE-XMC: extreme multi-label classification with retrieval-augmented encoders. "
@@ -48,19 +46,24 @@ def show(name: str = typer.Argument(..., help="Dataset name, e.g. foldoc."),
         from .data.dataset import Dataset
 
         dataset = Dataset(data_dir / name)
-        typer.echo(json.dumps({"stats": dataset.stats, "source": json.loads((dataset.folder / "source.json").read_text())},
-                              indent=2))
+        typer.echo(json.dumps({"stats": dataset.stats, "source": dataset.source}, indent=2))
 
 
 @app.command()
-def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitles-131K."), params: Path = PARAMS) -> None:
-    """Print the `dvc exp run` command that applies one of the paper's hyper-parameter presets."""
+def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitles-131K."), params: Path = PARAMS,
+           data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
+    """Print the `dvc exp run` command that runs one of the paper's benchmarks in the paper's setting, after
+    comment lines on its batch and on what it needs that this machine lacks (weights, data)."""
     with user_errors(params):
-        presets = load_params(params).section("presets")
-        if name not in presets:
-            raise ConfigError(f"unknown preset '{name}' (known: {', '.join(presets)})", params, "presets")
-        values = flatten(presets[name])
-        typer.echo("dvc exp run " + " ".join(f"-S '{k}={v}'" for k, v in values.items()))
+        from .pipeline.presets import batch_note, command, missing, preset_values
+
+        p = load_params(params)
+        values = preset_values(p, name)
+        note, needs = batch_note(values), missing(values, p.section("datasets"), data_dir)
+        if note:
+            typer.echo(f"# {note}")
+        typer.echo("# missing here: " + "; ".join(needs) if needs else "# missing here: nothing")
+        typer.echo(command(values))
 
 
 def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> list:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -10,11 +9,10 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.data.stats import SEGMENTS, segment_of
-from raexmc.errors import ConfigError, DataError
+from raexmc.errors import DataError
 from raexmc.evaluation.macro_f1 import macro_f1_by_segment
 from raexmc.evaluation.metrics import per_instance_metrics, summarize
-from raexmc.evaluation.propensity import PROPENSITY_AB, propensities, propensity_ab, propensity_from_params
-from raexmc.params import load_params
+from raexmc.evaluation.propensity import propensities
 from raexmc.rae import pairs, ranking
 from raexmc.rae.pairs import remove_pairs
 from raexmc.rae.ranking import top_k
@@ -228,14 +226,6 @@ def test_propensities_by_hand():
     # p(99) = 1 / (1 + 5.9675 * 100.5^-0.55) = 1 / (1 + 5.9675 * 0.07931) = 0.67902
     p = propensities(np.array([0, 9, 99]), num_train=100, A=0.55, B=1.5)
     assert p == pytest.approx([0.17317, 0.37917, 0.67902], rel=1e-4)
-
-
-def test_propensity_ab_by_dataset_family():
-    assert propensity_ab("Amazon-670K") == (0.6, 2.6)
-    assert propensity_ab("LF-AmazonTitles-131K") == PROPENSITY_AB["amazon"]
-    assert propensity_ab("Wiki10-31K") == (0.5, 0.4)
-    assert propensity_ab("LF-WikiSeeAlso-320K") == PROPENSITY_AB["wikipedia"]
-    assert propensity_ab("EURLex-4K") == (0.55, 1.5)
 
 
 # --------------------------------------------------------------------------- segments and macro-F1
@@ -495,17 +485,3 @@ def test_nan_ranks_as_minus_infinity_on_every_path(monkeypatch, pad_limit, spars
     assert top_k(scores, 6).tolist() == [[4, 0, 2, 3, 1, -1], [3, 0, 2, 1, 4, -1], [2, 0, 1, 3, 4, -1]]
     short = sp.csr_matrix(np.array([[0.5, nan, 0, 0], [0.9, 0.1, 0.3, 0]]))  # narrower than the widest row
     assert top_k(short, 3).tolist() == [[0, 1, -1], [0, 2, 1]]
-
-
-@pytest.mark.parametrize("value", [[0.55], ["a", 1.5], [-1, -2], [0.6, float("inf")], "0.6, 2.6"])
-def test_evaluate_propensity_must_be_auto_or_two_positive_numbers(tmp_path, value):
-    (tmp_path / "params.yaml").write_text(f"evaluate:\n  propensity: {json.dumps(value)}\n".replace("Infinity", ".inf"))
-    with pytest.raises(ConfigError, match=r"params.yaml:evaluate.propensity: evaluate.propensity must be auto or two"):
-        propensity_from_params(load_params(tmp_path / "params.yaml"), "EURLex-4K")
-
-
-def test_evaluate_propensity_auto_or_a_pair(tmp_path):
-    (tmp_path / "params.yaml").write_text("evaluate:\n  propensity: [0.6, 2]\n")
-    assert propensity_from_params(load_params(tmp_path / "params.yaml"), "EURLex-4K") == (0.6, 2.0)
-    (tmp_path / "params.yaml").write_text("evaluate:\n  propensity: auto\n")
-    assert propensity_from_params(load_params(tmp_path / "params.yaml"), "LF-AmazonTitles-131K") == (0.6, 2.6)

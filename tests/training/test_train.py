@@ -414,3 +414,25 @@ def test_the_train_stage_rejects_bad_train_params_in_one_line_before_any_work(ke
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"ConfigError: {tmp_path / 'params.yaml'}:train.{key}: "), lines
     assert not (tmp_path / "model").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_the_train_stage_refuses_more_processes_than_gpus_in_one_line(tiny_model, tmp_path):
+    """A preset's train.nproc=8 on a machine with fewer GPUs: one line naming train.nproc before torchrun starts
+    ranks that would each fail on a GPU that is not there (CUDA_VISIBLE_DEVICES hides every GPU, so the machine
+    has 0 whatever it is)."""
+    data = copy.deepcopy(load_params(PARAMS).data)
+    data["encoder"].update(name=str(tiny_model), mode="fine-tuned")
+    data["train"].update(nproc=2, device="cuda")
+    from ruamel.yaml import YAML
+
+    YAML(typ="safe", pure=True).dump(data, tmp_path / "params.yaml")
+    proc = subprocess.run([sys.executable, "stages/train.py", "--dataset", str(tmp_path / "data"),
+                           "--tokens", str(tmp_path / "tokens"), "--out", str(tmp_path / "model"),
+                           "--checkpoints", str(tmp_path / "checkpoints"), "--params", str(tmp_path / "params.yaml")],
+                          cwd=REPO, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"ConfigError: {tmp_path / 'params.yaml'}:train.nproc: 2 processes, one per GPU, but no GPU is visible: "
+        "run it where the GPUs are, or on the CPU (train.device: cpu)"]
+    assert not (tmp_path / "model").exists() and not (tmp_path / "checkpoints").exists()

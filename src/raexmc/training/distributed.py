@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..errors import ConfigError
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -25,6 +27,19 @@ class DistContext:
     @property
     def active(self) -> bool:
         return self.world_size > 1
+
+
+def check_gpu_count(nproc: int, device: str, path: str | os.PathLike, key: str) -> None:
+    """ConfigError naming `key` when `nproc` processes per node would each take a GPU of their own (`device`
+    resolves to CUDA) and fewer are visible: torchrun would start them all, and the ranks without a GPU would
+    fail one by one with CUDA's invalid device ordinal."""
+    uses_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    visible = torch.cuda.device_count()
+    if uses_cuda and nproc > visible:
+        seen = {0: "no GPU is", 1: "1 GPU is"}.get(visible, f"{visible} GPUs are")
+        fix = (f"set it to at most {visible} (the global batch is it x train.batch_size)" if visible
+               else "run it where the GPUs are, or on the CPU (train.device: cpu)")
+        raise ConfigError(f"{nproc} processes, one per GPU, but {seen} visible: {fix}", path, key)
 
 
 def init_distributed(device: str = "auto") -> DistContext:

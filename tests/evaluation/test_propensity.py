@@ -1,0 +1,122 @@
+"""PSP@k's (A, B) come from a table of the standard XMC datasets by whole name, never from a word in the name;
+an unknown dataset gets the default pair and says so; evaluate.propensity overrides; the evaluate stage records
+the pair it used in metrics.json and the MLflow run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+from ruamel.yaml import YAML
+
+from conftest import REPO, make_lf_folder
+from raexmc.data.dataset import Dataset
+from raexmc.data.sources import build_dataset
+from raexmc.errors import ConfigError
+from raexmc.evaluation.propensity import propensity_from_params, table_propensity
+from raexmc.memory.indexes import build_memory_indexes
+from raexmc.memory.input_memory import MemorySettings, build_input_memory
+from raexmc.memory.keys_values import training_values
+from raexmc.params import load_params
+
+# Typed in from the sources, not from the table: pyxclib's documented pairs (Amazon 0.6/2.6, Wikipedia 0.5/0.4,
+# else 0.55/1.5), pyxclib issue 7 (AmazonCat-13K 0.55/1.5), and the pairs the Extreme Classification
+# Repository's own code (deepxml, DECAF, ECLARE) and napkinXC use per dataset.
+PAIRS = [("EURLex-4K", 0.55, 1.5), ("AmazonCat-13K", 0.55, 1.5), ("Wiki10-31K", 0.55, 1.5),
+         ("WikiLSHTC-325K", 0.5, 0.4), ("Wikipedia-500K", 0.5, 0.4), ("Amazon-670K", 0.6, 2.6),
+         ("Amazon-3M", 0.6, 2.6), ("LF-AmazonTitles-131K", 0.6, 2.6), ("LF-Amazon-131K", 0.6, 2.6),
+         ("LF-AmazonTitles-1.3M", 0.6, 2.6), ("LF-WikiSeeAlso-320K", 0.55, 1.5),
+         ("LF-WikiSeeAlsoTitles-320K", 0.55, 1.5), ("LF-Wikipedia-500K", 0.5, 0.4), ("LF-WikiTitles-500K", 0.5, 0.4)]
+
+
+@pytest.mark.parametrize(("name", "A", "B"), PAIRS)
+def test_each_standard_dataset_has_its_sourced_pair(name, A, B):
+    chosen = table_propensity([name])
+    assert chosen.ab == (A, B)
+    assert (chosen.source, chosen.line()) == (f"table: {name}", f"PSP@k: A={A}, B={B} ({name} in the propensity table)")
+
+
+def test_a_name_matches_whole_with_case_aside():
+    assert table_propensity(["lf-amazontitles-131k"]).ab == (0.6, 2.6)
+    for name in ("AmazonCat-13K-v2", "my-amazon-data", "wikipedia", "LF-AmazonTitles"):  # a word is not a match
+        assert table_propensity([name]).ab == (0.55, 1.5), name
+
+
+def test_an_unknown_dataset_gets_the_default_and_says_so():
+    chosen = table_propensity(["foldoc"])
+    assert (chosen.ab, chosen.source) == ((0.55, 1.5), "default")
+    assert chosen.line() == ("PSP@k: A=0.55, B=1.5 (the default: 'foldoc' is not in the propensity table; "
+                             "set evaluate.propensity: [A, B] to choose)")
+
+
+def test_the_first_known_name_wins():
+    """A `local` dataset goes by its catalogue name and then by its source folder's name."""
+    assert table_propensity(["mydata", "LF-Wikipedia-500K"]).ab == (0.5, 0.4)
+    assert "'mydata' or 'Wiki-stuff' is not in" in table_propensity(["mydata", "Wiki-stuff"]).line()
+
+
+def test_a_local_dataset_goes_by_its_source_folder_name(tmp_path, lf_folder):
+    build_dataset("mydata", {"source": "local", "path": str(make_lf_folder(tmp_path / "Amazon-670K"))},
+                  tmp_path / "data" / "mydata", "")
+    assert Dataset(tmp_path / "data" / "mydata").names == ("mydata", "Amazon-670K")
+    build_dataset("other", {"source": "local", "path": str(lf_folder)}, tmp_path / "data" / "other", "")
+    assert Dataset(tmp_path / "data" / "other").names == ("other", "lf")
+
+
+@pytest.mark.parametrize("value", [[0.55], ["a", 1.5], [-1, -2], [0.6, float("inf")], "0.6, 2.6"])
+def test_evaluate_propensity_must_be_auto_or_two_positive_numbers(tmp_path, value):
+    (tmp_path / "params.yaml").write_text(f"evaluate:\n  propensity: {json.dumps(value)}\n".replace("Infinity", ".inf"))
+    with pytest.raises(ConfigError, match=r"params.yaml:evaluate.propensity: evaluate.propensity must be auto or two"):
+        propensity_from_params(load_params(tmp_path / "params.yaml"), ["EURLex-4K"])
+
+
+def test_evaluate_propensity_overrides_the_table(tmp_path):
+    (tmp_path / "params.yaml").write_text("evaluate:\n  propensity: [0.6, 2]\n")
+    chosen = propensity_from_params(load_params(tmp_path / "params.yaml"), ["LF-Wikipedia-500K"])
+    assert (chosen.ab, chosen.source) == ((0.6, 2.0), "evaluate.propensity")
+    (tmp_path / "params.yaml").write_text("evaluate:\n  propensity: auto\n")
+    assert propensity_from_params(load_params(tmp_path / "params.yaml"), ["LF-Wikipedia-500K"]).ab == (0.5, 0.4)
+
+
+def stage(root, name, *args):
+    proc = subprocess.run([sys.executable, str(REPO / f"stages/{name}.py"), "--dataset", str(root / "data" / "tiny"),
+                           "--params", str(root / "params.yaml"), *map(str, args)],
+                          capture_output=True, text=True, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_the_evaluate_stage_records_the_pair_it_used(tmp_path):
+    """A `local` dataset named `tiny` read from a folder named LF-AmazonTitles-131K: the Amazon pair, said on
+    stderr, written to metrics.json and logged to the MLflow run."""
+    build_dataset("tiny", {"source": "local", "path": str(make_lf_folder(tmp_path / "LF-AmazonTitles-131K"))},
+                  tmp_path / "data" / "tiny", "")
+    data = Dataset(tmp_path / "data" / "tiny")
+    rng = np.random.default_rng(0)
+    (tmp_path / "emb").mkdir()
+    for split in ("train", "labels", "test"):
+        keys = rng.normal(size=(data.size(split), 8)).astype(np.float32)
+        np.save(tmp_path / "emb" / f"{split}.npy", keys / np.linalg.norm(keys, axis=1, keepdims=True))
+    build_memory_indexes(tmp_path / "emb", tmp_path / "index", "hnsw", M=16, ef_construction=100, progress=False)
+    build_input_memory(np.load(tmp_path / "emb" / "train.npy"), training_values(data.label_matrix("train")),
+                       MemorySettings(1.0, "kmeans", False, 0), tmp_path / "memory", "hnsw", M=16, ef_construction=100)
+    params = YAML().load((REPO / "params.yaml").read_text())
+    params["infer"].update({"b": 4, "b_sweep": [2, 4], "val_fraction": 0.25})
+    YAML().dump(params, tmp_path / "params.yaml")
+    stage(tmp_path, "tune", "--embeddings", tmp_path / "emb", "--out", tmp_path / "tune")
+
+    proc = stage(tmp_path, "evaluate", "--embeddings", tmp_path / "emb", "--index", tmp_path / "index", "--tune",
+                 tmp_path / "tune", "--memory", tmp_path / "memory", "--out", tmp_path / "eval")
+
+    said = "PSP@k: A=0.6, B=2.6 (LF-AmazonTitles-131K in the propensity table)"
+    assert said in proc.stderr.splitlines()
+    recorded = json.loads((tmp_path / "eval" / "metrics.json").read_text())["propensity"]
+    assert recorded == {"A": 0.6, "B": 2.6, "source": "table: LF-AmazonTitles-131K"}
+    client = MlflowClient()
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert {k: run.data.params[f"propensity.{k}"] for k in ("A", "B", "source")} == {
+        "A": "0.6", "B": "2.6", "source": "table: LF-AmazonTitles-131K"}

@@ -1,0 +1,98 @@
+"""`raexmc preset NAME` prints the paper's setting for its benchmark, every value of the paper's tables, and
+says in one line what a run needs that this machine lacks (the encoder's weights, the dataset)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from ruamel.yaml import YAML
+
+from conftest import REPO, make_lf_folder
+from raexmc.data.sources import build_dataset
+from raexmc.encoder.model import weights_on_disk
+
+# The paper's tables (RAE-XMC, Appendix; /work/shared/design.md "The paper's hyper-parameters"), typed in here,
+# not read from params.yaml: per dataset max_len, batch per GPU (of 8), LR, max_steps, hnm_steps, hnm_topk, λ.
+PAPER = {
+    "LF-AmazonTitles-131K": (32, 896, 3e-4, 3000, 1000, 50, 0.5),
+    "LF-WikiSeeAlso-320K": (128, 576, 2e-4, 3000, 1000, 50, 0.5),
+    "LF-Wikipedia-500K": (192, 400, 2e-4, 28000, 7000, 25, 0.01),
+    "LF-AmazonTitles-1.3M": (32, 896, 3e-4, 40000, 8000, 50, 0.5),
+}
+# For every dataset: the fine-tuned 66M distilbert-base-uncased on 8 GPUs, label text 32 tokens, m = 2 hard
+# negatives, τ = 0.04 in training and inference, HNSW with M = 64, efC = 500, efS = 300, b = 200.
+EVERY_DATASET = {"encoder.name": "distilbert-base-uncased", "encoder.mode": "fine-tuned", "train.nproc": 8,
+                 "tokenize.label_max_len": 32, "train.num_hard_negatives": 2, "train.tau": 0.04, "infer.tau": 0.04,
+                 "index.backend": "hnsw", "index.M": 64, "index.ef_construction": 500, "infer.ef_search": 300,
+                 "infer.b": 200}
+
+
+def preset(name, cwd, *args, env=None):
+    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "preset", name, "--params", str(REPO / "params.yaml"),
+                           *args], cwd=cwd, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def settings(printed: str) -> dict:
+    """The -S settings of the printed command, each value read as `dvc exp run -S` reads it (YAML 1.2)."""
+    command = printed[printed.index("dvc exp run"):].replace("\\\n", " ")
+    return {key: YAML().load(value) for key, value in re.findall(r"-S '([^=']+)=([^']*)'", command)}
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_the_printed_command_is_the_papers_setting(name, tmp_path):
+    max_len, per_gpu, lr, max_steps, hnm_steps, hnm_topk, lam = PAPER[name]
+    expected = {**EVERY_DATASET, "data.name": name, "tokenize.input_max_len": max_len, "train.batch_size": per_gpu,
+                "train.lr": lr, "train.max_steps": max_steps, "train.hnm_steps": hnm_steps, "train.hnm_topk": hnm_topk,
+                "infer.lambda": lam, "tokenize.input_fields": "title" if "Titles" in name else "title+content"}
+    printed = preset(name, tmp_path)
+    got = settings(printed)
+    assert {key: got.get(key) for key in expected} == pytest.approx(expected)
+    assert f"# the paper: 8 GPUs x {per_gpu} inputs = global batch {8 * per_gpu:,}" in printed.splitlines()[0]
+    assert all(len(line) <= 100 for line in printed.splitlines() if not line.startswith("#"))
+
+
+def hf_cache_holding(cache, repo_id, model_folder):
+    """A Hugging Face hub cache (its on-disk layout: refs/main names the snapshot) holding `model_folder`'s
+    config and weights as the hub's `repo_id`."""
+    snapshot = cache / f"models--{repo_id}" / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (cache / f"models--{repo_id}" / "refs").mkdir()
+    (cache / f"models--{repo_id}" / "refs" / "main").write_text("0123abcd")
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(model_folder / name, snapshot / name)
+    return cache
+
+
+def test_it_says_in_one_line_what_is_missing_here(tmp_path, tiny_model):
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    lines = preset("LF-AmazonTitles-131K", tmp_path, env=env).splitlines()
+    assert lines[1] == ("# missing here: distilbert-base-uncased's weights (no local folder, not in the Hugging Face "
+                        "cache); data/LF-AmazonTitles-131K (not downloaded)")
+    lines = preset("LF-Wikipedia-500K", tmp_path, env=env).splitlines()
+    assert lines[1].endswith("; data/LF-Wikipedia-500K (not downloaded; set its archive_id)")
+
+    hf_cache_holding(tmp_path / "hf", "distilbert-base-uncased", tiny_model)
+    build_dataset("LF-AmazonTitles-131K", {"source": "local", "path": str(make_lf_folder(tmp_path / "lf"))},
+                  tmp_path / "data" / "LF-AmazonTitles-131K", "")
+    assert preset("LF-AmazonTitles-131K", tmp_path, env=env).splitlines()[1] == "# missing here: nothing"
+    elsewhere = preset("LF-AmazonTitles-131K", tmp_path, "--data-dir", str(tmp_path / "elsewhere"), env=env)
+    folder = tmp_path / "elsewhere" / "LF-AmazonTitles-131K"
+    assert elsewhere.splitlines()[1] == f"# missing here: {folder} (not downloaded)"
+
+
+def test_weights_are_on_disk_in_a_folder_the_packaged_wheel_or_the_cache(tmp_path, tiny_model, monkeypatch):
+    assert weights_on_disk(str(tiny_model)) and weights_on_disk("all-MiniLM-L6-v2")
+    assert not weights_on_disk(str(tmp_path / "no-such-folder"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf"))
+    assert not weights_on_disk("distilbert-base-uncased")
+    cache = hf_cache_holding(tmp_path / "hf", "distilbert-base-uncased", tiny_model)
+    assert weights_on_disk("distilbert-base-uncased")
+    (cache / "models--distilbert-base-uncased" / "snapshots" / "0123abcd" / "model.safetensors").unlink()
+    assert not weights_on_disk("distilbert-base-uncased")  # a config without weights is not a model
