@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -133,19 +132,16 @@ def serve(name: str = NAME,
           host: str = typer.Option("127.0.0.1", help="Address to listen on."),
           port: int = typer.Option(5001, min=1, max=65535, help="Port to listen on."),
           params: Path = PARAMS) -> None:
-    """Serve the registered predictor over HTTP (`mlflow models serve` in this environment)."""
+    """Serve the registered predictor over HTTP (MLflow's scoring server, each request checked first)."""
     with user_errors(params):
+        from .pipeline.server import serve_model
         from .pipeline.serving import registered_name, registered_uri
-        from .pipeline.tracking.run import tracking_uri
 
         p = load_params(params)
         model_name = registered_name(p, name or p.typed("data.name", str))
         uri = registered_uri(model_name, alias or p.typed("package.alias", str))
-        env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri()}
-    typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)
-    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",
-               "-h", host, "-p", str(port)]
-    raise typer.Exit(subprocess.call(command, env=env))
+        typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)
+        serve_model(uri, host, port)
 
 
 @app.command()

@@ -336,6 +336,38 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(
         assert "stack_trace" not in refusal
 
 
+PERL = {"dataframe_records": [{"text": "perl"}]}
+SCHEMA_REFUSALS = [  # (request, the one line the answer's message must be)
+    ({**PERL, "params": {"topk": 2}}, 'ConfigError: request: unknown params key "topk" (accepted: k or its alias top_k)'),
+    ({**PERL, "bogus": 1}, 'DataError: request: unknown field "bogus" '
+                           '(accepted: dataframe_records, dataframe_split, inputs, instances, params)'),
+    ({**PERL, "params": {"k": 2, "top_k": 3}}, 'ConfigError: request: params give k twice, as "k" and "top_k": give one'),
+    ({**PERL, "params": {"k": "2"}}, "ConfigError: request: params.k: Input should be a valid integer"),
+    ({**PERL, "params": [2]}, "ConfigError: request: params: Input should be a JSON object")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_raexmc_serve_refuses_unknown_names_and_reads_top_k_as_k(built, tmp_path):
+    """A real `raexmc serve` process. MLflow's scoring server drops a top-level field or params key it does
+    not know: {"top_k": 2} and {"bogus": 1} were answered 200 with the default k. Now an unknown name is 400
+    naming it and the names accepted, top_k is read as k, and the model's own refusals still come through."""
+    logged_predictor(built, tmp_path)
+    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\npackage:\n  model_name: null\n  alias: candidate\n")
+    serve = [sys.executable, "-m", "raexmc.cli", "serve", "--params", str(tmp_path / "params.yaml"), "--port"]
+    with local_server(lambda port: [*serve, str(port)], "/ping") as base:
+        by_k = post_json(f"{base}/invocations", {**PERL, "params": {"k": 2}})
+        by_top_k = post_json(f"{base}/invocations", {**PERL, "params": {"top_k": 2}})
+        inputs_top_k = post_json(f"{base}/invocations", {"inputs": {"text": ["perl"]}, "params": {"top_k": 1}})
+        refusals = [post_json(f"{base}/invocations", request) for request, _ in SCHEMA_REFUSALS + BAD_REQUESTS]
+    expected, _ = predictor_of(built).predict(["perl"], k=2)
+    assert by_k == by_top_k == (200, {"predictions": [{"text": "perl", "labels": expected[0]}]})
+    assert inputs_top_k[0] == 200 and inputs_top_k[1]["predictions"][0]["labels"] == expected[0][:1]
+    for (status, refusal), (_, line) in zip(refusals, SCHEMA_REFUSALS + BAD_REQUESTS):
+        assert (status, refusal["message"]) == (400, line)
+        assert "stack_trace" not in refusal
+
+
 @pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
 def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path, monkeypatch):
     """memory.keep 0.5 with the prior: 2 merged keys of the 4 inputs beside the 5 labels (7 keys, all within
