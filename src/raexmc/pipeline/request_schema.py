@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError, DataError, RaexmcError
 
@@ -78,6 +79,6 @@ def accepted(model: type[BaseModel]) -> str:
                      for name, field in model.model_fields.items())
 
 
-def spellings(field) -> list[str]:
+def spellings(field: FieldInfo) -> list[str]:
     """The names a field is read under (its validation aliases)."""
     return list(getattr(field.validation_alias, "choices", []))
