@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -78,7 +77,10 @@ def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> li
         if not file.is_file():
             raise DataError("query file not found", file)
         with file.open("rb") as handle:
-            return parse_queries(utf8_lines(handle, str(file)), str(file), jsonl or file.suffix == ".jsonl")
+            queries = parse_queries(utf8_lines(handle, str(file)), str(file), jsonl or file.suffix == ".jsonl")
+        if not queries:  # as the server refuses a request with no query, rather than answer nothing
+            raise DataError("no query: the file has no non-blank line", file)
+        return queries
     if sys.stdin.isatty():
         raise DataError("no queries: give texts as arguments, --file, or pipe them on stdin")
     return parse_queries(utf8_lines(sys.stdin.buffer, "<stdin>"), "<stdin>", jsonl)
@@ -133,19 +135,16 @@ def serve(name: str = NAME,
           host: str = typer.Option("127.0.0.1", help="Address to listen on."),
           port: int = typer.Option(5001, min=1, max=65535, help="Port to listen on."),
           params: Path = PARAMS) -> None:
-    """Serve the registered predictor over HTTP (`mlflow models serve` in this environment)."""
+    """Serve the registered predictor over HTTP (MLflow's scoring server, each request checked first)."""
     with user_errors(params):
+        from .pipeline.server import serve_model
         from .pipeline.serving import registered_name, registered_uri
-        from .pipeline.tracking.run import tracking_uri
 
         p = load_params(params)
         model_name = registered_name(p, name or p.typed("data.name", str))
         uri = registered_uri(model_name, alias or p.typed("package.alias", str))
-        env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri()}
-    typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)
-    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",
-               "-h", host, "-p", str(port)]
-    raise typer.Exit(subprocess.call(command, env=env))
+        typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)
+        serve_model(uri, host, port)
 
 
 @app.command()

@@ -147,6 +147,13 @@ def test_ngame_header_row_count_must_match_the_file(tmp_path):
     expect_error(folder, tmp_path / "out", "trn_X_Y.txt:1: header says 250 rows, but the file has 300")
 
 
+def test_ngame_label_without_a_value_has_relevance_one(ngame_folder, tmp_path):
+    (ngame_folder / "trn_X_Y.txt").write_text("4 5\n0 4:0.25\n1 2:0.5\n2:1 3\n4\n")
+    build(ngame_folder, tmp_path / "out")
+    assert Dataset(tmp_path / "out").label_matrix("train").toarray().tolist() == [
+        [1.0, 0, 0, 0, 0.25], [0, 1.0, 0.5, 0, 0], [0, 0, 1.0, 1.0, 0], [0, 0, 0, 0, 1.0]]
+
+
 def test_ngame_bad_label_token(ngame_folder, tmp_path):
     (ngame_folder / "tst_X_Y.txt").write_text("2 5\n0:1\n2:1 x:y\n")
     expect_error(ngame_folder, tmp_path / "out", "tst_X_Y.txt:3", "label:value")

@@ -77,10 +77,12 @@ def test_zero_differences_give_p_one_not_nan():
     assert (r["ci_low"], r["ci_high"]) == (0.0, 0.0)
 
 
-def test_constant_nonzero_difference():
-    r = paired_ttest(A + 1.0, A)  # every difference is exactly 1
-    assert r["t"] == math.inf and r["p_value"] == 0.0 and r["log10_p"] == -math.inf
-    assert (r["ci_low"], r["ci_high"]) == (1.0, 1.0)
+@pytest.mark.parametrize("shift", [1.0, -1.0])
+def test_constant_nonzero_difference_keeps_its_sign(shift):
+    """a = b + 1 beats b everywhere (t = +inf); a = b - 1 loses everywhere (t = -inf), not +inf."""
+    r = paired_ttest(A + shift, A)  # every difference is exactly `shift`
+    assert r["t"] == math.copysign(math.inf, shift) and r["p_value"] == 0.0 and r["log10_p"] == -math.inf
+    assert (r["ci_low"], r["ci_high"]) == (shift, shift)
 
 
 def test_result_is_plain_json():

@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.errors import ConfigError
-from raexmc.memory.key_selection import InputsWithLabels, kept_count, select_keys
+from raexmc.memory.key_selection import InputsWithLabels, _fill_empty, _shares, kept_count, select_keys
 
 
 def unit_rows(n: int, d: int = 8, seed: int = 0) -> np.ndarray:
@@ -102,3 +102,26 @@ def test_the_same_seed_gives_the_same_memory():
 def test_bad_settings_are_config_errors_naming_the_key(keep, method, record):
     with pytest.raises(ConfigError, match=record.split(".")[1]):
         select_keys(unit_rows(10), label_rows(10), keep, method)
+
+
+def test_an_empty_cluster_takes_the_worst_fitting_point():
+    # Cluster 1 is empty; point 1 fits its cluster 0 worst (0.1 < 0.5 < 0.9), and cluster 0 keeps two members.
+    assert _fill_empty(np.array([0, 0, 0]), np.array([0.9, 0.1, 0.5]), 2).tolist() == [0, 1, 0]
+
+
+def test_shares_go_to_the_largest_remainders():
+    # One key per cell, the other 2 over the inputs beyond the first (0, 4, 3): exactly 0, 8/7, 6/7, so
+    # floors 0, 1, 0 and the last one to the largest remainder, 6/7 (cell 2): 1, 2, 2.
+    assert _shares(np.array([1, 5, 4]), 5).tolist() == [1, 2, 2]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_shares_sum_to_the_count_each_within_its_cell(seed):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 6, size=rng.integers(2, 12))
+    sizes[0] = max(sizes[0], 1)  # at least one non-empty cell
+    count = int(rng.integers((sizes > 0).sum(), sizes.sum() + 1))
+    shares = _shares(sizes, count)
+    assert shares.sum() == count
+    assert np.all(shares[sizes == 0] == 0)
+    assert np.all((1 <= shares[sizes > 0]) & (shares[sizes > 0] <= sizes[sizes > 0])), (sizes, count, shares)

@@ -229,14 +229,18 @@ NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text ha
     (["perl", "  "], None, "DataError: <arguments>:2: empty query"),
     ([""], None, "DataError: <arguments>:1: empty query"),
     ([b"a\xffb"], None, "DataError: <arguments>:1: not UTF-8 text (character 2)"),
-    (["--jsonl"], b'{"text": "perl"}\n{"text": ""}\n', "DataError: <stdin>:2: empty query")])
+    (["--jsonl"], b'{"text": "perl"}\n{"text": ""}\n', "DataError: <stdin>:2: empty query"),
+    (["--file", "blank.txt"], None, "DataError: blank.txt: no query: the file has no non-blank line"),
+    (["--file", "empty.jsonl"], None, "DataError: empty.jsonl: no query: the file has no non-blank line")])
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_predict_refuses_bad_query_text_in_one_line(built, args, stdin, error):
     """`raexmc predict` as a process (stdin decodes as the locale says there): text that is not UTF-8
     used to end in a UnicodeDecodeError or, on stdin, a TypeError from the tokenizer; an empty text
-    was answered with labels."""
+    was answered with labels; a file with no query exited 0 with no output."""
     project = built.parents[1]
     (project / "q.txt").write_bytes(NOT_UTF8)
+    (project / "blank.txt").write_bytes(b"\n  \n\t\n")
+    (project / "empty.jsonl").write_bytes(b"")
     proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "predict", "--name", "tiny", *args], cwd=project,
                           input=stdin or b"", capture_output=True)
     assert proc.returncode == 2
@@ -328,6 +332,38 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(
     assert [row["text"] for row in answer["predictions"]] == [JYTHON, "a small unix"]
     assert default_k[0] == 200 and len(default_k[1]["predictions"][0]["labels"]) == 5, "no k: all 5 labels"
     for (status, refusal), (_, line) in zip(refusals, BAD_REQUESTS):
+        assert (status, refusal["message"]) == (400, line)
+        assert "stack_trace" not in refusal
+
+
+PERL = {"dataframe_records": [{"text": "perl"}]}
+SCHEMA_REFUSALS = [  # (request, the one line the answer's message must be)
+    ({**PERL, "params": {"topk": 2}}, 'ConfigError: request: unknown params key "topk" (accepted: k or its alias top_k)'),
+    ({**PERL, "bogus": 1}, 'DataError: request: unknown field "bogus" '
+                           '(accepted: dataframe_records, dataframe_split, inputs, instances, params)'),
+    ({**PERL, "params": {"k": 2, "top_k": 3}}, 'ConfigError: request: params give k twice, as "k" and "top_k": give one'),
+    ({**PERL, "params": {"k": "2"}}, "ConfigError: request: params.k: Input should be a valid integer"),
+    ({**PERL, "params": [2]}, "ConfigError: request: params: Input should be a JSON object")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_raexmc_serve_refuses_unknown_names_and_reads_top_k_as_k(built, tmp_path):
+    """A real `raexmc serve` process. MLflow's scoring server drops a top-level field or params key it does
+    not know: {"top_k": 2} and {"bogus": 1} were answered 200 with the default k. Now an unknown name is 400
+    naming it and the names accepted, top_k is read as k, and the model's own refusals still come through."""
+    logged_predictor(built, tmp_path)
+    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\npackage:\n  model_name: null\n  alias: candidate\n")
+    serve = [sys.executable, "-m", "raexmc.cli", "serve", "--params", str(tmp_path / "params.yaml"), "--port"]
+    with local_server(lambda port: [*serve, str(port)], "/ping") as base:
+        by_k = post_json(f"{base}/invocations", {**PERL, "params": {"k": 2}})
+        by_top_k = post_json(f"{base}/invocations", {**PERL, "params": {"top_k": 2}})
+        inputs_top_k = post_json(f"{base}/invocations", {"inputs": {"text": ["perl"]}, "params": {"top_k": 1}})
+        refusals = [post_json(f"{base}/invocations", request) for request, _ in SCHEMA_REFUSALS + BAD_REQUESTS]
+    expected, _ = predictor_of(built).predict(["perl"], k=2)
+    assert by_k == by_top_k == (200, {"predictions": [{"text": "perl", "labels": expected[0]}]})
+    assert inputs_top_k[0] == 200 and inputs_top_k[1]["predictions"][0]["labels"] == expected[0][:1]
+    for (status, refusal), (_, line) in zip(refusals, SCHEMA_REFUSALS + BAD_REQUESTS):
         assert (status, refusal["message"]) == (400, line)
         assert "stack_trace" not in refusal
 

@@ -143,6 +143,13 @@ def test_train_key_counts_hand_example():
     assert train_key_counts(ids, num_train=2, b=2).tolist() == [1, 4]
 
 
+def test_train_key_counts_the_first_label_key_is_not_a_training_input():
+    # num_train = 2: id 2 is the first label key (ids < 2 are inputs), so 2 of the 3 keys are training inputs.
+    ids = np.array([[2, 1, 0]], dtype=np.int64)
+    assert train_key_counts(ids, num_train=2).tolist() == [2, 3]
+    assert train_key_counts(ids, num_train=2, b=1).tolist() == [0, 1]
+
+
 def test_baselines_hand_example():
     # Label-only search of one query: labels 2 and 0 at similarities 1 and 0 -> weights 2/3, 1/3.
     de = dual_encoder_scores(np.array([[2, 0, -1]]), np.array([[1, 0, NEG]], np.float32), 3, tau=TAU2)

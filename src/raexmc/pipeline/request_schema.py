@@ -1,0 +1,84 @@
+"""The request `raexmc serve` accepts, declared once: MLflow's scoring server drops a top-level field or
+a params key it does not know, so a misspelt `"params": {"topk": 2}` was answered 200 with the default
+number of labels. Here an unknown name is refused in one line that names it and the names accepted.
+
+Checked: the field names and params' types. Left to the model: the records' content (a query needs a
+"text" or "title", `query_of`) and k's range (1..number of labels, `checked_k`), which `raexmc predict`
+checks alike.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic.fields import FieldInfo
+
+from ..errors import ConfigError, DataError, RaexmcError
+
+SOURCE = "request"  # what errors name in place of a file
+JSON_TERMS = {"model_type": "Input should be a JSON object", "dict_type": "Input should be a JSON object",
+              "list_type": "Input should be a JSON array"}  # pydantic's messages name Python types and classes
+
+
+class QueryParams(BaseModel):
+    """The request's "params": the number of labels per query, k (top_k, as many serving APIs call it,
+    is read as k)."""
+
+    model_config = ConfigDict(extra="forbid")
+    k: StrictInt | None = Field(None, validation_alias=AliasChoices("k", "top_k"))
+
+
+class PredictRequest(BaseModel):
+    """A JSON request to /invocations: MLflow's input fields (one of them holds the queries) and params."""
+
+    model_config = ConfigDict(extra="forbid")
+    dataframe_records: list[dict[str, Any]] | None = None
+    dataframe_split: dict[str, Any] | None = None
+    inputs: Any = None
+    instances: Any = None
+    params: QueryParams | None = None
+
+
+def checked_request(body: bytes) -> bytes:
+    """`body` with its params under their own names (top_k as k), or the error that refuses it. A body
+    that is not a JSON object is passed on as it is: the scoring server explains those itself."""
+    try:
+        raw = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return body
+    if not isinstance(raw, dict):
+        return body
+    try:
+        request = PredictRequest.model_validate(raw)
+    except ValidationError as invalid:
+        raise refusal(invalid.errors()[0]) from None
+    if request.params is not None:
+        raw["params"] = request.params.model_dump(exclude_none=True)
+    return json.dumps(raw).encode()
+
+
+def refusal(error: dict[str, Any]) -> RaexmcError:
+    """One line for pydantic's first error: an unknown name with the names accepted, else where and why."""
+    *parents, name = error["loc"]
+    in_params = parents[:1] == ["params"] or (not parents and name == "params")
+    kind = ConfigError if in_params else DataError
+    if error["type"] != "extra_forbidden":
+        return kind(f"{'.'.join(map(str, error['loc']))}: {JSON_TERMS.get(error['type'], error['msg'])}", SOURCE)
+    if not in_params:
+        return kind(f'unknown field "{name}" (accepted: {accepted(PredictRequest)})', SOURCE)
+    if name in spellings(QueryParams.model_fields["k"]):
+        return kind('params give k twice, as "k" and "top_k": give one', SOURCE)
+    return kind(f'unknown params key "{name}" (accepted: {accepted(QueryParams)})', SOURCE)
+
+
+def accepted(model: type[BaseModel]) -> str:
+    """The names `model` reads, each with its other spellings: "k or its alias top_k"."""
+    return ", ".join(name + "".join(f" or its alias {alias}" for alias in spellings(field) if alias != name)
+                     for name, field in model.model_fields.items())
+
+
+def spellings(field: FieldInfo) -> list[str]:
+    """The names a field is read under (its validation aliases)."""
+    return list(getattr(field.validation_alias, "choices", []))

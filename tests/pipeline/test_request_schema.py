@@ -1,0 +1,42 @@
+"""The request schema of `raexmc serve` on its own (tests/rae/test_predictor.py asks a real server)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from raexmc.errors import ConfigError, DataError
+from raexmc.pipeline.request_schema import checked_request
+
+RECORDS = {"dataframe_records": [{"text": "perl"}]}
+
+
+def checked(request: dict) -> dict:
+    return json.loads(checked_request(json.dumps(request).encode()))
+
+
+def test_top_k_is_passed_on_as_k_and_the_rest_unchanged():
+    assert checked({**RECORDS, "params": {"top_k": 2}}) == {**RECORDS, "params": {"k": 2}}
+    assert checked({**RECORDS, "params": {"k": 2}}) == {**RECORDS, "params": {"k": 2}}
+    assert checked({"inputs": {"text": ["perl"]}}) == {"inputs": {"text": ["perl"]}}
+    assert checked({**RECORDS, "params": None}) == {**RECORDS, "params": None}
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b"\xff"])
+def test_a_body_that_is_not_a_json_object_is_left_to_the_scoring_server(body):
+    assert checked_request(body) == body
+
+
+@pytest.mark.parametrize(("request_", "error", "line"), [
+    ({**RECORDS, "top_k": 2}, DataError, 'DataError: request: unknown field "top_k" (accepted: dataframe_records, '
+                                         'dataframe_split, inputs, instances, params)'),
+    ({**RECORDS, "params": {"K": 2}}, ConfigError,
+     'ConfigError: request: unknown params key "K" (accepted: k or its alias top_k)'),
+    ({**RECORDS, "params": {"top_k": 2.5}}, ConfigError,
+     "ConfigError: request: params.top_k: Input should be a valid integer"),
+    ({"dataframe_records": "perl"}, DataError, "DataError: request: dataframe_records: Input should be a JSON array")])
+def test_refusals_name_what_is_wrong_in_one_line(request_, error, line):
+    with pytest.raises(error) as refused:
+        checked(request_)
+    assert refused.value.one_line() == line
