@@ -78,12 +78,13 @@ def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> li
             raise DataError("query file not found", file)
         with file.open("rb") as handle:
             queries = parse_queries(utf8_lines(handle, str(file)), str(file), jsonl or file.suffix == ".jsonl")
-        if not queries:  # as the server refuses a request with no query, rather than answer nothing
-            raise DataError("no query: the file has no non-blank line", file)
-        return queries
-    if sys.stdin.isatty():
+    elif sys.stdin.isatty():
         raise DataError("no queries: give texts as arguments, --file, or pipe them on stdin")
-    return parse_queries(utf8_lines(sys.stdin.buffer, "<stdin>"), "<stdin>", jsonl)
+    else:
+        queries = parse_queries(utf8_lines(sys.stdin.buffer, "<stdin>"), "<stdin>", jsonl)
+    if not queries:  # as the server refuses a request with no query, rather than answer nothing
+        raise DataError("no query: the input has no non-blank line", file or "<stdin>")
+    return queries
 
 
 @app.command()

@@ -230,13 +230,14 @@ NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text ha
     ([""], None, "DataError: <arguments>:1: empty query"),
     ([b"a\xffb"], None, "DataError: <arguments>:1: not UTF-8 text (character 2)"),
     (["--jsonl"], b'{"text": "perl"}\n{"text": ""}\n', "DataError: <stdin>:2: empty query"),
-    (["--file", "blank.txt"], None, "DataError: blank.txt: no query: the file has no non-blank line"),
-    (["--file", "empty.jsonl"], None, "DataError: empty.jsonl: no query: the file has no non-blank line")])
+    (["--file", "blank.txt"], None, "DataError: blank.txt: no query: the input has no non-blank line"),
+    (["--file", "empty.jsonl"], None, "DataError: empty.jsonl: no query: the input has no non-blank line"),
+    ([], b"\n \n", "DataError: <stdin>: no query: the input has no non-blank line")])
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_predict_refuses_bad_query_text_in_one_line(built, args, stdin, error):
     """`raexmc predict` as a process (stdin decodes as the locale says there): text that is not UTF-8
     used to end in a UnicodeDecodeError or, on stdin, a TypeError from the tokenizer; an empty text
-    was answered with labels; a file with no query exited 0 with no output."""
+    was answered with labels; a file or stdin with no query exited 0 with no output."""
     project = built.parents[1]
     (project / "q.txt").write_bytes(NOT_UTF8)
     (project / "blank.txt").write_bytes(b"\n  \n\t\n")
