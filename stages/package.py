@@ -14,7 +14,8 @@ from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection import read_selection
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.input_memory import InputMemory
-from raexmc.memory.keys_values import memory_keys, training_values, write_memory
+from raexmc.memory.keys_values import memory_keys, training_values
+from raexmc.memory.predictor_folder import write_memory
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.pipeline.tracking.identity import experiment_name
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
