@@ -1,7 +1,7 @@
 """Package the pipeline for prediction: write the memory folder (inference settings with the λ and τ
 the tune stage chose and which memory RAE searches (memory.keep, method, prior, input keys), the values
 (Y_train, or the memory stage's selected keys' values with their index and member counts; a compressed
-memory's input keys' and labels' indexes), label texts, the tune stage's per-query λ model, used when
+memory's input keys' and labels' indexes), the labels' own ids and texts, the tune stage's per-query λ model, used when
 `infer.query_lambda` is true) that `raexmc predict` reads beside the encoder and the index, and log the three as an MLflow pyfunc model registered under `package.model_name`, with the alias `package.alias`
 for a `dvc repro` of the workspace and the experiment's name for a DVC experiment."""
 
@@ -14,7 +14,8 @@ from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection import read_selection
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.input_memory import InputMemory
-from raexmc.memory.keys_values import memory_keys, training_values, write_memory
+from raexmc.memory.keys_values import memory_keys, training_values
+from raexmc.memory.predictor_folder import write_memory
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.pipeline.tracking.identity import experiment_name
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda

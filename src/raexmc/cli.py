@@ -110,7 +110,7 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
         predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device=device)
         if verbose:
             typer.echo(f"loaded {folder} in {time.perf_counter() - started:.2f} s", err=True)
-        k = k or min(10, len(predictor.label_texts))
+        k = k or min(10, len(predictor.labels))
         total = Timing()
         for start in range(0, len(queries), batch_size):
             batch = queries[start:start + batch_size]

@@ -40,6 +40,33 @@ def test_lf_keeps_content_and_uids(lf_folder, tmp_path):
     assert (first.uid, first.title, first.content) == TRAIN[0][:3]
 
 
+OWN_IDS = [7_340_012_553, "B00X4WHP5E", 12, 9_007_199_254_740_993, "l0"]  # big ints (one past 2**53), strings
+
+
+def test_lf_label_uids_keep_the_type_the_file_gives(lf_folder, tmp_path):
+    """A label's uid is its id in the user's data: an integer stays an integer (a string "12" would not
+    join with the user's 12), however large, and a string stays a string."""
+    write_jsonl_gz(lf_folder / "lbl.json.gz", [{"uid": uid, "title": title, "content": content}
+                                               for uid, (_, title, content) in zip(OWN_IDS, LABELS)])
+    build(lf_folder, tmp_path / "out")
+    assert [t.uid for t in Dataset(tmp_path / "out").texts("labels")] == OWN_IDS
+    lines = (tmp_path / "out" / "labels.jsonl").read_text().splitlines()
+    assert json.loads(lines[3])["uid"] == 9_007_199_254_740_993 and '"uid": 9007199254740993,' in lines[3]
+
+
+@pytest.mark.parametrize(("uid", "shown"), [(1.5, "1.5"), (None, "None"), (True, "True"), (["a"], "['a']")])
+def test_lf_uid_that_is_no_string_or_integer_names_the_line(lf_folder, tmp_path, uid, shown):
+    write_jsonl_gz(lf_folder / "lbl.json.gz", [{"uid": "a", "title": "x"}, {"uid": uid, "title": "y"}])
+    expect_error(lf_folder, tmp_path / "out", "lbl.json.gz:2", f"'uid' must be a string or an integer, got {shown}")
+
+
+def test_ngame_label_id_is_its_line_in_y_txt(ngame_folder, tmp_path):
+    """Y.txt has no ids: a label's id is its 0-based line, the number trn_X_Y.txt refers to it by."""
+    build(ngame_folder, tmp_path / "out")
+    assert [(t.uid, t.title) for t in Dataset(tmp_path / "out").texts("labels")] == [
+        (0, "python"), (1, "perl"), (2, "unix"), (3, "linux"), (4, "compiler")]
+
+
 def test_stats_count_segments_and_unseen_test_labels(lf_folder, tmp_path):
     stats = build(lf_folder, tmp_path / "out")
     # training frequencies: l0 1, l1 1, l2 2, l3 1, l4 2 -> all xtail; test uses l0, l2, l3 (all seen)

@@ -29,7 +29,8 @@ from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index
 from raexmc.evaluation.query_lambda_fit import query_lambda_scorer
-from raexmc.memory.keys_values import memory_keys, write_memory
+from raexmc.memory.keys_values import memory_keys
+from raexmc.memory.predictor_folder import write_memory
 from raexmc.rae.predictor import Predictor
 from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.queries import parse_queries

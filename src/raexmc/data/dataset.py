@@ -1,6 +1,7 @@
 """The normalised dataset folder that the download stage writes and every later stage reads.
 
-    labels.jsonl  train.jsonl  test.jsonl      one {"uid", "title", "content"} object per line
+    labels.jsonl  train.jsonl  test.jsonl      one {"uid", "title", "content"} object per line; "uid" is the
+                                               record's id in its source (string or integer, as given)
     Y_train.npz   Y_test.npz                   CSR label matrices (inputs x labels, relevance)
     filter_train.npz  filter_test.npz          CSR reciprocal-pair filters (pairs never predicted)
     stats.json    source.json                  counts; where the data came from
@@ -32,9 +33,9 @@ TEXT_FILES = {"train": "train.jsonl", "test": "test.jsonl", "labels": "labels.js
 
 @dataclass
 class Text:
-    """A text record: an input or a label."""
+    """A text record: an input or a label; `uid` is its id in the source it came from."""
 
-    uid: str
+    uid: str | int
     title: str
     content: str = ""
 

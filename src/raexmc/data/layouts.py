@@ -92,9 +92,18 @@ def _field(record: dict[str, Any], key: str, kind: type, path: Path, line_no: in
     return value
 
 
+def _uid(record: dict[str, Any], path: Path, line_no: int) -> str | int:
+    """A record's "uid" as the file gives it (a string or an integer: a label's id in the user's own data,
+    returned beside its predictions); its 0-based line number when it has none."""
+    uid = record.get("uid", line_no - 1)
+    if isinstance(uid, bool) or not isinstance(uid, (str, int)):
+        raise DataError(f"field 'uid' must be a string or an integer, got {uid!r}", path, line_no)
+    return uid
+
+
 def _lf_labels(path: Path) -> Iterator[Text]:
     for line_no, record in _json_records(path):
-        yield Text(str(record.get("uid", line_no - 1)), _field(record, "title", str, path, line_no),
+        yield Text(_uid(record, path, line_no), _field(record, "title", str, path, line_no),
                    record.get("content") or "")
 
 
@@ -116,7 +125,7 @@ def _lf_examples(path: Path) -> Iterator[Example]:
             if not isinstance(relevance, list) or len(relevance) != len(labels):
                 raise DataError("'target_rel' must be a list as long as 'target_ind'", path, line_no)
             relevance = [_relevance(raw, "target_rel", path, line_no) for raw in relevance]
-        yield Example(str(record.get("uid", line_no - 1)), _field(record, "title", str, path, line_no),
+        yield Example(_uid(record, path, line_no), _field(record, "title", str, path, line_no),
                       record.get("content") or "", labels=labels, relevance=relevance,
                       origin=(str(path), line_no))
 
@@ -169,12 +178,13 @@ def _ngame_examples(text_path: Path, label_path: Path, num_labels: int) -> Itera
             raise DataError(f"line count mismatch: {text_path.name} and {label_path.name} differ after "
                             f"{count - 1} records ({longer.name} is longer)", longer, line_no)
         line_no, labels, values = row
-        yield Example(str(count - 1), text[1], "", labels=labels, relevance=values, origin=(str(label_path), line_no))
+        yield Example(count - 1, text[1], "", labels=labels, relevance=values, origin=(str(label_path), line_no))
 
 
 def _ngame_labels(path: Path) -> Iterator[Text]:
+    """A label's id is its 0-based line in Y.txt: the number trn_X_Y.txt and tst_X_Y.txt refer to it by."""
     for line_no, text in read_lines(path):
-        yield Text(str(line_no - 1), text, "")
+        yield Text(line_no - 1, text, "")
 
 
 def read_ngame(folder: Path) -> LayoutReader:

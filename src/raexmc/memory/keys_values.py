@@ -1,28 +1,22 @@
-"""The knowledge memory: keys K = [X_train; Z_labels], their values, and the memory folder the predictor reads.
+"""The knowledge memory: keys K = [X_train; Z_labels] and their values.
 
 Key ids 0..N-1 are training inputs, N..N+L-1 labels. RAE searches the joint keys; its baselines
 search their own key sets, so that a dual encoder is a top-b over the label keys alone and kNN a
 top-b over the training-input keys alone (on the joint top-b, input keys can crowd labels out).
 Only those two key sets are indexed: the joint top-b is the merge of their top-b (merge.py).
-The values' input part is Y_train (the label part, the identity, is implicit). The package stage
-writes the memory folder: the inference settings, Y_train, the label texts, the keys when the
-index is exact (that backend keeps none), and files it copies in (the per-query λ model).
+The values' input part is Y_train (the label part, the identity, is implicit); the package stage
+writes them into the predictor's memory folder (predictor_folder.py).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..data.dataset import Dataset
 from ..encoder.vectors import load_embeddings
 from ..errors import PARAMS_FILE, ConfigError
-from ..io import atomic_dir, write_json
 
 # Key set -> the embedding splits it stacks, in key-id order.
 KEY_SETS: dict[str, tuple[str, ...]] = {
@@ -31,11 +25,7 @@ KEY_SETS: dict[str, tuple[str, ...]] = {
     "inputs": ("train",),            # kNN over training inputs
 }
 RELEVANCE = ("binary", "graded")
-SETTINGS_FILE = "settings.json"
-VALUES_FILE = "Y_train.npz"
-LABEL_TEXTS_FILE = "label_texts.json"
 KEYS_FILE = "keys.npy"
-SETTINGS = ("lambda", "b", "tau", "ef_search", "relevance", "input_max_len", "input_fields")
 GATHER_ROWS = 1 << 16  # rows `stack_rows` copies at once: its only scratch beside the result
 
 
@@ -79,24 +69,3 @@ def training_values(Y_train: sp.spmatrix, relevance: str = "binary", copy: bool 
         values.data[:] = 1.0
     return values
 
-
-def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str, Any],
-                 keys: np.ndarray | None = None, copies: tuple[str | os.PathLike, ...] = (),
-                 values: sp.csr_matrix | None = None) -> None:
-    """Write the memory folder atomically, with the files and folders of `copies` copied in under their
-    names; `settings` needs every key of SETTINGS. `values` replace Y_train when RAE's input keys are
-    not the training inputs (a smaller memory: memory/input_memory.py)."""
-    missing = [name for name in SETTINGS if name not in settings]
-    if missing:
-        raise ValueError(f"settings lack {', '.join(missing)}")
-    Y_train = values
-    if Y_train is None:
-        Y_train = training_values(dataset.label_matrix("train"), settings["relevance"], copy=False)
-    with atomic_dir(folder) as tmp:
-        write_json(tmp / SETTINGS_FILE, {**settings, "num_train": Y_train.shape[0], "num_labels": Y_train.shape[1]})
-        sp.save_npz(tmp / VALUES_FILE, Y_train)
-        write_json(tmp / LABEL_TEXTS_FILE, [label.title for label in dataset.texts("labels")])
-        if keys is not None:
-            np.save(tmp / KEYS_FILE, np.asarray(keys, dtype=np.float32))
-        for path in map(Path, copies):
-            (shutil.copytree if path.is_dir() else shutil.copyfile)(path, tmp / path.name)

@@ -5,7 +5,7 @@ package's code, registered under a name and an alias, so that
 
 Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}});
 a record may give "title" and "content" instead of "text", joined by the training inputs' recipe.
-Answer: {"predictions": [{"text": "...", "labels": [{"label": id, "text": "...", "score": s}, ...]}]}.
+Answer: {"predictions": [{"text": "...", "labels": [{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}.
 A bad request (no "text"/"title", an empty text, k outside 1..number of labels) is answered 400 with
 the one line `raexmc predict` would print as its "message".
 """
@@ -74,7 +74,7 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
         try:
             k = (params or {}).get("k", DEFAULT_K)
             if k == DEFAULT_K:  # the signature's default (MLflow fills it in): every label of a smaller model
-                k = min(k, len(self.predictor.label_texts))
+                k = min(k, len(self.predictor.labels))
             return self.answer(model_input, k)
         except RaexmcError as error:
             raise RequestRefused(error) from None

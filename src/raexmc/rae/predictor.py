@@ -3,8 +3,8 @@
 A predictor is three folders: the encoder (written by the train stage), the index stage's folder (the
 inputs' and the labels' index, merged into one joint search) and the memory folder the package stage writes
 (with a smaller memory, memory.keep < 1, its input keys' index and member counts, and with a compressed one,
-memory.compression, its input keys' and labels' indexes, which replace the index stage's): the inference settings (the text recipe of the inputs among them), the values' training part Y_train, the label
-texts, the keys when the index is exact (that backend keeps none) and the per-query λ model, which
+memory.compression, its input keys' and labels' indexes, which replace the index stage's): the inference settings (the text recipe of the inputs among them), the values' training part Y_train, the labels'
+ids and texts (data/label_records.py), the keys when the index is exact (that backend keeps none) and the per-query λ model, which
 scores each query at its own λ when the settings' `query_lambda` is true (else the scalar λ). Queries are turned into text
 by the same recipe as the training inputs (`encoder.tokens.text_of`), so a Titles dataset's model sees only
 a query's title, as in training. The same three folders make the MLflow model (pipeline/serving.py), less
@@ -22,15 +22,17 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..data.dataset import Text
+from ..data.label_records import LabelRecords
 from ..encoder.device import pick_device, resolve_precision
 from ..encoder.embedding import embed_rows
 from ..encoder.model import load_encoder, load_tokenizer
 from ..encoder.tokens import RightPaddedTokenizer, text_of, tokenizer_input
 from ..errors import DataError
 from ..io import load_array, load_sparse, read_json
-from ..memory.keys_values import KEYS_FILE, LABEL_TEXTS_FILE, SETTINGS, SETTINGS_FILE, VALUES_FILE
+from ..memory.keys_values import KEYS_FILE
 from ..memory.indexes import INDEXED_KEY_SETS, load_joint_search
 from ..memory.input_memory import COUNTS_FILE, own_index_folders
+from ..memory.predictor_folder import SETTINGS, SETTINGS_FILE, VALUES_FILE
 from ..memory.prior import add_log_prior
 from .queries import checked_k
 from .query_lambda import QUERY_LAMBDA_FILE, QueryLambda, read_query_lambda
@@ -64,7 +66,10 @@ class Predictor:
         if self.settings.get("query_lambda", False):  # memory folders packaged before it existed lack the key
             self.query_lambda = read_query_lambda(memory / QUERY_LAMBDA_FILE).check_settings(
                 float(self.settings["tau"]), int(self.settings["b"]), memory / QUERY_LAMBDA_FILE)
-        self.label_texts: list[str] = read_json(memory / LABEL_TEXTS_FILE)
+        self.labels = LabelRecords.open(memory)
+        if len(self.labels) != self.settings["num_labels"]:
+            raise DataError(f"{len(self.labels)} label records for {self.settings['num_labels']} labels: "
+                            "rerun the package stage", memory)
         keys = load_array(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
         # a smaller or compressed memory's own indexes, in place of the index stage's (inputs=, labels=)
         self.index = load_joint_search(index, keys, ef_search=int(self.settings["ef_search"]), threads=threads,
@@ -96,8 +101,9 @@ class Predictor:
         return embed_rows(self.model, ids, lengths, np.arange(len(texts)), self.device, self.precision)
 
     def predict(self, queries: list[Text | str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:
-        """Per query, its top-k labels as {"label": id, "text": label text, "score": p.V}, best first."""
-        k = checked_k(k, len(self.label_texts))
+        """Per query, its top-k labels as {"label": row, "id": the label's id in its dataset, "text": label text,
+        "score": p.V}, best first."""
+        k = checked_k(k, len(self.labels))
         timing = Timing(queries=len(queries))
         if not queries:
             return [], timing
@@ -113,11 +119,15 @@ class Predictor:
         for row, labels in enumerate(top):
             labels = labels[labels >= 0]  # top_k pads with -1 when fewer labels scored
             values = scores[row, labels].toarray().ravel()
-            results.append([{"label": int(label), "text": self.label_texts[label], "score": round(float(value), 6)}
-                            for label, value in zip(labels, values)])
+            results.append([self.label_answer(label, value) for label, value in zip(labels, values)])
         timing.encode_s, timing.search_s = encoded - started, searched - encoded
         timing.score_s = time.perf_counter() - searched
         return results, timing
+
+    def label_answer(self, row: int, score: float) -> dict[str, Any]:
+        """One label of an answer: its row (column in the label matrices), its own id and text, its score."""
+        label_id, text = self.labels[row]
+        return {"label": int(row), "id": label_id, "text": text, "score": round(float(score), 6)}
 
     def scores(self, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
         """RAE's label scores of a joint retrieval: at the memory's λ, or at the per-query model's λ of

@@ -1,0 +1,84 @@
+"""The labels a predictor answers with: each label's own id in its dataset beside its text.
+
+The id is the `uid` the dataset's labels.jsonl holds (an LF label's `uid` as lbl.json.gz gives it, an
+NGAME label's 0-based line in Y.txt, a FOLDOC headword, a WordNet "<pos><offset>"), so that a user can
+join the answers with their own data; the row is the label's column in the label matrices.
+
+A memory folder keeps them as one JSON line {"id", "text"} per label, in row order, and the byte offset
+of every line. The predictor maps the lines and decodes only the labels it returns: 1.3M labels cost it
+their offsets (8 bytes a label), not a Python list of 1.3M strings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+from array import array
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+from ..io import load_array, read_json
+from .dataset import Text
+
+RECORDS_FILE = "label_records.jsonl"
+OFFSETS_FILE = "label_offsets.npy"
+LEGACY_TEXTS_FILE = "label_texts.json"  # what a memory folder held before label ids: the texts alone
+
+LabelId = str | int | None
+
+
+def write_label_records(folder: str | os.PathLike, labels: Iterable[Text]) -> None:
+    """Write the records and offsets files of `labels` into `folder`."""
+    folder = Path(folder)
+    offsets = array("q", [0])
+    with open(folder / RECORDS_FILE, "wb") as handle:
+        for label in labels:
+            line = (json.dumps({"id": label.uid, "text": label.title}, ensure_ascii=False) + "\n").encode()
+            handle.write(line)
+            offsets.append(offsets[-1] + len(line))
+    np.save(folder / OFFSETS_FILE, np.frombuffer(offsets, np.int64))
+
+
+class LabelRecords:
+    """Row -> (id, text) of a memory folder's labels, decoded on demand from the mapped records file."""
+
+    def __init__(self, lines: bytes | mmap.mmap, offsets: np.ndarray):
+        self.lines, self.offsets = lines, offsets
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike) -> LabelRecords:
+        """The labels of memory folder `folder`. One packaged before label ids holds their texts alone:
+        its ids read as None (null in an answer), and a warning says how to get them."""
+        folder = Path(folder)
+        path = folder / RECORDS_FILE
+        if not path.is_file() and (folder / LEGACY_TEXTS_FILE).is_file():
+            return cls._without_ids(folder / LEGACY_TEXTS_FILE)
+        offsets = load_array(folder / OFFSETS_FILE)
+        size = path.stat().st_size if path.is_file() else -1
+        if offsets.ndim != 1 or len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != size:
+            raise DataError(f"{RECORDS_FILE} and {OFFSETS_FILE} disagree (or one is missing): rerun the package stage",
+                            path)
+        with open(path, "rb") as handle:
+            return cls(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), offsets)
+
+    @classmethod
+    def _without_ids(cls, path: Path) -> LabelRecords:
+        logging.getLogger(__name__).warning(
+            "%s: packaged before label ids; answers give \"id\": null (rerun the package stage to add them)", path)
+        lines = [(json.dumps({"id": None, "text": text}, ensure_ascii=False) + "\n").encode()
+                 for text in read_json(path)]
+        offsets = np.zeros(len(lines) + 1, np.int64)
+        np.cumsum([len(line) for line in lines], out=offsets[1:])
+        return cls(b"".join(lines), offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, row: int) -> tuple[LabelId, str]:
+        record = json.loads(self.lines[int(self.offsets[row]):int(self.offsets[row + 1])])
+        return record["id"], record["text"]

@@ -1,0 +1,70 @@
+"""The labels' ids and texts of a memory folder: written from label records, read back one label at a
+time without holding every label in Python objects, and a folder packaged before ids still answers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from raexmc.data.dataset import Text
+from raexmc.data.label_records import OFFSETS_FILE, RECORDS_FILE, LabelRecords, write_label_records
+from raexmc.errors import DataError
+
+LABELS = [Text(9_007_199_254_740_993, "python"), Text("B00X4WHP5E", "pérl, “quoted” \\ text\n2nd line"),
+          Text(0, "unix"), Text("", "")]
+
+
+def test_every_label_reads_back_with_its_own_id_and_text(tmp_path):
+    write_label_records(tmp_path, LABELS)
+    records = LabelRecords.open(tmp_path)
+    assert len(records) == 4
+    assert [records[row] for row in (2, 0, 3, 1)] == [(0, "unix"), (9_007_199_254_740_993, "python"), ("", ""),
+                                                     ("B00X4WHP5E", "pérl, “quoted” \\ text\n2nd line")]
+    assert records[np.int64(1)][0] == "B00X4WHP5E", "rows come from numpy arrays"
+    lines = (tmp_path / RECORDS_FILE).read_text(encoding="utf-8").splitlines()
+    assert json.loads(lines[0]) == {"id": 9_007_199_254_740_993, "text": "python"}
+    assert len(lines) == 4, "a newline inside a text is escaped: one line per label"
+
+
+def test_a_memory_folder_packaged_before_label_ids_answers_with_null_ids(tmp_path, caplog):
+    """The old memory folder held label_texts.json, a JSON list of the labels' titles, and no ids."""
+    (tmp_path / "label_texts.json").write_text(json.dumps(["python", "pérl"]))
+    with caplog.at_level(logging.WARNING):
+        records = LabelRecords.open(tmp_path)
+    assert [records[row] for row in range(len(records))] == [(None, "python"), (None, "pérl")]
+    assert "packaged before label ids" in caplog.text and "rerun the package stage" in caplog.text
+
+
+@pytest.mark.parametrize("damage", ["no offsets", "no records", "cut records", "other offsets"])
+def test_records_that_disagree_with_their_offsets_are_refused(tmp_path, damage):
+    write_label_records(tmp_path, LABELS)
+    if damage == "no offsets":
+        (tmp_path / OFFSETS_FILE).unlink()
+    elif damage == "no records":
+        (tmp_path / RECORDS_FILE).unlink()
+    elif damage == "cut records":
+        (tmp_path / RECORDS_FILE).write_bytes((tmp_path / RECORDS_FILE).read_bytes()[:-1])
+    else:
+        np.save(tmp_path / OFFSETS_FILE, np.array([0, 10, 20]))
+    with pytest.raises(DataError, match="rerun the package stage|rerun the stage that writes it") as info:
+        LabelRecords.open(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+def test_opening_many_labels_holds_their_offsets_not_their_texts(tmp_path):
+    """200k labels: opening allocates the offsets (1.6 MB) and little else; the texts stay in the mapped file
+    (a list of 200k strings would take over 10 MB)."""
+    count = 200_000
+    write_label_records(tmp_path, (Text(f"uid-{row}", f"label number {row} of many") for row in range(count)))
+    tracemalloc.start()
+    try:
+        records = LabelRecords.open(tmp_path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * (count + 1) + 1_000_000
+    assert records[count - 1] == (f"uid-{count - 1}", f"label number {count - 1} of many")
