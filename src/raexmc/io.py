@@ -1,10 +1,12 @@
-"""Stage files: outputs written atomically (a stage's results appear whole or not at all), and read back
-so that a missing, truncated or foreign file is one DataError naming it, not a traceback."""
+"""Stage files: outputs written atomically (a stage's results appear whole or not at all), memory-mapped
+outputs reserved on disk before they are written (a full disk is an error, not a SIGBUS), and files read
+back so that a missing, truncated or foreign file is one DataError naming it, not a traceback."""
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -12,14 +14,17 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import DTypeLike
 
 from .errors import DataError
 
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""A write the storage has no room for: a full disk or quota, or a file larger than the filesystem or the
+process's file-size limit (`ulimit -f`) allows."""
 
 
 def _umask() -> int:
@@ -125,7 +130,7 @@ def _name_the_output(exc: BaseException, tmp: Path, target: Path) -> None:
     if not isinstance(exc, OSError):
         return
     if exc.filename is None:
-        if exc.errno in DISK_FULL:
+        if exc.errno in NO_ROOM:
             exc.filename = str(target)
         return
     name = os.fsdecode(exc.filename)
@@ -138,6 +143,46 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_file(path, "w", encoding="utf-8") as handle:
         json.dump(obj, handle, indent=2, sort_keys=True)
         handle.write("\n")
+
+
+def new_memmap(path: str | os.PathLike, dtype: DTypeLike, shape: tuple[int, ...]) -> np.memmap:
+    """A new .npy file of `dtype` and `shape`, memory-mapped for writing, every byte of it reserved on disk first.
+
+    A store through a memory map into space the disk does not have is not an exception but SIGBUS: the
+    process dies with no message, its temporary output stays and its MLflow run is never closed. With
+    the whole file reserved first, a disk that cannot hold it is an OSError naming the file and the
+    bytes it needs, raised before any work is done.
+    """
+    path = Path(path)
+    dtype = np.dtype(dtype)
+    try:
+        array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)  # a header, then a hole
+        with open(path, "r+b") as handle:
+            _reserve(handle, array.offset, path.stat().st_size)
+    except OSError as exc:
+        needed = dtype.itemsize * math.prod(shape)
+        raise OSError(exc.errno, f"{exc.strerror} (the array needs {needed:,} bytes)", str(path)) from None
+    return array
+
+
+def _reserve(handle: BinaryIO, start: int, end: int) -> None:
+    """Allocate bytes [start, end) of an open file: with posix_fallocate where the system and the
+    filesystem have it, else by writing them (as zeros, which a new file holds there anyway)."""
+    if end <= start:
+        return
+    fallocate = getattr(os, "posix_fallocate", None)  # not on macOS
+    if fallocate is not None:
+        try:
+            fallocate(handle.fileno(), start, end - start)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+    zeros = bytes(1 << 20)
+    handle.seek(start)
+    for offset in range(start, end, len(zeros)):
+        handle.write(zeros[:end - offset])
+    handle.flush()
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -3,6 +3,7 @@ relaunch of the stages that run as several processes (train, embed)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ConfigError, RaexmcError, StorageError
-from ..io import DISK_FULL
+from ..io import NO_ROOM
 from ..params import Params, load_params
 from .tracking.guard import ParamsGuard
 from .tracking.run import StageRun, stage_run
@@ -27,17 +28,19 @@ RANK_ERRORS = "RAEXMC_RANK_ERRORS"
 
 @contextmanager
 def user_errors(params_path: str | os.PathLike | None = None) -> Iterator[None]:
-    """Turn a RaexmcError, or a full disk, into one line on stderr and exit status 2; an error about a
+    """Turn a RaexmcError, or a write with no room (full disk, file-size limit), into one line on stderr and exit
+    status 2; an error about a
     parameter names `params_path`, the parameters file in use."""
     try:
         try:
             yield
         except OSError as exc:
-            if exc.errno not in DISK_FULL:
+            if exc.errno not in NO_ROOM:
                 raise
-            raise StorageError(f"{exc.strerror} while writing: free some space and rerun (outputs are written "
-                               "to temporary names first, so nothing half-written was kept)",
-                               exc.filename or "(file not reported)") from None
+            fix = ("write it where files this large are allowed, or raise the file-size limit (ulimit -f)"
+                   if exc.errno == errno.EFBIG else "free some space and rerun")
+            raise StorageError(f"{exc.strerror} while writing: {fix} (outputs are written to temporary names "
+                               "first, so nothing half-written was kept)", exc.filename or "(file not reported)") from None
     except RaexmcError as exc:
         exc = exc if params_path is None else exc.in_params_file(params_path)
         folder = os.environ.get(RANK_ERRORS)
