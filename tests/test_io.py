@@ -1,5 +1,5 @@
 """Stage files. Atomic outputs: what a killed writer left beside its target is removed by the next writer of
-that target, and nothing else is. A memory-mapped output has its bytes
+that target, or by the sweep of a whole output tree, and nothing else is. A memory-mapped output has its bytes
 on disk before it is written. Reading: a missing, cut or foreign file is one DataError naming it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from raexmc.errors import DataError
 from raexmc.io import (atomic_dir, atomic_file, load_array, load_arrays, load_sparse, new_memmap, read_json,
-                       write_json)
+                       remove_dead_temps, write_json)
 
 from conftest import leftover_of_killed_writer, run_on_small_disk, writer_in_progress
 
@@ -53,6 +53,21 @@ def test_a_temporary_whose_writer_still_runs_is_kept(tmp_path):
             (folder / "done").write_text("")
         assert writer.poll() is None and (tmp / "half-written.bin").is_file()
     assert (target / "done").is_file()
+
+
+def test_the_sweep_removes_dead_writers_temporaries_at_any_depth_and_only_those(tmp_path):
+    tree = tmp_path / "artifacts" / "tiny"
+    dead = [leftover_of_killed_writer(tree / "index"), tree / "eval" / ".metrics.json.99999999-ab_1.tmp"]
+    kept = [tree / ".gitignore", tree / ".stats.abcd1234.tmp",  # no process id: whose it is cannot be told
+            tree / "eval" / "run.1-abc.tmp", tree / "eval" / ".a.tmp", tree / "eval" / ".x.12.tmp"]
+    for path in dead[1:] + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    with writer_in_progress(tree / "memory") as (writer, live):
+        remove_dead_temps(tmp_path)
+        assert writer.poll() is None and (live / "half-written.bin").is_file(), "a running writer's temporary stays"
+    assert [path.exists() for path in dead] == [False, False]
+    assert all(path.exists() for path in kept)
 
 
 @pytest.mark.parametrize("reserve", ["posix_fallocate", "written zeros"])

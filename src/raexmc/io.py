@@ -8,6 +8,7 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import zipfile
@@ -50,15 +51,26 @@ def _stale_temp(name: str, prefix: str) -> bool:
     if not tag or "." in tag:
         return False
     pid = tag.partition("-")[0]
-    if not pid.isdigit():
-        return True  # named before temporaries carried a process id: its writer is long gone
+    # a tag without a process id was named before temporaries carried one: its writer is long gone
+    return not pid.isdigit() or _writer_gone(int(pid))
+
+
+def _writer_gone(pid: int) -> bool:
+    """Whether no process `pid` runs (a running process of another user counts as running)."""
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
-        pass  # a running process of another user
+        pass
     return False
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def remove_leftovers(target: Path) -> None:
@@ -70,10 +82,27 @@ def remove_leftovers(target: Path) -> None:
     prefix = f".{target.name}."
     for sibling in target.parent.iterdir():
         if sibling.name == f"{prefix}old" or _stale_temp(sibling.name, prefix):
-            if sibling.is_dir() and not sibling.is_symlink():
-                shutil.rmtree(sibling, ignore_errors=True)
-            else:
-                sibling.unlink(missing_ok=True)
+            _remove(sibling)
+
+
+# `.<target>.<pid>-<random>.tmp`: what _temp_prefix and tempfile's random names (a-z, 0-9, _) make.
+_TEMP_NAME = re.compile(r"\..+\.(?P<pid>\d+)-[a-z0-9_]+\.tmp")
+
+
+def remove_dead_temps(folder: str | os.PathLike) -> None:
+    """Remove every temporary under `folder`, at any depth, whose writer no longer runs.
+
+    remove_leftovers cleans up only when the same output is written again. A killed stage whose
+    output DVC later restores from its run cache never runs again, so its temporary would stay;
+    sweeping the whole output tree at every stage start removes it. A temporary whose writer
+    runs (a concurrent run's) is kept; a temporary's own content goes with it unread.
+    """
+    for parent, folders, files in os.walk(folder):
+        for name in (*folders, *files):
+            temp = _TEMP_NAME.fullmatch(name)
+            if temp and _writer_gone(int(temp["pid"])):
+                _remove(Path(parent, name))
+        folders[:] = [name for name in folders if not _TEMP_NAME.fullmatch(name)]
 
 
 @contextmanager
