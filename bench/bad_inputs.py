@@ -12,6 +12,7 @@ it should, and whether a partial output was left behind. A case passes when all 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -163,17 +164,77 @@ def corrupt_store(project: Project) -> Outcome:
                        env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}"}, output=folder / "data")
 
 
-def disk_full(project: Project) -> Outcome:
-    """The download stage writing onto an 8 KiB tmpfs (needs root to mount; skipped otherwise)."""
-    folder = project.fresh("enospc")
-    mount = folder / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(mount)]).returncode:
+def on_small_tmpfs(mount: Path, size: str, run: Callable[[], Outcome]) -> Outcome:
+    """`run` with a `size` tmpfs mounted on `mount` (needs root to mount; skipped otherwise)."""
+    mount.mkdir(parents=True)
+    mounted = os.geteuid() == 0 and not subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                                                        str(mount)]).returncode
+    if not mounted:
         return Outcome(-1, "skipped: mounting a small tmpfs needs root", False)
     try:
-        return project.stage("download", project.params(folder), out=mount / "data")
+        outcome = run()
+        outcome.detail["left_on_the_small_disk"] = sorted(path.name for path in mount.iterdir())
+        outcome.output_left = outcome.output_left or bool(outcome.detail["left_on_the_small_disk"])
+        return outcome
     finally:
         subprocess.run(["umount", str(mount)])
+
+
+def disk_full(project: Project) -> Outcome:
+    """The download stage writing onto an 8 KiB tmpfs."""
+    folder = project.fresh("enospc")
+    return on_small_tmpfs(folder / "small", "8k", lambda: project.stage("download", project.params(folder),
+                                                                         out=folder / "small" / "data"))
+
+
+# Issue 37: memory-mapped outputs on a full disk (once SIGBUS: exit -7 or 135, no message, the temp left), and
+# the temporary of a killed stage that DVC then restores from its run cache (once never removed).
+SYNTHETIC = {"source": "synthetic", "n_train": 32768, "n_test": 64, "n_labels": 256, "labels_per_input": 2,
+             "input_words": [4, 8], "label_words": [3, 4], "topic_size": 32}  # 8 MiB of token ids, 4 MiB of vectors
+
+
+@functools.cache
+def synthetic_tokens(project: Project) -> Path:
+    """A folder holding params.yaml for 32,768 synthetic inputs (128 tokens each), data/ and tokens/."""
+    folder = project.fresh("synthetic")
+    params = project.params(folder, **{"data.name": "syn", "datasets.syn": SYNTHETIC, "tokenize.input_max_len": 128})
+    for script, options in (("download", {"out": folder / "data"}),
+                            ("tokenize_texts", {"dataset": folder / "data", "out": folder / "tokens"})):
+        if project.stage(script, params, **options).code != 0:
+            raise RuntimeError(f"the synthetic {script} failed")
+    return folder
+
+
+def memmap_on_full_disk(project: Project, stage: str) -> Outcome:
+    """The tokenize or embed stage of the synthetic data onto a 1 MiB tmpfs."""
+    synthetic = synthetic_tokens(project)
+    small = project.fresh(f"{stage}-full") / "small"
+    inputs = ({"dataset": synthetic / "data", "out": small / "tokens"} if stage == "tokenize_texts" else
+              {"model": project.root / ARTIFACTS["model"], "tokens": synthetic / "tokens",
+               "out": small / "embeddings"})
+    return on_small_tmpfs(small, "1m", lambda: project.stage(stage, synthetic / "params.yaml", **inputs))
+
+
+def killed_then_restored(project: Project) -> Outcome:
+    """SIGKILL evaluate in `dvc repro` while it writes; the next plain `dvc repro` restores evaluate from the run
+    cache (it does not run) and must still leave no `.*.tmp` of the killed run (in a copy of the project)."""
+    repo = project.fresh("run-cache") / "repo"
+    subprocess.run(["cp", "-a", str(project.root), str(repo)], check=True)
+    dvc = [PYTHON, "-m", "dvc", "repro"]
+    rerun = subprocess.Popen([*dvc, "--force", "--single-item", "evaluate"], cwd=repo, env=project.env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    artifacts = repo / "artifacts" / "tiny"
+    while not (temps := list(artifacts.glob(".eval.*.tmp"))) and rerun.poll() is None:
+        time.sleep(0.01)
+    if not temps:
+        return Outcome(1, "evaluate ended before it could be killed while writing", False)
+    os.kill(int(temps[0].name.removeprefix(".eval.").partition("-")[0]), 9)
+    rerun.wait()
+    proc = subprocess.run(dvc, cwd=repo, env=project.env, capture_output=True, text=True, timeout=900)
+    restored = [line for line in proc.stdout.splitlines() if "'evaluate' is cached" in line]
+    left = sorted(path.name for folder in ("data", "artifacts") for path in (repo / folder).rglob(".*.tmp"))
+    return Outcome(proc.returncode if restored else 1, (restored or ["evaluate was not restored"])[0],
+                   "Traceback" in proc.stderr, bool(left), {"killed_run_left": temps[0].name, "left_after": left})
 
 
 def predict(project: Project, *args: str, stdin: bytes | None = None) -> Outcome:
@@ -492,6 +553,12 @@ def cases() -> list[Case]:
         Case("alias-unknown", "audit", "raexmc serve --alias nope", serve_unknown_alias, "nope"),
         Case("tokenizer-python-only", "audit", "encoder.name with no fast tokenizer (ByT5's)", python_only_tokenizer,
              "encoder.name"),
+        Case("tokenize-disk-full", "37.1", "tokenize 8 MiB of token ids onto a 1 MiB tmpfs",
+             lambda p: memmap_on_full_disk(p, "tokenize_texts"), "tokens/train.ids.npy"),
+        Case("embed-disk-full", "37.1", "embed 4 MiB of vectors onto a 1 MiB tmpfs",
+             lambda p: memmap_on_full_disk(p, "embed"), "embeddings/train.npy"),
+        Case("killed-stage-run-cache", "37.2", "evaluate killed mid-write, then restored from DVC's run cache: "
+             "no temp may stay", killed_then_restored, "", expect_failure=False),
     ] + [Case(name, "21.8", name.replace("-", " "), None, key) for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES  # type: ignore[arg-type]
 
 

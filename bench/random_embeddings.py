@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from raexmc.io import read_json
+from raexmc.io import new_memmap, read_json
 
 BLOCK_ROWS = 1 << 16
 
@@ -34,7 +34,7 @@ def main(dataset: Path = typer.Option(..., help="A download stage's folder (its 
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     for split, count in (("train", stats["N_train"]), ("labels", stats["L"]), ("test", stats["N_test"])):
-        vectors = np.lib.format.open_memmap(out / f"{split}.npy", mode="w+", dtype=np.float32, shape=(count, dim))
+        vectors = new_memmap(out / f"{split}.npy", np.float32, (count, dim))
         fill_random_unit(vectors, rng)
         vectors.flush()
         del vectors

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -273,3 +274,39 @@ def peak_rss_of(command: list[str], cwd: Path) -> int:
     proc.stderr.close()
     assert os.waitstatus_to_exitcode(status) == 0, error
     return usage.ru_maxrss * 1024  # kilobytes on Linux
+
+
+def small_filesystem(size: str) -> tuple[str, ...] | None:
+    """A command prefix that runs a shell command with a `size` tmpfs mounted on its first
+    argument's folder, in a user namespace (no root needed); None where the kernel forbids it."""
+    if not shutil.which("unshare"):
+        return None
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    return ("unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs "$0" && exec "$@"') \
+        if probe.returncode == 0 else None
+
+
+@dataclass(frozen=True)
+class SmallDiskRun:
+    proc: subprocess.CompletedProcess
+    left: list[str]  # what the small folder holds once the command has ended
+    error: str  # what a write that does not fit fails with there
+
+
+def run_on_small_disk(folder: Path, size: int, command: list[str], cwd: Path) -> SmallDiskRun:
+    """Run `command` where `folder` can take at most about `size` bytes: a tmpfs of that size mounted on
+    it (in a user namespace, which ends with the command, so the folder is listed just before), or where
+    the kernel forbids that, a limit of `size` bytes on any file the command writes (RLIMIT_FSIZE: a
+    write past it fails with EFBIG, and the limit must leave room for the MLflow store)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = small_filesystem(str(size))
+    if mounted is not None:
+        listing = folder.with_name(f"{folder.name}.left")
+        then_list = f'"$@"; status=$?; ls -A "{folder}" > "{listing}"; exit $status'
+        proc = subprocess.run([*mounted, str(folder), "sh", "-c", then_list, "sh", *command], cwd=cwd,
+                              capture_output=True, text=True)
+        return SmallDiskRun(proc, listing.read_text().split(), os.strerror(errno.ENOSPC))
+    limited = ("import os, resource, sys; hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]; "
+               f"resource.setrlimit(resource.RLIMIT_FSIZE, ({size}, hard)); os.execv(sys.argv[1], sys.argv[1:])")
+    proc = subprocess.run([sys.executable, "-c", limited, *command], cwd=cwd, capture_output=True, text=True)
+    return SmallDiskRun(proc, sorted(os.listdir(folder)), os.strerror(errno.EFBIG))

@@ -1,16 +1,21 @@
 """Stage files. Atomic outputs: what a killed writer left beside its target is removed by the next writer of
-that target, and nothing else is. Reading: a missing, cut or foreign file is one DataError naming it."""
+that target, or by the sweep of a whole output tree, and nothing else is. A memory-mapped output has its bytes
+on disk before it is written. Reading: a missing, cut or foreign file is one DataError naming it."""
 
 from __future__ import annotations
+
+import os
+import sys
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from raexmc.errors import DataError
-from raexmc.io import atomic_dir, atomic_file, load_array, load_arrays, load_sparse, read_json, write_json
+from raexmc.io import (atomic_dir, atomic_file, load_array, load_arrays, load_sparse, new_memmap, read_json,
+                       remove_dead_temps, write_json)
 
-from conftest import leftover_of_killed_writer, writer_in_progress
+from conftest import leftover_of_killed_writer, run_on_small_disk, writer_in_progress
 
 
 def hidden(folder):
@@ -48,6 +53,50 @@ def test_a_temporary_whose_writer_still_runs_is_kept(tmp_path):
             (folder / "done").write_text("")
         assert writer.poll() is None and (tmp / "half-written.bin").is_file()
     assert (target / "done").is_file()
+
+
+def test_the_sweep_removes_dead_writers_temporaries_at_any_depth_and_only_those(tmp_path):
+    tree = tmp_path / "artifacts" / "tiny"
+    dead = [leftover_of_killed_writer(tree / "index"), tree / "eval" / ".metrics.json.99999999-ab_1.tmp"]
+    kept = [tree / ".gitignore", tree / ".stats.abcd1234.tmp",  # no process id: whose it is cannot be told
+            tree / "eval" / "run.1-abc.tmp", tree / "eval" / ".a.tmp", tree / "eval" / ".x.12.tmp"]
+    for path in dead[1:] + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    with writer_in_progress(tree / "memory") as (writer, live):
+        remove_dead_temps(tmp_path)
+        assert writer.poll() is None and (live / "half-written.bin").is_file(), "a running writer's temporary stays"
+    assert [path.exists() for path in dead] == [False, False]
+    assert all(path.exists() for path in kept)
+
+
+@pytest.mark.parametrize("reserve", ["posix_fallocate", "written zeros"])
+def test_a_new_memmap_has_its_bytes_on_disk_before_it_is_written(tmp_path, monkeypatch, reserve):
+    """numpy's own memory-mapped file is a hole its first stores fill; ours is the same file, reserved."""
+    if reserve == "written zeros":
+        monkeypatch.delattr(os, "posix_fallocate")  # as on macOS
+    array = new_memmap(tmp_path / "ours.npy", np.float32, (1000, 64))
+    reference = np.lib.format.open_memmap(tmp_path / "numpy.npy", mode="w+", dtype=np.float32, shape=(1000, 64))
+    size = (tmp_path / "numpy.npy").stat().st_size
+    assert (tmp_path / "ours.npy").stat().st_size == size
+    assert (tmp_path / "ours.npy").stat().st_blocks * 512 >= size > (tmp_path / "numpy.npy").stat().st_blocks * 512
+    values = np.random.default_rng(0).standard_normal((1000, 64), dtype=np.float32)
+    array[:], reference[:] = values, values
+    array.flush(), reference.flush()
+    assert (tmp_path / "ours.npy").read_bytes() == (tmp_path / "numpy.npy").read_bytes()
+
+
+@pytest.mark.parametrize("reserve", ["posix_fallocate", "written zeros"])
+def test_a_new_memmap_the_disk_cannot_hold_is_an_oserror_naming_it(tmp_path, reserve):
+    """In a process of its own: were the reservation missing, the stores below would be SIGBUS."""
+    small, path = tmp_path / "small", tmp_path / "small" / "keys.npy"
+    script = ("import os, sys; from raexmc.io import new_memmap\n"
+              f"if {reserve == 'written zeros'}: del os.posix_fallocate\n"
+              "new_memmap(sys.argv[1], 'float32', (1 << 20,))[:] = 1.0")
+    done = run_on_small_disk(small, 1 << 20, [sys.executable, "-c", script, str(path)], tmp_path)
+    assert done.proc.returncode == 1, done.proc.stderr
+    assert done.proc.stderr.strip().splitlines()[-1].endswith(
+        f"] {done.error} (the array needs 4,194,304 bytes): '{path}'")
 
 
 def cut_in_half(path):

@@ -1,11 +1,13 @@
 """A real `dvc repro` of the whole DAG in a fresh temporary git repo, on a tiny dataset, and what DVC and
 MLflow make of it: reruns, experiments, a sweep, two experiments started together in one workspace (neither
-may log or register the other's params, and the one that fails says why), a killed training run."""
+may log or register the other's params, and the one that fails says why), a killed training run, a killed
+stage that DVC then restores from its run cache."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -144,6 +146,29 @@ def test_killed_training_resumes_from_its_checkpoint(project):
     assert (project / "artifacts/tiny/model/model.safetensors").is_file()
     curve = json.loads((project / "artifacts/tiny/model/training_curve.json").read_text())
     assert curve[-1]["step"] == 150 and "val_rae_P@1" in curve[-1] and "elapsed_s" in curve[-1]
+
+
+def test_a_killed_stage_restored_from_the_run_cache_leaves_no_temporary(reproduced_project):
+    """SIGKILL evaluate while it writes its output (as the OOM killer would); a plain `dvc repro` then restores
+    evaluate from DVC's run cache without running it, so it is the next stage that runs (track, every time)
+    that must remove the killed run's temporary folder."""
+    project, artifacts = reproduced_project, reproduced_project / "artifacts" / "tiny"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    rerun = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--force", "--single-item", "evaluate"],
+                             cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not (temps := list(artifacts.glob(".eval.*.tmp"))) and rerun.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert temps, "evaluate ended before it could be killed while writing"
+    os.kill(int(temps[0].name.removeprefix(".eval.").partition("-")[0]), signal.SIGKILL)
+    output, _ = rerun.communicate(timeout=300)
+    assert rerun.returncode != 0 and temps[0].is_dir(), output
+
+    restored = dvc("repro", cwd=project)
+    assert "Stage 'evaluate' is cached - skipping run" in restored.stdout, restored.stdout
+    assert (artifacts / "eval" / "metrics.json").is_file()
+    left = [path for folder in ("data", "artifacts") for path in (project / folder).rglob(".*.tmp")]
+    assert left == []
 
 
 def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch):

@@ -1,25 +1,31 @@
-"""Stage files: outputs written atomically (a stage's results appear whole or not at all), and read back
-so that a missing, truncated or foreign file is one DataError naming it, not a traceback."""
+"""Stage files: outputs written atomically (a stage's results appear whole or not at all), memory-mapped
+outputs reserved on disk before they are written (a full disk is an error, not a SIGBUS), and files read
+back so that a missing, truncated or foreign file is one DataError naming it, not a traceback."""
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
+import re
 import shutil
 import tempfile
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import DTypeLike
 
 from .errors import DataError
 
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""A write the storage has no room for: a full disk or quota, or a file larger than the filesystem or the
+process's file-size limit (`ulimit -f`) allows."""
 
 
 def _umask() -> int:
@@ -45,15 +51,26 @@ def _stale_temp(name: str, prefix: str) -> bool:
     if not tag or "." in tag:
         return False
     pid = tag.partition("-")[0]
-    if not pid.isdigit():
-        return True  # named before temporaries carried a process id: its writer is long gone
+    # a tag without a process id was named before temporaries carried one: its writer is long gone
+    return not pid.isdigit() or _writer_gone(int(pid))
+
+
+def _writer_gone(pid: int) -> bool:
+    """Whether no process `pid` runs (a running process of another user counts as running)."""
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
-        pass  # a running process of another user
+        pass
     return False
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def remove_leftovers(target: Path) -> None:
@@ -65,10 +82,27 @@ def remove_leftovers(target: Path) -> None:
     prefix = f".{target.name}."
     for sibling in target.parent.iterdir():
         if sibling.name == f"{prefix}old" or _stale_temp(sibling.name, prefix):
-            if sibling.is_dir() and not sibling.is_symlink():
-                shutil.rmtree(sibling, ignore_errors=True)
-            else:
-                sibling.unlink(missing_ok=True)
+            _remove(sibling)
+
+
+# `.<target>.<pid>-<random>.tmp`: what _temp_prefix and tempfile's random names (a-z, 0-9, _) make.
+_TEMP_NAME = re.compile(r"\..+\.(?P<pid>\d+)-[a-z0-9_]+\.tmp")
+
+
+def remove_dead_temps(folder: str | os.PathLike) -> None:
+    """Remove every temporary under `folder`, at any depth, whose writer no longer runs.
+
+    remove_leftovers cleans up only when the same output is written again. A killed stage whose
+    output DVC later restores from its run cache never runs again, so its temporary would stay;
+    sweeping the whole output tree at every stage start removes it. A temporary whose writer
+    runs (a concurrent run's) is kept; a temporary's own content goes with it unread.
+    """
+    for parent, folders, files in os.walk(folder):
+        for name in (*folders, *files):
+            temp = _TEMP_NAME.fullmatch(name)
+            if temp and _writer_gone(int(temp["pid"])):
+                _remove(Path(parent, name))
+        folders[:] = [name for name in folders if not _TEMP_NAME.fullmatch(name)]
 
 
 @contextmanager
@@ -125,7 +159,7 @@ def _name_the_output(exc: BaseException, tmp: Path, target: Path) -> None:
     if not isinstance(exc, OSError):
         return
     if exc.filename is None:
-        if exc.errno in DISK_FULL:
+        if exc.errno in NO_ROOM:
             exc.filename = str(target)
         return
     name = os.fsdecode(exc.filename)
@@ -138,6 +172,46 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_file(path, "w", encoding="utf-8") as handle:
         json.dump(obj, handle, indent=2, sort_keys=True)
         handle.write("\n")
+
+
+def new_memmap(path: str | os.PathLike, dtype: DTypeLike, shape: tuple[int, ...]) -> np.memmap:
+    """A new .npy file of `dtype` and `shape`, memory-mapped for writing, every byte of it reserved on disk first.
+
+    A store through a memory map into space the disk does not have is not an exception but SIGBUS: the
+    process dies with no message, its temporary output stays and its MLflow run is never closed. With
+    the whole file reserved first, a disk that cannot hold it is an OSError naming the file and the
+    bytes it needs, raised before any work is done.
+    """
+    path = Path(path)
+    dtype = np.dtype(dtype)
+    try:
+        array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)  # a header, then a hole
+        with open(path, "r+b") as handle:
+            _reserve(handle, array.offset, path.stat().st_size)
+    except OSError as exc:
+        needed = dtype.itemsize * math.prod(shape)
+        raise OSError(exc.errno, f"{exc.strerror} (the array needs {needed:,} bytes)", str(path)) from None
+    return array
+
+
+def _reserve(handle: BinaryIO, start: int, end: int) -> None:
+    """Allocate bytes [start, end) of an open file: with posix_fallocate where the system and the
+    filesystem have it, else by writing them (as zeros, which a new file holds there anyway)."""
+    if end <= start:
+        return
+    fallocate = getattr(os, "posix_fallocate", None)  # not on macOS
+    if fallocate is not None:
+        try:
+            fallocate(handle.fileno(), start, end - start)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+    zeros = bytes(1 << 20)
+    handle.seek(start)
+    for offset in range(start, end, len(zeros)):
+        handle.write(zeros[:end - offset])
+    handle.flush()
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make_lf_folder
+from conftest import REPO, make_lf_folder, small_filesystem
 
 
 @pytest.fixture
@@ -99,16 +99,6 @@ def test_an_unreadable_store_is_one_line(project, tmp_path, monkeypatch):
         assert "(Permission denied)" in download(project, project / "data" / "tiny", prefix).stderr
     finally:
         store.chmod(0o644)
-
-
-def small_filesystem(size: str) -> tuple[str, ...] | None:
-    """A command prefix that runs a shell command with a `size` tmpfs mounted on its first
-    argument's folder, in a user namespace (no root needed); None where the kernel forbids it."""
-    if not shutil.which("unshare"):
-        return None
-    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
-    return ("unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs "$0" && exec "$@"') \
-        if probe.returncode == 0 else None
 
 
 def test_a_full_disk_is_one_line_naming_the_output(project):

@@ -19,6 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm import tqdm
 
 from ..errors import DataError
+from ..io import new_memmap
 from .device import autocast
 from .tokens import TokenCache
 
@@ -93,7 +94,7 @@ def embed_split(model, cache: TokenCache, split: str, target: str | os.PathLike 
     storage = np.dtype(dtype)
     out = None
     if rank == 0:
-        out = np.lib.format.open_memmap(target, mode="w+", dtype=storage, shape=(len(lengths), dim))
+        out = new_memmap(target, storage, (len(lengths), dim))
     batches = length_sorted_batches(lengths, batch_size)
     started = time.perf_counter()
     with tqdm(total=len(lengths), desc=f"embed {split}", unit="text", mininterval=2.0, disable=rank != 0) as progress:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from ..data.dataset import Dataset, Text
 from ..errors import PARAMS_FILE, ConfigError, DataError
-from ..io import atomic_dir, load_array, read_json, write_json
+from ..io import atomic_dir, load_array, new_memmap, read_json, write_json
 from .model import id_setting, tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -187,9 +187,8 @@ def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, field
                     batch_size: int) -> None:
     count = dataset.size(split)
     tokenize = RightPaddedTokenizer(tokenizer, max_len)
-    ids = np.lib.format.open_memmap(folder / f"{split}.ids.npy", mode="w+", dtype=tokenize.dtype,
-                                    shape=(count, max_len))
-    lengths = np.lib.format.open_memmap(folder / f"{split}.len.npy", mode="w+", dtype=np.int32, shape=(count,))
+    ids = new_memmap(folder / f"{split}.ids.npy", tokenize.dtype, (count, max_len))
+    lengths = new_memmap(folder / f"{split}.len.npy", np.int32, (count,))
     row = 0
     with tqdm(total=count, desc=f"tokenize {split}", unit="text", mininterval=1.0) as progress:
         for chunk in _chunks(dataset.texts(split), batch_size):

@@ -1,4 +1,5 @@
-"""The project root that outlives one stage run: where the MLflow store lives, for experiments run in copies too."""
+"""The project root that outlives one stage run: where the MLflow store lives, for experiments run in copies too;
+and the folders of a working copy that stages write into."""
 
 from __future__ import annotations
 
@@ -27,3 +28,13 @@ def working_copy(start: str | os.PathLike) -> Path | None:
         if (folder / ".dvc").is_dir():
             return folder
     return None
+
+
+OUTPUT_FOLDERS = ("data", "artifacts")  # where dvc.yaml's stages write: data/<dataset>, artifacts/<dataset>/...
+
+
+def output_folders(params_path: str | os.PathLike) -> list[Path]:
+    """The folders the pipeline's stages write their outputs into, in the working copy of `params_path`
+    (none outside a DVC project: there a stage writes only where its options say)."""
+    root = working_copy(Path(params_path).resolve().parent)
+    return [] if root is None else [root / name for name in OUTPUT_FOLDERS]

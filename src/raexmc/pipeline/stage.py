@@ -3,6 +3,7 @@ relaunch of the stages that run as several processes (train, embed)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -14,8 +15,9 @@ from pathlib import Path
 import typer
 
 from ..errors import ConfigError, RaexmcError, StorageError
-from ..io import DISK_FULL
+from ..io import NO_ROOM, remove_dead_temps
 from ..params import Params, load_params
+from .paths import output_folders
 from .tracking.guard import ParamsGuard
 from .tracking.run import StageRun, stage_run
 from .tracking.workspace_lock import one_stage_at_a_time
@@ -27,16 +29,19 @@ RANK_ERRORS = "RAEXMC_RANK_ERRORS"
 
 @contextmanager
 def user_errors(params_path: str | os.PathLike | None = None) -> Iterator[None]:
-    """Turn a RaexmcError, or a full disk, into one line on stderr and exit status 2; an error about a
+    """Turn a RaexmcError, or a write with no room (full disk, file-size limit), into one line on stderr and exit
+    status 2; an error about a
     parameter names `params_path`, the parameters file in use."""
     try:
         try:
             yield
         except OSError as exc:
-            if exc.errno not in DISK_FULL:
+            if exc.errno not in NO_ROOM:
                 raise
-            raise StorageError(f"{exc.strerror} while writing: free some space and rerun (outputs are written "
-                               "to temporary names first, so nothing half-written was kept)",
+            fix = ("write it where files this large are allowed, or raise the file-size limit (ulimit -f)"
+                   if exc.errno == errno.EFBIG else "free some space and rerun")
+            raise StorageError(f"{exc.strerror} while writing: {fix} (outputs are written to temporary names "
+                               "first, so nothing half-written was kept)",
                                exc.filename or "(file not reported)") from None
     except RaexmcError as exc:
         exc = exc if params_path is None else exc.in_params_file(params_path)
@@ -50,11 +55,17 @@ def user_errors(params_path: str | os.PathLike | None = None) -> Iterator[None]:
 
 def run_stage(name: str, body: Callable[[Params, StageRun], None], params_path: str = "params.yaml") -> None:
     """Load params, open the pipeline's MLflow run for stage `name` and run `body` inside it, alone
-    in its working copy and only with the params its DVC command set (see tracking.guard)."""
+    in its working copy and only with the params its DVC command set (see tracking.guard).
+
+    First it removes the temporaries that killed stages left in the pipeline's output folders: a stage
+    DVC restores from its run cache never runs again to clean up its own, but the next stage that runs
+    (track runs every time) does."""
     with user_errors(params_path):
         guard = ParamsGuard(params_path)
         params = load_params(params_path)
         with one_stage_at_a_time(params_path, name):
+            for folder in output_folders(params_path):
+                remove_dead_temps(folder)
             guard.check()
             guard.check_dvc_overrides(params)
             with stage_run(name, params_path, guard) as run:

@@ -1,0 +1,87 @@
+"""A disk that cannot hold a memory-mapped output: the tokenize and embed stages end in one line naming the
+file and the bytes it needs, exit 2, leave nothing behind and mark the MLflow run FAILED. Before, the first
+store into the map past the free space killed the stage with SIGBUS, silently (exit -7 or 135)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from raexmc.data.dataset import Dataset
+from raexmc.data.sources import build_dataset
+from raexmc.encoder.model import load_tokenizer
+from raexmc.encoder.tokens import build_token_cache
+
+from conftest import REPO, run_on_small_disk
+
+TRAIN_TEXTS = 32_768
+INPUT_MAX_LEN = 128
+DISK = 2 << 20  # bytes: room for the MLflow store and a file's header, not for the train split's arrays
+HINT = "(outputs are written to temporary names first, so nothing half-written was kept)"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Dataset:
+    folder = tmp_path_factory.mktemp("synthetic") / "data"
+    build_dataset("syn", {"source": "synthetic", "n_train": TRAIN_TEXTS, "n_test": 64, "n_labels": 256,
+                          "labels_per_input": 2, "input_words": [4, 8], "label_words": [3, 4], "topic_size": 32},
+                  folder, "")
+    return Dataset(folder)
+
+
+def write_params(folder: Path, tiny_model: Path) -> Path:
+    (folder / "params.yaml").write_text(
+        f"encoder:\n  name: {tiny_model}\n"
+        f"tokenize:\n  input_max_len: {INPUT_MAX_LEN}\n  label_max_len: 16\n  input_fields: title\n"
+        "  label_fields: title\n  batch_size: 2048\n"
+        "embed:\n  nproc: 1\n  torchrun_args: ''\n  device: cpu\n  precision: fp32\n  dtype: float32\n"
+        "  batch_size: 256\n  threads: 1\n")
+    return folder / "params.yaml"
+
+
+def the_one_line(stderr: str) -> str:
+    """The error line, last on stderr after the progress bars, with no traceback and no second error."""
+    assert "Traceback" not in stderr and stderr.count("Error: ") == 1, stderr
+    return stderr.strip().splitlines()[-1]
+
+
+def last_run_status() -> str:
+    client = MlflowClient()  # the test's own store (MLFLOW_TRACKING_URI, conftest)
+    (run,) = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
+    return run.info.status
+
+
+def test_tokenize_on_a_disk_too_small_for_its_token_ids(dataset, tiny_model, tmp_path):
+    params = write_params(tmp_path, tiny_model)
+    small = tmp_path / "small"
+    out = small / "tokens"
+    done = run_on_small_disk(small, DISK, [sys.executable, str(REPO / "stages/tokenize_texts.py"), "--dataset",
+                                           str(dataset.folder), "--out", str(out), "--params", str(params)], tmp_path)
+    assert done.proc.returncode == 2, done.proc.stderr
+    needed = TRAIN_TEXTS * INPUT_MAX_LEN * 2  # uint16 ids: MiniLM's vocabulary has 30,522 tokens
+    assert the_one_line(done.proc.stderr).startswith(
+        f"StorageError: {out / 'train.ids.npy'}: {done.error} (the array needs {needed:,} bytes) while writing: ")
+    assert HINT in done.proc.stderr
+    assert done.left == [], "no output and no temporary folder"
+    assert last_run_status() == "FAILED"
+
+
+def test_embed_on_a_disk_too_small_for_its_embeddings(dataset, tiny_model, tmp_path):
+    params = write_params(tmp_path, tiny_model)
+    tokens = tmp_path / "tokens"
+    build_token_cache(dataset, load_tokenizer(str(tiny_model)), str(tiny_model), tokens, INPUT_MAX_LEN, 16,
+                      "title", "title")
+    small = tmp_path / "small"
+    out = small / "embeddings"
+    done = run_on_small_disk(small, DISK, [sys.executable, str(REPO / "stages/embed.py"), "--model", str(tiny_model),
+                                           "--tokens", str(tokens), "--out", str(out), "--params", str(params)],
+                             tmp_path)
+    assert done.proc.returncode == 2, done.proc.stderr
+    needed = TRAIN_TEXTS * 32 * 4  # the tiny encoder's 32 dimensions, float32
+    assert the_one_line(done.proc.stderr).startswith(
+        f"StorageError: {out / 'train.npy'}: {done.error} (the array needs {needed:,} bytes) while writing: ")
+    assert done.left == [], "no output and no temporary folder"
+    assert last_run_status() == "FAILED"
