@@ -45,8 +45,8 @@ def embed_rows(model: SentenceEncoder, ids: np.ndarray, lengths: np.ndarray, row
         return model(*batch_tensors(ids, lengths, rows, device)).cpu().numpy()
 
 
-def embed_split(model: SentenceEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None, batch_size: int,
-                device: str, precision: str, dtype: str = "float32", rank: int = 0,
+def embed_split(model: SentenceEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None,
+                batch_size: int, device: str, precision: str, dtype: str = "float32", rank: int = 0,
                 world_size: int = 1) -> dict[str, float]:
     """Write the embeddings of one split to `target` (.npy); return its throughput.
 

@@ -40,7 +40,8 @@ def load_tokenizer(name: str, stage_output: bool = False):
     """The fast (Rust) tokenizer of encoder `name`: the token cache and the queries call its backend directly."""
     from transformers import AutoTokenizer
 
-    tokenizer = load_checked(lambda path: AutoTokenizer.from_pretrained(path, use_fast=True), name, "tokenizer", stage_output)
+    tokenizer = load_checked(lambda path: AutoTokenizer.from_pretrained(path, use_fast=True), name, "tokenizer",
+                             stage_output)
     if not getattr(tokenizer, "is_fast", False):
         problem = f"{type(tokenizer).__name__} has no fast (Rust) tokenizer, which rae-xmc needs"
         if stage_output:
