@@ -27,7 +27,8 @@ import typer
 from train_speed import build_model, device_name, preset_values
 
 from raexmc.encoder.device import autocast, pick_device, resolve_precision
-from raexmc.encoder.embedding import attention_without_cudnn, embed_split, encode
+from raexmc.encoder.embedding import embed_split
+from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import write_json
 from raexmc.params import load_params
@@ -50,17 +51,17 @@ def synchronize(device: str) -> None:
 
 
 def forward_only_rate(model, batch_size: int, width: int, device: str, precision: str, seconds: float) -> float:
-    """Texts/s of `encode` alone on one batch of ids that already sits on the device, repeated for
+    """Texts/s of the encoder alone on one batch of ids that already sits on the device, repeated for
     about `seconds`: the ceiling the embed loop could reach at this batch size. Its first, untimed
     pass also warms the device up for the loop measured after it (with `seconds` 0, only that)."""
-    ids = torch.randint(1000, model.config.vocab_size, (batch_size, width), device=device)
+    ids = torch.randint(1000, model.transformer.config.vocab_size, (batch_size, width), device=device)
     mask = torch.ones_like(ids)
     with torch.inference_mode(), autocast(device, precision):
-        encode(model, ids, mask)  # kernel selection, allocation
+        model(ids, mask)  # kernel selection, allocation
         synchronize(device)
         started, runs = time.perf_counter(), 0
         while time.perf_counter() - started < seconds:
-            encode(model, ids, mask)
+            model(ids, mask)
             runs += 1
             if runs % 8 == 0:
                 synchronize(device)
@@ -85,7 +86,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
     on_gpu = resolved_device.startswith("cuda")
     with tempfile.TemporaryDirectory() as folder:
         shortest = min(min_tokens, width) or width
-        cache = synthetic_label_texts(Path(folder), texts, shortest, width, encoder.config.vocab_size)
+        cache = synthetic_label_texts(Path(folder), texts, shortest, width, encoder.transformer.config.vocab_size)
         for batch_size in (int(size) for size in batch_sizes.split(",")):
             if on_gpu:
                 torch.cuda.reset_peak_memory_stats(resolved_device)

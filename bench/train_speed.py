@@ -31,8 +31,8 @@ import torch
 import typer
 
 from raexmc.encoder.device import resolve_precision
-from raexmc.encoder.embedding import attention_without_cudnn
-from raexmc.encoder.model import load_encoder
+from raexmc.encoder.pooling import Pooling
+from raexmc.encoder.sentence import SentenceEncoder, attention_without_cudnn, load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import write_json
 from raexmc.params import load_params
@@ -47,12 +47,12 @@ LABELS_PER_INPUT = (1, 5)  # synthetic positives per input, uniform in [1, 5)
 
 
 def build_model(name: str, device: str):
-    """The named encoder in training mode, or DistilBERT's default architecture built offline."""
+    """The named encoder in training mode, or DistilBERT's default architecture built offline (mean pooling)."""
     if name != "distilbert-sized":
         return load_encoder(name, device).train()
     from transformers import DistilBertConfig, DistilBertModel
 
-    return DistilBertModel(DistilBertConfig()).to(device).train()
+    return SentenceEncoder(DistilBertModel(DistilBertConfig()), Pooling("mean")).to(device).train()
 
 
 def synthetic_cache(folder: Path, rows: int, labels: int, input_len: int, label_len: int, vocab: int,
@@ -116,7 +116,7 @@ def synthetic_training(values: dict, settings: TrainSettings, model: str, device
     params = [p for p in encoder.parameters() if p.requires_grad]
     optimizer, scheduler = make_optimizer(params, settings)
     cache = synthetic_cache(folder, rows, labels, values["tokenize.input_max_len"], values["tokenize.label_max_len"],
-                            encoder.config.vocab_size, rng)
+                            encoder.transformer.config.vocab_size, rng)
     return SyntheticTraining(ctx, encoder, cache, Y, negatives, params, optimizer, scheduler,
                              BatchSampler(Y, np.arange(rows), settings.seed), global_batch)
 

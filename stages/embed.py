@@ -1,5 +1,5 @@
 """Embed training inputs, label texts and test inputs from the token cache with the encoder the
-train stage wrote (mean pooling, L2 normalisation), longest texts first, into .npy memmaps.
+train stage wrote (pooled as its modules.json says, L2-normalised), longest texts first, into .npy memmaps.
 With `embed.nproc` > 1 the stage relaunches itself under torchrun; the processes share out the
 batches and rank 0 writes the same files one process writes."""
 
@@ -12,7 +12,7 @@ import typer
 from raexmc.checks import one_of
 from raexmc.encoder.device import embed_batch_size, pick_device, resolve_precision
 from raexmc.encoder.embedding import STORAGE_DTYPES, embed_split
-from raexmc.encoder.model import load_encoder
+from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
@@ -40,11 +40,12 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
     ctx = init_distributed(device) if "LOCAL_RANK" in os.environ else DistContext(0, 1, device)
 
     def body(p, run) -> None:
-        if run is not None:
-            run.params({"embed": {**p.section("embed"), "batch_size_used": batch_size}})
         torch.set_num_threads(p.integer("embed.threads", 0) or os.cpu_count() or 1)
         precision = resolve_precision(p.typed("embed.precision", str), ctx.device, p.path, "embed.precision")
         encoder = load_encoder(str(model), ctx.device, stage_output=True)
+        if run is not None:
+            run.params({"embed": {**p.section("embed"), "batch_size_used": batch_size},
+                        "encoder.pooling": encoder.recipe})
         cache = TokenCache(tokens)
 
         def embed(split: str, folder: Path | None) -> dict[str, float]:
@@ -59,7 +60,7 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
                 # no timings in the output: rerunning on the same inputs must give the same bytes, or DVC
                 # rebuilds the index downstream (and a multithreaded HNSW build is not bit-reproducible)
                 write_json(folder / "meta.json", {"encoder": str(model), "device": device, "precision": precision,
-                                                  "dim": encoder.config.hidden_size})
+                                                  "dim": encoder.dim})
             run.metrics({**throughput, "processes": ctx.world_size})
         else:
             for split in SPLITS:

@@ -10,7 +10,8 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.device import embed_batch_size, resolve_precision
-from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.model import load_tokenizer
+from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.errors import ConfigError
 from raexmc.evaluation.propensity import table_propensity
@@ -45,17 +46,17 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
 
     def body(p, run) -> None:
         name = p.typed("encoder.name", str)
-        if run is not None:
-            used = embed_batch_size(settings.embed_batch_size, ctx.device)
-            run.params({"encoder.name": name, "encoder.mode": mode,
-                        "train": {**p.section("train"), "embed_batch_size_used": used}})
         tokenizer = load_tokenizer(name)  # before training: one it cannot load would fail only after it
         model = load_encoder(name, ctx.device)
+        if run is not None:
+            used = embed_batch_size(settings.embed_batch_size, ctx.device)
+            run.params({"encoder.name": name, "encoder.mode": mode, "encoder.pooling": model.recipe,
+                        "train": {**p.section("train"), "embed_batch_size_used": used}})
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
         if mode == "fine-tuned":
             data, cache = Dataset(dataset), TokenCache(tokens)
-            fingerprint = hashlib.sha256(json.dumps([name, vars(settings), data.stats, cache.meta["key"],
+            fingerprint = hashlib.sha256(json.dumps([name, model.recipe, vars(settings), data.stats, cache.meta["key"],
                                                      ctx.world_size], sort_keys=True).encode()).hexdigest()
 
             def log(step: int, values: dict) -> None:
@@ -67,7 +68,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                           checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
         if ctx.is_main:
             with atomic_dir(out) as folder:
-                model.save_pretrained(folder)
+                model.save(folder)  # the sentence-transformers layout: the files carry the pooling
                 tokenizer.save_pretrained(folder)
                 write_json(folder / "raexmc.json", {"base": name, "mode": mode})
                 write_json(folder / "training_curve.json", curve)

@@ -57,6 +57,31 @@ def tiny_model(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def sentence_model(tiny_model, tmp_path_factory) -> Callable[..., Path]:
+    """`sentence_model(mode, dense=0)`: the tiny BERT saved by sentence-transformers itself with a Pooling module of
+    `mode`, `dense` Dense layers (32 -> 16 -> ..., Tanh, seeded) and a Normalize: that library's own layout."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    built: dict[tuple[str, int], Path] = {}
+
+    def build(mode: str, dense: int = 0) -> Path:
+        if (mode, dense) not in built:
+            folder = tmp_path_factory.mktemp(f"st-{mode}-{dense}")
+            with torch.random.fork_rng():
+                torch.manual_seed(1)
+                layers = [Dense(32 // 2 ** i, 16 // 2 ** i) for i in range(dense)]
+            modules = [Transformer(str(tiny_model)), Pooling(32, pooling_mode=mode), *layers, Normalize()]
+            SentenceTransformer(modules=modules, device="cpu").save(str(folder))
+            built[mode, dense] = folder
+        return built[mode, dense]
+
+    return build
+
+
 LABELS = [("l0", "python", "a programming language"), ("l1", "perl", "a scripting language"),
           ("l2", "unix", "an operating system"), ("l3", "linux", "a unix-like kernel"),
           ("l4", "compiler", "translates source code")]

@@ -59,6 +59,9 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     assert metrics["evaluate/selection.lambda"] == chosen["lambda"] and "tune/val_value" in metrics
     assert "evaluate/rae.P_at_1" in metrics and "significance/rae_vs_knn.P_at_1.p_value" in metrics
     assert runs[0].data.params["encoder.name"] == str(tiny_model)
+    assert runs[0].data.params["encoder.pooling"] == "mean pooling, normalised", "a plain model: the paper's pooling"
+    saved = json.loads((project / "artifacts/tiny/model/modules.json").read_text())
+    assert [module["type"].rsplit(".", 1)[1] for module in saved] == ["Transformer", "Pooling", "Normalize"]
     used = [runs[0].data.params[key] for key in ("embed.batch_size", "embed.batch_size_used",
                                                  "train.embed_batch_size", "train.embed_batch_size_used")]
     assert used == ["auto", "256", "auto", "256"], "auto is 256 texts a call on CPU, and the run says so"

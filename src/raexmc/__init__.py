@@ -15,7 +15,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("evaluation",),             # metrics, the evaluator of RAE and its baselines, significance
     ("rae",),                    # scores from retrieved keys (softmax · V), top-k ranking, the Predictor
     ("memory",),                 # keys K = [X; Z], values, nearest-key indexes
-    ("encoder",),                # load the model, tokenise, encode()
+    ("encoder",),                # load the model with its pooling, tokenise, embed
     ("data",),                   # datasets: sources, layouts, the catalogue, label-frequency segments
     ("errors", "checks", "io", "params"),  # error types and range checks, atomic outputs, the params loader
 )

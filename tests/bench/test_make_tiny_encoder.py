@@ -8,7 +8,8 @@ import sys
 import torch
 
 from conftest import REPO
-from raexmc.encoder.model import load_encoder, load_tokenizer, tokenizer_fingerprint
+from raexmc.encoder.model import load_tokenizer, tokenizer_fingerprint
+from raexmc.encoder.sentence import load_encoder
 
 
 def make(out, *args):
@@ -22,14 +23,14 @@ def test_the_model_has_the_asked_shape_loads_through_raexmc_and_tokenizes_as_min
     assert proc.returncode == 0, proc.stderr
 
     model = load_encoder(str(out))
-    config = model.config
+    config = model.transformer.config
     assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, config.intermediate_size,
             config.max_position_embeddings) == (48, 3, 3, 80, 64)
     tokenizer = load_tokenizer(str(out))
     assert tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(load_tokenizer("all-MiniLM-L6-v2"))
     batch = tokenizer(["a unix-like kernel", "python"], padding=True, return_tensors="pt")
     with torch.no_grad():
-        hidden = model(**batch).last_hidden_state
+        hidden = model.transformer(**batch).last_hidden_state
     assert hidden.shape == (2, batch["input_ids"].shape[1], 48)
 
 
@@ -37,8 +38,8 @@ def test_defaults_are_64_wide_2_layers_and_a_seed_fixes_the_weights(tmp_path):
     for name in ("a", "b"):
         assert make(tmp_path / name).returncode == 0
     a, b = load_encoder(str(tmp_path / "a")), load_encoder(str(tmp_path / "b"))
-    assert (a.config.hidden_size, a.config.num_hidden_layers, a.config.num_attention_heads,
-            a.config.intermediate_size) == (64, 2, 2, 256)
+    assert (a.transformer.config.hidden_size, a.transformer.config.num_hidden_layers,
+            a.transformer.config.num_attention_heads, a.transformer.config.intermediate_size) == (64, 2, 2, 256)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 

@@ -13,7 +13,8 @@ import scipy.sparse as sp
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
-from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.model import load_tokenizer
+from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval

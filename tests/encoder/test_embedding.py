@@ -1,4 +1,4 @@
-"""The one encode function and the length-sorted embedding of a token cache."""
+"""The encoder module and the length-sorted embedding of a token cache."""
 
 from __future__ import annotations
 
@@ -18,20 +18,21 @@ from conftest import REPO, free_port
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.device import embed_batch_size, pick_device
-from raexmc.encoder.embedding import attention_without_cudnn, embed_split, encode, length_sorted_batches
-from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.embedding import embed_split, length_sorted_batches
+from raexmc.encoder.model import load_tokenizer
+from raexmc.encoder.sentence import attention_without_cudnn, load_encoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 
 
-def test_encode_is_a_normalised_masked_mean(tiny_model):
+def test_a_plain_models_vector_is_a_normalised_masked_mean(tiny_model):
     model = load_encoder(str(tiny_model))
     ids = torch.tensor([[101, 2000, 2001, 102, 0, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 0, 0]])
     with torch.inference_mode():
-        hidden = model(input_ids=ids[:, :4], attention_mask=mask[:, :4]).last_hidden_state
+        hidden = model.transformer(input_ids=ids[:, :4], attention_mask=mask[:, :4]).last_hidden_state
         expected = torch.nn.functional.normalize(hidden.mean(dim=1), dim=-1)
-        got = encode(model, ids, mask)
+        got = model(ids, mask)
     assert torch.allclose(got, expected, atol=1e-5)
     assert torch.allclose(got.norm(dim=-1), torch.ones(1))
 
@@ -44,7 +45,7 @@ def test_encode_runs_the_encoder_without_cudnn_attention_and_restores_the_flags(
     seen = []
     flags = (torch.backends.cuda.cudnn_sdp_enabled, torch.backends.cuda.flash_sdp_enabled,
              torch.backends.cuda.mem_efficient_sdp_enabled, torch.backends.cuda.math_sdp_enabled)
-    model.register_forward_pre_hook(lambda module, args: seen.append(tuple(flag() for flag in flags)))
+    model.transformer.register_forward_pre_hook(lambda module, args: seen.append(tuple(flag() for flag in flags)))
     switches = (torch.backends.cuda.enable_cudnn_sdp, torch.backends.cuda.enable_flash_sdp,
                 torch.backends.cuda.enable_mem_efficient_sdp, torch.backends.cuda.enable_math_sdp)
     was = tuple(flag() for flag in flags)
@@ -53,7 +54,7 @@ def test_encode_runs_the_encoder_without_cudnn_attention_and_restores_the_flags(
         for switch, on in zip(switches, globally):
             switch(on)
         with torch.inference_mode():
-            encode(model, torch.tensor([[101, 2000, 102]]), torch.ones(1, 3, dtype=torch.long))
+            model(torch.tensor([[101, 2000, 102]]), torch.ones(1, 3, dtype=torch.long))
         assert tuple(flag() for flag in flags) == globally, "the flags as they were after the call"
         return seen.pop()
 
@@ -89,7 +90,7 @@ def test_embed_split_matches_one_text_at_a_time(lf_folder, tiny_model, tmp_path,
     for row in range(4):
         n = int(lengths[row])
         with torch.inference_mode():
-            one = encode(model, torch.tensor(ids[row:row + 1, :n].astype(np.int64)), torch.ones(1, n, dtype=torch.long))
+            one = model(torch.tensor(ids[row:row + 1, :n].astype(np.int64)), torch.ones(1, n, dtype=torch.long))
         tolerance = 1e-5 if precision == "fp32" else 3e-2
         np.testing.assert_allclose(got[row], one[0].numpy(), atol=tolerance)
 
@@ -191,11 +192,11 @@ def broken_encoder(tiny_model: Path, folder: Path, value: float) -> Path:
     """The tiny encoder with its last LayerNorm's weight and bias set to `value`: 0 makes every hidden
     state (so every embedding) zero, NaN makes them NaN."""
     model = load_encoder(str(tiny_model))
-    norm = model.encoder.layer[-1].output.LayerNorm
+    norm = model.transformer.encoder.layer[-1].output.LayerNorm
     with torch.no_grad():
         norm.weight.fill_(value)
         norm.bias.fill_(value)
-    model.save_pretrained(folder)
+    model.save(folder)
     load_tokenizer(str(tiny_model)).save_pretrained(folder)
     return folder
 

@@ -16,7 +16,8 @@ from conftest import REPO
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
-from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.model import load_tokenizer
+from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory

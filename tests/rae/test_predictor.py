@@ -25,7 +25,8 @@ from raexmc.data.dataset import Dataset, Text
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.vectors import load_embeddings
-from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.model import load_tokenizer
+from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index

