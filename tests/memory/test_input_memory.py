@@ -46,7 +46,10 @@ def searches(memory_data, memory_folder, k=10, k_parts=5, prior_tau=TAU):
     embeddings, index, _, _ = memory_data
     baselines = load_joint_search(index, memory_keys(embeddings))
     queries = np.load(embeddings / "test.npy")
-    return InputMemory(memory_folder).search(baselines, queries, k, k_parts, prior_tau, ef_search=100)
+    joint, other_b, inputs, labels = InputMemory(memory_folder).search(baselines, queries, k, k_parts, prior_tau,
+                                                                       ef_search=100)
+    assert other_b == {}, "the joint retrieval's smaller b are its prefixes"
+    return joint, inputs, labels
 
 
 def metrics(memory_data, memory_folder):
@@ -174,7 +177,7 @@ def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep):
     assert meta["compression"] == memory.compression == "sq8-m12"
     assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == sorted(
         ["memory.json", "inputs", "labels", *(["values.npz", "counts.npy"] if keep < 1 else [])])
-    joint, inputs, dual = memory.search(baselines, queries, 20, 5, TAU, ef_search=64)
+    joint, _, inputs, dual = memory.search(baselines, queries, 20, 5, TAU, ef_search=64)
     kept = train if keep == 1.0 else select_keys(train, Y, keep, "kmeans", 0).keys
     exact = ExactIndex(np.vstack([kept, labels])).search(queries, 20)[0]
     recall = np.mean([len(set(got) & set(want)) / 20 for got, want in zip(joint[0], exact)])

@@ -155,6 +155,6 @@ class RaeRetrieval:
         is a prefix of it, and a prior may reorder it before the first b are taken). Split: b keys, those of
         each search's prefix. Each search must be `depth(b)` keys deep, or hold all its key set's keys."""
         if self.mode == JOINT:
-            return merge_top_k(inputs, 0, labels, num_inputs, max(inputs[0].shape[1], labels[0].shape[1]))
+            return merge_top_k(inputs, 0, labels, num_inputs, max(b, inputs[0].shape[1], labels[0].shape[1]))
         num_x, num_z = self.counts(b)
         return merge_top_k(prefix(inputs, num_x), 0, prefix(labels, num_z), num_inputs, b)
