@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import dense_top_b_softmax
+from conftest import dense_split_scores, dense_top_b_softmax
 from raexmc.errors import ConfigError
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.merge import JointSearch, RaeRetrieval
@@ -24,21 +24,6 @@ def memory(seed: int = 0):
     Y = sp.csr_matrix((rng.random((N_INPUTS, N_LABELS)) < 0.15) | (np.arange(N_LABELS) == np.arange(N_INPUTS)[:, None]
                                                                    % N_LABELS), dtype=np.float64)
     return X, Z, Q, Y
-
-
-def dense_split_scores(X, Z, Q, Y, num_x: int, num_z: int, tau: float, lam: float) -> np.ndarray:
-    """λ P_x Y + (1 - λ) P_z where P is the softmax over the num_x most similar inputs and the num_z most
-    similar labels of each query, all together, computed row by row from the dense similarities."""
-    S_x = (Q @ X.T).astype(np.float32).astype(np.float64)
-    S_z = (Q @ Z.T).astype(np.float32).astype(np.float64)
-    P_x, P_z = np.zeros_like(S_x), np.zeros_like(S_z)
-    for q in range(len(Q)):
-        top_x, top_z = np.argsort(-S_x[q])[:num_x], np.argsort(-S_z[q])[:num_z]
-        sims = np.concatenate([S_x[q, top_x], S_z[q, top_z]])
-        weights = np.exp((sims - sims.max()) / tau)
-        weights /= weights.sum()
-        P_x[q, top_x], P_z[q, top_z] = weights[:num_x], weights[num_x:]
-    return lam * P_x @ Y.toarray() + (1 - lam) * P_z
 
 
 def rae(search: JointSearch, Q, Y, b: int, retrieval: RaeRetrieval) -> np.ndarray:
