@@ -18,7 +18,9 @@ from conftest import REPO, dense_top_b_softmax
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation import evaluator
 from raexmc.evaluation.selection import (HeldOutLabels, TuneSettings, ValidationRetrieval, choose, held_out_labels,
-                                        lambda_rows, past_edge, read_selection, select, validation_retrieval)
+                                        lambda_rows, past_edge, rae_retrieval, read_selection, select,
+                                        validation_retrieval)
+from raexmc.memory.merge import RaeRetrieval
 from raexmc.params import load_params
 from raexmc.training.batches import query_sample, split_validation
 
@@ -170,6 +172,10 @@ def write_params(folder, **infer):
     ("val_fraction", 1.0, "infer.val_fraction must be in (0, 1), got 1.0"),
     ("val_max_queries", 0, "infer.val_max_queries must be an integer >= 1, got 0"),
     ("val_max_queries", 2.5, "infer.val_max_queries must be an integer >= 1, got 2.5"),
+    ("retrieval", "both", "infer.retrieval must be one of joint, split, got 'both'"),
+    ("label_share", 1.5, "infer.label_share must be a number in [0, 1] or auto, got 1.5"),
+    ("label_share", True, "infer.label_share must be a number in [0, 1] or auto, got True"),
+    ("label_share_grid", [0.5, 2], "infer.label_share_grid must be a non-empty list of numbers in [0, 1], got [0.5, 2]"),
 ])
 def test_bad_settings_name_their_key(tmp_path, key, value, says):
     with pytest.raises(ConfigError) as error:
@@ -262,6 +268,22 @@ def test_read_selection_checks_what_evaluate_and_package_will_use(tmp_path):
         read_selection(tmp_path)
     (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04}))
     assert read_selection(tmp_path)["lambda"] == 0.3
+    assert rae_retrieval(read_selection(tmp_path)) == RaeRetrieval(), "written before the choice existed: joint"
+    for bad in ({"retrieval": "split"}, {"retrieval": "split", "label_share": 2}, {"retrieval": "nearest"}):
+        (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04, **bad}))
+        with pytest.raises(DataError, match="no valid retrieval") as error:
+            read_selection(tmp_path)
+        assert error.value.record == "retrieval"
+    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04, "retrieval": "split",
+                                                         "label_share": 0.25}))
+    assert rae_retrieval(read_selection(tmp_path)) == RaeRetrieval("split", 0.25)
+
+
+def test_lambda_rows_of_a_split_choice_are_at_its_share():
+    selection = {"metric": "P@1", "tau": 0.1, "label_share": 0.25, "validation": [
+        {"lambda": 0.5, "tau": 0.1, "label_share": 0.5, "P@1": 10.0},
+        {"lambda": 0.5, "tau": 0.1, "label_share": 0.25, "P@1": 30.0}]}
+    assert lambda_rows(selection, [{"lambda": 0.5, "P@1": 31.0}]) == [{"lambda": 0.5, "validation": 30.0, "test": 31.0}]
 
 
 def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau():
