@@ -5,8 +5,8 @@ the grid by `infer.auto_metric` (a grid whose edge is chosen is widened past it)
 `infer.retrieval: split` and `infer.label_share: auto` it also chooses the label share, at the chosen τ.
 Writes the choice and the whole validation curve (λ grid × τ grid, and × label shares) to selection.json,
 which the evaluate and package stages read, and beside it query_lambda.json: the per-query λ model fitted
-on the same validation retrieval at the chosen τ (or, when it does not beat the best fixed λ in cross-validation, that λ for every query; its "fit" report
-says which)."""
+on the same validation retrieval at the chosen τ (or, when it does not beat the best fixed λ in
+cross-validation, that λ for every query; its "fit" report says which)."""
 
 from pathlib import Path
 
