@@ -12,7 +12,7 @@ each share, and of the two baselines. Then, as the tune stage does with params.y
 chooses λ and τ (joint) and λ, τ and the label share (split, share auto) on held-out training inputs, and
 scores the test set at each choice. `--top-labels L` keeps only the dataset's L most frequent training labels
 (and the inputs that have one of them): the few-labels regime (FOLDOC has more labels than inputs) from
-the same real data and embeddings. Writes bench/results/split_retrieval_<name>[_top<L>].json.
+the same real data and embeddings. Writes <root>/bench/results/split_retrieval_<name>[_top<L>].json.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = 200, tau: float 
         report = measure(dataset, root, name, b, tau, lam, shares, top_labels, ab, Path(scratch))
     report["seconds"] = round(time.perf_counter() - started, 1)
     suffix = f"_top{top_labels}" if top_labels else ""
-    out = Path(__file__).resolve().parent / "results" / f"split_retrieval_{name}{suffix}.json"
+    out = root / "bench" / "results" / f"split_retrieval_{name}{suffix}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
