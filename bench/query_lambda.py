@@ -56,7 +56,7 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = PAPER_B, tau: fl
     started = time.perf_counter()
     rest, held = split_validation(Y_train, VALIDATION_FRACTION, 0)
     validation = validation_retrieval(embeddings, held_out_labels(Y_train, dataset.filter_matrix("train"), rest, held), b)
-    model, fit = fit_on_validation((validation.ids, validation.sims), validation.evaluator(ab), grid, tau, b,
+    model, fit = fit_on_validation(validation.hits(tau), validation.evaluator(ab), grid, tau, b,
                                    folds=folds, ridge=ridge)
     fit_s = time.perf_counter() - started
 

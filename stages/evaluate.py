@@ -2,7 +2,7 @@
 training-input keys alone (kNN), and from the joint memory (RAE) as the merge of the labels' search and
 the search of the memory stage's input keys (the training inputs' own with memory.keep = 1), a chunk of
 test inputs at a time (searched, scored and measured before the next: memory does not grow with them);
-score RAE (at the λ and τ the tune stage chose, and b), both baselines, RAE with the tune stage's
+score RAE (at the λ, τ and retrieval (joint, or split at a label share) the tune stage chose, and b), both baselines, RAE with the tune stage's
 per-query λ model (rae_query_lambda) and RAE's λ and b sweeps (optionally the paper's OvA+kNN
 ablation), and write metrics.json, per-instance metrics and plots (the λ sweep on test beside
 validation's)."""
@@ -21,12 +21,13 @@ from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, Retrievals, evaluate_retrieval,
                                         segment_rows)
 from raexmc.evaluation.propensity import propensity_from_params
-from raexmc.evaluation.selection import lambda_rows, read_selection
+from raexmc.evaluation.selection import lambda_rows, rae_retrieval, read_selection
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.hnsw import resolve_threads
 from raexmc.memory.indexes import load_joint_search, memory_backend
 from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
+from raexmc.memory.merge import SPLIT
 from raexmc.pipeline.plots import line_plot, segment_bars
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.scoring import check_lambda
@@ -55,7 +56,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             propensity_ab=propensity.ab)
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(settings.tau, settings.b,
                                                                                  tune / QUERY_LAMBDA_FILE)
-        depth = max([settings.b, *settings.b_sweep])
+        depth, retrieval = max([settings.b, *settings.b_sweep]), rae_retrieval(selection)
+        # a joint retrieval's smaller b are prefixes of its keys at b; a split one takes each b's own share
+        swept_b = tuple(b for b in settings.b_sweep if b != settings.b) if retrieval.mode == SPLIT else ()
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         ef_search = p.integer("infer.ef_search", 1)
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
@@ -65,10 +68,11 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         def search(rows: slice) -> Retrievals:
             nonlocal search_s
             started = time.perf_counter()
-            joint, inputs, labels = rae_memory.search(baselines, queries[rows], depth, settings.b, settings.tau,
-                                                      ef_search)
+            joint, other_b, inputs, labels = rae_memory.search(baselines, queries[rows], depth, settings.b,
+                                                               settings.tau, ef_search, retrieval=retrieval,
+                                                               other_b=swept_b)
             search_s += time.perf_counter() - started
-            return Retrievals(joint=joint, labels=labels, inputs=inputs)
+            return Retrievals(joint=joint, labels=labels, inputs=inputs, other_b=other_b)
 
         Y_values = training_values(data.label_matrix("train"), p.typed("infer.relevance", str), copy=False)
         evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab,
@@ -83,7 +87,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         del baselines, keys
         methods, per_instance = result["methods"], result["per_instance"]
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
-        run.params({"selection": chosen})
+        run.params({"selection": {**chosen, "retrieval": retrieval.mode,
+                                  **({} if retrieval.label_share is None else {"label_share": retrieval.label_share})}})
         metrics = {**methods, "selection": {**chosen, "validation": {
                        "chosen": selection["val_value"], "fixed": selection["fixed_val_value"]}},
                    "memory": rae_memory.summary(), "propensity": propensity.record(),

@@ -1,4 +1,4 @@
-"""Package the pipeline for prediction: write the memory folder (inference settings with the λ and τ
+"""Package the pipeline for prediction: write the memory folder (inference settings with the λ, τ and retrieval
 the tune stage chose and which memory RAE searches (memory.keep, method, prior, input keys), the values
 (Y_train, or the memory stage's selected keys' values with their index and member counts; a compressed
 memory's input keys' and labels' indexes), the labels' own ids and texts, the tune stage's per-query λ model, used when
@@ -11,7 +11,7 @@ import numpy as np
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.evaluation.selection import read_selection
+from raexmc.evaluation.selection import rae_retrieval, read_selection
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
@@ -36,7 +36,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                     "tau": selection["tau"], "ef_search": p.integer("infer.ef_search", 1),
                     "relevance": p.typed("infer.relevance", str), "input_max_len": p.typed("tokenize.input_max_len", int),
                     "input_fields": p.typed("tokenize.input_fields", str), "dataset": dataset.name,
-                    "query_lambda": p.typed("infer.query_lambda", bool)}
+                    "query_lambda": p.typed("infer.query_lambda", bool),
+                    "retrieval": rae_retrieval(selection).mode, "label_share": rae_retrieval(selection).label_share}
         read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(settings["tau"], settings["b"], tune / QUERY_LAMBDA_FILE)
         rae_memory, data = InputMemory(memory), Dataset(dataset)
         settings["memory"] = rae_memory.summary()

@@ -1,11 +1,12 @@
 """Choose RAE's λ and τ on training inputs held out from the memory (at most `infer.val_max_queries` of
 them query it; the memory keeps `memory.keep` of the remaining inputs' keys, selected as the memory
 stage selects them from all), never on the test set: with `infer.lambda` / `infer.tau` set to auto, the best of
-the grid by `infer.auto_metric`; with numbers, those. Writes the choice and the whole validation
-curve (λ grid × τ grid) to selection.json, which the evaluate and package stages read, and beside it
-query_lambda.json: the per-query λ model fitted on the same validation retrieval at the chosen τ (or,
-when it does not beat the best fixed λ in cross-validation, that λ for every query; its "fit" report
-says which)."""
+the grid by `infer.auto_metric` (a grid whose edge is chosen is widened past it); with numbers, those. With
+`infer.retrieval: split` and `infer.label_share: auto` it also chooses the label share, at the chosen τ.
+Writes the choice and the whole validation curve (λ grid × τ grid, and × label shares) to selection.json,
+which the evaluate and package stages read, and beside it query_lambda.json: the per-query λ model fitted
+on the same validation retrieval at the chosen τ (or, when it does not beat the best fixed λ in
+cross-validation, that λ for every query; its "fit" report says which)."""
 
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                      "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}})
         for name in (SELECTION_FILE, QUERY_LAMBDA_FILE):
             run.artifact(out / name)
-        typer.echo(f"chose lambda={selection['lambda']} tau={selection['tau']} "
+        share = "" if selection["label_share"] is None else f" label_share={selection['label_share']}"
+        typer.echo(f"chose lambda={selection['lambda']} tau={selection['tau']} retrieval={selection['retrieval']}{share} "
                    f"(validation {selection['metric']} {selection['val_value']}, "
                    f"{selection['fixed_val_value']} at the fixed values); per-query lambda: "
                    f"{'a model' if fit['uses_model'] else f'falls back to {query_lambda.fallback}'}", err=True)

@@ -93,3 +93,31 @@ def test_chunks_of_7_queries_write_what_one_chunk_writes(foldoc_run, backend, ke
 
     for name in OUTPUTS[2:]:
         assert (whole / name).read_bytes() == (chunked / name).read_bytes(), name
+
+
+def test_a_split_retrieval_in_chunks_writes_what_one_chunk_writes(foldoc_run):
+    """The tune stage's choice turned to a split retrieval at label share 0.25: chunks of 7 queries write what
+    one chunk writes, and each b of the sweep takes its own share of input keys (by hand: b = 10 takes 3 label
+    keys, 50 takes 13, 100 takes 25, rounding half up), not a prefix of b = 200's keys."""
+    import shutil
+
+    split_tune = foldoc_run / "tune-split"
+    if not split_tune.exists():
+        shutil.copytree(foldoc_run / "tune", split_tune)
+        selection = json.loads((split_tune / "selection.json").read_text())
+        (split_tune / "selection.json").write_text(json.dumps({**selection, "retrieval": "split",
+                                                               "label_share": 0.25}))
+    n = Dataset(foldoc_run / "foldoc").stats["N_test"]
+    outs = []
+    for chunk in (n, 7):
+        outs.append(foldoc_run / f"eval-split-{chunk}")
+        stage(foldoc_run, "evaluate", "--embeddings", foldoc_run / "emb", "--index", foldoc_run / "index-hnsw",
+              "--tune", split_tune, "--memory", foldoc_run / "memory-0.5", "--out", outs[-1], "--chunk", chunk)
+    metrics = [json.loads((folder / "metrics.json").read_text()) for folder in outs]
+    for each in metrics:
+        each["retrieval"].pop("queries_per_s")
+    assert metrics[0] == metrics[1]
+    for name in OUTPUTS[2:6]:
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    shares = {row["b"]: row["train_key_share"] for row in json.loads((outs[0] / "b_sweep.json").read_text())}
+    assert shares == {10: 70.0, 50: 74.0, 100: 75.0}

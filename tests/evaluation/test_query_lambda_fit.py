@@ -14,6 +14,7 @@ from raexmc.evaluation.query_lambda_fit import (fit_on_selection, fit_on_validat
                                                 per_query_lambda_scorer, per_query_metric)
 from raexmc.evaluation import evaluator as evaluator_module
 from raexmc.evaluation.selection import HeldOutLabels, TuneSettings, ValidationRetrieval
+from raexmc.memory.search import sort_rows
 
 NUM_LABELS, NUM_TRAIN = 10, 20  # training input i has the one label i % 10
 Y_TRAIN = sp.csr_matrix((np.ones(NUM_TRAIN), np.arange(NUM_TRAIN) % NUM_LABELS, np.arange(NUM_TRAIN + 1)),
@@ -82,8 +83,13 @@ def test_the_tune_stage_fit_falls_back_to_its_chosen_lambda_in_a_tie():
     rng = np.random.default_rng(8)
     joint, evaluator, kind = _queries(rng, 200, separable=False)
     assert (kind == 0).sum() > (kind == 1).sum()
-    retrieval = ValidationRetrieval(*joint, HeldOutLabels(evaluator.truth, Y_TRAIN, sp.csr_matrix((200, NUM_LABELS)),
-                                                          np.arange(200), np.arange(NUM_TRAIN)))
+    ids, sims = joint  # the joint retrieval as the two searches it merges: input keys, then label keys
+    is_input = ids < NUM_TRAIN
+    halves = [sort_rows(np.where(keep, ids - offset, -1), np.where(keep, sims, -np.inf).astype(np.float32))
+              for keep, offset in ((is_input, 0), (~is_input, NUM_TRAIN))]
+    retrieval = ValidationRetrieval(*halves, 3, HeldOutLabels(evaluator.truth, Y_TRAIN,
+                                                              sp.csr_matrix((200, NUM_LABELS)), np.arange(200),
+                                                              np.arange(NUM_TRAIN)))
     settings = TuneSettings(lam=None, tau=TAU, lambda_grid=tuple(GRID), tau_grid=(TAU,), metric="P@1", b=3,
                             val_fraction=0.05, val_max_queries=20000, val_seed=0, relevance="binary")
 

@@ -17,8 +17,10 @@ from ruamel.yaml import YAML
 from conftest import REPO, dense_top_b_softmax
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation import evaluator
-from raexmc.evaluation.selection import (TuneSettings, choose, held_out_labels, lambda_rows, read_selection,
-                                        select, validation_retrieval)
+from raexmc.evaluation.selection import (HeldOutLabels, TuneSettings, ValidationRetrieval, choose, held_out_labels,
+                                        lambda_rows, past_edge, rae_retrieval, read_selection, select,
+                                        validation_retrieval)
+from raexmc.memory.merge import RaeRetrieval
 from raexmc.params import load_params
 from raexmc.training.batches import query_sample, split_validation
 
@@ -64,13 +66,13 @@ def saved(folder, X, Z):
     return folder
 
 
-def brute_force(X, Z, Y, val_rows, rest_rows, b):
+def brute_force(X, Z, Y, val_rows, rest_rows, b, taus=TAUS):
     """P@1 (percent) of every (λ, τ) from dense matrices, and the best by the documented tie rule."""
     Y = Y.toarray()
     K = np.vstack([X[rest_rows], Z])
     S = X[val_rows] @ K.T
     curve = {}
-    for tau in TAUS:
+    for tau in taus:
         P = dense_top_b_softmax(S, b, tau)
         for lam in LAMBDAS:
             scores = lam * P[:, :len(rest_rows)] @ Y[rest_rows] + (1 - lam) * P[:, len(rest_rows):]
@@ -95,15 +97,16 @@ def test_choice_matches_brute_force_where_one_side_of_the_values_is_right(inputs
     retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z), held_out_labels(Y, sp.csr_matrix((4, 4)), rest_rows,
                                                                                  val_rows), b=6)
     chosen = select(retrieval, settings(), (0.55, 1.5))
-    curve, best = brute_force(X, Z, Y, val_rows, rest_rows, b=6)
+    tried = sorted({r["tau"] for r in chosen["validation"]})  # the grid, and what widening added past its edges
+    curve, best = brute_force(X, Z, Y, val_rows, rest_rows, b=6, taus=tried)
 
     assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"]} == curve
     assert (chosen["lambda"], chosen["tau"]) == best
     assert chosen["val_value"] == 100.0
     if inputs_right:
-        assert chosen["lambda"] >= 0.9, "the memory inputs hold the right labels: high λ must win"
+        assert chosen["lambda"] > 0.5, "the memory inputs hold the right labels: high λ must win"
     else:
-        assert chosen["lambda"] <= 0.1, "the label keys are the right ones: low λ must win"
+        assert chosen["lambda"] < 0.5, "the label keys are the right ones: low λ must win"
     assert chosen["fixed_val_value"] == curve[0.5, 0.04] == 0.0
 
 
@@ -142,11 +145,12 @@ def test_held_out_queries_are_not_keys_of_their_memory(tmp_path):
                                                                                  val_rows), b=45)
 
     assert len(val_rows) == 10 and sorted([*val_rows, *rest_rows]) == list(range(40))
-    assert ((retrieval.ids >= 0).sum(axis=1) == 30 + 5).all(), "the memory holds the 30 other inputs and the 5 labels"
-    input_keys = (retrieval.ids >= 0) & (retrieval.ids < len(rest_rows))
-    found_rows = rest_rows[retrieval.ids[input_keys]]
+    ids, sims = retrieval.hits(0.04)
+    assert ((ids >= 0).sum(axis=1) == 30 + 5).all(), "the memory holds the 30 other inputs and the 5 labels"
+    input_keys = (ids >= 0) & (ids < len(rest_rows))
+    found_rows = rest_rows[ids[input_keys]]
     assert not np.isin(found_rows, val_rows).any(), "a held-out input is a key of its own memory"
-    assert retrieval.sims[:, 0].max() < 0.999, "a query found itself"
+    assert sims[:, 0].max() < 0.999, "a query found itself"
     assert (retrieval.held.Y_val != Y[val_rows]).nnz == 0 and retrieval.held.Y_rest.shape == (30, 5)
 
 
@@ -168,6 +172,10 @@ def write_params(folder, **infer):
     ("val_fraction", 1.0, "infer.val_fraction must be in (0, 1), got 1.0"),
     ("val_max_queries", 0, "infer.val_max_queries must be an integer >= 1, got 0"),
     ("val_max_queries", 2.5, "infer.val_max_queries must be an integer >= 1, got 2.5"),
+    ("retrieval", "both", "infer.retrieval must be one of joint, split, got 'both'"),
+    ("label_share", 1.5, "infer.label_share must be a number in [0, 1] or auto, got 1.5"),
+    ("label_share", True, "infer.label_share must be a number in [0, 1] or auto, got True"),
+    ("label_share_grid", [0.5, 2], "infer.label_share_grid must be a non-empty list of numbers in [0, 1], got [0.5, 2]"),
 ])
 def test_bad_settings_name_their_key(tmp_path, key, value, says):
     with pytest.raises(ConfigError) as error:
@@ -214,7 +222,8 @@ def test_stage_reads_no_test_split_and_writes_the_choice(tmp_path):
     rest_rows, val_rows = split_validation(Y, 0.5, 0)
     curve, _ = brute_force(X, Z, Y, val_rows, rest_rows, b=6)
     at_tau = {lam: p for (lam, tau), p in curve.items() if tau == 0.04}
-    assert chosen["tau"] == 0.04 and chosen["auto"] == {"lambda": True, "tau": False}
+    assert chosen["tau"] == 0.04 and chosen["auto"] == {"lambda": True, "tau": False, "label_share": False}
+    assert (chosen["retrieval"], chosen["label_share"]) == ("joint", None)
     assert at_tau[chosen["lambda"]] == max(at_tau.values())
     assert (chosen["val_queries"], chosen["memory_inputs"]) == (2, 2)
     assert chosen["fixed_lambda"] == 0.5
@@ -259,6 +268,22 @@ def test_read_selection_checks_what_evaluate_and_package_will_use(tmp_path):
         read_selection(tmp_path)
     (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04}))
     assert read_selection(tmp_path)["lambda"] == 0.3
+    assert rae_retrieval(read_selection(tmp_path)) == RaeRetrieval(), "written before the choice existed: joint"
+    for bad in ({"retrieval": "split"}, {"retrieval": "split", "label_share": 2}, {"retrieval": "nearest"}):
+        (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04, **bad}))
+        with pytest.raises(DataError, match="no valid retrieval") as error:
+            read_selection(tmp_path)
+        assert error.value.record == "retrieval"
+    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04, "retrieval": "split",
+                                                         "label_share": 0.25}))
+    assert rae_retrieval(read_selection(tmp_path)) == RaeRetrieval("split", 0.25)
+
+
+def test_lambda_rows_of_a_split_choice_are_at_its_share():
+    selection = {"metric": "P@1", "tau": 0.1, "label_share": 0.25, "validation": [
+        {"lambda": 0.5, "tau": 0.1, "label_share": 0.5, "P@1": 10.0},
+        {"lambda": 0.5, "tau": 0.1, "label_share": 0.25, "P@1": 30.0}]}
+    assert lambda_rows(selection, [{"lambda": 0.5, "P@1": 31.0}]) == [{"lambda": 0.5, "validation": 30.0, "test": 31.0}]
 
 
 def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau():
@@ -298,3 +323,102 @@ def test_stage_chooses_on_a_memory_selected_from_the_remaining_inputs(tmp_path, 
     label_keys = unit_rows(Z + prototypes * unit_rows(Y_rest.T.astype(np.float64) @ X[rest_rows])) if prototypes else Z
     curve, _ = brute_force(X, label_keys, Y, query_sample(held_out, 20000, 0), kept, b=45)
     assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"]} == curve
+
+
+GRID_TAUS = (0.01, 0.02, 0.04, 0.07, 0.1)
+COPIES = 4  # input keys per query that carry its label R
+
+
+def crossing_retrieval(crossings: list[float], truth: str) -> ValidationRetrieval:
+    """Queries whose right answer flips at a known τ. Query j retrieves one label key, of label W_j = 2j, at
+    similarity 0.9, and COPIES input keys, each holding label R_j = 2j + 1, at 0.9 - t_j ln(COPIES). At λ = 0.5,
+    R_j outscores W_j exactly when the inputs' softmax mass COPIES exp(s_R / τ) beats exp(0.9 / τ), that is when
+    τ > t_j. `truth` "R": query j is right above t_j; "W": below it."""
+    n = len(crossings)
+    input_sims = 0.9 - np.asarray(crossings)[:, None] * math.log(COPIES) * np.ones((1, COPIES))
+    inputs = (np.arange(n * COPIES).reshape(n, COPIES), input_sims.astype(np.float32))
+    labels = (np.arange(n)[:, None] * 2, np.full((n, 1), 0.9, np.float32))
+    Y_rest = sp.csr_matrix((np.ones(n * COPIES), (np.arange(n * COPIES), np.repeat(np.arange(n) * 2 + 1, COPIES))),
+                           shape=(n * COPIES, 2 * n))
+    right = np.arange(n) * 2 + (1 if truth == "R" else 0)
+    Y_val = sp.csr_matrix((np.ones(n), (np.arange(n), right)), shape=(n, 2 * n))
+    held = HeldOutLabels(Y_val, Y_rest, sp.csr_matrix((n, 2 * n)), np.arange(n), np.arange(n * COPIES))
+    return ValidationRetrieval(inputs, labels, COPIES + 1, held)
+
+
+@pytest.mark.parametrize(("crossings", "truth", "expected"), [
+    # right above t_j: on the grid the top, 0.1, is best (1 of 3 right); past it come 0.2 (2 of 3), 0.4 (all)
+    # and 0.8 (all, farther from 0.04): 0.4, the first doubling above 0.3
+    ([0.08, 0.15, 0.3], "R", 0.4),
+    # right below t_j: on the grid the bottom, 0.01, is best (1 of 3); past it come 0.005 (2 of 3), 0.0025
+    # (all) and 0.00125 (all, farther): 0.0025, the first halving below 0.003
+    ([0.003, 0.008, 0.015], "W", 0.0025)])
+def test_a_best_tau_off_the_grid_is_found_by_widening_it(crossings, truth, expected):
+    chosen = select(crossing_retrieval(crossings, truth),
+                    settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5))
+
+    assert chosen["tau"] == expected and chosen["val_value"] == 100.0
+    tried = sorted({r["tau"] for r in chosen["validation"]})
+    widened = [0.2, 0.4, 0.8] if truth == "R" else [0.00125, 0.0025, 0.005]
+    assert tried == sorted([*GRID_TAUS, *widened]), "the curve keeps every τ tried"
+    for row in chosen["validation"]:  # P@1 at every τ tried, from the crossings alone
+        right = [(row["tau"] > t) if truth == "R" else (row["tau"] < t) for t in crossings]
+        assert row["P@1"] == round(100 * sum(right) / len(right), 2)
+
+
+def test_widening_stops_at_its_bound():
+    """P@1 grows with every doubling and beyond the third (the last query is right only above τ = 1): the grid
+    grows by WIDEN_STEPS doublings, no more, and the choice is the last of them."""
+    chosen = select(crossing_retrieval([0.09, 0.15, 0.3, 0.6, 1.0], "R"), settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS,
+                                                                  b=COPIES + 1), (0.55, 1.5))
+    assert sorted({r["tau"] for r in chosen["validation"]}) == sorted([*GRID_TAUS, 0.2, 0.4, 0.8])
+    assert chosen["tau"] == 0.8 and chosen["val_value"] == 80.0
+
+
+@pytest.mark.parametrize(("axis", "grid", "value", "expected"), [
+    ("tau", [0.01, 0.1], 0.1, [0.2]), ("tau", [0.01, 0.1], 0.01, [0.005]), ("tau", [0.01, 0.1], 0.05, []),
+    ("lambda", [0.3, 0.5], 0.5, [0.7]), ("lambda", [0.3, 0.5], 0.3, [0.1]), ("lambda", [0.0, 0.5, 1.0], 1.0, []),
+    ("lambda", [0.5, 0.95], 0.95, [1.0]), ("label_share", [0.5], 0.5, [0.6, 0.4])])
+def test_past_edge_by_hand(axis, grid, value, expected):
+    assert past_edge(axis, grid, value, grid) == expected
+
+
+def dense_split_p_at_1(X, Z, Y, val_rows, rest_rows, b, lam, tau, share) -> float:
+    """P@1 (percent) of RAE on the split retrieval, from dense similarities: the b_z = share x b (rounded half
+    up) most similar labels and the b - b_z most similar remaining inputs, one softmax over them all."""
+    num_z = math.floor(share * b + 0.5)
+    S_x, S_z = X[val_rows] @ X[rest_rows].T, X[val_rows] @ Z.T
+    Y_rest, Y_val = Y[rest_rows].toarray(), Y[val_rows].toarray()
+    right = []
+    for q in range(len(val_rows)):
+        top_x, top_z = np.argsort(-S_x[q], kind="stable")[:b - num_z], np.argsort(-S_z[q], kind="stable")[:num_z]
+        weights = np.exp(np.concatenate([S_x[q, top_x], S_z[q, top_z]]).astype(np.float64) / tau)
+        weights /= weights.sum()
+        scores = lam * weights[:len(top_x)] @ Y_rest[top_x] + (1 - lam) * np.bincount(
+            top_z, weights[len(top_x):], minlength=Z.shape[0])
+        right.append(Y_val[q, scores.argmax()] > 0)
+    return round(100 * float(np.mean(right)), 2)
+
+
+def test_split_choice_of_the_label_share_matches_brute_force(tmp_path):
+    """Every point of a split retrieval's curve against dense brute force; the share is chosen in a second
+    round at the chosen τ, and the choice is the curve's best by the tie rule."""
+    X, Z, Y = forty_inputs_five_labels()
+    rest_rows, val_rows = split_validation(Y, 0.25, 0)
+    retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z),
+                                     held_out_labels(Y, sp.csr_matrix((40, 5)), rest_rows, val_rows), b=8)
+    chosen = select(retrieval, settings(b=8, retrieval="split", label_share=None, label_share_grid=(0.25, 0.75),
+                                        lambda_grid=(0.1, 0.5, 0.9), tau_grid=(0.05, 0.1)), (0.55, 1.5))
+
+    rows = chosen["validation"]
+    for row in rows:
+        assert row["P@1"] == dense_split_p_at_1(X, Z, Y, val_rows, rest_rows, 8, row["lambda"], row["tau"],
+                                                row["label_share"]), row
+    first = {r["tau"] for r in rows if r["label_share"] == 0.5}
+    assert {r["label_share"] for r in rows if r["tau"] == chosen["tau"]} >= {0.25, 0.5, 0.75}
+    assert {r["label_share"] for r in rows if r["tau"] != chosen["tau"]} <= {0.5}, "shares only at the chosen τ"
+    assert first >= {0.05, 0.1} and chosen["retrieval"] == "split" and chosen["auto"]["label_share"]
+    best = min(rows, key=lambda r: (-r["P@1"], abs(r["lambda"] - 0.5), abs(math.log(r["tau"] / 0.04)),
+                                    abs(r["label_share"] - 0.5)))
+    assert (chosen["lambda"], chosen["tau"], chosen["label_share"]) == (best["lambda"], best["tau"],
+                                                                        best["label_share"])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import REPO
+from conftest import REPO, dense_split_scores
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.memory.exact import ExactIndex
@@ -19,7 +19,7 @@ from raexmc.memory.indexes import build_memory_indexes, load_joint_search
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
 from raexmc.memory.key_selection import select_keys
 from raexmc.memory.keys_values import KEYS_FILE, memory_keys, training_values
-from raexmc.memory.merge import JointSearch
+from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
 from raexmc.memory.search import sort_rows
 from raexmc.params import load_params
@@ -46,7 +46,10 @@ def searches(memory_data, memory_folder, k=10, k_parts=5, prior_tau=TAU):
     embeddings, index, _, _ = memory_data
     baselines = load_joint_search(index, memory_keys(embeddings))
     queries = np.load(embeddings / "test.npy")
-    return InputMemory(memory_folder).search(baselines, queries, k, k_parts, prior_tau, ef_search=100)
+    joint, other_b, inputs, labels = InputMemory(memory_folder).search(baselines, queries, k, k_parts, prior_tau,
+                                                                       ef_search=100)
+    assert other_b == {}, "the joint retrieval's smaller b are its prefixes"
+    return joint, inputs, labels
 
 
 def metrics(memory_data, memory_folder):
@@ -174,7 +177,7 @@ def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep):
     assert meta["compression"] == memory.compression == "sq8-m12"
     assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == sorted(
         ["memory.json", "inputs", "labels", *(["values.npz", "counts.npy"] if keep < 1 else [])])
-    joint, inputs, dual = memory.search(baselines, queries, 20, 5, TAU, ef_search=64)
+    joint, _, inputs, dual = memory.search(baselines, queries, 20, 5, TAU, ef_search=64)
     kept = train if keep == 1.0 else select_keys(train, Y, keep, "kmeans", 0).keys
     exact = ExactIndex(np.vstack([kept, labels])).search(queries, 20)[0]
     recall = np.mean([len(set(got) & set(want)) / 20 for got, want in zip(joint[0], exact)])
@@ -222,3 +225,25 @@ def test_a_kmeans_labels_memory_selects_with_the_labels_keys(memory_data, tmp_pa
     expected = select_keys(train, Y, 0.25, "kmeans-labels", 0, labels=labels)
     np.testing.assert_array_equal(np.load(tmp_path / "memory" / KEYS_FILE), expected.keys)
     np.testing.assert_array_equal(InputMemory(tmp_path / "memory").values(Y).toarray(), expected.values.toarray())
+
+
+def test_a_split_retrieval_is_evaluated_at_each_b_with_its_own_share(memory_data, tmp_path):
+    """evaluate's path with infer.retrieval split: RAE at b = 5 and the b sweep's b = 2 each score their own
+    split (3 label keys and 2 input keys; 1 and 1), not a prefix of another b's keys: their metrics are those
+    of the dense brute-force scores."""
+    embeddings, index, Y, Y_test = memory_data
+    build_input_memory(np.load(embeddings / "train.npy"), Y, MemorySettings(1.0, "kmeans", False, 0),
+                       tmp_path / "memory", "exact")
+    queries = np.load(embeddings / "test.npy")
+    joint, other_b, inputs, labels = InputMemory(tmp_path / "memory").search(
+        load_joint_search(index, memory_keys(embeddings)), queries, 10, 5, TAU, 100,
+        retrieval=RaeRetrieval("split", 0.5), other_b=(2,))
+    evaluator = Evaluator(Y, Y_test, sp.csr_matrix(Y_test.shape), (0.55, 1.5))
+    result = evaluate_retrieval(Retrievals(joint, labels, inputs, other_b).rows, evaluator,
+                                EvalSettings(0.5, 5, TAU, [0.5], [2, 5]))
+
+    X, Z = np.load(embeddings / "train.npy"), np.load(embeddings / "labels.npy")
+    for b, num_z, row in ((5, 3, result["methods"]["rae"]), (2, 1, result["b_sweep"][0]), (5, 3, result["b_sweep"][1])):
+        dense = dense_split_scores(X, Z, queries, Y, b - num_z, num_z, TAU, 0.5)
+        expected = evaluator.summary(evaluator.rank(len(queries), lambda rows, d=dense: sp.csr_matrix(d[rows])))[0]
+        assert {k: row[k] for k in ("P@1", "P@5", "R@10")} == {k: expected[k] for k in ("P@1", "P@5", "R@10")}, b

@@ -94,6 +94,28 @@ def test_predictions_match_the_evaluate_path(built):
     assert timing.queries == 2 and timing.per_query_ms()["total"] > 0
 
 
+@pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
+def test_predictor_scores_a_split_retrieval_as_brute_force(built):
+    """retrieval split, label share 0.25 at b = 8: the 6 nearest training inputs and the 2 nearest labels
+    of the query, one softmax over the 8, p . V, computed densely from the cached test embedding."""
+    dataset = Dataset(built.parents[1] / "data" / "tiny")
+    keys = memory_keys(built / "embeddings") if (built / "predictor" / "keys.npy").is_file() else None
+    write_memory(built / "predictor", dataset, {**SETTINGS, "retrieval": "split", "label_share": 0.25}, keys)
+    results, _ = predictor_of(built).predict([JYTHON], k=3)
+
+    query = np.asarray(load_embeddings(built / "embeddings", "test"))[0].astype(np.float64)
+    X, Z = (np.asarray(load_embeddings(built / "embeddings", split), dtype=np.float64) for split in ("train", "labels"))
+    top_x, top_z = np.argsort(-(X @ query))[:6], np.argsort(-(Z @ query))[:2]
+    weights = np.exp(np.concatenate([X[top_x] @ query, Z[top_z] @ query]) / SETTINGS["tau"])
+    weights /= weights.sum()
+    Y_train = dataset.label_matrix("train").toarray() > 0
+    scores = SETTINGS["lambda"] * weights[:len(top_x)] @ Y_train[top_x]
+    scores[top_z] += (1 - SETTINGS["lambda"]) * weights[len(top_x):]
+    expected = [label for label in np.argsort(-scores, kind="stable")[:3] if scores[label] > 0]
+    assert [label["label"] for label in results[0]] == expected
+    assert [label["score"] for label in results[0]] == pytest.approx(list(scores[expected]), abs=1e-4)
+
+
 def with_query_lambda(built: Path, model: QueryLambda) -> None:
     """Repackage the memory with `model` as its query_lambda.json and infer.query_lambda true."""
     keys = memory_keys(built / "embeddings") if (built / "predictor" / "keys.npy").is_file() else None
@@ -437,7 +459,7 @@ def test_predictor_searches_a_compressed_memory_as_evaluate_does(built, tmp_path
     results, _ = predictor.predict([JYTHON], k=3)
 
     queries = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
-    joint, _, _ = memory.search(load_joint_search(built / "index", ef_search=50), queries, SETTINGS["b"], 2,
+    joint, _, _, _ = memory.search(load_joint_search(built / "index", ef_search=50), queries, SETTINGS["b"], 2,
                                 SETTINGS["tau"], ef_search=50)
     scores = rae_scores(*joint, Y, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
     top = top_k(scores, 3)[0]

@@ -4,8 +4,9 @@ encoder, kNN, RAE with a λ per query, and RAE's λ and b sweeps.
 Each method scores its own search: RAE the top-b_max over the joint keys, the dual encoder the top-b
 over the label keys alone, kNN the top-b over the training-input keys alone. One joint retrieval
 serves every λ and every b <= b_max, because the scores of a smaller b use a prefix of the same
-ranked keys. The three come from two searches (memory.merge.JointSearch.search_all): the joint one
-is the merge of the inputs' and the labels' top-b_max.
+ranked keys. The three come from two searches: RAE's keys are taken from the inputs' and the labels'
+top-b_max as `infer.retrieval` says (memory.merge.RaeRetrieval: their merge, the joint top-b, or a split
+share of each; a split retrieval's smaller b are not prefixes, and come with their own keys).
 
 The test queries go through search, scoring, ranking and metrics a chunk at a time (`evaluate_retrieval`):
 what grows with their number is only each method's per-query metric values.
@@ -53,16 +54,33 @@ class QueryLambda(Protocol):
 
 @dataclass
 class Retrievals:
-    """Every query's top keys from the three searches: joint keys (RAE), label keys alone (dual
-    encoder) and training-input keys alone (kNN); each holds ids within its own key set."""
+    """Every query's top keys from the three searches: RAE's keys (joint ids: memory.merge.RaeRetrieval),
+    label keys alone (dual encoder) and training-input keys alone (kNN); each holds ids within its own key
+    set. RAE at a smaller b scores the first b of `joint`, unless `other_b` holds its own keys for that b
+    (a split retrieval takes each b's share of each key set)."""
 
     joint: Hits
     labels: Hits
     inputs: Hits
+    other_b: dict[int, Hits] = field(default_factory=dict)
 
     def rows(self, rows: slice) -> Retrievals:
         """These retrievals of some queries only."""
-        return Retrievals(*((ids[rows], sims[rows]) for ids, sims in (self.joint, self.labels, self.inputs)))
+        return Retrievals(*((ids[rows], sims[rows]) for ids, sims in (self.joint, self.labels, self.inputs)),
+                          other_b={b: (ids[rows], sims[rows]) for b, (ids, sims) in self.other_b.items()})
+
+    def rae_at(self, b: int) -> Hits:
+        """RAE's keys at b (the first b valid of them are scored)."""
+        return self.other_b.get(b, self.joint)
+
+
+def concatenated(pieces: list[Retrievals]) -> Retrievals:
+    """The retrievals of consecutive groups of queries as one."""
+    def stacked(hits: list[Hits]) -> Hits:
+        return tuple(np.concatenate(arrays) for arrays in zip(*hits))
+
+    return Retrievals(*(stacked([getattr(piece, name) for piece in pieces]) for name in ("joint", "labels", "inputs")),
+                      other_b={b: stacked([piece.other_b[b] for piece in pieces]) for b in pieces[0].other_b})
 
 
 Search = Callable[[slice], Retrievals]  # the retrievals of a chunk of the test queries
@@ -91,9 +109,7 @@ class BlockSearch:
         first = rows.start - rows.start % self.block
         pieces = [self._block(start).rows(slice(max(rows.start, start) - start, min(rows.stop - start, self.block)))
                   for start in range(first, max(rows.stop, first + 1), self.block)]
-        return pieces[0] if len(pieces) == 1 else Retrievals(*(
-            tuple(np.concatenate(arrays) for arrays in zip(*(getattr(piece, name) for piece in pieces)))
-            for name in ("joint", "labels", "inputs")))
+        return pieces[0] if len(pieces) == 1 else concatenated(pieces)
 
 
 @dataclass
@@ -185,7 +201,7 @@ def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, t
                    b: int) -> dict[str, Scorer]:
     """RAE at λ, and the dual encoder and kNN, each from its own search, all at (τ, b)."""
     (z_ids, z_sims), (x_ids, x_sims) = retrievals.labels, retrievals.inputs
-    return {"rae": rae_scorer(retrievals.joint, Y_train, lam, tau, b),
+    return {"rae": rae_scorer(retrievals.rae_at(b), Y_train, lam, tau, b),
             "dual_encoder": lambda rows: dual_encoder_scores(z_ids[rows], z_sims[rows], Y_train.shape[1], tau, b),
             "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, tau, b)}
 
@@ -223,7 +239,7 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr
                  for i, swept in enumerate(settings.lambda_sweep) if swept != lam]
 
     def rae_at(swept: int) -> sp.csr_matrix:
-        return combine(score_parts(ids, sims, rae_values, tau, swept), lam)
+        return combine(score_parts(*found.rae_at(swept), rae_values, tau, swept), lam)
     rankings += [([("b", i)], partial(rae_at, swept)) for i, swept in enumerate(settings.b_sweep) if swept != b]
     return rankings
 
@@ -275,7 +291,7 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
                         totals[key] = evaluator.totals(per_instance=key[0] == "method")
             list(pool.map(partial(rank_and_tally, queries), rankings))  # waits for the chunk; raises a worker's error
             for counts, b in zip(key_counts, settings.b_sweep):
-                counts += train_key_counts(found.joint[0], V.shape[0], b)
+                counts += train_key_counts(found.rae_at(b)[0], V.shape[0], b)
             bar.update(rows.stop - rows.start)
     results = {key: evaluator.result(tally) for key, tally in totals.items()}
     methods = {name: results[kind, name] for kind, name in results if kind == "method"}

@@ -18,7 +18,7 @@ from ..rae.query_lambda import DEFAULT_FOLDS, DEFAULT_RIDGE, QueryLambda, fit_qu
 from ..rae.scoring import combine_per_query, score_parts
 from .evaluator import Evaluator, Hits, Scorer, query_chunks, rae_scorer
 from .metrics import per_instance_metrics
-from .selection import TuneSettings, ValidationRetrieval
+from .selection import TuneSettings, ValidationRetrieval, rae_retrieval
 
 DEFAULT_METRIC = "P@1"
 
@@ -61,7 +61,7 @@ def query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, model: QueryLambda,
 
 def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, selection: dict[str, Any],
                      propensity_ab: tuple[float, float]) -> tuple[QueryLambda, dict[str, Any]]:
-    """The per-query λ model of the tune stage's validation retrieval, at the chosen τ, b and metric,
+    """The per-query λ model of the tune stage's validation retrieval, at the chosen τ, retrieval, b and metric,
     over its λ grid. With too few held-out queries to cross-validate it is the chosen λ for every
     query; the report says so (`uses_model` false, `reason`)."""
     grid = np.array(settings.lambdas())
@@ -70,8 +70,8 @@ def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, sel
         model = QueryLambda(grid, float(selection["lambda"]), tau, settings.b)
         return model, {"metric": metric, "queries": len(retrieval.held.val_rows), "uses_model": False,
                        "reason": f"fewer than {2 * DEFAULT_FOLDS} validation queries: the chosen lambda"}
-    return fit_on_validation(retrieval.hits(tau), retrieval.evaluator(propensity_ab), grid, tau, settings.b,
-                             metric, fixed_lambda=float(selection["lambda"]))
+    return fit_on_validation(retrieval.hits(tau, rae_retrieval(selection)), retrieval.evaluator(propensity_ab), grid,
+                             tau, settings.b, metric, fixed_lambda=float(selection["lambda"]))
 
 
 def fit_on_validation(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: float, b: int,

@@ -1,4 +1,5 @@
-"""Choosing RAE's λ and τ on held-out training inputs (`infer.lambda: auto`, `infer.tau: auto`), never on the test set.
+"""Choosing RAE's λ and τ (and a split retrieval's label share) on held-out training inputs (`infer.lambda: auto`,
+`infer.tau: auto`, `infer.label_share: auto`), never on the test set.
 
 The right λ moves with the dataset and with training, so it is chosen on data the test never sees:
 the held-out training inputs (the split training's validation uses) query a memory built like the
@@ -6,10 +7,17 @@ evaluation's from the training inputs that remain, keys [X_rest; Z] and values [
 The held-out inputs are not keys of that memory, so none can find itself (which would make kNN look
 perfect). A smaller memory (`memory.keep` < 1) is selected from the remaining inputs by the memory
 stage's method, so that λ and τ are chosen for the memory that evaluate and predict search. One
-exact joint top-b search serves the whole grid: one softmax per τ (`score_parts`), one sparse mix
-per λ (`combine`), each ranked and scored by the Evaluator as the test set is. The best
-(λ, τ) by `infer.auto_metric` wins; among equal values (metrics are rounded to 0.01 points) the one
-nearest the paper's λ = 0.5, τ = 0.04 (τ by ratio) wins.
+exact top-b search of the input keys and one of the labels serve the whole grid: RAE's keys are taken from
+them as `infer.retrieval` says (memory.merge.RaeRetrieval), one softmax per (τ, label share)
+(`score_parts`), one sparse mix per λ (`combine`), each ranked and scored by the Evaluator as the test set
+is. The best (λ, τ) by `infer.auto_metric` wins; among equal values (metrics are rounded to 0.01 points) the
+one nearest the paper's λ = 0.5, τ = 0.04 (τ by ratio), then the label share nearest 0.5, wins.
+
+A choice cannot fall off its grid: where the best value of a chosen λ, τ or label share sits on an edge of its
+grid, the grid gains a point past that edge (τ doubled or halved; λ and the share by the edge's gap, within
+[0, 1]) and the choice is made again, at most WIDEN_STEPS points past each edge; the curve keeps every point
+tried. A split retrieval with an automatic share is chosen in two rounds, so that the grid's cost adds up
+rather than multiplies: λ × τ at the fixed share (0.5 when auto), then λ × share at the τ chosen.
 
 At most `infer.val_max_queries` of the held-out inputs query (a seeded subset): the search costs
 queries x (memory inputs + labels) products, which at 5% of N held out would grow with N squared; a
@@ -30,14 +38,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import positive_int
+from ..checks import one_of, positive_int
 from ..encoder.vectors import load_embeddings
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import read_json
 from ..memory.exact import top_k_search
 from ..memory.input_memory import MemorySettings
 from ..memory.key_selection import select_keys
-from ..memory.keys_values import stack_rows, training_values
+from ..memory.keys_values import training_values
+from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RETRIEVALS, SPLIT, RaeRetrieval, check_label_share
 from ..memory.prior import add_log_prior
 from ..memory.prototypes import label_prototypes
 from ..memory.search import Hits
@@ -63,6 +72,9 @@ class TuneSettings:
     val_max_queries: int
     val_seed: int
     relevance: str
+    retrieval: str = JOINT
+    label_share: float | None = DEFAULT_LABEL_SHARE   # split only; None: auto
+    label_share_grid: tuple[float, ...] = ()
 
     @classmethod
     def from_params(cls, p: Params) -> TuneSettings:
@@ -81,7 +93,10 @@ class TuneSettings:
                    metric=metric, b=check_b(p.typed("infer.b", int)), val_fraction=fraction,
                    val_max_queries=positive_int(p.get("infer.val_max_queries"), "infer.val_max_queries", p.path,
                                                 "infer.val_max_queries"),
-                   val_seed=p.integer("infer.val_seed", 0), relevance=p.typed("infer.relevance", str))
+                   val_seed=p.integer("infer.val_seed", 0), relevance=p.typed("infer.relevance", str),
+                   retrieval=one_of(p.get("infer.retrieval"), RETRIEVALS, "infer.retrieval", p.path, "infer.retrieval"),
+                   label_share=_number_or_auto(p, "infer.label_share", check_label_share, "a number in [0, 1]"),
+                   label_share_grid=p.grid("infer.label_share_grid", check_label_share, "numbers in [0, 1]"))
 
     @property
     def fixed_lambda(self) -> float:
@@ -98,6 +113,23 @@ class TuneSettings:
 
     def taus(self) -> list[float]:
         return sorted({*self.tau_grid, self.fixed_tau})
+
+    @property
+    def fixed_share(self) -> float | None:
+        """The hand-set label share (0.5 when auto; None for the joint retrieval, which has none)."""
+        if self.retrieval == JOINT:
+            return None
+        return DEFAULT_LABEL_SHARE if self.label_share is None else self.label_share
+
+    def shares(self) -> list[float | None]:
+        """The label shares of the curve's second round: the grid and the fixed value (None: joint)."""
+        if self.retrieval == JOINT:
+            return [None]
+        return sorted({*self.label_share_grid, self.fixed_share})
+
+    @property
+    def chooses_share(self) -> bool:
+        return self.retrieval == SPLIT and self.label_share is None
 
 
 def _number_or_auto(p: Params, key: str, check: Callable[[Any], float], text: str) -> float | None:
@@ -119,23 +151,28 @@ class HeldOutLabels:
 
 @dataclass
 class ValidationRetrieval:
-    """The held-out training inputs' joint top-b over [X_rest; Z] and what scoring them needs; a
-    per-query λ model is fitted on the same retrieval."""
+    """The held-out training inputs' top-b over the memory's input keys (ids 0..K-1) and over the labels
+    (ids 0..L-1), and what scoring them needs; a per-query λ model is fitted on the same retrieval."""
 
-    ids: np.ndarray             # (n_val, b) key ids: 0..K-1 the memory's input keys, K.. labels
-    sims: np.ndarray
+    inputs: Hits
+    labels: Hits
+    b: int
     held: HeldOutLabels
     memory_values: sp.csr_matrix | None = None   # the selected keys' values (None: every remaining input, Y_rest)
     log_counts: np.ndarray | None = None         # their log member counts when the prior is on
+
+    @property
+    def input_keys(self) -> int:
+        return len(self.held.rest_rows) if self.memory_values is None else self.memory_values.shape[0]
 
     def evaluator(self, propensity_ab: tuple[float, float]) -> Evaluator:
         """Ranks and scores the held-out inputs as the test set is ranked and scored."""
         held = self.held
         return Evaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values)
 
-    def hits(self, tau: float) -> Hits:
-        """The retrieval as RAE scores it at `tau`: with the prior added when the memory has one."""
-        hits = (self.ids, self.sims)
+    def hits(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> Hits:
+        """RAE's keys as `rae` takes them and scores them at `tau`: with the prior added when the memory has one."""
+        hits = rae.hits(self.inputs, self.labels, self.input_keys, self.b)
         return hits if self.log_counts is None else add_log_prior(hits, self.log_counts, tau)
 
 
@@ -151,8 +188,8 @@ def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_r
 
 def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
                          memory: MemorySettings | None = None) -> ValidationRetrieval:
-    """Exact joint top-b of the held-out inputs over the remaining ones, or the keys `memory` selects from
-    them, and the labels, from the embeddings folder. Its files are mapped only while the keys and queries
+    """Exact top-b of the held-out inputs over the remaining ones, or the keys `memory` selects from
+    them, and over the labels, from the embeddings folder. Its files are mapped only while the keys and queries
     are copied out of them: the search holds those alone (the mapped pages count as the stage's memory)."""
     train_inputs, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
     input_keys, memory_values, log_counts = (train_inputs, held.rest_rows), None, None
@@ -163,22 +200,41 @@ def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: 
         log_counts = np.log(selected.counts.astype(np.float64)) if memory.prior else None
     if memory is not None and memory.prototypes > 0:  # made from the memory's inputs only, as the memory stage does
         labels = label_prototypes(train_inputs, held.Y_rest, labels, memory.prototypes, rows=held.rest_rows)
-    keys = stack_rows([input_keys, (labels, None)])
+    keys, rows = input_keys
+    input_keys = np.ascontiguousarray(keys if rows is None else keys[rows], dtype=np.float32)
+    labels = np.ascontiguousarray(labels, dtype=np.float32)
     queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
-    del train_inputs, labels, input_keys
-    ids, sims = top_k_search(keys, device, progress=True)(queries, b)
-    return ValidationRetrieval(ids, sims, held, memory_values, log_counts)
+    del train_inputs, keys
+    found = [top_k_search(key_set, device, progress=True)(queries, b) for key_set in (input_keys, labels)]
+    return ValidationRetrieval(*found, b, held, memory_values, log_counts)
 
 
-def validation_curve(retrieval: ValidationRetrieval, lambdas: list[float], taus: list[float], b: int,
-                     propensity_ab: tuple[float, float]) -> list[dict[str, float]]:
-    """The headline metrics (percent) of every (λ, τ) on the held-out inputs, rows {"lambda", "tau", metric...}.
-    The score halves are computed a chunk of queries at a time and serve every λ: at 1.3M labels those of
-    all 20,000 queries would take some 0.7 GB."""
-    evaluator = retrieval.evaluator(propensity_ab)
-    rows = []
-    for tau in taus:
-        ids, sims = retrieval.hits(tau)
+WIDEN_STEPS = 3  # points a chosen value's grid may gain past each of its edges
+
+
+class ValidationCurve:
+    """The headline metrics (percent) of RAE at points (λ, τ, label share) on the held-out inputs, each point
+    measured once: rows {"lambda", "tau", "label_share" (None: joint retrieval), metric...}, in the order
+    measured. The score halves are computed a chunk of queries at a time and serve every λ: at 1.3M labels
+    those of all 20,000 queries would take some 0.7 GB."""
+
+    def __init__(self, retrieval: ValidationRetrieval, propensity_ab: tuple[float, float], mode: str = JOINT):
+        self.retrieval, self.mode = retrieval, mode
+        self.evaluator = retrieval.evaluator(propensity_ab)
+        self.rows: dict[tuple, dict[str, Any]] = {}
+
+    def measure(self, lambdas: list[float], taus: list[float], shares: list[float | None]) -> None:
+        """Add the points of the grid lambdas x taus x shares not measured yet."""
+        for share in shares:
+            rae = RaeRetrieval(self.mode, share)
+            for tau in taus:
+                missing = [lam for lam in lambdas if (lam, tau, share) not in self.rows]
+                if missing:
+                    self._measure(missing, tau, rae)
+
+    def _measure(self, lambdas: list[float], tau: float, rae: RaeRetrieval) -> None:
+        evaluator, b = self.evaluator, self.retrieval.b
+        ids, sims = self.retrieval.hits(tau, rae)
         ranked: dict[float, list[np.ndarray]] = {lam: [] for lam in lambdas}
         for chunk in query_chunks(len(ids)):
             parts = score_parts(ids[chunk], sims[chunk], evaluator.rae_values, tau, b)
@@ -187,38 +243,99 @@ def validation_curve(retrieval: ValidationRetrieval, lambdas: list[float], taus:
             del parts
         for lam in lambdas:
             summary = evaluator.summary(stacked_rankings(ranked.pop(lam)))[0]
-            rows.append({"lambda": lam, "tau": tau, **{k: summary[k] for k in HEADLINE}})
-    return rows
+            self.rows[lam, tau, rae.label_share] = {"lambda": lam, "tau": tau, "label_share": rae.label_share,
+                                                    **{k: summary[k] for k in HEADLINE}}
+
+    def curve(self) -> list[dict[str, Any]]:
+        return list(self.rows.values())
 
 
-def choose(curve: list[dict[str, float]], metric: str, lam: float | None = None,
-           tau: float | None = None) -> dict[str, float]:
-    """The curve's best row by `metric` among those at the fixed λ / τ (None: free); ties go to the
-    row nearest the paper's λ, then τ."""
-    rows = [r for r in curve if (lam is None or r["lambda"] == lam) and (tau is None or r["tau"] == tau)]
+def past_edge(axis: str, grid: list[float], value: float, original: list[float]) -> list[float]:
+    """The points past the edge of `grid` that the chosen `value` sits on (both edges for a grid of one point):
+    τ doubled or halved; λ and the label share one edge gap further (0.1 for a grid of one point), within
+    [0, 1]. None past an edge that already holds WIDEN_STEPS points beyond the `original` grid's."""
+    grid = sorted(grid)
+    points = []
+    for edge, inner, sign, beyond in ((grid[-1], grid[-2:-1], 1, sum(v > max(original) for v in grid)),
+                                      (grid[0], grid[1:2], -1, sum(v < min(original) for v in grid))):
+        if value != edge or beyond >= WIDEN_STEPS:
+            continue
+        if axis == "tau":
+            points.append(edge * 2.0 ** sign)
+        elif (edge < 1.0) if sign > 0 else (edge > 0.0):  # λ and the share stop at 0 and 1
+            gap = abs(edge - inner[0]) if inner else 0.1
+            points.append(min(1.0, max(0.0, edge + sign * gap)))
+    return [float(f"{point:.10g}") for point in points if point not in grid]
+
+
+def widen_and_choose(curve: ValidationCurve, grids: dict[str, list], auto: tuple[str, ...], metric: str,
+                     fixed: dict[str, float | None]) -> dict[str, Any]:
+    """Measure the grid lambda x tau x label_share and choose (an axis not in `auto` at its `fixed` value); while
+    a chosen value of an `auto` axis sits on an edge of its grid, widen that grid past it (past_edge) and
+    choose again. Returns the best row; `grids` is left holding every point tried."""
+    original = {axis: list(values) for axis, values in grids.items()}
+    while True:
+        curve.measure(grids["lambda"], grids["tau"], grids["label_share"])
+        best = choose(curve.curve(), metric, **fixed)
+        grew = False
+        for axis in auto:
+            new = past_edge(axis, grids[axis], best[axis], original[axis])
+            grids[axis] = sorted([*grids[axis], *new])
+            grew = grew or bool(new)
+        if not grew:
+            return best
+
+
+def choose(curve: list[dict[str, Any]], metric: str, lam: float | None = None, tau: float | None = None,
+           label_share: float | None = None) -> dict[str, Any]:
+    """The curve's best row by `metric` among those at the fixed λ / τ / label share (None: free); ties go to
+    the row nearest the paper's λ, then τ, then the share nearest 0.5."""
+    fixed = {"lambda": lam, "tau": tau, "label_share": label_share}
+    rows = [r for r in curve if all(value is None or r.get(axis) == value for axis, value in fixed.items())]
     if not rows:
-        raise ValueError(f"no validation row at lambda={lam}, tau={tau}")
+        raise ValueError(f"no validation row at lambda={lam}, tau={tau}, label_share={label_share}")
+
+    def share_distance(row: dict[str, Any]) -> float:
+        share = row.get("label_share")
+        return 0.0 if share is None else abs(share - DEFAULT_LABEL_SHARE)
+
     return min(rows, key=lambda r: (-r[metric], abs(r["lambda"] - PAPER_LAMBDA), abs(math.log(r["tau"] / PAPER_TAU)),
-                                    r["lambda"], r["tau"]))
+                                    share_distance(r), r["lambda"], r["tau"], r.get("label_share") or 0.0))
 
 
 def select(retrieval: ValidationRetrieval, settings: TuneSettings,
            propensity_ab: tuple[float, float]) -> dict[str, Any]:
-    """The chosen λ and τ, the validation metric there and at the fixed values, and the whole curve."""
-    curve = validation_curve(retrieval, settings.lambdas(), settings.taus(), settings.b, propensity_ab)
-    best = choose(curve, settings.metric, settings.lam, settings.tau)
-    fixed = choose(curve, settings.metric, settings.fixed_lambda, settings.fixed_tau)
-    return {"lambda": best["lambda"], "tau": best["tau"], "metric": settings.metric,
-            "auto": {"lambda": settings.lam is None, "tau": settings.tau is None},
-            "val_value": best[settings.metric],
-            "fixed_lambda": settings.fixed_lambda, "fixed_tau": settings.fixed_tau,
-            "fixed_val_value": fixed[settings.metric],
+    """The chosen λ, τ and retrieval, the validation metric there and at the fixed values, and the whole curve.
+
+    First round: λ x τ at the fixed label share, widened past an edge where λ or τ is chosen there. Second
+    round, for a split retrieval with an automatic share: λ x share at the chosen τ, widened likewise. The
+    cost is |λ| x |τ| + |λ| x |shares| ranked points (the second round only when the share is chosen), plus
+    at most WIDEN_STEPS rows or columns past each edge of a chosen value."""
+    curve = ValidationCurve(retrieval, propensity_ab, settings.retrieval)
+    metric, fixed_share = settings.metric, settings.fixed_share
+    grids = {"lambda": settings.lambdas(), "tau": settings.taus(), "label_share": [fixed_share]}
+    auto = tuple(axis for axis, value in (("lambda", settings.lam), ("tau", settings.tau)) if value is None)
+    best = widen_and_choose(curve, grids, auto, metric,
+                            {"lam": settings.lam, "tau": settings.tau, "label_share": fixed_share})
+    if settings.chooses_share:
+        grids = {**grids, "tau": [best["tau"]], "label_share": settings.shares()}
+        widen_and_choose(curve, grids, (*(axis for axis in auto if axis == "lambda"), "label_share"), metric,
+                         {"lam": settings.lam, "tau": best["tau"], "label_share": None})
+    rows = curve.curve()
+    best = choose(rows, metric, settings.lam, settings.tau, None if settings.chooses_share else fixed_share)
+    fixed = choose(rows, metric, settings.fixed_lambda, settings.fixed_tau, fixed_share)
+    return {"lambda": best["lambda"], "tau": best["tau"], "retrieval": settings.retrieval,
+            "label_share": best["label_share"], "metric": metric,
+            "auto": {"lambda": settings.lam is None, "tau": settings.tau is None,
+                     "label_share": settings.chooses_share},
+            "val_value": best[metric],
+            "fixed_lambda": settings.fixed_lambda, "fixed_tau": settings.fixed_tau, "fixed_label_share": fixed_share,
+            "fixed_val_value": fixed[metric],
             "val_queries": len(retrieval.held.val_rows), "memory_inputs": len(retrieval.held.rest_rows),
-            "memory_input_keys": len(retrieval.held.rest_rows) if retrieval.memory_values is None
-            else retrieval.memory_values.shape[0],
+            "memory_input_keys": retrieval.input_keys,
             "val_fraction": settings.val_fraction, "val_max_queries": settings.val_max_queries,
             "val_seed": settings.val_seed, "b": settings.b,
-            "validation": curve}
+            "validation": rows}
 
 
 def read_selection(folder: str | os.PathLike) -> dict[str, Any]:
@@ -234,12 +351,22 @@ def read_selection(folder: str | os.PathLike) -> dict[str, Any]:
             check(selection.get(key))
         except ConfigError:
             raise DataError(f"{key} must be a number in its range, got {selection.get(key)!r}", path, key) from None
+    try:
+        rae_retrieval(selection)
+    except ConfigError as error:
+        raise DataError(f"no valid retrieval: {error.args[0]}", path, "retrieval") from None
     return selection
+
+
+def rae_retrieval(selection: dict[str, Any]) -> RaeRetrieval:
+    """The retrieval the tune stage chose (joint in selection files written before the choice existed)."""
+    return RaeRetrieval(selection.get("retrieval", JOINT), selection.get("label_share"))
 
 
 def lambda_rows(selection: dict[str, Any], test_sweep: list[dict[str, float]]) -> list[dict[str, float]]:
     """The chosen metric against λ at the chosen τ, on validation beside test: rows {"lambda", "validation", "test"}."""
-    metric = selection["metric"]
-    validation = {r["lambda"]: r[metric] for r in selection["validation"] if r["tau"] == selection["tau"]}
+    metric, share = selection["metric"], selection.get("label_share")
+    validation = {r["lambda"]: r[metric] for r in selection["validation"]
+                  if r["tau"] == selection["tau"] and r.get("label_share") == share}
     return [{"lambda": r["lambda"], "validation": validation[r["lambda"]], "test": r[metric]}
             for r in test_sweep if r["lambda"] in validation]

@@ -31,7 +31,7 @@ from .compression import NONE, checked_compression, parse_compression
 from .indexes import INDEXED_KEY_SETS, make_index
 from .key_selection import METHODS, kept_count, select_keys
 from .keys_values import KEYS_FILE
-from .merge import JointSearch, prefix
+from .merge import JointSearch, RaeRetrieval, prefix
 from .persistence import load_index, save_index
 from .prior import add_log_prior
 from .prototypes import label_prototypes, prototype_weight
@@ -211,18 +211,20 @@ class InputMemory:
         return self._own
 
     def search(self, baselines: JointSearch, queries: np.ndarray, k: int, k_parts: int, tau: float,
-               ef_search: int, threads: int = 0) -> tuple[Hits, Hits, Hits]:
-        """RAE's joint top-k over this memory's input keys and labels (the prior added at `tau`), and
-        kNN's and the dual encoder's top-k_parts from the index stage's own two indexes."""
-        if self.meta["index"] == FULL_INDEX and not self.has_own_labels:
-            joint, inputs, labels = baselines.search_all(queries, k, k_parts)
-        else:
-            full_inputs, labels_k = baselines.search_parts(queries, k)
-            rae = self.indexes(baselines, ef_search, threads)
-            own_inputs = full_inputs if rae.inputs is baselines.inputs else rae.inputs.search(queries, k)
-            own_labels = labels_k if rae.labels is baselines.labels else rae.labels.search(queries, k)
-            joint = rae.merge(own_inputs, own_labels, k)
-            inputs, labels = prefix(full_inputs, k_parts), prefix(labels_k, k_parts)
+               ef_search: int, threads: int = 0, retrieval: RaeRetrieval = RaeRetrieval(),
+               other_b: tuple[int, ...] = ()) -> tuple[Hits, dict[int, Hits], Hits, Hits]:
+        """RAE's keys at b = k_parts as `retrieval` takes them from top-k searches of this memory's input keys
+        and labels (the prior added at `tau`), its keys at each b of `other_b` likewise, and kNN's and the
+        dual encoder's top-k_parts from the index stage's own two indexes."""
+        full_inputs, labels_k = baselines.search_parts(queries, k)
+        rae = self.indexes(baselines, ef_search, threads)
+        own_inputs = full_inputs if rae.inputs is baselines.inputs else rae.inputs.search(queries, k)
+        own_labels = labels_k if rae.labels is baselines.labels else rae.labels.search(queries, k)
         log_counts = self.log_counts()
-        return (joint if log_counts is None else add_log_prior(joint, log_counts, tau)), inputs, labels
 
+        def rae_at(b: int) -> Hits:
+            hits = retrieval.hits(own_inputs, own_labels, rae.inputs.count, b)
+            return hits if log_counts is None else add_log_prior(hits, log_counts, tau)
+
+        return (rae_at(k_parts), {b: rae_at(b) for b in other_b}, prefix(full_inputs, k_parts),
+                prefix(labels_k, k_parts))

@@ -4,14 +4,22 @@ top-k over the training inputs and the top-k over the labels.
 Every joint top-k key is among the k best of its own key set, so two indexes, each key stored once,
 serve RAE (the merge), the dual encoder (labels alone) and kNN (inputs alone). The merge orders by
 descending similarity, ties by smaller joint id, as `ExactIndex` does over the stacked keys.
+
+`RaeRetrieval` is the one place that says which keys RAE scores, from those two searches: the joint top-b
+(the paper's), or split, the top label keys and the top input keys in a set proportion. Where inputs
+outnumber labels the joint top-b holds few label keys (0.8 % of the top-200 on a 593-label / 21k-input
+set), so RAE's label half contributes next to nothing; split gives each half its own keys.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
-from ..checks import positive_int
-from ..errors import ConfigError, DataError
+from ..checks import one_of, positive_int
+from ..errors import PARAMS_FILE, ConfigError, DataError
 from .search import Hits, as_matrix, empty_result, sort_rows
 
 MERGE_ROWS = 8_192  # rows merged at once: the sort's scratch (about 32 bytes per candidate) stays near 100 MB at b=200
@@ -81,6 +89,10 @@ class JointSearch:
     def search(self, queries: np.ndarray, k: int) -> Hits:
         return self.merge(*self.search_parts(queries, k), k)
 
+    def rae_search(self, queries: np.ndarray, b: int, retrieval: RaeRetrieval) -> Hits:
+        """RAE's keys at b, as `retrieval` takes them from the two searches."""
+        return retrieval.hits(*self.search_parts(queries, retrieval.depth(b)), self.inputs.count, b)
+
     def search_all(self, queries: np.ndarray, k: int, k_parts: int) -> tuple[Hits, Hits, Hits]:
         """RAE's joint top-k, kNN's inputs top-k_parts and the dual encoder's labels top-k_parts (k_parts
         <= k) from one top-k search per key set: the parts' are its prefixes, which is what a top-k_parts
@@ -94,3 +106,55 @@ class JointSearch:
 def prefix(hits: Hits, k: int) -> Hits:
     ids, sims = hits
     return ids[:, :k], sims[:, :k]
+
+
+JOINT, SPLIT = RETRIEVALS = ("joint", "split")
+DEFAULT_LABEL_SHARE = 0.5
+
+
+def check_label_share(share: object) -> float:
+    """`share` as a float, or ConfigError unless it is a number in [0, 1]."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+        raise ConfigError(f"infer.label_share must be a number in [0, 1], got {share!r}", PARAMS_FILE,
+                          "infer.label_share")
+    return float(share)
+
+
+@dataclass(frozen=True)
+class RaeRetrieval:
+    """Which keys RAE scores, from a top-k search of its input keys and one of its label keys.
+
+    joint: the top-b of [X; Z], the paper's retrieval (the merge of the two searches).
+    split: the top-b_z label keys and the top-(b - b_z) input keys, b_z = label_share x b rounded half up;
+    scored together as the joint ones are (one softmax, one τ, p . V)."""
+
+    mode: str = JOINT
+    label_share: float | None = None  # split only
+
+    def __post_init__(self) -> None:
+        one_of(self.mode, RETRIEVALS, "infer.retrieval", PARAMS_FILE, "infer.retrieval")
+        if (self.mode == SPLIT) != (self.label_share is not None):
+            raise ConfigError("a split retrieval needs a label share, a joint one has none", PARAMS_FILE,
+                              "infer.label_share")
+        if self.label_share is not None:
+            check_label_share(self.label_share)
+
+    def counts(self, b: int) -> tuple[int, int]:
+        """(input keys, label keys) a split retrieval takes at b."""
+        b = positive_int(b, "b")
+        labels = math.floor(self.label_share * b + 0.5)
+        return b - labels, labels
+
+    def depth(self, b: int) -> int:
+        """How many keys each key set's search must return for RAE at b (and every smaller b)."""
+        return max(self.counts(b)) if self.mode == SPLIT else positive_int(b, "b")
+
+    def hits(self, inputs: Hits, labels: Hits, num_inputs: int, b: int) -> Hits:
+        """RAE's keys at b in joint ids (input key i is i, label key j is num_inputs + j), best first; RAE
+        scores the first b valid of them. Joint: the merge as deep as the two searches (so that a smaller b
+        is a prefix of it, and a prior may reorder it before the first b are taken). Split: b keys, those of
+        each search's prefix. Each search must be `depth(b)` keys deep, or hold all its key set's keys."""
+        if self.mode == JOINT:
+            return merge_top_k(inputs, 0, labels, num_inputs, max(b, inputs[0].shape[1], labels[0].shape[1]))
+        num_x, num_z = self.counts(b)
+        return merge_top_k(prefix(inputs, num_x), 0, prefix(labels, num_z), num_inputs, b)

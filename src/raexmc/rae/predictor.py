@@ -33,6 +33,7 @@ from ..io import load_array, load_sparse, read_json
 from ..memory.keys_values import KEYS_FILE
 from ..memory.indexes import INDEXED_KEY_SETS, load_joint_search
 from ..memory.input_memory import COUNTS_FILE, own_index_folders
+from ..memory.merge import JOINT, RaeRetrieval
 from ..memory.predictor_folder import SETTINGS, SETTINGS_FILE, VALUES_FILE
 from ..memory.prior import add_log_prior
 from .queries import checked_k
@@ -49,8 +50,9 @@ def index_key_sets_read(memory: str | os.PathLike) -> tuple[str, ...]:
 
 
 class Predictor:
-    """RAE-XMC label scores for raw texts: encode, retrieve the top-b keys, p = softmax(q.k / tau)
-    over them, scores = p . V, as the evaluate stage does for the test set."""
+    """RAE-XMC label scores for raw texts: encode, retrieve b keys (the joint top-b, or a split share of the
+    input and the label keys: the settings' retrieval), p = softmax(q.k / tau) over them, scores = p . V, as
+    the evaluate stage does for the test set."""
 
     def __init__(self, encoder: str | os.PathLike, index: str | os.PathLike | None, memory: str | os.PathLike,
                  device: str = "auto", threads: int = 0):
@@ -67,6 +69,8 @@ class Predictor:
         if self.settings.get("query_lambda", False):  # memory folders packaged before it existed lack the key
             self.query_lambda = read_query_lambda(memory / QUERY_LAMBDA_FILE).check_settings(
                 float(self.settings["tau"]), int(self.settings["b"]), memory / QUERY_LAMBDA_FILE)
+        # memory folders packaged before the split retrieval existed lack the keys: the joint one
+        self.retrieval = RaeRetrieval(self.settings.get("retrieval", JOINT), self.settings.get("label_share"))
         self.labels = LabelRecords.open(memory)
         if len(self.labels) != self.settings["num_labels"]:
             raise DataError(f"{len(self.labels)} label records for {self.settings['num_labels']} labels: "
@@ -112,7 +116,7 @@ class Predictor:
         queries = self.embed([self.query_text(query) for query in queries])
         encoded = time.perf_counter()
         b = int(self.settings["b"])
-        ids, sims = self.index.search(queries, b)
+        ids, sims = self.index.rae_search(queries, b, self.retrieval)
         searched = time.perf_counter()
         scores = self.scores(ids, sims)
         top = top_k(scores, k)
@@ -131,7 +135,7 @@ class Predictor:
         return {"label": int(row), "id": label_id, "text": text, "score": round(float(score), 6)}
 
     def scores(self, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
-        """RAE's label scores of a joint retrieval: at the memory's λ, or at the per-query model's λ of
+        """RAE's label scores of its retrieved keys (joint ids): at the memory's λ, or at the per-query model's λ of
         each query, its features read off the same retrieval and score halves."""
         b, tau = int(self.settings["b"]), float(self.settings["tau"])
         if self.log_counts is not None:
