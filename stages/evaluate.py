@@ -27,7 +27,7 @@ from raexmc.memory.hnsw import resolve_threads
 from raexmc.memory.indexes import load_joint_search, memory_backend
 from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
-from raexmc.pipeline.headline import headline_metrics
+from raexmc.pipeline.headline import method_rows, write_rows
 from raexmc.pipeline.plots import line_plot, segment_bars
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.scoring import check_lambda
@@ -40,7 +40,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
          memory: Path = typer.Option(..., help="Memory folder written by the memory stage (RAE's input keys)."),
          out: Path = typer.Option(..., help="Evaluation folder to write."),
-         headline: Path = typer.Option(..., help="Headline metrics file to write (what `dvc metrics show` reads)."),
+         headline: Path = typer.Option(..., help="Folder of headline rows to write, one per method (what `dvc "
+                                                 "metrics show` reads)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file."),
          chunk: int = typer.Option(0, min=0, help="Test queries searched and scored at once (0: as many as about "
                                                   "256 MB of scores hold); the outputs are the same for any.")) -> None:
@@ -104,7 +105,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             segment_bars(segments, folder / "segments_f1.png")
             line_plot(chosen_rows, "lambda", ["validation", "test"], f"{selection['metric']} vs λ at τ={selection['tau']}",
                       folder / "lambda_selection.png", log_x=True)
-        write_json(headline, headline_metrics(metrics))
+        write_rows(headline, method_rows(metrics))
         # a timing goes to MLflow alone: in an output file it would change the file, and dvc.lock, every run
         run.metrics({**metrics, "retrieval": {**metrics["retrieval"],
                                               "queries_per_s": round(len(queries) / max(search_s, 1e-9), 1)}})

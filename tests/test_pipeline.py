@@ -83,8 +83,10 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     set_params(project, **{"tokenize.input_max_len": 16, "encoder.name": "all-MiniLM-L6-v2"})
     assert changed_stages(project) == {"tokenize", "train"}
 
-    set_params(project, **{"encoder.name": str(tiny_model), "memory.keep": 0.5, "memory.method": "kmeans-labels"})
-    assert changed_stages(project) == {"memory", "tune"}, "memory.* leaves download, tokenize, train and embed"
+    # label prototypes (memory.prototypes auto at keep < 1) need graphs: hnsw, where auto is exact at 9 keys
+    set_params(project, **{"encoder.name": str(tiny_model), "memory.keep": 0.5, "memory.method": "kmeans-labels",
+                           "index.backend": "hnsw"})
+    assert changed_stages(project) == {"index", "memory", "tune"}, "memory.* leaves download, tokenize, train, embed"
     dvc("repro", cwd=project)
     assert changed_stages(project) == set()
     kept = json.loads((project / "artifacts/tiny/memory/memory.json").read_text())
@@ -165,7 +167,7 @@ def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch
     runs = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
     for name, data in by_name.items():
         run = next(r for r in runs if r.data.tags["dvc_experiment"] == name)
-        rae = data["metrics"]["artifacts/tiny/eval/metrics.json"]["data"]["rae"]
+        rae = data["metrics"]["metrics/tiny/methods/rae.json"]["data"]  # RAE's headline row
         assert run.data.metrics["evaluate/rae.P_at_1"] == rae["P@1"]
         assert float(run.data.params["infer.tau"]) == float(data["params"]["params.yaml"]["data"]["infer"]["tau"])
     assert {float(r.data.params["infer.tau"]) for r in runs if r.data.tags["dvc_experiment"] in by_name} == {0.04, 0.1}

@@ -1,31 +1,44 @@
-"""The headline files that `dvc metrics show`, `dvc metrics diff` and `dvc exp show` read: the key metrics of
-RAE and its two baselines with the λ and τ RAE used (the evaluate stage), and the p-values of RAE against each
-baseline (the significance stage). The full tables (metrics.json, significance.json) stay outputs that MLflow
-gets, not DVC metrics: DVC shows one column per number of every metrics file, and at 4 methods x 30 numbers
-that is hundreds of columns.
+"""The headline rows that `dvc metrics show` and `dvc metrics diff` read: a file per method with its key metrics
+(RAE's also with the λ and τ it used; the evaluate stage), and a file per paired t-test with its p-value under
+the same metric names (the significance stage). The full tables (metrics.json, significance.json) stay outputs
+that MLflow gets, not DVC metrics.
 
-Each file has keys no other file has, so that `dvc exp show` heads a column with the key alone (it names the
-file too where two files share a key). A p-value is a string in two significant digits ("3.1e-12"): DVC prints
-a number with 5 significant digits, so one that underflowed would read 0.0.
+Why a file per row: DVC shows one row per metrics file and one column per key of any of them, so four methods'
+five metrics in one file are twenty columns (some 200 characters), as rows five. A p-value is text in two
+significant digits ("3.1e-12"): DVC prints a number to 5 significant digits, so one that underflowed would
+read 0.0. The price: `dvc exp show` heads a column that several files share with the file's path
+("metrics/foldoc/methods/rae.json:P@1").
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from ..evaluation.significance import BASELINES, METHOD, p_value_text
+from ..evaluation.significance import p_value_text
+from ..io import atomic_dir, write_json
 
 HEADLINE_METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
-HEADLINE_METHODS = (METHOD, *BASELINES)
+METHODS_FOLDER, TESTS_FOLDER = "methods", "tests"   # under metrics/<dataset>/, as dvc.yaml names them
 
 
-def headline_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """From the evaluate stage's metrics.json: the λ and τ RAE used and each headline method's key metrics."""
-    return {"lambda": metrics["selection"]["lambda"], "tau": metrics["selection"]["tau"],
-            **{method: {name: metrics[method][name] for name in HEADLINE_METRICS} for method in HEADLINE_METHODS}}
+def method_rows(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """From the evaluate stage's metrics.json: each method's headline metrics, and on RAE's row the λ and τ
+    it used (the tune stage's choice)."""
+    rows = {method: {name: summary[name] for name in HEADLINE_METRICS} for method, summary in metrics.items()
+            if isinstance(summary, dict) and all(name in summary for name in HEADLINE_METRICS)}
+    rows["rae"]["lambda"], rows["rae"]["tau"] = metrics["selection"]["lambda"], metrics["selection"]["tau"]
+    return rows
 
 
-def headline_p_values(report: dict[str, Any], metric: str) -> dict[str, Any]:
-    """From the significance stage's report: the p-value of RAE against each baseline on `metric`, as text."""
-    return {f"p_{metric}": {f"vs_{baseline}": p_value_text(report[f"{METHOD}_vs_{baseline}"][metric])
-                            for baseline in BASELINES}}
+def p_value_rows(report: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """From the significance stage's report: each comparison's p-value per metric, as text."""
+    return {comparison: {metric: p_value_text(test) for metric, test in by_metric.items()}
+            for comparison, by_metric in report.items()}
+
+
+def write_rows(folder: str | os.PathLike, rows: dict[str, dict[str, Any]]) -> None:
+    """One <row>.json per row in `folder`, written atomically (all rows or none)."""
+    with atomic_dir(folder) as tmp:
+        for name, row in rows.items():
+            write_json(tmp / f"{name}.json", row)
