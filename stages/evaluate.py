@@ -40,7 +40,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
          memory: Path = typer.Option(..., help="Memory folder written by the memory stage (RAE's input keys)."),
          out: Path = typer.Option(..., help="Evaluation folder to write."),
-         headline: Path = typer.Option(..., help="Folder of headline rows to write, one per method (what `dvc "
+         headline: Path = typer.Option(..., help="Folder to write the methods' headline rows into (what `dvc "
                                                  "metrics show` reads)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file."),
          chunk: int = typer.Option(0, min=0, help="Test queries searched and scored at once (0: as many as about "

@@ -1,6 +1,6 @@
 """Paired t-tests of per-instance metrics (P@1, P@5, R@100 by default) between RAE and its
 baselines: the dual encoder (λ=0) and kNN (λ=1) of the same run, RAE with the per-query λ against
-RAE, and optionally another run; beside the report, each test's p-values as a headline row."""
+RAE, and optionally another run; beside the report, RAE's p-values against each baseline as headline rows."""
 
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from raexmc.pipeline.stage import run_stage, stage_cli
 
 def main(eval: Path = typer.Option(..., help="Evaluation folder written by the evaluate stage."),
          out: Path = typer.Option(..., help="significance.json to write."),
-         headline: Path = typer.Option(..., help="Folder of headline rows to write, one per test (what `dvc "
+         headline: Path = typer.Option(..., help="Folder to write the tests' headline rows into (what `dvc "
                                                  "metrics show` reads)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:

@@ -1,5 +1,5 @@
 """A readable summary of one pipeline's results: the key metrics per method, and RAE against each
-baseline with its paired t-test, instead of `dvc metrics show`'s 190-column table."""
+baseline with its paired t-test (mean difference and p-value; `dvc metrics show` has the p-values alone)."""
 
 from __future__ import annotations
 

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import PARAMS_FILE, ConfigError, RaexmcError
-from .headline import METHODS_FOLDER
+from ..evaluation.significance import METHOD
 from .tracking.identity import git_commit
 
 KEY_METRICS = ("P@1", "P@5", "R@100")   # RAE's, from its headline row (headline.py)
 # How `dvc exp show` heads a column of RAE's headline row: the metric names are shared by every row's file
-RAE_COLUMN = rf"metrics/[^/:]+/{METHODS_FOLDER}/rae\.json:"
+RAE_COLUMN = rf"metrics/[^/:]+/{METHOD}\.json:"
 _QUEUED = re.compile(r"Queued experiment '([^']+)'")
 _PENDING = ("Queued", "Running")
 
