@@ -1,10 +1,12 @@
 """A real `dvc repro` of the whole DAG in a fresh temporary git repo, on a tiny dataset, and what DVC and
 MLflow make of it: reruns, experiments, a sweep, two experiments started together in one workspace (neither
-may log or register the other's params, and the one that fails says why), a killed training run."""
+may log or register the other's params, and the one that fails says why), a killed training run, a fresh
+clone that reproduces the committed lock, and DVC's metrics and plots views."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from ruamel.yaml import YAML
 
 from conftest import dvc, set_params, sh
 
@@ -222,3 +225,75 @@ def test_two_workspace_experiments_never_mislabel_results(reproduced_project, mo
     refusals = [line for out in outputs.values() for line in out.splitlines() if REFUSAL in line]
     assert all(line.startswith(REFUSAL) and "raexmc sweep" in line and "dvc exp run --queue" in line
                for line in refusals)
+
+
+# A fresh clone reproduces the committed outputs: `dvc repro` in a `git clone` of a reproduced and committed
+# project (its own, empty DVC cache: no run cache, nothing restored) writes the outputs its dvc.lock records, so
+# `dvc status` and `git status` are clean afterwards. Any time stamp, timing, absolute path or run-to-run
+# variation (a multi-threaded HNSW build) in an output fails it. (Here, not in a file of its own, so that under
+# pytest-xdist's --dist loadfile it shares this file's one reproduced project.)
+def output_hashes(lock_path) -> dict[str, str]:
+    """{output path: md5} of every stage's outs in a dvc.lock."""
+    stages = YAML(typ="safe").load(lock_path)["stages"]
+    return {out["path"]: out["md5"] for stage in stages.values() for out in stage.get("outs", [])}
+
+
+def test_a_fresh_clone_reproduces_the_committed_lock(reproduced_once, tmp_path, download_cache):
+    source = reproduced_once.repo
+    assert "metrics/tiny/rae.json" in sh("git", "ls-files", cwd=source).stdout.split(), "the headline is in git"
+    clone = tmp_path / "clone"
+    sh("git", "clone", "-q", str(source), str(clone), cwd=tmp_path)
+    assert not (clone / ".dvc" / "cache").exists(), "the clone starts with no DVC cache and no run cache"
+    env = {name: value for name, value in os.environ.items() if name not in ("DVC_ROOT", "DVC_EXP_NAME")}
+    dvc("repro", cwd=clone, env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                                 "RAEXMC_CACHE": str(download_cache)})
+
+    committed, reproduced = output_hashes(source / "dvc.lock"), output_hashes(clone / "dvc.lock")
+    assert len(committed) >= 12 and {"artifacts/tiny/index", "artifacts/tiny/eval"} <= set(committed)
+    assert reproduced == committed
+    assert set(json.loads(dvc("status", "--json", cwd=clone).stdout)) <= {"track"}, "track alone: always_changed"
+    assert sh("git", "status", "--porcelain", cwd=clone).stdout == ""
+
+
+# What DVC's own views show of a reproduced project: `dvc metrics show` of the headline rows within 120 columns,
+# p-values as text that reads as the number it is (never 0.0), and `dvc plots show` with the templates dvc.yaml
+# names (the measured points of a sweep joined by straight lines, bars per method for the label segments).
+def widest_line(text: str) -> int:
+    return max(len(line.rstrip()) for line in text.splitlines())
+
+
+def test_metrics_show_is_a_row_per_method_and_test_within_120_columns(reproduced_project):
+    project = reproduced_project
+    shown = dvc("metrics", "show", cwd=project).stdout
+    assert widest_line(shown) <= 120, shown
+    rows = {line.split()[0]: line.split()[1:] for line in shown.splitlines()[1:]}
+    assert set(rows) == {f"metrics/tiny/{row}.json"
+                         for row in ("rae", "dual_encoder", "knn", "rae_vs_dual_encoder", "rae_vs_knn")}
+    assert shown.splitlines()[0].split() == ["Path", "P@1", "P@5", "PSP@5", "R@100", "lambda", "nDCG@5", "tau"]
+
+    data = json.loads(dvc("metrics", "show", "--json", cwd=project).stdout)[""]["data"]
+    report = json.loads((project / "artifacts/tiny/significance.json").read_text())
+    full = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())
+    assert data["metrics/tiny/knn.json"]["data"]["R@100"] == full["knn"]["R@100"]
+    assert data["metrics/tiny/rae.json"]["data"]["lambda"] == full["selection"]["lambda"]
+    for comparison in ("rae_vs_dual_encoder", "rae_vs_knn"):
+        for metric, test in report[comparison].items():
+            text = data[f"metrics/tiny/{comparison}.json"]["data"][metric]
+            mantissa, exponent = text.split("e")
+            assert math.log10(float(mantissa)) + int(exponent) == pytest.approx(test["log10_p"], abs=0.03), text
+
+
+def test_plots_show_renders_lines_and_bars_per_method(reproduced_project, tmp_path):
+    plots = json.loads(dvc("plots", "show", "--json", cwd=reproduced_project).stdout)
+    specs = {path: renderers[0]["content"] for path, renderers in plots["data"].items() if renderers}
+    for sweep in ("lambda_sweep", "b_sweep", "lambda_selection"):
+        spec = specs[f"artifacts/tiny/eval/{sweep}.json"]
+        assert spec["mark"] == {"type": "line", "point": True, "tooltip": {"content": "data"}}, sweep
+        assert "loess" not in json.dumps(spec), "no curve fitted to a sweep"
+        assert spec["encoding"]["color"]["field"] == "field", "a colour per metric"
+    bars = specs["artifacts/tiny/eval/segments_f1.json"]
+    assert bars["mark"]["type"] == "bar" and bars["encoding"]["x"]["type"] == "nominal"
+    assert bars["encoding"]["color"]["field"] == bars["encoding"]["xOffset"]["field"] == "method"
+    assert {row["method"] for row in bars["data"]["values"]} == {"rae", "dual_encoder", "knn", "rae_query_lambda"}
+    dvc("plots", "show", "--out", str(tmp_path / "html"), cwd=reproduced_project)
+    assert "segments_f1" in (tmp_path / "html" / "index.html").read_text()
