@@ -244,6 +244,8 @@ def test_a_fresh_clone_reproduces_the_committed_lock(reproduced_once, tmp_path, 
     clone = tmp_path / "clone"
     sh("git", "clone", "-q", str(source), str(clone), cwd=tmp_path)
     assert not (clone / ".dvc" / "cache").exists(), "the clone starts with no DVC cache and no run cache"
+    before = json.loads(dvc("metrics", "show", "--json", cwd=clone).stdout)[""]["data"]
+    assert "P@1" in before["metrics/tiny/rae.json"]["data"], "the headline shows on a clone, before any repro or pull"
     env = {name: value for name, value in os.environ.items() if name not in ("DVC_ROOT", "DVC_EXP_NAME")}
     dvc("repro", cwd=clone, env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
                                  "RAEXMC_CACHE": str(download_cache)})
