@@ -303,7 +303,8 @@ def stage_with(project: Project, stage: str, name: str, broken: dict[str, Callab
         shutil.copytree(inputs[key], folder / key)
         inputs[key] = folder / key
         breaks(folder / key)
-    return project.stage(stage, project.params(folder, **updates), **inputs, out=folder / STAGE_OUTPUT[stage])
+    rows = {"headline": folder / "headline"} if stage in ("evaluate", "significance") else {}
+    return project.stage(stage, project.params(folder, **updates), **inputs, **rows, out=folder / STAGE_OUTPUT[stage])
 
 
 def python_only_tokenizer(project: Project) -> Outcome:
@@ -351,7 +352,8 @@ def compare_with(project: Project, name: str, breaks: Callable[[Path], None]) ->
     shutil.copytree(project.root / ARTIFACTS["eval"], folder / "other")
     breaks(folder / "other")
     params = project.params(folder, **{"significance.compare_with": str(folder / "other" / "per_instance.npz")})
-    return project.stage("significance", params, eval=project.root / ARTIFACTS["eval"], out=folder / "significance.json")
+    return project.stage("significance", params, eval=project.root / ARTIFACTS["eval"], headline=folder / "headline",
+                         out=folder / "significance.json")
 
 
 def serve_unknown_alias(project: Project) -> Outcome:

@@ -89,8 +89,11 @@ def run_record(source: str, dataset: str) -> tuple[dict, dict]:
     if Path(source).is_dir():
         folder = Path(source)
         return YAML(typ="safe").load(folder / "params.yaml"), json.loads((folder / "metrics.json").read_text())
-    data = experiment_data(source)
-    return data["params"]["params.yaml"]["data"], data["metrics"][f"artifacts/{dataset}/eval/metrics.json"]["data"]
+    import dvc.api
+
+    data = experiment_data(source)  # metrics.json is an output, not a DVC metric: read it from the cache
+    metrics = json.loads(dvc.api.read(f"artifacts/{dataset}/eval/metrics.json", repo=str(ROOT), rev=source))
+    return data["params"]["params.yaml"]["data"], metrics
 
 
 def full_against_variants(results: dict, dataset: str) -> None:

@@ -13,6 +13,7 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection import rae_retrieval, read_selection
 from raexmc.encoder.vectors import load_embeddings
+from raexmc.memory.indexes import memory_backend
 from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.predictor_folder import write_memory
@@ -42,7 +43,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         rae_memory, data = InputMemory(memory), Dataset(dataset)
         settings["memory"] = rae_memory.summary()
         keys, values = None, None
-        if p.typed("index.backend", str) == "exact":  # that backend keeps no keys: the memory does
+        if memory_backend(index) == "exact":  # that backend keeps no keys: the memory does
             own = rae_memory.own_keys()
             keys = memory_keys(embeddings) if own is None else np.vstack([own, load_embeddings(embeddings, "labels")])
         if not rae_memory.full:

@@ -19,6 +19,7 @@ from raexmc.evaluation.query_lambda_fit import fit_on_selection
 from raexmc.evaluation.selection import (SELECTION_FILE, TuneSettings, held_out_labels, select,
                                         validation_retrieval)
 from raexmc.io import atomic_dir, write_json
+from raexmc.memory.indexes import backend_for
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
@@ -30,7 +31,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          out: Path = typer.Option(..., help="Folder to write selection.json and query_lambda.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        settings, memory = TuneSettings.from_params(p), MemorySettings.from_params(p)  # both checked before any work
+        memory = MemorySettings.from_params(p, backend_for(p.typed("index.backend", str), embeddings))
+        settings = TuneSettings.from_params(p)  # both checked before any work
         run.params({"infer": p.section("infer")})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")

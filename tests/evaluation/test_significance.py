@@ -10,7 +10,7 @@ import pytest
 import scipy.stats
 
 from raexmc.errors import ConfigError, DataError
-from raexmc.evaluation.significance import compare_runs, paired_ttest
+from raexmc.evaluation.significance import compare_runs, p_value_text, paired_ttest
 
 A = np.array([1.0, 2.0, 3.0, 5.0])
 B = np.array([0.0, 1.0, 2.0, 3.0])
@@ -64,6 +64,28 @@ def test_p_that_underflows_keeps_its_size_in_log10_p():
     expected = mpmath.log10(mpmath.betainc(v / 2, mpmath.mpf(1) / 2, 0, v / (v + t ** 2), regularized=True))
     assert expected < -300
     assert r["log10_p"] == pytest.approx(float(expected), abs=1e-6 * abs(float(expected)))
+
+
+def test_an_underflowed_p_prints_from_the_mpmath_reference_never_as_zero():
+    """The same test as above: its text is the 50-digit reference's mantissa and exponent."""
+    import mpmath
+
+    z = np.random.default_rng(0).standard_normal(1000)
+    r = paired_ttest(1.0 + 0.25 * (z - z.mean()) / z.std(ddof=1), np.zeros(1000))
+    mpmath.mp.dps = 50
+    t, v = mpmath.mpf(r["t"]), mpmath.mpf(999)
+    p = mpmath.betainc(v / 2, mpmath.mpf(1) / 2, 0, v / (v + t ** 2), regularized=True)
+    assert p_value_text(r) == mpmath.nstr(p, 2, min_fixed=0, max_fixed=0)
+    assert float(p_value_text(r).split("e")[1]) < -300
+
+
+@pytest.mark.parametrize(("p_value", "log10_p", "text"), [
+    (0.01539, math.log10(0.01539), "1.5e-02"), (1.0, 0.0, "1.0e+00"), (3.14e-12, math.log10(3.14e-12), "3.1e-12"),
+    (0.0, -616.4, "4.0e-617"),      # 10^-616.4 = 10^0.6 * 10^-617 = 3.98 * 10^-617
+    (0.0, -400.001, "1.0e-400"),    # 10^0.999 = 9.98 rounds to 10: the next power of ten
+    (0.0, -math.inf, "0")])         # a constant nonzero difference: p is 0 exactly
+def test_p_value_text_has_two_significant_digits(p_value, log10_p, text):
+    assert p_value_text({"p_value": p_value, "log10_p": log10_p}) == text
 
 
 def test_higher_confidence_gives_wider_interval():

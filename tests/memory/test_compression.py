@@ -133,7 +133,7 @@ def test_bytes_per_key_within_the_hand_count(clustered, tmp_path, name, M, code_
 
 
 def test_compression_needs_the_hnsw_backend(clustered):
-    with pytest.raises(ConfigError, match="needs index.backend hnsw"):
+    with pytest.raises(ConfigError, match="needs an hnsw index"):
         make_index("exact", clustered[0], compression="sq8")
 
 

@@ -11,8 +11,9 @@ from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import HnswIndex, build_hnsw
-from raexmc.memory.indexes import make_index
+from raexmc.memory.indexes import backend_for, make_index, resolve_backend
 from raexmc.memory.persistence import load_index, save_index
+from raexmc.memory.search import EXACT_MAX_KEYS
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -276,3 +277,22 @@ def test_bad_inputs(data):
         ExactIndex(keys[0])
     with pytest.raises(DataError):
         build_hnsw(np.zeros((0, 4), np.float32), threads=1, progress=False)
+
+
+@pytest.mark.parametrize(("setting", "keys", "expected"), [("auto", 20_241, "exact"), ("auto", EXACT_MAX_KEYS, "exact"),
+                                                           ("auto", EXACT_MAX_KEYS + 1, "hnsw"), ("hnsw", 10, "hnsw"),
+                                                           ("exact", 10**6, "exact")])
+def test_auto_searches_exactly_up_to_the_crossover(setting, keys, expected):
+    """FOLDOC's 20,241 joint keys are searched exactly (as fast there: bench/results/hnsw_vs_exact_foldoc.json);
+    a named backend is kept at any size."""
+    assert resolve_backend(setting, keys) == expected
+
+
+def test_auto_counts_the_joint_keys_of_the_embeddings(tmp_path):
+    for split, rows in (("train", EXACT_MAX_KEYS - 5), ("labels", 5), ("test", 100)):  # test inputs are no keys
+        np.save(tmp_path / f"{split}.npy", np.zeros((rows, 2), dtype=np.float32))
+    assert backend_for("auto", tmp_path) == "exact"
+    np.save(tmp_path / "labels.npy", np.zeros((6, 2), dtype=np.float32))
+    assert backend_for("auto", tmp_path) == "hnsw"
+    with pytest.raises(ConfigError, match="index.backend"):
+        backend_for("annoy", tmp_path)

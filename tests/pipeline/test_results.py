@@ -41,7 +41,7 @@ def test_table_rows_and_tests(tmp_path):
 
 def test_an_underflowed_p_is_shown_by_its_log10_not_as_zero(tmp_path):
     write_run(tmp_path / "run", 0.0, -616.4)
-    assert results(tmp_path).stdout.splitlines()[-1] == "rae vs dual_encoder: P@1 +15.46 (p 1e-616)"
+    assert results(tmp_path).stdout.splitlines()[-1] == "rae vs dual_encoder: P@1 +15.46 (p 4.0e-617)"  # 10^-616.4 = 10^0.6 * 10^-617
 
 
 def test_missing_outputs_are_one_line(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -109,6 +110,21 @@ def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict
         "log10_p": log10_p,
         "n": n,
     }
+
+
+def p_value_text(test: dict[str, Any]) -> str:
+    """A test's p-value as a reader should see it, in two significant digits: "3.1e-12", or from log10_p where
+    p underflowed to 0.0 in floating point ("4.0e-617", never "0.0"). Only a constant nonzero difference,
+    whose p is 0 exactly (log10_p -inf), reads "0"."""
+    if test["p_value"] >= sys.float_info.min:
+        return f"{test['p_value']:.1e}"
+    if test["log10_p"] == -math.inf:
+        return "0"
+    exponent = math.floor(test["log10_p"])
+    mantissa = round(10 ** (test["log10_p"] - exponent), 1)
+    if mantissa >= 10.0:  # 9.96 rounds up to the next power of ten
+        mantissa, exponent = 1.0, exponent + 1
+    return f"{mantissa:.1f}e{exponent:+03d}"
 
 
 def load_per_instance(path: str | os.PathLike) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import PARAMS_FILE, ConfigError
+from .search import EXACT_MAX_KEYS
 
 NONE = "none"
 # Codec -> bits a dimension of the stored key.
@@ -59,6 +60,6 @@ def checked_compression(name: str, backend: str) -> Compression | None:
     graph, which the exact backend does not build."""
     compressed = parse_compression(name)
     if compressed is not None and backend != "hnsw":
-        raise ConfigError(f"compression {name!r} needs index.backend hnsw, got {backend!r}", PARAMS_FILE,
-                          "memory.compression")
+        raise ConfigError(f"compression {name!r} needs an hnsw index, got {backend!r} (index.backend auto is "
+                          f"exact up to {EXACT_MAX_KEYS:,} keys)", PARAMS_FILE, "memory.compression")
     return compressed

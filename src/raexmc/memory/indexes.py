@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..encoder.vectors import load_embeddings
 from ..errors import PARAMS_FILE, ConfigError
 from ..io import atomic_dir
 from .compression import NONE, checked_compression, parse_compression
@@ -16,13 +17,30 @@ from .exact import CHUNK_ROWS, ExactIndex
 from .faiss_index import FaissIndex, build_faiss
 from .footprint import hnsw_disk_bytes, hnsw_resident_bytes
 from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, build_hnsw
-from .keys_values import memory_keys
+from .keys_values import KEY_SETS, memory_keys
 from .merge import JointSearch
 from .persistence import load_index, save_index, saved_meta
-from .search import BACKENDS
+from .search import AUTO, BACKENDS, EXACT_MAX_KEYS
 
 # The key sets that get an index, in joint-id order: the joint search merges them.
 INDEXED_KEY_SETS = ("inputs", "labels")
+
+
+def resolve_backend(setting: str, key_count: int) -> str:
+    """The backend `index.backend` names for a memory of `key_count` joint keys: auto is exact up to
+    EXACT_MAX_KEYS, hnsw above."""
+    if setting == AUTO:
+        return "exact" if key_count <= EXACT_MAX_KEYS else "hnsw"
+    if setting not in BACKENDS:
+        raise ConfigError(f"unknown index backend {setting!r} (known: {', '.join((*BACKENDS, AUTO))})", PARAMS_FILE,
+                          "index.backend")
+    return setting
+
+
+def backend_for(setting: str, embeddings: str | os.PathLike) -> str:
+    """`index.backend` resolved for the joint keys of the embed stage's folder (their count from the arrays'
+    headers: nothing is read), so that the index, memory, tune and package stages all agree."""
+    return resolve_backend(setting, sum(len(load_embeddings(embeddings, split)) for split in KEY_SETS["joint"]))
 
 
 def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION,

@@ -65,11 +65,12 @@ class MemorySettings:
     prototypes: float = 0.0   # α of the label prototypes, resolved (0: the label texts' keys)
 
     @classmethod
-    def from_params(cls, p: Params) -> MemorySettings:
+    def from_params(cls, p: Params, backend: str) -> MemorySettings:
+        """The section checked, for the index backend `backend` (`index.backend` resolved: indexes.backend_for)."""
         keep = p.typed("memory.keep", float)
         if not 0.0 <= keep <= 1.0:
             raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", p.path, "memory.keep")
-        compression, backend = p.typed("memory.compression", str), p.typed("index.backend", str)
+        compression = p.typed("memory.compression", str)
         # an unknown name, or one the index backend cannot build, fails here: before any key is selected
         checked_compression(compression, backend)
         return cls(keep=keep, method=one_of(p.get("memory.method"), METHODS, "memory.method", p.path, "memory.method"),

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 
 from ..errors import PARAMS_FILE, ConfigError
 from .key_selection import unit_rows
+from .search import EXACT_MAX_KEYS
 
 AUTO_WEIGHT = 0.5    # α of `auto` where keep < 1: the first value tried on FOLDOC (README: the table's rows)
 LABEL_BLOCK = 65_536  # labels whose input sums one sparse product makes (the largest scratch: a block x d)
@@ -25,7 +26,7 @@ LABEL_BLOCK = 65_536  # labels whose input sums one sparse product makes (the la
 
 def prototype_weight(setting: object, keep: float, backend: str, path: str = PARAMS_FILE) -> float:
     """α from `memory.prototypes`: a number >= 0 (0: the label texts' keys), or auto: AUTO_WEIGHT where keep < 1
-    and the index backend builds graphs (the exact backend, for tests and tiny data, keeps no label index of
+    and the index backend builds graphs (the exact backend, which auto picks for small data, keeps no label index of
     a memory's own), else 0."""
     if setting == "auto":
         return AUTO_WEIGHT if keep < 1.0 and backend != "exact" else 0.0
@@ -33,8 +34,9 @@ def prototype_weight(setting: object, keep: float, backend: str, path: str = PAR
         raise ConfigError(f"memory.prototypes must be auto or a number >= 0, got {setting!r}", path,
                           "memory.prototypes")
     if setting > 0 and backend == "exact":
-        raise ConfigError("label prototypes need an index backend that builds graphs (hnsw); the exact backend "
-                          "keeps no label index of a memory's own", path, "memory.prototypes")
+        raise ConfigError(f"label prototypes need an index backend that builds graphs (hnsw; index.backend auto is "
+                          f"exact up to {EXACT_MAX_KEYS:,} keys): the exact backend keeps no label index of a memory's "
+                          "own", path, "memory.prototypes")
     return float(setting)
 
 

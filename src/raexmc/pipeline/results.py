@@ -1,5 +1,5 @@
 """A readable summary of one pipeline's results: the key metrics per method, and RAE against each
-baseline with its paired t-test, instead of `dvc metrics show`'s 190-column table."""
+baseline with its paired t-test (mean difference and p-value; `dvc metrics show` has the p-values alone)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..errors import DataError
+from ..evaluation.significance import p_value_text
 
 KEY_METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 METHODS = ("rae", "rae_query_lambda", "dual_encoder", "knn")
@@ -19,14 +20,6 @@ def _read(path: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise DataError(f"not valid JSON ({exc.msg})", path, exc.lineno) from None
-
-
-def _p(test: dict) -> str:
-    """A p-value as a reader should see it: underflowed values by their log10, never as 0."""
-    if test["p_value"] > 0:
-        return f"{test['p_value']:.1e}"
-    log10_p = test.get("log10_p")
-    return "< 1e-300" if log10_p is None or log10_p == float("-inf") else f"1e{log10_p:.0f}"
 
 
 def summary(eval_dir: Path, significance_path: Path, metrics: tuple[str, ...] = KEY_METRICS) -> str:
@@ -52,6 +45,6 @@ def summary(eval_dir: Path, significance_path: Path, metrics: tuple[str, ...] = 
     for name, by_metric in sorted(tests.items()):
         if not isinstance(by_metric, dict) or not by_metric:
             continue
-        parts = [f"{m} {t['mean_diff']:+.2f} (p {_p(t)})" for m, t in by_metric.items() if isinstance(t, dict)]
+        parts = [f"{m} {t['mean_diff']:+.2f} (p {p_value_text(t)})" for m, t in by_metric.items() if isinstance(t, dict)]
         lines.append(f"{name.replace('_vs_', ' vs ')}: " + ", ".join(parts))
     return "\n".join(lines)

@@ -12,9 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import PARAMS_FILE, ConfigError, RaexmcError
+from ..evaluation.significance import METHOD
 from .tracking.identity import git_commit
 
-KEY_METRICS = ("rae.P@1", "rae.P@5", "rae.R@100")
+KEY_METRICS = ("P@1", "P@5", "R@100")   # RAE's, from its headline row (headline.py)
+# How `dvc exp show` heads a column of RAE's headline row: the metric names are shared by every row's file
+RAE_COLUMN = rf"metrics/[^/:]+/{METHOD}\.json:"
 _QUEUED = re.compile(r"Queued experiment '([^']+)'")
 _PENDING = ("Queued", "Running")
 
@@ -99,9 +102,10 @@ def run_sweep(overrides: list[str], jobs: int, cwd: Path, poll_s: float = 10.0,
 
 
 def show_columns(keys: list[str]) -> str:
-    """The --keep pattern of `dvc exp show` for the swept params and the key metrics."""
-    names = ["Experiment", *keys, *KEY_METRICS]
-    return "^(" + "|".join(re.escape(name) for name in names) + ")$"
+    """The --keep pattern of `dvc exp show` for the swept params, RAE's key metrics and the λ and τ it used."""
+    names = [re.escape(name) for name in ("Experiment", *keys, "lambda", "tau")]
+    metrics = RAE_COLUMN + "(" + "|".join(map(re.escape, KEY_METRICS)) + ")"
+    return "^(" + "|".join([*names, metrics]) + ")$"
 
 
 def show_command(keys: list[str], commit: str) -> list[str]:
