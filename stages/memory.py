@@ -11,6 +11,7 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
+from raexmc.memory.indexes import backend_for, search_device
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import check_relevance, training_values
 from raexmc.pipeline.stage import run_stage, stage_cli
@@ -21,14 +22,15 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          out: Path = typer.Option(..., help="Memory folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        settings = MemorySettings.from_params(p)
+        backend = backend_for(p.typed("index.backend", str), embeddings, search_device(p))  # the index stage's
+        settings = MemorySettings.from_params(p, backend)
         run.params({"memory": p.section("memory")})
         relevance = check_relevance(p.typed("infer.relevance", str))  # checked at keep 1 too, where no value is read
         values = None if not settings.needs_values else training_values(Dataset(dataset).label_matrix("train"), relevance,
                                                             copy=False)
         labels = load_embeddings(embeddings, "labels") if settings.needs_labels else None
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,
-                                  p.typed("index.backend", str), labels=labels, M=p.typed("index.M", int),
+                                  backend, labels=labels, M=p.typed("index.M", int),
                                   ef_construction=p.typed("index.ef_construction", int),
                                   threads=p.integer("index.threads", 0))
         run.metrics({"memory/input_keys": meta["input_keys"], "memory/num_inputs": meta["num_inputs"]})

@@ -6,13 +6,16 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import HnswIndex, build_hnsw
-from raexmc.memory.indexes import make_index
+from raexmc.memory.indexes import backend_for, make_index, resolve_backend
 from raexmc.memory.persistence import load_index, save_index
+from raexmc.memory.search import EXACT_MAX_KEYS
+from raexmc.memory.torch_index import TorchIndex
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -276,3 +279,34 @@ def test_bad_inputs(data):
         ExactIndex(keys[0])
     with pytest.raises(DataError):
         build_hnsw(np.zeros((0, 4), np.float32), threads=1, progress=False)
+
+
+@pytest.mark.parametrize(("setting", "keys", "device", "expected"), [
+    ("auto", EXACT_MAX_KEYS, "cpu", "exact"), ("auto", EXACT_MAX_KEYS + 1, "cpu", "hnsw"),
+    ("auto", 3_553_884, "cpu", "hnsw"), ("auto", 3_553_884, "cuda", "exact"), ("auto", 10, "cuda:1", "exact"),
+    ("hnsw", 10, "cuda", "hnsw"), ("hnsw", 10, "cpu", "hnsw"), ("exact", 10**7, "cpu", "exact")])
+def test_auto_is_exact_on_a_gpu_and_on_the_cpu_up_to_the_crossover(setting, keys, device, expected):
+    """LF-AmazonTitles-1.3M's 3.55M joint keys: a graph on the CPU, exact products on a GPU; a named backend is kept."""
+    assert resolve_backend(setting, keys, device) == expected
+
+
+def test_auto_counts_the_joint_keys_of_the_embeddings(tmp_path):
+    for split, rows in (("train", EXACT_MAX_KEYS - 5), ("labels", 5), ("test", 100)):  # test inputs are no keys
+        np.save(tmp_path / f"{split}.npy", np.zeros((rows, 2), dtype=np.float32))
+    assert backend_for("auto", tmp_path) == "exact"
+    np.save(tmp_path / "labels.npy", np.zeros((6, 2), dtype=np.float32))
+    assert backend_for("auto", tmp_path) == "hnsw"
+    assert backend_for("auto", tmp_path, "cuda") == "exact"
+    with pytest.raises(ConfigError, match="index.backend"):
+        backend_for("annoy", tmp_path)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no GPU visible"))])
+def test_an_exact_index_reopens_on_the_device_it_searches_on(tmp_path, data, device):
+    """The CPU's ExactIndex on the CPU, TorchIndex on a GPU: the same answers."""
+    keys, queries = data
+    save_index(make_index("exact", keys), tmp_path / "exact")
+    index = load_index(tmp_path / "exact", keys=keys, device=device)
+    assert isinstance(index, TorchIndex if device == "cuda" else ExactIndex)
+    np.testing.assert_array_equal(index.search(queries, 5)[0], ExactIndex(keys).search(queries, 5)[0])

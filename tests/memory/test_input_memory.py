@@ -150,7 +150,7 @@ def test_a_folder_without_memory_json_is_one_data_error(tmp_path):
 
 def test_compression_none_at_keep_one_is_recorded_and_copies_nothing(tmp_path):
     """The project's params (memory.compression none, keep 1): memory.json alone, saying so."""
-    settings = MemorySettings.from_params(load_params(REPO / "params.yaml"))
+    settings = MemorySettings.from_params(load_params(REPO / "params.yaml"), "hnsw")
     rng = np.random.default_rng(0)
     meta = build_input_memory(rng.normal(size=(6, 4)).astype(np.float32), sp.csr_matrix(np.eye(6)), settings,
                               tmp_path / "memory", "hnsw", labels=rng.normal(size=(3, 4)).astype(np.float32))
@@ -200,6 +200,9 @@ def test_the_memory_stage_refuses_what_it_cannot_build_in_one_line(tmp_path, edi
         params = params.replace(old, new)
     experiment = tmp_path / "experiment.yaml"
     experiment.write_text(params)
+    (tmp_path / "emb").mkdir()
+    for split in ("train", "labels"):  # what index.backend auto counts (only the arrays' headers are read)
+        np.save(tmp_path / "emb" / f"{split}.npy", np.zeros((3, 4), dtype=np.float32))
     proc = subprocess.run([sys.executable, str(REPO / "stages/memory.py"), "--dataset", str(tmp_path / "data"),
                            "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "memory"),
                            "--params", str(experiment)], capture_output=True, text=True, cwd=tmp_path)

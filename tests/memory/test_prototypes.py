@@ -64,9 +64,10 @@ def test_a_bad_weight_is_refused_naming_the_key(setting, backend):
 def test_the_project_default_keeps_today_s_full_memory():
     """keep 1 with prototypes auto is the label texts' keys: today's memory, the same numbers."""
     params = load_params(REPO / "params.yaml")
-    assert params.get("memory.prototypes") == "auto" and MemorySettings.from_params(params).prototypes == 0.0
+    assert params.get("memory.prototypes") == "auto" and MemorySettings.from_params(params, "hnsw").prototypes == 0.0
     smaller = Params({**params.data, "memory": {**params.section("memory"), "keep": 0.1}})
-    assert MemorySettings.from_params(smaller).prototypes == 0.5
+    assert MemorySettings.from_params(smaller, "hnsw").prototypes == 0.5
+    assert MemorySettings.from_params(smaller, "exact").prototypes == 0.0, "auto at a size auto searches exactly"
 
 
 @pytest.mark.parametrize("keep", [1.0, 0.5])

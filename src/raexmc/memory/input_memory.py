@@ -65,11 +65,12 @@ class MemorySettings:
     prototypes: float = 0.0   # α of the label prototypes, resolved (0: the label texts' keys)
 
     @classmethod
-    def from_params(cls, p: Params) -> MemorySettings:
+    def from_params(cls, p: Params, backend: str) -> MemorySettings:
+        """The section checked, for the index backend `backend` (`index.backend` resolved: indexes.backend_for)."""
         keep = p.typed("memory.keep", float)
         if not 0.0 <= keep <= 1.0:
             raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", p.path, "memory.keep")
-        compression, backend = p.typed("memory.compression", str), p.typed("index.backend", str)
+        compression = p.typed("memory.compression", str)
         # an unknown name, or one the index backend cannot build, fails here: before any key is selected
         checked_compression(compression, backend)
         return cls(keep=keep, method=one_of(p.get("memory.method"), METHODS, "memory.method", p.path, "memory.method"),
@@ -196,29 +197,32 @@ class InputMemory:
         counts = self.folder / COUNTS_FILE
         return (*own_index_folders(self.folder).values(), *((counts,) if counts.exists() else ()))
 
-    def indexes(self, baselines: JointSearch | None, ef_search: int, threads: int = 0) -> JointSearch:
+    def indexes(self, baselines: JointSearch | None, ef_search: int, threads: int = 0,
+                device: str = "cpu") -> JointSearch:
         """RAE's two indexes, loaded once: this folder's input keys' (else the index stage's) and its
         labels' (compressed, or of prototypes; else the index stage's). `baselines` may be None where
-        this folder holds both."""
+        this folder holds both. An exact one searches on `device`."""
         if self._own is None:
             own = own_index_folders(self.folder)
             if baselines is None and len(own) < len(INDEXED_KEY_SETS):
                 raise ValueError(f"{self.folder} searches the index stage's indexes too: pass them as baselines")
             keys = {"inputs": self.own_keys(), "labels": None}  # only selected input keys can lack an index's copy
-            self._own = JointSearch(*(load_index(own[key_set], keys=keys[key_set], ef_search=ef_search, threads=threads)
+            self._own = JointSearch(*(load_index(own[key_set], keys=keys[key_set], ef_search=ef_search, threads=threads,
+                                                 device=device)
                                       if key_set in own else getattr(baselines, key_set)
                                       for key_set in INDEXED_KEY_SETS))
         return self._own
 
     def search(self, baselines: JointSearch, queries: np.ndarray, k: int, k_parts: int, tau: float,
-               ef_search: int, threads: int = 0) -> tuple[Hits, Hits, Hits]:
+               ef_search: int, threads: int = 0, device: str = "cpu") -> tuple[Hits, Hits, Hits]:
         """RAE's joint top-k over this memory's input keys and labels (the prior added at `tau`), and
-        kNN's and the dual encoder's top-k_parts from the index stage's own two indexes."""
+        kNN's and the dual encoder's top-k_parts from the index stage's own two indexes (this memory's
+        own exact index searching on `device`)."""
         if self.meta["index"] == FULL_INDEX and not self.has_own_labels:
             joint, inputs, labels = baselines.search_all(queries, k, k_parts)
         else:
             full_inputs, labels_k = baselines.search_parts(queries, k)
-            rae = self.indexes(baselines, ef_search, threads)
+            rae = self.indexes(baselines, ef_search, threads, device)
             own_inputs = full_inputs if rae.inputs is baselines.inputs else rae.inputs.search(queries, k)
             own_labels = labels_k if rae.labels is baselines.labels else rae.labels.search(queries, k)
             joint = rae.merge(own_inputs, own_labels, k)

@@ -4,7 +4,8 @@
 * sims: float32 array (n_queries, k), inner products, -inf where the id is -1;
 
 each row sorted by descending similarity, ties by ascending id. The backends are `ExactIndex`
-(exact.py), the ground truth and the backend for small data, `HnswIndex` (hnsw.py), an hnswlib
+(exact.py), the ground truth and the backend for small data, `TorchIndex` (torch_index.py), the exact
+backend on a GPU, `HnswIndex` (hnsw.py), an hnswlib
 graph for large data, and `FaissIndex` (faiss_index.py), a graph over compressed keys for a memory
 with a size budget (`memory.compression`).
 """
@@ -18,6 +19,14 @@ import numpy as np
 from ..errors import DataError
 
 BACKENDS = ("hnsw", "exact")
+AUTO = "auto"
+# `index.backend: auto` searches exactly up to this many joint keys (training inputs + labels). Exact search
+# costs a query about keys / 8e7 s on 2 threads (3,900 queries/s at 20,241 keys, 424 at 205,446: bench/results/
+# hnsw_vs_exact_{foldoc,wordnet}.json), HNSW about 2,790 - 1,680 * log10(keys / 20,241) queries/s, so the two
+# cross near 35,000 keys, before counting HNSW's build (8 s at 20k keys). Below it exact search is as fast, has
+# recall 1 and gives the same index on every run (a multi-threaded HNSW build does not).
+EXACT_MAX_KEYS = 30_000
+
 Hits = tuple[np.ndarray, np.ndarray]  # (ids, sims) of one search
 
 
