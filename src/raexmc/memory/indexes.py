@@ -78,13 +78,14 @@ def index_folder(index: str | os.PathLike, key_set: str) -> Path:
 
 
 def build_memory_indexes(embeddings: str | os.PathLike, out: str | os.PathLike, backend: str,
-                         **index_settings) -> dict[str, dict[str, float]]:
-    """Build and save the inputs' and the labels' index under `out` (atomically, both or none).
+                         key_sets: tuple[str, ...] = INDEXED_KEY_SETS, **index_settings) -> dict[str, dict[str, float]]:
+    """Build and save the index of each of `key_sets` (the inputs' and the labels') under `out` (atomically, all
+    or none).
 
     Returns per key set its number of keys and build seconds."""
     built = {}
     with atomic_dir(out) as folder:
-        for key_set in INDEXED_KEY_SETS:
+        for key_set in key_sets:
             keys = memory_keys(embeddings, key_set)
             if backend == "hnsw" and parse_compression(index_settings.get("compression", NONE)) is None:
                 print(hnsw_estimate(key_set, keys.shape, index_settings.get("M", PAPER_M)), flush=True)
