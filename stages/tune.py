@@ -29,9 +29,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          out: Path = typer.Option(..., help="Folder to write selection.json and query_lambda.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        device = search_device(p)
+        settings, device = TuneSettings.from_params(p), search_device(p)
+        # checked before any work too: only the embeddings' headers are read, for index.backend auto's key count
         memory = MemorySettings.from_params(p, backend_for(p.typed("index.backend", str), embeddings, device))
-        settings = TuneSettings.from_params(p)  # both checked before any work
         run.params({"infer": p.section("infer")})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
