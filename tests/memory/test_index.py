@@ -12,10 +12,11 @@ from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import HnswIndex, build_hnsw
-from raexmc.memory.indexes import backend_for, make_index, resolve_backend
+from raexmc.memory.indexes import backend_for, make_index, resolve_backend, search_device
 from raexmc.memory.persistence import load_index, save_index
 from raexmc.memory.search import EXACT_MAX_KEYS
 from raexmc.memory.torch_index import TorchIndex
+from raexmc.params import Params
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -310,3 +311,14 @@ def test_an_exact_index_reopens_on_the_device_it_searches_on(tmp_path, data, dev
     index = load_index(tmp_path / "exact", keys=keys, device=device)
     assert isinstance(index, TorchIndex if device == "cuda" else ExactIndex)
     np.testing.assert_array_equal(index.search(queries, 5)[0], ExactIndex(keys).search(queries, 5)[0])
+
+
+@pytest.mark.parametrize("setting", ["tpu", 3, pytest.param("cuda", marks=pytest.mark.skipif(
+    torch.cuda.is_available(), reason="a GPU is visible"))])
+def test_a_search_device_that_is_none_or_absent_is_a_config_error_naming_the_key(setting):
+    with pytest.raises(ConfigError, match="search.device"):
+        search_device(Params({"search": {"device": setting}}))
+
+
+def test_search_device_auto_is_the_gpu_where_one_is_visible():
+    assert search_device(Params({"search": {"device": "auto"}})) == ("cuda" if torch.cuda.is_available() else "cpu")
