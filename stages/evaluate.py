@@ -24,7 +24,7 @@ from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.selection import lambda_rows, rae_retrieval, read_selection
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.hnsw import resolve_threads
-from raexmc.memory.indexes import load_joint_search, memory_backend
+from raexmc.memory.indexes import load_joint_search, memory_backend, search_device
 from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.merge import SPLIT
@@ -47,7 +47,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          chunk: int = typer.Option(0, min=0, help="Test queries searched and scored at once (0: as many as about "
                                                   "256 MB of scores hold); the outputs are the same for any.")) -> None:
     def body(p, run) -> None:
-        run.params({"infer": p.section("infer"), "evaluate": p.section("evaluate")})
+        run.params({"infer": p.section("infer"), "evaluate": p.section("evaluate"), "search": p.section("search")})
         data, selection = Dataset(dataset), read_selection(tune)
         propensity = propensity_from_params(p, data.names)
         typer.echo(propensity.line(), err=True)
@@ -64,8 +64,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         swept_b = tuple(b for b in settings.b_sweep if b != settings.b) if retrieval.mode == SPLIT else ()
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         ef_search = p.integer("infer.ef_search", 1)
+        device = search_device(p)  # where an exact index searches; a graph searches on the CPU
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
-        baselines, rae_memory = load_joint_search(index, keys, ef_search), InputMemory(memory)
+        baselines, rae_memory = load_joint_search(index, keys, ef_search, device=device), InputMemory(memory)
         search_s = 0.0
 
         def search(rows: slice) -> Retrievals:
@@ -73,7 +74,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             started = time.perf_counter()
             joint, other_b, inputs, labels = rae_memory.search(baselines, queries[rows], depth, settings.b,
                                                                settings.tau, ef_search, retrieval=retrieval,
-                                                               other_b=swept_b)
+                                                               other_b=swept_b, device=device)
             search_s += time.perf_counter() - started
             return Retrievals(joint=joint, labels=labels, inputs=inputs, other_b=other_b)
 

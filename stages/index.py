@@ -1,13 +1,14 @@
 """Build the nearest-key indexes of the knowledge memory, every key once: one over the training inputs
 (kNN) and one over the labels (the dual encoder); RAE's search of the joint keys K = [training inputs;
 labels] merges the two (HNSW by inner product on normalised embeddings on `index.threads` threads, or
-exact search; auto: exact up to EXACT_MAX_KEYS keys), saved with what reloads them."""
+exact search; auto: exact on a GPU (`search.device`) and on the CPU up to EXACT_MAX_KEYS keys, where an
+exact index is only its metadata), saved with what reloads them."""
 
 from pathlib import Path
 
 import typer
 
-from raexmc.memory.indexes import backend_for, build_memory_indexes
+from raexmc.memory.indexes import backend_for, build_memory_indexes, search_device
 from raexmc.pipeline.stage import run_stage, stage_cli
 
 
@@ -15,8 +16,8 @@ def main(embeddings: Path = typer.Option(..., help="Embeddings folder written by
          out: Path = typer.Option(..., help="Index folder to write (inputs/ and labels/)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        backend = backend_for(p.typed("index.backend", str), embeddings)
-        run.params({"index": {**p.section("index"), "backend_used": backend}})
+        backend = backend_for(p.typed("index.backend", str), embeddings, search_device(p))
+        run.params({"index": {**p.section("index"), "backend_used": backend}, "search": p.section("search")})
         built = build_memory_indexes(embeddings, out, backend, M=p.typed("index.M", int),
                                        ef_construction=p.typed("index.ef_construction", int),
                                        threads=p.integer("index.threads", 0))

@@ -11,7 +11,7 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
-from raexmc.memory.indexes import backend_for
+from raexmc.memory.indexes import backend_for, search_device
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import check_relevance, training_values
 from raexmc.pipeline.stage import run_stage, stage_cli
@@ -22,7 +22,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          out: Path = typer.Option(..., help="Memory folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        backend = backend_for(p.typed("index.backend", str), embeddings)  # the index stage's
+        backend = backend_for(p.typed("index.backend", str), embeddings, search_device(p))  # the index stage's
         settings = MemorySettings.from_params(p, backend)
         run.params({"memory": p.section("memory")})
         relevance = check_relevance(p.typed("infer.relevance", str))  # checked at keep 1 too, where no value is read

@@ -3,8 +3,12 @@ the tune stage chose and which memory RAE searches (memory.keep, method, prior, 
 (Y_train, or the memory stage's selected keys' values with their index and member counts; a compressed
 memory's input keys' and labels' indexes), the labels' own ids and texts, the tune stage's per-query λ model, used when
 `infer.query_lambda` is true) that `raexmc predict` reads beside the encoder and the index, and log the three as an MLflow pyfunc model registered under `package.model_name`, with the alias `package.alias`
-for a `dvc repro` of the workspace and the experiment's name for a DVC experiment."""
+for a `dvc repro` of the workspace and the experiment's name for a DVC experiment. Predict and serve search on
+the CPU: where the index stage kept exact indexes for a GPU's search (`search.device`) and `index.backend` would
+build graphs on the CPU, this stage builds those HNSW graphs into the memory folder, so an evaluation on the GPU
+never waits for them."""
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -13,12 +17,13 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection import rae_retrieval, read_selection
 from raexmc.encoder.vectors import load_embeddings
-from raexmc.memory.indexes import memory_backend
+from raexmc.memory.indexes import build_memory_indexes, memory_backend
 from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.predictor_folder import write_memory
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.pipeline.tracking.identity import experiment_name
+from raexmc.rae.predictor import graphs_to_build
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 
@@ -42,14 +47,21 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(settings["tau"], settings["b"], tune / QUERY_LAMBDA_FILE)
         rae_memory, data = InputMemory(memory), Dataset(dataset)
         settings["memory"] = rae_memory.summary()
-        keys, values = None, None
-        if memory_backend(index) == "exact":  # that backend keeps no keys: the memory does
-            own = rae_memory.own_keys()
+        # predict and serve search on the CPU: the graphs the index stage did not build for a GPU's exact search
+        graphs = graphs_to_build(index, memory, p.typed("index.backend", str), embeddings)
+        keys, values, own = None, None, rae_memory.own_keys()
+        if memory_backend(index) == "exact" and (own is not None or not graphs):  # exact keeps no keys: the memory does
             keys = memory_keys(embeddings) if own is None else np.vstack([own, load_embeddings(embeddings, "labels")])
         if not rae_memory.full:
             values = rae_memory.values(training_values(data.label_matrix("train"), settings["relevance"], copy=False))
-        write_memory(out, data, settings, keys, copies=(tune / QUERY_LAMBDA_FILE, *rae_memory.predictor_files()),
-                     values=values)
+        with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
+            built = Path(scratch) / "graphs"
+            if graphs:
+                build_memory_indexes(embeddings, built, "hnsw", key_sets=graphs, M=p.typed("index.M", int),
+                                     ef_construction=p.typed("index.ef_construction", int),
+                                     threads=p.integer("index.threads", 0))
+            write_memory(out, data, settings, keys, values=values,
+                         copies=(tune / QUERY_LAMBDA_FILE, *rae_memory.predictor_files(), *(built / k for k in graphs)))
         if p.typed("package.register", bool):
             from raexmc.pipeline.serving import log_predictor, registered_name
 

@@ -13,13 +13,12 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.encoder.device import pick_device
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
 from raexmc.evaluation.selection import (SELECTION_FILE, TuneSettings, held_out_labels, select,
                                         validation_retrieval)
 from raexmc.io import atomic_dir, write_json
-from raexmc.memory.indexes import backend_for
+from raexmc.memory.indexes import backend_for, search_device
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
@@ -31,8 +30,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          out: Path = typer.Option(..., help="Folder to write selection.json and query_lambda.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        memory = MemorySettings.from_params(p, backend_for(p.typed("index.backend", str), embeddings))
-        settings = TuneSettings.from_params(p)  # both checked before any work
+        settings, device = TuneSettings.from_params(p), search_device(p)
+        # checked before any work too: only the embeddings' headers are read, for index.backend auto's key count
+        memory = MemorySettings.from_params(p, backend_for(p.typed("index.backend", str), embeddings, device))
         run.params({"infer": p.section("infer")})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
@@ -40,7 +40,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         held = held_out_labels(Y_train, data.filter_matrix("train"), rest_rows,
                                query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance)
         del Y_train  # the search's keys take its place
-        retrieval = validation_retrieval(embeddings, held, settings.b, pick_device("auto"), memory)
+        retrieval = validation_retrieval(embeddings, held, settings.b, device, memory)
         propensity_ab = propensity_from_params(p, data.names).ab
         selection = select(retrieval, settings, propensity_ab)
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)

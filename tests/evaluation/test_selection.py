@@ -311,6 +311,7 @@ def test_stage_chooses_on_a_memory_selected_from_the_remaining_inputs(tmp_path, 
                                        "lambda_sweep": LAMBDAS, "tau_grid": TAUS})
     values = YAML().load(params.read_text())
     values["memory"].update({"keep": 0.5, "method": "random", "seed": 7, "prototypes": prototypes})
+    values["index"]["backend"] = "hnsw"  # prototypes need graphs; auto would search these 40 keys exactly
     YAML().dump(values, params)
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr

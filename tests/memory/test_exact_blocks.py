@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from raexmc.errors import ConfigError
-from raexmc.memory.exact import ExactIndex, block_rows, torch_top_k_search
+from raexmc.memory.exact import ExactIndex, block_rows
+from raexmc.memory.torch_index import TorchIndex
 
 N_KEYS, DIM = 50, 8
 ROW_BYTES = 4 * N_KEYS  # one query's float32 similarities against every key
@@ -74,8 +75,8 @@ def test_a_budget_that_is_no_positive_integer_is_a_config_error(tied):
     keys, _ = tied
     with pytest.raises(ConfigError, match="block_bytes must be an integer >= 1, got 0"):
         ExactIndex(keys, block_bytes=0)
-    with pytest.raises(ConfigError, match="block_bytes must be an integer >= 1, got 0"):
-        torch_top_k_search(keys, "cpu", 0)
+    with pytest.raises(ConfigError, match="free_bytes must be an integer >= 1, got 0"):
+        TorchIndex(keys, "cpu", free_bytes=0)
 
 
 @pytest.mark.parametrize("budget", [1, 3 * ROW_BYTES, 10 * ROW_BYTES, UNBOUNDED])
@@ -87,7 +88,7 @@ def test_torch_path_blocks_keep_ids_and_scores(budget):
     keys[:, 0] = 100 * np.arange(N_KEYS)
     queries = integer_rows(rng, 23)
     queries[:, 0] = rng.choice([-1, 1], size=len(queries))
-    ids, sims = torch_top_k_search(keys, "cpu", budget)(queries, 12)
+    ids, sims = TorchIndex(keys, "cpu", free_bytes=budget).search(queries, 12)
     want_ids, want_sims = by_hand(queries, keys, 12)
     np.testing.assert_array_equal(ids, want_ids)
     np.testing.assert_array_equal(sims, want_sims)
@@ -101,8 +102,8 @@ def test_progress_bar_counts_every_query_once_and_changes_no_result(tied, path, 
         index = ExactIndex(keys, block_bytes=block_bytes)
         quiet, shown = index.search(queries, 5), index.search(queries, 5, progress=True)
     else:
-        quiet = torch_top_k_search(keys, "cpu", block_bytes)(queries, 5)
-        shown = torch_top_k_search(keys, "cpu", block_bytes, progress=True)(queries, 5)
+        index = TorchIndex(keys, "cpu", free_bytes=2 * block_bytes)
+        quiet, shown = index.search(queries, 5), index.search(queries, 5, progress=True)
     bar = capsys.readouterr().err
     assert "exact search" in bar and f"{len(queries)}/{len(queries)}" in bar
     assert f"{len(queries) + 1}/" not in bar

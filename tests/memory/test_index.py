@@ -6,14 +6,17 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import HnswIndex, build_hnsw
-from raexmc.memory.indexes import backend_for, make_index, resolve_backend
+from raexmc.memory.indexes import backend_for, make_index, resolve_backend, search_device
 from raexmc.memory.persistence import load_index, save_index
 from raexmc.memory.search import EXACT_MAX_KEYS
+from raexmc.memory.torch_index import TorchIndex
+from raexmc.params import Params
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -279,13 +282,13 @@ def test_bad_inputs(data):
         build_hnsw(np.zeros((0, 4), np.float32), threads=1, progress=False)
 
 
-@pytest.mark.parametrize(("setting", "keys", "expected"), [("auto", 20_241, "exact"), ("auto", EXACT_MAX_KEYS, "exact"),
-                                                           ("auto", EXACT_MAX_KEYS + 1, "hnsw"), ("hnsw", 10, "hnsw"),
-                                                           ("exact", 10**6, "exact")])
-def test_auto_searches_exactly_up_to_the_crossover(setting, keys, expected):
-    """FOLDOC's 20,241 joint keys are searched exactly (as fast there: bench/results/hnsw_vs_exact_foldoc.json);
-    a named backend is kept at any size."""
-    assert resolve_backend(setting, keys) == expected
+@pytest.mark.parametrize(("setting", "keys", "device", "expected"), [
+    ("auto", EXACT_MAX_KEYS, "cpu", "exact"), ("auto", EXACT_MAX_KEYS + 1, "cpu", "hnsw"),
+    ("auto", 3_553_884, "cpu", "hnsw"), ("auto", 3_553_884, "cuda", "exact"), ("auto", 10, "cuda:1", "exact"),
+    ("hnsw", 10, "cuda", "hnsw"), ("hnsw", 10, "cpu", "hnsw"), ("exact", 10**7, "cpu", "exact")])
+def test_auto_is_exact_on_a_gpu_and_on_the_cpu_up_to_the_crossover(setting, keys, device, expected):
+    """LF-AmazonTitles-1.3M's 3.55M joint keys: a graph on the CPU, exact products on a GPU; a named backend is kept."""
+    assert resolve_backend(setting, keys, device) == expected
 
 
 def test_auto_counts_the_joint_keys_of_the_embeddings(tmp_path):
@@ -294,5 +297,28 @@ def test_auto_counts_the_joint_keys_of_the_embeddings(tmp_path):
     assert backend_for("auto", tmp_path) == "exact"
     np.save(tmp_path / "labels.npy", np.zeros((6, 2), dtype=np.float32))
     assert backend_for("auto", tmp_path) == "hnsw"
+    assert backend_for("auto", tmp_path, "cuda") == "exact"
     with pytest.raises(ConfigError, match="index.backend"):
         backend_for("annoy", tmp_path)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no GPU visible"))])
+def test_an_exact_index_reopens_on_the_device_it_searches_on(tmp_path, data, device):
+    """The CPU's ExactIndex on the CPU, TorchIndex on a GPU: the same answers."""
+    keys, queries = data
+    save_index(make_index("exact", keys), tmp_path / "exact")
+    index = load_index(tmp_path / "exact", keys=keys, device=device)
+    assert isinstance(index, TorchIndex if device == "cuda" else ExactIndex)
+    np.testing.assert_array_equal(index.search(queries, 5)[0], ExactIndex(keys).search(queries, 5)[0])
+
+
+@pytest.mark.parametrize("setting", ["tpu", 3, pytest.param("cuda", marks=pytest.mark.skipif(
+    torch.cuda.is_available(), reason="a GPU is visible"))])
+def test_a_search_device_that_is_none_or_absent_is_a_config_error_naming_the_key(setting):
+    with pytest.raises(ConfigError, match="search.device"):
+        search_device(Params({"search": {"device": setting}}))
+
+
+def test_search_device_auto_is_the_gpu_where_one_is_visible():
+    assert search_device(Params({"search": {"device": "auto"}})) == ("cuda" if torch.cuda.is_available() else "cpu")

@@ -84,7 +84,8 @@ def test_a_memory_with_prototypes_searches_them_and_the_dual_encoder_keeps_the_t
                               ef_construction=200, threads=1)
     assert meta["prototypes"] == 0.5 and (tmp_path / "memory" / LABELS_FOLDER).is_dir()
     memory = InputMemory(tmp_path / "memory")
-    joint, inputs, dual = memory.search(baselines, queries, 20, 5, 0.04, ef_search=200)
+    _, at_b, inputs, dual = memory.search(baselines, queries, 20, 5, 0.04, ef_search=200, other_b=(20,))
+    joint = at_b[20]  # RAE's joint top-20; the baselines' top-5
     kept = train if keep == 1.0 else select_keys(train, Y, keep, "random", 0).keys
     prototypes = label_prototypes(train, Y, labels, 0.5)
     exact_ids, exact_sims = ExactIndex(np.vstack([kept, prototypes])).search(queries, 20)

@@ -42,7 +42,6 @@ from ..checks import one_of, positive_int
 from ..encoder.vectors import load_embeddings
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import read_json
-from ..memory.exact import top_k_search
 from ..memory.input_memory import MemorySettings
 from ..memory.key_selection import select_keys
 from ..memory.keys_values import training_values
@@ -50,6 +49,7 @@ from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RETRIEVALS, SPLIT, RaeRet
 from ..memory.prior import add_log_prior
 from ..memory.prototypes import label_prototypes
 from ..memory.search import Hits
+from ..memory.torch_index import top_k_search
 from ..params import Params
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau, combine, score_parts
 from .evaluator import HEADLINE, Evaluator, query_chunks, stacked_rankings

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -116,34 +115,3 @@ def query_blocks(n_queries: int, rows_per_block: int, progress: bool) -> Iterato
         for start in range(0, n_queries, rows_per_block):
             yield start
             bar.update(min(rows_per_block, n_queries - start))
-
-
-def top_k_search(keys: np.ndarray, device: str, block_bytes: int = BLOCK_BYTES,
-                 progress: bool = False) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
-    """Exact top-k by inner product on `device`: a torch matrix product on the GPU, ExactIndex on the CPU;
-    with a progress bar when `progress`."""
-    if not device.startswith("cuda"):
-        return functools.partial(ExactIndex(keys, block_bytes=block_bytes).search, progress=progress)
-    return torch_top_k_search(keys, device, block_bytes, progress)
-
-
-def torch_top_k_search(keys: np.ndarray, device: str, block_bytes: int = BLOCK_BYTES,
-                       progress: bool = False) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
-    """Top-k by torch on `device`, one block of `block_rows` queries at a time so the similarity block
-    stays near `block_bytes` of device memory; ties go as torch.topk puts them."""
-    import torch
-
-    block_bytes = positive_int(block_bytes, "block_bytes")
-    key_tensor = torch.from_numpy(keys).to(device)
-    rows_per_block = block_rows(key_tensor.shape[0], block_bytes)
-
-    def search(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        ids, sims = [], []
-        for start in query_blocks(len(queries), rows_per_block, progress):
-            scores = torch.from_numpy(queries[start:start + rows_per_block]).to(device) @ key_tensor.T
-            top = torch.topk(scores, min(k, key_tensor.shape[0]), dim=1)
-            ids.append(top.indices.cpu().numpy())
-            sims.append(top.values.float().cpu().numpy())
-            del scores
-        return np.vstack(ids).astype(np.int64), np.vstack(sims)
-    return search

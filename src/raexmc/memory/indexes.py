@@ -12,6 +12,7 @@ import numpy as np
 from ..encoder.vectors import load_embeddings
 from ..errors import PARAMS_FILE, ConfigError
 from ..io import atomic_dir
+from ..params import Params
 from .compression import NONE, checked_compression, parse_compression
 from .exact import CHUNK_ROWS, ExactIndex
 from .faiss_index import FaissIndex, build_faiss
@@ -26,21 +27,30 @@ from .search import AUTO, BACKENDS, EXACT_MAX_KEYS
 INDEXED_KEY_SETS = ("inputs", "labels")
 
 
-def resolve_backend(setting: str, key_count: int) -> str:
-    """The backend `index.backend` names for a memory of `key_count` joint keys: auto is exact up to
-    EXACT_MAX_KEYS, hnsw above."""
+def resolve_backend(setting: str, key_count: int, device: str = "cpu") -> str:
+    """The backend `index.backend` names for a memory of `key_count` joint keys searched on `device`: auto is
+    exact on a GPU (its blocked matrix products outrun a CPU's graph search at any size, and it needs no graph
+    built first) and, on the CPU, up to EXACT_MAX_KEYS; hnsw above."""
     if setting == AUTO:
-        return "exact" if key_count <= EXACT_MAX_KEYS else "hnsw"
+        return "exact" if device.startswith("cuda") or key_count <= EXACT_MAX_KEYS else "hnsw"
     if setting not in BACKENDS:
         raise ConfigError(f"unknown index backend {setting!r} (known: {', '.join((*BACKENDS, AUTO))})", PARAMS_FILE,
                           "index.backend")
     return setting
 
 
-def backend_for(setting: str, embeddings: str | os.PathLike) -> str:
+def search_device(p: Params) -> str:
+    """`search.device` as a torch device (auto: the GPU if one is visible), or ConfigError naming the key."""
+    from ..encoder.device import pick_device  # imports torch: only the stages that search need it
+
+    return pick_device(p.typed("search.device", str), p.path, "search.device")
+
+
+def backend_for(setting: str, embeddings: str | os.PathLike, device: str = "cpu") -> str:
     """`index.backend` resolved for the joint keys of the embed stage's folder (their count from the arrays'
-    headers: nothing is read), so that the index, memory, tune and package stages all agree."""
-    return resolve_backend(setting, sum(len(load_embeddings(embeddings, split)) for split in KEY_SETS["joint"]))
+    headers: nothing is read) searched on `device`, so that the index, memory and tune stages all agree."""
+    return resolve_backend(setting, sum(len(load_embeddings(embeddings, split)) for split in KEY_SETS["joint"]),
+                           device)
 
 
 def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION,
@@ -68,13 +78,14 @@ def index_folder(index: str | os.PathLike, key_set: str) -> Path:
 
 
 def build_memory_indexes(embeddings: str | os.PathLike, out: str | os.PathLike, backend: str,
-                         **index_settings) -> dict[str, dict[str, float]]:
-    """Build and save the inputs' and the labels' index under `out` (atomically, both or none).
+                         key_sets: tuple[str, ...] = INDEXED_KEY_SETS, **index_settings) -> dict[str, dict[str, float]]:
+    """Build and save the index of each of `key_sets` (the inputs' and the labels') under `out` (atomically, all
+    or none).
 
     Returns per key set its number of keys and build seconds."""
     built = {}
     with atomic_dir(out) as folder:
-        for key_set in INDEXED_KEY_SETS:
+        for key_set in key_sets:
             keys = memory_keys(embeddings, key_set)
             if backend == "hnsw" and parse_compression(index_settings.get("compression", NONE)) is None:
                 print(hnsw_estimate(key_set, keys.shape, index_settings.get("M", PAPER_M)), flush=True)
@@ -101,14 +112,15 @@ def memory_backend(index: str | os.PathLike) -> str:
 
 def load_joint_search(index: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
                       threads: int = 0, inputs: str | os.PathLike | None = None,
-                      labels: str | os.PathLike | None = None) -> JointSearch:
+                      labels: str | os.PathLike | None = None, device: str = "cpu") -> JointSearch:
     """The joint search over the index stage's folder: its inputs' and labels' indexes, merged (or the
     index in `inputs` / `labels` in place of its own: a smaller or compressed memory's, memory/input_memory.py).
 
     An exact index keeps no keys: `keys` are then the joint keys [X_train; Z_labels] (memory_keys),
-    split at the inputs' count without a copy. An HNSW graph holds its own and needs none."""
+    split at the inputs' count without a copy, and it searches on `device`. An HNSW graph holds its own
+    and needs none."""
     folders = [Path(inputs) if inputs is not None else index_folder(index, INDEXED_KEY_SETS[0]),
                Path(labels) if labels is not None else index_folder(index, INDEXED_KEY_SETS[1])]
     parts = (None, None) if keys is None else np.split(keys, [saved_meta(folders[0])["count"]])
-    return JointSearch(*(load_index(folder, keys=part, ef_search=ef_search, threads=threads)
+    return JointSearch(*(load_index(folder, keys=part, ef_search=ef_search, threads=threads, device=device)
                          for folder, part in zip(folders, parts)))

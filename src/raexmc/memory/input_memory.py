@@ -197,28 +197,31 @@ class InputMemory:
         counts = self.folder / COUNTS_FILE
         return (*own_index_folders(self.folder).values(), *((counts,) if counts.exists() else ()))
 
-    def indexes(self, baselines: JointSearch | None, ef_search: int, threads: int = 0) -> JointSearch:
+    def indexes(self, baselines: JointSearch | None, ef_search: int, threads: int = 0,
+                device: str = "cpu") -> JointSearch:
         """RAE's two indexes, loaded once: this folder's input keys' (else the index stage's) and its
         labels' (compressed, or of prototypes; else the index stage's). `baselines` may be None where
-        this folder holds both."""
+        this folder holds both. An exact one searches on `device`."""
         if self._own is None:
             own = own_index_folders(self.folder)
             if baselines is None and len(own) < len(INDEXED_KEY_SETS):
                 raise ValueError(f"{self.folder} searches the index stage's indexes too: pass them as baselines")
             keys = {"inputs": self.own_keys(), "labels": None}  # only selected input keys can lack an index's copy
-            self._own = JointSearch(*(load_index(own[key_set], keys=keys[key_set], ef_search=ef_search, threads=threads)
+            self._own = JointSearch(*(load_index(own[key_set], keys=keys[key_set], ef_search=ef_search, threads=threads,
+                                                 device=device)
                                       if key_set in own else getattr(baselines, key_set)
                                       for key_set in INDEXED_KEY_SETS))
         return self._own
 
     def search(self, baselines: JointSearch, queries: np.ndarray, k: int, k_parts: int, tau: float,
                ef_search: int, threads: int = 0, retrieval: RaeRetrieval = RaeRetrieval(),
-               other_b: tuple[int, ...] = ()) -> tuple[Hits, dict[int, Hits], Hits, Hits]:
+               other_b: tuple[int, ...] = (), device: str = "cpu") -> tuple[Hits, dict[int, Hits], Hits, Hits]:
         """RAE's keys at b = k_parts as `retrieval` takes them from top-k searches of this memory's input keys
         and labels (the prior added at `tau`), its keys at each b of `other_b` likewise, and kNN's and the
-        dual encoder's top-k_parts from the index stage's own two indexes."""
+        dual encoder's top-k_parts from the index stage's own two indexes (this memory's own exact index
+        searching on `device`)."""
         full_inputs, labels_k = baselines.search_parts(queries, k)
-        rae = self.indexes(baselines, ef_search, threads)
+        rae = self.indexes(baselines, ef_search, threads, device)
         own_inputs = full_inputs if rae.inputs is baselines.inputs else rae.inputs.search(queries, k)
         own_labels = labels_k if rae.labels is baselines.labels else rae.labels.search(queries, k)
         log_counts = self.log_counts()

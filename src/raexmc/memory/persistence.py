@@ -20,6 +20,7 @@ from .exact import CHUNK_ROWS, ExactIndex
 from .faiss_index import FaissIndex
 from .hnsw import PAPER_EF_SEARCH, SPACE, HnswIndex
 from .search import BACKENDS
+from .torch_index import TorchIndex
 
 META_FILE = "meta.json"
 HNSW_FILE = "hnsw.bin"
@@ -90,8 +91,10 @@ def _names_a_compression(name: Any) -> bool:
 
 
 def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
-               threads: int = 0, chunk_rows: int = CHUNK_ROWS) -> ExactIndex | HnswIndex | FaissIndex:
-    """Reopen an index written by `save_index`; the exact backend needs `keys` again.
+               threads: int = 0, chunk_rows: int = CHUNK_ROWS,
+               device: str = "cpu") -> ExactIndex | TorchIndex | HnswIndex | FaissIndex:
+    """Reopen an index written by `save_index`; the exact backend needs `keys` again, and searches them on
+    `device` (a GPU: TorchIndex; the CPU: ExactIndex).
 
     Given keys must match the saved dimension and count. A graph comes back with its beam set to ef_search.
     """
@@ -105,7 +108,7 @@ def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_sea
     if meta["backend"] == "exact":
         if keys is None:
             raise DataError("the exact index keeps no keys: pass the keys to load it", folder)
-        return ExactIndex(keys, chunk_rows=chunk_rows)
+        return TorchIndex(keys, device) if device.startswith("cuda") else ExactIndex(keys, chunk_rows=chunk_rows)
     if meta["backend"] == "faiss":
         return _load_faiss(folder, meta, ef_search, threads)
     import hnswlib

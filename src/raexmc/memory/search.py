@@ -4,7 +4,8 @@
 * sims: float32 array (n_queries, k), inner products, -inf where the id is -1;
 
 each row sorted by descending similarity, ties by ascending id. The backends are `ExactIndex`
-(exact.py), the ground truth and the backend for small data, `HnswIndex` (hnsw.py), an hnswlib
+(exact.py), the ground truth and the backend for small data, `TorchIndex` (torch_index.py), the exact
+backend on a GPU, `HnswIndex` (hnsw.py), an hnswlib
 graph for large data, and `FaissIndex` (faiss_index.py), a graph over compressed keys for a memory
 with a size budget (`memory.compression`).
 """

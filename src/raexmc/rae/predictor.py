@@ -31,7 +31,7 @@ from ..encoder.tokens import RightPaddedTokenizer, text_of, tokenizer_input
 from ..errors import DataError
 from ..io import load_array, load_sparse, read_json
 from ..memory.keys_values import KEYS_FILE
-from ..memory.indexes import INDEXED_KEY_SETS, load_joint_search
+from ..memory.indexes import INDEXED_KEY_SETS, backend_for, load_joint_search, memory_backend
 from ..memory.input_memory import COUNTS_FILE, own_index_folders
 from ..memory.merge import JOINT, RaeRetrieval
 from ..memory.predictor_folder import SETTINGS, SETTINGS_FILE, VALUES_FILE
@@ -47,6 +47,17 @@ def index_key_sets_read(memory: str | os.PathLike) -> tuple[str, ...]:
     """The index stage's key sets whose index a predictor over `memory` loads: those it has none of its own for."""
     own = own_index_folders(memory)
     return tuple(key_set for key_set in INDEXED_KEY_SETS if key_set not in own)
+
+
+def graphs_to_build(index: str | os.PathLike, memory: str | os.PathLike, setting: str,
+                    embeddings: str | os.PathLike) -> tuple[str, ...]:
+    """The index stage's key sets whose HNSW graph the package stage builds for a predictor over `memory`, since
+    predict and serve search on the CPU: those the predictor reads from the index stage (index_key_sets_read)
+    when that stage kept exact indexes for a GPU's search (`search.device`) where `index.backend` (`setting`)
+    would build graphs on the CPU; none otherwise (the index stage's own indexes serve as they are)."""
+    if memory_backend(index) != "exact" or backend_for(setting, embeddings) != "hnsw":
+        return ()
+    return index_key_sets_read(memory)
 
 
 class Predictor:

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from ..encoder.device import embed_batch_size
 from ..encoder.embedding import embed_rows, length_sorted_batches
 from ..encoder.tokens import TokenCache
-from ..memory.exact import top_k_search
+from ..memory.torch_index import top_k_search
 from .distributed import DistContext, gather_array, pad_to_multiple, shard
 from .mining import mine_hard_negatives
 from .settings import TrainSettings

@@ -6,8 +6,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..evaluation.evaluator import Evaluator, Retrievals, method_scorers
-from ..memory.exact import top_k_search
 from ..memory.keys_values import training_values
+from ..memory.torch_index import top_k_search
 from .settings import TrainSettings
 
 

@@ -1,0 +1,137 @@
+"""Exact inner-product top-k by torch on a device: the exact backend where the search runs on a GPU.
+
+The keys are uploaded once; the queries go up a block at a time, each block's similarities are one matrix
+product and its top-k one torch.topk, both on the device. On a GPU the product runs in fp16 (unit-norm
+keys' products lie far inside its range, and it keeps 3 more mantissa bits than bf16): each query's
+best `pool_size(k)` keys by it are rescored in fp32 against an fp32 copy of the keys, so that the ids and
+sims are those of an fp32 search (ExactIndex) except where a key's half-precision error moves it across
+that margin. On the CPU (tests, or `search.device: cpu` with torch) the product is fp32 and needs no
+rescoring. A block's rows are sized by the device's free memory (torch.cuda.mem_get_info) as ExactIndex's
+are by a byte budget.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from ..checks import positive_int
+from .exact import BLOCK_BYTES, ExactIndex, query_blocks
+from .search import Hits, as_matrix, empty_result
+
+# Share of the device's free memory (after the keys are uploaded) that one block's tensors may take: the rest
+# is slack for the caching allocator and for the other key set's index, uploaded after this one.
+DEVICE_SHARE = 0.5
+# Queries a block holds at most: past some thousands a block buys no more speed, only a larger result to copy back.
+MAX_BLOCK_ROWS = 1 << 14
+# Bytes of fp32 candidate keys gathered at once to rescore a block (its rows go through in slices).
+RESCORE_BYTES = 256 << 20
+# Candidates beyond k rescored in fp32 after a half-precision product: k // 4, at least this many.
+MIN_MARGIN = 16
+
+
+def pool_size(k: int, n_keys: int, rescored: bool) -> int:
+    """Keys each query takes from the product's top-k: k plus a margin when they are rescored in fp32."""
+    return min(n_keys, k + max(MIN_MARGIN, k // 4) if rescored else k)
+
+
+def block_rows_for(free_bytes: int, n_keys: int, dim: int, score_bytes: int,
+                   max_rows: int = MAX_BLOCK_ROWS) -> int:
+    """Queries per block whose tensors fit in `free_bytes`: a query's similarities to the `n_keys` keys
+    (`score_bytes` each) twice over (the product, and torch.topk's scratch), and the query itself in fp32 and in
+    the product's precision. The largest power of two that fits, at least 1 and at most `max_rows`: powers of
+    two align the blocks of the inputs' and the labels' index (merge.JointSearch.query_block)."""
+    per_row = 2 * n_keys * score_bytes + dim * (4 + score_bytes)
+    rows = max(1, min(max_rows, free_bytes // max(per_row, 1)))
+    return 1 << (rows.bit_length() - 1)
+
+
+def free_device_bytes(device: str, share: float = DEVICE_SHARE) -> int:
+    """What one block may take on `device`: `share` of a GPU's free memory, the CPU exact search's BLOCK_BYTES."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return BLOCK_BYTES
+    free, _total = torch.cuda.mem_get_info(torch.device(device))
+    return int(free * share)
+
+
+class TorchIndex:
+    """Exact inner-product top-k by torch on `device`, with the `(ids, sims)` results of memory/search.py.
+
+    Rows are ordered by descending similarity, ties by ascending id among the keys torch.topk took (which of
+    several keys tied at the k-th place it takes is its own choice). `free_bytes` bounds a block's tensors
+    (default: free_device_bytes, measured after the keys are uploaded).
+    """
+
+    backend = "exact"
+
+    def __init__(self, keys: np.ndarray, device: str = "cpu", half: bool | None = None, free_bytes: int | None = None):
+        import torch
+
+        keys = as_matrix(keys, "keys")
+        self.device = device
+        self.count, self.dim = keys.shape
+        self.half = device.startswith("cuda") if half is None else half
+        with warnings.catch_warnings():  # a read-only memmap: torch only reads it
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            exact_keys = torch.from_numpy(keys).to(device)
+        self.keys = exact_keys.half() if self.half else exact_keys
+        self.exact_keys = exact_keys if self.half else None   # the rescoring's
+        budget = free_device_bytes(device) if free_bytes is None else positive_int(free_bytes, "free_bytes")
+        self.query_block = block_rows_for(budget, self.count, self.dim, self.keys.element_size())
+
+    def __repr__(self) -> str:
+        return (f"TorchIndex(count={self.count}, dim={self.dim}, device={self.device!r}, "
+                f"half={self.half}, query_block={self.query_block})")
+
+    def search(self, queries: np.ndarray, k: int, progress: bool = False) -> Hits:
+        import torch
+
+        k = positive_int(k, "k")
+        queries = as_matrix(queries, "queries", self.dim)
+        ids, sims = empty_result(queries.shape[0], k)
+        if self.count == 0:
+            return ids, sims
+        width, pool = min(k, self.count), pool_size(k, self.count, self.half)
+        with torch.inference_mode():
+            for start in query_blocks(queries.shape[0], self.query_block, progress):
+                block = torch.from_numpy(queries[start:start + self.query_block]).to(self.device)
+                scores = block.to(self.keys.dtype) @ self.keys.T
+                top = torch.topk(scores, pool, dim=1, sorted=False)
+                del scores
+                top_sims = self._rescored(block, top.indices) if self.half else top.values
+                top_ids, top_sims = _by_score_then_id(top.indices, top_sims.float(), width)
+                rows = slice(start, start + block.shape[0])
+                ids[rows, :width], sims[rows, :width] = top_ids.cpu().numpy(), top_sims.cpu().numpy()
+        return ids, sims
+
+    def _rescored(self, block, candidates):
+        """The fp32 similarities of each query to its candidate keys, a slice of rows at a time."""
+        import torch
+
+        step = max(1, RESCORE_BYTES // (candidates.shape[1] * self.dim * 4))
+        return torch.cat([torch.bmm(self.exact_keys[candidates[row:row + step]], block[row:row + step, :, None])[..., 0]
+                          for row in range(0, block.shape[0], step)])
+
+
+def _by_score_then_id(ids, sims, width: int):
+    """The first `width` of each row by descending similarity, ties by ascending id."""
+    import torch
+
+    by_id = torch.argsort(ids, dim=1)
+    ids, sims = ids.gather(1, by_id), sims.gather(1, by_id)
+    order = torch.sort(sims, dim=1, descending=True, stable=True).indices[:, :width]
+    return ids.gather(1, order), sims.gather(1, order)
+
+
+def top_k_search(keys: np.ndarray, device: str, block_bytes: int = BLOCK_BYTES,
+                 progress: bool = False) -> Callable[[np.ndarray, int], Hits]:
+    """Exact top-k by inner product on `device`: TorchIndex on a GPU, ExactIndex (within `block_bytes`) on the
+    CPU; with a progress bar when `progress`."""
+    index = (TorchIndex(keys, device) if device.startswith("cuda")
+             else ExactIndex(keys, block_bytes=block_bytes))
+    return functools.partial(index.search, progress=progress)
