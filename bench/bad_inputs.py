@@ -303,7 +303,7 @@ def stage_with(project: Project, stage: str, name: str, broken: dict[str, Callab
         shutil.copytree(inputs[key], folder / key)
         inputs[key] = folder / key
         breaks(folder / key)
-    rows = {"headline": folder / "headline"} if stage in ("evaluate", "significance") else {}
+    rows = {"headline": folder / "headline"} if stage == "significance" else {}
     return project.stage(stage, project.params(folder, **updates), **inputs, **rows, out=folder / STAGE_OUTPUT[stage])
 
 

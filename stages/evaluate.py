@@ -5,7 +5,7 @@ test inputs at a time (searched, scored and measured before the next: memory doe
 score RAE (at the λ, τ and retrieval (joint, or split at a label share) the tune stage chose, and b), both baselines, RAE with the tune stage's
 per-query λ model (rae_query_lambda) and RAE's λ and b sweeps (optionally the paper's OvA+kNN
 ablation), and write metrics.json, per-instance metrics and plots (the λ sweep on test beside
-validation's), and the headline metrics (pipeline/headline.py)."""
+validation's)."""
 
 import time
 from functools import partial
@@ -28,7 +28,6 @@ from raexmc.memory.indexes import load_joint_search, memory_backend, search_devi
 from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.merge import SPLIT
-from raexmc.pipeline.headline import method_rows, write_rows
 from raexmc.pipeline.plots import line_plot, segment_bars
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.scoring import check_lambda
@@ -41,8 +40,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
          memory: Path = typer.Option(..., help="Memory folder written by the memory stage (RAE's input keys)."),
          out: Path = typer.Option(..., help="Evaluation folder to write."),
-         headline: Path = typer.Option(..., help="Folder to write the methods' headline rows into (what `dvc "
-                                                 "metrics show` reads)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file."),
          chunk: int = typer.Option(0, min=0, help="Test queries searched and scored at once (0: as many as about "
                                                   "256 MB of scores hold); the outputs are the same for any.")) -> None:
@@ -114,7 +111,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             segment_bars(segments, folder / "segments_f1.png")
             line_plot(chosen_rows, "lambda", ["validation", "test"], f"{selection['metric']} vs λ at τ={selection['tau']}",
                       folder / "lambda_selection.png", log_x=True)
-        write_rows(headline, method_rows(metrics))
         # a timing goes to MLflow alone: in an output file it would change the file, and dvc.lock, every run
         run.metrics({**metrics, "retrieval": {**metrics["retrieval"],
                                               "queries_per_s": round(len(queries) / max(search_s, 1e-9), 1)}})

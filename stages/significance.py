@@ -1,22 +1,25 @@
 """Paired t-tests of per-instance metrics (P@1, P@5, R@100 by default) between RAE and its
 baselines: the dual encoder (λ=0) and kNN (λ=1) of the same run, RAE with the per-query λ against
-RAE, and optionally another run; beside the report, RAE's p-values against each baseline as headline rows."""
+RAE, and optionally another run; beside the report, the headline rows `dvc metrics show` reads: RAE's and
+its baselines' key metrics (from the evaluate stage's metrics.json) and RAE's p-values against each baseline.
+They are written here, not by evaluate, so that evaluate's outputs are all cached and DVC's run cache can
+restore it; these uncached rows cost a second to rewrite."""
 
 from pathlib import Path
 
 import typer
 
 from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, compare_runs, load_per_instance
-from raexmc.io import write_json
+from raexmc.io import read_json, write_json
 from raexmc.pipeline.compare import local_copy
-from raexmc.pipeline.headline import p_value_rows, write_rows
+from raexmc.pipeline.headline import method_rows, p_value_rows, write_rows
 from raexmc.pipeline.stage import run_stage, stage_cli
 
 
 def main(eval: Path = typer.Option(..., help="Evaluation folder written by the evaluate stage."),
          out: Path = typer.Option(..., help="significance.json to write."),
-         headline: Path = typer.Option(..., help="Folder to write the tests' headline rows into (what `dvc "
-                                                 "metrics show` reads)."),
+         headline: Path = typer.Option(..., help="Folder to write the headline rows into (what `dvc metrics "
+                                                 "show` reads)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         run.params({"significance": p.section("significance")})
@@ -26,7 +29,7 @@ def main(eval: Path = typer.Option(..., help="Evaluation folder written by the e
         report = compare_runs(load_per_instance(eval / "per_instance.npz"), metrics, baseline,
                               run_origin=eval / "per_instance.npz", other_origin=str(other))
         write_json(out, report)
-        write_rows(headline, p_value_rows(report))
+        write_rows(headline, {**method_rows(read_json(eval / "metrics.json")), **p_value_rows(report)})
         run.metrics(report)
         run.artifact(out)
 

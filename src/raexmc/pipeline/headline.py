@@ -1,6 +1,6 @@
 """The headline rows that `dvc metrics show` and `dvc metrics diff` read, a file each under metrics/<dataset>/:
-RAE's and its two baselines' key metrics (RAE's row also with the λ and τ it used; the evaluate stage), and the
-p-values of RAE against each baseline under the same metric names (the significance stage). The full tables
+RAE's and its two baselines' key metrics (RAE's row also with the λ and τ it used) and the p-values of RAE
+against each baseline under the same metric names, all written by the significance stage. The full tables
 (metrics.json with the variants and every metric, significance.json) stay outputs that MLflow gets.
 
 Why a file per row: DVC shows one row per metrics file and one column per key of any of them, so three methods'
