@@ -46,7 +46,7 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     chosen = json.loads((project / "artifacts/tiny/tune/selection.json").read_text())
     packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
     evaluated = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())["selection"]
-    assert chosen["auto"] == {"lambda": True, "tau": False}
+    assert chosen["auto"] == {"lambda": True, "tau": False, "label_share": False}
     assert (packaged["lambda"], packaged["tau"]) == (evaluated["lambda"], evaluated["tau"]) == (chosen["lambda"], 0.04)
     assert changed_stages(project) == set()
     shown = json.loads(dvc("metrics", "show", "--json", cwd=project).stdout)
@@ -94,7 +94,9 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     # label prototypes (memory.prototypes auto at keep < 1) need graphs: hnsw, where auto is exact at 9 keys
     set_params(project, **{"encoder.name": str(tiny_model), "memory.keep": 0.5, "memory.method": "kmeans-labels",
                            "index.backend": "hnsw"})
-    assert changed_stages(project) == {"index", "memory", "tune"}, "memory.* leaves download, tokenize, train, embed"
+    # (package reads index.*: it builds the graphs predict needs where the index stage built none)
+    assert changed_stages(project) == {"index", "memory", "tune", "package"}, \
+        "memory.* leaves download, tokenize, train, embed"
     dvc("repro", cwd=project)
     assert changed_stages(project) == set()
     kept = json.loads((project / "artifacts/tiny/memory/memory.json").read_text())

@@ -4,6 +4,7 @@ store into the map past the free space killed the stage with SIGBUS, silently (e
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -49,7 +50,8 @@ def the_one_line(stderr: str) -> str:
 
 
 def last_run_status() -> str:
-    client = MlflowClient()  # the test's own store (MLFLOW_TRACKING_URI, conftest)
+    # the test's own store, named: another test in this worker may have set mlflow's process-wide URI
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     (run,) = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
     return run.info.status
 
