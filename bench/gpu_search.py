@@ -1,6 +1,6 @@
 """Evaluate's search on a GPU at a chosen shape (default LF-AmazonTitles-1.3M's: 2,248,619 training inputs, 1,305,265
 labels, 970,237 test queries, 384 dims, b = 200): the exact search of the index stage's two key sets on the device
-(TorchIndex), as the evaluate stage runs it (JointSearch.search_all over aligned blocks), timed with and without
+(TorchIndex), as the evaluate stage runs it (JointSearch.search_parts, then its merge), timed with and without
 the merge of the two top-b on the CPU; and its answers against the CPU's ExactIndex on a sample of queries.
 
     python bench/gpu_search.py --out $OUT/gpu_search.json          # on a machine with a GPU

@@ -1,5 +1,5 @@
 """What an hnswlib index costs in bytes, from its shape alone, so a user can see the index stage's disk
-and memory before it starts (and the README's cost model can project other shapes).
+and memory before it starts (and the cost model of docs/scale.md can project other shapes).
 
 hnswlib keeps, per key: the float32 vector (4·d), its level-0 links (2·M ids of 4 bytes and a count),
 its label (8), and on disk a 4-byte size of its upper-level links, which 1 key in M has per level

@@ -20,7 +20,7 @@ from ..errors import PARAMS_FILE, ConfigError
 from .key_selection import unit_rows
 from .search import EXACT_MAX_KEYS
 
-AUTO_WEIGHT = 0.5    # α of `auto` where keep < 1: the first value tried on FOLDOC (README: the table's rows)
+AUTO_WEIGHT = 0.5    # α of `auto` where keep < 1: the first value tried on FOLDOC (docs/memory.md: the table's rows)
 LABEL_BLOCK = 65_536  # labels whose input sums one sparse product makes (the largest scratch: a block x d)
 
 
