@@ -29,7 +29,7 @@ import typer
 from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[1]
-KEPT = ("eval/metrics.json", "eval/per_instance.npz", "significance.json", "model/training_curve.json")
+KEPT = ("eval/metrics.json", "eval/per_instance.npz", "significance.json", "curves/training_curve.json")
 
 
 def dvc_stages() -> dict[str, dict]:
