@@ -47,7 +47,7 @@ class Outcome:
 @dataclass
 class Case:
     name: str
-    item: str                 # where it comes from: "issue 21.1", ...
+    through: str              # the stage, command or server it goes through: "download", "predict", "serve", ...
     what: str
     run: Callable[[Project], Outcome]
     names: str                # the substring the one line must carry (file, record or key)
@@ -187,8 +187,8 @@ def disk_full(project: Project) -> Outcome:
                                                                          out=folder / "small" / "data"))
 
 
-# Issue 37: memory-mapped outputs on a full disk (once SIGBUS: exit -7 or 135, no message, the temp left), and
-# the temporary of a killed stage that DVC then restores from its run cache (once never removed).
+# Memory-mapped outputs on a full disk (without the reservation: SIGBUS, exit -7 or 135, no message, the temp left),
+# and the temporary of a killed stage that DVC then restores from its run cache (which no rerun of it removes).
 SYNTHETIC = {"source": "synthetic", "n_train": 32768, "n_test": 64, "n_labels": 256, "labels_per_input": 2,
              "input_words": [4, 8], "label_words": [3, 4], "topic_size": 32}  # 8 MiB of token ids, 4 MiB of vectors
 
@@ -421,7 +421,7 @@ SERVE_NAMES = {"serve-no-text": "text", "serve-empty-text": "empty", "serve-k-ze
                "serve-k-huge": "k"}
 
 
-# issue 37.3-4: names the scoring server used to drop are refused, top_k is read as k; a --file of blank lines
+# Names MLflow's scoring server alone drops are refused, top_k is read as k; a --file of blank lines
 REQUEST_SCHEMA_BODIES = {
     "serve-params-unknown": {"dataframe_records": [{"text": "python"}], "params": {"topk": 2}},
     "serve-field-unknown": {"dataframe_records": [{"text": "python"}], "bogus": 1},
@@ -435,133 +435,133 @@ def blank_lines_file(project: Project) -> Outcome:
 
 
 LAST_FAULT_CASES = [
-    Case("serve-params-unknown", "37.3", 'serve params {"topk": 2}', None, "topk"),
-    Case("serve-field-unknown", "37.3", 'serve with a top-level "bogus": 1', None, "bogus"),
-    Case("serve-top-k-alias", "37.3", 'serve params {"top_k": 2} (read as k: 2 labels)', None, "[2] labels",
+    Case("serve-params-unknown", "serve", 'serve params {"topk": 2}', None, "topk"),
+    Case("serve-field-unknown", "serve", 'serve with a top-level "bogus": 1', None, "bogus"),
+    Case("serve-top-k-alias", "serve", 'serve params {"top_k": 2} (read as k: 2 labels)', None, "[2] labels",
          expect_failure=False),
-    Case("predict-blank-file", "37.4", "predict --file of blank lines only", blank_lines_file, "blank.txt")]
+    Case("predict-blank-file", "predict", "predict --file of blank lines only", blank_lines_file, "blank.txt")]
 
 
 def cases() -> list[Case]:
     return [
-        Case("rel-abc", "21.1", "LF target_rel \"abc\"", lambda p: download_with(p, "rel-abc", edit_record(
+        Case("rel-abc", "download", "LF target_rel \"abc\"", lambda p: download_with(p, "rel-abc", edit_record(
             "trn.json.gz", 1, target_rel=["abc", 0.5])), "trn.json.gz:2"),
-        Case("rel-nan", "21.1", "LF target_rel NaN", lambda p: download_with(p, "rel-nan", edit_record(
+        Case("rel-nan", "download", "LF target_rel NaN", lambda p: download_with(p, "rel-nan", edit_record(
             "trn.json.gz", 1, target_rel=[float("nan"), 0.5])), "trn.json.gz:2"),
-        Case("rel-inf", "21.1", "LF target_rel inf", lambda p: download_with(p, "rel-inf", edit_record(
+        Case("rel-inf", "download", "LF target_rel inf", lambda p: download_with(p, "rel-inf", edit_record(
             "trn.json.gz", 1, target_rel=[float("inf"), 0.5])), "trn.json.gz:2"),
-        Case("rel-negative", "21.1", "LF target_rel -1", lambda p: download_with(p, "rel-neg", edit_record(
+        Case("rel-negative", "download", "LF target_rel -1", lambda p: download_with(p, "rel-neg", edit_record(
             "tst.json.gz", 0, target_rel=[-1.0])), "tst.json.gz:1"),
-        Case("ngame-rel-abc", "21.1", "NGAME j:v with v = abc", ngame_bad_value, "trn_X_Y.txt:"),
-        Case("test-no-positives", "21.2", "every test row has no target_ind", lambda p: download_with(
+        Case("ngame-rel-abc", "download", "NGAME j:v with v = abc", ngame_bad_value, "trn_X_Y.txt:"),
+        Case("test-no-positives", "download", "every test row has no target_ind", lambda p: download_with(
             p, "no-positives", empty_test_split), "tst.json.gz"),
-        Case("target-out-of-range", "earlier", "a target_ind beyond the label count", lambda p: download_with(
+        Case("target-out-of-range", "download", "a target_ind beyond the label count", lambda p: download_with(
             p, "out-of-range", edit_record("trn.json.gz", 2, target_ind=[99], target_rel=[1.0])), "trn.json.gz:3"),
-        Case("json-broken-line", "earlier", "a line of trn.json.gz that is not JSON", lambda p: download_with(
+        Case("json-broken-line", "download", "a line of trn.json.gz that is not JSON", lambda p: download_with(
             p, "broken-json", lambda lf_: (lf_ / "trn.json.gz").write_bytes(gzip.compress(b'{"uid": "t0", \n'))),
             "trn.json.gz:1"),
-        Case("labels-missing", "earlier", "lbl.json.gz missing", lambda p: download_with(
+        Case("labels-missing", "download", "lbl.json.gz missing", lambda p: download_with(
             p, "no-labels", lambda lf_: (lf_ / "lbl.json.gz").unlink()), "lbl.json.gz"),
-        Case("tokenize-10mb-input", "21.3", "one 10 MB input (must succeed within 50 MB of the clean peak)",
+        Case("tokenize-10mb-input", "tokenize", "one 10 MB input (must succeed within 50 MB of the clean peak)",
              tokenize_rss, "", expect_failure=False),
-        Case("embed-batch-0", "21.4", "embed.batch_size 0", lambda p: embed_with(
+        Case("embed-batch-0", "embed", "embed.batch_size 0", lambda p: embed_with(
             p, "embed-0", **{"embed.batch_size": 0}), "embed.batch_size"),
-        Case("embed-batch-negative", "21.4", "embed.batch_size -1", lambda p: embed_with(
+        Case("embed-batch-negative", "embed", "embed.batch_size -1", lambda p: embed_with(
             p, "embed-neg", **{"embed.batch_size": -1}), "embed.batch_size"),
-        Case("embed-int8", "21.4", "embed.dtype int8", lambda p: embed_with(
+        Case("embed-int8", "embed", "embed.dtype int8", lambda p: embed_with(
             p, "embed-int8", **{"embed.dtype": "int8"}), "embed.dtype"),
-        Case("mlflow-corrupt", "21.5", "mlflow.db is not a database", corrupt_store, "mlflow.db"),
-        Case("disk-full", "21.5", "download onto a full disk (8 KiB tmpfs)", disk_full, "small"),
-        Case("predict-non-utf8-file", "21.7", "predict --file with invalid UTF-8 on line 2",
+        Case("mlflow-corrupt", "download", "mlflow.db is not a database", corrupt_store, "mlflow.db"),
+        Case("disk-full", "download", "download onto a full disk (8 KiB tmpfs)", disk_full, "small"),
+        Case("predict-non-utf8-file", "predict", "predict --file with invalid UTF-8 on line 2",
              non_utf8_file, "queries.txt:2"),
-        Case("predict-non-utf8-stdin", "21.7", "predict from stdin with invalid UTF-8 on line 2",
+        Case("predict-non-utf8-stdin", "predict", "predict from stdin with invalid UTF-8 on line 2",
              lambda p: predict(p, stdin=b"python\n\xff\xfe\n"), "<stdin>:2"),
-        Case("predict-empty-query", "21.7", "predict \"\"", lambda p: predict(p, ""), "query"),
-        Case("predict-blank-query", "21.7", "predict \"   \"", lambda p: predict(p, "   "), "query"),
-        Case("leftover-tmp", "21.9", "a killed stage's .tmp folder is removed by the next run",
+        Case("predict-empty-query", "predict", "predict \"\"", lambda p: predict(p, ""), "query"),
+        Case("predict-blank-query", "predict", "predict \"   \"", lambda p: predict(p, "   "), "query"),
+        Case("leftover-tmp", "download", "a killed stage's .tmp folder is removed by the next run",
              stale_leftover, "", expect_failure=False),
-        Case("params-lambda-2", "earlier", "infer.lambda 2 (outside 0..1)", lambda p: p.stage(
+        Case("params-lambda-2", "tune", "infer.lambda 2 (outside 0..1)", lambda p: p.stage(
             "tune", p.params(p.fresh("lambda-2"), **{"infer.lambda": 2}), dataset="data/tiny",
             embeddings="artifacts/tiny/embeddings", out=p.scratch / "lambda-2" / "tune"), "infer.lambda"),
-        Case("params-exact-compressed", "20", "index.backend exact with memory.compression sq8", lambda p: p.stage(
+        Case("params-exact-compressed", "memory", "index.backend exact with memory.compression sq8", lambda p: p.stage(
             "memory", p.params(p.fresh("exact-sq8"), **{"index.backend": "exact", "memory.compression": "sq8"}),
             dataset="data/tiny", embeddings="artifacts/tiny/embeddings", out=p.scratch / "exact-sq8" / "memory"),
              "memory.compression"),
-        Case("params-unknown-dataset", "earlier", "data.name names no dataset", lambda p: p.stage(
+        Case("params-unknown-dataset", "download", "data.name names no dataset", lambda p: p.stage(
             "download", p.params(p.fresh("unknown"), **{"data.name": "nope"}), out=p.scratch / "unknown" / "d"),
              "nope"),
-        Case("target-twice", "audit", "a target_ind listing one label twice", lambda p: download_with(
+        Case("target-twice", "download", "a target_ind listing one label twice", lambda p: download_with(
             p, "target-twice", edit_record("trn.json.gz", 2, target_ind=[2, 2], target_rel=[1.0, 1.0])),
              "trn.json.gz:3"),
-        Case("params-unknown-key", "audit", "infer.lamda (a typo) in params.yaml", lambda p: p.stage(
+        Case("params-unknown-key", "download", "infer.lamda (a typo) in params.yaml", lambda p: p.stage(
             "download", p.params(p.fresh("typo"), **{"infer.lamda": 0.3}), out=p.scratch / "typo" / "d"),
              "infer.lamda"),
-        Case("b-sweep-float", "audit", "infer.b_sweep [2.7]", lambda p: stage_with(
+        Case("b-sweep-float", "evaluate", "infer.b_sweep [2.7]", lambda p: stage_with(
             p, "evaluate", "b-sweep-float", **{"infer.b_sweep": [2.7]}), "infer.b_sweep"),
-        Case("b-sweep-text", "audit", "infer.b_sweep [4, abc]", lambda p: stage_with(
+        Case("b-sweep-text", "evaluate", "infer.b_sweep [4, abc]", lambda p: stage_with(
             p, "evaluate", "b-sweep-text", **{"infer.b_sweep": [4, "abc"]}), "infer.b_sweep"),
-        Case("lambda-sweep-text", "audit", "infer.lambda_sweep [0, abc] in evaluate", lambda p: stage_with(
+        Case("lambda-sweep-text", "evaluate", "infer.lambda_sweep [0, abc] in evaluate", lambda p: stage_with(
             p, "evaluate", "lambda-sweep-text", **{"infer.lambda_sweep": [0, "abc"]}), "infer.lambda_sweep"),
-        Case("ef-search-negative", "audit", "infer.ef_search -1 in evaluate", lambda p: stage_with(
+        Case("ef-search-negative", "evaluate", "infer.ef_search -1 in evaluate", lambda p: stage_with(
             p, "evaluate", "ef-negative", **{"infer.ef_search": -1}), "infer.ef_search"),
-        Case("package-ef-search-negative", "audit", "infer.ef_search -1 in package", lambda p: stage_with(
+        Case("package-ef-search-negative", "package", "infer.ef_search -1 in package", lambda p: stage_with(
             p, "package", "package-ef-negative", **{"infer.ef_search": -1, "package.register": False}),
              "infer.ef_search"),
-        Case("propensity-one-number", "audit", "evaluate.propensity [0.55]", lambda p: stage_with(
+        Case("propensity-one-number", "evaluate", "evaluate.propensity [0.55]", lambda p: stage_with(
             p, "evaluate", "propensity-one", **{"evaluate.propensity": [0.55]}), "evaluate.propensity"),
-        Case("propensity-negative", "audit", "evaluate.propensity [-1, -2] in tune", lambda p: stage_with(
+        Case("propensity-negative", "tune", "evaluate.propensity [-1, -2] in tune", lambda p: stage_with(
             p, "tune", "propensity-negative", **{"evaluate.propensity": [-1, -2]}), "evaluate.propensity"),
-        Case("memory-seed-negative", "audit", "memory.seed -1 (keep 0.5, random)", lambda p: stage_with(
+        Case("memory-seed-negative", "memory", "memory.seed -1 (keep 0.5, random)", lambda p: stage_with(
             p, "memory", "seed-negative", **{"memory.seed": -1, "memory.keep": 0.5, "memory.method": "random"}),
              "memory.seed"),
-        Case("val-seed-negative", "audit", "infer.val_seed -1", lambda p: stage_with(
+        Case("val-seed-negative", "tune", "infer.val_seed -1", lambda p: stage_with(
             p, "tune", "val-seed-negative", **{"infer.val_seed": -1}), "infer.val_seed"),
-        Case("embed-threads-negative", "audit", "embed.threads -2", lambda p: stage_with(
+        Case("embed-threads-negative", "embed", "embed.threads -2", lambda p: stage_with(
             p, "embed", "embed-threads", **{"embed.threads": -2}), "embed.threads"),
-        Case("embed-device-bad", "audit", "embed.device gpu0", lambda p: stage_with(
+        Case("embed-device-bad", "embed", "embed.device gpu0", lambda p: stage_with(
             p, "embed", "embed-device", **{"embed.device": "gpu0"}), "embed.device"),
-        Case("predict-device-bad", "audit", "raexmc predict --device gpu0", lambda p: predict(
+        Case("predict-device-bad", "predict", "raexmc predict --device gpu0", lambda p: predict(
             p, "--device", "gpu0", "python"), "--device"),
-        Case("embeddings-truncated", "audit", "embeddings train.npy cut in half (index)", lambda p: stage_with(
+        Case("embeddings-truncated", "index", "embeddings train.npy cut in half (index)", lambda p: stage_with(
             p, "index", "embeddings-cut", {"embeddings": truncate("train.npy")}), "train.npy"),
-        Case("embeddings-pickle", "audit", "embeddings labels.npy holding text (index)", lambda p: stage_with(
+        Case("embeddings-pickle", "index", "embeddings labels.npy holding text (index)", lambda p: stage_with(
             p, "index", "embeddings-text", {"embeddings": overwrite("labels.npy", b"hello")}), "labels.npy"),
-        Case("tokens-truncated", "audit", "token cache train.ids.npy cut in half (embed)", lambda p: stage_with(
+        Case("tokens-truncated", "embed", "token cache train.ids.npy cut in half (embed)", lambda p: stage_with(
             p, "embed", "tokens-cut", {"tokens": truncate("train.ids.npy")}), "train.ids.npy"),
-        Case("labels-matrix-truncated", "audit", "data Y_train.npz cut in half (tune)", lambda p: stage_with(
+        Case("labels-matrix-truncated", "tune", "data Y_train.npz cut in half (tune)", lambda p: stage_with(
             p, "tune", "y-cut", {"dataset": truncate("Y_train.npz")}), "Y_train.npz"),
-        Case("memory-json-broken", "audit", "memory.json not valid JSON (evaluate)", lambda p: stage_with(
+        Case("memory-json-broken", "evaluate", "memory.json not valid JSON (evaluate)", lambda p: stage_with(
             p, "evaluate", "memory-json", {"memory": overwrite("memory.json", b'{"keep": 1.0')}), "memory.json"),
-        Case("per-instance-truncated", "audit", "eval per_instance.npz cut in half (significance)",
+        Case("per-instance-truncated", "significance", "eval per_instance.npz cut in half (significance)",
              lambda p: stage_with(p, "significance", "per-instance-cut", {"eval": truncate("per_instance.npz")}),
              "per_instance.npz"),
-        Case("compare-with-nan", "audit", "significance.compare_with: a per_instance.npz of NaN",
+        Case("compare-with-nan", "significance", "significance.compare_with: a per_instance.npz of NaN",
              lambda p: compare_with(p, "compare-nan", nan_per_instance), "per_instance.npz"),
-        Case("compare-with-shorter", "audit", "significance.compare_with: a run with one test query fewer",
+        Case("compare-with-shorter", "significance", "significance.compare_with: a run with one test query fewer",
              lambda p: compare_with(p, "compare-shorter", one_query_short), "other/per_instance.npz"),
-        Case("significance-metric-unknown", "audit", "significance.metrics [P@7] (evaluate has no P@7)",
+        Case("significance-metric-unknown", "significance", "significance.metrics [P@7] (evaluate has no P@7)",
              lambda p: stage_with(p, "significance", "metric-p7", **{"significance.metrics": ["P@7"]}),
              "significance.metrics"),
-        Case("embed-model-missing", "audit", "embed --model: the train stage's folder missing", lambda p: stage_with(
+        Case("embed-model-missing", "embed", "embed --model: the train stage's folder missing", lambda p: stage_with(
             p, "embed", "model-missing", {"model": shutil.rmtree}), "model"),
-        Case("package-b-zero", "audit", "infer.b 0 in package", lambda p: stage_with(
+        Case("package-b-zero", "package", "infer.b 0 in package", lambda p: stage_with(
             p, "package", "package-b-zero", **{"infer.b": 0, "package.register": False}), "infer.b"),
-        Case("memory-relevance-keep-1", "audit", "infer.relevance graded2 at memory.keep 1", lambda p: stage_with(
+        Case("memory-relevance-keep-1", "memory", "infer.relevance graded2 at memory.keep 1", lambda p: stage_with(
             p, "memory", "relevance-keep-1", **{"infer.relevance": "graded2"}), "infer.relevance"),
-        Case("compare-with-missing", "audit", "significance.compare_with: a path that does not exist",
+        Case("compare-with-missing", "significance", "significance.compare_with: a path that does not exist",
              lambda p: stage_with(p, "significance", "compare-missing",
                                   **{"significance.compare_with": "/nonexistent/per_instance.npz"}),
              "/nonexistent/per_instance.npz"),
-        Case("alias-unknown", "audit", "raexmc serve --alias nope", serve_unknown_alias, "nope"),
-        Case("tokenizer-python-only", "audit", "encoder.name with no fast tokenizer (ByT5's)", python_only_tokenizer,
+        Case("alias-unknown", "serve", "raexmc serve --alias nope", serve_unknown_alias, "nope"),
+        Case("tokenizer-python-only", "tokenize", "encoder.name with no fast tokenizer (ByT5's)", python_only_tokenizer,
              "encoder.name"),
-        Case("tokenize-disk-full", "37.1", "tokenize 8 MiB of token ids onto a 1 MiB tmpfs",
+        Case("tokenize-disk-full", "tokenize", "tokenize 8 MiB of token ids onto a 1 MiB tmpfs",
              lambda p: memmap_on_full_disk(p, "tokenize_texts"), "tokens/train.ids.npy"),
-        Case("embed-disk-full", "37.1", "embed 4 MiB of vectors onto a 1 MiB tmpfs",
+        Case("embed-disk-full", "embed", "embed 4 MiB of vectors onto a 1 MiB tmpfs",
              lambda p: memmap_on_full_disk(p, "embed"), "embeddings/train.npy"),
-        Case("killed-stage-run-cache", "37.2", "evaluate killed mid-write, then restored from DVC's run cache: "
+        Case("killed-stage-run-cache", "dvc repro", "evaluate killed mid-write, then restored from DVC's run cache: "
              "no temp may stay", killed_then_restored, "", expect_failure=False),
-    ] + [Case(name, "21.8", name.replace("-", " "), None, key) for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES  # type: ignore[arg-type]
+    ] + [Case(name, "serve", name.replace("-", " "), None, key) for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES  # type: ignore[arg-type]
 
 
 def verdict(case: Case, outcome: Outcome) -> str:
@@ -613,6 +613,16 @@ def build_project(workdir: Path) -> Project:
     return project
 
 
+def write_record(rows: list[dict], command: str, out: Path) -> str:
+    """The rows as JSON at `out` and as a Markdown table beside it (`.md`); returns the table."""
+    out.write_text(json.dumps({"rows": rows, "command": command}, indent=2) + "\n")
+    table = ["| case | through | exit / HTTP | verdict | what the user sees |", "|---|---|---|---|---|"]
+    table += [f"| {r['case']} | {r['through']} | {r['code']} | {r['verdict']} | `{r['line'][:140].replace('|', '/')}` |"
+              for r in rows]
+    out.with_suffix(".md").write_text(f"Recorded with `{command}`.\n\n" + "\n".join(table) + "\n")
+    return "\n".join(table)
+
+
 def main(out: Path = typer.Option(REPO / "bench" / "results" / "bad_inputs.json", help="Where to write the table."),
          only: str = typer.Option("", help="Comma-separated case names (default: all).")) -> None:
     chosen = [case for case in cases() if not only or case.name in only.split(",")]
@@ -627,17 +637,12 @@ def main(out: Path = typer.Option(REPO / "bench" / "results" / "bad_inputs.json"
                 typer.echo(f"{case.name}: {verdict(case, outcomes[case.name])}", err=True)
         if any(case.run is None for case in chosen):
             outcomes.update(serve_requests(project))
-    rows = [{"case": case.name, "from": case.item, "what": case.what, "code": outcomes[case.name].code,
+    rows = [{"case": case.name, "through": case.through, "what": case.what, "code": outcomes[case.name].code,
              "traceback": outcomes[case.name].traceback, "output_left": outcomes[case.name].output_left,
              "line": outcomes[case.name].last_line[:300], "must_name": case.names,
              "verdict": verdict(case, outcomes[case.name]), **outcomes[case.name].detail} for case in chosen]
     command = "python bench/bad_inputs.py" + (f" --only {only}" if only else "")
-    out.write_text(json.dumps({"rows": rows, "command": command}, indent=2) + "\n")
-    table = ["| case | from | exit / HTTP | verdict | what the user sees |", "|---|---|---|---|---|"]
-    table += [f"| {r['case']} | {r['from']} | {r['code']} | {r['verdict']} | `{r['line'][:140].replace('|', '/')}` |"
-              for r in rows]
-    out.with_suffix(".md").write_text(f"Recorded with `{command}`.\n\n" + "\n".join(table) + "\n")
-    typer.echo("\n".join(table))
+    typer.echo(write_record(rows, command, out))
     failed = [r["case"] for r in rows if r["verdict"] == "FAIL"]
     raise typer.Exit(1 if failed else 0)
 

@@ -11,8 +11,11 @@ Rows come from
   the name of the folder above an `eval` folder (artifacts/<name>/eval). Train time is the train
   stage's wall time from stage_resources_<run>.json (beside runs/, or in bench/results for an
   artifacts/<run>/eval folder) when that file has one; predict
-  time per 1k queries is RAE's joint search (metrics.json's retrieval.queries_per_s; query encoding
-  is not in it, as the peers' TF-IDF of the test texts is not in theirs); model memory is the size on
+  time per 1k queries is RAE's joint search (query encoding is not in it, as the peers' TF-IDF of the
+  test texts is not in theirs) at the evaluate stage's queries/s: metrics.json's retrieval.queries_per_s
+  in runs recorded before that timing went to MLflow alone, else stage_resources_<run>.json's (which
+  copies it from MLflow), else the figure of the MLflow run that logged this metrics.json (the project's
+  store, or MLFLOW_TRACKING_URI); model memory is the size on
   disk of the model/ and index/ folders beside an artifacts/<name>/eval folder. Unknown values show "—".
 - every peer result bench/results/<peer>_<name>.json (with its .npz) that bench/peers/*.py wrote.
 
@@ -32,11 +35,13 @@ from ruamel.yaml import YAML
 from raexmc.errors import DataError
 from raexmc.evaluation.significance import load_per_instance, paired_ttest
 from raexmc.io import atomic_file, read_json, write_json
+from raexmc.pipeline.compare import logged_figure
 from raexmc.pipeline.stage import user_errors
 
 RESULTS = Path("bench/results")
 METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 RAE = "rae"
+SEARCH_RATE = "retrieval.queries_per_s"  # what the evaluate stage logs to MLflow
 
 
 def run_dataset(folder: Path) -> str:
@@ -76,6 +81,12 @@ def method_label(method: str, metrics: dict[str, Any], params_lambda: Any = None
     return {"dual_encoder": "dual encoder", "knn": "kNN"}.get(method, method)
 
 
+def search_rate(metrics: dict[str, Any], record: dict[str, Any]) -> float | None:
+    """The evaluate stage's queries/s for this metrics.json (see the module's docstring for where it lives)."""
+    return (metrics.get("retrieval", {}).get("queries_per_s") or record.get("evaluate", {}).get("queries_per_s")
+            or logged_figure("evaluate", SEARCH_RATE, metrics))
+
+
 def run_rows(folder: Path, results: Path) -> list[dict[str, Any]]:
     """One row per method of an evaluate run."""
     if not (folder / "metrics.json").is_file():
@@ -88,8 +99,9 @@ def run_rows(folder: Path, results: Path) -> list[dict[str, Any]]:
     params = YAML(typ="safe").load((folder / "params.yaml").read_text()) if (folder / "params.yaml").is_file() else {}
     # a zero-shot run's train stage only exports the pre-trained encoder: that is no training time
     zero_shot = (params.get("encoder") or {}).get("mode") == "zero-shot"
-    train_s = read_json(resources).get("train", {}).get("wall_s") if resources.is_file() and not zero_shot else None
-    qps = metrics.get("retrieval", {}).get("queries_per_s")
+    record = read_json(resources) if resources.is_file() else {}
+    train_s = None if zero_shot else record.get("train", {}).get("wall_s")
+    qps = search_rate(metrics, record)
     params_lambda = (params.get("infer") or {}).get("lambda")
     rows = []
     for method, summary in metrics.items():

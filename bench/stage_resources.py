@@ -7,7 +7,8 @@ Runs each stage's command from dvc.yaml directly (so the numbers are the stage's
 pipeline runs where DVC is not installed, e.g. an offline GPU machine), with a copy of
 params.yaml whose data.name is NAME and whose keys are set by `-S key=value` as `dvc exp run -S`
 sets them. CPU seconds are the stage's user + system time; peak memory is the largest resident set of the stage's process tree (os.wait4), so no
-/usr/bin/time is needed; output bytes are the sizes of the stage's `outs` in dvc.yaml. Writes
+/usr/bin/time is needed; output bytes are the sizes of the stage's `outs` in dvc.yaml; evaluate's entry also has the RAE search's
+queries/s, which the stage logs to MLflow alone (bench/results_table.py reads it here). Writes
 bench/results/stage_resources_<name>[_<tag>].json after every stage (a long run keeps what it has
 measured if it is stopped; --out elsewhere), with the command that reproduces it, and prints a Markdown table; with --keep-eval, also copies the run's eval outputs (metrics.json,
 per_instance.npz, significance.json, the training curve, the params used) to bench/results/runs/<name>_<tag>/.
@@ -28,8 +29,10 @@ from pathlib import Path
 import typer
 from ruamel.yaml import YAML
 
+from raexmc.pipeline.compare import logged_figure
+
 ROOT = Path(__file__).resolve().parents[1]
-KEPT = ("eval/metrics.json", "eval/per_instance.npz", "significance.json", "model/training_curve.json")
+KEPT = ("eval/metrics.json", "eval/per_instance.npz", "significance.json", "curves/training_curve.json")
 
 
 def dvc_stages() -> dict[str, dict]:
@@ -119,6 +122,9 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
             continue
         command = [sys.executable if part == "python" else part for part in command] + ["--params", handle.name]
         report[stage] = {**measure(command), "output_bytes": output_bytes(stage, name)}
+        if stage == "evaluate":  # its search rate goes to MLflow alone: the record keeps it for results_table.py
+            metrics = json.loads((ROOT / "artifacts" / name / "eval" / "metrics.json").read_text())
+            report[stage]["queries_per_s"] = logged_figure("evaluate", "retrieval.queries_per_s", metrics)
         print(f"{stage}: {report[stage]}", flush=True)
         out.write_text(json.dumps({**previous, **report, **({"overrides": set_params} if set_params else {}),
                                    "command": command_line}, indent=2) + "\n")

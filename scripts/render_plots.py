@@ -4,7 +4,7 @@ the templates dvc.yaml names), for documents that cannot hold DVC's HTML.
     pip install vl-convert-python   # not a dependency of the project
     python scripts/render_plots.py docs/plots
 
-writes <folder>/<plot>.png for every plot that has data (the training curve only where the run trained).
+writes <folder>/<plot>.png for every plot that has data (the training curve only where the run trained and validated).
 """
 
 from __future__ import annotations

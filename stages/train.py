@@ -19,6 +19,7 @@ from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
 from raexmc.training.distributed import check_gpu_count, init_distributed, shutdown
+from raexmc.training.journal import as_table
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
 
@@ -29,6 +30,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          tokens: Path = typer.Option(..., help="Token cache folder written by the tokenize stage."),
          out: Path = typer.Option(..., help="Folder for the trained (or exported) encoder."),
          checkpoints: Path = typer.Option(..., help="Folder for the resumable training checkpoint."),
+         curves: Path = typer.Option(..., help="Folder for the validation curve (empty unless the run trained "
+                                                "and validated)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     with user_errors():
         p = load_params(params)
@@ -67,13 +70,18 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                           resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision"),
                           checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
         if ctx.is_main:
-            with atomic_dir(out) as folder:
+            # DVC draws a plot per file in `curves` and nothing for an empty folder, where an empty file would be
+            # an empty panel, and one without validation points a missing-field error: the curve is written only
+            # where the run trained and validated (MLflow has the loss of every run that trained).
+            validated = bool(curve) and settings.val_fraction > 0
+            with atomic_dir(out) as folder, atomic_dir(curves) as curve_folder:
                 model.save(folder)  # the sentence-transformers layout: the files carry the pooling
                 tokenizer.save_pretrained(folder)
                 write_json(folder / "raexmc.json", {"base": name, "mode": mode})
-                write_json(folder / "training_curve.json", curve)
-            if run is not None and curve:
-                run.artifact(out / "training_curve.json")
+                if validated:
+                    write_json(curve_folder / "training_curve.json", as_table(curve))
+            if run is not None and validated:
+                run.artifact(curves / "training_curve.json")
         shutdown(ctx)
 
     run_stage_on_rank("train", body, str(params), ctx.is_main)

@@ -137,7 +137,8 @@ def test_killed_training_resumes_from_its_checkpoint(project):
                            "train.val_fraction": 0.25, "train.val_b": 10, "train.embed_batch_size": 4})
     dvc("repro", "tokenize", cwd=project)
     command = [sys.executable, "stages/train.py", "--dataset", "data/tiny", "--tokens", "artifacts/tiny/tokens",
-               "--out", "artifacts/tiny/model", "--checkpoints", "artifacts/tiny/checkpoints"]
+               "--out", "artifacts/tiny/model", "--checkpoints", "artifacts/tiny/checkpoints",
+               "--curves", "artifacts/tiny/curves"]
     checkpoint = project / "artifacts/tiny/checkpoints/last.pt"
     proc = subprocess.Popen(command, cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
@@ -154,7 +155,7 @@ def test_killed_training_resumes_from_its_checkpoint(project):
     assert f"at step {killed_at}" in rerun.stderr, "the rerun resumes from the checkpoint"
     assert torch.load(checkpoint, weights_only=False)["step"] == 150
     assert (project / "artifacts/tiny/model/model.safetensors").is_file()
-    curve = json.loads((project / "artifacts/tiny/model/training_curve.json").read_text())
+    curve = json.loads((project / "artifacts/tiny/curves/training_curve.json").read_text())
     assert curve[-1]["step"] == 150 and "val_rae_P@1" in curve[-1] and "elapsed_s" in curve[-1]
 
 
@@ -329,3 +330,27 @@ def test_plots_show_renders_lines_and_bars_per_method(reproduced_project, tmp_pa
     assert {row["method"] for row in bars["data"]["values"]} == {"rae", "dual_encoder", "knn", "rae_query_lambda"}
     dvc("plots", "show", "--out", str(tmp_path / "html"), cwd=reproduced_project)
     assert "segments_f1" in (tmp_path / "html" / "index.html").read_text()
+
+
+def test_plots_show_draws_the_training_curve_only_where_the_run_trained(reproduced_project):
+    """The reproduced project is zero-shot: its curves folder is empty, so DVC draws no training-curve panel
+    and reports no error. Fine-tuned, the panel holds the validation P@1 the train stage wrote, and a diff
+    against the zero-shot commit draws it for the trained run alone, again without an error."""
+    project = reproduced_project
+    zero_shot = json.loads(dvc("plots", "show", "--json", cwd=project).stdout)
+    assert "errors" not in zero_shot, zero_shot["errors"]
+    assert [path for path in zero_shot["data"] if "curves" in path] == []
+
+    set_params(project, **{"encoder.mode": "fine-tuned", "train.batch_size": 2, "train.max_steps": 4,
+                           "train.hnm_steps": 2, "train.hnm_topk": 3, "train.val_fraction": 0.25, "train.val_b": 10,
+                           "train.embed_batch_size": 4})
+    dvc("repro", "train", cwd=project)
+    diff = json.loads(dvc("plots", "diff", "HEAD", "--json", cwd=project).stdout)
+    assert "errors" not in diff, diff["errors"]
+    [renderer] = diff["data"]["artifacts/tiny/curves/training_curve.json"]
+    rows = renderer["content"]["data"]["values"]
+    drawn = [(row["rev"], row["elapsed_s"], row["dvc_inferred_y_value"])
+             for row in rows if row["field"] == "val_rae_P@1"]
+    written = json.loads((project / "artifacts/tiny/curves/training_curve.json").read_text())
+    assert [row["step"] for row in written] == [0, 2, 4], "validation at each mining round and after the last step"
+    assert drawn == [("workspace", row["elapsed_s"], row["val_rae_P@1"]) for row in written]

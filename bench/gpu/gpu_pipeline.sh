@@ -42,7 +42,7 @@ timeout ${PIPELINE_S:-480} python bench/stage_resources.py --name $NAME --tag $T
   2>&1 | tr '\r' '\n' > "$OUT/pipeline.log"
 echo "stage_resources exit ${PIPESTATUS[0]} (124: stopped at PIPELINE_S)"
 grep -E '^[a-z]+: \{' "$OUT/pipeline.log"; tail -n 5 "$OUT/pipeline.log"
-for f in model/training_curve.json eval/metrics.json; do
+for f in curves/training_curve.json eval/metrics.json; do
   cp "artifacts/$NAME/$f" "$OUT/" 2>/dev/null
 done
 echo "== $(date +%T) done"

@@ -10,6 +10,7 @@ import scipy.stats
 
 from bench_scripts import load_bench_module
 from raexmc.errors import DataError
+from raexmc.pipeline.tracking.run import stage_run
 
 METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 RAE_P1 = [1.0, 1.0, 0.0, 1.0]
@@ -22,12 +23,14 @@ def results_table():
     return load_bench_module("results_table.py")
 
 
-def write_run(folder, per_method, params=True, mode="fine-tuned"):
+def write_run(folder, per_method, params=True, mode="fine-tuned", queries_per_s=2000.0):
+    """A run folder; queries_per_s=None writes metrics.json as the evaluate stage does now (the timing goes to
+    MLflow alone), a number as it did before."""
     folder.mkdir(parents=True)
     if params:
         (folder / "params.yaml").write_text(f"data:\n  name: toy\nencoder:\n  mode: {mode}\ninfer:\n  lambda: 0.5\n")
     metrics = {m: {k: 100 * float(np.mean(v)) for k in METRICS} for m, v in per_method.items()}
-    metrics["retrieval"] = {"queries_per_s": 2000.0, "depth": 200}
+    metrics["retrieval"] = {"depth": 200, **({} if queries_per_s is None else {"queries_per_s": queries_per_s})}
     (folder / "metrics.json").write_text(json.dumps(metrics))
     np.savez(folder / "per_instance.npz", **{f"{m}/{k}": np.asarray(v) for m, v in per_method.items() for k in METRICS})
 
@@ -109,3 +112,45 @@ def test_rae_rows_are_named_by_their_lambda_and_every_one_is_tested(results_tabl
     expected = 2 * scipy.stats.t.sf(3 ** 0.5, 3)  # differences 1, 0, 0, 1 against kNN: mean 1/2, sd 1/sqrt(3)
     assert [rows[0]["p"]["P@1"], rows[1]["p"]["P@1"]] == pytest.approx([expected, expected])
     assert rows[0]["vs"] == rows[1]["vs"] == "toy_auto: kNN"
+
+
+def log_evaluate(project, metrics: dict, queries_per_s: float, data_name: str) -> None:
+    """What the evaluate stage logs into a pipeline's MLflow run: its metrics.json and, beside them, the timing."""
+    (project / "params.yaml").write_text(f"data:\n  name: {data_name}\n")  # another params file: another run
+    with stage_run("evaluate") as run:
+        run.metrics({**metrics, "retrieval": {**metrics["retrieval"], "queries_per_s": queries_per_s}})
+
+
+def test_a_new_runs_predict_time_comes_from_the_mlflow_run_that_logged_its_metrics(results_table, tmp_path,
+                                                                                     monkeypatch):
+    """The evaluate stage logs its search rate to MLflow alone; the run whose metrics are this folder's gives it,
+    not a newer run of other metrics."""
+    project, results = tmp_path / "project", tmp_path / "results"
+    (project / ".dvc").mkdir(parents=True)
+    monkeypatch.chdir(project)
+    folder = project / "artifacts" / "toy" / "eval"
+    write_run(folder, {"rae": RAE_P1, "knn": KNN_P1}, params=False, queries_per_s=None)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    log_evaluate(project, metrics, 2500.0, "toy")
+    other = {**metrics, "rae": {**metrics["rae"], "P@1": 12.5}}
+    log_evaluate(project, other, 9999.0, "toy-other")
+
+    rows = results_table.build_tables([folder], results)["toy"]
+
+    rae = next(row for row in rows if row["method"] == "rae")
+    assert rae["predict_s_per_1k"] == 0.4  # 1000 queries at 2,500 a second
+
+
+def test_a_bench_runs_predict_time_comes_from_its_stage_resources_record(results_table, tmp_path):
+    """bench/stage_resources.py copies the figure from MLflow into its record: a run folder made on another
+    machine, whose MLflow store is not here, keeps it. Without it anywhere the row says it does not know."""
+    results = tmp_path / "results"
+    write_run(results / "runs" / "toy_recorded", {"rae": RAE_P1}, queries_per_s=None)
+    (results / "stage_resources_toy_recorded.json").write_text(json.dumps({"evaluate": {"queries_per_s": 4000.0}}))
+    write_run(results / "runs" / "toy_unknown", {"rae": RAE_P1}, queries_per_s=None)
+
+    rows = results_table.build_tables([results / "runs" / "toy_recorded", results / "runs" / "toy_unknown"],
+                                      results)["toy"]
+
+    assert {row["name"]: row["predict_s_per_1k"] for row in rows} == {"toy_recorded: RAE λ=0.5": 0.25,
+                                                                      "toy_unknown: RAE λ=0.5": None}

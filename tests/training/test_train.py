@@ -434,12 +434,13 @@ def test_the_train_stage_rejects_bad_train_params_in_one_line_before_any_work(ke
     YAML(typ="safe", pure=True).dump(data, tmp_path / "params.yaml")
     proc = subprocess.run([sys.executable, "stages/train.py", "--dataset", str(tmp_path / "data"),
                            "--tokens", str(tmp_path / "tokens"), "--out", str(tmp_path / "model"),
-                           "--checkpoints", str(tmp_path / "checkpoints"), "--params", str(tmp_path / "params.yaml")],
+                           "--checkpoints", str(tmp_path / "checkpoints"), "--curves", str(tmp_path / "curves"),
+                           "--params", str(tmp_path / "params.yaml")],
                           cwd=REPO, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"ConfigError: {tmp_path / 'params.yaml'}:train.{key}: "), lines
-    assert not (tmp_path / "model").exists() and not (tmp_path / "checkpoints").exists()
+    assert not any((tmp_path / out).exists() for out in ("model", "checkpoints", "curves"))
 
 
 def test_the_train_stage_refuses_more_processes_than_gpus_in_one_line(tiny_model, tmp_path):
@@ -454,11 +455,12 @@ def test_the_train_stage_refuses_more_processes_than_gpus_in_one_line(tiny_model
     YAML(typ="safe", pure=True).dump(data, tmp_path / "params.yaml")
     proc = subprocess.run([sys.executable, "stages/train.py", "--dataset", str(tmp_path / "data"),
                            "--tokens", str(tmp_path / "tokens"), "--out", str(tmp_path / "model"),
-                           "--checkpoints", str(tmp_path / "checkpoints"), "--params", str(tmp_path / "params.yaml")],
+                           "--checkpoints", str(tmp_path / "checkpoints"), "--curves", str(tmp_path / "curves"),
+                           "--params", str(tmp_path / "params.yaml")],
                           cwd=REPO, capture_output=True, text=True, timeout=240,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [
         f"ConfigError: {tmp_path / 'params.yaml'}:train.nproc: 2 processes, one per GPU, but no GPU is visible: "
         "run it where the GPUs are, or on the CPU (train.device: cpu)"]
-    assert not (tmp_path / "model").exists() and not (tmp_path / "checkpoints").exists()
+    assert not any((tmp_path / out).exists() for out in ("model", "checkpoints", "curves"))

@@ -1,15 +1,20 @@
-"""Comparing experiments through the MLflow store: the UI's compare view, and another run's artifacts."""
+"""Comparing experiments through the MLflow store: the UI's compare view, another run's artifacts, and a figure
+that a stage logs to MLflow alone."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlencode
+from typing import Any
+from urllib.parse import urlencode, urlparse
 
 from ..errors import DataError
-from .tracking.run import EXPERIMENT, tracking_uri
+from .tracking.names import flatten, metric_name
+from .tracking.run import EXPERIMENT, readable_store, store_file, tracking_uri
 
 RUN_ID = r"[0-9a-f]{32}"  # how MLflow names its runs
 
@@ -51,3 +56,26 @@ def local_copy(source: str | os.PathLike, artifact_path: str) -> Path:
     if not re.fullmatch(RUN_ID, str(source)):
         raise DataError("neither an existing file nor an MLflow run id (32 hex digits)", source)
     return download_artifact(str(source), artifact_path)
+
+
+def logged_figure(stage: str, name: str, outputs: Mapping[str, Any]) -> float | None:
+    """`<stage>/<name>` of the newest MLflow run whose `<stage>` metrics hold every number of `outputs` (a
+    stage's output file, as the stage logged it), or None where no run in the store did. For a figure that
+    goes to MLflow alone, such as a timing, which in an output file would change the file at every run."""
+    from mlflow.tracking import MlflowClient
+
+    if urlparse(tracking_uri()).scheme == "sqlite" and not Path(store_file()).is_file():
+        return None  # no store yet: nothing was logged, and opening it would create one
+    with readable_store():
+        client = MlflowClient(tracking_uri())
+        experiment = client.get_experiment_by_name(EXPERIMENT)
+        runs = [] if experiment is None else client.search_runs([experiment.experiment_id],
+                                                                order_by=["attributes.start_time DESC"])
+    wanted = {metric_name(f"{stage}/{key}"): float(value) for key, value in flatten(outputs).items()
+              if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+    figure = metric_name(f"{stage}/{name}")
+    for run in runs:
+        logged = run.data.metrics
+        if figure in logged and all(logged.get(key) == value for key, value in wanted.items()):
+            return logged[figure]
+    return None

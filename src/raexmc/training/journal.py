@@ -65,3 +65,10 @@ class Journal:
         """The round after the last step: log the last window's loss with its validation."""
         self._record(step, {"loss": self.window_loss / max(self.window_steps, 1), "elapsed_s": self.elapsed_s(),
                             **validation})
+
+
+def as_table(history: list[dict[str, float]]) -> list[dict[str, float | None]]:
+    """The history with every column in every row, None where a round had no value (no loss before the first
+    step, no learning rate after the last): DVC plots a list of rows only when all their keys match."""
+    columns = sorted({column for row in history for column in row})
+    return [{column: row.get(column) for column in columns} for row in history]
