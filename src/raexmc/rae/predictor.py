@@ -54,9 +54,9 @@ def graphs_to_build(index: str | os.PathLike, memory: str | os.PathLike, setting
 
 
 class Predictor:
-    """RAE-XMC label scores for raw texts: encode, retrieve b keys (the joint top-b, or a split share of the
-    input and the label keys: the settings' retrieval), p = softmax(q.k / tau) over them, scores = p . V, as
-    the evaluate stage does for the test set."""
+    """RAE-XMC label scores for raw texts: encode, then the memory folder's RAE model (rae/model.py) retrieves b
+    keys (the joint top-b, or a split share of the input and the label keys: the settings' retrieval) and scores
+    them, p = softmax(q.k / tau) over them, scores = p . V, as the evaluate stage does for the test set."""
 
     def __init__(self, encoder: str | os.PathLike, index: str | os.PathLike | None, memory: str | os.PathLike,
                  device: str = "auto", threads: int = 0):
