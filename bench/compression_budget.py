@@ -40,6 +40,7 @@ from raexmc.memory.indexes import INDEXED_KEY_SETS, build_memory_indexes, index_
 from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.merge import JointSearch
 from raexmc.memory.persistence import index_bytes
+from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.scoring import PAPER_B, PAPER_TAU
 
 DEFAULT_COMPRESSIONS = "none,fp16-m16,sq8-m16,sq8-m12,sq8-m8,pca256-sq8-m16,sq4-m8,sq4-m6,sq4-m5,sq4-m4,pca256-sq4-m8"
@@ -103,7 +104,8 @@ def main(name: str = "foldoc", data: Path = typer.Option(None, help="Dataset fol
                           dataset.filter_matrix("test"), table_propensity(dataset.names).ab)
 
     def metrics(hits) -> dict[str, float]:
-        summary = evaluator.summary(evaluator.rank(len(queries), rae_scorer(hits, evaluator.Y_train, lam, tau, b)))[0]
+        rae = RaeModel(evaluator.Y_train, RaeSettings(lam, tau, b))
+        summary = evaluator.summary(evaluator.rank(len(queries), rae_scorer(rae, hits)))[0]
         return {metric: summary[metric] for metric in ("P@1", "P@5", "R@100")}
 
     rows, details, memories = [], [], {}

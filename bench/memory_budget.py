@@ -43,9 +43,8 @@ from raexmc.memory.indexes import INDEXED_KEY_SETS, index_folder, load_joint_sea
 from raexmc.memory.input_memory import (COUNTS_FILE, VALUES_FILE, InputMemory, MemorySettings, build_input_memory,
                                         own_index_folders)
 from raexmc.memory.keys_values import training_values
-from raexmc.memory.prior import add_log_prior
 from raexmc.params import load_params
-from raexmc.rae.scoring import combine, score_parts
+from raexmc.rae.model import RaeModel, RaeSettings
 
 
 def folder_bytes(folder: Path) -> int:
@@ -68,17 +67,14 @@ def stored_memory_bytes(memory: InputMemory, index: Path, Y: sp.csr_matrix, scra
     return total + ((folder / COUNTS_FILE).stat().st_size if memory.log_counts() is not None else 0)
 
 
-def rae_latency_ms(memory: InputMemory, rae, queries: np.ndarray, values: sp.csr_matrix, lam: float, tau: float,
-                   b: int) -> tuple[float, tuple]:
+def rae_latency_ms(model: RaeModel, queries: np.ndarray) -> tuple[float, tuple]:
     """RAE's search (both indexes, the merge, the prior) and scoring per query, all `queries` in one batch,
     the best of three; also the joint top-b it found."""
-    log_counts = memory.log_counts()
     latencies = []
     for _ in range(3):
         started = time.perf_counter()
-        joint = rae.search(queries, b)
-        joint = joint if log_counts is None else add_log_prior(joint, log_counts, tau)
-        combine(score_parts(*joint, values, tau, b), lam)
+        joint = model.retrieve(queries)
+        model.scores(*joint)
         latencies.append(time.perf_counter() - started)
     return round(1000 * min(latencies) / len(queries), 4), joint
 
@@ -127,9 +123,10 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
             memory = InputMemory(folder)
             values, rae = memory.values(Y), memory.indexes(baselines, ef_search)
             memory_bytes = stored_memory_bytes(memory, index, Y, scratch)
-            latency_ms, joint = rae_latency_ms(memory, rae, queries, values, lam, tau, b)
+            model = RaeModel(values, RaeSettings(lam, tau, b), memory.log_counts(), rae)
+            latency_ms, joint = rae_latency_ms(model, queries)
             scored = Evaluator(Y, Y_test, exclude, ab, values)
-            summary = scored.summary(scored.rank(len(queries), rae_scorer(joint, values, lam, tau, b)))[0]
+            summary = scored.summary(scored.rank(len(queries), rae_scorer(model, joint)))[0]
             rows.append({"dataset": name, "mode": mode, "method": row_method(memory, method, prior, weight),
                          "keep": keep, "compression": compression, "bytes": memory_bytes,
                          **{k: summary[k] for k in ("P@1", "P@5", "R@100")},

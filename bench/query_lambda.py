@@ -29,6 +29,7 @@ from raexmc.evaluation.query_lambda_fit import (fit_on_validation, metric_by_lam
 from raexmc.evaluation.significance import paired_ttest
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.keys_values import memory_keys, training_values
+from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import FEATURES
 from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
 from raexmc.training.batches import split_validation
@@ -80,7 +81,8 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = PAPER_B, tau: fl
         summary = evaluator.summary(ranked_queries)[0]
         return {k: summary[k] for k in HEADLINE}
 
-    best_fixed_ranked = evaluator.rank(len(queries), rae_scorer(joint, Y_train, GRID[oracle], tau, b))
+    best_fixed = RaeModel(Y_train, RaeSettings(GRID[oracle], tau, b))
+    best_fixed_ranked = evaluator.rank(len(queries), rae_scorer(best_fixed, joint))
     report = {
         "dataset": name, "embeddings": str(json.loads((embeddings / "meta.json").read_text())["encoder"]),
         "b": b, "tau": tau, "grid": list(GRID), "features": list(FEATURES), "metric": "P@1",

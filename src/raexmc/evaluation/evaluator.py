@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import InitVar, dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -27,8 +27,8 @@ from ..data.stats import label_frequency
 from ..memory.search import Hits
 from ..rae.pairs import remove_pairs
 from ..rae.ranking import top_k
-from ..rae.scoring import (combine, combine_per_query, dual_encoder_scores, knn_scores, ova_knn_scores, score_parts,
-                           train_key_counts)
+from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
+from ..rae.scoring import dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
 from .metrics import propensity_ideals
 from .propensity import DEFAULT_AB, propensities
 from .totals import F1_K, QueryChunk, RankingTotals
@@ -43,13 +43,6 @@ SCORE_ENTRY_BYTES = 48
 QUERY_LAMBDA_METHOD = "rae_query_lambda"  # its name beside rae, dual_encoder and knn in metrics.json, per_instance.npz
 
 Scorer = Callable[[slice], sp.csr_matrix]  # label scores of a chunk of queries
-
-
-class QueryLambda(Protocol):
-    """What scoring needs of rae.query_lambda.QueryLambda (not imported: training's validation uses this module
-    and must not depend on the λ model's code)."""
-
-    def lambdas(self, ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix, parts: Any = None) -> np.ndarray: ...
 
 
 @dataclass
@@ -191,17 +184,17 @@ def stacked_rankings(chunks: list[np.ndarray]) -> np.ndarray:
     return np.vstack(chunks) if chunks else np.zeros((0, RANK_DEPTH), np.int64)
 
 
-def rae_scorer(joint: Hits, Y_train: sp.csr_matrix, lam: float, tau: float, b: int) -> Scorer:
-    """RAE(λ, τ, b) on the joint retrieval."""
-    ids, sims = joint
-    return lambda rows: combine(score_parts(ids[rows], sims[rows], Y_train, tau, b), lam)
+def rae_scorer(model: RaeModel, hits: Hits) -> Scorer:
+    """The model's scores of RAE's keys `hits` (as RaeModel.keys gives them), a chunk of queries at a time."""
+    ids, sims = hits
+    return lambda rows: model.scores(ids[rows], sims[rows])
 
 
 def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, tau: float,
                    b: int) -> dict[str, Scorer]:
     """RAE at λ, and the dual encoder and kNN, each from its own search, all at (τ, b)."""
     (z_ids, z_sims), (x_ids, x_sims) = retrievals.labels, retrievals.inputs
-    return {"rae": rae_scorer(retrievals.rae_at(b), Y_train, lam, tau, b),
+    return {"rae": rae_scorer(RaeModel(Y_train, RaeSettings(lam, tau, b)), retrievals.rae_at(b)),
             "dual_encoder": lambda rows: dual_encoder_scores(z_ids[rows], z_sims[rows], Y_train.shape[1], tau, b),
             "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, tau, b)}
 
@@ -210,7 +203,7 @@ Ranking = tuple[list[tuple[str, Any]], Callable[[], sp.csr_matrix]]  # the keys 
 
 
 def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr_matrix, settings: EvalSettings,
-                   with_ova_knn: bool, query_lambda: QueryLambda | None) -> list[Ranking]:
+                   with_ova_knn: bool, query_lambda: QueryLambdaModel | None) -> list[Ranking]:
     """Every distinct ranking of a chunk's retrievals, as the keys it is reported under (("method", name),
     ("lambda", i) for lambda_sweep[i], ("b", i) for b_sweep[i]) and a function that computes its label scores
     when called, so that a pool can score and rank them side by side, a few score matrices at a time.
@@ -219,11 +212,12 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr
     at b (the same scores), so it is ranked once for all three. Its input keys carry `rae_values` (Y_train
     unless the memory keeps other keys), kNN's carry Y_train."""
     lam, tau, b = settings.lam, settings.tau, settings.b
-    ids, sims = found.joint
-    parts = score_parts(ids, sims, rae_values, tau, b)
+    rae = RaeModel(rae_values, RaeSettings(lam, tau, b))
+    keys = found.joint
+    parts = rae.parts(*keys)
     rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(settings.lambda_sweep) if swept == lam),
                 *(("b", i) for i, swept in enumerate(settings.b_sweep) if swept == b)]
-    rankings: list[Ranking] = [(rae_keys, partial(combine, parts, lam))]
+    rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts, *keys))]
     for name, scorer in method_scorers(found, Y_train, lam, tau, b).items():
         if name != "rae":
             rankings.append(([("method", name)], partial(scorer, slice(None))))
@@ -232,15 +226,11 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr
         rankings.append(([("method", "ova_knn")],
                          partial(ova_knn_scores, x_ids, x_sims, z_ids, z_sims, Y_train, lam, tau, b)))
     if query_lambda is not None:
-        def per_query_lambda() -> sp.csr_matrix:
-            return combine_per_query(parts, query_lambda.lambdas(ids, sims, rae_values, parts))
-        rankings.append(([("method", QUERY_LAMBDA_METHOD)], per_query_lambda))
-    rankings += [([("lambda", i)], partial(combine, parts, swept))
+        rankings.append(([("method", QUERY_LAMBDA_METHOD)], partial(rae.at(lam=query_lambda).mix, parts, *keys)))
+    rankings += [([("lambda", i)], partial(rae.at(lam=swept).mix, parts, *keys))
                  for i, swept in enumerate(settings.lambda_sweep) if swept != lam]
-
-    def rae_at(swept: int) -> sp.csr_matrix:
-        return combine(score_parts(*found.rae_at(swept), rae_values, tau, swept), lam)
-    rankings += [([("b", i)], partial(rae_at, swept)) for i, swept in enumerate(settings.b_sweep) if swept != b]
+    rankings += [([("b", i)], partial(rae.at(b=swept).scores, *found.rae_at(swept)))
+                 for i, swept in enumerate(settings.b_sweep) if swept != b]
     return rankings
 
 
@@ -251,7 +241,7 @@ def chunk_queries(Y_train: sp.csr_matrix, depth: int, budget: int = CHUNK_BYTES)
 
 
 def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSettings, with_ova_knn: bool = False,
-                       query_lambda: QueryLambda | None = None, chunk: int | None = None,
+                       query_lambda: QueryLambdaModel | None = None, chunk: int | None = None,
                        progress: bool = False, workers: int = 1) -> dict[str, Any]:
     """Metrics of RAE (λ, b), the dual encoder and kNN (optionally OvA+kNN, and RAE with `query_lambda`'s λ per
     query), and RAE's λ and b sweeps, from `search(rows)`'s retrievals (at least max(b, b_sweep) keys deep) of

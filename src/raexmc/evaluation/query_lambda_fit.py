@@ -14,8 +14,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ConfigError
+from ..rae.model import RaeModel, RaeSettings
 from ..rae.query_lambda import DEFAULT_FOLDS, DEFAULT_RIDGE, QueryLambda, fit_query_lambda, query_features
-from ..rae.scoring import combine_per_query, score_parts
+from ..rae.scoring import combine_per_query
 from .evaluator import Evaluator, Hits, Scorer, query_chunks, rae_scorer
 from .metrics import per_instance_metrics
 from .selection import TuneSettings, ValidationRetrieval, rae_retrieval
@@ -36,27 +37,22 @@ def metric_by_lambda(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: f
     """(n, G): each query's `metric` under RAE at each λ of `grid` on the joint retrieval."""
     num_queries = len(joint[0])
     return np.column_stack([
-        per_query_metric(evaluator, evaluator.rank(num_queries, rae_scorer(joint, evaluator.rae_values, lam, tau, b)),
-                         metric)
+        per_query_metric(evaluator, evaluator.rank(num_queries, rae_scorer(RaeModel(
+            evaluator.rae_values, RaeSettings(lam, tau, b)), joint)), metric)
         for lam in grid])
 
 
 def per_query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, lambdas: np.ndarray, tau: float, b: int) -> Scorer:
-    """RAE on the joint retrieval with query i scored at lambdas[i]."""
+    """RAE on the joint retrieval with query i scored at lambdas[i] (given, as an oracle's: not a λ model's)."""
     ids, sims = joint
-    return lambda rows: combine_per_query(score_parts(ids[rows], sims[rows], Y_train, tau, b), lambdas[rows])
+    rae = RaeModel(Y_train, RaeSettings(tau=tau, b=b))  # its λ goes unused: the halves serve any
+    return lambda rows: combine_per_query(rae.parts(ids[rows], sims[rows]), lambdas[rows])
 
 
 def query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, model: QueryLambda, b: int) -> Scorer:
     """RAE on the joint retrieval with each query at the λ `model` picks from its features, chunk by
     chunk: the score halves are computed once and serve both the features and the scores."""
-    ids, sims = joint
-
-    def scores(rows: slice) -> sp.csr_matrix:
-        parts = score_parts(ids[rows], sims[rows], Y_train, model.tau, b)
-        return combine_per_query(parts, model.lambdas(ids[rows], sims[rows], Y_train, parts))
-
-    return scores
+    return rae_scorer(RaeModel(Y_train, RaeSettings(model, model.tau, b)), joint)
 
 
 def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, selection: dict[str, Any],

@@ -9,7 +9,7 @@ perfect). A smaller memory (`memory.keep` < 1) is selected from the remaining in
 stage's method, so that λ and τ are chosen for the memory that evaluate and predict search. One
 exact top-b search of the input keys and one of the labels serve the whole grid: RAE's keys are taken from
 them as `infer.retrieval` says (memory.merge.RaeRetrieval), one softmax per (τ, label share)
-(`score_parts`), one sparse mix per λ (`combine`), each ranked and scored by the Evaluator as the test set
+(`RaeModel.parts`), one sparse mix per λ (`RaeModel.mix`), each ranked and scored by the Evaluator as the test set
 is. The best (λ, τ) by `infer.auto_metric` wins; among equal values (metrics are rounded to 0.01 points) the
 one nearest the paper's λ = 0.5, τ = 0.04 (τ by ratio), then the label share nearest 0.5, wins.
 
@@ -46,12 +46,12 @@ from ..memory.input_memory import MemorySettings
 from ..memory.key_selection import select_keys
 from ..memory.keys_values import training_values
 from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RETRIEVALS, SPLIT, RaeRetrieval, check_label_share
-from ..memory.prior import add_log_prior
 from ..memory.prototypes import label_prototypes
 from ..memory.search import Hits
 from ..memory.torch_index import top_k_search
 from ..params import Params
-from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau, combine, score_parts
+from ..rae.model import RaeModel, RaeSettings
+from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau
 from .evaluator import HEADLINE, Evaluator, query_chunks, stacked_rankings
 
 AUTO = "auto"
@@ -170,10 +170,14 @@ class ValidationRetrieval:
         held = self.held
         return Evaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values)
 
+    def model(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> RaeModel:
+        """RAE on this memory at τ and b with the retrieval `rae` (at the paper's λ: the curve sets each)."""
+        values = self.held.Y_rest if self.memory_values is None else self.memory_values
+        return RaeModel(values, RaeSettings(tau=tau, b=self.b, retrieval=rae), self.log_counts)
+
     def hits(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> Hits:
         """RAE's keys as `rae` takes them and scores them at `tau`: with the prior added when the memory has one."""
-        hits = rae.hits(self.inputs, self.labels, self.input_keys, self.b)
-        return hits if self.log_counts is None else add_log_prior(hits, self.log_counts, tau)
+        return self.model(tau, rae).keys(self.inputs, self.labels)
 
 
 def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_rows: np.ndarray,
@@ -233,13 +237,14 @@ class ValidationCurve:
                     self._measure(missing, tau, rae)
 
     def _measure(self, lambdas: list[float], tau: float, rae: RaeRetrieval) -> None:
-        evaluator, b = self.evaluator, self.retrieval.b
-        ids, sims = self.retrieval.hits(tau, rae)
+        evaluator, model = self.evaluator, self.retrieval.model(tau, rae)
+        ids, sims = model.keys(self.retrieval.inputs, self.retrieval.labels)
         ranked: dict[float, list[np.ndarray]] = {lam: [] for lam in lambdas}
         for chunk in query_chunks(len(ids)):
-            parts = score_parts(ids[chunk], sims[chunk], evaluator.rae_values, tau, b)
+            keys = ids[chunk], sims[chunk]
+            parts = model.parts(*keys)
             for lam in lambdas:
-                ranked[lam].append(evaluator.rank_rows(chunk, combine(parts, lam)))
+                ranked[lam].append(evaluator.rank_rows(chunk, model.at(lam=lam).mix(parts, *keys)))
             del parts
         for lam in lambdas:
             summary = evaluator.summary(stacked_rankings(ranked.pop(lam)))[0]

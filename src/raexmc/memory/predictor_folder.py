@@ -15,7 +15,8 @@ import scipy.sparse as sp
 
 from ..data.dataset import Dataset
 from ..data.label_records import write_label_records
-from ..io import atomic_dir, write_json
+from ..errors import DataError
+from ..io import atomic_dir, read_json, write_json
 from .keys_values import KEYS_FILE, training_values
 
 SETTINGS_FILE = "settings.json"
@@ -43,3 +44,15 @@ def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str
             np.save(tmp / KEYS_FILE, np.asarray(keys, dtype=np.float32))
         for path in map(Path, copies):
             (shutil.copytree if path.is_dir() else shutil.copyfile)(path, tmp / path.name)
+
+
+def read_settings(folder: str | os.PathLike, required: tuple[str, ...] = SETTINGS) -> dict[str, Any]:
+    """The settings of a memory folder, or DataError unless it has them with every key of `required`."""
+    folder = Path(folder)
+    if not (folder / SETTINGS_FILE).is_file():
+        raise DataError(f"not a predictor memory folder (no {SETTINGS_FILE}); run the package stage", folder)
+    settings = read_json(folder / SETTINGS_FILE)
+    missing = [name for name in required if not isinstance(settings, dict) or name not in settings]
+    if missing:
+        raise DataError(f"{SETTINGS_FILE} lacks {', '.join(missing)}: rerun the package stage", folder)
+    return settings

@@ -1,1 +1,2 @@
-"""RAE inference: label scores from retrieved keys (softmax over them, times V), top-k ranking, the Predictor."""
+"""RAE inference: the RAE model (label scores from retrieved keys: softmax over them, times V), top-k ranking, the
+Predictor."""

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..data.dataset import Text
 from ..data.label_records import LabelRecords
@@ -29,17 +27,12 @@ from ..encoder.model import load_tokenizer
 from ..encoder.sentence import load_encoder
 from ..encoder.tokens import RightPaddedTokenizer, text_of, tokenizer_input
 from ..errors import DataError
-from ..io import load_array, load_sparse, read_json
-from ..memory.keys_values import KEYS_FILE
-from ..memory.indexes import INDEXED_KEY_SETS, backend_for, load_joint_search, memory_backend
-from ..memory.input_memory import COUNTS_FILE, own_index_folders
-from ..memory.merge import JOINT, RaeRetrieval
-from ..memory.predictor_folder import SETTINGS, SETTINGS_FILE, VALUES_FILE
-from ..memory.prior import add_log_prior
+from ..memory.indexes import INDEXED_KEY_SETS, backend_for, memory_backend
+from ..memory.input_memory import own_index_folders
+from ..memory.predictor_folder import read_settings
+from .model import best_labels
+from .model_folder import load_model
 from .queries import checked_k
-from .query_lambda import QUERY_LAMBDA_FILE, QueryLambda, read_query_lambda
-from .ranking import top_k
-from .scoring import combine_per_query, score_parts
 from .timing import Timing
 
 
@@ -61,42 +54,21 @@ def graphs_to_build(index: str | os.PathLike, memory: str | os.PathLike, setting
 
 
 class Predictor:
-    """RAE-XMC label scores for raw texts: encode, retrieve b keys (the joint top-b, or a split share of the
-    input and the label keys: the settings' retrieval), p = softmax(q.k / tau) over them, scores = p . V, as
-    the evaluate stage does for the test set."""
+    """RAE-XMC label scores for raw texts: encode, then the memory folder's RAE model (rae/model.py) retrieves b
+    keys (the joint top-b, or a split share of the input and the label keys: the settings' retrieval) and scores
+    them, p = softmax(q.k / tau) over them, scores = p . V, as the evaluate stage does for the test set."""
 
     def __init__(self, encoder: str | os.PathLike, index: str | os.PathLike | None, memory: str | os.PathLike,
                  device: str = "auto", threads: int = 0):
         """`index` is the index stage's folder (None when the memory's own indexes replace both of its)."""
-        memory = Path(memory)
-        if not (memory / SETTINGS_FILE).is_file():
-            raise DataError(f"not a predictor memory folder (no {SETTINGS_FILE}); run the package stage", memory)
-        self.settings = read_json(memory / SETTINGS_FILE)
-        missing = [name for name in SETTINGS if name not in self.settings]
-        if missing:
-            raise DataError(f"{SETTINGS_FILE} lacks {', '.join(missing)}: rerun the package stage", memory)
-        self.Y_train = load_sparse(memory / VALUES_FILE)
-        self.query_lambda: QueryLambda | None = None
-        if self.settings.get("query_lambda", False):  # memory folders packaged before it existed lack the key
-            self.query_lambda = read_query_lambda(memory / QUERY_LAMBDA_FILE).check_settings(
-                float(self.settings["tau"]), int(self.settings["b"]), memory / QUERY_LAMBDA_FILE)
-        # memory folders packaged before the split retrieval existed lack the keys: the joint one
-        self.retrieval = RaeRetrieval(self.settings.get("retrieval", JOINT), self.settings.get("label_share"))
+        self.settings = read_settings(memory)
         self.labels = LabelRecords.open(memory)
         if len(self.labels) != self.settings["num_labels"]:
             raise DataError(f"{len(self.labels)} label records for {self.settings['num_labels']} labels: "
                             "rerun the package stage", memory)
-        keys = load_array(memory / KEYS_FILE) if (memory / KEYS_FILE).is_file() else None
-        # a smaller or compressed memory's own indexes, in place of the index stage's (inputs=, labels=)
-        self.index = load_joint_search(index, keys, ef_search=int(self.settings["ef_search"]), threads=threads,
-                                       **own_index_folders(memory))
-        self.log_counts = (np.log(load_array(memory / COUNTS_FILE).astype(np.float64))
-                           if self.settings.get("memory", {}).get("prior") and (memory / COUNTS_FILE).is_file()
-                           else None)
-        held = (self.index.inputs.count, self.index.labels.count)
-        if held != (self.settings["num_train"], self.settings["num_labels"]):
-            raise DataError(f"the index holds {held[0]} input and {held[1]} label keys, the memory "
-                            f"{self.settings['num_train']} and {self.settings['num_labels']}: rebuild both", index)
+        # a smaller or compressed memory's own indexes, in place of the index stage's
+        self.rae = load_model(memory, index, threads)
+        self.index = self.rae.search
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # one-line stderr for `raexmc predict`
@@ -126,16 +98,11 @@ class Predictor:
         started = time.perf_counter()
         queries = self.embed([self.query_text(query) for query in queries])
         encoded = time.perf_counter()
-        b = int(self.settings["b"])
-        ids, sims = self.index.rae_search(queries, b, self.retrieval)
+        keys = self.rae.retrieve(queries)
         searched = time.perf_counter()
-        scores = self.scores(ids, sims)
-        top = top_k(scores, k)
-        results = []
-        for row, labels in enumerate(top):
-            labels = labels[labels >= 0]  # top_k pads with -1 when fewer labels scored
-            values = scores[row, labels].toarray().ravel()
-            results.append([self.label_answer(label, value) for label, value in zip(labels, values)])
+        labels, values = best_labels(self.rae.scores(*keys), k)
+        results = [[self.label_answer(label, value) for label, value in zip(row_labels, row_values) if label >= 0]
+                   for row_labels, row_values in zip(labels, values)]  # -1 pads a row with fewer labels scored
         timing.encode_s, timing.search_s = encoded - started, searched - encoded
         timing.score_s = time.perf_counter() - searched
         return results, timing
@@ -144,14 +111,3 @@ class Predictor:
         """One label of an answer: its row (column in the label matrices), its own id and text, its score."""
         label_id, text = self.labels[row]
         return {"label": int(row), "id": label_id, "text": text, "score": round(float(score), 6)}
-
-    def scores(self, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
-        """RAE's label scores of its retrieved keys (joint ids): at the memory's λ, or at the per-query model's λ of
-        each query, its features read off the same retrieval and score halves."""
-        b, tau = int(self.settings["b"]), float(self.settings["tau"])
-        if self.log_counts is not None:
-            ids, sims = add_log_prior((ids, sims), self.log_counts, tau)
-        parts = score_parts(ids, sims, self.Y_train, tau, b)
-        lam = (float(self.settings["lambda"]) if self.query_lambda is None
-               else self.query_lambda.lambdas(ids, sims, self.Y_train, parts))
-        return combine_per_query(parts, lam)

@@ -1,0 +1,161 @@
+"""RaeModel on a hand-built memory: its scores are the dense softmax(q·K/τ) over the top-b keys times V, computed
+here with numpy alone, for the joint and the split retrieval and with the prior; a saved model loads back
+scoring identically, and a folder packaged before the newer settings existed still loads."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from raexmc.errors import ConfigError, DataError
+from raexmc.memory.exact import ExactIndex
+from raexmc.memory.hnsw import build_hnsw
+from raexmc.memory.merge import JointSearch, RaeRetrieval
+from raexmc.memory.persistence import save_index
+from raexmc.rae.model import RaeModel, RaeSettings
+from raexmc.rae.model_folder import load_model, save_model
+from raexmc.rae.query_lambda import FEATURES, QueryLambda
+
+# 4 training inputs and 3 labels in 3 dimensions; V's input rows are Y (inputs x labels), its label rows I.
+X = np.array([[1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [0.0, 1.0, 0.0], [0.0, 0.6, 0.8]], dtype=np.float32)
+Z = np.array([[0.6, 0.0, 0.8], [0.0, 0.0, 1.0], [0.7, 0.7, 0.1]], dtype=np.float32)
+Y = sp.csr_matrix(np.array([[1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 1, 1]], dtype=np.float64))
+Q = np.array([[0.9, 0.3, 0.1], [0.1, 0.2, 0.95], [0.3, 0.9, 0.3]], dtype=np.float32)
+LAM, TAU, B = 0.3, 0.5, 4
+COUNTS = np.array([3, 1, 2, 5])
+
+
+def brute_force(num_x: int, num_z: int, joint_b: int | None = None, counts: np.ndarray | None = None,
+                lam: float = LAM) -> np.ndarray:
+    """Dense (queries, labels) scores: per query the joint top-`joint_b` keys of [X; Z] (or the top num_x inputs
+    and top num_z labels), p = softmax(q·k/τ (+ log n for an input key)) over them, λ p_X Y + (1 - λ) p_Z."""
+    K, V = np.vstack([X, Z]).astype(np.float64), np.vstack([Y.toarray(), np.eye(3)])
+    out = np.zeros((len(Q), 3))
+    for q, query in enumerate(Q.astype(np.float64)):
+        sims = K @ query
+        if joint_b is not None:
+            kept = np.argsort(-sims, kind="stable")[:joint_b]
+        else:
+            kept = np.concatenate([np.argsort(-sims[:4], kind="stable")[:num_x],
+                                   4 + np.argsort(-sims[4:], kind="stable")[:num_z]])
+        logits = sims[kept] / TAU
+        if counts is not None:
+            logits[kept < 4] += np.log(counts[kept[kept < 4]])
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        weights = np.where(kept < 4, lam, 1 - lam) * p
+        out[q] = weights @ V[kept]
+    return out
+
+
+def model(retrieval: RaeRetrieval = RaeRetrieval(), log_counts: np.ndarray | None = None,
+          lam: float | QueryLambda = LAM, search: JointSearch | None = None) -> RaeModel:
+    return RaeModel(Y, RaeSettings(lam, TAU, B, retrieval), log_counts,
+                    JointSearch(ExactIndex(X), ExactIndex(Z)) if search is None else search)
+
+
+@pytest.mark.parametrize("prior", [False, True])
+def test_scores_of_the_joint_top_b_are_the_dense_softmax_times_v(prior):
+    rae = model(log_counts=np.log(COUNTS.astype(np.float64)) if prior else None)
+    expected = brute_force(0, 0, joint_b=B, counts=COUNTS if prior else None)
+    np.testing.assert_allclose(rae.scores_for(Q).toarray(), expected, rtol=1e-6, atol=1e-12)
+    inputs, labels = ExactIndex(X).search(Q, B), ExactIndex(Z).search(Q, B)  # keys from searches made elsewhere
+    np.testing.assert_allclose(rae.scores(*rae.keys(inputs, labels)).toarray(), expected, rtol=1e-6, atol=1e-12)
+
+
+def test_the_joint_top_b_holds_keys_of_both_kinds_on_this_memory():
+    """So that the test above mixes the two halves: every query's top 4 holds an input and a label key."""
+    sims = Q @ np.vstack([X, Z]).T
+    top = np.argsort(-sims, axis=1, kind="stable")[:, :B]
+    assert ((top < 4).any(axis=1) & (top >= 4).any(axis=1)).all()
+
+
+@pytest.mark.parametrize(("share", "num_x", "num_z"), [(0.25, 3, 1), (0.5, 2, 2), (1.0, 0, 3)])
+def test_scores_of_a_split_retrieval_are_the_dense_softmax_over_each_share(share, num_x, num_z):
+    """label_share x b label keys (rounded half up; at most the 3 there are) and the rest input keys."""
+    rae = model(RaeRetrieval("split", share))
+    np.testing.assert_allclose(rae.scores_for(Q).toarray(), brute_force(num_x, num_z), rtol=1e-6, atol=1e-12)
+
+
+def test_top_k_ranks_the_scores_best_first_and_pads_what_no_key_reaches():
+    rae = model(lam=0.0)  # λ 0: only the label keys among the top 4 score, fewer than 3 for some query
+    expected = brute_force(0, 0, joint_b=B, lam=0.0)
+    labels, values = rae.top_k(Q, 3)
+    for row, scores in enumerate(expected):
+        scored = np.flatnonzero(scores > 0)
+        order = scored[np.argsort(-scores[scored], kind="stable")]
+        assert labels[row].tolist() == [*order.tolist(), *[-1] * (3 - len(order))]
+        np.testing.assert_allclose(values[row, :len(order)], scores[order], rtol=1e-6)
+        assert (values[row, len(order):] == 0).all()
+    assert (labels == -1).any(), "some query reaches fewer than 3 labels"
+
+
+def per_query_lambda() -> QueryLambda:
+    """A λ model whose seeded weights pick different λ for different queries of Q."""
+    width = len(FEATURES)
+    return QueryLambda(np.array([0.0, 0.5, 1.0]), 0.5, TAU, B, np.zeros(width), np.ones(width),
+                       np.random.default_rng(0).normal(size=(3, 1 + width)))
+
+
+def hnsw_search() -> JointSearch:
+    return JointSearch(*(build_hnsw(keys, M=8, ef_construction=50, threads=1, progress=False) for keys in (X, Z)))
+
+
+@pytest.mark.parametrize("search", ["exact", "hnsw"])
+@pytest.mark.parametrize(("retrieval", "prior", "lam"), [(RaeRetrieval(), False, LAM),
+                                                         (RaeRetrieval("split", 0.25), True, LAM),
+                                                         (RaeRetrieval(), True, "per-query")])
+def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieval, prior, lam):
+    lam = per_query_lambda() if lam == "per-query" else lam
+    saved = model(retrieval, np.log(COUNTS.astype(np.float64)) if prior else None, lam,
+                  hnsw_search() if search == "hnsw" else None)
+    save_model(saved, tmp_path / "model")
+    loaded = load_model(tmp_path / "model")
+    assert loaded.settings.retrieval == retrieval and loaded.settings.per_query == (lam != LAM)
+    np.testing.assert_array_equal(loaded.scores_for(Q).toarray(), saved.scores_for(Q).toarray())
+    for got, want in zip(loaded.top_k(Q, 2), saved.top_k(Q, 2)):
+        np.testing.assert_array_equal(got, want)
+    if lam != LAM:  # each query mixed at the λ the model picks from its keys' features
+        chosen = lam.lambdas(*saved.retrieve(Q), Y)
+        assert len(set(chosen)) > 1, "the λ model picks different λ for these queries"
+        expected = [brute_force(0, 0, joint_b=B, counts=COUNTS, lam=value)[q] for q, value in enumerate(chosen)]
+        np.testing.assert_allclose(loaded.scores_for(Q).toarray(), expected, rtol=1e-6, atol=1e-12)
+
+
+def test_a_folder_packaged_before_the_newer_settings_loads_as_the_joint_retrieval_at_its_lambda(tmp_path):
+    """settings.json without retrieval, label_share, query_lambda or memory (as packaged before they existed),
+    the index stage's exact indexes in another folder and the joint keys beside the settings."""
+    folder, index = tmp_path / "predictor", tmp_path / "index"
+    folder.mkdir()
+    (folder / "settings.json").write_text(json.dumps({"lambda": LAM, "b": B, "tau": TAU, "ef_search": 50,
+                                                      "num_train": 4, "num_labels": 3}))
+    sp.save_npz(folder / "Y_train.npz", Y)
+    np.save(folder / "keys.npy", np.vstack([X, Z]))
+    save_index(ExactIndex(X), index / "inputs")
+    save_index(ExactIndex(Z), index / "labels")
+    loaded = load_model(folder, index)
+    assert loaded.settings == RaeSettings(LAM, TAU, B) and loaded.log_counts is None
+    np.testing.assert_allclose(loaded.scores_for(Q).toarray(), brute_force(0, 0, joint_b=B), rtol=1e-6, atol=1e-12)
+    assert load_model(folder).search is None, "without the index stage's folder there is nothing to search"
+    with pytest.raises(ValueError, match="no search"):
+        load_model(folder).scores_for(Q)
+
+
+def test_bad_models_and_folders_are_refused_naming_what(tmp_path):
+    with pytest.raises(ConfigError, match="infer.lambda"):
+        RaeSettings(1.5, TAU, B)
+    with pytest.raises(ConfigError, match="infer.tau"):
+        RaeSettings(LAM, 0.0, B)
+    with pytest.raises(ValueError, match="3 member counts for 4 input keys"):
+        RaeModel(Y, RaeSettings(), np.zeros(3))
+    save_model(model(), tmp_path / "model")
+    settings = json.loads((tmp_path / "model" / "settings.json").read_text())
+    (tmp_path / "model" / "settings.json").write_text(json.dumps({k: v for k, v in settings.items() if k != "tau"}))
+    with pytest.raises(DataError, match="settings.json lacks tau") as error:
+        load_model(tmp_path / "model")
+    assert str(tmp_path / "model") in error.value.one_line()
+    with pytest.raises(DataError, match="no settings.json"):
+        load_model(tmp_path / "nothing")
