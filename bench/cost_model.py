@@ -27,7 +27,8 @@ the stage resolves from params.yaml (train.schedule fixed or auto, via TrainSett
   steps · a_step · B · passes · layers · [t_in(24d² + 4·t_in·d) + (1 + m)·t_lab(24d² + 4·t_lab·d)]
   + rounds · a_round · layers · Σ over the re-embedded texts of t(24d² + 4td)
 with B the global batch, t_in and t_lab the longest input and label in a batch (a step pads to them), passes 3
-(forward and backward; 4 with gradient caching), rounds = ceil(max_steps / hnm_steps) plus the final
+(forward and backward; 4 with gradient caching, as the stage resolves train.grad_cache_chunk for MiniLM in fp32
+on a CPU), rounds = ceil(max_steps / hnm_steps) plus the final
 validation, each re-embedding the labels and every training input (mean lengths: those batches are sorted by
 length). a_step and a_round come from FOLDOC's fine-tuned CPU run (300 steps of 32, 4 rounds: its training
 curve); WordNet's and wordnet-hyper's runs (one round, 300 steps) check them. Lengths: bench/token_lengths.py.
@@ -47,9 +48,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from transformers import BertConfig
 
 from raexmc.memory.footprint import hnsw_disk_bytes, hnsw_resident_bytes
 from raexmc.params import load_params
+from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.settings import TrainSettings
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -116,6 +119,7 @@ TRAIN_FIT = ("stage_resources_foldoc_fine-tuned-auto-cpu.json", "runs/foldoc_fin
 TRAIN_CHECKS = {name: (f"stage_resources_{name}_fine-tuned-auto-cpu.json",
                        f"runs/{name}_fine-tuned-auto-cpu/training_curve.json") for name in ("wordnet", "wordnet-hyper")}
 TOKEN_LENGTHS = "token_lengths.json"
+MINILM_CONFIG = BertConfig(hidden_size=384, num_attention_heads=12, num_hidden_layers=6)
 # The paper's shapes, with the synthetic titles' lengths (25.7 tokens on average, input_max_len 32) for inputs
 # and labels: N from the XC Repository's published shapes.
 LF_TRAIN_SHAPES = {"LF-AmazonTitles-131K": 294_805, "LF-WikiSeeAlso-320K": 693_082, "LF-Wikipedia-500K": 1_813_391,
@@ -137,11 +141,13 @@ def batch_longest(lengths: dict, texts: int) -> float:
     return lengths["batch_longest"][str(next((size for size in sizes if size >= texts), sizes[-1]))]
 
 
-def train_settings(mode: str, n_train: int) -> TrainSettings:
-    """params.yaml's training recipe under `mode`, resolved for n_train inputs as the train stage resolves it."""
+def train_settings(mode: str, n_train: int, max_lengths: tuple[int, int] = (128, 32)) -> TrainSettings:
+    """params.yaml's training recipe under `mode`, resolved as the train stage resolves it for n_train inputs and
+    MiniLM on a CPU in fp32, texts cut at max_lengths (inputs, labels): the schedule, then gradient caching."""
     p = load_params(PARAMS)
     p.data["train"]["schedule"] = mode
-    return TrainSettings.from_params(p, lambda: n_train)
+    key = {"input_max_len": max_lengths[0], "label_max_len": max_lengths[1]}
+    return resolve_grad_cache(TrainSettings.from_params(p, lambda: n_train), MINILM_CONFIG, "fp32", key, "cpu")
 
 
 def train_work(data: dict, encoder: Encoder, settings: TrainSettings) -> tuple[float, float, int]:
@@ -176,7 +182,7 @@ def predict_train(data: dict, encoder: Encoder, settings: TrainSettings, constan
     step, round_, rounds = train_work(data, encoder, settings)
     steps_s, rounds_s = settings.max_steps * step * constants["a_step"], rounds * round_ * constants["a_round"]
     return {"batch": settings.batch_size, "lr": settings.lr, "max_steps": settings.max_steps,
-            "hnm_steps": settings.hnm_steps, "rounds": rounds, "step_s": round(step * constants["a_step"], 2),
+            "hnm_steps": settings.hnm_steps, "grad_cache_chunk": settings.grad_cache_chunk, "rounds": rounds, "step_s": round(step * constants["a_step"], 2),
             "round_s": round(round_ * constants["a_round"], 1), "wall_h": round((steps_s + rounds_s) / 3600, 2)}
 
 
@@ -198,7 +204,8 @@ def train_projections(lengths: dict, encoder: Encoder, constants: dict) -> list[
     shapes = {**lengths, **{name: {"N": n, "L": LF_LABELS[name], "train": titles, "labels": titles}
                             for name, n in LF_TRAIN_SHAPES.items()}}
     return [{"dataset": name, "N": data["N"], "schedule": mode,
-             **predict_train(data, encoder, train_settings(mode, data["N"]), constants)}
+             **predict_train(data, encoder, train_settings(mode, data["N"], (32, 32) if name in LF_TRAIN_SHAPES
+                                                           else (128, 32)), constants)}
             for name, data in shapes.items() for mode in ("fixed", "auto")]
 
 
@@ -346,10 +353,11 @@ def train_markdown(train: dict) -> str:
     lines = ["| dataset | step s measured | model | round s measured | model |", "|---|---|---|---|---|"]
     lines += [f"| {r['dataset']} | {r['step_s']} | {r['model_step_s']} | {r['round_s']} | {r['model_round_s']} |"
               for r in train["checks"]]
-    lines += ["", "| dataset | N | schedule | batch | lr | steps | mining every | rounds | s a step | s a round | hours |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| dataset | N | schedule | batch | lr | steps | mining every | grad cache | rounds | s a step | s a round "
+              "| hours |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['dataset']} | {r['N']:,} | {r['schedule']} | {r['batch']} | {r['lr']:.3g} | {r['max_steps']:,} | "
-              f"{r['hnm_steps']:,} | {r['rounds']} | {r['step_s']} | {r['round_s']:,} | {r['wall_h']:,} |"
+              f"{r['hnm_steps']:,} | {r['grad_cache_chunk']} | {r['rounds']} | {r['step_s']} | {r['round_s']:,} | "
+              f"{r['wall_h']:,} |"
               for r in train["projections"]]
     return "\n".join(lines)
 

@@ -20,6 +20,7 @@ from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
 from raexmc.training.distributed import check_gpu_count, init_distributed, shutdown
+from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.schedule import describe
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
@@ -55,28 +56,31 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         name = p.typed("encoder.name", str)
         tokenizer = load_tokenizer(name)  # before training: one it cannot load would fail only after it
         model = load_encoder(name, ctx.device)
+        trained = settings  # with gradient caching resolved for this encoder, device and token lengths
+        if mode == "fine-tuned":
+            data, cache = Dataset(dataset), TokenCache(tokens)
+            precision = resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision")
+            trained = resolve_grad_cache(settings, model.transformer.config, precision, cache.meta["key"], ctx.device)
         if run is not None:
             used = embed_batch_size(settings.embed_batch_size, ctx.device)
             run.params({"encoder.name": name, "encoder.mode": mode, "encoder.pooling": model.recipe,
                         "train": {**p.section("train"), "embed_batch_size_used": used,
-                                  "resolved": asdict(settings.schedule)}})
+                                  "resolved": {**asdict(trained.schedule), "grad_cache_chunk": trained.grad_cache_chunk}}})
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
         if mode == "fine-tuned":
-            data, cache = Dataset(dataset), TokenCache(tokens)
             if ctx.is_main:
                 typer.echo(describe(p.typed("train.schedule", str), data.stats["N_train"], ctx.world_size,
-                                    settings.schedule), err=True)
-            fingerprint = hashlib.sha256(json.dumps([name, model.recipe, vars(settings), data.stats, cache.meta["key"],
+                                    trained.schedule, trained.grad_cache_chunk), err=True)
+            fingerprint = hashlib.sha256(json.dumps([name, model.recipe, vars(trained), data.stats, cache.meta["key"],
                                                      ctx.world_size], sort_keys=True).encode()).hexdigest()
 
             def log(step: int, values: dict) -> None:
                 if run is not None:
                     run.metrics(values, step=step)
 
-            curve = train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), settings, ctx,
-                          resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision"),
-                          checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
+            curve = train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), trained, ctx,
+                          precision, checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
         if ctx.is_main:
             with atomic_dir(out) as folder:
                 model.save(folder)  # the sentence-transformers layout: the files carry the pooling

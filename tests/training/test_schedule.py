@@ -14,11 +14,13 @@ import torch
 from conftest import REPO
 from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
+from transformers import BertConfig, DistilBertConfig
 
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
 from raexmc.pipeline.presets import preset_values
+from raexmc.training.graph_memory import grad_cache_chunk, graph_bytes_per_text, resolve_grad_cache
 from raexmc.training.schedule import Schedule, resolve
 from raexmc.training.settings import TrainSettings
 
@@ -114,7 +116,7 @@ def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(t
                           cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = ("train schedule (auto, N=5,000 training inputs): global batch 64 (64 x 1 process(es)), lr 0.000141, "
-            "4 steps, warm-up 0, mining every 2 steps")
+            "4 steps, warm-up 0, mining every 2 steps, no gradient caching")
     assert line in proc.stderr.splitlines()
 
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
@@ -126,6 +128,50 @@ def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(t
     [run] = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
     logged = run.data.params
     assert (logged["train.schedule"], logged["train.batch_size"]) == ("auto", "auto")
-    assert {key: logged[f"train.resolved.{key}"] for key in ("batch_size", "max_steps", "warmup_steps", "hnm_steps")} \
-        == {"batch_size": "64", "max_steps": "4", "warmup_steps": "0", "hnm_steps": "2"}
+    resolved = ("batch_size", "max_steps", "warmup_steps", "hnm_steps", "grad_cache_chunk")
+    assert {key: logged[f"train.resolved.{key}"] for key in resolved} \
+        == {"batch_size": "64", "max_steps": "4", "warmup_steps": "0", "hnm_steps": "2", "grad_cache_chunk": "0"}
     assert float(logged["train.resolved.lr"]) == pytest.approx(1.4142135623730951e-4)
+
+
+# --- grad_cache_chunk: auto -------------------------------------------------------------------------------
+
+MINILM = BertConfig(hidden_size=384, num_attention_heads=12, num_hidden_layers=6)
+# By hand, per layer and token 24 x 384 + 6 x 12 x tokens floats: a 128-token input 6 x 128 x 18,432 x 4 =
+# 56,623,104 bytes in fp32, a 32-token label 6 x 32 x 11,520 x 4 = 8,847,360.
+INPUT_FP32, LABEL_FP32 = 56_623_104, 8_847_360
+
+
+def test_auto_caches_only_a_batch_over_the_budget():
+    budget = 4 * 2**30
+    # FOLDOC's default recipe: 32 inputs and 96 labels, 2,661,285,888 bytes, fit: no caching, as before
+    assert grad_cache_chunk("auto", MINILM, "fp32", (32, 128), (96, 32), budget) == 0
+    assert 32 * INPUT_FP32 + 96 * LABEL_FP32 <= budget
+    # auto's 128 at FOLDOC: 10.6 GB; chunks of 4 GiB // 56,623,104 = 75 inputs (76 would be 4,303,355,904)
+    assert grad_cache_chunk("auto", MINILM, "fp32", (128, 128), (384, 32), budget) == 75
+    # bf16 keeps half: 4 GiB // 28,311,552 = 151
+    assert grad_cache_chunk("auto", MINILM, "bf16", (128, 128), (384, 32), budget) == 151
+    assert grad_cache_chunk(16, MINILM, "fp32", (512, 128), (1536, 32), budget) == 16, "a number is used as it is"
+    assert grad_cache_chunk(0, MINILM, "fp32", (512, 128), (1536, 32), budget) == 0
+
+
+def test_the_paper_preset_fits_an_h100_as_it_ran():
+    """DistilBERT at 896 inputs of 32 tokens and 2,688 labels, bf16: 3,584 x 6 x 32 x (24 x 768 + 6 x 12 x 32) x 2
+    = 28,538,044,416 bytes, under 60% of 80 GB (it ran uncached, peaking at 24.3 GB: docs/gpu.md)."""
+    distilbert = DistilBertConfig()
+    assert graph_bytes_per_text(distilbert, 32, "bf16") * 3584 == 28_538_044_416
+    assert grad_cache_chunk("auto", distilbert, "bf16", (896, 32), (2688, 32), int(0.6 * 80e9)) == 0
+
+
+def test_the_estimate_is_above_the_measured_graph():
+    rows = json.loads((REPO / "bench" / "results" / "graph_memory.json").read_text())["rows"]
+    for row in rows:
+        assert graph_bytes_per_text(MINILM, row["tokens"], "fp32") / 1e6 >= row["measured_mb_per_text"]
+
+
+def test_resolving_keeps_the_schedule_and_sizes_the_chunk_for_the_token_lengths():
+    settings = TrainSettings.from_params(params_with(schedule="auto"), lambda: 8_227)   # batch 128, m = 2
+    resolved = resolve_grad_cache(settings, MINILM, "fp32", {"input_max_len": 128, "label_max_len": 32}, "cpu")
+    assert resolved.grad_cache_chunk == 75 and resolved.schedule == settings.schedule
+    short = resolve_grad_cache(settings, MINILM, "fp32", {"input_max_len": 16, "label_max_len": 8}, "cpu")
+    assert short.grad_cache_chunk == 0

@@ -56,7 +56,7 @@ def tiny(tiny_model, tmp_path):
 
 def settings(**overrides) -> TrainSettings:
     """params.yaml's recipe, shrunk to the tiny problem."""
-    base = dict(batch_size=4, lr=1e-3, max_steps=6, warmup_steps=1, hnm_steps=3, hnm_topk=3, num_hard_negatives=1,
+    base = dict(batch_size=4, grad_cache_chunk=0, lr=1e-3, max_steps=6, warmup_steps=1, hnm_steps=3, hnm_topk=3, num_hard_negatives=1,
                 val_fraction=0.25, val_b=10, checkpoint_every=2, embed_batch_size=4)
     return replace(TrainSettings.from_params(load_params(PARAMS), UNUSED_N), **{**base, **overrides})
 
@@ -206,9 +206,9 @@ ctx = init_distributed("cpu")
 torch.manual_seed(0)
 model = load_encoder(model_dir)
 dataset = Dataset(data)
-settings = replace(TrainSettings.from_params(load_params(params), lambda: 0), batch_size=2, lr=1e-3, max_steps=4, warmup_steps=1,
-                   hnm_steps=2, hnm_topk=3, num_hard_negatives=1, val_fraction=0.25, val_b=10, checkpoint_every=2,
-                   embed_batch_size=3)
+settings = replace(TrainSettings.from_params(load_params(params), lambda: 0), batch_size=2, grad_cache_chunk=0, lr=1e-3,
+                   max_steps=4, warmup_steps=1, hnm_steps=2, hnm_topk=3, num_hard_negatives=1, val_fraction=0.25,
+                   val_b=10, checkpoint_every=2, embed_batch_size=3)
 train(model, TokenCache(tokens), dataset.label_matrix("train"), dataset.filter_matrix("train"), settings, ctx,
       "fp32", Path(out) / "ckpt.pt", (0.55, 1.5), lambda *a: None, "fp")
 torch.save(model.state_dict(), Path(out) / f"rank{ctx.rank}.pt")

@@ -76,8 +76,10 @@ def resolve(mode: str, n_train: int, world_size: int, chosen: dict[str, int | fl
                     hnm_steps=chosen.get("hnm_steps", math.ceil(steps / MINING_ROUNDS)))
 
 
-def describe(mode: str, n_train: int, world_size: int, schedule: Schedule) -> str:
+def describe(mode: str, n_train: int, world_size: int, schedule: Schedule, grad_cache_chunk: int) -> str:
     """The one line the train stage prints."""
+    caching = f"gradient caching {grad_cache_chunk} texts a pass" if grad_cache_chunk else "no gradient caching"
     return (f"train schedule ({mode}, N={n_train:,} training inputs): global batch "
             f"{schedule.batch_size * world_size} ({schedule.batch_size} x {world_size} process(es)), lr {schedule.lr:.3g}, "
-            f"{schedule.max_steps} steps, warm-up {schedule.warmup_steps}, mining every {schedule.hnm_steps} steps")
+            f"{schedule.max_steps} steps, warm-up {schedule.warmup_steps}, mining every {schedule.hnm_steps} steps, "
+            f"{caching}")

@@ -76,7 +76,9 @@ class TrainSettings:
     before any work; tests and benchmarks start from that and `dataclasses.replace` what they vary.
     """
     batch_size: int = _at_least(1)           # inputs per device; the global batch is this times the world size
-    grad_cache_chunk: int = _at_least(0)     # texts per encoder pass with gradient caching; 0 = off
+    grad_cache_chunk: int | str = _setting(  # texts per encoder pass with gradient caching; 0 = off; auto: by memory
+        (str, int), "auto or an integer >= 0",
+        lambda value: value == "auto" if isinstance(value, str) else value >= 0)
     lr: float = _positive()
     max_steps: int = _at_least(1)
     warmup_steps: int = _at_least(0)
