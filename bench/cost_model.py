@@ -22,6 +22,17 @@ inserts slow down as the graph outgrows the caches, faster than N·ln(N) says, s
 factor (N / N_131K)^γ, γ fitted on the median 1.3M build (the only stage whose 1.3M check is not
 independent of its fit).
 
+The train stage (fine-tuned) is modelled in wall seconds on our 2 fp32 cores (it uses both), for the schedule
+the stage resolves from params.yaml (train.schedule fixed or auto, via TrainSettings.from_params):
+  steps · a_step · B · passes · layers · [t_in(24d² + 4·t_in·d) + (1 + m)·t_lab(24d² + 4·t_lab·d)]
+  + rounds · a_round · layers · Σ over the re-embedded texts of t(24d² + 4td)
+with B the global batch, t_in and t_lab the longest input and label in a batch (a step pads to them), passes 3
+(forward and backward; 4 with gradient caching, as the stage resolves train.grad_cache_chunk for MiniLM in fp32
+on a CPU), rounds = ceil(max_steps / hnm_steps) plus the final
+validation, each re-embedding the labels and every training input (mean lengths: those batches are sorted by
+length). a_step and a_round come from FOLDOC's fine-tuned CPU run (300 steps of 32, 4 rounds: its training
+curve); WordNet's and wordnet-hyper's runs (one round, 300 steps) check them. Lengths: bench/token_lengths.py.
+
 Peak memory = the stage's base (fitted on the 131K d = 64 run) + the arrays it must hold:
 embed the model; index the larger key set's keys and graph; tune every key and Y_train; evaluate both graphs, the
 test queries' embeddings and the label matrices. Disk: embeddings (N + T + L)·d·4, the two graphs by
@@ -33,14 +44,19 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from transformers import BertConfig
 
 from raexmc.memory.footprint import hnsw_disk_bytes, hnsw_resident_bytes
+from raexmc.params import load_params
+from raexmc.training.graph_memory import resolve_grad_cache
+from raexmc.training.settings import TrainSettings
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 MB = 1e6
 
 
@@ -96,6 +112,101 @@ RUNS = {
 }
 EFC_RECORD = "stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-efc100.json"  # the 131K index at efC=100
 MODELLED = ("embed", "index", "tune", "evaluate")
+
+
+# The train stage's measured runs (MiniLM-L6, fp32, our 2 cores, no other job): (stage record, training curve).
+TRAIN_FIT = ("stage_resources_foldoc_fine-tuned-auto-cpu.json", "runs/foldoc_fine-tuned-auto-cpu/training_curve.json")
+TRAIN_CHECKS = {name: (f"stage_resources_{name}_fine-tuned-auto-cpu.json",
+                       f"runs/{name}_fine-tuned-auto-cpu/training_curve.json") for name in ("wordnet", "wordnet-hyper")}
+TOKEN_LENGTHS = "token_lengths.json"
+MINILM_CONFIG = BertConfig(hidden_size=384, num_attention_heads=12, num_hidden_layers=6)
+# The paper's shapes, with the synthetic titles' lengths (25.7 tokens on average, input_max_len 32) for inputs
+# and labels: N from the XC Repository's published shapes.
+LF_TRAIN_SHAPES = {"LF-AmazonTitles-131K": 294_805, "LF-WikiSeeAlso-320K": 693_082, "LF-Wikipedia-500K": 1_813_391,
+                   "LF-AmazonTitles-1.3M": 2_248_619}
+LF_LABELS = {"LF-AmazonTitles-131K": 131_073, "LF-WikiSeeAlso-320K": 312_330, "LF-Wikipedia-500K": 501_070,
+             "LF-AmazonTitles-1.3M": 1_305_265}
+
+
+def token_work(tokens: float, encoder: Encoder) -> float:
+    """The matrix-product work of one text of `tokens` tokens through the encoder."""
+    d = encoder.width
+    return encoder.layers * tokens * (24 * d * d + 4 * tokens * d)
+
+
+def batch_longest(lengths: dict, texts: int) -> float:
+    """The longest text in a batch of `texts` (token_lengths.json's sizes: the nearest one not below, or the
+    largest)."""
+    sizes = sorted(int(size) for size in lengths["batch_longest"])
+    return lengths["batch_longest"][str(next((size for size in sizes if size >= texts), sizes[-1]))]
+
+
+def train_settings(mode: str, n_train: int, max_lengths: tuple[int, int] = (128, 32)) -> TrainSettings:
+    """params.yaml's training recipe under `mode`, resolved as the train stage resolves it for n_train inputs and
+    MiniLM on a CPU in fp32, texts cut at max_lengths (inputs, labels): the schedule, then gradient caching."""
+    p = load_params(PARAMS)
+    p.data["train"]["schedule"] = mode
+    key = {"input_max_len": max_lengths[0], "label_max_len": max_lengths[1]}
+    return resolve_grad_cache(TrainSettings.from_params(p, lambda: n_train), MINILM_CONFIG, "fp32", key, "cpu")
+
+
+def train_work(data: dict, encoder: Encoder, settings: TrainSettings) -> tuple[float, float, int]:
+    """(work of one step, work of one mining round, rounds) for a dataset row of token_lengths.json."""
+    batch, m = settings.batch_size, settings.num_hard_negatives
+    passes = 4 if settings.grad_cache_chunk else 3
+    example = (token_work(batch_longest(data["train"], batch), encoder)
+               + (1 + m) * token_work(batch_longest(data["labels"], (1 + m) * batch), encoder))
+    step = passes * batch * example
+    round_ = data["N"] * token_work(data["train"]["mean_tokens"], encoder) \
+        + data["L"] * token_work(data["labels"]["mean_tokens"], encoder)
+    rounds = math.ceil(settings.max_steps / settings.hnm_steps) + int(settings.validate_last)
+    return step, round_, rounds
+
+
+def measured_train(names: tuple[str, str], steps: int) -> dict[str, float]:
+    """Seconds a step and a round took in a measured run: the first round is the curve's first point; the
+    steps share the rest of the stage's wall time with the other rounds."""
+    record, curve = (json.loads((RESULTS / name).read_text()) for name in names)
+    round_s = curve[0]["elapsed_s"]
+    return {"round_s": round_s, "step_s": (record["train"]["wall_s"] - len(curve) * round_s) / steps}
+
+
+def fit_train(lengths: dict, encoder: Encoder) -> dict[str, float]:
+    settings = train_settings("fixed", lengths["foldoc"]["N"])
+    step, round_, _ = train_work(lengths["foldoc"], encoder, settings)
+    measured = measured_train(TRAIN_FIT, settings.max_steps)
+    return {"a_step": measured["step_s"] / step, "a_round": measured["round_s"] / round_}
+
+
+def predict_train(data: dict, encoder: Encoder, settings: TrainSettings, constants: dict) -> dict:
+    step, round_, rounds = train_work(data, encoder, settings)
+    steps_s, rounds_s = settings.max_steps * step * constants["a_step"], rounds * round_ * constants["a_round"]
+    return {"batch": settings.batch_size, "lr": settings.lr, "max_steps": settings.max_steps,
+            "hnm_steps": settings.hnm_steps, "grad_cache_chunk": settings.grad_cache_chunk, "rounds": rounds, "step_s": round(step * constants["a_step"], 2),
+            "round_s": round(round_ * constants["a_round"], 1), "wall_h": round((steps_s + rounds_s) / 3600, 2)}
+
+
+def train_checks(lengths: dict, encoder: Encoder, constants: dict) -> list[dict]:
+    """The WordNet runs (300 steps of 32, one round at step 0, no final validation) beside the model."""
+    rows = []
+    for name, files in TRAIN_CHECKS.items():
+        settings = replace(train_settings("fixed", lengths[name]["N"]), hnm_steps=300, validate_last=False)
+        model = predict_train(lengths[name], encoder, settings, constants)
+        measured = measured_train(files, settings.max_steps)
+        rows.append({"dataset": name, "step_s": round(measured["step_s"], 2), "model_step_s": model["step_s"],
+                     "round_s": round(measured["round_s"], 1), "model_round_s": model["round_s"]})
+    return rows
+
+
+def train_projections(lengths: dict, encoder: Encoder, constants: dict) -> list[dict]:
+    """Both schedules on our datasets and the paper's shapes (titles), fine-tuned MiniLM on our 2 fp32 cores."""
+    titles = {"mean_tokens": 25.7, "batch_longest": {"32": 32.0}}
+    shapes = {**lengths, **{name: {"N": n, "L": LF_LABELS[name], "train": titles, "labels": titles}
+                            for name, n in LF_TRAIN_SHAPES.items()}}
+    return [{"dataset": name, "N": data["N"], "schedule": mode,
+             **predict_train(data, encoder, train_settings(mode, data["N"], (32, 32) if name in LF_TRAIN_SHAPES
+                                                           else (128, 32)), constants)}
+            for name, data in shapes.items() for mode in ("fixed", "auto")]
 
 
 def features(stage: str, shape: Shape, encoder: Encoder) -> tuple[float, float]:
@@ -238,17 +349,36 @@ def markdown(check_rows: list[dict], projection_rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def train_markdown(train: dict) -> str:
+    lines = ["| dataset | step s measured | model | round s measured | model |", "|---|---|---|---|---|"]
+    lines += [f"| {r['dataset']} | {r['step_s']} | {r['model_step_s']} | {r['round_s']} | {r['model_round_s']} |"
+              for r in train["checks"]]
+    lines += ["", "| dataset | N | schedule | batch | lr | steps | mining every | grad cache | rounds | s a step | s a round "
+              "| hours |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['dataset']} | {r['N']:,} | {r['schedule']} | {r['batch']} | {r['lr']:.3g} | {r['max_steps']:,} | "
+              f"{r['hnm_steps']:,} | {r['grad_cache_chunk']} | {r['rounds']} | {r['step_s']} | {r['round_s']:,} | "
+              f"{r['wall_h']:,} |"
+              for r in train["projections"]]
+    return "\n".join(lines)
+
+
 def main() -> None:
     runs = {name: load_run(name) for name in RUNS if (RESULTS / RUNS[name][0]).exists()}
     efc = json.loads((RESULTS / EFC_RECORD).read_text())["index"]["cpu_s"]
     efc_ratio = efc / runs["131K d=64"]["stages"]["index"]["cpu_s"]
     constants = fit(runs, efc_ratio)
     check_rows, projection_rows = checks(runs, constants), projections(constants)
+    lengths = json.loads((RESULTS / TOKEN_LENGTHS).read_text())["datasets"]
+    minilm = ENCODERS["MiniLM-L6 (384)"]
+    constants["train"] = fit_train(lengths, minilm)
+    train = {"fit": TRAIN_FIT, "token_lengths": TOKEN_LENGTHS, "checks": train_checks(lengths, minilm, constants["train"]),
+             "projections": train_projections(lengths, minilm, constants["train"])}
     out = RESULTS / "cost_model.json"
     out.write_text(json.dumps({"constants": constants, "checks": check_rows, "projections": projection_rows,
-                               "runs": {name: run["record"] for name, run in runs.items()},
+                               "train": train, "runs": {name: run["record"] for name, run in runs.items()},
                                "command": "python bench/cost_model.py"}, indent=2) + "\n")
     print(markdown(check_rows, projection_rows))
+    print("\n" + train_markdown(train))
 
 
 if __name__ == "__main__":

@@ -135,7 +135,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          out: Path = typer.Option(ROOT / "bench" / "results" / "train_speed.json", help="JSON list to append to.")) -> None:
     config = load_params(ROOT / "params.yaml")
     values = preset_values(config, preset)
-    settings = replace(TrainSettings.from_params(config), batch_size=batch_size or values["train.batch_size"],
+    # the preset's own batch and steps; N only matters to schedule: auto, which this does not time
+    settings = replace(TrainSettings.from_params(config, lambda: 0), batch_size=batch_size or values["train.batch_size"],
                        grad_cache_chunk=grad_cache_chunk, num_hard_negatives=values["train.num_hard_negatives"],
                        max_steps=warmup + steps, warmup_steps=0)
     with tempfile.TemporaryDirectory() as folder:

@@ -4,6 +4,7 @@ With `train.nproc` > 1 the stage relaunches itself under torchrun (one process p
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -19,7 +20,9 @@ from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
 from raexmc.training.distributed import check_gpu_count, init_distributed, shutdown
+from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.journal import as_table
+from raexmc.training.schedule import describe
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
 
@@ -35,8 +38,12 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     with user_errors():
         p = load_params(params)
-        settings = TrainSettings.from_params(p)  # every train.* value checked before any work
         nproc = process_count(p.get("train.nproc"), "train.nproc", p.path)
+
+        def n_train() -> int:  # read only by schedule: auto
+            return int(Dataset(dataset).stats["N_train"])
+
+        TrainSettings.from_params(p, n_train, nproc)  # every train.* value checked before any work
         mode = p.typed("encoder.mode", str)
         if mode not in MODES:
             raise ConfigError(f"encoder.mode must be one of {', '.join(MODES)}", p.path, "encoder.mode")
@@ -46,29 +53,37 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         relaunch_under_torchrun(nproc, p.typed("train.torchrun_args", str))
 
     ctx = init_distributed(p.typed("train.device", str))
+    settings = TrainSettings.from_params(p, n_train, ctx.world_size)  # the schedule of every process (all nodes)
 
     def body(p, run) -> None:
         name = p.typed("encoder.name", str)
         tokenizer = load_tokenizer(name)  # before training: one it cannot load would fail only after it
         model = load_encoder(name, ctx.device)
+        trained = settings  # with gradient caching resolved for this encoder, device and token lengths
+        if mode == "fine-tuned":
+            data, cache = Dataset(dataset), TokenCache(tokens)
+            precision = resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision")
+            trained = resolve_grad_cache(settings, model.transformer.config, precision, cache.meta["key"], ctx.device)
         if run is not None:
             used = embed_batch_size(settings.embed_batch_size, ctx.device)
             run.params({"encoder.name": name, "encoder.mode": mode, "encoder.pooling": model.recipe,
-                        "train": {**p.section("train"), "embed_batch_size_used": used}})
+                        "train": {**p.section("train"), "embed_batch_size_used": used,
+                                  "resolved": {**asdict(trained.schedule), "grad_cache_chunk": trained.grad_cache_chunk}}})
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
         if mode == "fine-tuned":
-            data, cache = Dataset(dataset), TokenCache(tokens)
-            fingerprint = hashlib.sha256(json.dumps([name, model.recipe, vars(settings), data.stats, cache.meta["key"],
+            if ctx.is_main:
+                typer.echo(describe(p.typed("train.schedule", str), data.stats["N_train"], ctx.world_size,
+                                    trained.schedule, trained.grad_cache_chunk), err=True)
+            fingerprint = hashlib.sha256(json.dumps([name, model.recipe, vars(trained), data.stats, cache.meta["key"],
                                                      ctx.world_size], sort_keys=True).encode()).hexdigest()
 
             def log(step: int, values: dict) -> None:
                 if run is not None:
                     run.metrics(values, step=step)
 
-            curve = train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), settings, ctx,
-                          resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision"),
-                          checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
+            curve = train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), trained, ctx,
+                          precision, checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
         if ctx.is_main:
             # DVC draws a plot per file in `curves` and nothing for an empty folder, where an empty file would be
             # an empty panel, and one without validation points a missing-field error: the curve is written only

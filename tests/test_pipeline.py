@@ -78,7 +78,7 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
 
     set_params(project, **{"train.lr": 3e-4})
     assert changed_stages(project) == {"train"}, "train.* reruns training (DVC then goes on downstream)"
-    set_params(project, **{"train.lr": 1.0e-4, "unrelated.knob": 1})
+    set_params(project, **{"train.lr": "auto", "unrelated.knob": 1})
     assert changed_stages(project) == set(), "an unrelated param must not rerun anything"
     set_params(project, **{"infer.query_lambda": True})
     assert changed_stages(project) == {"package"}, "the per-query λ switch only repackages"

@@ -120,8 +120,9 @@ def test_synthetic_small_goes_through_every_stage(tmp_path, tiny_model):
     build_token_cache(dataset, load_tokenizer(str(tiny_model)), "tiny", tmp_path / "tokens", 16, 16, "title", "title")
     cache = TokenCache(tmp_path / "tokens")
     model = load_encoder(str(tiny_model))
-    settings = replace(TrainSettings.from_params(load_params(REPO / "params.yaml")), batch_size=16, max_steps=4,
-                       warmup_steps=1, hnm_steps=2, hnm_topk=5, val_b=20, checkpoint_every=4, embed_batch_size=256)
+    settings = replace(TrainSettings.from_params(load_params(REPO / "params.yaml"), lambda: 0), batch_size=16,
+                       grad_cache_chunk=0, max_steps=4, warmup_steps=1, hnm_steps=2, hnm_topk=5, val_b=20,
+                       checkpoint_every=4, embed_batch_size=256)
     curve = train(model, cache, dataset.label_matrix("train"), dataset.filter_matrix("train"), settings,
                   DistContext(0, 1, "cpu"), "fp32", tmp_path / "last.pt", (0.55, 1.5), lambda step, values: None)
     assert curve[-1]["step"] == 4

@@ -36,6 +36,11 @@ SINGLE = DistContext(0, 1, "cpu")
 PARAMS = REPO / "params.yaml"
 
 
+def UNUSED_N() -> int:  # noqa: N802 (named as the constant it stands for)
+    """The number of training inputs, which the default schedule (fixed) never asks for."""
+    raise AssertionError("schedule: fixed must not read the data")
+
+
 def build_tiny(folder: Path, tiny_model: Path) -> tuple[Dataset, TokenCache]:
     build_dataset("tiny", {"source": "local", "path": str(make_lf_folder(folder / "lf"))}, folder / "tiny", "")
     dataset = Dataset(folder / "tiny")
@@ -51,9 +56,9 @@ def tiny(tiny_model, tmp_path):
 
 def settings(**overrides) -> TrainSettings:
     """params.yaml's recipe, shrunk to the tiny problem."""
-    base = dict(batch_size=4, lr=1e-3, max_steps=6, warmup_steps=1, hnm_steps=3, hnm_topk=3, num_hard_negatives=1,
+    base = dict(batch_size=4, grad_cache_chunk=0, lr=1e-3, max_steps=6, warmup_steps=1, hnm_steps=3, hnm_topk=3, num_hard_negatives=1,
                 val_fraction=0.25, val_b=10, checkpoint_every=2, embed_batch_size=4)
-    return replace(TrainSettings.from_params(load_params(PARAMS)), **{**base, **overrides})
+    return replace(TrainSettings.from_params(load_params(PARAMS), UNUSED_N), **{**base, **overrides})
 
 
 def run_training(tiny, tiny_model, checkpoint: Path, **overrides):
@@ -201,9 +206,9 @@ ctx = init_distributed("cpu")
 torch.manual_seed(0)
 model = load_encoder(model_dir)
 dataset = Dataset(data)
-settings = replace(TrainSettings.from_params(load_params(params)), batch_size=2, lr=1e-3, max_steps=4, warmup_steps=1,
-                   hnm_steps=2, hnm_topk=3, num_hard_negatives=1, val_fraction=0.25, val_b=10, checkpoint_every=2,
-                   embed_batch_size=3)
+settings = replace(TrainSettings.from_params(load_params(params), lambda: 0), batch_size=2, grad_cache_chunk=0, lr=1e-3,
+                   max_steps=4, warmup_steps=1, hnm_steps=2, hnm_topk=3, num_hard_negatives=1, val_fraction=0.25,
+                   val_b=10, checkpoint_every=2, embed_batch_size=3)
 train(model, TokenCache(tokens), dataset.label_matrix("train"), dataset.filter_matrix("train"), settings, ctx,
       "fp32", Path(out) / "ckpt.pt", (0.55, 1.5), lambda *a: None, "fp")
 torch.save(model.state_dict(), Path(out) / f"rank{ctx.rank}.pt")
@@ -254,7 +259,7 @@ ctx = init_distributed("cpu")
 Y = Dataset(data).label_matrix("train")
 rows, positives, negatives = the_batch(Y, global_batch)
 for chunk in chunks:
-    settings = replace(TrainSettings.from_params(load_params(params)), batch_size=global_batch // ctx.world_size,
+    settings = replace(TrainSettings.from_params(load_params(params), lambda: 0), batch_size=global_batch // ctx.world_size,
                        grad_cache_chunk=chunk, lr=1e-3, warmup_steps=0, max_steps=10, grad_clip=0.01)
     model = load_encoder(model_dir).train()
     weights = [p for p in model.parameters() if p.requires_grad]
@@ -398,10 +403,10 @@ def params_with(**train_values) -> Params:
 
 def test_every_setting_comes_from_params_yaml():
     data = copy.deepcopy(load_params(PARAMS).data)
-    assert TrainSettings.from_params(Params(data)).tau == data["train"]["tau"]
+    assert TrainSettings.from_params(Params(data), UNUSED_N).tau == data["train"]["tau"]
     del data["train"]["tau"]
     with pytest.raises(ConfigError, match="missing parameter 'train.tau'"):
-        TrainSettings.from_params(Params(data))
+        TrainSettings.from_params(Params(data), UNUSED_N)
 
 
 @pytest.mark.parametrize("key, value", [
@@ -413,13 +418,13 @@ def test_every_setting_comes_from_params_yaml():
 ])
 def test_a_bad_or_unknown_train_value_names_the_file_and_key(key, value):
     with pytest.raises(ConfigError) as error:
-        TrainSettings.from_params(params_with(**{key: value}))
+        TrainSettings.from_params(params_with(**{key: value}), UNUSED_N)
     assert error.value.one_line().startswith(f"ConfigError: some/params.yaml:train.{key}: ")
 
 
 def test_good_values_pass_and_ints_serve_as_floats():
     values = TrainSettings.from_params(params_with(lr=1, grad_clip=float("inf"), nproc=2, device="cuda:1",
-                                                   embed_batch_size=512))
+                                                   embed_batch_size=512), UNUSED_N)
     assert values.lr == 1.0 and isinstance(values.lr, float)
     assert values.embed_batch_size == 512
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..encoder.device import DEVICE_PATTERN, PRECISIONS, is_embed_batch_setting
 from ..errors import ConfigError
 from ..params import Params
+from .schedule import KEYS as SCHEDULE_KEYS
+from .schedule import MODES as SCHEDULE_MODES
+from .schedule import Schedule, resolve
 
 
 @dataclass(frozen=True)
@@ -53,16 +56,29 @@ LAUNCH_RULES = {
 }
 
 
+SCHEDULE_RULE = Rule(str, f"one of {', '.join(SCHEDULE_MODES)}", lambda value: value in SCHEDULE_MODES)
+
+
+def _or_auto(rule: Rule) -> Rule:
+    """A schedule key's rule: its own, or `auto` (which the schedule resolves)."""
+    kinds = rule.kind if isinstance(rule.kind, tuple) else (rule.kind,)
+    return Rule((str, *kinds), f"auto or {rule.text}",
+                lambda value: value == "auto" if isinstance(value, str) else rule.ok(value))
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """The training recipe: the `train` section of params.yaml less its launch keys.
 
-    No defaults here: params.yaml is the one place they live. The pipeline builds this with
-    `from_params`, which checks every value before any work; tests and benchmarks start from
-    that and `dataclasses.replace` what they vary.
+    No defaults here: params.yaml is where they live, except what its schedule keys' `auto` stands
+    for (the fixed recipe, or the rule of N), which training/schedule.py holds; these fields hold
+    the resolved numbers. The pipeline builds this with `from_params`, which checks every value
+    before any work; tests and benchmarks start from that and `dataclasses.replace` what they vary.
     """
     batch_size: int = _at_least(1)           # inputs per device; the global batch is this times the world size
-    grad_cache_chunk: int = _at_least(0)     # texts per encoder pass with gradient caching; 0 = off
+    grad_cache_chunk: int | str = _setting(  # texts per encoder pass with gradient caching; 0 = off; auto: by memory
+        (str, int), "auto or an integer >= 0",
+        lambda value: value == "auto" if isinstance(value, str) else value >= 0)
     lr: float = _positive()
     max_steps: int = _at_least(1)
     warmup_steps: int = _at_least(0)
@@ -89,11 +105,22 @@ class TrainSettings:
         """Whether mining rounds mine hard negatives (they may still validate)."""
         return self.hard_negatives and self.num_hard_negatives > 0
 
+    @property
+    def schedule(self) -> Schedule:
+        """The resolved schedule keys (batch_size per process)."""
+        return Schedule(**{key: getattr(self, key) for key in SCHEDULE_KEYS})
+
     @classmethod
-    def from_params(cls, p: Params) -> TrainSettings:
-        """The recipe of params.yaml's `train` section. Every key there, launch keys included, is
-        checked for type and range; an unknown key is an error, not silently dropped."""
-        rules = {**LAUNCH_RULES, **{f.name: f.metadata["rule"] for f in fields(cls)}}
+    def from_params(cls, p: Params, n_train: Callable[[], int], world_size: int = 1) -> TrainSettings:
+        """The recipe of params.yaml's `train` section on `world_size` processes. Every key there, launch keys
+        included, is checked for type and range; an unknown key is an error, not silently dropped. Schedule
+        keys that say auto are resolved by `train.schedule`; `n_train()` (the number of training inputs) is
+        asked for only by `auto`, and only once every value passed, so a bad value is reported before any data
+        is read."""
+        rules = {**LAUNCH_RULES, "schedule": SCHEDULE_RULE}
+        for f in fields(cls):
+            rule = f.metadata["rule"]
+            rules[f.name] = _or_auto(rule) if f.name in SCHEDULE_KEYS else rule
         for key in p.section("train"):
             if key not in rules:
                 raise ConfigError(f"unknown parameter (the train section knows {', '.join(rules)})", p.path,
@@ -104,4 +131,7 @@ class TrainSettings:
             if not rule.ok(value):
                 raise ConfigError(f"must be {rule.text}, got {value!r}", p.path, f"train.{key}")
             values[key] = value
-        return cls(**{f.name: values[f.name] for f in fields(cls)})
+        mode = values["schedule"]
+        chosen = {key: values[key] for key in SCHEDULE_KEYS if values[key] != "auto"}
+        resolved = resolve(mode, n_train() if mode == "auto" else 0, world_size, chosen)
+        return cls(**{**{f.name: values[f.name] for f in fields(cls)}, **asdict(resolved)})

@@ -43,6 +43,9 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
     `fingerprint` (settings, encoder, data) matches. Returns every logged row as {"step", ...},
     those of an interrupted earlier run included (they travel in the checkpoint).
     """
+    if not isinstance(settings.grad_cache_chunk, int):
+        raise TypeError(f"grad_cache_chunk must be a number (auto: graph_memory.resolve_grad_cache), "
+                         f"got {settings.grad_cache_chunk!r}")
     torch.manual_seed(settings.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer, scheduler = make_optimizer(params, settings)
