@@ -32,14 +32,16 @@ from raexmc.training.batches import query_sample, split_validation
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
-         out: Path = typer.Option(..., help="Folder to write selection.json, query_lambda.json and memory_keep.json into."),
+         out: Path = typer.Option(..., help="Folder to write selection.json, query_lambda.json and "
+                                            "memory_keep.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         settings, device = TuneSettings.from_params(p), search_device(p)
         keep = keep_setting(p)
         grid = None if keep is not None else keep_grid(p)
         # checked before any work too: only the embeddings' headers are read, for index.backend auto's key count
-        memory_at = partial(MemorySettings.from_params, p, backend_for(p.typed("index.backend", str), embeddings, device))
+        backend = backend_for(p.typed("index.backend", str), embeddings, device)
+        memory_at = partial(MemorySettings.from_params, p, backend)
         for point in grid or (keep,):
             memory_at(point)
         run.params({"infer": p.section("infer")})

@@ -54,7 +54,8 @@ def choose_keep(embeddings: str | os.PathLike, held: HeldOutLabels, settings: Tu
                 chosen = keep, retrieval, selection
             del retrieval
         # keep, like τ, is a scale: widened by halving (or doubling, up to the full memory)
-        pending = [k for k in {min(1.0, k) for k in past_edge("tau", sorted(rows), chosen[0], original)} if k not in rows]
+        widened = {min(1.0, k) for k in past_edge("tau", sorted(rows), chosen[0], original)}
+        pending = [k for k in widened if k not in rows]
     keep, retrieval, selection = chosen
     curve = [rows[k] for k in sorted(rows, reverse=True)]
     return retrieval, {**selection, "keep": keep, "auto": {**selection["auto"], "keep": True}, "keep_curve": curve}
