@@ -6,20 +6,25 @@ the grid by `infer.auto_metric` (a grid whose edge is chosen is widened past it)
 Writes the choice and the whole validation curve (λ grid × τ grid, and × label shares) to selection.json,
 which the evaluate and package stages read, and beside it query_lambda.json: the per-query λ model fitted
 on the same validation retrieval at the chosen τ (or, when it does not beat the best fixed λ in
-cross-validation, that λ for every query; its "fit" report says which)."""
+cross-validation, that λ for every query; its "fit" report says which).
+With `memory.keep: auto` it also chooses the keep from `memory.keep_grid`, λ and τ chosen afresh at each
+(keep_selection.py), and adds the keep curve to selection.json. memory_keep.json holds the keep the memory stage
+builds (`memory.keep` itself where it is a number)."""
 
+from functools import partial
 from pathlib import Path
 
 import typer
 
 from raexmc.data.dataset import Dataset
+from raexmc.evaluation.keep_selection import choose_keep, keep_curve_metrics
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
 from raexmc.evaluation.selection import (SELECTION_FILE, TuneSettings, held_out_labels, select,
                                         validation_retrieval)
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import backend_for, search_device
-from raexmc.memory.input_memory import MemorySettings
+from raexmc.memory.input_memory import KEEP_FILE, MemorySettings, keep_grid, keep_setting
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
 from raexmc.training.batches import query_sample, split_validation
@@ -27,12 +32,18 @@ from raexmc.training.batches import query_sample, split_validation
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
-         out: Path = typer.Option(..., help="Folder to write selection.json and query_lambda.json into."),
+         out: Path = typer.Option(..., help="Folder to write selection.json, query_lambda.json and "
+                                            "memory_keep.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         settings, device = TuneSettings.from_params(p), search_device(p)
+        keep = keep_setting(p)
+        grid = None if keep is not None else keep_grid(p)
         # checked before any work too: only the embeddings' headers are read, for index.backend auto's key count
-        memory = MemorySettings.from_params(p, backend_for(p.typed("index.backend", str), embeddings, device))
+        backend = backend_for(p.typed("index.backend", str), embeddings, device)
+        memory_at = partial(MemorySettings.from_params, p, backend)
+        for point in grid or (keep,):
+            memory_at(point)
         run.params({"infer": p.section("infer")})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
@@ -40,19 +51,26 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         held = held_out_labels(Y_train, data.filter_matrix("train"), rest_rows,
                                query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance)
         del Y_train  # the search's keys take its place
-        retrieval = validation_retrieval(embeddings, held, settings.b, device, memory)
         propensity_ab = propensity_from_params(p, data.names).ab
-        selection = select(retrieval, settings, propensity_ab)
+        if grid is None:
+            retrieval = validation_retrieval(embeddings, held, settings.b, device, memory_at(keep))
+            selection = select(retrieval, settings, propensity_ab)
+        else:
+            retrieval, selection = choose_keep(embeddings, held, settings, memory_at, grid, propensity_ab, device)
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)
         with atomic_dir(out) as folder:
             write_json(folder / SELECTION_FILE, selection)
             write_json(folder / QUERY_LAMBDA_FILE, {**query_lambda.to_json(), "fit": fit})
-        run.metrics({**{k: v for k, v in selection.items() if k != "validation"},
+            write_json(folder / KEEP_FILE, {"keep": selection.get("keep", keep)})
+        run.metrics({**{k: v for k, v in selection.items() if k not in ("validation", "keep_curve")},
+                     **({"keep_curve": keep_curve_metrics(selection["keep_curve"])} if grid else {}),
                      "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}})
-        for name in (SELECTION_FILE, QUERY_LAMBDA_FILE):
+        for name in (SELECTION_FILE, QUERY_LAMBDA_FILE, KEEP_FILE):
             run.artifact(out / name)
         share = "" if selection["label_share"] is None else f" label_share={selection['label_share']}"
-        typer.echo(f"chose lambda={selection['lambda']} tau={selection['tau']} retrieval={selection['retrieval']}{share} "
+        chose_keep = "" if grid is None else f" keep={selection['keep']}"
+        typer.echo(f"chose{chose_keep} lambda={selection['lambda']} tau={selection['tau']} "
+                   f"retrieval={selection['retrieval']}{share} "
                    f"(validation {selection['metric']} {selection['val_value']}, "
                    f"{selection['fixed_val_value']} at the fixed values); per-query lambda: "
                    f"{'a model' if fit['uses_model'] else f'falls back to {query_lambda.fallback}'}", err=True)

@@ -111,6 +111,35 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     assert changed_stages(project) == {"memory"}, "compression leaves everything up to index, and tune, as they are"
 
 
+def test_repro_with_keep_auto_builds_the_keep_tune_chose(project):
+    """memory.keep auto on a small synthetic dataset: tune chooses the keep from the grid on held-out training
+    inputs and writes the curve, the memory stage (after tune: it depends on tune's memory_keep.json) builds that
+    keep, and evaluate searches it. The grid is tune's alone: changing it reruns tune, not memory."""
+    set_params(project, **{"data.name": "synthetic-keep",
+                           "datasets.synthetic-keep": {"source": "synthetic", "n_train": 400, "n_test": 50,
+                                                       "n_labels": 100, "labels_per_input": 2, "input_words": [4, 8],
+                                                       "label_words": [3, 5], "topic_size": 16, "seed": 0},
+                           "memory.keep": "auto", "memory.keep_grid": [1.0, 0.5, 0.25], "memory.method": "kmeans",
+                           "infer.val_fraction": 0.1})
+    dvc("repro", "evaluate", cwd=project)
+    artifacts = project / "artifacts/synthetic-keep"
+    chosen = json.loads((artifacts / "tune/selection.json").read_text())
+    curve = chosen["keep_curve"]
+    assert [row["keep"] for row in curve][:3] == [1.0, 0.5, 0.25] and chosen["auto"]["keep"] is True
+    assert chosen["keep"] in [row["keep"] for row in curve] and chosen["memory_inputs"] == 360
+    best = max(row[chosen["metric"]] for row in curve)
+    assert chosen["val_value"] == best == max((row[chosen["metric"]], row["keep"]) for row in curve)[0]
+    built = json.loads((artifacts / "memory/memory.json").read_text())
+    assert (built["keep"], built["input_keys"]) == (chosen["keep"], int(chosen["keep"] * 400 + 0.5))
+    assert json.loads((artifacts / "eval/metrics.json").read_text())["memory"]["keep"] == chosen["keep"]
+    lock = YAML(typ="safe").load((project / "dvc.lock").read_text())["stages"]
+    assert "artifacts/synthetic-keep/tune/memory_keep.json" in [dep["path"] for dep in lock["memory"]["deps"]]
+    not_run = {"significance", "package"}
+    assert changed_stages(project) - not_run == set()
+    set_params(project, **{"memory.keep_grid": [1.0, 0.1]})
+    assert changed_stages(project) - not_run == {"tune"}, "memory reads the keep tune chose, not the grid"
+
+
 def test_failed_stage_exits_2_and_leaves_no_output(project, tmp_path):
     (tmp_path / "lf" / "lbl.json.gz").write_bytes(b"\x1f\x8b broken")
     proc = dvc("repro", "download", cwd=project, check=False)

@@ -10,7 +10,7 @@ is compressed (compression.py): the folder then always holds its input keys' ind
 and a compressed labels' index (labels/), both faiss graphs, and RAE's joint top-b is their merge. With
 label prototypes (`memory.prototypes`, prototypes.py) the labels' index in labels/ holds those instead of
 the label texts' keys. The dual encoder and kNN never read this folder: they search the index stage's two
-indexes, whatever the memory.
+indexes, whatever the memory. `memory.keep: auto` is the keep the tune stage chose (its KEEP_FILE).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..io import atomic_dir, load_array, load_sparse, read_json, write_json
 from ..params import Params
 from .compression import NONE, checked_compression, parse_compression
 from .indexes import INDEXED_KEY_SETS, make_index
-from .key_selection import METHODS, kept_count, select_keys
+from .key_selection import METHODS, check_keep, kept_count, select_keys
 from .keys_values import KEYS_FILE
 from .merge import JointSearch, RaeRetrieval, prefix
 from .persistence import load_index, save_index
@@ -43,6 +43,8 @@ COUNTS_FILE = "counts.npy"
 INDEX_FOLDER = "inputs"
 LABELS_FOLDER = "labels"   # a compressed memory's, or one with label prototypes, own labels' index
 FULL_INDEX = "index/inputs"   # what memory.json names when RAE searches the index stage's inputs' index
+AUTO_KEEP = "auto"
+KEEP_FILE = "memory_keep.json"   # the tune stage's: the keep the memory stage builds where memory.keep is auto
 
 
 def own_index_folders(folder: str | os.PathLike) -> dict[str, Path]:
@@ -65,11 +67,10 @@ class MemorySettings:
     prototypes: float = 0.0   # α of the label prototypes, resolved (0: the label texts' keys)
 
     @classmethod
-    def from_params(cls, p: Params, backend: str) -> MemorySettings:
-        """The section checked, for the index backend `backend` (`index.backend` resolved: indexes.backend_for)."""
-        keep = p.typed("memory.keep", float)
-        if not 0.0 <= keep <= 1.0:
-            raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", p.path, "memory.keep")
+    def from_params(cls, p: Params, backend: str, keep: float | None = None) -> MemorySettings:
+        """The section checked, for the index backend `backend` (`index.backend` resolved: indexes.backend_for),
+        at `keep` where given (memory.keep auto: a point of its grid, or the tune stage's choice)."""
+        keep = resolved_keep(p) if keep is None else check_keep(keep)
         compression = p.typed("memory.compression", str)
         # an unknown name, or one the index backend cannot build, fails here: before any key is selected
         checked_compression(compression, backend)
@@ -92,6 +93,39 @@ class MemorySettings:
     def needs_values(self) -> bool:
         """Whether building the memory reads the inputs' value rows: to select keys, or to make prototypes."""
         return not self.full or self.prototypes > 0
+
+
+def keep_setting(p: Params) -> float | None:
+    """`memory.keep` checked: a share of the training inputs in [0, 1], or None where it is auto (the tune stage
+    chooses it from `memory.keep_grid`)."""
+    value = p.get("memory.keep")
+    if value == AUTO_KEEP:
+        return None
+    return p.checked("memory.keep", [value], check_keep, f"a number in [0, 1] or {AUTO_KEEP}", value)[0]
+
+
+def keep_grid(p: Params) -> tuple[float, ...]:
+    """`memory.keep_grid`: the shares that memory.keep auto tries."""
+    return p.grid("memory.keep_grid", check_keep, "numbers in [0, 1]")
+
+
+def resolved_keep(p: Params, choice: str | os.PathLike | None = None) -> float:
+    """`memory.keep`, or where it is auto the tune stage's choice, read from `choice` (its KEEP_FILE)."""
+    keep = keep_setting(p)
+    if keep is not None:
+        return keep
+    if choice is None:
+        raise ConfigError(f"memory.keep auto is chosen by the tune stage: the memory stage needs its {KEEP_FILE}",
+                          p.path, "memory.keep")
+    path = Path(choice)
+    if not path.is_file():
+        raise DataError("no chosen keep: run the tune stage (memory.keep is auto)", path)
+    record = read_json(path)
+    value = record.get("keep") if isinstance(record, dict) else None
+    try:
+        return check_keep(value)
+    except ConfigError:
+        raise DataError(f"keep must be a number in [0, 1], got {value!r}", path, "keep") from None
 
 
 def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, settings: MemorySettings,

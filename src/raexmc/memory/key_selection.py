@@ -51,11 +51,16 @@ class SelectedKeys:
         return len(self.keys)
 
 
-def kept_count(keep: float, num_inputs: int) -> int:
-    """The number of input keys a share `keep` in [0, 1] of `num_inputs` keeps (rounded half up)."""
+def check_keep(keep: object) -> float:
+    """A share of the training inputs in [0, 1], or ConfigError naming memory.keep."""
     if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0.0 <= keep <= 1.0:
         raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", PARAMS_FILE, "memory.keep")
-    return int(math.floor(keep * num_inputs + 0.5))
+    return float(keep)
+
+
+def kept_count(keep: float, num_inputs: int) -> int:
+    """The number of input keys a share `keep` in [0, 1] of `num_inputs` keeps (rounded half up)."""
+    return int(math.floor(check_keep(keep) * num_inputs + 0.5))
 
 
 def select_keys(inputs: np.ndarray, values: sp.csr_matrix, keep: float, method: str, seed: int = 0,

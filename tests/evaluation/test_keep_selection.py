@@ -1,0 +1,244 @@
+"""`memory.keep: auto`: the tune stage chooses the keep on held-out training inputs (λ and τ chosen afresh at each),
+logs the keep curve, never reads the test split, and the memory stage builds the keep it chose; bench/keep_auto.py
+records what it costs.
+
+The toy: 40 training inputs around one centre c, each on its own axis (unit(c + e_i)); 10 are held out and query.
+Every input has label A but one, the "outlier", which sits at c itself with label W; label W's key is
+unit(c + 0.5·f), label A's is far from everything. A query's similarities are then 1/√2 (0.707) to the outlier,
+0.632 to W's key, 0.5 to every other input and 0 to A's key. With b = 2:
+- a memory holding the outlier retrieves it and W's key: W first at every λ and τ, so P@1 is 0 (the tie rule
+  then keeps λ 0.5, τ 0.04);
+- a memory without it retrieves W's key and an input of A; A is first where λ·p_x > (1 − λ)·p_W, i.e.
+  λ/(1 − λ) > exp(0.132/τ): at τ 0.1 from λ 0.79 (λ 0.9 is the pick nearest 0.5 with P@1 100, on τ's edge),
+  widened to τ 0.2 from λ 0.66 (λ 0.7), and at τ 0.4 from λ 0.58 (λ 0.7 again: τ 0.2 is nearer 0.04).
+memory.method random keeps a seeded sample, so the outlier is placed where the seed's sample keeps it at 0.5 and
+drops it at 0.25 and 0.1: P@1 0, 0, 100, 100 at keep 1, 0.5, 0.25, 0.1, and the tie goes to the larger keep, 0.25.
+At λ fixed at 0.5 every keep would score 0: the keep is found only because λ and τ are chosen at each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from mlflow.tracking import MlflowClient
+from ruamel.yaml import YAML
+
+from conftest import REPO
+from raexmc.errors import ConfigError
+from raexmc.evaluation.keep_selection import choose_keep
+from raexmc.evaluation.selection import TuneSettings, held_out_labels
+from raexmc.memory.input_memory import MemorySettings, keep_grid, keep_setting
+from raexmc.memory.key_selection import kept_count
+from raexmc.params import load_params
+from raexmc.training.batches import query_sample, split_validation
+from test_selection import LAMBDAS, run_stage, write_training_split
+
+N, FRACTION, SEED = 40, 0.25, 0
+CENTRE, OFFSET, A_KEY = 0, 41, 42   # axes; input i's own axis is 1 + i
+DIM = 48
+A, W = 0, 1
+TAUS = [0.02, 0.04, 0.1]
+
+
+def randomly_kept(keep: float, rest: int) -> set[int]:
+    """Positions among the `rest` memory inputs that memory.method random (seed SEED) keeps: its seeded draw."""
+    count = kept_count(keep, rest)
+    return set(np.random.default_rng(SEED).choice(rest, count, replace=False)) if count < rest else set(range(rest))
+
+
+def toy():
+    """X, Z, Y of the module's toy, and the outlier's row: kept by random at keep 0.5, dropped at 0.25 and 0.1."""
+    rest_rows, _ = split_validation(sp.csr_matrix((N, 2)), FRACTION, SEED)
+    position = min(randomly_kept(0.5, len(rest_rows)) - randomly_kept(0.25, len(rest_rows))
+                   - randomly_kept(0.1, len(rest_rows)))
+    outlier = int(rest_rows[position])
+    X = np.zeros((N, DIM), dtype=np.float32)
+    X[:, CENTRE] = 1.0
+    X[np.arange(N), 1 + np.arange(N)] = 1.0
+    X[outlier, 1 + outlier] = 0.0
+    Z = np.zeros((2, DIM), dtype=np.float32)
+    Z[A, A_KEY] = 1.0
+    Z[W, CENTRE], Z[W, OFFSET] = 1.0, 0.5
+    labels = np.full(N, A)
+    labels[outlier] = W
+    Y = sp.csr_matrix((np.ones(N, dtype=np.float32), (np.arange(N), labels)), shape=(N, 2))
+    unit = lambda M: M / np.linalg.norm(M, axis=1, keepdims=True)  # noqa: E731
+    return unit(X).astype(np.float32), unit(Z).astype(np.float32), Y, outlier
+
+
+def write_params(folder, keep="auto", **memory):
+    params = YAML().load((REPO / "params.yaml").read_text())
+    params["infer"].update({"lambda": "auto", "tau": "auto", "lambda_sweep": LAMBDAS, "tau_grid": TAUS, "b": 2,
+                            "val_fraction": FRACTION})
+    params["memory"].update({"keep": keep, "method": "random", "seed": SEED, **memory})
+    YAML().dump(params, folder / "params.yaml")
+    return folder / "params.yaml"
+
+
+EXPECTED_CURVE = [(1.0, 30, 0.5, 0.04, 0.0), (0.5, 15, 0.5, 0.04, 0.0), (0.25, 8, 0.7, 0.2, 100.0),
+                  (0.1, 3, 0.7, 0.2, 100.0)]   # keep, input keys, λ, τ, P@1: the module docstring's arithmetic
+
+
+def poison_test_split(tmp_path, Y):
+    """A test split that would choose the full memory, were it read: every test input is W's, and sits where the
+    outlier is the nearest key."""
+    n_test = 10
+    sp.save_npz(tmp_path / "data" / "Y_test.npz", sp.csr_matrix((np.ones(n_test), (np.arange(n_test), [W] * n_test)),
+                                                                shape=(n_test, Y.shape[1])))
+    sp.save_npz(tmp_path / "data" / "filter_test.npz", sp.csr_matrix((n_test, Y.shape[1]), dtype=bool))
+    test = np.zeros((n_test, DIM), dtype=np.float32)
+    test[:, CENTRE] = 1.0
+    np.save(tmp_path / "emb" / "test.npy", test)
+
+
+def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_curve(tmp_path):
+    X, Z, Y, _ = toy()
+    write_training_split(tmp_path, X, Z, Y)  # no test split at all: the stage must not need one
+    params = write_params(tmp_path)
+    proc = run_stage(tmp_path, params)
+    assert proc.returncode == 0, proc.stderr
+    assert "chose keep=0.25 lambda=0.7 tau=0.2" in proc.stderr
+    chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
+    assert (chosen["keep"], chosen["lambda"], chosen["tau"], chosen["val_value"]) == (0.25, 0.7, 0.2, 100.0)
+    assert chosen["auto"] == {"lambda": True, "tau": True, "label_share": False, "keep": True}
+    assert [(r["keep"], r["input_keys"], r["lambda"], r["tau"], r["P@1"]) for r in chosen["keep_curve"]] \
+        == EXPECTED_CURVE
+    assert (chosen["memory_inputs"], chosen["memory_input_keys"], chosen["val_queries"]) == (30, 8, 10)
+    assert json.loads((tmp_path / "tune" / "memory_keep.json").read_text()) == {"keep": 0.25}
+
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    [run] = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
+    metrics = run.data.metrics
+    assert metrics["tune/keep"] == 0.25
+    for keep, keys, lam, tau, p_at_1 in EXPECTED_CURVE:
+        assert (metrics[f"tune/keep_curve.{keep:g}.input_keys"], metrics[f"tune/keep_curve.{keep:g}.lambda"],
+                metrics[f"tune/keep_curve.{keep:g}.tau"], metrics[f"tune/keep_curve.{keep:g}.P_at_1"]) \
+            == (keys, lam, tau, p_at_1)
+    assert "selection.json" in [a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(run.info.run_id, "tune")]
+
+    written = {name: (tmp_path / "tune" / name).read_bytes() for name in ("selection.json", "memory_keep.json")}
+    poison_test_split(tmp_path, Y)
+    again = run_stage(tmp_path, params)
+    assert again.returncode == 0, again.stderr
+    assert {name: (tmp_path / "tune" / name).read_bytes() for name in written} == written, "the test split moved it"
+
+
+def test_the_chosen_keep_is_what_a_numeric_keep_chooses_there(tmp_path):
+    """The choice at keep auto is the selection a run at memory.keep 0.25 writes, plus the keep and its curve;
+    a numeric keep's selection.json has no keep fields, and its memory_keep.json holds that number."""
+    X, Z, Y, _ = toy()
+    write_training_split(tmp_path, X, Z, Y)
+    assert run_stage(tmp_path, write_params(tmp_path)).returncode == 0
+    auto = json.loads((tmp_path / "tune" / "selection.json").read_text())
+    proc = run_stage(tmp_path, write_params(tmp_path, keep=0.25))
+    assert proc.returncode == 0, proc.stderr
+    fixed = json.loads((tmp_path / "tune" / "selection.json").read_text())
+    assert {k: v for k, v in auto.items() if k not in ("keep", "keep_curve")} \
+        == {**fixed, "auto": {**fixed["auto"], "keep": True}}
+    assert "keep" not in fixed and "keep" not in fixed["auto"]
+    assert json.loads((tmp_path / "tune" / "memory_keep.json").read_text()) == {"keep": 0.25}
+
+
+def test_a_keep_chosen_at_the_grids_smallest_point_widens_it_by_halving(tmp_path):
+    """Grid [1, 0.5, 0.25]: 0.25 wins on its edge, so 0.125 is tried too (4 keys of the 30: its P@1 is 100 where
+    the seed's draw drops the outlier, 0 where it keeps it); 0.25 still wins (a tie goes to the larger keep), off
+    the edge now, so nothing more is tried."""
+    X, Z, Y, outlier = toy()
+    (tmp_path / "emb").mkdir()
+    np.save(tmp_path / "emb" / "train.npy", X)
+    np.save(tmp_path / "emb" / "labels.npy", Z)
+    rest_rows, held_out = split_validation(Y, FRACTION, SEED)
+    held = held_out_labels(Y, sp.csr_matrix(Y.shape), rest_rows, query_sample(held_out, 20000, SEED))
+    settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=2,
+                            val_fraction=FRACTION, val_max_queries=20000, val_seed=SEED, relevance="binary")
+    retrieval, chosen = choose_keep(tmp_path / "emb", held, settings,
+                                    lambda keep: MemorySettings(keep, "random", False, SEED), (1.0, 0.5, 0.25),
+                                    (0.55, 1.5))
+    position = int(np.searchsorted(rest_rows, outlier))
+    eighth = 0.0 if position in randomly_kept(0.125, len(rest_rows)) else 100.0
+    assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen["keep_curve"]] \
+        == [(1.0, 30, 0.0), (0.5, 15, 0.0), (0.25, 8, 100.0), (0.125, 4, eighth)]
+    assert chosen["keep"] == 0.25 and retrieval.input_keys == 8
+
+
+def test_the_memory_stage_builds_the_chosen_keep(tmp_path):
+    """With keep auto the memory stage builds the keep in the tune stage's memory_keep.json (of all 40 inputs:
+    10 keys); without that file it refuses in one line naming memory.keep, and writes nothing."""
+    X, Z, Y, _ = toy()
+    write_training_split(tmp_path, X, Z, Y)
+    params = write_params(tmp_path)
+    (tmp_path / "memory_keep.json").write_text('{"keep": 0.25}')
+
+    def memory_stage(*extra):
+        return subprocess.run([sys.executable, str(REPO / "stages/memory.py"), "--dataset", str(tmp_path / "data"),
+                               "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "memory"),
+                               "--params", str(params), *extra], capture_output=True, text=True, cwd=tmp_path)
+
+    refused = memory_stage()
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {params}:memory.keep: memory.keep auto")
+    assert not (tmp_path / "memory").exists()
+    (tmp_path / "bad_keep.json").write_text('{"keep": 2}')
+    bad = memory_stage("--keep-choice", str(tmp_path / "bad_keep.json"))
+    assert bad.returncode == 2 and "bad_keep.json:keep: keep must be a number in [0, 1], got 2" in bad.stderr
+    built = memory_stage("--keep-choice", str(tmp_path / "memory_keep.json"))
+    assert built.returncode == 0, built.stderr
+    meta = json.loads((tmp_path / "memory" / "memory.json").read_text())
+    assert (meta["keep"], meta["input_keys"], meta["num_inputs"]) == (0.25, 10, 40)
+
+
+@pytest.mark.parametrize(("memory", "key", "says"), [
+    ({"keep": "most"}, "memory.keep", "memory.keep must be a number in [0, 1] or auto, got 'most'"),
+    ({"keep": 1.5}, "memory.keep", "memory.keep must be a number in [0, 1] or auto, got 1.5"),
+    ({"keep_grid": [0.5, 2]}, "memory.keep_grid",
+     "memory.keep_grid must be a non-empty list of numbers in [0, 1], got [0.5, 2]"),
+    ({"keep_grid": []}, "memory.keep_grid", "memory.keep_grid must be a non-empty list of numbers in [0, 1], got []"),
+])
+def test_a_bad_keep_setting_names_its_key(tmp_path, memory, key, says):
+    params = load_params(write_params(tmp_path, **memory))
+    with pytest.raises(ConfigError) as error:
+        keep_grid(params) if keep_setting(params) is None else None
+    assert says in str(error.value) and error.value.record == key
+
+
+def test_the_tune_stage_refuses_a_bad_keep_grid_in_one_line_before_reading_data(tmp_path):
+    params = write_params(tmp_path, keep_grid=[0.5, 2])
+    proc = run_stage(tmp_path, params)  # there is no dataset here
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {params}:memory.keep_grid: ")
+    assert not (tmp_path / "tune").exists()
+
+
+def test_bench_keep_auto_records_both_runs_and_the_keep_curve(tmp_path):
+    """bench/keep_auto.py on this toy: two real tune stages, at keep 1 and at auto, in one record with the
+    command that reruns it."""
+    root = tmp_path / "project"
+    X, Z, Y, _ = toy()
+    write_training_split(tmp_path, X, Z, Y)
+    (root / "data").mkdir(parents=True)
+    (root / "artifacts" / "toy").mkdir(parents=True)
+    shutil.move(tmp_path / "data", root / "data" / "toy")
+    shutil.move(tmp_path / "emb", root / "artifacts" / "toy" / "embeddings")
+    out = tmp_path / "keep_auto_toy.json"
+    overrides = [f"infer.lambda_sweep={LAMBDAS}", f"infer.tau_grid={TAUS}", "infer.lambda=auto", "infer.tau=auto",
+                 "infer.b=2", f"infer.val_fraction={FRACTION}", "memory.method=random", f"memory.seed={SEED}"]
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "keep_auto.py"), "--name", "toy", "--root", str(root),
+                           "--out", str(out), *[arg for o in overrides for arg in ("-S", o)]],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    fixed, auto = record["runs"]
+    assert (fixed["memory.keep"], fixed["chosen"]["val_value"], "keep_curve" in fixed) == (1.0, 0.0, False)
+    assert (auto["memory.keep"], auto["chosen"]["keep"], auto["chosen"]["val_value"]) == ("auto", 0.25, 100.0)
+    assert [(r["keep"], r["input_keys"], r["lambda"], r["tau"], r["P@1"]) for r in auto["keep_curve"]] == EXPECTED_CURVE
+    assert all(run["wall_s"] > 0 and run["cpu_s"] > 0 for run in record["runs"])
+    assert record["auto_over_fixed_wall"] == round(auto["wall_s"] / fixed["wall_s"], 2)
+    assert record["command"].startswith("python bench/keep_auto.py --name toy --root ")
+    assert record["overrides"] == overrides
