@@ -112,7 +112,8 @@ def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(t
                    cwd=REPO, check=True, capture_output=True, timeout=240)
     proc = subprocess.run([*python, "stages/train.py", "--dataset", str(tmp_path / "data"), "--tokens",
                            str(tmp_path / "tokens"), "--out", str(tmp_path / "model"), "--checkpoints",
-                           str(tmp_path / "checkpoints"), "--params", str(tmp_path / "params.yaml")],
+                           str(tmp_path / "checkpoints"), "--curves", str(tmp_path / "curves"),
+                           "--params", str(tmp_path / "params.yaml")],
                           cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = ("train schedule (auto, N=5,000 training inputs): global batch 64 (64 x 1 process(es)), lr 0.000141, "
@@ -122,10 +123,10 @@ def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(t
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     assert state["step"] == 4
     assert state["scheduler"]["base_lrs"] == [pytest.approx(1.4142135623730951e-4)]
-    assert [row["step"] for row in json.loads((tmp_path / "model" / "training_curve.json").read_text())] == [0, 2]
-
     client = MlflowClient()
     [run] = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
+    # a row a mining round (no validation here, so no curve file: MLflow holds the rows)
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train/elapsed_s")] == [0, 2]
     logged = run.data.params
     assert (logged["train.schedule"], logged["train.batch_size"]) == ("auto", "auto")
     resolved = ("batch_size", "max_steps", "warmup_steps", "hnm_steps", "grad_cache_chunk")
