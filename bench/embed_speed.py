@@ -29,6 +29,7 @@ from train_speed import build_model, device_name, preset_values
 from raexmc.encoder.device import autocast, pick_device, resolve_precision
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.sentence import attention_without_cudnn
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import write_json
 from raexmc.params import load_params
@@ -91,8 +92,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
             if on_gpu:
                 torch.cuda.reset_peak_memory_stats(resolved_device)
             ceiling = forward_only_rate(encoder, batch_size, width, resolved_device, resolved, forward_seconds)
-            loop = embed_split(encoder, cache, "labels", Path(folder) / "labels.npy", batch_size, resolved_device,
-                               resolved)
+            loop = embed_split(TextEncoder(encoder, resolved_device, resolved), cache, "labels",
+                               Path(folder) / "labels.npy", batch_size)
             result = {"preset": preset, "model": model, "precision": resolved, "texts": texts, "tokens_per_text": [shortest, width],
                       "batch_size": batch_size, "texts_per_s": loop["texts_per_s"], "seconds": loop["seconds"],
                       "forward_only_texts_per_s": round(ceiling, 1) if forward_seconds else None,

@@ -33,6 +33,7 @@ import typer
 from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.pooling import Pooling
 from raexmc.encoder.sentence import SentenceEncoder, attention_without_cudnn, load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import write_json
 from raexmc.params import load_params
@@ -143,14 +144,14 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
         run = synthetic_training(values, settings, model, device, labels, Path(folder))
         ctx, encoder, params, global_batch = run.ctx, run.encoder, run.params, run.global_batch
         resolved = resolve_precision(precision, ctx.device)
-        step_encoder = torch.compile(encoder) if compile_encoder else encoder
+        step_encoder = TextEncoder(torch.compile(encoder) if compile_encoder else encoder, ctx.device, resolved)
         for step in range(settings.max_steps):
             if step == warmup:
                 if ctx.device.startswith("cuda"):
                     torch.cuda.synchronize()
                 started = time.perf_counter()
             batch_rows, positives = run.sampler.batch(step, global_batch)
-            training_step(step_encoder, run.cache, run.Y, batch_rows, positives, run.negatives, settings, ctx, resolved)
+            training_step(step_encoder, run.cache, run.Y, batch_rows, positives, run.negatives, settings, ctx)
             apply_gradients(params, run.optimizer, run.scheduler, settings.grad_clip)
         if ctx.device.startswith("cuda"):
             torch.cuda.synchronize()

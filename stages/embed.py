@@ -12,7 +12,7 @@ import typer
 from raexmc.checks import one_of
 from raexmc.encoder.device import embed_batch_size, pick_device, resolve_precision
 from raexmc.encoder.embedding import STORAGE_DTYPES, embed_split
-from raexmc.encoder.sentence import load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
@@ -42,17 +42,16 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
     def body(p, run) -> None:
         torch.set_num_threads(p.integer("embed.threads", 0) or os.cpu_count() or 1)
         precision = resolve_precision(p.typed("embed.precision", str), ctx.device, p.path, "embed.precision")
-        encoder = load_encoder(str(model), ctx.device, stage_output=True)
+        encoder = TextEncoder.load(model, ctx.device, precision, stage_output=True)
         if run is not None:
-            run.params({"embed": {**p.section("embed"), "batch_size_used": batch_size},
+            run.params({"embed": {**p.section("embed"), "batch_size_used": batch_size, "encoder": encoder.describe()},
                         "encoder.pooling": encoder.recipe})
         cache = TokenCache(tokens)
 
         def embed(split: str, folder: Path | None) -> dict[str, float]:
             """Rank 0 writes into `folder`; the other ranks (folder None) only compute their batches."""
             target = None if folder is None else folder / f"{split}.npy"
-            return embed_split(encoder, cache, split, target, batch_size, ctx.device, precision, dtype, ctx.rank,
-                               ctx.world_size)
+            return embed_split(encoder, cache, split, target, batch_size, dtype, ctx.rank, ctx.world_size)
 
         if ctx.is_main:
             with atomic_dir(out) as folder:

@@ -11,8 +11,7 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.device import embed_batch_size, resolve_precision
-from raexmc.encoder.model import load_tokenizer
-from raexmc.encoder.sentence import load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.errors import ConfigError
 from raexmc.evaluation.propensity import table_propensity
@@ -57,17 +56,17 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
 
     def body(p, run) -> None:
         name = p.typed("encoder.name", str)
-        tokenizer = load_tokenizer(name)  # before training: one it cannot load would fail only after it
-        model = load_encoder(name, ctx.device)
+        precision = resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision")
+        encoder = TextEncoder.load(name, ctx.device, precision)  # its tokenizer too: saved with the model
         trained = settings  # with gradient caching resolved for this encoder, device and token lengths
         if mode == "fine-tuned":
             data, cache = Dataset(dataset), TokenCache(tokens)
-            precision = resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision")
-            trained = resolve_grad_cache(settings, model.transformer.config, precision, cache.meta["key"], ctx.device)
+            trained = resolve_grad_cache(settings, encoder.model.transformer.config, encoder.precision,
+                                         cache.meta["key"], ctx.device)
         if run is not None:
             used = embed_batch_size(settings.embed_batch_size, ctx.device)
-            run.params({"encoder.name": name, "encoder.mode": mode, "encoder.pooling": model.recipe,
-                        "train": {**p.section("train"), "embed_batch_size_used": used,
+            run.params({"encoder.name": name, "encoder.mode": mode, "encoder.pooling": encoder.recipe,
+                        "train": {**p.section("train"), "embed_batch_size_used": used, "encoder": encoder.describe(),
                                   "resolved": {**asdict(trained.schedule), "grad_cache_chunk": trained.grad_cache_chunk}}})
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
@@ -75,23 +74,22 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             if ctx.is_main:
                 typer.echo(describe(p.typed("train.schedule", str), data.stats["N_train"], ctx.world_size,
                                     trained.schedule, trained.grad_cache_chunk), err=True)
-            fingerprint = hashlib.sha256(json.dumps([name, model.recipe, vars(trained), data.stats, cache.meta["key"],
+            fingerprint = hashlib.sha256(json.dumps([name, encoder.recipe, vars(trained), data.stats, cache.meta["key"],
                                                      ctx.world_size], sort_keys=True).encode()).hexdigest()
 
             def log(step: int, values: dict) -> None:
                 if run is not None:
                     run.metrics(values, step=step)
 
-            curve = train(model, cache, data.label_matrix("train"), data.filter_matrix("train"), trained, ctx,
-                          precision, checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
+            curve = train(encoder, cache, data.label_matrix("train"), data.filter_matrix("train"), trained, ctx,
+                          checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
         if ctx.is_main:
             # DVC draws a plot per file in `curves` and nothing for an empty folder, where an empty file would be
             # an empty panel, and one without validation points a missing-field error: the curve is written only
             # where the run trained and validated (MLflow has the loss of every run that trained).
             validated = bool(curve) and settings.val_fraction > 0
             with atomic_dir(out) as folder, atomic_dir(curves) as curve_folder:
-                model.save(folder)  # the sentence-transformers layout: the files carry the pooling
-                tokenizer.save_pretrained(folder)
+                encoder.save(folder)  # the sentence-transformers layout: the files carry the pooling
                 write_json(folder / "raexmc.json", {"base": name, "mode": mode})
                 if validated:
                     write_json(curve_folder / "training_curve.json", as_table(curve))

@@ -15,6 +15,7 @@ from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
@@ -119,15 +120,15 @@ def test_synthetic_small_goes_through_every_stage(tmp_path, tiny_model):
     dataset = Dataset(tmp_path / "synthetic-small")
     build_token_cache(dataset, load_tokenizer(str(tiny_model)), "tiny", tmp_path / "tokens", 16, 16, "title", "title")
     cache = TokenCache(tmp_path / "tokens")
-    model = load_encoder(str(tiny_model))
+    model = TextEncoder(load_encoder(str(tiny_model)), "cpu", "fp32")
     settings = replace(TrainSettings.from_params(load_params(REPO / "params.yaml"), lambda: 0), batch_size=16,
                        grad_cache_chunk=0, max_steps=4, warmup_steps=1, hnm_steps=2, hnm_topk=5, val_b=20,
                        checkpoint_every=4, embed_batch_size=256)
     curve = train(model, cache, dataset.label_matrix("train"), dataset.filter_matrix("train"), settings,
-                  DistContext(0, 1, "cpu"), "fp32", tmp_path / "last.pt", (0.55, 1.5), lambda step, values: None)
+                  DistContext(0, 1, "cpu"), tmp_path / "last.pt", (0.55, 1.5), lambda step, values: None)
     assert curve[-1]["step"] == 4
     for split in ("train", "labels", "test"):
-        embed_split(model, cache, split, tmp_path / f"{split}.npy", 256, "cpu", "fp32")
+        embed_split(model, cache, split, tmp_path / f"{split}.npy", 256)
     build_memory_indexes(tmp_path, tmp_path / "index", "hnsw", M=16, ef_construction=100, progress=False)
     queries = np.load(tmp_path / "test.npy")
     joint, inputs, labels = load_joint_search(tmp_path / "index").search_all(queries, 50, 50)

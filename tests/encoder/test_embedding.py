@@ -21,6 +21,7 @@ from raexmc.encoder.device import embed_batch_size, pick_device
 from raexmc.encoder.embedding import embed_split, length_sorted_batches
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import attention_without_cudnn, load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 
@@ -83,7 +84,7 @@ def test_embed_split_matches_one_text_at_a_time(lf_folder, tiny_model, tmp_path,
     build_token_cache(Dataset(tmp_path / "tiny"), load_tokenizer(str(tiny_model)), "tiny", tmp_path / "tokens",
                       16, 8, "title+content", "title")
     cache, model = TokenCache(tmp_path / "tokens"), load_encoder(str(tiny_model))
-    report = embed_split(model, cache, "train", tmp_path / "train.npy", batch_size=3, device="cpu", precision=precision)
+    report = embed_split(TextEncoder(model, "cpu", precision), cache, "train", tmp_path / "train.npy", batch_size=3)
     assert report["texts"] == 4 and report["texts_per_s"] > 0
     got = np.load(tmp_path / "train.npy")
     ids, lengths = cache.ids("train"), cache.lengths("train")

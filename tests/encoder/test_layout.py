@@ -17,10 +17,11 @@ from mlflow.tracking import MlflowClient
 from sentence_transformers import SentenceTransformer
 from test_embedding import run_embed_stage, token_cache  # noqa: F401 (a fixture)
 
-from raexmc.encoder.embedding import batch_tensors, embed_rows
+from raexmc.encoder.embedding import batch_tensors
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.pooling import POOLING_MODES, Pooling
 from raexmc.encoder.sentence import load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import RightPaddedTokenizer
 from raexmc.errors import ConfigError
 
@@ -35,7 +36,7 @@ def tokens(folder: Path | str, texts: list[str] = TEXTS) -> tuple[np.ndarray, np
 
 def ours(folder: Path | str, texts: list[str] = TEXTS) -> np.ndarray:
     ids, lengths = tokens(folder, texts)
-    return embed_rows(load_encoder(str(folder)), ids, lengths, np.arange(len(texts)), "cpu", "fp32")
+    return TextEncoder(load_encoder(str(folder)), "cpu", "fp32").embed(ids, lengths, np.arange(len(texts)))
 
 
 def theirs(folder: Path | str, texts: list[str] = TEXTS) -> np.ndarray:
@@ -167,3 +168,4 @@ def test_the_embed_stage_pools_as_the_folder_says_and_records_the_pooling(senten
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     [run] = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
     assert run.data.params["encoder.pooling"] == "cls pooling, Dense 32->16 Tanh, normalised"
+    assert (run.data.params["embed.encoder.dim"], run.data.params["embed.encoder.precision"]) == ("16", "fp32")

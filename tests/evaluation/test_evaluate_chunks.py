@@ -18,6 +18,7 @@ from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
@@ -41,7 +42,7 @@ def foldoc_run(tmp_path_factory, tiny_model):
     model, tokens = load_encoder(str(tiny_model)), TokenCache(root / "tokens")
     (root / "emb").mkdir()
     for split in ("train", "labels", "test"):
-        embed_split(model, tokens, split, root / "emb" / f"{split}.npy", 256, "cpu", "fp32")
+        embed_split(TextEncoder(model, "cpu", "fp32"), tokens, split, root / "emb" / f"{split}.npy", 256)
     params = YAML().load((REPO / "params.yaml").read_text())
     params["infer"].update({"lambda": "auto", "b_sweep": [10, 50, 100], "ova_knn": True})
     YAML().dump(params, root / "params.yaml")

@@ -27,6 +27,7 @@ from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index
@@ -56,7 +57,7 @@ def build_pipeline(root: Path, lf_folder: Path, tiny_model: Path, backend: str,
     model, cache = load_encoder(str(tiny_model)), TokenCache(folder / "tokens")
     (folder / "embeddings").mkdir()
     for split in ("train", "labels", "test"):
-        embed_split(model, cache, split, folder / "embeddings" / f"{split}.npy", 4, "cpu", "fp32")
+        embed_split(TextEncoder(model, "cpu", "fp32"), cache, split, folder / "embeddings" / f"{split}.npy", 4)
     build_memory_indexes(folder / "embeddings", folder / "index", backend, M=8, ef_construction=50)
     keys = memory_keys(folder / "embeddings") if backend == "exact" else None
     write_memory(folder / "predictor", dataset, {**SETTINGS, "input_fields": input_fields}, keys)

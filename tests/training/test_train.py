@@ -22,6 +22,7 @@ from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import batch_tensors
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
@@ -66,8 +67,8 @@ def run_training(tiny, tiny_model, checkpoint: Path, **overrides):
     torch.manual_seed(0)
     model = load_encoder(str(tiny_model))
     logged = []
-    history = train(model, cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
-                    settings(**overrides), SINGLE, "fp32", checkpoint, (0.55, 1.5),
+    history = train(TextEncoder(model, "cpu", "fp32"), cache, dataset.label_matrix("train"),
+                    dataset.filter_matrix("train"), settings(**overrides), SINGLE, checkpoint, (0.55, 1.5),
                     lambda step, values: logged.append((step, values)), "fp")
     assert [row["step"] for row in history][-len(logged):] == [step for step, _ in logged]
     return model, logged, history
@@ -139,8 +140,8 @@ def test_an_encoder_trained_with_its_pooling_and_dense_layer_is_saved_with_them(
     source = sentence_model("lasttoken", dense=1)
     model = load_encoder(str(source))
     before = model.dense[0].linear.weight.detach().clone()
-    train(model, cache, dataset.label_matrix("train"), dataset.filter_matrix("train"), settings(max_steps=2),
-          SINGLE, "fp32", tmp_path / "ckpt.pt", (0.55, 1.5), lambda step, values: None, "fp")
+    train(TextEncoder(model, "cpu", "fp32"), cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
+          settings(max_steps=2), SINGLE, tmp_path / "ckpt.pt", (0.55, 1.5), lambda step, values: None, "fp")
     assert not torch.allclose(model.dense[0].linear.weight, before), "the Dense layer must have been trained"
     model.save(tmp_path / "saved")
     load_tokenizer(str(source)).save_pretrained(tmp_path / "saved")
@@ -169,8 +170,8 @@ def test_resume_reaches_the_same_weights_and_keeps_the_whole_curve(tiny, tiny_mo
 
     torch.manual_seed(0)
     with pytest.raises(Killed):
-        train(load_encoder(str(tiny_model)), cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
-              settings(), SINGLE, "fp32", tmp_path / "part.pt", (0.55, 1.5), die_at_step_3, "fp")
+        train(TextEncoder(load_encoder(str(tiny_model)), "cpu", "fp32"), cache, dataset.label_matrix("train"),
+              dataset.filter_matrix("train"), settings(), SINGLE, tmp_path / "part.pt", (0.55, 1.5), die_at_step_3, "fp")
     assert torch.load(tmp_path / "part.pt", weights_only=False)["step"] == 2
     resumed, logged, history = run_training(tiny, tiny_model, tmp_path / "part.pt")
     assert logged[0][0] == 3, "resumed from step 2, first round at step 3"
@@ -183,8 +184,8 @@ def test_a_changed_fingerprint_starts_over(tiny, tiny_model, tmp_path):
     run_training(tiny, tiny_model, tmp_path / "ckpt.pt", max_steps=2)
     dataset, cache = tiny
     logged = []
-    train(load_encoder(str(tiny_model)), cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
-          settings(max_steps=2), SINGLE, "fp32", tmp_path / "ckpt.pt", (0.55, 1.5),
+    train(TextEncoder(load_encoder(str(tiny_model)), "cpu", "fp32"), cache, dataset.label_matrix("train"),
+          dataset.filter_matrix("train"), settings(max_steps=2), SINGLE, tmp_path / "ckpt.pt", (0.55, 1.5),
           lambda step, values: logged.append(step), "other settings")
     assert logged[0] == 0
 
@@ -194,6 +195,7 @@ import sys, torch
 from pathlib import Path
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.sentence import load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
 from raexmc.training.distributed import init_distributed, shutdown
@@ -209,8 +211,8 @@ dataset = Dataset(data)
 settings = replace(TrainSettings.from_params(load_params(params), lambda: 0), batch_size=2, grad_cache_chunk=0, lr=1e-3,
                    max_steps=4, warmup_steps=1, hnm_steps=2, hnm_topk=3, num_hard_negatives=1, val_fraction=0.25,
                    val_b=10, checkpoint_every=2, embed_batch_size=3)
-train(model, TokenCache(tokens), dataset.label_matrix("train"), dataset.filter_matrix("train"), settings, ctx,
-      "fp32", Path(out) / "ckpt.pt", (0.55, 1.5), lambda *a: None, "fp")
+train(TextEncoder(model, ctx.device, "fp32"), TokenCache(tokens), dataset.label_matrix("train"),
+      dataset.filter_matrix("train"), settings, ctx, Path(out) / "ckpt.pt", (0.55, 1.5), lambda *a: None, "fp")
 torch.save(model.state_dict(), Path(out) / f"rank{ctx.rank}.pt")
 shutdown(ctx)
 """
@@ -244,6 +246,7 @@ from pathlib import Path
 import torch
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.sentence import load_encoder
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
 from raexmc.training.distributed import init_distributed, shutdown
@@ -264,7 +267,8 @@ for chunk in chunks:
     model = load_encoder(model_dir).train()
     weights = [p for p in model.parameters() if p.requires_grad]
     optimizer, scheduler = make_optimizer(weights, settings)
-    loss = training_step(model, TokenCache(tokens), Y, rows, positives, negatives, settings, ctx, "fp32")
+    loss = training_step(TextEncoder(model, ctx.device, "fp32"), TokenCache(tokens), Y, rows, positives, negatives,
+                         settings, ctx)
     grads = gradients(model)
     norm = apply_gradients(weights, optimizer, scheduler, settings.grad_clip)
     torch.save({"loss": float(loss), "grads": grads, "norm": norm, "weights": model.state_dict()},
@@ -352,8 +356,8 @@ def step_gradients(model, tiny, chunk: int, seed: int, device: str = "cpu") -> d
     dataset, cache = tiny
     Y = dataset.label_matrix("train")
     torch.manual_seed(seed)
-    training_step(model, cache, Y, *the_batch(Y), settings(batch_size=GLOBAL_BATCH, grad_cache_chunk=chunk),
-                  DistContext(0, 1, device), "fp32")
+    training_step(TextEncoder(model, device, "fp32"), cache, Y, *the_batch(Y),
+                  settings(batch_size=GLOBAL_BATCH, grad_cache_chunk=chunk), DistContext(0, 1, device))
     return gradients(model)
 
 

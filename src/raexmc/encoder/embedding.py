@@ -1,4 +1,4 @@
-"""Embedding every text of a token cache with the encoder (sentence.SentenceEncoder: pooling as the model says).
+"""Embedding every text of a token cache with the encoder (text_encoder.TextEncoder: pooling as the model says).
 
 `embed_split` streams a split into a .npy memmap: texts are sorted by length so each batch is cut
 to its own longest text (little padding), and results are written back at each text's original row.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,9 +19,10 @@ from tqdm import tqdm
 
 from ..errors import DataError
 from ..io import new_memmap
-from .device import autocast
-from .sentence import SentenceEncoder
 from .tokens import TokenCache
+
+if TYPE_CHECKING:  # text_encoder imports this module, for batch_tensors
+    from .text_encoder import TextEncoder
 
 STORAGE_DTYPES = ("float32", "float16")  # embed.dtype: how the .npy files store the vectors
 
@@ -39,16 +41,8 @@ def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device
     return batch_ids, mask
 
 
-def embed_rows(model: SentenceEncoder, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device: str,
-               precision: str) -> np.ndarray:
-    """Embeddings (float32, L2-normalised) of the given rows of a token array, without gradients."""
-    with torch.inference_mode(), autocast(device, precision):
-        return model(*batch_tensors(ids, lengths, rows, device)).cpu().numpy()
-
-
-def embed_split(model: SentenceEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None,
-                batch_size: int, device: str, precision: str, dtype: str = "float32", rank: int = 0,
-                world_size: int = 1) -> dict[str, float]:
+def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None,
+                batch_size: int, dtype: str = "float32", rank: int = 0, world_size: int = 1) -> dict[str, float]:
     """Write the embeddings of one split to `target` (.npy); return its throughput.
 
     In a torch.distributed group of `world_size` processes, batch i goes to rank i % world_size and
@@ -57,7 +51,7 @@ def embed_split(model: SentenceEncoder, cache: TokenCache, split: str, target: s
     file is the one a single process writes, to the bit.
     """
     ids, lengths = cache.ids(split), cache.lengths(split)
-    dim = model.dim
+    dim = encoder.dim
     storage = np.dtype(dtype)
     out = None
     if rank == 0:
@@ -69,7 +63,7 @@ def embed_split(model: SentenceEncoder, cache: TokenCache, split: str, target: s
             round_batches = batches[first:first + world_size]
             mine = round_batches[rank] if rank < len(round_batches) else None  # the last round may leave ranks idle
             done = (mine, None if mine is None else
-                    embed_rows(model, ids, lengths, mine, device, precision).astype(storage))
+                    encoder.embed(ids, lengths, mine).astype(storage))
             for rows, vectors in gather_to_first(done, rank, world_size):  # on rank 0 only
                 if rows is not None:
                     check_vectors(vectors, rows, cache.folder / f"{split}.ids.npy")

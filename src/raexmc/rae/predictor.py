@@ -21,11 +21,9 @@ import numpy as np
 
 from ..data.dataset import Text
 from ..data.label_records import LabelRecords
-from ..encoder.device import pick_device, resolve_precision
-from ..encoder.embedding import embed_rows
-from ..encoder.model import load_tokenizer
-from ..encoder.sentence import load_encoder
-from ..encoder.tokens import RightPaddedTokenizer, text_of, tokenizer_input
+from ..encoder.device import pick_device
+from ..encoder.text_encoder import TextEncoder
+from ..encoder.tokens import text_of
 from ..errors import DataError
 from ..memory.indexes import INDEXED_KEY_SETS, backend_for, memory_backend
 from ..memory.input_memory import own_index_folders
@@ -72,11 +70,8 @@ class Predictor:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # one-line stderr for `raexmc predict`
-        self.device = pick_device(device, "<arguments>", "--device")
-        self.precision = resolve_precision("auto", self.device)
-        self.tokenize = RightPaddedTokenizer(load_tokenizer(str(encoder), stage_output=True),
-                                             int(self.settings["input_max_len"]))
-        self.model = load_encoder(str(encoder), self.device, stage_output=True)
+        self.encoder = TextEncoder.load(encoder, pick_device(device, "<arguments>", "--device"), "auto",
+                                        int(self.settings["input_max_len"]), stage_output=True)
 
     def query_text(self, query: Text | str) -> str:
         """The text the encoder sees for a query: a record goes through the training inputs' recipe
@@ -85,8 +80,7 @@ class Predictor:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Query embeddings, tokenised as the token cache does (same max length, same special tokens)."""
-        ids, lengths = self.tokenize([tokenizer_input(text, self.tokenize.max_len) for text in texts])
-        return embed_rows(self.model, ids, lengths, np.arange(len(texts)), self.device, self.precision)
+        return self.encoder.embed_texts(texts)
 
     def predict(self, queries: list[Text | str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:
         """Per query, its top-k labels as {"label": row, "id": the label's id in its dataset, "text": label text,

@@ -13,24 +13,21 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from ..encoder.device import autocast
-from ..encoder.embedding import batch_tensors
+from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
 from .batches import BatchPlan
 from .distributed import DistContext, gather_array, gather_with_grad, shard
 
 
-def encode_rows(model, cache: TokenCache, split: str, rows: np.ndarray, ctx: DistContext,
-                precision: str) -> torch.Tensor:
-    """Embeddings of the given rows of a token-cache split, with graph, under the run's precision."""
-    with autocast(ctx.device, precision):
-        return model(*batch_tensors(cache.ids(split), cache.lengths(split), rows, ctx.device))
+def split_encoder(encoder: TextEncoder, cache: TokenCache, split: str) -> Callable[[np.ndarray], torch.Tensor]:
+    """Rows of a token-cache split -> their embeddings, with graph."""
+    return lambda rows: encoder.encode(cache.ids(split), cache.lengths(split), rows)
 
 
-def plain_backward(model, cache: TokenCache, plan: BatchPlan, ctx: DistContext, precision: str) -> torch.Tensor:
+def plain_backward(encoder: TextEncoder, cache: TokenCache, plan: BatchPlan, ctx: DistContext) -> torch.Tensor:
     """Encode this rank's share with graph, gather, and back-propagate the loss through it."""
-    x = gather_with_grad(encode_rows(model, cache, "train", plan.input_rows, ctx, precision), ctx)
-    z = gather_with_grad(encode_rows(model, cache, "labels", plan.label_rows, ctx, precision), ctx)
+    x = gather_with_grad(split_encoder(encoder, cache, "train")(plan.input_rows), ctx)
+    z = gather_with_grad(split_encoder(encoder, cache, "labels")(plan.label_rows), ctx)
     loss = plan.loss(x, z)
     loss.backward()
     return loss
@@ -76,8 +73,8 @@ class ChunkedEncoding:
             embedded.backward(part_gradient)
 
 
-def cached_backward(model, cache: TokenCache, plan: BatchPlan, chunk: int, ctx: DistContext,
-                    precision: str) -> torch.Tensor:
+def cached_backward(encoder: TextEncoder, cache: TokenCache, plan: BatchPlan, chunk: int,
+                    ctx: DistContext) -> torch.Tensor:
     """Gradient caching (Gao et al. 2021): the same gradient as `plain_backward`, holding the
     graph of only `chunk` texts at a time, so the batch size no longer depends on device memory.
 
@@ -86,11 +83,8 @@ def cached_backward(model, cache: TokenCache, plan: BatchPlan, chunk: int, ctx: 
     holds the same loss, as in gather_with_grad); re-encode chunk by chunk with graph and
     back-propagate those slices. Costs one more forward pass of the encoder.
     """
-    def encoder(split: str) -> Callable[[np.ndarray], torch.Tensor]:
-        return lambda rows: encode_rows(model, cache, split, rows, ctx, precision)
-
-    inputs = ChunkedEncoding(encoder("train"), plan.input_rows, chunk, ctx.device)
-    labels = ChunkedEncoding(encoder("labels"), plan.label_rows, chunk, ctx.device)
+    inputs = ChunkedEncoding(split_encoder(encoder, cache, "train"), plan.input_rows, chunk, ctx.device)
+    labels = ChunkedEncoding(split_encoder(encoder, cache, "labels"), plan.label_rows, chunk, ctx.device)
     x = gather_array(inputs.embeddings, ctx).requires_grad_()
     z = gather_array(labels.embeddings, ctx).requires_grad_()
     loss = plan.loss(x, z)

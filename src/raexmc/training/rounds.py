@@ -15,7 +15,8 @@ import torch
 from tqdm import tqdm
 
 from ..encoder.device import embed_batch_size
-from ..encoder.embedding import embed_rows, length_sorted_batches
+from ..encoder.embedding import length_sorted_batches
+from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
 from ..memory.torch_index import top_k_search
 from .distributed import DistContext, gather_array, pad_to_multiple, shard
@@ -24,17 +25,17 @@ from .settings import TrainSettings
 from .validation import validate
 
 
-def embed_sharded(model, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, batch_size: int,
-                  ctx: DistContext, precision: str) -> np.ndarray:
+def embed_sharded(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, batch_size: int,
+                  ctx: DistContext) -> np.ndarray:
     """Embeddings of the given rows (in their order), each rank encoding its share (length-sorted
     batches), gathered."""
     count = len(rows)
     padded = pad_to_multiple(np.arange(count), ctx.world_size)
     share = np.asarray(rows)[shard(padded, ctx)]
-    local = np.zeros((len(share), model.dim), np.float32)
+    local = np.zeros((len(share), encoder.dim), np.float32)
     for batch in tqdm(length_sorted_batches(np.asarray(lengths)[share], batch_size), desc="re-embed",
                       unit="batch", disable=not ctx.is_main, mininterval=2.0, leave=False):
-        local[batch] = embed_rows(model, ids, lengths, share[batch], ctx.device, precision)
+        local[batch] = encoder.embed(ids, lengths, share[batch])
     gathered = gather_array(torch.from_numpy(local).to(ctx.device), ctx).cpu().numpy()
     out = np.zeros((count, local.shape[1]), np.float32)
     out[padded] = gathered  # shards are contiguous slices of `padded`, gathered in rank order
@@ -50,9 +51,9 @@ class RoundResult:
     validation: dict[str, float]
 
 
-def mining_round(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, train_rows: np.ndarray,
-                 val_rows: np.ndarray, mine_rows: np.ndarray, settings: TrainSettings, ctx: DistContext,
-                 precision: str, round_no: int, propensity_ab: tuple[float, float]) -> RoundResult:
+def mining_round(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix,
+                 train_rows: np.ndarray, val_rows: np.ndarray, mine_rows: np.ndarray, settings: TrainSettings,
+                 ctx: DistContext, round_no: int, propensity_ab: tuple[float, float]) -> RoundResult:
     """Mine hard negatives for the training inputs `mine_rows` (sorted; none: the round after the last
     step only validates) and validate P@1 on `val_rows`, re-embedding with the current encoder the
     labels and the inputs those need: every one when validating (its memory), else `mine_rows`."""
@@ -61,12 +62,11 @@ def mining_round(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_mat
         return RoundResult(negatives, {})
     embedded_rows = np.arange(Y.shape[0]) if len(val_rows) else mine_rows
     batch_size = embed_batch_size(settings.embed_batch_size, ctx.device)
-    model.eval()
-    labels = embed_sharded(model, cache.ids("labels"), cache.lengths("labels"), np.arange(Y.shape[1]),
-                           batch_size, ctx, precision)
-    inputs = embed_sharded(model, cache.ids("train"), cache.lengths("train"), embedded_rows, batch_size, ctx,
-                           precision)
-    model.train()
+    encoder.model.eval()
+    labels = embed_sharded(encoder, cache.ids("labels"), cache.lengths("labels"), np.arange(Y.shape[1]),
+                           batch_size, ctx)
+    inputs = embed_sharded(encoder, cache.ids("train"), cache.lengths("train"), embedded_rows, batch_size, ctx)
+    encoder.model.train()
     if len(mine_rows):
         negatives[mine_rows] = mine_hard_negatives(
             inputs[np.searchsorted(embedded_rows, mine_rows)], mine_rows,

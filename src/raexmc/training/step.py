@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
 from .backward import cached_backward, plain_backward
 from .batches import plan_batch
@@ -15,17 +16,17 @@ from .distributed import DistContext, all_reduce_gradients
 from .settings import TrainSettings
 
 
-def training_step(model, cache: TokenCache, Y: sp.csr_matrix, rows: np.ndarray, positives: np.ndarray,
-                  negatives: np.ndarray, settings: TrainSettings, ctx: DistContext, precision: str) -> torch.Tensor:
+def training_step(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, rows: np.ndarray, positives: np.ndarray,
+                  negatives: np.ndarray, settings: TrainSettings, ctx: DistContext) -> torch.Tensor:
     """The loss of one global batch (the same on every rank), leaving its full gradient in every
     parameter's .grad on every rank; with `grad_cache_chunk` the encoder sees that many texts at once."""
-    model.zero_grad(set_to_none=True)
+    encoder.model.zero_grad(set_to_none=True)
     plan = plan_batch(Y, rows, positives, negatives, settings, ctx)
     if settings.grad_cache_chunk:
-        loss = cached_backward(model, cache, plan, settings.grad_cache_chunk, ctx, precision)
+        loss = cached_backward(encoder, cache, plan, settings.grad_cache_chunk, ctx)
     else:
-        loss = plain_backward(model, cache, plan, ctx, precision)
-    all_reduce_gradients(model, ctx)
+        loss = plain_backward(encoder, cache, plan, ctx)
+    all_reduce_gradients(encoder.model, ctx)
     return loss.detach()
 
 

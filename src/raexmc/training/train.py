@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
 from .batches import BatchSampler, query_sample, split_validation
 from .checkpoint import Checkpoint
@@ -33,10 +34,11 @@ from .settings import TrainSettings
 from .step import apply_gradients, make_optimizer, training_step
 
 
-def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, settings: TrainSettings,
-          ctx: DistContext, precision: str, checkpoint: Path, propensity_ab: tuple[float, float],
+def train(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, settings: TrainSettings,
+          ctx: DistContext, checkpoint: Path, propensity_ab: tuple[float, float],
           log: Callable[[int, dict[str, float]], None], fingerprint: str = "") -> list[dict[str, float]]:
-    """Train `model` in place for settings.max_steps, resuming from `checkpoint` if it exists.
+    """Train `encoder.model` in place for settings.max_steps, at the encoder's precision, resuming from
+    `checkpoint` if it exists.
 
     `log(step, metrics)` is called on rank 0 at every mining round (loss, lr, examples/s,
     validation P@1 of RAE, λ=0 and λ=1, elapsed seconds). A checkpoint is resumed only when its
@@ -47,13 +49,13 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
         raise TypeError(f"grad_cache_chunk must be a number (auto: graph_memory.resolve_grad_cache), "
                          f"got {settings.grad_cache_chunk!r}")
     torch.manual_seed(settings.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in encoder.model.parameters() if p.requires_grad]
     optimizer, scheduler = make_optimizer(params, settings)
     train_rows, val_rows = split_validation(Y, settings.val_fraction, settings.seed)
     val_queries = query_sample(val_rows, settings.val_max_queries, settings.seed)
     sampler = BatchSampler(Y, train_rows, settings.seed)
     global_batch = settings.batch_size * ctx.world_size
-    saved = Checkpoint(checkpoint, fingerprint, model, optimizer, scheduler, settings.checkpoint_every,
+    saved = Checkpoint(checkpoint, fingerprint, encoder.model, optimizer, scheduler, settings.checkpoint_every,
                        settings.max_steps, ctx.is_main)
     start = saved.resume(ctx.device)
     journal = Journal(settings, ctx, start.step, start.elapsed_s, start.history, log)
@@ -61,10 +63,10 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
     def mine(step: int, last: int) -> RoundResult:
         """The round at `step`: negatives for the rows that steps step..last-1 draw, and validation."""
         drawn = sampler.rows_drawn(step, last, global_batch) if settings.mines_negatives else np.zeros(0, np.int64)
-        return mining_round(model, cache, Y, filters, train_rows, val_queries, drawn, settings, ctx, precision,
+        return mining_round(encoder, cache, Y, filters, train_rows, val_queries, drawn, settings, ctx,
                             step // settings.hnm_steps, propensity_ab)
 
-    model.train()
+    encoder.model.train()
     negatives = start.negatives
     for step in range(start.step, settings.max_steps):
         if negatives is None or step % settings.hnm_steps == 0:
@@ -72,7 +74,7 @@ def train(model, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, se
             negatives = mined.negatives
             journal.mined(step, mined.validation, scheduler.get_last_lr()[0])
         rows, positives = sampler.batch(step, global_batch)
-        loss = training_step(model, cache, Y, rows, positives, negatives, settings, ctx, precision)
+        loss = training_step(encoder, cache, Y, rows, positives, negatives, settings, ctx)
         apply_gradients(params, optimizer, scheduler, settings.grad_clip)
         journal.stepped(float(loss))
         saved.save_if_due(step + 1, negatives, journal.elapsed_s(), journal.history)

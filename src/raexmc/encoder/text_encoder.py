@@ -1,0 +1,88 @@
+"""The one encoder object: the model (pooled as its folder says), the device and precision it runs at, and the
+tokenizer and max length that turn raw texts into its token rows.
+
+Training, the embed stage, the mining rounds and the Predictor all embed through it, so a query and a key are
+encoded by the same code at the same settings, and `describe()` is where those settings are read for the runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .device import autocast, resolve_precision
+from .embedding import batch_tensors
+from .model import load_tokenizer
+from .sentence import SentenceEncoder, load_encoder
+from .tokens import RightPaddedTokenizer, tokenizer_input
+
+
+class TextEncoder:
+    """Unit vectors of token rows (those of the token cache) or of raw texts (tokenised as the cache does).
+
+    `model` is the nn.Module training moves and saves; `device` and `precision` are resolved names (cpu,
+    cuda:N; fp32, bf16, fp16). Raw texts need `tokenizer` and `max_len`; token rows need neither."""
+
+    def __init__(self, model: SentenceEncoder, device: str, precision: str, tokenizer=None,
+                 max_len: int | None = None):
+        if max_len is not None and tokenizer is None:
+            raise ValueError("a max_len without a tokenizer: raw texts need both")
+        self.model, self.device, self.precision = model, device, precision
+        self.tokenizer, self.max_len = tokenizer, max_len
+        self._tokenize = None if max_len is None else RightPaddedTokenizer(tokenizer, max_len)
+
+    @classmethod
+    def load(cls, name: str | os.PathLike, device: str, precision: str = "auto", max_len: int | None = None,
+             stage_output: bool = False) -> TextEncoder:
+        """The encoder of `name` (a hub name or folder) on `device` (a torch device name), its tokenizer loaded
+        first (one that cannot load fails before the model does); `precision` may be auto (resolved for the
+        device); `stage_output` as in model.load_checked."""
+        tokenizer = load_tokenizer(str(name), stage_output)
+        model = load_encoder(str(name), device, stage_output)
+        return cls(model, device, resolve_precision(precision, device), tokenizer, max_len)
+
+    @property
+    def dim(self) -> int:
+        return self.model.dim
+
+    @property
+    def recipe(self) -> str:
+        """How a text becomes its vector, in one line: 'mean pooling, normalised'."""
+        return self.model.recipe
+
+    def describe(self) -> dict[str, object]:
+        """The settings every vector depends on, as the runs record them (max_len only where raw texts are
+        tokenised here; token rows carry their own, in the token cache's key)."""
+        settings = {"pooling": self.recipe, "dim": self.dim, "device": self.device, "precision": self.precision}
+        return settings if self.max_len is None else {**settings, "max_len": self.max_len}
+
+    def tokenize(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, lengths) of raw texts, as the token cache holds them (same cut, max length and special tokens),
+        padded to the longest text."""
+        if self._tokenize is None:
+            raise ValueError("this encoder was built without a max_len: it embeds token rows only")
+        return self._tokenize([tokenizer_input(text, self.max_len) for text in texts])
+
+    def encode(self, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+        """Vectors of the given rows of a token array, with graph (training), under the encoder's precision."""
+        with autocast(self.device, self.precision):
+            return self.model(*batch_tensors(ids, lengths, rows, self.device))
+
+    def embed(self, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Vectors (float32, L2-normalised) of the given rows of a token array, without gradients."""
+        with torch.inference_mode():
+            return self.encode(ids, lengths, rows).cpu().numpy()
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of raw texts, one batch."""
+        ids, lengths = self.tokenize(texts)
+        return self.embed(ids, lengths, np.arange(len(texts)))
+
+    def save(self, folder: str | os.PathLike) -> None:
+        """The model in the sentence-transformers layout (its pooling included) and its tokenizer, into `folder`."""
+        self.model.save(folder)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(folder)
