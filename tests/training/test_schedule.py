@@ -123,7 +123,7 @@ def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(t
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     assert state["step"] == 4
     assert state["scheduler"]["base_lrs"] == [pytest.approx(1.4142135623730951e-4)]
-    client = MlflowClient()
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")  # not the process-wide URI
     [run] = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
     # a row a mining round (no validation here, so no curve file: MLflow holds the rows)
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train/elapsed_s")] == [0, 2]
