@@ -33,6 +33,15 @@ validation, each re-embedding the labels and every training input (mean lengths:
 length). a_step and a_round come from FOLDOC's fine-tuned CPU run (300 steps of 32, 4 rounds: its training
 curve); WordNet's and wordnet-hyper's runs (one round, 300 steps) check them. Lengths: bench/token_lengths.py.
 
+The GPU column projects the same shapes on one H100 from rates measured there (each names its record):
+embed = (N + T + L) / the embed loop's texts/s; train = the preset's schedule (max_steps x the paper's
+global batch) / the training step's examples/s; tune and evaluate = their exact search on the GPU,
+2·d FLOPs per query and key: Q·(N + L) and T·(N + L) query-key pairs, at a search rate in FLOP/s. No
+record holds a GPU search rate at scale yet, so the search rate is an assumption, labelled so in every
+output: a share of the H100's dense fp16 peak; `bench/gpu/gpu_search.sh` writes the record
+(gpu_search.json) that replaces it. Only encoders measured on an H100 get embed and train figures. On a
+GPU the index stage builds no graph (exact search there), and evaluate's scoring stays on the CPU cores.
+
 Peak memory = the stage's base (fitted on the 131K d = 64 run) + the arrays it must hold:
 embed the model; index the larger key set's keys and graph; tune every key and Y_train; evaluate both graphs, the
 test queries' embeddings and the label matrices. Disk: embeddings (N + T + L)·d·4, the two graphs by
@@ -93,7 +102,9 @@ class Encoder:
 
 SHAPES = {"131K": Shape(294805, 134835, 131073, 2.29), "1.3M": Shape(2248619, 970237, 1305265, 22.2)}
 ENCODERS = {"random 64x2": Encoder(64, 2), "random 384x1": Encoder(384, 1),
-            "MiniLM-L6 (384)": Encoder(384, 6), "BERT-base (768)": Encoder(768, 12)}
+            "MiniLM-L6 (384)": Encoder(384, 6), "DistilBERT (768)": Encoder(768, 6),
+            "BERT-base (768)": Encoder(768, 12)}
+PROJECTED = ("random 64x2", "MiniLM-L6 (384)", "DistilBERT (768)", "BERT-base (768)")
 M, EF_SEARCH, EF_CONSTRUCTION, B = 64, 300, 500, 200
 # The measured runs: (record, shape, encoder, efC of its index).
 RUNS = {
@@ -112,6 +123,17 @@ RUNS = {
 }
 EFC_RECORD = "stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-efc100.json"  # the 131K index at efC=100
 MODELLED = ("embed", "index", "tune", "evaluate")
+
+# One H100's rates, each from its record (bench/results); means of the runs they list.
+GPU = "NVIDIA H100 80GB HBM3"
+GPU_EMBED_RECORD = "embed_speed.json"      # the embed loop, batch 1024, every text at 32 tokens
+GPU_TRAIN_RECORD = "train_speed.json"      # the training step at the preset's 896 per GPU, bf16
+GPU_ENCODER_MODELS = {"MiniLM-L6 (384)": "all-MiniLM-L6-v2", "DistilBERT (768)": "distilbert-sized"}
+GPU_SEARCH_RECORD = "gpu_search.json"      # written by bench/gpu/gpu_search.sh; not yet measured
+# NVIDIA H100 SXM5 datasheet: FP16/BF16 tensor core 1,979 TFLOPS with sparsity, so 989.5 dense.
+H100_DENSE_FP16_FLOPS = 989.5e12
+ASSUMED_SEARCH_SHARE = 0.25                # of that peak, for the search until gpu_search.json exists
+PRESET_SCHEDULES = {"131K": (3000, 7168), "1.3M": (40000, 7168)}  # max_steps, the paper's global batch
 
 
 # The train stage's measured runs (MiniLM-L6, fp32, our 2 cores, no other job): (stage record, training curve).
@@ -319,19 +341,76 @@ def checks(runs: dict[str, dict], constants: dict) -> list[dict]:
     return rows
 
 
-def projections(constants: dict) -> list[dict]:
+def projections(constants: dict, rates: dict) -> list[dict]:
+    """Per shape, encoder and stage: the CPU model's hours, peak and output on our 2 cores beside one H100's hours."""
     rows = []
     for shape_name, shape in SHAPES.items():
-        for encoder_name in ("random 64x2", "MiniLM-L6 (384)", "BERT-base (768)"):
+        for encoder_name in PROJECTED:
             encoder = ENCODERS[encoder_name]
-            for stage in MODELLED:
-                model = predict(stage, shape, encoder, constants)
-                rows.append({"shape": shape_name, "encoder": encoder_name, "stage": stage,
-                             "cpu_h": round(model["cpu_s"] / 3600, 2), "peak_rss_gb": round(model["peak_rss_mb"] / 1e3, 2),
-                             "output_gb": None if model["output_mb"] is None else round(model["output_mb"] / 1e3, 2)})
-            rows.append({"shape": shape_name, "encoder": encoder_name, "stage": "train (model)", "cpu_h": None,
-                         "peak_rss_gb": None, "output_gb": round(disk_bytes("train", shape, encoder) / 1e9, 2)})
+            for stage in ("train (preset)", *MODELLED, "train (model)"):
+                row = {"shape": shape_name, "encoder": encoder_name, "stage": stage, "cpu_h": None, "peak_rss_gb": None,
+                       "output_gb": None}
+                if stage in MODELLED:
+                    model = predict(stage, shape, encoder, constants)
+                    row.update(cpu_h=round(model["cpu_s"] / 3600, 2), peak_rss_gb=round(model["peak_rss_mb"] / 1e3, 2),
+                               output_gb=None if model["output_mb"] is None else round(model["output_mb"] / 1e3, 2))
+                elif stage == "train (model)":
+                    row["output_gb"] = round(disk_bytes("train", shape, encoder) / 1e9, 2)
+                seconds = gpu_seconds(stage, shape_name, encoder_name, rates)
+                row.update(gpu_s=None if seconds is None else round(seconds, 3), gpu_source=GPU_SOURCES[stage])
+                rows.append(row)
     return rows
+
+
+def mean_rate(record: str, key: str, model: str, batch: int) -> float | None:
+    """The mean of `key` over the record's H100 rows of `model` at batch `batch` (None: no such row)."""
+    rows = [row[key] for row in json.loads((RESULTS / record).read_text())
+            if row.get("device") == GPU and row.get("model") == model
+            and row.get("batch_per_device", row.get("batch_size")) == batch and not row.get("grad_cache_chunk")]
+    return statistics.mean(rows) if rows else None
+
+
+def gpu_rates() -> dict:
+    """Each rate the GPU projection uses, with its record; the search's is the labelled assumption."""
+    embed = {name: mean_rate(GPU_EMBED_RECORD, "texts_per_s", model, 1024)
+             for name, model in GPU_ENCODER_MODELS.items()}
+    train = {name: mean_rate(GPU_TRAIN_RECORD, "examples_per_s", model, 896)
+             for name, model in GPU_ENCODER_MODELS.items()}
+    return {"device": GPU,
+            "embed_texts_per_s": {"values": {k: v for k, v in embed.items() if v}, "record": GPU_EMBED_RECORD},
+            "train_examples_per_s": {"values": {k: v for k, v in train.items() if v}, "record": GPU_TRAIN_RECORD},
+            "search_flops_per_s": {"value": ASSUMED_SEARCH_SHARE * H100_DENSE_FP16_FLOPS, "measured": False,
+                                   "assumption": f"not yet measured: {ASSUMED_SEARCH_SHARE:.0%} of the H100 SXM's "
+                                                 "989.5 TFLOPS dense FP16 tensor peak (NVIDIA's datasheet: 1,979 "
+                                                 "with sparsity)",
+                                   "replaced_by": f"bench/results/{GPU_SEARCH_RECORD} (bench/gpu/gpu_search.sh)"}}
+
+
+def gpu_seconds(stage: str, shape_label: str, encoder_name: str, rates: dict) -> float | None:
+    """One H100's wall seconds for a stage's GPU work (None: no rate measured for this encoder, or no GPU work)."""
+    shape, width = SHAPES[shape_label], ENCODERS[encoder_name].width
+    if stage == "embed":
+        rate = rates["embed_texts_per_s"]["values"].get(encoder_name)
+        return None if rate is None else shape.texts / rate
+    if stage == "train (preset)":
+        rate = rates["train_examples_per_s"]["values"].get(encoder_name)
+        steps, batch = PRESET_SCHEDULES[shape_label]
+        return None if rate is None else steps * batch / rate
+    if stage in ("tune", "evaluate"):
+        queries = shape.Q if stage == "tune" else shape.T
+        return queries * (shape.N + shape.L) * 2 * width / rates["search_flops_per_s"]["value"]
+    return None
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a table reads them: s below two minutes, min below two hours, then h."""
+    if seconds < 120:
+        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:,.0f} s"
+    return f"{seconds / 60:,.1f} min" if seconds < 7200 else f"{seconds / 3600:,.1f} h"
+
+
+GPU_SOURCES = {"embed": GPU_EMBED_RECORD, "train (preset)": GPU_TRAIN_RECORD, "index": "", "train (model)": "",
+               "tune": "search: assumed rate, not yet measured", "evaluate": "search: assumed rate, not yet measured"}
 
 
 def markdown(check_rows: list[dict], projection_rows: list[dict]) -> str:
@@ -342,10 +421,12 @@ def markdown(check_rows: list[dict], projection_rows: list[dict]) -> str:
         lines.append(f"| {r['run']} | {r['stage']} | {r['cpu_s']:,.0f} | {r['model_cpu_s']:,.0f} | "
                      f"{r['one_constant_cpu_s']:,.0f} | {r['peak_rss_mb']:,.0f} | {r['model_peak_rss_mb']:,} | "
                      f"{r['output_mb']:,.1f} | {modelled_mb} |")
-    lines += ["", "| shape | encoder | stage | CPU hours | peak GB | output GB |", "|---|---|---|---|---|---|"]
+    lines += ["", "| shape | encoder | stage | CPU hours (2 cores) | peak GB | output GB | one H100 | H100 rate from |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in projection_rows:
         cells = ["" if r[k] is None else f"{r[k]:,.2f}" for k in ("cpu_h", "peak_rss_gb", "output_gb")]
-        lines.append(f"| {r['shape']} | {r['encoder']} | {r['stage']} | " + " | ".join(cells) + " |")
+        gpu = ("", "") if r["gpu_s"] is None else (duration(r["gpu_s"]), r["gpu_source"])
+        lines.append(f"| {r['shape']} | {r['encoder']} | {r['stage']} | " + " | ".join((*cells, *gpu)) + " |")
     return "\n".join(lines)
 
 
@@ -367,7 +448,8 @@ def main() -> None:
     efc = json.loads((RESULTS / EFC_RECORD).read_text())["index"]["cpu_s"]
     efc_ratio = efc / runs["131K d=64"]["stages"]["index"]["cpu_s"]
     constants = fit(runs, efc_ratio)
-    check_rows, projection_rows = checks(runs, constants), projections(constants)
+    rates = gpu_rates()
+    check_rows, projection_rows = checks(runs, constants), projections(constants, rates)
     lengths = json.loads((RESULTS / TOKEN_LENGTHS).read_text())["datasets"]
     minilm = ENCODERS["MiniLM-L6 (384)"]
     constants["train"] = fit_train(lengths, minilm)
@@ -375,7 +457,8 @@ def main() -> None:
              "projections": train_projections(lengths, minilm, constants["train"])}
     out = RESULTS / "cost_model.json"
     out.write_text(json.dumps({"constants": constants, "checks": check_rows, "projections": projection_rows,
-                               "train": train, "runs": {name: run["record"] for name, run in runs.items()},
+                               "gpu_rates": rates, "train": train,
+                               "runs": {name: run["record"] for name, run in runs.items()},
                                "command": "python bench/cost_model.py"}, indent=2) + "\n")
     print(markdown(check_rows, projection_rows))
     print("\n" + train_markdown(train))

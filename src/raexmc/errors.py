@@ -22,6 +22,10 @@ class RaexmcError(Exception):
         self.record = record
         super().__init__(self.one_line())
 
+    def __reduce__(self):
+        """Rebuilt from its parts when it crosses processes (a worker's error, raised again in the parent)."""
+        return type(self), (self.message, self.path, self.record)
+
     def one_line(self) -> str:
         where = ""
         if self.path is not None:
@@ -62,3 +66,7 @@ class StorageError(RaexmcError):
 
 class ConcurrentRunError(RaexmcError):
     """Another pipeline run holds or rewrote the workspace this stage runs in."""
+
+
+class WorkerError(RaexmcError):
+    """A worker process of block-parallel work died (killed, out of memory)."""

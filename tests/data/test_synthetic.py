@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from raexmc.data import synthetic
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
@@ -45,6 +46,20 @@ def test_same_params_give_the_same_bytes_and_another_seed_other_data(tmp_path):
     for name in FILES:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert (a / "train.jsonl").read_bytes() != (c / "train.jsonl").read_bytes()
+
+
+def test_one_worker_and_two_give_the_same_bytes(tmp_path, monkeypatch):
+    """Each chunk's rows come from its own random stream, made in whichever process: with chunks of 700
+    rows (several per split, so the order of their results is tested too), RAEXMC_WORKERS=1 and 2 write
+    the same files."""
+    monkeypatch.setattr(synthetic, "CHUNK", 700)
+    for workers in ("1", "2"):
+        monkeypatch.setenv("RAEXMC_WORKERS", workers)
+        build(tmp_path / workers)
+    one, two = (tmp_path / workers / "synthetic-small" for workers in "12")
+    for name in FILES:
+        assert (one / name).read_bytes() == (two / name).read_bytes(), name
+    assert len((one / "train.jsonl").read_text().splitlines()) == SMALL["n_train"] > 2 * 700
 
 
 def test_shape_and_statistics_are_the_requested_ones(tmp_path):

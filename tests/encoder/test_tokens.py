@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import random
 import string
 import subprocess
@@ -50,6 +51,58 @@ def test_ids_and_lengths_match_the_tokenizer(tiny_dataset, tiny_model, tmp_path)
         assert cache.ids(split).dtype == np.uint16  # a 30k vocabulary fits 16 bits
     # "cpython the reference python implementation" fills 8 tokens: it was truncated
     assert meta["truncated"]["train"] > 0
+
+
+def cache_files(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("split_special_tokens", [False, True])
+def test_one_worker_and_two_write_the_same_cache(tiny_model, tmp_path, split_special_tokens):
+    """Blocks of 37 texts of a synthetic dataset, tokenised in this process or in two workers, give the same
+    files; the workers' tokenizer keeps the setting its JSON leaves out (split_special_tokens)."""
+    build_dataset("small", {**load_params(REPO / "params.yaml").section("datasets")["synthetic-small"],
+                            "n_train": 500, "n_test": 100, "n_labels": 300}, tmp_path / "small", "")
+    dataset = Dataset(tmp_path / "small")
+    with open(dataset.text_path("train"), "a", encoding="utf-8") as handle:  # special-token text, split or not
+        handle.write(json.dumps({"uid": "x", "title": "[CLS] hello [SEP] [MASK]", "content": ""}) + "\n")
+    dataset.stats["N_train"] += 1
+    tokenizer = load_tokenizer(str(tiny_model))
+    tokenizer.split_special_tokens = split_special_tokens
+    for workers in (1, 2):
+        build(dataset, tokenizer, tmp_path / f"tokens{workers}", input_max_len=16, input_fields="title",
+              batch_size=37, workers=workers)
+    one, two = cache_files(tmp_path / "tokens1"), cache_files(tmp_path / "tokens2")
+    assert one == two and len(one) == 7
+    ids = TokenCache(tmp_path / "tokens2").ids("train")
+    expected = tokenizer("[CLS] hello [SEP] [MASK]", max_length=16, truncation=True, padding="max_length")
+    assert ids[-1].tolist() == expected["input_ids"]
+
+
+@pytest.mark.parametrize("split_special_tokens", [False, True])
+def test_a_tokenizer_sent_to_another_process_gives_the_same_ids(tiny_model, split_special_tokens):
+    """Where workers are spawned rather than forked, they get the tokenizer pickled: the copy keeps the
+    truncation and the setting the backend's JSON leaves out. Expected: transformers' own call."""
+    tokenizer = load_tokenizer(str(tiny_model))
+    tokenizer.split_special_tokens, tokenizer.truncation_side = split_special_tokens, "left"
+    copy = pickle.loads(pickle.dumps(RightPaddedTokenizer(tokenizer, 6)))
+    texts = ["[CLS] hello [SEP] [MASK]", "one two three four five six seven"]
+    expected = tokenizer(texts, max_length=6, truncation=True, padding="max_length")
+    assert copy(texts, width=6)[0].tolist() == expected["input_ids"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_bad_line_is_a_data_error_naming_it_and_leaves_no_cache(tiny_dataset, tiny_model, tmp_path, workers):
+    """A line that is not a text record fails in the worker that reads it; the error names the file and line."""
+    path = tiny_dataset.text_path("labels")
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[3] = '{"uid": "l3", "title": "cut he\n'
+    path.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(DataError) as raised:
+        build(tiny_dataset, load_tokenizer(str(tiny_model)), tmp_path / "tokens", batch_size=2, workers=workers)
+    assert str(raised.value) == f'DataError: {path}:4: not a text record {{"uid", "title", "content"}}: rerun the ' \
+                                'download stage'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lf", "tiny"]  # no tokens folder, no temporary
 
 
 def long_texts(tokenizer, count: int, seed: int, size: int) -> list[str]:

@@ -17,6 +17,7 @@ import os
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import count, repeat
 from pathlib import Path
 from typing import Any
 
@@ -196,10 +197,16 @@ class Dataset:
     def texts(self, split: str) -> Iterator[Text]:
         """Stream the text records of "train", "test" or "labels". Each line is parsed inside `map`,
         so a long one is not kept alive beside its record while the caller holds the record."""
-        with open(self.text_path(split), encoding="utf-8") as handle:
-            yield from map(_text_record, handle)
+        path = self.text_path(split)
+        with open(path, encoding="utf-8") as handle:
+            yield from map(text_record, handle, repeat(path), count(1))
 
 
-def _text_record(line: str) -> Text:
-    obj = json.loads(line)
-    return Text(obj["uid"], obj["title"], obj["content"])
+def text_record(line: str, path: str | os.PathLike, number: int) -> Text:
+    """The record of line `number` of the text file `path`; a line that is not one is a DataError naming it."""
+    try:
+        obj = json.loads(line)
+        return Text(obj["uid"], obj["title"], obj["content"])
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise DataError('not a text record {"uid", "title", "content"}: rerun the download stage', path,
+                        number) from None

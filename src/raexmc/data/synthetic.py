@@ -16,19 +16,21 @@ How it is made, so that tokenising costs like real text and the labels can be re
   of both are Zipf words. Content is empty, as in the Titles benchmarks.
 
 Every chunk has its own random stream (seed, split, chunk number), so the output is a function
-of the parameters alone. Generation is vectorised per chunk and streamed to the writer.
+of the parameters alone, however many processes make the chunks (RAEXMC_WORKERS, default every
+core). Generation is vectorised per chunk and streamed, in order, to the writer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from tqdm import tqdm
 
+from ..parallel import ordered_map, worker_count
 from .dataset import Example, Text, write_dataset
 from .entry_check import EntryCheck
 
@@ -44,6 +46,15 @@ UID_PREFIX = {"labels": "lbl", "train": "trn", "test": "tst"}
 _DEFAULTS = {"seed": 0, "vocab_size": 50_000, "topic_size": 256}
 _REQUIRED = ("n_train", "n_test", "n_labels", "labels_per_input", "input_words", "label_words")
 _MIN_WORDS = {"input_words": 1 + BORROWED_WORDS, "label_words": 1 + SIGNATURE_WORDS}
+
+
+class Chunk(NamedTuple):
+    """Records [start, stop) of a split, chunk `number` of it (which names its random stream)."""
+
+    split: str
+    number: int
+    start: int
+    stop: int
 
 
 @dataclass(frozen=True)
@@ -109,10 +120,12 @@ def _power_cdf(size: int, exponent: float) -> np.ndarray:
 
 
 class SyntheticGenerator:
-    """Streams the labels and the inputs of each split of a synthetic dataset."""
+    """Streams the labels and the inputs of each split of a synthetic dataset, its chunks made on
+    `workers` processes (a chunk is a function of its own random stream, so any count gives the same data)."""
 
-    def __init__(self, shape: SyntheticShape):
+    def __init__(self, shape: SyntheticShape, workers: int = 1):
         self.shape = shape
+        self.workers = workers
         self.vocab = [pseudo_word(rank) for rank in range(shape.vocab_size)]
         self.word_cdf = _power_cdf(shape.vocab_size, WORD_ZIPF)
         self.num_topics = -(-shape.n_labels // shape.topic_size)
@@ -126,13 +139,15 @@ class SyntheticGenerator:
     def _rng(self, stream: str, chunk: int = 0) -> np.random.Generator:
         return np.random.default_rng([self.shape.seed, STREAMS[stream], chunk])
 
-    def _chunks(self, split: str, count: int) -> Iterator[tuple[np.ndarray, np.random.Generator]]:
-        """The record numbers of each chunk of a split, with the chunk's own random stream."""
+    def _chunks(self, split: str, count: int,
+                make: Callable[[SyntheticGenerator, Chunk], Any]) -> Iterator[tuple[np.ndarray, Any]]:
+        """The record numbers of each chunk of a split with `make`'s result for it, in order."""
+        chunks = [Chunk(split, number, start, min(start + CHUNK, count))
+                  for number, start in enumerate(range(0, count, CHUNK))]
         with tqdm(total=count, desc=f"synthetic {split}", unit="text", mininterval=2.0) as progress:
-            for chunk, start in enumerate(range(0, count, CHUNK)):
-                ids = np.arange(start, min(start + CHUNK, count))
-                yield ids, self._rng(split, chunk)
-                progress.update(len(ids))
+            for result, chunk in zip(ordered_map(make, self, chunks, self.workers), chunks):
+                yield np.arange(chunk.start, chunk.stop), result
+                progress.update(chunk.stop - chunk.start)
 
     def _titles(self, rng: np.random.Generator, words: np.ndarray, lengths: tuple[int, int]) -> list[str]:
         """Join each row's leading words (a count in `lengths`) into a title."""
@@ -143,12 +158,17 @@ class SyntheticGenerator:
     def _zipf_words(self, rng: np.random.Generator, rows: int, columns: int) -> np.ndarray:
         return np.searchsorted(self.word_cdf, rng.random((rows, columns)), side="right")
 
+    def label_titles(self, chunk: Chunk) -> list[str]:
+        """The titles of a chunk of labels."""
+        rng, ids = self._rng(chunk.split, chunk.number), np.arange(chunk.start, chunk.stop)
+        words = self._zipf_words(rng, len(ids), self.shape.label_words[1])
+        words[:, 0] = self.topic_word[ids // self.shape.topic_size]
+        words[:, 1:1 + SIGNATURE_WORDS] = self.signature[ids]
+        return self._titles(rng, words, self.shape.label_words)
+
     def labels(self) -> Iterator[Text]:
-        for ids, rng in self._chunks("labels", self.shape.n_labels):
-            words = self._zipf_words(rng, len(ids), self.shape.label_words[1])
-            words[:, 0] = self.topic_word[ids // self.shape.topic_size]
-            words[:, 1:1 + SIGNATURE_WORDS] = self.signature[ids]
-            for label, title in zip(ids.tolist(), self._titles(rng, words, self.shape.label_words)):
+        for ids, titles in self._chunks("labels", self.shape.n_labels, SyntheticGenerator.label_titles):
+            for label, title in zip(ids.tolist(), titles):
                 yield Text(f"{UID_PREFIX['labels']}{label}", title)
 
     def _label_sets(self, rng: np.random.Generator, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,25 +185,29 @@ class SyntheticGenerator:
         indptr = np.concatenate([[0], np.cumsum(chosen.sum(axis=1))])
         return topics, indptr, members[chosen]
 
+    def example_rows(self, chunk: Chunk) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The titles of a chunk of inputs and their labels as CSR (indptr, label ids)."""
+        rng, rows = self._rng(chunk.split, chunk.number), chunk.stop - chunk.start
+        topics, indptr, labels = self._label_sets(rng, rows)
+        words = self._zipf_words(rng, rows, self.shape.input_words[1])
+        words[:, 0] = self.topic_word[topics]
+        per_row = np.diff(indptr)
+        for column in range(1, 1 + BORROWED_WORDS):
+            picked = labels[indptr[:-1] + (rng.random(rows) * per_row).astype(np.int64)]
+            words[:, column] = self.signature[picked, rng.integers(0, SIGNATURE_WORDS, size=rows)]
+        return self._titles(rng, words, self.shape.input_words), indptr, labels
+
     def examples(self, split: str, count: int) -> Iterator[Example]:
-        for ids, rng in self._chunks(split, count):
-            rows = len(ids)
-            topics, indptr, labels = self._label_sets(rng, rows)
-            words = self._zipf_words(rng, rows, self.shape.input_words[1])
-            words[:, 0] = self.topic_word[topics]
-            per_row = np.diff(indptr)
-            for column in range(1, 1 + BORROWED_WORDS):
-                picked = labels[indptr[:-1] + (rng.random(rows) * per_row).astype(np.int64)]
-                words[:, column] = self.signature[picked, rng.integers(0, SIGNATURE_WORDS, size=rows)]
-            titles = self._titles(rng, words, self.shape.input_words)
+        for ids, (titles, indptr, labels) in self._chunks(split, count, SyntheticGenerator.example_rows):
             for row, (number, title) in enumerate(zip(ids.tolist(), titles)):
                 yield Example(f"{UID_PREFIX[split]}{number}", title, labels=labels[indptr[row]:indptr[row + 1]])
 
 
-def write_synthetic(name: str, spec: dict[str, Any], target: str | Path) -> dict[str, Any]:
-    """Write the synthetic dataset `name` to `target` and return its stats."""
+def write_synthetic(name: str, spec: dict[str, Any], target: str | Path, workers: int | None = None) -> dict[str, Any]:
+    """Write the synthetic dataset `name` to `target` and return its stats, generated on `workers`
+    processes (default: parallel.worker_count())."""
     shape = parse_shape(name, spec)
-    generator = SyntheticGenerator(shape)
+    generator = SyntheticGenerator(shape, worker_count() if workers is None else workers)
     source = {"name": name, "source": "synthetic", **asdict(shape)}
     return write_dataset(target, generator.labels(), generator.examples("train", shape.n_train),
                          generator.examples("test", shape.n_test), {}, source)

@@ -4,24 +4,27 @@ The cache holds memory-mapped arrays per split ("train", "test", "labels"): `<sp
 (texts x max_len, padded on the right) and `<split>.len.npy` (true lengths); `meta.json` holds the cache key
 (tokenizer fingerprint, max lengths, text fields). Texts are streamed in batches straight into the
 memmaps, so memory stays flat however many texts there are, and each is cut to a character budget
-before the tokenizer sees it, so memory stays flat however long one is.
+before the tokenizer sees it, so memory stays flat however long one is. The batches are tokenised on
+every core (RAEXMC_WORKERS processes), each written into its own rows, so the cache is the same
+for any number of them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
 
-from ..data.dataset import Dataset, Text
+from ..data.dataset import Dataset, Text, text_record
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import atomic_dir, load_array, new_memmap, read_json, write_json
+from ..parallel import ordered_map, worker_count
 from .model import id_setting, tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -160,6 +163,17 @@ class RightPaddedTokenizer:
         self.pad_id = pad_id_of(tokenizer)
         self.dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.int32
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for worker processes with the backend as its JSON and the one setting that JSON leaves out."""
+        return {**self.__dict__, "backend": (self.backend.to_str(), self.backend.encode_special_tokens)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        from tokenizers import Tokenizer
+
+        backend, encode_special_tokens = state["backend"]
+        self.__dict__.update(state, backend=Tokenizer.from_str(backend))
+        self.backend.encode_special_tokens = encode_special_tokens
+
     def __call__(self, texts: Sequence[str], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(ids, lengths): ids (len(texts), width) padded with the pad id, width = max_len for a cache, or by
         default the longest text's length; lengths int32."""
@@ -172,42 +186,64 @@ class RightPaddedTokenizer:
         return ids, lengths
 
 
-def _chunks(records: Iterable[Text], size: int) -> Iterator[list[Text]]:
-    chunk: list[Text] = []
-    for record in records:
-        chunk.append(record)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+class TokenRows:
+    """Writes blocks of a split's text file, tokenised, into their rows of the cache's memory-mapped arrays:
+    what each worker process runs. A block is (its first row, its JSON lines); rows of different blocks
+    never overlap, so blocks may be written in any process and the arrays are the same."""
+
+    def __init__(self, tokenize: RightPaddedTokenizer, fields: str, text_path: Path, ids_path: Path,
+                 lengths_path: Path):
+        self.tokenize, self.fields, self.text_path = tokenize, fields, text_path
+        self.paths = (ids_path, lengths_path)
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_arrays": None}  # each process maps the arrays itself
+
+    def write(self, block: tuple[int, list[str]]) -> int:
+        """Tokenise a block's lines into its rows; return how many."""
+        start, lines = block
+        texts = [record_input(text_record(line, self.text_path, start + offset), self.fields, self.tokenize.max_len)
+                 for offset, line in enumerate(lines, start=1)]
+        if self._arrays is None:
+            self._arrays = tuple(load_array(path, mmap_mode="r+") for path in self.paths)
+        rows = slice(start, start + len(texts))
+        self._arrays[0][rows], self._arrays[1][rows] = self.tokenize(texts, width=self.tokenize.max_len)
+        return len(texts)
+
+
+def _line_blocks(path: Path, size: int, count: int) -> Iterator[tuple[int, list[str]]]:
+    """The lines of a text file in blocks of `size`, each with its first row; more than `count` is a DataError."""
+    with open(path, encoding="utf-8") as handle:
+        start = 0
+        while lines := list(islice(handle, size)):
+            if start + len(lines) > count:
+                raise DataError(f"more records than the {count} in stats.json", path)
+            yield start, lines
+            start += len(lines)
 
 
 def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, fields: str, folder: Path,
-                    batch_size: int) -> None:
-    count = dataset.size(split)
-    tokenize = RightPaddedTokenizer(tokenizer, max_len)
-    ids = new_memmap(folder / f"{split}.ids.npy", tokenize.dtype, (count, max_len))
-    lengths = new_memmap(folder / f"{split}.len.npy", np.int32, (count,))
-    row = 0
+                    batch_size: int, workers: int) -> None:
+    count, path = dataset.size(split), dataset.text_path(split)
+    rows = TokenRows(RightPaddedTokenizer(tokenizer, max_len), fields, path, folder / f"{split}.ids.npy",
+                     folder / f"{split}.len.npy")
+    new_memmap(rows.paths[0], rows.tokenize.dtype, (count, max_len))  # reserved on disk; the workers write them
+    new_memmap(rows.paths[1], np.int32, (count,))
+    written = 0
     with tqdm(total=count, desc=f"tokenize {split}", unit="text", mininterval=1.0) as progress:
-        for chunk in _chunks(dataset.texts(split), batch_size):
-            if row + len(chunk) > count:
-                raise DataError(f"more records than the {count} in stats.json", dataset.text_path(split))
-            ids[row:row + len(chunk)], lengths[row:row + len(chunk)] = tokenize(
-                [record_input(record, fields, max_len) for record in chunk], width=max_len)
-            row += len(chunk)
-            progress.update(len(chunk))
-    if row != count:
-        raise DataError(f"{row} records, but stats.json says {count}", dataset.text_path(split))
-    ids.flush()
-    lengths.flush()
+        for done in ordered_map(TokenRows.write, rows, _line_blocks(path, batch_size, count), workers):
+            written += done
+            progress.update(done)
+    if written != count:
+        raise DataError(f"{written} records, but stats.json says {count}", path)
 
 
 def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: str | os.PathLike,
                       input_max_len: int, label_max_len: int, input_fields: str, label_fields: str,
-                      batch_size: int = 2048) -> tuple[dict[str, Any], bool]:
-    """Tokenise all texts of `dataset` into `target`; return (meta, reused).
+                      batch_size: int = 2048, workers: int | None = None) -> tuple[dict[str, Any], bool]:
+    """Tokenise all texts of `dataset` into `target` on `workers` processes (default:
+    parallel.worker_count()); return (meta, reused). The cache is the same for any number of workers.
 
     An existing cache at `target` with the same key is reused as it is.
     """
@@ -224,7 +260,8 @@ def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: 
             "labels": (label_max_len, label_fields)}
     with atomic_dir(target) as folder:
         for split, (max_len, fields) in plan.items():
-            _tokenize_split(dataset, split, tokenizer, max_len, fields, folder, batch_size)
+            _tokenize_split(dataset, split, tokenizer, max_len, fields, folder, batch_size,
+                            worker_count() if workers is None else workers)
         meta = {"key": asdict(key), "padding": PADDING, "pad_token_id": pad_id_of(tokenizer),
                 "counts": {split: dataset.size(split) for split in SPLITS},
                 "truncated": {split: _truncated_share(folder, split, plan[split][0]) for split in SPLITS}}
