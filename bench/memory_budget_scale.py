@@ -41,6 +41,7 @@ from raexmc.memory.indexes import INDEXED_KEY_SETS, build_memory_indexes, load_j
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory, own_index_folders
 from raexmc.memory.keys_values import training_values
 from raexmc.memory.prototypes import prototype_weight
+from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
 
 BUILT_FILE = "built.json"   # under --work/index: the index stage's build seconds per key set
@@ -118,7 +119,8 @@ def main(dataset: Path = typer.Option(..., help="A download stage's folder (Y_tr
             built = index_stage(embeddings, index, M, ef_construction)
             baselines = load_joint_search(index, ef_search=PAPER_EF_SEARCH)
         rae = memory.indexes(baselines, PAPER_EF_SEARCH)
-        latency_ms, _ = rae_latency_ms(memory, rae, batch, memory.values(Y), PAPER_LAMBDA, PAPER_TAU, PAPER_B)
+        model = RaeModel(memory.values(Y), RaeSettings(PAPER_LAMBDA, PAPER_TAU, PAPER_B), memory.log_counts(), rae)
+        latency_ms, _ = rae_latency_ms(model, batch)
         rows.append({"dataset": dataset.name, "method": row_method(memory, memory_settings.method, False,
                                                                    memory_settings.prototypes),
                      "keep": memory_settings.keep, "compression": memory_settings.compression,
