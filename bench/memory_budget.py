@@ -4,7 +4,7 @@
 
 Reads <root>/data/<name> and <root>/artifacts/<name>/{embeddings,index,tune} (a `dvc repro` of the
 project), builds each memory as the memory stage does (HNSW at params.yaml's index.*: M, ef_construction)
-for every keep of --keeps and method of --methods, with and without the prior for the merging methods,
+for every keep of --keeps and method of --methods, with and without the prior for the merging methods (--priors),
 and scores RAE at the tune stage's λ, τ and retrieval (joint, or split at its label share) and infer.b / ef_search. The full memory (keep 1) is the index
 stage's own inputs' index. Each variant is built with each compression of --compressions
 (memory.compression: its input keys' and labels' indexes compressed); the prior rides with "none" only.
@@ -89,9 +89,15 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
          compressions: str = typer.Option("none", help="memory.compression names, comma-separated."),
          prototypes: str = typer.Option("0", help="memory.prototypes weights α, comma-separated (0: the label "
                                                   "texts' keys); a row with α > 0 is named <method>+prototypes<α>."),
+         priors: str = typer.Option("off,on", help="Rows without (off) and with (on) the prior, comma-separated; "
+                                                   "on applies where keys merge, uncompressed, without prototypes. "
+                                                   "One alone lets each score at its own tuned λ and τ."),
          append: bool = typer.Option(False, help="Keep the mode's other rows; replace only those measured again."),
          out: Path | None = typer.Option(None, help="Result file; default bench/results/memory_budget_<name>.json "
                                                     "(from the current folder).")) -> None:
+    if not set(priors.split(",")) <= {"off", "on"}:
+        raise typer.BadParameter(f"--priors {priors!r}: expected off, on or off,on")
+    prior_settings = [choice == "on" for choice in priors.split(",")]
     p = load_params(params)
     data, artifacts = Dataset(root / "data" / name), root / "artifacts" / name
     index, selection = artifacts / "index", read_selection(artifacts / "tune")
@@ -110,7 +116,7 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
         for method in methods.split(",")[:1] if keep == 1.0 else methods.split(","):
             for compression in compressions.split(","):
                 for weight in map(float, prototypes.split(",")):
-                    variants += [(keep, method, prior, compression, weight) for prior in (False, True)
+                    variants += [(keep, method, prior, compression, weight) for prior in prior_settings
                                  if not prior or (compression == "none" and method != "random" and 0.0 < keep < 1.0
                                                   and weight == 0)]
     out = out or Path("bench/results") / f"memory_budget_{name}.json"

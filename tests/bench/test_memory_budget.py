@@ -113,3 +113,14 @@ def test_rae_scores_at_the_retrieval_tune_chose(tmp_path):
     nearest = np.argmax(np.load(embeddings / "test.npy") @ np.load(embeddings / "labels.npy").T, axis=1)
     has_labels = np.diff(Y_test.indptr) > 0
     assert row["P@1"] == round(100 * float(np.mean(Y_test.toarray()[np.arange(10), nearest][has_labels] > 0)), 2)
+
+
+def test_priors_on_alone_measures_only_the_prior_rows(tmp_path):
+    small_project(tmp_path)
+    rows = run_bench(tmp_path, "--keeps", "1,0.5", "--methods", "random,kmeans", "--priors", "on")["rows"]
+    assert [(r["method"], r["keep"]) for r in rows] == [("kmeans+prior", 0.5)]
+    rows = run_bench(tmp_path, "--keeps", "0.5", "--methods", "kmeans", "--priors", "off")["rows"]
+    assert [(r["method"], r["keep"]) for r in rows] == [("kmeans", 0.5)]
+    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "--root", str(tmp_path), "--name",
+                           "tiny", "--priors", "yes"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--priors 'yes'" in proc.stderr
