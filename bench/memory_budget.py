@@ -4,11 +4,11 @@
 
 Reads <root>/data/<name> and <root>/artifacts/<name>/{embeddings,index,tune} (a `dvc repro` of the
 project), builds each memory as the memory stage does (HNSW at params.yaml's index.*: M, ef_construction)
-for every keep of --keeps and method of --methods, with and without the prior for the merging methods,
-and scores RAE at the tune stage's λ and τ and infer.b / ef_search. The full memory (keep 1) is the index
+for every keep of --keeps and method of --methods, with and without the prior for the merging methods (--priors),
+and scores RAE at the tune stage's λ, τ and retrieval (joint, or split at its label share) and infer.b / ef_search. The full memory (keep 1) is the index
 stage's own inputs' index. Each variant is built with each compression of --compressions
 (memory.compression: its input keys' and labels' indexes compressed); the prior rides with "none" only.
-Writes bench/results/memory_budget_<name>.json after every row (a stopped run keeps what it measured): {"rows": [{"dataset", "mode", "method", "keep",
+Writes --out (default bench/results/memory_budget_<name>.json) after every row (a stopped run keeps what it measured): {"rows": [{"dataset", "mode", "method", "keep",
 "compression", "bytes", "P@1", "P@5", "R@100", "latency_ms"}], "command": {mode: command}}, the metrics in
 percent, a method with the prior named "<method>+prior". A run replaces its mode's rows and keeps the other
 mode's; with --append it replaces only the rows it measures again and chains its command to the mode's,
@@ -38,7 +38,7 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import Evaluator, rae_scorer
 from raexmc.evaluation.propensity import table_propensity
-from raexmc.evaluation.selection import read_selection
+from raexmc.evaluation.selection import rae_retrieval, read_selection
 from raexmc.memory.indexes import INDEXED_KEY_SETS, index_folder, load_joint_search
 from raexmc.memory.input_memory import (COUNTS_FILE, VALUES_FILE, InputMemory, MemorySettings, build_input_memory,
                                         own_index_folders)
@@ -89,11 +89,20 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
          compressions: str = typer.Option("none", help="memory.compression names, comma-separated."),
          prototypes: str = typer.Option("0", help="memory.prototypes weights α, comma-separated (0: the label "
                                                   "texts' keys); a row with α > 0 is named <method>+prototypes<α>."),
-         append: bool = typer.Option(False, help="Keep the mode's other rows; replace only those measured again.")) -> None:
+         priors: str = typer.Option("off,on", help="Rows without (off) and with (on) the prior, comma-separated; "
+                                                   "on applies where keys merge, uncompressed, without prototypes. "
+                                                   "One alone lets each score at its own tuned λ and τ."),
+         append: bool = typer.Option(False, help="Keep the mode's other rows; replace only those measured again."),
+         out: Path | None = typer.Option(None, help="Result file; default bench/results/memory_budget_<name>.json "
+                                                    "(from the current folder).")) -> None:
+    if not set(priors.split(",")) <= {"off", "on"}:
+        raise typer.BadParameter(f"--priors {priors!r}: expected off, on or off,on")
+    prior_settings = [choice == "on" for choice in priors.split(",")]
     p = load_params(params)
     data, artifacts = Dataset(root / "data" / name), root / "artifacts" / name
     index, selection = artifacts / "index", read_selection(artifacts / "tune")
     lam, tau, b, ef_search = selection["lambda"], selection["tau"], p.typed("infer.b", int), p.typed("infer.ef_search", int)
+    retrieval = rae_retrieval(selection)
     index_settings = {"M": p.typed("index.M", int), "ef_construction": p.typed("index.ef_construction", int),
                       "threads": p.typed("index.threads", int)}
     queries = np.asarray(load_embeddings(artifacts / "embeddings", "test"), dtype=np.float32)
@@ -107,10 +116,10 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
         for method in methods.split(",")[:1] if keep == 1.0 else methods.split(","):
             for compression in compressions.split(","):
                 for weight in map(float, prototypes.split(",")):
-                    variants += [(keep, method, prior, compression, weight) for prior in (False, True)
+                    variants += [(keep, method, prior, compression, weight) for prior in prior_settings
                                  if not prior or (compression == "none" and method != "random" and 0.0 < keep < 1.0
                                                   and weight == 0)]
-    out = Path("bench/results") / f"memory_budget_{name}.json"
+    out = out or Path("bench/results") / f"memory_budget_{name}.json"
     earlier = json.loads(out.read_text()) if out.is_file() else {"rows": [], "command": {}}
     command = "python bench/memory_budget.py " + shlex.join(sys.argv[1:])
     rows = []
@@ -123,7 +132,7 @@ def main(root: Path = typer.Option(Path("."), help="Project root holding data/<n
             memory = InputMemory(folder)
             values, rae = memory.values(Y), memory.indexes(baselines, ef_search)
             memory_bytes = stored_memory_bytes(memory, index, Y, scratch)
-            model = RaeModel(values, RaeSettings(lam, tau, b), memory.log_counts(), rae)
+            model = RaeModel(values, RaeSettings(lam, tau, b, retrieval), memory.log_counts(), rae)
             latency_ms, joint = rae_latency_ms(model, queries)
             scored = Evaluator(Y, Y_test, exclude, ab, values)
             summary = scored.summary(scored.rank(len(queries), rae_scorer(model, joint)))[0]

@@ -95,3 +95,32 @@ def test_an_appended_run_adds_only_the_variants_it_names(tmp_path):
     again = run_bench(tmp_path, "--keeps", "0", "--methods", "random", "--append")["rows"]
     assert [(r["method"], r["keep"]) for r in again] == [("full", 1.0), ("kmeans", 0.0), ("random", 0.5),
                                                         ("kmeans", 0.5), ("random", 0.0)]
+
+
+def test_rae_scores_at_the_retrieval_tune_chose(tmp_path):
+    """A split retrieval with every key from the labels: RAE at keep 1 ranks as the nearest label does, where the
+    joint top-b would hold input keys too."""
+    data, artifacts, Y_test = small_project(tmp_path)
+    (artifacts / "tune" / "selection.json").write_text(json.dumps(
+        {"lambda": 0.5, "tau": 0.04, "retrieval": "split", "label_share": 1.0}))
+    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "--root", str(tmp_path), "--name",
+                           "tiny", "--params", str(REPO / "params.yaml"), "--keeps", "1",
+                           "--out", str(tmp_path / "split.json")], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "bench/results/memory_budget_tiny.json").exists(), "--out names the one file written"
+    [row] = json.loads((tmp_path / "split.json").read_text())["rows"]
+    embeddings = artifacts / "embeddings"
+    nearest = np.argmax(np.load(embeddings / "test.npy") @ np.load(embeddings / "labels.npy").T, axis=1)
+    has_labels = np.diff(Y_test.indptr) > 0
+    assert row["P@1"] == round(100 * float(np.mean(Y_test.toarray()[np.arange(10), nearest][has_labels] > 0)), 2)
+
+
+def test_priors_on_alone_measures_only_the_prior_rows(tmp_path):
+    small_project(tmp_path)
+    rows = run_bench(tmp_path, "--keeps", "1,0.5", "--methods", "random,kmeans", "--priors", "on")["rows"]
+    assert [(r["method"], r["keep"]) for r in rows] == [("kmeans+prior", 0.5)]
+    rows = run_bench(tmp_path, "--keeps", "0.5", "--methods", "kmeans", "--priors", "off")["rows"]
+    assert [(r["method"], r["keep"]) for r in rows] == [("kmeans", 0.5)]
+    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "--root", str(tmp_path), "--name",
+                           "tiny", "--priors", "yes"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--priors 'yes'" in proc.stderr
