@@ -13,7 +13,8 @@ the tune stage does with params.yaml's validation settings, chooses λ and τ (j
 (split, share auto) on held-out training inputs, and scores the test set at each choice. `--top-labels L` keeps
 only the dataset's L most frequent training labels (and the inputs that have one of them): the few-labels regime
 (FOLDOC has more labels than inputs) from the same real data and embeddings. Writes
-<root>/bench/results/split_retrieval_<name>[_top<L>].json.
+<root>/bench/results/split_retrieval_<name>[_top<L>][_<tag>].json: `--tag fine-tuned` names the record of
+fine-tuned embeddings apart from the zero-shot one.
 
 `comparison` sets the two choices side by side on the test set with kNN and the dual encoder, each from its own
 search; kNN at its own τ, chosen on the same held-out inputs from the τ the split tried (kNN moves with τ as RAE
@@ -29,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import shlex
 import sys
 import tempfile
@@ -142,7 +144,11 @@ def mixed(knn_part: Any, label_part: Any, lam: float, rows: slice) -> Any:
 
 
 def main(name: str = "foldoc", root: Path = Path("."), b: int = 200, tau: float = 0.04, lam: float = 0.5,
-         shares: str = "0.1,0.25,0.5,0.75,0.9", top_labels: int = 0, label_tau_ratios: str = "") -> None:
+         shares: str = "0.1,0.25,0.5,0.75,0.9", top_labels: int = 0, label_tau_ratios: str = "",
+         tag: str = typer.Option("", help="Suffix of the record's name (letters, digits, '.', '_', '-'), so that "
+                                          "runs on other embeddings of the same dataset keep their own record.")) -> None:
+    if tag and not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
+        raise typer.BadParameter(f"{tag!r}: use letters, digits, '.', '_' or '-'", param_hint="--tag")
     started = time.perf_counter()
     dataset = Dataset(root / "data" / name)
     ab = table_propensity(dataset.names).ab
@@ -150,7 +156,7 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = 200, tau: float 
         report = measure(dataset, root, name, b, tau, lam, shares, top_labels, ab, Path(scratch),
                          [float(r) for r in label_tau_ratios.split(",") if r])
     report["seconds"] = round(time.perf_counter() - started, 1)
-    suffix = f"_top{top_labels}" if top_labels else ""
+    suffix = (f"_top{top_labels}" if top_labels else "") + (f"_{tag}" if tag else "")
     out = root / "bench" / "results" / f"split_retrieval_{name}{suffix}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

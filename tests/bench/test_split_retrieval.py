@@ -1,6 +1,6 @@
 """bench/split_retrieval.py on a small made-up project: the few-labels subset it measures, the share of
 label keys in the joint top-b against a brute force over the dense similarities, the comparison's paired tests,
-and the label keys' own temperature on a hand-worked example."""
+the record named by --tag, and the label keys' own temperature on a hand-worked example."""
 
 from __future__ import annotations
 
@@ -40,10 +40,11 @@ def test_few_labels_and_the_joint_label_share_by_brute_force(tmp_path):
     data, embeddings = small_project(tmp_path)
     proc = subprocess.run([sys.executable, str(REPO / "bench/split_retrieval.py"), "--root", str(tmp_path), "--name",
                            "tiny", "--b", str(B), "--top-labels", "5", "--shares", "0.5",
-                           "--label-tau-ratios", "0.5,1"],
+                           "--label-tau-ratios", "0.5,1", "--tag", "fine-tuned"],
                           cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads((tmp_path / "bench/results/split_retrieval_tiny_top5.json").read_text())
+    assert [p.name for p in (tmp_path / "bench/results").iterdir()] == ["split_retrieval_tiny_top5_fine-tuned.json"]
+    report = json.loads((tmp_path / "bench/results/split_retrieval_tiny_top5_fine-tuned.json").read_text())
 
     Y_train, Y_test = (sp.load_npz(data / f"Y_{split}.npz").toarray() > 0 for split in ("train", "test"))
     top = np.sort(np.argsort(-Y_train.sum(axis=0), kind="stable")[:5])
@@ -80,6 +81,14 @@ def test_few_labels_and_the_joint_label_share_by_brute_force(tmp_path):
     assert probe["tau"] == tau and {row["label_tau"] for row in probe["curve"]} == {tau / 2, tau}
     assert len(probe["curve"]) == 2 * len({row["lambda"] for row in probe["curve"]})
     assert set(probe["test"]) == {"P@1", "P@5", "PSP@5", "R@100"}
+
+
+def test_a_tag_that_is_no_file_name_part_is_refused_before_any_work(tmp_path):
+    small_project(tmp_path)
+    proc = subprocess.run([sys.executable, str(REPO / "bench/split_retrieval.py"), "--root", str(tmp_path), "--name",
+                           "tiny", "--tag", "fine tuned"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--tag" in proc.stderr
+    assert not list((tmp_path / "bench/results").iterdir())
 
 
 def test_label_keys_at_their_own_temperature_by_hand():
