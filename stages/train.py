@@ -67,15 +67,19 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             used = embed_batch_size(settings.embed_batch_size, ctx.device)
             run.params({"encoder.name": name, "encoder.mode": mode, "encoder.pooling": encoder.recipe,
                         "train": {**p.section("train"), "embed_batch_size_used": used, "encoder": encoder.describe(),
-                                  "resolved": {**asdict(trained.schedule), "grad_cache_chunk": trained.grad_cache_chunk}}})
+                                  "resolved": {**asdict(trained.schedule),
+                                               "grad_cache_chunk": trained.grad_cache_chunk}}})
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
         if mode == "fine-tuned":
             if ctx.is_main:
                 typer.echo(describe(p.typed("train.schedule", str), data.stats["N_train"], ctx.world_size,
                                     trained.schedule, trained.grad_cache_chunk), err=True)
-            fingerprint = hashlib.sha256(json.dumps([name, encoder.recipe, vars(trained), data.stats, cache.meta["key"],
-                                                     ctx.world_size], sort_keys=True).encode()).hexdigest()
+            # the settings before grad_cache_chunk's auto is resolved: it depends on the device's memory, and
+            # caching does not change the gradient, so a resume on another card keeps the checkpoint
+            fingerprint = hashlib.sha256(json.dumps([name, encoder.recipe, vars(settings), data.stats,
+                                                     cache.meta["key"], ctx.world_size],
+                                                    sort_keys=True).encode()).hexdigest()
 
             def log(step: int, values: dict) -> None:
                 if run is not None:
@@ -88,9 +92,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             # an empty panel, and one without validation points a missing-field error: the curve is written only
             # where the run trained and validated (MLflow has the loss of every run that trained).
             validated = bool(curve) and settings.val_fraction > 0
-            with atomic_dir(out) as folder, atomic_dir(curves) as curve_folder:
+            with atomic_dir(out) as folder:
                 encoder.save(folder)  # the sentence-transformers layout: the files carry the pooling
                 write_json(folder / "raexmc.json", {"base": name, "mode": mode})
+            with atomic_dir(curves) as curve_folder:  # after the encoder: a curve never sits beside an older one
                 if validated:
                     write_json(curve_folder / "training_curve.json", as_table(curve))
             if run is not None and validated:

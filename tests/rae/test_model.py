@@ -5,6 +5,7 @@ scoring identically, and a folder packaged before the newer settings existed sti
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -159,3 +160,16 @@ def test_bad_models_and_folders_are_refused_naming_what(tmp_path):
     assert str(tmp_path / "model") in error.value.one_line()
     with pytest.raises(DataError, match="no settings.json"):
         load_model(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="needs its b"):
+        save_model(RaeModel(Y, RaeSettings(LAM, TAU, None)), tmp_path / "unsaved")
+    assert not (tmp_path / "unsaved").exists()
+
+
+def test_a_folder_with_one_index_of_its_own_is_refused_at_load_without_the_index_stages(tmp_path):
+    """A smaller memory keeps its input keys' index and takes the labels' from the index stage: without that
+    folder, loading says so (a query would otherwise be the first to find no search)."""
+    save_model(model(search=hnsw_search()), tmp_path / "model")
+    shutil.rmtree(tmp_path / "model" / "labels")
+    with pytest.raises(DataError, match="holds its own index of inputs only") as error:
+        load_model(tmp_path / "model")
+    assert str(tmp_path / "model") in error.value.one_line()

@@ -34,8 +34,11 @@ class QueryLambdaModel(Protocol):
 
     tau: float
     b: int | None
+    fallback: float  # the scalar λ it falls back to, saved as the folder's λ
 
     def lambdas(self, ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix, parts: Any = None) -> np.ndarray: ...
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 Lambda = Union[float, QueryLambdaModel]

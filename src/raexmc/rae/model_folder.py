@@ -32,7 +32,8 @@ MODEL_SETTINGS = ("lambda", "b", "tau")  # what settings.json must hold for the 
 
 def load_model(folder: str | os.PathLike, index: str | os.PathLike | None = None, threads: int = 0) -> RaeModel:
     """The RAE model of a memory folder, searching the indexes the folder holds of its own and, for the key sets
-    it holds none of, those of the index stage's folder `index` (no search where neither has one)."""
+    it holds none of, those of the index stage's folder `index` (no search where there is no index at all; a
+    folder with one key set's index of its own needs `index` for the other, refused at load, not at a query)."""
     folder = Path(folder)
     settings = read_settings(folder, MODEL_SETTINGS)
     tau, b = float(settings["tau"]), int(settings["b"])
@@ -49,6 +50,9 @@ def load_model(folder: str | os.PathLike, index: str | os.PathLike | None = None
             raise DataError(f"{COUNTS_FILE} counts {len(log_counts)} input keys, {VALUES_FILE} has {values.shape[0]}",
                             folder)
     own = own_index_folders(folder)
+    if index is None and 0 < len(own) < len(INDEXED_KEY_SETS):
+        raise DataError(f"holds its own index of {', '.join(own)} only: give the index stage's folder for the rest",
+                        folder)
     search = None
     if index is not None or len(own) == len(INDEXED_KEY_SETS):
         keys = load_array(folder / KEYS_FILE) if (folder / KEYS_FILE).is_file() else None
@@ -65,6 +69,8 @@ def save_model(model: RaeModel, folder: str | os.PathLike) -> None:
     """Write `model` to `folder` atomically, as `load_model` reads it back: its search too, when it has one of
     saved kinds (exact, HNSW or faiss indexes)."""
     settings = model.settings
+    if settings.b is None:
+        raise ValueError("a saved model needs its b (RaeSettings.b): a folder's predictor retrieves b keys")
     lam = settings.lam.fallback if settings.per_query else settings.lam
     meta = {"lambda": lam, "tau": settings.tau, "b": settings.b, "query_lambda": settings.per_query,
             "retrieval": settings.retrieval.mode, "label_share": settings.retrieval.label_share,
