@@ -6,34 +6,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import scipy.sparse as sp
 
+from bench_scripts import small_project
 from conftest import REPO
 
-N_TRAIN, N_TEST, N_LABELS, B = 80, 12, 20, 10
-
-
-def small_project(root):
-    rng = np.random.default_rng(0)
-    data, embeddings = root / "data" / "tiny", root / "artifacts" / "tiny" / "embeddings"
-    for folder in (data, embeddings, root / "bench" / "results"):
-        folder.mkdir(parents=True)
-    (data / "stats.json").write_text(json.dumps({"N_train": N_TRAIN, "N_test": N_TEST, "L": N_LABELS}))
-    for split, n in (("train", N_TRAIN), ("test", N_TEST)):
-        labels = (rng.random((n, N_LABELS)) < 0.1) | (np.arange(N_LABELS) == rng.integers(0, N_LABELS, (n, 1)))
-        sp.save_npz(data / f"Y_{split}.npz", sp.csr_matrix(labels.astype(np.float64)))
-        sp.save_npz(data / f"filter_{split}.npz", sp.csr_matrix((n, N_LABELS), dtype=bool))
-    for split, n in (("train", N_TRAIN), ("labels", N_LABELS), ("test", N_TEST)):
-        v = rng.normal(size=(n, 8)).astype(np.float32)
-        np.save(embeddings / f"{split}.npy", v / np.linalg.norm(v, axis=1, keepdims=True))
-    (embeddings / "meta.json").write_text(json.dumps({"encoder": "made-up"}))
-    shutil.copyfile(REPO / "params.yaml", root / "params.yaml")
-    return data, embeddings
+B = 10
 
 
 def test_few_labels_and_the_joint_label_share_by_brute_force(tmp_path):
