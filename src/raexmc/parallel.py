@@ -59,9 +59,12 @@ def ordered_map(function: Callable[[Shared, Block], Result], shared: Shared, blo
                 workers: int) -> Iterator[Result]:
     """`function(shared, block)` for each block, yielded in the blocks' order, over `workers` processes.
 
-    `shared` (the read-only state every block needs: a tokenizer, a generator's tables) is sent once to
-    each process, blocks one at a time; `function` must be a module-level function so processes can find
-    it. With one worker everything runs in this process. At most a few blocks per worker are queued,
+    `shared` (the read-only state every block needs: a tokenizer, a generator's tables) is handed to each
+    process once, when it starts (inherited under fork, pickled under spawn). `function` goes with every
+    block and is pickled by its qualified name, so it must be one a worker can import: a function defined
+    at module level or in a class body (`TokenRows.write`), not a lambda or a nested function; each block
+    and each result is pickled too. With one worker everything runs in this process and nothing is
+    pickled. At most a few blocks per worker are queued,
     so blocks stream from a generator without piling up. An exception in a worker (a DataError naming
     its file and line, say) is raised here as it was raised there, and the queued blocks are dropped; a
     worker that dies (killed, out of memory) is a WorkerError.

@@ -89,7 +89,7 @@ def test_the_tune_stage_fit_falls_back_to_its_chosen_lambda_in_a_tie():
               for keep, offset in ((is_input, 0), (~is_input, NUM_TRAIN))]
     retrieval = ValidationRetrieval(*halves, 3, HeldOutLabels(evaluator.truth, Y_TRAIN,
                                                               sp.csr_matrix((200, NUM_LABELS)), np.arange(200),
-                                                              np.arange(NUM_TRAIN)))
+                                                              np.arange(NUM_TRAIN)), Y_TRAIN)
     settings = TuneSettings(lam=None, tau=TAU, lambda_grid=tuple(GRID), tau_grid=(TAU,), metric="P@1", b=3,
                             val_fraction=0.05, val_max_queries=20000, val_seed=0, relevance="binary")
 

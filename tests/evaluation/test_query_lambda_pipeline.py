@@ -17,8 +17,8 @@ from conftest import REPO, dense_top_b_softmax
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import QUERY_LAMBDA_METHOD, EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.evaluation.propensity import DEFAULT_AB
-from raexmc.evaluation.query_lambda_fit import query_lambda_scorer
 from raexmc.evaluation.significance import compare_runs
+from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import QueryLambda, fit_query_lambda, query_features, read_query_lambda
 from raexmc.training.batches import split_validation
 
@@ -142,7 +142,7 @@ def test_rae_query_lambda_equals_a_dense_per_query_loop():
     result = evaluate_retrieval(Retrievals(joint, baselines, baselines).rows, evaluator,
                                 EvalSettings(lam=0.5, b=b, tau=tau), query_lambda=model, chunk=7)
     summary, per_instance = result["methods"][QUERY_LAMBDA_METHOD], result["per_instance"][QUERY_LAMBDA_METHOD]
-    scored = query_lambda_scorer(joint, Y_train, model, b)(slice(0, n)).toarray()
+    scored = RaeModel(Y_train, RaeSettings(model, model.tau, b)).scores(*joint).toarray()  # as predict scores
 
     lambdas = model.lambdas(ids[:, :b], sims[:, :b], Y_train)
     assert set(lambdas) == {0.0, 1.0}

@@ -344,7 +344,7 @@ def crossing_retrieval(crossings: list[float], truth: str) -> ValidationRetrieva
     right = np.arange(n) * 2 + (1 if truth == "R" else 0)
     Y_val = sp.csr_matrix((np.ones(n), (np.arange(n), right)), shape=(n, 2 * n))
     held = HeldOutLabels(Y_val, Y_rest, sp.csr_matrix((n, 2 * n)), np.arange(n), np.arange(n * COPIES))
-    return ValidationRetrieval(inputs, labels, COPIES + 1, held)
+    return ValidationRetrieval(inputs, labels, COPIES + 1, held, Y_rest)
 
 
 @pytest.mark.parametrize(("crossings", "truth", "expected"), [

@@ -50,3 +50,5 @@ def test_prior_can_reorder_and_leaves_labels_and_padding():
     assert new_ids.tolist() == [[0, 1, 2, -1]]
     np.testing.assert_allclose(new_sims[0, :3], [0.40 + TAU * math.log(3), 0.45, 0.30], rtol=1e-6)
     assert new_sims[0, 3] == -np.inf
+    hits = (ids, sims)
+    assert add_log_prior(hits, None, TAU) is hits, "no prior: the retrieval as it is"

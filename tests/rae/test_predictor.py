@@ -31,9 +31,9 @@ from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import DataError
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index
-from raexmc.evaluation.query_lambda_fit import query_lambda_scorer
 from raexmc.memory.keys_values import memory_keys
 from raexmc.memory.predictor_folder import write_memory
+from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.predictor import Predictor
 from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.queries import parse_queries
@@ -145,7 +145,7 @@ def test_predictor_with_query_lambda_ranks_like_the_evaluation_path(built):
     joint = make_index("exact", memory_keys(built / "embeddings")).search(queries, SETTINGS["b"])
     Y_train = Dataset(built.parents[1] / "data" / "tiny").label_matrix("train").copy()
     Y_train.data[:] = 1.0
-    scores = query_lambda_scorer(joint, Y_train, model, SETTINGS["b"])(slice(0, 1))
+    scores = RaeModel(Y_train, RaeSettings(model, model.tau, SETTINGS["b"])).scores(*joint)
     top = top_k(scores, 3)[0]
     top = top[top >= 0]
     at_memory_lambda = rae_scores(*joint, Y_train, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])

@@ -23,18 +23,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..memory.input_memory import MemorySettings
-from .evaluator import HEADLINE
-from .selection import (HeldOutLabels, TuneSettings, ValidationRetrieval, past_edge, select,
+from .selection import (HeldOutLabels, TuneSettings, ValidationRetrieval, choose, past_edge, select,
                         validation_retrieval)
 
 
 def keep_row(keep: float, selection: dict[str, Any]) -> dict[str, Any]:
-    """One point of the keep curve: the keep, its input keys, the λ, τ and label share chosen on its memory and the
-    headline metrics there."""
-    best = next(r for r in selection["validation"] if (r["lambda"], r["tau"], r["label_share"])
-                == (selection["lambda"], selection["tau"], selection["label_share"]))
-    return {"keep": keep, "input_keys": selection["memory_input_keys"], "lambda": best["lambda"], "tau": best["tau"],
-            "label_share": best["label_share"], **{k: best[k] for k in HEADLINE}}
+    """One point of the keep curve: the keep, its input keys, and the validation row (λ, τ, label share, headline
+    metrics) at the point `select` chose on its memory."""
+    chosen = choose(selection["validation"], selection["metric"], selection["lambda"], selection["tau"],
+                    selection["label_share"])  # all three fixed: the one row there
+    return {"keep": keep, "input_keys": selection["memory_input_keys"], **chosen}
 
 
 def choose_keep(embeddings: str | os.PathLike, held: HeldOutLabels, settings: TuneSettings,

@@ -49,12 +49,6 @@ def per_query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, lambdas: np.nda
     return lambda rows: combine_per_query(rae.parts(ids[rows], sims[rows]), lambdas[rows])
 
 
-def query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, model: QueryLambda, b: int) -> Scorer:
-    """RAE on the joint retrieval with each query at the λ `model` picks from its features, chunk by
-    chunk: the score halves are computed once and serve both the features and the scores."""
-    return rae_scorer(RaeModel(Y_train, RaeSettings(model, model.tau, b)), joint)
-
-
 def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, selection: dict[str, Any],
                      propensity_ab: tuple[float, float]) -> tuple[QueryLambda, dict[str, Any]]:
     """The per-query λ model of the tune stage's validation retrieval, at the chosen τ, retrieval, b and metric,

@@ -158,12 +158,12 @@ class ValidationRetrieval:
     labels: Hits
     b: int
     held: HeldOutLabels
-    memory_values: sp.csr_matrix | None = None   # the selected keys' values (None: every remaining input, Y_rest)
+    memory_values: sp.csr_matrix                 # the memory's input keys' values (Y_rest when it keeps them all)
     log_counts: np.ndarray | None = None         # their log member counts when the prior is on
 
     @property
     def input_keys(self) -> int:
-        return len(self.held.rest_rows) if self.memory_values is None else self.memory_values.shape[0]
+        return self.memory_values.shape[0]
 
     def evaluator(self, propensity_ab: tuple[float, float]) -> Evaluator:
         """Ranks and scores the held-out inputs as the test set is ranked and scored."""
@@ -172,8 +172,7 @@ class ValidationRetrieval:
 
     def model(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> RaeModel:
         """RAE on this memory at τ and b with the retrieval `rae` (at the paper's λ: the curve sets each)."""
-        values = self.held.Y_rest if self.memory_values is None else self.memory_values
-        return RaeModel(values, RaeSettings(tau=tau, b=self.b, retrieval=rae), self.log_counts)
+        return RaeModel(self.memory_values, RaeSettings(tau=tau, b=self.b, retrieval=rae), self.log_counts)
 
     def hits(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> Hits:
         """RAE's keys as `rae` takes them and scores them at `tau`: with the prior added when the memory has one."""
@@ -196,7 +195,7 @@ def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: 
     them, and over the labels, from the embeddings folder. Its files are mapped only while the keys and queries
     are copied out of them: the search holds those alone (the mapped pages count as the stage's memory)."""
     train_inputs, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
-    input_keys, memory_values, log_counts = (train_inputs, held.rest_rows), None, None
+    input_keys, memory_values, log_counts = (train_inputs, held.rest_rows), held.Y_rest, None
     if memory is not None and not memory.full:
         selected = select_keys(train_inputs[held.rest_rows], held.Y_rest, memory.keep, memory.method, memory.seed,
                                labels=labels)

@@ -31,9 +31,8 @@ from .compression import NONE, checked_compression, parse_compression
 from .indexes import INDEXED_KEY_SETS, make_index
 from .key_selection import METHODS, check_keep, kept_count, select_keys
 from .keys_values import KEYS_FILE
-from .merge import JointSearch, RaeRetrieval, prefix
+from .merge import JointSearch, RaeRetrieval, prefix, rae_keys
 from .persistence import load_index, save_index
-from .prior import add_log_prior
 from .prototypes import label_prototypes, prototype_weight
 from .search import Hits
 
@@ -261,8 +260,7 @@ class InputMemory:
         log_counts = self.log_counts()
 
         def rae_at(b: int) -> Hits:
-            hits = retrieval.hits(own_inputs, own_labels, rae.inputs.count, b)
-            return hits if log_counts is None else add_log_prior(hits, log_counts, tau)
+            return rae_keys(retrieval, own_inputs, own_labels, rae.inputs.count, b, log_counts, tau)
 
         return (rae_at(k_parts), {b: rae_at(b) for b in other_b}, prefix(full_inputs, k_parts),
                 prefix(labels_k, k_parts))

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..checks import one_of, positive_int
 from ..errors import PARAMS_FILE, ConfigError, DataError
+from .prior import add_log_prior
 from .search import Hits, as_matrix, empty_result, sort_rows
 
 MERGE_ROWS = 8_192  # rows merged at once: the sort's scratch (about 32 bytes per candidate) stays near 100 MB at b=200
@@ -158,3 +159,11 @@ class RaeRetrieval:
             return merge_top_k(inputs, 0, labels, num_inputs, max(b, inputs[0].shape[1], labels[0].shape[1]))
         num_x, num_z = self.counts(b)
         return merge_top_k(prefix(inputs, num_x), 0, prefix(labels, num_z), num_inputs, b)
+
+
+def rae_keys(retrieval: RaeRetrieval, inputs: Hits, labels: Hits, num_inputs: int, b: int,
+             log_counts: np.ndarray | None, tau: float) -> Hits:
+    """RAE's keys at b as `retrieval` takes them from the two searches (`RaeRetrieval.hits`), with the prior
+    τ·log n added where the memory has one (`log_counts`, prior.py). The one home of that step: RaeModel.keys
+    and InputMemory.search (which may not import rae/) both take RAE's keys here."""
+    return add_log_prior(retrieval.hits(inputs, labels, num_inputs, b), log_counts, tau)

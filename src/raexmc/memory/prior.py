@@ -14,9 +14,12 @@ import numpy as np
 from .search import Hits, sort_rows
 
 
-def add_log_prior(hits: Hits, log_counts: np.ndarray, tau: float) -> Hits:
+def add_log_prior(hits: Hits, log_counts: np.ndarray | None, tau: float) -> Hits:
     """The joint retrieval with τ·log n added to the similarity of every input key (joint ids below
-    len(log_counts)), so that sims/τ gains log n; rows re-sorted, label keys and padding unchanged."""
+    len(log_counts)), so that sims/τ gains log n; rows re-sorted, label keys and padding unchanged.
+    `log_counts` None (a memory without the prior): `hits` as they are."""
+    if log_counts is None:
+        return hits
     ids, sims = hits
     is_input = (ids >= 0) & (ids < len(log_counts))
     boost = np.zeros(sims.shape, dtype=np.float64)

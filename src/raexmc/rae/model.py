@@ -20,7 +20,7 @@ from typing import Any, Protocol, Union
 import numpy as np
 import scipy.sparse as sp
 
-from ..memory.merge import RaeRetrieval
+from ..memory.merge import RaeRetrieval, rae_keys
 from ..memory.prior import add_log_prior
 from ..memory.search import Hits
 from .ranking import top_k
@@ -103,17 +103,15 @@ class RaeModel:
         """RAE's keys at b in joint ids, best first, from a search of the input keys and one of the label keys
         (each `retrieval.depth(b)` deep): taken as the retrieval says, with the prior added."""
         settings = self.settings
-        return self._with_prior(settings.retrieval.hits(inputs, labels, self.num_inputs, settings.b))
+        return rae_keys(settings.retrieval, inputs, labels, self.num_inputs, settings.b, self.log_counts, settings.tau)
 
     def retrieve(self, queries: np.ndarray) -> Hits:
         """RAE's keys at b for query embeddings, from this model's search."""
         if self.search is None:
             raise ValueError("this RAE model has no search: load it with an index")
         settings = self.settings
-        return self._with_prior(self.search.rae_search(queries, settings.b, settings.retrieval))
-
-    def _with_prior(self, hits: Hits) -> Hits:
-        return hits if self.log_counts is None else add_log_prior(hits, self.log_counts, self.settings.tau)
+        return add_log_prior(self.search.rae_search(queries, settings.b, settings.retrieval), self.log_counts,
+                             settings.tau)
 
     def parts(self, ids: np.ndarray, sims: np.ndarray) -> Parts:
         """The two score halves (P_inputs · V, P_labels) of RAE's keys at (τ, b): they serve every λ."""
