@@ -1,0 +1,58 @@
+"""bench/predict_speed.py on a packaged tiny project: every variant timed with its own retrieval, the packaged model
+given back, the rates the inverse of the per-query times, and the record a run writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+from bench_scripts import load_bench_module
+from conftest import REPO
+
+from raexmc.data.dataset import Dataset
+from raexmc.memory.merge import RaeRetrieval
+from raexmc.rae.predictor import Predictor
+
+bench = load_bench_module("predict_speed.py")
+
+
+def packaged_project(root, lf_folder, tiny_model):
+    spec = importlib.util.spec_from_file_location("predictor_tests", REPO / "tests/rae/test_predictor.py")
+    predictor_tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(predictor_tests)
+    return predictor_tests.build_pipeline(root, lf_folder, tiny_model, "exact")
+
+
+def test_each_variant_is_timed_with_its_own_retrieval_and_recorded(tmp_path, lf_folder, tiny_model, monkeypatch):
+    folder = packaged_project(tmp_path, lf_folder, tiny_model)
+    predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device="cpu")
+    packaged, seen = predictor.rae, []
+    original = Predictor.predict
+
+    def recording(self, queries, k=10):
+        seen.append(self.rae.settings.retrieval)
+        return original(self, queries, k)
+
+    monkeypatch.setattr(Predictor, "predict", recording)  # the real predict, its model noted on the way
+    times = bench.measure(predictor, ["jython", "perl scripts", "the unix shell"], [0.5], batch_size=2, repeats=2)
+    assert predictor.rae is packaged
+    # 2 repeats x 2 variants x 2 batches, the variants taking turns within each repeat
+    split = RaeRetrieval("split", 0.5)
+    assert seen == [RaeRetrieval(), RaeRetrieval(), split, split] * 2
+    assert set(times) == {"packaged", "split 0.5"}
+    for row in times.values():
+        assert abs(row["total_ms_per_query"] - sum(row[f"{p}_ms_per_query"] for p in ("encode", "search", "score"))) < 2e-3
+        assert abs(row["queries_per_s"] - 1000 / row["total_ms_per_query"]) <= 0.05 + 1e-3 * row["queries_per_s"]
+
+    # the script on the same project, as a user runs it
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    proc = subprocess.run([sys.executable, str(REPO / "bench/predict_speed.py"), "--root", str(tmp_path), "--name",
+                           "tiny", "--queries", "3", "--batch-size", "2", "--repeats", "1", "--shares", "0.25,1"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "bench/results/predict_speed_tiny.json").read_text())
+    test_texts = len(list(Dataset(tmp_path / "data" / "tiny").texts("test")))
+    assert report["queries"] == min(3, test_texts) and report["packaged"]["retrieval"] == "joint"
+    assert list(report["variants"]) == ["packaged", "split 0.25", "split 1"]
