@@ -19,7 +19,7 @@ fine-tuned embeddings apart from the zero-shot one.
 `comparison` sets the two choices side by side on the test set with kNN and the dual encoder, each from its own
 search; kNN at its own τ, chosen on the same held-out inputs from the τ the split tried (kNN moves with τ as RAE
 does; the dual encoder's ranking does not depend on τ), with paired t-tests (evaluation/significance.py) of the
-split against each. `--label-tau-ratios` adds a probe of the split with the label keys' logits at their own
+split against each and of the joint retrieval against each baseline. `--label-tau-ratios` adds a probe of the split with the label keys' logits at their own
 temperature τ_z = ratio x τ (one softmax: input keys at s/τ, label keys at s/τ_z), λ and the ratio chosen on the
 same held-out inputs at the split's τ and share: whether the label half is drowned by a mismatch of the two key
 sets' similarity scales.
@@ -215,8 +215,10 @@ def measure(dataset: Dataset, root: Path, name: str, b: int, tau: float, lam: fl
         "knn_tau_on_validation": knn,
         "test": {"joint": tuned["joint"]["test"], "split (auto)": tuned["split"]["test"],
                  **{m: {k: baselines[m]["methods"][m][k] for k in REPORTED} for m in BASELINES}},
-        "paired_t_tests": {f"split_vs_{other}": paired_tests(split["rae"], values)
-                           for other, values in against.items()},
+        "paired_t_tests": {**{f"split_vs_{other}": paired_tests(split["rae"], values)
+                              for other, values in against.items()},
+                           **{f"joint_vs_{m}": paired_tests(runs["joint"]["per_instance"]["rae"], against[m])
+                              for m in BASELINES}},
     }
     if label_tau_ratios:
         probe = temperature_probe(validation, choices["split"], label_tau_ratios, params.lambdas(), params.metric, ab)
