@@ -161,7 +161,7 @@ def measure(root: Path, name: str, b: int, alphas: list[float], epochs: int) -> 
         return evaluate_retrieval(Retrievals(hits, labels, test_inputs).rows, evaluator,
                                   EvalSettings(lam, b, tau, propensity_ab=ab))
 
-    text_validation = ValidationRetrieval(val_inputs, ExactIndex(Z).search(held_queries, b), b, held)
+    text_validation = ValidationRetrieval(val_inputs, ExactIndex(Z).search(held_queries, b), b, held, held.Y_rest)
     knn = knn_tau(text_validation, params.taus(), params.metric, ab)
     baseline = test_run(ExactIndex(Z).search(queries, b), 0.5, knn["tau"])
     knn_values = baseline["per_instance"]["knn"]
@@ -174,7 +174,8 @@ def measure(root: Path, name: str, b: int, alphas: list[float], epochs: int) -> 
     for kind in label_key_kinds(alphas, epochs):
         val_keys = label_keys(kind, memory, held.Y_rest, Z, epochs)
         test_keys = label_keys(kind, X, Y_train, Z, epochs)
-        validation = ValidationRetrieval(val_inputs, ExactIndex(val_keys).search(held_queries, b), b, held)
+        validation = ValidationRetrieval(val_inputs, ExactIndex(val_keys).search(held_queries, b), b, held,
+                                         held.Y_rest)
         test_labels = ExactIndex(test_keys).search(queries, b)
         split = select(validation, dataclasses.replace(params, lam=None, tau=None, b=b, retrieval="split",
                                                        label_share=None), ab)
