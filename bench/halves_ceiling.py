@@ -94,9 +94,8 @@ def label_key_kinds(alphas: list[float], epochs: int) -> list[str]:
 
 
 def label_keys(kind: str, inputs: np.ndarray, values: sp.csr_matrix, labels: np.ndarray, epochs: int) -> np.ndarray:
-    """The label keys of one kind, made from the memory's `inputs` and their `values` alone."""
-    if kind == "text":
-        return labels
+    """The label keys of one kind other than the label texts', made from the memory's `inputs` and their `values`
+    alone."""
     if kind == "learned":
         return learned_label_keys(inputs, values, labels, epochs)
     return label_prototypes(inputs, values, labels, float(kind.split()[1]))
@@ -118,7 +117,7 @@ def choose_mixture(validation: ValidationRetrieval, evaluator: Evaluator, lambda
     n = len(validation.inputs[0])
     curve = []
     for lam, tau_x, tau_z in itertools.product(lambdas, taus, taus):
-        scorer = mixture_scorer(validation.inputs, validation.labels, validation.held.Y_rest, lam, tau_x, tau_z,
+        scorer = mixture_scorer(validation.inputs, validation.labels, validation.memory_values, lam, tau_x, tau_z,
                                 validation.b)
         curve.append({"lambda": lam, "tau_x": tau_x, "tau_z": tau_z,
                       metric: evaluator.summary(evaluator.rank(n, scorer))[0][metric]})
@@ -161,9 +160,11 @@ def measure(root: Path, name: str, b: int, alphas: list[float], epochs: int) -> 
         return evaluate_retrieval(Retrievals(hits, labels, test_inputs).rows, evaluator,
                                   EvalSettings(lam, b, tau, propensity_ab=ab))
 
-    text_validation = ValidationRetrieval(val_inputs, ExactIndex(Z).search(held_queries, b), b, held, held.Y_rest)
+    text_labels = {split: ExactIndex(Z).search(split_queries, b)  # searched once: baselines and the "text" kind
+                   for split, split_queries in (("validation", held_queries), ("test", queries))}
+    text_validation = ValidationRetrieval(val_inputs, text_labels["validation"], b, held, held.Y_rest)
     knn = knn_tau(text_validation, params.taus(), params.metric, ab)
-    baseline = test_run(ExactIndex(Z).search(queries, b), 0.5, knn["tau"])
+    baseline = test_run(text_labels["test"], 0.5, knn["tau"])
     knn_values = baseline["per_instance"]["knn"]
     dual_values = baseline["per_instance"]["dual_encoder"]
     best_half = np.maximum(knn_values["P@1"], dual_values["P@1"])
@@ -172,11 +173,13 @@ def measure(root: Path, name: str, b: int, alphas: list[float], epochs: int) -> 
     chosen: dict[str, Any] = {"knn": knn}
     tests: dict[str, Any] = {}
     for kind in label_key_kinds(alphas, epochs):
-        val_keys = label_keys(kind, memory, held.Y_rest, Z, epochs)
-        test_keys = label_keys(kind, X, Y_train, Z, epochs)
-        validation = ValidationRetrieval(val_inputs, ExactIndex(val_keys).search(held_queries, b), b, held,
-                                         held.Y_rest)
-        test_labels = ExactIndex(test_keys).search(queries, b)
+        if kind == "text":
+            validation, test_labels = text_validation, text_labels["test"]
+        else:
+            val_keys = label_keys(kind, memory, held.Y_rest, Z, epochs)
+            validation = ValidationRetrieval(val_inputs, ExactIndex(val_keys).search(held_queries, b), b, held,
+                                             held.Y_rest)
+            test_labels = ExactIndex(label_keys(kind, X, Y_train, Z, epochs)).search(queries, b)
         split = select(validation, dataclasses.replace(params, lam=None, tau=None, b=b, retrieval="split",
                                                        label_share=None), ab)
         run = test_run(test_labels, split["lambda"], split["tau"], rae_retrieval(split))
@@ -195,8 +198,8 @@ def measure(root: Path, name: str, b: int, alphas: list[float], epochs: int) -> 
         test[key] = {k: metrics[k] for k in REPORTED}
         tests[key] = paired_tests(per_query, knn_values)
         if kind == "learned":  # the label half alone, as a classifier
-            alone = evaluator.summary(evaluator.rank(len(queries), mixture_scorer(
-                test_inputs, test_labels, Y_train, 0.0, PAPER_TAU, PAPER_TAU, b)))[0]
+            alone = evaluator.summary(evaluator.rank(len(queries), lambda rows, hits=test_labels: dual_encoder_scores(
+                hits[0][rows], hits[1][rows], Z.shape[0], PAPER_TAU, b)))[0]
             test["learned label keys alone"] = {k: alone[k] for k in REPORTED}
     return {
         "dataset": name, "command": " ".join(["python", *map(shlex.quote, sys.argv)]),
