@@ -5,7 +5,8 @@
 Runs stages/tune.py outside DVC on <root>/data/<name> and <root>/artifacts/<name>/embeddings (root: this
 checkout), first with memory.keep = --keep, then with memory.keep auto (memory.keep_grid as params.yaml sets it),
 each into a scratch folder, with params.yaml's other values and the `-S key=value` overrides. Records each run's
-wall and CPU time and peak memory (stage_resources.measure), what it chose and, for auto, the keep curve, in
+wall and CPU time and peak memory (stage_resources.measure), what it chose and, for auto, the keep curve (and,
+where `memory.prototypes: auto` chose α, that run's α curve at the keep it chose), in
 bench/results/keep_auto_<name>[_<tag>].json with the command that reproduces it.
 """
 
@@ -23,7 +24,9 @@ from ruamel.yaml import YAML
 from stage_resources import measure, set_key
 
 ROOT = Path(__file__).resolve().parents[1]
-CHOICE = ("keep", "lambda", "tau", "label_share", "metric", "val_value", "memory_input_keys", "val_queries")
+CHOICE = ("keep", "prototypes", "lambda", "tau", "label_share", "metric", "val_value", "memory_input_keys",
+          "val_queries")
+CURVES = ("keep_curve", "prototypes_curve")   # what the run chose among, where it chose
 
 
 def tune_run(root: Path, name: str, params: dict, keep: object, scratch: Path) -> dict:
@@ -38,7 +41,7 @@ def tune_run(root: Path, name: str, params: dict, keep: object, scratch: Path) -
     selection = json.loads((out / "selection.json").read_text())
     chosen = {key: selection[key] for key in CHOICE if key in selection}
     return {"memory.keep": keep, **resources, "chosen": chosen,
-            **({"keep_curve": selection["keep_curve"]} if "keep_curve" in selection else {})}
+            **{curve: selection[curve] for curve in CURVES if curve in selection}}
 
 
 def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.yaml datasets)."),

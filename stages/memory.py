@@ -4,8 +4,8 @@ stage's own inputs' index (nothing is copied); otherwise the selected keys' inde
 counts; with memory.compression other than none, compressed indexes of its input keys and of the labels;
 with label prototypes (memory.prototypes), an index of those in place of the label texts' keys.
 The dual encoder and kNN keep the index stage's indexes whatever the memory.
-With `memory.keep: auto` the keep is the one the tune stage chose on held-out training inputs (--keep-choice,
-its memory_keep.json)."""
+With `memory.keep: auto` the keep, and with `memory.prototypes: auto` below keep 1 the prototypes' α, are the ones
+the tune stage chose on held-out training inputs (--choice, its memory_choice.json)."""
 
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.indexes import backend_for, search_device
-from raexmc.memory.input_memory import MemorySettings, build_input_memory, resolved_keep
+from raexmc.memory.input_memory import build_input_memory, chosen_memory
 from raexmc.memory.keys_values import check_relevance, training_values
 from raexmc.pipeline.stage import run_stage, stage_cli
 
@@ -22,12 +22,12 @@ from raexmc.pipeline.stage import run_stage, stage_cli
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
          out: Path = typer.Option(..., help="Memory folder to write."),
-         keep_choice: Path | None = typer.Option(None, help="The tune stage's memory_keep.json: the keep to build "
-                                                             "where memory.keep is auto."),
+         choice: Path | None = typer.Option(None, help="The tune stage's memory_choice.json: the keep and α to build "
+                                                       "where memory.keep and memory.prototypes are auto."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         backend = backend_for(p.typed("index.backend", str), embeddings, search_device(p))  # the index stage's
-        settings = MemorySettings.from_params(p, backend, resolved_keep(p, keep_choice))
+        settings = chosen_memory(p, backend, choice)
         run.params({"memory": p.section("memory")})
         relevance = check_relevance(p.typed("infer.relevance", str))  # checked at keep 1 too, where no value is read
         values = None if not settings.needs_values else training_values(Dataset(dataset).label_matrix("train"), relevance,

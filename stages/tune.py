@@ -8,23 +8,26 @@ which the evaluate and package stages read, and beside it query_lambda.json: the
 on the same validation retrieval at the chosen τ (or, when it does not beat the best fixed λ in
 cross-validation, that λ for every query; its "fit" report says which).
 With `memory.keep: auto` it also chooses the keep from `memory.keep_grid`, λ and τ chosen afresh at each
-(keep_selection.py), and adds the keep curve to selection.json. memory_keep.json holds the keep the memory stage
-builds (`memory.keep` itself where it is a number)."""
+(keep_selection.py), and adds the keep curve to selection.json; with `memory.prototypes: auto` below keep 1 the
+label prototypes' α from `memory.prototypes_grid` likewise (prototype_selection.py; at each keep tried), and adds
+the α curve. memory_choice.json holds the keep and α the memory stage builds (`memory.keep` and
+`memory.prototypes` resolved where they are not auto)."""
 
-from functools import partial
 from pathlib import Path
 
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.evaluation.keep_selection import choose_keep, keep_curve_metrics
+from raexmc.evaluation.keep_selection import choose_keep
+from raexmc.evaluation.point_choice import curve_metrics
+from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
-from raexmc.evaluation.selection import (SELECTION_FILE, TuneSettings, held_out_labels, select,
-                                        validation_retrieval)
+from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, held_out_labels
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import backend_for, search_device
-from raexmc.memory.input_memory import KEEP_FILE, MemorySettings, keep_grid, keep_setting
+from raexmc.memory.input_memory import CHOICE_FILE, MemorySettings, keep_grid, keep_setting
+from raexmc.memory.prototypes import AUTO, prototype_grid
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
 from raexmc.training.batches import query_sample, split_validation
@@ -33,17 +36,21 @@ from raexmc.training.batches import query_sample, split_validation
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
          out: Path = typer.Option(..., help="Folder to write selection.json, query_lambda.json and "
-                                            "memory_keep.json into."),
+                                            "memory_choice.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         settings, device = TuneSettings.from_params(p), search_device(p)
         keep = keep_setting(p)
         grid = None if keep is not None else keep_grid(p)
+        prototypes = prototype_grid(p) if p.get("memory.prototypes") == AUTO else None
         # checked before any work too: only the embeddings' headers are read, for index.backend auto's key count
         backend = backend_for(p.typed("index.backend", str), embeddings, device)
-        memory_at = partial(MemorySettings.from_params, p, backend)
+
+        def memory_at(point: float, weight: float | None) -> MemorySettings:
+            return MemorySettings.from_params(p, backend, point, weight)
+
         for point in grid or (keep,):
-            memory_at(point)
+            memory_at(point, prototypes[0] if prototypes else None)
         run.params({"infer": p.section("infer")})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
@@ -52,24 +59,24 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance)
         del Y_train  # the search's keys take its place
         propensity_ab = propensity_from_params(p, data.names).ab
-        if grid is None:
-            retrieval = validation_retrieval(embeddings, held, settings.b, device, memory_at(keep))
-            selection = select(retrieval, settings, propensity_ab)
-        else:
-            retrieval, selection = choose_keep(embeddings, held, settings, memory_at, grid, propensity_ab, device)
+        tuning = MemoryTuning(embeddings, held, settings, propensity_ab, memory_at, backend, prototypes, device)
+        retrieval, selection = tuning.at(keep) if grid is None else choose_keep(tuning.at, grid, settings.metric)
+        chosen = memory_at(selection.get("keep", keep), selection.get("prototypes"))
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)
         with atomic_dir(out) as folder:
             write_json(folder / SELECTION_FILE, selection)
             write_json(folder / QUERY_LAMBDA_FILE, {**query_lambda.to_json(), "fit": fit})
-            write_json(folder / KEEP_FILE, {"keep": selection.get("keep", keep)})
-        run.metrics({**{k: v for k, v in selection.items() if k not in ("validation", "keep_curve")},
-                     **({"keep_curve": keep_curve_metrics(selection["keep_curve"])} if grid else {}),
+            write_json(folder / CHOICE_FILE, {"keep": chosen.keep, "prototypes": chosen.prototypes})
+        curves = {name: curve_metrics(selection[name], axis)
+                  for name, axis in (("keep_curve", "keep"), ("prototypes_curve", "prototypes")) if name in selection}
+        run.metrics({**{k: v for k, v in selection.items() if k not in ("validation", *curves)}, **curves,
                      "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}})
-        for name in (SELECTION_FILE, QUERY_LAMBDA_FILE, KEEP_FILE):
+        for name in (SELECTION_FILE, QUERY_LAMBDA_FILE, CHOICE_FILE):
             run.artifact(out / name)
         share = "" if selection["label_share"] is None else f" label_share={selection['label_share']}"
         chose_keep = "" if grid is None else f" keep={selection['keep']}"
-        typer.echo(f"chose{chose_keep} lambda={selection['lambda']} tau={selection['tau']} "
+        chose_prototypes = "" if "prototypes" not in selection else f" prototypes={selection['prototypes']}"
+        typer.echo(f"chose{chose_keep}{chose_prototypes} lambda={selection['lambda']} tau={selection['tau']} "
                    f"retrieval={selection['retrieval']}{share} "
                    f"(validation {selection['metric']} {selection['val_value']}, "
                    f"{selection['fixed_val_value']} at the fixed values); per-query lambda: "

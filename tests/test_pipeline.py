@@ -91,9 +91,10 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     set_params(project, **{"tokenize.input_max_len": 16, "encoder.name": "all-MiniLM-L6-v2"})
     assert changed_stages(project) == {"tokenize", "train"}
 
-    # label prototypes (memory.prototypes auto at keep < 1) need graphs: hnsw, where auto is exact at 9 keys
+    # label prototypes (memory.prototypes auto at keep < 1: α chosen by tune) need graphs: hnsw, where auto is exact
+    # at 9 keys; a grid of one α > 0 widens by doubling and halving, never to 0, so the memory has prototypes
     set_params(project, **{"encoder.name": str(tiny_model), "memory.keep": 0.5, "memory.method": "kmeans-labels",
-                           "index.backend": "hnsw"})
+                           "index.backend": "hnsw", "memory.prototypes_grid": [0.5]})
     # (package reads index.*: it builds the graphs predict needs where the index stage built none)
     assert changed_stages(project) == {"index", "memory", "tune", "package"}, \
         "memory.* leaves download, tokenize, train, embed"
@@ -103,9 +104,16 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     assert (kept["input_keys"], kept["num_inputs"], kept["index"]) == (2, 4, "inputs")
     packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
     evaluated = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())["memory"]
+    chosen = json.loads((project / "artifacts/tiny/tune/selection.json").read_text())
+    alpha = json.loads((project / "artifacts/tiny/tune/memory_choice.json").read_text())["prototypes"]
+    assert alpha == chosen["prototypes"] > 0 and chosen["auto"]["prototypes"] is True
+    assert {0.25, 0.5, 1.0} <= {row["prototypes"] for row in chosen["prototypes_curve"]}, "widened both ways"
     assert packaged["memory"] == evaluated == {"keep": 0.5, "method": "kmeans-labels", "prior": False, "input_keys": 2,
-                                               "compression": "none", "prototypes": 0.5}  # auto at keep < 1
+                                               "compression": "none", "prototypes": alpha}  # tune's choice
     assert (project / "artifacts/tiny/predictor/labels/meta.json").is_file(), "RAE's label prototypes travel with it"
+    set_params(project, **{"memory.prototypes_grid": [0.5, 1]})
+    assert changed_stages(project) == {"tune"}, "memory builds the α tune chose, not the grid"
+    set_params(project, **{"memory.prototypes_grid": [0.5]})
     assert packaged["num_train"] == 2 and (project / "artifacts/tiny/predictor/inputs/meta.json").is_file()
     set_params(project, **{"memory.compression": "sq8-m4"})
     assert changed_stages(project) == {"memory"}, "compression leaves everything up to index, and tune, as they are"
@@ -113,7 +121,7 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
 
 def test_repro_with_keep_auto_builds_the_keep_tune_chose(project):
     """memory.keep auto on a small synthetic dataset: tune chooses the keep from the grid on held-out training
-    inputs and writes the curve, the memory stage (after tune: it depends on tune's memory_keep.json) builds that
+    inputs and writes the curve, the memory stage (after tune: it depends on tune's memory_choice.json) builds that
     keep, and evaluate searches it. The grid is tune's alone: changing it reruns tune, not memory."""
     set_params(project, **{"data.name": "synthetic-keep",
                            "datasets.synthetic-keep": {"source": "synthetic", "n_train": 400, "n_test": 50,
@@ -133,7 +141,7 @@ def test_repro_with_keep_auto_builds_the_keep_tune_chose(project):
     assert (built["keep"], built["input_keys"]) == (chosen["keep"], int(chosen["keep"] * 400 + 0.5))
     assert json.loads((artifacts / "eval/metrics.json").read_text())["memory"]["keep"] == chosen["keep"]
     lock = YAML(typ="safe").load((project / "dvc.lock").read_text())["stages"]
-    assert "artifacts/synthetic-keep/tune/memory_keep.json" in [dep["path"] for dep in lock["memory"]["deps"]]
+    assert "artifacts/synthetic-keep/tune/memory_choice.json" in [dep["path"] for dep in lock["memory"]["deps"]]
     not_run = {"significance", "package"}
     assert changed_stages(project) - not_run == set()
     set_params(project, **{"memory.keep_grid": [1.0, 0.1]})

@@ -26,7 +26,7 @@ KNOWN_KEYS = {
     "embed": ("nproc", "torchrun_args", "device", "precision", "dtype", "batch_size", "threads"),
     "index": ("backend", "M", "ef_construction", "threads"),
     "search": ("device",),
-    "memory": ("keep", "keep_grid", "method", "prior", "seed", "compression", "prototypes"),
+    "memory": ("keep", "keep_grid", "method", "prior", "seed", "compression", "prototypes", "prototypes_grid"),
     "infer": ("lambda", "b", "retrieval", "label_share", "label_share_grid", "tau", "tau_grid", "auto_metric", "val_fraction", "val_max_queries", "val_seed",
               "ef_search", "lambda_sweep", "b_sweep", "relevance", "ova_knn", "query_lambda"),
     "evaluate": ("propensity", "threads"),

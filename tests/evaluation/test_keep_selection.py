@@ -33,6 +33,7 @@ from ruamel.yaml import YAML
 from conftest import REPO
 from raexmc.errors import ConfigError
 from raexmc.evaluation.keep_selection import choose_keep
+from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.selection import TuneSettings, held_out_labels
 from raexmc.memory.input_memory import MemorySettings, keep_grid, keep_setting
 from raexmc.memory.key_selection import kept_count
@@ -111,7 +112,7 @@ def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_c
     assert [(r["keep"], r["input_keys"], r["lambda"], r["tau"], r["P@1"]) for r in chosen["keep_curve"]] \
         == EXPECTED_CURVE
     assert (chosen["memory_inputs"], chosen["memory_input_keys"], chosen["val_queries"]) == (30, 8, 10)
-    assert json.loads((tmp_path / "tune" / "memory_keep.json").read_text()) == {"keep": 0.25}
+    assert json.loads((tmp_path / "tune" / "memory_choice.json").read_text()) == {"keep": 0.25, "prototypes": 0.0}
 
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     [run] = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
@@ -123,7 +124,7 @@ def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_c
             == (keys, lam, tau, p_at_1)
     assert "selection.json" in [a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(run.info.run_id, "tune")]
 
-    written = {name: (tmp_path / "tune" / name).read_bytes() for name in ("selection.json", "memory_keep.json")}
+    written = {name: (tmp_path / "tune" / name).read_bytes() for name in ("selection.json", "memory_choice.json")}
     poison_test_split(tmp_path, Y)
     again = run_stage(tmp_path, params)
     assert again.returncode == 0, again.stderr
@@ -132,7 +133,7 @@ def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_c
 
 def test_the_chosen_keep_is_what_a_numeric_keep_chooses_there(tmp_path):
     """The choice at keep auto is the selection a run at memory.keep 0.25 writes, plus the keep and its curve;
-    a numeric keep's selection.json has no keep fields, and its memory_keep.json holds that number."""
+    a numeric keep's selection.json has no keep fields, and its memory_choice.json holds that number."""
     X, Z, Y, _ = toy()
     write_training_split(tmp_path, X, Z, Y)
     assert run_stage(tmp_path, write_params(tmp_path)).returncode == 0
@@ -143,7 +144,7 @@ def test_the_chosen_keep_is_what_a_numeric_keep_chooses_there(tmp_path):
     assert {k: v for k, v in auto.items() if k not in ("keep", "keep_curve")} \
         == {**fixed, "auto": {**fixed["auto"], "keep": True}}
     assert "keep" not in fixed and "keep" not in fixed["auto"]
-    assert json.loads((tmp_path / "tune" / "memory_keep.json").read_text()) == {"keep": 0.25}
+    assert json.loads((tmp_path / "tune" / "memory_choice.json").read_text()) == {"keep": 0.25, "prototypes": 0.0}
 
 
 def test_a_keep_chosen_at_the_grids_smallest_point_widens_it_by_halving(tmp_path):
@@ -158,9 +159,9 @@ def test_a_keep_chosen_at_the_grids_smallest_point_widens_it_by_halving(tmp_path
     held = held_out_labels(Y, sp.csr_matrix(Y.shape), rest_rows, query_sample(held_out, 20000, SEED))
     settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=2,
                             val_fraction=FRACTION, val_max_queries=20000, val_seed=SEED, relevance="binary")
-    retrieval, chosen = choose_keep(tmp_path / "emb", held, settings,
-                                    lambda keep: MemorySettings(keep, "random", False, SEED), (1.0, 0.5, 0.25),
-                                    (0.55, 1.5))
+    tuning = MemoryTuning(tmp_path / "emb", held, settings, (0.55, 1.5),
+                          lambda keep, _: MemorySettings(keep, "random", False, SEED), "exact")
+    retrieval, chosen = choose_keep(tuning.at, (1.0, 0.5, 0.25), "P@1")
     position = int(np.searchsorted(rest_rows, outlier))
     eighth = 0.0 if position in randomly_kept(0.125, len(rest_rows)) else 100.0
     assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen["keep_curve"]] \
@@ -169,12 +170,12 @@ def test_a_keep_chosen_at_the_grids_smallest_point_widens_it_by_halving(tmp_path
 
 
 def test_the_memory_stage_builds_the_chosen_keep(tmp_path):
-    """With keep auto the memory stage builds the keep in the tune stage's memory_keep.json (of all 40 inputs:
+    """With keep auto the memory stage builds the keep in the tune stage's memory_choice.json (of all 40 inputs:
     10 keys); without that file it refuses in one line naming memory.keep, and writes nothing."""
     X, Z, Y, _ = toy()
     write_training_split(tmp_path, X, Z, Y)
     params = write_params(tmp_path)
-    (tmp_path / "memory_keep.json").write_text('{"keep": 0.25}')
+    (tmp_path / "memory_choice.json").write_text('{"keep": 0.25, "prototypes": 0.0}')
 
     def memory_stage(*extra):
         return subprocess.run([sys.executable, str(REPO / "stages/memory.py"), "--dataset", str(tmp_path / "data"),
@@ -186,9 +187,9 @@ def test_the_memory_stage_builds_the_chosen_keep(tmp_path):
     assert refused.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {params}:memory.keep: memory.keep auto")
     assert not (tmp_path / "memory").exists()
     (tmp_path / "bad_keep.json").write_text('{"keep": 2}')
-    bad = memory_stage("--keep-choice", str(tmp_path / "bad_keep.json"))
+    bad = memory_stage("--choice", str(tmp_path / "bad_keep.json"))
     assert bad.returncode == 2 and "bad_keep.json:keep: keep must be a number in [0, 1], got 2" in bad.stderr
-    built = memory_stage("--keep-choice", str(tmp_path / "memory_keep.json"))
+    built = memory_stage("--choice", str(tmp_path / "memory_choice.json"))
     assert built.returncode == 0, built.stderr
     meta = json.loads((tmp_path / "memory" / "memory.json").read_text())
     assert (meta["keep"], meta["input_keys"], meta["num_inputs"]) == (0.25, 10, 40)

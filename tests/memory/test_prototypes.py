@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from conftest import REPO
 from raexmc.errors import ConfigError
 from raexmc.memory.exact import ExactIndex
-from raexmc.memory.input_memory import LABELS_FOLDER, InputMemory, MemorySettings, build_input_memory
+from raexmc.memory.input_memory import LABELS_FOLDER, InputMemory, MemorySettings, build_input_memory, chosen_memory
 from raexmc.memory.key_selection import select_keys
 from raexmc.memory.keys_values import training_values
 from raexmc.memory.merge import JointSearch
@@ -46,11 +46,20 @@ def test_a_subset_of_rows_needs_no_copy_and_gives_the_copy_s_prototypes():
                                label_prototypes(INPUTS[rows], VALUES[rows], LABELS, 0.5), atol=1e-7)
 
 
-@pytest.mark.parametrize("setting, keep, backend, want", [
-    ("auto", 0.1, "hnsw", 0.5), ("auto", 0.0, "hnsw", 0.5), ("auto", 1.0, "hnsw", 0.0), ("auto", 0.1, "exact", 0.0),
-    (0, 1.0, "exact", 0.0), (0.25, 1.0, "hnsw", 0.25), (2, 0.5, "hnsw", 2.0)])
-def test_weight_from_the_setting(setting, keep, backend, want):
-    assert prototype_weight(setting, keep, backend) == want
+@pytest.mark.parametrize("setting, keep, backend, chosen, want", [
+    ("auto", 0.1, "hnsw", 0.25, 0.25), ("auto", 0.0, "hnsw", 2, 2.0), ("auto", 1.0, "hnsw", None, 0.0),
+    ("auto", 1.0, "hnsw", 0.5, 0.0), ("auto", 0.1, "exact", None, 0.0), (0, 1.0, "exact", None, 0.0),
+    (0.25, 1.0, "hnsw", None, 0.25), (2, 0.5, "hnsw", 0.5, 2.0)])
+def test_weight_from_the_setting(setting, keep, backend, chosen, want):
+    """auto takes the tune stage's α below keep 1 with graphs, and is 0 elsewhere; a number stays as written."""
+    assert prototype_weight(setting, keep, backend, chosen=chosen) == want
+
+
+def test_auto_below_keep_1_needs_the_tune_stage_s_choice():
+    with pytest.raises(ConfigError) as caught:
+        prototype_weight("auto", 0.5, "hnsw")
+    assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: memory.prototypes auto "
+                                              "below keep 1 is chosen by the tune stage")
 
 
 @pytest.mark.parametrize("setting, backend", [(-0.5, "hnsw"), ("half", "hnsw"), (True, "hnsw"), (float("nan"), "hnsw"),
@@ -61,13 +70,16 @@ def test_a_bad_weight_is_refused_naming_the_key(setting, backend):
     assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: ")
 
 
-def test_the_project_default_keeps_today_s_full_memory():
-    """keep 1 with prototypes auto is the label texts' keys: today's memory, the same numbers."""
+def test_the_project_default_keeps_today_s_full_memory(tmp_path):
+    """keep 1 with prototypes auto is the label texts' keys: today's memory, the same numbers, with no choice of the
+    tune stage needed; below keep 1 the memory stage builds the α the tune stage chose."""
     params = load_params(REPO / "params.yaml")
-    assert params.get("memory.prototypes") == "auto" and MemorySettings.from_params(params, "hnsw").prototypes == 0.0
+    assert params.get("memory.prototypes") == "auto" and chosen_memory(params, "hnsw").prototypes == 0.0
     smaller = Params({**params.data, "memory": {**params.section("memory"), "keep": 0.1}})
-    assert MemorySettings.from_params(smaller, "hnsw").prototypes == 0.5
-    assert MemorySettings.from_params(smaller, "exact").prototypes == 0.0, "auto at a size auto searches exactly"
+    (tmp_path / "choice.json").write_text('{"keep": 0.1, "prototypes": 0.25}')
+    assert chosen_memory(smaller, "hnsw", tmp_path / "choice.json").prototypes == 0.25
+    assert MemorySettings.from_params(smaller, "hnsw", prototypes=1).prototypes == 1.0
+    assert chosen_memory(smaller, "exact").prototypes == 0.0, "auto at a size auto searches exactly"
 
 
 @pytest.mark.parametrize("keep", [1.0, 0.5])

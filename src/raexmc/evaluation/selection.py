@@ -190,26 +190,40 @@ def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_r
 
 
 def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
-                         memory: MemorySettings | None = None) -> ValidationRetrieval:
+                         memory: MemorySettings | None = None, labels: Hits | None = None) -> ValidationRetrieval:
     """Exact top-b of the held-out inputs over the remaining ones, or the keys `memory` selects from
-    them, and over the labels, from the embeddings folder. Its files are mapped only while the keys and queries
+    them, and over the labels (label_search; `labels` where already searched: they do not depend on which input
+    keys the memory keeps), from the embeddings folder. Its files are mapped only while the keys and queries
     are copied out of them: the search holds those alone (the mapped pages count as the stage's memory)."""
-    train_inputs, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
-    input_keys, memory_values, log_counts = (train_inputs, held.rest_rows), held.Y_rest, None
+    train_inputs = load_embeddings(embeddings, "train")
+    input_keys, memory_values, log_counts = train_inputs[held.rest_rows], held.Y_rest, None
     if memory is not None and not memory.full:
-        selected = select_keys(train_inputs[held.rest_rows], held.Y_rest, memory.keep, memory.method, memory.seed,
-                               labels=labels)
-        input_keys, memory_values = (selected.keys, None), selected.values
+        selected = select_keys(input_keys, held.Y_rest, memory.keep, memory.method, memory.seed,
+                               labels=load_embeddings(embeddings, "labels"))
+        input_keys, memory_values = selected.keys, selected.values
         log_counts = np.log(selected.counts.astype(np.float64)) if memory.prior else None
-    if memory is not None and memory.prototypes > 0:  # made from the memory's inputs only, as the memory stage does
-        labels = label_prototypes(train_inputs, held.Y_rest, labels, memory.prototypes, rows=held.rest_rows)
-    keys, rows = input_keys
-    input_keys = np.ascontiguousarray(keys if rows is None else keys[rows], dtype=np.float32)
+    input_keys = np.ascontiguousarray(input_keys, dtype=np.float32)
+    queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
+    del train_inputs
+    found = top_k_search(input_keys, device, progress=True)(queries, b)
+    del input_keys
+    if labels is None:
+        labels = label_search(embeddings, held, b, device, 0.0 if memory is None else memory.prototypes)
+    return ValidationRetrieval(found, labels, b, held, memory_values, log_counts)
+
+
+def label_search(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
+                 prototypes: float = 0.0) -> Hits:
+    """Exact top-b of the held-out inputs over the labels' keys, or over their prototypes at α `prototypes`,
+    made from the remaining inputs only (all of them, whatever the memory keeps), as the memory stage makes
+    them from all."""
+    train_inputs, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
+    if prototypes > 0:
+        labels = label_prototypes(train_inputs, held.Y_rest, labels, prototypes, rows=held.rest_rows)
     labels = np.ascontiguousarray(labels, dtype=np.float32)
     queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
-    del train_inputs, keys
-    found = [top_k_search(key_set, device, progress=True)(queries, b) for key_set in (input_keys, labels)]
-    return ValidationRetrieval(*found, b, held, memory_values, log_counts)
+    del train_inputs
+    return top_k_search(labels, device, progress=True)(queries, b)
 
 
 WIDEN_STEPS = 3  # points a chosen value's grid may gain past each of its edges

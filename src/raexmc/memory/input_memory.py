@@ -10,12 +10,14 @@ is compressed (compression.py): the folder then always holds its input keys' ind
 and a compressed labels' index (labels/), both faiss graphs, and RAE's joint top-b is their merge. With
 label prototypes (`memory.prototypes`, prototypes.py) the labels' index in labels/ holds those instead of
 the label texts' keys. The dual encoder and kNN never read this folder: they search the index stage's two
-indexes, whatever the memory. `memory.keep: auto` is the keep the tune stage chose (its KEEP_FILE).
+indexes, whatever the memory. `memory.keep: auto`, and `memory.prototypes: auto` below keep 1, are what the tune
+stage chose (its CHOICE_FILE).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from .key_selection import METHODS, check_keep, kept_count, select_keys
 from .keys_values import KEYS_FILE
 from .merge import JointSearch, RaeRetrieval, prefix, rae_keys
 from .persistence import load_index, save_index
-from .prototypes import label_prototypes, prototype_weight
+from .prototypes import check_weight, label_prototypes, prototype_weight, searches_prototypes
 from .search import Hits
 
 MEMORY_FILE = "memory.json"
@@ -43,7 +45,7 @@ INDEX_FOLDER = "inputs"
 LABELS_FOLDER = "labels"   # a compressed memory's, or one with label prototypes, own labels' index
 FULL_INDEX = "index/inputs"   # what memory.json names when RAE searches the index stage's inputs' index
 AUTO_KEEP = "auto"
-KEEP_FILE = "memory_keep.json"   # the tune stage's: the keep the memory stage builds where memory.keep is auto
+CHOICE_FILE = "memory_choice.json"   # the tune stage's: the keep and α the memory stage builds where they are auto
 
 
 def own_index_folders(folder: str | os.PathLike) -> dict[str, Path]:
@@ -66,16 +68,18 @@ class MemorySettings:
     prototypes: float = 0.0   # α of the label prototypes, resolved (0: the label texts' keys)
 
     @classmethod
-    def from_params(cls, p: Params, backend: str, keep: float | None = None) -> MemorySettings:
+    def from_params(cls, p: Params, backend: str, keep: float | None = None,
+                    prototypes: float | None = None) -> MemorySettings:
         """The section checked, for the index backend `backend` (`index.backend` resolved: indexes.backend_for),
-        at `keep` where given (memory.keep auto: a point of its grid, or the tune stage's choice)."""
+        at `keep` where given (memory.keep auto: a point of its grid, or the tune stage's choice), with α
+        `prototypes` where memory.prototypes auto is chosen (prototypes.searches_prototypes) likewise."""
         keep = resolved_keep(p) if keep is None else check_keep(keep)
         compression = p.typed("memory.compression", str)
         # an unknown name, or one the index backend cannot build, fails here: before any key is selected
         checked_compression(compression, backend)
         return cls(keep=keep, method=one_of(p.get("memory.method"), METHODS, "memory.method", p.path, "memory.method"),
                    prior=p.typed("memory.prior", bool), seed=p.integer("memory.seed", 0), compression=compression,
-                   prototypes=prototype_weight(p.get("memory.prototypes"), keep, backend, p.path))
+                   prototypes=prototype_weight(p.get("memory.prototypes"), keep, backend, p.path, prototypes))
 
     @property
     def full(self) -> bool:
@@ -109,22 +113,34 @@ def keep_grid(p: Params) -> tuple[float, ...]:
 
 
 def resolved_keep(p: Params, choice: str | os.PathLike | None = None) -> float:
-    """`memory.keep`, or where it is auto the tune stage's choice, read from `choice` (its KEEP_FILE)."""
+    """`memory.keep`, or where it is auto the tune stage's choice, read from `choice` (its CHOICE_FILE)."""
     keep = keep_setting(p)
-    if keep is not None:
-        return keep
+    return keep if keep is not None else _chosen(p, choice, "keep", check_keep, "a number in [0, 1]")
+
+
+def chosen_memory(p: Params, backend: str, choice: str | os.PathLike | None = None) -> MemorySettings:
+    """The memory the memory stage builds: the `memory` section, with the keep and α the tune stage chose
+    (`choice`, its CHOICE_FILE) where they are auto."""
+    keep = resolved_keep(p, choice)
+    searched = searches_prototypes(p.get("memory.prototypes"), keep, backend)
+    return MemorySettings.from_params(p, backend, keep, _chosen(p, choice, "prototypes", check_weight,
+                                                                "a number >= 0") if searched else None)
+
+
+def _chosen(p: Params, choice: str | os.PathLike | None, key: str, check: Callable[[Any], float], text: str) -> float:
+    """`key` of the tune stage's choice file, checked: `memory.<key>` is auto."""
     if choice is None:
-        raise ConfigError(f"memory.keep auto is chosen by the tune stage: the memory stage needs its {KEEP_FILE}",
-                          p.path, "memory.keep")
+        raise ConfigError(f"memory.{key} auto is chosen by the tune stage: the memory stage needs its {CHOICE_FILE}",
+                          p.path, f"memory.{key}")
     path = Path(choice)
     if not path.is_file():
-        raise DataError("no chosen keep: run the tune stage (memory.keep is auto)", path)
+        raise DataError(f"no chosen {key}: run the tune stage (memory.{key} is auto)", path)
     record = read_json(path)
-    value = record.get("keep") if isinstance(record, dict) else None
+    value = record.get(key) if isinstance(record, dict) else None
     try:
-        return check_keep(value)
+        return check(value)
     except ConfigError:
-        raise DataError(f"keep must be a number in [0, 1], got {value!r}", path, "keep") from None
+        raise DataError(f"{key} must be {text}, got {value!r}", path, key) from None
 
 
 def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, settings: MemorySettings,

@@ -6,7 +6,9 @@ Why: a smaller memory (memory.keep < 1) drops most input keys, and with them wha
 their labels. A prototype puts that into the label's own key, at no extra bytes: a query near the inputs of
 label l now also finds l's key, where the full memory would have found those inputs. With every input kept
 the inputs speak for themselves and the prototypes only pull the label keys away from the label texts, so
-`auto` uses them for a smaller memory alone. The dual encoder, the label texts' baseline, keeps z_l.
+`auto` uses them for a smaller memory alone, with the α that the tune stage chooses from
+`memory.prototypes_grid` on held-out training inputs (evaluation/prototype_selection.py). The dual encoder,
+the label texts' baseline, keeps z_l.
 """
 
 from __future__ import annotations
@@ -17,27 +19,54 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import PARAMS_FILE, ConfigError
+from ..params import Params
 from .key_selection import unit_rows
 from .search import EXACT_MAX_KEYS
 
-AUTO_WEIGHT = 0.5    # α of `auto` where keep < 1: the first value tried on FOLDOC (docs/memory.md: the table's rows)
+AUTO = "auto"
 LABEL_BLOCK = 65_536  # labels whose input sums one sparse product makes (the largest scratch: a block x d)
 
 
-def prototype_weight(setting: object, keep: float, backend: str, path: str = PARAMS_FILE) -> float:
-    """α from `memory.prototypes`: a number >= 0 (0: the label texts' keys), or auto: AUTO_WEIGHT where keep < 1
-    and the index backend builds graphs (the exact backend, which auto picks for small data, keeps no label index of
-    a memory's own), else 0."""
-    if setting == "auto":
-        return AUTO_WEIGHT if keep < 1.0 and backend != "exact" else 0.0
-    if isinstance(setting, bool) or not isinstance(setting, (int, float)) or not math.isfinite(setting) or setting < 0:
+def searches_prototypes(setting: object, keep: float, backend: str) -> bool:
+    """Whether the tune stage chooses α: `memory.prototypes` auto, where keep < 1 and the index backend builds
+    graphs (the exact backend, which auto picks for small data, keeps no label index of a memory's own)."""
+    return setting == AUTO and keep < 1.0 and backend != "exact"
+
+
+def check_weight(weight: object) -> float:
+    """α: a finite number >= 0, or ConfigError."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+        raise ConfigError(f"α must be a number >= 0, got {weight!r}", PARAMS_FILE, "memory.prototypes")
+    return float(weight)
+
+
+def prototype_grid(p: Params) -> tuple[float, ...]:
+    """`memory.prototypes_grid`: the α that `memory.prototypes: auto` tries."""
+    return p.grid("memory.prototypes_grid", check_weight, "numbers >= 0")
+
+
+def prototype_weight(setting: object, keep: float, backend: str, path: str = PARAMS_FILE,
+                     chosen: float | None = None) -> float:
+    """α from `memory.prototypes`: a number >= 0 (0: the label texts' keys), or auto: `chosen` (a point of
+    memory.prototypes_grid, or the tune stage's choice) where searches_prototypes, else 0. `chosen` is read
+    only there."""
+    if setting == AUTO:
+        if not searches_prototypes(setting, keep, backend):
+            return 0.0
+        if chosen is None:
+            raise ConfigError("memory.prototypes auto below keep 1 is chosen by the tune stage: the memory stage "
+                              "needs its choice file", path, "memory.prototypes")
+        return check_weight(chosen)
+    try:
+        weight = check_weight(setting)
+    except ConfigError:
         raise ConfigError(f"memory.prototypes must be auto or a number >= 0, got {setting!r}", path,
-                          "memory.prototypes")
-    if setting > 0 and backend == "exact":
+                          "memory.prototypes") from None
+    if weight > 0 and backend == "exact":
         raise ConfigError(f"label prototypes need an index backend that builds graphs (hnsw; index.backend auto is "
                           f"exact up to {EXACT_MAX_KEYS:,} keys): the exact backend keeps no label index of a memory's "
                           "own", path, "memory.prototypes")
-    return float(setting)
+    return weight
 
 
 def label_prototypes(inputs: np.ndarray, values: sp.csr_matrix, labels: np.ndarray, weight: float,
