@@ -61,7 +61,7 @@ from raexmc.memory.prototypes import label_prototypes
 from raexmc.memory.search import Hits
 from raexmc.params import load_params
 from raexmc.rae.scoring import PAPER_TAU, dual_encoder_scores, knn_scores
-from raexmc.training.batches import query_sample, split_validation
+from raexmc.data.held_out import query_sample, split_validation
 
 BATCH = 1024      # inputs per step of the label vectors' training
 LEARNING_RATE = 0.01

@@ -32,7 +32,7 @@ from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import FEATURES
 from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
-from raexmc.training.batches import split_validation
+from raexmc.data.held_out import split_validation
 
 GRID = (0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)  # params.yaml's evaluate.lambda_sweep
 VALIDATION_FRACTION = 0.05

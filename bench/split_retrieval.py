@@ -55,7 +55,7 @@ from raexmc.memory.merge import RaeRetrieval
 from raexmc.memory.search import Hits
 from raexmc.params import load_params
 from raexmc.rae.scoring import PAPER_TAU, combine, knn_scores, score_parts
-from raexmc.training.batches import query_sample, split_validation
+from raexmc.data.held_out import query_sample, split_validation
 
 REPORTED = ("P@1", "P@5", "PSP@5", "R@100")
 BASELINES = ("knn", "dual_encoder")

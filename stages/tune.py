@@ -1,6 +1,7 @@
 """Choose RAE's λ and τ on training inputs held out from the memory (at most `infer.val_max_queries` of
 them query it; the memory keeps `memory.keep` of the remaining inputs' keys, selected as the memory
-stage selects them from all), never on the test set: with `infer.lambda` / `infer.tau` set to auto, the best of
+stage selects them from all; with `infer.val_folds` above 1, several disjoint held-out sets do so in turn and
+their queries are pooled), never on the test set: with `infer.lambda` / `infer.tau` set to auto, the best of
 the grid by `infer.auto_metric` (a grid whose edge is chosen is widened past it); with numbers, those. With
 `infer.retrieval: split` and `infer.label_share: auto` it also chooses the label share, at the chosen τ.
 Writes the choice and the whole validation curve (λ grid × τ grid, and × label shares) to selection.json,
@@ -23,14 +24,13 @@ from raexmc.evaluation.point_choice import curve_metrics
 from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
-from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, held_out_labels
+from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, held_out_folds
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import backend_for, search_device
 from raexmc.memory.input_memory import CHOICE_FILE, MemorySettings, keep_grid, keep_setting
 from raexmc.memory.prototypes import AUTO, prototype_grid
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
-from raexmc.training.batches import query_sample, split_validation
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -54,12 +54,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"infer": p.section("infer")})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
-        rest_rows, held_out = split_validation(Y_train, settings.val_fraction, settings.val_seed)
-        held = held_out_labels(Y_train, data.filter_matrix("train"), rest_rows,
-                               query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance)
+        folds = held_out_folds(Y_train, data.filter_matrix("train"), settings)
         del Y_train  # the search's keys take its place
         propensity_ab = propensity_from_params(p, data.names).ab
-        tuning = MemoryTuning(embeddings, held, settings, propensity_ab, memory_at, backend, prototypes, device)
+        tuning = MemoryTuning(embeddings, folds, settings, propensity_ab, memory_at, backend, prototypes, device)
         retrieval, selection = tuning.at(keep) if grid is None else choose_keep(tuning.at, grid, settings.metric)
         chosen = memory_at(selection.get("keep", keep), selection.get("prototypes"))
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)

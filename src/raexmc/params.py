@@ -28,7 +28,7 @@ KNOWN_KEYS = {
     "search": ("device",),
     "memory": ("keep", "keep_grid", "method", "prior", "seed", "compression", "prototypes", "prototypes_grid"),
     "infer": ("lambda", "b", "retrieval", "label_share", "label_share_grid", "tau", "tau_grid", "auto_metric", "val_fraction", "val_max_queries", "val_seed",
-              "ef_search", "lambda_sweep", "b_sweep", "relevance", "ova_knn", "query_lambda"),
+              "val_folds", "ef_search", "lambda_sweep", "b_sweep", "relevance", "ova_knn", "query_lambda"),
     "evaluate": ("propensity", "threads"),
     "significance": ("metrics", "compare_with"),
     "package": ("register", "model_name", "alias"),

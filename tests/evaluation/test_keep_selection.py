@@ -38,7 +38,7 @@ from raexmc.evaluation.selection import TuneSettings, held_out_labels
 from raexmc.memory.input_memory import MemorySettings, keep_grid, keep_setting
 from raexmc.memory.key_selection import kept_count
 from raexmc.params import load_params
-from raexmc.training.batches import query_sample, split_validation
+from raexmc.data.held_out import query_sample, split_validation
 from test_selection import LAMBDAS, run_stage, write_training_split
 
 N, FRACTION, SEED = 40, 0.25, 0
@@ -77,7 +77,7 @@ def toy():
 def write_params(folder, keep="auto", **memory):
     params = YAML().load((REPO / "params.yaml").read_text())
     params["infer"].update({"lambda": "auto", "tau": "auto", "lambda_sweep": LAMBDAS, "tau_grid": TAUS, "b": 2,
-                            "val_fraction": FRACTION})
+                            "val_fraction": FRACTION, "val_folds": 1})  # the toy holds out one set
     params["memory"].update({"keep": keep, "method": "random", "seed": SEED, **memory})
     YAML().dump(params, folder / "params.yaml")
     return folder / "params.yaml"
@@ -159,7 +159,7 @@ def test_a_keep_chosen_at_the_grids_smallest_point_widens_it_by_halving(tmp_path
     held = held_out_labels(Y, sp.csr_matrix(Y.shape), rest_rows, query_sample(held_out, 20000, SEED))
     settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=2,
                             val_fraction=FRACTION, val_max_queries=20000, val_seed=SEED, relevance="binary")
-    tuning = MemoryTuning(tmp_path / "emb", held, settings, (0.55, 1.5),
+    tuning = MemoryTuning(tmp_path / "emb", [held], settings, (0.55, 1.5),
                           lambda keep, _: MemorySettings(keep, "random", False, SEED), "exact")
     retrieval, chosen = choose_keep(tuning.at, (1.0, 0.5, 0.25), "P@1")
     position = int(np.searchsorted(rest_rows, outlier))
@@ -229,7 +229,7 @@ def test_bench_keep_auto_records_both_runs_and_the_keep_curve(tmp_path):
     shutil.move(tmp_path / "emb", root / "artifacts" / "toy" / "embeddings")
     out = tmp_path / "keep_auto_toy.json"
     overrides = [f"infer.lambda_sweep={LAMBDAS}", f"infer.tau_grid={TAUS}", "infer.lambda=auto", "infer.tau=auto",
-                 "infer.b=2", f"infer.val_fraction={FRACTION}", "memory.method=random", f"memory.seed={SEED}"]
+                 "infer.b=2", f"infer.val_fraction={FRACTION}", "infer.val_folds=1", "memory.method=random", f"memory.seed={SEED}"]
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "keep_auto.py"), "--name", "toy", "--root", str(root),
                            "--out", str(out), *[arg for o in overrides for arg in ("-S", o)]],
                           capture_output=True, text=True, cwd=tmp_path)

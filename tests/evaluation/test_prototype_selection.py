@@ -33,7 +33,7 @@ from raexmc.evaluation.selection import TuneSettings, held_out_labels
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.memory.prototypes import prototype_grid
 from raexmc.params import load_params
-from raexmc.training.batches import query_sample, split_validation
+from raexmc.data.held_out import query_sample, split_validation
 from test_selection import run_stage, write_training_split
 
 N, FRACTION, SEED, DIM = 10, 0.2, 0, 16
@@ -70,7 +70,7 @@ def toy():
 def write_params(folder, **memory):
     params = YAML().load((REPO / "params.yaml").read_text())
     params["infer"].update({"lambda": "auto", "tau": "auto", "lambda_sweep": LAMBDAS, "tau_grid": TAUS, "b": 1,
-                            "val_fraction": FRACTION, "val_seed": SEED})
+                            "val_fraction": FRACTION, "val_seed": SEED, "val_folds": 1})  # the toy holds out one set
     params["memory"].update({"keep": 0.5, "method": "random", "seed": SEED, "prototypes": "auto",
                              "prototypes_grid": GRID, **memory})
     params["index"]["backend"] = "hnsw"  # prototypes need graphs; auto would search these few keys exactly
@@ -159,7 +159,7 @@ def tuning(tmp_path, grid) -> MemoryTuning:
     held = held_out_labels(Y, sp.csr_matrix(Y.shape), rest_rows, query_sample(held_out, 20000, SEED))
     settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=1,
                             val_fraction=FRACTION, val_max_queries=20000, val_seed=SEED, relevance="binary")
-    return MemoryTuning(tmp_path / "emb", held, settings, (0.55, 1.5),
+    return MemoryTuning(tmp_path / "emb", [held], settings, (0.55, 1.5),
                         lambda keep, weight: MemorySettings(keep, "random", False, SEED, prototypes=weight or 0.0),
                         "hnsw", grid)
 

@@ -20,7 +20,7 @@ from raexmc.evaluation.propensity import DEFAULT_AB
 from raexmc.evaluation.significance import compare_runs
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import QueryLambda, fit_query_lambda, query_features, read_query_lambda
-from raexmc.training.batches import split_validation
+from raexmc.data.held_out import split_validation
 
 N_TRAIN, N_LABELS, FRACTION, B, TAU = 60, 10, 0.5, 10, 0.04
 GRID = [0.0, 0.5, 1.0]
@@ -62,7 +62,8 @@ def write_inputs(tmp_path, X, Z, Y) -> None:
     np.save(tmp_path / "emb" / "train.npy", X)
     np.save(tmp_path / "emb" / "labels.npy", Z)
     params = YAML().load((REPO / "params.yaml").read_text())
-    params["infer"].update({"lambda": "auto", "tau": TAU, "lambda_sweep": GRID, "b": B, "val_fraction": FRACTION})
+    params["infer"].update({"lambda": "auto", "tau": TAU, "lambda_sweep": GRID, "b": B, "val_fraction": FRACTION,
+                            "val_folds": 1})  # the toy holds out one set
     YAML().dump(params, tmp_path / "params.yaml")
 
 

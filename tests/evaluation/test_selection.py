@@ -22,7 +22,7 @@ from raexmc.evaluation.selection import (HeldOutLabels, TuneSettings, Validation
                                         validation_retrieval)
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.params import load_params
-from raexmc.training.batches import query_sample, split_validation
+from raexmc.data.held_out import query_sample, split_validation
 
 LAMBDAS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
 TAUS = [0.02, 0.04, 0.1]
@@ -155,8 +155,10 @@ def test_held_out_queries_are_not_keys_of_their_memory(tmp_path):
 
 
 def write_params(folder, **infer):
+    """The project's params.yaml with these infer keys; one validation fold unless given (the brute forces here
+    hold out one set: test_validation_folds.py pools several)."""
     params = YAML().load((REPO / "params.yaml").read_text())
-    for key, value in infer.items():
+    for key, value in {"val_folds": 1, **infer}.items():
         params["infer"][key] = value
     YAML().dump(params, folder / "params.yaml")
     return folder / "params.yaml"

@@ -26,7 +26,8 @@ from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
-from raexmc.training.batches import BatchSampler, plan_batch, split_validation
+from raexmc.data.held_out import split_validation
+from raexmc.training.batches import BatchSampler, plan_batch
 from raexmc.training.distributed import DistContext
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import linear_schedule, training_step

@@ -21,14 +21,14 @@ import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
 
 from ..memory.input_memory import MemorySettings
 from ..memory.prototypes import AUTO, searches_prototypes
 from ..memory.search import Hits
 from .point_choice import Tuned, choose_point
-from .selection import HeldOutLabels, TuneSettings, ValidationRetrieval, label_search, past_edge, select, \
-    validation_retrieval
+from .selection import HeldOutLabels, TuneSettings, ValidationRetrieval, label_search, past_edge, pooled, \
+    pooled_held, pooled_hits, select, validation_retrieval
 
 
 def choose_prototypes(retrieval_at: Callable[[float], ValidationRetrieval], settings: TuneSettings,
@@ -53,36 +53,47 @@ def choose_prototypes(retrieval_at: Callable[[float], ValidationRetrieval], sett
 class MemoryTuning:
     """The tune stage's measure of the memory at a keep on the held-out inputs: λ and τ (and the label share)
     chosen on it by select, and α by choose_prototypes where memory.prototypes auto is searched there
-    (`prototypes_grid` is the grid where memory.prototypes is auto, else None)."""
+    (`prototypes_grid` is the grid where memory.prototypes is auto, else None). With several validation `folds`,
+    each fold's memory is built and searched, and the folds are pooled into one retrieval (selection.pooled)."""
 
     embeddings: str | os.PathLike
-    held: HeldOutLabels
+    folds: list[HeldOutLabels]
     settings: TuneSettings
     propensity_ab: tuple[float, float]
     memory_at: Callable[[float, float | None], MemorySettings]   # the memory settings at a keep and α
     backend: str
     prototypes_grid: tuple[float, ...] | None = None
     device: str = "cpu"
-    _labels: dict[float, Hits] = field(default_factory=dict, repr=False)
+    _labels: dict[float, list[Hits]] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def held(self) -> HeldOutLabels:
+        """Every fold's queries as one set."""
+        return pooled_held(self.folds)
 
     def searches_prototypes(self, keep: float) -> bool:
         return self.prototypes_grid is not None and searches_prototypes(AUTO, keep, self.backend)
 
-    def labels_at(self, weight: float) -> Hits:
-        """The held-out inputs' top-b over the labels' prototypes at α `weight`: searched once, whatever the keep."""
+    def labels_at(self, weight: float) -> list[Hits]:
+        """Each fold's held-out inputs' top-b over the labels' prototypes at α `weight` (made from that fold's
+        memory inputs): searched once, whatever the keep."""
         if weight not in self._labels:
-            self._labels[weight] = label_search(self.embeddings, self.held, self.settings.b, self.device, weight)
+            self._labels[weight] = [label_search(self.embeddings, fold, self.settings.b, self.device, weight)
+                                    for fold in self.folds]
         return self._labels[weight]
+
+    def retrieval(self, memory: MemorySettings, weight: float) -> ValidationRetrieval:
+        """Every fold's validation retrieval of `memory`, with the labels' prototypes at α `weight`, pooled."""
+        return pooled([validation_retrieval(self.embeddings, fold, self.settings.b, self.device, memory, labels=labels)
+                       for fold, labels in zip(self.folds, self.labels_at(weight))], self.held)
 
     def at(self, keep: float) -> Tuned:
         """The validation retrieval at `keep` (at the chosen α where α is searched) and its selection."""
         if not self.searches_prototypes(keep):
             memory = self.memory_at(keep, None)
-            retrieval = validation_retrieval(self.embeddings, self.held, self.settings.b, self.device, memory,
-                                             labels=self.labels_at(memory.prototypes))
+            retrieval = self.retrieval(memory, memory.prototypes)
             return retrieval, select(retrieval, self.settings, self.propensity_ab)
         first = min(self.prototypes_grid)  # the input side of the memory is the same at every α
-        inputs = validation_retrieval(self.embeddings, self.held, self.settings.b, self.device,
-                                      self.memory_at(keep, first), labels=self.labels_at(first))
-        return choose_prototypes(lambda weight: dataclasses.replace(inputs, labels=self.labels_at(weight)),
+        inputs = self.retrieval(self.memory_at(keep, first), first)
+        return choose_prototypes(lambda weight: dataclasses.replace(inputs, labels=pooled_hits(self.labels_at(weight))),
                                  self.settings, self.prototypes_grid, self.propensity_ab)

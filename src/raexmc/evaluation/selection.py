@@ -24,6 +24,11 @@ queries x (memory inputs + labels) products, which at 5% of N held out would gro
 fixed number of queries makes it grow with N. The held-out inputs beyond the cap stay out of the
 memory all the same: the memory is the one every cap queries, so the cap only changes how many
 queries measure it (the estimate's noise), not what is measured.
+
+A small set holds out few inputs (FOLDOC: 411), and on so few the choice follows a query or two. So the
+validation may hold out several disjoint folds in turn (`infer.val_folds`; auto: as many as take the queries to
+VAL_MIN_QUERIES, one where a fold has that many), each querying a memory of all the other inputs, and the
+curve is measured on all their queries at once (`pooled`): the same memory size, K times the queries.
 """
 
 from __future__ import annotations
@@ -52,10 +57,15 @@ from ..memory.torch_index import top_k_search
 from ..params import Params
 from ..rae.model import RaeModel, RaeSettings
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau
+from ..data.held_out import query_sample, validation_folds
 from .evaluator import HEADLINE, Evaluator, query_chunks, stacked_rankings
 
 AUTO = "auto"
 SELECTION_FILE = "selection.json"
+# Held-out queries that `infer.val_folds: auto` pools folds up to: P@1's standard error near 75% is about one
+# point at 2,000 queries, against two at FOLDOC's 411, and a choice between neighbouring grid points rests on
+# a few dozen queries, not a handful.
+VAL_MIN_QUERIES = 2000
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,7 @@ class TuneSettings:
     val_max_queries: int
     val_seed: int
     relevance: str
+    val_folds: int | None = 1   # None: auto (folds_for)
     retrieval: str = JOINT
     label_share: float | None = DEFAULT_LABEL_SHARE   # split only; None: auto
     label_share_grid: tuple[float, ...] = ()
@@ -94,9 +105,23 @@ class TuneSettings:
                    val_max_queries=positive_int(p.get("infer.val_max_queries"), "infer.val_max_queries", p.path,
                                                 "infer.val_max_queries"),
                    val_seed=p.integer("infer.val_seed", 0), relevance=p.typed("infer.relevance", str),
+                   val_folds=_folds_or_auto(p),
                    retrieval=one_of(p.get("infer.retrieval"), RETRIEVALS, "infer.retrieval", p.path, "infer.retrieval"),
                    label_share=_number_or_auto(p, "infer.label_share", check_label_share, "a number in [0, 1]"),
                    label_share_grid=p.grid("infer.label_share_grid", check_label_share, "numbers in [0, 1]"))
+
+    def folds_for(self, num_inputs: int) -> int:
+        """The validation folds of `num_inputs` training inputs: `val_folds`, or where auto, enough that the
+        queries (val_max_queries at most per fold) reach VAL_MIN_QUERIES, as many as are disjoint at most."""
+        per_fold = int(round(num_inputs * self.val_fraction))
+        disjoint = num_inputs // per_fold if per_fold else 1
+        if self.val_folds is None:
+            return max(1, min(disjoint, math.ceil(VAL_MIN_QUERIES / max(1, min(per_fold, self.val_max_queries)))))
+        if self.val_folds > disjoint:
+            raise ConfigError(f"infer.val_folds {self.val_folds} disjoint folds of infer.val_fraction "
+                              f"{self.val_fraction} of {num_inputs} training inputs do not fit: at most {disjoint}",
+                              PARAMS_FILE, "infer.val_folds")
+        return self.val_folds
 
     @property
     def fixed_lambda(self) -> float:
@@ -132,6 +157,11 @@ class TuneSettings:
         return self.retrieval == SPLIT and self.label_share is None
 
 
+def _folds_or_auto(p: Params) -> int | None:
+    value = p.get("infer.val_folds", 1)
+    return None if value == AUTO else positive_int(value, "infer.val_folds", p.path, "infer.val_folds")
+
+
 def _number_or_auto(p: Params, key: str, check: Callable[[Any], float], text: str) -> float | None:
     value = p.get(key)
     return None if value == AUTO else p.checked(key, [value], check, f"{text} or {AUTO}", value)[0]
@@ -147,6 +177,7 @@ class HeldOutLabels:
     exclude: sp.csr_matrix      # the held-out inputs' filtered pairs
     val_rows: np.ndarray        # rows of the training inputs that query
     rest_rows: np.ndarray       # rows of the training inputs the memory keys are chosen from
+    folds: int = 1              # where several folds are pooled (pooled_held): how many
 
 
 @dataclass
@@ -163,7 +194,13 @@ class ValidationRetrieval:
 
     @property
     def input_keys(self) -> int:
+        """The input keys, all folds' where pooled: where the label keys' ids start in RAE's joint ids."""
         return self.memory_values.shape[0]
+
+    @property
+    def keys_per_fold(self) -> int:
+        """The input keys of one fold's memory (every fold's memory has as many)."""
+        return self.input_keys // self.held.folds
 
     def evaluator(self, propensity_ab: tuple[float, float]) -> Evaluator:
         """Ranks and scores the held-out inputs as the test set is ranked and scored."""
@@ -187,6 +224,48 @@ def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_r
                           f"of {Y_train.shape[0]}: both need at least one", PARAMS_FILE, "infer.val_fraction")
     return HeldOutLabels(sp.csr_matrix(Y_train[val_rows]), training_values(Y_train[rest_rows], relevance, copy=False),
                          sp.csr_matrix(filters_train[val_rows]), np.asarray(val_rows), np.asarray(rest_rows))
+
+
+def held_out_folds(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, settings: TuneSettings) -> list[HeldOutLabels]:
+    """The held-out labels of each validation fold (training.batches.validation_folds; the first is the split training
+    validates on), at most `val_max_queries` of each fold's inputs querying."""
+    folds = validation_folds(Y_train.shape[0], settings.val_fraction, settings.val_seed,
+                             settings.folds_for(Y_train.shape[0]))
+    return [held_out_labels(Y_train, filters_train, rest_rows,
+                            query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance)
+            for rest_rows, held_out in folds]
+
+
+def pooled_held(folds: list[HeldOutLabels]) -> HeldOutLabels:
+    """The queries of every fold as one set: their labels and filters stacked. The label frequencies behind PSP
+    and the memory's size are the first fold's (every fold's memory holds as many inputs)."""
+    if len(folds) == 1:
+        return folds[0]
+    first = folds[0]
+    return HeldOutLabels(sp.csr_matrix(sp.vstack([fold.Y_val for fold in folds])), first.Y_rest,
+                         sp.csr_matrix(sp.vstack([fold.exclude for fold in folds])),
+                         np.concatenate([fold.val_rows for fold in folds]), first.rest_rows, len(folds))
+
+
+def pooled_hits(hits: list[Hits], offsets: list[int] | None = None) -> Hits:
+    """The hits of consecutive groups of queries as one, each group's ids (where found) shifted by its offset."""
+    offsets = offsets or [0] * len(hits)
+    ids = np.concatenate([np.where(found >= 0, found + offset, found) for (found, _), offset in zip(hits, offsets)])
+    return ids, np.concatenate([sims for _, sims in hits])
+
+
+def pooled(folds: list[ValidationRetrieval], held: HeldOutLabels) -> ValidationRetrieval:
+    """Several folds' validation retrievals as one, `held` their pooled_held: the queries stacked, and the folds'
+    memories side by side as one set of input keys (a fold's ids shifted past the folds before it), so that each
+    query's RAE scores its own fold's memory, and one curve measures every fold's queries at once."""
+    if len(folds) == 1:
+        return folds[0]
+    offsets = np.cumsum([0] + [fold.input_keys for fold in folds[:-1]]).tolist()
+    counts = [fold.log_counts for fold in folds]
+    return ValidationRetrieval(pooled_hits([fold.inputs for fold in folds], offsets),
+                               pooled_hits([fold.labels for fold in folds]), folds[0].b, held,
+                               sp.csr_matrix(sp.vstack([fold.memory_values for fold in folds])),
+                               None if counts[0] is None else np.concatenate(counts))
 
 
 def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
@@ -349,8 +428,8 @@ def select(retrieval: ValidationRetrieval, settings: TuneSettings,
             "val_value": best[metric],
             "fixed_lambda": settings.fixed_lambda, "fixed_tau": settings.fixed_tau, "fixed_label_share": fixed_share,
             "fixed_val_value": fixed[metric],
-            "val_queries": len(retrieval.held.val_rows), "memory_inputs": len(retrieval.held.rest_rows),
-            "memory_input_keys": retrieval.input_keys,
+            "val_queries": len(retrieval.held.val_rows), "val_folds": retrieval.held.folds,
+            "memory_inputs": len(retrieval.held.rest_rows), "memory_input_keys": retrieval.keys_per_fold,
             "val_fraction": settings.val_fraction, "val_max_queries": settings.val_max_queries,
             "val_seed": settings.val_seed, "b": settings.b,
             "validation": rows}

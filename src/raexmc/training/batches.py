@@ -1,4 +1,4 @@
-"""What one training step sees: the validation split, the global batch of each step, and this rank's share of it.
+"""What one training step sees: the global batch of each step, and this rank's share of it.
 
 Every rank draws the same global batch (the sampler is seeded by step), so resuming needs no
 sampler state; each rank encodes its share of the batch's inputs and labels.
@@ -15,24 +15,6 @@ import torch
 from .distributed import DistContext, pad_to_multiple, shard
 from .loss import batch_label_masks, decoupled_infonce, shared_label_mask
 from .settings import TrainSettings
-
-
-def split_validation(Y: sp.csr_matrix, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train rows, validation rows) of the training inputs: validation is never the test set."""
-    order = np.random.default_rng([seed, 7]).permutation(Y.shape[0])
-    n_val = int(round(Y.shape[0] * fraction))
-    return np.sort(order[n_val:]), np.sort(order[:n_val])
-
-
-def query_sample(held_out: np.ndarray, cap: int, seed: int) -> np.ndarray:
-    """At most `cap` of the `held_out` rows, a subset drawn with `seed`, in their order; all of them when they fit.
-
-    Validation (training's and the tune stage's) queries a memory of every other training input, so
-    its exact search costs held-out x N: capping the queries keeps that linear in N."""
-    if len(held_out) <= cap:
-        return held_out
-    picked = np.random.default_rng([seed, 11]).choice(len(held_out), size=cap, replace=False)
-    return held_out[np.sort(picked)]
 
 
 class BatchSampler:

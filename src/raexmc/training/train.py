@@ -25,7 +25,8 @@ import torch
 
 from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
-from .batches import BatchSampler, query_sample, split_validation
+from ..data.held_out import query_sample, split_validation
+from .batches import BatchSampler
 from .checkpoint import Checkpoint
 from .distributed import DistContext
 from .journal import Journal

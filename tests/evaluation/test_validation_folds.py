@@ -1,0 +1,128 @@
+"""Validation on several held-out folds pooled into one curve (`infer.val_folds`): the folds' split, how many auto
+takes, and the pooled curve against a dense brute force that queries each fold's memory apart."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from ruamel.yaml import YAML
+
+from conftest import dense_top_b_softmax
+from raexmc.errors import ConfigError
+from raexmc.evaluation.selection import TuneSettings, held_out_folds, pooled, pooled_held, select, validation_retrieval
+from raexmc.memory.input_memory import MemorySettings
+from raexmc.params import load_params
+from raexmc.data.held_out import split_validation, validation_folds
+from test_selection import LAMBDAS, TAUS, run_stage, write_params, write_training_split
+
+N_INPUTS, N_LABELS, DIM = 40, 6, 16
+
+
+def random_set(seed: int = 3):
+    """40 unit inputs and 6 unit labels in 16 dimensions, each input with one or two labels."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N_INPUTS, DIM))
+    Z = rng.standard_normal((N_LABELS, DIM))
+    X, Z = (M / np.linalg.norm(M, axis=1, keepdims=True) for M in (X, Z))
+    rows = [i for i in range(N_INPUTS) for _ in range(1 + i % 2)]
+    cols = [(3 * i + k) % N_LABELS for i in range(N_INPUTS) for k in range(1 + i % 2)]
+    Y = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(N_INPUTS, N_LABELS))
+    return X.astype(np.float32), Z.astype(np.float32), Y
+
+
+def pooled_brute_force(X, Z, Y, folds, b):
+    """P@1 (percent) at every (λ, τ) over all folds' queries, each fold's queries against [X_rest; Z] of its own
+    memory rows, from dense matrices."""
+    Y = Y.toarray()
+    right = {}
+    for rest_rows, val_rows in folds:
+        S = X[val_rows] @ np.vstack([X[rest_rows], Z]).T
+        for tau in TAUS:
+            P = dense_top_b_softmax(S, b, tau)
+            for lam in LAMBDAS:
+                top = (lam * P[:, :len(rest_rows)] @ Y[rest_rows] + (1 - lam) * P[:, len(rest_rows):]).argmax(axis=1)
+                right.setdefault((lam, tau), []).extend(Y[val_rows, top] > 0)
+    return {point: round(100 * float(np.mean(hits)), 2) for point, hits in right.items()}
+
+
+def test_folds_are_disjoint_the_first_is_training_validation_split_and_each_memory_is_the_rest():
+    folds = validation_folds(N_INPUTS, 0.25, 0, 4)
+    assert [len(val) for _, val in folds] == [10] * 4
+    assert np.array_equal(np.sort(np.concatenate([val for _, val in folds])), np.arange(N_INPUTS))
+    for rest, val in folds:
+        assert np.array_equal(np.sort(np.concatenate([rest, val])), np.arange(N_INPUTS))
+    first_rest, first_val = split_validation(sp.csr_matrix((N_INPUTS, 1)), 0.25, 0)
+    assert np.array_equal(folds[0][0], first_rest) and np.array_equal(folds[0][1], first_val)
+    with pytest.raises(ValueError, match="do not fit"):
+        validation_folds(N_INPUTS, 0.25, 0, 5)
+
+
+@pytest.mark.parametrize(("num_inputs", "fraction", "cap", "folds"), [
+    (8227, 0.05, 20000, 5),     # FOLDOC: 411 a fold, ceil(2000 / 411) = 5
+    (40000, 0.05, 20000, 1),    # 2,000 a fold already
+    (87787, 0.05, 20000, 1),    # WordNet
+    (100, 0.05, 20000, 20),     # 5 a fold would take 400 folds: 20 are disjoint
+    (8227, 0.05, 100, 20),      # the cap: 100 queries a fold, ceil(2000 / 100) = 20
+    (10, 0.01, 20000, 1),       # nothing held out (the stage's own error says so)
+])
+def test_auto_takes_enough_folds_for_2000_queries_at_most_the_disjoint_ones(num_inputs, fraction, cap, folds):
+    settings = TuneSettings(lam=None, tau=None, lambda_grid=(0.5,), tau_grid=(0.04,), metric="P@1", b=10,
+                            val_fraction=fraction, val_max_queries=cap, val_seed=0, relevance="binary", val_folds=None)
+    assert settings.folds_for(num_inputs) == folds
+
+
+def test_more_folds_than_fit_name_their_key(tmp_path):
+    settings = TuneSettings.from_params(load_params(write_params(tmp_path, val_fraction=0.25, val_folds=5)))
+    with pytest.raises(ConfigError, match="at most 4") as error:
+        settings.folds_for(N_INPUTS)
+    assert error.value.record == "infer.val_folds"
+    for bad in (0, 1.5, "some"):
+        with pytest.raises(ConfigError, match="infer.val_folds must be an integer >= 1") as error:
+            TuneSettings.from_params(load_params(write_params(tmp_path, val_folds=bad)))
+
+
+def test_pooled_curve_is_every_folds_queries_against_its_own_memory(tmp_path):
+    """Four folds of 10: the curve is the brute force's over all 40 queries, each against the 30 others; the
+    selection reports one fold's memory and every fold's queries."""
+    X, Z, Y = random_set()
+    (tmp_path / "emb").mkdir()
+    np.save(tmp_path / "emb" / "train.npy", X)
+    np.save(tmp_path / "emb" / "labels.npy", Z)
+    settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=45,
+                            val_fraction=0.25, val_max_queries=20000, val_seed=0, relevance="binary", val_folds=4)
+    folds = held_out_folds(Y, sp.csr_matrix(Y.shape), settings)
+    full = MemorySettings(1.0, "random", False, 0)
+    retrieval = pooled([validation_retrieval(tmp_path / "emb", fold, 45, memory=full) for fold in folds],
+                       pooled_held(folds))
+    chosen = select(retrieval, settings, (0.55, 1.5))
+    expected = pooled_brute_force(X, Z, Y, validation_folds(N_INPUTS, 0.25, 0, 4), b=45)
+    assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"] if r["tau"] in TAUS} == expected
+    assert (chosen["val_queries"], chosen["val_folds"], chosen["memory_inputs"], chosen["memory_input_keys"]) \
+        == (40, 4, 30, 30)
+    one = select(validation_retrieval(tmp_path / "emb", folds[0], 45, memory=full), settings, (0.55, 1.5))
+    assert {(r["lambda"], r["tau"]): r["P@1"] for r in one["validation"] if r["tau"] in TAUS} \
+        == pooled_brute_force(X, Z, Y, validation_folds(N_INPUTS, 0.25, 0, 1), b=45) != expected
+
+
+def test_stage_with_auto_folds_pools_them_and_a_selected_memory_per_fold(tmp_path):
+    """keep 0.5 (random, seed 7) at val_fraction 0.25 with folds auto: four folds, each memory 15 of its 30
+    remaining inputs as that seed draws them from that fold's rows; the curve is the brute force's over them."""
+    X, Z, Y = random_set()
+    write_training_split(tmp_path, X, Z, Y)
+    params = write_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "b": 45, "val_folds": "auto",
+                                       "lambda_sweep": LAMBDAS, "tau_grid": list(TAUS)})
+    values = YAML().load(params.read_text())
+    values["memory"].update({"keep": 0.5, "method": "random", "seed": 7, "prototypes": 0})
+    YAML().dump(values, params)
+    proc = run_stage(tmp_path, params)
+    assert proc.returncode == 0, proc.stderr
+    chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
+
+    folds = [(rest[np.sort(np.random.default_rng(7).choice(30, 15, replace=False))], val)
+             for rest, val in validation_folds(N_INPUTS, 0.25, 0, 4)]
+    assert (chosen["val_queries"], chosen["val_folds"], chosen["memory_input_keys"]) == (40, 4, 15)
+    expected = pooled_brute_force(X, Z, Y, folds, b=45)
+    assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"] if r["tau"] in TAUS} == expected
