@@ -9,7 +9,7 @@ Reads data/<name> and artifacts/<name>/embeddings (what the embed stage wrote: z
 exactly (ExactIndex), and reports the label keys' share of the joint top-b (and the queries whose joint top-b
 holds no label key) and the mean similarity of the r-th nearest key of each set, then P@1, P@5, PSP@5, R@100 of
 RAE at (--lam, --tau, b) for the joint retrieval and a split at each share, and of the two baselines. Then, as
-the tune stage does with params.yaml's validation settings, chooses λ and τ (joint) and λ, τ and the label share
+the tune stage does with params.yaml's validation settings (on one held-out fold: infer.val_folds is not read), chooses λ and τ (joint) and λ, τ and the label share
 (split, share auto) on held-out training inputs, and scores the test set at each choice. `--top-labels L` keeps
 only the dataset's L most frequent training labels (and the inputs that have one of them): the few-labels regime
 (FOLDOC has more labels than inputs) from the same real data and embeddings. Writes
@@ -149,6 +149,9 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = 200, tau: float 
                                           "runs on other embeddings of the same dataset keep their own record.")) -> None:
     if tag and not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
         raise typer.BadParameter(f"{tag!r}: use letters, digits, '.', '_' or '-'", param_hint="--tag")
+    suffix = (f"_top{top_labels}" if top_labels else "") + (f"_{tag}" if tag else "")
+    out = root / "bench" / "results" / f"split_retrieval_{name}{suffix}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)  # before the work: a root without the folder used to fail at the end
     started = time.perf_counter()
     dataset = Dataset(root / "data" / name)
     ab = table_propensity(dataset.names).ab
@@ -156,8 +159,6 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = 200, tau: float 
         report = measure(dataset, root, name, b, tau, lam, shares, top_labels, ab, Path(scratch),
                          [float(r) for r in label_tau_ratios.split(",") if r])
     report["seconds"] = round(time.perf_counter() - started, 1)
-    suffix = (f"_top{top_labels}" if top_labels else "") + (f"_{tag}" if tag else "")
-    out = root / "bench" / "results" / f"split_retrieval_{name}{suffix}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 

@@ -20,6 +20,7 @@ B = 10
 
 def test_few_labels_and_the_joint_label_share_by_brute_force(tmp_path):
     data, embeddings = small_project(tmp_path)
+    (tmp_path / "bench/results").rmdir()  # a root without the folder: the script makes it
     proc = subprocess.run([sys.executable, str(REPO / "bench/split_retrieval.py"), "--root", str(tmp_path), "--name",
                            "tiny", "--b", str(B), "--top-labels", "5", "--shares", "0.5",
                            "--label-tau-ratios", "0.5,1", "--tag", "fine-tuned"],
