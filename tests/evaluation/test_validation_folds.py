@@ -1,5 +1,6 @@
 """Validation on several held-out folds pooled into one curve (`infer.val_folds`): the folds' split, how many auto
-takes, and the pooled curve against a dense brute force that queries each fold's memory apart."""
+takes, and the pooled curve (P@1, and PSP@5 with each fold's own label frequencies) against a dense brute force
+that queries each fold's memory apart."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from raexmc.data.held_out import split_validation, validation_folds
 from test_selection import LAMBDAS, TAUS, run_stage, write_params, write_training_split
 
 N_INPUTS, N_LABELS, DIM = 40, 6, 16
+A, B = 0.55, 1.5  # the propensity pair every evaluator here is given
 
 
 def random_set(seed: int = 3):
@@ -33,19 +35,48 @@ def random_set(seed: int = 3):
     return X.astype(np.float32), Z.astype(np.float32), Y
 
 
-def pooled_brute_force(X, Z, Y, folds, b):
-    """P@1 (percent) at every (λ, τ) over all folds' queries, each fold's queries against [X_rest; Z] of its own
-    memory rows, from dense matrices."""
+def inverse_propensities(Y_memory: np.ndarray) -> np.ndarray:
+    """1/p_l of Jain et al. (2016), written out: 1 + C (N_l + B)^-A, C = (ln N - 1)(B + 1)^A, N_l the memory's
+    inputs with label l."""
+    return 1 + (np.log(len(Y_memory)) - 1) * (B + 1) ** A * (Y_memory.sum(axis=0) + B) ** -A
+
+
+def pooled_brute_force(X, Z, Y, folds, b, kept=None):
+    """P@1 and PSP@5 (percent) at every (λ, τ) over all folds' (memory rows, query rows), from dense matrices: each
+    fold's queries against [X_kept; Z] (`kept[i]` the rows fold i's memory keeps, all its memory rows by default),
+    scored with the propensities of its memory rows (all of them, as the test set's are of every training input);
+    PSP@5 is the sum over every query of 1/p over its hits in its top 5 (labels of positive score), over the sum
+    of its best 5 1/p."""
     Y = Y.toarray()
-    right = {}
-    for rest_rows, val_rows in folds:
+    right, gained, ideal = {}, {}, {}
+    for (memory_rows, val_rows), rest_rows in zip(folds, kept or [rows for rows, _ in folds]):
         S = X[val_rows] @ np.vstack([X[rest_rows], Z]).T
+        weight = inverse_propensities(Y[memory_rows])
+        best = np.sort(np.where(Y[val_rows] > 0, weight, 0.0), axis=1)[:, ::-1][:, :5].sum(axis=1)
         for tau in TAUS:
             P = dense_top_b_softmax(S, b, tau)
             for lam in LAMBDAS:
-                top = (lam * P[:, :len(rest_rows)] @ Y[rest_rows] + (1 - lam) * P[:, len(rest_rows):]).argmax(axis=1)
-                right.setdefault((lam, tau), []).extend(Y[val_rows, top] > 0)
-    return {point: round(100 * float(np.mean(hits)), 2) for point, hits in right.items()}
+                scores = lam * P[:, :len(rest_rows)] @ Y[rest_rows] + (1 - lam) * P[:, len(rest_rows):]
+                ranked = np.argsort(-scores, axis=1, kind="stable")[:, :5]
+                ranked_scores = np.take_along_axis(scores, ranked, axis=1)
+                hits = (np.take_along_axis(Y[val_rows], ranked, axis=1) > 0) & (ranked_scores > 0)
+                right.setdefault((lam, tau), []).extend(hits[:, 0])
+                gained[lam, tau] = gained.get((lam, tau), 0.0) + float((hits * weight[ranked]).sum())
+                ideal[lam, tau] = ideal.get((lam, tau), 0.0) + float(best.sum())
+    return {point: (round(100 * float(np.mean(hits)), 2), 100 * gained[point] / ideal[point])
+            for point, hits in right.items()}
+
+
+def curve_of(selection):
+    """The validation rows at the grid's τ (widening may add others): (λ, τ) -> (P@1, PSP@5)."""
+    return {(r["lambda"], r["tau"]): (r["P@1"], r["PSP@5"]) for r in selection["validation"] if r["tau"] in TAUS}
+
+
+def assert_curves_match(measured, expected):
+    assert measured.keys() == expected.keys()
+    for point, (p_at_1, psp) in expected.items():
+        assert measured[point][0] == p_at_1, point
+        assert abs(measured[point][1] - psp) <= 0.01, (point, measured[point][1], psp)
 
 
 def test_folds_are_disjoint_the_first_is_training_validation_split_and_each_memory_is_the_rest():
@@ -54,23 +85,28 @@ def test_folds_are_disjoint_the_first_is_training_validation_split_and_each_memo
     assert np.array_equal(np.sort(np.concatenate([val for _, val in folds])), np.arange(N_INPUTS))
     for rest, val in folds:
         assert np.array_equal(np.sort(np.concatenate([rest, val])), np.arange(N_INPUTS))
+    order = np.random.default_rng([0, 7]).permutation(N_INPUTS)  # training's split, as it has always been drawn
+    assert np.array_equal(folds[0][1], np.sort(order[:10])) and np.array_equal(folds[0][0], np.sort(order[10:]))
     first_rest, first_val = split_validation(sp.csr_matrix((N_INPUTS, 1)), 0.25, 0)
     assert np.array_equal(folds[0][0], first_rest) and np.array_equal(folds[0][1], first_val)
     with pytest.raises(ValueError, match="do not fit"):
         validation_folds(N_INPUTS, 0.25, 0, 5)
 
 
-@pytest.mark.parametrize(("num_inputs", "fraction", "cap", "folds"), [
-    (8227, 0.05, 20000, 5),     # FOLDOC: 411 a fold, ceil(2000 / 411) = 5
-    (40000, 0.05, 20000, 1),    # 2,000 a fold already
-    (87787, 0.05, 20000, 1),    # WordNet
-    (100, 0.05, 20000, 20),     # 5 a fold would take 400 folds: 20 are disjoint
-    (8227, 0.05, 100, 20),      # the cap: 100 queries a fold, ceil(2000 / 100) = 20
-    (10, 0.01, 20000, 1),       # nothing held out (the stage's own error says so)
+@pytest.mark.parametrize(("num_inputs", "fraction", "cap", "trained", "folds"), [
+    (8227, 0.05, 20000, False, 5),    # FOLDOC: 411 a fold, ceil(2000 / 411) = 5
+    (8227, 0.05, 20000, True, 1),     # fine-tuned: training held out the first fold only
+    (40000, 0.05, 20000, False, 1),   # 2,000 a fold already
+    (87787, 0.05, 20000, False, 1),   # WordNet
+    (100, 0.05, 20000, False, 20),    # 5 a fold would take 400 folds: 1 / 0.05 at most
+    (29, 0.05, 20000, False, 20),     # folds of 1 (29 disjoint): still 1 / 0.05 at most
+    (8227, 0.05, 100, False, 5),      # the query cap does not multiply the folds
+    (10, 0.01, 20000, False, 1),      # nothing held out (the stage's own error says so)
 ])
-def test_auto_takes_enough_folds_for_2000_queries_at_most_the_disjoint_ones(num_inputs, fraction, cap, folds):
+def test_auto_takes_enough_folds_for_2000_held_out_inputs(num_inputs, fraction, cap, trained, folds):
     settings = TuneSettings(lam=None, tau=None, lambda_grid=(0.5,), tau_grid=(0.04,), metric="P@1", b=10,
-                            val_fraction=fraction, val_max_queries=cap, val_seed=0, relevance="binary", val_folds=None)
+                            val_fraction=fraction, val_max_queries=cap, val_seed=0, relevance="binary", val_folds=None,
+                            encoder_trained=trained)
     assert settings.folds_for(num_inputs) == folds
 
 
@@ -79,32 +115,42 @@ def test_more_folds_than_fit_name_their_key(tmp_path):
     with pytest.raises(ConfigError, match="at most 4") as error:
         settings.folds_for(N_INPUTS)
     assert error.value.record == "infer.val_folds"
+    params = write_params(tmp_path, val_fraction=0.25, val_folds=2)
+    values = YAML().load(params.read_text())
+    values["encoder"]["mode"] = "fine-tuned"
+    YAML().dump(values, params)
+    with pytest.raises(ConfigError, match="would validate on training inputs") as error:
+        TuneSettings.from_params(load_params(params)).folds_for(N_INPUTS)
+    assert error.value.record == "infer.val_folds"
     for bad in (0, 1.5, "some"):
-        with pytest.raises(ConfigError, match="infer.val_folds must be an integer >= 1") as error:
+        with pytest.raises(ConfigError, match="infer.val_folds must be an integer >= 1 or auto") as error:
             TuneSettings.from_params(load_params(write_params(tmp_path, val_folds=bad)))
+        assert error.value.record == "infer.val_folds"
 
 
-def test_pooled_curve_is_every_folds_queries_against_its_own_memory(tmp_path):
-    """Four folds of 10: the curve is the brute force's over all 40 queries, each against the 30 others; the
-    selection reports one fold's memory and every fold's queries."""
+@pytest.mark.parametrize("b", [45, 8])  # every key retrieved; the top 8 of 36, so the joint merge truncates
+def test_pooled_curve_is_every_folds_queries_against_its_own_memory(tmp_path, b):
+    """Four folds of 10: the curve is the brute force's over all 40 queries, each against the 30 others, PSP with
+    each fold's own label frequencies; the selection reports one fold's memory and every fold's queries."""
     X, Z, Y = random_set()
     (tmp_path / "emb").mkdir()
     np.save(tmp_path / "emb" / "train.npy", X)
     np.save(tmp_path / "emb" / "labels.npy", Z)
-    settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=45,
+    settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=b,
                             val_fraction=0.25, val_max_queries=20000, val_seed=0, relevance="binary", val_folds=4)
     folds = held_out_folds(Y, sp.csr_matrix(Y.shape), settings)
     full = MemorySettings(1.0, "random", False, 0)
-    retrieval = pooled([validation_retrieval(tmp_path / "emb", fold, 45, memory=full) for fold in folds],
+    retrieval = pooled([validation_retrieval(tmp_path / "emb", fold, b, memory=full) for fold in folds],
                        pooled_held(folds))
-    chosen = select(retrieval, settings, (0.55, 1.5))
-    expected = pooled_brute_force(X, Z, Y, validation_folds(N_INPUTS, 0.25, 0, 4), b=45)
-    assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"] if r["tau"] in TAUS} == expected
+    chosen = select(retrieval, settings, (A, B))
+    expected = pooled_brute_force(X, Z, Y, validation_folds(N_INPUTS, 0.25, 0, 4), b=b)
+    assert_curves_match(curve_of(chosen), expected)
     assert (chosen["val_queries"], chosen["val_folds"], chosen["memory_inputs"], chosen["memory_input_keys"]) \
         == (40, 4, 30, 30)
-    one = select(validation_retrieval(tmp_path / "emb", folds[0], 45, memory=full), settings, (0.55, 1.5))
-    assert {(r["lambda"], r["tau"]): r["P@1"] for r in one["validation"] if r["tau"] in TAUS} \
-        == pooled_brute_force(X, Z, Y, validation_folds(N_INPUTS, 0.25, 0, 1), b=45) != expected
+    one = select(validation_retrieval(tmp_path / "emb", folds[0], b, memory=full), settings, (A, B))
+    first_fold = pooled_brute_force(X, Z, Y, validation_folds(N_INPUTS, 0.25, 0, 1), b=b)
+    assert_curves_match(curve_of(one), first_fold)
+    assert first_fold != expected
 
 
 def test_stage_with_auto_folds_pools_them_and_a_selected_memory_per_fold(tmp_path):
@@ -121,8 +167,7 @@ def test_stage_with_auto_folds_pools_them_and_a_selected_memory_per_fold(tmp_pat
     assert proc.returncode == 0, proc.stderr
     chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
 
-    folds = [(rest[np.sort(np.random.default_rng(7).choice(30, 15, replace=False))], val)
-             for rest, val in validation_folds(N_INPUTS, 0.25, 0, 4)]
+    folds = validation_folds(N_INPUTS, 0.25, 0, 4)
+    kept = [rest[np.sort(np.random.default_rng(7).choice(30, 15, replace=False))] for rest, _ in folds]
     assert (chosen["val_queries"], chosen["val_folds"], chosen["memory_input_keys"]) == (40, 4, 15)
-    expected = pooled_brute_force(X, Z, Y, folds, b=45)
-    assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"] if r["tau"] in TAUS} == expected
+    assert_curves_match(curve_of(chosen), pooled_brute_force(X, Z, Y, folds, b=45, kept=kept))

@@ -29,7 +29,7 @@ from ..rae.pairs import remove_pairs
 from ..rae.ranking import top_k
 from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
 from ..rae.scoring import dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
-from .metrics import propensity_ideals
+from .metrics import per_instance_metrics, propensity_ideals
 from .propensity import DEFAULT_AB, propensities
 from .totals import F1_K, QueryChunk, RankingTotals
 
@@ -172,6 +172,37 @@ class Evaluator:
         totals = self.totals(per_instance=True)
         totals.add(self.chunk(slice(0, self.num_queries)), ranked)
         return self.result(totals)
+
+    def per_query_values(self, ranked: np.ndarray) -> dict[str, np.ndarray]:
+        """Every metric's value (a fraction) for each query of a ranking of all of them."""
+        return per_instance_metrics(ranked, self.truth, propensity=self.propensity)
+
+
+@dataclass
+class FoldedEvaluator(Evaluator):
+    """The queries of several validation folds, pooled (selection.pooled), ranked as one set (their filters
+    stacked; `Y_train` is the first fold's, `memory_values` every fold's memory side by side) but scored fold by
+    fold, each with its own evaluator (`folds`, in the pooled order): a fold's label frequencies, behind PSP's
+    propensities, are those of its own memory, which never holds the fold's queries."""
+
+    folds: tuple[Evaluator, ...] = ()
+
+    def fold_rankings(self, ranked: np.ndarray) -> list[tuple[Evaluator, np.ndarray]]:
+        bounds = np.cumsum([0] + [fold.num_queries for fold in self.folds])
+        return [(fold, ranked[start:stop]) for fold, start, stop in zip(self.folds, bounds[:-1], bounds[1:])]
+
+    def summary(self, ranked: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The averaged metrics (percent) over every fold's queries; no per-instance arrays or macro-F1."""
+        parts = []
+        for fold, part in self.fold_rankings(ranked):
+            totals = fold.totals()
+            totals.add(fold.chunk(slice(0, fold.num_queries)), part)
+            parts.append(totals)
+        return RankingTotals.pooled(parts).result(self.relevant, self.train_freq)
+
+    def per_query_values(self, ranked: np.ndarray) -> dict[str, np.ndarray]:
+        values = [fold.per_query_values(part) for fold, part in self.fold_rankings(ranked)]
+        return {name: np.concatenate([v[name] for v in values]) for name in values[0]}
 
 
 def query_chunks(num_queries: int) -> list[slice]:

@@ -18,7 +18,6 @@ from ..rae.model import RaeModel, RaeSettings
 from ..rae.query_lambda import DEFAULT_FOLDS, DEFAULT_RIDGE, QueryLambda, fit_query_lambda, query_features
 from ..rae.scoring import combine_per_query
 from .evaluator import Evaluator, Hits, Scorer, query_chunks, rae_scorer
-from .metrics import per_instance_metrics
 from .selection import TuneSettings, ValidationRetrieval, rae_retrieval
 
 DEFAULT_METRIC = "P@1"
@@ -26,7 +25,7 @@ DEFAULT_METRIC = "P@1"
 
 def per_query_metric(evaluator: Evaluator, ranked: np.ndarray, metric: str = DEFAULT_METRIC) -> np.ndarray:
     """Per-query values (fractions, not percent) of one metric of a ranking."""
-    values = per_instance_metrics(ranked, evaluator.truth, propensity=evaluator.propensity)
+    values = evaluator.per_query_values(ranked)
     if metric not in values:
         raise ConfigError(f"unknown metric {metric!r}; known: {', '.join(values)}")
     return values[metric]

@@ -26,9 +26,11 @@ memory all the same: the memory is the one every cap queries, so the cap only ch
 queries measure it (the estimate's noise), not what is measured.
 
 A small set holds out few inputs (FOLDOC: 411), and on so few the choice follows a query or two. So the
-validation may hold out several disjoint folds in turn (`infer.val_folds`; auto: as many as take the queries to
-VAL_MIN_QUERIES, one where a fold has that many), each querying a memory of all the other inputs, and the
-curve is measured on all their queries at once (`pooled`): the same memory size, K times the queries.
+validation may hold out several disjoint folds in turn (`infer.val_folds`; auto: as many as take the held-out
+inputs to VAL_MIN_QUERIES, one where a fold has that many), each querying a memory of all the other inputs, and
+the curve is measured on all their queries at once (`pooled`): the same memory size, K times the queries, each
+fold's queries scored with its own memory's label frequencies (FoldedEvaluator). Not with a fine-tuned encoder:
+training held out only the first fold (the split training validates on), and trained on the others.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from ..params import Params
 from ..rae.model import RaeModel, RaeSettings
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau
 from ..data.held_out import query_sample, validation_folds
-from .evaluator import HEADLINE, Evaluator, query_chunks, stacked_rankings
+from .evaluator import HEADLINE, Evaluator, FoldedEvaluator, query_chunks, stacked_rankings
 
 AUTO = "auto"
 SELECTION_FILE = "selection.json"
@@ -83,6 +85,7 @@ class TuneSettings:
     val_seed: int
     relevance: str
     val_folds: int | None = 1   # None: auto (folds_for)
+    encoder_trained: bool = False   # the embeddings' encoder was fine-tuned on the inputs outside the first fold
     retrieval: str = JOINT
     label_share: float | None = DEFAULT_LABEL_SHARE   # split only; None: auto
     label_share_grid: tuple[float, ...] = ()
@@ -105,22 +108,29 @@ class TuneSettings:
                    val_max_queries=positive_int(p.get("infer.val_max_queries"), "infer.val_max_queries", p.path,
                                                 "infer.val_max_queries"),
                    val_seed=p.integer("infer.val_seed", 0), relevance=p.typed("infer.relevance", str),
-                   val_folds=_folds_or_auto(p),
+                   val_folds=_folds_or_auto(p), encoder_trained=p.get("encoder.mode") == "fine-tuned",
                    retrieval=one_of(p.get("infer.retrieval"), RETRIEVALS, "infer.retrieval", p.path, "infer.retrieval"),
                    label_share=_number_or_auto(p, "infer.label_share", check_label_share, "a number in [0, 1]"),
                    label_share_grid=p.grid("infer.label_share_grid", check_label_share, "numbers in [0, 1]"))
 
     def folds_for(self, num_inputs: int) -> int:
         """The validation folds of `num_inputs` training inputs: `val_folds`, or where auto, enough that the
-        queries (val_max_queries at most per fold) reach VAL_MIN_QUERIES, as many as are disjoint at most."""
+        held-out inputs reach VAL_MIN_QUERIES, at most 1 / val_fraction (and as many as are disjoint). One for a
+        fine-tuned encoder: training held out only the first fold, so any other would validate on inputs the
+        encoder was trained on."""
         per_fold = int(round(num_inputs * self.val_fraction))
-        disjoint = num_inputs // per_fold if per_fold else 1
+        if per_fold == 0:
+            return 1  # nothing held out: held_out_labels says so, naming infer.val_fraction
+        most = min(num_inputs // per_fold, int(1 / self.val_fraction))
         if self.val_folds is None:
-            return max(1, min(disjoint, math.ceil(VAL_MIN_QUERIES / max(1, min(per_fold, self.val_max_queries)))))
-        if self.val_folds > disjoint:
-            raise ConfigError(f"infer.val_folds {self.val_folds} disjoint folds of infer.val_fraction "
-                              f"{self.val_fraction} of {num_inputs} training inputs do not fit: at most {disjoint}",
-                              PARAMS_FILE, "infer.val_folds")
+            return 1 if self.encoder_trained else min(most, math.ceil(VAL_MIN_QUERIES / per_fold))
+        if self.val_folds > 1 and self.encoder_trained:
+            raise ConfigError(f"infer.val_folds {self.val_folds} with encoder.mode fine-tuned: the encoder was trained "
+                              "on every input outside the first fold, so the others would validate on training "
+                              "inputs; use 1 or auto", PARAMS_FILE, "infer.val_folds")
+        if self.val_folds > most:
+            raise ConfigError(f"infer.val_folds {self.val_folds}: at most {most} disjoint folds of infer.val_fraction "
+                              f"{self.val_fraction} fit {num_inputs} training inputs", PARAMS_FILE, "infer.val_folds")
         return self.val_folds
 
     @property
@@ -159,7 +169,13 @@ class TuneSettings:
 
 def _folds_or_auto(p: Params) -> int | None:
     value = p.get("infer.val_folds", 1)
-    return None if value == AUTO else positive_int(value, "infer.val_folds", p.path, "infer.val_folds")
+    if value == AUTO:
+        return None
+    try:
+        return positive_int(value, "infer.val_folds", p.path, "infer.val_folds")
+    except ConfigError:
+        raise ConfigError(f"infer.val_folds must be an integer >= 1 or {AUTO}, got {value!r}", p.path,
+                          "infer.val_folds") from None
 
 
 def _number_or_auto(p: Params, key: str, check: Callable[[Any], float], text: str) -> float | None:
@@ -177,7 +193,11 @@ class HeldOutLabels:
     exclude: sp.csr_matrix      # the held-out inputs' filtered pairs
     val_rows: np.ndarray        # rows of the training inputs that query
     rest_rows: np.ndarray       # rows of the training inputs the memory keys are chosen from
-    folds: int = 1              # where several folds are pooled (pooled_held): how many
+    parts: tuple[HeldOutLabels, ...] = ()   # where several folds are pooled (pooled_held): each fold's own
+
+    @property
+    def folds(self) -> int:
+        return max(1, len(self.parts))
 
 
 @dataclass
@@ -205,7 +225,10 @@ class ValidationRetrieval:
     def evaluator(self, propensity_ab: tuple[float, float]) -> Evaluator:
         """Ranks and scores the held-out inputs as the test set is ranked and scored."""
         held = self.held
-        return Evaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values)
+        if not held.parts:
+            return Evaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values)
+        return FoldedEvaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values,
+                               tuple(Evaluator(part.Y_rest, part.Y_val, part.exclude, propensity_ab) for part in held.parts))
 
     def model(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> RaeModel:
         """RAE on this memory at τ and b with the retrieval `rae` (at the paper's λ: the curve sets each)."""
@@ -237,14 +260,15 @@ def held_out_folds(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, setting
 
 
 def pooled_held(folds: list[HeldOutLabels]) -> HeldOutLabels:
-    """The queries of every fold as one set: their labels and filters stacked. The label frequencies behind PSP
-    and the memory's size are the first fold's (every fold's memory holds as many inputs)."""
+    """The queries of every fold as one set: their labels and filters stacked, each fold kept in `parts` so that
+    its queries are scored with its own label frequencies (FoldedEvaluator). `Y_rest` and `rest_rows` are the
+    first fold's: the memory's size, the same at every fold."""
     if len(folds) == 1:
         return folds[0]
     first = folds[0]
     return HeldOutLabels(sp.csr_matrix(sp.vstack([fold.Y_val for fold in folds])), first.Y_rest,
                          sp.csr_matrix(sp.vstack([fold.exclude for fold in folds])),
-                         np.concatenate([fold.val_rows for fold in folds]), first.rest_rows, len(folds))
+                         np.concatenate([fold.val_rows for fold in folds]), first.rest_rows, tuple(folds))
 
 
 def pooled_hits(hits: list[Hits], offsets: list[int] | None = None) -> Hits:

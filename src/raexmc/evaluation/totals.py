@@ -65,6 +65,17 @@ class RankingTotals:
         tp, predicted = f1_counts(ranked, chunk.truth, F1_K)
         self.tp, self.predicted = (tp, predicted) if self.tp is None else (self.tp + tp, self.predicted + predicted)
 
+    @classmethod
+    def pooled(cls, parts: list[RankingTotals]) -> RankingTotals:
+        """The totals of several sets of queries, each scored with its own propensities, as of one set: its means
+        are over all their queries (PSP@k the ratio of the pooled numerator's and ideal's means). Sums only: no
+        per-query values or macro-F1 counts."""
+        pooled = cls(sum(part.num_queries for part in parts), np.empty(0))
+        pooled.count = sum(part.count for part in parts)
+        for name in ("sums", "ideal_sums"):
+            setattr(pooled, name, {key: sum(getattr(part, name)[key] for part in parts) for key in getattr(parts[0], name)})
+        return pooled
+
     def result(self, relevant: np.ndarray, train_freq: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The summary (percent; macro-F1@5 per segment given every test label's count of positives `relevant`)
         and the per-query arrays (empty without `per_instance`), once every query was added."""
