@@ -188,6 +188,7 @@ class FoldedEvaluator(Evaluator):
     folds: tuple[Evaluator, ...] = ()
 
     def fold_rankings(self, ranked: np.ndarray) -> list[tuple[Evaluator, np.ndarray]]:
+        """Each fold's evaluator with the rows of `ranked` that are its queries."""
         bounds = np.cumsum([0] + [fold.num_queries for fold in self.folds])
         return [(fold, ranked[start:stop]) for fold, start, stop in zip(self.folds, bounds[:-1], bounds[1:])]
 

@@ -250,7 +250,7 @@ def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_r
 
 
 def held_out_folds(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, settings: TuneSettings) -> list[HeldOutLabels]:
-    """The held-out labels of each validation fold (training.batches.validation_folds; the first is the split training
+    """The held-out labels of each validation fold (data.held_out.validation_folds; the first is the split training
     validates on), at most `val_max_queries` of each fold's inputs querying."""
     folds = validation_folds(Y_train.shape[0], settings.val_fraction, settings.val_seed,
                              settings.folds_for(Y_train.shape[0]))
