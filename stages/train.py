@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
+from raexmc.data.held_out import tune_split
 from raexmc.encoder.device import embed_batch_size, resolve_precision
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
@@ -48,6 +49,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             raise ConfigError(f"encoder.mode must be one of {', '.join(MODES)}", p.path, "encoder.mode")
         if mode == "fine-tuned":
             check_gpu_count(nproc, p.typed("train.device", str), p.path, "train.nproc")
+            tune_split(p)  # the tune stage validates on the split training holds out: it must hold one out
     if mode == "fine-tuned":
         relaunch_under_torchrun(nproc, p.typed("train.torchrun_args", str))
 
@@ -91,7 +93,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             # DVC draws a plot per file in `curves` and nothing for an empty folder, where an empty file would be
             # an empty panel, and one without validation points a missing-field error: the curve is written only
             # where the run trained and validated (MLflow has the loss of every run that trained).
-            validated = bool(curve) and settings.val_fraction > 0
+            validated = bool(curve) and settings.validates
             with atomic_dir(out) as folder:
                 encoder.save(folder)  # the sentence-transformers layout: the files carry the pooling
                 write_json(folder / "raexmc.json", {"base": name, "mode": mode})

@@ -103,7 +103,7 @@ def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(t
     data = copy.deepcopy(load_params(REPO / "params.yaml").data)
     data["encoder"].update(name=str(tiny_model), mode="fine-tuned")
     data["tokenize"].update(input_fields="title", input_max_len=16, label_max_len=8)
-    data["train"].update(schedule="auto", max_steps=4, val_fraction=0.0, validate_last=False, hnm_topk=5,
+    data["train"].update(schedule="auto", max_steps=4, val_max_queries=0, validate_last=False, hnm_topk=5,
                          checkpoint_every=4, embed_batch_size=512)
     YAML(typ="safe", pure=True).dump(data, tmp_path / "params.yaml")
     python = [sys.executable]

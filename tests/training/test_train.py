@@ -106,11 +106,13 @@ def test_training_lowers_the_loss_and_logs_validation(tiny, tiny_model, tmp_path
 
 def test_validation_queries_at_most_val_max_queries_of_the_held_out_inputs(tiny, tiny_model, tmp_path):
     """val_fraction 0.5 holds out 2 of the 4 tiny training inputs (never memory keys); a cap of 1
-    lets one of them query, without the cap both do."""
+    lets one of them query, without the cap both do, and a cap of 0 none (the rounds still run, without validating)."""
     _, capped, _ = run_training(tiny, tiny_model, tmp_path / "a.pt", val_fraction=0.5, val_max_queries=1)
     _, whole, _ = run_training(tiny, tiny_model, tmp_path / "b.pt", val_fraction=0.5)
+    _, none, _ = run_training(tiny, tiny_model, tmp_path / "c.pt", val_fraction=0.5, val_max_queries=0)
     assert {values["val_queries"] for _, values in capped if "val_queries" in values} == {1}
     assert {values["val_queries"] for _, values in whole if "val_queries" in values} == {2}
+    assert [values for _, values in none if "val_queries" in values] == [] and len(none) == len(whole)
     assert {values["val_rae_P@1"] for _, values in capped if "val_queries" in values} <= {0.0, 100.0}
 
 
@@ -417,7 +419,7 @@ def test_every_setting_comes_from_params_yaml():
 @pytest.mark.parametrize("key, value", [
     ("batch_size", "abc"), ("batch_size", 0), ("batch_size", True), ("batch_size", 2.5), ("lr", -1e-4),
     ("lr", float("nan")), ("tau", 0), ("grad_clip", 0.0), ("max_steps", 0), ("hnm_steps", 0),
-    ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_max_queries", 0), ("val_lambda", 1.5), ("validate_last", "no"),
+    ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_max_queries", -1), ("val_lambda", 1.5), ("validate_last", "no"),
     ("seed", -1), ("embed_batch_size", 0), ("embed_batch_size", "max"), ("grad_cache_chunk", -8), ("grad_cache_chunk", "16"), ("nproc", 0), ("nproc", "all"),
     ("device", "gpu"), ("precision", "fp8"), ("torchrun_args", None), ("batchsize", 8),
 ])
@@ -434,7 +436,8 @@ def test_good_values_pass_and_ints_serve_as_floats():
     assert values.embed_batch_size == 512
 
 
-@pytest.mark.parametrize("key, value", [("batch_size", "abc"), ("batchsize", 8)])
+@pytest.mark.parametrize("key, value", [("batch_size", "abc"), ("batchsize", 8),
+                                        ("val_fraction", 0.0)])  # fine-tuning holds none out for the tune stage
 def test_the_train_stage_rejects_bad_train_params_in_one_line_before_any_work(key, value, tiny_model, tmp_path):
     data = copy.deepcopy(load_params(PARAMS).data)
     data["encoder"].update(name=str(tiny_model), mode="fine-tuned")

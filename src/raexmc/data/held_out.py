@@ -3,8 +3,43 @@ folds, and the seeded subset of them that queries. Never the test set."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
+
+from ..errors import ConfigError
+from ..params import Params
+
+
+@dataclass(frozen=True)
+class SplitSource:
+    """The fraction and seed of the tune stage's split, and the params keys they came from (for its errors)."""
+
+    fraction: float
+    seed: int
+    fraction_key: str
+    seed_key: str
+
+
+def tune_split(p: Params) -> SplitSource:
+    """The split the tune stage validates on. A fine-tuned encoder has been trained on every training input but
+    the ones training held out, so it validates on exactly those (`train.val_fraction`, `train.seed`): any other
+    split would choose λ, τ and the memory on inputs it has learnt. A zero-shot encoder has seen none of them,
+    so `infer.val_fraction` and `infer.val_seed` choose freely.
+
+    Raises ConfigError when fine-tuning holds none out (`train.val_fraction: 0`); the train stage calls it too,
+    so that the user hears it before training rather than after."""
+    if p.get("encoder.mode") != "fine-tuned":
+        return SplitSource(p.typed("infer.val_fraction", float), p.integer("infer.val_seed", 0),
+                           "infer.val_fraction", "infer.val_seed")
+    fraction = p.typed("train.val_fraction", float)
+    if fraction <= 0:
+        raise ConfigError("train.val_fraction is 0 with encoder.mode fine-tuned: the tune stage validates on the "
+                          "training inputs fine-tuning held out, and it holds out none; set it above 0 (the default "
+                          "0.05; train.val_max_queries: 0 holds them out without validating each round)",
+                          p.path, "train.val_fraction")
+    return SplitSource(fraction, p.integer("train.seed", 0), "train.val_fraction", "train.seed")
 
 
 def split_validation(Y: sp.csr_matrix, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

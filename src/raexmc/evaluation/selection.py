@@ -59,7 +59,7 @@ from ..memory.torch_index import top_k_search
 from ..params import Params
 from ..rae.model import RaeModel, RaeSettings
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau
-from ..data.held_out import query_sample, validation_folds
+from ..data.held_out import query_sample, tune_split, validation_folds
 from .evaluator import HEADLINE, Evaluator, FoldedEvaluator, query_chunks, stacked_rankings
 
 AUTO = "auto"
@@ -84,6 +84,7 @@ class TuneSettings:
     val_max_queries: int
     val_seed: int
     relevance: str
+    fraction_key: str = "infer.val_fraction"   # where val_fraction came from (data.held_out.tune_split), for errors
     val_folds: int | None = 1   # None: auto (folds_for)
     encoder_trained: bool = False   # the embeddings' encoder was fine-tuned on the inputs outside the first fold
     retrieval: str = JOINT
@@ -96,6 +97,8 @@ class TuneSettings:
         fraction = p.typed("infer.val_fraction", float)
         if not 0.0 < fraction < 1.0:
             raise ConfigError(f"infer.val_fraction must be in (0, 1), got {fraction!r}", p.path, "infer.val_fraction")
+        p.integer("infer.val_seed", 0)  # both checked in either mode: a fine-tuned encoder validates on training's split
+        split = tune_split(p)
         metric = p.typed("infer.auto_metric", str)
         if metric not in HEADLINE:
             raise ConfigError(f"infer.auto_metric must be one of {', '.join(HEADLINE)}, got {metric!r}",
@@ -104,10 +107,10 @@ class TuneSettings:
                    tau=_number_or_auto(p, "infer.tau", check_tau, "a number > 0"),
                    lambda_grid=p.grid("infer.lambda_sweep", check_lambda, "numbers in [0, 1]"),
                    tau_grid=p.grid("infer.tau_grid", check_tau, "numbers > 0"),
-                   metric=metric, b=check_b(p.typed("infer.b", int)), val_fraction=fraction,
+                   metric=metric, b=check_b(p.typed("infer.b", int)), val_fraction=split.fraction,
                    val_max_queries=positive_int(p.get("infer.val_max_queries"), "infer.val_max_queries", p.path,
                                                 "infer.val_max_queries"),
-                   val_seed=p.integer("infer.val_seed", 0), relevance=p.typed("infer.relevance", str),
+                   val_seed=split.seed, fraction_key=split.fraction_key, relevance=p.typed("infer.relevance", str),
                    val_folds=_folds_or_auto(p), encoder_trained=p.get("encoder.mode") == "fine-tuned",
                    retrieval=one_of(p.get("infer.retrieval"), RETRIEVALS, "infer.retrieval", p.path, "infer.retrieval"),
                    label_share=_number_or_auto(p, "infer.label_share", check_label_share, "a number in [0, 1]"),
@@ -120,7 +123,7 @@ class TuneSettings:
         encoder was trained on."""
         per_fold = int(round(num_inputs * self.val_fraction))
         if per_fold == 0:
-            return 1  # nothing held out: held_out_labels says so, naming infer.val_fraction
+            return 1  # nothing held out: held_out_labels says so, naming fraction_key
         most = min(num_inputs // per_fold, int(1 / self.val_fraction))
         if self.val_folds is None:
             return 1 if self.encoder_trained else min(most, math.ceil(VAL_MIN_QUERIES / per_fold))
@@ -129,7 +132,7 @@ class TuneSettings:
                               "on every input outside the first fold, so the others would validate on training "
                               "inputs; use 1 or auto", PARAMS_FILE, "infer.val_folds")
         if self.val_folds > most:
-            raise ConfigError(f"infer.val_folds {self.val_folds}: at most {most} disjoint folds of infer.val_fraction "
+            raise ConfigError(f"infer.val_folds {self.val_folds}: at most {most} disjoint folds of {self.fraction_key} "
                               f"{self.val_fraction} fit {num_inputs} training inputs", PARAMS_FILE, "infer.val_folds")
         return self.val_folds
 
@@ -240,11 +243,12 @@ class ValidationRetrieval:
 
 
 def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_rows: np.ndarray,
-                    val_rows: np.ndarray, relevance: str = "binary") -> HeldOutLabels:
+                    val_rows: np.ndarray, relevance: str = "binary",
+                    fraction_key: str = "infer.val_fraction") -> HeldOutLabels:
     """The labels of the held-out inputs (`val_rows`) and the values of the remaining ones (`rest_rows`)."""
     if len(val_rows) == 0 or len(rest_rows) == 0:
-        raise ConfigError(f"infer.val_fraction leaves {len(val_rows)} held-out and {len(rest_rows)} memory inputs "
-                          f"of {Y_train.shape[0]}: both need at least one", PARAMS_FILE, "infer.val_fraction")
+        raise ConfigError(f"{fraction_key} leaves {len(val_rows)} held-out and {len(rest_rows)} memory inputs "
+                          f"of {Y_train.shape[0]}: both need at least one", PARAMS_FILE, fraction_key)
     return HeldOutLabels(sp.csr_matrix(Y_train[val_rows]), training_values(Y_train[rest_rows], relevance, copy=False),
                          sp.csr_matrix(filters_train[val_rows]), np.asarray(val_rows), np.asarray(rest_rows))
 
@@ -255,7 +259,8 @@ def held_out_folds(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, setting
     folds = validation_folds(Y_train.shape[0], settings.val_fraction, settings.val_seed,
                              settings.folds_for(Y_train.shape[0]))
     return [held_out_labels(Y_train, filters_train, rest_rows,
-                            query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance)
+                            query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance,
+                            settings.fraction_key)
             for rest_rows, held_out in folds]
 
 
@@ -455,7 +460,7 @@ def select(retrieval: ValidationRetrieval, settings: TuneSettings,
             "val_queries": len(retrieval.held.val_rows), "val_folds": retrieval.held.folds,
             "memory_inputs": len(retrieval.held.rest_rows), "memory_input_keys": retrieval.keys_per_fold,
             "val_fraction": settings.val_fraction, "val_max_queries": settings.val_max_queries,
-            "val_seed": settings.val_seed, "b": settings.b,
+            "val_seed": settings.val_seed, "val_split_from": settings.fraction_key.split(".")[0], "b": settings.b,
             "validation": rows}
 
 

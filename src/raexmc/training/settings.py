@@ -92,7 +92,7 @@ class TrainSettings:
     instance_negatives: bool = _switch()
     val_fraction: float = _setting(float, "a number in [0, 1)", lambda value: 0 <= value < 1)
     val_b: int = _at_least(1)
-    val_max_queries: int = _at_least(1)      # held-out inputs that query at a validation (a seeded subset)
+    val_max_queries: int = _at_least(0)      # held-out inputs that query at a validation (a seeded subset; 0: none)
     val_lambda: float = _fraction()
     validate_last: bool = _switch()          # a round after the last step only to validate the final encoder
     checkpoint_every: int = _at_least(1)
@@ -104,6 +104,12 @@ class TrainSettings:
     def mines_negatives(self) -> bool:
         """Whether mining rounds mine hard negatives (they may still validate)."""
         return self.hard_negatives and self.num_hard_negatives > 0
+
+    @property
+    def validates(self) -> bool:
+        """Whether mining rounds validate: a split held out (which the tune stage validates on either way) and
+        queries drawn from it."""
+        return self.val_fraction > 0 and self.val_max_queries > 0
 
     @property
     def schedule(self) -> Schedule:
