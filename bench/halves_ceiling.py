@@ -4,7 +4,8 @@ does not beat kNN by much, whether another way of joining the label half to the 
     python bench/halves_ceiling.py --name wordnet-hyper --tag fine-tuned [--alphas 0,0.5,1,2 --epochs 10]
 
 Reads data/<name> and artifacts/<name>/embeddings (exact search), holds out training inputs as the tune stage
-does (params.yaml's infer.val_*), chooses every variant's free settings on them, and scores the test set once
+does (data.held_out.tune_split: params.yaml's infer.val_*, or training's split where its encoder.mode is
+fine-tuned, so that mode must say how the embeddings were made), chooses every variant's free settings on them, and scores the test set once
 per variant (P@1, P@5, PSP@5, R@100, with a paired t-test against kNN at its own validated τ):
 
 - `oracle`: per test query the better of kNN's and the dual encoder's P@1: what any choice between the two
@@ -151,7 +152,8 @@ def measure(root: Path, name: str, b: int, alphas: list[float], epochs: int) -> 
     params = TuneSettings.from_params(load_params(root / "params.yaml"))
     rest_rows, held_rows = split_validation(Y_all, params.val_fraction, params.val_seed)
     held = held_out_labels(Y_all, filters, rest_rows, query_sample(held_rows, params.val_max_queries,
-                                                                    params.val_seed), params.relevance)
+                                                                    params.val_seed), params.relevance,
+                           params.fraction_key)
     memory, held_queries = X[held.rest_rows], X[held.val_rows]
     val_inputs, test_inputs = ExactIndex(memory).search(held_queries, b), ExactIndex(X).search(queries, b)
 

@@ -2,8 +2,9 @@
 
     python bench/query_lambda.py --name foldoc [--root . --b 200 --tau 0.04 --folds 5 --ridge 1]
 
-Reads <root>/data/<name> and the embeddings in <root>/artifacts/<name>/embeddings. 5% of the training
-inputs (training.batches.split_validation, seed 0) become validation queries against a memory of the
+Reads <root>/data/<name> and the embeddings in <root>/artifacts/<name>/embeddings. The training inputs the
+tune stage holds out under <root>/params.yaml (data.held_out.tune_split: infer.val_fraction and val_seed, or
+training's own split where encoder.mode is fine-tuned) become validation queries against a memory of the
 other training inputs and every label; the model (rae/query_lambda.py) is fitted on them for P@1 over
 the λ grid. On the test set (memory: every training input and label, exact search) its P@1 is compared
 with every fixed λ of the grid, by a paired t-test against the best of them on test (an oracle choice),
@@ -32,10 +33,10 @@ from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import FEATURES
 from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
-from raexmc.data.held_out import split_validation
+from raexmc.data.held_out import split_validation, tune_split
+from raexmc.params import load_params
 
 GRID = (0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)  # params.yaml's evaluate.lambda_sweep
-VALIDATION_FRACTION = 0.05
 
 
 def _percent(values: np.ndarray) -> float:
@@ -55,8 +56,10 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = PAPER_B, tau: fl
     Y_train = training_values(dataset.label_matrix("train"))
 
     started = time.perf_counter()
-    rest, held = split_validation(Y_train, VALIDATION_FRACTION, 0)
-    validation = validation_retrieval(embeddings, held_out_labels(Y_train, dataset.filter_matrix("train"), rest, held), b)
+    split = tune_split(load_params(root / "params.yaml"))
+    rest, held = split_validation(Y_train, split.fraction, split.seed)
+    validation = validation_retrieval(embeddings, held_out_labels(Y_train, dataset.filter_matrix("train"), rest, held,
+                                                                  fraction_key=split.fraction_key), b)
     model, fit = fit_on_validation(validation.hits(tau), validation.evaluator(ab), grid, tau, b,
                                    folds=folds, ridge=ridge)
     fit_s = time.perf_counter() - started
@@ -86,7 +89,7 @@ def main(name: str = "foldoc", root: Path = Path("."), b: int = PAPER_B, tau: fl
     report = {
         "dataset": name, "embeddings": str(json.loads((embeddings / "meta.json").read_text())["encoder"]),
         "b": b, "tau": tau, "grid": list(GRID), "features": list(FEATURES), "metric": "P@1",
-        "validation": {"fraction": VALIDATION_FRACTION, "seed": 0, "queries": int(len(held)),
+        "validation": {"fraction": split.fraction, "seed": split.seed, "queries": int(len(held)),
                        "memory_inputs": int(len(rest)), **fit, "fit_s": round(fit_s, 1)},
         "model": model.to_json(),
         "test": {

@@ -9,7 +9,8 @@ Reads data/<name> and artifacts/<name>/embeddings (what the embed stage wrote: z
 exactly (ExactIndex), and reports the label keys' share of the joint top-b (and the queries whose joint top-b
 holds no label key) and the mean similarity of the r-th nearest key of each set, then P@1, P@5, PSP@5, R@100 of
 RAE at (--lam, --tau, b) for the joint retrieval and a split at each share, and of the two baselines. Then, as
-the tune stage does with params.yaml's validation settings (on one held-out fold: infer.val_folds is not read), chooses λ and τ (joint) and λ, τ and the label share
+the tune stage does with params.yaml's validation settings (on one held-out fold: infer.val_folds is not read;
+training's split where its encoder.mode is fine-tuned, so that mode must say how the embeddings were made), chooses λ and τ (joint) and λ, τ and the label share
 (split, share auto) on held-out training inputs, and scores the test set at each choice. `--top-labels L` keeps
 only the dataset's L most frequent training labels (and the inputs that have one of them): the few-labels regime
 (FOLDOC has more labels than inputs) from the same real data and embeddings. Writes
@@ -194,7 +195,8 @@ def measure(dataset: Dataset, root: Path, name: str, b: int, tau: float, lam: fl
     Y_all = data["Y"]["train"]
     rest_rows, held_rows = split_validation(Y_all, params.val_fraction, params.val_seed)
     held = held_out_labels(Y_all, data["filters"]["train"], rest_rows,
-                           query_sample(held_rows, params.val_max_queries, params.val_seed), params.relevance)
+                           query_sample(held_rows, params.val_max_queries, params.val_seed), params.relevance,
+                           params.fraction_key)
     validation = validation_retrieval(embeddings, held, b)
     tuned, runs, choices = {}, {}, {}
     for mode in ("joint", "split"):

@@ -40,7 +40,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         p = load_params(params)
         nproc = process_count(p.get("train.nproc"), "train.nproc", p.path)
 
-        def n_train() -> int:  # read only by schedule: auto
+        def n_train() -> int:  # read by schedule: auto, and by the fine-tuned split's check
             return int(Dataset(dataset).stats["N_train"])
 
         TrainSettings.from_params(p, n_train, nproc)  # every train.* value checked before any work
@@ -49,7 +49,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             raise ConfigError(f"encoder.mode must be one of {', '.join(MODES)}", p.path, "encoder.mode")
         if mode == "fine-tuned":
             check_gpu_count(nproc, p.typed("train.device", str), p.path, "train.nproc")
-            tune_split(p)  # the tune stage validates on the split training holds out: it must hold one out
+            tune_split(p, n_train)  # the tune stage validates on the split training holds out: it must hold one out
     if mode == "fine-tuned":
         relaunch_under_torchrun(nproc, p.typed("train.torchrun_args", str))
 

@@ -3,6 +3,7 @@ folds, and the seeded subset of them that queries. Never the test set."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,22 +23,28 @@ class SplitSource:
     seed_key: str
 
 
-def tune_split(p: Params) -> SplitSource:
+def tune_split(p: Params, num_inputs: Callable[[], int] | None = None) -> SplitSource:
     """The split the tune stage validates on. A fine-tuned encoder has been trained on every training input but
     the ones training held out, so it validates on exactly those (`train.val_fraction`, `train.seed`): any other
     split would choose λ, τ and the memory on inputs it has learnt. A zero-shot encoder has seen none of them,
     so `infer.val_fraction` and `infer.val_seed` choose freely.
 
-    Raises ConfigError when fine-tuning holds none out (`train.val_fraction: 0`); the train stage calls it too,
-    so that the user hears it before training rather than after."""
+    Raises ConfigError when fine-tuning holds none out (`train.val_fraction: 0`, or so small a share of the
+    `num_inputs()` training inputs, where given, that it rounds to none); the train stage calls it too, so that
+    the user hears it before training rather than after."""
     if p.get("encoder.mode") != "fine-tuned":
         return SplitSource(p.typed("infer.val_fraction", float), p.integer("infer.val_seed", 0),
                            "infer.val_fraction", "infer.val_seed")
     fraction = p.typed("train.val_fraction", float)
-    if fraction <= 0:
-        raise ConfigError("train.val_fraction is 0 with encoder.mode fine-tuned: the tune stage validates on the "
-                          "training inputs fine-tuning held out, and it holds out none; set it above 0 (the default "
-                          "0.05; train.val_max_queries: 0 holds them out without validating each round)",
+    if not 0 <= fraction < 1:
+        raise ConfigError(f"train.val_fraction must be a number in [0, 1), got {fraction!r}", p.path,
+                          "train.val_fraction")
+    inputs = None if num_inputs is None or fraction == 0 else num_inputs()
+    if fraction == 0 or (inputs is not None and int(round(inputs * fraction)) == 0):
+        of = "" if inputs is None else f" of {inputs:,} training inputs"
+        raise ConfigError(f"train.val_fraction {fraction}{of} holds out no input with encoder.mode fine-tuned, and "
+                          "the tune stage validates on the inputs fine-tuning held out; raise it (the default 0.05; "
+                          "train.val_max_queries: 0 holds them out without validating each round)",
                           p.path, "train.val_fraction")
     return SplitSource(fraction, p.integer("train.seed", 0), "train.val_fraction", "train.seed")
 

@@ -2,7 +2,7 @@
 encoder, mine, validate.
 
 Mining needs only the inputs the round's steps will draw; validation needs every training input
-(its memory), so a round without validation (`val_fraction: 0`) embeds the labels and at most
+(its memory), so a round without validation (`val_max_queries: 0`) embeds the labels and at most
 hnm_steps x the global batch inputs, however large the training set."""
 
 from __future__ import annotations
