@@ -15,12 +15,11 @@ from ..params import Params
 
 @dataclass(frozen=True)
 class SplitSource:
-    """The fraction and seed of the tune stage's split, and the params keys they came from (for its errors)."""
+    """The fraction and seed of the tune stage's split, and the params key the fraction came from (for errors)."""
 
     fraction: float
     seed: int
     fraction_key: str
-    seed_key: str
 
 
 def tune_split(p: Params, num_inputs: Callable[[], int] | None = None) -> SplitSource:
@@ -33,8 +32,7 @@ def tune_split(p: Params, num_inputs: Callable[[], int] | None = None) -> SplitS
     `num_inputs()` training inputs, where given, that it rounds to none); the train stage calls it too, so that
     the user hears it before training rather than after."""
     if p.get("encoder.mode") != "fine-tuned":
-        return SplitSource(p.typed("infer.val_fraction", float), p.integer("infer.val_seed", 0),
-                           "infer.val_fraction", "infer.val_seed")
+        return SplitSource(p.typed("infer.val_fraction", float), p.integer("infer.val_seed", 0), "infer.val_fraction")
     fraction = p.typed("train.val_fraction", float)
     if not 0 <= fraction < 1:
         raise ConfigError(f"train.val_fraction must be a number in [0, 1), got {fraction!r}", p.path,
@@ -46,7 +44,7 @@ def tune_split(p: Params, num_inputs: Callable[[], int] | None = None) -> SplitS
                           "the tune stage validates on the inputs fine-tuning held out; raise it (the default 0.05; "
                           "train.val_max_queries: 0 holds them out without validating each round)",
                           p.path, "train.val_fraction")
-    return SplitSource(fraction, p.integer("train.seed", 0), "train.val_fraction", "train.seed")
+    return SplitSource(fraction, p.integer("train.seed", 0), "train.val_fraction")
 
 
 def split_validation(Y: sp.csr_matrix, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
