@@ -1,0 +1,44 @@
+#!/bin/bash
+# Issue 38's open GPU row in one device call: wordnet-hyper (or NAME) fine-tuned with `train.schedule: auto`
+# (1,500 steps of 512 at lr 2e-4 for its 62,465 training inputs: docs/pipeline.md, "The training schedule")
+# through the stages, each timed by bench/stage_resources.py, with the eval outputs kept; then
+# bench/split_retrieval.py on the embeddings it made (joint against split retrieval, λ/τ/share chosen on
+# training's held-out inputs). Run from the repository root on an offline GPU machine prepared as
+# bench/gpu/offline_env.sh says, plus the dataset as the download stage writes it (that machine reaches no
+# Debian mirror), made here and carried in .carry/data/:
+#
+#   python stages/download.py --out data/wordnet-hyper --params P   # P: params.yaml with data.name wordnet-hyper
+#   tar -C data -cf - wordnet-hyper | xz -9 > .carry/data/wordnet-hyper.tar.xz      # 2.6 MB
+#   OUT=/some/folder bash bench/gpu/gpu_schedule.sh                                   # on the GPU machine
+#
+# Everything lands in $OUT as it finishes. As for gpu_pipeline.sh, move bench/results/runs/ and the tracked
+# .npz and .png files out of the working tree for the call: the tree, .whl/ and .carry/ then come to about
+# 66.1 MB of the 67.1 (64 MiB) a call carries. Compare with the fixed recipe's record
+# (bench/results/runs/wordnet-hyper_fine-tuned-gpu) here afterwards: bench/results_table.py tests the pair.
+set -u
+: "${OUT:?set OUT to the folder for the results}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+NAME=${NAME:-wordnet-hyper}
+TAG=fine-tuned-schedule-auto-gpu
+. bench/gpu/offline_env.sh || exit 1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+mkdir -p data && tar -C data -xJf ".carry/data/$NAME.tar.xz" || exit 1
+
+echo "== $(date +%T) stages"
+python bench/stage_resources.py --name "$NAME" --tag $TAG --keep-eval --out "$OUT/stage_resources_${NAME}_$TAG.json" \
+  --stages tokenize,train,embed,index,tune,memory,evaluate,significance \
+  -S encoder.mode=fine-tuned -S train.schedule=auto 2>&1 | tr '\r' '\n' > "$OUT/stages.log"
+echo "stage_resources exit ${PIPESTATUS[0]}"
+grep -E '^[a-z]+: \{|train schedule' "$OUT/stages.log"; tail -n 3 "$OUT/stages.log"
+cp -r "bench/results/runs/${NAME}_$TAG" "$OUT/" || exit 1
+
+echo "== $(date +%T) split retrieval"
+ROOT=/tmp/split-root && rm -rf $ROOT && mkdir -p $ROOT/artifacts
+ln -s "$PWD/data" $ROOT/data && ln -s "$PWD/artifacts/$NAME" "$ROOT/artifacts/$NAME"
+cp "bench/results/runs/${NAME}_$TAG/params.yaml" $ROOT/params.yaml  # the run's own: fine-tuned, training's split
+python bench/split_retrieval.py --name "$NAME" --root $ROOT --label-tau-ratios 0.25,0.5,1 \
+  --tag fine-tuned-schedule-auto > "$OUT/split_retrieval.log" 2>&1
+echo "split_retrieval exit $?"; tail -n 2 "$OUT/split_retrieval.log"
+cp $ROOT/bench/results/split_retrieval_*.json "$OUT/"
+echo "== $(date +%T) done"
