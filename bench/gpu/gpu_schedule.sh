@@ -11,7 +11,7 @@
 #   tar -C data -cf - wordnet-hyper | xz -9 > .carry/data/wordnet-hyper.tar.xz      # 2.6 MB
 #   OUT=/some/folder bash bench/gpu/gpu_schedule.sh                                   # on the GPU machine
 #
-# Everything lands in $OUT as it finishes. As for gpu_pipeline.sh, move bench/results/runs/ and the tracked
+# EXTRA adds overrides (e.g. EXTRA="-S train.max_steps=2" for a dry run on a CPU). Everything lands in $OUT as it finishes. As for gpu_pipeline.sh, move bench/results/runs/ and the tracked
 # .npz and .png files out of the working tree for the call: the tree, .whl/ and .carry/ then come to about
 # 66.1 MB of the 67.1 (64 MiB) a call carries. Compare with the fixed recipe's record
 # (bench/results/runs/wordnet-hyper_fine-tuned-gpu) here afterwards: bench/results_table.py tests the pair.
@@ -28,7 +28,7 @@ mkdir -p data && tar -C data -xJf ".carry/data/$NAME.tar.xz" || exit 1
 echo "== $(date +%T) stages"
 python bench/stage_resources.py --name "$NAME" --tag $TAG --keep-eval --out "$OUT/stage_resources_${NAME}_$TAG.json" \
   --stages tokenize,train,embed,index,tune,memory,evaluate,significance \
-  -S encoder.mode=fine-tuned -S train.schedule=auto 2>&1 | tr '\r' '\n' > "$OUT/stages.log"
+  -S encoder.mode=fine-tuned -S train.schedule=auto ${EXTRA:-} 2>&1 | tr '\r' '\n' > "$OUT/stages.log"
 echo "stage_resources exit ${PIPESTATUS[0]}"
 grep -E '^[a-z]+: \{|train schedule' "$OUT/stages.log"; tail -n 3 "$OUT/stages.log"
 cp -r "bench/results/runs/${NAME}_$TAG" "$OUT/" || exit 1
