@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 38's open GPU row in one device call: wordnet-hyper (or NAME) fine-tuned with `train.schedule: auto`
+# The schedule comparison's open GPU row in one device call: wordnet-hyper (or NAME) fine-tuned with `train.schedule: auto`
 # (1,500 steps of 512 at lr 2e-4 for its 62,465 training inputs: docs/pipeline.md, "The training schedule")
 # through the stages, each timed by bench/stage_resources.py, with the eval outputs kept; then
 # bench/split_retrieval.py on the embeddings it made (joint against split retrieval, λ/τ/share chosen on
