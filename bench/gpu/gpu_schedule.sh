@@ -12,8 +12,9 @@
 #   OUT=/some/folder bash bench/gpu/gpu_schedule.sh                                   # on the GPU machine
 #
 # EXTRA adds overrides: with NAME=foldoc EXTRA="-S train.max_steps=2 -S train.hnm_steps=10 -S train.val_max_queries=0"
-# the whole script ran on a 2-core CPU in 3.5 min (all but offline_env.sh, whose wheels are cp312). Everything lands in $OUT as it finishes. As for gpu_pipeline.sh, move bench/results/runs/ and the tracked
-# .npz and .png files out of the working tree for the call: the tree, .whl/ and .carry/ then come to about
+# the whole script ran on a 2-core CPU in 3.5 min (all but offline_env.sh, whose wheels are cp312).
+# Everything lands in $OUT as it finishes. As for gpu_pipeline.sh, move bench/results/runs/ and the tracked .npz and
+# .png files out of the working tree for the call: the tree, .whl/ and .carry/ then come to about
 # 66.1 MB of the 67.1 (64 MiB) a call carries. Compare with the fixed recipe's record
 # (bench/results/runs/wordnet-hyper_fine-tuned-gpu) here afterwards: bench/results_table.py tests the pair.
 set -u
