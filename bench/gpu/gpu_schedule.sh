@@ -39,7 +39,7 @@ echo "== $(date +%T) split retrieval"
 ROOT=/tmp/split-root && rm -rf $ROOT && mkdir -p $ROOT/artifacts
 ln -s "$PWD/data" $ROOT/data && ln -s "$PWD/artifacts/$NAME" "$ROOT/artifacts/$NAME"
 cp "bench/results/runs/${NAME}_$TAG/params.yaml" $ROOT/params.yaml  # the run's own: fine-tuned, training's split
-python bench/split_retrieval.py --name "$NAME" --root $ROOT --label-tau-ratios 0.25,0.5,1 \
+python bench/split_retrieval.py --name "$NAME" --root $ROOT --label-tau-ratios 0.25,0.375,0.5,0.625,0.75,1,1.5 \
   --tag $TAG > "$OUT/split_retrieval.log" 2>&1
 echo "split_retrieval exit $?"; tail -n 2 "$OUT/split_retrieval.log"
 cp $ROOT/bench/results/split_retrieval_*.json "$OUT/"
