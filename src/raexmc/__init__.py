@@ -17,5 +17,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("memory",),                 # keys K = [X; Z], values, nearest-key indexes
     ("encoder",),                # load the model with its pooling, tokenise, embed
     ("data",),                   # datasets: sources, layouts, the catalogue, label-frequency segments
-    ("errors", "checks", "io", "params", "parallel"),  # error types, range checks, atomic outputs, params, blocks on all cores
+    ("errors", "checks", "io", "params", "parallel",  # error types, range checks, atomic outputs, params, blocks on
+     "numerics"),                                       # all cores, the CPU kernels every stage pins
 )

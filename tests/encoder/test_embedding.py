@@ -105,14 +105,43 @@ def token_cache(lf_folder, tiny_model, tmp_path) -> Path:
 
 
 def run_embed_stage(folder: Path, model: Path, tokens: Path, batch_size: object = 4, dtype: str = "float32",
-                    nproc: object = 1, torchrun_args: str = "", precision: str = "fp32") -> subprocess.CompletedProcess:
-    """stages/embed.py in a subprocess, in `folder`, with these embed.* values, writing `folder`/embeddings."""
+                    nproc: object = 1, torchrun_args: str = "", precision: str = "fp32", threads: int = 1,
+                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """stages/embed.py in a subprocess, in `folder`, with these embed.* values (and `env` added to the
+    environment), writing `folder`/embeddings."""
     (folder / "params.yaml").write_text(f"embed:\n  nproc: {nproc}\n  torchrun_args: '{torchrun_args}'\n"
                                         f"  device: cpu\n  precision: {precision}\n  dtype: {dtype}\n"
-                                        f"  batch_size: {batch_size}\n  threads: 1\n")
+                                        f"  batch_size: {batch_size}\n  threads: {threads}\n")
     return subprocess.run([sys.executable, str(REPO / "stages" / "embed.py"), "--model", str(model),
                            "--tokens", str(tokens), "--out", "embeddings"], cwd=folder, capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
+                          env={**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}, timeout=240)
+
+
+def kernel_levels() -> list[str]:
+    """The PyTorch CPU kernel levels this machine can run (ATEN_CPU_CAPABILITY's values), lowest first."""
+    supported = {"avx2": torch.cpu._is_avx2_supported(), "avx512": torch.cpu._is_avx512_supported()}
+    return ["default", *(level for level, ok in supported.items() if ok)]
+
+
+@pytest.mark.skipif(not torch.cpu._is_avx2_supported(), reason="the pinned kernels need AVX2")
+def test_the_embed_stage_writes_the_same_bytes_under_every_kernel_level_and_thread_count(tmp_path, tiny_model,
+                                                                                        token_cache):
+    """A CPU's widest instructions pick PyTorch's kernels and MKL's, and each rounds differently: an AVX2 machine
+    is this one with its kernel levels capped at AVX2. The stage pins both (raexmc.numerics), so every level this
+    machine offers, capped the way an older CPU would be, gives the bytes of the machine's own, at 1 thread and
+    at 2. Without the pin the levels differ in the last bits of the layer norms and products."""
+    levels = kernel_levels()
+    written = {}
+    for level, threads in [*((level, 1) for level in levels), (levels[-1], 2)]:
+        folder = tmp_path / f"{level}-{threads}"
+        folder.mkdir()
+        caps = {"ATEN_CPU_CAPABILITY": level, "MKL_ENABLE_INSTRUCTIONS": "AVX512" if level == "avx512" else "AVX2"}
+        stage = run_embed_stage(folder, tiny_model, token_cache, threads=threads, env=caps)
+        assert stage.returncode == 0, stage.stderr[-3000:]
+        written[level, threads] = {split: (folder / "embeddings" / f"{split}.npy").read_bytes()
+                                   for split in ("train", "labels", "test")}
+    first = next(iter(written.values()))
+    assert all(files == first for files in written.values()), sorted(written)
 
 
 def last_line_only_error(stderr: str) -> str:

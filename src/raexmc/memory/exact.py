@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
+import torch
 
 from ..checks import positive_int
 from .search import as_matrix, empty_result
@@ -63,8 +65,13 @@ class ExactIndex:
                 f"block_bytes={self.block_bytes})")
 
     def _scores(self, queries: np.ndarray) -> np.ndarray:
-        """The similarity block of a chunk of queries against every key."""
-        return queries @ self.keys.T
+        """The similarity block of a chunk of queries against every key. Through torch's BLAS (MKL), not NumPy's
+        (OpenBLAS): MKL's rounding is what raexmc.numerics pins across CPUs and thread counts, OpenBLAS's changes
+        with both."""
+        with warnings.catch_warnings():  # read-only memmaps are only read here
+            warnings.simplefilter("ignore", UserWarning)
+            keys, block = torch.from_numpy(self.keys), torch.from_numpy(queries)
+        return block.matmul(keys.T).numpy()
 
     def search(self, queries: np.ndarray, k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         k = positive_int(k, "k")
