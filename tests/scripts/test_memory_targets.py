@@ -1,4 +1,5 @@
-"""scripts/memory_targets.py: issue 20's three targets, checked on hand-made rows whose verdicts are worked out below."""
+"""scripts/memory_targets.py: issue 20's three targets, checked on hand-made rows whose verdicts are worked out
+below."""
 
 from __future__ import annotations
 
