@@ -4,36 +4,26 @@
     python bench/memory_budget.py compression --name foldoc --compressions none,sq8-m12,sq4-m4
     python bench/memory_budget.py scale --dataset DIR --embeddings DIR --work DIR --variants 1/full/none,0.1/kmeans/none
 
-The table (no command): reads <root>/data/<name> and <root>/artifacts/<name>/{embeddings,index,tune} (a `dvc repro`
-of the project), builds each memory as the memory stage does (HNSW at params.yaml's index.*) for every keep of
---keeps, method of --methods, compression of --compressions (memory.compression) and prototypes weight α of
---prototypes, with and without the prior where keys merge (--priors; the prior rides with "none" only), and scores
-RAE at the tune stage's λ, τ and retrieval and infer.b / ef_search. The full memory (keep 1) is the index stage's
-inputs' index. Writes --out (default bench/results/memory_budget_<name>.json) after every row: {"rows": [{"dataset",
-"mode", "method", "keep", "compression", "bytes", "P@1", "P@5", "R@100", "latency_ms"}], "command": {mode:
-command}}, the metrics in percent, a method with the prior named "<method>+prior", with prototypes
-"<method>+prototypes<α>". A run replaces its mode's rows and keeps the other mode's; with --append it replaces
-only the rows it measures again and chains its command to the mode's.
+The table (no command) reads a reproduced project (<root>/data/<name>, <root>/artifacts/<name>/{embeddings,index,
+tune}), builds each memory as the memory stage does for every keep, method, compression and prototypes weight α
+asked, with and without the prior where keys merge, and scores RAE at the tune stage's λ, τ and retrieval. Record
+bench/results/memory_budget_<name>.json, written after every row: {"rows": [{"dataset", "mode", "method", "keep",
+"compression", "bytes", "P@1", "P@5", "R@100", "latency_ms"}], "command": {mode: command}}, metrics in percent,
+methods named "<method>[+prior][+prototypes<α>]". A run replaces its mode's rows; --append only those it measures.
 
-`compression`: the index stage's two indexes built with each compression, at the paper's λ, τ, b and ef_search
-(bench/results/compression_<name>.json): rows in the table's format (keep 1, "full") and, per compression, what
-explains them: bytes a key, the bytes loading allocates (RSS growth of a fresh process), recall@b and the score
-error against exact search, build seconds, batched search time. Its latency_ms is the CPU time of one query
-searched alone on one thread (as predict serves one input), the best of --rounds rounds taking the memories in turn.
+`compression` builds the index stage's two indexes with each compression and scores RAE at the paper's settings
+(bench/results/compression_<name>.json): the table's rows (keep 1) and what explains them: bytes a key, the RSS
+growth of a fresh process loading them, recall@b and score error against exact search, build and search time.
+Its latency_ms is one query searched alone on one thread (as predict serves), the best of --rounds rounds.
 
-`scale`: a benchmark's shape, no accuracy (the synthetic shapes' labels mean nothing; random unit keys from
-bench/random_embeddings.py will do). Each variant keep/method/compression[/α] is built as the memory stage builds
-it; the index stage's two indexes are built under --work the first time a variant searches one, and kept for later
-runs. Writes --out after every row: {"rows": [{"dataset", "method", "keep", "compression", "keys", "bytes",
-"build_s", "latency_ms"}], "M", "ef_construction", "queries", "command"}. build_s is the wall time to build every
-index RAE searches (the memory stage, and those of the index stage's RAE searches); RAE runs at the paper's λ, τ,
-b and ef_search.
+`scale` measures a benchmark's shape without accuracy (random unit keys from scripts/random_embeddings.py will
+do): each variant keep/method/compression[/α], the index stage's two indexes built once under --work, RAE at the
+paper's settings (bench/results/memory_budget_scale.json; rows add "keys" and "build_s", the wall time to build
+every index RAE searches).
 
-"bytes" is what evaluate and predict load for RAE's memory, as stored: both indexes RAE searches (vectors and
-graph; the memory's own where it has them), the values its input keys carry (Y_train.npz as the package stage
-stores it, or the selected keys' values.npz) and, with the prior, counts.npy. "latency_ms" (but `compression`'s)
-is RAE's search (both indexes, the merge, the prior) and scoring per query, all queries in one batch on all
-cores, the best of three.
+"bytes" is what evaluate and predict load for RAE's memory, as stored: the indexes RAE searches (the memory's own
+where it has them), its input keys' values (as the package stage stores them) and, with the prior, counts.npy.
+"latency_ms" (but compression's) is RAE's search and scoring per query, in one batch on all cores, best of three.
 """
 
 from __future__ import annotations
@@ -169,7 +159,8 @@ def table(ctx: typer.Context,
     p = load_params(params)
     data, artifacts = Dataset(root / "data" / name), root / "artifacts" / name
     index, selection = artifacts / "index", read_selection(artifacts / "tune")
-    lam, tau, b, ef_search = selection["lambda"], selection["tau"], p.typed("infer.b", int), p.typed("infer.ef_search", int)
+    lam, tau = selection["lambda"], selection["tau"]
+    b, ef_search = p.typed("infer.b", int), p.typed("infer.ef_search", int)
     retrieval = rae_retrieval(selection)
     index_settings = {"M": p.typed("index.M", int), "ef_construction": p.typed("index.ef_construction", int),
                       "threads": p.typed("index.threads", int)}

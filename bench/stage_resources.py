@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 import typer
+from common import ROOT, rerun_command
 from ruamel.yaml import YAML
 
 from raexmc.pipeline.compare import logged_figure
 
-ROOT = Path(__file__).resolve().parents[1]
 KEPT = ("eval/metrics.json", "eval/per_instance.npz", "significance.json", "curves/training_curve.json")
 
 
@@ -113,7 +113,7 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
     suffix = f"_{tag}" if tag else ""
     out = out or ROOT / "bench" / "results" / f"stage_resources_{name}{suffix}.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
-    rerun = "python " + shlex.join(["bench/stage_resources.py", *without_out(sys.argv[1:])])
+    rerun = rerun_command(without_out(sys.argv[1:]))
     earlier = previous.get("command")
     command_line = rerun if earlier in (None, rerun) else f"{earlier} && {rerun}"
     report = {}
