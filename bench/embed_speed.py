@@ -16,7 +16,6 @@ bench/results/embed_speed.json (`--out`).
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -24,26 +23,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import typer
-from train_speed import build_model, device_name, preset_values
+from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
 
 from raexmc.encoder.device import autocast, pick_device, resolve_precision
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
-from raexmc.encoder.tokens import TokenCache
-from raexmc.io import write_json
 from raexmc.params import load_params
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def synthetic_label_texts(folder: Path, count: int, shortest: int, width: int, vocab: int) -> TokenCache:
-    """A token cache whose labels split holds `count` random texts of `shortest` to `width` tokens."""
-    rng = np.random.default_rng(0)
-    np.save(folder / "labels.ids.npy", rng.integers(1000, vocab, size=(count, width), dtype=np.int32))
-    np.save(folder / "labels.len.npy", rng.integers(shortest, width + 1, size=count, dtype=np.int32))
-    write_json(folder / "meta.json", {"key": {"synthetic": True}})
-    return TokenCache(folder)
 
 
 def synchronize(device: str) -> None:
@@ -87,7 +73,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
     on_gpu = resolved_device.startswith("cuda")
     with tempfile.TemporaryDirectory() as folder:
         shortest = min(min_tokens, width) or width
-        cache = synthetic_label_texts(Path(folder), texts, shortest, width, encoder.transformer.config.vocab_size)
+        cache = synthetic_token_cache(Path(folder), {"labels": (texts, shortest, width)},
+                                      encoder.transformer.config.vocab_size, np.random.default_rng(0))
         for batch_size in (int(size) for size in batch_sizes.split(",")):
             if on_gpu:
                 torch.cuda.reset_peak_memory_stats(resolved_device)
@@ -102,9 +89,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                       "device": device_name(resolved_device),
                       "torch": torch.__version__,
                       "attention_kernels": [backend.name for backend in attention_without_cudnn()]}
-            recorded = json.loads(out.read_text()) if out.is_file() else []
-            write_json(out, [*recorded, result])
-            print(json.dumps(result), flush=True)
+            append_row(out, result)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,13 @@ two commits (PYTHONPATH=<checkout>/src) to compare them; the rankings are the sa
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 import typer
+from common import rerun_command
 
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 
@@ -62,7 +61,7 @@ def main(tag: str = typer.Option(..., help="Names the row: the code measured (e.
            "shape": {"train": train, "labels": labels, "queries": queries, "per_input": per_input, "b": b},
            "workers": workers}
     report = json.loads(OUT.read_text()) if OUT.is_file() else {"rows": []}
-    report["rows"].append({**row, "command": "python bench/evaluate_speed.py " + shlex.join(sys.argv[1:])})
+    report["rows"].append({**row, "command": rerun_command()})
     OUT.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(row))
 

@@ -18,16 +18,14 @@ from pathlib import Path
 
 import numpy as np
 import typer
+from common import evaluator_of, rae_summary
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
-from raexmc.evaluation.evaluator import Evaluator, rae_scorer
-from raexmc.evaluation.propensity import table_propensity
 from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, build_hnsw
-from raexmc.memory.keys_values import memory_keys, training_values
-from raexmc.rae.model import RaeModel, RaeSettings
+from raexmc.memory.keys_values import memory_keys
 from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
 
 
@@ -56,11 +54,8 @@ def main(name: str = "foldoc", b: int = PAPER_B, ef_search: int = PAPER_EF_SEARC
         results[label] = search()
         timings[label] = time.perf_counter() - started
 
-    evaluator = Evaluator(training_values(dataset.label_matrix("train")), dataset.label_matrix("test"),
-                          dataset.filter_matrix("test"), table_propensity(dataset.names).ab)
-    rae = RaeModel(evaluator.Y_train, RaeSettings(lam, tau, b))
-    p_at_1 = {label: evaluator.summary(evaluator.rank(len(queries), rae_scorer(rae, hits)))[0]["P@1"]
-              for label, hits in results.items()}
+    evaluator = evaluator_of(dataset)
+    p_at_1 = {label: rae_summary(evaluator, hits, lam, tau, b)["P@1"] for label, hits in results.items()}
     report = {
         "dataset": name, "keys": int(len(keys)), "queries": int(len(queries)), "dim": int(keys.shape[1]),
         "b": b, "M": M, "ef_construction": ef_construction, "ef_search": ef_search, "threads": os.cpu_count(),

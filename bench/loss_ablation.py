@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import typer
+from common import ROOT
 from ruamel.yaml import YAML
 
 from raexmc.evaluation.significance import compare_runs
 
-ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {  # name: (hard negatives, instance negatives)
     "full": (True, True),
     "no-instance": (True, False),

@@ -16,12 +16,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import typer
+from common import rerun_command
 
 from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
@@ -64,7 +63,7 @@ def main(name: str = "foldoc", root: Path = Path("."), queries: int = 1024, batc
                                                                           queries)]
     settings = predictor.rae.settings
     report: dict[str, Any] = {
-        "dataset": name, "command": " ".join(["python", *map(shlex.quote, sys.argv)]),
+        "dataset": name, "command": rerun_command(),
         "queries": len(texts), "batch_size": batch_size, "repeats": repeats, "cpus": os.cpu_count(),
         "packaged": {"retrieval": settings.retrieval.mode, "label_share": settings.retrieval.label_share,
                      "lambda": settings.lam if not settings.per_query else "per query", "tau": settings.tau,

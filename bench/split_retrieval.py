@@ -32,8 +32,6 @@ import dataclasses
 import json
 import math
 import re
-import shlex
-import sys
 import tempfile
 import time
 from functools import partial
@@ -42,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import typer
+from common import rerun_command
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
@@ -232,7 +231,7 @@ def measure(dataset: Dataset, root: Path, name: str, b: int, tau: float, lam: fl
         comparison["label_temperature_probe"] = probe
 
     return {
-        "dataset": name, "command": " ".join(["python", *map(shlex.quote, sys.argv)]),
+        "dataset": name, "command": rerun_command(),
         "embeddings": json.loads((source / "meta.json").read_text()).get("encoder"),
         "top_labels": top_labels or "all", "train_inputs": len(X), "labels": len(Z), "test_queries": len(queries),
         "b": b, "tau": tau, "lambda": lam,

@@ -8,7 +8,7 @@ pipeline runs where DVC is not installed, e.g. an offline GPU machine), with a c
 params.yaml whose data.name is NAME and whose keys are set by `-S key=value` as `dvc exp run -S`
 sets them. CPU seconds are the stage's user + system time; peak memory is the largest resident set of the stage's process tree (os.wait4), so no
 /usr/bin/time is needed; output bytes are the sizes of the stage's `outs` in dvc.yaml; evaluate's entry also has the RAE search's
-queries/s, which the stage logs to MLflow alone (bench/results_table.py reads it here). Writes
+queries/s, which the stage logs to MLflow alone (scripts/results_table.py reads it here). Writes
 bench/results/stage_resources_<name>[_<tag>].json after every stage (a long run keeps what it has
 measured if it is stopped; --out elsewhere), with the command that reproduces it, and prints a Markdown table; with --keep-eval, also copies the run's eval outputs (metrics.json,
 per_instance.npz, significance.json, the training curve, the params used) to bench/results/runs/<name>_<tag>/.
@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 import typer
+from common import ROOT, rerun_command
 from ruamel.yaml import YAML
 
 from raexmc.pipeline.compare import logged_figure
 
-ROOT = Path(__file__).resolve().parents[1]
 KEPT = ("eval/metrics.json", "eval/per_instance.npz", "significance.json", "curves/training_curve.json")
 
 
@@ -113,7 +113,7 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
     suffix = f"_{tag}" if tag else ""
     out = out or ROOT / "bench" / "results" / f"stage_resources_{name}{suffix}.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
-    rerun = "python " + shlex.join(["bench/stage_resources.py", *without_out(sys.argv[1:])])
+    rerun = rerun_command(without_out(sys.argv[1:]))
     earlier = previous.get("command")
     command_line = rerun if earlier in (None, rerun) else f"{earlier} && {rerun}"
     report = {}

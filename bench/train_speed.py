@@ -17,8 +17,6 @@ examples/s. Each measurement is appended to bench/results/train_speed.json (`--o
 
 from __future__ import annotations
 
-import json
-import platform
 import resource
 import tempfile
 import time
@@ -29,41 +27,19 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import typer
+from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
 
 from raexmc.encoder.device import resolve_precision
-from raexmc.encoder.pooling import Pooling
-from raexmc.encoder.sentence import SentenceEncoder, attention_without_cudnn, load_encoder
+from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
-from raexmc.io import write_json
 from raexmc.params import load_params
 from raexmc.training.batches import BatchSampler
 from raexmc.training.distributed import DistContext, init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import apply_gradients, make_optimizer, training_step
 
-ROOT = Path(__file__).resolve().parents[1]
-
 LABELS_PER_INPUT = (1, 5)  # synthetic positives per input, uniform in [1, 5)
-
-
-def build_model(name: str, device: str):
-    """The named encoder in training mode, or DistilBERT's default architecture built offline (mean pooling)."""
-    if name != "distilbert-sized":
-        return load_encoder(name, device).train()
-    from transformers import DistilBertConfig, DistilBertModel
-
-    return SentenceEncoder(DistilBertModel(DistilBertConfig()), Pooling("mean")).to(device).train()
-
-
-def synthetic_cache(folder: Path, rows: int, labels: int, input_len: int, label_len: int, vocab: int,
-                    rng: np.random.Generator) -> TokenCache:
-    """A token cache folder of random ids, every text at full length."""
-    for split, count, width in (("train", rows, input_len), ("labels", labels, label_len)):
-        np.save(folder / f"{split}.ids.npy", rng.integers(1000, vocab, size=(count, width), dtype=np.int32))
-        np.save(folder / f"{split}.len.npy", np.full(count, width, np.int32))
-    write_json(folder / "meta.json", {"key": {"synthetic": True}})
-    return TokenCache(folder)
 
 
 def synthetic_labels(rows: int, labels: int, rng: np.random.Generator) -> sp.csr_matrix:
@@ -89,20 +65,6 @@ class SyntheticTraining:
     global_batch: int
 
 
-def device_name(device: str) -> str:
-    """What a record says ran it: the GPU's name, or the CPU and its thread count."""
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def preset_values(config, preset: str) -> dict:
-    values = config.section("presets").get(preset)
-    if values is None:
-        raise typer.BadParameter(f"no preset {preset!r} in params.yaml presets")
-    return values
-
-
 def synthetic_training(values: dict, settings: TrainSettings, model: str, device: str, labels: int,
                        folder: Path) -> SyntheticTraining:
     """The encoder, optimizer, label matrix, mined negatives and token cache (in `folder`) of a run
@@ -116,8 +78,9 @@ def synthetic_training(values: dict, settings: TrainSettings, model: str, device
     negatives = rng.integers(0, labels, size=(rows, settings.num_hard_negatives))
     params = [p for p in encoder.parameters() if p.requires_grad]
     optimizer, scheduler = make_optimizer(params, settings)
-    cache = synthetic_cache(folder, rows, labels, values["tokenize.input_max_len"], values["tokenize.label_max_len"],
-                            encoder.transformer.config.vocab_size, rng)
+    lengths = {"train": (rows, values["tokenize.input_max_len"]), "labels": (labels, values["tokenize.label_max_len"])}
+    cache = synthetic_token_cache(folder, {split: (count, width, width) for split, (count, width) in lengths.items()},
+                                  encoder.transformer.config.vocab_size, rng)
     return SyntheticTraining(ctx, encoder, cache, Y, negatives, params, optimizer, scheduler,
                              BatchSampler(Y, np.arange(rows), settings.seed), global_batch)
 
@@ -172,9 +135,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                   "peak_rss_GB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),  # KiB on Linux
                   "schedule_steps": values["train.max_steps"], "schedule_global_batch": schedule_batch,
                   "projected_schedule_h": round(values["train.max_steps"] * schedule_batch / examples_per_s / 3600, 2)}
-        recorded = json.loads(out.read_text()) if out.is_file() else []
-        write_json(out, [*recorded, result])
-        print(json.dumps(result))
+        append_row(out, result)
     shutdown(ctx)
 
 

@@ -16,7 +16,7 @@
 # Everything lands in $OUT as it finishes. As for gpu_pipeline.sh, move bench/results/runs/ and the tracked .npz and
 # .png files out of the working tree for the call: the tree, .whl/ and .carry/ then come to about
 # 66.1 MB of the 67.1 (64 MiB) a call carries. Compare with the fixed recipe's record
-# (bench/results/runs/wordnet-hyper_fine-tuned-gpu) here afterwards: bench/results_table.py tests the pair.
+# (bench/results/runs/wordnet-hyper_fine-tuned-gpu) here afterwards: scripts/results_table.py tests the pair.
 set -u
 : "${OUT:?set OUT to the folder for the results}"
 mkdir -p "$OUT"

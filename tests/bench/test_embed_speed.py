@@ -13,7 +13,8 @@ from conftest import REPO
 
 
 def test_synthetic_texts_have_lengths_in_the_asked_range(tmp_path):
-    cache = load_bench_module("embed_speed.py").synthetic_label_texts(tmp_path, 500, 8, 32, 30522)
+    cache = load_bench_module("common.py").synthetic_token_cache(tmp_path, {"labels": (500, 8, 32)}, 30522,
+                                                                 np.random.default_rng(0))
     lengths = cache.lengths("labels")
     assert cache.ids("labels").shape == (500, 32)
     assert lengths.min() == 8 and lengths.max() == 32

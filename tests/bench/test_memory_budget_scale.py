@@ -1,4 +1,4 @@
-"""bench/memory_budget_scale.py on a small made-up project: one row per variant with its key count, the
+"""bench/memory_budget.py scale on a small made-up project: one row per variant with its key count, the
 bytes as the files evaluate and predict load, the index stage's build time counted where RAE searches
 its indexes, and the index stage built once across runs."""
 
@@ -16,7 +16,7 @@ from conftest import REPO
 
 def run_scale(root, variants, *args):
     out = root / "scale.json"
-    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget_scale.py"), "--dataset",
+    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "scale", "--dataset",
                            str(root / "data" / "tiny"), "--embeddings", str(root / "artifacts" / "tiny" / "embeddings"),
                            "--work", str(root / "work"), "--variants", variants, "--queries", "5", "--out", str(out),
                            *args], cwd=root, capture_output=True, text=True)
@@ -28,7 +28,7 @@ def test_rows_count_keys_bytes_and_build_time_of_what_rae_searches(tmp_path):
     data, _, _ = small_project(tmp_path)
     report = run_scale(tmp_path, "1/full/none,0.5/kmeans/none,0/random/none,1/full/sq8-m12")
     rows = report["rows"]
-    assert report["command"].startswith("python bench/memory_budget_scale.py --dataset")
+    assert report["command"].startswith("python bench/memory_budget.py scale --dataset")
     assert [(r["method"], r["keep"], r["compression"], r["keys"]) for r in rows] == [
         ("full", 1.0, "none", 80), ("kmeans", 0.5, "none", 50), ("random", 0.0, "none", 20),
         ("full", 1.0, "sq8-m12", 80)]
@@ -61,7 +61,7 @@ def test_build_time_counts_the_index_stage_indexes_rae_searches_and_no_others(tm
 def test_indexes_built_with_other_settings_are_refused(tmp_path):
     small_project(tmp_path)
     run_scale(tmp_path, "1/full/none")
-    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget_scale.py"), "--dataset",
+    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "scale", "--dataset",
                            str(tmp_path / "data" / "tiny"), "--embeddings",
                            str(tmp_path / "artifacts" / "tiny" / "embeddings"), "--work", str(tmp_path / "work"),
                            "--variants", "1/full/none", "--M", "16", "--out", str(tmp_path / "other.json")],
@@ -81,6 +81,6 @@ def test_prototypes_memory_counts_its_own_labels_index_and_needs_no_index_stage(
 
     appended = run_scale(tmp_path, "1/full/none", "--append")
     assert [r["method"] for r in appended["rows"]] == ["kmeans-labels+prototypes0.5", "full"]
-    assert appended["command"].count("python bench/memory_budget_scale.py") == 2
+    assert appended["command"].count("python bench/memory_budget.py scale") == 2
     replaced = run_scale(tmp_path, "1/full/none", "--append")
     assert [r["method"] for r in replaced["rows"]] == ["kmeans-labels+prototypes0.5", "full"], "measured again: replaced"

@@ -1,6 +1,5 @@
 """`memory.keep: auto`: the tune stage chooses the keep on held-out training inputs (λ and τ chosen afresh at each),
-logs the keep curve, never reads the test split, and the memory stage builds the keep it chose; bench/keep_auto.py
-records what it costs.
+logs the keep curve, never reads the test split, and the memory stage builds the keep it chose.
 
 The toy: 40 training inputs around one centre c, each on its own axis (unit(c + e_i)); 10 are held out and query.
 Every input has label A but one, the "outlier", which sits at c itself with label W; label W's key is
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -215,31 +213,3 @@ def test_the_tune_stage_refuses_a_bad_keep_grid_in_one_line_before_reading_data(
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {params}:memory.keep_grid: ")
     assert not (tmp_path / "tune").exists()
-
-
-def test_bench_keep_auto_records_both_runs_and_the_keep_curve(tmp_path):
-    """bench/keep_auto.py on this toy: two real tune stages, at keep 1 and at auto, in one record with the
-    command that reruns it."""
-    root = tmp_path / "project"
-    X, Z, Y, _ = toy()
-    write_training_split(tmp_path, X, Z, Y)
-    (root / "data").mkdir(parents=True)
-    (root / "artifacts" / "toy").mkdir(parents=True)
-    shutil.move(tmp_path / "data", root / "data" / "toy")
-    shutil.move(tmp_path / "emb", root / "artifacts" / "toy" / "embeddings")
-    out = tmp_path / "keep_auto_toy.json"
-    overrides = [f"infer.lambda_sweep={LAMBDAS}", f"infer.tau_grid={TAUS}", "infer.lambda=auto", "infer.tau=auto",
-                 "infer.b=2", f"infer.val_fraction={FRACTION}", "infer.val_folds=1", "memory.method=random", f"memory.seed={SEED}"]
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "keep_auto.py"), "--name", "toy", "--root", str(root),
-                           "--out", str(out), *[arg for o in overrides for arg in ("-S", o)]],
-                          capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    record = json.loads(out.read_text())
-    fixed, auto = record["runs"]
-    assert (fixed["memory.keep"], fixed["chosen"]["val_value"], "keep_curve" in fixed) == (1.0, 0.0, False)
-    assert (auto["memory.keep"], auto["chosen"]["keep"], auto["chosen"]["val_value"]) == ("auto", 0.25, 100.0)
-    assert [(r["keep"], r["input_keys"], r["lambda"], r["tau"], r["P@1"]) for r in auto["keep_curve"]] == EXPECTED_CURVE
-    assert all(run["wall_s"] > 0 and run["cpu_s"] > 0 for run in record["runs"])
-    assert record["auto_over_fixed_wall"] == round(auto["wall_s"] / fixed["wall_s"], 2)
-    assert record["command"].startswith("python bench/keep_auto.py --name toy --root ")
-    assert record["overrides"] == overrides

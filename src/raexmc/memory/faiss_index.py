@@ -3,7 +3,7 @@
 hnswlib keeps every key as float32 (1,536 bytes at d=384) beside its graph; faiss's IndexHNSWSQ keeps
 1 or 2 bytes a dimension (or half a byte) and a graph of any degree, which is what a memory with a
 size budget needs. The scores it returns are inner products with the decoded keys (after the
-projection, if any): close to the original scale, which RAE's softmax needs (bench/compression_budget.py
+projection, if any): close to the original scale, which RAE's softmax needs (bench/memory_budget.py compression
 measures the error).
 """
 

@@ -149,7 +149,7 @@ def _load_faiss(folder: Path, meta: dict[str, Any], ef_search: int, threads: int
 def index_bytes(folder: str | os.PathLike) -> int:
     """Bytes of the index saved in `folder` as stored: every file in it (meta.json included). Loading
     allocates about as much again plus each library's bookkeeping a key (hnswlib: a lock and a label
-    map entry); bench/compression_budget.py measures it."""
+    map entry); `bench/memory_budget.py compression` measures it."""
     folder = Path(folder)
     saved_meta(folder)
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())

@@ -8,7 +8,7 @@ query gets the λ_j with the largest predicted metric. It is fitted on validatio
 evaluation/query_lambda_fit.py) and kept only when its cross-validated metric beats the best fixed λ
 on those queries by MARGIN_SE standard errors; otherwise it is that fixed λ for every query. Applying
 it costs the features (from the retrieval and RAE's two score halves) and G dot products per query;
-it travels as a small JSON dict. On WordNet (zero-shot MiniLM, bench/query_lambda.py) it gains about
+it travels as a small JSON dict. On WordNet (zero-shot MiniLM, bench/results/query_lambda_wordnet.json) it gains about
 +1.9 P@1 over the best fixed λ; on FOLDOC's 411 validation queries it falls back to the fixed λ.
 """
 

@@ -1,8 +1,8 @@
 """Random unit embeddings in the embed stage's layout, at a download stage's shapes: the keys and queries
-of the scale benchmarks (tune's memory, bench/memory_budget_scale.py), where what the vectors mean does
+of the scale benchmarks (tune's memory, `bench/memory_budget.py scale`), where what the vectors mean does
 not change time or memory, and a real encoder would take hours on CPU to embed 4.5M texts.
 
-    python bench/random_embeddings.py --dataset data/synthetic-LF-AmazonTitles-1.3M --out DIR [--dim 64]
+    python scripts/random_embeddings.py --dataset data/synthetic-LF-AmazonTitles-1.3M --out DIR [--dim 64]
 
 Writes DIR/{train,labels,test}.npy (float32, N_train / L / N_test rows of stats.json), block by block.
 """

@@ -1,12 +1,12 @@
-"""bench/plot_memory_budget.py: which points form which line, on hand-made rows, and a real PNG."""
+"""scripts/plot_memory_budget.py: which points form which line, on hand-made rows, and a real PNG."""
 
 from __future__ import annotations
 
 import json
 
-from bench_scripts import load_bench_module
+from script_modules import load_script
 
-plot = load_bench_module("plot_memory_budget.py")
+plot = load_script("plot_memory_budget.py")
 
 
 def row(method, keep, compression, megabytes, p1, mode="zero-shot"):

@@ -1,4 +1,4 @@
-"""bench/results_table.py: our runs' and the peers' rows per dataset, RAE tested against the best other row."""
+"""scripts/results_table.py: our runs' and the peers' rows per dataset, RAE tested against the best other row."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from bench_scripts import load_bench_module
+from script_modules import load_script
 from raexmc.errors import DataError
 from raexmc.pipeline.tracking.run import stage_run
 
@@ -20,7 +20,7 @@ PEER_P1 = [1.0, 1.0, 0.0, 0.0]
 
 @pytest.fixture
 def results_table():
-    return load_bench_module("results_table.py")
+    return load_script("results_table.py")
 
 
 def write_run(folder, per_method, params=True, mode="fine-tuned", queries_per_s=2000.0):

@@ -1,7 +1,7 @@
 """The memory-budget targets, checked on bench/memory_budget.py's results: for each dataset and mode, the best
 memory within each byte budget and whether it meets its target.
 
-    python bench/memory_targets.py bench/results/memory_budget_foldoc.json bench/results/memory_budget_wordnet.json
+    python scripts/memory_targets.py bench/results/memory_budget_foldoc.json bench/results/memory_budget_wordnet.json
 
 Targets (the full memory: keep 1, no compression, float32 hnswlib M=64):
 - quarter: at <= 1/4 of its bytes, P@1 >= full - 0.1 and latency no worse than full's;

@@ -1,6 +1,6 @@
 """The cost model of docs/scale.md: CPU time, peak memory and disk per stage for a dataset shape and encoder.
 
-    python bench/cost_model.py        # writes bench/results/cost_model.json, prints the tables of docs/scale.md
+    python scripts/cost_model.py        # writes bench/results/cost_model.json, prints the tables of docs/scale.md
 
 Each stage's cost is a formula in the shape (N training inputs, T test inputs, L labels, t tokens per
 text) and the encoder (width d, layers), with constants fitted on the runs that
@@ -31,7 +31,7 @@ with B the global batch, t_in and t_lab the longest input and label in a batch (
 on a CPU), rounds = ceil(max_steps / hnm_steps) plus the final
 validation, each re-embedding the labels and every training input (mean lengths: those batches are sorted by
 length). a_step and a_round come from FOLDOC's fine-tuned CPU run (300 steps of 32, 4 rounds: its training
-curve); WordNet's and wordnet-hyper's runs (one round, 300 steps) check them. Lengths: bench/token_lengths.py.
+curve); WordNet's and wordnet-hyper's runs (one round, 300 steps) check them. Lengths: scripts/token_lengths.py.
 
 The GPU column projects the same shapes on one H100 from rates measured there (each names its record):
 embed = (N + T + L) / the embed loop's texts/s; train = the preset's schedule (max_steps x the paper's
@@ -64,7 +64,7 @@ from raexmc.params import load_params
 from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.settings import TrainSettings
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 MB = 1e6
 
@@ -459,7 +459,7 @@ def main() -> None:
     out.write_text(json.dumps({"constants": constants, "checks": check_rows, "projections": projection_rows,
                                "gpu_rates": rates, "train": train,
                                "runs": {name: run["record"] for name, run in runs.items()},
-                               "command": "python bench/cost_model.py"}, indent=2) + "\n")
+                               "command": "python scripts/cost_model.py"}, indent=2) + "\n")
     print(markdown(check_rows, projection_rows))
     print("\n" + train_markdown(train))
 

@@ -1,10 +1,11 @@
-"""bench/memory_targets.py: issue 20's three targets, checked on hand-made rows whose verdicts are worked out below."""
+"""scripts/memory_targets.py: issue 20's three targets, checked on hand-made rows whose verdicts are worked out
+below."""
 
 from __future__ import annotations
 
-from bench_scripts import load_bench_module
+from script_modules import load_script
 
-targets = load_bench_module("memory_targets.py")
+targets = load_script("memory_targets.py")
 
 
 def row(method, keep, compression, bytes_, p1, latency=1.0, mode="zero-shot"):

@@ -1,4 +1,4 @@
-"""bench/random_embeddings.py: the shapes of a download stage's stats.json, unit rows, fixed by the seed."""
+"""scripts/random_embeddings.py: the shapes of a download stage's stats.json, unit rows, fixed by the seed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from conftest import REPO
 
 
 def write(dataset, out, seed):
-    proc = subprocess.run([sys.executable, str(REPO / "bench/random_embeddings.py"), "--dataset", str(dataset),
+    proc = subprocess.run([sys.executable, str(REPO / "scripts/random_embeddings.py"), "--dataset", str(dataset),
                            "--out", str(out), "--dim", "8", "--seed", str(seed)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 

@@ -1,7 +1,7 @@
 """The memory-budget plot of docs/memory.md: RAE's P@1 against its memory's bytes, one line per selection method
 and compression, a panel per mode (zero-shot, fine-tuned), from a bench/memory_budget.py result.
 
-    python bench/plot_memory_budget.py bench/results/memory_budget_foldoc.json   # writes the .png beside it
+    python scripts/plot_memory_budget.py bench/results/memory_budget_foldoc.json   # writes the .png beside it
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The memory a training step's graph takes per text, against raexmc.training.graph_memory's estimate.
 
-    python bench/graph_memory.py        # writes bench/results/graph_memory.json
+    python scripts/graph_memory.py        # writes bench/results/graph_memory.json
 
 For each (batch, tokens), a fresh process runs all-MiniLM-L6-v2 forward and backward on the CPU in fp32 (one
 thread) and records its peak RSS growth over a one-text warm-up pass; the growth between two batch sizes at
@@ -19,7 +19,7 @@ from transformers import AutoConfig
 
 from raexmc.training.graph_memory import graph_bytes_per_text
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 PAIRS = {128: (16, 32), 32: (16, 64)}   # tokens: two batch sizes
 
 PROBE = """
@@ -53,7 +53,7 @@ def main() -> None:
         print(rows[-1])
     (RESULTS / "graph_memory.json").write_text(json.dumps(
         {"encoder": "all-MiniLM-L6-v2", "device": "cpu", "precision": "fp32", "rows": rows,
-         "command": "python bench/graph_memory.py"}, indent=2) + "\n")
+         "command": "python scripts/graph_memory.py"}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """One Markdown table per dataset: our evaluate runs and the peer baselines, with paired t-tests.
 
-    python bench/results_table.py artifacts/foldoc/eval bench/results/runs/wordnet_fine-tuned-gpu [...]
+    python scripts/results_table.py artifacts/foldoc/eval bench/results/runs/wordnet_fine-tuned-gpu [...]
 
 Rows come from
 - each RUN folder given (metrics.json + per_instance.npz, as the evaluate stage writes them, or as

@@ -1,6 +1,6 @@
-"""Token lengths of our datasets as training sees them, for the train stage's cost model (bench/cost_model.py).
+"""Token lengths of our datasets as training sees them, for the train stage's cost model (scripts/cost_model.py).
 
-    python bench/token_lengths.py foldoc wordnet wordnet-hyper   # writes bench/results/token_lengths.json
+    python scripts/token_lengths.py foldoc wordnet wordnet-hyper   # writes bench/results/token_lengths.json
 
 Builds each dataset and its token cache with params.yaml's tokenize recipe and the MiniLM tokenizer, in a
 temporary folder, and records N, L, the mean tokens of training inputs and labels (what embedding pays:
@@ -58,7 +58,7 @@ def main(names: list[str] = typer.Argument(..., help="Entries of params.yaml's d
     recipe_text = {"input_fields": recipe.input_fields, "input_max_len": recipe.input_max_len,
                    "label_fields": recipe.label_fields, "label_max_len": recipe.label_max_len}
     out.write_text(json.dumps({"tokenize": recipe_text, "tokenizer": "all-MiniLM-L6-v2", "datasets": rows,
-                               "command": f"python bench/token_lengths.py {' '.join(names)}"}, indent=2) + "\n")
+                               "command": f"python scripts/token_lengths.py {' '.join(names)}"}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""bench/cost_model.py. The train stage: it costs the schedule the train stage resolves (fixed or auto), its work
+"""scripts/cost_model.py. The train stage: it costs the schedule the train stage resolves (fixed or auto), its work
 formula against a hand-worked case, and its record agrees with the rule and bounds the measured steps. The GPU
 column: one H100's seconds per stage from given rates (expected values worked by hand from the shapes' counts),
 and the rates read from their records, the search's labelled as an assumption."""
@@ -9,11 +9,11 @@ import json
 from dataclasses import replace
 
 import pytest
-from bench_scripts import BENCH, load_bench_module
+from script_modules import REPO, load_script
 
 from raexmc.training.schedule import Schedule
 
-cost_model = load_bench_module("cost_model.py")
+cost_model = load_script("cost_model.py")
 
 
 def test_the_cost_model_resolves_the_schedule_as_the_train_stage_does():
@@ -42,7 +42,7 @@ def test_train_work_by_hand():
 
 
 def test_the_record_costs_the_rule_and_bounds_the_measured_steps():
-    train = json.loads((BENCH / "results" / "cost_model.json").read_text())["train"]
+    train = json.loads((REPO / "bench" / "results" / "cost_model.json").read_text())["train"]
     rows = {(r["dataset"], r["schedule"]): r for r in train["projections"]}
     for (dataset, mode), row in rows.items():
         schedule = cost_model.train_settings(mode, row["N"]).schedule
