@@ -66,9 +66,24 @@ def test_distribution_version_is_recorded(tmp_path, download_cache):
     assert package.path.is_file()
 
 
-def test_unknown_package_version_is_a_source_error(tmp_path, download_cache):
-    with pytest.raises(SourceError, match="dict-foldoc=0.0-nonexistent"):
-        fetch_deb(DebPin("dict-foldoc", "0.0-nonexistent"), download_cache / "debs")
+def test_a_version_neither_apt_nor_the_mirror_has_is_one_source_error_naming_both(tmp_path, download_cache):
+    mirror = mirror_with(tmp_path / "mirror", {})
+    with pytest.raises(SourceError) as refused:
+        fetch_deb(DebPin("dict-foldoc", "0.0-nonexistent"), download_cache / "debs", mirror)
+    line = refused.value.one_line()
+    assert line.startswith("SourceError: dict-foldoc=0.0-nonexistent: apt-get download failed") and "\n" not in line
+    assert f"not on the mirror either ({mirror}/pool/main/d/dict-foldoc/dict-foldoc_0.0-nonexistent_all.deb" in line
+
+
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get")
+def test_a_pinned_version_apt_lacks_comes_from_the_mirror_checked(tmp_path):
+    """apt-get is installed but its sources offer no libtiny-data 1:2.1-3 (as a newer Debian's lack an old
+    version): the mirror's pool serves it, checked against the pinned sha256 like any download."""
+    mirror = mirror_with(tmp_path / "mirror", {TINY_POOL: TINY})
+    package = fetch_deb(tiny_pin(sha256=hashlib.sha256(TINY).hexdigest()), tmp_path / "cache", mirror)
+    assert package.path.read_bytes() == TINY and package.version == "1:2.1-3"
+    with pytest.raises(ChecksumError):
+        fetch_deb(tiny_pin(sha256="0" * 64), tmp_path / "cache2", mirror)
 
 
 @pytest.mark.slow

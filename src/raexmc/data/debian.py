@@ -1,8 +1,9 @@
 """Fetch a pinned Debian package and check it against its checksums.
 
-Where `apt-get` is installed it downloads the package (from the machine's own sources); elsewhere
-(macOS, Fedora, a conda-only machine) the package comes over HTTP(S) from a Debian mirror's pool,
-whose layout every mirror shares, so the datasets built from Debian packages need no Debian.
+Where `apt-get` is installed it downloads the package (from the machine's own sources); elsewhere (macOS,
+Fedora, a conda-only machine), or where apt's sources lack the pinned version, the package comes over
+HTTP(S) from a Debian mirror's pool, whose layout every mirror shares, so the datasets built from Debian
+packages need no Debian.
 """
 
 from __future__ import annotations
@@ -99,8 +100,32 @@ def _matches(path: Path, pin: DebPin) -> bool:
                for algorithm, expected in (("sha256", pin.sha256), ("md5", pin.md5)))
 
 
+def _download(pin: DebPin, folder: Path, mirror: str) -> tuple[str, Path]:
+    """(origin, file) of the package: from apt-get where it is installed and offers the version, else, for a
+    pinned version, from `mirror` (an apt whose sources lack the pinned version, as a newer Debian release's do,
+    is no reason to fail: the mirror's pool keeps every version, and the checksums are checked either way)."""
+    apt_failed = None
+    if shutil.which("apt-get") is not None:
+        try:
+            return pin.spec, _apt_download(pin.spec, folder)
+        except SourceError as failed:
+            apt_failed = failed
+    if pin.version == DISTRIBUTION:
+        raise apt_failed or SourceError("version 'distribution' needs apt-get: pin a version to fetch it from a "
+                                        "mirror", pin.spec)
+    origin = f"{mirror.rstrip('/')}/{pin.pool_path()}"
+    try:
+        return origin, _mirror_download(origin, folder)
+    except SourceError as failed:
+        if apt_failed is None:
+            raise
+        raise SourceError(f"{apt_failed.message}; not on the mirror either ({origin}: {failed.message})",
+                          pin.spec) from None
+
+
 def fetch_deb(pin: DebPin, cache: Path, mirror: str = DEBIAN_MIRROR) -> DebPackage:
-    """Download the pinned package into `cache`: with apt-get where it is installed, else from `mirror`.
+    """Download the pinned package into `cache`: with apt-get where it is installed and has the version, else
+    from `mirror`.
 
     A pinned version is verified against the pinned sha256 and md5 (a mismatch leaves nothing behind)
     and reused from the cache while it still matches them; `version: distribution` takes whatever
@@ -113,14 +138,7 @@ def fetch_deb(pin: DebPin, cache: Path, mirror: str = DEBIAN_MIRROR) -> DebPacka
         if cached.is_file() and _matches(cached, pin):
             return DebPackage(cached, pin.name, pin.version, file_digest(cached, "md5"), file_digest(cached, "sha256"))
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        if shutil.which("apt-get") is not None:
-            origin = pin.spec
-            downloaded = _apt_download(origin, Path(tmp))
-        elif pinned:
-            origin = f"{mirror.rstrip('/')}/{pin.pool_path()}"
-            downloaded = _mirror_download(origin, Path(tmp))
-        else:
-            raise SourceError("version 'distribution' needs apt-get: pin a version to fetch it from a mirror", pin.spec)
+        origin, downloaded = _download(pin, Path(tmp), mirror)
         sha256 = verify(downloaded, pin.sha256 if pinned else None, "sha256", origin=origin)
         md5 = verify(downloaded, pin.md5 if pinned else None, "md5", origin=origin)
         version = pin.version if pinned else urllib.parse.unquote(downloaded.name.split("_")[1])
