@@ -14,10 +14,14 @@ from ruamel.yaml import YAML
 
 from conftest import dense_top_b_softmax
 from test_selection import run_stage, write_params, write_training_split
+from test_validation_folds import random_set
 from raexmc.data.held_out import validation_folds
 from raexmc.errors import DataError
+from raexmc.evaluation.baseline_selection import select_knn
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
-from raexmc.evaluation.selection import knn_tau, read_selection
+from raexmc.evaluation.prototype_selection import MemoryTuning
+from raexmc.evaluation.selection import TuneSettings, held_out_folds, knn_tau, read_selection
+from raexmc.memory.input_memory import MemorySettings
 
 DIM = 32
 B = 13              # every key of the memory: 9 inputs and 4 labels
@@ -145,3 +149,29 @@ def test_selection_without_knn_tau_scores_knn_at_rae_s_and_a_bad_one_is_refused(
             read_selection(tmp_path)
         assert error.value.record == "baselines.knn.tau"
 
+
+
+def test_knn_curve_pools_every_fold_against_its_own_full_memory(tmp_path):
+    """Four folds of 10 of 40 random inputs (val_folds 4): kNN's curve is the brute force's over all 40 queries,
+    each fold's against the 30 others, at b 8 of them."""
+    X, Z, Y = random_set()
+    (tmp_path / "emb").mkdir()
+    np.save(tmp_path / "emb" / "train.npy", X)
+    np.save(tmp_path / "emb" / "labels.npy", Z)
+    settings = TuneSettings(lam=0.5, tau=None, lambda_grid=(0.5,), tau_grid=tuple(TAUS), metric="P@1", b=8,
+                            val_fraction=0.25, val_max_queries=20000, val_seed=0, relevance="binary", val_folds=4)
+    folds = held_out_folds(Y, sp.csr_matrix(Y.shape), settings)
+    tuning = MemoryTuning(tmp_path / "emb", folds, settings, (0.55, 1.5),
+                          lambda keep, weight: MemorySettings(keep, "random", False, 0), "exact")
+    knn = select_knn(tuning.full_memory, settings, (0.55, 1.5))
+
+    def pooled_p_at_1(tau: float) -> float:
+        right = []
+        for rest, val in validation_folds(len(X), 0.25, 0, 4):
+            scores = dense_top_b_softmax(X[val] @ X[rest].T, 8, tau) @ Y[rest].toarray()
+            right.extend(Y[val].toarray()[np.arange(len(val)), scores.argmax(axis=1)] > 0)
+        return round(100 * float(np.mean(right)), 2)
+
+    curve = {row["tau"]: row["P@1"] for row in knn["validation"]}
+    assert set(TAUS) <= set(curve) and curve == {tau: pooled_p_at_1(tau) for tau in curve}
+    assert knn["tau"] == min(curve, key=lambda tau: (-curve[tau], abs(math.log(tau / 0.04))))
