@@ -9,8 +9,10 @@ no prior, at λ = 1. Its τ comes from the same grid, widened past an edge and t
 (selection.widen_and_choose, selection.choose). Where τ is fixed, kNN runs at it: a user's τ applies to every method.
 
 The dual encoder has nothing to choose: its scores are a softmax over its own retrieved labels, exp(s / τ) / Σ, which
-rises with the similarity s at every τ > 0, so its ranking, and every metric, is the same at any τ. The one setting
-that changes its ranking, b (how many labels it retrieves: R@100 below b = 100), is `infer.b`, fixed for every method.
+rises with the similarity s at every τ > 0 (rae.scoring.dual_encoder_scores), so its ranking, and every metric, is the
+same at any τ (but where a weight underflows to 0 and ties: a similarity gap above some 745·τ from the best label, at
+cosines only below τ 0.003). The one setting that changes its ranking, b (how many labels it retrieves: R@100 below
+b = 100), is `infer.b`, fixed for every method.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The headline rows that `dvc metrics show` and `dvc metrics diff` read, a file each under metrics/<dataset>/:
 RAE's and its two baselines' key metrics (RAE's row also with the λ and τ it used, kNN's with its own τ) and the
-p-values of RAE against each baseline under the same metric names, all written by the significance stage. The full tables
-(metrics.json with the variants and every metric, significance.json) stay outputs that MLflow gets.
+p-values of RAE against each baseline under the same metric names, all written by the significance stage. The full
+tables (metrics.json with the variants and every metric, significance.json) stay outputs that MLflow gets.
 
 Why a file per row: DVC shows one row per metrics file and one column per key of any of them, so three methods'
 five metrics in one file are fifteen columns (some 200 characters), as rows five. A p-value is text in two
