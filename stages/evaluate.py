@@ -2,7 +2,8 @@
 training-input keys alone (kNN), and from the joint memory (RAE) as the merge of the labels' search and
 the search of the memory stage's input keys (the training inputs' own with memory.keep = 1), a chunk of
 test inputs at a time (searched, scored and measured before the next: memory does not grow with them);
-score RAE (at the λ, τ and retrieval (joint, or split at a label share) the tune stage chose, and b), both baselines, RAE with the tune stage's
+score RAE (at the λ, τ and retrieval (joint, or split at a label share) the tune stage chose, and b), both baselines
+(kNN at its own τ where the tune stage chose one, metrics.json's knn.tau), RAE with the tune stage's
 per-query λ model (rae_query_lambda) and RAE's λ and b sweeps (optionally the paper's OvA+kNN
 ablation), and write metrics.json, per-instance metrics and plots (the λ sweep on test beside
 validation's)."""
@@ -21,7 +22,7 @@ from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, Retrievals, evaluate_retrieval,
                                         segment_rows)
 from raexmc.evaluation.propensity import propensity_from_params
-from raexmc.evaluation.selection import lambda_rows, rae_retrieval, read_selection
+from raexmc.evaluation.selection import knn_tau, lambda_rows, rae_retrieval, read_selection
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.hnsw import resolve_threads
 from raexmc.memory.indexes import load_joint_search, memory_backend, search_device
@@ -50,7 +51,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         typer.echo(propensity.line(), err=True)
         run.params({"propensity": propensity.record()})
         settings = EvalSettings(
-            lam=selection["lambda"], b=p.integer("infer.b", 1), tau=selection["tau"],
+            lam=selection["lambda"], b=p.integer("infer.b", 1), tau=selection["tau"], knn_tau=knn_tau(selection),
             lambda_sweep=list(p.grid("infer.lambda_sweep", check_lambda, "numbers in [0, 1]")),
             b_sweep=list(p.grid("infer.b_sweep", partial(positive_int, name="infer.b_sweep"), "integers >= 1")),
             propensity_ab=propensity.ab)
@@ -90,7 +91,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
         run.params({"selection": {**chosen, "retrieval": retrieval.mode,
                                   **({} if retrieval.label_share is None else {"label_share": retrieval.label_share})}})
-        metrics = {**methods, "selection": {**chosen, "validation": {
+        metrics = {**methods, "knn": {**methods["knn"], "tau": settings.knn_tau},
+                   "selection": {**chosen, "validation": {
                        "chosen": selection["val_value"], "fixed": selection["fixed_val_value"]}},
                    "memory": rae_memory.summary(), "propensity": propensity.record(),
                    "query_lambda": {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback},

@@ -11,14 +11,17 @@ cross-validation, that λ for every query; its "fit" report says which).
 With `memory.keep: auto` it also chooses the keep from `memory.keep_grid`, λ and τ chosen afresh at each
 (keep_selection.py), and adds the keep curve to selection.json; with `memory.prototypes: auto` below keep 1 the
 label prototypes' α from `memory.prototypes_grid` likewise (prototype_selection.py; at each keep tried), and adds
-the α curve. memory_choice.json holds the keep and α the memory stage builds (`memory.keep` and
-`memory.prototypes` resolved where they are not auto)."""
+the α curve. Where it chooses RAE's τ, it chooses kNN's on the same held-out queries for kNN alone, over every
+remaining input, and writes it under "baselines" (baseline_selection.py; with τ fixed, kNN's is that τ).
+memory_choice.json holds the keep and α the memory stage builds (`memory.keep` and `memory.prototypes` resolved
+where they are not auto)."""
 
 from pathlib import Path
 
 import typer
 
 from raexmc.data.dataset import Dataset
+from raexmc.evaluation.baseline_selection import select_baselines
 from raexmc.evaluation.keep_selection import choose_keep
 from raexmc.evaluation.point_choice import curve_metrics
 from raexmc.evaluation.prototype_selection import MemoryTuning
@@ -61,13 +64,18 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         retrieval, selection = tuning.at(keep) if grid is None else choose_keep(tuning.at, grid, settings.metric)
         chosen = memory_at(selection.get("keep", keep), selection.get("prototypes"))
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)
+        # kNN searches every training input: the chosen memory's search is kNN's where it keeps them all
+        selection["baselines"] = select_baselines(lambda: retrieval if chosen.full else tuning.full_memory(),
+                                                  settings, propensity_ab)
         with atomic_dir(out) as folder:
             write_json(folder / SELECTION_FILE, selection)
             write_json(folder / QUERY_LAMBDA_FILE, {**query_lambda.to_json(), "fit": fit})
             write_json(folder / CHOICE_FILE, {"keep": chosen.keep, "prototypes": chosen.prototypes})
         curves = {name: curve_metrics(selection[name], axis)
                   for name, axis in (("keep_curve", "keep"), ("prototypes_curve", "prototypes")) if name in selection}
-        run.metrics({**{k: v for k, v in selection.items() if k not in ("validation", *curves)}, **curves,
+        knn = selection["baselines"]["knn"]
+        run.metrics({**{k: v for k, v in selection.items() if k not in ("validation", "baselines", *curves)}, **curves,
+                     "baselines": {"knn": {k: v for k, v in knn.items() if k != "validation"}},
                      "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}})
         for name in (SELECTION_FILE, QUERY_LAMBDA_FILE, CHOICE_FILE):
             run.artifact(out / name)
@@ -77,7 +85,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         typer.echo(f"chose{chose_keep}{chose_prototypes} lambda={selection['lambda']} tau={selection['tau']} "
                    f"retrieval={selection['retrieval']}{share} "
                    f"(validation {selection['metric']} {selection['val_value']}, "
-                   f"{selection['fixed_val_value']} at the fixed values); per-query lambda: "
+                   f"{selection['fixed_val_value']} at the fixed values); kNN tau={knn['tau']}; per-query lambda: "
                    f"{'a model' if fit['uses_model'] else f'falls back to {query_lambda.fallback}'}", err=True)
 
     run_stage("tune", body, str(params))

@@ -1,4 +1,5 @@
-"""The headline rows DVC shows: RAE's and its baselines' key metrics (RAE's with λ and τ), p-values as text."""
+"""The headline rows DVC shows: RAE's and its baselines' key metrics (RAE's with λ and τ, kNN's with its τ), p-values
+as text."""
 
 from __future__ import annotations
 
@@ -14,14 +15,20 @@ def summary(base: float) -> dict:
     return {**{key: base + i for i, key in enumerate(KEYS)}, "P@3": 1.0, "macro-F1@5": {"tail": 2.0}}
 
 
-def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_and_rae_s_has_lambda_and_tau():
-    metrics = {"rae": summary(50), "dual_encoder": summary(30), "knn": summary(40), "rae_query_lambda": summary(51),
-               "selection": {"lambda": 0.3, "tau": 0.04, "metric": "P@1"}, "retrieval": {"depth": 200},
-               "memory": {"keep": 1.0}}
+def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_rae_s_with_lambda_and_tau_knn_s_with_its_tau():
+    metrics = {"rae": summary(50), "dual_encoder": summary(30), "knn": {**summary(40), "tau": 0.2},
+               "rae_query_lambda": summary(51), "selection": {"lambda": 0.3, "tau": 0.04, "metric": "P@1"},
+               "retrieval": {"depth": 200}, "memory": {"keep": 1.0}}
     assert method_rows(metrics) == {
         "rae": {"P@1": 50, "P@5": 51, "nDCG@5": 52, "PSP@5": 53, "R@100": 54, "lambda": 0.3, "tau": 0.04},
         "dual_encoder": {"P@1": 30, "P@5": 31, "nDCG@5": 32, "PSP@5": 33, "R@100": 34},
-        "knn": {"P@1": 40, "P@5": 41, "nDCG@5": 42, "PSP@5": 43, "R@100": 44}}
+        "knn": {"P@1": 40, "P@5": 41, "nDCG@5": 42, "PSP@5": 43, "R@100": 44, "tau": 0.2}}
+
+
+def test_knn_s_row_of_a_metrics_json_without_its_tau_has_rae_s_the_one_it_was_scored_at():
+    metrics = {"rae": summary(50), "dual_encoder": summary(30), "knn": summary(40),
+               "selection": {"lambda": 0.3, "tau": 0.07, "metric": "P@1"}}
+    assert method_rows(metrics)["knn"]["tau"] == 0.07
 
 
 def test_rae_against_each_baseline_gets_a_row_of_p_values_as_text(tmp_path):

@@ -11,10 +11,10 @@ from conftest import REPO
 ROW = {"P@1": 52.21, "P@5": 24.13, "nDCG@5": 40.5, "PSP@5": 30.0, "R@100": 79.8, "macro-F1@5": {"tail": 21.17}}
 
 
-def write_run(folder, p_value, log10_p):
+def write_run(folder, p_value, log10_p, knn_tau=0.04, tau_auto=False):
     (folder / "eval").mkdir(parents=True)
-    metrics = {"rae": ROW, "dual_encoder": {**ROW, "P@1": 36.75}, "knn": {**ROW, "P@1": 45.84},
-               "selection": {"auto": {"lambda": True, "tau": False}, "lambda": 0.5, "tau": 0.04, "metric": "P@1"},
+    metrics = {"rae": ROW, "dual_encoder": {**ROW, "P@1": 36.75}, "knn": {**ROW, "P@1": 45.84, "tau": knn_tau},
+               "selection": {"auto": {"lambda": True, "tau": tau_auto}, "lambda": 0.5, "tau": 0.04, "metric": "P@1"},
                "retrieval": {"depth": 200}}
     (folder / "eval" / "metrics.json").write_text(json.dumps(metrics))
     test = {"mean_diff": 15.46, "p_value": p_value, "log10_p": log10_p}
@@ -37,6 +37,12 @@ def test_table_rows_and_tests(tmp_path):
     assert lines[3].split()[:2] == ["dual_encoder", "36.75"] and lines[4].split()[:2] == ["knn", "45.84"]
     assert lines[5] == "rae vs dual_encoder: P@1 +15.46 (p 4.0e-16)"
     assert max(len(line) for line in lines) <= 100
+
+
+def test_knn_s_own_tau_is_named_where_it_differs_from_rae_s(tmp_path):
+    write_run(tmp_path / "run", 3.95e-16, -15.4, knn_tau=0.1, tau_auto=True)
+    lines = results(tmp_path).stdout.splitlines()
+    assert lines[0] == "λ = 0.5, τ = 0.04 (lambda and tau chosen on validation P@1); kNN τ = 0.1"
 
 
 def test_an_underflowed_p_is_shown_by_its_log10_not_as_zero(tmp_path):

@@ -113,6 +113,7 @@ class EvalSettings:
     lambda_sweep: list[float] = field(default_factory=list)
     b_sweep: list[int] = field(default_factory=list)
     propensity_ab: tuple[float, float] = DEFAULT_AB
+    knn_tau: float | None = None   # kNN's own τ where the tune stage chose one (selection.knn_tau); None: `tau`
 
 
 @dataclass
@@ -223,12 +224,14 @@ def rae_scorer(model: RaeModel, hits: Hits) -> Scorer:
 
 
 def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, tau: float,
-                   b: int) -> dict[str, Scorer]:
-    """RAE at λ, and the dual encoder and kNN, each from its own search, all at (τ, b)."""
+                   b: int, knn_tau: float | None = None) -> dict[str, Scorer]:
+    """RAE at λ, and the dual encoder and kNN, each from its own search, all at b and τ (kNN at `knn_tau` where
+    given). The dual encoder's ranking is the same at any τ: a softmax over its own labels rises with similarity."""
     (z_ids, z_sims), (x_ids, x_sims) = retrievals.labels, retrievals.inputs
+    knn_tau = tau if knn_tau is None else knn_tau
     return {"rae": rae_scorer(RaeModel(Y_train, RaeSettings(lam, tau, b)), retrievals.rae_at(b)),
             "dual_encoder": lambda rows: dual_encoder_scores(z_ids[rows], z_sims[rows], Y_train.shape[1], tau, b),
-            "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, tau, b)}
+            "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, knn_tau, b)}
 
 
 Ranking = tuple[list[tuple[str, Any]], Callable[[], sp.csr_matrix]]  # the keys it is reported under, its scores
@@ -250,7 +253,7 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr
     rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(settings.lambda_sweep) if swept == lam),
                 *(("b", i) for i, swept in enumerate(settings.b_sweep) if swept == b)]
     rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts, *keys))]
-    for name, scorer in method_scorers(found, Y_train, lam, tau, b).items():
+    for name, scorer in method_scorers(found, Y_train, lam, tau, b, settings.knn_tau).items():
         if name != "rae":
             rankings.append(([("method", name)], partial(scorer, slice(None))))
     if with_ova_knn:

@@ -25,7 +25,7 @@ from functools import cached_property
 
 from ..memory.input_memory import MemorySettings
 from ..memory.prototypes import AUTO, searches_prototypes
-from ..memory.search import Hits
+from ..memory.search import Hits, empty_result
 from .point_choice import Tuned, choose_point
 from .selection import HeldOutLabels, TuneSettings, ValidationRetrieval, label_search, past_edge, pooled, \
     pooled_held, pooled_hits, select, validation_retrieval
@@ -86,6 +86,13 @@ class MemoryTuning:
         """Every fold's validation retrieval of `memory`, with the labels' prototypes at α `weight`, pooled."""
         return pooled([validation_retrieval(self.embeddings, fold, self.settings.b, self.device, memory, labels=labels)
                        for fold, labels in zip(self.folds, self.labels_at(weight))], self.held)
+
+    def full_memory(self) -> ValidationRetrieval:
+        """Every fold's held-out inputs' top-b over all of its memory's inputs, with no label search, pooled: kNN's
+        validation retrieval (baseline_selection.py), whatever memory.keep keeps for RAE."""
+        return pooled([validation_retrieval(self.embeddings, fold, self.settings.b, self.device,
+                                            labels=empty_result(len(fold.val_rows), 0))
+                       for fold in self.folds], self.held)
 
     def at(self, keep: float) -> Tuned:
         """The validation retrieval at `keep` (at the chosen α where α is searched) and its selection."""

@@ -481,12 +481,24 @@ def read_selection(folder: str | os.PathLike) -> dict[str, Any]:
         rae_retrieval(selection)
     except ConfigError as error:
         raise DataError(f"no valid retrieval: {error.args[0]}", path, "retrieval") from None
+    try:
+        check_tau(knn_tau(selection))
+    except (ConfigError, AttributeError):
+        raise DataError(f"kNN's tau must be a number > 0, got {selection.get('baselines')!r}", path,
+                        "baselines.knn.tau") from None
     return selection
 
 
 def rae_retrieval(selection: dict[str, Any]) -> RaeRetrieval:
     """The retrieval the tune stage chose (joint in selection files written before the choice existed)."""
     return RaeRetrieval(selection.get("retrieval", JOINT), selection.get("label_share"))
+
+
+def knn_tau(selection: dict[str, Any]) -> float:
+    """The τ the evaluate stage scores kNN at: the one the tune stage chose for kNN alone where it chose RAE's
+    (baseline_selection.py), else RAE's (a fixed τ is the user's, for every method; so is the τ of a selection file
+    written before kNN's τ was chosen)."""
+    return selection.get("baselines", {}).get("knn", {}).get("tau", selection["tau"])
 
 
 def lambda_rows(selection: dict[str, Any], test_sweep: list[dict[str, float]]) -> list[dict[str, float]]:

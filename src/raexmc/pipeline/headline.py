@@ -1,7 +1,7 @@
 """The headline rows that `dvc metrics show` and `dvc metrics diff` read, a file each under metrics/<dataset>/:
-RAE's and its two baselines' key metrics (RAE's row also with the λ and τ it used) and the p-values of RAE
-against each baseline under the same metric names, all written by the significance stage. The full tables
-(metrics.json with the variants and every metric, significance.json) stay outputs that MLflow gets.
+RAE's and its two baselines' key metrics (RAE's row also with the λ and τ it used, kNN's with its own τ) and the
+p-values of RAE against each baseline under the same metric names, all written by the significance stage. The full
+tables (metrics.json with the variants and every metric, significance.json) stay outputs that MLflow gets.
 
 Why a file per row: DVC shows one row per metrics file and one column per key of any of them, so three methods'
 five metrics in one file are fifteen columns (some 200 characters), as rows five. A p-value is text in two
@@ -25,10 +25,13 @@ TEST_ROWS = tuple(f"{METHOD}_vs_{baseline}" for baseline in BASELINES)  # rae_vs
 
 
 def method_rows(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """From the evaluate stage's metrics.json: RAE's and each baseline's headline metrics, and on RAE's row
-    the λ and τ it used (the tune stage's choice)."""
+    """From the evaluate stage's metrics.json: RAE's and each baseline's headline metrics, on RAE's row the λ and
+    τ it used (the tune stage's choice), and on kNN's the τ it used (its own where the tune stage chose RAE's;
+    RAE's in a metrics.json written before kNN had its own). The dual encoder's ranking is the same at any τ: its
+    row has none."""
     rows = {method: {name: metrics[method][name] for name in HEADLINE_METRICS} for method in METHOD_ROWS}
     rows[METHOD].update({"lambda": metrics["selection"]["lambda"], "tau": metrics["selection"]["tau"]})
+    rows["knn"]["tau"] = metrics["knn"].get("tau", metrics["selection"]["tau"])
     return rows
 
 

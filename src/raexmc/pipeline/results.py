@@ -33,8 +33,10 @@ def summary(eval_dir: Path, significance_path: Path, metrics: tuple[str, ...] = 
     selection = results.get("selection")
     if selection:
         auto = [name for name, on in selection.get("auto", {}).items() if on]
+        knn_tau = results.get("knn", {}).get("tau", selection["tau"])  # kNN's own where τ was chosen
         lines.append(f"λ = {selection['lambda']}, τ = {selection['tau']}"
-                     + (f" ({' and '.join(auto)} chosen on validation {selection['metric']})" if auto else ""))
+                     + (f" ({' and '.join(auto)} chosen on validation {selection['metric']})" if auto else "")
+                     + (f"; kNN τ = {knn_tau}" if knn_tau != selection["tau"] else ""))
     width = max(len(m) for m in methods)
     lines.append(f"{'method':<{width}}  " + "  ".join(f"{m:>7}" for m in metrics) + f"  {'F1@5 tail':>9}")
     for method in methods:

@@ -1,0 +1,177 @@
+"""kNN tuned as RAE is: with τ auto, the tune stage chooses kNN's τ on the same held-out queries for kNN alone, and
+the evaluate path scores kNN at it. A hand-made memory where RAE's best τ and kNN's differ, checked against a dense
+brute force of kNN written here."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from ruamel.yaml import YAML
+
+from conftest import dense_top_b_softmax
+from test_selection import run_stage, write_params, write_training_split
+from test_validation_folds import random_set
+from raexmc.data.held_out import validation_folds
+from raexmc.errors import DataError
+from raexmc.evaluation.baseline_selection import select_knn
+from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.prototype_selection import MemoryTuning
+from raexmc.evaluation.selection import TuneSettings, held_out_folds, knn_tau, read_selection
+from raexmc.memory.input_memory import MemorySettings
+
+DIM = 32
+B = 13              # every key of the memory: 9 inputs and 4 labels
+TAUS = [0.02, 0.04, 0.1]
+FRACTION = 0.18     # round(11 x 0.18) = 2 of the 11 training inputs held out: the two queries
+A, B_RIGHT, C, D = range(4)   # the labels
+
+
+def unit(*parts: tuple[int, float]) -> np.ndarray:
+    v = np.zeros(DIM)
+    for axis, value in parts:
+        v[axis] = value
+    return v / np.linalg.norm(v)
+
+
+def near(axis: int, sim: float, own: int) -> np.ndarray:
+    """A unit vector at cosine `sim` to e_axis, the rest of it along its own axis `own`."""
+    return unit((axis, sim), (own, math.sqrt(1 - sim ** 2)))
+
+
+def two_queries_two_answers():
+    """Eleven training inputs, two of them held out (the rows the tune split holds out), and four label keys.
+
+    Query 1 (= e0, label B): one memory input of label A at similarity 0.9, three of label B at 0.8; B's label key at
+    0.95. kNN ranks B first only where the three outvote the one, 3 exp(0.8/τ) > exp(0.9/τ), τ > 0.1/ln 3 = 0.091:
+    right at 0.1 and above, wrong at 0.02 and 0.04. RAE (λ 0.5) is right at every τ: B's label key is the nearest.
+    Query 2 (= e1, label C): five memory inputs of label D at 0.85, C's label key at 0.9. kNN is wrong at every τ
+    (no input holds C); RAE is right only where exp(0.9/τ) > 5 exp(0.85/τ), τ < 0.05/ln 5 = 0.031: at 0.02 and below.
+    So on validation RAE's best τ is 0.02 (100, as at the halving past it, 0.01, farther from 0.04) and kNN's is 0.1
+    (50, as at the doubling past it, 0.2, farther from 0.04; 0 below).
+    """
+    queries = [unit((0, 1.0)), unit((1, 1.0))]
+    memory = [near(0, 0.9, 10), *(near(0, 0.8, 11 + i) for i in range(3)), *(near(1, 0.85, 14 + i) for i in range(5))]
+    memory_labels = [A, B_RIGHT, B_RIGHT, B_RIGHT, D, D, D, D, D]
+    Z = np.array([unit((22, 1.0)), near(0, 0.95, 20), near(1, 0.9, 21), unit((23, 1.0))], dtype=np.float32)
+    rest_rows, val_rows = validation_folds(11, FRACTION, 0, 1)[0]
+    X, labels = np.zeros((11, DIM), np.float32), np.zeros(11, np.int64)
+    X[val_rows], labels[val_rows] = queries, [B_RIGHT, C]
+    X[rest_rows], labels[rest_rows] = memory, memory_labels
+    Y = sp.csr_matrix((np.ones(11), (np.arange(11), labels)), shape=(11, 4))
+    return X, Z, Y, rest_rows, val_rows
+
+
+def brute_knn_p_at_1(Q, X_keys, Y_keys, Y_true, tau: float) -> float:
+    """P@1 (percent) of kNN from dense similarities: softmax over the top-B inputs at τ, times their labels."""
+    scores = dense_top_b_softmax(Q @ X_keys.T, B, tau) @ Y_keys.toarray()
+    return round(100 * float(np.mean(Y_true.toarray()[np.arange(len(Q)), scores.argmax(axis=1)] > 0)), 2)
+
+
+def exact_top_b(Q, keys) -> tuple[np.ndarray, np.ndarray]:
+    """Every query's top-B keys by similarity (ties to the smaller id), padded with -1 / -inf."""
+    S = (Q @ keys.T).astype(np.float32)
+    order = np.argsort(-S, axis=1, kind="stable")[:, :B]
+    ids, sims = np.full((len(Q), B), -1, np.int64), np.full((len(Q), B), -np.inf, np.float32)
+    ids[:, :order.shape[1]], sims[:, :order.shape[1]] = order, np.take_along_axis(S, order, axis=1)
+    return ids, sims
+
+
+def test_knn_gets_its_own_tau_in_the_tune_output_and_is_scored_at_it(tmp_path):
+    X, Z, Y, rest_rows, val_rows = two_queries_two_answers()
+    write_training_split(tmp_path, X, Z, Y)
+    params = write_params(tmp_path, **{"tau": "auto", "tau_grid": TAUS, "val_fraction": FRACTION, "b": B})
+    proc = run_stage(tmp_path, params)
+    assert proc.returncode == 0, proc.stderr
+    selection = json.loads((tmp_path / "tune" / "selection.json").read_text())
+
+    Q, X_rest, Y_rest, Y_val = X[val_rows], X[rest_rows], Y[rest_rows], Y[val_rows]
+    assert (selection["lambda"], selection["tau"]) == (0.5, 0.02), "RAE's τ: the hand-worked one"
+    knn = selection["baselines"]["knn"]
+    assert knn["tau"] == 0.1 and knn["auto"] == {"tau": True} and knn["val_value"] == 50.0
+    curve = {row["tau"]: row["P@1"] for row in knn["validation"]}
+    # the same grid as RAE's, widened past its top edge once: 0.2 ties with 0.1, which is then no longer an edge
+    assert sorted(curve) == [0.02, 0.04, 0.1, 0.2]
+    assert curve == {tau: brute_knn_p_at_1(Q, X_rest, Y_rest, Y_val, tau) for tau in curve}
+    best = min(curve, key=lambda tau: (-curve[tau], abs(math.log(tau / 0.04))))   # RAE's tie rule
+    assert knn["tau"] == best and knn["fixed_val_value"] == curve[0.04] == 0.0
+
+    # the evaluate path, on these queries against this memory: kNN at its own τ, RAE at its own
+    chosen = read_selection(tmp_path / "tune")
+    settings = EvalSettings(lam=chosen["lambda"], b=B, tau=chosen["tau"], knn_tau=knn_tau(chosen))
+    found = Retrievals(joint=exact_top_b(Q, np.vstack([X_rest, Z])), labels=exact_top_b(Q, Z),
+                       inputs=exact_top_b(Q, X_rest))
+    evaluator = Evaluator(Y_rest, Y_val, sp.csr_matrix(Y_val.shape), (0.55, 1.5))
+    methods = evaluate_retrieval(found.rows, evaluator, settings)["methods"]
+    assert methods["knn"]["P@1"] == brute_knn_p_at_1(Q, X_rest, Y_rest, Y_val, 0.1) == 50.0
+    assert brute_knn_p_at_1(Q, X_rest, Y_rest, Y_val, chosen["tau"]) == 0.0, "at RAE's τ kNN would score 0"
+    assert methods["rae"]["P@1"] == 100.0
+
+
+def test_a_fixed_tau_is_knn_s_too(tmp_path):
+    X, Z, Y, _, _ = two_queries_two_answers()
+    write_training_split(tmp_path, X, Z, Y)
+    proc = run_stage(tmp_path, write_params(tmp_path, **{"lambda": "auto", "tau": 0.04, "val_fraction": FRACTION,
+                                                         "b": B}))
+    assert proc.returncode == 0, proc.stderr
+    selection = read_selection(tmp_path / "tune")
+    assert selection["baselines"] == {"knn": {"tau": 0.04, "auto": {"tau": False}}}
+    assert knn_tau(selection) == selection["tau"] == 0.04
+
+
+def test_knn_searches_every_remaining_input_whatever_rae_s_memory_keeps(tmp_path):
+    """memory.keep 0.5: RAE's validation memory keeps some of the 9 remaining inputs, kNN's curve is still the
+    brute force's over all of them."""
+    X, Z, Y, rest_rows, val_rows = two_queries_two_answers()
+    write_training_split(tmp_path, X, Z, Y)
+    params = write_params(tmp_path, **{"tau": "auto", "tau_grid": TAUS, "val_fraction": FRACTION, "b": B})
+    values = YAML().load(params.read_text())
+    values["memory"].update({"keep": 0.5, "method": "random", "seed": 7})
+    YAML().dump(values, params)
+    proc = run_stage(tmp_path, params)
+    assert proc.returncode == 0, proc.stderr
+    selection = json.loads((tmp_path / "tune" / "selection.json").read_text())
+    assert selection["memory_input_keys"] < len(rest_rows)
+    curve = {row["tau"]: row["P@1"] for row in selection["baselines"]["knn"]["validation"]}
+    assert curve == {tau: brute_knn_p_at_1(X[val_rows], X[rest_rows], Y[rest_rows], Y[val_rows], tau) for tau in curve}
+    assert selection["baselines"]["knn"]["tau"] == 0.1
+
+
+def test_selection_without_knn_tau_scores_knn_at_rae_s_and_a_bad_one_is_refused(tmp_path):
+    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.07}))
+    assert knn_tau(read_selection(tmp_path)) == 0.07, "written before kNN had its own τ: RAE's, as then"
+    for bad in ({"knn": {"tau": -1}}, {"knn": {"tau": "x"}}, ["knn"]):
+        (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.07, "baselines": bad}))
+        with pytest.raises(DataError) as error:
+            read_selection(tmp_path)
+        assert error.value.record == "baselines.knn.tau"
+
+
+
+def test_knn_curve_pools_every_fold_against_its_own_full_memory(tmp_path):
+    """Four folds of 10 of 40 random inputs (val_folds 4): kNN's curve is the brute force's over all 40 queries,
+    each fold's against the 30 others, at b 8 of them."""
+    X, Z, Y = random_set()
+    (tmp_path / "emb").mkdir()
+    np.save(tmp_path / "emb" / "train.npy", X)
+    np.save(tmp_path / "emb" / "labels.npy", Z)
+    settings = TuneSettings(lam=0.5, tau=None, lambda_grid=(0.5,), tau_grid=tuple(TAUS), metric="P@1", b=8,
+                            val_fraction=0.25, val_max_queries=20000, val_seed=0, relevance="binary", val_folds=4)
+    folds = held_out_folds(Y, sp.csr_matrix(Y.shape), settings)
+    tuning = MemoryTuning(tmp_path / "emb", folds, settings, (0.55, 1.5),
+                          lambda keep, weight: MemorySettings(keep, "random", False, 0), "exact")
+    knn = select_knn(tuning.full_memory, settings, (0.55, 1.5))
+
+    def pooled_p_at_1(tau: float) -> float:
+        right = []
+        for rest, val in validation_folds(len(X), 0.25, 0, 4):
+            scores = dense_top_b_softmax(X[val] @ X[rest].T, 8, tau) @ Y[rest].toarray()
+            right.extend(Y[val].toarray()[np.arange(len(val)), scores.argmax(axis=1)] > 0)
+        return round(100 * float(np.mean(right)), 2)
+
+    curve = {row["tau"]: row["P@1"] for row in knn["validation"]}
+    assert set(TAUS) <= set(curve) and curve == {tau: pooled_p_at_1(tau) for tau in curve}
+    assert knn["tau"] == min(curve, key=lambda tau: (-curve[tau], abs(math.log(tau / 0.04))))
