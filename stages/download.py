@@ -1,6 +1,10 @@
 """Build the normalised dataset folder (texts, CSR label matrices, filters, stats.json) of the
 dataset named by `data.name`, from the source configured under `datasets.<name>` in params.yaml."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 from pathlib import Path
 
 import typer

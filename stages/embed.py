@@ -3,6 +3,10 @@ train stage wrote (pooled as its modules.json says, L2-normalised), longest text
 With `embed.nproc` > 1 the stage relaunches itself under torchrun; the processes share out the
 batches and rank 0 writes the same files one process writes."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 import os
 from pathlib import Path
 

@@ -8,6 +8,10 @@ per-query λ model (rae_query_lambda) and RAE's λ and b sweeps (optionally the 
 ablation), and write metrics.json, per-instance metrics and plots (the λ sweep on test beside
 validation's)."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 import time
 from functools import partial
 from pathlib import Path

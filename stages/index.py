@@ -4,6 +4,10 @@ labels] merges the two (HNSW by inner product on normalised embeddings on `index
 exact search; auto: exact on a GPU (`search.device`) and on the CPU up to EXACT_MAX_KEYS keys, where an
 exact index is only its metadata), saved with what reloads them."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 from pathlib import Path
 
 import typer

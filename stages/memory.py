@@ -7,6 +7,10 @@ The dual encoder and kNN keep the index stage's indexes whatever the memory.
 With `memory.keep: auto` the keep, and with `memory.prototypes: auto` below keep 1 the prototypes' α, are the ones
 the tune stage chose on held-out training inputs (--choice, its memory_choice.json)."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 from pathlib import Path
 
 import typer

@@ -8,6 +8,10 @@ the CPU: where the index stage kept exact indexes for a GPU's search (`search.de
 build graphs on the CPU, this stage builds those HNSW graphs into the memory folder, so an evaluation on the GPU
 never waits for them."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 import tempfile
 from pathlib import Path
 

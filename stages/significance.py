@@ -5,6 +5,10 @@ its baselines' key metrics (from the evaluate stage's metrics.json) and RAE's p-
 They are written here, not by evaluate, so that evaluate's outputs are all cached and DVC's run cache can
 restore it; these uncached rows cost a second to rewrite."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 from pathlib import Path
 
 import typer

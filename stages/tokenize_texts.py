@@ -1,6 +1,10 @@
 """Tokenise the inputs and label texts of a dataset folder into the token cache (memory-mapped
 token ids and lengths, keyed by tokenizer, max lengths and text fields)."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 from dataclasses import asdict
 from pathlib import Path
 

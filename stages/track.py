@@ -3,6 +3,10 @@ them: a stage restored from DVC's run cache (same deps and params as an earlier 
 run and logs nothing, so this stage (always run) logs the dataset stats, the evaluation metrics
 and the significance report of each such stage, under the names that stage uses."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 from pathlib import Path
 
 import typer

@@ -2,6 +2,10 @@
 for the embed stage; with `encoder.mode: zero-shot` only export the pre-trained encoder.
 With `train.nproc` > 1 the stage relaunches itself under torchrun (one process per GPU)."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 import hashlib
 import json
 from dataclasses import asdict

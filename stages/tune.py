@@ -16,6 +16,10 @@ remaining input, and writes it under "baselines" (baseline_selection.py; with τ
 memory_choice.json holds the keep and α the memory stage builds (`memory.keep` and `memory.prototypes` resolved
 where they are not auto)."""
 
+from raexmc.numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
+
 from pathlib import Path
 
 import typer

@@ -16,7 +16,7 @@ import typer
 
 from ..errors import ConfigError, RaexmcError, StorageError
 from ..io import NO_ROOM, remove_dead_temps
-from ..numerics import pin_cpu_kernels
+from ..numerics import kernels_pinned
 from ..params import Params, load_params
 from .paths import output_folders
 from .tracking.guard import ParamsGuard
@@ -129,9 +129,10 @@ def run_stage_on_rank(name: str, body: Callable[[Params, StageRun | None], None]
 
 
 def stage_cli(main: Callable[..., None], description: str) -> None:
-    """Run a stage script's `main` as a command whose --help is the script's docstring, on the CPU kernels that
-    make its floats the same on every CPU (raexmc.numerics)."""
-    pin_cpu_kernels()
+    """Run a stage script's `main` as a command whose --help is the script's docstring. The script must have
+    pinned its CPU kernels first (raexmc.numerics), or its floats would depend on the CPU."""
+    if not kernels_pinned():
+        raise RuntimeError("a stage script must call raexmc.numerics.pin_cpu_kernels() before anything else")
     app = typer.Typer(add_completion=False)
     app.command(help=description)(main)
     app()
