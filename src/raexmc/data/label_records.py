@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..io import load_array, read_json
+from ..io import load_array, read_json, save_array
 from .dataset import Text
 
 RECORDS_FILE = "label_records.jsonl"
@@ -41,7 +41,7 @@ def write_label_records(folder: str | os.PathLike, labels: Iterable[Text]) -> No
             line = (json.dumps({"id": label.uid, "text": label.title}, ensure_ascii=False) + "\n").encode()
             handle.write(line)
             offsets.append(offsets[-1] + len(line))
-    np.save(folder / OFFSETS_FILE, np.frombuffer(offsets, np.int64))
+    save_array(folder / OFFSETS_FILE, np.frombuffer(offsets, np.int64))
 
 
 class LabelRecords:
