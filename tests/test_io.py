@@ -160,6 +160,21 @@ except typer.Exit as done:
 """
 
 
+def unchecked_write(library: str, out) -> list[str]:
+    """The command that writes `out` with `library`, as a stage would."""
+    body = "\n".join(f"        {line}" for line in _UNCHECKED_WRITERS[library].splitlines())
+    return [sys.executable, "-c", _UNDER_STAGE_ERRORS.format(body=body), str(out)]
+
+
+def assert_one_line_and_nothing_left(proc, out, error: str, fix: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"StorageError: {out}/"), line
+    assert f": {error} " in line and fix in line, line
+    assert os.listdir(out.parent) == [], "no output folder and no temporary"
+
+
 @pytest.mark.parametrize("library", sorted(_UNCHECKED_WRITERS))
 def test_an_output_cut_by_the_file_size_limit_is_one_line_and_is_not_kept(tmp_path, library):
     """Under `ulimit -f`, hnswlib writes a short graph and says nothing, faiss prints a failed fclose (or raises its
@@ -174,14 +189,17 @@ def test_an_output_cut_by_the_file_size_limit_is_one_line_and_is_not_kept(tmp_pa
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
         resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
-    body = "\n".join(f"        {line}" for line in _UNCHECKED_WRITERS[library].splitlines())
-    script = _UNDER_STAGE_ERRORS.format(body=body)
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], capture_output=True, text=True,
+    proc = subprocess.run(unchecked_write(library, tmp_path / "out"), capture_output=True, text=True,
                           preexec_fn=limited)
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith(f"StorageError: {tmp_path / 'out'}/"), line
-    assert f": {os.strerror(errno.EFBIG)} " in line, line
-    assert "ulimit -f" in line, line
-    assert os.listdir(tmp_path) == [], "no output folder and no temporary"
+    assert_one_line_and_nothing_left(proc, tmp_path / "out", os.strerror(errno.EFBIG), "ulimit -f")
+
+
+@pytest.mark.parametrize("library", sorted(_UNCHECKED_WRITERS))
+def test_an_output_cut_by_a_full_disk_is_one_line_and_is_not_kept(tmp_path, library):
+    """The same on a 200 KB disk (a tmpfs, or the file-size limit where the kernel forbids mounting one): a short
+    file below the file-size limit is named a full disk."""
+    small = tmp_path / "small"
+    done = run_on_small_disk(small, 200_000, unchecked_write(library, small / "out"), tmp_path)
+    fix = "ulimit -f" if done.error == os.strerror(errno.EFBIG) else "free some space and rerun"
+    assert_one_line_and_nothing_left(done.proc, small / "out", done.error, fix)
+    assert done.left == []
