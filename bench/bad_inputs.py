@@ -442,6 +442,79 @@ LAST_FAULT_CASES = [
     Case("predict-blank-file", "predict", "predict --file of blank lines only", blank_lines_file, "blank.txt")]
 
 
+
+# Issue 50, causes 1 to 6: a graph cut short by a file-size limit, JSON nested too deeply, a query with no
+# visible character, a validation share that leaves nothing to train on, a damaged checkpoint, a garbled label
+# record of the right size.
+FILE_SIZE_LIMIT = ("import os, resource, sys; hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]; "
+                   "resource.setrlimit(resource.RLIMIT_FSIZE, ({}, hard)); os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def index_under_file_size_limit(project: Project) -> Outcome:
+    """The index stage under `ulimit -f` 2 MiB, building a 5.4 MB hnswlib graph (20,000 random unit keys of 32
+    dimensions, M 16) with a store of its own (the project's is larger than the limit). hnswlib wrote it through
+    an unchecked stream: the short graph was renamed into place and the stage exited 0."""
+    import numpy as np
+
+    folder = project.fresh("index-ulimit")
+    (folder / "embeddings").mkdir()
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 20_000), ("labels", 64)):
+        keys = rng.normal(size=(count, 32)).astype(np.float32)
+        np.save(folder / "embeddings" / f"{split}.npy", keys / np.linalg.norm(keys, axis=1, keepdims=True))
+    params = project.params(folder, **{"index.backend": "hnsw", "index.M": 16, "index.ef_construction": 40})
+    outcome = project.run([PYTHON, "-c", FILE_SIZE_LIMIT.format(2 << 20), PYTHON, "stages/index.py", "--params",
+                           str(params), "--embeddings", str(folder / "embeddings"), "--out", str(folder / "index")],
+                          env={"MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"}, output=folder / "index")
+    outcome.output_left = outcome.output_left or any(folder.glob(".index.*"))
+    return outcome
+
+
+def deeply_nested_jsonl(project: Project) -> Outcome:
+    path = project.fresh("predict-deep-json") / "deep.jsonl"
+    path.write_text('{"text": "python"}\n' + "[" * 2000 + "]" * 2000 + "\n")
+    return predict(project, "--file", str(path))
+
+
+def train_with(project: Project, name: str, checkpoint: bytes | None = None, **updates) -> Outcome:
+    """The train stage, fine-tuning, with `updates` in params.yaml and a last.pt holding `checkpoint`."""
+    folder = project.fresh(name)
+    (folder / "checkpoints").mkdir()
+    if checkpoint is not None:
+        (folder / "checkpoints" / "last.pt").write_bytes(checkpoint)
+    params = project.params(folder, **{"encoder.mode": "fine-tuned", "train.device": "cpu", **updates})
+    return project.stage("train", params, dataset=project.root / ARTIFACTS["dataset"],
+                         tokens=project.root / ARTIFACTS["tokens"], out=folder / "model",
+                         checkpoints=folder / "checkpoints", curves=folder / "curves")
+
+
+def garbled_label_record(project: Project) -> Outcome:
+    """predict with a copy of the artifacts whose label_records.jsonl has line 3 overwritten, its size unchanged."""
+    artifacts = project.fresh("garbled-label") / "artifacts"
+    for name in ("model", "index", "predictor"):
+        shutil.copytree(project.root / "artifacts" / "tiny" / name, artifacts / "tiny" / name)
+    path = artifacts / "tiny" / "predictor" / "label_records.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[2] = b"\x00" * (len(lines[2]) - 1) + b"\n"
+    path.write_bytes(b"".join(lines))
+    return predict(project, "--artifacts", str(artifacts), "--name", "tiny", "python")
+
+
+PROBE_50_CASES = [
+    Case("index-file-size-limit", "index", "index stage under ulimit -f 2 MiB (a 5.4 MB hnswlib graph)",
+         index_under_file_size_limit, "index/inputs/hnsw.bin"),
+    Case("predict-deep-json", "predict", "predict --file: a JSON line nested 2,000 deep", deeply_nested_jsonl,
+         "deep.jsonl:2"),
+    Case("predict-nul-query", "predict", "predict from stdin: a line of NUL and zero-width characters",
+         lambda p: predict(p, stdin="python\n\x00\u200b\x00\n".encode()), "<stdin>:2"),
+    Case("val-fraction-all", "train", "train.val_fraction 0.9999 with encoder.mode fine-tuned",
+         lambda p: train_with(p, "val-fraction-all", **{"train.val_fraction": 0.9999}), "train.val_fraction"),
+    Case("checkpoint-damaged", "train", "a resume from a garbled checkpoints/last.pt",
+         lambda p: train_with(p, "checkpoint-damaged", b"\x80\x03garbage" * 64, **{"train.val_fraction": 0.34}),
+         "last.pt"),
+    Case("label-records-garbled", "predict", "predict with line 3 of label_records.jsonl garbled, its size kept",
+         garbled_label_record, "label_records.jsonl:3")]
+
 def cases() -> list[Case]:
     return [
         Case("rel-abc", "download", "LF target_rel \"abc\"", lambda p: download_with(p, "rel-abc", edit_record(
@@ -561,7 +634,8 @@ def cases() -> list[Case]:
              lambda p: memmap_on_full_disk(p, "embed"), "embeddings/train.npy"),
         Case("killed-stage-run-cache", "dvc repro", "evaluate killed mid-write, then restored from DVC's run cache: "
              "no temp may stay", killed_then_restored, "", expect_failure=False),
-    ] + [Case(name, "serve", name.replace("-", " "), None, key) for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES  # type: ignore[arg-type]
+    ] + [Case(name, "serve", name.replace("-", " "), None, key)  # type: ignore[arg-type]
+         for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES
 
 
 def verdict(case: Case, outcome: Outcome) -> str:

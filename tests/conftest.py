@@ -348,6 +348,14 @@ def run_on_small_disk(folder: Path, size: int, command: list[str], cwd: Path) ->
         proc = subprocess.run([*mounted, str(folder), "sh", "-c", then_list, "sh", *command], cwd=cwd,
                               capture_output=True, text=True)
         return SmallDiskRun(proc, listing.read_text().split(), os.strerror(errno.ENOSPC))
+    return run_under_file_size_limit(folder, size, command, cwd)
+
+
+def run_under_file_size_limit(folder: Path, size: int, command: list[str], cwd: Path) -> SmallDiskRun:
+    """Run `command` as under `ulimit -f`: no file it writes may grow past `size` bytes (RLIMIT_FSIZE). Python
+    ignores SIGXFSZ, so a write past the limit fails with EFBIG instead of killing the process. The limit must
+    leave room for the MLflow store."""
+    folder.mkdir(parents=True, exist_ok=True)
     limited = ("import os, resource, sys; hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]; "
                f"resource.setrlimit(resource.RLIMIT_FSIZE, ({size}, hard)); os.execv(sys.argv[1], sys.argv[1:])")
     proc = subprocess.run([sys.executable, "-c", limited, *command], cwd=cwd, capture_output=True, text=True)

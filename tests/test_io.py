@@ -4,6 +4,7 @@ on disk before it is written. Reading: a missing, cut or foreign file is one Dat
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -128,3 +129,77 @@ def test_malformed_json_names_the_file_and_line(tmp_path):
     (tmp_path / "memory.json").write_text('{\n  "keep": 1.0\n')
     with pytest.raises(DataError, match=r"memory.json:3: not valid JSON"):
         read_json(tmp_path / "memory.json")
+
+
+# Each writes one output whose library does not check its writes (or does not say which write failed), into the
+# folder given as sys.argv[1], inside the stages' one-line error handling.
+_UNCHECKED_WRITERS = {
+    "hnswlib": "from raexmc.memory.hnsw import build_hnsw; from raexmc.memory.persistence import save_index\n"
+               "save_index(build_hnsw(keys, M=16, ef_construction=40, progress=False), out)",
+    "faiss": "from raexmc.memory.compression import parse_compression\n"
+             "from raexmc.memory.faiss_index import build_faiss; from raexmc.memory.persistence import save_index\n"
+             "save_index(build_faiss(keys, parse_compression('sq8'), M=16, ef_construction=40), out)",
+    "numpy": "from raexmc.io import atomic_dir, save_array\n"
+             "with atomic_dir(out) as tmp: save_array(tmp / 'keys.npy', keys)",
+    "torch": "import torch; from raexmc.io import atomic_dir, written_through\n"
+             "with atomic_dir(out) as tmp, written_through(tmp / 'last.pt') as handle:\n"
+             "    torch.save(torch.from_numpy(keys), handle)"}
+_UNDER_STAGE_ERRORS = """
+import sys
+import numpy as np
+from pathlib import Path
+import typer
+from raexmc.pipeline.stage import user_errors
+out = Path(sys.argv[1])
+keys = np.random.default_rng(0).normal(size=(4000, 32)).astype(np.float32)
+try:
+    with user_errors():
+{body}
+except typer.Exit as done:
+    sys.exit(done.exit_code)
+"""
+
+
+def unchecked_write(library: str, out) -> list[str]:
+    """The command that writes `out` with `library`, as a stage would."""
+    body = "\n".join(f"        {line}" for line in _UNCHECKED_WRITERS[library].splitlines())
+    return [sys.executable, "-c", _UNDER_STAGE_ERRORS.format(body=body), str(out)]
+
+
+def assert_one_line_and_nothing_left(proc, out, error: str, fix: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"StorageError: {out}/"), line
+    assert f": {error} " in line and fix in line, line
+    assert os.listdir(out.parent) == [], "no output folder and no temporary"
+
+
+@pytest.mark.parametrize("library", sorted(_UNCHECKED_WRITERS))
+def test_an_output_cut_by_the_file_size_limit_is_one_line_and_is_not_kept(tmp_path, library):
+    """Under `ulimit -f`, hnswlib writes a short graph and says nothing, faiss prints a failed fclose (or raises its
+    own error), numpy raises an OSError with no errno and torch a RuntimeError ('unexpected pos'). Each output is
+    checked against what its library wrote before it is renamed into place: one line naming the file, exit 2, no
+    output folder and no temporary left."""
+    import resource
+    import signal
+    import subprocess
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    proc = subprocess.run(unchecked_write(library, tmp_path / "out"), capture_output=True, text=True,
+                          preexec_fn=limited)
+    assert_one_line_and_nothing_left(proc, tmp_path / "out", os.strerror(errno.EFBIG), "ulimit -f")
+
+
+@pytest.mark.parametrize("library", sorted(_UNCHECKED_WRITERS))
+def test_an_output_cut_by_a_full_disk_is_one_line_and_is_not_kept(tmp_path, library):
+    """The same on a 200 KB disk (a tmpfs, or the file-size limit where the kernel forbids mounting one): a short
+    file below the file-size limit is named a full disk."""
+    small = tmp_path / "small"
+    done = run_on_small_disk(small, 200_000, unchecked_write(library, small / "out"), tmp_path)
+    fix = "ulimit -f" if done.error == os.strerror(errno.EFBIG) else "free some space and rerun"
+    assert_one_line_and_nothing_left(done.proc, small / "out", done.error, fix)
+    assert done.left == []

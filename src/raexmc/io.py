@@ -1,6 +1,7 @@
 """Stage files: outputs written atomically (a stage's results appear whole or not at all), memory-mapped
-outputs reserved on disk before they are written (a full disk is an error, not a SIGBUS), and files read
-back so that a missing, truncated or foreign file is one DataError naming it, not a traceback."""
+outputs reserved on disk before they are written (a full disk is an error, not a SIGBUS), files written by
+libraries that do not check their writes checked for their size before they are renamed into place, and
+files read back so that a missing, truncated or foreign file is one DataError naming it, not a traceback."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
 import tempfile
 import zipfile
@@ -172,6 +174,80 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_file(path, "w", encoding="utf-8") as handle:
         json.dump(obj, handle, indent=2, sort_keys=True)
         handle.write("\n")
+
+
+def require_size(path: str | os.PathLike, expected: int) -> None:
+    """Check that `path` holds the `expected` bytes its writer wrote, or raise the OSError its writer swallowed.
+
+    hnswlib writes through a C++ stream it never checks, faiss only prints a failed fclose, so under a full disk
+    or a file-size limit they leave a short file and return. A short file is EFBIG when it reached this process's
+    file-size limit (`ulimit -f`), else ENOSPC (a full disk or quota), named and with the bytes written, so the
+    stage ends in one line and its temporary output is removed instead of renamed into place.
+    """
+    size = os.stat(path).st_size
+    if size == expected:
+        return
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    code = errno.EFBIG if limit != resource.RLIM_INFINITY and size >= limit else errno.ENOSPC
+    raise OSError(code, f"{os.strerror(code)} (only {size:,} of its {expected:,} bytes were written)", str(path))
+
+
+class _CountedWrites:
+    """A binary file for a library to write through: it counts the bytes written and keeps the first write
+    error, which some libraries replace with their own (torch.save: a RuntimeError 'unexpected pos')."""
+
+    def __init__(self, handle: BinaryIO):
+        self._handle = handle
+        self.count = 0
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            written = self._handle.write(data)
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+        self.count += written
+        return written
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+
+@contextmanager
+def checked_writes(handle: BinaryIO) -> Iterator[_CountedWrites]:
+    """`handle`, a new binary file, for a library that writes to a file object (numpy, torch.save, faiss through
+    PyCallbackIOWriter), so that every write goes through Python, which checks it: a write error is raised as
+    the OSError it is, naming the file, whatever the library made of it; and once flushed the file must hold
+    every byte that was written (require_size)."""
+    writes = _CountedWrites(handle)
+    try:
+        try:
+            yield writes
+        except Exception as exc:
+            if writes.error is not None and writes.error is not exc:
+                raise writes.error from None
+            raise
+        handle.flush()
+    except OSError as exc:
+        if exc.filename is None:  # write() and flush() do not name the file
+            exc.filename = handle.name
+        raise
+    require_size(handle.name, writes.count)
+
+
+@contextmanager
+def written_through(path: str | os.PathLike) -> Iterator[_CountedWrites]:
+    """A new file at `path` with checked writes (checked_writes)."""
+    with open(path, "wb") as handle, checked_writes(handle) as writes:
+        yield writes
+
+
+def save_array(path: str | os.PathLike, array: np.ndarray) -> None:
+    """np.save with checked writes: numpy writes a real file with fwrite and reports a short write with no errno
+    (so not as a full disk), and leaves a failed final flush unreported."""
+    with written_through(path) as handle:
+        np.save(handle, array, allow_pickle=False)
 
 
 def new_memmap(path: str | os.PathLike, dtype: DTypeLike, shape: tuple[int, ...]) -> np.memmap:

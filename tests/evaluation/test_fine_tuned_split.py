@@ -40,12 +40,15 @@ def test_the_split_follows_the_encoder_mode(tmp_path):
     (0.05, 10, "train.val_fraction 0.05 of 10 training inputs holds out no input"),  # round(0.5) = 0, as numpy's
     (-0.1, None, "train.val_fraction must be a number in [0, 1), got -0.1"),
     (1.0, None, "train.val_fraction must be a number in [0, 1), got 1.0"),
+    (0.9999, 10, "train.val_fraction 0.9999 of 10 training inputs holds out every one, leaving none to fine-tune on"),
+    (0.96, 10, "train.val_fraction 0.96 of 10 training inputs holds out every one"),  # round(9.6) = 10
 ])
 def test_fine_tuning_that_holds_nothing_out_is_refused_naming_its_key(tmp_path, fraction, inputs, says):
     with pytest.raises(ConfigError, match=re.escape(says)) as error:
         tune_split(load_params(fine_tuned_params(tmp_path, fraction, 0)), inputs and (lambda: inputs))
     assert error.value.record == "train.val_fraction"
     assert tune_split(load_params(fine_tuned_params(tmp_path, 0.05, 0)), lambda: 30).fraction == 0.05  # round(1.5)
+    assert tune_split(load_params(fine_tuned_params(tmp_path, 0.94, 0)), lambda: 10).fraction == 0.94  # 1 left
 
 
 def test_the_stage_validates_a_fine_tuned_encoder_on_the_inputs_training_held_out(tmp_path):

@@ -40,3 +40,12 @@ def test_refusals_name_what_is_wrong_in_one_line(request_, error, line):
     with pytest.raises(error) as refused:
         checked(request_)
     assert refused.value.one_line() == line
+
+
+def test_json_nested_too_deeply_is_refused_in_one_line():
+    """2,000 levels (8 KB) made json.loads raise RecursionError, which the server answered with a 500."""
+    body = b'{"inputs": ' + b"[" * 2000 + b"]" * 2000 + b"}"
+    with pytest.raises(DataError) as refused:
+        checked_request(body)
+    assert refused.value.one_line() == "DataError: request: JSON nested too deeply to read: send the queries as " \
+                                       "records of strings"

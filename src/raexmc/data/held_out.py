@@ -29,8 +29,9 @@ def tune_split(p: Params, num_inputs: Callable[[], int] | None = None) -> SplitS
     so `infer.val_fraction` and `infer.val_seed` choose freely.
 
     Raises ConfigError when fine-tuning holds none out (`train.val_fraction: 0`, or so small a share of the
-    `num_inputs()` training inputs, where given, that it rounds to none); the train stage calls it too, so that
-    the user hears it before training rather than after."""
+    `num_inputs()` training inputs, where given, that it rounds to none) or, where they are given, all of them
+    (so large a share that none is left to train on); the train stage calls it too, so that the user hears it
+    before training rather than after."""
     if p.get("encoder.mode") != "fine-tuned":
         return SplitSource(p.typed("infer.val_fraction", float), p.integer("infer.val_seed", 0), "infer.val_fraction")
     fraction = p.typed("train.val_fraction", float)
@@ -38,12 +39,16 @@ def tune_split(p: Params, num_inputs: Callable[[], int] | None = None) -> SplitS
         raise ConfigError(f"train.val_fraction must be a number in [0, 1), got {fraction!r}", p.path,
                           "train.val_fraction")
     inputs = None if num_inputs is None or fraction == 0 else num_inputs()
-    if fraction == 0 or (inputs is not None and int(round(inputs * fraction)) == 0):
+    held = None if inputs is None else int(round(inputs * fraction))  # as validation_folds rounds it
+    if fraction == 0 or held == 0:
         of = "" if inputs is None else f" of {inputs:,} training inputs"
         raise ConfigError(f"train.val_fraction {fraction}{of} holds out no input with encoder.mode fine-tuned, and "
                           "the tune stage validates on the inputs fine-tuning held out; raise it (the default 0.05; "
                           "train.val_max_queries: 0 holds them out without validating each round)",
                           p.path, "train.val_fraction")
+    if held is not None and held >= inputs:
+        raise ConfigError(f"train.val_fraction {fraction} of {inputs:,} training inputs holds out every one, leaving "
+                          "none to fine-tune on; lower it (the default 0.05)", p.path, "train.val_fraction")
     return SplitSource(fraction, p.integer("train.seed", 0), "train.val_fraction")
 
 

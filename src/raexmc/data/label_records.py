@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..io import load_array, read_json
+from ..io import load_array, read_json, save_array
 from .dataset import Text
 
 RECORDS_FILE = "label_records.jsonl"
@@ -41,14 +41,14 @@ def write_label_records(folder: str | os.PathLike, labels: Iterable[Text]) -> No
             line = (json.dumps({"id": label.uid, "text": label.title}, ensure_ascii=False) + "\n").encode()
             handle.write(line)
             offsets.append(offsets[-1] + len(line))
-    np.save(folder / OFFSETS_FILE, np.frombuffer(offsets, np.int64))
+    save_array(folder / OFFSETS_FILE, np.frombuffer(offsets, np.int64))
 
 
 class LabelRecords:
     """Row -> (id, text) of a memory folder's labels, decoded on demand from the mapped records file."""
 
-    def __init__(self, lines: bytes | mmap.mmap, offsets: np.ndarray):
-        self.lines, self.offsets = lines, offsets
+    def __init__(self, lines: bytes | mmap.mmap, offsets: np.ndarray, path: Path):
+        self.lines, self.offsets, self.path = lines, offsets, path  # the file the lines are, for errors
 
     @classmethod
     def open(cls, folder: str | os.PathLike) -> LabelRecords:
@@ -64,7 +64,7 @@ class LabelRecords:
             raise DataError(f"{RECORDS_FILE} and {OFFSETS_FILE} disagree (or one is missing): rerun the package stage",
                             path)
         with open(path, "rb") as handle:
-            return cls(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), offsets)
+            return cls(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), offsets, path)
 
     @classmethod
     def _without_ids(cls, path: Path) -> LabelRecords:
@@ -74,11 +74,28 @@ class LabelRecords:
                  for text in read_json(path)]
         offsets = np.zeros(len(lines) + 1, np.int64)
         np.cumsum([len(line) for line in lines], out=offsets[1:])
-        return cls(b"".join(lines), offsets)
+        return cls(b"".join(lines), offsets, path)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def __getitem__(self, row: int) -> tuple[LabelId, str]:
-        record = json.loads(self.lines[int(self.offsets[row]):int(self.offsets[row + 1])])
+        """Label `row`'s id and text; a garbled record (its offsets agree, its bytes do not) is a DataError naming
+        the file and the line: in serve that is a damaged model folder, not a bad request."""
+        try:
+            record = json.loads(self.lines[int(self.offsets[row]):int(self.offsets[row + 1])])
+        except UnicodeDecodeError:
+            raise self._garbled(row, "not UTF-8 text") from None
+        except json.JSONDecodeError as exc:
+            raise self._garbled(row, f"not valid JSON: {exc.msg}") from None
+        if not (isinstance(record, dict) and "id" in record and _is_label_id(record["id"])
+                and isinstance(record.get("text"), str)):
+            raise self._garbled(row, 'not an object with an "id" string, number or null, and a "text" string')
         return record["id"], record["text"]
+
+    def _garbled(self, row: int, reason: str) -> DataError:
+        return DataError(f"garbled label record ({reason}): rerun the package stage", self.path, int(row) + 1)
+
+
+def _is_label_id(value: object) -> bool:
+    return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))

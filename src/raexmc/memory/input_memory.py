@@ -27,7 +27,7 @@ import scipy.sparse as sp
 
 from ..checks import one_of
 from ..errors import ConfigError, DataError
-from ..io import atomic_dir, load_array, load_sparse, read_json, write_json
+from ..io import atomic_dir, load_array, load_sparse, read_json, save_array, write_json
 from ..params import Params
 from .compression import NONE, checked_compression, parse_compression
 from .indexes import INDEXED_KEY_SETS, make_index
@@ -165,13 +165,13 @@ def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, s
                                        progress=True, labels=labels)
                 keys = selected.keys
                 sp.save_npz(folder / VALUES_FILE, selected.values)
-                np.save(folder / COUNTS_FILE, selected.counts)
+                save_array(folder / COUNTS_FILE, selected.counts)
             # hnswlib and faiss build no empty graph; nothing to search
             keys_backend, compression = (backend, settings.compression) if len(keys) else ("exact", NONE)
             save_index(make_index(keys_backend, keys, progress_label="memory keys", compression=compression,
                                   **index_settings), folder / INDEX_FOLDER)
             if keys_backend == "exact":
-                np.save(folder / KEYS_FILE, keys)
+                save_array(folder / KEYS_FILE, keys)
             meta["index"] = INDEX_FOLDER
         if compressed or settings.prototypes > 0:
             label_keys = (labels if settings.prototypes == 0

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..io import atomic_dir, read_json, write_json
+from ..io import atomic_dir, read_json, require_size, write_json, written_through
 from .compression import parse_compression
 from .exact import CHUNK_ROWS, ExactIndex
 from .faiss_index import FaissIndex
@@ -34,7 +34,8 @@ GRAPH_FIELDS = {"hnsw": ("M", "ef_construction", "space"), "faiss": ("M", "ef_co
 
 def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.PathLike) -> Path:
     """Write `index` to `folder` atomically: meta.json, plus hnsw.bin for HNSW or faiss.bin for a
-    compressed index (exact keeps no keys)."""
+    compressed index (exact keeps no keys). A graph file cut short by a full disk or a file-size limit is an
+    OSError naming it (io.require_size), and no folder is left."""
     folder = Path(folder)
     meta: dict[str, Any] = {"backend": index.backend, "dim": index.dim, "count": index.count}
     if isinstance(index, HnswIndex):
@@ -45,11 +46,13 @@ def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.Path
         raise TypeError(f"not an index: {type(index).__name__}")
     with atomic_dir(folder) as tmp:
         if isinstance(index, HnswIndex):
-            index.graph.save_index(str(tmp / HNSW_FILE))
+            index.graph.save_index(str(tmp / HNSW_FILE))  # unchecked writes: a full disk leaves it short, silently
+            require_size(tmp / HNSW_FILE, index.graph.index_file_size())
         elif isinstance(index, FaissIndex):
             import faiss
 
-            faiss.write_index(index.index, str(tmp / FAISS_FILE))
+            with written_through(tmp / FAISS_FILE) as handle:  # through Python, which checks every write
+                faiss.write_index(index.index, faiss.PyCallbackIOWriter(handle.write))
         write_json(tmp / META_FILE, meta)
     return folder
 

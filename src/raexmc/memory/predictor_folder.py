@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from ..data.dataset import Dataset
 from ..data.label_records import write_label_records
 from ..errors import DataError
-from ..io import atomic_dir, read_json, write_json
+from ..io import atomic_dir, read_json, save_array, write_json
 from .keys_values import KEYS_FILE, training_values
 
 SETTINGS_FILE = "settings.json"
@@ -41,7 +41,7 @@ def write_memory(folder: str | os.PathLike, dataset: Dataset, settings: dict[str
         sp.save_npz(tmp / VALUES_FILE, Y_train)
         write_label_records(tmp, dataset.texts("labels"))
         if keys is not None:
-            np.save(tmp / KEYS_FILE, np.asarray(keys, dtype=np.float32))
+            save_array(tmp / KEYS_FILE, np.asarray(keys, dtype=np.float32))
         for path in map(Path, copies):
             (shutil.copytree if path.is_dir() else shutil.copyfile)(path, tmp / path.name)
 

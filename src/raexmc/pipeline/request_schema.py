@@ -16,6 +16,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, Vali
 from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError, DataError, RaexmcError
+from ..rae.queries import DEEP_JSON
 
 SOURCE = "request"  # what errors name in place of a file
 JSON_TERMS = {"model_type": "Input should be a JSON object", "dict_type": "Input should be a JSON object",
@@ -43,7 +44,16 @@ class PredictRequest(BaseModel):
 
 def checked_request(body: bytes) -> bytes:
     """`body` with its params under their own names (top_k as k), or the error that refuses it. A body
-    that is not a JSON object is passed on as it is: the scoring server explains those itself."""
+    that is not a JSON object is passed on as it is: the scoring server explains those itself. JSON nested
+    deeper than the interpreter's recursion limit is refused here: reading it raises RecursionError, which the
+    scoring server would answer with a 500."""
+    try:
+        return _checked(body)
+    except RecursionError:
+        raise DataError(f"{DEEP_JSON}: send the queries as records of strings", SOURCE) from None
+
+
+def _checked(body: bytes) -> bytes:
     try:
         raw = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):

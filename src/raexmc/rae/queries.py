@@ -4,6 +4,7 @@ the predictor joins by the training inputs' recipe), from `raexmc predict`'s lin
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable, Iterator
 
 from ..checks import positive_int
@@ -11,12 +12,22 @@ from ..data.dataset import Text
 from ..errors import ConfigError, DataError
 
 
+# Unicode categories of characters that show nothing and that BERT's tokenizer drops: controls (NUL among them),
+# format characters (zero-width spaces and joiners, the BOM, soft hyphens), separators, and combining marks, which
+# show only on a base character.
+INVISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Me"})
+DEEP_JSON = "JSON nested too deeply to read"  # json.loads past the interpreter's recursion limit
+
+
 def checked_text(text: str, source: str, number: int) -> str:
-    """`text`, or DataError if it is blank (the encoder would see only special tokens and answer
-    anyway) or holds a lone surrogate (what Python makes of bytes that were not UTF-8, such as a
-    command-line argument's; the tokenizer would fail on it with a TypeError)."""
+    """`text`, or DataError if it is blank or has no visible character (the encoder would see only special
+    tokens and answer anyway) or holds a lone surrogate (what Python makes of bytes that were not UTF-8, such
+    as a command-line argument's; the tokenizer would fail on it with a TypeError)."""
     if not text.strip():
         raise DataError("empty query", source, number)
+    if all(unicodedata.category(char) in INVISIBLE for char in text):
+        raise DataError("empty query: no visible character (only control, format, space or combining characters)",
+                        source, number)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -64,11 +75,13 @@ def parse_queries(lines: Iterable[str], source: str, jsonl: bool) -> list[Text |
         if not line:
             continue
         if not jsonl:
-            queries.append(line)
+            queries.append(checked_text(line, source, line_no))
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"not valid JSON ({exc.msg})", source, line_no) from None
+        except RecursionError:
+            raise DataError(f'{DEEP_JSON}: a query is a record such as {{"text": "..."}}', source, line_no) from None
         queries.append(query_of(record, source, line_no))
     return queries

@@ -7,7 +7,6 @@ is resumed only when its fingerprint (settings, encoder, data) matches.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ..errors import DataError
+from ..io import atomic_file, checked_writes
 
 
 @dataclass
@@ -42,7 +44,7 @@ class Checkpoint:
 
     def resume(self, device: str) -> Resumed:
         """Load the model, optimizer, scheduler and RNG state from the file when its fingerprint matches."""
-        state = torch.load(self.path, map_location=device, weights_only=False) if self.path.is_file() else None
+        state = self._saved_state(device) if self.path.is_file() else None
         if state is None or state.get("fingerprint") != self.fingerprint:
             return Resumed()
         self.model.load_state_dict(state["model"])
@@ -53,6 +55,19 @@ class Checkpoint:
             print(f"resuming from {self.path} at step {state['step']}", file=sys.stderr)
         return Resumed(state["step"], state["negatives"], state["elapsed_s"], state.get("history", []))
 
+    def _saved_state(self, device: str) -> dict[str, Any]:
+        """The file's state, or DataError naming it when it is damaged (a copy cut short, a disk error): what
+        unpickling such a file raises is a zip, pickle or torch error of any kind, and every one has one fix."""
+        try:
+            state = torch.load(self.path, map_location=device, weights_only=False)
+        except OSError:
+            raise
+        except Exception as exc:
+            raise _damaged(self.path, str(exc).splitlines()[0].split(". ")[0] or type(exc).__name__) from None
+        if not isinstance(state, dict):
+            raise _damaged(self.path, f"it holds a {type(state).__name__}, not a training state")
+        return state
+
     def save_if_due(self, done: int, negatives: np.ndarray, elapsed_s: float, history: list[dict[str, float]]) -> None:
         """On rank 0, after every `every` steps and after the last one, save the state after `done` steps."""
         if self.is_main and (done % self.every == 0 or done == self.last_step):
@@ -62,8 +77,13 @@ class Checkpoint:
                                         "elapsed_s": elapsed_s, "history": history})
 
 
+def _damaged(path: Path, reason: str) -> DataError:
+    return DataError(f"damaged checkpoint ({reason}): delete it to restart training from step 0", path)
+
+
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write `state` beside `path`, then rename it over `path`: a killed run leaves the previous checkpoint whole."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    """Write `state` to a temporary beside `path`, then rename it over `path` (io.atomic_file): a killed run
+    leaves the previous checkpoint whole and a temporary that the stages' sweep removes; a write cut short
+    (a full disk) is an OSError naming the file, never a short checkpoint (io.checked_writes)."""
+    with atomic_file(path, "wb") as handle, checked_writes(handle) as checked:
+        torch.save(state, checked)

@@ -1,0 +1,39 @@
+"""Query text as `raexmc predict` and `raexmc serve` read it: what is refused, in one line naming the record."""
+
+from __future__ import annotations
+
+import pytest
+
+from raexmc.errors import DataError
+from raexmc.rae.queries import checked_text, parse_queries
+
+INVISIBLE = "empty query: no visible character (only control, format, space or combining characters)"
+
+
+@pytest.mark.parametrize("text", ["\x00", "\x00\x00\x00", "\x07\x1b\x7f", "\u200b\u200c\u200d\ufeff", "\u3000\u200b",
+                                  " \u0301", "\u00ad\u2060"])
+def test_a_query_with_no_visible_character_is_refused_like_an_empty_one(text):
+    """NUL, control, zero-width, separator and lone combining characters are what BERT's tokenizer drops: such
+    a query reached the encoder as [CLS] [SEP] and was answered with the labels an empty query would get."""
+    with pytest.raises(DataError) as refused:
+        checked_text(text, "request", 3)
+    assert refused.value.one_line() == f"DataError: request:3: {INVISIBLE}"
+
+
+@pytest.mark.parametrize("text", ["perl", "\u0301e", "\x00perl", "\ue000", "日本語", "🙂", "\u200bx"])
+def test_a_query_with_a_visible_character_is_kept_as_it_is(text):
+    assert checked_text(text, "request", 3) == text
+
+
+def test_a_plain_line_with_no_visible_character_is_refused_naming_it():
+    with pytest.raises(DataError) as refused:
+        parse_queries(["perl\n", "\x00\x00\n"], "q.txt", jsonl=False)
+    assert refused.value.one_line() == f"DataError: q.txt:2: {INVISIBLE}"
+
+
+def test_a_json_line_nested_too_deeply_is_one_line_naming_it():
+    """2,000 levels made json.loads raise RecursionError: a 71-line traceback."""
+    with pytest.raises(DataError) as refused:
+        parse_queries(['{"text": "perl"}\n', "[" * 2000 + "]" * 2000 + "\n"], "q.jsonl", jsonl=True)
+    assert refused.value.one_line() == "DataError: q.jsonl:2: JSON nested too deeply to read: a query is a " \
+                                       'record such as {"text": "..."}'
