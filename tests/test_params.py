@@ -16,7 +16,7 @@ from conftest import REPO
 def test_yaml_1_2_floats(tmp_path):
     (tmp_path / "params.yaml").write_text("train:\n  lr: 1e-4\n  other: 3.0e-4\n  steps: 10\n")
     params = load_params(tmp_path / "params.yaml")
-    assert params.typed("train.lr", float) == pytest.approx(1e-4)
+    assert params.typed("train.lr", float) == pytest.approx(1e-4, abs=1e-15)
     assert params.typed("train.steps", float) == 10.0
 
 

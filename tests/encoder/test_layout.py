@@ -59,6 +59,22 @@ def test_dense_layers_give_the_vectors_sentence_transformers_gives(sentence_mode
     np.testing.assert_allclose(got, theirs(folder), atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", POOLING_MODES)
+def test_each_pooling_mode_before_a_dense_layer_gives_the_vectors_sentence_transformers_gives(sentence_model, mode):
+    """A Dense layer (affine, then Tanh) sees the pooled vector's scale, which the final normalisation alone would
+    hide: mean_sqrt_len_tokens divides by √n, not n, and only a layer after it shows which."""
+    folder = sentence_model(mode, dense=1)
+    np.testing.assert_allclose(ours(folder), theirs(folder), atol=1e-5)
+
+
+def test_a_dense_layer_without_a_bias_setting_has_one_as_in_sentence_transformers(sentence_model, tmp_path):
+    """sentence-transformers' Dense takes bias=True where its config.json has no `bias` key."""
+    folder = edited_copy(sentence_model("cls", dense=1), tmp_path / "model", "2_Dense/config.json",
+                         lambda c: {k: v for k, v in c.items() if k != "bias"})
+    assert load_encoder(str(folder)).dense[0].linear.bias is not None
+    np.testing.assert_allclose(ours(folder), theirs(folder), atol=1e-5)
+
+
 def test_a_plain_model_is_mean_pooled_and_says_so_once(tiny_model):
     """sentence-transformers gives a folder without modules.json mean pooling too (and no Normalize: ours
     normalises all the same, as RAE compares unit vectors)."""

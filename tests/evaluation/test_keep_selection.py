@@ -145,26 +145,44 @@ def test_the_chosen_keep_is_what_a_numeric_keep_chooses_there(tmp_path):
     assert json.loads((tmp_path / "tune" / "memory_choice.json").read_text()) == {"keep": 0.25, "prototypes": 0.0}
 
 
-def test_a_keep_chosen_at_the_grids_smallest_point_widens_it_by_halving(tmp_path):
-    """Grid [1, 0.5, 0.25]: 0.25 wins on its edge, so 0.125 is tried too (4 keys of the 30: its P@1 is 100 where
-    the seed's draw drops the outlier, 0 where it keeps it); 0.25 still wins (a tie goes to the larger keep), off
-    the edge now, so nothing more is tried."""
+def toy_tuning(folder) -> tuple[MemoryTuning, int, int]:
+    """The toy's memory tuning at a keep (λ and τ chosen afresh at each), its embeddings written under `folder`;
+    the outlier's position among the memory inputs, and their count."""
     X, Z, Y, outlier = toy()
-    (tmp_path / "emb").mkdir()
-    np.save(tmp_path / "emb" / "train.npy", X)
-    np.save(tmp_path / "emb" / "labels.npy", Z)
+    (folder / "emb").mkdir()
+    np.save(folder / "emb" / "train.npy", X)
+    np.save(folder / "emb" / "labels.npy", Z)
     rest_rows, held_out = split_validation(Y, FRACTION, SEED)
     held = held_out_labels(Y, sp.csr_matrix(Y.shape), rest_rows, query_sample(held_out, 20000, SEED))
     settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=2,
                             val_fraction=FRACTION, val_max_queries=20000, val_seed=SEED, relevance="binary")
-    tuning = MemoryTuning(tmp_path / "emb", [held], settings, (0.55, 1.5),
+    tuning = MemoryTuning(folder / "emb", [held], settings, (0.55, 1.5),
                           lambda keep, _: MemorySettings(keep, "random", False, SEED), "exact")
+    return tuning, int(np.searchsorted(rest_rows, outlier)), len(rest_rows)
+
+
+def test_a_keep_chosen_at_the_grids_smallest_point_widens_it_by_halving(tmp_path):
+    """Grid [1, 0.5, 0.25]: 0.25 wins on its edge, so 0.125 is tried too (4 keys of the 30: its P@1 is 100 where
+    the seed's draw drops the outlier, 0 where it keeps it); 0.25 still wins (a tie goes to the larger keep), off
+    the edge now, so nothing more is tried."""
+    tuning, position, rest = toy_tuning(tmp_path)
     retrieval, chosen = choose_keep(tuning.at, (1.0, 0.5, 0.25), "P@1")
-    position = int(np.searchsorted(rest_rows, outlier))
-    eighth = 0.0 if position in randomly_kept(0.125, len(rest_rows)) else 100.0
+    eighth = 0.0 if position in randomly_kept(0.125, rest) else 100.0
     assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen["keep_curve"]] \
         == [(1.0, 30, 0.0), (0.5, 15, 0.0), (0.25, 8, 100.0), (0.125, 4, eighth)]
     assert chosen["keep"] == 0.25 and retrieval.input_keys == 8
+
+
+def test_a_keep_chosen_at_the_grids_largest_point_widens_it_by_doubling_at_most_to_the_full_memory(tmp_path):
+    """Grid [0.6, 0.5]: both memories hold the outlier (18 and 15 keys), so both score 0 and the tie goes to 0.6, on
+    the grid's top edge; its double, 1.2, is more than every input, so the full memory (1.0) is tried instead, ties
+    again and wins, and its own double is the full memory once more: nothing past 1 is ever tried."""
+    tuning, position, rest = toy_tuning(tmp_path)
+    assert all(position in randomly_kept(keep, rest) for keep in (0.6, 0.5))
+    retrieval, chosen = choose_keep(tuning.at, (0.6, 0.5), "P@1")
+    assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen["keep_curve"]] \
+        == [(1.0, 30, 0.0), (0.6, 18, 0.0), (0.5, 15, 0.0)]
+    assert chosen["keep"] == 1.0 and retrieval.input_keys == 30
 
 
 def test_the_memory_stage_builds_the_chosen_keep(tmp_path):

@@ -56,6 +56,8 @@ def test_an_unknown_dataset_gets_the_default_and_says_so():
 def test_the_first_known_name_wins():
     """A `local` dataset goes by its catalogue name and then by its source folder's name."""
     assert table_propensity(["mydata", "LF-Wikipedia-500K"]).ab == (0.5, 0.4)
+    both = ["LF-Wikipedia-500K", "Amazon-670K"]  # two known names with different pairs: the first decides
+    assert table_propensity(both).ab == (0.5, 0.4) and table_propensity(both[::-1]).ab == (0.6, 2.6)
     assert "'mydata' or 'Wiki-stuff' is not in" in table_propensity(["mydata", "Wiki-stuff"]).line()
 
 
@@ -67,11 +69,13 @@ def test_a_local_dataset_goes_by_its_source_folder_name(tmp_path, lf_folder):
     assert Dataset(tmp_path / "data" / "other").names == ("other", "lf")
 
 
-@pytest.mark.parametrize("value", [[0.55], ["a", 1.5], [-1, -2], [0.6, float("inf")], "0.6, 2.6"])
+@pytest.mark.parametrize("value", [[0.55], ["a", 1.5], [-1, -2], [0, 1.5], [0.55, 0], [0.6, float("inf")], "0.6, 2.6"])
 def test_evaluate_propensity_must_be_auto_or_two_positive_numbers(tmp_path, value):
     (tmp_path / "params.yaml").write_text(f"evaluate:\n  propensity: {json.dumps(value)}\n".replace("Infinity", ".inf"))
-    with pytest.raises(ConfigError, match=r"params.yaml:evaluate.propensity: evaluate.propensity must be auto or two"):
+    with pytest.raises(ConfigError, match=r"params.yaml:evaluate.propensity: evaluate.propensity must be auto or two") \
+            as refused:
         propensity_from_params(load_params(tmp_path / "params.yaml"), ["EURLex-4K"])
+    assert "\n" not in str(refused.value)
 
 
 def test_evaluate_propensity_overrides_the_table(tmp_path):

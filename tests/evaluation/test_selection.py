@@ -128,6 +128,14 @@ def test_ties_go_to_the_value_nearest_the_papers():
     assert (choose(curve, "P@1")["lambda"], choose(curve, "P@1")["tau"]) == (0.3, 0.05)
 
 
+def test_a_tau_tie_goes_to_the_nearer_by_ratio_not_by_difference():
+    """0.02 and 0.07 around the paper's 0.04: by difference 0.02 is nearer (0.02 against 0.03), by ratio 0.07 is
+    (x1.75 against x2); τ is a scale, so the ratio decides, whichever row comes first."""
+    rows = [{"lambda": 0.5, "tau": tau, "P@1": 50.0} for tau in (0.02, 0.07)]
+    assert choose(rows, "P@1")["tau"] == 0.07
+    assert choose(rows[::-1], "P@1")["tau"] == 0.07
+
+
 def forty_inputs_five_labels():
     """Random unit vectors: 40 training inputs (input i has label i % 5) and 5 label keys."""
     rng = np.random.default_rng(0)

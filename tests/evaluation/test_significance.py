@@ -23,10 +23,10 @@ def test_known_example_by_hand():
     # Two-sided p for t = 5, df = 3: 0.01539 (t tables).
     r = paired_ttest(A, B)
     assert r["n"] == 4
-    assert r["mean_a"] == pytest.approx(2.75)
-    assert r["mean_b"] == pytest.approx(1.5)
-    assert r["mean_diff"] == pytest.approx(1.25)
-    assert r["t"] == pytest.approx(5.0)
+    assert r["mean_a"] == pytest.approx(2.75, abs=1e-9)
+    assert r["mean_b"] == pytest.approx(1.5, abs=1e-9)
+    assert r["mean_diff"] == pytest.approx(1.25, abs=1e-9)
+    assert r["t"] == pytest.approx(5.0, abs=1e-9)
     assert r["ci_low"] == pytest.approx(0.45439, abs=1e-5)
     assert r["ci_high"] == pytest.approx(2.04561, abs=1e-5)
     assert r["p_value"] == pytest.approx(0.01539, abs=1e-5)
@@ -39,9 +39,9 @@ def test_matches_scipy_on_random_data():
     r = paired_ttest(a, b, confidence=0.9)
     ref = scipy.stats.ttest_rel(a, b)
     ci = ref.confidence_interval(0.9)
-    assert r["t"] == pytest.approx(ref.statistic)
-    assert r["p_value"] == pytest.approx(ref.pvalue)
-    assert (r["ci_low"], r["ci_high"]) == pytest.approx((ci.low, ci.high))
+    assert r["t"] == pytest.approx(ref.statistic, abs=1e-9)
+    assert r["p_value"] == pytest.approx(ref.pvalue, abs=1e-12)
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((ci.low, ci.high), abs=1e-9)
 
 
 def test_log10_p_of_the_hand_worked_example():

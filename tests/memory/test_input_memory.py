@@ -133,7 +133,7 @@ def test_the_prior_is_added_at_the_chosen_tau(memory_data, tmp_path):
     boost = np.where(plain_ids < 10, 0.1 * np.log(counts[np.minimum(plain_ids, 9)]), 0.0)
     expected_ids, expected_sims = sort_rows(plain_ids, (plain_sims + boost).astype(np.float32))
     np.testing.assert_array_equal(ids, expected_ids)
-    np.testing.assert_allclose(sims, expected_sims, rtol=1e-6)
+    np.testing.assert_allclose(sims, expected_sims, rtol=0, atol=1e-6)
 
 
 def test_keep_zero_is_the_labels_alone(memory_data, tmp_path):

@@ -37,7 +37,7 @@ def test_selection_keeps_exactly_the_requested_share(method, keep, expected):
     assert selected.values.shape[1] == 5 and selected.keys.shape == (expected, 8)
     assert (selected.counts >= 1).all()
     assert selected.counts.sum() == (expected if method == "random" else (103 if expected else 0))
-    np.testing.assert_allclose(np.linalg.norm(selected.keys, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(selected.keys, axis=1), 1.0, rtol=0, atol=1e-5)
 
 
 def test_random_keeps_inputs_as_they_are():
@@ -59,7 +59,7 @@ def test_kmeans_merges_near_duplicates_into_their_mean():
     order = np.argsort(-selected.keys[:, 0])  # the key along e1 first
     keys, merged = selected.keys[order], selected.values.toarray()[order]
     assert selected.counts.tolist() == [2, 2]
-    np.testing.assert_allclose(merged, [[1, 0.5, 0], [0, 0.5, 1]])
+    np.testing.assert_allclose(merged, [[1, 0.5, 0], [0, 0.5, 1]], rtol=0, atol=1e-9)
     # the unit mean of (1, 0, 0, 0) and (1, 0, 0.1, 0)/|.|: |.| = sqrt(1.01) = 1.004988
     mean = (np.array([1, 0, 0, 0]) + np.array([1, 0, 0.1, 0]) / 1.004988) / 2
     np.testing.assert_allclose(keys[0], mean / np.linalg.norm(mean), atol=1e-5)

@@ -9,6 +9,7 @@ import torch
 
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.search import sort_rows
+from raexmc.memory import torch_index
 from raexmc.memory.torch_index import TorchIndex, block_rows_for, pool_size
 
 N_KEYS, DIM, K = 3000, 48, 20
@@ -113,3 +114,14 @@ def test_gpu_search_is_the_cpu_exact_search_on_a_sample():
     index = TorchIndex(keys, "cuda")
     assert index.half and index.query_block >= 1
     assert_same_search(index.search(queries, 200), ExactIndex(keys).search(queries, 200), tolerance=1e-5)
+
+
+def test_each_rescored_slice_is_scored_against_its_own_queries(toy_memory, monkeypatch):
+    """A block's fp32 rescoring goes through its rows in slices (RESCORE_BYTES): with the byte budget shrunk to
+    four rows' candidates, a 64-query block is rescored in 16 slices, each against its own queries."""
+    keys, queries = toy_memory
+    rows = 4
+    monkeypatch.setattr(torch_index, "RESCORE_BYTES", rows * pool_size(K, N_KEYS, rescored=True) * DIM * 4)
+    index = TorchIndex(keys, "cpu", half=True, free_bytes=1 << 20)
+    assert index.query_block == 64   # 1 MiB over (2 x 3,000 keys x 2 bytes + 48 x 6) bytes a query, to a power of 2
+    assert_same_search(index.search(queries, K), ExactIndex(keys).search(queries, K), tolerance=1e-5)

@@ -53,7 +53,7 @@ def test_the_printed_command_is_the_papers_setting(name, tmp_path):
                 "infer.lambda": lam, "tokenize.input_fields": "title" if "Titles" in name else "title+content"}
     printed = preset(name, tmp_path)
     got = settings(printed)
-    assert {key: got.get(key) for key in expected} == pytest.approx(expected)
+    assert {key: got.get(key) for key in expected} == pytest.approx(expected, abs=1e-12)
     assert f"# the paper: 8 GPUs x {per_gpu} inputs = global batch {8 * per_gpu:,}" in printed.splitlines()[0]
     assert all(len(line) <= 100 for line in printed.splitlines() if not line.startswith("#"))
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from conftest import softmax_error
 from raexmc.errors import ConfigError, DataError
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import build_hnsw
@@ -27,6 +28,11 @@ Y = sp.csr_matrix(np.array([[1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 1, 1]], dtype=n
 Q = np.array([[0.9, 0.3, 0.1], [0.1, 0.2, 0.95], [0.3, 0.9, 0.3]], dtype=np.float32)
 LAM, TAU, B = 0.3, 0.5, 4
 COUNTS = np.array([3, 1, 2, 5])
+# The model's similarities are fp32, brute_force's float64 from the same fp32 vectors: a 3-term dot product of unit
+# or shorter vectors is within 3u of it (u = eps/2, fp32's unit roundoff), and adding the prior's τ·log n (below
+# 0.81, itself rounded) to it costs 3u more: within 8u = 4 eps in all. The scores, a softmax at τ mixed with
+# weights in [0, 1], are then within softmax_error of brute_force's (some 2e-6, of scores up to 1).
+SCORE_ERROR = softmax_error(4 * float(np.finfo(np.float32).eps), TAU)
 
 
 def brute_force(num_x: int, num_z: int, joint_b: int | None = None, counts: np.ndarray | None = None,
@@ -62,9 +68,9 @@ def model(retrieval: RaeRetrieval = RaeRetrieval(), log_counts: np.ndarray | Non
 def test_scores_of_the_joint_top_b_are_the_dense_softmax_times_v(prior):
     rae = model(log_counts=np.log(COUNTS.astype(np.float64)) if prior else None)
     expected = brute_force(0, 0, joint_b=B, counts=COUNTS if prior else None)
-    np.testing.assert_allclose(rae.scores_for(Q).toarray(), expected, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(rae.scores_for(Q).toarray(), expected, rtol=0, atol=SCORE_ERROR)
     inputs, labels = ExactIndex(X).search(Q, B), ExactIndex(Z).search(Q, B)  # keys from searches made elsewhere
-    np.testing.assert_allclose(rae.scores(*rae.keys(inputs, labels)).toarray(), expected, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(rae.scores(*rae.keys(inputs, labels)).toarray(), expected, rtol=0, atol=SCORE_ERROR)
 
 
 def test_the_joint_top_b_holds_keys_of_both_kinds_on_this_memory():
@@ -78,7 +84,7 @@ def test_the_joint_top_b_holds_keys_of_both_kinds_on_this_memory():
 def test_scores_of_a_split_retrieval_are_the_dense_softmax_over_each_share(share, num_x, num_z):
     """label_share x b label keys (rounded half up; at most the 3 there are) and the rest input keys."""
     rae = model(RaeRetrieval("split", share))
-    np.testing.assert_allclose(rae.scores_for(Q).toarray(), brute_force(num_x, num_z), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(rae.scores_for(Q).toarray(), brute_force(num_x, num_z), rtol=0, atol=SCORE_ERROR)
 
 
 def test_top_k_ranks_the_scores_best_first_and_pads_what_no_key_reaches():
@@ -89,7 +95,7 @@ def test_top_k_ranks_the_scores_best_first_and_pads_what_no_key_reaches():
         scored = np.flatnonzero(scores > 0)
         order = scored[np.argsort(-scores[scored], kind="stable")]
         assert labels[row].tolist() == [*order.tolist(), *[-1] * (3 - len(order))]
-        np.testing.assert_allclose(values[row, :len(order)], scores[order], rtol=1e-6)
+        np.testing.assert_allclose(values[row, :len(order)], scores[order], rtol=0, atol=SCORE_ERROR)
         assert (values[row, len(order):] == 0).all()
     assert (labels == -1).any(), "some query reaches fewer than 3 labels"
 
@@ -123,7 +129,7 @@ def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieva
         chosen = lam.lambdas(*saved.retrieve(Q), Y)
         assert len(set(chosen)) > 1, "the λ model picks different λ for these queries"
         expected = [brute_force(0, 0, joint_b=B, counts=COUNTS, lam=value)[q] for q, value in enumerate(chosen)]
-        np.testing.assert_allclose(loaded.scores_for(Q).toarray(), expected, rtol=1e-6, atol=1e-12)
+        np.testing.assert_allclose(loaded.scores_for(Q).toarray(), expected, rtol=0, atol=SCORE_ERROR)
 
 
 def test_a_folder_packaged_before_the_newer_settings_loads_as_the_joint_retrieval_at_its_lambda(tmp_path):
@@ -139,7 +145,7 @@ def test_a_folder_packaged_before_the_newer_settings_loads_as_the_joint_retrieva
     save_index(ExactIndex(Z), index / "labels")
     loaded = load_model(folder, index)
     assert loaded.settings == RaeSettings(LAM, TAU, B) and loaded.log_counts is None
-    np.testing.assert_allclose(loaded.scores_for(Q).toarray(), brute_force(0, 0, joint_b=B), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(loaded.scores_for(Q).toarray(), brute_force(0, 0, joint_b=B), rtol=0, atol=SCORE_ERROR)
     assert load_model(folder).search is None, "without the index stage's folder there is nothing to search"
     with pytest.raises(ValueError, match="no search"):
         load_model(folder).scores_for(Q)

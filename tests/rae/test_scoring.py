@@ -39,7 +39,7 @@ def test_key_probabilities_hand_example():
         [2 / 11, 4 / 11, 1 / 11, 4 / 11, 0.0],
         [0.0, 0.0, 0.0, 0.0, 0.0],
     ])
-    np.testing.assert_allclose(p, expected, rtol=1e-6)
+    np.testing.assert_allclose(p, expected, rtol=0, atol=1e-9)
 
 
 def test_key_probabilities_shape_and_format():
@@ -58,15 +58,15 @@ def test_rae_scores_hand_example():
     #        label part = [1/11, 4/11, 0] (keys 2 -> label 0, 3 -> label 1);
     #        0.5 * [3/11, 8/11, 2/11] = [3/22, 4/11, 1/11].
     expected = np.array([[3 / 7, 0.0, 3 / 14], [3 / 22, 4 / 11, 1 / 11], [0.0, 0.0, 0.0]])
-    np.testing.assert_allclose(scores.toarray(), expected, rtol=1e-6)
+    np.testing.assert_allclose(scores.toarray(), expected, rtol=0, atol=1e-9)
 
 
 def test_rae_scores_hand_example_lambda_ends():
     knn = rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=1.0, tau=TAU2).toarray()
     dual = rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=0.0, tau=TAU2).toarray()
     # The kNN and label parts of test_rae_scores_hand_example, each with the full normaliser.
-    np.testing.assert_allclose(knn, [[2 / 7, 0, 2 / 7], [2 / 11, 4 / 11, 2 / 11], [0, 0, 0]], rtol=1e-6)
-    np.testing.assert_allclose(dual, [[4 / 7, 0, 1 / 7], [1 / 11, 4 / 11, 0], [0, 0, 0]], rtol=1e-6)
+    np.testing.assert_allclose(knn, [[2 / 7, 0, 2 / 7], [2 / 11, 4 / 11, 2 / 11], [0, 0, 0]], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(dual, [[4 / 7, 0, 1 / 7], [1 / 11, 4 / 11, 0], [0, 0, 0]], rtol=0, atol=1e-9)
     # lam = 0 stores only labels reached through label keys: row 1 reaches label 2 only through
     # training key 0, so it is not stored; row 0 stores labels 0 and 2, row 1 labels 0 and 1.
     stored = rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=0.0, tau=TAU2)
@@ -80,14 +80,15 @@ def test_b_smaller_than_retrieved_width():
     # Row 1 keeps keys 1, 3 with weights 2, 2 -> 1/2 each: kNN [0, 1/2, 0], label [0, 1/2, 0]
     #        -> [0, 1/2, 0].
     expected = np.array([[1 / 2, 0.0, 1 / 6], [0.0, 1 / 2, 0.0], [0.0, 0.0, 0.0]])
-    np.testing.assert_allclose(scores, expected, rtol=1e-6)
+    np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-9)
     # b = 1 is the single best key: row 0 -> label key 2 (label 0) with p = 1 -> 0.5 on label 0.
     top1 = rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=0.5, tau=TAU2, b=1).toarray()
-    np.testing.assert_allclose(top1[0], [0.5, 0.0, 0.0])
+    np.testing.assert_allclose(top1[0], [0.5, 0.0, 0.0], rtol=0, atol=1e-9)
     # b at or above the width changes nothing.
     full = rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=0.5, tau=TAU2).toarray()
-    np.testing.assert_allclose(rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, 0.5, TAU2, b=4).toarray(), full)
-    np.testing.assert_allclose(rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, 0.5, TAU2, b=100).toarray(), full)
+    for b in (4, 100):
+        np.testing.assert_allclose(rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, 0.5, TAU2, b=b).toarray(), full, rtol=0,
+                                   atol=1e-9)
 
 
 def test_padding_anywhere_is_ignored_and_b_counts_valid_keys():
@@ -96,10 +97,10 @@ def test_padding_anywhere_is_ignored_and_b_counts_valid_keys():
     sims = np.array([[2, 5, NEG, 1, 0]], dtype=np.float32)
     p = key_probabilities(sims, ids, TAU2, num_keys=5).toarray()
     # Valid: key 2 (2^2 = 4), key 4 (2^1 = 2), key 3 (2^0 = 1); sum 7.
-    np.testing.assert_allclose(p, [[0, 0, 4 / 7, 1 / 7, 2 / 7]], rtol=1e-6)
+    np.testing.assert_allclose(p, [[0, 0, 4 / 7, 1 / 7, 2 / 7]], rtol=0, atol=1e-9)
     # b = 2 keeps the first two valid keys, 2 and 4: 4/6 and 2/6.
     p2 = key_probabilities(sims, ids, TAU2, num_keys=5, b=2).toarray()
-    np.testing.assert_allclose(p2, [[0, 0, 2 / 3, 0, 1 / 3]], rtol=1e-6)
+    np.testing.assert_allclose(p2, [[0, 0, 2 / 3, 0, 1 / 3]], rtol=0, atol=1e-9)
 
 
 def test_all_padding_and_empty_batch():
@@ -116,11 +117,11 @@ def test_large_tau_gives_uniform_weights():
     ids = np.array([[3, 0, 1, 4, -1]], dtype=np.int64)
     sims = np.array([[0.9, 0.5, -0.3, -0.8, NEG]], dtype=np.float32)
     p = key_probabilities(sims, ids, tau=1e9, num_keys=5).toarray()
-    np.testing.assert_allclose(p, [[1 / 4, 1 / 4, 0, 1 / 4, 1 / 4]], rtol=1e-6)
+    np.testing.assert_allclose(p, [[1 / 4, 1 / 4, 0, 1 / 4, 1 / 4]], rtol=0, atol=1e-9)
     # Scores then weigh each of the 4 keys 1/4: kNN = (Y[0] + Y[1]) / 4 = [1/4, 1/4, 1/4],
     # labels = keys 3, 4 -> labels 1, 2 at 1/4 each; lam = 0.5 -> [1/8, 1/4, 1/4].
     scores = rae_scores(ids, sims, Y_HAND, lam=0.5, tau=1e9).toarray()
-    np.testing.assert_allclose(scores, [[1 / 8, 1 / 4, 1 / 4]], rtol=1e-6)
+    np.testing.assert_allclose(scores, [[1 / 8, 1 / 4, 1 / 4]], rtol=0, atol=1e-9)
 
 
 def test_tiny_tau_is_stable():
@@ -129,7 +130,7 @@ def test_tiny_tau_is_stable():
     sims = np.array([[0.9, 0.8]], dtype=np.float32)
     p = key_probabilities(sims, ids, tau=1e-6, num_keys=5).toarray()
     assert np.all(np.isfinite(p))
-    np.testing.assert_allclose(p, [[0, 0, 1, 0, 0]])
+    np.testing.assert_allclose(p, [[0, 0, 1, 0, 0]], rtol=0, atol=1e-9)
 
 
 def test_train_key_counts_hand_example():
@@ -153,11 +154,11 @@ def test_train_key_counts_the_first_label_key_is_not_a_training_input():
 def test_baselines_hand_example():
     # Label-only search of one query: labels 2 and 0 at similarities 1 and 0 -> weights 2/3, 1/3.
     de = dual_encoder_scores(np.array([[2, 0, -1]]), np.array([[1, 0, NEG]], np.float32), 3, tau=TAU2)
-    np.testing.assert_allclose(de.toarray(), [[1 / 3, 0, 2 / 3]])
+    np.testing.assert_allclose(de.toarray(), [[1 / 3, 0, 2 / 3]], rtol=0, atol=1e-9)
     # Input-only search: inputs 1 and 0 at similarities 2 and 0 -> weights 4/5, 1/5; input 0 has
     # labels {0, 2}, input 1 has label {1}.
     knn = knn_scores(np.array([[1, 0]]), np.array([[2, 0]], np.float32), Y_HAND, tau=TAU2)
-    np.testing.assert_allclose(knn.toarray(), [[1 / 5, 4 / 5, 1 / 5]])
+    np.testing.assert_allclose(knn.toarray(), [[1 / 5, 4 / 5, 1 / 5]], rtol=0, atol=1e-9)
 
 
 # --------------------------------------------------------------------------- invalid input
@@ -297,9 +298,10 @@ def test_parts_combine_linearly_and_probabilities_sum_to_one(memory):
     m = memory
     knn, labels = score_parts(m["ids"], m["sims"], m["Y"], 0.04, 10)
     for lam in (0.1, 0.5):
-        np.testing.assert_allclose(combine((knn, labels), lam).toarray(), (lam * knn + (1 - lam) * labels).toarray())
+        np.testing.assert_allclose(combine((knn, labels), lam).toarray(), (lam * knn + (1 - lam) * labels).toarray(),
+                                   rtol=0, atol=1e-12)
     P = key_probabilities(m["sims"], m["ids"], 0.04, m["X"].shape[0] + m["Z"].shape[0], 10)
-    np.testing.assert_allclose(np.asarray(P.sum(axis=1)).ravel(), 1.0)
+    np.testing.assert_allclose(np.asarray(P.sum(axis=1)).ravel(), 1.0, rtol=0, atol=1e-12)
 
 
 def test_per_query_lambda_matches_a_dense_loop_over_queries(memory):
@@ -353,4 +355,4 @@ def test_ova_differs_from_joint_softmax(memory):
     ova = ova_knn_scores(x_ids, x_sims, z_ids, z_sims, m["Y"], lam=0.5, tau=0.04)
     ids, sims = _search(m["Q"], np.vstack([m["X"], m["Z"]]), width=55)
     joint = rae_scores(ids, sims, m["Y"], lam=0.5, tau=0.04)
-    assert not np.allclose(ova.toarray(), joint.toarray())
+    assert not np.allclose(ova.toarray(), joint.toarray(), rtol=0, atol=1e-6)

@@ -43,20 +43,20 @@ def never_asked() -> int:
 ])
 def test_the_auto_rule_gives_the_hand_worked_schedule(n_train, expected):
     resolved = resolve("auto", n_train, 1, {})
-    assert resolved == Schedule(expected.batch_size, pytest.approx(expected.lr), expected.max_steps,
+    assert resolved == Schedule(expected.batch_size, pytest.approx(expected.lr, abs=1e-12), expected.max_steps,
                                 expected.warmup_steps, expected.hnm_steps)
 
 
 def test_auto_splits_the_global_batch_over_the_processes():
-    assert resolve("auto", 21_000, 8, {}) == Schedule(32, pytest.approx(2e-4), 1000, 100, 334)
+    assert resolve("auto", 21_000, 8, {}) == Schedule(32, pytest.approx(2e-4, abs=1e-12), 1000, 100, 334)
 
 
 def test_chosen_numbers_win_and_the_rest_follow_them():
     # batch 64 at N = 21,000: lr 1e-4 x sqrt(2); 12 x 21,000 / 64 = 3,937.5 -> 3,900 steps, 390, 1,300
-    assert resolve("auto", 21_000, 1, {"batch_size": 64}) == Schedule(64, pytest.approx(1.4142135623730951e-4),
-                                                                      3900, 390, 1300)
+    assert resolve("auto", 21_000, 1, {"batch_size": 64}) == Schedule(
+        64, pytest.approx(1.4142135623730951e-4, abs=1e-12), 3900, 390, 1300)
     # 500 steps: warm-up 50, mining every ceil(166.7) = 167; the batch and lr stay the rule's
-    assert resolve("auto", 21_000, 1, {"max_steps": 500}) == Schedule(256, pytest.approx(2e-4), 500, 50, 167)
+    assert resolve("auto", 21_000, 1, {"max_steps": 500}) == Schedule(256, pytest.approx(2e-4, abs=1e-12), 500, 50, 167)
     assert resolve("auto", 21_000, 1, {"warmup_steps": 0}).warmup_steps == 0
 
 
@@ -122,7 +122,7 @@ def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(t
 
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
     assert state["step"] == 4
-    assert state["scheduler"]["base_lrs"] == [pytest.approx(1.4142135623730951e-4)]
+    assert state["scheduler"]["base_lrs"] == [pytest.approx(1.4142135623730951e-4, abs=1e-12)]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")  # not the process-wide URI
     [run] = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
     # a row a mining round (no validation here, so no curve file: MLflow holds the rows)
@@ -133,7 +133,7 @@ def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(t
     resolved = ("batch_size", "max_steps", "warmup_steps", "hnm_steps", "grad_cache_chunk")
     assert {key: logged[f"train.resolved.{key}"] for key in resolved} \
         == {"batch_size": "64", "max_steps": "4", "warmup_steps": "0", "hnm_steps": "2", "grad_cache_chunk": "0"}
-    assert float(logged["train.resolved.lr"]) == pytest.approx(1.4142135623730951e-4)
+    assert float(logged["train.resolved.lr"]) == pytest.approx(1.4142135623730951e-4, abs=1e-12)
 
 
 # --- grad_cache_chunk: auto -------------------------------------------------------------------------------

@@ -145,7 +145,8 @@ def test_an_encoder_trained_with_its_pooling_and_dense_layer_is_saved_with_them(
     before = model.dense[0].linear.weight.detach().clone()
     train(TextEncoder(model, "cpu", "fp32"), cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
           settings(max_steps=2), SINGLE, tmp_path / "ckpt.pt", (0.55, 1.5), lambda step, values: None, "fp")
-    assert not torch.allclose(model.dense[0].linear.weight, before), "the Dense layer must have been trained"
+    assert not torch.allclose(model.dense[0].linear.weight, before, rtol=0, atol=1e-6), \
+        "the Dense layer must have been trained"
     model.save(tmp_path / "saved")
     load_tokenizer(str(source)).save_pretrained(tmp_path / "saved")
     rows = np.arange(len(cache.lengths("labels")))
@@ -320,8 +321,10 @@ def one_step(tiny_model, no_dropout_model, tmp_path_factory):
 
 
 def assert_same_step(step: dict, reference: dict, what: str) -> None:
-    assert step["loss"] == pytest.approx(reference["loss"], rel=1e-6), what
-    assert step["norm"] == pytest.approx(reference["norm"], rel=1e-5), f"{what}: gradient norm before clipping"
+    # fp32 sums in another order: the loss (near 3.3, a unit in its last place 2.4e-7) within some 20 such units, the
+    # gradient norm (near 49) within 1e-5 of itself
+    assert step["loss"] == pytest.approx(reference["loss"], abs=5e-6), what
+    assert step["norm"] == pytest.approx(reference["norm"], abs=5e-4), f"{what}: gradient norm before clipping"
     assert_same_gradients(step["grads"], reference["grads"], what)
     # Adam's first update is lr·g/(|g| + eps): where the clipped g is near eps, float noise in g
     # moves the update by a fraction of lr (1e-3; seen: up to 0.05%), so weights agree to 1% of lr.
@@ -393,7 +396,8 @@ def test_gradient_caching_with_dropout_replays_the_first_pass_masks(tiny, tiny_m
     assert model.transformer.config.hidden_dropout_prob > 0
     reference = chunked_forward_gradients(model, tiny, CHUNK, 3, device)
     other_masks = chunked_forward_gradients(model, tiny, CHUNK, 4, device)
-    assert any(not torch.allclose(reference[n], other_masks[n]) for n in reference), "dropout must change gradients"
+    assert any(not torch.allclose(reference[n], other_masks[n], rtol=0, atol=1e-6) for n in reference), \
+        "dropout must change gradients"
     assert_same_gradients(step_gradients(model, tiny, CHUNK, 3, device), reference, "chunks of 2")
     # One chunk per split draws its masks exactly as the plain step does.
     assert_same_gradients(step_gradients(model, tiny, 64, 3, device), step_gradients(model, tiny, 0, 3, device),
