@@ -1,0 +1,139 @@
+"""The encoder on a CPU beside its anchors, in one run: texts/s of the project's embed path (length-sorted
+batches through TextEncoder, as the embed stage runs them), of sentence-transformers' own `encode()` on the
+same model folder, and the share of the CPU's fp32 matrix-multiply ceiling each reaches (torch.mm of the
+encoder's linear layers' shapes at the same batch, in the same process). The project's path runs on native
+kernels and on the pinned ones every stage uses (raexmc.numerics), in fp32 and bf16: the cost of the pin.
+
+    python bench/cpu_encoder_speed.py --dataset data/foldoc --out bench/results/cpu_encoder_speed.json
+
+Texts are the dataset's test inputs at their real lengths (cut at 128 tokens) and the same texts cut at 32
+(title-length), at batch 1 and the embed stage's batch, with 1 and 2 threads. The libraries choose their
+kernels as they load, so each kernel setting is measured in a child process of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import typer
+from common import ROOT, rerun_command
+
+app = typer.Typer(add_completion=False)
+SHAPES = {"real": 128, "title": 32}
+
+
+def texts_of(dataset: Path, count: int) -> list[str]:
+    from raexmc.data.dataset import Dataset
+
+    return [" ".join(filter(None, (record.title, record.content)))
+            for record in itertools.islice(Dataset(dataset).texts("test"), count)]
+
+
+def rate(run, texts: list[str], seconds: float) -> float:
+    """Texts/s of `run(texts)` repeated for about `seconds`, after one untimed pass."""
+    run(texts)
+    started, passes = time.perf_counter(), 0
+    while passes == 0 or time.perf_counter() - started < seconds:
+        run(texts)
+        passes += 1
+    return passes * len(texts) / (time.perf_counter() - started)
+
+
+def ceiling(model, batch: int, tokens: int, seconds: float) -> float:
+    """Texts/s if every linear layer's product ran as one fp32 torch.mm at this batch and width: the
+    encoder's matrix work at the CPU's measured speed for those shapes (attention's own products left out)."""
+    import torch
+
+    shapes = [(module.in_features, module.out_features) for module in model.modules()
+              if isinstance(module, torch.nn.Linear)]
+    rows = batch * tokens
+    pairs = [(torch.randn(rows, n_in), torch.randn(n_in, n_out)) for n_in, n_out in shapes]
+
+    def one_pass(_: list[str]) -> None:
+        for left, right in pairs:
+            torch.mm(left, right)
+
+    return rate(one_pass, ["x"] * batch, seconds)
+
+
+@app.command()
+def measure(model: Path, texts_file: Path, kernels: str = "native", seconds: float = 3.0,
+            batch_sizes: str = "1,256", threads: str = "1,2") -> None:
+    """One kernel setting (the parent set its environment), in this process: prints one JSON row per measurement."""
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from raexmc.encoder.text_encoder import TextEncoder
+
+    all_texts = json.loads(texts_file.read_text())
+    for shape, max_len in SHAPES.items():
+        reference = SentenceTransformer(str(model), device="cpu")
+        reference.max_seq_length = max_len
+        for batch, n_threads in itertools.product(map(int, batch_sizes.split(",")), map(int, threads.split(","))):
+            torch.set_num_threads(n_threads)
+            texts = all_texts[:max(batch, 64) if batch == 1 else 2 * batch]
+            row = {"kernels": kernels, "shape": shape, "max_len": max_len, "batch": batch, "threads": n_threads,
+                   "texts": len(texts), "capability": torch.backends.cpu.get_cpu_capability()}
+            for precision in ("fp32", "bf16"):
+                encoder = TextEncoder.load(model, "cpu", precision, max_len=max_len)
+
+                def project(chunk: list[str], encoder=encoder) -> None:
+                    ids, lengths = encoder.tokenize(chunk)
+                    order = np.argsort(-lengths, kind="stable")
+                    for start in range(0, len(order), batch):
+                        encoder.embed(ids, lengths, order[start:start + batch])
+
+                row[f"project_{precision}"] = rate(project, texts, seconds)
+            if kernels == "native":
+                row["sentence_transformers"] = rate(
+                    lambda chunk: reference.encode(chunk, batch_size=batch, convert_to_numpy=True), texts, seconds)
+                width = int(np.mean(TextEncoder.load(model, "cpu", "fp32", max_len=max_len).tokenize(texts)[1]))
+                row["ceiling_fp32"] = ceiling(reference, batch, width, seconds)
+            print(json.dumps(row), flush=True)
+
+
+@app.command()
+def run(dataset: Path = typer.Option(Path("data/foldoc"), help="A dataset folder the download stage wrote."),
+        model: str = typer.Option("all-MiniLM-L6-v2", help="Encoder name or folder (sentence-transformers layout)."),
+        count: int = typer.Option(512, help="Test texts to take."),
+        seconds: float = typer.Option(3.0, help="Seconds per measurement."),
+        out: Path = typer.Option(ROOT / "bench/results/cpu_encoder_speed.json", help="Record to write.")) -> None:
+    """Every kernel setting in a child process; one record with every column."""
+    from raexmc.encoder.model import resolve_encoder
+    from raexmc.numerics import PINNED_KERNELS
+
+    folder = Path(resolve_encoder(model))
+    texts_file = out.with_suffix(".texts.json")
+    texts_file.write_text(json.dumps(texts_of(dataset, count)))
+    rows = []
+    try:
+        for kernels, env in (("native", {}), ("pinned", PINNED_KERNELS)):
+            child = subprocess.run([sys.executable, __file__, "measure", str(folder), str(texts_file),
+                                    "--kernels", kernels, "--seconds", str(seconds)],
+                                   capture_output=True, text=True, check=True, env={**os.environ, **env})
+            rows += [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    finally:
+        texts_file.unlink()
+    native = {(r["shape"], r["batch"], r["threads"]): r for r in rows if r["kernels"] == "native"}
+    for row in rows:
+        anchor = native[row["shape"], row["batch"], row["threads"]]
+        for precision in ("fp32", "bf16"):
+            row[f"project_{precision}_vs_st"] = row[f"project_{precision}"] / anchor["sentence_transformers"]
+            row[f"project_{precision}_of_ceiling"] = row[f"project_{precision}"] / anchor["ceiling_fp32"]
+    out.write_text(json.dumps({"command": rerun_command(), "model": model, "dataset": str(dataset),
+                               "rows": rows}, indent=1) + "\n")
+    for row in rows:
+        print(f"{row['kernels']:7} {row['shape']:5} batch {row['batch']:3} threads {row['threads']}: "
+              f"fp32 {row['project_fp32']:7.1f}/s ({row['project_fp32_vs_st']:.2f}x ST, "
+              f"{row['project_fp32_of_ceiling']:.0%} of ceiling), bf16 {row['project_bf16']:7.1f}/s")
+
+
+if __name__ == "__main__":
+    app()
