@@ -5,7 +5,7 @@ own layer and the layers below, never from one above (tests/test_layers.py check
 statement, those inside functions included).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # The layers, top to bottom; each names the packages or modules directly under raexmc that it holds.
 LAYERS: tuple[tuple[str, ...], ...] = (
