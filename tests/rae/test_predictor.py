@@ -31,7 +31,7 @@ from raexmc.encoder.vectors import load_embeddings
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
-from raexmc.encoder.tokens import TokenCache, build_token_cache
+from raexmc.encoder.tokens import TokenCache, build_token_cache, text_of
 from raexmc.errors import DataError
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
@@ -448,6 +448,39 @@ def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path, monkey
     indexes, model = logged_and_loaded(built, tmp_path, monkeypatch)
     assert indexes == {"predictor/inputs", "predictor/labels"}
     assert model.predict(pd.DataFrame({"text": [JYTHON]}), params={"k": 5})["labels"].tolist() == results
+
+
+@pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
+def test_a_moved_model_scores_the_test_set_as_the_evaluate_stage_does(built, tmp_path):
+    """Save, move the folder to another directory, delete the project, load: RAE's test-set scores are the
+    evaluate stage's, computed its way (InputMemory.search over the index stage's and the memory's own indexes,
+    the prior added there, then RaeModel.scores of the memory's values), to 1e-6 from the cached test embeddings
+    (to 1e-4 from the test texts encoded by the loaded encoder). A smaller memory with the prior, a split
+    retrieval and λ, τ, b other than the defaults, so that each must travel in the folder."""
+    dataset = Dataset(built.parents[1] / "data" / "tiny")
+    Y = training_values(dataset.label_matrix("train"))
+    build_input_memory(load_embeddings(built / "embeddings", "train"), Y, MemorySettings(0.5, "kmeans", True, 0),
+                       tmp_path / "memory", backend_of(built), M=8, ef_construction=50)
+    settings = RaeSettings(0.3, 0.05, 6, RaeRetrieval("split", 0.5))
+    package(built, settings, memory=tmp_path / "memory")
+
+    memory, queries = InputMemory(tmp_path / "memory"), np.asarray(load_embeddings(built / "embeddings", "test"))
+    keys = memory_keys(built / "embeddings") if backend_of(built) == "exact" else None
+    joint, _, _, _ = memory.search(load_joint_search(built / "index", keys, 50), queries, settings.b, settings.b,
+                                   settings.tau, 50, retrieval=settings.retrieval)
+    evaluated = RaeModel(memory.values(Y), RaeSettings(settings.lam, settings.tau, settings.b)).scores(*joint)
+    assert memory.log_counts() is not None and evaluated.nnz > 0
+    texts = [text_of(record, "title+content") for record in dataset.texts("test")]
+    moved = Path(shutil.move(built / "predictor", tmp_path / "elsewhere"))
+    for left in ("artifacts", "data", "memory"):  # nothing of the project is left for the model to lean on
+        shutil.rmtree(tmp_path / left)
+
+    model = RaeModel.load(moved)
+    np.testing.assert_allclose(model.scores_for(queries).toarray(), evaluated.toarray(), rtol=0, atol=1e-6)
+    # the texts encoded afresh, in another batch than the embed stage's: their vectors differ from the cached ones by
+    # about 2.5e-5 a coordinate (padding and batch shape), which τ = 0.05 turns into about 1.3e-5 in a score
+    from_texts = model.scores_for(model.encoder.embed_texts(texts))
+    np.testing.assert_allclose(from_texts.toarray(), evaluated.toarray(), rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
