@@ -235,7 +235,8 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
     from_jsonl = cli("--file", str(tmp_path / "q.jsonl"), "-k", "2")
     from_stdin = cli("-k", "2", "--verbose", input=f"{JYTHON}\na small unix\n")
     shutil.copytree(tmp_path / "artifacts" / "tiny" / "predictor", tmp_path / "elsewhere")
-    from_moved = cli("--model", str(tmp_path / "elsewhere"), "--name", "nothing-built", "-k", "2", JYTHON, "a small unix")
+    from_moved = cli("--model", str(tmp_path / "elsewhere"), "--name", "nothing-built", "-k", "2", JYTHON,
+                     "a small unix")
     for result in (from_file, from_jsonl, from_stdin, from_moved):
         assert result.exit_code == 0, result.output
         got = [json.loads(line) for line in result.stdout.splitlines()]
