@@ -53,6 +53,7 @@ from ..memory.input_memory import MemorySettings
 from ..memory.key_selection import select_keys
 from ..memory.keys_values import training_values
 from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RETRIEVALS, SPLIT, RaeRetrieval, check_label_share
+from ..memory.prior import log_prior
 from ..memory.prototypes import label_prototypes
 from ..memory.search import Hits
 from ..memory.torch_index import top_k_search
