@@ -136,7 +136,7 @@ class RaeModel:
     def retrieve(self, queries: np.ndarray) -> Hits:
         """RAE's keys at b for query embeddings, from this model's search."""
         if self.search is None:
-            raise ValueError("this RAE model has no search: load it with an index")
+            raise ValueError("this RAE model has no search: give it one, or load a saved model that holds its indexes")
         return self.keys(*self.search.search_parts(queries, self.settings.retrieval.depth(self.settings.b)))
 
     def parts(self, ids: np.ndarray, sims: np.ndarray) -> Parts:
