@@ -37,7 +37,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         lam = query_lambda if p.typed("infer.query_lambda", bool) else selection["lambda"]
         settings = RaeSettings(lam, selection["tau"], b, rae_retrieval(selection))
         about = {"dataset": dataset.name, "commit": git_commit(Path.cwd()),
-                 "selection": {key: selection.get(key) for key in ("metric", "lambda", "tau", "retrieval")}}
+                 "metrics": {f"validation {selection.get('metric')} (tune stage)": selection.get("val_value")},
+                 "selection": {key: selection.get(key) for key in ("metric", "lambda", "tau", "retrieval",
+                                                                   "val_queries")}}
         with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
             packaged_model(Dataset(dataset), model, index, memory, embeddings, settings, Path(scratch),
                            relevance=p.typed("infer.relevance", str),

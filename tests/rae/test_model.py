@@ -204,3 +204,12 @@ def test_a_folder_with_one_index_only_is_refused_at_load(tmp_path):
     with pytest.raises(DataError, match="holds the index of inputs only") as error:
         RaeModel.load(tmp_path / "model")
     assert str(tmp_path / "model") in error.value.one_line()
+
+
+def test_the_model_card_says_where_the_model_came_from_and_how_it_scores(tmp_path):
+    about = {"dataset": "tiny", "commit": "0123abc", "metrics": {"P@1": 0.75}}
+    RaeModel(Y, RaeSettings(LAM, TAU, B), about=about).save(tmp_path / "model")
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert card.startswith("# RAE-XMC model: tiny\n")
+    assert "| P@1 | 0.75 |" in card and "- commit: 0123abc" in card
+    assert f"- lambda {LAM}, tau {TAU}, b {B}, retrieval joint\n" in card and "RaeModel.load(" in card
