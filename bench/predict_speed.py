@@ -3,8 +3,8 @@ choosing `infer.retrieval: split` costs the user time per query.
 
     python bench/predict_speed.py --name foldoc [--queries 1024 --batch-size 64 --repeats 3 --shares 0.25,0.5,0.75]
 
-Loads artifacts/<name>/{model,index,predictor} as `raexmc predict` does, takes the first --queries test texts of
-data/<name>, and runs Predictor.predict over them in batches for the packaged model's own settings and for the
+Loads artifacts/<name>/predictor as `raexmc predict` does (RaeModel.load), takes the first --queries test texts of
+data/<name>, and runs RaeModel.predict over them in batches for the packaged model's own settings and for the
 split retrieval at each share (the same memory, λ, τ and b; only the retrieval changes). The variants take turns
 within each of --repeats passes, so that a busy machine slows them alike; each keeps its fastest pass. Writes
 bench/results/predict_speed_<name>.json: per variant queries/s and the encode, search and score milliseconds per
@@ -24,32 +24,30 @@ from common import rerun_command
 
 from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
-from raexmc.rae.predictor import Predictor
+from raexmc.rae.model import RaeModel
 from raexmc.rae.timing import Timing
 
 
-def timed_pass(predictor: Predictor, texts: list[str], batch_size: int, k: int) -> Timing:
+def timed_pass(model: RaeModel, texts: list[str], batch_size: int, k: int) -> Timing:
     """One pass of predict over the texts, batch by batch, with its time split as predict splits it."""
     total = Timing()
     for start in range(0, len(texts), batch_size):
-        total.add(predictor.predict(texts[start:start + batch_size], k)[1])
+        total.add(model.predict(texts[start:start + batch_size], k)[1])
     return total
 
 
-def measure(predictor: Predictor, texts: list[str], shares: list[float], batch_size: int, repeats: int,
+def measure(packaged: RaeModel, texts: list[str], shares: list[float], batch_size: int, repeats: int,
             k: int = 10) -> dict[str, dict[str, float]]:
     """Per variant ("packaged": the model as packaged; "split <share>"), its fastest pass of `repeats`, each asking
     for the top k labels (at most all of them)."""
-    packaged, k = predictor.rae, min(k, len(predictor.labels))  # as `raexmc predict` takes its default
+    k = min(k, packaged.num_labels)  # as `raexmc predict` takes its default
     variants = {"packaged": packaged, **{f"split {share:g}": packaged.at(retrieval=RaeRetrieval("split", share))
                                          for share in shares}}
     best: dict[str, Timing] = {}
     for _, (name, model) in itertools.product(range(repeats), variants.items()):
-        predictor.rae = model
-        timing = timed_pass(predictor, texts, batch_size, k)
+        timing = timed_pass(model, texts, batch_size, k)
         if name not in best or timing.per_query_ms()["total"] < best[name].per_query_ms()["total"]:
             best[name] = timing
-    predictor.rae = packaged
     return {name: {"queries_per_s": round(1000 / t.per_query_ms()["total"], 1),
                    **{f"{part}_ms_per_query": round(ms, 3) for part, ms in t.per_query_ms().items()}}
             for name, t in best.items()}
@@ -57,18 +55,17 @@ def measure(predictor: Predictor, texts: list[str], shares: list[float], batch_s
 
 def main(name: str = "foldoc", root: Path = Path("."), queries: int = 1024, batch_size: int = 64, repeats: int = 3,
          shares: str = "0.25,0.5,0.75") -> None:
-    folder = root / "artifacts" / name
-    predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device="cpu")
-    texts = [predictor.query_text(record) for record in itertools.islice(Dataset(root / "data" / name).texts("test"),
-                                                                          queries)]
-    settings = predictor.rae.settings
+    model = RaeModel.load(root / "artifacts" / name / "predictor")
+    texts = [model.query_text(record) for record in itertools.islice(Dataset(root / "data" / name).texts("test"),
+                                                                      queries)]
+    settings = model.settings
     report: dict[str, Any] = {
         "dataset": name, "command": rerun_command(),
         "queries": len(texts), "batch_size": batch_size, "repeats": repeats, "cpus": os.cpu_count(),
         "packaged": {"retrieval": settings.retrieval.mode, "label_share": settings.retrieval.label_share,
                      "lambda": settings.lam if not settings.per_query else "per query", "tau": settings.tau,
                      "b": settings.b},
-        "variants": measure(predictor, texts, [float(s) for s in shares.split(",")], batch_size, repeats),
+        "variants": measure(model, texts, [float(s) for s in shares.split(",")], batch_size, repeats),
     }
     out = root / "bench" / "results" / f"predict_speed_{name}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")

@@ -15,7 +15,7 @@ from conftest import set_params, sh
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.persistence import saved_meta
-from raexmc.rae.predictor import Predictor
+from raexmc.rae.model import RaeModel
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def test_package_builds_the_graphs_a_gpu_run_left_out_and_predicts_as_the_index_
     project = reproduced_project
     artifacts = project / "artifacts/tiny"
     queries = np.asarray(load_embeddings(artifacts / "embeddings", "test")[:20])
-    reference = Predictor(artifacts / "model", artifacts / "index", artifacts / "predictor").index.search(queries, 10)
+    reference = RaeModel.load(artifacts / "predictor").search.search(queries, 10)
     shutil.rmtree(artifacts / "index")
     build_memory_indexes(artifacts / "embeddings", artifacts / "index", "exact", progress=False)  # what a GPU run keeps
     set_params(project, **{"package.register": False, "index.backend": "hnsw"})
@@ -34,7 +34,7 @@ def test_package_builds_the_graphs_a_gpu_run_left_out_and_predicts_as_the_index_
        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
     packaged = artifacts / "predictor"
     assert [saved_meta(packaged / key_set)["backend"] for key_set in ("inputs", "labels")] == ["hnsw", "hnsw"]
-    assert not (packaged / "keys.npy").exists(), "graphs hold their keys"
-    predictor = Predictor(artifacts / "model", artifacts / "index", packaged)
-    assert {predictor.index.inputs.backend, predictor.index.labels.backend} == {"hnsw"}
-    np.testing.assert_array_equal(predictor.index.search(queries, 10)[0], reference[0])
+    assert not list(packaged.glob("*/keys.npy")), "graphs hold their keys"
+    search = RaeModel.load(packaged).search
+    assert {search.inputs.backend, search.labels.backend} == {"hnsw"}
+    np.testing.assert_array_equal(search.search(queries, 10)[0], reference[0])

@@ -13,7 +13,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline",),               # stage runner, MLflow tracking, serving, sweeps, plots
     ("training",),               # fine-tuning the encoder; validates with the evaluator
     ("evaluation",),             # metrics, the evaluator of RAE and its baselines, significance
-    ("rae",),                    # the RAE model (softmax over retrieved keys · V), top-k ranking, the Predictor
+    ("rae",),                    # the RAE model (softmax over retrieved keys · V), top-k ranking, its saved folder
     ("memory",),                 # keys K = [X; Z], values, nearest-key indexes
     ("encoder",),                # load the model with its pooling, tokenise, embed
     ("data",),                   # datasets: sources, layouts, the catalogue, label-frequency segments

@@ -93,6 +93,8 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
             jsonl: bool = typer.Option(False, help='Read JSON lines with "text" (or "title"/"content").'),
             k: int = typer.Option(None, "--top-k", "-k", min=1,
                                   help="Labels per query (default 10, or every label of a smaller model)."),
+            model: Path = typer.Option(None, "--model", "-m",
+                                       help="A saved model folder (default: <artifacts>/<name>/predictor)."),
             name: str = NAME,
             artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
             batch_size: int = typer.Option(32, min=1, help="Queries encoded and searched together."),
@@ -101,22 +103,23 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
             params: Path = PARAMS) -> None:
     """Top-k labels, with scores and label texts, as one JSON line per query on stdout."""
     with user_errors(params):
-        from .rae.predictor import Predictor
+        from .encoder.device import pick_device
+        from .rae.model import RaeModel
         from .rae.timing import Timing
 
         queries = _read_queries(texts, file, jsonl)
-        folder = artifacts / (name or load_params(params).typed("data.name", str))
+        folder = model or artifacts / (name or load_params(params).typed("data.name", str)) / "predictor"
         started = time.perf_counter()
-        predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device=device)
+        rae = RaeModel.load(folder, pick_device(device, "<arguments>", "--device"))
         if verbose:
             typer.echo(f"loaded {folder} in {time.perf_counter() - started:.2f} s", err=True)
-        k = k or min(10, len(predictor.labels))
+        k = k or min(10, rae.num_labels)
         total = Timing()
         for start in range(0, len(queries), batch_size):
             batch = queries[start:start + batch_size]
-            results, timing = predictor.predict(batch, k)
+            results, timing = rae.predict(batch, k)
             for query, labels in zip(batch, results):
-                typer.echo(json.dumps({"text": predictor.query_text(query), "labels": labels}, ensure_ascii=False))
+                typer.echo(json.dumps({"text": rae.query_text(query), "labels": labels}, ensure_ascii=False))
             total.add(timing)
             if verbose:
                 typer.echo(_latency_line(f"queries {start + 1}-{start + len(batch)}", timing), err=True)

@@ -13,7 +13,7 @@ from conftest import REPO
 
 from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
-from raexmc.rae.predictor import Predictor
+from raexmc.rae.model import RaeModel
 
 bench = load_bench_module("predict_speed.py")
 
@@ -27,17 +27,15 @@ def packaged_project(root, lf_folder, tiny_model):
 
 def test_each_variant_is_timed_with_its_own_retrieval_and_recorded(tmp_path, lf_folder, tiny_model, monkeypatch):
     folder = packaged_project(tmp_path, lf_folder, tiny_model)
-    predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device="cpu")
-    packaged, seen = predictor.rae, []
-    original = Predictor.predict
+    packaged, seen = RaeModel.load(folder / "predictor"), []
+    original = RaeModel.predict
 
     def recording(self, queries, k=10):
-        seen.append(self.rae.settings.retrieval)
+        seen.append(self.settings.retrieval)
         return original(self, queries, k)
 
-    monkeypatch.setattr(Predictor, "predict", recording)  # the real predict, its model noted on the way
-    times = bench.measure(predictor, ["jython", "perl scripts", "the unix shell"], [0.5], batch_size=2, repeats=2)
-    assert predictor.rae is packaged
+    monkeypatch.setattr(RaeModel, "predict", recording)  # the real predict, its model noted on the way
+    times = bench.measure(packaged, ["jython", "perl scripts", "the unix shell"], [0.5], batch_size=2, repeats=2)
     # 2 repeats x 2 variants x 2 batches, the variants taking turns within each repeat
     split = RaeRetrieval("split", 0.5)
     assert seen == [RaeRetrieval(), RaeRetrieval(), split, split] * 2

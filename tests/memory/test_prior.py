@@ -7,7 +7,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from raexmc.memory.prior import add_log_prior
+from raexmc.memory.prior import add_log_prior, log_prior
 from raexmc.rae.scoring import key_probabilities, score_parts
 
 TAU = 0.1
@@ -52,3 +52,11 @@ def test_prior_can_reorder_and_leaves_labels_and_padding():
     assert new_sims[0, 3] == -np.inf
     hits = (ids, sims)
     assert add_log_prior(hits, None, TAU) is hits, "no prior: the retrieval as it is"
+
+
+def test_the_prior_is_on_only_where_it_is_set_and_keys_were_merged():
+    """The one rule: memory.prior on and member counts (a merged memory); a full memory has none."""
+    assert log_prior(False, np.array([2, 4])) is None
+    assert log_prior(True, None) is None
+    np.testing.assert_allclose(log_prior(True, np.array([1, 2, 4])), [0.0, 0.6931471805599453, 1.3862943611198906],
+                               rtol=0, atol=1e-12)

@@ -1,5 +1,5 @@
 """One encoder object for every path: the embed stage's loop, a mining round, a training step's encoding and the
-Predictor give one text the same vector, the one sentence-transformers gives for the same model folder."""
+saved RaeModel give one text the same vector, the one sentence-transformers gives for the model's encoder folder."""
 
 from __future__ import annotations
 
@@ -38,12 +38,13 @@ def test_the_four_paths_give_one_text_the_same_vector(tmp_path, lf_folder, sente
     mined = embed_sharded(encoder, ids, lengths, order, len(order), DistContext(0, 1, "cpu"))
     with torch.no_grad():  # the training path, in eval mode: without dropout
         trained = split_encoder(encoder, cache, "train")(order).float().numpy()
-    predicted = predictor.embed([texts[row] for row in order])
+    predicted = encoder.embed_texts([texts[row] for row in order])
 
     np.testing.assert_array_equal(embedded[order], mined)
     np.testing.assert_array_equal(mined, trained)
     np.testing.assert_array_equal(trained, predicted)
-    theirs = SentenceTransformer(str(built / "model"), device="cpu").encode([texts[row] for row in order])
+    theirs = SentenceTransformer(str(built / "predictor" / "encoder"), device="cpu").encode(  # the saved model's
+        [texts[row] for row in order])
     np.testing.assert_allclose(predicted, theirs, atol=1e-5 if encoder.precision == "fp32" else 3e-2)
 
 

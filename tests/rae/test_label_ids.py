@@ -1,6 +1,6 @@
-"""Answers speak the user's label ids: `raexmc predict`, the Predictor and a real `mlflow models serve` give
+"""Answers speak the user's label ids: `raexmc predict`, the saved RaeModel and a real `mlflow models serve` give
 each label's id in its dataset (here an LF lbl.json.gz whose uids are shuffled integers, none its own row)
-beside its row and text; a memory folder packaged before ids answers with null ids and says how to get them."""
+beside its row and text."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ import pytest
 
 from conftest import LABELS, local_server, write_jsonl_gz
 from test_predictor import JYTHON, LABEL_TITLES, build_pipeline, logged_predictor, post_json, predictor_of
-
-from raexmc.data.label_records import LEGACY_TEXTS_FILE, OFFSETS_FILE, RECORDS_FILE
 
 # lbl.json.gz's uid of each row: large integers (one past 2**53, which a float would round) and small ones
 # that are other labels' rows, so an answer that gave a row, or another row's id, would show.
@@ -58,19 +56,3 @@ def test_served_model_answers_with_the_datasets_own_label_ids(own_ids_built, tmp
     assert status == 200, answer
     assert_own_ids(answer["predictions"][0]["labels"])
     assert answer["predictions"][0]["labels"] == predictor_of(own_ids_built).predict([JYTHON], k=5)[0][0]
-
-
-def test_a_memory_packaged_before_label_ids_answers_with_null_ids_and_says_why(own_ids_built):
-    """The memory folder as the package stage wrote it before ids: the label titles alone, in label_texts.json."""
-    memory = own_ids_built / "predictor"
-    (memory / RECORDS_FILE).unlink()
-    (memory / OFFSETS_FILE).unlink()
-    (memory / LEGACY_TEXTS_FILE).write_text(json.dumps(LABEL_TITLES))
-    proc = raexmc_predict(own_ids_built.parents[1], JYTHON, "-k", "5")
-    assert proc.returncode == 0, proc.stderr
-    labels = json.loads(proc.stdout)["labels"]
-    assert [label["id"] for label in labels] == [None] * 5
-    assert [label["text"] for label in labels] == [LABEL_TITLES[label["label"]] for label in labels]
-    assert [line for line in proc.stderr.splitlines() if "label" in line] == [
-        f'{Path("artifacts/tiny/predictor") / LEGACY_TEXTS_FILE}: packaged before label ids; answers give "id": null '
-        "(rerun the package stage to add them)"]

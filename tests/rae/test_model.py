@@ -1,6 +1,7 @@
 """RaeModel on a hand-built memory: its scores are the dense softmax(q·K/τ) over the top-b keys times V, computed
 here with numpy alone, for the joint and the split retrieval and with the prior; a saved model loads back
-scoring identically, and a folder packaged before the newer settings existed still loads."""
+scoring identically, wherever its folder has moved, with its beam; a folder whose parts disagree, or whose
+settings.json holds a bad value, is refused in one line naming the file and the key."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
 from raexmc.rae.model import RaeModel, RaeSettings
-from raexmc.rae.model_folder import load_model, save_model
 from raexmc.rae.query_lambda import FEATURES, QueryLambda
 
 # 4 training inputs and 3 labels in 3 dimensions; V's input rows are Y (inputs x labels), its label rows I.
@@ -119,8 +119,9 @@ def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieva
     lam = per_query_lambda() if lam == "per-query" else lam
     saved = model(retrieval, np.log(COUNTS.astype(np.float64)) if prior else None, lam,
                   hnsw_search() if search == "hnsw" else None)
-    save_model(saved, tmp_path / "model")
-    loaded = load_model(tmp_path / "model")
+    saved.save(tmp_path / "model")
+    shutil.move(tmp_path / "model", tmp_path / "moved")  # nothing inside points back at where it was saved
+    loaded = RaeModel.load(tmp_path / "moved")
     assert loaded.settings.retrieval == retrieval and loaded.settings.per_query == (lam != LAM)
     np.testing.assert_array_equal(loaded.scores_for(Q).toarray(), saved.scores_for(Q).toarray())
     for got, want in zip(loaded.top_k(Q, 2), saved.top_k(Q, 2)):
@@ -132,23 +133,23 @@ def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieva
         np.testing.assert_allclose(loaded.scores_for(Q).toarray(), expected, rtol=0, atol=SCORE_ERROR)
 
 
-def test_a_folder_packaged_before_the_newer_settings_loads_as_the_joint_retrieval_at_its_lambda(tmp_path):
-    """settings.json without retrieval, label_share, query_lambda or memory (as packaged before they existed),
-    the index stage's exact indexes in another folder and the joint keys beside the settings."""
-    folder, index = tmp_path / "predictor", tmp_path / "index"
-    folder.mkdir()
-    (folder / "settings.json").write_text(json.dumps({"lambda": LAM, "b": B, "tau": TAU, "ef_search": 50,
-                                                      "num_train": 4, "num_labels": 3}))
-    sp.save_npz(folder / "Y_train.npz", Y)
-    np.save(folder / "keys.npy", np.vstack([X, Z]))
-    save_index(ExactIndex(X), index / "inputs")
-    save_index(ExactIndex(Z), index / "labels")
-    loaded = load_model(folder, index)
-    assert loaded.settings == RaeSettings(LAM, TAU, B) and loaded.log_counts is None
-    np.testing.assert_allclose(loaded.scores_for(Q).toarray(), brute_force(0, 0, joint_b=B), rtol=0, atol=SCORE_ERROR)
-    assert load_model(folder).search is None, "without the index stage's folder there is nothing to search"
+def test_a_loaded_model_searches_at_its_saved_beam(tmp_path):
+    """Blind spot: a load that ignored the saved ef_search would search at hnswlib's default beam."""
+    search = hnsw_search()
+    for part in (search.inputs, search.labels):
+        part.ef_search = 7
+    model(search=search).save(tmp_path / "model")
+    loaded = RaeModel.load(tmp_path / "model").search
+    assert (loaded.inputs.ef_search, loaded.labels.ef_search) == (7, 7)
+
+
+def test_a_bare_scoring_model_saves_without_search_encoder_or_labels(tmp_path):
+    RaeModel(Y, RaeSettings(LAM, TAU, B)).save(tmp_path / "model")
+    loaded = RaeModel.load(tmp_path / "model")
+    assert loaded.search is None and loaded.encoder is None and loaded.labels is None
     with pytest.raises(ValueError, match="no search"):
-        load_model(folder).scores_for(Q)
+        loaded.scores_for(Q)
+    np.testing.assert_array_equal(loaded.values.toarray(), Y.toarray())
 
 
 def test_bad_models_and_folders_are_refused_naming_what(tmp_path):
@@ -158,24 +159,63 @@ def test_bad_models_and_folders_are_refused_naming_what(tmp_path):
         RaeSettings(LAM, 0.0, B)
     with pytest.raises(ValueError, match="3 member counts for 4 input keys"):
         RaeModel(Y, RaeSettings(), np.zeros(3))
-    save_model(model(), tmp_path / "model")
+    model().save(tmp_path / "model")
     settings = json.loads((tmp_path / "model" / "settings.json").read_text())
     (tmp_path / "model" / "settings.json").write_text(json.dumps({k: v for k, v in settings.items() if k != "tau"}))
-    with pytest.raises(DataError, match="settings.json lacks tau") as error:
-        load_model(tmp_path / "model")
-    assert str(tmp_path / "model") in error.value.one_line()
+    with pytest.raises(DataError, match="lacks tau: rerun the package stage") as error:
+        RaeModel.load(tmp_path / "model")
+    assert str(tmp_path / "model" / "settings.json") in error.value.one_line()
     with pytest.raises(DataError, match="no settings.json"):
-        load_model(tmp_path / "nothing")
+        RaeModel.load(tmp_path / "nothing")
     with pytest.raises(ValueError, match="needs its b"):
-        save_model(RaeModel(Y, RaeSettings(LAM, TAU, None)), tmp_path / "unsaved")
+        RaeModel(Y, RaeSettings(LAM, TAU, None)).save(tmp_path / "unsaved")
     assert not (tmp_path / "unsaved").exists()
 
 
-def test_a_folder_with_one_index_of_its_own_is_refused_at_load_without_the_index_stages(tmp_path):
-    """A smaller memory keeps its input keys' index and takes the labels' from the index stage: without that
-    folder, loading says so (a query would otherwise be the first to find no search)."""
-    save_model(model(search=hnsw_search()), tmp_path / "model")
+@pytest.mark.parametrize(("key", "value"), [("lambda", 1.5), ("lambda", "half"), ("tau", 0), ("tau", None),
+                                            ("b", 0), ("b", 2.5), ("ef_search", -1), ("ef_search", True),
+                                            ("retrieval", "both"), ("label_share", 0.5), ("prior", "yes"),
+                                            ("query_lambda", 1), ("input_fields", "content"), ("about", []),
+                                            ("format", 99)])
+def test_a_bad_settings_value_is_one_line_naming_settings_json_and_its_key(tmp_path, key, value):
+    """Cause 7 of issue 50: a bad value gave a traceback, or a line that blamed params.yaml."""
+    model().save(tmp_path / "model")
+    path = tmp_path / "model" / "settings.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    with pytest.raises(DataError) as error:
+        RaeModel.load(tmp_path / "model")
+    line = error.value.one_line()
+    assert line.startswith(f"DataError: {path}:{key}: ") and "params.yaml" not in line and "\n" not in line
+    assert line.endswith("rerun the package stage")
+
+
+@pytest.mark.parametrize("key_set", ["inputs", "labels"])
+def test_an_index_that_does_not_fit_the_values_is_refused_naming_it(tmp_path, key_set):
+    """Blind spot: one index (the labels' too, not only the inputs') holding one key more than V has rows
+    (inputs) or columns (labels) is refused at load, not answered with ids past the values."""
+    model(search=hnsw_search()).save(tmp_path / "model")
+    keys = {"inputs": X, "labels": Z}[key_set]
+    shutil.rmtree(tmp_path / "model" / key_set)
+    save_index(build_hnsw(np.vstack([keys, keys[:1]]), M=8, ef_construction=50, threads=1, progress=False),
+               tmp_path / "model" / key_set)
+    with pytest.raises(DataError, match="rerun the package stage") as error:
+        RaeModel.load(tmp_path / "model")
+    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / key_set}: holds")
+
+
+def test_a_folder_with_one_index_only_is_refused_at_load(tmp_path):
+    """A query would otherwise be the first to find no search."""
+    model(search=hnsw_search()).save(tmp_path / "model")
     shutil.rmtree(tmp_path / "model" / "labels")
-    with pytest.raises(DataError, match="holds its own index of inputs only") as error:
-        load_model(tmp_path / "model")
+    with pytest.raises(DataError, match="holds the index of inputs only") as error:
+        RaeModel.load(tmp_path / "model")
     assert str(tmp_path / "model") in error.value.one_line()
+
+
+def test_the_model_card_says_where_the_model_came_from_and_how_it_scores(tmp_path):
+    about = {"dataset": "tiny", "commit": "0123abc", "metrics": {"P@1": 0.75}}
+    RaeModel(Y, RaeSettings(LAM, TAU, B), about=about).save(tmp_path / "model")
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert card.startswith("# RAE-XMC model: tiny\n")
+    assert "| P@1 | 0.75 |" in card and "- commit: 0123abc" in card
+    assert f"- lambda {LAM}, tau {TAU}, b {B}, retrieval joint\n" in card and "RaeModel.load(" in card

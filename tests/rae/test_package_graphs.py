@@ -8,7 +8,7 @@ import numpy as np
 from raexmc.memory.indexes import build_memory_indexes, make_index
 from raexmc.memory.persistence import save_index
 from raexmc.memory.search import EXACT_MAX_KEYS
-from raexmc.rae.predictor import graphs_to_build
+from raexmc.rae.packaging import graphs_to_build
 
 
 def test_package_builds_the_graphs_the_index_stage_left_to_a_gpu_s_exact_search(tmp_path):

@@ -1,5 +1,6 @@
-"""Prediction from a built pipeline: the Predictor agrees with the evaluate path, `raexmc predict`
-reads arguments, files and stdin, and a real `mlflow models serve` process answers alike."""
+"""Prediction from a built pipeline's saved model (RaeModel.save / load): it agrees with the evaluate path,
+also after its folder has moved, `raexmc predict` reads arguments, files and stdin, and a real
+`mlflow models serve` process answers alike."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,26 +24,29 @@ from conftest import local_server
 
 from raexmc.cli import app
 from raexmc.data.dataset import Dataset, Text
+from raexmc.data.label_records import write_label_records
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
-from raexmc.encoder.tokens import TokenCache, build_token_cache
+from raexmc.encoder.tokens import TokenCache, build_token_cache, text_of
 from raexmc.errors import DataError
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index
-from raexmc.memory.keys_values import memory_keys
-from raexmc.memory.predictor_folder import write_memory
+from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
+from raexmc.memory.keys_values import memory_keys, training_values
+from raexmc.memory.merge import RaeRetrieval
+from raexmc.memory.persistence import saved_meta
 from raexmc.rae.model import RaeModel, RaeSettings
-from raexmc.rae.predictor import Predictor
+from raexmc.rae.packaging import packaged_model
 from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.queries import parse_queries
 from raexmc.rae.ranking import top_k
 from raexmc.rae.scoring import rae_scores
 
-SETTINGS = {"lambda": 0.5, "b": 8, "tau": 0.04, "ef_search": 50, "relevance": "binary", "input_max_len": 16,
-            "input_fields": "title+content"}
+SETTINGS = {"lambda": 0.5, "b": 8, "tau": 0.04}
+RAE = RaeSettings(SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
 JYTHON = "jython python on the jvm"  # the first test input, as the token cache joins title and content
 JYTHON_RECORD = Text(uid="s0", title="jython", content="python on the jvm")
 LABEL_TITLES = ["python", "perl", "unix", "linux", "compiler"]  # conftest's labels, by id
@@ -49,7 +54,7 @@ LABEL_TITLES = ["python", "perl", "unix", "linux", "compiler"]  # conftest's lab
 
 def build_pipeline(root: Path, lf_folder: Path, tiny_model: Path, backend: str,
                    input_fields: str = "title+content") -> Path:
-    """artifacts/tiny/{model,tokens,embeddings,index,predictor} the way the stages write them."""
+    """artifacts/tiny/{model,tokens,embeddings,index,memory,predictor} the way the stages write them."""
     build_dataset("tiny", {"source": "local", "path": str(lf_folder)}, root / "data" / "tiny", "")
     dataset, folder = Dataset(root / "data" / "tiny"), root / "artifacts" / "tiny"
     shutil.copytree(tiny_model, folder / "model")
@@ -59,9 +64,25 @@ def build_pipeline(root: Path, lf_folder: Path, tiny_model: Path, backend: str,
     for split in ("train", "labels", "test"):
         embed_split(TextEncoder(model, "cpu", "fp32"), cache, split, folder / "embeddings" / f"{split}.npy", 4)
     build_memory_indexes(folder / "embeddings", folder / "index", backend, M=8, ef_construction=50)
-    keys = memory_keys(folder / "embeddings") if backend == "exact" else None
-    write_memory(folder / "predictor", dataset, {**SETTINGS, "input_fields": input_fields}, keys)
+    build_input_memory(load_embeddings(folder / "embeddings", "train"), None, MemorySettings(1.0, "kmeans", False, 0),
+                       folder / "memory", backend)
+    package(folder, input_fields=input_fields)
     return folder
+
+
+def package(built: Path, settings: RaeSettings = RAE, memory: Path | None = None,
+            input_fields: str = "title+content") -> None:
+    """Save built/predictor as the package stage does (rae.packaging.packaged_model), with `memory` (default:
+    the full one of built/memory) and RAE at `settings`."""
+    with tempfile.TemporaryDirectory() as scratch:
+        packaged_model(Dataset(built.parents[1] / "data" / "tiny"), built / "model", built / "index",
+                       memory or built / "memory", built / "embeddings", settings, Path(scratch), relevance="binary",
+                       input_max_len=16, input_fields=input_fields, backend=backend_of(built), ef_search=50,
+                       about={"dataset": "tiny"}, M=8, ef_construction=50).save(built / "predictor")
+
+
+def backend_of(built: Path) -> str:
+    return saved_meta(built / "index" / "inputs")["backend"]
 
 
 @pytest.fixture(params=["hnsw", "exact"])
@@ -69,8 +90,8 @@ def built(request, tmp_path, lf_folder, tiny_model) -> Path:
     return build_pipeline(tmp_path, lf_folder, tiny_model, request.param)
 
 
-def predictor_of(folder: Path) -> Predictor:
-    return Predictor(folder / "model", folder / "index", folder / "predictor", device="cpu")
+def predictor_of(folder: Path) -> RaeModel:
+    return RaeModel.load(folder / "predictor")
 
 
 def expected_top3_of_first_test_input(built: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -100,8 +121,7 @@ def test_predictor_scores_a_split_retrieval_as_brute_force(built):
     """retrieval split, label share 0.25 at b = 8: the 6 nearest training inputs and the 2 nearest labels
     of the query, one softmax over the 8, p . V, computed densely from the cached test embedding."""
     dataset = Dataset(built.parents[1] / "data" / "tiny")
-    keys = memory_keys(built / "embeddings") if (built / "predictor" / "keys.npy").is_file() else None
-    write_memory(built / "predictor", dataset, {**SETTINGS, "retrieval": "split", "label_share": 0.25}, keys)
+    package(built, RaeSettings(SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"], RaeRetrieval("split", 0.25)))
     results, _ = predictor_of(built).predict([JYTHON], k=3)
 
     query = np.asarray(load_embeddings(built / "embeddings", "test"))[0].astype(np.float64)
@@ -118,10 +138,9 @@ def test_predictor_scores_a_split_retrieval_as_brute_force(built):
 
 
 def with_query_lambda(built: Path, model: QueryLambda) -> None:
-    """Repackage the memory with `model` as its query_lambda.json and infer.query_lambda true."""
-    keys = memory_keys(built / "embeddings") if (built / "predictor" / "keys.npy").is_file() else None
-    write_memory(built / "predictor", Dataset(built.parents[1] / "data" / "tiny"), {**SETTINGS, "query_lambda": True},
-                 keys)
+    """Repackage the model with `model` as its per-query λ (infer.query_lambda true), written as it is: a
+    model of another τ or b than the folder's too, as a stale tune stage would leave it."""
+    package(built, RaeSettings(random_query_lambda(), SETTINGS["tau"], SETTINGS["b"]))
     (built / "predictor" / QUERY_LAMBDA_FILE).write_text(json.dumps(model.to_json()))
 
 
@@ -168,12 +187,11 @@ def test_a_query_record_is_built_by_the_training_inputs_recipe(tmp_path, lf_fold
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_a_memory_that_does_not_fit_the_index_is_refused(built, tmp_path, lf_folder):
-    other = tmp_path / "other-memory"
+def test_label_records_that_do_not_fit_the_values_are_refused(built, tmp_path, lf_folder):
     bigger = make_lf_folder_with_extra_label(tmp_path, lf_folder)
-    write_memory(other, bigger, SETTINGS)
-    with pytest.raises(DataError, match="rebuild both"):
-        Predictor(built / "model", built / "index", other, device="cpu")
+    write_label_records(built / "predictor", bigger.texts("labels"))
+    with pytest.raises(DataError, match="holds 6 labels, values.npz has 5: rerun the package stage"):
+        predictor_of(built)
 
 
 def make_lf_folder_with_extra_label(tmp_path: Path, lf_folder: Path) -> Dataset:
@@ -216,7 +234,10 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
     from_file = cli("--file", str(tmp_path / "q.txt"), "-k", "2", "--batch-size", "1")
     from_jsonl = cli("--file", str(tmp_path / "q.jsonl"), "-k", "2")
     from_stdin = cli("-k", "2", "--verbose", input=f"{JYTHON}\na small unix\n")
-    for result in (from_file, from_jsonl, from_stdin):
+    shutil.copytree(tmp_path / "artifacts" / "tiny" / "predictor", tmp_path / "elsewhere")
+    from_moved = cli("--model", str(tmp_path / "elsewhere"), "--name", "nothing-built", "-k", "2", JYTHON,
+                     "a small unix")
+    for result in (from_file, from_jsonl, from_stdin, from_moved):
         assert result.exit_code == 0, result.output
         got = [json.loads(line) for line in result.stdout.splitlines()]
         assert [line["text"] for line in got] == [line["text"] for line in lines]
@@ -316,12 +337,12 @@ def logged_predictor(built: Path, tmp_path: Path) -> str:
     client = MlflowClient(tracking_uri())
     experiment = client.create_experiment("serve-test", artifact_location=(tmp_path / "mlartifacts").as_uri())
     run_id = client.create_run(experiment).info.run_id
-    return log_predictor(run_id, built / "model", built / "index", built / "predictor", "raexmc-tiny", "candidate")
+    return log_predictor(run_id, built / "predictor", "raexmc-tiny", "candidate")
 
 
 def logged_and_loaded(built: Path, tmp_path: Path, monkeypatch) -> tuple[set[str], object]:
-    """The logged model's indexes (folders under its artifacts, as index/<key set> or predictor/<key set>)
-    and the model loaded back from its downloaded copy, as a server loads it."""
+    """The logged model's indexes (folders under its artifacts, as predictor/<key set>) and the model loaded
+    back from its downloaded copy, as a server loads it."""
     import mlflow
 
     folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=logged_predictor(built, tmp_path),
@@ -401,20 +422,14 @@ def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path, monkey
     b = 8). The predictor's scores are a dense softmax over them with log(members) added to the merged keys'
     logits, times [merged values; I], mixed by λ. The logged model carries the memory's input keys' index,
     not the index stage's (which predict does not load), and answers alike."""
-    from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
-    from raexmc.memory.keys_values import training_values
-
     dataset = Dataset(built.parents[1] / "data" / "tiny")
     Y = training_values(dataset.label_matrix("train"))
-    backend = "exact" if (built / "predictor" / "keys.npy").is_file() else "hnsw"
     build_input_memory(load_embeddings(built / "embeddings", "train"), Y, MemorySettings(0.5, "kmeans", True, 0),
-                       tmp_path / "memory", backend, M=8, ef_construction=50)
+                       tmp_path / "memory", backend_of(built), M=8, ef_construction=50)
     memory = InputMemory(tmp_path / "memory")
     own_keys = memory.own_keys()
     labels = np.asarray(load_embeddings(built / "embeddings", "labels"))
-    write_memory(built / "predictor", dataset, {**SETTINGS, "memory": {"prior": True}},
-                 None if own_keys is None else np.vstack([own_keys, labels]),
-                 copies=memory.predictor_files(), values=memory.values(Y))
+    package(built, memory=tmp_path / "memory")
     results, _ = predictor_of(built).predict([JYTHON], k=5)
 
     query = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
@@ -432,8 +447,41 @@ def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path, monkey
     assert [r["score"] for r in results[0]] == pytest.approx(list(scores[expected]), abs=1e-4)
 
     indexes, model = logged_and_loaded(built, tmp_path, monkeypatch)
-    assert indexes == {"predictor/inputs", "index/labels"}
+    assert indexes == {"predictor/inputs", "predictor/labels"}
     assert model.predict(pd.DataFrame({"text": [JYTHON]}), params={"k": 5})["labels"].tolist() == results
+
+
+@pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
+def test_a_moved_model_scores_the_test_set_as_the_evaluate_stage_does(built, tmp_path):
+    """Save, move the folder to another directory, delete the project, load: RAE's test-set scores are the
+    evaluate stage's, computed its way (InputMemory.search over the index stage's and the memory's own indexes,
+    the prior added there, then RaeModel.scores of the memory's values), to 1e-6 from the cached test embeddings
+    (to 1e-4 from the test texts encoded by the loaded encoder). A smaller memory with the prior, a split
+    retrieval and λ, τ, b other than the defaults, so that each must travel in the folder."""
+    dataset = Dataset(built.parents[1] / "data" / "tiny")
+    Y = training_values(dataset.label_matrix("train"))
+    build_input_memory(load_embeddings(built / "embeddings", "train"), Y, MemorySettings(0.5, "kmeans", True, 0),
+                       tmp_path / "memory", backend_of(built), M=8, ef_construction=50)
+    settings = RaeSettings(0.3, 0.05, 6, RaeRetrieval("split", 0.5))
+    package(built, settings, memory=tmp_path / "memory")
+
+    memory, queries = InputMemory(tmp_path / "memory"), np.asarray(load_embeddings(built / "embeddings", "test"))
+    keys = memory_keys(built / "embeddings") if backend_of(built) == "exact" else None
+    joint, _, _, _ = memory.search(load_joint_search(built / "index", keys, 50), queries, settings.b, settings.b,
+                                   settings.tau, 50, retrieval=settings.retrieval)
+    evaluated = RaeModel(memory.values(Y), RaeSettings(settings.lam, settings.tau, settings.b)).scores(*joint)
+    assert memory.log_counts() is not None and evaluated.nnz > 0
+    texts = [text_of(record, "title+content") for record in dataset.texts("test")]
+    moved = Path(shutil.move(built / "predictor", tmp_path / "elsewhere"))
+    for left in ("artifacts", "data", "memory"):  # nothing of the project is left for the model to lean on
+        shutil.rmtree(tmp_path / left)
+
+    model = RaeModel.load(moved)
+    np.testing.assert_allclose(model.scores_for(queries).toarray(), evaluated.toarray(), rtol=0, atol=1e-6)
+    # the texts encoded afresh, in another batch than the embed stage's: their vectors differ from the cached ones by
+    # about 2.5e-5 a coordinate (padding and batch shape), which τ = 0.05 turns into about 1.3e-5 in a score
+    from_texts = model.scores_for(model.encoder.embed_texts(texts))
+    np.testing.assert_allclose(from_texts.toarray(), evaluated.toarray(), rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
@@ -441,22 +489,17 @@ def test_predictor_searches_a_compressed_memory_as_evaluate_does(built, tmp_path
     """memory.compression sq8-m4 at keep 1: the packaged folder carries both faiss indexes and records the
     compression; the predictor's top labels are those of evaluating that memory (its own search, RAE's scores).
     The logged model carries none of the index stage's indexes, and answers alike."""
-    from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
-    from raexmc.memory.keys_values import training_values
-
     dataset = Dataset(built.parents[1] / "data" / "tiny")
     Y = training_values(dataset.label_matrix("train"))
     build_input_memory(load_embeddings(built / "embeddings", "train"), Y,
                        MemorySettings(1.0, "kmeans", False, 0, "sq8-m4"), tmp_path / "memory", "hnsw",
                        labels=load_embeddings(built / "embeddings", "labels"), M=8, ef_construction=50)
     memory = InputMemory(tmp_path / "memory")
-    write_memory(built / "predictor", dataset,
-                 {**SETTINGS, "memory": {"prior": False, "compression": memory.compression}},
-                 copies=memory.predictor_files(), values=memory.values(Y))
+    package(built, memory=tmp_path / "memory")
     assert all((built / "predictor" / key_set / "faiss.bin").is_file() for key_set in ("inputs", "labels"))
     predictor = predictor_of(built)
-    assert (predictor.index.inputs.backend, predictor.index.labels.backend) == ("faiss", "faiss")
-    assert predictor.settings["memory"]["compression"] == "sq8-m4"
+    assert (predictor.search.inputs.backend, predictor.search.labels.backend) == ("faiss", "faiss")
+    assert predictor.about["memory"]["compression"] == "sq8-m4"
     results, _ = predictor.predict([JYTHON], k=3)
 
     queries = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
@@ -551,7 +594,7 @@ def test_logged_model_requires_public_releases_pinned_to_what_runs_and_all_it_im
 
     files = json.loads(subprocess.run([sys.executable, "-c", LIST_MODEL_CODE, str(folder)], capture_output=True,
                                       text=True, check=True).stdout.splitlines()[-1])
-    assert any(file.endswith("rae/predictor.py") for file in files)
+    assert any(file.endswith("rae/model_folder.py") for file in files)
     installed = installed_with({Requirement(line).name for line in listed["requirements.txt"]})
     providers = packages_distributions()  # mlflow's module comes with mlflow, mlflow-skinny or mlflow-tracing
     missing = {module for module in imported_modules(files)

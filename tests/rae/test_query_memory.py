@@ -11,9 +11,9 @@ from test_predictor import build_pipeline
 PREDICT_ONE = """
 import sys
 from pathlib import Path
-from raexmc.rae.predictor import Predictor
+from raexmc.rae.model import RaeModel
 folder = Path(sys.argv[1])
-predictor = Predictor(folder / "model", folder / "index", folder / "predictor", device="cpu")
+predictor = RaeModel.load(folder / "predictor")
 predictor.predict(["python unix compiler " * int(sys.argv[2])], k=3)
 """
 

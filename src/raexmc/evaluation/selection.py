@@ -53,6 +53,7 @@ from ..memory.input_memory import MemorySettings
 from ..memory.key_selection import select_keys
 from ..memory.keys_values import training_values
 from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RETRIEVALS, SPLIT, RaeRetrieval, check_label_share
+from ..memory.prior import log_prior
 from ..memory.prototypes import label_prototypes
 from ..memory.search import Hits
 from ..memory.torch_index import top_k_search
@@ -309,7 +310,7 @@ def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: 
         selected = select_keys(input_keys, held.Y_rest, memory.keep, memory.method, memory.seed,
                                labels=load_embeddings(embeddings, "labels"))
         input_keys, memory_values = selected.keys, selected.values
-        log_counts = np.log(selected.counts.astype(np.float64)) if memory.prior else None
+        log_counts = log_prior(memory.prior, selected.counts)
     input_keys = np.ascontiguousarray(input_keys, dtype=np.float32)
     queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
     del train_inputs

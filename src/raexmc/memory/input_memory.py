@@ -16,6 +16,7 @@ stage chose (its CHOICE_FILE).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -35,6 +36,7 @@ from .key_selection import METHODS, check_keep, kept_count, select_keys
 from .keys_values import KEYS_FILE
 from .merge import JointSearch, RaeRetrieval, prefix, rae_keys
 from .persistence import load_index, save_index
+from .prior import log_prior
 from .prototypes import check_weight, label_prototypes, prototype_weight, searches_prototypes
 from .search import Hits
 
@@ -188,7 +190,6 @@ class InputMemory:
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder)
         self._own: JointSearch | None = None  # RAE's own indexes, loaded at the first search
-        self._log_counts: np.ndarray | None = None  # read at the first search that needs them
         path = self.folder / MEMORY_FILE
         if not path.is_file():
             raise DataError(f"not a memory folder (no {MEMORY_FILE}): run the memory stage", self.folder)
@@ -229,22 +230,17 @@ class InputMemory:
         return values
 
     def log_counts(self) -> np.ndarray | None:
-        """log n of every input key when the prior is on (None: no prior, or nothing was merged)."""
-        if not self.meta["prior"] or self.full:  # nothing was merged
-            return None
-        if self._log_counts is None:  # evaluate searches a block at a time: read the file once
-            self._log_counts = np.log(load_array(self.folder / COUNTS_FILE).astype(np.float64))
-        return self._log_counts
+        """log n of every input key where the prior is on (prior.log_prior); None where it is off."""
+        return self._log_prior
+
+    @functools.cached_property
+    def _log_prior(self) -> np.ndarray | None:  # evaluate searches a block at a time: the file is read once
+        return log_prior(self.meta["prior"], None if self.full else load_array(self.folder / COUNTS_FILE))
 
     def own_keys(self) -> np.ndarray | None:
         """The selected keys when the exact backend indexes them (it keeps none); None otherwise."""
         path = self.folder / KEYS_FILE
         return load_array(path) if path.is_file() else None
-
-    def predictor_files(self) -> tuple[Path, ...]:
-        """What a predictor needs from this folder beside its values: its own indexes and the counts."""
-        counts = self.folder / COUNTS_FILE
-        return (*own_index_folders(self.folder).values(), *((counts,) if counts.exists() else ()))
 
     def indexes(self, baselines: JointSearch | None, ef_search: int, threads: int = 0,
                 device: str = "cpu") -> JointSearch:

@@ -5,7 +5,7 @@ search their own key sets, so that a dual encoder is a top-b over the label keys
 top-b over the training-input keys alone (on the joint top-b, input keys can crowd labels out).
 Only those two key sets are indexed: the joint top-b is the merge of their top-b (merge.py).
 The values' input part is Y_train (the label part, the identity, is implicit); the package stage
-writes them into the predictor's memory folder (predictor_folder.py).
+saves them with the model (rae/model_folder.py).
 """
 
 from __future__ import annotations

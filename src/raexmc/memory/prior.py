@@ -25,3 +25,11 @@ def add_log_prior(hits: Hits, log_counts: np.ndarray | None, tau: float) -> Hits
     boost = np.zeros(sims.shape, dtype=np.float64)
     boost[is_input] = tau * np.asarray(log_counts, dtype=np.float64)[ids[is_input]]
     return sort_rows(ids, (sims.astype(np.float64) + boost).astype(sims.dtype))
+
+
+def log_prior(prior: bool, counts: np.ndarray | None) -> np.ndarray | None:
+    """The one rule for whether RAE adds the prior: log n of every input key where `memory.prior` is on and
+    the memory merged its keys (`counts`, its member counts); None otherwise, a full memory's n being all 1."""
+    if not prior or counts is None:
+        return None
+    return np.log(np.asarray(counts, dtype=np.float64))

@@ -1,6 +1,5 @@
-"""The predictor as an MLflow pyfunc model: logged into the pipeline's run with its three folders
-as artifacts (of the index stage's, only the indexes that the memory's own do not replace) and this
-package's code, registered under a name and an alias, so that
+"""The packaged RAE model as an MLflow pyfunc model: logged into the pipeline's run with its one saved folder
+(RaeModel.save) as the artifact and this package's code, registered under a name and an alias, so that
 `mlflow models serve -m models:/<name>@<alias>` answers HTTP requests with labels.
 
 Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}});
@@ -12,9 +11,6 @@ the one line `raexmc predict` would print as its "message".
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -30,9 +26,8 @@ from packaging.version import Version
 import raexmc
 
 from ..errors import DataError, RaexmcError
-from ..memory.indexes import INDEXED_KEY_SETS
 from ..params import Params
-from ..rae.predictor import Predictor, index_key_sets_read
+from ..rae.model import RaeModel
 from ..rae.queries import query_of
 from .tracking.run import tracking_uri
 
@@ -66,17 +61,16 @@ class RequestRefused(MlflowException):
 
 
 class RaexmcModel(mlflow.pyfunc.PythonModel):
-    """Loads a Predictor from the model's artifacts and answers a table of texts with labels."""
+    """Loads the saved RaeModel of the model's artifact and answers a table of texts with labels."""
 
     def load_context(self, context) -> None:
-        artifacts = context.artifacts
-        self.predictor = Predictor(artifacts["encoder"], artifacts.get("index"), artifacts["memory"])
+        self.model = RaeModel.load(context.artifacts["model"])
 
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         try:
             k = (params or {}).get("k", DEFAULT_K)
             if k == DEFAULT_K:  # the signature's default (MLflow fills it in): every label of a smaller model
-                k = min(k, len(self.predictor.labels))
+                k = min(k, self.model.num_labels)
             return self.answer(model_input, k)
         except RaexmcError as error:
             raise RequestRefused(error) from None
@@ -87,8 +81,8 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
         if model_input.empty:
             raise DataError('no query: each record needs a "text" (or "title") string', "request")
         queries = [query_of(row, "request", number) for number, row in enumerate(model_input.to_dict("records"))]
-        results, _ = self.predictor.predict(queries, k)
-        return pd.DataFrame({"text": [self.predictor.query_text(query) for query in queries], "labels": results})
+        results, _ = self.model.predict(queries, k)
+        return pd.DataFrame({"text": [self.model.query_text(query) for query in queries], "labels": results})
 
 
 def registered_name(p: Params, dataset: str) -> str:
@@ -108,21 +102,15 @@ def registered_uri(model_name: str, alias: str) -> str:
     return f"models:/{model_name}@{alias}"
 
 
-def log_predictor(run_id: str, encoder: Path, index: Path, memory: Path, model_name: str, alias: str) -> str:
-    """Log the predictor into MLflow run `run_id`, register it as a new version of `model_name`,
-    point `alias` at that version and return the model URI to serve."""
+def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
+    """Log the saved model folder `model` into MLflow run `run_id`, register it as a new version of
+    `model_name`, point `alias` at that version and return the model URI to serve."""
     mlflow.set_tracking_uri(tracking_uri())
     code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
-    with tempfile.TemporaryDirectory() as scratch:  # where MLflow stages the artifacts too
-        artifacts = {"encoder": str(encoder), "memory": str(memory)}
-        carried = carried_index(Path(index), index_key_sets_read(memory), Path(scratch))
-        if carried is not None:  # None: a compressed memory's own indexes replace both
-            artifacts["index"] = str(carried)
-        with mlflow.start_run(run_id=run_id):
-            info = mlflow.pyfunc.log_model(
-                name="predictor", python_model=RaexmcModel(), signature=SIGNATURE, artifacts=artifacts,
-                code_paths=[str(code)], pip_requirements=pinned_requirements(),
-                registered_model_name=model_name)
+    with mlflow.start_run(run_id=run_id):
+        info = mlflow.pyfunc.log_model(
+            name="predictor", python_model=RaexmcModel(), signature=SIGNATURE, artifacts={"model": str(model)},
+            code_paths=[str(code)], pip_requirements=pinned_requirements(), registered_model_name=model_name)
     mlflow.MlflowClient().set_registered_model_alias(model_name, alias, info.registered_model_version)
     return f"models:/{model_name}@{alias}"
 
@@ -131,24 +119,3 @@ def pinned_requirements() -> list[str]:
     """REQUIREMENTS pinned to the releases running here, without local labels (torch's +cpu): a label
     names a build that no public index serves, and the public release of that version is what installs."""
     return [f"{name}=={Version(version(name)).public}" for name in REQUIREMENTS]
-
-
-def carried_index(index: Path, key_sets: tuple[str, ...], scratch: Path) -> Path | None:
-    """The index stage's folder as the model carries it: only the indexes of `key_sets` (None for none).
-    A partial one is assembled under `scratch` from hard links (copies across file systems): MLflow
-    refuses symbolic links that lead out of the folder it copies."""
-    if key_sets == INDEXED_KEY_SETS:
-        return index
-    if not key_sets:
-        return None
-    carried = scratch / index.name
-    for key_set in key_sets:
-        shutil.copytree(index / key_set, carried / key_set, copy_function=link_or_copy)
-    return carried
-
-
-def link_or_copy(source: str, target: str) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)

@@ -1,2 +1,2 @@
-"""RAE inference: the RAE model (label scores from retrieved keys: softmax over them, times V), top-k ranking, the
-Predictor."""
+"""RAE inference: the RAE model (label scores from retrieved keys: softmax over them, times V), top-k ranking, and
+the self-contained folder it saves to and loads from."""

@@ -1,9 +1,11 @@
-"""RAE-XMC as one object: the memory's values, its keys' prior, which keys it retrieves and its settings λ, τ, b.
+"""RAE-XMC as one object: the encoder, the memory's values and labels, its keys' prior, which keys it retrieves
+and its settings λ, τ, b.
 
-Every caller that turns retrieved keys into label scores goes through `RaeModel`: the Predictor, the evaluate
-stage's RAE and its λ and b sweeps, the tune stage's validation curve and per-query λ fit, and training's
-validation. A change to how RAE scores lands here, once. Reading and writing a model folder is
-rae/model_folder.py (kept apart so that training, which scores but never loads one, does not depend on it).
+Every caller that turns retrieved keys into label scores goes through `RaeModel`: `raexmc predict`, the served
+model, the evaluate stage's RAE and its λ and b sweeps, the tune stage's validation curve and per-query λ fit,
+and training's validation. A change to how RAE scores lands here, once. `save(dir)` and `RaeModel.load(dir)`
+write and read one self-contained folder (its format: rae/model_folder.py, imported only by them, so that
+training, which scores but never saves a model, does not depend on it).
 
 The model scores RAE's keys as `keys` (from a search of its input keys and one of its label keys) or `retrieve`
 (from its own search) return them: the retrieval's keys at b, the prior's τ·log n already added to the merged
@@ -14,18 +16,25 @@ number or, per query, a λ model's choice (rae/query_lambda.py).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..memory.merge import RaeRetrieval, rae_keys
-from ..memory.prior import add_log_prior
+from ..data.dataset import Text
+from ..data.label_records import LabelRecords
+from ..encoder.tokens import FIELDS, text_of
+from ..memory.merge import JointSearch, RaeRetrieval, rae_keys
 from ..memory.search import Hits
+from .queries import checked_k
 from .ranking import top_k
 from .scoring import (PAPER_B, PAPER_LAMBDA, PAPER_TAU, Parts, check_b, check_lambda, check_tau, combine_per_query,
                       score_parts)
+from .timing import Timing
 
 
 class QueryLambdaModel(Protocol):
@@ -42,12 +51,6 @@ class QueryLambdaModel(Protocol):
 
 
 Lambda = Union[float, QueryLambdaModel]
-
-
-class KeySearch(Protocol):
-    """What the model needs of a search over its keys (memory.merge.JointSearch)."""
-
-    def rae_search(self, queries: np.ndarray, b: int, retrieval: RaeRetrieval) -> Hits: ...
 
 
 @dataclass(frozen=True)
@@ -75,17 +78,42 @@ class RaeSettings:
 @dataclass(frozen=True)
 class RaeModel:
     """The memory's values V (its input keys' label rows; the label keys' are the identity), the log member count
-    of each input key when the prior is on (memory/prior.py), the settings, and optionally a search over the keys
-    (input keys first, then labels), which `retrieve`, `scores_for` and `top_k` need."""
+    of each input key when the prior is on (memory/prior.py: log_prior), the settings, and optionally a search
+    over the keys (input keys first, then labels), which `retrieve`, `scores_for` and `top_k` need. A model that
+    answers texts (`predict`, and a saved one) also has its encoder (encoder.text_encoder.TextEncoder), its
+    labels' ids and texts, the recipe `input_fields` that made its training inputs' texts, and `about`: what
+    the model card says of where it came from (dataset, metrics, params, commit)."""
 
     values: sp.csr_matrix
     settings: RaeSettings
     log_counts: np.ndarray | None = None
-    search: KeySearch | None = None
+    search: JointSearch | None = None
+    encoder: Any = None
+    labels: LabelRecords | None = None
+    input_fields: str = FIELDS[-1]
+    about: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.log_counts is not None and len(self.log_counts) != self.num_inputs:
             raise ValueError(f"{len(self.log_counts)} member counts for {self.num_inputs} input keys")
+        if self.labels is not None and len(self.labels) != self.num_labels:
+            raise ValueError(f"{len(self.labels)} label records for {self.num_labels} labels")
+        if self.input_fields not in FIELDS:
+            raise ValueError(f"input_fields must be one of {', '.join(FIELDS)}, got {self.input_fields!r}")
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, device: str = "cpu", threads: int = 0) -> RaeModel:
+        """The model `save` wrote into `folder` (wherever it has been moved since), its encoder on `device`."""
+        from .model_folder import load_model
+
+        return load_model(folder, device, threads)
+
+    def save(self, folder: str | os.PathLike) -> None:
+        """Write this model, with its encoder, search and labels, into `folder` atomically: a self-contained
+        folder (no path inside it points out) with a model card README.md."""
+        from .model_folder import save_model
+
+        save_model(self, folder)
 
     @property
     def num_inputs(self) -> int:
@@ -108,10 +136,8 @@ class RaeModel:
     def retrieve(self, queries: np.ndarray) -> Hits:
         """RAE's keys at b for query embeddings, from this model's search."""
         if self.search is None:
-            raise ValueError("this RAE model has no search: load it with an index")
-        settings = self.settings
-        return add_log_prior(self.search.rae_search(queries, settings.b, settings.retrieval), self.log_counts,
-                             settings.tau)
+            raise ValueError("this RAE model has no search: give it one, or load a saved model that holds its indexes")
+        return self.keys(*self.search.search_parts(queries, self.settings.retrieval.depth(self.settings.b)))
 
     def parts(self, ids: np.ndarray, sims: np.ndarray) -> Parts:
         """The two score halves (P_inputs · V, P_labels) of RAE's keys at (τ, b): they serve every λ."""
@@ -136,6 +162,38 @@ class RaeModel:
     def top_k(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k best labels of each query embedding and their scores (best_labels)."""
         return best_labels(self.scores_for(queries), k)
+
+    def query_text(self, query: Text | str) -> str:
+        """The text the encoder sees for a query: a record goes through the training inputs' recipe (title, or
+        title + content), so a Titles dataset's model sees only a query's title, as in training; a plain string
+        is taken as it is."""
+        return query if isinstance(query, str) else text_of(query, self.input_fields)
+
+    def predict(self, queries: list[Text | str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:
+        """Per query text, its top-k labels as {"label": row, "id": the label's id in its dataset, "text": label
+        text, "score": p.V}, best first; and where the time went."""
+        if self.encoder is None or self.labels is None:
+            raise ValueError("this RAE model has no encoder or labels: RaeModel.load a saved one")
+        k = checked_k(k, self.num_labels)
+        timing = Timing(queries=len(queries))
+        if not queries:
+            return [], timing
+        started = time.perf_counter()
+        embedded = self.encoder.embed_texts([self.query_text(query) for query in queries])
+        encoded = time.perf_counter()
+        keys = self.retrieve(embedded)
+        searched = time.perf_counter()
+        labels, values = best_labels(self.scores(*keys), k)
+        results = [[self.label_answer(label, value) for label, value in zip(row_labels, row_values) if label >= 0]
+                   for row_labels, row_values in zip(labels, values)]  # -1 pads a row with fewer labels scored
+        timing.encode_s, timing.search_s = encoded - started, searched - encoded
+        timing.score_s = time.perf_counter() - searched
+        return results, timing
+
+    def label_answer(self, row: int, score: float) -> dict[str, Any]:
+        """One label of an answer: its row (column in the label matrices), its own id and text, its score."""
+        label_id, text = self.labels[row]
+        return {"label": int(row), "id": label_id, "text": text, "score": round(float(score), 6)}
 
 
 def best_labels(scores: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,99 +1,196 @@
-"""A RAE model in a folder, in the predictor memory folder's format (memory/predictor_folder.py): settings.json,
-the values Y_train.npz, the member counts counts.npy when the prior is on, the per-query λ model when λ is
-one, and the indexes (inputs/, labels/; for the exact backend, which keeps no keys, keys.npy).
+"""The folder a RaeModel saves to and loads from (RaeModel.save / RaeModel.load), self-contained: no path inside
+it points out of it, so it loads the same after a move to another directory or machine.
 
-`load_model` reads the folders the package stage writes (as `raexmc predict` and a served model do) and those
-packaged before the split retrieval, the per-query λ or the prior existed; `save_model` writes one it reads.
+    settings.json        λ, τ, b, retrieval and label share, ef_search, prior, the encoder's text recipe, `about`
+    values.npz           V: the input keys' label rows (the label keys' are the identity)
+    counts.npy           each input key's member count, where the prior is on (memory/prior.py)
+    query_lambda.json    the per-query λ model, where λ is one (rae/query_lambda.py)
+    inputs/, labels/     the two indexes (memory/persistence.py); an exact one holds its keys.npy
+    label_records.jsonl, label_offsets.npy    the labels' own ids and texts (data/label_records.py)
+    encoder/             the encoder, in the sentence-transformers layout
+    README.md            the model card: what `about` says of where it came from, and how to use it
+
+settings.json is read once, here, and each value checked: a bad one is a DataError naming settings.json and
+its key.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import DataError
-from ..io import atomic_dir, load_array, load_sparse, write_json
+from ..checks import one_of, positive_int
+from ..data.label_records import OFFSETS_FILE, RECORDS_FILE, LabelRecords
+from ..encoder.tokens import FIELDS
+from ..errors import DataError, RaexmcError
+from ..io import atomic_dir, load_array, load_sparse, read_json, save_array, write_json
 from ..memory.exact import ExactIndex
 from ..memory.hnsw import PAPER_EF_SEARCH
-from ..memory.indexes import INDEXED_KEY_SETS, load_joint_search
-from ..memory.input_memory import COUNTS_FILE, own_index_folders
+from ..memory.indexes import INDEXED_KEY_SETS
+from ..memory.input_memory import COUNTS_FILE, VALUES_FILE
 from ..memory.keys_values import KEYS_FILE
-from ..memory.merge import JOINT, JointSearch, RaeRetrieval
-from ..memory.persistence import save_index
-from ..memory.predictor_folder import SETTINGS_FILE, VALUES_FILE, read_settings
+from ..memory.merge import RETRIEVALS, JointSearch, RaeRetrieval, check_label_share
+from ..memory.persistence import load_index, save_index
+from ..memory.prior import log_prior
 from .model import RaeModel, RaeSettings
+from .model_card import model_card
 from .query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
+from .scoring import check_lambda, check_tau
 
-MODEL_SETTINGS = ("lambda", "b", "tau")  # what settings.json must hold for the model; the Predictor reads more
-
-
-def load_model(folder: str | os.PathLike, index: str | os.PathLike | None = None, threads: int = 0) -> RaeModel:
-    """The RAE model of a memory folder, searching the indexes the folder holds of its own and, for the key sets
-    it holds none of, those of the index stage's folder `index` (no search where there is no index at all; a
-    folder with one key set's index of its own needs `index` for the other, refused at load, not at a query)."""
-    folder = Path(folder)
-    settings = read_settings(folder, MODEL_SETTINGS)
-    tau, b = float(settings["tau"]), int(settings["b"])
-    lam = float(settings["lambda"])
-    if settings.get("query_lambda", False):  # memory folders packaged before it existed lack the key
-        lam = read_query_lambda(folder / QUERY_LAMBDA_FILE).check_settings(tau, b, folder / QUERY_LAMBDA_FILE)
-    # memory folders packaged before the split retrieval existed lack the keys: the joint one
-    retrieval = RaeRetrieval(settings.get("retrieval", JOINT), settings.get("label_share"))
-    values = load_sparse(folder / VALUES_FILE)
-    log_counts = None
-    if settings.get("memory", {}).get("prior") and (folder / COUNTS_FILE).is_file():
-        log_counts = np.log(load_array(folder / COUNTS_FILE).astype(np.float64))
-        if len(log_counts) != values.shape[0]:
-            raise DataError(f"{COUNTS_FILE} counts {len(log_counts)} input keys, {VALUES_FILE} has {values.shape[0]}",
-                            folder)
-    own = own_index_folders(folder)
-    if index is None and 0 < len(own) < len(INDEXED_KEY_SETS):
-        raise DataError(f"holds its own index of {', '.join(own)} only: give the index stage's folder for the rest",
-                        folder)
-    search = None
-    if index is not None or len(own) == len(INDEXED_KEY_SETS):
-        keys = load_array(folder / KEYS_FILE) if (folder / KEYS_FILE).is_file() else None
-        search = load_joint_search(index, keys, ef_search=int(settings.get("ef_search", PAPER_EF_SEARCH)),
-                                   threads=threads, **own)
-        held = (search.inputs.count, search.labels.count)
-        if held != values.shape:
-            raise DataError(f"the index holds {held[0]} input and {held[1]} label keys, the memory "
-                            f"{values.shape[0]} and {values.shape[1]}: rebuild both", index or folder)
-    return RaeModel(values, RaeSettings(lam, tau, b, retrieval), log_counts, search)
+FORMAT = 1  # settings.json's "format": a folder of another format is refused rather than misread
+SETTINGS_FILE = "settings.json"
+ENCODER_FOLDER = "encoder"
+CARD_FILE = "README.md"
+RERUN = "rerun the package stage"
 
 
 def save_model(model: RaeModel, folder: str | os.PathLike) -> None:
-    """Write `model` to `folder` atomically, as `load_model` reads it back: its search too, when it has one of
-    saved kinds (exact, HNSW or faiss indexes)."""
+    """Write `model` to `folder` atomically, as `load_model` reads it back: its search too, when it has one
+    (exact, HNSW or faiss indexes), its encoder and its labels when it has them."""
     settings = model.settings
     if settings.b is None:
-        raise ValueError("a saved model needs its b (RaeSettings.b): a folder's predictor retrieves b keys")
-    lam = settings.lam.fallback if settings.per_query else settings.lam
-    meta = {"lambda": lam, "tau": settings.tau, "b": settings.b, "query_lambda": settings.per_query,
+        raise ValueError("a saved model needs its b (RaeSettings.b): a folder's model retrieves b keys")
+    meta = {"format": FORMAT, "lambda": settings.lam.fallback if settings.per_query else settings.lam,
+            "query_lambda": settings.per_query, "tau": settings.tau, "b": settings.b,
             "retrieval": settings.retrieval.mode, "label_share": settings.retrieval.label_share,
-            "memory": {"prior": model.log_counts is not None},
-            "num_train": model.num_inputs, "num_labels": model.num_labels}
+            "prior": model.log_counts is not None, "input_fields": model.input_fields,
+            "input_max_len": None if model.encoder is None else model.encoder.max_len,
+            "ef_search": PAPER_EF_SEARCH, "about": dict(model.about)}
     with atomic_dir(folder) as tmp:
         sp.save_npz(tmp / VALUES_FILE, sp.csr_matrix(model.values))
         if model.log_counts is not None:  # the counts are integers: exp then rounding gives them back exactly
-            np.save(tmp / COUNTS_FILE, np.rint(np.exp(model.log_counts)).astype(np.int64))
+            save_array(tmp / COUNTS_FILE, np.rint(np.exp(model.log_counts)).astype(np.int64))
         if settings.per_query:
             write_json(tmp / QUERY_LAMBDA_FILE, settings.lam.to_json())
         if model.search is not None:
             meta["ef_search"] = _save_search(model.search, tmp)
+        if model.labels is not None:
+            (tmp / RECORDS_FILE).write_bytes(model.labels.lines[:])
+            save_array(tmp / OFFSETS_FILE, model.labels.offsets)
+        if model.encoder is not None:
+            model.encoder.save(tmp / ENCODER_FOLDER)
         write_json(tmp / SETTINGS_FILE, meta)
+        (tmp / CARD_FILE).write_text(model_card(model, meta), encoding="utf-8")
 
 
 def _save_search(search: JointSearch, folder: Path) -> int:
-    """Save both indexes of `search` as the folder's own (and the keys, if exact); returns their beam ef_search."""
+    """Save both indexes of `search` (an exact one with its keys); returns the beam ef_search of its graphs."""
     parts = (search.inputs, search.labels)
     for name, part in zip(INDEXED_KEY_SETS, parts):
         save_index(part, folder / name)
-    if all(isinstance(part, ExactIndex) for part in parts):
-        np.save(folder / KEYS_FILE, np.vstack([part.keys for part in parts]))
-    elif any(isinstance(part, ExactIndex) for part in parts):
-        raise ValueError("cannot save a search that mixes exact and graph indexes")
-    return getattr(search.inputs, "ef_search", PAPER_EF_SEARCH)
+        if isinstance(part, ExactIndex):
+            save_array(folder / name / KEYS_FILE, np.asarray(part.keys, dtype=np.float32))
+    return next((part.ef_search for part in parts if hasattr(part, "ef_search")), PAPER_EF_SEARCH)
+
+
+def load_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0) -> RaeModel:
+    """The RaeModel that `save_model` wrote into `folder`, its encoder on `device`; a folder that is not one,
+    or whose parts disagree, is a DataError naming the file (and key) and what to do."""
+    folder = Path(folder)
+    if not (folder / SETTINGS_FILE).is_file():
+        raise DataError(f"not a RAE model folder (no {SETTINGS_FILE}): {RERUN}", folder)
+    settings = read_settings(folder / SETTINGS_FILE)
+    values = load_sparse(folder / VALUES_FILE)
+    num_inputs, num_labels = values.shape
+    lam = settings["lambda"]
+    if settings["query_lambda"]:
+        path = folder / QUERY_LAMBDA_FILE
+        lam = read_query_lambda(path).check_settings(settings["tau"], settings["b"], path)
+    log_counts = None
+    if settings["prior"]:
+        log_counts = log_prior(True, load_array(folder / COUNTS_FILE))
+        _check_count(len(log_counts), num_inputs, "input keys", folder / COUNTS_FILE)
+    labels = None
+    if (folder / RECORDS_FILE).is_file():
+        labels = LabelRecords.open(folder)
+        _check_count(len(labels), num_labels, "labels", folder / RECORDS_FILE)
+    encoder = None
+    if (folder / ENCODER_FOLDER).is_dir():
+        if settings["input_max_len"] is None:
+            raise DataError(f"must be an integer >= 1 for the model's encoder, got null: {RERUN}",
+                            folder / SETTINGS_FILE, "input_max_len")
+        from transformers.utils import logging as transformers_logging
+
+        from ..encoder.text_encoder import TextEncoder  # imports torch: only a model with an encoder needs it
+
+        transformers_logging.disable_progress_bar()  # `raexmc predict` errors stay one line on stderr
+        encoder = TextEncoder.load(folder / ENCODER_FOLDER, device, "auto", settings["input_max_len"],
+                                   stage_output=True)
+    rae = RaeSettings(lam, settings["tau"], settings["b"], settings["retrieval"])
+    return RaeModel(values, rae, log_counts, _load_search(folder, values.shape, settings["ef_search"], threads),
+                    encoder, labels, settings["input_fields"], settings["about"])
+
+
+def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int) -> JointSearch | None:
+    """Both indexes of the folder, their beam at `ef_search`, each checked to hold as many keys as the values
+    have rows (inputs) and columns (labels); None where the folder holds neither."""
+    held = [folder / name for name in INDEXED_KEY_SETS if (folder / name).is_dir()]
+    if not held:
+        return None
+    if len(held) < len(INDEXED_KEY_SETS):
+        raise DataError(f"holds the index of {held[0].name} only, not both: {RERUN}", folder)
+    parts = []
+    for name, count, kind in zip(INDEXED_KEY_SETS, shape, ("input", "label")):
+        keys = folder / name / KEYS_FILE
+        part = load_index(folder / name, keys=load_array(keys) if keys.is_file() else None, ef_search=ef_search,
+                          threads=threads)
+        _check_count(part.count, count, f"{kind} keys", folder / name, f"{VALUES_FILE} has {count}")
+        parts.append(part)
+    return JointSearch(*parts)
+
+
+def _check_count(held: int, expected: int, what: str, path: Path, against: str | None = None) -> None:
+    if held != expected:
+        raise DataError(f"holds {held} {what}, {against or f'{VALUES_FILE} has {expected}'}: {RERUN}", path)
+
+
+def read_settings(path: Path) -> dict[str, Any]:
+    """settings.json's values, each checked (a DataError naming the file and the key otherwise); `retrieval`
+    becomes a RaeRetrieval."""
+    raw = read_json(path)
+    if not isinstance(raw, dict):
+        raise DataError(f"not a JSON object: {RERUN}", path)
+    if raw.get("format") != FORMAT:
+        raise DataError(f"format {raw.get('format')!r}, this code reads format {FORMAT}: {RERUN}", path, "format")
+
+    def checked(key: str, check: Callable[[Any], Any], what: str) -> Any:
+        if key not in raw:
+            raise DataError(f"lacks {key}: {RERUN}", path)
+        try:
+            return check(raw[key])
+        except (RaexmcError, TypeError, ValueError):
+            raise DataError(f"must be {what}, got {raw[key]!r}: {RERUN}", path, key) from None
+
+    settings = {"lambda": checked("lambda", check_lambda, "a number in [0, 1]"),
+                "query_lambda": checked("query_lambda", _boolean, "true or false"),
+                "tau": checked("tau", check_tau, "a finite number > 0"),
+                "b": checked("b", lambda b: positive_int(b, "b"), "an integer >= 1"),
+                "ef_search": checked("ef_search", lambda ef: positive_int(ef, "ef_search"), "an integer >= 1"),
+                "prior": checked("prior", _boolean, "true or false"),
+                "input_fields": checked("input_fields", lambda f: one_of(f, FIELDS, "input_fields"),
+                                        f"one of {', '.join(FIELDS)}"),
+                "input_max_len": checked("input_max_len", lambda n: n if n is None else positive_int(n, "max"),
+                                         "an integer >= 1 (null: no encoder)"),
+                "about": checked("about", _mapping, "a JSON object")}
+    mode = checked("retrieval", lambda mode: one_of(mode, RETRIEVALS, "retrieval"), f"one of {', '.join(RETRIEVALS)}")
+    settings["retrieval"] = checked("label_share", lambda share: RaeRetrieval(mode, share if share is None
+                                                                               else check_label_share(share)),
+                                    "a number in [0, 1] for a split retrieval, null for a joint one")
+    return settings
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(value)
+    return value
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(value)
+    return value

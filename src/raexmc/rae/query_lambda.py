@@ -51,7 +51,7 @@ def query_features(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix, tau:
     half scores it as high as its own favourite; 0: not at all, or a half is empty); ties between labels
     go to the smaller label id. A query with no valid key gets all zeros. Vectorised over queries.
     `parts`: RAE's two score halves of this retrieval at (tau, b) when the caller has them already
-    (the Predictor scores with them), which saves their sparse product.
+    (RaeModel scores with them), which saves their sparse product.
     """
     num_train, num_labels = Y_train.shape
     probs = key_probabilities(sims, ids, tau, num_train + num_labels, b)  # validates ids, sims, tau, b
