@@ -153,3 +153,22 @@ def test_a_store_that_fills_the_disk_while_logging_is_one_line(project, tmp_path
     assert proc.stderr.strip().splitlines()[-1] == (
         f"StorageError: {store}: the MLflow store cannot be used (database or disk is full): free some space and "
         "rerun; the pipeline's outputs do not depend on it")
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 16, b"SQLite format 3\x00" + bytes(range(256)) * 16])
+def test_serve_on_a_broken_store_is_one_line(tmp_path, monkeypatch, content):
+    """`raexmc serve` looked the alias up outside the store check the stages use: a store that is not a
+    database (its header, or past a good header) was a 276-line traceback."""
+    from typer.testing import CliRunner
+
+    from raexmc.cli import app
+
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(content)
+    store_at(store, monkeypatch)
+    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\npackage:\n  model_name: null\n  alias: candidate\n")
+    result = CliRunner().invoke(app, ["serve", "--params", str(tmp_path / "params.yaml")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    [line] = [line for line in result.stderr.strip().splitlines() if " INFO mlflow." not in line]
+    assert line.startswith(f"StorageError: {store}: the MLflow store cannot be used (file is not a database): "), line
+    assert f"mv {store} {store}.broken" in line

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from ..errors import RaexmcError
 from .request_schema import checked_request
 from .serving import RequestRefused
-from .tracking.run import tracking_uri
+from .tracking.run import readable_store, tracking_uri
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -26,7 +26,8 @@ def serve_model(model_uri: str, host: str, port: int) -> None:
     import uvicorn
 
     mlflow.set_tracking_uri(tracking_uri())
-    model = mlflow.pyfunc.load_model(model_uri)
+    with readable_store():  # the model's URI is resolved in the store, which may fail as for a stage
+        model = mlflow.pyfunc.load_model(model_uri)
     uvicorn.run(CheckedRequests(scoring_server.init(model)), host=host, port=port)
 
 

@@ -34,7 +34,7 @@ from ..memory.indexes import INDEXED_KEY_SETS
 from ..params import Params
 from ..rae.predictor import Predictor, index_key_sets_read
 from ..rae.queries import query_of
-from .tracking.run import tracking_uri
+from .tracking.run import from_the_store, readable_store, tracking_uri
 
 DEFAULT_K = 10
 # What the model's code imports (faiss: a compressed memory; ruamel.yaml: raexmc.params), beyond what these bring
@@ -98,13 +98,16 @@ def registered_name(p: Params, dataset: str) -> str:
 
 def registered_uri(model_name: str, alias: str) -> str:
     """models:/<name>@<alias>, once the tracking store says that alias points at a version; else DataError, so
-    that `raexmc serve` says what to run instead of the model server's traceback."""
-    client = mlflow.MlflowClient(tracking_uri())
-    try:
-        client.get_model_version_by_alias(model_name, alias)
-    except MlflowException:
-        raise DataError(f"no model registered as {model_name}@{alias}: run the package stage (package.register: "
-                        "true) or pass --name/--alias of a registered one", tracking_uri()) from None
+    that `raexmc serve` says what to run instead of the model server's traceback (or StorageError, where the
+    store itself cannot be read)."""
+    with readable_store():  # a store that cannot be read is one line, as for a stage
+        try:
+            mlflow.MlflowClient(tracking_uri()).get_model_version_by_alias(model_name, alias)
+        except MlflowException as exc:
+            if from_the_store(exc):
+                raise
+            raise DataError(f"no model registered as {model_name}@{alias}: run the package stage (package.register: "
+                            "true) or pass --name/--alias of a registered one", tracking_uri()) from None
     return f"models:/{model_name}@{alias}"
 
 

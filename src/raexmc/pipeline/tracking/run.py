@@ -72,11 +72,19 @@ def store_errors() -> Iterator[None]:
     except SQLAlchemyError as exc:
         raise _store_error(_first_line(exc)) from None
     except MlflowException as exc:
-        if not isinstance(exc.__cause__, SQLAlchemyError):
+        if not from_the_store(exc):
             raise
         raise _store_error(_first_line(exc.__cause__)) from None
     finally:
         db_log.setLevel(level)
+
+
+def from_the_store(exc: BaseException) -> bool:
+    """Whether MLflow raised `exc` because the store failed (SQLAlchemy's error is its cause), not to say
+    what the store holds or lacks."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return isinstance(exc.__cause__, SQLAlchemyError)
 
 
 def _first_line(exc: Exception) -> str:
