@@ -12,6 +12,7 @@ the one line `raexmc predict` would print as its "message".
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -23,7 +24,7 @@ import mlflow
 import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
-from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
 from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 from packaging.version import Version
 
@@ -33,10 +34,13 @@ from ..errors import DataError, RaexmcError
 from ..memory.indexes import INDEXED_KEY_SETS
 from ..params import Params
 from ..rae.predictor import Predictor, index_key_sets_read
-from ..rae.queries import query_of
+from ..rae.queries import checked_k, query_of
 from .tracking.run import from_the_store, readable_store, tracking_uri
 
 DEFAULT_K = 10
+# The most records one request may hold. One request is scored on the server's cores while MLflow's scoring
+# timeout (60 s) runs: 5,000 records took 53.8 s on 2 cores (issue 50), so 1,000 take about 11 s there.
+MAX_RECORDS = 1000
 # What the model's code imports (faiss: a compressed memory; ruamel.yaml: raexmc.params), beyond what these bring
 REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow", "ruamel.yaml")
 SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False) for column in ("text", "title", "content")]),
@@ -44,17 +48,18 @@ SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=Fal
 
 
 class RequestRefused(MlflowException):
-    """A bad request, answered 400 with our one line as its "message".
+    """A request answered with our one line as its "message": 400 for a bad request (INVALID_PARAMETER_VALUE),
+    or 500 for a model whose files fail while it scores (`error_code` INTERNAL_ERROR).
 
-    MLflow's scoring server answers an MlflowException a model raises with its HTTP status (400 for
-    INVALID_PARAMETER_VALUE), but first prefixes its message with the whole input table; any other
-    exception becomes a generic message with a stack trace. So the message here keeps the line it
-    was made with: the client reads the reason, not its own request echoed back.
+    MLflow's scoring server answers an MlflowException a model raises with its HTTP status, but first
+    prefixes its message with the whole input table; any other exception becomes a generic message with a
+    stack trace. So the message here keeps the line it was made with: the client reads the reason, not its
+    own request echoed back.
     """
 
-    def __init__(self, error: RaexmcError):
+    def __init__(self, error: RaexmcError, error_code: int = INVALID_PARAMETER_VALUE):
         self.reason = error.one_line()
-        super().__init__(self.reason, error_code=INVALID_PARAMETER_VALUE)
+        super().__init__(self.reason, error_code=error_code)
 
     @property
     def message(self) -> str:
@@ -66,29 +71,53 @@ class RequestRefused(MlflowException):
 
 
 class RaexmcModel(mlflow.pyfunc.PythonModel):
-    """Loads a Predictor from the model's artifacts and answers a table of texts with labels."""
+    """Loads a Predictor from the model's artifacts and answers a table of texts with labels.
+
+    What the request gets wrong (no text, k out of range, too many records) is answered 400; what fails
+    once the request has passed those checks is the model's own (a damaged file of its folder): 500, in one
+    line, its traceback on the server's log only."""
+
+    max_records = MAX_RECORDS  # `raexmc serve --max-records` sets it for the model it serves
 
     def load_context(self, context) -> None:
         artifacts = context.artifacts
+        self.folder = Path(artifacts["memory"]).parent
         self.predictor = Predictor(artifacts["encoder"], artifacts.get("index"), artifacts["memory"])
 
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         try:
-            k = (params or {}).get("k", DEFAULT_K)
-            if k == DEFAULT_K:  # the signature's default (MLflow fills it in): every label of a smaller model
-                k = min(k, len(self.predictor.labels))
-            return self.answer(model_input, k)
+            queries, k = self.request(model_input, (params or {}).get("k", DEFAULT_K))
         except RaexmcError as error:
             raise RequestRefused(error) from None
+        try:
+            results, _ = self.predictor.predict(queries, k)
+        except RaexmcError as error:
+            raise RequestRefused(error, INTERNAL_ERROR) from None
+        except Exception as error:  # the server's boundary: the traceback goes to its log, not to the client
+            logging.getLogger(__name__).exception("scoring failed")
+            fault = DataError(f"the model failed while scoring ({_first_line(error)}): its files may be damaged: "
+                              "rerun the package stage", self.folder)
+            raise RequestRefused(fault, INTERNAL_ERROR) from None
+        return pd.DataFrame({"text": [self.predictor.query_text(query) for query in queries], "labels": results})
 
-    def answer(self, model_input: pd.DataFrame, k: object) -> pd.DataFrame:
+    def request(self, model_input: pd.DataFrame, k: object) -> tuple[list, int]:
+        """The queries and k of a request, checked (DataError, ConfigError)."""
         # MLflow drops the columns the signature lacks, and with them every row of a request that has
         # neither "text" nor "title": an empty table is such a request (or one with no records)
         if model_input.empty:
             raise DataError('no query: each record needs a "text" (or "title") string', "request")
+        if len(model_input) > self.max_records:
+            raise DataError(f"{len(model_input):,} records, over the limit of {self.max_records:,} per request "
+                            "(raexmc serve --max-records): send them in smaller requests", "request")
+        if k == DEFAULT_K:  # the signature's default (MLflow fills it in): every label of a smaller model
+            k = min(k, len(self.predictor.labels))
         queries = [query_of(row, "request", number) for number, row in enumerate(model_input.to_dict("records"))]
-        results, _ = self.predictor.predict(queries, k)
-        return pd.DataFrame({"text": [self.predictor.query_text(query) for query in queries], "labels": results})
+        return queries, checked_k(k, len(self.predictor.labels))
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def registered_name(p: Params, dataset: str) -> str:
