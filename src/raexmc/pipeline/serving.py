@@ -39,7 +39,7 @@ from .tracking.run import from_the_store, readable_store, tracking_uri
 
 DEFAULT_K = 10
 # The most records one request may hold. One request is scored on the server's cores while MLflow's scoring
-# timeout (60 s) runs: 5,000 records took 53.8 s on 2 cores (issue 50), so 1,000 take about 11 s there.
+# timeout (60 s) runs: 5,000 records took 53.8 s on 2 cores (measured 2026-11-28), so 1,000 take about 11 s there.
 MAX_RECORDS = 1000
 # What the model's code imports (faiss: a compressed memory; ruamel.yaml: raexmc.params), beyond what these bring
 REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow", "ruamel.yaml")
