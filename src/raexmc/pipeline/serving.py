@@ -6,8 +6,9 @@ package's code, registered under a name and an alias, so that
 Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}});
 a record may give "title" and "content" instead of "text", joined by the training inputs' recipe.
 Answer: {"predictions": [{"text": "...", "labels": [{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}.
-A bad request (no "text"/"title", an empty text, k outside 1..number of labels) is answered 400 with
-the one line `raexmc predict` would print as its "message".
+A bad request (no "text"/"title", an empty text, k outside 1..number of labels, more than MAX_RECORDS
+records) is answered 400 with the one line `raexmc predict` would print as its "message"; a model whose
+own files fail while it scores, 500 with one line.
 """
 
 from __future__ import annotations
