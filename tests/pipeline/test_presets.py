@@ -111,6 +111,6 @@ def test_a_preset_that_is_not_a_mapping_is_one_line_naming_it(value, tmp_path):
     yaml.dump(tree, tmp_path / "params.yaml")
     result = CliRunner().invoke(app, ["preset", "mine", "--params", str(tmp_path / "params.yaml")])
     assert result.exit_code == 2
-    assert result.output.strip().splitlines() == [
+    assert result.output.strip().splitlines() == [(
         f"ConfigError: {tmp_path / 'params.yaml'}:presets.mine: a preset must be a mapping of settings "
-        f"(key: value), got {type(value).__name__}"]
+        f"(key: value), got {type(value).__name__}")]
