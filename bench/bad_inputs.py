@@ -52,6 +52,7 @@ class Case:
     run: Callable[[Project], Outcome]
     names: str                # the substring the one line must carry (file, record or key)
     expect_failure: bool = True
+    http_status: int = 400    # what a failing server case must be answered with
 
 
 class Project:
@@ -383,7 +384,7 @@ def serve_requests(project: Project) -> dict[str, Outcome]:
                   "serve-empty-text": {"dataframe_records": [{"text": ""}]},
                   "serve-k-zero": {"dataframe_records": [{"text": "python"}], "params": {"k": 0}},
                   "serve-k-huge": {"dataframe_records": [{"text": "python"}], "params": {"k": 200000000}},
-                  **REQUEST_SCHEMA_BODIES}
+                  **REQUEST_SCHEMA_BODIES, **LIMIT_BODIES}
         return {name: post(base + "/invocations", body) for name, body in bodies.items()}
     finally:
         os.killpg(server.pid, 15)
@@ -514,6 +515,74 @@ PROBE_50_CASES = [
          "last.pt"),
     Case("label-records-garbled", "predict", "predict with line 3 of label_records.jsonl garbled, its size kept",
          garbled_label_record, "label_records.jsonl:3")]
+# Faults that were a traceback (encoder weights cut short, a preset that is not a mapping, an output folder this
+# user may not write, serve on a corrupt store, the store filling the disk while a stage logs), and serve's limits
+# on one request: a body over 1 MiB (413) and more than 1,000 records (400).
+DENIED = Path("/sys/raexmc-denied")  # sysfs: even root may not create anything there
+
+
+def preset_not_a_mapping(project: Project) -> Outcome:
+    params = project.params(project.fresh("preset-list"), **{"presets.mine": ["a", "b"]})
+    return project.run([PYTHON, "-m", "raexmc.cli", "preset", "mine", "--params", str(params)])
+
+
+def output_denied(project: Project) -> Outcome:
+    if not Path("/sys/kernel").is_dir():
+        return Outcome(-1, "skipped: needs sysfs, where even root may not write", False)
+    return project.stage("download", project.params(project.fresh("denied")), out=DENIED / "data")
+
+
+def serve_on_corrupt_store(project: Project) -> Outcome:
+    store = project.fresh("serve-store") / "mlflow.db"
+    store.write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+    with socket_port() as port:
+        return project.run([PYTHON, "-m", "raexmc.cli", "serve", "--port", str(port)],
+                           env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}"})
+
+
+def store_fills_while_logging(project: Project) -> Outcome:
+    """The project's store copied onto a 2 MiB tmpfs that is then filled: the download stage runs, and logging
+    its metrics fails. Its output is whole (renamed into place before the log), so it is not counted as left."""
+    folder = project.fresh("store-fills")
+    small = folder / "small"
+
+    def run() -> Outcome:
+        store = small / "mlflow.db"
+        shutil.copy(project.root / "mlflow.db", store)
+        with open(small / "filler", "wb") as filler:
+            try:
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+            except OSError:
+                pass
+        outcome = project.run([PYTHON, "stages/download.py", "--params", str(project.params(folder)), "--out",
+                               str(folder / "data")], env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}"})
+        for path in small.iterdir():  # the store and its filler: no output of the stage's
+            path.unlink()
+        return outcome
+    return on_small_tmpfs(small, "2m", run)
+
+
+LIMIT_BODIES = {"serve-body-too-large": {"dataframe_records": [{"text": "python " * 160000}]},
+                "serve-too-many-records": {"dataframe_records": [{"text": "python"}] * 1001}}
+
+ONE_LINE_FAULT_CASES = [
+    Case("encoder-weights-cut", "embed", "the model folder's model.safetensors cut in half (embed)",
+         lambda p: stage_with(p, "embed", "weights-cut", {"model": truncate("model.safetensors")}),
+         "model.safetensors"),
+    Case("preset-not-mapping", "preset", "raexmc preset of a preset written as a list", preset_not_a_mapping,
+         "presets.mine"),
+    Case("output-denied", "download", "download --out under /sys (EPERM/EACCES/EROFS, even for root)",
+         output_denied, str(DENIED)),
+    Case("store-corrupt-serve", "serve", "raexmc serve with mlflow.db past its header random bytes",
+         serve_on_corrupt_store, "mlflow.db"),
+    Case("store-full-logging", "download", "the MLflow store fills its disk while the stage logs (2 MiB tmpfs)",
+         store_fills_while_logging, "free some space"),
+    Case("serve-body-too-large", "serve", "serve a 1.1 MB body (limit 1 MiB)", None, "--max-body-bytes",
+         http_status=413),
+    Case("serve-too-many-records", "serve", "serve 1,001 records (limit 1,000)", None, "--max-records")]
+
 
 def cases() -> list[Case]:
     return [
@@ -635,7 +704,7 @@ def cases() -> list[Case]:
         Case("killed-stage-run-cache", "dvc repro", "evaluate killed mid-write, then restored from DVC's run cache: "
              "no temp may stay", killed_then_restored, "", expect_failure=False),
     ] + [Case(name, "serve", name.replace("-", " "), None, key)  # type: ignore[arg-type]
-         for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES
+         for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES
 
 
 def verdict(case: Case, outcome: Outcome) -> str:
@@ -645,7 +714,8 @@ def verdict(case: Case, outcome: Outcome) -> str:
         success = outcome.code in (0, 200) and case.names in outcome.last_line  # a server's answer: its label counts
         return "ok" if success and not outcome.traceback and not outcome.output_left else "FAIL"
     if case.name.startswith("serve-"):
-        return "ok" if outcome.code == 400 and case.names in outcome.last_line and not outcome.traceback else "FAIL"
+        right = outcome.code == case.http_status and case.names in outcome.last_line
+        return "ok" if right and not outcome.traceback else "FAIL"
     one_line = outcome.code not in (0,) and not outcome.traceback and case.names in outcome.last_line
     return "ok" if one_line and not outcome.output_left else "FAIL"
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 
-from conftest import REPO
+from conftest import REPO, make_lf_folder
 
 STAGES = sorted(p.name for p in (REPO / "stages").glob("*.py"))
 
@@ -37,6 +39,29 @@ def test_stage_user_error_is_one_line_exit_2(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("ConfigError: ")
     assert "unknown dataset 'nope'" in proc.stderr
     assert not (tmp_path / "data").exists()
+
+
+# Where even root may not write: sysfs refuses to create a file or folder at its top (EPERM, EACCES, or EROFS where
+# it is mounted read-only, as in most containers). chmod would not do: the tests run as root, which bypasses it.
+DENIED = Path("/sys/raexmc-denied")
+
+
+@pytest.mark.skipif(not Path("/sys/kernel").is_dir(), reason="needs sysfs, where even root may not write")
+def test_a_denied_output_folder_is_one_line_naming_it(tmp_path):
+    """A stage whose --out may not be written (permissions, a read-only file system) ended in a traceback:
+    user_errors mapped only a full disk. Now one line naming the path, exit 2."""
+    yaml = YAML()
+    params = yaml.load(REPO / "params.yaml")
+    params["data"]["name"], params["datasets"]["tiny"] = "tiny", {"source": "local", "path": str(make_lf_folder(
+        tmp_path / "lf"))}
+    yaml.dump(params, tmp_path / "params.yaml")
+    proc = run(sys.executable, str(REPO / "stages/download.py"), "--out", str(DENIED / "data"), cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]  # MLflow's INFO lines, creating the store, may come first
+    assert line.startswith(f"StorageError: {DENIED}: "), line
+    assert line.endswith(": give this user access to it, or write the outputs where this user may write (not on a "
+                         "file system mounted read-only), and rerun"), line
+    assert not DENIED.exists()
 
 
 def test_preset_prints_the_experiment_command():

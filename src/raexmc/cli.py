@@ -138,8 +138,11 @@ def serve(name: str = NAME,
           alias: str = typer.Option(None, help="Registered model alias (default: package.alias in params.yaml)."),
           host: str = typer.Option("127.0.0.1", help="Address to listen on."),
           port: int = typer.Option(5001, min=1, max=65535, help="Port to listen on."),
+          max_body_bytes: int = typer.Option(1 << 20, min=1, help="Largest request body read (larger: 413)."),
+          max_records: int = typer.Option(1000, min=1, help="Most records in one request (more: 400)."),
           params: Path = PARAMS) -> None:
-    """Serve the registered predictor over HTTP (MLflow's scoring server, each request checked first)."""
+    """Serve the registered predictor over HTTP (MLflow's scoring server, each request checked first). The
+    default limits keep one request well inside MLflow's 60 s scoring timeout on 2 cores (docs/reliability.md)."""
     with user_errors(params):
         from .pipeline.server import serve_model
         from .pipeline.serving import registered_name, registered_uri
@@ -148,7 +151,7 @@ def serve(name: str = NAME,
         model_name = registered_name(p, name or p.typed("data.name", str))
         uri = registered_uri(model_name, alias or p.typed("package.alias", str))
         typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)
-        serve_model(uri, host, port)
+        serve_model(uri, host, port, max_body_bytes, max_records)
 
 
 @app.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import attention_without_cudnn, load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
-from raexmc.errors import ConfigError
+from raexmc.errors import ConfigError, DataError
 
 
 def test_a_plain_models_vector_is_a_normalised_masked_mean(tiny_model):
@@ -216,6 +217,37 @@ def test_embed_stage_names_a_missing_or_broken_model_folder(tmp_path, tiny_model
     line = last_line_only_error(stage.stderr)
     assert line.startswith(f"DataError: {model}: ") and line.endswith("rerun the stage that writes it"), line
     assert not (tmp_path / "embeddings").exists()
+
+
+def cut_weights(tiny_model: Path, folder: Path, weights: str, keep: int) -> Path:
+    """A copy of the tiny encoder whose weights, as `weights` (safetensors, or torch.save's .bin), keep only
+    their first `keep` bytes (-1: all but the last byte): a copy or a save cut short."""
+    shutil.copytree(tiny_model, folder)
+    if weights == "pytorch_model.bin":
+        torch.save(load_encoder(str(tiny_model)).transformer.state_dict(), folder / weights)
+        (folder / "model.safetensors").unlink()
+    data = (folder / weights).read_bytes()
+    (folder / weights).write_bytes(data[:keep])
+    return folder / weights
+
+
+@pytest.mark.parametrize("keep", [0, 8, 4096, -1])
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_cut_encoder_weights_are_one_line_naming_the_file(tmp_path, tiny_model, weights, keep):
+    """safetensors' SafetensorError and torch.load's errors (a cut zip archive or pickle) went past the
+    load check as a traceback in predict, serve and embed. Now: the weights file named, and what writes it;
+    as encoder.name (not a stage's output), a ConfigError naming the key and the file."""
+    path = cut_weights(tiny_model, tmp_path / "model", weights, keep)
+    with pytest.raises(DataError) as damaged:
+        load_encoder(str(tmp_path / "model"), stage_output=True)
+    line = damaged.value.one_line()
+    assert line.startswith(f"DataError: {path}: cannot read the encoder's weights (") and "\n" not in line, line
+    assert line.endswith("re-export the encoder: rerun the train stage, which writes it"), line
+    with pytest.raises(ConfigError) as configured:
+        load_encoder(str(tmp_path / "model"))
+    line = configured.value.one_line()
+    assert line.startswith(f"ConfigError: params.yaml:encoder.name: cannot read the encoder's weights {path} ("), line
+    assert "\n" not in line
 
 
 def broken_encoder(tiny_model: Path, folder: Path, value: float) -> Path:

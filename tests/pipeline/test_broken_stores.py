@@ -128,3 +128,47 @@ def test_a_store_on_a_full_disk_is_one_line(project, monkeypatch):
     assert line.startswith(f"StorageError: {store}: the MLflow store cannot be used (database or disk is full)")
     assert "free some space and rerun" in line
     assert not (project / "data" / "tiny").exists()
+
+
+def test_a_store_that_fills_the_disk_while_logging_is_one_line(project, tmp_path, monkeypatch):
+    """A real store with its tables, copied onto a small disk that is then filled: the stage runs, and the
+    store fails when the metrics are logged. MLflow logs the SQLAlchemy error with its traceback and raises
+    it again as an MlflowException, which went past the store check: 589 lines."""
+    prefix = small_filesystem("2m")
+    if prefix is None:
+        pytest.skip("no user namespaces here to mount a small filesystem in")
+    whole = tmp_path / "whole.db"
+    store_at(whole, monkeypatch)
+    assert download(project, tmp_path / "first").returncode == 0
+    full = project / "full"
+    full.mkdir()
+    store = full / "mlflow.db"
+    store_at(store, monkeypatch)
+    fill = 'cp "$1" "$0/mlflow.db" && { dd if=/dev/zero of="$0/filler" bs=4k 2>/dev/null; shift; exec "$@"; }'
+    proc = subprocess.run([*prefix, str(full), "sh", "-c", fill, str(full), str(whole),
+                           *download_command(project / "data" / "tiny")], cwd=project, capture_output=True,
+                          text=True)
+    assert "Traceback" not in proc.stderr and " ERROR mlflow." not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2  # after the stage's own summary line: it ran, then logging its metrics failed
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"StorageError: {store}: the MLflow store cannot be used (database or disk is full): free some space and "
+        "rerun; the pipeline's outputs do not depend on it")
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 16, b"SQLite format 3\x00" + bytes(range(256)) * 16])
+def test_serve_on_a_broken_store_is_one_line(tmp_path, monkeypatch, content):
+    """`raexmc serve` looked the alias up outside the store check the stages use: a store that is not a
+    database (its header, or past a good header) was a 276-line traceback."""
+    from typer.testing import CliRunner
+
+    from raexmc.cli import app
+
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(content)
+    store_at(store, monkeypatch)
+    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\npackage:\n  model_name: null\n  alias: candidate\n")
+    result = CliRunner().invoke(app, ["serve", "--params", str(tmp_path / "params.yaml")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    [line] = [line for line in result.stderr.strip().splitlines() if " INFO mlflow." not in line]
+    assert line.startswith(f"StorageError: {store}: the MLflow store cannot be used (file is not a database): "), line
+    assert f"mv {store} {store}.broken" in line

@@ -96,3 +96,21 @@ def test_weights_are_on_disk_in_a_folder_the_packaged_wheel_or_the_cache(tmp_pat
     assert weights_on_disk("distilbert-base-uncased")
     (cache / "models--distilbert-base-uncased" / "snapshots" / "0123abcd" / "model.safetensors").unlink()
     assert not weights_on_disk("distilbert-base-uncased")  # a config without weights is not a model
+
+
+@pytest.mark.parametrize("value", [["a", "b"], 5, None])
+def test_a_preset_that_is_not_a_mapping_is_one_line_naming_it(value, tmp_path):
+    """A preset written as a list, a number or nothing was an AttributeError traceback from flatten."""
+    from typer.testing import CliRunner
+
+    from raexmc.cli import app
+
+    yaml = YAML()
+    tree = yaml.load(REPO / "params.yaml")
+    tree["presets"]["mine"] = value
+    yaml.dump(tree, tmp_path / "params.yaml")
+    result = CliRunner().invoke(app, ["preset", "mine", "--params", str(tmp_path / "params.yaml")])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [(
+        f"ConfigError: {tmp_path / 'params.yaml'}:presets.mine: a preset must be a mapping of settings "
+        f"(key: value), got {type(value).__name__}")]

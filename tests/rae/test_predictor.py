@@ -267,6 +267,19 @@ def test_predict_cli_default_k_is_every_label_of_a_small_model(cli):
     assert cli("perl", "-k", "6").exit_code == 2
 
 
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predict_names_cut_encoder_weights_in_one_line(cli, built):
+    """A model folder whose weights were cut short (a copy or a save that stopped) was a traceback from
+    safetensors: now exit 2, one line naming the file and what writes it."""
+    weights = built / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:4096])
+    result = cli("perl")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"DataError: {weights}: cannot read the encoder's weights (Error while deserializing "), line
+    assert line.endswith("): re-export the encoder: rerun the train stage, which writes it"), line
+
+
 NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text has
 
 

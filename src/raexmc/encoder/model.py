@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import pickle
 from pathlib import Path
 
 from ..errors import PARAMS_FILE, ConfigError, DataError
@@ -76,20 +77,44 @@ def load_tokenizer(name: str, stage_output: bool = False):
     return tokenizer
 
 
-def load_checked(loader, name: str, what: str, stage_output: bool):
+def load_checked(loader, name: str, what: str, stage_output: bool, reads_weights: bool = False):
     """`loader` applied to encoder `name`; a failure is one line: a ConfigError about encoder.name, or with
     `stage_output` (`name` is a folder a stage wrote: the train stage's model, a package's copy) a DataError
-    naming that folder."""
+    naming that folder. With `reads_weights`, a weights file that cannot be read (cut short, overwritten) is
+    named by itself: safetensors and torch.load raise their own errors, not OSError."""
     if stage_output and not Path(name).is_dir():
         raise DataError(f"{what} folder not found: rerun the stage that writes it", name)
+    damaged = unreadable_weights() if reads_weights else ()
     try:
         return loader(resolve_encoder(name))
+    except damaged as exc:
+        weights, reason = weights_file(resolve_encoder(name)), _first_line(exc).split(". ")[0]
+        if stage_output:
+            raise DataError(f"cannot read the encoder's weights ({reason}): re-export the encoder: rerun the train "
+                            "stage, which writes it", weights) from None
+        raise ConfigError(f"cannot read the encoder's weights {weights} ({reason}): copy or download the model "
+                          "again", PARAMS_FILE, "encoder.name") from None
     except (OSError, ValueError) as exc:
         if stage_output:
             raise DataError(f"cannot load the {what} ({_first_line(exc)}): rerun the stage that writes it",
                             name) from None
         raise ConfigError(f"cannot load the {what} of '{name}': {_first_line(exc)}", PARAMS_FILE,
                           "encoder.name") from None
+
+
+def unreadable_weights() -> tuple[type[Exception], ...]:
+    """What reading a damaged weights file raises: safetensors' SafetensorError, or torch.load's errors for a
+    .bin (a zip archive cut short: RuntimeError; an empty or cut pickle: EOFError, UnpicklingError)."""
+    from safetensors import SafetensorError
+
+    return SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError
+
+
+def weights_file(folder: str) -> str:
+    """The weights file transformers reads from model folder `folder` (the first of WEIGHT_FILES it holds); the
+    folder itself where it holds none (a hub name)."""
+    found = [Path(folder) / name for name in WEIGHT_FILES if (Path(folder) / name).is_file()]
+    return str(found[0]) if found else folder
 
 
 # Settings of the Python tokenizer that change the ids (see RightPaddedTokenizer), with the values that leave them

@@ -86,7 +86,7 @@ def load_encoder(name: str, device: str = "cpu", stage_output: bool = False) -> 
     model.load_checked."""
     from transformers import AutoModel
 
-    transformer = load_checked(AutoModel.from_pretrained, name, "encoder", stage_output)
+    transformer = load_checked(AutoModel.from_pretrained, name, "encoder", stage_output, reads_weights=True)
     modules = read_modules(resolve_encoder(name), transformer.config.hidden_size)
     if modules.source is None:
         _note_once(f"encoder '{name}' has no sentence-transformers modules.json: mean pooling, as the paper")

@@ -21,6 +21,9 @@ def preset_values(p: Params, name: str) -> dict[str, Any]:
     presets = p.section("presets")
     if name not in presets:
         raise ConfigError(f"unknown preset '{name}' (known: {', '.join(presets)})", p.path, "presets")
+    if not isinstance(presets[name], dict):
+        raise ConfigError(f"a preset must be a mapping of settings (key: value), got {type(presets[name]).__name__}",
+                          p.path, f"presets.{name}")
     return flatten(presets[name])
 
 

@@ -2,6 +2,9 @@
 against the declared request schema first (request_schema), since the scoring server alone drops the
 names it does not know. The model is loaded into this process, so it runs this environment's raexmc
 code, as `raexmc predict` does (`mlflow models serve` runs the copy the model carries, unchecked).
+
+One request's cost is bounded: its body's size (413 past the limit, read no further) and its number of records
+(400, RaexmcModel.request), so that one request stays well inside MLflow's scoring timeout.
 """
 
 from __future__ import annotations
@@ -13,60 +16,93 @@ import mlflow
 from mlflow.pyfunc import scoring_server
 from starlette.responses import Response
 
-from ..errors import RaexmcError
-from .request_schema import checked_request
-from .serving import RequestRefused
-from .tracking.run import tracking_uri
+from ..errors import DataError, RaexmcError
+from .request_schema import SOURCE, checked_request
+from .serving import MAX_RECORDS, RequestRefused
+from .tracking.run import readable_store, tracking_uri
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
-def serve_model(model_uri: str, host: str, port: int) -> None:
-    """Load `model_uri` from the tracking store and answer on host:port until interrupted."""
+MAX_BODY_BYTES = 1 << 20
+"""The largest request body `raexmc serve` reads by default: 1 MiB, about 1 KiB for each of MAX_RECORDS records
+(a query longer than the encoder's token limit is cut there anyway)."""
+
+
+def serve_model(model_uri: str, host: str, port: int, max_body_bytes: int = MAX_BODY_BYTES,
+                max_records: int = MAX_RECORDS) -> None:
+    """Load `model_uri` from the tracking store and answer on host:port until interrupted, refusing a body over
+    `max_body_bytes` (413) or a request of more than `max_records` records (400)."""
     import uvicorn
 
     mlflow.set_tracking_uri(tracking_uri())
-    model = mlflow.pyfunc.load_model(model_uri)
-    uvicorn.run(CheckedRequests(scoring_server.init(model)), host=host, port=port)
+    with readable_store():  # the model's URI is resolved in the store, which may fail as for a stage
+        model = mlflow.pyfunc.load_model(model_uri)
+    model.unwrap_python_model().max_records = max_records
+    uvicorn.run(CheckedRequests(scoring_server.init(model), max_body_bytes), host=host, port=port)
+
+
+class BodyTooLarge(DataError):
+    """A request body over the server's limit: answered 413."""
 
 
 class CheckedRequests:
-    """ASGI middleware: a JSON POST to /invocations reaches `app` as `checked_request` rewrites it, or is
-    answered 400 with its one line, in the JSON the scoring server gives a request the model refuses."""
+    """ASGI middleware: a POST to /invocations is read up to `max_body_bytes` (a larger body is answered 413
+    without reading the rest); a JSON one reaches `app` as `checked_request` rewrites it, or is answered 400 with
+    its one line, in the JSON the scoring server gives a request the model refuses."""
 
-    def __init__(self, app: Callable[..., Awaitable[None]]):
-        self.app = app
+    def __init__(self, app: Callable[..., Awaitable[None]], max_body_bytes: int = MAX_BODY_BYTES):
+        self.app, self.max_body_bytes = app, max_body_bytes
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Callable) -> None:
-        if not is_json_invocation(scope):
+        if not is_invocation(scope):
             await self.app(scope, receive, send)
             return
         try:
-            body = checked_request(await whole_body(receive))
+            body = await bounded_body(scope, receive, self.max_body_bytes)
+            if media_type(scope) == "application/json":  # as the scoring server reads it
+                body = checked_request(body)
         except RaexmcError as error:
             refused = RequestRefused(error)
-            answer = Response(refused.serialize_as_json(), refused.get_http_status_code(), media_type="application/json")
-            await answer(scope, receive, send)
+            status = 413 if isinstance(error, BodyTooLarge) else refused.get_http_status_code()
+            await Response(refused.serialize_as_json(), status, media_type="application/json")(scope, receive, send)
             return
-        headers = [(name, value) for name, value in scope["headers"] if name != b"content-length"]
+        headers = [(name, value) for name, value in scope["headers"]
+                   if name not in (b"content-length", b"transfer-encoding")]
         scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
         await self.app(scope, replay(body, receive), send)
 
 
-def is_json_invocation(scope: dict[str, Any]) -> bool:
-    if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/invocations":
-        return False
+def is_invocation(scope: dict[str, Any]) -> bool:
+    return scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/invocations"
+
+
+def media_type(scope: dict[str, Any]) -> str:
+    """The request's media type, without its parameters: "application/json; charset=utf-8" is JSON too."""
     content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
-    return content_type.split(";")[0].strip() == "application/json"  # as the scoring server reads it
+    return content_type.split(";")[0].strip()
 
 
-async def whole_body(receive: Receive) -> bytes:
-    chunks = []
+async def bounded_body(scope: dict[str, Any], receive: Receive, limit: int) -> bytes:
+    """The request body, or BodyTooLarge as soon as it is known to exceed `limit` bytes: from its
+    Content-Length before reading any, or while reading a body that comes in chunks without one."""
+    declared = dict(scope["headers"]).get(b"content-length", b"")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large(f"{int(declared):,} bytes", limit)
+    chunks, size = [], 0
     while True:
         message = await receive()
         chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > limit:
+            raise too_large(f"over {limit:,} bytes", limit)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def too_large(size: str, limit: int) -> BodyTooLarge:
+    return BodyTooLarge(f"the body is {size}, over the limit of {limit:,} bytes per request (raexmc serve "
+                        "--max-body-bytes): send fewer records per request", SOURCE)
 
 
 def replay(body: bytes, receive: Receive) -> Receive:

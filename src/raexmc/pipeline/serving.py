@@ -5,12 +5,14 @@
 Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}});
 a record may give "title" and "content" instead of "text", joined by the training inputs' recipe.
 Answer: {"predictions": [{"text": "...", "labels": [{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}.
-A bad request (no "text"/"title", an empty text, k outside 1..number of labels) is answered 400 with
-the one line `raexmc predict` would print as its "message".
+A bad request (no "text"/"title", an empty text, k outside 1..number of labels, more than MAX_RECORDS
+records) is answered 400 with the one line `raexmc predict` would print as its "message"; a model whose
+own files fail while it scores, 500 with one line.
 """
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import mlflow
 import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
-from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
 from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 from packaging.version import Version
 
@@ -28,10 +30,13 @@ import raexmc
 from ..errors import DataError, RaexmcError
 from ..params import Params
 from ..rae.model import RaeModel
-from ..rae.queries import query_of
-from .tracking.run import tracking_uri
+from ..rae.queries import checked_k, query_of
+from .tracking.run import from_the_store, readable_store, tracking_uri
 
 DEFAULT_K = 10
+# The most records one request may hold. One request is scored on the server's cores while MLflow's scoring
+# timeout (60 s) runs: 5,000 records took 53.8 s on 2 cores (measured 2026-11-28), so 1,000 take about 11 s there.
+MAX_RECORDS = 1000
 # What the model's code imports (faiss: a compressed memory; ruamel.yaml: raexmc.params), beyond what these bring
 REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow", "ruamel.yaml")
 SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False) for column in ("text", "title", "content")]),
@@ -39,17 +44,18 @@ SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=Fal
 
 
 class RequestRefused(MlflowException):
-    """A bad request, answered 400 with our one line as its "message".
+    """A request answered with our one line as its "message": 400 for a bad request (INVALID_PARAMETER_VALUE),
+    or 500 for a model whose files fail while it scores (`error_code` INTERNAL_ERROR).
 
-    MLflow's scoring server answers an MlflowException a model raises with its HTTP status (400 for
-    INVALID_PARAMETER_VALUE), but first prefixes its message with the whole input table; any other
-    exception becomes a generic message with a stack trace. So the message here keeps the line it
-    was made with: the client reads the reason, not its own request echoed back.
+    MLflow's scoring server answers an MlflowException a model raises with its HTTP status, but first
+    prefixes its message with the whole input table; any other exception becomes a generic message with a
+    stack trace. So the message here keeps the line it was made with: the client reads the reason, not its
+    own request echoed back.
     """
 
-    def __init__(self, error: RaexmcError):
+    def __init__(self, error: RaexmcError, error_code: int = INVALID_PARAMETER_VALUE):
         self.reason = error.one_line()
-        super().__init__(self.reason, error_code=INVALID_PARAMETER_VALUE)
+        super().__init__(self.reason, error_code=error_code)
 
     @property
     def message(self) -> str:
@@ -61,28 +67,52 @@ class RequestRefused(MlflowException):
 
 
 class RaexmcModel(mlflow.pyfunc.PythonModel):
-    """Loads the saved RaeModel of the model's artifact and answers a table of texts with labels."""
+    """Loads the saved RaeModel of the model's artifact and answers a table of texts with labels.
+
+    What the request gets wrong (no text, k out of range, too many records) is answered 400; what fails
+    once the request has passed those checks is the model's own (a damaged file of its folder): 500, in one
+    line, its traceback on the server's log only."""
+
+    max_records = MAX_RECORDS  # `raexmc serve --max-records` sets it for the model it serves
 
     def load_context(self, context) -> None:
-        self.model = RaeModel.load(context.artifacts["model"])
+        self.folder = Path(context.artifacts["model"])
+        self.model = RaeModel.load(self.folder)
 
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         try:
-            k = (params or {}).get("k", DEFAULT_K)
-            if k == DEFAULT_K:  # the signature's default (MLflow fills it in): every label of a smaller model
-                k = min(k, self.model.num_labels)
-            return self.answer(model_input, k)
+            queries, k = self.request(model_input, (params or {}).get("k", DEFAULT_K))
         except RaexmcError as error:
             raise RequestRefused(error) from None
+        try:
+            results, _ = self.model.predict(queries, k)
+        except RaexmcError as error:
+            raise RequestRefused(error, INTERNAL_ERROR) from None
+        except Exception as error:  # the server's boundary: the traceback goes to its log, not to the client
+            logging.getLogger(__name__).exception("scoring failed")
+            fault = DataError(f"the model failed while scoring ({_first_line(error)}): its files may be damaged: "
+                              "rerun the package stage", self.folder)
+            raise RequestRefused(fault, INTERNAL_ERROR) from None
+        return pd.DataFrame({"text": [self.model.query_text(query) for query in queries], "labels": results})
 
-    def answer(self, model_input: pd.DataFrame, k: object) -> pd.DataFrame:
+    def request(self, model_input: pd.DataFrame, k: object) -> tuple[list, int]:
+        """The queries and k of a request, checked (DataError, ConfigError)."""
         # MLflow drops the columns the signature lacks, and with them every row of a request that has
         # neither "text" nor "title": an empty table is such a request (or one with no records)
         if model_input.empty:
             raise DataError('no query: each record needs a "text" (or "title") string', "request")
+        if len(model_input) > self.max_records:
+            raise DataError(f"{len(model_input):,} records, over the limit of {self.max_records:,} per request "
+                            "(raexmc serve --max-records): send them in smaller requests", "request")
+        if k == DEFAULT_K:  # the signature's default (MLflow fills it in): every label of a smaller model
+            k = min(k, self.model.num_labels)
         queries = [query_of(row, "request", number) for number, row in enumerate(model_input.to_dict("records"))]
-        results, _ = self.model.predict(queries, k)
-        return pd.DataFrame({"text": [self.model.query_text(query) for query in queries], "labels": results})
+        return queries, checked_k(k, self.model.num_labels)
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def registered_name(p: Params, dataset: str) -> str:
@@ -92,13 +122,16 @@ def registered_name(p: Params, dataset: str) -> str:
 
 def registered_uri(model_name: str, alias: str) -> str:
     """models:/<name>@<alias>, once the tracking store says that alias points at a version; else DataError, so
-    that `raexmc serve` says what to run instead of the model server's traceback."""
-    client = mlflow.MlflowClient(tracking_uri())
-    try:
-        client.get_model_version_by_alias(model_name, alias)
-    except MlflowException:
-        raise DataError(f"no model registered as {model_name}@{alias}: run the package stage (package.register: "
-                        "true) or pass --name/--alias of a registered one", tracking_uri()) from None
+    that `raexmc serve` says what to run instead of the model server's traceback (or StorageError, where the
+    store itself cannot be read)."""
+    with readable_store():  # a store that cannot be read is one line, as for a stage
+        try:
+            mlflow.MlflowClient(tracking_uri()).get_model_version_by_alias(model_name, alias)
+        except MlflowException as exc:
+            if from_the_store(exc):
+                raise
+            raise DataError(f"no model registered as {model_name}@{alias}: run the package stage (package.register: "
+                            "true) or pass --name/--alias of a registered one", tracking_uri()) from None
     return f"models:/{model_name}@{alias}"
 
 

@@ -30,20 +30,16 @@ RANK_ERRORS = "RAEXMC_RANK_ERRORS"
 
 @contextmanager
 def user_errors(params_path: str | os.PathLike | None = None) -> Iterator[None]:
-    """Turn a RaexmcError, or a write with no room (full disk, file-size limit), into one line on stderr and exit
-    status 2; an error about a
-    parameter names `params_path`, the parameters file in use."""
+    """Turn a RaexmcError, a write with no room (full disk, file-size limit) or a write refused (permissions, a
+    read-only file system) into one line on stderr and exit status 2; an error about a parameter names
+    `params_path`, the parameters file in use."""
     try:
         try:
             yield
         except OSError as exc:
-            if exc.errno not in NO_ROOM:
+            if exc.errno not in (*NO_ROOM, *DENIED):
                 raise
-            fix = ("write it where files this large are allowed, or raise the file-size limit (ulimit -f)"
-                   if exc.errno == errno.EFBIG else "free some space and rerun")
-            raise StorageError(f"{exc.strerror} while writing: {fix} (outputs are written to temporary names "
-                               "first, so nothing half-written was kept)",
-                               exc.filename or "(file not reported)") from None
+            raise _storage_error(exc) from None
     except RaexmcError as exc:
         exc = exc if params_path is None else exc.in_params_file(params_path)
         folder = os.environ.get(RANK_ERRORS)
@@ -52,6 +48,22 @@ def user_errors(params_path: str | os.PathLike | None = None) -> Iterator[None]:
         else:
             print(exc.one_line(), file=sys.stderr)
         raise typer.Exit(2) from None
+
+
+DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
+"""A write the file system refuses: the folder's permissions, or a file system mounted read-only."""
+
+
+def _storage_error(exc: OSError) -> StorageError:
+    """One line for an OSError of NO_ROOM or DENIED: what happened to which path, and what to do."""
+    path = exc.filename or "(file not reported)"
+    if exc.errno in DENIED:  # reading an input may be refused too; a read-only file system refuses writes only
+        return StorageError(f"{exc.strerror}: give this user access to it, or write the outputs where this user may "
+                            "write (not on a file system mounted read-only), and rerun", path)
+    fix = ("write it where files this large are allowed, or raise the file-size limit (ulimit -f)"
+           if exc.errno == errno.EFBIG else "free some space and rerun")
+    return StorageError(f"{exc.strerror} while writing: {fix} (outputs are written to temporary names first, so "
+                        "nothing half-written was kept)", path)
 
 
 def run_stage(name: str, body: Callable[[Params, StageRun], None], params_path: str = "params.yaml") -> None:

@@ -10,6 +10,7 @@ MLFLOW_TRACKING_URI overrides it.
 from __future__ import annotations
 
 import fcntl
+import logging
 import math
 import os
 import signal
@@ -58,13 +59,37 @@ def readable_store() -> Iterator[None]:
 
 @contextmanager
 def store_errors() -> Iterator[None]:
-    """SQLAlchemy's error, opening the store or writing to it (a full disk), as one line."""
+    """SQLAlchemy's error, opening the store or writing to it (a full disk), as one line: raised as it is, or
+    as MLflow raises it again (an MlflowException caused by it). MLflow's own log of it, a traceback on
+    stderr, is held back meanwhile: the one line says it all."""
+    from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 
+    db_log = logging.getLogger("mlflow.store.db.utils")
+    level, db_log.level = db_log.level, logging.CRITICAL
     try:
         yield
     except SQLAlchemyError as exc:
-        raise _store_error(str(getattr(exc, "orig", None) or exc).splitlines()[0]) from None
+        raise _store_error(_first_line(exc)) from None
+    except MlflowException as exc:
+        if not from_the_store(exc):
+            raise
+        raise _store_error(_first_line(exc.__cause__)) from None
+    finally:
+        db_log.setLevel(level)
+
+
+def from_the_store(exc: BaseException) -> bool:
+    """Whether MLflow raised `exc` because the store failed (SQLAlchemy's error is its cause), not to say
+    what the store holds or lacks."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return isinstance(exc.__cause__, SQLAlchemyError)
+
+
+def _first_line(exc: Exception) -> str:
+    """The first line of SQLAlchemy's error: the database's own message ("database or disk is full")."""
+    return str(getattr(exc, "orig", None) or exc).splitlines()[0]
 
 
 def _store_error(reason: str) -> StorageError:
@@ -208,7 +233,5 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
 def _mark_ended(client, run_id: str, status: str) -> None:
     """Close a run that ends by an error, unless the store cannot take it (the error that is on its
     way out, such as that very store's, is the one to report)."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    with suppress(SQLAlchemyError):
+    with suppress(StorageError), store_errors():
         client.set_terminated(run_id, status=status)

@@ -1,0 +1,141 @@
+"""`raexmc serve`'s request checks and limits, fast: the real ASGI app it runs (our middleware around MLflow's
+scoring server, the tiny predictor logged and loaded back as a server loads it), called in this process through
+starlette's TestClient or, for a body that comes in chunks, through the ASGI interface directly."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+
+import pytest
+from starlette.testclient import TestClient
+
+from test_predictor import BAD_REQUESTS, build_pipeline, logged_and_loaded, predictor_of
+
+from raexmc.cli import serve
+from raexmc.data.label_records import RECORDS_FILE
+from raexmc.pipeline.server import MAX_BODY_BYTES, CheckedRequests
+from raexmc.pipeline.serving import MAX_RECORDS
+
+PERL = {"dataframe_records": [{"text": "perl"}]}
+JSON_WITH_CHARSET = {"Content-Type": "application/json; charset=utf-8"}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, lf_folder_module, tiny_model):
+    """(the built pipeline's folder, the loaded model, MLflow's scoring app for it)."""
+    from mlflow.pyfunc import scoring_server
+    from mlflow.environment_variables import _MLFLOW_IS_IN_SERVING_ENVIRONMENT
+
+    root = tmp_path_factory.mktemp("served")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        patch.setenv(_MLFLOW_IS_IN_SERVING_ENVIRONMENT.name, "false")  # init sets it; undone with the rest
+        built = build_pipeline(root, lf_folder_module, tiny_model, "hnsw")
+        _, model = logged_and_loaded(built, root, patch)
+        yield built, model, scoring_server.init(model)
+
+
+@pytest.fixture(scope="module")
+def lf_folder_module(tmp_path_factory):
+    from conftest import make_lf_folder
+
+    return make_lf_folder(tmp_path_factory.mktemp("lf"))
+
+
+def client(served, max_body_bytes: int = MAX_BODY_BYTES) -> TestClient:
+    return TestClient(CheckedRequests(served[2], max_body_bytes))
+
+
+def test_json_with_a_charset_is_checked_too(served):
+    """The request check used to run only for a Content-Type of exactly "application/json": with
+    "; charset=utf-8" the scoring server still read the body as JSON, and dropped top_k unread."""
+    top_k = client(served).post("/invocations", content=json.dumps({**PERL, "params": {"top_k": 2}}),
+                                headers=JSON_WITH_CHARSET)
+    expected, _ = predictor_of(served[0]).predict(["perl"], k=2)
+    assert top_k.status_code == 200, top_k.text
+    assert top_k.json() == {"predictions": [{"text": "perl", "labels": expected[0]}]}
+    bogus = client(served).post("/invocations", content=json.dumps({**PERL, "bogus": 1}), headers=JSON_WITH_CHARSET)
+    assert bogus.status_code == 400 and 'unknown field "bogus"' in bogus.json()["message"]
+
+
+def test_a_body_over_the_limit_is_413_naming_it(served):
+    body = json.dumps({"dataframe_records": [{"text": "perl " * 40}]})
+    answer = client(served, max_body_bytes=100).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
+    assert answer.status_code == 413
+    assert answer.json()["message"] == (f"BodyTooLarge: request: the body is {len(body):,} bytes, over the limit of "
+                                        "100 bytes per request (raexmc serve --max-body-bytes): send fewer records "
+                                        "per request")
+    exactly = client(served, max_body_bytes=len(body)).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
+    assert exactly.status_code == 200
+
+
+def call(app, chunks: list[bytes]) -> tuple[int, dict, int]:
+    """POST `chunks` to /invocations as a body without a Content-Length (chunked transfer): the answer's status,
+    its JSON, and how many chunks the app read."""
+    pending, read, answer = list(chunks), [], {}
+
+    async def receive():
+        if not pending:
+            return {"type": "http.disconnect"}
+        read.append(pending.pop(0))
+        return {"type": "http.request", "body": read[-1], "more_body": bool(pending)}
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            answer["status"] = message["status"]
+        elif message["type"] == "http.response.body":
+            answer["body"] = answer.get("body", b"") + message.get("body", b"")
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/invocations", "raw_path": b"/invocations", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"transfer-encoding", b"chunked")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    asyncio.run(app(scope, receive, send))
+    return answer["status"], json.loads(answer["body"]), len(read)
+
+
+def test_a_chunked_body_is_read_only_up_to_the_limit(served):
+    """With no Content-Length to check first, the bytes are counted as they come: reading stops at the first
+    chunk past the limit (of 100 chunks of 64 bytes, the second passes 100 bytes)."""
+    status, answer, read = call(CheckedRequests(served[2], 100), [b" " * 64] * 100)
+    assert (status, read) == (413, 2)
+    assert answer["message"].startswith("BodyTooLarge: request: the body is over 100 bytes, over the limit of 100 ")
+    body = json.dumps({**PERL, "params": {"top_k": 1}}).encode()
+    status, answer, read = call(CheckedRequests(served[2], len(body)), [body[:10], body[10:20], body[20:]])
+    assert (status, read, len(answer["predictions"][0]["labels"])) == (200, 3, 1)
+
+
+def test_more_records_than_the_limit_is_400_naming_it(served, monkeypatch):
+    monkeypatch.setattr(served[1].unwrap_python_model(), "max_records", 2)
+    three = client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 3})
+    assert three.status_code == 400
+    assert three.json()["message"] == ("DataError: request: 3 records, over the limit of 2 per request (raexmc serve "
+                                       "--max-records): send them in smaller requests")
+    assert client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 2}).status_code == 200
+
+
+def test_the_command_line_defaults_are_the_servers():
+    defaults = {name: parameter.default.default for name, parameter in inspect.signature(serve).parameters.items()}
+    assert (defaults["max_body_bytes"], defaults["max_records"]) == (MAX_BODY_BYTES, MAX_RECORDS)
+
+
+def test_a_damaged_model_folder_is_500_in_one_line_and_a_bad_request_stays_400(served):
+    """The label records, read as each answer is built, overwritten in place (same size) after the model
+    loaded: the request is fine, the model's files are not. That is the server's fault, 500, with one line
+    and no stack trace; it used to be 400 with MLflow's stack trace, as if the client had erred."""
+    [records] = served[1].unwrap_python_model().folder.rglob(RECORDS_FILE)
+    whole = records.read_bytes()
+    records.write_bytes(bytes(b if b == ord("\n") else ord("#") for b in whole))
+    try:
+        damaged = client(served).post("/invocations", json=PERL)
+        bad_request, line = BAD_REQUESTS[-1]
+        refused = client(served).post("/invocations", json=bad_request)
+    finally:
+        records.write_bytes(whole)
+    assert damaged.status_code == 500 and "stack_trace" not in damaged.json(), damaged.text
+    message = damaged.json()["message"]
+    assert message.startswith("DataError: ") and "\n" not in message, message
+    assert (refused.status_code, refused.json()["message"]) == (400, line)
+    assert "stack_trace" not in refused.json()
