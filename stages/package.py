@@ -48,7 +48,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             packaged_model(Dataset(dataset), model, index, memory, embeddings, settings, Path(scratch),
                            relevance=p.typed("infer.relevance", str),
                            input_max_len=p.typed("tokenize.input_max_len", int),
-                           input_fields=p.typed("tokenize.input_fields", str), backend=p.typed("index.backend", str),
+                           input_fields=p.typed("tokenize.input_fields", str),
+                           precision=p.typed("embed.precision", str), backend=p.typed("index.backend", str),
                            ef_search=p.integer("infer.ef_search", 1), about=about,
                            threads=p.integer("index.threads", 0), M=p.typed("index.M", int),
                            ef_construction=p.typed("index.ef_construction", int)).save(out)

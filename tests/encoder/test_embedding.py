@@ -242,7 +242,7 @@ def test_cut_encoder_weights_are_one_line_naming_the_file(tmp_path, tiny_model, 
         load_encoder(str(tmp_path / "model"), stage_output=True)
     line = damaged.value.one_line()
     assert line.startswith(f"DataError: {path}: cannot read the encoder's weights (") and "\n" not in line, line
-    assert line.endswith("re-export the encoder: rerun the train stage, which writes it"), line
+    assert line.endswith("): rerun the stage that writes it"), line
     with pytest.raises(ConfigError) as configured:
         load_encoder(str(tmp_path / "model"))
     line = configured.value.one_line()

@@ -71,13 +71,14 @@ def build_pipeline(root: Path, lf_folder: Path, tiny_model: Path, backend: str,
 
 
 def package(built: Path, settings: RaeSettings = RAE, memory: Path | None = None,
-            input_fields: str = "title+content") -> None:
+            input_fields: str = "title+content", precision: str = "fp32") -> None:
     """Save built/predictor as the package stage does (rae.packaging.packaged_model), with `memory` (default:
     the full one of built/memory) and RAE at `settings`."""
     with tempfile.TemporaryDirectory() as scratch:
         packaged_model(Dataset(built.parents[1] / "data" / "tiny"), built / "model", built / "index",
                        memory or built / "memory", built / "embeddings", settings, Path(scratch), relevance="binary",
-                       input_max_len=16, input_fields=input_fields, backend=backend_of(built), ef_search=50,
+                       input_max_len=16, input_fields=input_fields, precision=precision, backend=backend_of(built),
+                       ef_search=50,
                        about={"dataset": "tiny"}, M=8, ef_construction=50).save(built / "predictor")
 
 
@@ -267,17 +268,27 @@ def test_predict_cli_default_k_is_every_label_of_a_small_model(cli):
     assert cli("perl", "-k", "6").exit_code == 2
 
 
+@pytest.mark.parametrize("built", ["exact"], indirect=True)
+def test_a_model_encodes_queries_at_the_precision_its_keys_were_embedded_at(built):
+    """The package stage saves the embed stage's precision and load uses it, whatever the CPU would pick for
+    auto: queries are encoded as the memory's keys were (fp32 by default, the same on every CPU)."""
+    for precision in ("bf16", "fp32"):
+        package(built, precision=precision)
+        assert json.loads((built / "predictor" / "settings.json").read_text())["precision"] == precision
+        assert predictor_of(built).encoder.precision == precision
+
+
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_predict_names_cut_encoder_weights_in_one_line(cli, built):
     """A model folder whose weights were cut short (a copy or a save that stopped) was a traceback from
     safetensors: now exit 2, one line naming the file and what writes it."""
-    weights = built / "model" / "model.safetensors"
+    weights = built / "predictor" / "encoder" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:4096])
     result = cli("perl")
     assert result.exit_code == 2 and "Traceback" not in result.output
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"DataError: {weights}: cannot read the encoder's weights (Error while deserializing "), line
-    assert line.endswith("): re-export the encoder: rerun the train stage, which writes it"), line
+    assert line.endswith("): rerun the stage that writes it"), line
 
 
 NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text has

@@ -90,8 +90,8 @@ def load_checked(loader, name: str, what: str, stage_output: bool, reads_weights
     except damaged as exc:
         weights, reason = weights_file(resolve_encoder(name)), _first_line(exc).split(". ")[0]
         if stage_output:
-            raise DataError(f"cannot read the encoder's weights ({reason}): re-export the encoder: rerun the train "
-                            "stage, which writes it", weights) from None
+            raise DataError(f"cannot read the encoder's weights ({reason}): rerun the stage that writes it",
+                            weights) from None
         raise ConfigError(f"cannot read the encoder's weights {weights} ({reason}): copy or download the model "
                           "again", PARAMS_FILE, "encoder.name") from None
     except (OSError, ValueError) as exc:

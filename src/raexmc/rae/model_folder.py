@@ -26,6 +26,7 @@ import scipy.sparse as sp
 
 from ..checks import one_of, positive_int
 from ..data.label_records import OFFSETS_FILE, RECORDS_FILE, LabelRecords
+from ..encoder.device import PRECISIONS
 from ..encoder.tokens import FIELDS
 from ..errors import DataError, RaexmcError
 from ..io import atomic_dir, load_array, load_sparse, read_json, save_array, write_json
@@ -60,6 +61,7 @@ def save_model(model: RaeModel, folder: str | os.PathLike) -> None:
             "retrieval": settings.retrieval.mode, "label_share": settings.retrieval.label_share,
             "prior": model.log_counts is not None, "input_fields": model.input_fields,
             "input_max_len": None if model.encoder is None else model.encoder.max_len,
+            "precision": None if model.encoder is None else model.encoder.precision,
             "ef_search": PAPER_EF_SEARCH, "about": dict(model.about)}
     with atomic_dir(folder) as tmp:
         sp.save_npz(tmp / VALUES_FILE, sp.csr_matrix(model.values))
@@ -119,8 +121,9 @@ def load_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0)
         from ..encoder.text_encoder import TextEncoder  # imports torch: only a model with an encoder needs it
 
         transformers_logging.disable_progress_bar()  # `raexmc predict` errors stay one line on stderr
-        encoder = TextEncoder.load(folder / ENCODER_FOLDER, device, "auto", settings["input_max_len"],
-                                   stage_output=True)
+        # the precision the memory's keys were embedded at, so that queries are encoded as the keys were
+        encoder = TextEncoder.load(folder / ENCODER_FOLDER, device, settings["precision"] or "auto",
+                                   settings["input_max_len"], stage_output=True)
     rae = RaeSettings(lam, settings["tau"], settings["b"], settings["retrieval"])
     return RaeModel(values, rae, log_counts, _load_search(folder, values.shape, settings["ef_search"], threads),
                     encoder, labels, settings["input_fields"], settings["about"])
@@ -176,6 +179,9 @@ def read_settings(path: Path) -> dict[str, Any]:
                                         f"one of {', '.join(FIELDS)}"),
                 "input_max_len": checked("input_max_len", lambda n: n if n is None else positive_int(n, "max"),
                                          "an integer >= 1 (null: no encoder)"),
+                "precision": checked("precision", lambda name: name if name is None else one_of(name, PRECISIONS,
+                                                                                                "precision"),
+                                     f"one of {', '.join(PRECISIONS)} (null: no encoder)"),
                 "about": checked("about", _mapping, "a JSON object")}
     mode = checked("retrieval", lambda mode: one_of(mode, RETRIEVALS, "retrieval"), f"one of {', '.join(RETRIEVALS)}")
     settings["retrieval"] = checked("label_share", lambda share: RaeRetrieval(mode, share if share is None

@@ -51,11 +51,11 @@ def packaged_search(index: Path, memory: InputMemory, embeddings: Path, setting:
 
 
 def packaged_model(dataset: Dataset, encoder: Path, index: Path, memory: Path, embeddings: Path, settings: RaeSettings,
-                   scratch: Path, *, relevance: str, input_max_len: int, input_fields: str, backend: str,
-                   ef_search: int, about: dict[str, Any], threads: int = 0, **graph_settings) -> RaeModel:
+                   scratch: Path, *, relevance: str, input_max_len: int, input_fields: str, precision: str,
+                   backend: str, ef_search: int, about: dict[str, Any], threads: int = 0, **graph_settings) -> RaeModel:
     """The model the package stage saves: the train stage's `encoder` (its texts cut at `input_max_len` tokens,
-    queries made by the `input_fields` recipe), the memory stage's memory with its values (`relevance`) and
-    prior, searched by `packaged_search` (`backend`: index.backend; graphs built under `scratch`, which must
+    queries made by the `input_fields` recipe, encoded at the embed stage's `precision`), the memory stage's
+    memory with its values (`relevance`) and prior, searched by `packaged_search` (`backend`: index.backend; graphs built under `scratch`, which must
     outlive the model's labels, read from there), RAE at `settings`."""
     from ..encoder.text_encoder import TextEncoder  # imports torch
 
@@ -65,5 +65,5 @@ def packaged_model(dataset: Dataset, encoder: Path, index: Path, memory: Path, e
                              **graph_settings)
     write_label_records(scratch, dataset.texts("labels"))
     return RaeModel(values, settings, rae_memory.log_counts(), search,
-                    TextEncoder.load(encoder, "cpu", "auto", input_max_len, stage_output=True),
+                    TextEncoder.load(encoder, "cpu", precision, input_max_len, stage_output=True),
                     LabelRecords.open(scratch), input_fields, {**about, "memory": rae_memory.summary()})
