@@ -62,7 +62,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             experiment = experiment_name()
             alias = p.typed("package.alias", str) if experiment == "workspace" else experiment
             uri = log_predictor(run.run_id, out, name, alias)
-            typer.echo(f"registered {uri}; serve it with `raexmc serve`", err=True)
+            serve = "raexmc serve" if experiment == "workspace" else f"raexmc serve --alias {alias}"
+            typer.echo(f"registered {uri}; serve it with `{serve}`", err=True)
 
     run_stage("package", body, str(params))
 

@@ -250,6 +250,21 @@ def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch
     assert client.get_run(version.run_id).data.tags["dvc_experiment"] == changed
 
 
+def test_an_experiments_package_stage_names_the_alias_that_serves_it(reproduced_project):
+    """An experiment registers the predictor under its own name as alias, so a plain `raexmc serve` (package.alias,
+    `candidate`) would not serve it: the line the package stage prints must name `--alias <experiment>`, and that
+    alias must be the one `raexmc serve` looks up. A `dvc repro` of the workspace keeps the plain command."""
+    project = reproduced_project
+    command = YAML(typ="safe").load(project / "dvc.yaml")["stages"]["package"]["cmd"].replace("${data.name}", "tiny")
+    experiment = sh(*command.split(), cwd=project, env={**os.environ, "DVC_EXP_NAME": "tiny-exp"}).stderr
+    assert "serve it with `raexmc serve --alias tiny-exp`" in experiment, experiment
+    from raexmc.pipeline.serving import registered_uri
+
+    assert registered_uri("raexmc-tiny", "tiny-exp") == "models:/raexmc-tiny@tiny-exp"
+    workspace = sh(*command.split(), cwd=project).stderr
+    assert "serve it with `raexmc serve`" in workspace, workspace
+
+
 REFUSAL = "ConcurrentRunError: "
 
 
