@@ -59,7 +59,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     def body(p, run) -> None:
         name = p.typed("encoder.name", str)
         precision = resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision")
-        encoder = TextEncoder.load(name, ctx.device, precision)  # its tokenizer too: saved with the model
+        # its tokenizer too, saved with the model beside the inputs' max length (sentence_bert_config.json)
+        encoder = TextEncoder.load(name, ctx.device, precision, max_len=p.typed("tokenize.input_max_len", int))
         trained = settings  # with gradient caching resolved for this encoder, device and token lengths
         if mode == "fine-tuned":
             data, cache = Dataset(dataset), TokenCache(tokens)

@@ -15,6 +15,7 @@ import torch
 
 from .device import autocast, resolve_precision
 from .embedding import batch_tensors
+from .layout import write_sentence_config
 from .model import load_tokenizer
 from .sentence import SentenceEncoder, load_encoder
 from .tokens import RightPaddedTokenizer, tokenizer_input
@@ -82,7 +83,10 @@ class TextEncoder:
         return self.embed(ids, lengths, np.arange(len(texts)))
 
     def save(self, folder: str | os.PathLike) -> None:
-        """The model in the sentence-transformers layout (its pooling included) and its tokenizer, into `folder`."""
+        """The model in the sentence-transformers layout (its pooling included, and with a max_len the max length
+        it cuts inputs at) and its tokenizer, into `folder`."""
         self.model.save(folder)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(folder)
+        if self.max_len is not None:
+            write_sentence_config(folder, self.max_len)
