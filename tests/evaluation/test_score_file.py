@@ -21,7 +21,7 @@ from raexmc.data.dataset import Example, Text, write_dataset
 from raexmc.data.stats import SEGMENTS
 from raexmc.errors import DataError
 from raexmc.evaluation.propensity import Propensity
-from raexmc.evaluation.score_file import TopScores, read_scores
+from raexmc.evaluation.score_file import TopScores, ranked_values, read_scores
 from raexmc.evaluation.score_report import report_table, score_files
 from raexmc.rae.ranking import top_k
 
@@ -174,6 +174,20 @@ def test_float32_scores_keep_the_ranking_they_were_ranked_by():
     kept = TopScores(6)
     kept.add(ranked, scores)
     np.testing.assert_array_equal(top_k(kept.matrix(), 100), ranked)
+
+
+def test_ranked_values_are_the_scores_ranked_duplicates_added_pads_minus_inf():
+    """Unsorted indices (as a sparse product leaves them) and a label stored twice, against the dense matrix."""
+    rng = np.random.default_rng(3)
+    rows = [rng.permutation(40)[:25] for _ in range(6)]
+    indices = np.concatenate([np.append(row, row[0]) for row in rows])  # each row stores its first label twice
+    scores = sp.csr_matrix((rng.random(indices.size), indices, np.arange(0, indices.size + 1, 26)), shape=(6, 40))
+    dense = scores.toarray()  # adds the duplicates
+    ranked = top_k(scores, 30)
+    assert (ranked[:, 25:] == -1).all() and (ranked[:, :25] >= 0).all()
+    expected = np.where(ranked >= 0, np.take_along_axis(dense, np.maximum(ranked, 0), axis=1), -np.inf)
+    np.testing.assert_array_equal(ranked_values(scores, ranked), expected)
+    np.testing.assert_array_equal(ranked_values(dense, ranked), expected)
 
 
 def write_csr(path, shape, indptr, indices, data):

@@ -17,16 +17,33 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import DataError
+from ..rae.pairs import row_ids
 
 
 def ranked_values(scores: sp.csr_matrix | np.ndarray, ranked: np.ndarray) -> np.ndarray:
     """The scores of each row's ranked labels (`ranked`: (N, k) label ids, -1 padded; pads get -inf). A sparse
-    matrix's duplicate entries of a label add up, as they do when it is ranked."""
+    matrix's duplicate entries of a label add up, as they do when it is ranked.
+
+    Each wanted (row, label) and each stored entry becomes an int64 key row * L + label; one binary search of the
+    stored keys among the sorted wanted ones finds them all (scipy's own lookup scans a row per label when its
+    indices are unsorted, as a product's are: thousands of times slower on RAE's wide rows)."""
     rows, cols = np.nonzero(ranked >= 0)
     labels = ranked[rows, cols]
-    found = scores.tocsr()[rows, labels] if sp.issparse(scores) else np.asarray(scores)[rows, labels]
     values = np.full(ranked.shape, -np.inf)
-    values[rows, cols] = np.asarray(found, dtype=np.float64).ravel()
+    if not sp.issparse(scores):
+        values[rows, cols] = np.asarray(scores)[rows, labels]
+        return values
+    scores = scores.tocsr()
+    width = np.int64(scores.shape[1])
+    wanted = rows.astype(np.int64) * width + labels
+    order = np.argsort(wanted)
+    wanted = wanted[order]
+    stored = row_ids(scores.indptr) * width + scores.indices
+    at = np.minimum(np.searchsorted(wanted, stored), max(wanted.size - 1, 0))
+    hit = wanted[at] == stored if wanted.size else np.zeros(stored.shape, bool)
+    found = np.empty(wanted.size)
+    found[order] = np.bincount(at[hit], weights=scores.data[hit], minlength=wanted.size)
+    values[rows, cols] = found
     return values
 
 
