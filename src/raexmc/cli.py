@@ -1,5 +1,5 @@
-"""The `raexmc` command: look at datasets and presets, predict with and serve a built pipeline
-(the pipeline itself runs with `dvc repro`)."""
+"""The `raexmc` command: look at datasets and presets, predict with and serve a built pipeline, score any
+system's predictions (the pipeline itself runs with `dvc repro`)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from .params import load_params
 from .pipeline.stage import user_errors
 
+if TYPE_CHECKING:
+    from .evaluation.propensity import Propensity
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RAE-XMC: extreme multi-label classification with retrieval-augmented encoders. "
                        "Run the pipeline with `dvc repro`; these commands inspect its datasets and presets "
                        "and predict with (or serve) what it built.")
-
 
 
 def _version(shown: bool) -> None:
@@ -32,7 +35,7 @@ def _version(shown: bool) -> None:
 @app.callback()
 def main(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                            help="Print the installed version and exit.")) -> None:
-    """RAE-XMC: extreme multi-label classification with retrieval-augmented encoders."""
+    """Options of `raexmc` itself, before a command."""
 
 
 PARAMS = typer.Option(Path("params.yaml"), help="Parameters file.")
@@ -176,7 +179,7 @@ def results(name: str = NAME,
         typer.echo(summary(folder / "eval", folder / "significance.json"))
 
 
-def _propensity_pair(value: str):
+def _propensity_pair(value: str) -> Propensity | None:
     """`--propensity`: auto (None: the dataset's pair) or "A,B"."""
     from .evaluation.propensity import Propensity
 

@@ -165,6 +165,18 @@ def test_a_hand_made_matrix_scores_as_the_definitions_say(hand_made):
     assert "P@1" in report_table(report) and "(p " in report_table(report)
 
 
+def test_the_command_takes_a_propensity_pair(hand_made):
+    root, train, test, filtered, (a, _) = hand_made
+    proc = raexmc("evaluate", "--dataset", root / "data", "--scores", root / "a.npz", "--propensity", "0.5,0.4",
+                  "--out", root / "wiki.json")
+    assert proc.returncode == 0, proc.stderr
+    written = json.loads((root / "wiki.json").read_text())
+    assert written["propensity"] == {"A": 0.5, "B": 0.4, "source": "--propensity"}
+    expected, _ = brute_force(train, test, filtered, a, 0.5, 0.4)
+    for name in ("PSP@1", "PSP@3", "PSP@5", "PSnDCG@5"):
+        assert written["scores"][name] == pytest.approx(expected[name], abs=0.011), name
+
+
 def test_float32_scores_keep_the_ranking_they_were_ranked_by():
     """Two float64 scores that round to one float32 would rank by label afterwards; the file keeps their order."""
     scores = sp.csr_matrix(np.array([[0.0, 0.0, 0.3, 0.3 + 1e-12, 0.0, 0.1], [0.2, 0.2, 0.0, 0.0, 0.0, 0.0]]))

@@ -297,7 +297,7 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
     size = chunk or chunk_queries(Y, max([settings.b, *settings.b_sweep]), CHUNK_BYTES // workers)
     totals: dict[tuple[str, Any], RankingTotals] = {}
     key_counts = np.zeros((len(settings.b_sweep), 2), dtype=np.int64)
-    kept: dict[str, TopScores] = {}
+    kept: dict[tuple[str, Any], TopScores] = {}  # each method's top-100 scores, with keep_scores
 
     def rank_and_tally(queries: QueryChunk, ranking: Ranking) -> None:
         keys, scores_of = ranking
