@@ -16,7 +16,7 @@ import scipy.sparse as sp
 import scipy.stats
 from test_propensity import evaluate_tiny
 
-from conftest import REPO
+from conftest import REPO, make_ngame_folder
 from raexmc.data.dataset import Example, Text, write_dataset
 from raexmc.data.stats import SEGMENTS
 from raexmc.errors import DataError
@@ -52,8 +52,9 @@ def test_the_evaluate_stage_writes_a_top_k_float32_csr_per_method_without_filter
 
 
 def test_raexmc_evaluate_on_the_stage_score_files_gives_the_stage_metrics(stage_run):
-    """Every method's file, read back by the command on the download stage's folder and on the LF folder it came
-    from (read as the download stage reads it, its name giving the propensity pair), gives metrics.json's table."""
+    """Every method's file, read back by the command on the download stage's folder, on the LF folder it came from
+    and on the same data in the NGAME layout (read as the download stage reads them, the folder's name giving the
+    propensity pair), gives metrics.json's table."""
     stage = json.loads((stage_run / "eval" / "metrics.json").read_text())
     proc = raexmc("evaluate", "--dataset", stage_run / "data" / "tiny", "--scores", stage_run / "scores" / "rae.npz",
                   "--out", stage_run / "rae.json")
@@ -62,8 +63,9 @@ def test_raexmc_evaluate_on_the_stage_score_files_gives_the_stage_metrics(stage_
     assert written["scores"] == stage["rae"]
     assert written["propensity"] == stage["propensity"] == {"A": 0.6, "B": 2.6, "source": "table: LF-AmazonTitles-131K"}
     assert re.search(rf"^P@1 +{stage['rae']['P@1']:.2f}$", proc.stdout, re.M), proc.stdout
+    ngame = make_ngame_folder(stage_run / "ngame" / "LF-AmazonTitles-131K")  # the same data in the NGAME layout
     for method in METHODS:
-        for dataset in (stage_run / "data" / "tiny", stage_run / "LF-AmazonTitles-131K"):
+        for dataset in (stage_run / "data" / "tiny", stage_run / "LF-AmazonTitles-131K", ngame):
             report = score_files(dataset, stage_run / "scores" / f"{method}.npz", None, TESTED)
             assert report["scores"] == stage[method], (method, dataset)
             assert report["propensity"] == stage["propensity"]
