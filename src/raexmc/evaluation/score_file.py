@@ -26,8 +26,8 @@ def ranked_values(scores: sp.csr_matrix | np.ndarray, ranked: np.ndarray) -> np.
 
     An elementwise product with the ranked pattern keeps the ranked entries alone (at most k a row; a zero it
     drops reads as the 0 it was), then one binary search of int64 keys row * L + label places them. scipy's own
-    lookup scans a whole row per label where its indices are unsorted, as a product's are: on RAE's wide rows that
-    took longer than ranking them."""
+    lookup scans a whole row per label where its indices are unsorted, as a product's are (on rows of 3,000
+    entries: 3 s a 2,000-query chunk, a third of ranking it)."""
     rows, cols = np.nonzero(ranked >= 0)
     labels = ranked[rows, cols]
     values = np.full(ranked.shape, -np.inf)
