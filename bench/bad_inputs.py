@@ -584,6 +584,30 @@ ONE_LINE_FAULT_CASES = [
     Case("serve-too-many-records", "serve", "serve 1,001 records (limit 1,000)", None, "--max-records")]
 
 
+def evaluate_broken_scores(project: Project, name: str, breaks: Callable[[object], object]) -> Outcome:
+    """`raexmc evaluate --scores` on a copy of the evaluate stage's RAE score file that `breaks` changed (it gets
+    and returns the CSR matrix), written with scipy as any system would write one."""
+    import scipy.sparse as sp
+
+    folder = project.fresh(name)
+    sp.save_npz(folder / "rae.npz", breaks(sp.load_npz(project.root / "artifacts/tiny/scores/rae.npz")))
+    out = folder / "metrics.json"
+    return project.run([PYTHON, "-m", "raexmc.cli", "evaluate", "--dataset", ARTIFACTS["dataset"], "--scores",
+                        str(folder / "rae.npz"), "--out", str(out)], output=out)
+
+
+def nan_score(matrix):
+    matrix.data[-1] = float("nan")
+    return matrix
+
+
+LAST_FAULT_CASES += [
+    Case("scores-nan", "raexmc evaluate", "evaluate --scores: a score file with a NaN score",
+         lambda p: evaluate_broken_scores(p, "scores-nan", nan_score), "scores-nan/rae.npz:row 2"),
+    Case("scores-wrong-shape", "raexmc evaluate", "evaluate --scores: a score file with one test row too few",
+         lambda p: evaluate_broken_scores(p, "scores-short", lambda m: m[:-1]), "scores-short/rae.npz")]
+
+
 def cases() -> list[Case]:
     return [
         Case("rel-abc", "download", "LF target_rel \"abc\"", lambda p: download_with(p, "rel-abc", edit_record(

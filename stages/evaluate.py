@@ -6,7 +6,7 @@ score RAE (at the λ, τ and retrieval (joint, or split at a label share) the tu
 (kNN at its own τ where the tune stage chose one, metrics.json's knn.tau), RAE with the tune stage's
 per-query λ model (rae_query_lambda) and RAE's λ and b sweeps (optionally the paper's OvA+kNN
 ablation), and write metrics.json, per-instance metrics and plots (the λ sweep on test beside
-validation's)."""
+validation's), and with --scores each method's test-set top-100 scores (score files)."""
 
 from raexmc.numerics import pin_cpu_kernels
 
@@ -26,6 +26,7 @@ from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, Retrievals, evaluate_retrieval,
                                         segment_rows)
 from raexmc.evaluation.propensity import propensity_from_params
+from raexmc.evaluation.score_file import save_scores
 from raexmc.evaluation.selection import knn_tau, lambda_rows, rae_retrieval, read_selection
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.hnsw import resolve_threads
@@ -45,6 +46,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
          memory: Path = typer.Option(..., help="Memory folder written by the memory stage (RAE's input keys)."),
          out: Path = typer.Option(..., help="Evaluation folder to write."),
+         scores: Path = typer.Option(None, help="Folder to write each method's test-set top-100 scores to, "
+                                                "<method>.npz (a score file: raexmc evaluate --scores reads it)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file."),
          chunk: int = typer.Option(0, min=0, help="Test queries searched and scored at once (0: as many as about "
                                                   "256 MB of scores hold); the outputs are the same for any.")) -> None:
@@ -89,7 +92,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         result = evaluate_retrieval(BlockSearch(search, baselines.query_block, len(queries)), evaluator, settings,
                                     with_ova_knn=p.typed("infer.ova_knn", bool), query_lambda=query_lambda,
                                     chunk=chunk or None, progress=True,
-                                    workers=resolve_threads(p.integer("evaluate.threads", 0)))
+                                    workers=resolve_threads(p.integer("evaluate.threads", 0)),
+                                    keep_scores=scores is not None)
         del baselines, keys
         methods, per_instance = result["methods"], result["per_instance"]
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
@@ -117,6 +121,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             segment_bars(segments, folder / "segments_f1.png")
             line_plot(chosen_rows, "lambda", ["validation", "test"], f"{selection['metric']} vs λ at τ={selection['tau']}",
                       folder / "lambda_selection.png", log_x=True)
+        if scores is not None:
+            with atomic_dir(scores) as folder:
+                for method, matrix in result["scores"].items():
+                    save_scores(folder / f"{method}.npz", matrix)
         # a timing goes to MLflow alone: in an output file it would change the file, and dvc.lock, every run
         run.metrics({**metrics, "retrieval": {**metrics["retrieval"],
                                               "queries_per_s": round(len(queries) / max(search_s, 1e-9), 1)}})

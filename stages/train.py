@@ -63,7 +63,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     def body(p, run) -> None:
         name = p.typed("encoder.name", str)
         precision = resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision")
-        encoder = TextEncoder.load(name, ctx.device, precision)  # its tokenizer too: saved with the model
+        # its tokenizer too, saved with the model beside the max length the token cache cut inputs at
+        # (sentence_bert_config.json: sentence-transformers then cuts a text where this project does)
+        encoder = TextEncoder.load(name, ctx.device, precision,
+                                   max_len=int(TokenCache(tokens).meta["key"]["input_max_len"]))
         trained = settings  # with gradient caching resolved for this encoder, device and token lengths
         if mode == "fine-tuned":
             data, cache = Dataset(dataset), TokenCache(tokens)

@@ -7,7 +7,8 @@
   the package stage's raexmc.serving, significance's raexmc.tracking), of the script and,
   transitively, of every raexmc module either view reaches.
 Neither sees a module named only in a string (`importlib.import_module(name)` on a computed name,
-`python -m raexmc.x` in a subprocess); there is none today.
+`python -m raexmc.x` in a subprocess); the one today is raexmc/__init__.py's public names, loaded by
+name when a caller reads them, which no stage does.
 
 Modules map to files by their dotted names, and a dep covers a file when it is that file or a
 folder holding it, so the test holds whether deps name modules or the sub-packages they move to.

@@ -1,8 +1,8 @@
 """No raexmc module imports from a layer above its own, with the layers as raexmc.LAYERS writes them.
 
 Every import statement counts, wherever it stands (inside functions, under TYPE_CHECKING): a lazy
-import is a dependency too. The package itself (`import raexmc`, whose __init__ holds only LAYERS)
-may be imported from anywhere.
+import is a dependency too. The package itself (`import raexmc`, whose __init__ holds LAYERS and
+imports its public names only when a caller reads them) may be imported from anywhere.
 """
 
 from __future__ import annotations

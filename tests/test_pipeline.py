@@ -35,10 +35,13 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     for path in ("data/tiny/stats.json", "artifacts/tiny/tokens/train.ids.npy", "artifacts/tiny/embeddings/test.npy",
                  "artifacts/tiny/index/inputs/meta.json", "artifacts/tiny/index/labels/meta.json",
                  "artifacts/tiny/eval/metrics.json", "artifacts/tiny/eval/per_instance.npz",
+                 "artifacts/tiny/scores/rae.npz", "artifacts/tiny/model/sentence_bert_config.json",
                  "artifacts/tiny/significance.json",
                  "artifacts/tiny/predictor/settings.json", "artifacts/tiny/tune/selection.json",
                  "artifacts/tiny/tune/query_lambda.json", "artifacts/tiny/predictor/query_lambda.json"):
         assert (project / path).is_file(), path
+    encoder_settings = json.loads((project / "artifacts/tiny/model/sentence_bert_config.json").read_text())
+    assert encoder_settings == {"max_seq_length": 16, "do_lower_case": False}, "the token cache's input max length"
     index = sorted(p.name for p in (project / "artifacts/tiny/index").iterdir())
     assert index == ["inputs", "labels"], "every key is indexed once: no joint index"
     memory = sorted(p.name for p in (project / "artifacts/tiny/memory").iterdir())

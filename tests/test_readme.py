@@ -124,3 +124,29 @@ def test_every_name_in_the_map_exists():
     modules = {path.name for path in (REPO / "src" / "raexmc").rglob("*.py")}
     stale = sorted(set(re.findall(r"[\w]+\.py", module_map())) - modules)
     assert not stale, f"docs/development.md's module map names modules that do not exist: {stale}"
+
+
+def python_blocks(text: str) -> list[str]:
+    """The code of every ```python block of a Markdown text."""
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_the_readme_python_blocks_run_on_a_packaged_model(tmp_path, monkeypatch, capsys, lf_folder, tiny_model):
+    """Each block runs as written, in a project whose artifacts/foldoc is a tiny pipeline packaged the way the
+    stages package one (tests/rae/test_predictor.py's build_pipeline), and prints each of the 5 labels' ids."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("predictor_tests", REPO / "tests" / "rae" / "test_predictor.py")
+    predictor_tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(predictor_tests)
+    built = predictor_tests.build_pipeline(tmp_path, lf_folder, tiny_model, "hnsw")
+    built.rename(built.parent / "foldoc")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()  # what building it printed
+    blocks = python_blocks(read(README))
+    assert blocks, "README.md has no ```python block"
+    for block in blocks:
+        assert block.count("\n") <= 10, f"a README Python example is longer than 10 lines:\n{block}"
+        exec(compile(block, "README.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert sorted(line.split()[0] for line in printed) == ["l0", "l1", "l2", "l3", "l4"], printed  # conftest's

@@ -1,11 +1,42 @@
 """rae-xmc: extreme multi-label classification with Retrieval-augmented Encoders.
 
+The public API is the few names in __all__: load a packaged model and predict (RaeModel), score any system's
+test-set predictions (score_files), and the metrics and tests behind them. Each loads on first use (PEP 562),
+so `import raexmc` stays cheap: it imports neither torch nor numpy.
+
 One package per concept of the method. Imports flow one way, down LAYERS: a module imports from its
 own layer and the layers below, never from one above (tests/test_layers.py checks every import
 statement, those inside functions included).
 """
 
+from importlib import import_module
+
 __version__ = "0.2.0"
+
+# Each public name and the module it comes from, imported when the name is first read.
+_EXPORTS = {
+    "RaeModel": "raexmc.rae.model",                   # a packaged model: RaeModel.load(folder), .predict(texts, k)
+    "score_files": "raexmc.evaluation.score_report",  # metrics (and paired t-tests) of score files on a dataset
+    "per_instance_metrics": "raexmc.evaluation.metrics",
+    "summarize": "raexmc.evaluation.metrics",
+    "macro_f1_by_segment": "raexmc.evaluation.macro_f1",
+    "propensities": "raexmc.evaluation.propensity",
+    "paired_ttest": "raexmc.evaluation.significance",
+}
+__all__ = ["RaeModel", "score_files", "per_instance_metrics", "summarize", "macro_f1_by_segment", "propensities",
+           "paired_ttest", "__version__"]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'raexmc' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # read once: later reads find it here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
 
 # The layers, top to bottom; each names the packages or modules directly under raexmc that it holds.
 LAYERS: tuple[tuple[str, ...], ...] = (

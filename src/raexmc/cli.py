@@ -1,5 +1,5 @@
-"""The `raexmc` command: look at datasets and presets, predict with and serve a built pipeline
-(the pipeline itself runs with `dvc repro`)."""
+"""The `raexmc` command: look at datasets and presets, predict with and serve a built pipeline, score any
+system's predictions (the pipeline itself runs with `dvc repro`)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,35 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from .params import load_params
 from .pipeline.stage import user_errors
 
+if TYPE_CHECKING:
+    from .evaluation.propensity import Propensity
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RAE-XMC: extreme multi-label classification with retrieval-augmented encoders. "
                        "Run the pipeline with `dvc repro`; these commands inspect its datasets and presets "
                        "and predict with (or serve) what it built.")
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        typer.echo(f"raexmc {version('raexmc')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                           help="Print the installed version and exit.")) -> None:
+    """Options of `raexmc` itself, before a command."""
+
 
 PARAMS = typer.Option(Path("params.yaml"), help="Parameters file.")
 NAME = typer.Option(None, help="Dataset whose pipeline outputs to use (default: data.name in params.yaml).")
@@ -164,6 +183,44 @@ def results(name: str = NAME,
 
         folder = artifacts / (name or load_params(params).typed("data.name", str))
         typer.echo(summary(folder / "eval", folder / "significance.json"))
+
+
+def _propensity_pair(value: str) -> Propensity | None:
+    """`--propensity`: auto (None: the dataset's pair) or "A,B"."""
+    from .evaluation.propensity import Propensity
+
+    if value == "auto":
+        return None
+    try:
+        A, B = (float(part) for part in value.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"expected auto or A,B (two numbers), got {value!r}") from None
+    if not (A > 0 and B > 0):
+        raise typer.BadParameter(f"A and B must be > 0, got {value!r}")
+    return Propensity(A, B, "--propensity", "--propensity")
+
+
+@app.command()
+def evaluate(dataset: Path = typer.Option(..., help="Dataset: the download stage's folder (data/<name>) or a folder "
+                                                     "in the LF or NGAME layout."),
+             scores: Path = typer.Option(..., help="Test-set top-k scores: an N_test x L scipy.sparse .npz (pyxclib, "
+                                                    "PECOS), at most 100 scores a row."),
+             compare: Path = typer.Option(None, help="Another score file: both scored, with paired t-tests."),
+             out: Path = typer.Option(None, help="Write the metrics (and tests) as JSON here."),
+             propensity: str = typer.Option("auto", help="PSP@k's A,B, or auto: the dataset's pair "
+                                                         "(docs/propensity.md).")) -> None:
+    """Score any system's predictions as the evaluate stage scores its own: P@k, nDCG@k, PSP@k, R@k and macro-F1@5
+    by segment, after the dataset's reciprocal-pair filter; with --compare, paired t-tests of the key metrics."""
+    pair = _propensity_pair(propensity)
+    with user_errors():
+        from .evaluation.score_report import report_table, score_files
+        from .io import write_json
+        from .pipeline.results import KEY_METRICS
+
+        report = score_files(dataset, scores, compare, KEY_METRICS, pair)
+        typer.echo(report_table(report))
+        if out is not None:
+            write_json(out, report)
 
 
 @app.command()

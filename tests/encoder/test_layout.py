@@ -156,6 +156,21 @@ def test_a_saved_encoder_carries_its_pooling_and_loads_back_alike_here_and_in_se
     np.testing.assert_allclose(theirs(tmp_path / "saved"), expected, atol=1e-5)
 
 
+def test_a_saved_encoder_cuts_long_inputs_where_sentence_transformers_does(tiny_model, tmp_path):
+    """sentence_bert_config.json carries the max length inputs are tokenised at: without it sentence-transformers
+    cuts at the model's own limit (128 tokens for the tiny BERT), so a longer input's vector differs."""
+    max_len = 16
+    TextEncoder.load(tiny_model, "cpu", "fp32", max_len=max_len).save(tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "sentence_bert_config.json").read_text()) == {
+        "max_seq_length": max_len, "do_lower_case": False}
+    texts = [" ".join(TEXTS * 8), *TEXTS]
+    assert len(load_tokenizer(str(tiny_model))(texts[0])["input_ids"]) > 128
+    expected = TextEncoder.load(tmp_path / "saved", "cpu", "fp32", max_len=max_len).embed_texts(texts)
+    got = SentenceTransformer(str(tmp_path / "saved"), device="cpu").encode(texts, batch_size=len(texts))
+    cosine = (expected * got).sum(axis=1) / np.linalg.norm(expected, axis=1) / np.linalg.norm(got, axis=1)
+    assert cosine.min() >= 0.9999, cosine
+
+
 def test_gradients_flow_through_pooling_and_dense_as_in_sentence_transformers(sentence_model):
     """The same loss on our module's vectors and on sentence-transformers' (eval mode: no dropout) gives the same
     gradient in the Dense layer and in the transformer's embeddings."""

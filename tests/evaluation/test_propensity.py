@@ -94,9 +94,9 @@ def stage(root, name, *args):
     return proc
 
 
-def test_the_evaluate_stage_records_the_pair_it_used(tmp_path):
-    """A `local` dataset named `tiny` read from a folder named LF-AmazonTitles-131K: the Amazon pair, said on
-    stderr, written to metrics.json and logged to the MLflow run."""
+def evaluate_tiny(tmp_path, *options):
+    """The tune and evaluate stages (with `options`) on a `local` dataset named `tiny` read from the LF folder
+    tmp_path/LF-AmazonTitles-131K, random unit embeddings, and HNSW indexes; the evaluate stage's process."""
     build_dataset("tiny", {"source": "local", "path": str(make_lf_folder(tmp_path / "LF-AmazonTitles-131K"))},
                   tmp_path / "data" / "tiny", "")
     data = Dataset(tmp_path / "data" / "tiny")
@@ -113,9 +113,14 @@ def test_the_evaluate_stage_records_the_pair_it_used(tmp_path):
     YAML().dump(params, tmp_path / "params.yaml")
     stage(tmp_path, "tune", "--embeddings", tmp_path / "emb", "--out", tmp_path / "tune")
 
-    proc = stage(tmp_path, "evaluate", "--embeddings", tmp_path / "emb", "--index", tmp_path / "index", "--tune",
-                 tmp_path / "tune", "--memory", tmp_path / "memory", "--out", tmp_path / "eval")
+    return stage(tmp_path, "evaluate", "--embeddings", tmp_path / "emb", "--index", tmp_path / "index", "--tune",
+                 tmp_path / "tune", "--memory", tmp_path / "memory", "--out", tmp_path / "eval", *options)
 
+
+def test_the_evaluate_stage_records_the_pair_it_used(tmp_path):
+    """A `local` dataset named `tiny` read from a folder named LF-AmazonTitles-131K: the Amazon pair, said on
+    stderr, written to metrics.json and logged to the MLflow run."""
+    proc = evaluate_tiny(tmp_path)
     said = "PSP@k: A=0.6, B=2.6 (LF-AmazonTitles-131K in the propensity table)"
     assert said in proc.stderr.splitlines()
     recorded = json.loads((tmp_path / "eval" / "metrics.json").read_text())["propensity"]

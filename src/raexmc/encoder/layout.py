@@ -21,6 +21,7 @@ from ..io import read_json, write_json
 from .pooling import POOLING_MODES, Dense, Pooling
 
 MODULES_FILE = "modules.json"
+SENTENCE_CONFIG_FILE = "sentence_bert_config.json"  # the Transformer module's max length and lowercasing
 PACKAGE = "sentence_transformers."
 # The pooling config's mode flags (the layout every sentence-transformers version reads) and their modes.
 MODE_FLAGS = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
@@ -97,7 +98,7 @@ def read_modules(model: str, hidden_size: int) -> Modules:
 def _check_transformer(model: str) -> None:
     """Refuse what changes a Transformer module's input before its tokenizer, which the project's tokenisation does
     not reproduce: lowercasing (sentence_bert_config.json), a default prompt (config_sentence_transformers.json)."""
-    settings = _file(model, "sentence_bert_config.json")
+    settings = _file(model, SENTENCE_CONFIG_FILE)
     if settings is not None and read_json(settings).get("do_lower_case", False):
         raise ConfigError("do_lower_case is true: rae-xmc tokenises texts as they are", settings, "do_lower_case")
     prompts = _file(model, "config_sentence_transformers.json")
@@ -199,3 +200,10 @@ def write_modules(folder: str | os.PathLike, pooling: Pooling, dense: list[Dense
     write_json(folder / MODULES_FILE, [{"idx": idx, "name": str(idx), "path": path,
                                         "type": f"sentence_transformers.models.{kind}"}
                                        for idx, (kind, path) in enumerate(entries)])
+
+
+def write_sentence_config(folder: str | os.PathLike, max_seq_length: int) -> None:
+    """sentence_bert_config.json of a Transformer saved at `folder`'s top: the max length rae-xmc tokenises inputs
+    at and no lowercasing, so sentence-transformers cuts a long text where rae-xmc does (without the file it takes
+    the model's own limit, e.g. 512 tokens)."""
+    write_json(Path(folder) / SENTENCE_CONFIG_FILE, {"max_seq_length": max_seq_length, "do_lower_case": False})

@@ -1,6 +1,6 @@
 """The encoder as one module: transformer, pooling, Dense layers, L2 normalisation.
 
-Training, the embed stage, mining rounds and the Predictor all call it through text_encoder.TextEncoder, so
+Training, the embed stage, mining rounds and a packaged RaeModel all call it through text_encoder.TextEncoder, so
 queries and keys live in one space and every path pools as the model's folder says (encoder/layout.py). Its
 parameters are the transformer's and the Dense layers', so training moves both; `save` writes the
 sentence-transformers layout, recipe included.

@@ -1,7 +1,7 @@
 """The one encoder object: the model (pooled as its folder says), the device and precision it runs at, and the
 tokenizer and max length that turn raw texts into its token rows.
 
-Training, the embed stage, the mining rounds and the Predictor all embed through it, so a query and a key are
+Training, the embed stage, the mining rounds and a packaged RaeModel all embed through it, so a query and a key are
 encoded by the same code at the same settings, and `describe()` is where those settings are read for the runs.
 """
 
@@ -15,6 +15,7 @@ import torch
 
 from .device import autocast, resolve_precision
 from .embedding import batch_tensors
+from .layout import write_sentence_config
 from .model import load_tokenizer
 from .sentence import SentenceEncoder, load_encoder
 from .tokens import RightPaddedTokenizer, tokenizer_input
@@ -82,7 +83,10 @@ class TextEncoder:
         return self.embed(ids, lengths, np.arange(len(texts)))
 
     def save(self, folder: str | os.PathLike) -> None:
-        """The model in the sentence-transformers layout (its pooling included) and its tokenizer, into `folder`."""
+        """The model in the sentence-transformers layout (its pooling included, and with a max_len the max length
+        it cuts inputs at) and its tokenizer, into `folder`."""
         self.model.save(folder)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(folder)
+        if self.max_len is not None:
+            write_sentence_config(folder, self.max_len)

@@ -31,6 +31,7 @@ from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
 from ..rae.scoring import dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
 from .metrics import per_instance_metrics, propensity_ideals
 from .propensity import DEFAULT_AB, propensities
+from .score_file import TopScores
 from .totals import F1_K, QueryChunk, RankingTotals
 
 RANK_DEPTH = 100  # deep enough for R@100
@@ -277,7 +278,7 @@ def chunk_queries(Y_train: sp.csr_matrix, depth: int, budget: int = CHUNK_BYTES)
 
 def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSettings, with_ova_knn: bool = False,
                        query_lambda: QueryLambdaModel | None = None, chunk: int | None = None,
-                       progress: bool = False, workers: int = 1) -> dict[str, Any]:
+                       progress: bool = False, workers: int = 1, keep_scores: bool = False) -> dict[str, Any]:
     """Metrics of RAE (λ, b), the dual encoder and kNN (optionally OvA+kNN, and RAE with `query_lambda`'s λ per
     query), and RAE's λ and b sweeps, from `search(rows)`'s retrievals (at least max(b, b_sweep) keys deep) of
     the test queries, `chunk` at a time (default: `chunk_queries` for `workers`), with a progress bar when
@@ -288,7 +289,8 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
     numbers are the same for any number of workers.
 
     Returns {"methods": {name: summary}, "per_instance": {name: arrays}, "lambda_sweep": rows,
-    "b_sweep": rows}.
+    "b_sweep": rows}; with `keep_scores` also "scores": {name: each method's top-100 scores as a score file's
+    CSR matrix (score_file.py), gathered a chunk at a time}.
     """
     from tqdm import tqdm
 
@@ -298,12 +300,16 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
     size = chunk or chunk_queries(Y, max([settings.b, *settings.b_sweep]), CHUNK_BYTES // workers)
     totals: dict[tuple[str, Any], RankingTotals] = {}
     key_counts = np.zeros((len(settings.b_sweep), 2), dtype=np.int64)
+    kept: dict[tuple[str, Any], TopScores] = {}  # each method's top-100 scores, with keep_scores
 
     def rank_and_tally(queries: QueryChunk, ranking: Ranking) -> None:
         keys, scores_of = ranking
-        ranked = top_k(scores_of(), RANK_DEPTH, exclude=queries.exclude)
+        scores = scores_of()
+        ranked = top_k(scores, RANK_DEPTH, exclude=queries.exclude)
         for key in keys:
             totals[key].add(queries, ranked)
+            if key in kept:
+                kept[key].add(ranked, scores)
 
     with ThreadPoolExecutor(workers) as pool, tqdm(total=n, desc="evaluate", unit="query", disable=not progress) as bar:
         for start in range(0, max(n, 1), size):  # one chunk, empty, when there is no query
@@ -314,6 +320,8 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
                 for key in keys:
                     if key not in totals:
                         totals[key] = evaluator.totals(per_instance=key[0] == "method")
+                    if keep_scores and key[0] == "method" and key not in kept:
+                        kept[key] = TopScores(Y.shape[1])
             list(pool.map(partial(rank_and_tally, queries), rankings))  # waits for the chunk; raises a worker's error
             for counts, b in zip(key_counts, settings.b_sweep):
                 counts += train_key_counts(found.rae_at(b)[0], V.shape[0], b)
@@ -329,7 +337,8 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
             "lambda_sweep": [{"lambda": lam, **headline(("lambda", i))} for i, lam in enumerate(settings.lambda_sweep)],
             "b_sweep": [{"b": b, **headline(("b", i)),
                          "train_key_share": round(100 * float(train / total), 2) if total else float("nan")}
-                        for i, (b, (train, total)) in enumerate(zip(settings.b_sweep, key_counts))]}
+                        for i, (b, (train, total)) in enumerate(zip(settings.b_sweep, key_counts))],
+            **({"scores": {name: top.matrix() for (_, name), top in kept.items()}} if keep_scores else {})}
 
 
 HEADLINE = ("P@1", "P@3", "P@5", "nDCG@5", "PSP@5", "R@10", "R@100")

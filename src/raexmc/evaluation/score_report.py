@@ -1,0 +1,108 @@
+"""Any system's predictions scored as the evaluate stage scores its own: a score file (score_file.py) ranked on a
+dataset's test set, with its reciprocal-pair filter, into the stage's metrics table (P@k, nDCG@k, PSP@k and
+PSnDCG@k with the dataset's propensity pair, R@k, macro-F1@5 by segment), and paired t-tests against another.
+
+The dataset is the download stage's folder (data/<name>) or a folder in the LF or NGAME layout, which is read
+into a temporary dataset folder as the download stage writes it, so both are filtered and counted alike.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..data.dataset import Dataset, write_dataset
+from ..data.layouts import FILTER_FILES, read_layout
+from ..errors import DataError
+from ..memory.keys_values import training_values
+from .evaluator import RANK_DEPTH, Evaluator
+from .propensity import Propensity, table_propensity
+from .score_file import read_scores
+from .significance import p_value_text, paired_ttest
+from .totals import F1_K
+
+
+@dataclass
+class EvalData:
+    """What scoring needs of a dataset: its label matrices, the test filter and the names it goes by."""
+
+    Y_train: sp.csr_matrix
+    Y_test: sp.csr_matrix
+    exclude: sp.csr_matrix
+    names: tuple[str, ...]
+
+
+def _eval_data(data: Dataset) -> EvalData:
+    return EvalData(data.label_matrix("train"), data.label_matrix("test"), data.filter_matrix("test"), data.names)
+
+
+def read_eval_data(folder: str | os.PathLike) -> EvalData:
+    """The test set of a download stage's dataset folder, or of an LF or NGAME folder (named as the folder is,
+    so the propensity table knows a benchmark's)."""
+    folder = Path(folder)
+    if (folder / "stats.json").is_file():
+        return _eval_data(Dataset(folder))
+    if not folder.is_dir():
+        raise DataError("dataset folder not found: give data/<name> or a folder in the LF or NGAME layout", folder)
+    reader = read_layout(folder)
+    origins = {split: str(folder / name) for split, name in FILTER_FILES.items()}
+    with tempfile.TemporaryDirectory(prefix="raexmc-evaluate-") as tmp:
+        target = Path(tmp) / folder.resolve().name
+        write_dataset(target, reader.labels, reader.train, reader.test, reader.filters,
+                      {"source": "local", "path": str(folder.resolve()), "layout": reader.layout}, origins)
+        return _eval_data(Dataset(target))
+
+
+def score_metrics(test: EvalData, scores: sp.csr_matrix, propensity: Propensity) -> tuple[dict[str, Any],
+                                                                                          dict[str, np.ndarray]]:
+    """The metrics table (percent) and per-query values of `scores` ranked as the evaluate stage ranks (top 100,
+    filtered pairs never ranked), with the stage's label frequencies (Y_train's stored pairs)."""
+    evaluator = Evaluator(training_values(test.Y_train), test.Y_test, test.exclude, propensity.ab)
+    ranked = evaluator.rank(evaluator.num_queries, lambda rows: scores[rows])
+    return evaluator.summary(ranked)
+
+
+def score_files(dataset: str | os.PathLike, scores: str | os.PathLike, compare: str | os.PathLike | None,
+                tested: Sequence[str], propensity: Propensity | None = None) -> dict[str, Any]:
+    """{"scores": metrics, "compare": metrics (with `compare`), "scores_vs_compare": {metric: paired t-test in
+    percentage points} for the `tested` metrics, "propensity": the pair used (the table's for the dataset's names
+    unless given), "files": the paths}."""
+    test = read_eval_data(dataset)
+    propensity = propensity or table_propensity(test.names)
+    shape = test.Y_test.shape
+    files = {"scores": scores, **({} if compare is None else {"compare": compare})}
+    report: dict[str, Any] = {"files": {name: str(path) for name, path in files.items()},
+                              "propensity": propensity.record()}
+    values = {}
+    for name, path in files.items():
+        report[name], values[name] = score_metrics(test, read_scores(path, *shape, RANK_DEPTH), propensity)
+    if compare is not None:
+        report["scores_vs_compare"] = {metric: paired_ttest(100 * values["scores"][metric],
+                                                            100 * values["compare"][metric]) for metric in tested}
+    return report
+
+
+def report_table(report: dict[str, Any]) -> str:
+    """The report as aligned text: a row per metric (macro-F1@5 per segment last), a column per file, and with a
+    comparison the paired t-test's mean difference and p-value of each tested metric."""
+    columns = [name for name in ("scores", "compare") if name in report]
+    tests = report.get("scores_vs_compare", {})
+    metrics = [name for name in report["scores"] if name != f"macro-F1@{F1_K}"]
+    rows = [(name, [report[c][name] for c in columns], tests.get(name)) for name in metrics]
+    rows += [(f"macro-F1@{F1_K} {segment}", [report[c][f"macro-F1@{F1_K}"][segment] for c in columns], None)
+             for segment in report["scores"][f"macro-F1@{F1_K}"]]
+    width = max(len(name) for name, _, _ in rows)
+    propensity = report["propensity"]
+    lines = [f"PSP@k: A={propensity['A']:g}, B={propensity['B']:g} ({propensity['source']})",
+             f"{'metric':<{width}}  " + "  ".join(f"{c:>8}" for c in columns) + ("  difference (p)" if tests else "")]
+    for name, cells, test in rows:
+        line = f"{name:<{width}}  " + "  ".join(f"{'-' if v is None else f'{v:.2f}':>8}" for v in cells)
+        lines.append(line + ("" if test is None else f"  {test['mean_diff']:+.2f} (p {p_value_text(test)})"))
+    return "\n".join(lines)
