@@ -139,3 +139,26 @@ def test_a_damaged_model_folder_is_500_in_one_line_and_a_bad_request_stays_400(s
     assert message.startswith("DataError: ") and "\n" not in message, message
     assert (refused.status_code, refused.json()["message"]) == (400, line)
     assert "stack_trace" not in refused.json()
+
+
+def test_the_logged_model_declares_its_answer_and_carries_an_example_it_answers(served):
+    """The model used to declare its input only: a client could not read what an answer holds, nor a request to
+    start from. Its output schema now names the answer's columns and each label's fields, and the example
+    request logged with it is answered as `raexmc predict` answers that text."""
+    from mlflow.models import Model
+
+    folder = served[1].unwrap_python_model().folder.parent.parent  # <model>/artifacts/model
+    logged = Model.load(folder)
+    [text, labels] = logged.get_output_schema().inputs
+    assert (text.name, text.type.name, labels.name) == ("text", "string", "labels")
+    fields = labels.type.to_dict()["items"]["properties"]
+    assert {name: field["type"] for name, field in fields.items()} == {"label": "long", "id": "any", "text": "string",
+                                                                      "score": "double"}
+    example = logged.load_input_example(folder)
+    assert list(example.columns) == ["text"] and len(example) == 1
+    request = (folder / logged.saved_input_example_info["serving_input_path"]).read_text()
+    answer = client(served).post("/invocations", content=request, headers={"Content-Type": "application/json"})
+    expected, _ = predictor_of(served[0]).predict(list(example["text"]), k=5)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"predictions": [{"text": example["text"][0], "labels": expected[0]}]}
+    assert set(expected[0][0]) == {"label", "id", "text", "score"}
