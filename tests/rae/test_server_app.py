@@ -162,3 +162,28 @@ def test_the_logged_model_declares_its_answer_and_carries_an_example_it_answers(
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"predictions": [{"text": example["text"][0], "labels": expected[0]}]}
     assert set(expected[0][0]) == {"label", "id", "text", "score"}
+
+
+def test_a_list_of_texts_as_inputs_is_answered_as_the_same_records(served):
+    """{"inputs": ["text", ...]}, the common form for text models, was refused (400, "no query"): MLflow's server
+    makes it a one-column table without a "text" column. It is now answered as the dataframe_records of the
+    same texts, params included."""
+    texts = ["perl", "a small unix"]
+    as_records = client(served).post("/invocations", json={"dataframe_records": [{"text": text} for text in texts],
+                                                           "params": {"k": 2}})
+    as_inputs = client(served).post("/invocations", json={"inputs": texts, "params": {"top_k": 2}})
+    expected, _ = predictor_of(served[0]).predict(texts, k=2)
+    assert as_inputs.status_code == as_records.status_code == 200, as_inputs.text
+    assert as_inputs.json() == as_records.json() == {"predictions": [{"text": text, "labels": labels}
+                                                                     for text, labels in zip(texts, expected)]}
+    as_columns = client(served).post("/invocations", json={"inputs": {"text": texts}, "params": {"k": 2}})
+    assert as_columns.json() == as_records.json(), "records and columns under inputs are read as before"
+
+
+@pytest.mark.parametrize("inputs, where", [(["perl", 7], "inputs[1]: not a text"),
+                                           ([{"text": "perl"}, "unix"], "inputs[1]: not a record"),
+                                           ("perl", "inputs: give texts")])
+def test_inputs_that_are_not_a_list_of_texts_are_400_naming_where(served, inputs, where):
+    answer = client(served).post("/invocations", json={"inputs": inputs})
+    assert answer.status_code == 400 and "stack_trace" not in answer.json()
+    assert answer.json()["message"].startswith(f"DataError: request: {where}"), answer.json()["message"]

@@ -2,7 +2,8 @@
 (RaeModel.save) as the artifact and this package's code, registered under a name and an alias, so that
 `mlflow models serve -m models:/<name>@<alias>` answers HTTP requests with labels.
 
-Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}});
+Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}}, or
+{"inputs": ["...", ...]}, which `raexmc serve` reads as those records);
 a record may give "title" and "content" instead of "text", joined by the training inputs' recipe.
 Answer: {"predictions": [{"text": "...", "labels": [{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}.
 A bad request (no "text"/"title", an empty text, k outside 1..number of labels, more than MAX_RECORDS
