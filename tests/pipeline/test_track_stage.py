@@ -1,5 +1,5 @@
-"""The track stage, run as DVC runs it, on hand-written result files and a real SQLite store: what the pipeline's
-MLflow run holds afterwards (its metrics, its commit, its dataset input)."""
+"""The track and significance stages, run as DVC runs them, on hand-written result files and a real SQLite store:
+what the pipeline's MLflow run holds afterwards (its metrics, its commit, its dataset input)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from mlflow.tracking import MlflowClient
+
+from raexmc.pipeline.headline import HEADLINE_METRICS
 
 from raexmc.pipeline.tracking.run import EXPERIMENT, tracking_uri
 
@@ -74,3 +77,24 @@ def test_the_run_carries_its_commit_under_mlflows_key_and_its_dataset_once(tmp_p
     assert (used.dataset.source_type, json.loads(used.dataset.source)) == ("local",
                                                                            {"uri": str(root / "data" / "tiny")})
     assert {tag.key: tag.value for tag in used.tags} == {"mlflow.data.context": "training"}
+
+
+def test_the_significance_stage_logs_of_each_t_test_the_same_four_numbers(tmp_path):
+    """RAE's P@1 on 4 test inputs against its baselines': the differences in points are hand-worked (RAE hits
+    inputs 0, 1, 2; the dual encoder 0; kNN 0 and 1), and only the mean difference, interval and log10 p logged."""
+    root = project(tmp_path)
+    (root / "params.yaml").write_text("data:\n  name: tiny\nsignificance:\n  metrics: [P@1]\n  compare_with: null\n")
+    hits = {"rae": [1, 1, 1, 0], "dual_encoder": [1, 0, 0, 0], "knn": [1, 1, 0, 0]}
+    np.savez(root / "eval" / "per_instance.npz", **{f"{method}/P@1": np.array(values, dtype=float)
+                                                     for method, values in hits.items()})
+    selection = {"selection": {"lambda": 0.5, "tau": 0.04}}
+    (root / "eval" / "metrics.json").write_text(json.dumps({**selection, **{
+        method: dict.fromkeys(HEADLINE_METRICS, 1.0) for method in hits}}))
+    subprocess.run([sys.executable, str(REPO / "stages" / "significance.py"), "--eval", "eval", "--out",
+                    "significance.json", "--headline", "metrics"], cwd=root, check=True, capture_output=True)
+    logged = {name: value for name, value in the_run().data.metrics.items() if name.startswith("significance/rae_")}
+    fields = ("mean_diff", "ci_low", "ci_high", "log10_p")
+    assert set(logged) == {f"significance/rae_vs_{baseline}.P_at_1.{field}"
+                           for baseline in ("dual_encoder", "knn") for field in fields}
+    assert logged["significance/rae_vs_dual_encoder.P_at_1.mean_diff"] == 50.0  # (0 + 100 + 100 + 0) / 4
+    assert logged["significance/rae_vs_knn.P_at_1.mean_diff"] == 25.0  # (0 + 0 + 100 + 0) / 4
