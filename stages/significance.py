@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, compare_runs, load_per_instance
+from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, compare_runs, load_per_instance, logged_summary
 from raexmc.io import read_json, write_json
 from raexmc.pipeline.compare import local_copy
 from raexmc.pipeline.headline import method_rows, p_value_rows, write_rows
@@ -34,7 +34,7 @@ def main(eval: Path = typer.Option(..., help="Evaluation folder written by the e
                               run_origin=eval / "per_instance.npz", other_origin=str(other))
         write_json(out, report)
         write_rows(headline, {**method_rows(read_json(eval / "metrics.json")), **p_value_rows(report)})
-        run.metrics(report)
+        run.metrics(logged_summary(report))
         run.artifact(out)
 
     run_stage("significance", body, str(params))

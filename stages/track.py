@@ -1,7 +1,8 @@
 """Log the pipeline's result files into this execution's MLflow run, whatever DVC did to make
 them: a stage restored from DVC's run cache (same deps and params as an earlier run) does not
 run and logs nothing, so this stage (always run) logs the dataset stats, the evaluation metrics
-and the significance report of each such stage, under the names that stage uses."""
+and the significance report of each such stage, under the names that stage uses; and the dataset folder as the
+run's dataset input."""
 
 from raexmc.numerics import pin_cpu_kernels
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from raexmc.evaluation.significance import logged_summary
 from raexmc.io import read_json
 from raexmc.pipeline.stage import run_stage, stage_cli
 
@@ -20,12 +22,14 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          significance: Path = typer.Option(..., help="significance.json written by the significance stage."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
+        run.dataset(dataset, dataset.resolve().name, "training")  # the folder is data/<data.name>
         ran = run.stages_run()
         for stage, path in (("download", dataset / "stats.json"), ("evaluate", eval / "metrics.json"),
                             ("significance", significance)):
             if stage in ran:  # it logged these itself
                 continue
-            run.for_stage(stage).metrics(read_json(path))
+            values = read_json(path)
+            run.for_stage(stage).metrics(logged_summary(values) if stage == "significance" else values)
             run.for_stage(stage).artifact(path)
 
     run_stage("track", body, str(params))

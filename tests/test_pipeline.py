@@ -63,7 +63,7 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     metrics = runs[0].data.metrics
     assert metrics["download/N_train"] == 4 and "tokenize/duration_s" in metrics
     assert metrics["evaluate/selection.lambda"] == chosen["lambda"] and "tune/val_value" in metrics
-    assert "evaluate/rae.P_at_1" in metrics and "significance/rae_vs_knn.P_at_1.p_value" in metrics
+    assert "evaluate/rae.P_at_1" in metrics and "significance/rae_vs_knn.P_at_1.log10_p" in metrics
     assert runs[0].data.params["encoder.name"] == str(tiny_model)
     assert runs[0].data.params["encoder.pooling"] == "mean pooling, normalised", "a plain model: the paper's pooling"
     saved = json.loads((project / "artifacts/tiny/model/modules.json").read_text())

@@ -42,7 +42,8 @@ def test_stages_of_one_execution_share_a_run(project):
     assert data.params == {"data.name": "tiny", "tokenize.max_len": "8"}
     assert data.metrics["download/N_train"] == 4 and data.metrics["download/segments.head"] == 1
     assert "download/duration_s" in data.metrics and "tokenize/duration_s" in data.metrics
-    assert data.tags["dvc_experiment"] == "workspace" and data.tags["git_commit"]
+    assert data.tags["dvc_experiment"] == "workspace"
+    assert "mlflow.source.git.commit" not in data.tags, "no commit outside git (not a made-up one)"
     assert [a.path for a in client.list_artifacts(found[0].info.run_id, "download")] == ["download/stats.json"]
     assert found[0].info.status == "FINISHED"
 
@@ -122,7 +123,7 @@ def test_a_temp_experiment_keeps_one_run_when_the_parent_commits_meanwhile(proje
         pass
     _, found = runs()
     assert len(found) == 1
-    assert found[0].data.tags["git_commit"] == baseline
+    assert found[0].data.tags["mlflow.source.git.commit"] == baseline
 
 
 def test_a_run_holds_every_param_even_when_dvc_reran_one_stage(project):

@@ -431,9 +431,10 @@ def test_raexmc_serve_refuses_unknown_names_and_reads_top_k_as_k(built, tmp_path
         by_k = post_json(f"{base}/invocations", {**PERL, "params": {"k": 2}})
         by_top_k = post_json(f"{base}/invocations", {**PERL, "params": {"top_k": 2}})
         inputs_top_k = post_json(f"{base}/invocations", {"inputs": {"text": ["perl"]}, "params": {"top_k": 1}})
+        texts = post_json(f"{base}/invocations", {"inputs": ["perl"], "params": {"k": 2}})
         refusals = [post_json(f"{base}/invocations", request) for request, _ in SCHEMA_REFUSALS + BAD_REQUESTS]
     expected, _ = predictor_of(built).predict(["perl"], k=2)
-    assert by_k == by_top_k == (200, {"predictions": [{"text": "perl", "labels": expected[0]}]})
+    assert by_k == by_top_k == texts == (200, {"predictions": [{"text": "perl", "labels": expected[0]}]})
     assert inputs_top_k[0] == 200 and inputs_top_k[1]["predictions"][0]["labels"] == expected[0][:1]
     for (status, refusal), (_, line) in zip(refusals, SCHEMA_REFUSALS + BAD_REQUESTS):
         assert (status, refusal["message"]) == (400, line)

@@ -139,3 +139,51 @@ def test_a_damaged_model_folder_is_500_in_one_line_and_a_bad_request_stays_400(s
     assert message.startswith("DataError: ") and "\n" not in message, message
     assert (refused.status_code, refused.json()["message"]) == (400, line)
     assert "stack_trace" not in refused.json()
+
+
+def test_the_logged_model_declares_its_answer_and_carries_an_example_it_answers(served):
+    """The model used to declare its input only: a client could not read what an answer holds, nor a request to
+    start from. Its output schema now names the answer's columns and each label's fields, and the example
+    request logged with it is answered as `raexmc predict` answers that text."""
+    from mlflow.models import Model
+
+    folder = served[1].unwrap_python_model().folder.parent.parent  # <model>/artifacts/model
+    logged = Model.load(folder)
+    [text, labels] = logged.get_output_schema().inputs
+    assert (text.name, text.type.name, labels.name) == ("text", "string", "labels")
+    fields = labels.type.to_dict()["items"]["properties"]
+    assert {name: field["type"] for name, field in fields.items()} == {"label": "long", "id": "any", "text": "string",
+                                                                      "score": "double"}
+    example = logged.load_input_example(folder)
+    assert list(example.columns) == ["text"] and len(example) == 1
+    request = (folder / logged.saved_input_example_info["serving_input_path"]).read_text()
+    answer = client(served).post("/invocations", content=request, headers={"Content-Type": "application/json"})
+    expected, _ = predictor_of(served[0]).predict(list(example["text"]), k=5)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"predictions": [{"text": example["text"][0], "labels": expected[0]}]}
+    assert set(expected[0][0]) == {"label", "id", "text", "score"}
+
+
+def test_a_list_of_texts_as_inputs_is_answered_as_the_same_records(served):
+    """{"inputs": ["text", ...]}, the common form for text models, was refused (400, "no query"): MLflow's server
+    makes it a one-column table without a "text" column. It is now answered as the dataframe_records of the
+    same texts, params included."""
+    texts = ["perl", "a small unix"]
+    as_records = client(served).post("/invocations", json={"dataframe_records": [{"text": text} for text in texts],
+                                                           "params": {"k": 2}})
+    as_inputs = client(served).post("/invocations", json={"inputs": texts, "params": {"top_k": 2}})
+    expected, _ = predictor_of(served[0]).predict(texts, k=2)
+    assert as_inputs.status_code == as_records.status_code == 200, as_inputs.text
+    assert as_inputs.json() == as_records.json() == {"predictions": [{"text": text, "labels": labels}
+                                                                     for text, labels in zip(texts, expected)]}
+    as_columns = client(served).post("/invocations", json={"inputs": {"text": texts}, "params": {"k": 2}})
+    assert as_columns.json() == as_records.json(), "records and columns under inputs are read as before"
+
+
+@pytest.mark.parametrize("inputs, where", [(["perl", 7], "inputs[1]: not a text"),
+                                           ([{"text": "perl"}, "unix"], "inputs[1]: not a record"),
+                                           ("perl", "inputs: give texts")])
+def test_inputs_that_are_not_a_list_of_texts_are_400_naming_where(served, inputs, where):
+    answer = client(served).post("/invocations", json={"inputs": inputs})
+    assert answer.status_code == 400 and "stack_trace" not in answer.json()
+    assert answer.json()["message"].startswith(f"DataError: request: {where}"), answer.json()["message"]

@@ -112,6 +112,17 @@ def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict
     }
 
 
+LOGGED_FIELDS = ("mean_diff", "ci_low", "ci_high", "log10_p")
+
+
+def logged_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """What the MLflow run keeps of a significance report: each test's mean difference, its confidence interval
+    and log10 p (p itself underflows on large test sets). The two means, t, p and n stay in significance.json:
+    logged, they were a third of a run's metrics."""
+    return {pair: {metric: {field: test[field] for field in LOGGED_FIELDS} for metric, test in tests.items()}
+            for pair, tests in report.items()}
+
+
 def p_value_text(test: dict[str, Any]) -> str:
     """A test's p-value as a reader should see it, in two significant digits: "3.1e-12", or from log10_p where
     p underflowed to 0.0 in floating point ("4.0e-617", never "0.0"). Only a constant nonzero difference,

@@ -2,7 +2,8 @@
 a params key it does not know, so a misspelt `"params": {"topk": 2}` was answered 200 with the default
 number of labels. Here an unknown name is refused in one line that names it and the names accepted.
 
-Checked: the field names and params' types. Left to the model: the records' content (a query needs a
+Checked: the field names and params' types, and the shape of "inputs": a list of texts, the common form for
+text models, is read as the records it means (one {"text": ...} each), so it is answered as they are. Left to the model: the records' content (a query needs a
 "text" or "title", `query_of`) and k's range (1..number of labels, `checked_k`), which `raexmc predict`
 checks alike.
 """
@@ -19,6 +20,7 @@ from ..errors import ConfigError, DataError, RaexmcError
 from ..rae.queries import DEEP_JSON
 
 SOURCE = "request"  # what errors name in place of a file
+INPUT_FORMS = '["text", ...], records [{"text": ...}] or columns {"text": [...]}'
 JSON_TERMS = {"model_type": "Input should be a JSON object", "dict_type": "Input should be a JSON object",
               "list_type": "Input should be a JSON array"}  # pydantic's messages name Python types and classes
 
@@ -66,7 +68,24 @@ def _checked(body: bytes) -> bytes:
         raise refusal(invalid.errors()[0]) from None
     if request.params is not None:
         raw["params"] = request.params.model_dump(exclude_none=True)
+    if texts_as_records(request.inputs) and len(request.model_fields_set - {"params"}) == 1:
+        raw["dataframe_records"] = [{"text": text} for text in raw.pop("inputs")]
     return json.dumps(raw).encode()
+
+
+def texts_as_records(inputs: Any) -> bool:
+    """Whether "inputs" is a list of texts, to be read as one record each; records and columns pass on as MLflow
+    reads them. Any other "inputs" (a bare string, a number, a list mixing kinds) is refused naming where."""
+    if inputs is None or isinstance(inputs, dict):
+        return False
+    if not isinstance(inputs, list):
+        raise DataError(f"inputs: give texts {INPUT_FORMS}", SOURCE)
+    kind = dict if inputs and isinstance(inputs[0], dict) else str
+    for number, item in enumerate(inputs):
+        if not isinstance(item, kind):
+            raise DataError(f"inputs[{number}]: not a {'record' if kind is dict else 'text'}: give texts "
+                            f"{INPUT_FORMS}, one kind in a list", SOURCE)
+    return kind is str and bool(inputs)
 
 
 def refusal(error: dict[str, Any]) -> RaexmcError:

@@ -2,7 +2,8 @@
 (RaeModel.save) as the artifact and this package's code, registered under a name and an alias, so that
 `mlflow models serve -m models:/<name>@<alias>` answers HTTP requests with labels.
 
-Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}});
+Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}}, or
+{"inputs": ["...", ...]}, which `raexmc serve` reads as those records);
 a record may give "title" and "content" instead of "text", joined by the training inputs' recipe.
 Answer: {"predictions": [{"text": "...", "labels": [{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}.
 A bad request (no "text"/"title", an empty text, k outside 1..number of labels, more than MAX_RECORDS
@@ -22,7 +23,7 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
-from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
+from mlflow.types.schema import AnyType, Array, ColSpec, Object, ParamSchema, ParamSpec, Property, Schema
 from packaging.version import Version
 
 import raexmc
@@ -39,8 +40,13 @@ DEFAULT_K = 10
 MAX_RECORDS = 1000
 # What the model's code imports (faiss: a compressed memory; ruamel.yaml: raexmc.params), beyond what these bring
 REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow", "ruamel.yaml")
+# one label of an answer (RaeModel.label_answer): its id is its dataset's, a string, a number or null
+LABEL = Object([Property("label", "long"), Property("id", AnyType()), Property("text", "string"),
+                Property("score", "double")])
 SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False) for column in ("text", "title", "content")]),
+                           outputs=Schema([ColSpec("string", "text"), ColSpec(Array(LABEL), "labels")]),
                            params=ParamSchema([ParamSpec("k", "long", DEFAULT_K)]))
+INPUT_EXAMPLE = pd.DataFrame({"text": ["a text to label"]})  # the request a client starts from
 
 
 class RequestRefused(MlflowException):
@@ -142,7 +148,8 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
     code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
     with mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
-            name="predictor", python_model=RaexmcModel(), signature=SIGNATURE, artifacts={"model": str(model)},
+            name="predictor", python_model=RaexmcModel(), signature=SIGNATURE, input_example=INPUT_EXAMPLE,
+            artifacts={"model": str(model)},
             code_paths=[str(code)], pip_requirements=pinned_requirements(), registered_model_name=model_name)
     mlflow.MlflowClient().set_registered_model_alias(model_name, alias, info.registered_model_version)
     return f"models:/{model_name}@{alias}"

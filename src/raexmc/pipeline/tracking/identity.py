@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 PIPELINE_TAG = "raexmc.pipeline_key"
+UNCOMMITTED = "uncommitted"  # the commit of a folder outside git
 
 
 def git_commit(folder: Path) -> str:
     """HEAD of `folder`: for an experiment, pass its own copy (the code it runs), not the parent
     project, whose HEAD may move while the experiment runs."""
     proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else "uncommitted"
+    return proc.stdout.strip() if proc.returncode == 0 else UNCOMMITTED
 
 
 def experiment_name() -> str:

@@ -23,8 +23,9 @@ from urllib.parse import urlparse
 
 from ...errors import StorageError
 from ..paths import project_root
+from .dataset_input import dataset_input
 from .guard import ParamsGuard
-from .identity import PIPELINE_TAG, experiment_name, git_commit, pipeline_key, pipeline_params
+from .identity import PIPELINE_TAG, UNCOMMITTED, experiment_name, git_commit, pipeline_key, pipeline_params
 from .names import flatten, metric_name
 from .signals import Terminated, sigterm_raises
 
@@ -170,6 +171,12 @@ class StageRun:
         self.guard.check()
         self.client.log_artifact(self._run_id, str(path), artifact_path=self.stage)
 
+    def dataset(self, folder: Path, name: str, context: str) -> None:
+        """Log the dataset folder the run used as its dataset input (once: the store keeps one of each)."""
+        self.guard.check()
+        with store_errors():
+            self.client.log_inputs(self._run_id, datasets=[dataset_input(folder, name, context)])
+
     def stages_run(self) -> set[str]:
         """Stages that ran in this execution (each logs its duration when it ends)."""
         metrics = self.client.get_run(self._run_id).data.metrics
@@ -182,6 +189,8 @@ class StageRun:
 
 
 def _pipeline_run(client, guard: ParamsGuard) -> str:
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
+
     root = project_root()
     experiment = client.get_experiment_by_name(EXPERIMENT)
     experiment_id = (experiment.experiment_id if experiment else
@@ -191,7 +200,9 @@ def _pipeline_run(client, guard: ParamsGuard) -> str:
     found = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_TAG}` = '{key}'", max_results=1)
     if found:
         return found[0].info.run_id
-    tags = {PIPELINE_TAG: key, "git_commit": commit, "dvc_experiment": exp_name}
+    tags = {PIPELINE_TAG: key, "dvc_experiment": exp_name}
+    if commit != UNCOMMITTED:  # under MLflow's own key, which its UI shows as the run's source version
+        tags[MLFLOW_GIT_COMMIT] = commit
     run_name = exp_name if exp_name != "workspace" else f"workspace-{key[:8]}"
     run_id = client.create_run(experiment_id, tags=tags, run_name=run_name).info.run_id
     StageRun(client, run_id, "pipeline", guard).params(pipeline_params(guard.path))

@@ -1,0 +1,100 @@
+"""The track and significance stages, run as DVC runs them, on hand-written result files and a real SQLite store:
+what the pipeline's MLflow run holds afterwards (its metrics, its commit, its dataset input)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from mlflow.tracking import MlflowClient
+
+from raexmc.pipeline.headline import HEADLINE_METRICS
+
+from raexmc.pipeline.tracking.run import EXPERIMENT, tracking_uri
+
+REPO = Path(__file__).resolve().parents[2]
+TEST = {"mean_a": 52.3, "mean_b": 36.8, "mean_diff": 15.5, "ci_low": 12.9, "ci_high": 18.1, "t": 11.7,
+        "p_value": 7.2e-31, "log10_p": -30.14, "n": 2057}
+
+
+def git(folder: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=folder, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def project(root: Path) -> Path:
+    """A committed DVC project holding the files the track stage reads: a dataset folder's records, the
+    evaluation metrics, and a significance report of one test."""
+    (root / ".dvc").mkdir()
+    (root / "params.yaml").write_text("data:\n  name: tiny\n")
+    data = root / "data" / "tiny"
+    data.mkdir(parents=True)
+    (data / "stats.json").write_text('{"N_train": 4, "N_test": 3, "L": 5}')
+    (data / "source.json").write_text('{"source": "local", "path": "/somewhere/tiny"}')
+    (root / "eval").mkdir()
+    (root / "eval" / "metrics.json").write_text('{"methods": {"rae": {"P@1": 50.0}}}')
+    (root / "significance.json").write_text(json.dumps({"rae_vs_knn": {"P@1": TEST}}))
+    git(root, "init", "-q")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "results")
+    return root
+
+
+def track(root: Path) -> None:
+    subprocess.run([sys.executable, str(REPO / "stages" / "track.py"), "--dataset", "data/tiny", "--eval", "eval",
+                    "--significance", "significance.json"], cwd=root, check=True, capture_output=True)
+
+
+def the_run():
+    client = MlflowClient(tracking_uri())
+    [run] = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
+    return run
+
+
+def test_the_run_logs_of_each_t_test_its_mean_difference_interval_and_log10_p_only(tmp_path):
+    """Each paired test used to be logged whole (means, t, p, n too): a third of a run's metrics."""
+    track(project(tmp_path))
+    logged = {name: value for name, value in the_run().data.metrics.items() if name.startswith("significance/")}
+    assert logged == {"significance/rae_vs_knn.P_at_1.mean_diff": 15.5, "significance/rae_vs_knn.P_at_1.ci_low": 12.9,
+                      "significance/rae_vs_knn.P_at_1.ci_high": 18.1, "significance/rae_vs_knn.P_at_1.log10_p": -30.14}
+    assert json.loads((tmp_path / "significance.json").read_text())["rae_vs_knn"]["P@1"] == TEST, "the file keeps all"
+
+
+def test_the_run_carries_its_commit_under_mlflows_key_and_its_dataset_once(tmp_path):
+    root = project(tmp_path)
+    track(root)
+    track(root)  # the track stage always runs: a rerun of the same execution logs into the same run
+    run = the_run()
+    assert run.data.tags["mlflow.source.git.commit"] == git(root, "rev-parse", "HEAD")
+    [used] = run.inputs.dataset_inputs
+    records = b"".join(name.encode() + b"\0" + (root / "data" / "tiny" / name).read_bytes() + b"\0"
+                       for name in ("stats.json", "source.json"))
+    assert (used.dataset.name, used.dataset.digest) == ("tiny", hashlib.sha256(records).hexdigest()[:16])
+    assert (used.dataset.source_type, json.loads(used.dataset.source)) == ("local",
+                                                                           {"uri": str(root / "data" / "tiny")})
+    assert {tag.key: tag.value for tag in used.tags} == {"mlflow.data.context": "training"}
+
+
+def test_the_significance_stage_logs_of_each_t_test_the_same_four_numbers(tmp_path):
+    """RAE's P@1 on 4 test inputs against its baselines': the differences in points are hand-worked (RAE hits
+    inputs 0, 1, 2; the dual encoder 0; kNN 0 and 1), and only the mean difference, interval and log10 p logged."""
+    root = project(tmp_path)
+    (root / "params.yaml").write_text("data:\n  name: tiny\nsignificance:\n  metrics: [P@1]\n  compare_with: null\n")
+    hits = {"rae": [1, 1, 1, 0], "dual_encoder": [1, 0, 0, 0], "knn": [1, 1, 0, 0]}
+    np.savez(root / "eval" / "per_instance.npz", **{f"{method}/P@1": np.array(values, dtype=float)
+                                                     for method, values in hits.items()})
+    selection = {"selection": {"lambda": 0.5, "tau": 0.04}}
+    (root / "eval" / "metrics.json").write_text(json.dumps({**selection, **{
+        method: dict.fromkeys(HEADLINE_METRICS, 1.0) for method in hits}}))
+    subprocess.run([sys.executable, str(REPO / "stages" / "significance.py"), "--eval", "eval", "--out",
+                    "significance.json", "--headline", "metrics"], cwd=root, check=True, capture_output=True)
+    logged = {name: value for name, value in the_run().data.metrics.items() if name.startswith("significance/rae_")}
+    fields = ("mean_diff", "ci_low", "ci_high", "log10_p")
+    assert set(logged) == {f"significance/rae_vs_{baseline}.P_at_1.{field}"
+                           for baseline in ("dual_encoder", "knn") for field in fields}
+    assert logged["significance/rae_vs_dual_encoder.P_at_1.mean_diff"] == 50.0  # (0 + 100 + 100 + 0) / 4
+    assert logged["significance/rae_vs_knn.P_at_1.mean_diff"] == 25.0  # (0 + 0 + 100 + 0) / 4
