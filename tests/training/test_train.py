@@ -19,10 +19,9 @@ import torch
 from conftest import REPO, free_port, make_lf_folder
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
-from raexmc.encoder.embedding import batch_tensors
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
-from raexmc.encoder.text_encoder import TextEncoder
+from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
