@@ -22,7 +22,7 @@ from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
-from raexmc.training.distributed import DistContext, init_distributed, shutdown
+from raexmc.process_group import DistContext, init_distributed, shutdown
 
 
 def main(model: Path = typer.Option(..., help="Encoder folder written by the train stage."),

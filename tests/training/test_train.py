@@ -25,9 +25,9 @@ from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
+from raexmc.process_group import DistContext
 from raexmc.data.held_out import split_validation
 from raexmc.training.batches import BatchSampler, plan_batch
-from raexmc.training.distributed import DistContext
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import linear_schedule, training_step
 from raexmc.training.train import train
@@ -201,7 +201,7 @@ from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
-from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.process_group import init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
 from dataclasses import replace
@@ -252,7 +252,7 @@ from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
-from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.process_group import init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import apply_gradients, make_optimizer, training_step
 
