@@ -36,8 +36,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     def body(p, run) -> None:
         run.params({"package": p.section("package")})
         selection, b = read_selection(tune), p.integer("infer.b", 1)
-        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(selection["tau"], b,
-                                                                                  tune / QUERY_LAMBDA_FILE)
+        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, selection["tau"], b)
         lam = query_lambda if p.typed("infer.query_lambda", bool) else selection["lambda"]
         settings = RaeSettings(lam, selection["tau"], b, rae_retrieval(selection))
         about = {"dataset": dataset.name, "commit": git_commit(Path.cwd()),
