@@ -26,7 +26,7 @@ from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, Retrievals, evaluate_retrieval,
                                         segment_rows)
 from raexmc.evaluation.propensity import propensity_from_params
-from raexmc.evaluation.selection import knn_tau, lambda_rows, rae_retrieval, read_selection
+from raexmc.evaluation.selection_file import knn_tau, lambda_rows, rae_retrieval, read_selection
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.hnsw import resolve_threads
 from raexmc.memory.indexes import load_joint_search, memory_backend, search_device

@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.evaluation.selection import rae_retrieval, read_selection
+from raexmc.evaluation.selection_file import rae_retrieval, read_selection
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.pipeline.tracking.identity import experiment_name, git_commit
 from raexmc.rae.model import RaeSettings

@@ -18,8 +18,8 @@ from conftest import REPO, dense_top_b_softmax
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation import evaluator
 from raexmc.evaluation.selection import (HeldOutLabels, TuneSettings, ValidationRetrieval, choose, held_out_labels,
-                                        lambda_rows, past_edge, rae_retrieval, read_selection, select,
-                                        validation_retrieval)
+                                        past_edge, select, validation_retrieval)
+from raexmc.evaluation.selection_file import lambda_rows, rae_retrieval, read_selection
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.params import load_params
 from raexmc.data.held_out import query_sample, split_validation

@@ -39,7 +39,6 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,8 +46,7 @@ import scipy.sparse as sp
 
 from ..checks import one_of, positive_int
 from ..encoder.vectors import load_embeddings
-from ..errors import PARAMS_FILE, ConfigError, DataError
-from ..io import read_json
+from ..errors import PARAMS_FILE, ConfigError
 from ..memory.input_memory import MemorySettings
 from ..memory.key_selection import select_keys
 from ..memory.keys_values import training_values
@@ -64,7 +62,6 @@ from ..data.held_out import query_sample, tune_split, validation_folds
 from .evaluator import HEADLINE, Evaluator, FoldedEvaluator, query_chunks, stacked_rankings
 
 AUTO = "auto"
-SELECTION_FILE = "selection.json"
 # Held-out queries that `infer.val_folds: auto` pools folds up to: P@1's standard error near 75% is about one
 # point at 2,000 queries, against two at FOLDOC's 411, and a choice between neighbouring grid points rests on
 # a few dozen queries, not a handful.
@@ -463,49 +460,3 @@ def select(retrieval: ValidationRetrieval, settings: TuneSettings,
             "val_fraction": settings.val_fraction, "val_max_queries": settings.val_max_queries,
             "val_seed": settings.val_seed, "val_split_from": settings.fraction_key.split(".")[0], "b": settings.b,
             "validation": rows}
-
-
-def read_selection(folder: str | os.PathLike) -> dict[str, Any]:
-    """The tune stage's choice, checked: evaluation and the packaged memory run RAE at its λ and τ."""
-    path = Path(folder) / SELECTION_FILE
-    if not path.is_file():
-        raise DataError("no selection file: run the tune stage", path)
-    selection = read_json(path)
-    if not isinstance(selection, dict):
-        raise DataError("not a JSON object", path)
-    for key, check in (("lambda", check_lambda), ("tau", check_tau)):
-        try:
-            check(selection.get(key))
-        except ConfigError:
-            raise DataError(f"{key} must be a number in its range, got {selection.get(key)!r}", path, key) from None
-    try:
-        rae_retrieval(selection)
-    except ConfigError as error:
-        raise DataError(f"no valid retrieval: {error.args[0]}", path, "retrieval") from None
-    try:
-        check_tau(knn_tau(selection))
-    except (ConfigError, AttributeError):
-        raise DataError(f"kNN's tau must be a number > 0, got {selection.get('baselines')!r}", path,
-                        "baselines.knn.tau") from None
-    return selection
-
-
-def rae_retrieval(selection: dict[str, Any]) -> RaeRetrieval:
-    """The retrieval the tune stage chose (joint in selection files written before the choice existed)."""
-    return RaeRetrieval(selection.get("retrieval", JOINT), selection.get("label_share"))
-
-
-def knn_tau(selection: dict[str, Any]) -> float:
-    """The τ the evaluate stage scores kNN at: the one the tune stage chose for kNN alone where it chose RAE's
-    (baseline_selection.py), else RAE's (a fixed τ is the user's, for every method; so is the τ of a selection file
-    written before kNN's τ was chosen)."""
-    return selection.get("baselines", {}).get("knn", {}).get("tau", selection["tau"])
-
-
-def lambda_rows(selection: dict[str, Any], test_sweep: list[dict[str, float]]) -> list[dict[str, float]]:
-    """The chosen metric against λ at the chosen τ, on validation beside test: rows {"lambda", "validation", "test"}."""
-    metric, share = selection["metric"], selection.get("label_share")
-    validation = {r["lambda"]: r[metric] for r in selection["validation"]
-                  if r["tau"] == selection["tau"] and r.get("label_share") == share}
-    return [{"lambda": r["lambda"], "validation": validation[r["lambda"]], "test": r[metric]}
-            for r in test_sweep if r["lambda"] in validation]
