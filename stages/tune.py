@@ -31,7 +31,7 @@ from raexmc.evaluation.point_choice import curve_metrics
 from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
-from raexmc.evaluation.selection import held_out_folds
+from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.evaluation.selection_file import SELECTION_FILE
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.io import atomic_dir, write_json

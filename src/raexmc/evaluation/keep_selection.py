@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .point_choice import Tuned, choose_point
-from .selection import ValidationRetrieval, past_edge
+from .selection import past_edge
+from .validation_memory import ValidationRetrieval
 
 
 def choose_keep(tune_at: Callable[[float], Tuned], grid: tuple[float, ...],
