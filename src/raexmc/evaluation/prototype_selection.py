@@ -56,7 +56,7 @@ class MemoryTuning:
     """The tune stage's measure of the memory at a keep on the held-out inputs: λ and τ (and the label share)
     chosen on it by select, and α by choose_prototypes where memory.prototypes auto is searched there
     (`prototypes_grid` is the grid where memory.prototypes is auto, else None). With several validation `folds`,
-    each fold's memory is built and searched, and the folds are pooled into one retrieval (selection.pooled)."""
+    each fold's memory is built and searched, and the folds are pooled into one retrieval (validation_memory.pooled)."""
 
     embeddings: str | os.PathLike
     folds: list[HeldOutLabels]
