@@ -46,7 +46,7 @@ from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import Evaluator, rae_scorer
 from raexmc.evaluation.propensity import table_propensity
 from raexmc.evaluation.recall import recall_at_k
-from raexmc.evaluation.selection import rae_retrieval, read_selection
+from raexmc.evaluation.selection_file import rae_retrieval, read_selection
 from raexmc.io import read_json, write_json
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M

@@ -46,8 +46,10 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.evaluation.propensity import table_propensity
-from raexmc.evaluation.selection import (TuneSettings, ValidationRetrieval, held_out_labels, rae_retrieval, select,
-                                         validation_retrieval)
+from raexmc.evaluation.selection import select
+from raexmc.evaluation.validation_memory import ValidationRetrieval, held_out_labels, validation_retrieval
+from raexmc.evaluation.selection_file import rae_retrieval
+from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.significance import p_value_text, paired_ttest
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.keys_values import training_values

@@ -34,8 +34,8 @@ from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
+from raexmc.process_group import DistContext, init_distributed, shutdown
 from raexmc.training.batches import BatchSampler
-from raexmc.training.distributed import DistContext, init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import apply_gradients, make_optimizer, training_step
 

@@ -1,4 +1,4 @@
-"""Embed training inputs, label texts and test inputs from the token cache with the encoder the
+"""Embed training inputs, test inputs and label texts from the token cache with the encoder the
 train stage wrote (pooled as its modules.json says, L2-normalised), longest texts first, into .npy memmaps.
 With `embed.nproc` > 1 the stage relaunches itself under torchrun; the processes share out the
 batches and rank 0 writes the same files one process writes."""
@@ -14,6 +14,7 @@ import torch
 import typer
 
 from raexmc.checks import one_of
+from raexmc.data.dataset import SPLITS
 from raexmc.encoder.device import embed_batch_size, pick_device, resolve_precision
 from raexmc.encoder.embedding import STORAGE_DTYPES, embed_split
 from raexmc.encoder.text_encoder import TextEncoder
@@ -21,9 +22,7 @@ from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
-from raexmc.training.distributed import DistContext, init_distributed, shutdown
-
-SPLITS = ("train", "labels", "test")
+from raexmc.process_group import DistContext, init_distributed, shutdown
 
 
 def main(model: Path = typer.Option(..., help="Encoder folder written by the train stage."),

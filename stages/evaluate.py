@@ -27,7 +27,7 @@ from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, R
                                         segment_rows)
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.score_file import save_scores
-from raexmc.evaluation.selection import knn_tau, lambda_rows, rae_retrieval, read_selection
+from raexmc.evaluation.selection_file import knn_tau, lambda_rows, rae_retrieval, read_selection
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.hnsw import resolve_threads
 from raexmc.memory.indexes import load_joint_search, memory_backend, search_device
@@ -62,8 +62,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             lambda_sweep=list(p.grid("infer.lambda_sweep", check_lambda, "numbers in [0, 1]")),
             b_sweep=list(p.grid("infer.b_sweep", partial(positive_int, name="infer.b_sweep"), "integers >= 1")),
             propensity_ab=propensity.ab)
-        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(settings.tau, settings.b,
-                                                                                 tune / QUERY_LAMBDA_FILE)
+        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, settings.tau, settings.b)
         depth, retrieval = max([settings.b, *settings.b_sweep]), rae_retrieval(selection)
         # a joint retrieval's smaller b are prefixes of its keys at b; a split one takes each b's own share
         swept_b = tuple(b for b in settings.b_sweep if b != settings.b) if retrieval.mode == SPLIT else ()

@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.evaluation.selection import rae_retrieval, read_selection
+from raexmc.evaluation.selection_file import rae_retrieval, read_selection
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.pipeline.tracking.identity import experiment_name, git_commit
 from raexmc.rae.model import RaeSettings
@@ -36,8 +36,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     def body(p, run) -> None:
         run.params({"package": p.section("package")})
         selection, b = read_selection(tune), p.integer("infer.b", 1)
-        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE).check_settings(selection["tau"], b,
-                                                                                  tune / QUERY_LAMBDA_FILE)
+        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, selection["tau"], b)
         lam = query_lambda if p.typed("infer.query_lambda", bool) else selection["lambda"]
         settings = RaeSettings(lam, selection["tau"], b, rae_retrieval(selection))
         about = {"dataset": dataset.name, "commit": git_commit(Path.cwd()),

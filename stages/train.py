@@ -23,7 +23,8 @@ from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
-from raexmc.training.distributed import check_gpu_count, init_distributed, shutdown
+from raexmc.process_group import init_distributed, shutdown
+from raexmc.training.distributed import check_gpu_count
 from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.journal import as_table
 from raexmc.training.schedule import describe

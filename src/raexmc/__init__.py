@@ -49,5 +49,5 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("encoder",),                # load the model with its pooling, tokenise, embed
     ("data",),                   # datasets: sources, layouts, the catalogue, label-frequency segments
     ("errors", "checks", "io", "params", "parallel",  # error types, range checks, atomic outputs, params, blocks on
-     "numerics"),                                       # all cores, the CPU kernels every stage pins
+     "numerics", "process_group"),                      # all cores, the CPU kernels every stage pins, torchrun's group
 )

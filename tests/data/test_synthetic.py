@@ -23,7 +23,7 @@ from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, eva
 from raexmc.evaluation.significance import compare_runs
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search
 from raexmc.params import load_params
-from raexmc.training.distributed import DistContext
+from raexmc.process_group import DistContext
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
 

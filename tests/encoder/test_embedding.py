@@ -19,10 +19,10 @@ from conftest import REPO, free_port
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.device import embed_batch_size, pick_device
-from raexmc.encoder.embedding import embed_split, length_sorted_batches
+from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import attention_without_cudnn, load_encoder
-from raexmc.encoder.text_encoder import TextEncoder
+from raexmc.encoder.text_encoder import TextEncoder, length_sorted_batches
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError, DataError
 

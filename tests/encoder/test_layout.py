@@ -17,11 +17,10 @@ from mlflow.tracking import MlflowClient
 from sentence_transformers import SentenceTransformer
 from test_embedding import run_embed_stage, token_cache  # noqa: F401 (a fixture)
 
-from raexmc.encoder.embedding import batch_tensors
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.pooling import POOLING_MODES, Pooling
 from raexmc.encoder.sentence import load_encoder
-from raexmc.encoder.text_encoder import TextEncoder
+from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 from raexmc.encoder.tokens import RightPaddedTokenizer
 from raexmc.errors import ConfigError
 

@@ -20,7 +20,9 @@ from raexmc.errors import DataError
 from raexmc.evaluation.baseline_selection import select_knn
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.evaluation.prototype_selection import MemoryTuning
-from raexmc.evaluation.selection import TuneSettings, held_out_folds, knn_tau, read_selection
+from raexmc.evaluation.selection_file import knn_tau, read_selection
+from raexmc.evaluation.tune_settings import TuneSettings
+from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.memory.input_memory import MemorySettings
 
 DIM = 32

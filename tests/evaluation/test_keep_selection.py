@@ -32,7 +32,8 @@ from conftest import REPO
 from raexmc.errors import ConfigError
 from raexmc.evaluation.keep_selection import choose_keep
 from raexmc.evaluation.prototype_selection import MemoryTuning
-from raexmc.evaluation.selection import TuneSettings, held_out_labels
+from raexmc.evaluation.tune_settings import TuneSettings
+from raexmc.evaluation.validation_memory import held_out_labels
 from raexmc.memory.input_memory import MemorySettings, keep_grid, keep_setting
 from raexmc.memory.key_selection import kept_count
 from raexmc.params import load_params

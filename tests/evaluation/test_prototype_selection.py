@@ -29,7 +29,8 @@ from raexmc.errors import ConfigError
 from raexmc.evaluation import prototype_selection
 from raexmc.evaluation.keep_selection import choose_keep
 from raexmc.evaluation.prototype_selection import MemoryTuning
-from raexmc.evaluation.selection import TuneSettings, held_out_labels
+from raexmc.evaluation.tune_settings import TuneSettings
+from raexmc.evaluation.validation_memory import held_out_labels
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.memory.prototypes import prototype_grid
 from raexmc.params import load_params

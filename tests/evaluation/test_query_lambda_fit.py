@@ -13,7 +13,8 @@ from raexmc.evaluation.propensity import DEFAULT_AB
 from raexmc.evaluation.query_lambda_fit import (fit_on_selection, fit_on_validation, metric_by_lambda,
                                                 per_query_lambda_scorer, per_query_metric)
 from raexmc.evaluation import evaluator as evaluator_module
-from raexmc.evaluation.selection import HeldOutLabels, TuneSettings, ValidationRetrieval
+from raexmc.evaluation.tune_settings import TuneSettings
+from raexmc.evaluation.validation_memory import HeldOutLabels, ValidationRetrieval
 from raexmc.memory.search import sort_rows
 
 NUM_LABELS, NUM_TRAIN = 10, 20  # training input i has the one label i % 10

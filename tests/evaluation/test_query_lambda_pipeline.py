@@ -110,7 +110,7 @@ def test_tune_stage_with_too_few_held_out_inputs_writes_the_chosen_lambda(tmp_pa
                            "--params", str(tmp_path / "params.yaml")], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     selection = json.loads((tmp_path / "tune" / "selection.json").read_text())
-    model = read_query_lambda(tmp_path / "tune" / "query_lambda.json")
+    model = read_query_lambda(tmp_path / "tune" / "query_lambda.json", selection["tau"], B)
     assert not model.uses_model and model.fallback == selection["lambda"]
     assert "fewer than 10" in json.loads((tmp_path / "tune" / "query_lambda.json").read_text())["fit"]["reason"]
 

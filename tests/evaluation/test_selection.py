@@ -17,9 +17,11 @@ from ruamel.yaml import YAML
 from conftest import REPO, dense_top_b_softmax
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation import evaluator
-from raexmc.evaluation.selection import (HeldOutLabels, TuneSettings, ValidationRetrieval, choose, held_out_labels,
-                                        lambda_rows, past_edge, rae_retrieval, read_selection, select,
-                                        validation_retrieval)
+from raexmc.evaluation.selection import choose, past_edge, select
+from raexmc.evaluation.selection_file import lambda_rows, rae_retrieval, read_selection
+from raexmc.evaluation.tune_settings import TuneSettings
+from raexmc.evaluation.validation_memory import (HeldOutLabels, ValidationRetrieval, held_out_labels,
+                                                 validation_retrieval)
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.params import load_params
 from raexmc.data.held_out import query_sample, split_validation

@@ -13,7 +13,9 @@ from ruamel.yaml import YAML
 
 from conftest import dense_top_b_softmax
 from raexmc.errors import ConfigError
-from raexmc.evaluation.selection import TuneSettings, held_out_folds, pooled, pooled_held, select, validation_retrieval
+from raexmc.evaluation.selection import select
+from raexmc.evaluation.validation_memory import held_out_folds, pooled, pooled_held, validation_retrieval
+from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.params import load_params
 from raexmc.data.held_out import split_validation, validation_folds

@@ -19,16 +19,15 @@ import torch
 from conftest import REPO, free_port, make_lf_folder
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
-from raexmc.encoder.embedding import batch_tensors
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
-from raexmc.encoder.text_encoder import TextEncoder
+from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
+from raexmc.process_group import DistContext
 from raexmc.data.held_out import split_validation
 from raexmc.training.batches import BatchSampler, plan_batch
-from raexmc.training.distributed import DistContext
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import linear_schedule, training_step
 from raexmc.training.train import train
@@ -202,7 +201,7 @@ from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
-from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.process_group import init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
 from dataclasses import replace
@@ -253,7 +252,7 @@ from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
-from raexmc.training.distributed import init_distributed, shutdown
+from raexmc.process_group import init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import apply_gradients, make_optimizer, training_step
 

@@ -28,8 +28,8 @@ from ..errors import DataError
 from ..io import atomic_dir, load_sparse, read_json, write_json
 from .stats import dataset_stats
 
-SPLITS = ("train", "test")
 TEXT_FILES = {"train": "train.jsonl", "test": "test.jsonl", "labels": "labels.jsonl"}
+SPLITS = tuple(TEXT_FILES)  # a dataset's texts: training inputs, test inputs, labels (tokenised and embedded alike)
 
 
 @dataclass

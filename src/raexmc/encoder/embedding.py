@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,26 +18,10 @@ from tqdm import tqdm
 
 from ..errors import DataError
 from ..io import new_memmap
+from .text_encoder import TextEncoder, length_sorted_batches
 from .tokens import TokenCache
 
-if TYPE_CHECKING:  # text_encoder imports this module, for batch_tensors
-    from .text_encoder import TextEncoder
-
 STORAGE_DTYPES = ("float32", "float16")  # embed.dtype: how the .npy files store the vectors
-
-
-def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """Row indices grouped into batches of similar length, longest first."""
-    order = np.argsort(-lengths, kind="stable")
-    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids and attention mask of the given rows, cut to their longest text."""
-    width = max(int(lengths[rows].max()), 1)
-    batch_ids = torch.from_numpy(np.asarray(ids[rows, :width], dtype=np.int64)).to(device)
-    mask = (torch.arange(width) < torch.from_numpy(np.asarray(lengths[rows]))[:, None]).long().to(device)
-    return batch_ids, mask
 
 
 def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None,

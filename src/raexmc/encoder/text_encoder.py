@@ -14,11 +14,25 @@ import numpy as np
 import torch
 
 from .device import autocast, resolve_precision
-from .embedding import batch_tensors
 from .layout import write_sentence_config
 from .model import load_tokenizer
 from .sentence import SentenceEncoder, load_encoder
 from .tokens import RightPaddedTokenizer, tokenizer_input
+
+
+def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Row indices grouped into batches of similar length, longest first."""
+    order = np.argsort(-lengths, kind="stable")
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
+                  device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask of the given rows, cut to their longest text."""
+    width = max(int(lengths[rows].max()), 1)
+    batch_ids = torch.from_numpy(np.asarray(ids[rows, :width], dtype=np.int64)).to(device)
+    mask = (torch.arange(width) < torch.from_numpy(np.asarray(lengths[rows]))[:, None]).long().to(device)
+    return batch_ids, mask
 
 
 class TextEncoder:

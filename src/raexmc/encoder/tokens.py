@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from ..data.dataset import Dataset, Text, text_record
+from ..data.dataset import SPLITS, Dataset, Text, text_record
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import atomic_dir, load_array, new_memmap, read_json, write_json
 from ..parallel import ordered_map, worker_count
@@ -30,7 +30,6 @@ from .model import id_setting, tokenizer_fingerprint
 if TYPE_CHECKING:
     from ..params import Params  # not at run time: the GPU machines lack ruamel.yaml
 
-SPLITS = ("train", "test", "labels")
 FIELDS = ("title", "title+content")
 NO_LENGTH_LIMIT = int(1e20)  # a tokenizer's model_max_length from here up (transformers uses 1e20, 1e30) means none
 CHARS_PER_TOKEN = 128  # see tokenizer_input
@@ -143,7 +142,7 @@ class RightPaddedTokenizer:
     """Token ids of texts, cut at max_len and padded on the right, and their true lengths: the one recipe of
     the token cache and of query embedding.
 
-    The encoder reads the first `length` ids of a row (embedding.batch_tensors), so rows are padded on the
+    The encoder reads the first `length` ids of a row (text_encoder.batch_tensors), so rows are padded on the
     right whatever the tokenizer's own padding_side (a left-padding tokenizer's rows would start with pads).
     It calls the Rust tokenizer directly: transformers' per-text conversion of its output into Python lists
     took half of the tokenize stage's time, and padding is ours, so a tokenizer without a pad token works too.

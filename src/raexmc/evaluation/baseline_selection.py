@@ -23,7 +23,9 @@ from typing import Any
 
 from ..memory.search import empty_result
 from .evaluator import HEADLINE
-from .selection import TuneSettings, ValidationCurve, ValidationRetrieval, choose, widen_and_choose
+from .selection import ValidationCurve, choose, widen_and_choose
+from .validation_memory import ValidationRetrieval
+from .tune_settings import TuneSettings
 
 KNN_LAMBDA = 1.0   # kNN is RAE at λ = 1 on an input-only memory
 

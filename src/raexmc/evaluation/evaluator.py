@@ -114,7 +114,7 @@ class EvalSettings:
     lambda_sweep: list[float] = field(default_factory=list)
     b_sweep: list[int] = field(default_factory=list)
     propensity_ab: tuple[float, float] = DEFAULT_AB
-    knn_tau: float | None = None   # kNN's own τ where the tune stage chose one (selection.knn_tau); None: `tau`
+    knn_tau: float | None = None   # kNN's own τ where the tune stage chose one (selection_file.knn_tau); None: `tau`
 
 
 @dataclass
@@ -182,7 +182,7 @@ class Evaluator:
 
 @dataclass
 class FoldedEvaluator(Evaluator):
-    """The queries of several validation folds, pooled (selection.pooled), ranked as one set (their filters
+    """The queries of several validation folds, pooled (validation_memory.pooled), ranked as one set (their filters
     stacked; `Y_train` is the first fold's, `memory_values` every fold's memory side by side) but scored fold by
     fold, each with its own evaluator (`folds`, in the pooled order): a fold's label frequencies, behind PSP's
     propensities, are those of its own memory, which never holds the fold's queries."""

@@ -4,7 +4,7 @@ the test set.
 A smaller memory can beat the full one (merged keys vote together; an input that misleads its neighbours may
 be dropped), and where it does moves with the data and the encoder. So the tune stage measures each share of
 `memory.keep_grid` as it measures λ and τ: for each keep, the memory is selected from the training inputs that
-are not held out, as the memory stage selects it from all (selection.validation_retrieval), and λ and τ (and a
+are not held out, as the memory stage selects it from all (validation_memory.validation_retrieval), and λ and τ (and a
 split retrieval's automatic label share, and the label prototypes' α where `memory.prototypes` is auto) are
 chosen afresh on it (prototype_selection.MemoryTuning), so that each share is judged at its own best, not at
 another memory's. The keep with the best value of `infer.auto_metric` wins; among equal values (metrics are
@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .point_choice import Tuned, choose_point
-from .selection import ValidationRetrieval, past_edge
+from .selection import past_edge
+from .validation_memory import ValidationRetrieval
 
 
 def choose_keep(tune_at: Callable[[float], Tuned], grid: tuple[float, ...],

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .selection import ValidationRetrieval, choose
+from .selection import choose
+from .validation_memory import ValidationRetrieval
 
 Tuned = tuple[ValidationRetrieval, dict[str, Any]]   # a memory's validation retrieval and select's choice on it
 

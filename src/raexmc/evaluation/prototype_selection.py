@@ -27,8 +27,10 @@ from ..memory.input_memory import MemorySettings
 from ..memory.prototypes import AUTO, searches_prototypes
 from ..memory.search import Hits, empty_result
 from .point_choice import Tuned, choose_point
-from .selection import HeldOutLabels, TuneSettings, ValidationRetrieval, label_search, past_edge, pooled, \
-    pooled_held, pooled_hits, select, validation_retrieval
+from .selection import past_edge, select
+from .tune_settings import TuneSettings
+from .validation_memory import (HeldOutLabels, ValidationRetrieval, label_search, pooled, pooled_held, pooled_hits,
+                                validation_retrieval)
 
 
 def choose_prototypes(retrieval_at: Callable[[float], ValidationRetrieval], settings: TuneSettings,
@@ -54,7 +56,7 @@ class MemoryTuning:
     """The tune stage's measure of the memory at a keep on the held-out inputs: λ and τ (and the label share)
     chosen on it by select, and α by choose_prototypes where memory.prototypes auto is searched there
     (`prototypes_grid` is the grid where memory.prototypes is auto, else None). With several validation `folds`,
-    each fold's memory is built and searched, and the folds are pooled into one retrieval (selection.pooled)."""
+    each fold's memory is built and searched, and the folds are pooled into one retrieval (validation_memory.pooled)."""
 
     embeddings: str | os.PathLike
     folds: list[HeldOutLabels]

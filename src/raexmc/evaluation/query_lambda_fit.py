@@ -18,7 +18,9 @@ from ..rae.model import RaeModel, RaeSettings
 from ..rae.query_lambda import DEFAULT_FOLDS, DEFAULT_RIDGE, QueryLambda, fit_query_lambda, query_features
 from ..rae.scoring import combine_per_query
 from .evaluator import Evaluator, Hits, Scorer, query_chunks, rae_scorer
-from .selection import TuneSettings, ValidationRetrieval, rae_retrieval
+from .selection_file import rae_retrieval
+from .tune_settings import TuneSettings
+from .validation_memory import ValidationRetrieval
 
 DEFAULT_METRIC = "P@1"
 

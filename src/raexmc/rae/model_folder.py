@@ -102,7 +102,7 @@ def load_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0)
     lam = settings["lambda"]
     if settings["query_lambda"]:
         path = folder / QUERY_LAMBDA_FILE
-        lam = read_query_lambda(path).check_settings(settings["tau"], settings["b"], path)
+        lam = read_query_lambda(path, settings["tau"], settings["b"])
     log_counts = None
     if settings["prior"]:
         log_counts = log_prior(True, load_array(folder / COUNTS_FILE))

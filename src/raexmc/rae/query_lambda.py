@@ -167,15 +167,16 @@ class QueryLambda:
         return model
 
 
-def read_query_lambda(path: str | os.PathLike) -> QueryLambda:
-    """The model of a query_lambda.json (to_json's dict; other keys, such as the fit's report, ignored)."""
+def read_query_lambda(path: str | os.PathLike, tau: float, b: int | None) -> QueryLambda:
+    """The model of a query_lambda.json (to_json's dict; other keys, such as the fit's report, ignored), checked
+    to be fitted at the τ and b that RAE scores with here (check_settings)."""
     path = Path(path)
     if not path.is_file():
         raise DataError("no query-λ model: run the tune stage", path)
     data = read_json(path)
     if not isinstance(data, dict):
         raise DataError("not a JSON object", path)
-    return QueryLambda.from_json(data, str(path))
+    return QueryLambda.from_json(data, str(path)).check_settings(tau, b, path)
 
 
 def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray, tau: float, b: int | None,

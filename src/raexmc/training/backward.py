@@ -15,8 +15,9 @@ import torch
 
 from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
+from ..process_group import DistContext
 from .batches import BatchPlan
-from .distributed import DistContext, gather_array, gather_with_grad, shard
+from .distributed import gather_array, gather_with_grad, shard
 
 
 def split_encoder(encoder: TextEncoder, cache: TokenCache, split: str) -> Callable[[np.ndarray], torch.Tensor]:

@@ -12,7 +12,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .distributed import DistContext, pad_to_multiple, shard
+from ..process_group import DistContext
+from .distributed import pad_to_multiple, shard
 from .loss import batch_label_masks, decoupled_infonce, shared_label_mask
 from .settings import TrainSettings
 

@@ -1,32 +1,15 @@
-"""torch.distributed for training launched by torchrun (or one plain process): set-up, gathers, gradient sums.
-
-torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; NCCL is used on GPUs, gloo on CPU.
-"""
+"""torch.distributed for training launched by torchrun (or one plain process): the GPU count check, gathers,
+gradient sums. Joining and leaving the process group is raexmc.process_group (the embed stage uses it too)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
-
-
-@dataclass(frozen=True)
-class DistContext:
-    rank: int
-    world_size: int
-    device: str
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def active(self) -> bool:
-        return self.world_size > 1
+from ..process_group import DistContext
 
 
 def check_gpu_count(nproc: int, device: str, path: str | os.PathLike, key: str) -> None:
@@ -40,22 +23,6 @@ def check_gpu_count(nproc: int, device: str, path: str | os.PathLike, key: str) 
         fix = (f"set it to at most {visible} (the global batch is it x train.batch_size)" if visible
                else "run it where the GPUs are, or on the CPU (train.device: cpu)")
         raise ConfigError(f"{nproc} processes, one per GPU, but {seen} visible: {fix}", path, key)
-
-
-def init_distributed(device: str = "auto") -> DistContext:
-    """Join the process group torchrun describes in the environment; a single process otherwise."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    use_cuda = torch.cuda.is_available() if device == "auto" else device.startswith("cuda")
-    if use_cuda:
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local_rank)
-        resolved = f"cuda:{local_rank}"
-    else:
-        resolved = "cpu"
-    if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-    return DistContext(rank, world_size, resolved)
 
 
 class _GatherKeepingLocalGradient(torch.autograd.Function):
@@ -126,8 +93,3 @@ def all_reduce_gradients(model, ctx: DistContext) -> None:
     for g in grads:
         g.copy_(flat[offset:offset + g.numel()].view_as(g))
         offset += g.numel()
-
-
-def shutdown(ctx: DistContext) -> None:
-    if ctx.active and dist.is_initialized():
-        dist.destroy_process_group()

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from tqdm import tqdm
 
-from .distributed import DistContext
+from ..process_group import DistContext
 from .settings import TrainSettings
 
 

@@ -15,11 +15,11 @@ import torch
 from tqdm import tqdm
 
 from ..encoder.device import embed_batch_size
-from ..encoder.embedding import length_sorted_batches
-from ..encoder.text_encoder import TextEncoder
+from ..encoder.text_encoder import TextEncoder, length_sorted_batches
 from ..encoder.tokens import TokenCache
 from ..memory.torch_index import top_k_search
-from .distributed import DistContext, gather_array, pad_to_multiple, shard
+from ..process_group import DistContext
+from .distributed import gather_array, pad_to_multiple, shard
 from .mining import mine_hard_negatives
 from .settings import TrainSettings
 from .validation import validate

@@ -10,9 +10,10 @@ import torch
 
 from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
+from ..process_group import DistContext
 from .backward import cached_backward, plain_backward
 from .batches import plan_batch
-from .distributed import DistContext, all_reduce_gradients
+from .distributed import all_reduce_gradients
 from .settings import TrainSettings
 
 

@@ -26,9 +26,9 @@ import torch
 from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
 from ..data.held_out import query_sample, split_validation
+from ..process_group import DistContext
 from .batches import BatchSampler
 from .checkpoint import Checkpoint
-from .distributed import DistContext
 from .journal import Journal
 from .rounds import RoundResult, mining_round
 from .settings import TrainSettings

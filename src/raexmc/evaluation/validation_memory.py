@@ -1,0 +1,174 @@
+"""The validation memory of the tune stage: which training inputs are held out (one fold, or several pooled), and
+the exact retrieval of those held-out inputs over a memory built, like the evaluation's, from the inputs that
+remain; every choice on held-out inputs (λ, τ, keep, α, kNN's τ) measures its curve on it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..encoder.vectors import load_embeddings
+from ..errors import PARAMS_FILE, ConfigError
+from ..memory.input_memory import MemorySettings
+from ..memory.key_selection import select_keys
+from ..memory.keys_values import training_values
+from ..memory.merge import RaeRetrieval
+from ..memory.prior import log_prior
+from ..memory.prototypes import label_prototypes
+from ..memory.search import Hits
+from ..memory.torch_index import top_k_search
+from ..rae.model import RaeModel, RaeSettings
+from ..data.held_out import query_sample, validation_folds
+from .evaluator import Evaluator, FoldedEvaluator
+from .tune_settings import TuneSettings
+
+
+@dataclass(frozen=True)
+class HeldOutLabels:
+    """What the tune stage takes of Y_train: taken before the memory's keys are built, so that the stage
+    can drop Y_train (0.6 GB at 1.3M inputs) before the search."""
+
+    Y_val: sp.csr_matrix        # the held-out inputs' labels
+    Y_rest: sp.csr_matrix       # training_values of the remaining inputs
+    exclude: sp.csr_matrix      # the held-out inputs' filtered pairs
+    val_rows: np.ndarray        # rows of the training inputs that query
+    rest_rows: np.ndarray       # rows of the training inputs the memory keys are chosen from
+    parts: tuple[HeldOutLabels, ...] = ()   # where several folds are pooled (pooled_held): each fold's own
+
+    @property
+    def folds(self) -> int:
+        return max(1, len(self.parts))
+
+
+@dataclass
+class ValidationRetrieval:
+    """The held-out training inputs' top-b over the memory's input keys (ids 0..K-1) and over the labels
+    (ids 0..L-1), and what scoring them needs; a per-query λ model is fitted on the same retrieval."""
+
+    inputs: Hits
+    labels: Hits
+    b: int
+    held: HeldOutLabels
+    memory_values: sp.csr_matrix                 # the memory's input keys' values (Y_rest when it keeps them all)
+    log_counts: np.ndarray | None = None         # their log member counts when the prior is on
+
+    @property
+    def input_keys(self) -> int:
+        """The input keys, all folds' where pooled: where the label keys' ids start in RAE's joint ids."""
+        return self.memory_values.shape[0]
+
+    @property
+    def keys_per_fold(self) -> int:
+        """The input keys of one fold's memory (every fold's memory has as many)."""
+        return self.input_keys // self.held.folds
+
+    def evaluator(self, propensity_ab: tuple[float, float]) -> Evaluator:
+        """Ranks and scores the held-out inputs as the test set is ranked and scored."""
+        held = self.held
+        if not held.parts:
+            return Evaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values)
+        return FoldedEvaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values,
+                               tuple(Evaluator(part.Y_rest, part.Y_val, part.exclude, propensity_ab) for part in held.parts))
+
+    def model(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> RaeModel:
+        """RAE on this memory at τ and b with the retrieval `rae` (at the paper's λ: the curve sets each)."""
+        return RaeModel(self.memory_values, RaeSettings(tau=tau, b=self.b, retrieval=rae), self.log_counts)
+
+    def hits(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> Hits:
+        """RAE's keys as `rae` takes them and scores them at `tau`: with the prior added when the memory has one."""
+        return self.model(tau, rae).keys(self.inputs, self.labels)
+
+
+def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_rows: np.ndarray,
+                    val_rows: np.ndarray, relevance: str = "binary",
+                    fraction_key: str = "infer.val_fraction") -> HeldOutLabels:
+    """The labels of the held-out inputs (`val_rows`) and the values of the remaining ones (`rest_rows`)."""
+    if len(val_rows) == 0 or len(rest_rows) == 0:
+        raise ConfigError(f"{fraction_key} leaves {len(val_rows)} held-out and {len(rest_rows)} memory inputs "
+                          f"of {Y_train.shape[0]}: both need at least one", PARAMS_FILE, fraction_key)
+    return HeldOutLabels(sp.csr_matrix(Y_train[val_rows]), training_values(Y_train[rest_rows], relevance, copy=False),
+                         sp.csr_matrix(filters_train[val_rows]), np.asarray(val_rows), np.asarray(rest_rows))
+
+
+def held_out_folds(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, settings: TuneSettings) -> list[HeldOutLabels]:
+    """The held-out labels of each validation fold (data.held_out.validation_folds; the first is the split training
+    validates on), at most `val_max_queries` of each fold's inputs querying."""
+    folds = validation_folds(Y_train.shape[0], settings.val_fraction, settings.val_seed,
+                             settings.folds_for(Y_train.shape[0]))
+    return [held_out_labels(Y_train, filters_train, rest_rows,
+                            query_sample(held_out, settings.val_max_queries, settings.val_seed), settings.relevance,
+                            settings.fraction_key)
+            for rest_rows, held_out in folds]
+
+
+def pooled_held(folds: list[HeldOutLabels]) -> HeldOutLabels:
+    """The queries of every fold as one set: their labels and filters stacked, each fold kept in `parts` so that
+    its queries are scored with its own label frequencies (FoldedEvaluator). `Y_rest` and `rest_rows` are the
+    first fold's: the memory's size, the same at every fold."""
+    if len(folds) == 1:
+        return folds[0]
+    first = folds[0]
+    return HeldOutLabels(sp.csr_matrix(sp.vstack([fold.Y_val for fold in folds])), first.Y_rest,
+                         sp.csr_matrix(sp.vstack([fold.exclude for fold in folds])),
+                         np.concatenate([fold.val_rows for fold in folds]), first.rest_rows, tuple(folds))
+
+
+def pooled_hits(hits: list[Hits], offsets: list[int] | None = None) -> Hits:
+    """The hits of consecutive groups of queries as one, each group's ids (where found) shifted by its offset."""
+    offsets = offsets or [0] * len(hits)
+    ids = np.concatenate([np.where(found >= 0, found + offset, found) for (found, _), offset in zip(hits, offsets)])
+    return ids, np.concatenate([sims for _, sims in hits])
+
+
+def pooled(folds: list[ValidationRetrieval], held: HeldOutLabels) -> ValidationRetrieval:
+    """Several folds' validation retrievals as one, `held` their pooled_held: the queries stacked, and the folds'
+    memories side by side as one set of input keys (a fold's ids shifted past the folds before it), so that each
+    query's RAE scores its own fold's memory, and one curve measures every fold's queries at once."""
+    if len(folds) == 1:
+        return folds[0]
+    offsets = np.cumsum([0] + [fold.input_keys for fold in folds[:-1]]).tolist()
+    counts = [fold.log_counts for fold in folds]
+    return ValidationRetrieval(pooled_hits([fold.inputs for fold in folds], offsets),
+                               pooled_hits([fold.labels for fold in folds]), folds[0].b, held,
+                               sp.csr_matrix(sp.vstack([fold.memory_values for fold in folds])),
+                               None if counts[0] is None else np.concatenate(counts))
+
+
+def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
+                         memory: MemorySettings | None = None, labels: Hits | None = None) -> ValidationRetrieval:
+    """Exact top-b of the held-out inputs over the remaining ones, or the keys `memory` selects from
+    them, and over the labels (label_search; `labels` where already searched: they do not depend on which input
+    keys the memory keeps), from the embeddings folder. Its files are mapped only while the keys and queries
+    are copied out of them: the search holds those alone (the mapped pages count as the stage's memory)."""
+    train_inputs = load_embeddings(embeddings, "train")
+    input_keys, memory_values, log_counts = train_inputs[held.rest_rows], held.Y_rest, None
+    if memory is not None and not memory.full:
+        selected = select_keys(input_keys, held.Y_rest, memory.keep, memory.method, memory.seed,
+                               labels=load_embeddings(embeddings, "labels"))
+        input_keys, memory_values = selected.keys, selected.values
+        log_counts = log_prior(memory.prior, selected.counts)
+    input_keys = np.ascontiguousarray(input_keys, dtype=np.float32)
+    queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
+    del train_inputs
+    found = top_k_search(input_keys, device, progress=True)(queries, b)
+    del input_keys
+    if labels is None:
+        labels = label_search(embeddings, held, b, device, 0.0 if memory is None else memory.prototypes)
+    return ValidationRetrieval(found, labels, b, held, memory_values, log_counts)
+
+
+def label_search(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
+                 prototypes: float = 0.0) -> Hits:
+    """Exact top-b of the held-out inputs over the labels' keys, or over their prototypes at α `prototypes`,
+    made from the remaining inputs only (all of them, whatever the memory keeps), as the memory stage makes
+    them from all."""
+    train_inputs, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
+    if prototypes > 0:
+        labels = label_prototypes(train_inputs, held.Y_rest, labels, prototypes, rows=held.rest_rows)
+    labels = np.ascontiguousarray(labels, dtype=np.float32)
+    queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
+    del train_inputs
+    return top_k_search(labels, device, progress=True)(queries, b)
