@@ -501,6 +501,15 @@ def garbled_label_record(project: Project) -> Outcome:
     return predict(project, "--artifacts", str(artifacts), "--name", "tiny", "python")
 
 
+def bad_model_setting(project: Project) -> Outcome:
+    """predict with a moved copy of the model folder whose settings.json holds a τ of -1 (hand-edited, or damaged)."""
+    folder = project.fresh("bad-setting") / "model"
+    shutil.copytree(project.root / "artifacts" / "tiny" / "predictor", folder)
+    settings = json.loads((folder / "settings.json").read_text())
+    (folder / "settings.json").write_text(json.dumps({**settings, "tau": -1}))
+    return predict(project, "--model", str(folder), "python")
+
+
 PROBE_50_CASES = [
     Case("index-file-size-limit", "index", "index stage under ulimit -f 2 MiB (a 5.4 MB hnswlib graph)",
          index_under_file_size_limit, "index/inputs/hnsw.bin"),
@@ -514,7 +523,9 @@ PROBE_50_CASES = [
          lambda p: train_with(p, "checkpoint-damaged", b"\x80\x03garbage" * 64, **{"train.val_fraction": 0.34}),
          "last.pt"),
     Case("label-records-garbled", "predict", "predict with line 3 of label_records.jsonl garbled, its size kept",
-         garbled_label_record, "label_records.jsonl:3")]
+         garbled_label_record, "label_records.jsonl:3"),
+    Case("model-setting-bad", "predict", "predict with a model folder whose settings.json has tau -1",
+         bad_model_setting, "settings.json:tau")]
 # Faults that were a traceback (encoder weights cut short, a preset that is not a mapping, an output folder this
 # user may not write, serve on a corrupt store, the store filling the disk while a stage logs), and serve's limits
 # on one request: a body over 1 MiB (413) and more than 1,000 records (400).
