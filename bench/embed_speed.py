@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import typer
-from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
 
+from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
 from raexmc.encoder.device import autocast, pick_device, resolve_precision
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.sentence import attention_without_cudnn

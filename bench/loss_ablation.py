@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import typer
-from common import ROOT
 from ruamel.yaml import YAML
 
+from common import ROOT
 from raexmc.evaluation.significance import compare_runs
 
 VARIANTS = {  # name: (hard negatives, instance negatives)

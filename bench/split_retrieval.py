@@ -40,14 +40,21 @@ from typing import Any
 
 import numpy as np
 import typer
-from common import rerun_command
 
+from common import rerun_command
 from raexmc.data.dataset import Dataset
+from raexmc.data.held_out import query_sample, split_validation
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.evaluation.propensity import table_propensity
-from raexmc.evaluation.selection import (TuneSettings, ValidationRetrieval, held_out_labels, rae_retrieval, select,
-                                         validation_retrieval)
+from raexmc.evaluation.selection import (
+    TuneSettings,
+    ValidationRetrieval,
+    held_out_labels,
+    rae_retrieval,
+    select,
+    validation_retrieval,
+)
 from raexmc.evaluation.significance import p_value_text, paired_ttest
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.keys_values import training_values
@@ -55,7 +62,6 @@ from raexmc.memory.merge import RaeRetrieval
 from raexmc.memory.search import Hits
 from raexmc.params import load_params
 from raexmc.rae.scoring import PAPER_TAU, combine, knn_scores, score_parts
-from raexmc.data.held_out import query_sample, split_validation
 
 REPORTED = ("P@1", "P@5", "PSP@5", "R@100")
 BASELINES = ("knn", "dual_encoder")

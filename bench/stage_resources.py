@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 import typer
-from common import ROOT, rerun_command
 from ruamel.yaml import YAML
 
+from common import ROOT, rerun_command
 from raexmc.pipeline.compare import logged_figure
 
 KEPT = ("eval/metrics.json", "eval/per_instance.npz", "significance.json", "curves/training_curve.json")

@@ -27,8 +27,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import typer
-from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
 
+from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
 from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder

@@ -23,8 +23,14 @@ from raexmc.checks import positive_int
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, Retrievals, evaluate_retrieval,
-                                        segment_rows)
+from raexmc.evaluation.evaluator import (
+    BlockSearch,
+    EvalSettings,
+    Evaluator,
+    Retrievals,
+    evaluate_retrieval,
+    segment_rows,
+)
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.score_file import save_scores
 from raexmc.evaluation.selection import knn_tau, lambda_rows, rae_retrieval, read_selection
@@ -36,8 +42,8 @@ from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.merge import SPLIT
 from raexmc.pipeline.plots import line_plot, segment_bars
 from raexmc.pipeline.stage import run_stage, stage_cli
-from raexmc.rae.scoring import check_lambda
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
+from raexmc.rae.scoring import check_lambda
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),

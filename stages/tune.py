@@ -28,8 +28,8 @@ from raexmc.data.dataset import Dataset
 from raexmc.evaluation.baseline_selection import select_baselines
 from raexmc.evaluation.keep_selection import choose_keep
 from raexmc.evaluation.point_choice import curve_metrics
-from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.propensity import propensity_from_params
+from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
 from raexmc.evaluation.selection import SELECTION_FILE, TuneSettings, held_out_folds
 from raexmc.io import atomic_dir, write_json

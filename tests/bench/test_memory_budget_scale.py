@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import scipy.sparse as sp
-from test_memory_budget import small_project
 
 from conftest import REPO
+from test_memory_budget import small_project
 
 
 def run_scale(root, variants, *args):

@@ -10,7 +10,6 @@ import sys
 
 from bench_scripts import load_bench_module
 from conftest import REPO
-
 from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.rae.model import RaeModel

@@ -15,7 +15,6 @@ from mlflow.tracking import MlflowClient
 from torch.nn.attention import SDPBackend
 
 from conftest import REPO, free_port
-
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.device import embed_batch_size, pick_device

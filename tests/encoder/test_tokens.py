@@ -14,15 +14,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import load_tokenizer, resolve_encoder
-from raexmc.encoder.tokens import (CHARS_PER_TOKEN, RightPaddedTokenizer, TokenCache, TokenizeSettings, build_token_cache,
-                                   record_input, text_of, tokenizer_input)
+from raexmc.encoder.tokens import (
+    CHARS_PER_TOKEN,
+    RightPaddedTokenizer,
+    TokenCache,
+    TokenizeSettings,
+    build_token_cache,
+    record_input,
+    text_of,
+    tokenizer_input,
+)
 from raexmc.errors import ConfigError, DataError
 from raexmc.params import Params, load_params
-
-from conftest import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
 
 
 @pytest.fixture

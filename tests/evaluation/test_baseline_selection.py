@@ -13,8 +13,6 @@ import scipy.sparse as sp
 from ruamel.yaml import YAML
 
 from conftest import dense_top_b_softmax
-from test_selection import run_stage, write_params, write_training_split
-from test_validation_folds import random_set
 from raexmc.data.held_out import validation_folds
 from raexmc.errors import DataError
 from raexmc.evaluation.baseline_selection import select_knn
@@ -22,6 +20,8 @@ from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, eva
 from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.selection import TuneSettings, held_out_folds, knn_tau, read_selection
 from raexmc.memory.input_memory import MemorySettings
+from test_selection import run_stage, write_params, write_training_split
+from test_validation_folds import random_set
 
 DIM = 32
 B = 13              # every key of the memory: 9 inputs and 4 labels

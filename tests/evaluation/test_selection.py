@@ -15,14 +15,24 @@ import scipy.sparse as sp
 from ruamel.yaml import YAML
 
 from conftest import REPO, dense_top_b_softmax
+from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation import evaluator
-from raexmc.evaluation.selection import (HeldOutLabels, TuneSettings, ValidationRetrieval, choose, held_out_labels,
-                                        lambda_rows, past_edge, rae_retrieval, read_selection, select,
-                                        validation_retrieval)
+from raexmc.evaluation.selection import (
+    HeldOutLabels,
+    TuneSettings,
+    ValidationRetrieval,
+    choose,
+    held_out_labels,
+    lambda_rows,
+    past_edge,
+    rae_retrieval,
+    read_selection,
+    select,
+    validation_retrieval,
+)
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.params import load_params
-from raexmc.data.held_out import query_sample, split_validation
 
 LAMBDAS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
 TAUS = [0.02, 0.04, 0.1]

@@ -12,11 +12,11 @@ import scipy.sparse as sp
 from ruamel.yaml import YAML
 
 from conftest import dense_top_b_softmax
+from raexmc.data.held_out import split_validation, validation_folds
 from raexmc.errors import ConfigError
 from raexmc.evaluation.selection import TuneSettings, held_out_folds, pooled, pooled_held, select, validation_retrieval
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.params import load_params
-from raexmc.data.held_out import split_validation, validation_folds
 from test_selection import LAMBDAS, TAUS, run_stage, write_params, write_training_split
 
 N_INPUTS, N_LABELS, DIM = 40, 6, 16

@@ -21,17 +21,16 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import local_server
-
 from raexmc.cli import app
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.label_records import write_label_records
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
-from raexmc.encoder.vectors import load_embeddings
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache, text_of
+from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
@@ -40,8 +39,8 @@ from raexmc.memory.merge import RaeRetrieval
 from raexmc.memory.persistence import saved_meta
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.packaging import packaged_model
-from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.queries import parse_queries
+from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.ranking import top_k
 from raexmc.rae.scoring import rae_scores
 
@@ -597,8 +596,9 @@ def test_logged_model_requires_public_releases_pinned_to_what_runs_and_all_it_im
     """MLflow installs the served model's environment from these files (`mlflow models serve` without
     --env-manager local): a local build label such as torch's +cpu is on no public index, so none may
     appear; each pin is the release running here; and the model's code imports nothing they leave out."""
-    import mlflow
     from importlib.metadata import packages_distributions, version
+
+    import mlflow
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
     from packaging.version import Version

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from script_modules import load_script
 from raexmc.errors import DataError
 from raexmc.pipeline.tracking.run import stage_run
+from script_modules import load_script
 
 METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 RAE_P1 = [1.0, 1.0, 0.0, 1.0]

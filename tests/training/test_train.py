@@ -18,6 +18,7 @@ import torch
 
 from conftest import REPO, free_port, make_lf_folder
 from raexmc.data.dataset import Dataset
+from raexmc.data.held_out import split_validation
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import batch_tensors
 from raexmc.encoder.model import load_tokenizer
@@ -26,13 +27,11 @@ from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
-from raexmc.data.held_out import split_validation
 from raexmc.training.batches import BatchSampler, plan_batch
 from raexmc.training.distributed import DistContext
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import linear_schedule, training_step
 from raexmc.training.train import train
-
 
 SINGLE = DistContext(0, 1, "cpu")
 PARAMS = REPO / "params.yaml"

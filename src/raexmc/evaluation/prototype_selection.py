@@ -27,8 +27,18 @@ from ..memory.input_memory import MemorySettings
 from ..memory.prototypes import AUTO, searches_prototypes
 from ..memory.search import Hits, empty_result
 from .point_choice import Tuned, choose_point
-from .selection import HeldOutLabels, TuneSettings, ValidationRetrieval, label_search, past_edge, pooled, \
-    pooled_held, pooled_hits, select, validation_retrieval
+from .selection import (
+    HeldOutLabels,
+    TuneSettings,
+    ValidationRetrieval,
+    label_search,
+    past_edge,
+    pooled,
+    pooled_held,
+    pooled_hits,
+    select,
+    validation_retrieval,
+)
 
 
 def choose_prototypes(retrieval_at: Callable[[float], ValidationRetrieval], settings: TuneSettings,
