@@ -80,10 +80,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         baselines, rae_memory = load_joint_search(index, keys, ef_search, device=device), InputMemory(memory)
         search_s = 0.0
 
-        def search(rows: slice) -> Retrievals:
+        def search(rows: slice, joint_search=baselines) -> Retrievals:  # holds the indexes till `del search`
             nonlocal search_s
             started = time.perf_counter()
-            joint, other_b, inputs, labels = rae_memory.search(baselines, queries[rows], depth, settings.b,
+            joint, other_b, inputs, labels = rae_memory.search(joint_search, queries[rows], depth, settings.b,
                                                                settings.tau, ef_search, retrieval=retrieval,
                                                                other_b=swept_b, device=device)
             search_s += time.perf_counter() - started
@@ -100,7 +100,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                     chunk=chunk or None, progress=True,
                                     workers=resolve_threads(p.integer("evaluate.threads", 0)),
                                     keep_scores=scores is not None)
-        del baselines, keys
+        del search, baselines, keys
         methods, per_instance = result["methods"], result["per_instance"]
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
         run.params({"selection": {**chosen, "retrieval": retrieval.mode,
