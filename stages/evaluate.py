@@ -125,8 +125,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             line_plot(result["b_sweep"], "b", ["P@1", "P@5", "R@100", "train_key_share"], "metric vs b",
                       folder / "b_sweep.png")
             segment_bars(segments, folder / "segments_f1.png")
-            line_plot(chosen_rows, "lambda", ["validation", "test"], f"{selection['metric']} vs λ at τ={selection['tau']}",
-                      folder / "lambda_selection.png", log_x=True)
+            line_plot(chosen_rows, "lambda", ["validation", "test"],
+                      f"{selection['metric']} vs λ at τ={selection['tau']}", folder / "lambda_selection.png",
+                      log_x=True)
         if scores is not None:
             with atomic_dir(scores) as folder:
                 for method, matrix in result["scores"].items():
