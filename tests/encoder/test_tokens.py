@@ -154,7 +154,8 @@ def test_cutting_a_text_to_its_budget_keeps_its_token_ids(tiny_model, max_len):
     assert [tokenizer.unk_token_id] * (max_len - 2) == whole[-1][1:-1]
 
 
-TRICKY = ["", "   ", "[PAD] [CLS] hello [SEP] x", "[MASK]", "Ünïcödé ß 東京 \U0001F642", "a " * 300, "C++ e-mail (x) ..."]
+TRICKY = ["", "   ", "[PAD] [CLS] hello [SEP] x", "[MASK]", "Ünïcödé ß 東京 \U0001F642", "a " * 300,
+          "C++ e-mail (x) ..."]
 
 
 @pytest.mark.parametrize("max_len", [3, 8, 64])
@@ -217,7 +218,8 @@ def test_a_record_is_cut_as_its_joined_text_would_be(tiny_model):
     records = [Text("r", lead + title + trail, lead + content + trail)
                for title, content in zip(fields, reversed(fields)) for lead in pads for trail in pads]
     for recipe in ("title", "title+content"):
-        assert [record_input(r, recipe, 8) for r in records] == [tokenizer_input(text_of(r, recipe), 8) for r in records]
+        assert ([record_input(r, recipe, 8) for r in records]
+                == [tokenizer_input(text_of(r, recipe), 8) for r in records])
 
 
 def test_same_key_reuses_the_cache(tiny_dataset, tiny_model, tmp_path):

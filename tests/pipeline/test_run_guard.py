@@ -92,4 +92,5 @@ def test_a_second_stage_in_one_working_copy_is_refused_but_not_one_in_a_copy(pro
         first.kill()
         first.wait()
     after = stage_process(project, 0, "evaluate")
-    assert after.communicate(timeout=60)[0].strip() == "ready" and after.returncode == 0, "the lock goes with its holder"
+    assert after.communicate(timeout=60)[0].strip() == "ready" and after.returncode == 0, \
+        "the lock goes with its holder"

@@ -409,10 +409,12 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(
 
 PERL = {"dataframe_records": [{"text": "perl"}]}
 SCHEMA_REFUSALS = [  # (request, the one line the answer's message must be)
-    ({**PERL, "params": {"topk": 2}}, 'ConfigError: request: unknown params key "topk" (accepted: k or its alias top_k)'),
+    ({**PERL, "params": {"topk": 2}},
+     'ConfigError: request: unknown params key "topk" (accepted: k or its alias top_k)'),
     ({**PERL, "bogus": 1}, 'DataError: request: unknown field "bogus" '
                            '(accepted: dataframe_records, dataframe_split, inputs, instances, params)'),
-    ({**PERL, "params": {"k": 2, "top_k": 3}}, 'ConfigError: request: params give k twice, as "k" and "top_k": give one'),
+    ({**PERL, "params": {"k": 2, "top_k": 3}},
+     'ConfigError: request: params give k twice, as "k" and "top_k": give one'),
     ({**PERL, "params": {"k": "2"}}, "ConfigError: request: params.k: Input should be a valid integer"),
     ({**PERL, "params": [2]}, "ConfigError: request: params: Input should be a JSON object")]
 
@@ -585,7 +587,8 @@ def model_requirements(folder: Path) -> dict[str, list[str]]:
     conda = yaml.safe_load((folder / "conda.yaml").read_text())
     python_env = yaml.safe_load((folder / "python_env.yaml").read_text())
     files = {"requirements.txt": (folder / "requirements.txt").read_text().splitlines(),
-             "conda.yaml": [line for entry in conda["dependencies"] if isinstance(entry, dict) for line in entry["pip"]],
+             "conda.yaml": [line for entry in conda["dependencies"] if isinstance(entry, dict)
+                            for line in entry["pip"]],
              "python_env.yaml": python_env["build_dependencies"] + python_env["dependencies"]}
     return {file: [line.strip() for line in lines if line.strip() and not line.strip().startswith(("-", "#"))]
             for file, lines in files.items()}
