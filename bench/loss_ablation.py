@@ -78,7 +78,8 @@ def per_instance(source: str, dataset: str) -> dict[str, np.ndarray]:
     else:
         import dvc.api
 
-        with dvc.api.open(f"artifacts/{dataset}/eval/per_instance.npz", repo=str(ROOT), rev=source, mode="rb") as handle:
+        with dvc.api.open(f"artifacts/{dataset}/eval/per_instance.npz", repo=str(ROOT), rev=source,
+                          mode="rb") as handle:
             raw = handle.read()
     with np.load(io.BytesIO(raw)) as archive:
         return {key: archive[key] for key in archive.files}
