@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import typer
+
 from common import ROOT, rerun_command
 
 app = typer.Typer(add_completion=False)

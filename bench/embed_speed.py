@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import typer
-from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
 
+from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
 from raexmc.encoder.device import autocast, pick_device, resolve_precision
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.sentence import attention_without_cudnn
@@ -65,7 +65,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          forward_seconds: float = typer.Option(3.0, min=0.0, help="Seconds of the bare-forward measurement; 0 = skip."),
          precision: str = typer.Option("auto", help="auto | fp32 | bf16 | fp16"),
          device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
-         out: Path = typer.Option(ROOT / "bench" / "results" / "embed_speed.json", help="JSON list to append to.")) -> None:
+         out: Path = typer.Option(ROOT / "bench" / "results" / "embed_speed.json",
+                                  help="JSON list to append to.")) -> None:
     width = preset_values(load_params(ROOT / "params.yaml"), preset)["tokenize.label_max_len"]
     resolved_device = pick_device(device)
     resolved = resolve_precision(precision, resolved_device)
@@ -81,7 +82,8 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
             ceiling = forward_only_rate(encoder, batch_size, width, resolved_device, resolved, forward_seconds)
             loop = embed_split(TextEncoder(encoder, resolved_device, resolved), cache, "labels",
                                Path(folder) / "labels.npy", batch_size)
-            result = {"preset": preset, "model": model, "precision": resolved, "texts": texts, "tokens_per_text": [shortest, width],
+            result = {"preset": preset, "model": model, "precision": resolved, "texts": texts,
+                      "tokens_per_text": [shortest, width],
                       "batch_size": batch_size, "texts_per_s": loop["texts_per_s"], "seconds": loop["seconds"],
                       "forward_only_texts_per_s": round(ceiling, 1) if forward_seconds else None,
                       "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(resolved_device) / 1e9, 2)

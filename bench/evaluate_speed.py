@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import typer
-from common import rerun_command
 
+from common import rerun_command
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 
 OUT = Path("bench/results/evaluate_speed.json")

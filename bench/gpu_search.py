@@ -92,7 +92,8 @@ def main(out: Path = typer.Option(..., help="JSON file to append the row to."),
     cpu = JointSearch(*(ExactIndex(keys) for keys in key_sets))
     got_inputs, got_labels = joint.search_parts(sample, b)
     want_inputs, want_labels = cpu.search_parts(sample, b)
-    row = {"device": torch.cuda.get_device_name() if on_gpu else device, "torch": torch.__version__, "host": platform.node(),
+    row = {"device": torch.cuda.get_device_name() if on_gpu else device, "torch": torch.__version__,
+           "host": platform.node(),
            "shape": {"train": train, "labels": labels, "queries": queries, "dim": dim, "b": b}, "searched": searched,
            "half": half, "query_block": block, "blocks": {"inputs": joint.inputs.query_block,
                                                         "labels": joint.labels.query_block},
@@ -102,7 +103,8 @@ def main(out: Path = typer.Option(..., help="JSON file to append the row to."),
            "peak_gpu_gib": peak and round(peak, 2),
            "check": {"queries": check, "inputs": agreement(got_inputs, want_inputs),
                      "labels": agreement(got_labels, want_labels),
-                     "joint": agreement(joint.merge(got_inputs, got_labels, b), cpu.merge(want_inputs, want_labels, b))}}
+                     "joint": agreement(joint.merge(got_inputs, got_labels, b),
+                                        cpu.merge(want_inputs, want_labels, b))}}
     print(json.dumps(row, indent=1), flush=True)
     rows = json.loads(out.read_text()) if out.is_file() else []
     out.write_text(json.dumps([*rows, row], indent=1) + "\n")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import typer
-from common import evaluator_of, rae_summary
 
+from common import evaluator_of, rae_summary
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.recall import recall_at_k

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import typer
-from common import ROOT
 from ruamel.yaml import YAML
 
+from common import ROOT
 from raexmc.evaluation.significance import compare_runs
 
 VARIANTS = {  # name: (hard negatives, instance negatives)
@@ -78,7 +78,8 @@ def per_instance(source: str, dataset: str) -> dict[str, np.ndarray]:
     else:
         import dvc.api
 
-        with dvc.api.open(f"artifacts/{dataset}/eval/per_instance.npz", repo=str(ROOT), rev=source, mode="rb") as handle:
+        with dvc.api.open(f"artifacts/{dataset}/eval/per_instance.npz", repo=str(ROOT), rev=source,
+                          mode="rb") as handle:
             raw = handle.read()
     with np.load(io.BytesIO(raw)) as archive:
         return {key: archive[key] for key in archive.files}

@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import typer
-from common import evaluator_of, rae_summary, rerun_command
 
+from common import evaluator_of, rae_summary, rerun_command
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import Evaluator, rae_scorer
@@ -51,8 +51,14 @@ from raexmc.io import read_json, write_json
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M
 from raexmc.memory.indexes import INDEXED_KEY_SETS, build_memory_indexes, index_folder, load_joint_search
-from raexmc.memory.input_memory import (COUNTS_FILE, VALUES_FILE, InputMemory, MemorySettings, build_input_memory,
-                                        own_index_folders)
+from raexmc.memory.input_memory import (
+    COUNTS_FILE,
+    VALUES_FILE,
+    InputMemory,
+    MemorySettings,
+    build_input_memory,
+    own_index_folders,
+)
 from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.merge import JointSearch
 from raexmc.memory.persistence import index_bytes

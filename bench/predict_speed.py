@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from common import rerun_command
 
+from common import rerun_command
 from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.rae.model import RaeModel

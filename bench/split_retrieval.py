@@ -10,20 +10,20 @@ exactly (ExactIndex), and reports the label keys' share of the joint top-b (and 
 holds no label key) and the mean similarity of the r-th nearest key of each set, then P@1, P@5, PSP@5, R@100 of
 RAE at (--lam, --tau, b) for the joint retrieval and a split at each share, and of the two baselines. Then, as
 the tune stage does with params.yaml's validation settings (on one held-out fold: infer.val_folds is not read;
-training's split where its encoder.mode is fine-tuned, so that mode must say how the embeddings were made), chooses λ and τ (joint) and λ, τ and the label share
-(split, share auto) on held-out training inputs, and scores the test set at each choice. `--top-labels L` keeps
-only the dataset's L most frequent training labels (and the inputs that have one of them): the few-labels regime
-(FOLDOC has more labels than inputs) from the same real data and embeddings. Writes
-<root>/bench/results/split_retrieval_<name>[_top<L>][_<tag>].json: `--tag fine-tuned` names the record of
-fine-tuned embeddings apart from the zero-shot one.
+training's split where its encoder.mode is fine-tuned, so that mode must say how the embeddings were made), chooses
+λ and τ (joint) and λ, τ and the label share (split, share auto) on held-out training inputs, and scores the test
+set at each choice. `--top-labels L` keeps only the dataset's L most frequent training labels (and the inputs that
+have one of them): the few-labels regime (FOLDOC has more labels than inputs) from the same real data and
+embeddings. Writes <root>/bench/results/split_retrieval_<name>[_top<L>][_<tag>].json: `--tag fine-tuned` names
+the record of fine-tuned embeddings apart from the zero-shot one.
 
 `comparison` sets the two choices side by side on the test set with kNN and the dual encoder, each from its own
 search; kNN at its own τ, chosen on the same held-out inputs from the τ the split tried (kNN moves with τ as RAE
 does; the dual encoder's ranking does not depend on τ), with paired t-tests (evaluation/significance.py) of the
-split against each and of the joint retrieval against each baseline. `--label-tau-ratios` adds a probe of the split with the label keys' logits at their own
-temperature τ_z = ratio x τ (one softmax: input keys at s/τ, label keys at s/τ_z), λ and the ratio chosen on the
-same held-out inputs at the split's τ and share: whether the label half is drowned by a mismatch of the two key
-sets' similarity scales.
+split against each and of the joint retrieval against each baseline. `--label-tau-ratios` adds a probe of the split
+with the label keys' logits at their own temperature τ_z = ratio x τ (one softmax: input keys at s/τ, label keys at
+s/τ_z), λ and the ratio chosen on the same held-out inputs at the split's τ and share: whether the label half is
+drowned by a mismatch of the two key sets' similarity scales.
 """
 
 from __future__ import annotations
@@ -40,24 +40,24 @@ from typing import Any
 
 import numpy as np
 import typer
-from common import rerun_command
 
+from common import rerun_command
 from raexmc.data.dataset import Dataset
+from raexmc.data.held_out import query_sample, split_validation
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.evaluation.propensity import table_propensity
 from raexmc.evaluation.selection import select
-from raexmc.evaluation.validation_memory import ValidationRetrieval, held_out_labels, validation_retrieval
 from raexmc.evaluation.selection_file import rae_retrieval
-from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.significance import p_value_text, paired_ttest
+from raexmc.evaluation.tune_settings import TuneSettings
+from raexmc.evaluation.validation_memory import ValidationRetrieval, held_out_labels, validation_retrieval
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.keys_values import training_values
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.memory.search import Hits
 from raexmc.params import load_params
 from raexmc.rae.scoring import PAPER_TAU, combine, knn_scores, score_parts
-from raexmc.data.held_out import query_sample, split_validation
 
 REPORTED = ("P@1", "P@5", "PSP@5", "R@100")
 BASELINES = ("knn", "dual_encoder")
@@ -148,7 +148,8 @@ def mixed(knn_part: Any, label_part: Any, lam: float, rows: slice) -> Any:
 def main(name: str = "foldoc", root: Path = Path("."), b: int = 200, tau: float = 0.04, lam: float = 0.5,
          shares: str = "0.1,0.25,0.5,0.75,0.9", top_labels: int = 0, label_tau_ratios: str = "",
          tag: str = typer.Option("", help="Suffix of the record's name (letters, digits, '.', '_', '-'), so that "
-                                          "runs on other embeddings of the same dataset keep their own record.")) -> None:
+                                          "runs on other embeddings of the same dataset keep their own record.")
+         ) -> None:
     if tag and not re.fullmatch(r"[A-Za-z0-9._-]+", tag):
         raise typer.BadParameter(f"{tag!r}: use letters, digits, '.', '_' or '-'", param_hint="--tag")
     suffix = (f"_top{top_labels}" if top_labels else "") + (f"_{tag}" if tag else "")

@@ -6,12 +6,13 @@
 Runs each stage's command from dvc.yaml directly (so the numbers are the stage's own, and the
 pipeline runs where DVC is not installed, e.g. an offline GPU machine), with a copy of
 params.yaml whose data.name is NAME and whose keys are set by `-S key=value` as `dvc exp run -S`
-sets them. CPU seconds are the stage's user + system time; peak memory is the largest resident set of the stage's process tree (os.wait4), so no
-/usr/bin/time is needed; output bytes are the sizes of the stage's `outs` in dvc.yaml; evaluate's entry also has the RAE search's
-queries/s, which the stage logs to MLflow alone (scripts/results_table.py reads it here). Writes
-bench/results/stage_resources_<name>[_<tag>].json after every stage (a long run keeps what it has
-measured if it is stopped; --out elsewhere), with the command that reproduces it, and prints a Markdown table; with --keep-eval, also copies the run's eval outputs (metrics.json,
-per_instance.npz, significance.json, the training curve, the params used) to bench/results/runs/<name>_<tag>/.
+sets them. CPU seconds are the stage's user + system time; peak memory is the largest resident set of the stage's
+process tree (os.wait4), so no /usr/bin/time is needed; output bytes are the sizes of the stage's `outs` in
+dvc.yaml; evaluate's entry also has the RAE search's queries/s, which the stage logs to MLflow alone
+(scripts/results_table.py reads it here). Writes bench/results/stage_resources_<name>[_<tag>].json after every stage
+(a long run keeps what it has measured if it is stopped; --out elsewhere), with the command that reproduces it, and
+prints a Markdown table; with --keep-eval, also copies the run's eval outputs (metrics.json, per_instance.npz,
+significance.json, the training curve, the params used) to bench/results/runs/<name>_<tag>/.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ import time
 from pathlib import Path
 
 import typer
-from common import ROOT, rerun_command
 from ruamel.yaml import YAML
 
+from common import ROOT, rerun_command
 from raexmc.pipeline.compare import logged_figure
 
 KEPT = ("eval/metrics.json", "eval/per_instance.npz", "significance.json", "curves/training_curve.json")
@@ -101,7 +102,8 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
          set_params: list[str] = typer.Option([], "-S", "--set-param", help="key=value override, as in dvc exp run."),
          tag: str = typer.Option("", help="Suffix of the result file, e.g. fine-tuned-gpu."),
          keep_eval: bool = typer.Option(False, help="Copy the run's eval outputs to bench/results/runs/."),
-         out: Path | None = typer.Option(None, help="Result file; default bench/results/stage_resources_<name>[_<tag>].json.")) -> None:
+         out: Path | None = typer.Option(
+             None, help="Result file; default bench/results/stage_resources_<name>[_<tag>].json.")) -> None:
     yaml = YAML()
     params = yaml.load(ROOT / "params.yaml")
     params["data"]["name"] = name

@@ -27,8 +27,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import typer
-from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
 
+from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
 from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
@@ -95,12 +95,15 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          precision: str = typer.Option("auto", help="auto | fp32 | bf16 | fp16"),
          device: str = typer.Option("auto", help="auto | cpu | cuda"),
          compile_encoder: bool = typer.Option(False, "--compile", help="Measure the encoder under torch.compile; "
-                                              "it compiles again when the label count first changes, so keep --warmup >= 2."),
-         out: Path = typer.Option(ROOT / "bench" / "results" / "train_speed.json", help="JSON list to append to.")) -> None:
+                                              "it compiles again when the label count first changes, "
+                                              "so keep --warmup >= 2."),
+         out: Path = typer.Option(ROOT / "bench" / "results" / "train_speed.json",
+                                  help="JSON list to append to.")) -> None:
     config = load_params(ROOT / "params.yaml")
     values = preset_values(config, preset)
     # the preset's own batch and steps; N only matters to schedule: auto, which this does not time
-    settings = replace(TrainSettings.from_params(config, lambda: 0), batch_size=batch_size or values["train.batch_size"],
+    settings = replace(TrainSettings.from_params(config, lambda: 0),
+                       batch_size=batch_size or values["train.batch_size"],
                        grad_cache_chunk=grad_cache_chunk, num_hard_negatives=values["train.num_hard_negatives"],
                        max_steps=warmup + steps, warmup_steps=0)
     with tempfile.TemporaryDirectory() as folder:
@@ -128,10 +131,12 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                   "processes": ctx.world_size, "precision": resolved, "batch_per_device": settings.batch_size,
                   "grad_cache_chunk": settings.grad_cache_chunk,
                   "compiled": compile_encoder, "torch": torch.__version__,
-                  "attention_kernels": [backend.name for backend in attention_without_cudnn()], "global_batch": global_batch,
+                  "attention_kernels": [backend.name for backend in attention_without_cudnn()],
+                  "global_batch": global_batch,
                   "input_max_len": values["tokenize.input_max_len"], "label_max_len": values["tokenize.label_max_len"],
                   "steps": steps, "steps_per_s": round(steps / seconds, 3), "examples_per_s": round(examples_per_s, 1),
-                  "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 2) if on_gpu else None),
+                  "peak_gpu_memory_GB": (round(torch.cuda.max_memory_allocated(ctx.device) / 1e9, 2)
+                                         if on_gpu else None),
                   "peak_rss_GB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),  # KiB on Linux
                   "schedule_steps": values["train.max_steps"], "schedule_global_batch": schedule_batch,
                   "projected_schedule_h": round(values["train.max_steps"] * schedule_batch / examples_per_s / 3600, 2)}

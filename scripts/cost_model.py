@@ -108,18 +108,21 @@ PROJECTED = ("random 64x2", "MiniLM-L6 (384)", "DistilBERT (768)", "BERT-base (7
 M, EF_SEARCH, EF_CONSTRUCTION, B = 64, 300, 500, 200
 # The measured runs: (record, shape, encoder, efC of its index).
 RUNS = {
-    "131K d=64": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-zero-shot-cpu.json", "131K", "random 64x2", 500),
-    "131K d=384": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny384x1-zero-shot.json", "131K", "random 384x1", 500),
-    "1.3M d=64": ("stage_resources_synthetic-LF-AmazonTitles-1.3M_tiny64-zero-shot-efc100.json", "1.3M", "random 64x2", 100),
+    "131K d=64": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-zero-shot-cpu.json", "131K",
+                  "random 64x2", 500),
+    "131K d=384": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny384x1-zero-shot.json", "131K",
+                   "random 384x1", 500),
+    "1.3M d=64": ("stage_resources_synthetic-LF-AmazonTitles-1.3M_tiny64-zero-shot-efc100.json", "1.3M",
+                  "random 64x2", 100),
     "1.3M d=64, 2nd": ("stage_resources_synthetic-LF-AmazonTitles-1.3M_tiny64-zero-shot-efc100-full.json", "1.3M",
                        "random 64x2", 100),
-    "1.3M d=64, fine-tuned": ("stage_resources_synthetic-LF-AmazonTitles-1.3M_tiny64-fine-tuned-efc100-full.json", "1.3M",
-                              "random 64x2", 100),
+    "1.3M d=64, fine-tuned": ("stage_resources_synthetic-LF-AmazonTitles-1.3M_tiny64-fine-tuned-efc100-full.json",
+                              "1.3M", "random 64x2", 100),
     # the first run's setting again, on another of our 2-core machines (its note): checks only, fitted on nothing
     "131K d=64, other machine": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-zero-shot-full.json", "131K",
                                  "random 64x2", 500),
-    "131K d=64, other machine, fine-tuned": ("stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-fine-tuned-full.json",
-                                             "131K", "random 64x2", 500),
+    "131K d=64, other machine, fine-tuned": (
+        "stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-fine-tuned-full.json", "131K", "random 64x2", 500),
 }
 EFC_RECORD = "stage_resources_synthetic-LF-AmazonTitles-131K_tiny64-efc100.json"  # the 131K index at efC=100
 MODELLED = ("embed", "index", "tune", "evaluate")
@@ -204,7 +207,8 @@ def predict_train(data: dict, encoder: Encoder, settings: TrainSettings, constan
     step, round_, rounds = train_work(data, encoder, settings)
     steps_s, rounds_s = settings.max_steps * step * constants["a_step"], rounds * round_ * constants["a_round"]
     return {"batch": settings.batch_size, "lr": settings.lr, "max_steps": settings.max_steps,
-            "hnm_steps": settings.hnm_steps, "grad_cache_chunk": settings.grad_cache_chunk, "rounds": rounds, "step_s": round(step * constants["a_step"], 2),
+            "hnm_steps": settings.hnm_steps, "grad_cache_chunk": settings.grad_cache_chunk, "rounds": rounds,
+            "step_s": round(step * constants["a_step"], 2),
             "round_s": round(round_ * constants["a_round"], 1), "wall_h": round((steps_s + rounds_s) / 3600, 2)}
 
 
@@ -242,7 +246,8 @@ def features(stage: str, shape: Shape, encoder: Encoder) -> tuple[float, float]:
     elif stage == "tune":  # the exact validation search
         steps = shape.Q * (shape.N + shape.L)
     elif stage == "evaluate":  # two HNSW searches per test query; scoring its b keys' labels in every ranking
-        return shape.T * EF_SEARCH * (math.log(shape.N) + math.log(shape.L)) * d, shape.T * B * (1 + shape.labels_per_input)
+        return (shape.T * EF_SEARCH * (math.log(shape.N) + math.log(shape.L)) * d,
+                shape.T * B * (1 + shape.labels_per_input))
     else:
         raise KeyError(stage)
     return steps * d, steps
@@ -304,8 +309,9 @@ def index_growth(runs: dict[str, dict], constants: dict) -> float:
     more as it grows."""
     big = [run for run in runs.values() if run["shape"] == "1.3M" and "index" in run["stages"]]
     n_log_n = {**constants, "index": {**constants["index"], "growth": 0.0}}  # the prediction without the factor
-    ratios = [run["stages"]["index"]["cpu_s"] / (predict("index", SHAPES["1.3M"], ENCODERS[run["encoder"]], n_log_n)["cpu_s"]
-                                                 * (constants["index"]["efc100_ratio"] if run["efC"] == 100 else 1.0))
+    ratios = [run["stages"]["index"]["cpu_s"]
+              / (predict("index", SHAPES["1.3M"], ENCODERS[run["encoder"]], n_log_n)["cpu_s"]
+                 * (constants["index"]["efc100_ratio"] if run["efC"] == 100 else 1.0))
               for run in big]
     return math.log(statistics.median(ratios)) / math.log(SHAPES["1.3M"].N / SHAPES["131K"].N) if ratios else 0.0
 
@@ -434,8 +440,8 @@ def train_markdown(train: dict) -> str:
     lines = ["| dataset | step s measured | model | round s measured | model |", "|---|---|---|---|---|"]
     lines += [f"| {r['dataset']} | {r['step_s']} | {r['model_step_s']} | {r['round_s']} | {r['model_round_s']} |"
               for r in train["checks"]]
-    lines += ["", "| dataset | N | schedule | batch | lr | steps | mining every | grad cache | rounds | s a step | s a round "
-              "| hours |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| dataset | N | schedule | batch | lr | steps | mining every | grad cache | rounds | s a step "
+              "| s a round | hours |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['dataset']} | {r['N']:,} | {r['schedule']} | {r['batch']} | {r['lr']:.3g} | {r['max_steps']:,} | "
               f"{r['hnm_steps']:,} | {r['grad_cache_chunk']} | {r['rounds']} | {r['step_s']} | {r['round_s']:,} | "
               f"{r['wall_h']:,} |"
@@ -453,7 +459,8 @@ def main() -> None:
     lengths = json.loads((RESULTS / TOKEN_LENGTHS).read_text())["datasets"]
     minilm = ENCODERS["MiniLM-L6 (384)"]
     constants["train"] = fit_train(lengths, minilm)
-    train = {"fit": TRAIN_FIT, "token_lengths": TOKEN_LENGTHS, "checks": train_checks(lengths, minilm, constants["train"]),
+    train = {"fit": TRAIN_FIT, "token_lengths": TOKEN_LENGTHS,
+             "checks": train_checks(lengths, minilm, constants["train"]),
              "projections": train_projections(lengths, minilm, constants["train"])}
     out = RESULTS / "cost_model.json"
     out.write_text(json.dumps({"constants": constants, "checks": check_rows, "projections": projection_rows,

@@ -8,7 +8,8 @@ Targets (the full memory: keep 1, no compression, float32 hnswlib M=64):
 - eighth:  at <= 1/8 of its bytes, P@1 >= full - 0.5;
 - selection: uncompressed, keep <= 0.1 (above 0), P@1 >= full - 1.0 and >= random's at the same keep + 5.
 "Best" is the row within the budget that meets its target with the highest P@1, or the highest P@1 when
-none meets it (for selection: among the methods other than random). Prints a markdown table; writes it to bench/results/memory_targets.md with --out.
+none meets it (for selection: among the methods other than random). Prints a markdown table; writes it to
+bench/results/memory_targets.md with --out.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def markdown(results: list[dict]) -> str:
 
 
 def main(results: list[Path] = typer.Argument(..., help="memory_budget_<dataset>.json files."),
-         out: Path = typer.Option(None, help="Also write the table here (e.g. bench/results/memory_targets.md).")) -> None:
+         out: Path = typer.Option(None,
+                                  help="Also write the table here (e.g. bench/results/memory_targets.md).")) -> None:
     rows = [row for path in results for row in json.loads(path.read_text())["rows"]]
     table = markdown(checks(rows))
     typer.echo(table, nl=False)

@@ -25,7 +25,8 @@ def line_points(rows: list[dict]) -> dict[tuple[str, str], list[tuple[float, flo
     lines: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     selected = {(row["method"], row["compression"]) for row in rows if row["method"] != "full"}
     for row in rows:
-        methods = sorted(m for m, c in selected if c == row["compression"]) if row["method"] == "full" else [row["method"]]
+        methods = (sorted(m for m, c in selected if c == row["compression"]) if row["method"] == "full"
+                   else [row["method"]])
         for method in methods or ["full"]:
             lines[method, row["compression"]].append((row["bytes"] / 1e6, row["P@1"]))
     return {key: sorted(points) for key, points in lines.items()}

@@ -23,8 +23,14 @@ from raexmc.checks import positive_int
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, Retrievals, evaluate_retrieval,
-                                        segment_rows)
+from raexmc.evaluation.evaluator import (
+    BlockSearch,
+    EvalSettings,
+    Evaluator,
+    Retrievals,
+    evaluate_retrieval,
+    segment_rows,
+)
 from raexmc.evaluation.propensity import propensity_from_params
 from raexmc.evaluation.score_file import save_scores
 from raexmc.evaluation.selection_file import knn_tau, lambda_rows, rae_retrieval, read_selection
@@ -36,8 +42,8 @@ from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.merge import SPLIT
 from raexmc.pipeline.plots import line_plot, segment_bars
 from raexmc.pipeline.stage import run_stage, stage_cli
-from raexmc.rae.scoring import check_lambda
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
+from raexmc.rae.scoring import check_lambda
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -73,10 +79,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         baselines, rae_memory = load_joint_search(index, keys, ef_search, device=device), InputMemory(memory)
         search_s = 0.0
 
-        def search(rows: slice) -> Retrievals:
+        def search(rows: slice, joint_search=baselines) -> Retrievals:  # holds the indexes till `del search`
             nonlocal search_s
             started = time.perf_counter()
-            joint, other_b, inputs, labels = rae_memory.search(baselines, queries[rows], depth, settings.b,
+            joint, other_b, inputs, labels = rae_memory.search(joint_search, queries[rows], depth, settings.b,
                                                                settings.tau, ef_search, retrieval=retrieval,
                                                                other_b=swept_b, device=device)
             search_s += time.perf_counter() - started
@@ -93,7 +99,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                     chunk=chunk or None, progress=True,
                                     workers=resolve_threads(p.integer("evaluate.threads", 0)),
                                     keep_scores=scores is not None)
-        del baselines, keys
+        del search, baselines, keys
         methods, per_instance = result["methods"], result["per_instance"]
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
         run.params({"selection": {**chosen, "retrieval": retrieval.mode,
@@ -118,8 +124,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             line_plot(result["b_sweep"], "b", ["P@1", "P@5", "R@100", "train_key_share"], "metric vs b",
                       folder / "b_sweep.png")
             segment_bars(segments, folder / "segments_f1.png")
-            line_plot(chosen_rows, "lambda", ["validation", "test"], f"{selection['metric']} vs λ at τ={selection['tau']}",
-                      folder / "lambda_selection.png", log_x=True)
+            line_plot(chosen_rows, "lambda", ["validation", "test"],
+                      f"{selection['metric']} vs λ at τ={selection['tau']}", folder / "lambda_selection.png",
+                      log_x=True)
         if scores is not None:
             with atomic_dir(scores) as folder:
                 for method, matrix in result["scores"].items():

@@ -34,8 +34,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         settings = chosen_memory(p, backend, choice)
         run.params({"memory": p.section("memory")})
         relevance = check_relevance(p.typed("infer.relevance", str))  # checked at keep 1 too, where no value is read
-        values = None if not settings.needs_values else training_values(Dataset(dataset).label_matrix("train"), relevance,
-                                                            copy=False)
+        values = (training_values(Dataset(dataset).label_matrix("train"), relevance, copy=False)
+                  if settings.needs_values else None)
         labels = load_embeddings(embeddings, "labels") if settings.needs_labels else None
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,
                                   backend, labels=labels, M=p.typed("index.M", int),

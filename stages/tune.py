@@ -28,12 +28,12 @@ from raexmc.data.dataset import Dataset
 from raexmc.evaluation.baseline_selection import select_baselines
 from raexmc.evaluation.keep_selection import choose_keep
 from raexmc.evaluation.point_choice import curve_metrics
-from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.propensity import propensity_from_params
+from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
-from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.evaluation.selection_file import SELECTION_FILE
 from raexmc.evaluation.tune_settings import TuneSettings
+from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import backend_for, search_device
 from raexmc.memory.input_memory import CHOICE_FILE, MemorySettings, keep_grid, keep_setting

@@ -12,11 +12,19 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from raexmc.errors import DataError
-from raexmc.io import (atomic_dir, atomic_file, load_array, load_arrays, load_sparse, new_memmap, read_json,
-                       remove_dead_temps, write_json)
-
 from conftest import leftover_of_killed_writer, run_on_small_disk, writer_in_progress
+from raexmc.errors import DataError
+from raexmc.io import (
+    atomic_dir,
+    atomic_file,
+    load_array,
+    load_arrays,
+    load_sparse,
+    new_memmap,
+    read_json,
+    remove_dead_temps,
+    write_json,
+)
 
 
 def hidden(folder):

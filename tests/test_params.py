@@ -6,11 +6,10 @@ import json
 
 import pytest
 
+from conftest import REPO
 from raexmc.checks import positive_int
 from raexmc.errors import PARAMS_FILE, ConfigError, DataError
 from raexmc.params import KNOWN_KEYS, load_params
-
-from conftest import REPO
 
 
 def test_yaml_1_2_floats(tmp_path):
@@ -82,7 +81,8 @@ def test_an_error_about_a_parameter_names_the_parameters_file_in_use():
     """Library code names the default params.yaml; a stage given --params names that file instead, and an
     error about any other file keeps its path."""
     about_params = ConfigError("M must be >= 2, got 1", PARAMS_FILE, "index.M")
-    assert about_params.in_params_file("runs/a.yaml").one_line() == "ConfigError: runs/a.yaml:index.M: M must be >= 2, got 1"
+    assert (about_params.in_params_file("runs/a.yaml").one_line()
+            == "ConfigError: runs/a.yaml:index.M: M must be >= 2, got 1")
     assert about_params.in_params_file(PARAMS_FILE) is about_params
     about_data = DataError("cut short", "artifacts/x.npy")
     assert about_data.in_params_file("runs/a.yaml") is about_data

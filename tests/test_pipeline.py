@@ -248,7 +248,8 @@ def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch
     assert "candidate" not in client.get_registered_model("raexmc-tiny").aliases, "a sweep leaves serving alone"
     # tau=0.1 changed what the package stage reads, so that experiment registered a version under
     # its own name (tau=0.04's package stage was restored from the run cache: nothing new to register).
-    changed = next(name for name, data in by_name.items() if data["params"]["params.yaml"]["data"]["infer"]["tau"] == 0.1)
+    changed = next(name for name, data in by_name.items()
+                   if data["params"]["params.yaml"]["data"]["infer"]["tau"] == 0.1)
     version = client.get_model_version_by_alias("raexmc-tiny", changed)
     assert client.get_run(version.run_id).data.tags["dvc_experiment"] == changed
 

@@ -13,8 +13,8 @@ import tempfile
 
 import typer
 
-from raexmc.pipeline.stage import user_errors
 from peer_eval import load_split, stopwatch, tfidf_features, write_peer_result
+from raexmc.pipeline.stage import user_errors
 
 
 def main(name: str = "foldoc", beam_size: int = 10) -> None:

@@ -43,7 +43,8 @@ NAME = typer.Option(None, help="Dataset whose pipeline outputs to use (default: 
 
 
 @app.command()
-def datasets(params: Path = PARAMS, data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
+def datasets(params: Path = PARAMS,
+             data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
     """List the datasets configured in params.yaml, their source, and their size once built."""
     with user_errors(params):
         catalogue = load_params(params).section("datasets")
@@ -108,7 +109,8 @@ def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> li
 
 @app.command()
 def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: read --file or stdin)."),
-            file: Path = typer.Option(None, "--file", "-f", help="Queries, one per line; JSON lines if it ends .jsonl."),
+            file: Path = typer.Option(None, "--file", "-f",
+                                      help="Queries, one per line; JSON lines if it ends .jsonl."),
             jsonl: bool = typer.Option(False, help='Read JSON lines with "text" (or "title"/"content").'),
             k: int = typer.Option(None, "--top-k", "-k", min=1,
                                   help="Labels per query (default 10, or every label of a smaller model)."),
@@ -225,9 +227,11 @@ def evaluate(dataset: Path = typer.Option(..., help="Dataset: the download stage
 
 @app.command()
 def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
-                                             help="key=v1,v2,...; repeat for a grid, e.g. -S infer.lambda=0,0.5,1 -S infer.b=50,200."),
+                                             help="key=v1,v2,...; repeat for a grid, "
+                                                  "e.g. -S infer.lambda=0,0.5,1 -S infer.b=50,200."),
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Experiments run at once (DVC queue workers)."),
-          ui: str = typer.Option("http://127.0.0.1:5000", help="Where `mlflow ui` listens, for the compare link.")) -> None:
+          ui: str = typer.Option("http://127.0.0.1:5000",
+                                 help="Where `mlflow ui` listens, for the compare link.")) -> None:
     """Run a grid of `dvc exp run --queue` experiments, wait, and compare them (dvc exp show + MLflow)."""
     with user_errors():
         from .pipeline.compare import compare_url

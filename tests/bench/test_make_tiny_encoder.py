@@ -1,4 +1,5 @@
-"""bench/make_tiny_encoder.py: a random BERT of the asked shape that raexmc loads, with the default encoder's tokenizer."""
+"""bench/make_tiny_encoder.py: a random BERT of the asked shape that raexmc loads, with the default encoder's
+tokenizer."""
 
 from __future__ import annotations
 

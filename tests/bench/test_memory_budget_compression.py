@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import numpy as np
-from test_memory_budget import COLUMNS, small_project
 
 from bench_scripts import load_bench_module
 from conftest import REPO
 from raexmc.memory.indexes import build_memory_indexes
+from test_memory_budget import COLUMNS, small_project
 
 
 def test_score_error_compares_returned_scores_with_inner_products_on_the_original_keys():

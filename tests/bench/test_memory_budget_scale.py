@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import scipy.sparse as sp
-from test_memory_budget import small_project
 
 from conftest import REPO
+from test_memory_budget import small_project
 
 
 def run_scale(root, variants, *args):
@@ -83,4 +83,5 @@ def test_prototypes_memory_counts_its_own_labels_index_and_needs_no_index_stage(
     assert [r["method"] for r in appended["rows"]] == ["kmeans-labels+prototypes0.5", "full"]
     assert appended["command"].count("python bench/memory_budget.py scale") == 2
     replaced = run_scale(tmp_path, "1/full/none", "--append")
-    assert [r["method"] for r in replaced["rows"]] == ["kmeans-labels+prototypes0.5", "full"], "measured again: replaced"
+    assert [r["method"] for r in replaced["rows"]] == ["kmeans-labels+prototypes0.5", "full"], \
+        "measured again: replaced"

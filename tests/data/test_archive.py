@@ -73,7 +73,8 @@ def ar_bytes(members: list[tuple[str, bytes]]) -> bytes:
     """A Unix `ar` archive, written by hand: magic, then a 60-byte header and a body per member."""
     out = bytearray(b"!<arch>\n")
     for name, body in members:
-        header = (f"{name + '/':<16}" f"{0:<12}" f"{0:<6}" f"{0:<6}" f"{'100644':<8}" f"{len(body):<10}").encode("ascii")
+        header = (f"{name + '/':<16}" f"{0:<12}" f"{0:<6}" f"{0:<6}" f"{'100644':<8}"
+                  f"{len(body):<10}").encode("ascii")
         header += b"`\n"
         assert len(header) == 60
         out += header + body

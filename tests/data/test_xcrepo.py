@@ -27,7 +27,8 @@ LABELS = [{"uid": "L0", "title": "python", "content": "a language"},
           {"uid": "L1", "title": "unix", "content": "an operating system"},
           {"uid": "L2", "title": "linux", "content": "a kernel"},
           {"uid": "L3", "title": "gcc", "content": "a compiler"}]
-TRAIN = [{"uid": "T0", "title": "cpython", "content": "reference python", "target_ind": [0, 3], "target_rel": [1.0, 0.5]},
+TRAIN = [{"uid": "T0", "title": "cpython", "content": "reference python", "target_ind": [0, 3],
+          "target_rel": [1.0, 0.5]},
          {"uid": "T1", "title": "bsd", "content": "a unix", "target_ind": [1], "target_rel": [1.0]},
          {"uid": "T2", "title": "debian", "content": "a distribution", "target_ind": [1, 2], "target_rel": [1.0, 1.0]}]
 TEST = [{"uid": "S0", "title": "pypy", "content": "another python", "target_ind": [0], "target_rel": [1.0]},

@@ -15,14 +15,17 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from sentence_transformers import SentenceTransformer
-from test_embedding import run_embed_stage, token_cache  # noqa: F401 (a fixture)
 
+import test_embedding
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.pooling import POOLING_MODES, Pooling
 from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 from raexmc.encoder.tokens import RightPaddedTokenizer
 from raexmc.errors import ConfigError
+from test_embedding import run_embed_stage
+
+token_cache = test_embedding.token_cache  # the fixture, found among this module's names
 
 # lengths 3 to 14 tokens in one batch, so every short row is padded
 TEXTS = ["unix", "a unix-like kernel written for teaching", "python is a programming language",

@@ -14,15 +14,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import load_tokenizer, resolve_encoder
-from raexmc.encoder.tokens import (CHARS_PER_TOKEN, RightPaddedTokenizer, TokenCache, TokenizeSettings, build_token_cache,
-                                   record_input, text_of, tokenizer_input)
+from raexmc.encoder.tokens import (
+    CHARS_PER_TOKEN,
+    RightPaddedTokenizer,
+    TokenCache,
+    TokenizeSettings,
+    build_token_cache,
+    record_input,
+    text_of,
+    tokenizer_input,
+)
 from raexmc.errors import ConfigError, DataError
 from raexmc.params import Params, load_params
-
-from conftest import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
 
 
 @pytest.fixture
@@ -147,7 +154,8 @@ def test_cutting_a_text_to_its_budget_keeps_its_token_ids(tiny_model, max_len):
     assert [tokenizer.unk_token_id] * (max_len - 2) == whole[-1][1:-1]
 
 
-TRICKY = ["", "   ", "[PAD] [CLS] hello [SEP] x", "[MASK]", "Ünïcödé ß 東京 \U0001F642", "a " * 300, "C++ e-mail (x) ..."]
+TRICKY = ["", "   ", "[PAD] [CLS] hello [SEP] x", "[MASK]", "Ünïcödé ß 東京 \U0001F642", "a " * 300,
+          "C++ e-mail (x) ..."]
 
 
 @pytest.mark.parametrize("max_len", [3, 8, 64])
@@ -210,7 +218,8 @@ def test_a_record_is_cut_as_its_joined_text_would_be(tiny_model):
     records = [Text("r", lead + title + trail, lead + content + trail)
                for title, content in zip(fields, reversed(fields)) for lead in pads for trail in pads]
     for recipe in ("title", "title+content"):
-        assert [record_input(r, recipe, 8) for r in records] == [tokenizer_input(text_of(r, recipe), 8) for r in records]
+        assert ([record_input(r, recipe, 8) for r in records]
+                == [tokenizer_input(text_of(r, recipe), 8) for r in records])
 
 
 def test_same_key_reuses_the_cache(tiny_dataset, tiny_model, tmp_path):

@@ -1,6 +1,6 @@
 """The evaluate stage streams the test queries in chunks: on a real dataset (FOLDOC), with the exact and the
-HNSW backend, RAE over every input key or over half of them merged (with the prior), chunks of 7 queries (not a divisor of the test set's 2,057) write exactly what one chunk
-holding every query writes, element by element."""
+HNSW backend, RAE over every input key or over half of them merged (with the prior), chunks of 7 queries (not a
+divisor of the test set's 2,057) write exactly what one chunk holding every query writes, element by element."""
 
 from __future__ import annotations
 

@@ -8,9 +8,15 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import dense_top_b_softmax
-
-from raexmc.evaluation.evaluator import (BlockSearch, EvalSettings, Evaluator, Retrievals, evaluate_retrieval,
-                                        method_scorers, segment_rows)
+from raexmc.evaluation.evaluator import (
+    BlockSearch,
+    EvalSettings,
+    Evaluator,
+    Retrievals,
+    evaluate_retrieval,
+    method_scorers,
+    segment_rows,
+)
 from raexmc.evaluation.significance import compare_runs
 
 N_LABELS, N_TEST, DIM = 25, 20, 8

@@ -29,6 +29,7 @@ from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 
 from conftest import REPO
+from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError
 from raexmc.evaluation.keep_selection import choose_keep
 from raexmc.evaluation.prototype_selection import MemoryTuning
@@ -37,7 +38,6 @@ from raexmc.evaluation.validation_memory import held_out_labels
 from raexmc.memory.input_memory import MemorySettings, keep_grid, keep_setting
 from raexmc.memory.key_selection import kept_count
 from raexmc.params import load_params
-from raexmc.data.held_out import query_sample, split_validation
 from test_selection import LAMBDAS, run_stage, write_training_split
 
 N, FRACTION, SEED = 40, 0.25, 0

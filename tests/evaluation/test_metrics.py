@@ -287,9 +287,9 @@ def reference_top_k(scores, k, exclude):
 
 def reference_metrics(ranked, truth, ks, recall_ks):
     out = {}
-    for i, ranking in enumerate(ranked.tolist()):
+    for i, row in enumerate(ranked.tolist()):
         pos = set(truth[i].indices.tolist())
-        hit = [r in pos for r in ranking] + [False] * 200
+        hit = [r in pos for r in row] + [False] * 200
         for k in ks:
             out.setdefault(f"P@{k}", []).append(sum(hit[:k]) / k)
             dcg = sum(1 / math.log2(j + 2) for j in range(k) if hit[j])
@@ -302,13 +302,13 @@ def reference_metrics(ranked, truth, ks, recall_ks):
 
 def reference_macro_f1(ranked, truth, freq, k):
     tp, fp, fn = {}, {}, {}
-    for i, ranking in enumerate(ranked[:, :k].tolist()):
+    for i, row in enumerate(ranked[:, :k].tolist()):
         pos = set(truth[i].indices.tolist())
-        for l in ranking:
+        for l in row:
             if l >= 0:
                 bucket = tp if l in pos else fp
                 bucket[l] = bucket.get(l, 0) + 1
-        for l in pos - set(ranking):
+        for l in pos - set(row):
             fn[l] = fn.get(l, 0) + 1
     by_segment = {}
     for l in set(tp) | set(fp) | set(fn):

@@ -25,6 +25,7 @@ from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 
 from conftest import REPO
+from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError
 from raexmc.evaluation import prototype_selection
 from raexmc.evaluation.keep_selection import choose_keep
@@ -34,7 +35,6 @@ from raexmc.evaluation.validation_memory import held_out_labels
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.memory.prototypes import prototype_grid
 from raexmc.params import load_params
-from raexmc.data.held_out import query_sample, split_validation
 from test_selection import run_stage, write_training_split
 
 N, FRACTION, SEED, DIM = 10, 0.2, 0, 16

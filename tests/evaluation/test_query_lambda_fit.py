@@ -8,11 +8,16 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.errors import ConfigError
+from raexmc.evaluation import evaluator as evaluator_module
 from raexmc.evaluation.evaluator import Evaluator
 from raexmc.evaluation.propensity import DEFAULT_AB
-from raexmc.evaluation.query_lambda_fit import (fit_on_selection, fit_on_validation, metric_by_lambda,
-                                                per_query_lambda_scorer, per_query_metric)
-from raexmc.evaluation import evaluator as evaluator_module
+from raexmc.evaluation.query_lambda_fit import (
+    fit_on_selection,
+    fit_on_validation,
+    metric_by_lambda,
+    per_query_lambda_scorer,
+    per_query_metric,
+)
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import HeldOutLabels, ValidationRetrieval
 from raexmc.memory.search import sort_rows

@@ -15,16 +15,20 @@ import scipy.sparse as sp
 from ruamel.yaml import YAML
 
 from conftest import REPO, dense_top_b_softmax
+from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation import evaluator
 from raexmc.evaluation.selection import choose, past_edge, select
 from raexmc.evaluation.selection_file import lambda_rows, rae_retrieval, read_selection
 from raexmc.evaluation.tune_settings import TuneSettings
-from raexmc.evaluation.validation_memory import (HeldOutLabels, ValidationRetrieval, held_out_labels,
-                                                 validation_retrieval)
+from raexmc.evaluation.validation_memory import (
+    HeldOutLabels,
+    ValidationRetrieval,
+    held_out_labels,
+    validation_retrieval,
+)
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.params import load_params
-from raexmc.data.held_out import query_sample, split_validation
 
 LAMBDAS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
 TAUS = [0.02, 0.04, 0.1]
@@ -151,8 +155,8 @@ def test_held_out_queries_are_not_keys_of_their_memory(tmp_path):
     """Every training input is also a would-be key; a query that found itself would score 1.0."""
     X, Z, Y = forty_inputs_five_labels()
     rest_rows, val_rows = split_validation(Y, 0.25, 0)
-    retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z), held_out_labels(Y, sp.csr_matrix((40, 5)), rest_rows,
-                                                                                 val_rows), b=45)
+    retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z),
+                                     held_out_labels(Y, sp.csr_matrix((40, 5)), rest_rows, val_rows), b=45)
 
     assert len(val_rows) == 10 and sorted([*val_rows, *rest_rows]) == list(range(40))
     ids, sims = retrieval.hits(0.04)
@@ -187,7 +191,8 @@ def write_params(folder, **infer):
     ("retrieval", "both", "infer.retrieval must be one of joint, split, got 'both'"),
     ("label_share", 1.5, "infer.label_share must be a number in [0, 1] or auto, got 1.5"),
     ("label_share", True, "infer.label_share must be a number in [0, 1] or auto, got True"),
-    ("label_share_grid", [0.5, 2], "infer.label_share_grid must be a non-empty list of numbers in [0, 1], got [0.5, 2]"),
+    ("label_share_grid", [0.5, 2],
+     "infer.label_share_grid must be a non-empty list of numbers in [0, 1], got [0.5, 2]"),
 ])
 def test_bad_settings_name_their_key(tmp_path, key, value, says):
     with pytest.raises(ConfigError) as error:
@@ -382,8 +387,8 @@ def test_a_best_tau_off_the_grid_is_found_by_widening_it(crossings, truth, expec
 def test_widening_stops_at_its_bound():
     """P@1 grows with every doubling and beyond the third (the last query is right only above τ = 1): the grid
     grows by WIDEN_STEPS doublings, no more, and the choice is the last of them."""
-    chosen = select(crossing_retrieval([0.09, 0.15, 0.3, 0.6, 1.0], "R"), settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS,
-                                                                  b=COPIES + 1), (0.55, 1.5))
+    chosen = select(crossing_retrieval([0.09, 0.15, 0.3, 0.6, 1.0], "R"),
+                    settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5))
     assert sorted({r["tau"] for r in chosen["validation"]}) == sorted([*GRID_TAUS, 0.2, 0.4, 0.8])
     assert chosen["tau"] == 0.8 and chosen["val_value"] == 80.0
 

@@ -12,13 +12,13 @@ import scipy.sparse as sp
 from ruamel.yaml import YAML
 
 from conftest import dense_top_b_softmax
+from raexmc.data.held_out import split_validation, validation_folds
 from raexmc.errors import ConfigError
 from raexmc.evaluation.selection import select
-from raexmc.evaluation.validation_memory import held_out_folds, pooled, pooled_held, validation_retrieval
 from raexmc.evaluation.tune_settings import TuneSettings
+from raexmc.evaluation.validation_memory import held_out_folds, pooled, pooled_held, validation_retrieval
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.params import load_params
-from raexmc.data.held_out import split_validation, validation_folds
 from test_selection import LAMBDAS, TAUS, run_stage, write_params, write_training_split
 
 N_INPUTS, N_LABELS, DIM = 40, 6, 16

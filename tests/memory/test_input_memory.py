@@ -56,7 +56,8 @@ def metrics(memory_data, memory_folder):
     _, _, Y, Y_test = memory_data
     memory = InputMemory(memory_folder)
     joint, inputs, labels = searches(memory_data, memory_folder)
-    evaluator = Evaluator(Y, Y_test, sp.csr_matrix(Y_test.shape), (0.55, 1.5), None if memory.full else memory.values(Y))
+    evaluator = Evaluator(Y, Y_test, sp.csr_matrix(Y_test.shape), (0.55, 1.5),
+                          None if memory.full else memory.values(Y))
     return evaluate_retrieval(Retrievals(joint, labels, inputs).rows, evaluator, EvalSettings(0.5, 5, TAU, [0.3], [2]))
 
 

@@ -98,7 +98,8 @@ def test_the_same_seed_gives_the_same_memory():
 
 
 @pytest.mark.parametrize("keep, method, record", [(1.5, "kmeans", "memory.keep"), (-0.1, "random", "memory.keep"),
-                                                  ("half", "random", "memory.keep"), (0.5, "prototypes", "memory.method")])
+                                                  ("half", "random", "memory.keep"),
+                                                  (0.5, "prototypes", "memory.method")])
 def test_bad_settings_are_config_errors_naming_the_key(keep, method, record):
     with pytest.raises(ConfigError, match=record.split(".")[1]):
         select_keys(unit_rows(10), label_rows(10), keep, method)

@@ -8,8 +8,8 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.errors import ConfigError, DataError
-from raexmc.memory.indexes import build_memory_indexes, load_joint_search, memory_backend
 from raexmc.memory import keys_values
+from raexmc.memory.indexes import build_memory_indexes, load_joint_search, memory_backend
 from raexmc.memory.keys_values import memory_keys, training_values
 
 

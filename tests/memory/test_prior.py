@@ -35,7 +35,8 @@ def test_merged_key_with_prior_gives_its_members_scores():
     p = 0.9366210616669625 / 2
     members, _ = score_parts(np.array([[0, 1, 2]]), np.array([[0.5, 0.5, 0.3]], np.float32),
                              sp.csr_matrix([[1.0, 0.0], [1.0, 1.0]]), TAU)
-    merged, _ = score_parts(*add_log_prior((np.array([[0, 1]]), np.array([[0.5, 0.3]], np.float32)), np.log([2.0]), TAU),
+    merged, _ = score_parts(*add_log_prior((np.array([[0, 1]]), np.array([[0.5, 0.3]], np.float32)), np.log([2.0]),
+                                           TAU),
                             sp.csr_matrix([[1.0, 0.5]]), TAU)
     np.testing.assert_allclose(members.toarray(), [[2 * p, p]], rtol=0, atol=1e-6)
     np.testing.assert_allclose(merged.toarray(), [[2 * p, p]], rtol=0, atol=1e-6)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from raexmc.memory import torch_index
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.search import sort_rows
-from raexmc.memory import torch_index
 from raexmc.memory.torch_index import TorchIndex, block_rows_for, pool_size
 
 N_KEYS, DIM, K = 3000, 48, 20

@@ -22,8 +22,8 @@ def write_run(folder, p_value, log10_p, knn_tau=0.04, tau_auto=False):
 
 
 def results(tmp_path):
-    return subprocess.run([sys.executable, "-m", "raexmc.cli", "results", "--name", "run", "--artifacts", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "raexmc.cli", "results", "--name", "run",
+                           "--artifacts", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
 
 
 def test_table_rows_and_tests(tmp_path):
@@ -47,7 +47,8 @@ def test_knn_s_own_tau_is_named_where_it_differs_from_rae_s(tmp_path):
 
 def test_an_underflowed_p_is_shown_by_its_log10_not_as_zero(tmp_path):
     write_run(tmp_path / "run", 0.0, -616.4)
-    assert results(tmp_path).stdout.splitlines()[-1] == "rae vs dual_encoder: P@1 +15.46 (p 4.0e-617)"  # 10^-616.4 = 10^0.6 * 10^-617
+    # 10^-616.4 = 10^0.6 * 10^-617
+    assert results(tmp_path).stdout.splitlines()[-1] == "rae vs dual_encoder: P@1 +15.46 (p 4.0e-617)"
 
 
 def test_missing_outputs_are_one_line(tmp_path):
@@ -65,4 +66,5 @@ def test_metrics_without_any_method_are_one_line(tmp_path):
     proc = results(tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"DataError: {tmp_path}/run/eval/metrics.json: holds none of the methods rae, rae_query_lambda, dual_encoder, knn"]
+        f"DataError: {tmp_path}/run/eval/metrics.json: holds none of the methods rae, rae_query_lambda, "
+        "dual_encoder, knn"]

@@ -7,10 +7,13 @@ import sys
 
 import pytest
 
+import test_tracking
 from raexmc.errors import ConcurrentRunError
 from raexmc.pipeline.tracking.dvc_command import set_params
 from raexmc.pipeline.tracking.run import stage_run
-from test_tracking import project, runs  # noqa: F401 (project is a fixture)
+from test_tracking import runs
+
+project = test_tracking.project  # the fixture, found among this module's names
 
 
 def test_set_params_reads_each_override_of_a_dvc_exp_run():
@@ -89,4 +92,5 @@ def test_a_second_stage_in_one_working_copy_is_refused_but_not_one_in_a_copy(pro
         first.kill()
         first.wait()
     after = stage_process(project, 0, "evaluate")
-    assert after.communicate(timeout=60)[0].strip() == "ready" and after.returncode == 0, "the lock goes with its holder"
+    assert after.communicate(timeout=60)[0].strip() == "ready" and after.returncode == 0, \
+        "the lock goes with its holder"

@@ -32,7 +32,8 @@ def test_queue_status_table_is_read_by_name():
 
 def test_show_keeps_exactly_the_swept_params_and_key_metrics():
     pattern = re.compile(show_columns(["infer.b"]))
-    columns = ("Experiment", "infer.b", "infer.bx", "metrics/foldoc/rae.json:P@1", "lambda", "metrics/foldoc/rae.json:P@10",
-               "metrics/foldoc/knn.json:P@1", "metrics/foldoc/rae_vs_knn.json:P@1", "artifacts/foldoc/rae.json:P@1")
+    columns = ("Experiment", "infer.b", "infer.bx", "metrics/foldoc/rae.json:P@1", "lambda",
+               "metrics/foldoc/rae.json:P@10", "metrics/foldoc/knn.json:P@1", "metrics/foldoc/rae_vs_knn.json:P@1",
+               "artifacts/foldoc/rae.json:P@1")
     kept = [c for c in columns if pattern.match(c)]
     assert kept == ["Experiment", "infer.b", "metrics/foldoc/rae.json:P@1", "lambda"]

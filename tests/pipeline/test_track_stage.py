@@ -13,7 +13,6 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 
 from raexmc.pipeline.headline import HEADLINE_METRICS
-
 from raexmc.pipeline.tracking.run import EXPERIMENT, tracking_uri
 
 REPO = Path(__file__).resolve().parents[2]

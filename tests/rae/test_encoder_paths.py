@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 from sentence_transformers import SentenceTransformer
-from test_predictor import build_pipeline, predictor_of
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.embedding import embed_split
@@ -16,6 +15,7 @@ from raexmc.encoder.tokens import TokenCache, text_of
 from raexmc.process_group import DistContext
 from raexmc.training.backward import split_encoder
 from raexmc.training.rounds import embed_sharded
+from test_predictor import build_pipeline, predictor_of
 
 MAX_LEN = 16  # test_predictor's token cache and memory settings
 

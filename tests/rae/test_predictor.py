@@ -21,17 +21,16 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import local_server
-
 from raexmc.cli import app
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.label_records import write_label_records
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
-from raexmc.encoder.vectors import load_embeddings
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache, text_of
+from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
@@ -40,8 +39,8 @@ from raexmc.memory.merge import RaeRetrieval
 from raexmc.memory.persistence import saved_meta
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.packaging import packaged_model
-from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.queries import parse_queries
+from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.ranking import top_k
 from raexmc.rae.scoring import rae_scores
 
@@ -410,10 +409,12 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(
 
 PERL = {"dataframe_records": [{"text": "perl"}]}
 SCHEMA_REFUSALS = [  # (request, the one line the answer's message must be)
-    ({**PERL, "params": {"topk": 2}}, 'ConfigError: request: unknown params key "topk" (accepted: k or its alias top_k)'),
+    ({**PERL, "params": {"topk": 2}},
+     'ConfigError: request: unknown params key "topk" (accepted: k or its alias top_k)'),
     ({**PERL, "bogus": 1}, 'DataError: request: unknown field "bogus" '
                            '(accepted: dataframe_records, dataframe_split, inputs, instances, params)'),
-    ({**PERL, "params": {"k": 2, "top_k": 3}}, 'ConfigError: request: params give k twice, as "k" and "top_k": give one'),
+    ({**PERL, "params": {"k": 2, "top_k": 3}},
+     'ConfigError: request: params give k twice, as "k" and "top_k": give one'),
     ({**PERL, "params": {"k": "2"}}, "ConfigError: request: params.k: Input should be a valid integer"),
     ({**PERL, "params": [2]}, "ConfigError: request: params: Input should be a JSON object")]
 
@@ -587,7 +588,8 @@ def model_requirements(folder: Path) -> dict[str, list[str]]:
     conda = yaml.safe_load((folder / "conda.yaml").read_text())
     python_env = yaml.safe_load((folder / "python_env.yaml").read_text())
     files = {"requirements.txt": (folder / "requirements.txt").read_text().splitlines(),
-             "conda.yaml": [line for entry in conda["dependencies"] if isinstance(entry, dict) for line in entry["pip"]],
+             "conda.yaml": [line for entry in conda["dependencies"] if isinstance(entry, dict)
+                            for line in entry["pip"]],
              "python_env.yaml": python_env["build_dependencies"] + python_env["dependencies"]}
     return {file: [line.strip() for line in lines if line.strip() and not line.strip().startswith(("-", "#"))]
             for file, lines in files.items()}
@@ -598,8 +600,9 @@ def test_logged_model_requires_public_releases_pinned_to_what_runs_and_all_it_im
     """MLflow installs the served model's environment from these files (`mlflow models serve` without
     --env-manager local): a local build label such as torch's +cpu is on no public index, so none may
     appear; each pin is the release running here; and the model's code imports nothing they leave out."""
-    import mlflow
     from importlib.metadata import packages_distributions, version
+
+    import mlflow
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
     from packaging.version import Version

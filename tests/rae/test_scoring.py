@@ -10,10 +10,18 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import dense_top_b_softmax
-
 from raexmc.errors import ConfigError, DataError
-from raexmc.rae.scoring import (combine, combine_per_query, dual_encoder_scores, key_probabilities, knn_scores, ova_knn_scores, rae_scores,
-                                score_parts, train_key_counts)
+from raexmc.rae.scoring import (
+    combine,
+    combine_per_query,
+    dual_encoder_scores,
+    key_probabilities,
+    knn_scores,
+    ova_knn_scores,
+    rae_scores,
+    score_parts,
+    train_key_counts,
+)
 
 # With tau = 1 / ln 2, exp(s / tau) = 2 ** s, so integer similarities give power-of-two weights.
 TAU2 = 1.0 / math.log(2.0)

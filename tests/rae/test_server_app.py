@@ -11,12 +11,11 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from test_predictor import BAD_REQUESTS, build_pipeline, logged_and_loaded, predictor_of
-
 from raexmc.cli import serve
 from raexmc.data.label_records import RECORDS_FILE
 from raexmc.pipeline.server import MAX_BODY_BYTES, CheckedRequests
 from raexmc.pipeline.serving import MAX_RECORDS
+from test_predictor import BAD_REQUESTS, build_pipeline, logged_and_loaded, predictor_of
 
 PERL = {"dataframe_records": [{"text": "perl"}]}
 JSON_WITH_CHARSET = {"Content-Type": "application/json; charset=utf-8"}
@@ -25,8 +24,8 @@ JSON_WITH_CHARSET = {"Content-Type": "application/json; charset=utf-8"}
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, lf_folder_module, tiny_model):
     """(the built pipeline's folder, the loaded model, MLflow's scoring app for it)."""
-    from mlflow.pyfunc import scoring_server
     from mlflow.environment_variables import _MLFLOW_IS_IN_SERVING_ENVIRONMENT
+    from mlflow.pyfunc import scoring_server
 
     root = tmp_path_factory.mktemp("served")
     with pytest.MonkeyPatch.context() as patch:

@@ -9,9 +9,9 @@ import json
 from dataclasses import replace
 
 import pytest
-from script_modules import REPO, load_script
 
 from raexmc.training.schedule import Schedule
+from script_modules import REPO, load_script
 
 cost_model = load_script("cost_model.py")
 

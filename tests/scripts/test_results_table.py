@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from script_modules import load_script
 from raexmc.errors import DataError
 from raexmc.pipeline.tracking.run import stage_run
+from script_modules import load_script
 
 METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 RAE_P1 = [1.0, 1.0, 0.0, 1.0]
@@ -51,7 +51,8 @@ def test_rae_is_tested_against_the_best_non_rae_row_by_p1(results_table, tmp_pat
 
     rows = results_table.build_tables([results / "runs" / "toy_tuned"], results)["toy"]
 
-    assert [row["name"] for row in rows] == ["toy_tuned: RAE λ=0.5", "a tree peer", "toy_tuned: kNN"]  # by P@1: 75, 50, 25
+    # by P@1: 75, 50, 25
+    assert [row["name"] for row in rows] == ["toy_tuned: RAE λ=0.5", "a tree peer", "toy_tuned: kNN"]
     rae = rows[0]
     assert (rae["train_s"], rae["predict_s_per_1k"]) == (42.0, 0.5)
     assert rae["vs"] == "a tree peer"

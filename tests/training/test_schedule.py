@@ -11,11 +11,11 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO
 from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 from transformers import BertConfig, DistilBertConfig
 
+from conftest import REPO
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params

@@ -18,6 +18,7 @@ import torch
 
 from conftest import REPO, free_port, make_lf_folder
 from raexmc.data.dataset import Dataset
+from raexmc.data.held_out import split_validation
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
@@ -26,12 +27,10 @@ from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
 from raexmc.process_group import DistContext
-from raexmc.data.held_out import split_validation
 from raexmc.training.batches import BatchSampler, plan_batch
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import linear_schedule, training_step
 from raexmc.training.train import train
-
 
 SINGLE = DistContext(0, 1, "cpu")
 PARAMS = REPO / "params.yaml"
@@ -57,8 +56,8 @@ def tiny(tiny_model, tmp_path):
 
 def settings(**overrides) -> TrainSettings:
     """params.yaml's recipe, shrunk to the tiny problem."""
-    base = dict(batch_size=4, grad_cache_chunk=0, lr=1e-3, max_steps=6, warmup_steps=1, hnm_steps=3, hnm_topk=3, num_hard_negatives=1,
-                val_fraction=0.25, val_b=10, checkpoint_every=2, embed_batch_size=4)
+    base = dict(batch_size=4, grad_cache_chunk=0, lr=1e-3, max_steps=6, warmup_steps=1, hnm_steps=3, hnm_topk=3,
+                num_hard_negatives=1, val_fraction=0.25, val_b=10, checkpoint_every=2, embed_batch_size=4)
     return replace(TrainSettings.from_params(load_params(PARAMS), UNUSED_N), **{**base, **overrides})
 
 
@@ -174,7 +173,8 @@ def test_resume_reaches_the_same_weights_and_keeps_the_whole_curve(tiny, tiny_mo
     torch.manual_seed(0)
     with pytest.raises(Killed):
         train(TextEncoder(load_encoder(str(tiny_model)), "cpu", "fp32"), cache, dataset.label_matrix("train"),
-              dataset.filter_matrix("train"), settings(), SINGLE, tmp_path / "part.pt", (0.55, 1.5), die_at_step_3, "fp")
+              dataset.filter_matrix("train"), settings(), SINGLE, tmp_path / "part.pt", (0.55, 1.5), die_at_step_3,
+              "fp")
     assert torch.load(tmp_path / "part.pt", weights_only=False)["step"] == 2
     resumed, logged, history = run_training(tiny, tiny_model, tmp_path / "part.pt")
     assert logged[0][0] == 3, "resumed from step 2, first round at step 3"
@@ -265,8 +265,9 @@ ctx = init_distributed("cpu")
 Y = Dataset(data).label_matrix("train")
 rows, positives, negatives = the_batch(Y, global_batch)
 for chunk in chunks:
-    settings = replace(TrainSettings.from_params(load_params(params), lambda: 0), batch_size=global_batch // ctx.world_size,
-                       grad_cache_chunk=chunk, lr=1e-3, warmup_steps=0, max_steps=10, grad_clip=0.01)
+    settings = replace(TrainSettings.from_params(load_params(params), lambda: 0),
+                       batch_size=global_batch // ctx.world_size, grad_cache_chunk=chunk, lr=1e-3, warmup_steps=0,
+                       max_steps=10, grad_clip=0.01)
     model = load_encoder(model_dir).train()
     weights = [p for p in model.parameters() if p.requires_grad]
     optimizer, scheduler = make_optimizer(weights, settings)
@@ -309,8 +310,8 @@ def one_step(tiny_model, no_dropout_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("one-step")
     dataset, cache = build_tiny(folder, tiny_model)
     (folder / "step.py").write_text(STEP_WORKER)
-    args = [str(folder / "step.py"), str(Path(__file__).parent), str(PARAMS), str(dataset.folder), str(cache.folder), str(no_dropout_model),
-            str(folder), str(GLOBAL_BATCH), "0", str(CHUNK)]
+    args = [str(folder / "step.py"), str(Path(__file__).parent), str(PARAMS), str(dataset.folder), str(cache.folder),
+            str(no_dropout_model), str(folder), str(GLOBAL_BATCH), "0", str(CHUNK)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for launcher in ([], ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]):
         proc = subprocess.run([sys.executable, *launcher, *args], capture_output=True, text=True, env=env, timeout=240)
@@ -422,8 +423,9 @@ def test_every_setting_comes_from_params_yaml():
 @pytest.mark.parametrize("key, value", [
     ("batch_size", "abc"), ("batch_size", 0), ("batch_size", True), ("batch_size", 2.5), ("lr", -1e-4),
     ("lr", float("nan")), ("tau", 0), ("grad_clip", 0.0), ("max_steps", 0), ("hnm_steps", 0),
-    ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_max_queries", -1), ("val_lambda", 1.5), ("validate_last", "no"),
-    ("seed", -1), ("embed_batch_size", 0), ("embed_batch_size", "max"), ("grad_cache_chunk", -8), ("grad_cache_chunk", "16"), ("nproc", 0), ("nproc", "all"),
+    ("num_hard_negatives", -1), ("hard_negatives", 1), ("val_fraction", 1.0), ("val_max_queries", -1),
+    ("val_lambda", 1.5), ("validate_last", "no"), ("seed", -1), ("embed_batch_size", 0), ("embed_batch_size", "max"),
+    ("grad_cache_chunk", -8), ("grad_cache_chunk", "16"), ("nproc", 0), ("nproc", "all"),
     ("device", "gpu"), ("precision", "fp8"), ("torchrun_args", None), ("batchsize", 8),
 ])
 def test_a_bad_or_unknown_train_value_names_the_file_and_key(key, value):

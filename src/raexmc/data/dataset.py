@@ -92,7 +92,8 @@ def _write_examples(folder: Path, split: str, examples: Iterable[Example], num_l
             if len(bad):
                 path, record = example.origin or (TEXT_FILES[split], example.uid)
                 raise DataError(f"label index {int(bad[0])} outside [0, {num_labels})", path, record)
-            rel = np.ones(len(cols), np.float32) if example.relevance is None else np.asarray(example.relevance, np.float32)
+            rel = (np.ones(len(cols), np.float32) if example.relevance is None
+                   else np.asarray(example.relevance, np.float32))
             if len(rel) != len(cols):
                 path, record = example.origin or (TEXT_FILES[split], example.uid)
                 raise DataError(f"{len(cols)} labels but {len(rel)} relevance values", path, record)
@@ -107,7 +108,8 @@ def pairs_to_csr(pairs: Iterable[tuple[int, int]], shape: tuple[int, int], origi
     for axis, name in ((0, "input"), (1, "label")):
         bad = np.flatnonzero((arr[:, axis] < 0) | (arr[:, axis] >= shape[axis]))
         if len(bad):
-            raise DataError(f"filter {name} index {int(arr[bad[0], axis])} outside [0, {shape[axis]})", origin, int(bad[0]) + 1)
+            raise DataError(f"filter {name} index {int(arr[bad[0], axis])} outside [0, {shape[axis]})", origin,
+                            int(bad[0]) + 1)
     matrix = sp.csr_matrix((np.ones(len(arr), bool), (arr[:, 0], arr[:, 1])), shape=shape)
     matrix.sum_duplicates()
     return matrix

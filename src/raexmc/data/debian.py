@@ -80,7 +80,8 @@ def _apt_download(spec: str, folder: Path) -> Path:
     proc = subprocess.run(["apt-get", "download", spec], cwd=folder, capture_output=True, text=True)
     debs = list(folder.glob("*.deb"))
     if proc.returncode != 0 or len(debs) != 1:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("E:")] or proc.stderr.splitlines() or ["no .deb"]
+        lines = ([ln for ln in proc.stderr.splitlines() if ln.startswith("E:")] or proc.stderr.splitlines()
+                 or ["no .deb"])
         raise SourceError(f"apt-get download failed: {lines[-1]} (run 'apt-get update' as root first?)", spec)
     return debs[0]
 

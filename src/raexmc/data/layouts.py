@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from itertools import zip_longest
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 

@@ -35,7 +35,8 @@ def _cpu_has_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
-def resolve_precision(precision: str, device: str, path: str | os.PathLike | None = None, key: str | None = None) -> str:
+def resolve_precision(precision: str, device: str, path: str | os.PathLike | None = None,
+                      key: str | None = None) -> str:
     """'auto' -> bf16 where the hardware runs it natively, else fp32; ConfigError naming `path` and `key` for a
     name that is no precision."""
     if precision not in PRECISIONS:

@@ -55,7 +55,8 @@ def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str
     if out is not None:
         out.flush()
     seconds = time.perf_counter() - started
-    return {"texts": int(len(lengths)), "seconds": round(seconds, 2), "texts_per_s": round(len(lengths) / max(seconds, 1e-9), 1)}
+    return {"texts": int(len(lengths)), "seconds": round(seconds, 2),
+            "texts_per_s": round(len(lengths) / max(seconds, 1e-9), 1)}
 
 
 def gather_to_first(item: object, rank: int, world_size: int) -> list:

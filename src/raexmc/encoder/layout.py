@@ -193,7 +193,8 @@ def write_modules(folder: str | os.PathLike, pooling: Pooling, dense: list[Dense
                    {"in_features": layer.linear.in_features, "out_features": layer.linear.out_features,
                     "bias": layer.linear.bias is not None,
                     "activation_function": f"{activation.__module__}.{activation.__qualname__}"})
-        weights = {f"linear.{key}": value.detach().cpu().contiguous() for key, value in layer.linear.state_dict().items()}
+        weights = {f"linear.{key}": value.detach().cpu().contiguous()
+                   for key, value in layer.linear.state_dict().items()}
         save_file(weights, str(folder / name / "model.safetensors"))
         entries.append(("Dense", name))
     entries.append(("Normalize", f"{len(entries)}_Normalize"))  # it has no files, so no folder

@@ -249,7 +249,8 @@ def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: 
     settings = TokenizeSettings(input_max_len, label_max_len, input_fields, label_fields, batch_size)
     settings.check_ranges()
     settings.check_tokenizer(tokenizer)
-    key = CacheKey(tokenizer_name, tokenizer_fingerprint(tokenizer), input_max_len, label_max_len, input_fields, label_fields)
+    key = CacheKey(tokenizer_name, tokenizer_fingerprint(tokenizer), input_max_len, label_max_len, input_fields,
+                   label_fields)
     target = Path(target)
     if (target / "meta.json").is_file():
         existing = read_json(target / "meta.json")

@@ -24,8 +24,8 @@ from typing import Any
 from ..memory.search import empty_result
 from .evaluator import HEADLINE
 from .selection import ValidationCurve, choose, widen_and_choose
-from .validation_memory import ValidationRetrieval
 from .tune_settings import TuneSettings
+from .validation_memory import ValidationRetrieval
 
 KNN_LAMBDA = 1.0   # kNN is RAE at λ = 1 on an input-only memory
 

@@ -25,9 +25,9 @@ import scipy.sparse as sp
 
 from ..data.stats import label_frequency
 from ..memory.search import Hits
+from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
 from ..rae.pairs import remove_pairs
 from ..rae.ranking import top_k
-from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
 from ..rae.scoring import dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
 from .metrics import per_instance_metrics, propensity_ideals
 from .propensity import DEFAULT_AB, propensities

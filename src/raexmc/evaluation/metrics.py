@@ -135,7 +135,8 @@ def _propensity_gains(
 
 
 def per_query_values(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int] = KS,
-                     recall_ks: Sequence[int] = RECALL_KS, propensity: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                     recall_ks: Sequence[int] = RECALL_KS,
+                     propensity: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """`per_instance_metrics` of some inputs, except that PSP@k and PSnDCG@k are each input's numerator, not yet
     over the test set's mean ideal: values that need only these inputs, so a test set can be measured in chunks."""
     truth = as_pattern(truth)

@@ -29,8 +29,15 @@ from ..memory.search import Hits, empty_result
 from .point_choice import Tuned, choose_point
 from .selection import past_edge, select
 from .tune_settings import TuneSettings
-from .validation_memory import (HeldOutLabels, ValidationRetrieval, label_search, pooled, pooled_held, pooled_hits,
-                                validation_retrieval)
+from .validation_memory import (
+    HeldOutLabels,
+    ValidationRetrieval,
+    label_search,
+    pooled,
+    pooled_held,
+    pooled_hits,
+    validation_retrieval,
+)
 
 
 def choose_prototypes(retrieval_at: Callable[[float], ValidationRetrieval], settings: TuneSettings,

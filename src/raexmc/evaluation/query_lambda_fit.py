@@ -67,11 +67,13 @@ def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, sel
 
 def fit_on_validation(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: float, b: int,
                       metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS,
-                      ridge: float = DEFAULT_RIDGE, fixed_lambda: float | None = None) -> tuple[QueryLambda, dict[str, Any]]:
+                      ridge: float = DEFAULT_RIDGE,
+                      fixed_lambda: float | None = None) -> tuple[QueryLambda, dict[str, Any]]:
     """The per-query λ model of validation queries: their joint retrieval against a memory that does not
     hold them, and an evaluator of their labels; `fixed_lambda` is the λ it must beat and else falls
     back to (default: the best on these queries). Returns the model and the fit's report."""
-    ids, sims = joint  # features a chunk of queries at a time: all 20,000 queries' score halves at once took 1.5 GB at 1.3M
+    # features a chunk of queries at a time: all 20,000 queries' score halves at once took 1.5 GB at 1.3M
+    ids, sims = joint
     features = np.vstack([query_features(ids[rows], sims[rows], evaluator.rae_values, tau, b)
                           for rows in query_chunks(len(ids))])
     targets = metric_by_lambda(joint, evaluator, grid, tau, b, metric)

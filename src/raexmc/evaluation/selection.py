@@ -46,7 +46,6 @@ from .evaluator import HEADLINE, query_chunks, stacked_rankings
 from .tune_settings import TuneSettings
 from .validation_memory import ValidationRetrieval
 
-
 WIDEN_STEPS = 3  # points a chosen value's grid may gain past each of its edges
 
 

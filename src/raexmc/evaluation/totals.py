@@ -73,7 +73,8 @@ class RankingTotals:
         pooled = cls(sum(part.num_queries for part in parts), np.empty(0))
         pooled.count = sum(part.count for part in parts)
         for name in ("sums", "ideal_sums"):
-            setattr(pooled, name, {key: sum(getattr(part, name)[key] for part in parts) for key in getattr(parts[0], name)})
+            setattr(pooled, name, {key: sum(getattr(part, name)[key] for part in parts)
+                                   for key in getattr(parts[0], name)})
         return pooled
 
     def result(self, relevant: np.ndarray, train_freq: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

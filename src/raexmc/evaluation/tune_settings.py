@@ -50,7 +50,8 @@ class TuneSettings:
         fraction = p.typed("infer.val_fraction", float)
         if not 0.0 < fraction < 1.0:
             raise ConfigError(f"infer.val_fraction must be in (0, 1), got {fraction!r}", p.path, "infer.val_fraction")
-        p.integer("infer.val_seed", 0)  # both checked in either mode: a fine-tuned encoder validates on training's split
+        # both checked in either mode: a fine-tuned encoder validates on training's split
+        p.integer("infer.val_seed", 0)
         split = tune_split(p)
         metric = p.typed("infer.auto_metric", str)
         if metric not in HEADLINE:

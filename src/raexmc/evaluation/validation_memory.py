@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ..data.held_out import query_sample, validation_folds
 from ..encoder.vectors import load_embeddings
 from ..errors import PARAMS_FILE, ConfigError
 from ..memory.input_memory import MemorySettings
@@ -21,7 +22,6 @@ from ..memory.prototypes import label_prototypes
 from ..memory.search import Hits
 from ..memory.torch_index import top_k_search
 from ..rae.model import RaeModel, RaeSettings
-from ..data.held_out import query_sample, validation_folds
 from .evaluator import Evaluator, FoldedEvaluator
 from .tune_settings import TuneSettings
 
@@ -70,8 +70,8 @@ class ValidationRetrieval:
         held = self.held
         if not held.parts:
             return Evaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values)
-        return FoldedEvaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values,
-                               tuple(Evaluator(part.Y_rest, part.Y_val, part.exclude, propensity_ab) for part in held.parts))
+        folds = tuple(Evaluator(part.Y_rest, part.Y_val, part.exclude, propensity_ab) for part in held.parts)
+        return FoldedEvaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values, folds)
 
     def model(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> RaeModel:
         """RAE on this memory at τ and b with the retrieval `rae` (at the paper's λ: the curve sets each)."""

@@ -75,7 +75,8 @@ def select_keys(inputs: np.ndarray, values: sp.csr_matrix, keep: float, method: 
         raise ConfigError(f"{len(inputs)} input keys but {values.shape[0]} value rows")
     rng = np.random.default_rng(seed)
     if count == 0 or count == len(inputs) or method == "random":
-        rows = np.arange(len(inputs)) if count == len(inputs) else np.sort(rng.choice(len(inputs), count, replace=False))
+        rows = (np.arange(len(inputs)) if count == len(inputs)
+                else np.sort(rng.choice(len(inputs), count, replace=False)))
         return SelectedKeys(np.asarray(inputs[rows], dtype=np.float32), values[rows], np.ones(count, dtype=np.int64))
     points = inputs
     if method == "kmeans-labels":

@@ -44,7 +44,8 @@ def download_artifact(run_id: str, artifact_path: str) -> Path:
     try:
         return Path(MlflowClient(tracking_uri()).download_artifacts(run_id, artifact_path))
     except MlflowException as exc:
-        raise DataError(f"cannot fetch '{artifact_path}' of MLflow run: {exc.message.splitlines()[0]}", run_id) from None
+        raise DataError(f"cannot fetch '{artifact_path}' of MLflow run: {exc.message.splitlines()[0]}",
+                        run_id) from None
 
 
 def local_copy(source: str | os.PathLike, artifact_path: str) -> Path:

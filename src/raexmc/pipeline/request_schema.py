@@ -3,9 +3,9 @@ a params key it does not know, so a misspelt `"params": {"topk": 2}` was answere
 number of labels. Here an unknown name is refused in one line that names it and the names accepted.
 
 Checked: the field names and params' types, and the shape of "inputs": a list of texts, the common form for
-text models, is read as the records it means (one {"text": ...} each), so it is answered as they are. Left to the model: the records' content (a query needs a
-"text" or "title", `query_of`) and k's range (1..number of labels, `checked_k`), which `raexmc predict`
-checks alike.
+text models, is read as the records it means (one {"text": ...} each), so it is answered as they are. Left to
+the model: the records' content (a query needs a "text" or "title", `query_of`) and k's range (1..number of
+labels, `checked_k`), which `raexmc predict` checks alike.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ def summary(eval_dir: Path, significance_path: Path, metrics: tuple[str, ...] = 
     for name, by_metric in sorted(tests.items()):
         if not isinstance(by_metric, dict) or not by_metric:
             continue
-        parts = [f"{m} {t['mean_diff']:+.2f} (p {p_value_text(t)})" for m, t in by_metric.items() if isinstance(t, dict)]
+        parts = [f"{m} {t['mean_diff']:+.2f} (p {p_value_text(t)})"
+                 for m, t in by_metric.items() if isinstance(t, dict)]
         lines.append(f"{name.replace('_vs_', ' vs ')}: " + ", ".join(parts))
     return "\n".join(lines)

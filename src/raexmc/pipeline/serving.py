@@ -5,7 +5,8 @@
 Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}}, or
 {"inputs": ["...", ...]}, which `raexmc serve` reads as those records);
 a record may give "title" and "content" instead of "text", joined by the training inputs' recipe.
-Answer: {"predictions": [{"text": "...", "labels": [{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}.
+Answer: {"predictions": [{"text": "...",
+          "labels": [{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}.
 A bad request (no "text"/"title", an empty text, k outside 1..number of labels, more than MAX_RECORDS
 records) is answered 400 with the one line `raexmc predict` would print as its "message"; a model whose
 own files fail while it scores, 500 with one line.
@@ -43,7 +44,8 @@ REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy
 # one label of an answer (RaeModel.label_answer): its id is its dataset's, a string, a number or null
 LABEL = Object([Property("label", "long"), Property("id", AnyType()), Property("text", "string"),
                 Property("score", "double")])
-SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False) for column in ("text", "title", "content")]),
+SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False)
+                                          for column in ("text", "title", "content")]),
                            outputs=Schema([ColSpec("string", "text"), ColSpec(Array(LABEL), "labels")]),
                            params=ParamSchema([ParamSpec("k", "long", DEFAULT_K)]))
 INPUT_EXAMPLE = pd.DataFrame({"text": ["a text to label"]})  # the request a client starts from

@@ -32,8 +32,17 @@ from ..memory.merge import JointSearch, RaeRetrieval, rae_keys
 from ..memory.search import Hits
 from .queries import checked_k
 from .ranking import top_k
-from .scoring import (PAPER_B, PAPER_LAMBDA, PAPER_TAU, Parts, check_b, check_lambda, check_tau, combine_per_query,
-                      score_parts)
+from .scoring import (
+    PAPER_B,
+    PAPER_LAMBDA,
+    PAPER_TAU,
+    Parts,
+    check_b,
+    check_lambda,
+    check_tau,
+    combine_per_query,
+    score_parts,
+)
 from .timing import Timing
 
 

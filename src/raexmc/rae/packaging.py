@@ -55,8 +55,8 @@ def packaged_model(dataset: Dataset, encoder: Path, index: Path, memory: Path, e
                    backend: str, ef_search: int, about: dict[str, Any], threads: int = 0, **graph_settings) -> RaeModel:
     """The model the package stage saves: the train stage's `encoder` (its texts cut at `input_max_len` tokens,
     queries made by the `input_fields` recipe, encoded at the embed stage's `precision`), the memory stage's
-    memory with its values (`relevance`) and prior, searched by `packaged_search` (`backend`: index.backend; graphs built under `scratch`, which must
-    outlive the model's labels, read from there), RAE at `settings`."""
+    memory with its values (`relevance`) and prior, searched by `packaged_search` (`backend`: index.backend;
+    graphs built under `scratch`, which must outlive the model's labels, read from there), RAE at `settings`."""
     from ..encoder.text_encoder import TextEncoder  # imports torch
 
     rae_memory = InputMemory(memory)

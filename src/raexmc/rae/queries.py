@@ -11,7 +11,6 @@ from ..checks import positive_int
 from ..data.dataset import Text
 from ..errors import ConfigError, DataError
 
-
 # Unicode categories of characters that show nothing and that BERT's tokenizer drops: controls (NUL among them),
 # format characters (zero-width spaces and joiners, the BOM, soft hyphens), separators, and combining marks, which
 # show only on a base character.

@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from ..errors import ConfigError, DataError
 from ..io import read_json
-from .scoring import Parts, check_b, check_tau, key_probabilities, kept_mask, score_parts
+from .scoring import Parts, check_b, check_tau, kept_mask, key_probabilities, score_parts
 
 # Features of one query's joint retrieval over its first b valid keys, in this column order.
 FEATURES = (

@@ -43,7 +43,8 @@ def check_lambda(lam: float) -> float:
     try:
         value = float(lam)
     except (TypeError, ValueError):
-        raise ConfigError(f"infer.lambda must be a number in [0, 1], got {lam!r}", PARAMS_FILE, "infer.lambda") from None
+        raise ConfigError(f"infer.lambda must be a number in [0, 1], got {lam!r}", PARAMS_FILE,
+                          "infer.lambda") from None
     if not 0.0 <= value <= 1.0:  # also false for nan
         raise ConfigError(f"infer.lambda must be in [0, 1], got {lam!r}", PARAMS_FILE, "infer.lambda")
     return value

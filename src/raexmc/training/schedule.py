@@ -80,6 +80,7 @@ def describe(mode: str, n_train: int, world_size: int, schedule: Schedule, grad_
     """The one line the train stage prints."""
     caching = f"gradient caching {grad_cache_chunk} texts a pass" if grad_cache_chunk else "no gradient caching"
     return (f"train schedule ({mode}, N={n_train:,} training inputs): global batch "
-            f"{schedule.batch_size * world_size} ({schedule.batch_size} x {world_size} process(es)), lr {schedule.lr:.3g}, "
+            f"{schedule.batch_size * world_size} ({schedule.batch_size} x {world_size} process(es)), "
+            f"lr {schedule.lr:.3g}, "
             f"{schedule.max_steps} steps, warm-up {schedule.warmup_steps}, mining every {schedule.hnm_steps} steps, "
             f"{caching}")

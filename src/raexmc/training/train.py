@@ -23,9 +23,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..data.held_out import query_sample, split_validation
 from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
-from ..data.held_out import query_sample, split_validation
 from ..process_group import DistContext
 from .batches import BatchSampler
 from .checkpoint import Checkpoint
