@@ -16,10 +16,11 @@ from pathlib import Path
 
 import typer
 
+import raexmc
 from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection_file import rae_retrieval, read_selection
 from raexmc.pipeline.stage import run_stage, stage_cli
-from raexmc.pipeline.tracking.identity import experiment_name, git_commit
+from raexmc.pipeline.tracking.identity import experiment_name
 from raexmc.rae.model import RaeSettings
 from raexmc.rae.packaging import packaged_model
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
@@ -39,7 +40,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, selection["tau"], b)
         lam = query_lambda if p.typed("infer.query_lambda", bool) else selection["lambda"]
         settings = RaeSettings(lam, selection["tau"], b, rae_retrieval(selection))
-        about = {"dataset": dataset.name, "commit": git_commit(Path.cwd()),
+        # the package's version, not the git commit: a commit in the folder would change it at every commit, and a
+        # fresh clone's repro could not give the lock's bytes back (the MLflow run carries the commit)
+        about = {"dataset": dataset.name, "raexmc": raexmc.__version__,
                  "metrics": {f"validation {selection.get('metric')} (tune stage)": selection.get("val_value")},
                  "selection": {key: selection.get(key) for key in ("metric", "lambda", "tau", "retrieval",
                                                                    "val_queries")}}

@@ -38,7 +38,7 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
                  "artifacts/tiny/scores/rae.npz", "artifacts/tiny/model/sentence_bert_config.json",
                  "artifacts/tiny/significance.json",
                  "artifacts/tiny/predictor/settings.json", "artifacts/tiny/tune/selection.json",
-                 "artifacts/tiny/tune/query_lambda.json", "artifacts/tiny/predictor/query_lambda.json"):
+                 "artifacts/tiny/tune/query_lambda.json"):
         assert (project / path).is_file(), path
     encoder_settings = json.loads((project / "artifacts/tiny/model/sentence_bert_config.json").read_text())
     assert encoder_settings == {"max_seq_length": 16, "do_lower_case": False}, "the token cache's input max length"
