@@ -39,6 +39,8 @@ DEFAULT_K = 10
 # The most records one request may hold. One request is scored on the server's cores while MLflow's scoring
 # timeout (60 s) runs: 5,000 records took 53.8 s on 2 cores (measured 2026-11-28), so 1,000 take about 11 s there.
 MAX_RECORDS = 1000
+# PyTorch's index of CPU-only wheels (torch 2.13.0+cpu and its kin), which PyPI does not serve.
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 # What the model's code imports (faiss: a compressed memory; ruamel.yaml: raexmc.params), beyond what these bring
 REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow", "ruamel.yaml")
 # one label of an answer (RaeModel.label_answer): its id is its dataset's, a string, a number or null
@@ -157,7 +159,13 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
     return f"models:/{model_name}@{alias}"
 
 
-def pinned_requirements() -> list[str]:
+def pinned_requirements(torch_version: str | None = None) -> list[str]:
     """REQUIREMENTS pinned to the releases running here, without local labels (torch's +cpu): a label
-    names a build that no public index serves, and the public release of that version is what installs."""
-    return [f"{name}=={Version(version(name)).public}" for name in REQUIREMENTS]
+    names a build that no public index serves, and the public release of that version is what installs.
+    Where torch here is a CPU build (`torch_version`, default the installed one), the CPU wheels' index comes
+    first, where pip reads it: PyPI's own torch for Linux is the CUDA build, several GB of nvidia packages
+    that a CPU server would download for nothing (pip prefers 2.13.0+cpu over 2.13.0 for torch==2.13.0)."""
+    pins = [f"{name}=={Version(version(name)).public}" for name in REQUIREMENTS]
+    if Version(torch_version or version("torch")).local == "cpu":
+        return [f"--extra-index-url {CPU_TORCH_INDEX}", *pins]
+    return pins
