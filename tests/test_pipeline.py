@@ -111,13 +111,15 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     alpha = json.loads((project / "artifacts/tiny/tune/memory_choice.json").read_text())["prototypes"]
     assert alpha == chosen["prototypes"] > 0 and chosen["auto"]["prototypes"] is True
     assert {0.25, 0.5, 1.0} <= {row["prototypes"] for row in chosen["prototypes_curve"]}, "widened both ways"
-    assert packaged["memory"] == evaluated == {"keep": 0.5, "method": "kmeans-labels", "prior": False, "input_keys": 2,
-                                               "compression": "none", "prototypes": alpha}  # tune's choice
+    assert packaged["about"]["memory"] == evaluated == {"keep": 0.5, "method": "kmeans-labels", "prior": False,
+                                                        "input_keys": 2, "compression": "none",
+                                                        "prototypes": alpha}  # tune's choice
     assert (project / "artifacts/tiny/predictor/labels/meta.json").is_file(), "RAE's label prototypes travel with it"
     set_params(project, **{"memory.prototypes_grid": [0.5, 1]})
     assert changed_stages(project) == {"tune"}, "memory builds the α tune chose, not the grid"
     set_params(project, **{"memory.prototypes_grid": [0.5]})
-    assert packaged["num_train"] == 2 and (project / "artifacts/tiny/predictor/inputs/meta.json").is_file()
+    assert packaged["about"]["memory"]["input_keys"] == 2
+    assert (project / "artifacts/tiny/predictor/inputs/meta.json").is_file()
     set_params(project, **{"memory.compression": "sq8-m4"})
     assert changed_stages(project) == {"memory"}, "compression leaves everything up to index, and tune, as they are"
 
