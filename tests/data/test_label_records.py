@@ -4,7 +4,6 @@ time without holding every label in Python objects, and a folder packaged before
 from __future__ import annotations
 
 import json
-import logging
 import tracemalloc
 
 import numpy as np
@@ -28,15 +27,6 @@ def test_every_label_reads_back_with_its_own_id_and_text(tmp_path):
     lines = (tmp_path / RECORDS_FILE).read_text(encoding="utf-8").splitlines()
     assert json.loads(lines[0]) == {"id": 9_007_199_254_740_993, "text": "python"}
     assert len(lines) == 4, "a newline inside a text is escaped: one line per label"
-
-
-def test_a_memory_folder_packaged_before_label_ids_answers_with_null_ids(tmp_path, caplog):
-    """The old memory folder held label_texts.json, a JSON list of the labels' titles, and no ids."""
-    (tmp_path / "label_texts.json").write_text(json.dumps(["python", "pérl"]))
-    with caplog.at_level(logging.WARNING):
-        records = LabelRecords.open(tmp_path)
-    assert [records[row] for row in range(len(records))] == [(None, "python"), (None, "pérl")]
-    assert "packaged before label ids" in caplog.text and "rerun the package stage" in caplog.text
 
 
 @pytest.mark.parametrize("damage", ["no offsets", "no records", "cut records", "other offsets"])

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from conftest import dense_split_scores, dense_top_b_softmax, fp32_dot_error, softmax_error
 from raexmc.errors import ConfigError
 from raexmc.memory.exact import ExactIndex
-from raexmc.memory.merge import JointSearch, RaeRetrieval
+from raexmc.memory.merge import JointSearch, RaeRetrieval, rae_keys
 from raexmc.rae.scoring import combine, score_parts
 
 N_INPUTS, N_LABELS, DIM, TAU, LAM = 30, 12, 8, 0.07, 0.3
@@ -26,9 +26,14 @@ def memory(seed: int = 0):
     return X, Z, Q, Y
 
 
+def rae_search(search: JointSearch, Q, b: int, retrieval: RaeRetrieval):
+    """RAE's keys at b from the two searches, the way RaeModel takes them (no prior here)."""
+    return rae_keys(retrieval, *search.search_parts(Q, retrieval.depth(b)), search.inputs.count, b, None, 0.04)
+
+
 def rae(search: JointSearch, Q, Y, b: int, retrieval: RaeRetrieval) -> np.ndarray:
     """The library's scores: RAE's keys at b, the softmax at τ over the first b of them, p . V at λ."""
-    ids, sims = search.rae_search(Q, b, retrieval)
+    ids, sims = rae_search(search, Q, b, retrieval)
     return combine(score_parts(ids, sims, Y, TAU, b), LAM).toarray()
 
 
@@ -39,7 +44,7 @@ def test_split_scores_are_the_brute_force_of_both_halves(b, share, num_x, num_z)
     X, Z, Q, Y = memory()
     retrieval = RaeRetrieval("split", share)
     assert retrieval.counts(b) == (num_x, num_z)
-    ids, _ = JointSearch(ExactIndex(X), ExactIndex(Z)).rae_search(Q, b, retrieval)
+    ids, _ = rae_search(JointSearch(ExactIndex(X), ExactIndex(Z)), Q, b, retrieval)
     assert ((ids >= N_INPUTS).sum(axis=1) == num_z).all() and ((ids >= 0) & (ids < N_INPUTS)).sum() == num_x * len(Q)
 
     expected = dense_split_scores(X, Z, Q, Y, num_x, num_z, TAU, LAM)
@@ -53,7 +58,7 @@ def test_joint_is_still_the_top_b_of_the_stacked_keys(b):
     JointSearch.search, which predict used), and its scores are the dense top-b softmax of [X; Z]."""
     X, Z, Q, Y = memory(1)
     search = JointSearch(ExactIndex(X), ExactIndex(Z))
-    ids, sims = search.rae_search(Q, b, RaeRetrieval())
+    ids, sims = rae_search(search, Q, b, RaeRetrieval())
     # the stacked product sums in another order than the two per key set: on an AVX2 CPU a similarity near -0.094
     # came out 1.9e-7 apart (2e-6 of it), so the bound is fp32's on these vectors' products (some 1.6e-5 of
     # similarities up to 8), and the scores' is what that moves a softmax at τ (some 5e-4 of scores up to 0.7)
@@ -74,8 +79,8 @@ def test_split_keeps_label_keys_the_joint_top_b_crowds_out():
     X, Z, Q, _ = memory(2)
     near_inputs = np.vstack([Q + 0.01 * i for i in range(1, 4)])  # each query's 3 nearest keys
     search = JointSearch(ExactIndex(near_inputs), ExactIndex(0.01 * Z))
-    joint_ids, _ = search.rae_search(Q, 3, RaeRetrieval())
-    split_ids, _ = search.rae_search(Q, 3, RaeRetrieval("split", 0.5))
+    joint_ids, _ = rae_search(search, Q, 3, RaeRetrieval())
+    split_ids, _ = rae_search(search, Q, 3, RaeRetrieval("split", 0.5))
     assert (joint_ids >= len(near_inputs)).sum() == 0
     assert ((split_ids >= len(near_inputs)).sum(axis=1) == 2).all()  # b_z = 1.5 rounded half up
 

@@ -12,7 +12,6 @@ their offsets (8 bytes a label), not a Python list of 1.3M strings.
 from __future__ import annotations
 
 import json
-import logging
 import mmap
 import os
 from array import array
@@ -22,12 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..io import load_array, read_json, save_array
+from ..io import load_array, save_array
 from .dataset import Text
 
 RECORDS_FILE = "label_records.jsonl"
 OFFSETS_FILE = "label_offsets.npy"
-LEGACY_TEXTS_FILE = "label_texts.json"  # what a memory folder held before label ids: the texts alone
 
 LabelId = str | int | None
 
@@ -52,12 +50,10 @@ class LabelRecords:
 
     @classmethod
     def open(cls, folder: str | os.PathLike) -> LabelRecords:
-        """The labels of memory folder `folder`. One packaged before label ids holds their texts alone:
-        its ids read as None (null in an answer), and a warning says how to get them."""
+        """The labels of model folder `folder` (a folder from before label ids is refused with the model
+        folder's format, so every folder here has its records)."""
         folder = Path(folder)
         path = folder / RECORDS_FILE
-        if not path.is_file() and (folder / LEGACY_TEXTS_FILE).is_file():
-            return cls._without_ids(folder / LEGACY_TEXTS_FILE)
         offsets = load_array(folder / OFFSETS_FILE)
         size = path.stat().st_size if path.is_file() else -1
         if offsets.ndim != 1 or len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != size:
@@ -65,16 +61,6 @@ class LabelRecords:
                             path)
         with open(path, "rb") as handle:
             return cls(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), offsets, path)
-
-    @classmethod
-    def _without_ids(cls, path: Path) -> LabelRecords:
-        logging.getLogger(__name__).warning(
-            "%s: packaged before label ids; answers give \"id\": null (rerun the package stage to add them)", path)
-        lines = [(json.dumps({"id": None, "text": text}, ensure_ascii=False) + "\n").encode()
-                 for text in read_json(path)]
-        offsets = np.zeros(len(lines) + 1, np.int64)
-        np.cumsum([len(line) for line in lines], out=offsets[1:])
-        return cls(b"".join(lines), offsets, path)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

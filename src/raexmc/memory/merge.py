@@ -90,10 +90,6 @@ class JointSearch:
     def search(self, queries: np.ndarray, k: int) -> Hits:
         return self.merge(*self.search_parts(queries, k), k)
 
-    def rae_search(self, queries: np.ndarray, b: int, retrieval: RaeRetrieval) -> Hits:
-        """RAE's keys at b, as `retrieval` takes them from the two searches."""
-        return retrieval.hits(*self.search_parts(queries, retrieval.depth(b)), self.inputs.count, b)
-
     def search_all(self, queries: np.ndarray, k: int, k_parts: int) -> tuple[Hits, Hits, Hits]:
         """RAE's joint top-k, kNN's inputs top-k_parts and the dual encoder's labels top-k_parts (k_parts
         <= k) from one top-k search per key set: the parts' are its prefixes, which is what a top-k_parts
