@@ -70,3 +70,10 @@ class ConcurrentRunError(RaexmcError):
 
 class WorkerError(RaexmcError):
     """A worker process of block-parallel work died (killed, out of memory)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (transformers' and SQLAlchemy's run to many lines; the first
+    says what is wrong), or its type's name where it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

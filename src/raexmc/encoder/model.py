@@ -13,7 +13,7 @@ import json
 import pickle
 from pathlib import Path
 
-from ..errors import PARAMS_FILE, ConfigError, DataError
+from ..errors import PARAMS_FILE, ConfigError, DataError, first_line
 
 PACKAGED_MODELS = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 
@@ -56,12 +56,6 @@ def weights_on_disk(name: str) -> bool:
     return cached("config.json") and any(map(cached, WEIGHT_FILES))
 
 
-def _first_line(exc: Exception) -> str:
-    """transformers' load errors run to many lines; the first says what is wrong."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def load_tokenizer(name: str, stage_output: bool = False):
     """The fast (Rust) tokenizer of encoder `name`: the token cache and the queries call its backend directly."""
     from transformers import AutoTokenizer
@@ -88,7 +82,7 @@ def load_checked(loader, name: str, what: str, stage_output: bool, reads_weights
     try:
         return loader(resolve_encoder(name))
     except damaged as exc:
-        weights, reason = weights_file(resolve_encoder(name)), _first_line(exc).split(". ")[0]
+        weights, reason = weights_file(resolve_encoder(name)), first_line(exc).split(". ")[0]
         if stage_output:
             raise DataError(f"cannot read the encoder's weights ({reason}): rerun the stage that writes it",
                             weights) from None
@@ -96,9 +90,9 @@ def load_checked(loader, name: str, what: str, stage_output: bool, reads_weights
                           "again", PARAMS_FILE, "encoder.name") from None
     except (OSError, ValueError) as exc:
         if stage_output:
-            raise DataError(f"cannot load the {what} ({_first_line(exc)}): rerun the stage that writes it",
+            raise DataError(f"cannot load the {what} ({first_line(exc)}): rerun the stage that writes it",
                             name) from None
-        raise ConfigError(f"cannot load the {what} of '{name}': {_first_line(exc)}", PARAMS_FILE,
+        raise ConfigError(f"cannot load the {what} of '{name}': {first_line(exc)}", PARAMS_FILE,
                           "encoder.name") from None
 
 

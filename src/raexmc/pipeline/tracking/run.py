@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ...errors import StorageError
+from ...errors import StorageError, first_line
 from ..paths import project_root
 from .dataset_input import dataset_input
 from .guard import ParamsGuard
@@ -71,11 +71,11 @@ def store_errors() -> Iterator[None]:
     try:
         yield
     except SQLAlchemyError as exc:
-        raise _store_error(_first_line(exc)) from None
+        raise _store_error(_database_message(exc)) from None
     except MlflowException as exc:
         if not from_the_store(exc):
             raise
-        raise _store_error(_first_line(exc.__cause__)) from None
+        raise _store_error(_database_message(exc.__cause__)) from None
     finally:
         db_log.setLevel(level)
 
@@ -88,9 +88,9 @@ def from_the_store(exc: BaseException) -> bool:
     return isinstance(exc.__cause__, SQLAlchemyError)
 
 
-def _first_line(exc: Exception) -> str:
+def _database_message(exc: BaseException) -> str:
     """The first line of SQLAlchemy's error: the database's own message ("database or disk is full")."""
-    return str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    return first_line(getattr(exc, "orig", None) or exc)
 
 
 def _store_error(reason: str) -> StorageError:
