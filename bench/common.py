@@ -53,8 +53,8 @@ def rae_summary(evaluator: Evaluator, hits: tuple[np.ndarray, np.ndarray], lam: 
     return {metric: summary[metric] for metric in ("P@1", "P@5", "R@100")}
 
 
-def preset_values(config, preset: str) -> dict:
-    values = config.section("presets").get(preset)
+def preset_values(settings, preset: str) -> dict:
+    values = settings.presets.get(preset)
     if values is None:
         raise typer.BadParameter(f"no preset {preset!r} in params.yaml presets")
     return values

@@ -29,7 +29,7 @@ from raexmc.encoder.device import autocast, pick_device, resolve_precision
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 
 
 def synchronize(device: str) -> None:
@@ -67,7 +67,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
          out: Path = typer.Option(ROOT / "bench" / "results" / "embed_speed.json",
                                   help="JSON list to append to.")) -> None:
-    width = preset_values(load_params(ROOT / "params.yaml"), preset)["tokenize.label_max_len"]
+    width = preset_values(load_settings(ROOT / "params.yaml"), preset)["tokenize.label_max_len"]
     resolved_device = pick_device(device)
     resolved = resolve_precision(precision, resolved_device)
     encoder = build_model(model, resolved_device).eval()

@@ -63,9 +63,9 @@ from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.merge import JointSearch
 from raexmc.memory.persistence import index_bytes
 from raexmc.memory.prototypes import prototype_weight
-from raexmc.params import load_params
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
+from raexmc.settings import load_settings
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 DEFAULT_COMPRESSIONS = "none,fp16-m16,sq8-m16,sq8-m12,sq8-m8,pca256-sq8-m16,sq4-m8,sq4-m6,sq4-m5,sq4-m4,pca256-sq4-m8"
@@ -162,17 +162,16 @@ def table(ctx: typer.Context,
     if not set(priors.split(",")) <= {"off", "on"}:
         raise typer.BadParameter(f"--priors {priors!r}: expected off, on or off,on")
     prior_settings = [choice == "on" for choice in priors.split(",")]
-    p = load_params(params)
+    p = load_settings(params)
     data, artifacts = Dataset(root / "data" / name), root / "artifacts" / name
     index, selection = artifacts / "index", read_selection(artifacts / "tune")
     lam, tau = selection["lambda"], selection["tau"]
-    b, ef_search = p.typed("infer.b", int), p.typed("infer.ef_search", int)
+    b, ef_search = p.infer.b, p.infer.ef_search
     retrieval = rae_retrieval(selection)
-    index_settings = {"M": p.typed("index.M", int), "ef_construction": p.typed("index.ef_construction", int),
-                      "threads": p.typed("index.threads", int)}
+    index_settings = {"M": p.index.M, "ef_construction": p.index.ef_construction, "threads": p.index.threads}
     queries = np.asarray(load_embeddings(artifacts / "embeddings", "test"), dtype=np.float32)
     train, labels = (load_embeddings(artifacts / "embeddings", split) for split in ("train", "labels"))
-    Y = training_values(data.label_matrix("train"), p.typed("infer.relevance", str))
+    Y = training_values(data.label_matrix("train"), p.infer.relevance)
     Y_test, exclude, ab = data.label_matrix("test"), data.filter_matrix("test"), table_propensity(data.names).ab
     baselines = load_joint_search(index, ef_search=ef_search)
 

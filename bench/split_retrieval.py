@@ -56,8 +56,8 @@ from raexmc.memory.exact import ExactIndex
 from raexmc.memory.keys_values import training_values
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.memory.search import Hits
-from raexmc.params import load_params
 from raexmc.rae.scoring import PAPER_TAU, combine, knn_scores, score_parts
+from raexmc.settings import load_settings
 
 REPORTED = ("P@1", "P@5", "PSP@5", "R@100")
 BASELINES = ("knn", "dual_encoder")
@@ -193,7 +193,7 @@ def measure(dataset: Dataset, root: Path, name: str, b: int, tau: float, lam: fl
     rows = {"joint": joint["rae"], **{f"split {share}": test_metrics(RaeRetrieval("split", share), lam, tau)["rae"]
                                       for share in map(float, shares.split(","))}}
 
-    params = TuneSettings.from_params(load_params(root / "params.yaml"))
+    params = TuneSettings.from_settings(load_settings(root / "params.yaml"))
     Y_all = data["Y"]["train"]
     rest_rows, held_rows = split_validation(Y_all, params.val_fraction, params.val_seed)
     held = held_out_labels(Y_all, data["filters"]["train"], rest_rows,

@@ -33,8 +33,8 @@ from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
-from raexmc.params import load_params
 from raexmc.process_group import DistContext, init_distributed, shutdown
+from raexmc.settings import load_settings
 from raexmc.training.batches import BatchSampler
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import apply_gradients, make_optimizer, training_step
@@ -99,10 +99,10 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
                                               "so keep --warmup >= 2."),
          out: Path = typer.Option(ROOT / "bench" / "results" / "train_speed.json",
                                   help="JSON list to append to.")) -> None:
-    config = load_params(ROOT / "params.yaml")
+    config = load_settings(ROOT / "params.yaml")
     values = preset_values(config, preset)
     # the preset's own batch and steps; N only matters to schedule: auto, which this does not time
-    settings = replace(TrainSettings.from_params(config, lambda: 0),
+    settings = replace(TrainSettings.from_section(config.train, lambda: 0),
                        batch_size=batch_size or values["train.batch_size"],
                        grad_cache_chunk=grad_cache_chunk, num_hard_negatives=values["train.num_hard_negatives"],
                        max_steps=warmup + steps, warmup_steps=0)

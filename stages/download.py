@@ -10,7 +10,6 @@ from pathlib import Path
 import typer
 
 from raexmc.data.catalogue import dataset_spec
-from raexmc.data.debian import DEBIAN_MIRROR
 from raexmc.data.sources import build_dataset
 from raexmc.pipeline.stage import run_stage, stage_cli
 
@@ -19,10 +18,10 @@ def main(out: Path = typer.Option(..., help="Dataset folder to write, e.g. data/
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
         name, spec = dataset_spec(p)
-        mirror = p.typed("data.debian_mirror", str, DEBIAN_MIRROR)
-        run.params({"data.name": name, "data.xc_repo_url": p.get("data.xc_repo_url"), "data.debian_mirror": mirror,
+        mirror = p.data.debian_mirror
+        run.params({"data.name": name, "data.xc_repo_url": p.data.xc_repo_url, "data.debian_mirror": mirror,
                     f"datasets.{name}": spec})
-        stats = build_dataset(name, spec, out, p.typed("data.xc_repo_url", str), mirror)
+        stats = build_dataset(name, spec, out, p.data.xc_repo_url, mirror)
         empty = stats["inputs_without_labels"]
         typer.echo(f"{name}: {stats['N_train']} train inputs, {stats['N_test']} test inputs, {stats['L']} labels; "
                    f"inputs without labels (kept): {empty['train']} of {stats['N_train']} train, "

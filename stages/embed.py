@@ -13,16 +13,15 @@ from pathlib import Path
 import torch
 import typer
 
-from raexmc.checks import one_of
 from raexmc.data.dataset import SPLITS
 from raexmc.encoder.device import embed_batch_size, pick_device, resolve_precision
-from raexmc.encoder.embedding import STORAGE_DTYPES, embed_split
+from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
-from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
 from raexmc.process_group import DistContext, init_distributed, shutdown
+from raexmc.settings import load_settings
 
 
 def main(model: Path = typer.Option(..., help="Encoder folder written by the train stage."),
@@ -30,24 +29,22 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
          out: Path = typer.Option(..., help="Embeddings folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     with user_errors():  # every embed.* value checked before any process starts
-        p = load_params(params)
-        dtype = one_of(p.typed("embed.dtype", str), STORAGE_DTYPES, "embed.dtype", p.path, "embed.dtype")
-        nproc = process_count(p.get("embed.nproc"), "embed.nproc", p.path)
-        torchrun_args = p.typed("embed.torchrun_args", str)
-        device = pick_device(p.typed("embed.device", str), p.path, "embed.device")
-        batch_size = embed_batch_size(p.get("embed.batch_size"), device, p.path, "embed.batch_size")
-        if device == "cpu" and p.get("embed.nproc") == "auto":
+        setting = load_settings(params).embed
+        dtype, nproc, torchrun_args = setting.dtype, process_count(setting.nproc), setting.torchrun_args
+        device = pick_device(setting.device, params, "embed.device")
+        batch_size = embed_batch_size(setting.batch_size, device, params, "embed.batch_size")
+        if device == "cpu" and setting.nproc == "auto":
             nproc = 1  # 'auto' counts GPUs: CPU processes would only compete for the same cores
     relaunch_under_torchrun(nproc, torchrun_args)
     # a torchrun worker takes the GPU of its local rank; one process keeps the device asked for (cuda:N)
     ctx = init_distributed(device) if "LOCAL_RANK" in os.environ else DistContext(0, 1, device)
 
     def body(p, run) -> None:
-        torch.set_num_threads(p.integer("embed.threads", 0) or os.cpu_count() or 1)
-        precision = resolve_precision(p.typed("embed.precision", str), ctx.device, p.path, "embed.precision")
+        torch.set_num_threads(p.embed.threads or os.cpu_count() or 1)
+        precision = resolve_precision(p.embed.precision, ctx.device, params, "embed.precision")
         encoder = TextEncoder.load(model, ctx.device, precision, stage_output=True)
         if run is not None:
-            run.params({"embed": {**p.section("embed"), "batch_size_used": batch_size, "encoder": encoder.describe()},
+            run.params({"embed": {**p.embed.model_dump(), "batch_size_used": batch_size, "encoder": encoder.describe()},
                         "encoder.pooling": encoder.recipe})
         cache = TokenCache(tokens)
 

@@ -13,13 +13,11 @@ from raexmc.numerics import pin_cpu_kernels
 pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
 
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import typer
 
-from raexmc.checks import positive_int
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
@@ -31,7 +29,7 @@ from raexmc.evaluation.evaluator import (
     evaluate_retrieval,
     segment_rows,
 )
-from raexmc.evaluation.propensity import propensity_from_params
+from raexmc.evaluation.propensity import chosen_propensity
 from raexmc.evaluation.score_file import save_scores
 from raexmc.evaluation.selection_file import knn_tau, lambda_rows, rae_retrieval, read_selection
 from raexmc.io import atomic_dir, write_json
@@ -43,7 +41,6 @@ from raexmc.memory.merge import SPLIT
 from raexmc.pipeline.plots import line_plot, segment_bars
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
-from raexmc.rae.scoring import check_lambda
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -58,23 +55,23 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          chunk: int = typer.Option(0, min=0, help="Test queries searched and scored at once (0: as many as about "
                                                   "256 MB of scores hold); the outputs are the same for any.")) -> None:
     def body(p, run) -> None:
-        run.params({"infer": p.section("infer"), "evaluate": p.section("evaluate"), "search": p.section("search")})
+        run.params({"infer": p.infer.model_dump(by_alias=True), "evaluate": p.evaluate.model_dump(),
+                    "search": p.search.model_dump()})
         data, selection = Dataset(dataset), read_selection(tune)
-        propensity = propensity_from_params(p, data.names)
+        propensity = chosen_propensity(p.evaluate.propensity, data.names)
         typer.echo(propensity.line(), err=True)
         run.params({"propensity": propensity.record()})
         settings = EvalSettings(
-            lam=selection["lambda"], b=p.integer("infer.b", 1), tau=selection["tau"], knn_tau=knn_tau(selection),
-            lambda_sweep=list(p.grid("infer.lambda_sweep", check_lambda, "numbers in [0, 1]")),
-            b_sweep=list(p.grid("infer.b_sweep", partial(positive_int, name="infer.b_sweep"), "integers >= 1")),
+            lam=selection["lambda"], b=p.infer.b, tau=selection["tau"], knn_tau=knn_tau(selection),
+            lambda_sweep=list(p.infer.lambda_sweep), b_sweep=list(p.infer.b_sweep),
             propensity_ab=propensity.ab)
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, settings.tau, settings.b)
         depth, retrieval = max([settings.b, *settings.b_sweep]), rae_retrieval(selection)
         # a joint retrieval's smaller b are prefixes of its keys at b; a split one takes each b's own share
         swept_b = tuple(b for b in settings.b_sweep if b != settings.b) if retrieval.mode == SPLIT else ()
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
-        ef_search = p.integer("infer.ef_search", 1)
-        device = search_device(p)  # where an exact index searches; a graph searches on the CPU
+        ef_search = p.infer.ef_search
+        device = search_device(p.search)  # where an exact index searches; a graph searches on the CPU
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
         baselines, rae_memory = load_joint_search(index, keys, ef_search, device=device), InputMemory(memory)
         search_s = 0.0
@@ -88,16 +85,16 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             search_s += time.perf_counter() - started
             return Retrievals(joint=joint, labels=labels, inputs=inputs, other_b=other_b)
 
-        Y_values = training_values(data.label_matrix("train"), p.typed("infer.relevance", str), copy=False)
+        Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
         evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab,
                               None if rae_memory.full else rae_memory.values(Y_values))
         if len(queries) != evaluator.num_queries:
             raise DataError(f"{len(queries)} test embeddings for {evaluator.num_queries} test inputs: rerun embed",
                             embeddings / "test.npy")
         result = evaluate_retrieval(BlockSearch(search, baselines.query_block, len(queries)), evaluator, settings,
-                                    with_ova_knn=p.typed("infer.ova_knn", bool), query_lambda=query_lambda,
+                                    with_ova_knn=p.infer.ova_knn, query_lambda=query_lambda,
                                     chunk=chunk or None, progress=True,
-                                    workers=resolve_threads(p.integer("evaluate.threads", 0)),
+                                    workers=resolve_threads(p.evaluate.threads),
                                     keep_scores=scores is not None)
         del search, baselines, keys
         methods, per_instance = result["methods"], result["per_instance"]

@@ -20,11 +20,10 @@ def main(embeddings: Path = typer.Option(..., help="Embeddings folder written by
          out: Path = typer.Option(..., help="Index folder to write (inputs/ and labels/)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        backend = backend_for(p.typed("index.backend", str), embeddings, search_device(p))
-        run.params({"index": {**p.section("index"), "backend_used": backend}, "search": p.section("search")})
-        built = build_memory_indexes(embeddings, out, backend, M=p.typed("index.M", int),
-                                       ef_construction=p.typed("index.ef_construction", int),
-                                       threads=p.integer("index.threads", 0))
+        backend = backend_for(p.index.backend, embeddings, search_device(p.search))
+        run.params({"index": {**p.index.model_dump(), "backend_used": backend}, "search": p.search.model_dump()})
+        built = build_memory_indexes(embeddings, out, backend, M=p.index.M, ef_construction=p.index.ef_construction,
+                                     threads=p.index.threads)
         run.metrics({f"{key_set}/{name}": value for key_set, values in built.items() for name, value in values.items()})
 
     run_stage("index", body, str(params))

@@ -19,7 +19,7 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.indexes import backend_for, search_device
 from raexmc.memory.input_memory import build_input_memory, chosen_memory
-from raexmc.memory.keys_values import check_relevance, training_values
+from raexmc.memory.keys_values import training_values
 from raexmc.pipeline.stage import run_stage, stage_cli
 
 
@@ -30,17 +30,16 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                                        "where memory.keep and memory.prototypes are auto."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        backend = backend_for(p.typed("index.backend", str), embeddings, search_device(p))  # the index stage's
-        settings = chosen_memory(p, backend, choice)
-        run.params({"memory": p.section("memory")})
-        relevance = check_relevance(p.typed("infer.relevance", str))  # checked at keep 1 too, where no value is read
+        backend = backend_for(p.index.backend, embeddings, search_device(p.search))  # the index stage's
+        settings = chosen_memory(p.memory, backend, choice)
+        run.params({"memory": p.memory.model_dump()})
+        relevance = p.infer.relevance
         values = (training_values(Dataset(dataset).label_matrix("train"), relevance, copy=False)
                   if settings.needs_values else None)
         labels = load_embeddings(embeddings, "labels") if settings.needs_labels else None
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,
-                                  backend, labels=labels, M=p.typed("index.M", int),
-                                  ef_construction=p.typed("index.ef_construction", int),
-                                  threads=p.integer("index.threads", 0))
+                                  backend, labels=labels, M=p.index.M, ef_construction=p.index.ef_construction,
+                                  threads=p.index.threads)
         run.metrics({"memory/keep": settings.keep, "memory/input_keys": meta["input_keys"],
                      "memory/num_inputs": meta["num_inputs"]})
         typer.echo(f"memory: {meta['input_keys']} of {meta['num_inputs']} input keys ({settings.method}, "

@@ -35,10 +35,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          out: Path = typer.Option(..., help="Model folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        run.params({"package": p.section("package")})
-        selection, b = read_selection(tune), p.integer("infer.b", 1)
+        run.params({"package": p.package.model_dump(by_alias=True)})
+        selection, b = read_selection(tune), p.infer.b
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, selection["tau"], b)
-        lam = query_lambda if p.typed("infer.query_lambda", bool) else selection["lambda"]
+        lam = query_lambda if p.infer.query_lambda else selection["lambda"]
         settings = RaeSettings(lam, selection["tau"], b, rae_retrieval(selection))
         # the package's version, not the git commit: a commit in the folder would change it at every commit, and a
         # fresh clone's repro could not give the lock's bytes back (the MLflow run carries the commit)
@@ -48,21 +48,18 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                                                    "val_queries")}}
         with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
             packaged_model(Dataset(dataset), model, index, memory, embeddings, settings, Path(scratch),
-                           relevance=p.typed("infer.relevance", str),
-                           input_max_len=p.typed("tokenize.input_max_len", int),
-                           input_fields=p.typed("tokenize.input_fields", str),
-                           precision=p.typed("embed.precision", str), backend=p.typed("index.backend", str),
-                           ef_search=p.integer("infer.ef_search", 1), about=about,
-                           threads=p.integer("index.threads", 0), M=p.typed("index.M", int),
-                           ef_construction=p.typed("index.ef_construction", int)).save(out)
-        if p.typed("package.register", bool):
+                           relevance=p.infer.relevance, input_max_len=p.tokenize.input_max_len,
+                           input_fields=p.tokenize.input_fields, precision=p.embed.precision,
+                           backend=p.index.backend, ef_search=p.infer.ef_search, about=about,
+                           threads=p.index.threads, M=p.index.M, ef_construction=p.index.ef_construction).save(out)
+        if p.package.registers:
             from raexmc.pipeline.serving import log_predictor, registered_name
 
-            name = registered_name(p, dataset.name)
+            name = registered_name(p.package, dataset.name)
             # `dvc repro` moves the alias that `raexmc serve` uses; an experiment gets its own name as
             # alias, so a sweep does not change what is served (`raexmc serve --alias <experiment>`).
             experiment = experiment_name()
-            alias = p.typed("package.alias", str) if experiment == "workspace" else experiment
+            alias = p.package.alias if experiment == "workspace" else experiment
             uri = log_predictor(run.run_id, out, name, alias)
             serve = "raexmc serve" if experiment == "workspace" else f"raexmc serve --alias {alias}"
             typer.echo(f"registered {uri}; serve it with `{serve}`", err=True)

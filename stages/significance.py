@@ -26,9 +26,8 @@ def main(eval: Path = typer.Option(..., help="Evaluation folder written by the e
                                                  "show` reads)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        run.params({"significance": p.section("significance")})
-        metrics = [str(m) for m in p.typed("significance.metrics", list)]
-        other = p.get("significance.compare_with")
+        run.params({"significance": p.significance.model_dump()})
+        metrics, other = list(p.significance.metrics), p.significance.compare_with
         baseline = None if other is None else load_per_instance(local_copy(str(other), PER_INSTANCE_ARTIFACT))
         report = compare_runs(load_per_instance(eval / "per_instance.npz"), metrics, baseline,
                               run_origin=eval / "per_instance.npz", other_origin=str(other))

@@ -5,14 +5,13 @@ from raexmc.numerics import pin_cpu_kernels
 
 pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
 
-from dataclasses import asdict
 from pathlib import Path
 
 import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.model import load_tokenizer
-from raexmc.encoder.tokens import TokenizeSettings, build_token_cache
+from raexmc.encoder.tokens import build_token_cache
 from raexmc.pipeline.stage import run_stage, stage_cli
 
 
@@ -20,8 +19,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          out: Path = typer.Option(..., help="Token cache folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        name = p.typed("encoder.name", str)
-        settings = asdict(TokenizeSettings.from_params(p))
+        name, settings = p.encoder.name, p.tokenize.model_dump()
         run.params({"encoder.name": name, "tokenize": settings})
         meta, reused = build_token_cache(Dataset(dataset), load_tokenizer(name), name, out, **settings)
         run.metrics({"truncated": meta["truncated"], "reused": int(reused)})

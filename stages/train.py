@@ -18,20 +18,17 @@ from raexmc.data.held_out import tune_split
 from raexmc.encoder.device import embed_batch_size, resolve_precision
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
-from raexmc.errors import ConfigError
 from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import atomic_dir, write_json
-from raexmc.params import load_params
 from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
 from raexmc.process_group import init_distributed, shutdown
+from raexmc.settings import load_settings
 from raexmc.training.distributed import check_gpu_count
 from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.journal import as_table
 from raexmc.training.schedule import describe
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
-
-MODES = ("zero-shot", "fine-tuned")
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -42,28 +39,26 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                                 "and validated)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     with user_errors():
-        p = load_params(params)
-        nproc = process_count(p.get("train.nproc"), "train.nproc", p.path)
+        p = load_settings(params)
+        nproc = process_count(p.train.nproc)
 
         def n_train() -> int:  # read by schedule: auto, and by the fine-tuned split's check
             return int(Dataset(dataset).stats["N_train"])
 
-        TrainSettings.from_params(p, n_train, nproc)  # every train.* value checked before any work
-        mode = p.typed("encoder.mode", str)
-        if mode not in MODES:
-            raise ConfigError(f"encoder.mode must be one of {', '.join(MODES)}", p.path, "encoder.mode")
+        TrainSettings.from_section(p.train, n_train, nproc)  # the schedule resolved before any work
+        mode = p.encoder.mode
         if mode == "fine-tuned":
-            check_gpu_count(nproc, p.typed("train.device", str), p.path, "train.nproc")
+            check_gpu_count(nproc, p.train.device, params, "train.nproc")
             tune_split(p, n_train)  # the tune stage validates on the split training holds out: it must hold one out
     if mode == "fine-tuned":
-        relaunch_under_torchrun(nproc, p.typed("train.torchrun_args", str))
+        relaunch_under_torchrun(nproc, p.train.torchrun_args)
 
-    ctx = init_distributed(p.typed("train.device", str))
-    settings = TrainSettings.from_params(p, n_train, ctx.world_size)  # the schedule of every process (all nodes)
+    ctx = init_distributed(p.train.device)
+    settings = TrainSettings.from_section(p.train, n_train, ctx.world_size)  # the schedule of every process (all nodes)
 
     def body(p, run) -> None:
-        name = p.typed("encoder.name", str)
-        precision = resolve_precision(p.typed("train.precision", str), ctx.device, p.path, "train.precision")
+        name = p.encoder.name
+        precision = resolve_precision(p.train.precision, ctx.device, params, "train.precision")
         # its tokenizer too, saved with the model beside the max length the token cache cut inputs at
         # (sentence_bert_config.json: sentence-transformers then cuts a text where this project does)
         encoder = TextEncoder.load(name, ctx.device, precision,
@@ -76,14 +71,14 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         if run is not None:
             used = embed_batch_size(settings.embed_batch_size, ctx.device)
             run.params({"encoder.name": name, "encoder.mode": mode, "encoder.pooling": encoder.recipe,
-                        "train": {**p.section("train"), "embed_batch_size_used": used, "encoder": encoder.describe(),
+                        "train": {**p.train.model_dump(), "embed_batch_size_used": used, "encoder": encoder.describe(),
                                   "resolved": {**asdict(trained.schedule),
                                                "grad_cache_chunk": trained.grad_cache_chunk}}})
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
         if mode == "fine-tuned":
             if ctx.is_main:
-                typer.echo(describe(p.typed("train.schedule", str), data.stats["N_train"], ctx.world_size,
+                typer.echo(describe(p.train.schedule, data.stats["N_train"], ctx.world_size,
                                     trained.schedule, trained.grad_cache_chunk), err=True)
             # the settings before grad_cache_chunk's auto is resolved: it depends on the device's memory, and
             # caching does not change the gradient, so a resume on another card keeps the checkpoint

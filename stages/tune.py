@@ -28,7 +28,7 @@ from raexmc.data.dataset import Dataset
 from raexmc.evaluation.baseline_selection import select_baselines
 from raexmc.evaluation.keep_selection import choose_keep
 from raexmc.evaluation.point_choice import curve_metrics
-from raexmc.evaluation.propensity import propensity_from_params
+from raexmc.evaluation.propensity import chosen_propensity
 from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
 from raexmc.evaluation.selection_file import SELECTION_FILE
@@ -36,10 +36,10 @@ from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import backend_for, search_device
-from raexmc.memory.input_memory import CHOICE_FILE, MemorySettings, keep_grid, keep_setting
-from raexmc.memory.prototypes import AUTO, prototype_grid
+from raexmc.memory.input_memory import CHOICE_FILE, MemorySettings
 from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
+from raexmc.settings import AUTO
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -48,24 +48,24 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                             "memory_choice.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     def body(p, run) -> None:
-        settings, device = TuneSettings.from_params(p), search_device(p)
-        keep = keep_setting(p)
-        grid = None if keep is not None else keep_grid(p)
-        prototypes = prototype_grid(p) if p.get("memory.prototypes") == AUTO else None
+        settings, device = TuneSettings.from_settings(p), search_device(p.search)
+        keep = None if p.memory.keep == AUTO else p.memory.keep
+        grid = None if keep is not None else p.memory.keep_grid
+        prototypes = p.memory.prototypes_grid if p.memory.prototypes == AUTO else None
         # checked before any work too: only the embeddings' headers are read, for index.backend auto's key count
-        backend = backend_for(p.typed("index.backend", str), embeddings, device)
+        backend = backend_for(p.index.backend, embeddings, device)
 
         def memory_at(point: float, weight: float | None) -> MemorySettings:
-            return MemorySettings.from_params(p, backend, point, weight)
+            return MemorySettings.from_section(p.memory, backend, point, weight)
 
         for point in grid or (keep,):
             memory_at(point, prototypes[0] if prototypes else None)
-        run.params({"infer": p.section("infer")})
+        run.params({"infer": p.infer.model_dump(by_alias=True)})
         data = Dataset(dataset)
         Y_train = data.label_matrix("train")
         folds = held_out_folds(Y_train, data.filter_matrix("train"), settings)
         del Y_train  # the search's keys take its place
-        propensity_ab = propensity_from_params(p, data.names).ab
+        propensity_ab = chosen_propensity(p.evaluate.propensity, data.names).ab
         tuning = MemoryTuning(embeddings, folds, settings, propensity_ab, memory_at, backend, prototypes, device)
         retrieval, selection = tuning.at(keep) if grid is None else choose_keep(tuning.at, grid, settings.metric)
         chosen = memory_at(selection.get("keep", keep), selection.get("prototypes"))

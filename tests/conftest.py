@@ -149,6 +149,14 @@ def set_params(repo: Path, **updates) -> None:
     yaml.dump(params, repo / "params.yaml")
 
 
+def write_params(folder: Path, **updates) -> Path:
+    """The project's params.yaml copied into `folder` with `updates` set (see set_params): every stage loads and
+    checks a whole one."""
+    shutil.copy(REPO / "params.yaml", folder / "params.yaml")
+    set_params(folder, **updates)
+    return folder / "params.yaml"
+
+
 def commit_all(repo: Path, message: str) -> None:
     sh("git", "add", "-A", cwd=repo)
     sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message, cwd=repo)

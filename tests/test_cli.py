@@ -33,7 +33,8 @@ def test_stage_help_says_what_it_does(script):
 
 
 def test_stage_user_error_is_one_line_exit_2(tmp_path):
-    (tmp_path / "params.yaml").write_text("data:\n  name: nope\ndatasets:\n  foldoc: {source: foldoc}\n")
+    text = (REPO / "params.yaml").read_text()
+    (tmp_path / "params.yaml").write_text(text.replace("  name: foldoc ", "  name: nope ", 1))
     proc = run(sys.executable, str(REPO / "stages/download.py"), "--out", "data/nope", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("ConfigError: ")

@@ -48,6 +48,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("memory",),                 # keys K = [X; Z], values, nearest-key indexes
     ("encoder",),                # load the model with its pooling, tokenise, embed
     ("data",),                   # datasets: sources, layouts, the catalogue, label-frequency segments
-    ("errors", "checks", "io", "params", "parallel",  # error types, range checks, atomic outputs, params, blocks on
+    ("errors", "checks", "io", "settings", "parallel",  # error types, range checks, atomic outputs, settings, blocks on
      "numerics", "process_group"),                      # all cores, the CPU kernels every stage pins, torchrun's group
 )

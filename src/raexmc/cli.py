@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .params import load_params
 from .pipeline.stage import user_errors
+from .settings import load_settings
 
 if TYPE_CHECKING:
     from .evaluation.propensity import Propensity
@@ -47,7 +47,7 @@ def datasets(params: Path = PARAMS,
              data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
     """List the datasets configured in params.yaml, their source, and their size once built."""
     with user_errors(params):
-        catalogue = load_params(params).section("datasets")
+        catalogue = load_settings(params).datasets
         for name, spec in catalogue.items():
             stats_path = data_dir / name / "stats.json"
             built = "not built"
@@ -69,6 +69,18 @@ def show(name: str = typer.Argument(..., help="Dataset name, e.g. foldoc."),
 
 
 @app.command()
+def schema(out: Path = typer.Option(None, help="File to write (default: stdout), e.g. params.schema.json.")) -> None:
+    """The JSON Schema of params.yaml, from the settings' types: editors that read it complete and check the keys
+    (params.yaml's first line points YAML language servers at params.schema.json)."""
+    from .settings import schema_text
+
+    if out is None:
+        typer.echo(schema_text(), nl=False)
+    else:
+        out.write_text(schema_text(), encoding="utf-8")
+
+
+@app.command()
 def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitles-131K."), params: Path = PARAMS,
            data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
     """Print the `dvc exp run` command that runs one of the paper's benchmarks in the paper's setting, after
@@ -76,9 +88,9 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
     with user_errors(params):
         from .pipeline.presets import batch_note, command, missing, preset_values
 
-        p = load_params(params)
-        values = preset_values(p, name)
-        note, needs = batch_note(values), missing(values, p.section("datasets"), data_dir)
+        settings = load_settings(params)
+        values = preset_values(settings.presets, name)
+        note, needs = batch_note(values), missing(values, settings.datasets, data_dir)
         if note:
             typer.echo(f"# {note}")
         typer.echo("# missing here: " + "; ".join(needs) if needs else "# missing here: nothing")
@@ -129,7 +141,7 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
         from .rae.timing import Timing
 
         queries = _read_queries(texts, file, jsonl)
-        folder = model or artifacts / (name or load_params(params).typed("data.name", str)) / "predictor"
+        folder = model or artifacts / (name or load_settings(params).data.name) / "predictor"
         started = time.perf_counter()
         rae = RaeModel.load(folder, pick_device(device, "<arguments>", "--device"))
         if verbose:
@@ -168,9 +180,9 @@ def serve(name: str = NAME,
         from .pipeline.server import serve_model
         from .pipeline.serving import registered_name, registered_uri
 
-        p = load_params(params)
-        model_name = registered_name(p, name or p.typed("data.name", str))
-        uri = registered_uri(model_name, alias or p.typed("package.alias", str))
+        settings = load_settings(params)
+        model_name = registered_name(settings.package, name or settings.data.name)
+        uri = registered_uri(model_name, alias or settings.package.alias)
         typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)
         serve_model(uri, host, port, max_body_bytes, max_records)
 
@@ -183,7 +195,7 @@ def results(name: str = NAME,
     with user_errors(params):
         from .pipeline.results import summary
 
-        folder = artifacts / (name or load_params(params).typed("data.name", str))
+        folder = artifacts / (name or load_settings(params).data.name)
         typer.echo(summary(folder / "eval", folder / "significance.json"))
 
 

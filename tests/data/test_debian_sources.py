@@ -15,10 +15,10 @@ from raexmc.data.dataset import Dataset
 from raexmc.data.debian import DebPin, fetch_deb
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ChecksumError, ConfigError, SourceError, UnsafeArchiveError
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 from test_archive import SAFE, deb_bytes
 
-CATALOGUE = load_params(REPO / "params.yaml").section("datasets")
+CATALOGUE = load_settings(REPO / "params.yaml").datasets
 
 
 def test_foldoc_dataset_from_the_pinned_package(tmp_path):

@@ -23,12 +23,12 @@ from raexmc.errors import ConfigError
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.evaluation.significance import compare_runs
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search
-from raexmc.params import load_params
 from raexmc.process_group import DistContext
+from raexmc.settings import load_settings
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
 
-SMALL = load_params(REPO / "params.yaml").section("datasets")["synthetic-small"]
+SMALL = load_settings(REPO / "params.yaml").datasets["synthetic-small"]
 FILES = ("labels.jsonl", "train.jsonl", "test.jsonl", "Y_train.npz", "Y_test.npz", "filter_train.npz",
          "filter_test.npz", "stats.json", "source.json")
 
@@ -135,7 +135,7 @@ def test_synthetic_small_goes_through_every_stage(tmp_path, tiny_model):
     build_token_cache(dataset, load_tokenizer(str(tiny_model)), "tiny", tmp_path / "tokens", 16, 16, "title", "title")
     cache = TokenCache(tmp_path / "tokens")
     model = TextEncoder(load_encoder(str(tiny_model)), "cpu", "fp32")
-    settings = replace(TrainSettings.from_params(load_params(REPO / "params.yaml"), lambda: 0), batch_size=16,
+    settings = replace(TrainSettings.from_section(load_settings(REPO / "params.yaml").train, lambda: 0), batch_size=16,
                        grad_cache_chunk=0, max_steps=4, warmup_steps=1, hnm_steps=2, hnm_topk=5, val_b=20,
                        checkpoint_every=4, embed_batch_size=256)
     curve = train(model, cache, dataset.label_matrix("train"), dataset.filter_matrix("train"), settings,

@@ -12,10 +12,10 @@ from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.data.wordnet_hypernyms import HypernymSettings, read_hypernym_corpus, write_hypernym_dataset
 from raexmc.errors import ConfigError, DataError
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 from test_linked_corpora import WORDNET_HEADER
 
-CATALOGUE = load_params(REPO / "params.yaml").section("datasets")
+CATALOGUE = load_settings(REPO / "params.yaml").datasets
 
 # The tiny noun graph (hypernym "@" / instance hypernym "@i" edges point up; depth = position on
 # a path from "entity"):

@@ -12,7 +12,7 @@ from ruamel.yaml import YAML
 
 from raexmc.data.held_out import split_validation, tune_split
 from raexmc.errors import ConfigError
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 from raexmc.training.settings import TrainSettings
 from test_selection import LAMBDAS, TAUS, run_stage, write_params, write_training_split
 from test_validation_folds import N_INPUTS, assert_curves_match, curve_of, pooled_brute_force, random_set
@@ -29,26 +29,26 @@ def fine_tuned_params(folder, train_fraction: float, train_seed: int, **infer):
 
 
 def test_the_split_follows_the_encoder_mode(tmp_path):
-    zero_shot = tune_split(load_params(write_params(tmp_path, val_fraction=0.5, val_seed=4)))
+    zero_shot = tune_split(load_settings(write_params(tmp_path, val_fraction=0.5, val_seed=4)))
     assert (zero_shot.fraction, zero_shot.seed, zero_shot.fraction_key) == (0.5, 4, "infer.val_fraction")
-    fine_tuned = tune_split(load_params(fine_tuned_params(tmp_path, 0.25, 3, val_fraction=0.5, val_seed=4)))
+    fine_tuned = tune_split(load_settings(fine_tuned_params(tmp_path, 0.25, 3, val_fraction=0.5, val_seed=4)))
     assert (fine_tuned.fraction, fine_tuned.seed, fine_tuned.fraction_key) == (0.25, 3, "train.val_fraction")
 
 
 @pytest.mark.parametrize(("fraction", "inputs", "says"), [
     (0.0, None, "train.val_fraction 0.0 holds out no input"),
     (0.05, 10, "train.val_fraction 0.05 of 10 training inputs holds out no input"),  # round(0.5) = 0, as numpy's
-    (-0.1, None, "train.val_fraction must be a number in [0, 1), got -0.1"),
-    (1.0, None, "train.val_fraction must be a number in [0, 1), got 1.0"),
+    (-0.1, None, "train.val_fraction: must be greater than or equal to 0, got -0.1"),  # the settings loader's
+    (1.0, None, "train.val_fraction: must be less than 1, got 1.0"),
     (0.9999, 10, "train.val_fraction 0.9999 of 10 training inputs holds out every one, leaving none to fine-tune on"),
     (0.96, 10, "train.val_fraction 0.96 of 10 training inputs holds out every one"),  # round(9.6) = 10
 ])
 def test_fine_tuning_that_holds_nothing_out_is_refused_naming_its_key(tmp_path, fraction, inputs, says):
     with pytest.raises(ConfigError, match=re.escape(says)) as error:
-        tune_split(load_params(fine_tuned_params(tmp_path, fraction, 0)), inputs and (lambda: inputs))
+        tune_split(load_settings(fine_tuned_params(tmp_path, fraction, 0)), inputs and (lambda: inputs))
     assert error.value.record == "train.val_fraction"
-    assert tune_split(load_params(fine_tuned_params(tmp_path, 0.05, 0)), lambda: 30).fraction == 0.05  # round(1.5)
-    assert tune_split(load_params(fine_tuned_params(tmp_path, 0.94, 0)), lambda: 10).fraction == 0.94  # 1 left
+    assert tune_split(load_settings(fine_tuned_params(tmp_path, 0.05, 0)), lambda: 30).fraction == 0.05  # round(1.5)
+    assert tune_split(load_settings(fine_tuned_params(tmp_path, 0.94, 0)), lambda: 10).fraction == 0.94  # 1 left
 
 
 def test_the_stage_validates_a_fine_tuned_encoder_on_the_inputs_training_held_out(tmp_path):
@@ -63,7 +63,7 @@ def test_the_stage_validates_a_fine_tuned_encoder_on_the_inputs_training_held_ou
     assert proc.returncode == 0, proc.stderr
     chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
 
-    trained = TrainSettings.from_params(load_params(params), lambda: N_INPUTS)
+    trained = TrainSettings.from_section(load_settings(params).train, lambda: N_INPUTS)
     rest_rows, held_rows = split_validation(Y, trained.val_fraction, trained.seed)  # as training.train draws it
     assert (chosen["val_queries"], chosen["val_folds"], chosen["memory_inputs"]) == (10, 1, 30)
     assert (chosen["val_fraction"], chosen["val_seed"], chosen["val_split_from"]) == (0.25, 3, "train")

@@ -35,9 +35,9 @@ from raexmc.evaluation.keep_selection import choose_keep
 from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_labels
-from raexmc.memory.input_memory import MemorySettings, keep_grid, keep_setting
+from raexmc.memory.input_memory import MemorySettings
 from raexmc.memory.key_selection import kept_count
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 from test_selection import LAMBDAS, run_stage, write_training_split
 
 N, FRACTION, SEED = 40, 0.25, 0
@@ -213,16 +213,14 @@ def test_the_memory_stage_builds_the_chosen_keep(tmp_path):
 
 
 @pytest.mark.parametrize(("memory", "key", "says"), [
-    ({"keep": "most"}, "memory.keep", "memory.keep must be a number in [0, 1] or auto, got 'most'"),
-    ({"keep": 1.5}, "memory.keep", "memory.keep must be a number in [0, 1] or auto, got 1.5"),
-    ({"keep_grid": [0.5, 2]}, "memory.keep_grid",
-     "memory.keep_grid must be a non-empty list of numbers in [0, 1], got [0.5, 2]"),
-    ({"keep_grid": []}, "memory.keep_grid", "memory.keep_grid must be a non-empty list of numbers in [0, 1], got []"),
+    ({"keep": "most"}, "memory.keep", "must be 'auto' or a number, got 'most'"),
+    ({"keep": 1.5}, "memory.keep", "must be 'auto' or less than or equal to 1, got 1.5"),
+    ({"keep_grid": [0.5, 2]}, "memory.keep_grid", "entry 1 must be less than or equal to 1, got 2"),
+    ({"keep_grid": []}, "memory.keep_grid", "must be a list of at least 1 entries, got []"),
 ])
 def test_a_bad_keep_setting_names_its_key(tmp_path, memory, key, says):
-    params = load_params(write_params(tmp_path, **memory))
     with pytest.raises(ConfigError) as error:
-        keep_grid(params) if keep_setting(params) is None else None
+        load_settings(write_params(tmp_path, **memory))
     assert says in str(error.value) and error.value.record == key
 
 

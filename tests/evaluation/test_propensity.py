@@ -17,11 +17,11 @@ from conftest import REPO, make_lf_folder
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError
-from raexmc.evaluation.propensity import propensity_from_params, table_propensity
+from raexmc.evaluation.propensity import chosen_propensity, table_propensity
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
-from raexmc.params import load_params
+from raexmc.settings import read_params_tree, settings_from
 
 # Typed in from the sources, not from the table: pyxclib's documented pairs (Amazon 0.6/2.6, Wikipedia 0.5/0.4,
 # else 0.55/1.5), pyxclib issue 7 (AmazonCat-13K 0.55/1.5), and the pairs the Extreme Classification
@@ -70,20 +70,23 @@ def test_a_local_dataset_goes_by_its_source_folder_name(tmp_path, lf_folder):
 
 
 @pytest.mark.parametrize("value", [[0.55], ["a", 1.5], [-1, -2], [0, 1.5], [0.55, 0], [0.6, float("inf")], "0.6, 2.6"])
-def test_evaluate_propensity_must_be_auto_or_two_positive_numbers(tmp_path, value):
-    (tmp_path / "params.yaml").write_text(f"evaluate:\n  propensity: {json.dumps(value)}\n".replace("Infinity", ".inf"))
-    with pytest.raises(ConfigError, match=r"params.yaml:evaluate.propensity: evaluate.propensity must be auto or two") \
-            as refused:
-        propensity_from_params(load_params(tmp_path / "params.yaml"), ["EURLex-4K"])
+def test_evaluate_propensity_must_be_auto_or_two_positive_numbers(value):
+    with pytest.raises(ConfigError, match=r"params.yaml:evaluate.propensity: .*must be 'auto' or ") as refused:
+        propensity_setting(value)
     assert "\n" not in str(refused.value)
 
 
-def test_evaluate_propensity_overrides_the_table(tmp_path):
-    (tmp_path / "params.yaml").write_text("evaluate:\n  propensity: [0.6, 2]\n")
-    chosen = propensity_from_params(load_params(tmp_path / "params.yaml"), ["LF-Wikipedia-500K"])
+def test_evaluate_propensity_overrides_the_table():
+    chosen = chosen_propensity(propensity_setting([0.6, 2]), ["LF-Wikipedia-500K"])
     assert (chosen.ab, chosen.source) == ((0.6, 2.0), "evaluate.propensity")
-    (tmp_path / "params.yaml").write_text("evaluate:\n  propensity: auto\n")
-    assert propensity_from_params(load_params(tmp_path / "params.yaml"), ["LF-Wikipedia-500K"]).ab == (0.5, 0.4)
+    assert chosen_propensity(propensity_setting("auto"), ["LF-Wikipedia-500K"]).ab == (0.5, 0.4)
+
+
+def propensity_setting(value: object) -> object:
+    """`evaluate.propensity` as the settings loader reads it from the project's params.yaml set to `value`."""
+    tree = read_params_tree(REPO / "params.yaml")
+    tree["evaluate"]["propensity"] = value
+    return settings_from(tree).evaluate.propensity
 
 
 def stage(root, name, *args):

@@ -28,7 +28,7 @@ from raexmc.evaluation.validation_memory import (
     validation_retrieval,
 )
 from raexmc.memory.merge import RaeRetrieval
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 
 LAMBDAS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
 TAUS = [0.02, 0.04, 0.1]
@@ -179,29 +179,28 @@ def write_params(folder, **infer):
 
 
 @pytest.mark.parametrize(("key", "value", "says"), [
-    ("lambda", "abc", "infer.lambda must be a number in [0, 1] or auto, got 'abc'"),
-    ("lambda", 1.5, "infer.lambda must be a number in [0, 1] or auto, got 1.5"),
-    ("tau", 0, "infer.tau must be a number > 0 or auto, got 0"),
-    ("tau_grid", [], "infer.tau_grid must be a non-empty list of numbers > 0, got []"),
-    ("tau_grid", [0.04, -1], "infer.tau_grid must be a non-empty list of numbers > 0, got [0.04, -1]"),
-    ("auto_metric", "P@2", "infer.auto_metric must be one of"),
-    ("val_fraction", 1.0, "infer.val_fraction must be in (0, 1), got 1.0"),
-    ("val_max_queries", 0, "infer.val_max_queries must be an integer >= 1, got 0"),
-    ("val_max_queries", 2.5, "infer.val_max_queries must be an integer >= 1, got 2.5"),
-    ("retrieval", "both", "infer.retrieval must be one of joint, split, got 'both'"),
-    ("label_share", 1.5, "infer.label_share must be a number in [0, 1] or auto, got 1.5"),
-    ("label_share", True, "infer.label_share must be a number in [0, 1] or auto, got True"),
-    ("label_share_grid", [0.5, 2],
-     "infer.label_share_grid must be a non-empty list of numbers in [0, 1], got [0.5, 2]"),
+    ("lambda", "abc", "must be 'auto' or a number, got 'abc'"),
+    ("lambda", 1.5, "must be 'auto' or less than or equal to 1, got 1.5"),
+    ("tau", 0, "must be 'auto' or greater than 0, got 0"),
+    ("tau_grid", [], "must be a list of at least 1 entries, got []"),
+    ("tau_grid", [0.04, -1], "entry 1 must be greater than 0, got -1"),
+    ("auto_metric", "P@2", "must be 'P@1', 'P@3', 'P@5', 'nDCG@5', 'PSP@5', 'R@10' or 'R@100', got 'P@2'"),
+    ("val_fraction", 1.0, "must be less than 1, got 1.0"),
+    ("val_max_queries", 0, "must be greater than or equal to 1, got 0"),
+    ("val_max_queries", 2.5, "must be an integer, got 2.5"),
+    ("retrieval", "both", "must be 'joint' or 'split', got 'both'"),
+    ("label_share", 1.5, "must be 'auto' or less than or equal to 1, got 1.5"),
+    ("label_share", True, "must be 'auto' or a number, got True"),
+    ("label_share_grid", [0.5, 2], "entry 1 must be less than or equal to 1, got 2"),
 ])
 def test_bad_settings_name_their_key(tmp_path, key, value, says):
     with pytest.raises(ConfigError) as error:
-        TuneSettings.from_params(load_params(write_params(tmp_path, **{key: value})))
+        TuneSettings.from_settings(load_settings(write_params(tmp_path, **{key: value})))
     assert says in str(error.value) and error.value.record == f"infer.{key}"
 
 
 def test_project_params_fix_the_papers_values():
-    chosen = TuneSettings.from_params(load_params(REPO / "params.yaml"))
+    chosen = TuneSettings.from_settings(load_settings(REPO / "params.yaml"))
     assert (chosen.lam, chosen.tau) == (0.5, 0.04) and 0.04 in chosen.tau_grid
 
 

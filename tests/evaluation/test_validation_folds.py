@@ -18,7 +18,7 @@ from raexmc.evaluation.selection import select
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_folds, pooled, pooled_held, validation_retrieval
 from raexmc.memory.input_memory import MemorySettings
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 from test_selection import LAMBDAS, TAUS, run_stage, write_params, write_training_split
 
 N_INPUTS, N_LABELS, DIM = 40, 6, 16
@@ -113,7 +113,7 @@ def test_auto_takes_enough_folds_for_2000_held_out_inputs(num_inputs, fraction, 
 
 
 def test_more_folds_than_fit_name_their_key(tmp_path):
-    settings = TuneSettings.from_params(load_params(write_params(tmp_path, val_fraction=0.25, val_folds=5)))
+    settings = TuneSettings.from_settings(load_settings(write_params(tmp_path, val_fraction=0.25, val_folds=5)))
     with pytest.raises(ConfigError, match="at most 4") as error:
         settings.folds_for(N_INPUTS)
     assert error.value.record == "infer.val_folds"
@@ -122,11 +122,11 @@ def test_more_folds_than_fit_name_their_key(tmp_path):
     values["encoder"]["mode"] = "fine-tuned"
     YAML().dump(values, params)
     with pytest.raises(ConfigError, match="would validate on training inputs") as error:
-        TuneSettings.from_params(load_params(params)).folds_for(N_INPUTS)
+        TuneSettings.from_settings(load_settings(params)).folds_for(N_INPUTS)
     assert error.value.record == "infer.val_folds"
     for bad in (0, 1.5, "some"):
-        with pytest.raises(ConfigError, match="infer.val_folds must be an integer >= 1 or auto") as error:
-            TuneSettings.from_params(load_params(write_params(tmp_path, val_folds=bad)))
+        with pytest.raises(ConfigError, match="must be 'auto' or ") as error:
+            TuneSettings.from_settings(load_settings(write_params(tmp_path, val_folds=bad)))
         assert error.value.record == "infer.val_folds"
 
 

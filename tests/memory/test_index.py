@@ -16,7 +16,7 @@ from raexmc.memory.indexes import backend_for, make_index, resolve_backend, sear
 from raexmc.memory.persistence import load_index, save_index
 from raexmc.memory.search import EXACT_MAX_KEYS
 from raexmc.memory.torch_index import TorchIndex
-from raexmc.params import Params
+from raexmc.settings import SearchSettings, section_from
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -317,8 +317,9 @@ def test_an_exact_index_reopens_on_the_device_it_searches_on(tmp_path, data, dev
     torch.cuda.is_available(), reason="a GPU is visible"))])
 def test_a_search_device_that_is_none_or_absent_is_a_config_error_naming_the_key(setting):
     with pytest.raises(ConfigError, match="search.device"):
-        search_device(Params({"search": {"device": setting}}))
+        search_device(section_from(SearchSettings, "search", {"device": setting}))
 
 
 def test_search_device_auto_is_the_gpu_where_one_is_visible():
-    assert search_device(Params({"search": {"device": "auto"}})) == ("cuda" if torch.cuda.is_available() else "cpu")
+    auto = SearchSettings(device="auto")
+    assert search_device(auto) == ("cuda" if torch.cuda.is_available() else "cpu")

@@ -22,7 +22,7 @@ from raexmc.memory.keys_values import KEYS_FILE, memory_keys, training_values
 from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
 from raexmc.memory.search import sort_rows
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 
@@ -154,7 +154,7 @@ def test_a_folder_without_memory_json_is_one_data_error(tmp_path):
 
 def test_compression_none_at_keep_one_is_recorded_and_copies_nothing(tmp_path):
     """The project's params (memory.compression none, keep 1): memory.json alone, saying so."""
-    settings = MemorySettings.from_params(load_params(REPO / "params.yaml"), "hnsw")
+    settings = MemorySettings.from_section(load_settings(REPO / "params.yaml").memory, "hnsw")
     rng = np.random.default_rng(0)
     meta = build_input_memory(rng.normal(size=(6, 4)).astype(np.float32), sp.csr_matrix(np.eye(6)), settings,
                               tmp_path / "memory", "hnsw", labels=rng.normal(size=(3, 4)).astype(np.float32))

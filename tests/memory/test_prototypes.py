@@ -15,7 +15,7 @@ from raexmc.memory.key_selection import select_keys
 from raexmc.memory.keys_values import training_values
 from raexmc.memory.merge import JointSearch
 from raexmc.memory.prototypes import label_prototypes, prototype_weight
-from raexmc.params import Params, load_params
+from raexmc.settings import load_settings, read_params_tree, settings_from
 
 LABELS = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, -0.8]], dtype=np.float32)
 INPUTS = np.array([[0.0, 1.0], [0.6, 0.8], [-1.0, 0.0]], dtype=np.float32)
@@ -62,23 +62,35 @@ def test_auto_below_keep_1_needs_the_tune_stage_s_choice():
                                               "below keep 1 is chosen by the tune stage")
 
 
-@pytest.mark.parametrize("setting, backend", [(-0.5, "hnsw"), ("half", "hnsw"), (True, "hnsw"), (float("nan"), "hnsw"),
-                                              (0.5, "exact")])
-def test_a_bad_weight_is_refused_naming_the_key(setting, backend):
+@pytest.mark.parametrize("setting", [-0.5, "half", True, float("nan")])
+def test_a_bad_weight_is_refused_naming_the_key(setting):
     with pytest.raises(ConfigError) as caught:
-        prototype_weight(setting, 0.5, backend)
+        settings_from(memory_with(prototypes=setting))
     assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: ")
+
+
+def test_a_weight_needs_graphs():
+    with pytest.raises(ConfigError) as caught:
+        prototype_weight(0.5, 0.5, "exact")
+    assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: label prototypes need")
+
+
+def memory_with(**memory) -> dict:
+    """The project's params tree with these memory keys."""
+    tree = read_params_tree(REPO / "params.yaml")
+    tree["memory"].update(memory)
+    return tree
 
 
 def test_the_project_default_keeps_today_s_full_memory(tmp_path):
     """keep 1 with prototypes auto is the label texts' keys: today's memory, the same numbers, with no choice of the
     tune stage needed; below keep 1 the memory stage builds the α the tune stage chose."""
-    params = load_params(REPO / "params.yaml")
-    assert params.get("memory.prototypes") == "auto" and chosen_memory(params, "hnsw").prototypes == 0.0
-    smaller = Params({**params.data, "memory": {**params.section("memory"), "keep": 0.1}})
+    memory = load_settings(REPO / "params.yaml").memory
+    assert memory.prototypes == "auto" and chosen_memory(memory, "hnsw").prototypes == 0.0
+    smaller = settings_from(memory_with(keep=0.1)).memory
     (tmp_path / "choice.json").write_text('{"keep": 0.1, "prototypes": 0.25}')
     assert chosen_memory(smaller, "hnsw", tmp_path / "choice.json").prototypes == 0.25
-    assert MemorySettings.from_params(smaller, "hnsw", prototypes=1).prototypes == 1.0
+    assert MemorySettings.from_section(smaller, "hnsw", prototypes=1).prototypes == 1.0
     assert chosen_memory(smaller, "exact").prototypes == 0.0, "auto at a size auto searches exactly"
 
 

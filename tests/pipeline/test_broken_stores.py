@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make_lf_folder, small_filesystem
+from conftest import REPO, make_lf_folder, small_filesystem, write_params
 
 
 @pytest.fixture
@@ -19,8 +19,8 @@ def project(tmp_path) -> Path:
     folder = tmp_path / "project"
     (folder / ".dvc").mkdir(parents=True)
     lf = make_lf_folder(tmp_path / "lf")
-    (folder / "params.yaml").write_text(f"data:\n  name: tiny\n  xc_repo_url: unused\n"
-                                        f"datasets:\n  tiny: {{source: local, path: '{lf}'}}\n")
+    write_params(folder, **{"data.name": "tiny", "data.xc_repo_url": "unused",
+                            "datasets.tiny": {"source": "local", "path": str(lf)}})
     return folder
 
 
@@ -166,7 +166,7 @@ def test_serve_on_a_broken_store_is_one_line(tmp_path, monkeypatch, content):
     store = tmp_path / "mlflow.db"
     store.write_bytes(content)
     store_at(store, monkeypatch)
-    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\npackage:\n  model_name: null\n  alias: candidate\n")
+    write_params(tmp_path, **{"data.name": "tiny"})  # package.model_name null, alias candidate
     result = CliRunner().invoke(app, ["serve", "--params", str(tmp_path / "params.yaml")])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     [line] = [line for line in result.stderr.strip().splitlines() if " INFO mlflow." not in line]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import test_tracking
+from conftest import write_params
 from raexmc.errors import DataError
 from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, load_per_instance
 from raexmc.pipeline.compare import local_copy
@@ -48,7 +49,7 @@ def test_per_instance_values_that_are_not_finite_are_refused(project):
 
 
 def test_serve_refuses_an_alias_no_version_carries_in_one_line(project):
-    (project / "params.yaml").write_text("data:\n  name: tiny\npackage:\n  model_name: null\n  alias: candidate\n")
+    write_params(project, **{"data.name": "tiny"})  # package.model_name null, alias candidate
     proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", "5999"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr

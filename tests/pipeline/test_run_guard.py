@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import test_tracking
+from conftest import write_params
 from raexmc.errors import ConcurrentRunError
 from raexmc.pipeline.tracking.dvc_command import set_params
 from raexmc.pipeline.tracking.run import stage_run
@@ -72,6 +73,7 @@ def stage_process(folder, seconds: float, name: str) -> subprocess.Popen:
 
 
 def test_a_second_stage_in_one_working_copy_is_refused_but_not_one_in_a_copy(project, tmp_path):
+    write_params(project, **{"data.name": "tiny"})
     first = stage_process(project, 60, "train")
     try:
         assert first.stdout.readline().strip() == "ready"

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 from mlflow.tracking import MlflowClient
 
+from conftest import write_params
 from raexmc.pipeline.headline import HEADLINE_METRICS
 from raexmc.pipeline.tracking.run import EXPERIMENT, tracking_uri
 
@@ -29,7 +30,7 @@ def project(root: Path) -> Path:
     """A committed DVC project holding the files the track stage reads: a dataset folder's records, the
     evaluation metrics, and a significance report of one test."""
     (root / ".dvc").mkdir()
-    (root / "params.yaml").write_text("data:\n  name: tiny\n")
+    write_params(root, **{"data.name": "tiny"})
     data = root / "data" / "tiny"
     data.mkdir(parents=True)
     (data / "stats.json").write_text('{"N_train": 4, "N_test": 3, "L": 5}')
@@ -82,7 +83,7 @@ def test_the_significance_stage_logs_of_each_t_test_the_same_four_numbers(tmp_pa
     """RAE's P@1 on 4 test inputs against its baselines': the differences in points are hand-worked (RAE hits
     inputs 0, 1, 2; the dual encoder 0; kNN 0 and 1), and only the mean difference, interval and log10 p logged."""
     root = project(tmp_path)
-    (root / "params.yaml").write_text("data:\n  name: tiny\nsignificance:\n  metrics: [P@1]\n  compare_with: null\n")
+    write_params(root, **{"data.name": "tiny", "significance.metrics": ["P@1"], "significance.compare_with": None})
     hits = {"rae": [1, 1, 1, 0], "dual_encoder": [1, 0, 0, 0], "knn": [1, 1, 0, 0]}
     np.savez(root / "eval" / "per_instance.npz", **{f"{method}/P@1": np.array(values, dtype=float)
                                                      for method, values in hits.items()})

@@ -4,7 +4,6 @@ and to MLflow."""
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import sys
@@ -18,8 +17,8 @@ from transformers import BertConfig, DistilBertConfig
 from conftest import REPO
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError
-from raexmc.params import Params, load_params
 from raexmc.pipeline.presets import preset_values
+from raexmc.settings import load_settings, read_params_tree, settings_from
 from raexmc.training.graph_memory import grad_cache_chunk, graph_bytes_per_text, resolve_grad_cache
 from raexmc.training.schedule import Schedule, resolve
 from raexmc.training.settings import TrainSettings
@@ -60,28 +59,27 @@ def test_chosen_numbers_win_and_the_rest_follow_them():
     assert resolve("auto", 21_000, 1, {"warmup_steps": 0}).warmup_steps == 0
 
 
-def params_with(**train_values) -> Params:
-    data = copy.deepcopy(load_params(REPO / "params.yaml").data)
+def params_with(**train_values) -> dict:
+    data = read_params_tree(REPO / "params.yaml")
     data["train"].update(train_values)
-    return Params(data, "some/params.yaml")
+    return data
 
 
 def test_the_default_is_fixed_and_keeps_the_recipe_params_yaml_had():
     """Before train.schedule, params.yaml held batch_size 32, lr 1e-4, max_steps 300, warmup_steps 30 and
     hnm_steps 100: fixed must give them, without reading the data."""
-    settings = TrainSettings.from_params(load_params(REPO / "params.yaml"), never_asked, 4)
+    settings = TrainSettings.from_section(load_settings(REPO / "params.yaml").train, never_asked, 4)
     assert settings.schedule == Schedule(32, 1e-4, 300, 30, 100)
 
 
 def test_a_preset_runs_as_printed_under_auto():
     """The paper's LF-AmazonTitles-131K row (8 GPUs x 896, lr 3e-4, 3K steps, mining every 1K), applied as
     `raexmc preset` applies it, with schedule: auto and that set's 294,805 training inputs."""
-    p = params_with(schedule="auto")
-    data = copy.deepcopy(p.data)
-    for key, value in preset_values(p, "LF-AmazonTitles-131K").items():
+    data = params_with(schedule="auto")
+    for key, value in preset_values(data["presets"], "LF-AmazonTitles-131K").items():
         section, _, name = key.partition(".")
         data[section][name] = value
-    settings = TrainSettings.from_params(Params(data), lambda: 294_805, 8)
+    settings = TrainSettings.from_section(settings_from(data).train, lambda: 294_805, 8)
     assert settings.schedule == Schedule(896, 3e-4, 3000, 300, 1000)  # warm-up: the rule's 10% of the steps
 
 
@@ -89,7 +87,7 @@ def test_a_preset_runs_as_printed_under_auto():
                                         ("hnm_steps", 0), ("batch_size", 2.5)])
 def test_a_bad_schedule_value_names_the_key(key, value):
     with pytest.raises(ConfigError) as error:
-        TrainSettings.from_params(params_with(**{key: value}), never_asked)
+        settings_from(params_with(**{key: value}), "some/params.yaml")
     assert error.value.one_line().startswith(f"ConfigError: some/params.yaml:train.{key}: ")
 
 
@@ -100,7 +98,7 @@ def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(t
     build_dataset("syn", {"source": "synthetic", "n_train": 5000, "n_test": 10, "n_labels": 300,
                           "labels_per_input": 2, "input_words": [4, 8], "label_words": [4, 6], "topic_size": 32,
                           "vocab_size": 2000, "seed": 0}, tmp_path / "data", "")
-    data = copy.deepcopy(load_params(REPO / "params.yaml").data)
+    data = read_params_tree(REPO / "params.yaml")
     data["encoder"].update(name=str(tiny_model), mode="fine-tuned")
     data["tokenize"].update(input_fields="title", input_max_len=16, label_max_len=8)
     data["train"].update(schedule="auto", max_steps=4, val_max_queries=0, validate_last=False, hnm_topk=5,
@@ -172,7 +170,8 @@ def test_the_estimate_is_above_the_measured_graph():
 
 
 def test_resolving_keeps_the_schedule_and_sizes_the_chunk_for_the_token_lengths():
-    settings = TrainSettings.from_params(params_with(schedule="auto"), lambda: 8_227)   # batch 128, m = 2
+    train = settings_from(params_with(schedule="auto")).train
+    settings = TrainSettings.from_section(train, lambda: 8_227)   # batch 128, m = 2
     resolved = resolve_grad_cache(settings, MINILM, "fp32", {"input_max_len": 128, "label_max_len": 32}, "cpu")
     assert resolved.grad_cache_chunk == 75 and resolved.schedule == settings.schedule
     short = resolve_grad_cache(settings, MINILM, "fp32", {"input_max_len": 16, "label_max_len": 8}, "cpu")

@@ -4,7 +4,6 @@ takes the plain step, and every train.* value is checked before any work."""
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 import sys
@@ -25,8 +24,8 @@ from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
-from raexmc.params import Params, load_params
 from raexmc.process_group import DistContext
+from raexmc.settings import load_settings, read_params_tree, settings_from
 from raexmc.training.batches import BatchSampler, plan_batch
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import linear_schedule, training_step
@@ -58,7 +57,7 @@ def settings(**overrides) -> TrainSettings:
     """params.yaml's recipe, shrunk to the tiny problem."""
     base = dict(batch_size=4, grad_cache_chunk=0, lr=1e-3, max_steps=6, warmup_steps=1, hnm_steps=3, hnm_topk=3,
                 num_hard_negatives=1, val_fraction=0.25, val_b=10, checkpoint_every=2, embed_batch_size=4)
-    return replace(TrainSettings.from_params(load_params(PARAMS), UNUSED_N), **{**base, **overrides})
+    return replace(TrainSettings.from_section(load_settings(PARAMS).train, UNUSED_N), **{**base, **overrides})
 
 
 def run_training(tiny, tiny_model, checkpoint: Path, **overrides):
@@ -200,7 +199,7 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 from raexmc.process_group import init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
@@ -211,9 +210,9 @@ ctx = init_distributed("cpu")
 torch.manual_seed(0)
 model = load_encoder(model_dir)
 dataset = Dataset(data)
-settings = replace(TrainSettings.from_params(load_params(params), lambda: 0), batch_size=2, grad_cache_chunk=0, lr=1e-3,
-                   max_steps=4, warmup_steps=1, hnm_steps=2, hnm_topk=3, num_hard_negatives=1, val_fraction=0.25,
-                   val_b=10, checkpoint_every=2, embed_batch_size=3)
+settings = replace(TrainSettings.from_section(load_settings(params).train, lambda: 0), batch_size=2, grad_cache_chunk=0,
+                   lr=1e-3, max_steps=4, warmup_steps=1, hnm_steps=2, hnm_topk=3, num_hard_negatives=1,
+                   val_fraction=0.25, val_b=10, checkpoint_every=2, embed_batch_size=3)
 train(TextEncoder(model, ctx.device, "fp32"), TokenCache(tokens), dataset.label_matrix("train"),
       dataset.filter_matrix("train"), settings, ctx, Path(out) / "ckpt.pt", (0.55, 1.5), lambda *a: None, "fp")
 torch.save(model.state_dict(), Path(out) / f"rank{ctx.rank}.pt")
@@ -251,7 +250,7 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
-from raexmc.params import load_params
+from raexmc.settings import load_settings
 from raexmc.process_group import init_distributed, shutdown
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import apply_gradients, make_optimizer, training_step
@@ -265,7 +264,7 @@ ctx = init_distributed("cpu")
 Y = Dataset(data).label_matrix("train")
 rows, positives, negatives = the_batch(Y, global_batch)
 for chunk in chunks:
-    settings = replace(TrainSettings.from_params(load_params(params), lambda: 0),
+    settings = replace(TrainSettings.from_section(load_settings(params).train, lambda: 0),
                        batch_size=global_batch // ctx.world_size, grad_cache_chunk=chunk, lr=1e-3, warmup_steps=0,
                        max_steps=10, grad_clip=0.01)
     model = load_encoder(model_dir).train()
@@ -406,18 +405,18 @@ def test_gradient_caching_with_dropout_replays_the_first_pass_masks(tiny, tiny_m
 
 # --- train.* checks ---------------------------------------------------------------------------------
 
-def params_with(**train_values) -> Params:
-    data = copy.deepcopy(load_params(PARAMS).data)
+def params_with(**train_values) -> dict:
+    data = read_params_tree(PARAMS)
     data["train"].update(train_values)
-    return Params(data, "some/params.yaml")
+    return data
 
 
 def test_every_setting_comes_from_params_yaml():
-    data = copy.deepcopy(load_params(PARAMS).data)
-    assert TrainSettings.from_params(Params(data), UNUSED_N).tau == data["train"]["tau"]
+    data = read_params_tree(PARAMS)
+    assert TrainSettings.from_section(settings_from(data).train, UNUSED_N).tau == data["train"]["tau"]
     del data["train"]["tau"]
-    with pytest.raises(ConfigError, match="missing parameter 'train.tau'"):
-        TrainSettings.from_params(Params(data), UNUSED_N)
+    with pytest.raises(ConfigError, match="train.tau: missing parameter"):
+        settings_from(data)
 
 
 @pytest.mark.parametrize("key, value", [
@@ -430,13 +429,14 @@ def test_every_setting_comes_from_params_yaml():
 ])
 def test_a_bad_or_unknown_train_value_names_the_file_and_key(key, value):
     with pytest.raises(ConfigError) as error:
-        TrainSettings.from_params(params_with(**{key: value}), UNUSED_N)
+        settings_from(params_with(**{key: value}), "some/params.yaml")
     assert error.value.one_line().startswith(f"ConfigError: some/params.yaml:train.{key}: ")
 
 
 def test_good_values_pass_and_ints_serve_as_floats():
-    values = TrainSettings.from_params(params_with(lr=1, grad_clip=float("inf"), nproc=2, device="cuda:1",
-                                                   embed_batch_size=512), UNUSED_N)
+    values = TrainSettings.from_section(settings_from(params_with(lr=1, grad_clip=float("inf"), nproc=2,
+                                                                  device="cuda:1", embed_batch_size=512)).train,
+                                        UNUSED_N)
     assert values.lr == 1.0 and isinstance(values.lr, float)
     assert values.embed_batch_size == 512
 
@@ -444,7 +444,7 @@ def test_good_values_pass_and_ints_serve_as_floats():
 @pytest.mark.parametrize("key, value", [("batch_size", "abc"), ("batchsize", 8),
                                         ("val_fraction", 0.0)])  # fine-tuning holds none out for the tune stage
 def test_the_train_stage_rejects_bad_train_params_in_one_line_before_any_work(key, value, tiny_model, tmp_path):
-    data = copy.deepcopy(load_params(PARAMS).data)
+    data = read_params_tree(PARAMS)
     data["encoder"].update(name=str(tiny_model), mode="fine-tuned")
     data["train"][key] = value
     from ruamel.yaml import YAML
@@ -465,7 +465,7 @@ def test_the_train_stage_refuses_more_processes_than_gpus_in_one_line(tiny_model
     """A preset's train.nproc=8 on a machine with fewer GPUs: one line naming train.nproc before torchrun starts
     ranks that would each fail on a GPU that is not there (CUDA_VISIBLE_DEVICES hides every GPU, so the machine
     has 0 whatever it is)."""
-    data = copy.deepcopy(load_params(PARAMS).data)
+    data = read_params_tree(PARAMS)
     data["encoder"].update(name=str(tiny_model), mode="fine-tuned")
     data["train"].update(nproc=2, device="cuda")
     from ruamel.yaml import YAML

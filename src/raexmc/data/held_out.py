@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import ConfigError
-from ..params import Params
+from ..errors import PARAMS_FILE, ConfigError
+from ..settings import Settings
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class SplitSource:
     fraction_key: str
 
 
-def tune_split(p: Params, num_inputs: Callable[[], int] | None = None) -> SplitSource:
+def tune_split(settings: Settings, num_inputs: Callable[[], int] | None = None) -> SplitSource:
     """The split the tune stage validates on. A fine-tuned encoder has been trained on every training input but
     the ones training held out, so it validates on exactly those (`train.val_fraction`, `train.seed`): any other
     split would choose λ, τ and the memory on inputs it has learnt. A zero-shot encoder has seen none of them,
@@ -32,12 +32,9 @@ def tune_split(p: Params, num_inputs: Callable[[], int] | None = None) -> SplitS
     `num_inputs()` training inputs, where given, that it rounds to none) or, where they are given, all of them
     (so large a share that none is left to train on); the train stage calls it too, so that the user hears it
     before training rather than after."""
-    if p.get("encoder.mode") != "fine-tuned":
-        return SplitSource(p.typed("infer.val_fraction", float), p.integer("infer.val_seed", 0), "infer.val_fraction")
-    fraction = p.typed("train.val_fraction", float)
-    if not 0 <= fraction < 1:
-        raise ConfigError(f"train.val_fraction must be a number in [0, 1), got {fraction!r}", p.path,
-                          "train.val_fraction")
+    if settings.encoder.mode != "fine-tuned":
+        return SplitSource(settings.infer.val_fraction, settings.infer.val_seed, "infer.val_fraction")
+    fraction = settings.train.val_fraction
     inputs = None if num_inputs is None or fraction == 0 else num_inputs()
     held = None if inputs is None else int(round(inputs * fraction))  # as validation_folds rounds it
     if fraction == 0 or held == 0:
@@ -45,11 +42,11 @@ def tune_split(p: Params, num_inputs: Callable[[], int] | None = None) -> SplitS
         raise ConfigError(f"train.val_fraction {fraction}{of} holds out no input with encoder.mode fine-tuned, and "
                           "the tune stage validates on the inputs fine-tuning held out; raise it (the default 0.05; "
                           "train.val_max_queries: 0 holds them out without validating each round)",
-                          p.path, "train.val_fraction")
+                          PARAMS_FILE, "train.val_fraction")
     if held is not None and held >= inputs:
         raise ConfigError(f"train.val_fraction {fraction} of {inputs:,} training inputs holds out every one, leaving "
-                          "none to fine-tune on; lower it (the default 0.05)", p.path, "train.val_fraction")
-    return SplitSource(fraction, p.integer("train.seed", 0), "train.val_fraction")
+                          "none to fine-tune on; lower it (the default 0.05)", PARAMS_FILE, "train.val_fraction")
+    return SplitSource(fraction, settings.train.seed, "train.val_fraction")
 
 
 def split_validation(Y: sp.csr_matrix, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from itertools import chain, islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, get_args
 
 import numpy as np
 from tqdm import tqdm
@@ -25,12 +25,10 @@ from ..data.dataset import SPLITS, Dataset, Text, text_record
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import atomic_dir, load_array, new_memmap, read_json, write_json
 from ..parallel import ordered_map, worker_count
+from ..settings import TextFields, TokenizeSettings, section_from
 from .model import id_setting, tokenizer_fingerprint
 
-if TYPE_CHECKING:
-    from ..params import Params  # not at run time: the GPU machines lack ruamel.yaml
-
-FIELDS = ("title", "title+content")
+FIELDS = get_args(TextFields)
 NO_LENGTH_LIMIT = int(1e20)  # a tokenizer's model_max_length from here up (transformers uses 1e20, 1e30) means none
 CHARS_PER_TOKEN = 128  # see tokenizer_input
 PADDING = "right"  # every row; a cache without this mark may hold a left-padding tokenizer's rows, so it is rebuilt
@@ -48,53 +46,17 @@ class CacheKey:
     label_fields: str
 
 
-@dataclass(frozen=True)
-class TokenizeSettings:
-    """The tokenize.* values. Checked before any text is read, so a bad one fails as a ConfigError
-    naming its key, not deep inside numpy or the tokenizer."""
-
-    input_max_len: int
-    label_max_len: int
-    input_fields: str
-    label_fields: str
-    batch_size: int
-
-    @classmethod
-    def from_params(cls, params: Params) -> TokenizeSettings:
-        """Read, type-check and range-check every tokenize.* key; a key not known here is a typo."""
-        unknown = sorted(set(params.section("tokenize")) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ConfigError(f"unknown parameter 'tokenize.{unknown[0]}'", params.path, f"tokenize.{unknown[0]}")
-        settings = cls(input_max_len=params.typed("tokenize.input_max_len", int),
-                       label_max_len=params.typed("tokenize.label_max_len", int),
-                       input_fields=params.typed("tokenize.input_fields", str),
-                       label_fields=params.typed("tokenize.label_fields", str),
-                       batch_size=params.typed("tokenize.batch_size", int))
-        settings.check_ranges(params.path)
-        return settings
-
-    def check_ranges(self, source: str = PARAMS_FILE) -> None:
-        """The ranges that hold whatever the tokenizer; checked before it is even loaded."""
-        for key in ("input_max_len", "label_max_len", "batch_size"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"'tokenize.{key}' must be at least 1, got {getattr(self, key)}", source,
-                                  f"tokenize.{key}")
-        for key in ("input_fields", "label_fields"):
-            if getattr(self, key) not in FIELDS:
-                raise ConfigError(f"'{getattr(self, key)}' is not one of {', '.join(FIELDS)}", source,
-                                  f"tokenize.{key}")
-
-    def check_tokenizer(self, tokenizer, source: str = PARAMS_FILE) -> None:
-        """Each max length must hold the tokenizer's special tokens plus one text token, and fit
-        the longest input the model takes (when the tokenizer knows it)."""
-        shortest = tokenizer.num_special_tokens_to_add() + 1
-        longest = tokenizer.model_max_length if tokenizer.model_max_length < NO_LENGTH_LIMIT else None
-        for key in ("input_max_len", "label_max_len"):
-            value = getattr(self, key)
-            if value < shortest or (longest is not None and value > longest):
-                allowed = f"{shortest} to {longest}" if longest is not None else f"at least {shortest}"
-                raise ConfigError(f"'tokenize.{key}' is {value}, but the tokenizer takes {allowed} tokens",
-                                  source, f"tokenize.{key}")
+def check_tokenizer(settings: TokenizeSettings, tokenizer) -> None:
+    """Each max length must hold the tokenizer's special tokens plus one text token, and fit the longest input the
+    model takes (when the tokenizer knows it)."""
+    shortest = tokenizer.num_special_tokens_to_add() + 1
+    longest = tokenizer.model_max_length if tokenizer.model_max_length < NO_LENGTH_LIMIT else None
+    for key in ("input_max_len", "label_max_len"):
+        value = getattr(settings, key)
+        if value < shortest or (longest is not None and value > longest):
+            allowed = f"{shortest} to {longest}" if longest is not None else f"at least {shortest}"
+            raise ConfigError(f"'tokenize.{key}' is {value}, but the tokenizer takes {allowed} tokens",
+                              PARAMS_FILE, f"tokenize.{key}")
 
 
 def text_of(record: Text, fields: str) -> str:
@@ -246,9 +208,10 @@ def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: 
 
     An existing cache at `target` with the same key is reused as it is.
     """
-    settings = TokenizeSettings(input_max_len, label_max_len, input_fields, label_fields, batch_size)
-    settings.check_ranges()
-    settings.check_tokenizer(tokenizer)
+    settings = section_from(TokenizeSettings, "tokenize", {
+        "input_max_len": input_max_len, "label_max_len": label_max_len, "input_fields": input_fields,
+        "label_fields": label_fields, "batch_size": batch_size})
+    check_tokenizer(settings, tokenizer)
     key = CacheKey(tokenizer_name, tokenizer_fingerprint(tokenizer), input_max_len, label_max_len, input_fields,
                    label_fields)
     target = Path(target)

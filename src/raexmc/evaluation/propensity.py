@@ -7,14 +7,10 @@ which use the default pair, and "Amazon" in AmazonCat-13K, which does too.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from ..errors import ConfigError
-from ..params import Params
 
 # The three pairs in use (pyxclib's xclib/evaluation/xc_metrics.py, compute_inv_propesity's docstring:
 # "0.5/0.4: Wikipedia, 0.6/2.6: Amazon, 0.55/1.5: otherwise").
@@ -94,18 +90,10 @@ def table_propensity(names: Sequence[str]) -> Propensity:
                                               "set evaluate.propensity: [A, B] to choose")
 
 
-def propensity_from_params(p: Params, names: Sequence[str]) -> Propensity:
-    """`evaluate.propensity`: "auto" looks the dataset's `names` up in the table; else an explicit [A, B]."""
-    value = p.get("evaluate.propensity")
-    if value == "auto":
+def chosen_propensity(setting: str | tuple[float, ...], names: Sequence[str]) -> Propensity:
+    """`evaluate.propensity` (as the settings loader checked it): "auto" looks the dataset's `names` up in the
+    table; else the [A, B] it gives."""
+    if setting == "auto":
         return table_propensity(names)
-    A, B = p.checked("evaluate.propensity", value if isinstance(value, list) and len(value) == 2 else [],
-                     _positive, "auto or two numbers [A, B] > 0", value)
+    A, B = setting
     return Propensity(A, B, "evaluate.propensity", "evaluate.propensity")
-
-
-def _positive(value: object) -> float:
-    """`value` as a float, or ConfigError unless it is a finite number > 0 (the propensity formula's A and B)."""
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"not a finite number > 0: {value!r}")
-    return float(value)

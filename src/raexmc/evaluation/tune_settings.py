@@ -4,19 +4,15 @@ training inputs (auto) and on what grid, how many inputs are held out and in how
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import one_of, positive_int
 from ..data.held_out import tune_split
 from ..errors import PARAMS_FILE, ConfigError
-from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RETRIEVALS, SPLIT, check_label_share
-from ..params import Params
-from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau
-from .evaluator import HEADLINE
+from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, SPLIT
+from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
+from ..settings import AUTO, Settings
 
-AUTO = "auto"
 # Held-out queries that `infer.val_folds: auto` pools folds up to: P@1's standard error near 75% is about one
 # point at 2,000 queries, against two at FOLDOC's 411, and a choice between neighbouring grid points rests on
 # a few dozen queries, not a handful.
@@ -45,30 +41,15 @@ class TuneSettings:
     label_share_grid: tuple[float, ...] = ()
 
     @classmethod
-    def from_params(cls, p: Params) -> TuneSettings:
-        """Every value checked before any work, each failure one ConfigError naming its key."""
-        fraction = p.typed("infer.val_fraction", float)
-        if not 0.0 < fraction < 1.0:
-            raise ConfigError(f"infer.val_fraction must be in (0, 1), got {fraction!r}", p.path, "infer.val_fraction")
-        # both checked in either mode: a fine-tuned encoder validates on training's split
-        p.integer("infer.val_seed", 0)
-        split = tune_split(p)
-        metric = p.typed("infer.auto_metric", str)
-        if metric not in HEADLINE:
-            raise ConfigError(f"infer.auto_metric must be one of {', '.join(HEADLINE)}, got {metric!r}",
-                              p.path, "infer.auto_metric")
-        return cls(lam=_number_or_auto(p, "infer.lambda", check_lambda, "a number in [0, 1]"),
-                   tau=_number_or_auto(p, "infer.tau", check_tau, "a number > 0"),
-                   lambda_grid=p.grid("infer.lambda_sweep", check_lambda, "numbers in [0, 1]"),
-                   tau_grid=p.grid("infer.tau_grid", check_tau, "numbers > 0"),
-                   metric=metric, b=check_b(p.typed("infer.b", int)), val_fraction=split.fraction,
-                   val_max_queries=positive_int(p.get("infer.val_max_queries"), "infer.val_max_queries", p.path,
-                                                "infer.val_max_queries"),
-                   val_seed=split.seed, fraction_key=split.fraction_key, relevance=p.typed("infer.relevance", str),
-                   val_folds=_folds_or_auto(p), encoder_trained=p.get("encoder.mode") == "fine-tuned",
-                   retrieval=one_of(p.get("infer.retrieval"), RETRIEVALS, "infer.retrieval", p.path, "infer.retrieval"),
-                   label_share=_number_or_auto(p, "infer.label_share", check_label_share, "a number in [0, 1]"),
-                   label_share_grid=p.grid("infer.label_share_grid", check_label_share, "numbers in [0, 1]"))
+    def from_settings(cls, settings: Settings) -> TuneSettings:
+        """The choice's settings, from the checked params (the held-out split: data.held_out.tune_split)."""
+        infer, split = settings.infer, tune_split(settings)
+        return cls(lam=_or_none(infer.lam), tau=_or_none(infer.tau), lambda_grid=infer.lambda_sweep,
+                   tau_grid=infer.tau_grid, metric=infer.auto_metric, b=infer.b, val_fraction=split.fraction,
+                   val_max_queries=infer.val_max_queries, val_seed=split.seed, fraction_key=split.fraction_key,
+                   relevance=infer.relevance, val_folds=_or_none(infer.val_folds),
+                   encoder_trained=settings.encoder.mode == "fine-tuned", retrieval=infer.retrieval,
+                   label_share=_or_none(infer.label_share), label_share_grid=infer.label_share_grid)
 
     def folds_for(self, num_inputs: int) -> int:
         """The validation folds of `num_inputs` training inputs: `val_folds`, or where auto, enough that the
@@ -124,17 +105,6 @@ class TuneSettings:
         return self.retrieval == SPLIT and self.label_share is None
 
 
-def _folds_or_auto(p: Params) -> int | None:
-    value = p.get("infer.val_folds", 1)
-    if value == AUTO:
-        return None
-    try:
-        return positive_int(value, "infer.val_folds", p.path, "infer.val_folds")
-    except ConfigError:
-        raise ConfigError(f"infer.val_folds must be an integer >= 1 or {AUTO}, got {value!r}", p.path,
-                          "infer.val_folds") from None
-
-
-def _number_or_auto(p: Params, key: str, check: Callable[[Any], float], text: str) -> float | None:
-    value = p.get(key)
-    return None if value == AUTO else p.checked(key, [value], check, f"{text} or {AUTO}", value)[0]
+def _or_none(setting: Any) -> Any:
+    """A setting that may say auto, with None for auto."""
+    return None if setting == AUTO else setting

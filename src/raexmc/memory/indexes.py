@@ -12,7 +12,7 @@ import numpy as np
 from ..encoder.vectors import load_embeddings
 from ..errors import PARAMS_FILE, ConfigError
 from ..io import atomic_dir
-from ..params import Params
+from ..settings import SearchSettings
 from .compression import NONE, checked_compression, parse_compression
 from .exact import CHUNK_ROWS, ExactIndex
 from .faiss_index import FaissIndex, build_faiss
@@ -39,11 +39,11 @@ def resolve_backend(setting: str, key_count: int, device: str = "cpu") -> str:
     return setting
 
 
-def search_device(p: Params) -> str:
+def search_device(search: SearchSettings) -> str:
     """`search.device` as a torch device (auto: the GPU if one is visible), or ConfigError naming the key."""
     from ..encoder.device import pick_device  # imports torch: only the stages that search need it
 
-    return pick_device(p.typed("search.device", str), p.path, "search.device")
+    return pick_device(search.device, PARAMS_FILE, "search.device")
 
 
 def backend_for(setting: str, embeddings: str | os.PathLike, device: str = "cpu") -> str:

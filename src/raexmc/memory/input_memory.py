@@ -26,13 +26,12 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import one_of
-from ..errors import ConfigError, DataError
+from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import atomic_dir, load_array, load_sparse, read_json, save_array, write_json
-from ..params import Params
+from ..settings import AUTO, MemorySection
 from .compression import NONE, checked_compression, parse_compression
 from .indexes import INDEXED_KEY_SETS, make_index
-from .key_selection import METHODS, check_keep, kept_count, select_keys
+from .key_selection import check_keep, kept_count, select_keys
 from .keys_values import KEYS_FILE
 from .merge import JointSearch, RaeRetrieval, prefix, rae_keys
 from .persistence import load_index, save_index
@@ -46,7 +45,6 @@ COUNTS_FILE = "counts.npy"
 INDEX_FOLDER = "inputs"
 LABELS_FOLDER = "labels"   # a compressed memory's, or one with label prototypes, own labels' index
 FULL_INDEX = "index/inputs"   # what memory.json names when RAE searches the index stage's inputs' index
-AUTO_KEEP = "auto"
 CHOICE_FILE = "memory_choice.json"   # the tune stage's: the keep and α the memory stage builds where they are auto
 
 
@@ -70,18 +68,17 @@ class MemorySettings:
     prototypes: float = 0.0   # α of the label prototypes, resolved (0: the label texts' keys)
 
     @classmethod
-    def from_params(cls, p: Params, backend: str, keep: float | None = None,
-                    prototypes: float | None = None) -> MemorySettings:
-        """The section checked, for the index backend `backend` (`index.backend` resolved: indexes.backend_for),
+    def from_section(cls, memory: MemorySection, backend: str, keep: float | None = None,
+                     prototypes: float | None = None) -> MemorySettings:
+        """The section resolved for the index backend `backend` (`index.backend` resolved: indexes.backend_for),
         at `keep` where given (memory.keep auto: a point of its grid, or the tune stage's choice), with α
         `prototypes` where memory.prototypes auto is chosen (prototypes.searches_prototypes) likewise."""
-        keep = resolved_keep(p) if keep is None else check_keep(keep)
-        compression = p.typed("memory.compression", str)
+        keep = resolved_keep(memory) if keep is None else check_keep(keep)
         # an unknown name, or one the index backend cannot build, fails here: before any key is selected
-        checked_compression(compression, backend)
-        return cls(keep=keep, method=one_of(p.get("memory.method"), METHODS, "memory.method", p.path, "memory.method"),
-                   prior=p.typed("memory.prior", bool), seed=p.integer("memory.seed", 0), compression=compression,
-                   prototypes=prototype_weight(p.get("memory.prototypes"), keep, backend, p.path, prototypes))
+        checked_compression(memory.compression, backend)
+        return cls(keep=keep, method=memory.method, prior=memory.prior, seed=memory.seed,
+                   compression=memory.compression,
+                   prototypes=prototype_weight(memory.prototypes, keep, backend, prototypes))
 
     @property
     def full(self) -> bool:
@@ -100,40 +97,27 @@ class MemorySettings:
         return not self.full or self.prototypes > 0
 
 
-def keep_setting(p: Params) -> float | None:
-    """`memory.keep` checked: a share of the training inputs in [0, 1], or None where it is auto (the tune stage
-    chooses it from `memory.keep_grid`)."""
-    value = p.get("memory.keep")
-    if value == AUTO_KEEP:
-        return None
-    return p.checked("memory.keep", [value], check_keep, f"a number in [0, 1] or {AUTO_KEEP}", value)[0]
-
-
-def keep_grid(p: Params) -> tuple[float, ...]:
-    """`memory.keep_grid`: the shares that memory.keep auto tries."""
-    return p.grid("memory.keep_grid", check_keep, "numbers in [0, 1]")
-
-
-def resolved_keep(p: Params, choice: str | os.PathLike | None = None) -> float:
+def resolved_keep(memory: MemorySection, choice: str | os.PathLike | None = None) -> float:
     """`memory.keep`, or where it is auto the tune stage's choice, read from `choice` (its CHOICE_FILE)."""
-    keep = keep_setting(p)
-    return keep if keep is not None else _chosen(p, choice, "keep", check_keep, "a number in [0, 1]")
+    if memory.keep != AUTO:
+        return memory.keep
+    return _chosen(choice, "keep", check_keep, "a number in [0, 1]")
 
 
-def chosen_memory(p: Params, backend: str, choice: str | os.PathLike | None = None) -> MemorySettings:
+def chosen_memory(memory: MemorySection, backend: str, choice: str | os.PathLike | None = None) -> MemorySettings:
     """The memory the memory stage builds: the `memory` section, with the keep and α the tune stage chose
     (`choice`, its CHOICE_FILE) where they are auto."""
-    keep = resolved_keep(p, choice)
-    searched = searches_prototypes(p.get("memory.prototypes"), keep, backend)
-    return MemorySettings.from_params(p, backend, keep, _chosen(p, choice, "prototypes", check_weight,
-                                                                "a number >= 0") if searched else None)
+    keep = resolved_keep(memory, choice)
+    searched = searches_prototypes(memory.prototypes, keep, backend)
+    return MemorySettings.from_section(memory, backend, keep, _chosen(choice, "prototypes", check_weight,
+                                                                      "a number >= 0") if searched else None)
 
 
-def _chosen(p: Params, choice: str | os.PathLike | None, key: str, check: Callable[[Any], float], text: str) -> float:
+def _chosen(choice: str | os.PathLike | None, key: str, check: Callable[[Any], float], text: str) -> float:
     """`key` of the tune stage's choice file, checked: `memory.<key>` is auto."""
     if choice is None:
         raise ConfigError(f"memory.{key} auto is chosen by the tune stage: the memory stage needs its {CHOICE_FILE}",
-                          p.path, f"memory.{key}")
+                          PARAMS_FILE, f"memory.{key}")
     path = Path(choice)
     if not path.is_file():
         raise DataError(f"no chosen {key}: run the tune stage (memory.{key} is auto)", path)

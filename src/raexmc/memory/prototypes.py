@@ -19,7 +19,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import PARAMS_FILE, ConfigError
-from ..params import Params
 from .key_selection import unit_rows
 from .search import EXACT_MAX_KEYS
 
@@ -40,32 +39,22 @@ def check_weight(weight: object) -> float:
     return float(weight)
 
 
-def prototype_grid(p: Params) -> tuple[float, ...]:
-    """`memory.prototypes_grid`: the α that `memory.prototypes: auto` tries."""
-    return p.grid("memory.prototypes_grid", check_weight, "numbers >= 0")
-
-
-def prototype_weight(setting: object, keep: float, backend: str, path: str = PARAMS_FILE,
-                     chosen: float | None = None) -> float:
+def prototype_weight(setting: float | str, keep: float, backend: str, chosen: float | None = None) -> float:
     """α from `memory.prototypes`: a number >= 0 (0: the label texts' keys), or auto: `chosen` (a point of
     memory.prototypes_grid, or the tune stage's choice) where searches_prototypes, else 0. `chosen` is read
-    only there."""
+    only there. `setting` is as the settings loader checked it."""
     if setting == AUTO:
         if not searches_prototypes(setting, keep, backend):
             return 0.0
         if chosen is None:
             raise ConfigError("memory.prototypes auto below keep 1 is chosen by the tune stage: the memory stage "
-                              "needs its choice file", path, "memory.prototypes")
+                              "needs its choice file", PARAMS_FILE, "memory.prototypes")
         return check_weight(chosen)
-    try:
-        weight = check_weight(setting)
-    except ConfigError:
-        raise ConfigError(f"memory.prototypes must be auto or a number >= 0, got {setting!r}", path,
-                          "memory.prototypes") from None
+    weight = float(setting)
     if weight > 0 and backend == "exact":
         raise ConfigError(f"label prototypes need an index backend that builds graphs (hnsw; index.backend auto is "
                           f"exact up to {EXACT_MAX_KEYS:,} keys): the exact backend keeps no label index of a memory's "
-                          "own", path, "memory.prototypes")
+                          "own", PARAMS_FILE, "memory.prototypes")
     return weight
 
 

@@ -8,22 +8,21 @@ from pathlib import Path
 from typing import Any
 
 from ..encoder.model import weights_on_disk
-from ..errors import ConfigError
-from ..params import Params
+from ..errors import PARAMS_FILE, ConfigError
 from .tracking.names import flatten
 
 PAPER_GPUS = 8  # the paper trained on 8 A100s; a preset's train.batch_size is per GPU
 WIDTH = 100     # the printed command wraps (with shell line continuations) to fit a terminal
 
 
-def preset_values(p: Params, name: str) -> dict[str, Any]:
-    """Preset `name` as dotted keys and values, or a ConfigError naming the presets known."""
-    presets = p.section("presets")
+def preset_values(presets: dict[str, Any], name: str) -> dict[str, Any]:
+    """Preset `name` of the `presets` catalogue as dotted keys and values, or a ConfigError naming the presets
+    known."""
     if name not in presets:
-        raise ConfigError(f"unknown preset '{name}' (known: {', '.join(presets)})", p.path, "presets")
+        raise ConfigError(f"unknown preset '{name}' (known: {', '.join(presets)})", PARAMS_FILE, "presets")
     if not isinstance(presets[name], dict):
         raise ConfigError(f"a preset must be a mapping of settings (key: value), got {type(presets[name]).__name__}",
-                          p.path, f"presets.{name}")
+                          PARAMS_FILE, f"presets.{name}")
     return flatten(presets[name])
 
 

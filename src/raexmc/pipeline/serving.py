@@ -30,9 +30,9 @@ from packaging.version import Version
 import raexmc
 
 from ..errors import DataError, RaexmcError
-from ..params import Params
 from ..rae.model import RaeModel
 from ..rae.queries import checked_k, query_of
+from ..settings import PackageSettings
 from .tracking.run import from_the_store, readable_store, tracking_uri
 
 DEFAULT_K = 10
@@ -41,8 +41,8 @@ DEFAULT_K = 10
 MAX_RECORDS = 1000
 # PyTorch's index of CPU-only wheels (torch 2.13.0+cpu and its kin), which PyPI does not serve.
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-# What the model's code imports (faiss: a compressed memory; ruamel.yaml: raexmc.params), beyond what these bring
-REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow", "ruamel.yaml")
+# What the model's code imports (faiss: a compressed memory; pydantic: raexmc.settings), beyond what these bring
+REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow", "pydantic")
 # one label of an answer (RaeModel.label_answer): its id is its dataset's, a string, a number or null
 LABEL = Object([Property("label", "long"), Property("id", AnyType()), Property("text", "string"),
                 Property("score", "double")])
@@ -125,9 +125,9 @@ def _first_line(error: Exception) -> str:
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
-def registered_name(p: Params, dataset: str) -> str:
+def registered_name(package: PackageSettings, dataset: str) -> str:
     """The registered model's name: package.model_name, or raexmc-<dataset> when that is null."""
-    return p.typed("package.model_name", (str, type(None))) or f"raexmc-{dataset}"
+    return package.model_name or f"raexmc-{dataset}"
 
 
 def registered_uri(model_name: str, alias: str) -> str:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import typer
 
-from ..errors import ConfigError, RaexmcError, StorageError
+from ..errors import RaexmcError, StorageError
 from ..io import NO_ROOM, remove_dead_temps
 from ..numerics import kernels_pinned
-from ..params import Params, load_params
+from ..settings import Settings, load_settings, read_params_tree, settings_from
 from .paths import output_folders
 from .tracking.guard import ParamsGuard
 from .tracking.run import StageRun, stage_run
@@ -66,8 +66,8 @@ def _storage_error(exc: OSError) -> StorageError:
                         "nothing half-written was kept)", path)
 
 
-def run_stage(name: str, body: Callable[[Params, StageRun], None], params_path: str = "params.yaml") -> None:
-    """Load params, open the pipeline's MLflow run for stage `name` and run `body` inside it, alone
+def run_stage(name: str, body: Callable[[Settings, StageRun], None], params_path: str = "params.yaml") -> None:
+    """Load the settings, open the pipeline's MLflow run for stage `name` and run `body` inside it, alone
     in its working copy and only with the params its DVC command set (see tracking.guard).
 
     First it removes the temporaries that killed stages left in the pipeline's output folders: a stage
@@ -75,26 +75,24 @@ def run_stage(name: str, body: Callable[[Params, StageRun], None], params_path: 
     (track runs every time) does."""
     with user_errors(params_path):
         guard = ParamsGuard(params_path)
-        params = load_params(params_path)
+        tree = read_params_tree(params_path)
+        settings = settings_from(tree, params_path)
         with one_stage_at_a_time(params_path, name):
             for folder in output_folders(params_path):
                 remove_dead_temps(folder)
             guard.check()
-            guard.check_dvc_overrides(params)
+            guard.check_dvc_overrides(tree)
             with stage_run(name, params_path, guard) as run:
-                body(params, run)
+                body(settings, run)
 
 
-def process_count(value: object, key: str, path: str | os.PathLike) -> int:
-    """A `*.nproc` value as a number of processes, or a ConfigError naming `key`: 'auto' is one per
-    visible GPU (1 where there is none); otherwise an integer >= 1."""
-    if value == "auto":
+def process_count(setting: int | str) -> int:
+    """A `*.nproc` setting as a number of processes: 'auto' is one per visible GPU (1 where there is none)."""
+    if setting == "auto":
         import torch  # only the stages that can start processes pay for it
 
         return max(torch.cuda.device_count(), 1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"must be 'auto' or an integer >= 1, got {value!r}", path, key)
-    return value
+    return int(setting)
 
 
 def relaunch_under_torchrun(nproc: int, torchrun_args: str) -> None:
@@ -129,7 +127,7 @@ def torchrun(args: list[str]) -> int:
             elastic_log.setLevel(level)
 
 
-def run_stage_on_rank(name: str, body: Callable[[Params, StageRun | None], None], params_path: str,
+def run_stage_on_rank(name: str, body: Callable[[Settings, StageRun | None], None], params_path: str,
                       is_main: bool) -> None:
     """Rank 0 (or the one process) runs the stage as `run_stage` does; the other ranks of a torchrun
     group run `body` with run=None: one MLflow run, one lock and one output for the whole group."""
@@ -137,7 +135,7 @@ def run_stage_on_rank(name: str, body: Callable[[Params, StageRun | None], None]
         run_stage(name, body, params_path)
     else:
         with user_errors(params_path):
-            body(load_params(params_path), None)
+            body(load_settings(params_path), None)
 
 
 def stage_cli(main: Callable[..., None], description: str) -> None:

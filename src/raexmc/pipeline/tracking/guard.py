@@ -17,7 +17,6 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from ...errors import ConcurrentRunError
-from ...params import Params
 from .dvc_command import dvc_command, set_params
 
 PARALLEL_HINT = ("run experiments side by side with `raexmc sweep` or `dvc exp run --queue` "
@@ -44,18 +43,29 @@ class ParamsGuard:
             raise ConcurrentRunError("changed while this stage ran (another `dvc exp run` in this workspace?), "
                                      f"so its results are not logged or kept; {PARALLEL_HINT}", self.path)
 
-    def check_dvc_overrides(self, params: Params) -> None:
-        """ConcurrentRunError if `params` lacks a `-S` value of the `dvc exp run` running this stage."""
+    def check_dvc_overrides(self, tree: dict[str, Any]) -> None:
+        """ConcurrentRunError if the params `tree` (as read at the stage's start) lacks a `-S` value of the
+        `dvc exp run` running this stage."""
         for file, key, text in set_params(dvc_command() or []):
             if Path(file).resolve() != self.path.resolve():
                 continue
-            wanted, found = _yaml_value(text), params.get(key, _MISSING)
+            wanted, found = _yaml_value(text), _dotted(tree, key)
             if wanted is not _MISSING and wanted != found:
                 held = "nothing" if found is _MISSING else repr(found)
                 raise ConcurrentRunError(
                     f"holds {held}, but the `dvc exp run` running this stage set {key}={text}: another "
                     f"`dvc exp run` in this workspace rewrote it, so nothing is logged or kept; {PARALLEL_HINT}",
                     self.path, key)
+
+
+def _dotted(tree: dict[str, Any], key: str) -> Any:
+    """The value at dotted `key` of a params tree; _MISSING where there is none."""
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
 
 
 def _yaml_value(text: str) -> Any:

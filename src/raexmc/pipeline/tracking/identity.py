@@ -34,9 +34,9 @@ def pipeline_key(params: bytes, commit: str, exp_name: str) -> str:
 def pipeline_params(params_path: Path) -> dict[str, Any]:
     """Every param of the execution, the chosen dataset's entry included, so that runs in which
     DVC reran only the last stages still compare side by side on all of them."""
-    from ...params import load_params
+    from ...settings import read_params_tree
 
-    tree = load_params(params_path).data
+    tree = read_params_tree(params_path)
     chosen = tree.get("data", {}).get("name")
     picked = {key: value for key, value in tree.items() if key not in ("datasets", "presets")}
     if chosen in tree.get("datasets", {}):

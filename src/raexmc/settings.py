@@ -1,0 +1,337 @@
+"""params.yaml as typed, frozen settings: one model per section, built and checked by one loader.
+
+Every value is checked for type and range when the file is loaded, before any stage does work; a bad one is one
+ConfigError naming the file and the dotted key. `dvc exp run -S` rewrites params.yaml as YAML 1.2 (where `1e-4`
+is a float, unlike YAML 1.1), so the file is read with a YAML 1.2 parser. No defaults here but the two keys that
+had them before they were written out: params.yaml is where the defaults live.
+
+The `datasets` and `presets` catalogues are passed through as they are: their readers (data/catalogue.py,
+pipeline/presets.py) check the entry they use. `Settings.model_json_schema()` is params.schema.json
+(`raexmc schema`), which gives editors completion and checks as one types.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+
+from .errors import PARAMS_FILE, ConfigError
+
+AUTO = "auto"
+Auto = Literal["auto"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
+Device = Annotated[str, Field(pattern=rf"^({DEVICE_PATTERN})$", description="auto | cpu | cuda | cuda:N")]
+TextFields = Literal["title", "title+content"]
+Backend = Literal["auto", "hnsw", "exact"]
+KeepMethod = Literal["kmeans-labels", "kmeans", "random"]
+Retrieval = Literal["joint", "split"]
+Relevance = Literal["binary", "graded"]
+HeadlineMetric = Literal["P@1", "P@3", "P@5", "nDCG@5", "PSP@5", "R@10", "R@100"]
+
+# Integers and numbers of a range; True and False are neither (the models are strict), an int is a number.
+AtLeast0 = Annotated[int, Field(ge=0)]
+AtLeast1 = Annotated[int, Field(ge=1)]
+Share = Annotated[float, Field(ge=0, le=1)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def grid(item: Any) -> Any:
+    """A non-empty list of `item`, held as a tuple (so the settings stay frozen)."""
+    return Annotated[tuple[item, ...], Strict(False), Field(min_length=1)]
+
+
+SectionT = TypeVar("SectionT", bound="Section")
+
+
+class Section(BaseModel):
+    """A section of params.yaml: strict types, every key required, unknown keys refused, read-only."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True,
+                              use_attribute_docstrings=True)
+
+
+class DataSettings(Section):
+    name: str
+    """An entry of `datasets`."""
+    xc_repo_url: str
+    """Base URL of `xc-repo` archives (archive_id appended)."""
+    debian_mirror: str = "https://deb.debian.org/debian"
+    """Where the Debian packages come from on machines without apt-get."""
+
+
+class EncoderSettings(Section):
+    name: str
+    """Any Hugging Face name or local folder."""
+    mode: Literal["zero-shot", "fine-tuned"]
+    """zero-shot (use it as it is) | fine-tuned (the train stage trains it)."""
+
+
+class TokenizeSettings(Section):
+    input_fields: TextFields
+    label_fields: TextFields
+    input_max_len: AtLeast1
+    label_max_len: AtLeast1
+    batch_size: AtLeast1
+    """Texts per tokenizer call."""
+
+
+class TrainSection(Section):
+    """The `train` section as written: launch keys, and schedule keys that may say auto (training/settings.py
+    resolves them into the recipe)."""
+
+    nproc: Auto | AtLeast1
+    torchrun_args: str
+    device: Device
+    precision: Precision
+    schedule: Literal["fixed", "auto"]
+    batch_size: Auto | AtLeast1
+    grad_cache_chunk: Auto | AtLeast0
+    lr: Auto | Positive
+    max_steps: Auto | AtLeast1
+    warmup_steps: Auto | AtLeast0
+    weight_decay: NonNegative
+    grad_clip: Annotated[float, Field(gt=0)]
+    """> 0; .inf: no clipping."""
+    tau: Positive
+    hnm_steps: Auto | AtLeast1
+    hnm_topk: AtLeast1
+    num_hard_negatives: AtLeast0
+    hard_negatives: bool
+    instance_negatives: bool
+    val_fraction: Annotated[float, Field(ge=0, lt=1)]
+    val_b: AtLeast1
+    val_max_queries: AtLeast0
+    val_lambda: Share
+    validate_last: bool
+    checkpoint_every: AtLeast1
+    embed_batch_size: Auto | AtLeast1
+    seed: AtLeast0
+
+
+class EmbedSettings(Section):
+    nproc: Auto | AtLeast1
+    torchrun_args: str
+    device: Device
+    precision: Precision
+    dtype: Literal["float32", "float16"]
+    """How the .npy files store the vectors."""
+    batch_size: Auto | AtLeast1
+    threads: AtLeast0
+    """CPU threads; 0 = all."""
+
+
+class IndexSettings(Section):
+    backend: Backend
+    M: Annotated[int, Field(ge=2)]
+    ef_construction: AtLeast1
+    threads: AtLeast0
+    """0 = all CPUs."""
+
+
+class SearchSettings(Section):
+    device: Device
+
+
+class MemorySection(Section):
+    keep: Auto | Share
+    keep_grid: grid(Share)
+    method: KeepMethod
+    prior: bool
+    seed: AtLeast0
+    prototypes: Auto | NonNegative
+    prototypes_grid: grid(NonNegative)
+    compression: str
+    """none | fp16 | sq8 | sq4, optionally pca<d>- before and -m<M> after (memory/compression.py)."""
+
+
+class InferSettings(Section):
+    lam: Auto | Share = Field(alias="lambda")
+    b: AtLeast1
+    retrieval: Retrieval
+    label_share: Auto | Share
+    label_share_grid: grid(Share)
+    tau: Auto | Positive
+    tau_grid: grid(Positive)
+    auto_metric: HeadlineMetric
+    val_fraction: Annotated[float, Field(gt=0, lt=1)]
+    val_max_queries: AtLeast1
+    val_seed: AtLeast0
+    val_folds: Auto | AtLeast1 = 1
+    ef_search: AtLeast1
+    lambda_sweep: grid(Share)
+    b_sweep: grid(AtLeast1)
+    relevance: Relevance
+    ova_knn: bool
+    query_lambda: bool
+
+
+class EvaluateSettings(Section):
+    propensity: Auto | Annotated[tuple[Positive, ...], Strict(False), Field(min_length=2, max_length=2)]
+    """PSP@k's [A, B], or auto: the pair of the dataset's name in the table of standard XMC sets."""
+    threads: AtLeast0
+
+
+class SignificanceSettings(Section):
+    metrics: grid(str)
+    compare_with: str | None
+    """Another run's per_instance.npz path or MLflow run id, or null."""
+
+
+class PackageSettings(Section):
+    registers: bool = Field(alias="register")
+    """Log an MLflow pyfunc model and register it."""
+    model_name: str | None
+    """Registered model name; null = raexmc-<dataset>."""
+    alias: str
+
+
+class Settings(Section):
+    """The whole of params.yaml."""
+
+    data: DataSettings
+    datasets: dict[str, Any]
+    """The dataset catalogue (checked by the download stage, for the entry it uses)."""
+    encoder: EncoderSettings
+    tokenize: TokenizeSettings
+    train: TrainSection
+    embed: EmbedSettings
+    index: IndexSettings
+    search: SearchSettings
+    memory: MemorySection
+    infer: InferSettings
+    evaluate: EvaluateSettings
+    significance: SignificanceSettings
+    package: PackageSettings
+    presets: dict[str, Any]
+    """The paper's settings for its benchmarks (`raexmc preset NAME`)."""
+
+
+def schema_text() -> str:
+    """The JSON Schema of params.yaml (params.schema.json), from the types above."""
+    return json.dumps(Settings.model_json_schema(by_alias=True), indent=2, ensure_ascii=False) + "\n"
+
+
+def read_params_tree(path: str | os.PathLike = PARAMS_FILE) -> dict[str, Any]:
+    """The params file as plain dicts and lists (YAML 1.2), or ConfigError naming the file (and line)."""
+    from ruamel.yaml import YAML  # not at import: the GPU machines that only embed lack it
+    from ruamel.yaml.error import YAMLError
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("params file not found", path)
+    try:
+        data = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"invalid YAML ({getattr(exc, 'problem', exc)})", path,
+                          None if mark is None else mark.line + 1) from None
+    if not isinstance(data, dict):
+        raise ConfigError("top level must be a mapping", path)
+    return _plain(data)
+
+
+def _plain(node: Any) -> Any:
+    """ruamel's containers to plain dicts and lists."""
+    if isinstance(node, dict):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    return node
+
+
+def load_settings(path: str | os.PathLike = PARAMS_FILE) -> Settings:
+    """params.yaml checked and typed, or one ConfigError naming the file and the first bad key."""
+    return settings_from(read_params_tree(path), path)
+
+
+def settings_from(tree: dict[str, Any], path: str | os.PathLike = PARAMS_FILE) -> Settings:
+    """The settings of a params tree (as read_params_tree gives it), or one ConfigError naming `path`."""
+    try:
+        return Settings.model_validate(tree)
+    except ValidationError as exc:
+        raise config_error(exc, path) from None
+
+
+# pydantic's words for what a value must be, where a user's are shorter
+_WANTED = {"model_type": "a mapping of settings", "dict_type": "a mapping", "tuple_type": "a list",
+           "list_type": "a list", "bool_type": "true or false", "int_type": "an integer",
+           "float_type": "a number", "string_type": "a string", "finite_number": "a finite number",
+           "string_pattern_mismatch": "auto, cpu, cuda or cuda:N"}   # Device is the one pattern
+
+
+def section_from(model: type[SectionT], section: str, values: dict[str, Any]) -> SectionT:
+    """Section `section`'s settings from values a caller passes in code, or one ConfigError naming its key."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        raise config_error(exc, PARAMS_FILE, (section,)) from None
+
+
+def config_error(exc: ValidationError, path: str | os.PathLike = PARAMS_FILE,
+                 within: tuple[str, ...] = ()) -> ConfigError:
+    """The first error of a validation (of Settings, or of the section at `within`) as one ConfigError: the dotted
+    key, and what the value must be (every alternative of a union: `must be 'auto' or greater than or equal to 1`)."""
+    errors = [{**error, "loc": (*within, *error["loc"])} for error in exc.errors()]
+    key, entry = _key(errors[0]["loc"])
+    if errors[0]["type"] == "missing":
+        return ConfigError("missing parameter", path, key)
+    if errors[0]["type"] == "extra_forbidden":
+        section, _, _ = key.rpartition(".")
+        known = ", ".join(_fields(_model_at(section)))
+        return ConfigError(f"unknown parameter (known here: {known})", path, key)
+    wanted = dict.fromkeys(_wanted(error) for error in errors if _key(error["loc"])[0] == key and not _echo(error))
+    where = "" if entry is None else f"entry {entry} "
+    return ConfigError(f"{where}must be {' or '.join(wanted)}, got {errors[0]['input']!r}", path, key)
+
+
+def _echo(error: dict[str, Any]) -> bool:
+    """A list's length error that only echoes a bad entry (the entries left after validation are too few)."""
+    return error["type"] == "too_short" and error["ctx"].get("actual_length", 0) < len(error["input"])
+
+
+def _wanted(error: dict[str, Any]) -> str:
+    """What one error says a value must be."""
+    if error["type"] in _WANTED:
+        return _WANTED[error["type"]]
+    if error["type"] in ("too_short", "too_long"):
+        bound = "min_length" if error["type"] == "too_short" else "max_length"
+        return f"a list of {'at least' if bound == 'min_length' else 'at most'} {error['ctx'][bound]} entries"
+    text = error["msg"].removeprefix("Input should be ")
+    return text
+
+
+def _key(loc: tuple) -> tuple[str, int | None]:
+    """(the dotted params key, the list entry or None) of an error's location: the parts that name fields of the
+    models, then the first list index; the tags pydantic adds for a union's branches are no keys."""
+    model: Any = Settings
+    parts, entry = [], None
+    for part in loc:
+        if model is None:
+            if isinstance(part, int) and entry is None:
+                entry = part
+            continue
+        parts.append(str(part))
+        field = _fields(model).get(part)
+        annotation = None if field is None else field.annotation
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return ".".join(parts), entry
+
+
+def _fields(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's fields by the names params.yaml gives them."""
+    return {field.alias or name: field for name, field in model.model_fields.items()}
+
+
+def _model_at(key: str) -> type[BaseModel]:
+    """The model of the section at dotted `key` ("" is the whole file)."""
+    model: Any = Settings
+    for part in filter(None, key.split(".")):
+        model = _fields(model)[part].annotation
+    return model

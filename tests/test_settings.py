@@ -1,0 +1,160 @@
+"""params.yaml as typed settings: YAML 1.2 numbers as `dvc exp run -S` writes them, one ConfigError line naming the
+file and the key for any bad value, read-only settings, and the committed JSON Schema kept in step with the types."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from conftest import REPO
+from raexmc.errors import PARAMS_FILE, ConfigError, DataError
+from raexmc.settings import (
+    Settings,
+    TokenizeSettings,
+    load_settings,
+    read_params_tree,
+    schema_text,
+    section_from,
+    settings_from,
+)
+
+SCHEMA = REPO / "params.schema.json"
+
+
+def with_value(key: str, value: object) -> dict:
+    """The project's params tree with dotted `key` set to `value` (or removed, for ...)."""
+    tree = read_params_tree(REPO / "params.yaml")
+    *parents, leaf = key.split(".")
+    node = tree
+    for part in parents:
+        node = node[part]
+    if value is ...:
+        del node[leaf]
+    else:
+        node[leaf] = value
+    return tree
+
+
+def error_of(key: str, value: object) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        settings_from(with_value(key, value), "runs/a.yaml")
+    return info.value
+
+
+def test_the_shipped_params_load_as_written():
+    settings = load_settings(REPO / "params.yaml")
+    assert settings.infer.lam == 0.5 and settings.infer.b == 200 and settings.infer.val_folds == "auto"
+    assert settings.memory.keep_grid == (1.0, 0.5, 0.25, 0.1) and settings.memory.prototypes == "auto"
+    assert settings.train.lr == "auto" and settings.train.grad_clip == 1.0 and settings.train.hard_negatives is True
+    assert settings.evaluate.propensity == "auto" and settings.package.registers is True
+    assert settings.significance.metrics == ("P@1", "P@5", "R@100") and settings.significance.compare_with is None
+    assert settings.datasets["foldoc"]["source"] == "foldoc"
+
+
+def test_yaml_1_2_floats(tmp_path):
+    text = (REPO / "params.yaml").read_text().replace("  lr: auto", "  lr: 1e-4", 1)
+    (tmp_path / "params.yaml").write_text(text)
+    lr = load_settings(tmp_path / "params.yaml").train.lr
+    assert isinstance(lr, float) and abs(lr - 1e-4) < 1e-15
+
+
+def test_the_settings_are_read_only():
+    settings = load_settings(REPO / "params.yaml")
+    with pytest.raises(ValidationError, match="frozen"):
+        settings.infer.b = 10
+    with pytest.raises(AttributeError):
+        settings.memory.keep_grid.append(0.05)
+
+
+def test_a_missing_key_is_named():
+    assert error_of("infer.b", ...).one_line() == "ConfigError: runs/a.yaml:infer.b: missing parameter"
+
+
+def test_a_key_with_a_default_may_be_left_out():
+    assert settings_from(with_value("infer.val_folds", ...)).infer.val_folds == 1
+
+
+def test_a_typo_is_refused_with_its_key():
+    error = error_of("infer.lamda", 0.3)
+    assert (error.path, error.record) == ("runs/a.yaml", "infer.lamda")
+    assert error.message.startswith("unknown parameter (known here: lambda, b, retrieval, ")
+
+
+@pytest.mark.parametrize("key, value, line", [
+    ("tokenize.input_max_len", "ten", "tokenize.input_max_len: must be an integer, got 'ten'"),
+    ("infer.lambda", 2, "infer.lambda: must be 'auto' or less than or equal to 1, got 2"),
+    ("embed.batch_size", 0, "embed.batch_size: must be 'auto' or greater than or equal to 1, got 0"),
+    ("embed.dtype", "int8", "embed.dtype: must be 'float32' or 'float16', got 'int8'"),
+    ("embed.device", "gpu0", "embed.device: must be auto, cpu, cuda or cuda:N, got 'gpu0'"),
+    ("infer.b_sweep", [10, "abc"], "infer.b_sweep: entry 1 must be an integer, got 'abc'"),
+    ("train.lr", float("nan"), "train.lr: must be 'auto' or a finite number, got nan"),
+    ("memory.prior", "yes", "memory.prior: must be true or false, got 'yes'"),
+    ("infer", 3, "infer: must be a mapping of settings, got 3"),
+])
+def test_a_bad_value_is_one_line_naming_the_file_and_key(key, value, line):
+    assert error_of(key, value).one_line() == f"ConfigError: runs/a.yaml:{line}"
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "3", True])
+def test_a_bounded_integer_refuses_what_is_not_one(value):
+    assert error_of("infer.ef_search", value).record == "infer.ef_search"
+
+
+@pytest.mark.parametrize("values", [[2.7], [10, "abc"], [], [True], [0], "10"])
+def test_a_list_parameter_names_its_key_for_any_bad_entry(values):
+    assert error_of("infer.b_sweep", values).record == "infer.b_sweep"
+
+
+def test_a_number_may_be_written_as_an_integer():
+    assert settings_from(with_value("train.grad_clip", 2)).train.grad_clip == 2.0
+    assert settings_from(with_value("train.grad_clip", float("inf"))).train.grad_clip == float("inf")
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    (tmp_path / "params.yaml").write_text("a: 1\nb: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"params.yaml:\d+: invalid YAML"):
+        load_settings(tmp_path / "params.yaml")
+
+
+def test_a_section_built_in_code_names_its_params_key():
+    values = {"input_max_len": 0, "label_max_len": 8, "input_fields": "title", "label_fields": "title",
+              "batch_size": 4}
+    with pytest.raises(ConfigError) as info:
+        section_from(TokenizeSettings, "tokenize", values)
+    assert (info.value.path, info.value.record) == (PARAMS_FILE, "tokenize.input_max_len")
+
+
+def test_every_preset_key_is_a_setting():
+    settings = load_settings(REPO / "params.yaml")
+    for name, preset in settings.presets.items():
+        assert preset["data.name"] == name and name in settings.datasets
+        for dotted in preset:
+            section, key = dotted.split(".", 1)
+            fields = Settings.model_fields[section].annotation.model_fields
+            assert key in {field.alias or field_name for field_name, field in fields.items()}, dotted
+
+
+def test_the_committed_schema_is_the_settings_schema():
+    """params.schema.json is what `raexmc schema` writes from the types: rerun it after changing them."""
+    assert SCHEMA.read_text() == schema_text(), "stale: run `raexmc schema --out params.schema.json`"
+
+
+def test_the_schema_knows_the_keys_and_their_ranges():
+    schema = json.loads(SCHEMA.read_text())
+    infer = schema["$defs"]["InferSettings"]
+    assert infer["additionalProperties"] is False and "lambda" in infer["required"]
+    assert {"const": "auto", "type": "string"} in infer["properties"]["lambda"]["anyOf"]
+    assert {"maximum": 1, "minimum": 0, "type": "number"} in infer["properties"]["lambda"]["anyOf"]
+
+
+def test_an_error_about_a_parameter_names_the_parameters_file_in_use():
+    """Library code names the default params.yaml; a stage given --params names that file instead, and an
+    error about any other file keeps its path."""
+    about_params = ConfigError("M must be >= 2, got 1", PARAMS_FILE, "index.M")
+    assert (about_params.in_params_file("runs/a.yaml").one_line()
+            == "ConfigError: runs/a.yaml:index.M: M must be >= 2, got 1")
+    assert about_params.in_params_file(PARAMS_FILE) is about_params
+    about_data = DataError("cut short", "artifacts/x.npy")
+    assert about_data.in_params_file("runs/a.yaml") is about_data
