@@ -92,6 +92,8 @@ def test_a_typo_is_refused_with_its_key():
     ("train.lr", float("nan"), "train.lr: must be 'auto' or a finite number, got nan"),
     ("memory.prior", "yes", "memory.prior: must be true or false, got 'yes'"),
     ("infer", 3, "infer: must be a mapping of settings, got 3"),
+    ("significance.metrics", [], "significance.metrics: must be a non-empty list, got []"),
+    ("evaluate.propensity", [0.55], "evaluate.propensity: must be 'auto' or a list of at least 2 entries, got [0.55]"),
 ])
 def test_a_bad_value_is_one_line_naming_the_file_and_key(key, value, line):
     assert error_of(key, value).one_line() == f"ConfigError: runs/a.yaml:{line}"

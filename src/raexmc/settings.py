@@ -2,8 +2,8 @@
 
 Every value is checked for type and range when the file is loaded, before any stage does work; a bad one is one
 ConfigError naming the file and the dotted key. `dvc exp run -S` rewrites params.yaml as YAML 1.2 (where `1e-4`
-is a float, unlike YAML 1.1), so the file is read with a YAML 1.2 parser. No defaults here but the two keys that
-had them before they were written out: params.yaml is where the defaults live.
+is a float, unlike YAML 1.1), so the file is read with a YAML 1.2 parser. No defaults here but the two the code
+held before (data.debian_mirror, infer.val_folds): params.yaml is where the defaults live.
 
 The `datasets` and `presets` catalogues are passed through as they are: their readers (data/catalogue.py,
 pipeline/presets.py) check the entry they use. `Settings.model_json_schema()` is params.schema.json
@@ -27,11 +27,14 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 Device = Annotated[str, Field(pattern=rf"^({DEVICE_PATTERN})$", description="auto | cpu | cuda | cuda:N")]
+# The vocabularies of the settings; the modules that use them take their tuples from here (typing.get_args).
 TextFields = Literal["title", "title+content"]
-Backend = Literal["auto", "hnsw", "exact"]
-KeepMethod = Literal["kmeans-labels", "kmeans", "random"]
+StorageDtype = Literal["float32", "float16"]
+IndexBackend = Literal["hnsw", "exact"]
+KeepMethod = Literal["kmeans", "kmeans-labels", "random"]
 Retrieval = Literal["joint", "split"]
 Relevance = Literal["binary", "graded"]
+ScheduleMode = Literal["fixed", "auto"]
 HeadlineMetric = Literal["P@1", "P@3", "P@5", "nDCG@5", "PSP@5", "R@10", "R@100"]
 
 # Integers and numbers of a range; True and False are neither (the models are strict), an int is a number.
@@ -90,7 +93,7 @@ class TrainSection(Section):
     torchrun_args: str
     device: Device
     precision: Precision
-    schedule: Literal["fixed", "auto"]
+    schedule: ScheduleMode
     batch_size: Auto | AtLeast1
     grad_cache_chunk: Auto | AtLeast0
     lr: Auto | Positive
@@ -120,7 +123,7 @@ class EmbedSettings(Section):
     torchrun_args: str
     device: Device
     precision: Precision
-    dtype: Literal["float32", "float16"]
+    dtype: StorageDtype
     """How the .npy files store the vectors."""
     batch_size: Auto | AtLeast1
     threads: AtLeast0
@@ -128,7 +131,7 @@ class EmbedSettings(Section):
 
 
 class IndexSettings(Section):
-    backend: Backend
+    backend: Auto | IndexBackend
     M: Annotated[int, Field(ge=2)]
     ef_construction: AtLeast1
     threads: AtLeast0
@@ -259,13 +262,6 @@ def settings_from(tree: dict[str, Any], path: str | os.PathLike = PARAMS_FILE) -
         raise config_error(exc, path) from None
 
 
-# pydantic's words for what a value must be, where a user's are shorter
-_WANTED = {"model_type": "a mapping of settings", "dict_type": "a mapping", "tuple_type": "a list",
-           "list_type": "a list", "bool_type": "true or false", "int_type": "an integer",
-           "float_type": "a number", "string_type": "a string", "finite_number": "a finite number",
-           "string_pattern_mismatch": "auto, cpu, cuda or cuda:N"}   # Device is the one pattern
-
-
 def section_from(model: type[SectionT], section: str, values: dict[str, Any]) -> SectionT:
     """Section `section`'s settings from values a caller passes in code, or one ConfigError naming its key."""
     try:
@@ -296,15 +292,23 @@ def _echo(error: dict[str, Any]) -> bool:
     return error["type"] == "too_short" and error["ctx"].get("actual_length", 0) < len(error["input"])
 
 
+# pydantic's words for what a value must be, where a user's are shorter
+_WANTED = {"model_type": "a mapping of settings", "dict_type": "a mapping", "tuple_type": "a list",
+           "list_type": "a list", "bool_type": "true or false", "int_type": "an integer",
+           "float_type": "a number", "string_type": "a string", "finite_number": "a finite number",
+           "string_pattern_mismatch": "auto, cpu, cuda or cuda:N"}   # Device is the one pattern
+
+
 def _wanted(error: dict[str, Any]) -> str:
     """What one error says a value must be."""
     if error["type"] in _WANTED:
         return _WANTED[error["type"]]
-    if error["type"] in ("too_short", "too_long"):
-        bound = "min_length" if error["type"] == "too_short" else "max_length"
-        return f"a list of {'at least' if bound == 'min_length' else 'at most'} {error['ctx'][bound]} entries"
-    text = error["msg"].removeprefix("Input should be ")
-    return text
+    if error["type"] == "too_short":
+        least = error["ctx"]["min_length"]
+        return "a non-empty list" if least == 1 else f"a list of at least {least} entries"
+    if error["type"] == "too_long":
+        return f"a list of at most {error['ctx']['max_length']} entries"
+    return error["msg"].removeprefix("Input should be ")
 
 
 def _key(loc: tuple) -> tuple[str, int | None]:

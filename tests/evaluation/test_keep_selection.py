@@ -216,7 +216,7 @@ def test_the_memory_stage_builds_the_chosen_keep(tmp_path):
     ({"keep": "most"}, "memory.keep", "must be 'auto' or a number, got 'most'"),
     ({"keep": 1.5}, "memory.keep", "must be 'auto' or less than or equal to 1, got 1.5"),
     ({"keep_grid": [0.5, 2]}, "memory.keep_grid", "entry 1 must be less than or equal to 1, got 2"),
-    ({"keep_grid": []}, "memory.keep_grid", "must be a list of at least 1 entries, got []"),
+    ({"keep_grid": []}, "memory.keep_grid", "must be a non-empty list, got []"),
 ])
 def test_a_bad_keep_setting_names_its_key(tmp_path, memory, key, says):
     with pytest.raises(ConfigError) as error:

@@ -182,7 +182,7 @@ def write_params(folder, **infer):
     ("lambda", "abc", "must be 'auto' or a number, got 'abc'"),
     ("lambda", 1.5, "must be 'auto' or less than or equal to 1, got 1.5"),
     ("tau", 0, "must be 'auto' or greater than 0, got 0"),
-    ("tau_grid", [], "must be a list of at least 1 entries, got []"),
+    ("tau_grid", [], "must be a non-empty list, got []"),
     ("tau_grid", [0.04, -1], "entry 1 must be greater than 0, got -1"),
     ("auto_metric", "P@2", "must be 'P@1', 'P@3', 'P@5', 'nDCG@5', 'PSP@5', 'R@10' or 'R@100', got 'P@2'"),
     ("val_fraction", 1.0, "must be less than 1, got 1.0"),

@@ -9,9 +9,8 @@ import re
 import torch
 
 from ..errors import ConfigError
+from ..settings import DEVICE_PATTERN, PRECISIONS
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 # texts per gradient-free encoder call for `auto`: on one H200, 1024 gave 2.4x the texts/s of 256 on 8-32-token
 # texts (bench/results/embed_speed.json), as fewer, larger calls keep the GPU busy; a CPU gains nothing from it
 AUTO_EMBED_BATCH = {"cuda": 1024, "cpu": 256}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import torch
@@ -18,10 +19,11 @@ from tqdm import tqdm
 
 from ..errors import DataError
 from ..io import new_memmap
+from ..settings import StorageDtype
 from .text_encoder import TextEncoder, length_sorted_batches
 from .tokens import TokenCache
 
-STORAGE_DTYPES = ("float32", "float16")  # embed.dtype: how the .npy files store the vectors
+STORAGE_DTYPES = get_args(StorageDtype)  # embed.dtype: how the .npy files store the vectors
 
 
 def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None,

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..memory.input_memory import MemorySettings
-from ..memory.prototypes import AUTO, searches_prototypes
+from ..memory.prototypes import searches_prototypes
 from ..memory.search import Hits, empty_result
+from ..settings import AUTO
 from .point_choice import Tuned, choose_point
 from .selection import past_edge, select
 from .tune_settings import TuneSettings

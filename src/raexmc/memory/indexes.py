@@ -12,7 +12,7 @@ import numpy as np
 from ..encoder.vectors import load_embeddings
 from ..errors import PARAMS_FILE, ConfigError
 from ..io import atomic_dir
-from ..settings import SearchSettings
+from ..settings import AUTO, SearchSettings
 from .compression import NONE, checked_compression, parse_compression
 from .exact import CHUNK_ROWS, ExactIndex
 from .faiss_index import FaissIndex, build_faiss
@@ -21,7 +21,7 @@ from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, bu
 from .keys_values import KEY_SETS, memory_keys
 from .merge import JointSearch
 from .persistence import load_index, save_index, saved_meta
-from .search import AUTO, BACKENDS, EXACT_MAX_KEYS
+from .search import BACKENDS, EXACT_MAX_KEYS
 
 # The key sets that get an index, in joint-id order: the joint search merges them.
 INDEXED_KEY_SETS = ("inputs", "labels")

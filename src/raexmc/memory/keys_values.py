@@ -11,12 +11,14 @@ saves them with the model (rae/model_folder.py).
 from __future__ import annotations
 
 import os
+from typing import get_args
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..encoder.vectors import load_embeddings
 from ..errors import PARAMS_FILE, ConfigError
+from ..settings import Relevance
 
 # Key set -> the embedding splits it stacks, in key-id order.
 KEY_SETS: dict[str, tuple[str, ...]] = {
@@ -24,7 +26,7 @@ KEY_SETS: dict[str, tuple[str, ...]] = {
     "labels": ("labels",),           # the dual encoder
     "inputs": ("train",),            # kNN over training inputs
 }
-RELEVANCE = ("binary", "graded")
+RELEVANCE = get_args(Relevance)
 KEYS_FILE = "keys.npy"
 GATHER_ROWS = 1 << 16  # rows `stack_rows` copies at once: its only scratch beside the result
 

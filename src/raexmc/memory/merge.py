@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import get_args
 
 import numpy as np
 
 from ..checks import one_of, positive_int
 from ..errors import PARAMS_FILE, ConfigError, DataError
+from ..settings import Retrieval
 from .prior import add_log_prior
 from .search import Hits, as_matrix, empty_result, sort_rows
 
@@ -105,7 +107,7 @@ def prefix(hits: Hits, k: int) -> Hits:
     return ids[:, :k], sims[:, :k]
 
 
-JOINT, SPLIT = RETRIEVALS = ("joint", "split")
+JOINT, SPLIT = RETRIEVALS = get_args(Retrieval)
 DEFAULT_LABEL_SHARE = 0.5
 
 

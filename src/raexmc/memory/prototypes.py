@@ -19,10 +19,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import PARAMS_FILE, ConfigError
+from ..settings import AUTO
 from .key_selection import unit_rows
 from .search import EXACT_MAX_KEYS
 
-AUTO = "auto"
 LABEL_BLOCK = 65_536  # labels whose input sums one sparse product makes (the largest scratch: a block x d)
 
 

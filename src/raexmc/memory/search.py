@@ -12,14 +12,14 @@ with a size budget (`memory.compression`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from ..errors import DataError
+from ..settings import IndexBackend
 
-BACKENDS = ("hnsw", "exact")
-AUTO = "auto"
+BACKENDS = get_args(IndexBackend)
 # `index.backend: auto` searches exactly up to this many joint keys (training inputs + labels). Exact search
 # costs a query about keys / 8e7 s on 2 threads (3,900 queries/s at 20,241 keys, 424 at 205,446: bench/results/
 # hnsw_vs_exact_{foldoc,wordnet}.json), HNSW about 2,790 - 1,680 * log10(keys / 20,241) queries/s, so the two

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import get_args
 
-MODES = ("fixed", "auto")
+from ..settings import ScheduleMode
+
+MODES = get_args(ScheduleMode)
 KEYS = ("batch_size", "lr", "max_steps", "warmup_steps", "hnm_steps")  # the train.* keys that may say auto
 
 INPUTS_PER_BATCH = 80       # the batch grows as N / 80: 21k inputs, batch 256
