@@ -145,11 +145,12 @@ def test_knn_searches_every_remaining_input_whatever_rae_s_memory_keeps(tmp_path
 def test_selection_without_knn_tau_scores_knn_at_rae_s_and_a_bad_one_is_refused(tmp_path):
     (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.07}))
     assert knn_tau(read_selection(tmp_path)) == 0.07, "written before kNN had its own τ: RAE's, as then"
-    for bad in ({"knn": {"tau": -1}}, {"knn": {"tau": "x"}}, ["knn"]):
+    for bad, key in (({"knn": {"tau": -1}}, "baselines.knn.tau"), ({"knn": {"tau": "x"}}, "baselines.knn.tau"),
+                     (["knn"], "baselines")):
         (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.07, "baselines": bad}))
         with pytest.raises(DataError) as error:
             read_selection(tmp_path)
-        assert error.value.record == "baselines.knn.tau"
+        assert error.value.record == key
 
 
 

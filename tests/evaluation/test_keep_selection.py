@@ -205,7 +205,7 @@ def test_the_memory_stage_builds_the_chosen_keep(tmp_path):
     assert not (tmp_path / "memory").exists()
     (tmp_path / "bad_keep.json").write_text('{"keep": 2}')
     bad = memory_stage("--choice", str(tmp_path / "bad_keep.json"))
-    assert bad.returncode == 2 and "bad_keep.json:keep: keep must be a number in [0, 1], got 2" in bad.stderr
+    assert bad.returncode == 2 and "bad_keep.json:keep: must be less than or equal to 1, got 2" in bad.stderr
     built = memory_stage("--choice", str(tmp_path / "memory_choice.json"))
     assert built.returncode == 0, built.stderr
     meta = json.loads((tmp_path / "memory" / "memory.json").read_text())

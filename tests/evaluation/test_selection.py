@@ -280,7 +280,7 @@ def test_read_selection_checks_what_evaluate_and_package_will_use(tmp_path):
     with pytest.raises(DataError, match="run the tune stage"):
         read_selection(tmp_path)
     (tmp_path / "selection.json").write_text(json.dumps({"lambda": 1.5, "tau": 0.04}))
-    with pytest.raises(DataError, match="lambda must be a number in its range, got 1.5"):
+    with pytest.raises(DataError, match=r"selection.json:lambda: must be less than or equal to 1, got 1.5"):
         read_selection(tmp_path)
     (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04}))
     assert read_selection(tmp_path)["lambda"] == 0.3

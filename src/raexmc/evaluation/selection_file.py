@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import ConfigError, DataError
 from ..io import read_json
 from ..memory.merge import JOINT, RaeRetrieval
-from ..rae.scoring import check_lambda, check_tau
+from ..settings import Positive, Share, record_value
 
 SELECTION_FILE = "selection.json"
 
@@ -23,20 +23,17 @@ def read_selection(folder: str | os.PathLike) -> dict[str, Any]:
     selection = read_json(path)
     if not isinstance(selection, dict):
         raise DataError("not a JSON object", path)
-    for key, check in (("lambda", check_lambda), ("tau", check_tau)):
-        try:
-            check(selection.get(key))
-        except ConfigError:
-            raise DataError(f"{key} must be a number in its range, got {selection.get(key)!r}", path, key) from None
+    for key, kind in (("lambda", Share), ("tau", Positive)):
+        record_value(kind, selection.get(key), path, key)
     try:
         rae_retrieval(selection)
-    except ConfigError as error:
+    except ConfigError as error:  # RaeRetrieval checks a retrieval wherever it comes from, params.yaml's included
         raise DataError(f"no valid retrieval: {error.args[0]}", path, "retrieval") from None
     try:
-        check_tau(knn_tau(selection))
-    except (ConfigError, AttributeError):
-        raise DataError(f"kNN's tau must be a number > 0, got {selection.get('baselines')!r}", path,
-                        "baselines.knn.tau") from None
+        tau = knn_tau(selection)
+    except AttributeError:
+        raise DataError(f"not a mapping of baselines: {selection.get('baselines')!r}", path, "baselines") from None
+    record_value(Positive, tau, path, "baselines.knn.tau")
     return selection
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import scipy.sparse as sp
 
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import atomic_dir, load_array, load_sparse, read_json, save_array, write_json
-from ..settings import AUTO, MemorySection
+from ..settings import AUTO, MemorySection, NonNegative, Share, record_value
 from .compression import NONE, checked_compression, parse_compression
 from .indexes import INDEXED_KEY_SETS, make_index
 from .key_selection import check_keep, kept_count, select_keys
@@ -36,7 +35,7 @@ from .keys_values import KEYS_FILE
 from .merge import JointSearch, RaeRetrieval, prefix, rae_keys
 from .persistence import load_index, save_index
 from .prior import log_prior
-from .prototypes import check_weight, label_prototypes, prototype_weight, searches_prototypes
+from .prototypes import label_prototypes, prototype_weight, searches_prototypes
 from .search import Hits
 
 MEMORY_FILE = "memory.json"
@@ -101,7 +100,7 @@ def resolved_keep(memory: MemorySection, choice: str | os.PathLike | None = None
     """`memory.keep`, or where it is auto the tune stage's choice, read from `choice` (its CHOICE_FILE)."""
     if memory.keep != AUTO:
         return memory.keep
-    return _chosen(choice, "keep", check_keep, "a number in [0, 1]")
+    return _chosen(choice, "keep", Share)
 
 
 def chosen_memory(memory: MemorySection, backend: str, choice: str | os.PathLike | None = None) -> MemorySettings:
@@ -109,11 +108,11 @@ def chosen_memory(memory: MemorySection, backend: str, choice: str | os.PathLike
     (`choice`, its CHOICE_FILE) where they are auto."""
     keep = resolved_keep(memory, choice)
     searched = searches_prototypes(memory.prototypes, keep, backend)
-    return MemorySettings.from_section(memory, backend, keep, _chosen(choice, "prototypes", check_weight,
-                                                                      "a number >= 0") if searched else None)
+    return MemorySettings.from_section(memory, backend, keep,
+                                       _chosen(choice, "prototypes", NonNegative) if searched else None)
 
 
-def _chosen(choice: str | os.PathLike | None, key: str, check: Callable[[Any], float], text: str) -> float:
+def _chosen(choice: str | os.PathLike | None, key: str, kind: Any) -> float:
     """`key` of the tune stage's choice file, checked: `memory.<key>` is auto."""
     if choice is None:
         raise ConfigError(f"memory.{key} auto is chosen by the tune stage: the memory stage needs its {CHOICE_FILE}",
@@ -122,11 +121,7 @@ def _chosen(choice: str | os.PathLike | None, key: str, check: Callable[[Any], f
     if not path.is_file():
         raise DataError(f"no chosen {key}: run the tune stage (memory.{key} is auto)", path)
     record = read_json(path)
-    value = record.get(key) if isinstance(record, dict) else None
-    try:
-        return check(value)
-    except ConfigError:
-        raise DataError(f"{key} must be {text}, got {value!r}", path, key) from None
+    return record_value(kind, record.get(key) if isinstance(record, dict) else None, path, key)
 
 
 def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, settings: MemorySettings,
