@@ -82,6 +82,16 @@ def test_a_typo_is_refused_with_its_key():
     assert error.message.startswith("unknown parameter (known here: lambda, b, retrieval, ")
 
 
+@pytest.mark.parametrize("section, name, field", [("infer", "lambda", "lam"), ("package", "register", "registers")])
+def test_a_field_s_python_name_is_no_params_key(section, name, field):
+    """`lambda` and `register` are fields `lam` and `registers` in code; params.yaml knows them by their own names."""
+    tree = read_params_tree(REPO / "params.yaml")
+    tree[section][field] = tree[section].pop(name)
+    with pytest.raises(ConfigError) as info:
+        settings_from(tree)
+    assert (info.value.record, info.value.message) == (f"{section}.{name}", "missing parameter")
+
+
 @pytest.mark.parametrize("key, value, line", [
     ("tokenize.input_max_len", "ten", "tokenize.input_max_len: must be an integer, got 'ten'"),
     ("infer.lambda", 2, "infer.lambda: must be 'auto' or less than or equal to 1, got 2"),

@@ -56,8 +56,7 @@ SectionT = TypeVar("SectionT", bound="Section")
 class Section(BaseModel):
     """A section of params.yaml: strict types, every key required, unknown keys refused, read-only."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True,
-                              use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, use_attribute_docstrings=True)
 
 
 class DataSettings(Section):
