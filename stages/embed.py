@@ -28,7 +28,7 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
          tokens: Path = typer.Option(..., help="Token cache folder written by the tokenize stage."),
          out: Path = typer.Option(..., help="Embeddings folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    with user_errors():  # every embed.* value checked before any process starts
+    with user_errors(params):  # every embed.* value checked before any process starts
         setting = load_settings(params).embed
         dtype, nproc, torchrun_args = setting.dtype, process_count(setting.nproc), setting.torchrun_args
         device = pick_device(setting.device, params, "embed.device")

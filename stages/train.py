@@ -38,7 +38,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          curves: Path = typer.Option(..., help="Folder for the validation curve (empty unless the run trained "
                                                 "and validated)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    with user_errors():
+    with user_errors(params):
         p = load_settings(params)
         nproc = process_count(p.train.nproc)
 
