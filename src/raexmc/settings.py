@@ -269,15 +269,15 @@ def section_from(model: type[SectionT], section: str, values: dict[str, Any]) ->
         raise config_error(exc, PARAMS_FILE, (section,)) from None
 
 
-def record_value(kind: Any, value: Any, path: str | os.PathLike, key: str) -> Any:
-    """`value`, the `key` of a record in a file the pipeline wrote (the tune stage's choices), checked against a
-    settings type (`Share`, `Positive`, ...), or one DataError naming the file and key: such a file that is damaged
-    is bad data, not a bad parameter."""
+def record_value(kind: Any, value: Any, path: str | os.PathLike, key: str, fix: str = "") -> Any:
+    """`value`, the `key` of a record in a file the pipeline wrote (the tune stage's choices, a model folder's
+    settings), checked against a settings type (`Share`, `Positive`, ...), or one DataError naming the file and key
+    and saying `fix`: such a file that is damaged is bad data, not a bad parameter."""
     try:
         return TypeAdapter(kind).validate_python(value, strict=True)
     except ValidationError as exc:
         wanted = dict.fromkeys(_wanted(error) for error in exc.errors())
-        raise DataError(f"must be {' or '.join(wanted)}, got {value!r}", path, key) from None
+        raise DataError(f"must be {' or '.join(wanted)}, got {value!r}{fix and ': ' + fix}", path, key) from None
 
 
 def config_error(exc: ValidationError, path: str | os.PathLike = PARAMS_FILE,

@@ -17,31 +17,27 @@ its key.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import one_of, positive_int
 from ..data.label_records import OFFSETS_FILE, RECORDS_FILE, LabelRecords
-from ..encoder.device import PRECISIONS
-from ..encoder.tokens import FIELDS
-from ..errors import DataError, RaexmcError
+from ..errors import DataError
 from ..io import atomic_dir, load_array, load_sparse, read_json, save_array, write_json
 from ..memory.exact import ExactIndex
 from ..memory.hnsw import PAPER_EF_SEARCH
 from ..memory.indexes import INDEXED_KEY_SETS
 from ..memory.input_memory import COUNTS_FILE, VALUES_FILE
 from ..memory.keys_values import KEYS_FILE
-from ..memory.merge import RETRIEVALS, JointSearch, RaeRetrieval, check_label_share
+from ..memory.merge import JOINT, JointSearch, RaeRetrieval
 from ..memory.persistence import load_index, save_index
 from ..memory.prior import log_prior
+from ..settings import AtLeast1, Positive, Precision, Retrieval, Share, TextFields, record_value
 from .model import RaeModel, RaeSettings
 from .model_card import model_card
 from .query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
-from .scoring import check_lambda, check_tau
 
 FORMAT = 1  # settings.json's "format": a folder of another format is refused rather than misread
 SETTINGS_FILE = "settings.json"
@@ -161,42 +157,20 @@ def read_settings(path: Path) -> dict[str, Any]:
     if raw.get("format") != FORMAT:
         raise DataError(f"format {raw.get('format')!r}, this code reads format {FORMAT}: {RERUN}", path, "format")
 
-    def checked(key: str, check: Callable[[Any], Any], what: str) -> Any:
+    def value(key: str, kind: Any) -> Any:
         if key not in raw:
             raise DataError(f"lacks {key}: {RERUN}", path)
-        try:
-            return check(raw[key])
-        except (RaexmcError, TypeError, ValueError):
-            raise DataError(f"must be {what}, got {raw[key]!r}: {RERUN}", path, key) from None
+        return record_value(kind, raw[key], path, key, RERUN)
 
-    settings = {"lambda": checked("lambda", check_lambda, "a number in [0, 1]"),
-                "query_lambda": checked("query_lambda", _boolean, "true or false"),
-                "tau": checked("tau", check_tau, "a finite number > 0"),
-                "b": checked("b", lambda b: positive_int(b, "b"), "an integer >= 1"),
-                "ef_search": checked("ef_search", lambda ef: positive_int(ef, "ef_search"), "an integer >= 1"),
-                "prior": checked("prior", _boolean, "true or false"),
-                "input_fields": checked("input_fields", lambda f: one_of(f, FIELDS, "input_fields"),
-                                        f"one of {', '.join(FIELDS)}"),
-                "input_max_len": checked("input_max_len", lambda n: n if n is None else positive_int(n, "max"),
-                                         "an integer >= 1 (null: no encoder)"),
-                "precision": checked("precision", lambda name: name if name is None else one_of(name, PRECISIONS,
-                                                                                                "precision"),
-                                     f"one of {', '.join(PRECISIONS)} (null: no encoder)"),
-                "about": checked("about", _mapping, "a JSON object")}
-    mode = checked("retrieval", lambda mode: one_of(mode, RETRIEVALS, "retrieval"), f"one of {', '.join(RETRIEVALS)}")
-    settings["retrieval"] = checked("label_share", lambda share: RaeRetrieval(mode, share if share is None
-                                                                               else check_label_share(share)),
-                                    "a number in [0, 1] for a split retrieval, null for a joint one")
+    settings = {"lambda": value("lambda", Share), "query_lambda": value("query_lambda", bool),
+                "tau": value("tau", Positive), "b": value("b", AtLeast1), "ef_search": value("ef_search", AtLeast1),
+                "prior": value("prior", bool), "input_fields": value("input_fields", TextFields),
+                "input_max_len": value("input_max_len", AtLeast1 | None),  # null: no encoder
+                "precision": value("precision", Precision | None), "about": value("about", dict[str, Any])}
+    mode, share = value("retrieval", Retrieval), value("label_share", Share | None)
+    if (share is None) != (mode == JOINT):
+        raise DataError(f"must be a number in [0, 1] for a split retrieval, null for a joint one, got {share!r}: "
+                        f"{RERUN}", path, "label_share")
+    settings["retrieval"] = RaeRetrieval(mode, share)
     return settings
 
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(value)
-    return value
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError(value)
-    return value
