@@ -285,11 +285,12 @@ def test_read_selection_checks_what_evaluate_and_package_will_use(tmp_path):
     (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04}))
     assert read_selection(tmp_path)["lambda"] == 0.3
     assert rae_retrieval(read_selection(tmp_path)) == RaeRetrieval(), "written before the choice existed: joint"
-    for bad in ({"retrieval": "split"}, {"retrieval": "split", "label_share": 2}, {"retrieval": "nearest"}):
+    for bad, key in (({"retrieval": "split"}, "label_share"), ({"retrieval": "split", "label_share": 2}, "label_share"),
+                     ({"retrieval": "nearest"}, "retrieval"), ({"label_share": 0.5}, "label_share")):
         (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04, **bad}))
-        with pytest.raises(DataError, match="no valid retrieval") as error:
+        with pytest.raises(DataError, match="selection.json") as error:
             read_selection(tmp_path)
-        assert error.value.record == "retrieval"
+        assert error.value.record == key
     (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04, "retrieval": "split",
                                                          "label_share": 0.25}))
     assert rae_retrieval(read_selection(tmp_path)) == RaeRetrieval("split", 0.25)

@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from ..io import read_json
-from ..memory.merge import JOINT, RaeRetrieval
+from ..memory.merge import JOINT, RaeRetrieval, recorded_retrieval
 from ..settings import Positive, Share, record_value
 
 SELECTION_FILE = "selection.json"
@@ -25,10 +25,7 @@ def read_selection(folder: str | os.PathLike) -> dict[str, Any]:
         raise DataError("not a JSON object", path)
     for key, kind in (("lambda", Share), ("tau", Positive)):
         record_value(kind, selection.get(key), path, key)
-    try:
-        rae_retrieval(selection)
-    except ConfigError as error:  # RaeRetrieval checks a retrieval wherever it comes from, params.yaml's included
-        raise DataError(f"no valid retrieval: {error.args[0]}", path, "retrieval") from None
+    recorded_retrieval(selection.get("retrieval", JOINT), selection.get("label_share"), path)
     try:
         tau = knn_tau(selection)
     except AttributeError:

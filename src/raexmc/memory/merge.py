@@ -14,14 +14,15 @@ set), so RAE's label half contributes next to nothing; split gives each half its
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
-from typing import get_args
+from typing import Any, get_args
 
 import numpy as np
 
 from ..checks import one_of, positive_int
 from ..errors import PARAMS_FILE, ConfigError, DataError
-from ..settings import Retrieval
+from ..settings import Retrieval, Share, record_value
 from .prior import add_log_prior
 from .search import Hits, as_matrix, empty_result, sort_rows
 
@@ -117,6 +118,17 @@ def check_label_share(share: object) -> float:
         raise ConfigError(f"infer.label_share must be a number in [0, 1], got {share!r}", PARAMS_FILE,
                           "infer.label_share")
     return float(share)
+
+
+def recorded_retrieval(mode: Any, share: Any, path: str | os.PathLike, fix: str = "") -> RaeRetrieval:
+    """The retrieval a file the pipeline wrote records (the tune stage's choice, a model folder's settings), or one
+    DataError naming the file and the key, and saying `fix`."""
+    mode, share = record_value(Retrieval, mode, path, "retrieval", fix), record_value(Share | None, share, path,
+                                                                                      "label_share", fix)
+    if (share is None) != (mode == JOINT):
+        raise DataError(f"must be a number in [0, 1] for a split retrieval, null for a joint one, got {share!r}"
+                        f"{fix and ': ' + fix}", path, "label_share")
+    return RaeRetrieval(mode, share)
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ from ..memory.hnsw import PAPER_EF_SEARCH
 from ..memory.indexes import INDEXED_KEY_SETS
 from ..memory.input_memory import COUNTS_FILE, VALUES_FILE
 from ..memory.keys_values import KEYS_FILE
-from ..memory.merge import JOINT, JointSearch, RaeRetrieval
+from ..memory.merge import JointSearch, recorded_retrieval
 from ..memory.persistence import load_index, save_index
 from ..memory.prior import log_prior
-from ..settings import AtLeast1, Positive, Precision, Retrieval, Share, TextFields, record_value
+from ..settings import AtLeast1, Positive, Precision, Share, TextFields, record_value
 from .model import RaeModel, RaeSettings
 from .model_card import model_card
 from .query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
@@ -167,10 +167,6 @@ def read_settings(path: Path) -> dict[str, Any]:
                 "prior": value("prior", bool), "input_fields": value("input_fields", TextFields),
                 "input_max_len": value("input_max_len", AtLeast1 | None),  # null: no encoder
                 "precision": value("precision", Precision | None), "about": value("about", dict[str, Any])}
-    mode, share = value("retrieval", Retrieval), value("label_share", Share | None)
-    if (share is None) != (mode == JOINT):
-        raise DataError(f"must be a number in [0, 1] for a split retrieval, null for a joint one, got {share!r}: "
-                        f"{RERUN}", path, "label_share")
-    settings["retrieval"] = RaeRetrieval(mode, share)
+    settings["retrieval"] = recorded_retrieval(value("retrieval", Any), value("label_share", Any), path, RERUN)
     return settings
 
