@@ -14,7 +14,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch.nn.attention import SDPBackend
 
-from conftest import REPO, free_port
+from conftest import REPO, free_port, write_params
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.device import embed_batch_size, pick_device
@@ -107,11 +107,14 @@ def token_cache(lf_folder, tiny_model, tmp_path) -> Path:
 def run_embed_stage(folder: Path, model: Path, tokens: Path, batch_size: object = 4, dtype: str = "float32",
                     nproc: object = 1, torchrun_args: str = "", precision: str = "fp32", threads: int = 1,
                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """stages/embed.py in a subprocess, in `folder`, with these embed.* values (and `env` added to the
-    environment), writing `folder`/embeddings."""
-    (folder / "params.yaml").write_text(f"embed:\n  nproc: {nproc}\n  torchrun_args: '{torchrun_args}'\n"
-                                        f"  device: cpu\n  precision: {precision}\n  dtype: {dtype}\n"
-                                        f"  batch_size: {batch_size}\n  threads: {threads}\n")
+    """stages/embed.py in a subprocess, in `folder`, with these embed.* values (each as YAML reads its text) and
+    `env` added to the environment, writing `folder`/embeddings."""
+    from ruamel.yaml import YAML
+
+    values = {"nproc": nproc, "precision": precision, "dtype": dtype, "batch_size": batch_size, "threads": threads}
+    write_params(folder, **{f"embed.{key}": YAML(typ="safe", pure=True).load(str(value))
+                            for key, value in values.items()},
+                 **{"embed.torchrun_args": torchrun_args, "embed.device": "cpu"})
     return subprocess.run([sys.executable, str(REPO / "stages" / "embed.py"), "--model", str(model),
                            "--tokens", str(tokens), "--out", "embeddings"], cwd=folder, capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})}, timeout=240)
@@ -169,38 +172,39 @@ def test_two_processes_write_the_bytes_one_process_writes(tmp_path, tiny_model, 
     assert [run.data.metrics["embed/processes"] for run in runs] == [1, 2]
 
 
-def test_a_user_error_on_the_ranks_of_a_torchrun_group_is_one_line_and_exit_2(tmp_path, tiny_model, token_cache):
-    """embed.precision is checked in the workers only, after the relaunch: every rank fails on it, and the user
-    sees our one line once, not torchrun's failure report and its traceback, and exit status 2, not 1."""
-    stage = run_embed_stage(tmp_path, tiny_model, token_cache, nproc=2, precision="fp4",
-                            torchrun_args=f"--master_port={free_port()}")
-    line = "ConfigError: params.yaml:embed.precision: precision 'fp4' is not one of auto, fp32, bf16, fp16"
+def test_a_user_error_on_the_ranks_of_a_torchrun_group_is_one_line_and_exit_2(tmp_path, token_cache):
+    """The model folder is read in the workers only, after the relaunch: every rank fails on a missing one, and the
+    user sees our one line once, not torchrun's failure report and its traceback, and exit status 2, not 1."""
+    model = tmp_path / "model"
+    stage = run_embed_stage(tmp_path, model, token_cache, nproc=2, torchrun_args=f"--master_port={free_port()}")
     assert stage.returncode == 2, stage.stderr
-    assert last_line_only_error(stage.stderr) == line
+    line = last_line_only_error(stage.stderr)
+    assert line.startswith(f"DataError: {model}: ") and line.endswith("rerun the stage that writes it"), line
     assert stage.stderr.count(line) == 1 and "ChildFailedError" not in stage.stderr, stage.stderr
     assert not (tmp_path / "embeddings").exists()
 
 
-@pytest.mark.parametrize(("nproc", "read_as"), [("0", "0"), ("all", "'all'"), ("1.5", "1.5"), ("true", "True")])
-def test_embed_stage_refuses_a_bad_nproc_in_one_line(tmp_path, tiny_model, token_cache, nproc, read_as):
+@pytest.mark.parametrize(("nproc", "reason"), [("0", "greater than or equal to 1, got 0"),
+                                              ("all", "an integer, got 'all'"), ("1.5", "an integer, got 1.5"),
+                                              ("true", "an integer, got True")])
+def test_embed_stage_refuses_a_bad_nproc_in_one_line(tmp_path, tiny_model, token_cache, nproc, reason):
     stage = run_embed_stage(tmp_path, tiny_model, token_cache, nproc=nproc)
     assert stage.returncode == 2, stage.stderr
-    assert last_line_only_error(stage.stderr) == (f"ConfigError: params.yaml:embed.nproc: must be 'auto' or an "
-                                                  f"integer >= 1, got {read_as}")
+    assert last_line_only_error(stage.stderr) == f"ConfigError: params.yaml:embed.nproc: must be 'auto' or {reason}"
     assert not (tmp_path / "embeddings").exists()
 
 
 @pytest.mark.parametrize(("batch_size", "dtype", "key", "reason"), [
-    (0, "float32", "batch_size", "must be auto or an integer >= 1, got 0"),
-    (-1, "float32", "batch_size", "must be auto or an integer >= 1, got -1"),
-    ("max", "float32", "batch_size", "must be auto or an integer >= 1, got 'max'"),
-    (2, "int8", "dtype", "must be one of float32, float16, got 'int8'")])
+    (0, "float32", "batch_size", "must be 'auto' or greater than or equal to 1, got 0"),
+    (-1, "float32", "batch_size", "must be 'auto' or greater than or equal to 1, got -1"),
+    ("max", "float32", "batch_size", "must be 'auto' or an integer, got 'max'"),
+    (2, "int8", "dtype", "must be 'float32' or 'float16', got 'int8'")])
 def test_embed_stage_refuses_a_bad_batch_size_or_dtype_in_one_line(tmp_path, tiny_model, token_cache,
                                                                     batch_size, dtype, key, reason):
     """0 used to end in a traceback; -1 and int8 used to exit 0 with all-zero embeddings."""
     stage = run_embed_stage(tmp_path, tiny_model, token_cache, batch_size, dtype)
     assert stage.returncode == 2, stage.stderr
-    assert last_line_only_error(stage.stderr) == f"ConfigError: params.yaml:embed.{key}: embed.{key} {reason}"
+    assert last_line_only_error(stage.stderr) == f"ConfigError: params.yaml:embed.{key}: {reason}"
     assert not (tmp_path / "embeddings").exists()
 
 
