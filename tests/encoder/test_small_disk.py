@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+import conftest
 from conftest import REPO, run_on_small_disk
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
@@ -33,13 +34,9 @@ def dataset(tmp_path_factory) -> Dataset:
 
 
 def write_params(folder: Path, tiny_model: Path) -> Path:
-    (folder / "params.yaml").write_text(
-        f"encoder:\n  name: {tiny_model}\n"
-        f"tokenize:\n  input_max_len: {INPUT_MAX_LEN}\n  label_max_len: 16\n  input_fields: title\n"
-        "  label_fields: title\n  batch_size: 2048\n"
-        "embed:\n  nproc: 1\n  torchrun_args: ''\n  device: cpu\n  precision: fp32\n  dtype: float32\n"
-        "  batch_size: 256\n  threads: 1\n")
-    return folder / "params.yaml"
+    return conftest.write_params(folder, **{"encoder.name": str(tiny_model), "tokenize.input_max_len": INPUT_MAX_LEN,
+                                            "tokenize.label_max_len": 16, "tokenize.input_fields": "title",
+                                            "embed.device": "cpu", "embed.batch_size": 256, "embed.threads": 1})
 
 
 def the_one_line(stderr: str) -> str:

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from conftest import local_server
+from conftest import local_server, write_params
 from raexmc.cli import app
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.label_records import write_label_records
@@ -426,7 +426,7 @@ def test_raexmc_serve_refuses_unknown_names_and_reads_top_k_as_k(built, tmp_path
     not know: {"top_k": 2} and {"bogus": 1} were answered 200 with the default k. Now an unknown name is 400
     naming it and the names accepted, top_k is read as k, and the model's own refusals still come through."""
     logged_predictor(built, tmp_path)
-    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\npackage:\n  model_name: null\n  alias: candidate\n")
+    write_params(tmp_path, **{"data.name": "tiny"})  # package.model_name null, alias candidate
     serve = [sys.executable, "-m", "raexmc.cli", "serve", "--params", str(tmp_path / "params.yaml"), "--port"]
     with local_server(lambda port: [*serve, str(port)], "/ping") as base:
         by_k = post_json(f"{base}/invocations", {**PERL, "params": {"k": 2}})
