@@ -142,6 +142,7 @@ def default_dataset(root: Path) -> str:
 
 HEADLINE = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 METHOD_NAMES = {"rae": "RAE", "dual_encoder": "dual encoder", "knn": "kNN"}
+DATASET_NAMES = {"foldoc": "FOLDOC", "wordnet": "WordNet"}
 
 
 @table("headline")
@@ -455,21 +456,112 @@ def hnsw_vs_exact(root: Path) -> str:
 # ---- stage times (bench/stage_resources.py's records)
 
 
-def stage_cell(stages: dict[str, Any], stage: str) -> str:
-    row = stages[stage]
-    return f"{row['wall_s']:.1f} s, {row['peak_rss_mb'] / 1000:.2f} GB"
+def seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 100 else f"{value:,.0f} s"
 
 
-@table("gpu-fine-tuned-stages")
-def gpu_fine_tuned_stages(root: Path) -> str:
-    """Stage times of the fine-tuned FOLDOC and WordNet runs on one H100; FOLDOC's tokenize stage ran apart."""
-    foldoc = {**record(root, RESULTS / "stage_resources_foldoc_gpu.json"),
-              **record(root, RESULTS / "stage_resources_foldoc_ablation-full.json")}
-    wordnet = record(root, RESULTS / "stage_resources_wordnet_fine-tuned-gpu.json")
-    labels = {"index": "index (three HNSW graphs, an older index stage)"}
-    rows = [[labels.get(stage, stage), stage_cell(foldoc, stage), stage_cell(wordnet, stage)]
-            for stage in ("tokenize", "train", "embed", "index", "evaluate", "significance")]
-    return markdown(["stage", "FOLDOC, 300 steps", "WordNet, 500 steps"], rows)
+def size(n_bytes: int) -> str:
+    """Bytes in units of 10^3: "199 B", "12 KB", "9.5 MB", "1,158 MB"."""
+    for unit, scale in (("MB", 1e6), ("KB", 1e3)):
+        if n_bytes >= scale:
+            value = n_bytes / scale
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:,.0f} {unit}"
+    return f"{n_bytes} B"
+
+
+FIELDS = {"wall": lambda row: seconds(row["wall_s"]), "cpu": lambda row: seconds(row["cpu_s"]),
+          "rss": lambda row: f"{row['peak_rss_mb']:,.0f} MB"}
+
+
+def resources_table(root: Path, first: str, columns: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+                    rows: Sequence[tuple[str, str]], output: tuple[str, Sequence[str]] | None = None) -> str:
+    """Stage times and peaks: a row per (label, stage), a column per (header, stage_resources_<tag>.json records
+    merged, fields among wall, cpu, rss); with output (header, tags), the output bytes of each of those records
+    last, "a / b" where they differ. A stage a column's records lack is blank."""
+    def stages(tags: Sequence[str]) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for tag in tags:
+            merged.update(record(root, RESULTS / f"stage_resources_{tag}.json"))
+        return merged
+
+    merged = [stages(tags) for _, tags, _ in columns]
+    outputs = [stages([tag]) for tag in output[1]] if output else []
+    cells = []
+    for label, stage in rows:
+        sizes = list(dict.fromkeys(size(by_stage[stage]["output_bytes"]) for by_stage in outputs))
+        cells.append([label, *(", ".join(FIELDS[f](by_stage[stage]) for f in fields) if stage in by_stage else ""
+                               for by_stage, (_, _, fields) in zip(merged, columns)),
+                      *([" / ".join(sizes)] if output else [])])
+    return markdown([first, *(header for header, _, _ in columns), *([output[0]] if output else [])], cells)
+
+
+SYNTHETIC_131K = "synthetic-LF-AmazonTitles-131K"
+RESOURCE_TABLES = {  # name: resources_table's arguments
+    "gpu-fine-tuned-stages": dict(
+        first="stage", columns=(("FOLDOC, 300 steps", ("foldoc_gpu", "foldoc_ablation-full"), ("wall", "rss")),
+                                ("WordNet, 500 steps", ("wordnet_fine-tuned-gpu",), ("wall", "rss"))),
+        rows=(("tokenize", "tokenize"), ("train", "train"), ("embed", "embed"),
+              ("index (three HNSW graphs, an older index stage)", "index"), ("evaluate", "evaluate"),
+              ("significance", "significance"))),
+    "gpu-131k-stages": dict(
+        first="stage", columns=(
+            ("efC 100: wall, CPU, peak RSS", (f"{SYNTHETIC_131K}_minilm-fine-tuned-gpu",), ("wall", "cpu", "rss")),
+            ("efC 500, again: wall, CPU, peak RSS", (f"{SYNTHETIC_131K}_minilm-fine-tuned-gpu-efc500",),
+             ("wall", "cpu", "rss"))),
+        rows=(("download (generated)", "download"), ("tokenize", "tokenize"),
+              ("train (600 steps of 896)", "train"),
+              ("embed (561k texts, 384 dims)", "embed"), ("index", "index"), ("memory (keep 1)", "memory"),
+              ("tune", "tune"), ("evaluate", "evaluate")),
+        output=("output", (f"{SYNTHETIC_131K}_minilm-fine-tuned-gpu",))),
+    "scale-foldoc-wordnet-stages": dict(
+        first="stage", columns=(("FOLDOC, bf16, alone (`stage_resources_foldoc.json`)", ("foldoc",),
+                                 ("wall", "rss")),
+                                ("WordNet, fp32, shared cores (`stage_resources_wordnet.json`)", ("wordnet",),
+                                 ("wall", "rss"))),
+        rows=(("download", "download"), ("tokenize", "tokenize"), ("embed", "embed"),
+              ("index (HNSW: FOLDOC's joint index only; WordNet's joint, labels and inputs)", "index"),
+              ("evaluate", "evaluate"), ("significance", "significance"))),
+    "scale-131k-stages": dict(
+        first="stage", columns=(("zero-shot", (f"{SYNTHETIC_131K}_tiny64-zero-shot-full",), ("wall", "rss")),
+                                ("fine-tuned (200 steps)", (f"{SYNTHETIC_131K}_tiny64-fine-tuned-full",),
+                                 ("wall", "rss"))),
+        rows=tuple((stage, stage) for stage in ("download", "tokenize", "train", "embed", "index", "memory", "tune",
+                                                "evaluate", "significance", "package", "track")),
+        output=("output (zero-shot / fine-tuned)", (f"{SYNTHETIC_131K}_tiny64-zero-shot-full",
+                                                    f"{SYNTHETIC_131K}_tiny64-fine-tuned-full"))),
+}
+for _name, _arguments in RESOURCE_TABLES.items():
+    table(_name)(partial(resources_table, **_arguments))
+
+
+# ---- the cost model (scripts/cost_model.py's record)
+
+
+def hours(value: float) -> str:
+    """Hours in two significant digits below 10, whole hours above."""
+    return f"{value:#.2g} h" if value < 10 else f"{value:,.0f} h"
+
+
+def power_of_ten(value: float) -> str:
+    """A learning rate as the docs write it: 2e-4."""
+    mantissa, exponent = f"{value:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+@table("train-schedule-cost")
+def train_schedule_cost(root: Path) -> str:
+    """What train.schedule: auto gives per dataset and what its train stage costs on 2 CPU cores, fixed → auto."""
+    projections = record(root, RESULTS / "cost_model.json")["train"]["projections"]
+    by_schedule = {(row["dataset"], row["schedule"]): row for row in projections}
+    rows = []
+    for (dataset, schedule), auto in by_schedule.items():
+        if schedule != "auto":
+            continue
+        fixed = by_schedule[dataset, "fixed"]
+        rows.append([DATASET_NAMES.get(dataset, dataset), num(auto["N"]), num(auto["batch"]),
+                     power_of_ten(auto["lr"]), num(auto["max_steps"]),
+                     num(auto["hnm_steps"]), f"{hours(fixed['wall_h'])} → {hours(auto['wall_h'])}"])
+    return markdown(["dataset", "N", "batch", "lr", "steps", "mining every", "train stage, fixed → auto"], rows)
 
 
 # ---- finding, checking and rewriting the tables
