@@ -18,6 +18,7 @@ after `dvc repro` with new defaults this script alone updates it.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -451,6 +452,128 @@ def hnsw_vs_exact(root: Path) -> str:
                      f"{r['hnsw_build_s']:.0f} s"])
     return markdown(["dataset", "keys", "recall@200 (by id / tie-aware)", "RAE P@1 exact / HNSW",
                      "queries/s exact / HNSW", "HNSW build"], rows)
+
+
+# ---- the knowledge memory (bench/memory_budget.py's and bench/keep_auto.py's records)
+
+
+def budget_row(rows: list[dict[str, Any]], path: Path, **match: Any) -> dict[str, Any]:
+    """The one row of a memory_budget record with these values (keep as a float)."""
+    found = [row for row in rows if all(row.get(key) == value for key, value in match.items())]
+    if len(found) != 1:
+        raise DataError(f"{len(found)} rows with {match} (expected 1)", path)
+    return found[0]
+
+
+def budget(root: Path, name: str) -> tuple[list[dict[str, Any]], Path]:
+    path = RESULTS / f"{name}.json"
+    return record(root, path)["rows"], path
+
+
+def megabytes(n_bytes: int, digits: int = 1) -> str:
+    return f"{n_bytes / 1e6:.{digits}f} MB"
+
+
+@table("memory-keep-foldoc")
+def memory_keep_foldoc(root: Path) -> str:
+    """FOLDOC zero-shot, uncompressed: each selection method at each keep."""
+    rows, path = budget(root, "memory_budget_foldoc")
+    spec = [(1.0, "full", "full"), *((keep, method, method) for keep in (0.5, 0.25, 0.1)
+                                     for method in ("random", "kmeans", "kmeans+prior")),
+            *((keep, "kmeans-labels", "kmeans-labels") for keep in (0.5, 0.25, 0.1)),
+            (0.1, "kmeans-labels+prior", "kmeans-labels+prior"), (0.0, "random", "labels alone")]
+    cells = []
+    for keep, method, label in spec:
+        row = budget_row(rows, path, mode="zero-shot", method=method, keep=keep, compression="none")
+        cells.append([f"{keep:g}", label, megabytes(row["bytes"]), *(num(row[m]) for m in ("P@1", "P@5", "R@100"))])
+    return markdown(["keep", "method", "bytes", "P@1", "P@5", "R@100"], cells)
+
+
+@table("memory-keep-compression-foldoc")
+def memory_keep_compression_foldoc(root: Path) -> str:
+    """FOLDOC zero-shot: k-means selection with and without compression, bytes against the full memory's."""
+    rows, path = budget(root, "memory_budget_foldoc")
+    full = budget_row(rows, path, mode="zero-shot", method="full", keep=1.0, compression="none")["bytes"]
+    spec = [(1.0, "full", c) for c in ("none", "sq8-m12", "sq4-m6")]
+    spec += [(0.5, "kmeans", c) for c in ("sq8-m12", "sq4-m6")]
+    spec += [(keep, "kmeans", c) for keep in (0.25, 0.1) for c in ("none", "sq8-m12", "sq4-m6")]
+    cells = []
+    for keep, method, compression in spec:
+        row = budget_row(rows, path, mode="zero-shot", method=method, keep=keep, compression=compression)
+        cells.append([f"{keep:g}", compression, megabytes(row["bytes"]), f"{row['bytes'] / full:.3f}",
+                      *(num(row[m]) for m in ("P@1", "P@5", "R@100"))])
+    return markdown(["keep", "compression", "bytes", "of full", "P@1", "P@5", "R@100"], cells)
+
+
+@table("memory-prototypes")
+def memory_prototypes(root: Path) -> str:
+    """P@1 of kmeans-labels with and without label prototypes (α 0.5) at each keep, FOLDOC and WordNet."""
+    keeps = (1.0, 0.5, 0.25, 0.1, 0.0)
+    cells = []
+    for dataset, name in (("FOLDOC", "memory_budget_foldoc"), ("WordNet", "memory_budget_wordnet")):
+        rows, path = budget(root, name)
+        for mode in ("zero-shot", "fine-tuned"):
+            def p1(method: str, keep: float) -> Any:
+                found = [row for row in rows if row["mode"] == mode and row["method"] == method
+                         and row["keep"] == keep and row["compression"] == "none"]
+                return found[0]["P@1"] if len(found) == 1 else None
+
+            plain = [p1("full", 1.0), *(p1("kmeans-labels", k) for k in keeps[1:4]), p1("random", 0.0),
+                     p1("random", 0.1)]
+            prototypes = [None, *(p1("kmeans-labels+prototypes0.5", k) for k in keeps[1:])]
+            cells.append([f"{dataset}, {mode}: `kmeans-labels`", *("" if v is None else num(v) for v in plain)])
+            cells.append([f"{dataset}, {mode}: with prototypes", *("" if v is None else num(v) for v in prototypes),
+                          ""])
+    return markdown(["dataset, encoder", "full memory", "keep 0.5", "keep 0.25", "keep 0.1", "keep 0",
+                     "random keep 0.1"], cells)
+
+
+def one_digit(value: float) -> str:
+    """A small positive number to one significant digit, written out: 0.00001, 0.0003, 0.04."""
+    rounded = float(f"{value:.1g}")
+    return f"{rounded:.{max(0, -math.floor(math.log10(rounded)))}f}"
+
+
+@table("memory-compression-foldoc")
+def memory_compression_foldoc(root: Path) -> str:
+    """The full FOLDOC memory under each compression: bytes, accuracy, recall, score error, latency."""
+    report = record(root, RESULTS / "compression_foldoc.json")
+    details = {row["compression"]: row for row in report["details"]}
+    full = report["rows"][0]["bytes"]
+    shown = ("none", "fp16-m16", "sq8-m12", "sq8-m8", "pca256-sq8-m16", "sq4-m6", "sq4-m5", "sq4-m4")
+    cells = []
+    for row in report["rows"]:
+        if row["compression"] not in shown:
+            continue
+        detail = details[row["compression"]]
+        error = detail["score_error"]
+        cells.append(["none (hnswlib, float32, M=64)" if row["compression"] == "none" else row["compression"],
+                      f"{row['bytes'] / 1e6:.2f}", f"{row['bytes'] / full:.3f}",
+                      *(num(row[m]) for m in ("P@1", "P@5", "R@100")), f"{detail['recall@b']:.4f}",
+                      "0" if error["max"] == 0 else f"{one_digit(error['mean'])} / {one_digit(error['max'])}",
+                      f"{row['latency_ms']:.2f}"])
+    return markdown(["compression", "bytes (MB)", "of full", "P@1", "P@5", "R@100", "recall@200",
+                     "score error (mean / max)", "latency (ms)"], cells)
+
+
+@table("memory-keep-auto-wordnet-hyper")
+def memory_keep_auto_wordnet_hyper(root: Path) -> str:
+    """The tune stage's keep curve on wordnet-hyper, each keep's test P@1 at its own tuned settings."""
+    report = record(root, RESULTS / "keep_auto_wordnet-hyper_split-auto.json")
+    (auto,) = [run for run in report["runs"] if run["memory.keep"] == "auto"]
+    tests, path = budget(root, "memory_budget_wordnet-hyper_tuned")
+    cells = []
+    for point in auto["keep_curve"]:
+        chosen = point["keep"] == auto["chosen"]["keep"]
+        test = [row for row in tests if row["keep"] == point["keep"]]
+        if len(test) != 1:
+            raise DataError(f"{len(test)} rows at keep {point['keep']} (expected 1)", path)
+        keep = f"**{point['keep']:g}** (chosen)" if chosen else f"{point['keep']:g}"
+        widened = "" if point["keep"] in report["keep_grid"] else " (widened)"
+        cells.append([keep + widened, num(point["input_keys"]),
+                      f"{point['lambda']:g}", f"{point['tau']:g}", f"{point['label_share']:g}",
+                      f"**{num(point['P@1'])}**" if chosen else num(point["P@1"]), num(test[0]["P@1"])])
+    return markdown(["keep", "input keys", "λ", "τ", "label share", "validation P@1", "test P@1"], cells)
 
 
 # ---- stage times (bench/stage_resources.py's records)
