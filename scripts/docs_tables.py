@@ -576,6 +576,29 @@ def memory_keep_auto_wordnet_hyper(root: Path) -> str:
     return markdown(["keep", "input keys", "λ", "τ", "label share", "validation P@1", "test P@1"], cells)
 
 
+def record_table(root: Path, names: Sequence[str]) -> str:
+    """The Markdown tables that scripts/memory_targets.py wrote (bench/results/<name>), as one table: the first
+    one's header, every one's rows."""
+    tables = [[line for line in (root / RESULTS / name).read_text(encoding="utf-8").splitlines()
+               if line.startswith("|")] for name in names]
+    for name, lines in zip(names, tables):
+        if len(lines) < 3 or lines[:2] != tables[0][:2]:
+            raise DataError("not a memory_targets table like the others: remake it with scripts/memory_targets.py",
+                            RESULTS / name)
+    return "\n".join(tables[0][:2] + [row for lines in tables for row in lines[2:]]) + "\n"
+
+
+TARGET_TABLES = {
+    "memory-targets": ("memory_targets.md",),
+    "memory-targets-foldoc-zero-shot-tuned": ("memory_targets_foldoc_zero-shot_tuned.md",),
+    "memory-targets-wordnet-zero-shot-tuned": ("memory_targets_wordnet_zero-shot_tuned.md",),
+    "memory-targets-fine-tuned-tuned": ("memory_targets_foldoc_fine-tuned_tuned.md",
+                                        "memory_targets_wordnet_fine-tuned_tuned.md"),
+}
+for _name, _names in TARGET_TABLES.items():
+    table(_name)(partial(record_table, names=_names))
+
+
 # ---- stage times (bench/stage_resources.py's records)
 
 
