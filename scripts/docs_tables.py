@@ -590,8 +590,8 @@ def record_table(root: Path, names: Sequence[str]) -> str:
 
 TARGET_TABLES = {
     "memory-targets": ("memory_targets.md",),
-    "memory-targets-foldoc-zero-shot-tuned": ("memory_targets_foldoc_zero-shot_tuned.md",),
-    "memory-targets-wordnet-zero-shot-tuned": ("memory_targets_wordnet_zero-shot_tuned.md",),
+    "memory-targets-foldoc-tuned": ("memory_targets_foldoc_zero-shot_tuned.md",),
+    "memory-targets-wordnet-tuned": ("memory_targets_wordnet_zero-shot_tuned.md",),
     "memory-targets-fine-tuned-tuned": ("memory_targets_foldoc_fine-tuned_tuned.md",
                                         "memory_targets_wordnet_fine-tuned_tuned.md"),
 }
