@@ -83,6 +83,11 @@ def diff_cell(diff: float, p: Any) -> str:
     return f"{signed(diff)}, {p_equals(p)}"
 
 
+def bound(value: float) -> str:
+    """An interval's end, a minus sign where negative: "−2.60"."""
+    return f"{value:.2f}".replace("-", "−")
+
+
 def p_equals(p: Any) -> str:
     """"p=0.34", or "p<1e-300" where the record says no more."""
     text = p_cell(p)
@@ -231,14 +236,15 @@ def foldoc_schedule_auto(root: Path) -> str:
 TEST_METRICS = ("P@1", "P@5", "R@100")
 
 
-def tests_table(root: Path, rows: Sequence[tuple[str, str, str]]) -> str:
-    """Paired t-tests, one row per (label, significance record, test): difference in points, P@1's 95% CI, p."""
+def tests_table(root: Path, rows: Sequence[tuple[str, str, str | tuple[str, ...]]]) -> str:
+    """Paired t-tests, one row per (label, significance record, test, or the keys that lead to it in the record):
+    difference in points, P@1's 95% CI, p."""
     cells = []
     for label, path, name in rows:
         report = record(root, RESULTS / path)
-        test = report.get("tests", report)[name]
+        test = dig(report, *name) if isinstance(name, tuple) else report.get("tests", report)[name]
         p1 = test["P@1"]
-        cells.append([label, f"{signed(p1['mean_diff'])} [{p1['ci_low']:.2f}, {p1['ci_high']:.2f}], {p_equals(p1)}",
+        cells.append([label, f"{signed(p1['mean_diff'])} [{bound(p1['ci_low'])}, {bound(p1['ci_high'])}], {p_equals(p1)}",
                       *(diff_cell(test[m]["mean_diff"], test[m]) for m in TEST_METRICS[1:])])
     return markdown(["paired t-test", "P@1 [95% CI]", *TEST_METRICS[1:]], cells)
 
@@ -262,6 +268,11 @@ TEST_TABLES = {  # name: (label, significance record under bench/results, test) 
         ("fine-tuned RAE vs its kNN", WORDNET_FINE_TUNED, "rae_vs_knn"),
         *((f"fine-tuned vs zero-shot {label}", WORDNET_FINE_TUNED, f"{m}_vs_other")
           for label, m in (("RAE", "rae"), ("dual encoder", "dual_encoder"), ("kNN", "knn")))),
+    "loss-ablation-tests": tuple(
+        (f"{method_label}: full vs {variant_label}", "loss_ablation_foldoc.json", (variant, "full_vs_this", method))
+        for method_label, method in (("RAE", "rae"), ("dual encoder", "dual_encoder"))
+        for variant_label, variant in (("no instance negatives", "no-instance"), ("no hard negatives", "no-hard"),
+                                       ("neither", "neither"))),
 }
 for _name, _rows in TEST_TABLES.items():
     table(_name)(partial(tests_table, rows=_rows))
