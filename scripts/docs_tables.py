@@ -244,7 +244,8 @@ def tests_table(root: Path, rows: Sequence[tuple[str, str, str | tuple[str, ...]
         report = record(root, RESULTS / path)
         test = dig(report, *name) if isinstance(name, tuple) else report.get("tests", report)[name]
         p1 = test["P@1"]
-        cells.append([label, f"{signed(p1['mean_diff'])} [{bound(p1['ci_low'])}, {bound(p1['ci_high'])}], {p_equals(p1)}",
+        interval = f"[{bound(p1['ci_low'])}, {bound(p1['ci_high'])}]"
+        cells.append([label, f"{signed(p1['mean_diff'])} {interval}, {p_equals(p1)}",
                       *(diff_cell(test[m]["mean_diff"], test[m]) for m in TEST_METRICS[1:])])
     return markdown(["paired t-test", "P@1 [95% CI]", *TEST_METRICS[1:]], cells)
 
