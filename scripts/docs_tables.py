@@ -611,6 +611,39 @@ for _name, _names in TARGET_TABLES.items():
     table(_name)(partial(record_table, names=_names))
 
 
+# ---- PSP@k's constants (the evaluator's own table)
+
+PYXCLIB_7 = "[kunaldahiya/pyxclib/issues/7](https://github.com/kunaldahiya/pyxclib/issues/7)"
+PROPENSITY_SOURCES = {  # where each dataset's pair comes from (docs/propensity.md says more of each source)
+    "EURLex-4K": "deepxml `data_stats.json`; napkinXC",
+    "AmazonCat-13K": f"{PYXCLIB_7} (maintainers: \"For AmazonCat-13K use 0.55 and 1.5\"); deepxml; napkinXC",
+    "Wiki10-31K": "napkinXC (its \"others\" pair: tags of Wikipedia pages, not Wikipedia's categories)",
+    "WikiLSHTC-325K": "napkinXC",
+    "Wikipedia-500K": "deepxml `data_stats.json`; napkinXC",
+    "Amazon-670K": f"deepxml `data_stats.json`; napkinXC; {PYXCLIB_7}",
+    "Amazon-3M": f"napkinXC; {PYXCLIB_7}",
+    "LF-Amazon-131K": "DECAF `configs/dataset_stats/LF-Amazon-131K.sh`",
+    "LF-AmazonTitles-131K": "ECLARE `configs/ECLARE/LF-AmazonTitles-131K.json`",
+    "LF-AmazonTitles-1.3M": "ECLARE `configs/ECLARE/LF-AmazonTitles-1.3M.json`; DECAF `LF-Amazon-1.3M.sh`",
+    "LF-WikiSeeAlso-320K": "DECAF `configs/dataset_stats/LF-WikiSeeAlso-320K.sh`",
+    "LF-WikiSeeAlsoTitles-320K": "ECLARE `configs/ECLARE/LF-WikiSeeAlsoTitles-320K.json`",
+    "LF-Wikipedia-500K": "DECAF `configs/dataset_stats/LF-Wikipedia-500K.sh`",
+    "LF-WikiTitles-500K": "ECLARE `configs/ECLARE/LF-WikiTitles-500K.json`",
+}
+
+
+@table("propensity")
+def propensity(root: Path) -> str:
+    """The (A, B) pair the evaluator uses per dataset (evaluation/propensity.py's table), with its source."""
+    from raexmc.evaluation.propensity import PROPENSITY_AB
+
+    if set(PROPENSITY_AB) != set(PROPENSITY_SOURCES):
+        raise DataError("the propensity table and PROPENSITY_SOURCES name different datasets: give each its source",
+                        Path("scripts/docs_tables.py"))
+    return markdown(["dataset", "A", "B", "source"], [[name, f"{a:g}", f"{b:g}", PROPENSITY_SOURCES[name]]
+                                                      for name, (a, b) in PROPENSITY_AB.items()])
+
+
 # ---- stage times (bench/stage_resources.py's records)
 
 
