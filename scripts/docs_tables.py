@@ -466,6 +466,43 @@ def hnsw_vs_exact(root: Path) -> str:
                      "queries/s exact / HNSW", "HNSW build"], rows)
 
 
+ENCODER_WIDTHS = {"random 64x2": "64", "MiniLM-L6 (384)": "384 (MiniLM-L6)",
+                  "DistilBERT (768)": "768 (DistilBERT, 6 layers)", "BERT-base (768)": "768 (BERT-base)"}
+
+
+def gpu_seconds(value: float | None) -> str:
+    """A GPU's projected wall time: seconds in two significant digits, from 100 s minutes, from 2 h hours."""
+    if value is None:
+        return "–"
+    if value >= 7200:
+        return f"{value / 3600:.1f} h"
+    return f"{value / 60:.1f} min" if value >= 100 else f"{value:.2g} s"
+
+
+@table("cost-model-projection")
+def cost_model_projection(root: Path) -> str:
+    """scripts/cost_model.py's projection per shape and encoder: CPU hours, peak and output on 2 cores, and the
+    GPU's wall time where a rate for it is known."""
+    projections = record(root, RESULTS / "cost_model.json")["projections"]
+    by_key = {(row["shape"], row["encoder"], row["stage"]): row for row in projections}
+    cells = []
+    for shape, encoder in dict.fromkeys((row["shape"], row["encoder"]) for row in projections):
+        def cpu(stage: str, output: bool = True) -> str:
+            row = by_key[shape, encoder, stage]
+            parts = [f"{row['cpu_h']:.2f} h", f"{row['peak_rss_gb']:.1f} GB"]
+            return ", ".join(parts + ([f"{row['output_gb']:.2f} GB"] if output else []))
+
+        def gpu(stage: str) -> str:
+            return gpu_seconds(by_key[shape, encoder, stage]["gpu_s"])
+
+        cells.append([shape, ENCODER_WIDTHS[encoder], cpu("embed"), gpu("embed"), cpu("index"),
+                      cpu("tune", output=False), gpu("tune"), cpu("evaluate", output=False), gpu("evaluate"),
+                      gpu("train (preset)")])
+    return markdown(["shape", "d", "embed: 2 CPU cores", "embed: one H100", "index (efC 500): 2 CPU cores",
+                     "tune: 2 CPU cores", "tune search: one H100", "evaluate: 2 CPU cores",
+                     "evaluate search: one H100", "train, the preset's schedule: one H100"], cells)
+
+
 # ---- the knowledge memory (bench/memory_budget.py's and bench/keep_auto.py's records)
 
 
