@@ -648,6 +648,23 @@ for _name, _names in TARGET_TABLES.items():
     table(_name)(partial(record_table, names=_names))
 
 
+@table("memory-scale-1.3m")
+def memory_scale_13m(root: Path) -> str:
+    """Bytes, build time and latency of the memories at the synthetic 1.3M shape (bench/memory_budget.py scale)."""
+    rows, _ = budget(root, "memory_budget_scale")
+    rows = [row for row in rows if row["dataset"] == "synthetic-LF-AmazonTitles-1.3M"]
+    full = next(row for row in rows if row["method"] == "full" and row["compression"] == "none")["bytes"]
+    labels = {"full": "full", "kmeans": "k-means",
+              "kmeans-labels+prototypes0.5": "`kmeans-labels` with prototypes (α 0.5)"}
+    cells = []
+    for row in rows:
+        memory = f"{labels[row['method']]} keep {row['keep']:g}" + (
+            "" if row["compression"] == "none" else f", `{row['compression']}`")
+        cells.append([memory, num(row["keys"]), f"{row['bytes'] / 1e6:,.0f} MB", f"{row['bytes'] / full:.3f}",
+                      f"{row['build_s']:,.0f} s", f"{row['latency_ms']:.2f} ms"])
+    return markdown(["memory", "keys", "bytes", "of full", "build", "latency"], cells)
+
+
 # ---- PSP@k's constants (the evaluator's own table)
 
 PYXCLIB_7 = "[kunaldahiya/pyxclib/issues/7](https://github.com/kunaldahiya/pyxclib/issues/7)"
