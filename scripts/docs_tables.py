@@ -779,6 +779,28 @@ for _name, _arguments in RESOURCE_TABLES.items():
     table(_name)(partial(resources_table, **_arguments))
 
 
+@table("embed-speed-h200")
+def embed_speed_h200(root: Path) -> str:
+    """The embed stage's loop on one H200 with and without cuDNN's attention (bench/embed_speed.py's rows made
+    after its warm-up pass: those without a note)."""
+    rows = [row for row in record(root, RESULTS / "embed_speed.json") if row["device"] == "NVIDIA H200"
+            and row["model"] == "all-MiniLM-L6-v2" and row["texts"] == 131_073 and "note" not in row]
+
+    def find(tokens: list[int], batch: int, cudnn: bool) -> dict[str, Any]:
+        (row,) = [row for row in rows if row["tokens_per_text"] == tokens and row["batch_size"] == batch
+                  and row["cudnn_attention"] is cudnn]
+        return row
+
+    cells = []
+    for label, tokens in (("all 32 tokens", [32, 32]), ("8 to 32 tokens, as real splits", [8, 32])):
+        for batch in (256, 1024):
+            now = find(tokens, batch, cudnn=False)
+            cells.append([label, str(batch), f"{find(tokens, batch, cudnn=True)['texts_per_s']:,.0f}",
+                          f"{now['texts_per_s']:,.0f}", f"{now['forward_only_texts_per_s']:,.0f}"])
+    return markdown(["texts", "`embed.batch_size`", "cuDNN attention (texts/s)", "without cuDNN attention (now)",
+                     "bare forward (now)"], cells)
+
+
 # ---- the cost model (scripts/cost_model.py's record)
 
 
