@@ -779,6 +779,36 @@ for _name, _arguments in RESOURCE_TABLES.items():
     table(_name)(partial(resources_table, **_arguments))
 
 
+TRAIN_SPEED_COLUMNS = (  # header: what a train_speed.json row of that column has
+    ("H100, cuDNN attention", {"device": "NVIDIA H100 80GB HBM3", "cudnn_attention": None, "note": None}),
+    ("H200, cuDNN attention", {"device": "NVIDIA H200", "cudnn_attention": True, "compiled": False}),
+    ("H200, without cuDNN attention (now)", {"device": "NVIDIA H200", "cudnn_attention": False, "compiled": False}),
+    ("same, `--compile`", {"device": "NVIDIA H200", "cudnn_attention": False, "compiled": True}),
+    ("H100, the code as it is (two runs)", {"device": "NVIDIA H100 80GB HBM3", "attention_kernels": ...}),
+)
+
+
+@table("train-speed-gpu")
+def train_speed_gpu(root: Path) -> str:
+    """Training's examples/s at the 131K preset's 896 inputs per GPU (bf16), each encoder on each GPU and kernel
+    choice that bench/train_speed.py measured. In a column's keys, None means absent and ... present."""
+    rows = [row for row in record(root, RESULTS / "train_speed.json")
+            if row["batch_per_device"] == 896 and not row.get("grad_cache_chunk")]
+
+    def cell(model: str, want: dict[str, Any]) -> str:
+        found = [row for row in rows if row["model"] == model and all(
+            (key not in row) if value is None else (key in row) if value is ... else row.get(key) == value
+            for key, value in want.items())]
+        if not found:
+            return ""
+        memory = " / ".join(dict.fromkeys(f"{row['peak_gpu_memory_GB']:.1f} GB" for row in found))
+        return " and ".join(f"{row['examples_per_s']:,.0f}" for row in found) + f" inputs/s, {memory}"
+
+    models = (("MiniLM-L6 (22.7M)", "all-MiniLM-L6-v2"), ("DistilBERT-sized (66.4M)", "distilbert-sized"))
+    return markdown(["encoder", *(header for header, _ in TRAIN_SPEED_COLUMNS)],
+                    [[label, *(cell(model, want) for _, want in TRAIN_SPEED_COLUMNS)] for label, model in models])
+
+
 @table("embed-speed-h200")
 def embed_speed_h200(root: Path) -> str:
     """The embed stage's loop on one H200 with and without cuDNN's attention (bench/embed_speed.py's rows made
