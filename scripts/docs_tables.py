@@ -701,7 +701,10 @@ def propensity(root: Path) -> str:
 # ---- stage times (bench/stage_resources.py's records)
 
 
-def seconds(value: float) -> str:
+def seconds(value: float | None) -> str:
+    """A stage's seconds ("–" where the record has none)."""
+    if value is None:
+        return "–"
     return f"{value:.1f} s" if value < 100 else f"{value:,.0f} s"
 
 
@@ -714,15 +717,16 @@ def size(n_bytes: int) -> str:
     return f"{n_bytes} B"
 
 
-FIELDS = {"wall": lambda row: seconds(row["wall_s"]), "cpu": lambda row: seconds(row["cpu_s"]),
+FIELDS = {"wall": lambda row: seconds(row["wall_s"]), "cpu": lambda row: seconds(row.get("cpu_s")),
           "rss": lambda row: f"{row['peak_rss_mb']:,.0f} MB"}
 
 
 def resources_table(root: Path, first: str, columns: Sequence[tuple[str, Sequence[str], Sequence[str]]],
-                    rows: Sequence[tuple[str, str]], output: tuple[str, Sequence[str]] | None = None) -> str:
+                    rows: Sequence[tuple[str, str]],
+                    output: tuple[str, Sequence[Sequence[str]]] | None = None) -> str:
     """Stage times and peaks: a row per (label, stage), a column per (header, stage_resources_<tag>.json records
-    merged, fields among wall, cpu, rss); with output (header, tags), the output bytes of each of those records
-    last, "a / b" where they differ. A stage a column's records lack is blank."""
+    merged, the later one winning, fields among wall, cpu, rss); with output (header, records merged likewise, per
+    run), each run's output bytes last, "a / b" where they differ. A stage a column's records lack is blank."""
     def stages(tags: Sequence[str]) -> dict[str, Any]:
         merged: dict[str, Any] = {}
         for tag in tags:
@@ -730,10 +734,11 @@ def resources_table(root: Path, first: str, columns: Sequence[tuple[str, Sequenc
         return merged
 
     merged = [stages(tags) for _, tags, _ in columns]
-    outputs = [stages([tag]) for tag in output[1]] if output else []
+    outputs = [stages(tags) for tags in output[1]] if output else []
     cells = []
     for label, stage in rows:
-        sizes = list(dict.fromkeys(size(by_stage[stage]["output_bytes"]) for by_stage in outputs))
+        sizes = list(dict.fromkeys(size(by_stage[stage]["output_bytes"]) for by_stage in outputs
+                                   if stage in by_stage))
         cells.append([label, *(", ".join(FIELDS[f](by_stage[stage]) for f in fields) if stage in by_stage else ""
                                for by_stage, (_, _, fields) in zip(merged, columns)),
                       *([" / ".join(sizes)] if output else [])])
@@ -741,6 +746,11 @@ def resources_table(root: Path, first: str, columns: Sequence[tuple[str, Sequenc
 
 
 SYNTHETIC_131K = "synthetic-LF-AmazonTitles-131K"
+SYNTHETIC_13M = "synthetic-LF-AmazonTitles-1.3M"
+FIRST_FRESH_FINE_TUNED = (  # the 1.3M chains: header, their records (merged, the later one winning)
+    ("first run: wall, CPU, peak RSS", ("zero-shot-efc100", "zero-shot-efc100-package")),
+    ("fresh chain: wall, CPU, peak RSS", ("zero-shot-efc100-full-no-sweeps", "zero-shot-efc100-full")),
+    ("fine-tuned chain: wall, CPU, peak RSS", ("fine-tuned-efc100-full", "fine-tuned-efc100-full-evaluate")))
 RESOURCE_TABLES = {  # name: resources_table's arguments
     "gpu-fine-tuned-stages": dict(
         first="stage", columns=(("FOLDOC, 300 steps", ("foldoc_gpu", "foldoc_ablation-full"), ("wall", "rss")),
@@ -757,7 +767,7 @@ RESOURCE_TABLES = {  # name: resources_table's arguments
               ("train (600 steps of 896)", "train"),
               ("embed (561k texts, 384 dims)", "embed"), ("index", "index"), ("memory (keep 1)", "memory"),
               ("tune", "tune"), ("evaluate", "evaluate")),
-        output=("output", (f"{SYNTHETIC_131K}_minilm-fine-tuned-gpu",))),
+        output=("output", ((f"{SYNTHETIC_131K}_minilm-fine-tuned-gpu",),))),
     "scale-foldoc-wordnet-stages": dict(
         first="stage", columns=(("FOLDOC, bf16, alone (`stage_resources_foldoc.json`)", ("foldoc",),
                                  ("wall", "rss")),
@@ -772,8 +782,18 @@ RESOURCE_TABLES = {  # name: resources_table's arguments
                                  ("wall", "rss"))),
         rows=tuple((stage, stage) for stage in ("download", "tokenize", "train", "embed", "index", "memory", "tune",
                                                 "evaluate", "significance", "package", "track")),
-        output=("output (zero-shot / fine-tuned)", (f"{SYNTHETIC_131K}_tiny64-zero-shot-full",
-                                                    f"{SYNTHETIC_131K}_tiny64-fine-tuned-full"))),
+        output=("output (zero-shot / fine-tuned)", ((f"{SYNTHETIC_131K}_tiny64-zero-shot-full",),
+                                                    (f"{SYNTHETIC_131K}_tiny64-fine-tuned-full",)))),
+    "scale-1.3m-stages": dict(
+        first="stage", columns=tuple((header, tuple(f"{SYNTHETIC_13M}_tiny64-{tag}" for tag in tags),
+                                      ("wall", "cpu", "rss")) for header, tags in FIRST_FRESH_FINE_TUNED),
+        rows=(("download", "download"), ("tokenize", "tokenize"),
+              ("train (zero-shot: export; fine-tuned: 200 steps, 2 mining rounds, no validation)", "train"),
+              ("embed", "embed"), ("index (efC = 100)", "index"), ("memory (keep 1)", "memory"), ("tune", "tune"),
+              ("evaluate (sweeps cut, see below)", "evaluate"), ("significance (970,237 pairs)", "significance"),
+              ("package", "package"), ("track", "track")),
+        output=("output (zero-shot / fine-tuned)", tuple(tuple(f"{SYNTHETIC_13M}_tiny64-{tag}" for tag in tags)
+                                                         for _, tags in FIRST_FRESH_FINE_TUNED[1:]))),
 }
 for _name, _arguments in RESOURCE_TABLES.items():
     table(_name)(partial(resources_table, **_arguments))
