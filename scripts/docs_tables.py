@@ -648,6 +648,28 @@ for _name, _names in TARGET_TABLES.items():
     table(_name)(partial(record_table, names=_names))
 
 
+@table("memory-keep-foldoc-fine-tuned")
+def memory_keep_foldoc_fine_tuned(root: Path) -> str:
+    """FOLDOC fine-tuned at the fair setting: keep 0.1 and 0.05, with and without prototypes, against the full
+    memory and random keys."""
+    rows, path = budget(root, "memory_budget_foldoc_fine-tuned_tuned")
+
+    def p1(method: str, keep: float) -> float:
+        return budget_row(rows, path, method=method, keep=keep, compression="none")["P@1"]
+
+    full = p1("full", 1.0)
+    cells = []
+    for keep in (0.1, 0.05):
+        random_keys = p1("random", keep)
+        values = [p1(method, keep) for method in ("kmeans-labels", "kmeans-labels+prototypes0.5",
+                                                   "kmeans-labels+prototypes1")]
+        best = max(values)
+        cells.append([f"{keep:g}", num(random_keys), *(f"**{num(v)}**" if v == best else num(v) for v in values),
+                      signed(best - full), signed(best - random_keys)])
+    return markdown(["keep", "random", "`kmeans-labels`", "+ prototypes 0.5", "+ prototypes 1", "ΔP@1 of the best",
+                     "over random"], cells)
+
+
 @table("memory-scale-1.3m")
 def memory_scale_13m(root: Path) -> str:
     """Bytes, build time and latency of the memories at the synthetic 1.3M shape (bench/memory_budget.py scale)."""
