@@ -114,3 +114,33 @@ def test_p_values_read_as_the_docs_print_them(docs_tables, p, text):
 
 def test_a_difference_has_its_sign_and_a_minus_sign(docs_tables):
     assert [docs_tables.signed(d) for d in (0.2449, -0.114, 0.001, -0.004)] == ["+0.24", "−0.11", "0.00", "0.00"]
+
+
+def test_a_stage_table_merges_a_columns_records_and_leaves_a_missing_stage_blank(docs_tables, tmp_path):
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    records = {"a": {"embed": {"wall_s": 93.44, "cpu_s": 150.0, "peak_rss_mb": 1389.1, "output_bytes": 144_000_000},
+                     "tune": {"wall_s": 126.6, "cpu_s": 151.5, "peak_rss_mb": 1034.9, "output_bytes": 8907}},
+               "a-again": {"tune": {"wall_s": 44.6, "cpu_s": 46.7, "peak_rss_mb": 1934.5, "output_bytes": 11554}},
+               "b": {"embed": {"wall_s": 1279.0, "peak_rss_mb": 1550.0, "output_bytes": 199}}}
+    for tag, stages in records.items():
+        (results / f"stage_resources_{tag}.json").write_text(json.dumps(stages))
+    text = docs_tables.resources_table(tmp_path, "stage", (("A", ("a", "a-again"), ("wall", "rss")),
+                                                           ("B", ("b",), ("wall", "cpu"))),
+                                       (("embed", "embed"), ("tune (twice)", "tune")),
+                                       output=("output", (("a",), ("b",))))
+    assert text == ("| stage | A | B | output |\n|---|---|---|---|\n"
+                    "| embed | 93.4 s, 1,389 MB | 1,279 s, – | 144 MB / 199 B |\n"
+                    "| tune (twice) | 44.6 s, 1,934 MB |  | 8.9 KB |\n")
+
+
+def test_a_tests_table_gives_the_difference_the_interval_and_p(docs_tables, tmp_path):
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    test = {"P@1": {"mean_diff": -1.3612, "ci_low": -2.5958, "ci_high": -0.1266, "p_value": 0.0307},
+            "P@5": {"mean_diff": 8.6048, "ci_low": 7.7, "ci_high": 9.5, "p_value": 5.276e-76},
+            "R@100": {"mean_diff": 0.0001, "ci_low": -0.3, "ci_high": 0.3, "p_value": 0.9973}}
+    (tmp_path / "bench" / "results" / "t.json").write_text(json.dumps({"x": {"y": test}, "rae_vs_knn": test}))
+    text = docs_tables.tests_table(tmp_path, [("nested", "t.json", ("x", "y")), ("by name", "t.json", "rae_vs_knn")])
+    row = "−1.36 [−2.60, −0.13], p=0.031 | +8.60, p=5.3e-76 | 0.00, p=1 |"
+    assert text == ("| paired t-test | P@1 [95% CI] | P@5 | R@100 |\n|---|---|---|---|\n"
+                    f"| nested | {row}\n| by name | {row}\n")
