@@ -32,6 +32,7 @@ from ruamel.yaml import YAML
 from raexmc.errors import DataError
 from raexmc.evaluation.significance import p_value_text
 from raexmc.io import atomic_file, read_json
+from raexmc.pipeline.headline import HEADLINE_METRICS, METHOD_ROWS, TEST_ROWS
 from raexmc.pipeline.stage import user_errors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,28 +147,35 @@ def default_dataset(root: Path) -> str:
 
 # ---- the default run (README headline; results.md's first tables)
 
-HEADLINE = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 METHOD_NAMES = {"rae": "RAE", "dual_encoder": "dual encoder", "knn": "kNN"}
 DATASET_NAMES = {"foldoc": "FOLDOC", "wordnet": "WordNet"}
 
 
+def method_name(method: str, row: dict[str, Any]) -> str:
+    """A headline row's method with the settings its row records: "RAE (λ 0.5, τ 0.04)", "kNN (τ 0.07)"."""
+    settings = ", ".join(f"{symbol} {row[key]:g}" for key, symbol in (("lambda", "λ"), ("tau", "τ")) if key in row)
+    return f"{METHOD_NAMES.get(method, method)} ({settings})" if settings else METHOD_NAMES.get(method, method)
+
+
 @table("headline")
 def headline(root: Path) -> str:
-    """The default run's headline rows, as the significance stage commits them under metrics/<data.name>/."""
+    """The default run's headline rows, as the significance stage commits them under metrics/<data.name>/
+    (pipeline/headline.py), the baselines first."""
     folder = Path("metrics") / default_dataset(root)
-    rows = {method: record(root, folder / f"{method}.json") for method in ("dual_encoder", "knn", "rae")}
-    labels = ["dual encoder", f"kNN (τ {rows['knn'].get('tau', rows['rae']['tau']):g})",
-              f"RAE (λ {rows['rae']['lambda']:g}, τ {rows['rae']['tau']:g})"]
-    return markdown(["method", *HEADLINE], labelled(labels, [[row[m] for m in HEADLINE] for row in rows.values()]))
+    methods = [*METHOD_ROWS[1:], METHOD_ROWS[0]]
+    rows = {method: record(root, folder / f"{method}.json") for method in methods}
+    return markdown(["method", *HEADLINE_METRICS],
+                    labelled([method_name(method, row) for method, row in rows.items()],
+                             [[row[m] for m in HEADLINE_METRICS] for row in rows.values()]))
 
 
 @table("headline-tests")
 def headline_tests(root: Path) -> str:
     """RAE against each baseline in the default run: the committed artifacts/<data.name>/significance.json."""
     tests = record(root, Path("artifacts") / default_dataset(root) / "significance.json")
-    rows = [[METHOD_NAMES[baseline], *(diff_cell(tests[f"rae_vs_{baseline}"][m]["mean_diff"],
-                                                  tests[f"rae_vs_{baseline}"][m]) for m in ("P@1", "P@5", "R@100"))]
-            for baseline in ("dual_encoder", "knn")]
+    rows = [[METHOD_NAMES.get(test.split("_vs_")[1], test), *(diff_cell(tests[test][m]["mean_diff"], tests[test][m])
+                                                               for m in ("P@1", "P@5", "R@100"))]
+            for test in TEST_ROWS]
     return markdown(["RAE vs", "P@1", "P@5", "R@100"], rows)
 
 
