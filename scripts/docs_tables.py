@@ -18,6 +18,7 @@ after `dvc repro` with new defaults this script alone updates it.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 import sys
@@ -676,6 +677,53 @@ def memory_keep_foldoc_fine_tuned(root: Path) -> str:
                       signed(best - full), signed(best - random_keys)])
     return markdown(["keep", "random", "`kmeans-labels`", "+ prototypes 0.5", "+ prototypes 1", "ΔP@1 of the best",
                      "over random"], cells)
+
+
+def memory_targets() -> Any:
+    """scripts/memory_targets.py, whose checks decide what a target's row says (it is a script, not a module)."""
+    spec = importlib.util.spec_from_file_location("memory_targets", Path(__file__).with_name("memory_targets.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GLANCE_COLUMNS = (  # header, memory_budget records, where the record keeps the α the tune stage chose at keep 0.1
+    ("FOLDOC zero-shot", ("memory_budget_foldoc_zero-shot_tuned", "memory_budget_foldoc_zero-shot_prototypes-auto"),
+     ("memory_budget_foldoc_zero-shot_prototypes-auto", "chosen", "kmeans-labels 0.1", "prototypes")),
+    ("FOLDOC fine-tuned", ("memory_budget_foldoc_fine-tuned_tuned",),
+     ("memory_budget_foldoc_fine-tuned_tuned", "prototypes_auto", "chosen", "prototypes")),
+    ("WordNet zero-shot", ("memory_budget_wordnet_zero-shot_tuned",),
+     ("memory_budget_wordnet_zero-shot_tuned", "prototypes_auto", "chosen", "prototypes")),
+    ("WordNet fine-tuned", ("memory_budget_wordnet_fine-tuned_tuned",),
+     ("memory_budget_wordnet_fine-tuned_tuned", "prototypes_auto", "chosen", "prototypes")),
+)
+
+
+@table("memory-targets-at-a-glance")
+def memory_targets_at_a_glance(root: Path) -> str:
+    """Each target at the fair setting per dataset and encoder, with label prototypes at α 0.5 and at the α the
+    tune stage chose, as scripts/memory_targets.py checks them."""
+    targets = memory_targets()
+
+    def verdict(check: dict[str, Any]) -> str:
+        margins = [signed(check["delta_P@1"])] + ([signed(check["over_random"])] if "over_random" in check else [])
+        return f"{'yes' if check['met'] else 'no'} ({'; '.join(margins)})"
+
+    columns = []
+    for _, names, (alpha_record, *alpha_keys) in GLANCE_COLUMNS:
+        rows = [row for name in names for row in budget(root, name)[0]]
+        full = next(row for row in rows if row["method"] == "full" and row["compression"] == "none")
+        at_half = [row for row in rows if "prototypes" not in row["method"] or row["method"].endswith("prototypes0.5")]
+        alpha = dig(record(root, RESULTS / f"{alpha_record}.json"), *alpha_keys)
+        chosen = [row for row in rows if row["compression"] == "none" and row["keep"] == targets.SELECTION_KEEP
+                  and (row["method"] in ("full", "random") or row["method"] == f"kmeans-labels+prototypes{alpha:g}")]
+        columns.append([verdict(targets.budget_check(at_half, full, "quarter")),
+                        verdict(targets.budget_check(at_half, full, "eighth")),
+                        verdict(targets.selection_check(at_half, full)),
+                        f"α {alpha:g}: {verdict(targets.selection_check(chosen + [full], full))}"])
+    labels = ("quarter", "eighth", "selection, α 0.5", "selection, α chosen on validation")
+    return markdown(["target", *(header for header, _, _ in GLANCE_COLUMNS)],
+                    [[label, *(column[i] for column in columns)] for i, label in enumerate(labels)])
 
 
 @table("memory-scale-1.3m")
