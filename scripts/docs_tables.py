@@ -116,9 +116,9 @@ def bold_best(values: list[list[Any]], digits: int = 2) -> list[list[str]]:
              for j, v in enumerate(row)] for row in values]
 
 
-def labelled(labels: Sequence[str], values: list[list[Any]], bold: bool = True) -> list[list[str]]:
-    cells = bold_best(values) if bold else [[num(v) for v in row] for row in values]
-    return [[label, *row] for label, row in zip(labels, cells)]
+def labelled(labels: Sequence[str], values: list[list[Any]]) -> list[list[str]]:
+    """A label before each row of a numeric block, its columns' best in bold."""
+    return [[label, *row] for label, row in zip(labels, bold_best(values))]
 
 
 def record(root: Path, path: str | Path) -> Any:
@@ -231,7 +231,7 @@ def training_hours(root: Path, run: str) -> str:
 
 @table("foldoc-schedule-auto")
 def foldoc_schedule_auto(root: Path) -> str:
-    """The fixed training recipe against train.schedule: auto on FOLDOC, from both runs and their stage times."""
+    """The fixed training recipe against train.schedule: auto on FOLDOC, from both runs and their training curves."""
     runs = (("fixed (300 steps of 32, fp32)", "foldoc_fine-tuned-auto-cpu"),
             ("auto (800 steps of 128, bf16)", "foldoc_fine-tuned-schedule-auto-cpu"))
     values = [[m["rae"]["P@1"], m["rae"]["P@5"], m["rae"]["PSP@5"], m["rae"]["R@100"], m["dual_encoder"]["P@1"],
@@ -251,7 +251,9 @@ def tests_table(root: Path, rows: Sequence[tuple[str, str, str | tuple[str, ...]
     cells = []
     for label, path, name in rows:
         report = record(root, RESULTS / path)
-        test = dig(report, *name) if isinstance(name, tuple) else report.get("tests", report)[name]
+        test = dig(report, *name) if isinstance(name, tuple) else dig(report.get("tests", report), name)
+        if test is None:
+            raise DataError(f"no test {name!r}: remake the record or fix TEST_TABLES", RESULTS / path)
         p1 = test["P@1"]
         interval = f"[{bound(p1['ci_low'])}, {bound(p1['ci_high'])}]"
         cells.append([label, f"{signed(p1['mean_diff'])} {interval}, {p_equals(p1)}",
@@ -402,7 +404,7 @@ def wordnet_hyper_900_steps(root: Path) -> str:
 # ---- peers, the loss ablation, HNSW against exact
 
 
-PEER_ROWS = (  # (label, {dataset: row name in results_table.json}, show λ)
+PEER_ROWS = (  # (label, {dataset: the start of a results_table.json row's name, or (run, method)})
     ("fine-tuned RAE λ=0.5 (H100 runs above)", {"foldoc": "foldoc_ablation-full: RAE λ=0.5",
                                                 "wordnet": "wordnet_fine-tuned-gpu: RAE λ=0.5",
                                                 "wordnet-hyper": "wordnet-hyper_fine-tuned-gpu: RAE λ=0.5"}),
