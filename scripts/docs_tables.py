@@ -689,6 +689,24 @@ def memory_targets() -> Any:
     return module
 
 
+def verdict(check: dict[str, Any]) -> str:
+    """A target's check as "yes (+0.92)", or with the margin over random keys "no (−0.63; +4.91)"."""
+    margins = [signed(check["delta_P@1"])] + ([signed(check["over_random"])] if "over_random" in check else [])
+    return f"{'yes' if check['met'] else 'no'} ({'; '.join(margins)})"
+
+
+def full_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(row for row in rows if row["method"] == "full" and row["compression"] == "none")
+
+
+def at_alpha(rows: list[dict[str, Any]], alpha: float) -> list[dict[str, Any]]:
+    """The full memory and the uncompressed keep-0.1 rows of random keys and of prototypes at α: what the
+    selection target compares when the tune stage chose α."""
+    keep = memory_targets().SELECTION_KEEP
+    return [full_row(rows)] + [row for row in rows if row["compression"] == "none" and row["keep"] == keep and
+                               row["method"] in ("random", f"kmeans-labels+prototypes{alpha:g}")]
+
+
 GLANCE_COLUMNS = (  # header, memory_budget records, where the record keeps the α the tune stage chose at keep 0.1
     ("FOLDOC zero-shot", ("memory_budget_foldoc_zero-shot_tuned", "memory_budget_foldoc_zero-shot_prototypes-auto"),
      ("memory_budget_foldoc_zero-shot_prototypes-auto", "chosen", "kmeans-labels 0.1", "prototypes")),
@@ -706,25 +724,64 @@ def memory_targets_at_a_glance(root: Path) -> str:
     """Each target at the fair setting per dataset and encoder, with label prototypes at α 0.5 and at the α the
     tune stage chose, as scripts/memory_targets.py checks them."""
     targets = memory_targets()
-
-    def verdict(check: dict[str, Any]) -> str:
-        margins = [signed(check["delta_P@1"])] + ([signed(check["over_random"])] if "over_random" in check else [])
-        return f"{'yes' if check['met'] else 'no'} ({'; '.join(margins)})"
-
     columns = []
-    for _, names, (alpha_record, *alpha_keys) in GLANCE_COLUMNS:
+    for _, names, alpha_path in GLANCE_COLUMNS:
         rows = [row for name in names for row in budget(root, name)[0]]
-        full = next(row for row in rows if row["method"] == "full" and row["compression"] == "none")
+        full = full_row(rows)
         at_half = [row for row in rows if "prototypes" not in row["method"] or row["method"].endswith("prototypes0.5")]
-        alpha = dig(record(root, RESULTS / f"{alpha_record}.json"), *alpha_keys)
-        chosen = [row for row in rows if row["compression"] == "none" and row["keep"] == targets.SELECTION_KEEP
-                  and (row["method"] in ("full", "random") or row["method"] == f"kmeans-labels+prototypes{alpha:g}")]
+        alpha = located(root, alpha_path)
         columns.append([verdict(targets.budget_check(at_half, full, "quarter")),
                         verdict(targets.budget_check(at_half, full, "eighth")),
                         verdict(targets.selection_check(at_half, full)),
-                        f"α {alpha:g}: {verdict(targets.selection_check(chosen + [full], full))}"])
+                        f"α {alpha:g}: {verdict(targets.selection_check(at_alpha(rows, alpha), full))}"])
     labels = ("quarter", "eighth", "selection, α 0.5", "selection, α chosen on validation")
     return markdown(["target", *(header for header, _, _ in GLANCE_COLUMNS)],
+                    [[label, *(column[i] for column in columns)] for i, label in enumerate(labels)])
+
+
+def located(root: Path, path: Sequence[str]) -> Any:
+    """The value at (record name, key, key, ...) under bench/results/; a missing key is a DataError naming it."""
+    value = dig(record(root, RESULTS / f"{path[0]}.json"), *path[1:])
+    if value is None:
+        raise DataError(f"no {'.'.join(path[1:])}: remake the record", RESULTS / f"{path[0]}.json")
+    return value
+
+
+ONE_FOLD, FIVE_FOLDS = "memory_budget_foldoc_zero-shot_prototypes-auto", "memory_budget_foldoc_zero-shot_val-folds"
+FOLDS_COLUMNS = (  # header, memory_budget records, then where the record keeps the full memory's λ and τ, the α
+    # chosen at keep 0.1 and the α validation curve there
+    ("one fold", ("memory_budget_foldoc_zero-shot_tuned", ONE_FOLD), ("memory_budget_foldoc_zero-shot_tuned",
+                                                                      "chosen", "full"),
+     (ONE_FOLD, "chosen", "kmeans-labels 0.1", "prototypes"), (ONE_FOLD, "chosen", "kmeans-labels 0.1",
+                                                               "prototypes_curve")),
+    ("five folds", (FIVE_FOLDS,), (FIVE_FOLDS, "chosen", "full"), (FIVE_FOLDS, "prototypes_auto", "chosen",
+                                                                  "prototypes"),
+     (FIVE_FOLDS, "prototypes_auto", "curve")),
+)
+
+
+@table("memory-val-folds-foldoc")
+def memory_val_folds_foldoc(root: Path) -> str:
+    """FOLDOC zero-shot's memories tuned on one validation fold against five: the choices, their test P@1, and
+    the targets as scripts/memory_targets.py checks them."""
+    targets = memory_targets()
+    columns = []
+    for _, names, full_path, alpha_path, curve_path in FOLDS_COLUMNS:
+        rows = [row for name in names for row in budget(root, name)[0]]
+        full, full_choice, alpha = full_row(rows), located(root, full_path), located(root, alpha_path)
+        selected = at_alpha(rows, alpha)
+        by_method = {row["method"]: row for row in selected}
+        columns.append([f"{full_choice['lambda']:g}, {full_choice['tau']:g} → {num(full['P@1'])}",
+                        f"{alpha:g} → {num(by_method[f'kmeans-labels+prototypes{alpha:g}']['P@1'])}",
+                        ", ".join(num(point["P@1"]) for point in located(root, curve_path)),
+                        num(by_method["random"]["P@1"]),
+                        " / ".join(signed(targets.budget_check(rows, full, t)["delta_P@1"])
+                                   for t in ("quarter", "eighth")),
+                        f"α {alpha:g}: {verdict(targets.selection_check(selected, full))}"])
+    labels = ("full memory: λ, τ → P@1", "α chosen at keep 0.1 → P@1",
+              "α validation curve at keep 0.1 (α 0, 0.25, 0.5, 1, 2)", "random keep 0.1", "quarter / eighth (ΔP@1)",
+              "selection at keep 0.1 (ΔP@1; over random)")
+    return markdown(["", *(header for header, *_ in FOLDS_COLUMNS)],
                     [[label, *(column[i] for column in columns)] for i, label in enumerate(labels)])
 
 
