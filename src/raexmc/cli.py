@@ -45,10 +45,12 @@ NAME = typer.Option(None, help="Dataset whose pipeline outputs to use (default: 
 @app.command()
 def datasets(params: Path = PARAMS,
              data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
-    """List the datasets configured in params.yaml, their source, and their size once built."""
+    """List the datasets of the catalogue (datasets/<name>.yaml beside params.yaml), their source, and their size
+    once built."""
     with user_errors(params):
-        catalogue = load_params(params).section("datasets")
-        for name, spec in catalogue.items():
+        from .data.catalogue import catalogue, catalogue_dir
+
+        for name, spec in catalogue(catalogue_dir(params)).items():
             stats_path = data_dir / name / "stats.json"
             built = "not built"
             if stats_path.is_file():
@@ -74,11 +76,10 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
     """Print the `dvc exp run` command that runs one of the paper's benchmarks in the paper's setting, after
     comment lines on its batch and on what it needs that this machine lacks (weights, data)."""
     with user_errors(params):
-        from .pipeline.presets import batch_note, command, missing, preset_values
+        from .pipeline.presets import batch_note, command, missing, preset_values, presets_path
 
-        p = load_params(params)
-        values = preset_values(p, name)
-        note, needs = batch_note(values), missing(values, p.section("datasets"), data_dir)
+        values = preset_values(presets_path(params), name)
+        note, needs = batch_note(values), missing(values, params, data_dir)
         if note:
             typer.echo(f"# {note}")
         typer.echo("# missing here: " + "; ".join(needs) if needs else "# missing here: nothing")

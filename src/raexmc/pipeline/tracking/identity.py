@@ -32,13 +32,14 @@ def pipeline_key(params: bytes, commit: str, exp_name: str) -> str:
 
 
 def pipeline_params(params_path: Path) -> dict[str, Any]:
-    """Every param of the execution, the chosen dataset's entry included, so that runs in which
-    DVC reran only the last stages still compare side by side on all of them."""
-    from ...params import load_params
+    """Every param of the execution, the chosen dataset's catalogue entry included (as `datasets.<name>`), so
+    that runs in which DVC reran only the last stages still compare side by side on all of them."""
+    from ...data.catalogue import catalogue_dir
+    from ...params import load_params, read_mapping
 
-    tree = load_params(params_path).data
-    chosen = tree.get("data", {}).get("name")
-    picked = {key: value for key, value in tree.items() if key not in ("datasets", "presets")}
-    if chosen in tree.get("datasets", {}):
-        picked[f"datasets.{chosen}"] = tree["datasets"][chosen]
+    picked = load_params(params_path).data
+    chosen = picked.get("data", {}).get("name")
+    entry = catalogue_dir(params_path) / f"{chosen}.yaml"
+    if isinstance(chosen, str) and entry.is_file():
+        picked[f"datasets.{chosen}"] = read_mapping(entry, "dataset entry")
     return picked
