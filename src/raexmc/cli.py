@@ -179,13 +179,30 @@ def serve(name: str = NAME,
 @app.command()
 def results(name: str = NAME,
             artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
-            params: Path = PARAMS) -> None:
-    """Key metrics per method and RAE's paired t-tests: a readable `dvc metrics show`."""
+            params: Path = PARAMS,
+            exp: list[str] = typer.Option(None, "--exp", help="A DVC experiment to set beside the others (its "
+                                                               "committed results); repeat for more."),
+            rev: list[str] = typer.Option(None, "--rev", help="A git revision (or `workspace`) to set beside the "
+                                                               "others; repeat for more."),
+            as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (p-values numbers).")) -> None:
+    """Key metrics per method and RAE's paired t-tests: a readable `dvc metrics show`. With --exp or --rev, runs side
+    by side (experiments first, then revisions, each in the order given): the headline metrics, the λ and τ the
+    tune stage chose, and the tests' mean differences and p-values, within 120 columns."""
     with user_errors(params):
-        from .pipeline.results import summary
+        from .pipeline.results import run_results, side_by_side, summary
+        from .pipeline.revisions import WORKSPACE, experiment_commit, files_of, revision_commit
 
-        folder = artifacts / (name or load_params(params).typed("data.name", str))
-        typer.echo(summary(folder / "eval", folder / "significance.json"))
+        if not exp and not rev and not as_json:
+            folder = artifacts / (name or load_params(params).typed("data.name", str))
+            typer.echo(summary(folder / "eval", folder / "significance.json"))
+            return
+        root = params.resolve().parent
+        wanted = [(e, experiment_commit(root, e)) for e in exp or []]
+        revs = rev or ([] if exp else [WORKSPACE])  # --json alone: the workspace's run
+        wanted += [(r, None if r == WORKSPACE else revision_commit(root, r)) for r in revs]
+        runs = [run_results(label, commit, files_of(root, commit), artifacts.as_posix(), name)
+                for label, commit in wanted]
+        typer.echo(json.dumps({"runs": [run.as_json() for run in runs]}, indent=2) if as_json else side_by_side(runs))
 
 
 def _propensity_pair(value: str) -> Propensity | None:
