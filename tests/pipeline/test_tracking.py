@@ -49,6 +49,23 @@ def test_stages_of_one_execution_share_a_run(project):
     assert found[0].info.status == "FINISHED"
 
 
+def test_a_changed_entry_of_the_chosen_dataset_starts_a_new_run(project):
+    """The catalogue is no longer in params.yaml: a new value in the chosen dataset's file, params.yaml the same,
+    is another execution (it downloads other data), so another run, not a clash of param values in the old one."""
+    set_dataset(project, "tiny", {"source": "local", "seed": 0})
+    set_dataset(project, "other", {"source": "local", "seed": 0})
+    with stage_run("download") as run:
+        run.params({"datasets.tiny": {"seed": 0}})
+    set_dataset(project, "other", {"source": "local", "seed": 1})  # not the chosen one: the same execution
+    with stage_run("download") as run:
+        run.params({"datasets.tiny": {"seed": 0}})
+    set_dataset(project, "tiny", {"source": "local", "seed": 1})
+    with stage_run("download") as run:
+        run.params({"datasets.tiny": {"seed": 1}})
+    _, found = runs()
+    assert sorted(run.data.params["datasets.tiny.seed"] for run in found) == ["0", "1"]
+
+
 def test_changed_params_or_experiment_start_a_new_run(project, monkeypatch):
     with stage_run("download"):
         pass
