@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from conftest import REPO, commit_all, dvc, sh
-from raexmc.pipeline.results import RunResults, side_by_side
+from raexmc.errors import DataError
+from raexmc.pipeline.results import RunResults, run_results, side_by_side
 
 ROW = {"P@1": 52.21, "P@5": 24.13, "nDCG@5": 40.5, "PSP@5": 30.0, "R@100": 79.8, "macro-F1@5": {"tail": 21.17}}
 
@@ -183,3 +184,29 @@ def test_many_runs_wrap_into_blocks_within_120_columns():
     assert max(len(line) for line in text.splitlines()) <= 120
     assert blocks[1].splitlines()[5].split() == ["rae", "P@1"] + ["50.00"] * 4
     assert blocks[0].splitlines()[6].split() == ["rae", "P@5"] + ["-"] * 6
+
+
+GOOD_FILES = {"params.yaml": "data:\n  name: toy\n",
+              "metrics/toy/rae.json": '{"P@1": 50.0, "lambda": 0.5, "tau": 0.04}',
+              "metrics/toy/dual_encoder.json": '{"P@1": 40.0}', "metrics/toy/knn.json": '{"P@1": 45.0, "tau": 0.1}',
+              "artifacts/toy/significance.json": '{"rae_vs_knn": {"P@1": {"mean_diff": 5.0, "p_value": 0.01, '
+                                                 '"log10_p": -2.0}}}'}
+
+
+@pytest.mark.parametrize("path, text, line", [
+    ("metrics/toy/rae.json", "[50.0]", "DataError: metrics/toy/rae.json: not a mapping in workspace"),
+    ("metrics/toy/knn.json", '{"P@1": 45.0', "DataError: metrics/toy/knn.json: not valid in workspace ("),
+    ("params.yaml", "data: [toy]\n", "DataError: params.yaml: no data.name in workspace"),
+    ("artifacts/toy/significance.json", '{"rae_vs_knn": {"P@1": {"mean_diff": 5.0, "p_value": "0.01"}}}',
+     "DataError: artifacts/toy/significance.json:rae_vs_knn.P@1: in workspace: needs numbers mean_diff, p_value "
+     "and log10_p"),
+    ("artifacts/toy/significance.json", '{"rae_vs_knn": [1]}',
+     "DataError: artifacts/toy/significance.json:rae_vs_knn: in workspace: needs numbers mean_diff, p_value and "
+     "log10_p"),
+])
+def test_a_bad_headline_file_is_one_line_naming_it(path, text, line):
+    files = {**GOOD_FILES, path: text}
+    assert run_results("workspace", None, GOOD_FILES.get).tests["rae_vs_knn"]["P@1"]["mean_diff"] == 5.0
+    with pytest.raises(DataError) as caught:
+        run_results("workspace", None, files.get)
+    assert caught.value.one_line().startswith(line), caught.value.one_line()

@@ -88,14 +88,30 @@ class RunResults:
                           for test, by_metric in self.tests.items()}}
 
 
-def _parsed(read: FileReader, path: str, where: str, parse: Callable[[str], Any]) -> Any:
+def _parsed(read: FileReader, path: str, where: str, parse: Callable[[str], Any]) -> dict[str, Any]:
+    """The mapping file `path` of the run holds, or a DataError naming it and the run."""
     text = read(path)
     if text is None:
         raise DataError(f"not in {where}: run the pipeline there first (dvc repro, dvc exp run)", path)
     try:
-        return parse(text)
+        value = parse(text)
     except (ValueError, YAMLError) as exc:
         raise DataError(f"not valid in {where} ({first_line(exc)})", path) from None
+    if not isinstance(value, dict):
+        raise DataError(f"not a mapping in {where}", path)
+    return value
+
+
+def _tests(report: dict[str, Any], path: str, where: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """RAE's tests against the baselines in a significance report, each result checked for what the table shows."""
+    tests = {test: report[test] for test in TEST_ROWS if test in report}
+    for test, by_metric in tests.items():
+        for metric, result in by_metric.items() if isinstance(by_metric, dict) else [(None, None)]:
+            if not (isinstance(result, dict) and all(isinstance(result.get(key), (int, float))
+                                                     for key in ("mean_diff", "p_value", "log10_p"))):
+                raise DataError(f"in {where}: needs numbers mean_diff, p_value and log10_p",
+                                path, test if metric is None else f"{test}.{metric}")
+    return tests
 
 
 def run_results(name: str, commit: str | None, read: FileReader, artifacts: str = "artifacts",
@@ -103,13 +119,14 @@ def run_results(name: str, commit: str | None, read: FileReader, artifacts: str 
     """The headline of the run whose files `read` gives (the dataset its params.yaml names, unless `dataset`)."""
     where = name if commit is None else f"{name} ({commit[:7]})"
     if dataset is None:
-        params = _parsed(read, PARAMS_FILE, where, YAML(typ="safe", pure=True).load)
-        dataset = params.get("data", {}).get("name") if isinstance(params, dict) else None
+        data = _parsed(read, PARAMS_FILE, where, YAML(typ="safe", pure=True).load).get("data")
+        dataset = data.get("name") if isinstance(data, dict) else None
         if not isinstance(dataset, str):
             raise DataError(f"no data.name in {where}", PARAMS_FILE)
     rows = {row: _parsed(read, f"metrics/{dataset}/{row}.json", where, json.loads) for row in METHOD_ROWS}
-    report = _parsed(read, f"{artifacts}/{dataset}/significance.json", where, json.loads)
-    return RunResults(name, commit, dataset, rows, {test: report[test] for test in TEST_ROWS if test in report})
+    significance = f"{artifacts}/{dataset}/significance.json"
+    tests = _tests(_parsed(read, significance, where, json.loads), significance, where)
+    return RunResults(name, commit, dataset, rows, tests)
 
 
 WIDTH = 120  # the side-by-side table wraps its columns to fit a terminal this wide
