@@ -184,7 +184,8 @@ def results(name: str = NAME,
                                                                "committed results); repeat for more."),
             rev: list[str] = typer.Option(None, "--rev", help="A git revision (or `workspace`) to set beside the "
                                                                "others; repeat for more."),
-            as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (p-values numbers).")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (p-values as numbers, "
+                                                                "their log10 beside them).")) -> None:
     """Key metrics per method and RAE's paired t-tests: a readable `dvc metrics show`. With --exp or --rev, runs side
     by side (experiments first, then revisions, each in the order given): the headline metrics, the λ and τ the
     tune stage chose, and the tests' mean differences and p-values, within 120 columns."""
