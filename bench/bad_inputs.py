@@ -71,18 +71,28 @@ class Project:
         return folder
 
     def params(self, folder: Path, **updates) -> Path:
-        """A copy of the project's params.yaml with `updates` (dotted keys) applied."""
+        """A copy of the project's params.yaml and catalogues in `folder` with `updates` (dotted keys) applied:
+        `datasets.<name>.<key>` to the file datasets/<name>.yaml, `presets.<key>` to presets.yaml."""
         yaml = YAML()
-        tree = yaml.load(self.root / "params.yaml")
+        shutil.copytree(self.root / "datasets", folder / "datasets", dirs_exist_ok=True)
+        trees = {}
         for dotted, value in updates.items():
-            node = tree
-            *parents, leaf = dotted.split(".")
-            for key in parents:
+            parts = dotted.split(".")
+            file, parts = {"datasets": (f"datasets/{parts[1]}.yaml", parts[2:]),
+                           "presets": ("presets.yaml", parts[1:])}.get(parts[0], ("params.yaml", parts))
+            if file not in trees:
+                source = self.root / file
+                trees[file] = yaml.load(source) if source.is_file() else {}
+            if not parts:
+                trees[file] = value
+                continue
+            node = trees[file]
+            for key in parts[:-1]:
                 node = node.setdefault(key, {})
-            node[leaf] = value
-        path = folder / "params.yaml"
-        yaml.dump(tree, path)
-        return path
+            node[parts[-1]] = value
+        for file, tree in {"params.yaml": yaml.load(self.root / "params.yaml"), **trees}.items():
+            yaml.dump(tree, folder / file)
+        return folder / "params.yaml"
 
     def run(self, args: list[str], stdin: bytes | None = None, env: dict | None = None,
             output: Path | None = None) -> Outcome:
@@ -583,7 +593,7 @@ ONE_LINE_FAULT_CASES = [
          lambda p: stage_with(p, "embed", "weights-cut", {"model": truncate("model.safetensors")}),
          "model.safetensors"),
     Case("preset-not-mapping", "preset", "raexmc preset of a preset written as a list", preset_not_a_mapping,
-         "presets.mine"),
+         "presets.yaml:mine"),
     Case("output-denied", "download", "download --out under /sys (EPERM/EACCES/EROFS, even for root)",
          output_denied, str(DENIED)),
     Case("store-corrupt-serve", "serve", "raexmc serve with mlflow.db past its header random bytes",
@@ -783,6 +793,7 @@ def build_project(workdir: Path) -> Project:
                                         "infer.b": 8, "infer.val_fraction": 0.34, "index.M": 8,
                                         "index.ef_construction": 16})
     shutil.copy(params, repo / "params.yaml")
+    shutil.copy(workdir / "datasets" / "tiny.yaml", repo / "datasets" / "tiny.yaml")
     for args in (["git", "init", "-q"], ["git", "add", "-A"],
                  ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "tiny"],
                  [PYTHON, "-m", "dvc", "repro", "-q"]):

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.tokens import TokenCache
@@ -51,13 +50,6 @@ def rae_summary(evaluator: Evaluator, hits: tuple[np.ndarray, np.ndarray], lam: 
     rae = RaeModel(evaluator.Y_train, RaeSettings(lam, tau, b))
     summary = evaluator.summary(evaluator.rank(len(hits[0]), rae_scorer(rae, hits)))[0]
     return {metric: summary[metric] for metric in ("P@1", "P@5", "R@100")}
-
-
-def preset_values(config, preset: str) -> dict:
-    values = config.section("presets").get(preset)
-    if values is None:
-        raise typer.BadParameter(f"no preset {preset!r} in params.yaml presets")
-    return values
 
 
 def build_model(name: str, device: str):

@@ -1,5 +1,5 @@
 """Build the normalised dataset folder (texts, CSR label matrices, filters, stats.json) of the
-dataset named by `data.name`, from the source configured under `datasets.<name>` in params.yaml."""
+dataset named by `data.name`, from the source its catalogue entry datasets/<name>.yaml configures."""
 
 from raexmc.numerics import pin_cpu_kernels
 

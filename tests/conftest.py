@@ -149,6 +149,14 @@ def set_params(repo: Path, **updates) -> None:
     yaml.dump(params, repo / "params.yaml")
 
 
+def set_dataset(folder: Path, name: str, entry: dict) -> None:
+    """Catalogue entry `name` of the project (or params file's folder) `folder`: its file datasets/<name>.yaml."""
+    from ruamel.yaml import YAML
+
+    (folder / "datasets").mkdir(exist_ok=True)
+    YAML().dump(entry, folder / "datasets" / f"{name}.yaml")
+
+
 def commit_all(repo: Path, message: str) -> None:
     sh("git", "add", "-A", cwd=repo)
     sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message, cwd=repo)
@@ -163,9 +171,8 @@ def new_project(root: Path, tiny_model: Path) -> Path:
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, repo / name)
     sh("git", "init", "-q", cwd=repo)
-    set_params(repo, **{"data.name": "tiny",
-                        "datasets.tiny": {"source": "local", "path": str(make_lf_folder(root / "lf"))},
-                        "encoder.name": str(tiny_model), "tokenize.input_max_len": 16,
+    set_dataset(repo, "tiny", {"source": "local", "path": str(make_lf_folder(root / "lf"))})
+    set_params(repo, **{"data.name": "tiny", "encoder.name": str(tiny_model), "tokenize.input_max_len": 16,
                         "infer.lambda": "auto", "infer.val_fraction": 0.25})  # tune holds out 1 of the 4 inputs
     commit_all(repo, "tiny")
     return repo

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from conftest import REPO
 from raexmc.checks import positive_int
 from raexmc.errors import PARAMS_FILE, ConfigError, DataError
-from raexmc.params import KNOWN_KEYS, load_params
+from raexmc.params import load_params
 
 
 def test_yaml_1_2_floats(tmp_path):
@@ -35,25 +34,10 @@ def test_invalid_yaml_names_the_line(tmp_path):
         load_params(tmp_path / "params.yaml")
 
 
-def test_project_params_load():
-    params = load_params(REPO / "params.yaml")
-    assert params.typed("data.name", str) in params.section("datasets")
-    for name, preset in params.section("presets").items():
-        assert preset["data.name"] == name and name in params.section("datasets")
-
-
 def test_a_typo_in_a_section_is_refused_with_its_key(tmp_path):
     (tmp_path / "params.yaml").write_text("infer:\n  lambda: 0.5\n  lamda: 0.3\n")
     with pytest.raises(ConfigError, match=r"params.yaml:infer.lamda: unknown parameter 'infer.lamda'"):
         load_params(tmp_path / "params.yaml")
-
-
-def test_every_preset_key_is_a_known_parameter():
-    params = load_params(REPO / "params.yaml")
-    for preset in params.section("presets").values():
-        for dotted in preset:
-            section, key = dotted.split(".", 1)
-            assert section not in KNOWN_KEYS or key in KNOWN_KEYS[section], dotted
 
 
 @pytest.mark.parametrize("value", [-1, 2.5, "3", True])

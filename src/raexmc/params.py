@@ -19,7 +19,7 @@ from .errors import ConfigError
 _MISSING = object()
 
 # The keys of the sections whose readers take single keys (train and tokenize check their own sections, data
-# and datasets are checked by the download stage): a key not listed here is a typo that would otherwise leave
+# is checked by the download stage): a key not listed here is a typo that would otherwise leave
 # its default in force without a word, so loading refuses it.
 KNOWN_KEYS = {
     "encoder": ("name", "mode"),
@@ -111,9 +111,17 @@ def _plain(node: Any) -> Any:
 
 
 def load_params(path: str | os.PathLike = "params.yaml") -> Params:
+    data = read_mapping(path, "params file")
+    check_known_keys(data, path)
+    return Params(data, path)
+
+
+def read_mapping(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """The YAML 1.2 mapping in file `path` (`what` it is, for the error when it is missing) as plain dicts and
+    lists; the ConfigError of a bad file names its line where it has one."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("params file not found", path)
+        raise ConfigError(f"{what} not found", path)
     try:
         data = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
     except YAMLError as exc:
@@ -122,6 +130,4 @@ def load_params(path: str | os.PathLike = "params.yaml") -> Params:
         raise ConfigError(f"invalid YAML ({getattr(exc, 'problem', exc)})", path, line) from None
     if not isinstance(data, dict):
         raise ConfigError("top level must be a mapping", path)
-    data = _plain(data)
-    check_known_keys(data, path)
-    return Params(data, path)
+    return _plain(data)

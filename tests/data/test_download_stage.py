@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, TEST, TRAIN, leftover_of_killed_writer, write_jsonl_gz
+from conftest import REPO, TEST, TRAIN, leftover_of_killed_writer, set_dataset, write_jsonl_gz
 
 
 def run_download(folder: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    (tmp_path / "params.yaml").write_text(
-        f"data:\n  name: tiny\n  xc_repo_url: ''\ndatasets:\n  tiny: {{source: local, path: '{folder}'}}\n")
+    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\n  xc_repo_url: ''\n")
+    set_dataset(tmp_path, "tiny", {"source": "local", "path": str(folder)})
     return subprocess.run([sys.executable, str(REPO / "stages/download.py"), "--out", "data/tiny"],
                           cwd=tmp_path, capture_output=True, text=True)
 

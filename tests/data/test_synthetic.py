@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 from conftest import REPO
 from raexmc.data import synthetic
+from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
@@ -28,7 +29,7 @@ from raexmc.process_group import DistContext
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
 
-SMALL = load_params(REPO / "params.yaml").section("datasets")["synthetic-small"]
+SMALL = catalogue(catalogue_dir(REPO / "params.yaml"))["synthetic-small"]
 FILES = ("labels.jsonl", "train.jsonl", "test.jsonl", "Y_train.npz", "Y_test.npz", "filter_train.npz",
          "filter_test.npz", "stats.json", "source.json")
 
@@ -121,7 +122,7 @@ def test_labels_are_retrievable_from_the_input_text(tmp_path):
 def test_bad_params_are_config_errors_naming_the_key(tmp_path, key, value, message):
     with pytest.raises(ConfigError) as caught:
         build(tmp_path, name="bad", **{key: value})
-    assert caught.value.one_line().startswith(f"ConfigError: params.yaml:datasets.bad.{key}: ")
+    assert caught.value.one_line().startswith(f"ConfigError: datasets/bad.yaml:{key}: ")
     assert message in caught.value.message
     assert not (tmp_path / "bad").exists()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make_lf_folder, small_filesystem
+from conftest import REPO, make_lf_folder, set_dataset, small_filesystem
 
 
 @pytest.fixture
@@ -19,8 +19,8 @@ def project(tmp_path) -> Path:
     folder = tmp_path / "project"
     (folder / ".dvc").mkdir(parents=True)
     lf = make_lf_folder(tmp_path / "lf")
-    (folder / "params.yaml").write_text(f"data:\n  name: tiny\n  xc_repo_url: unused\n"
-                                        f"datasets:\n  tiny: {{source: local, path: '{lf}'}}\n")
+    (folder / "params.yaml").write_text("data:\n  name: tiny\n  xc_repo_url: unused\n")
+    set_dataset(folder, "tiny", {"source": "local", "path": str(lf)})
     return folder
 
 

@@ -15,6 +15,9 @@ from ruamel.yaml import YAML
 from conftest import REPO, make_lf_folder
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import weights_on_disk
+from raexmc.errors import ConfigError
+from raexmc.params import KNOWN_KEYS, load_params
+from raexmc.pipeline.presets import preset_values, presets_path
 
 # The paper's tables (RAE-XMC, Appendix; /work/shared/design.md "The paper's hyper-parameters"), typed in here,
 # not read from params.yaml: per dataset max_len, batch per GPU (of 8), LR, max_steps, hnm_steps, hnm_topk, λ.
@@ -106,11 +109,30 @@ def test_a_preset_that_is_not_a_mapping_is_one_line_naming_it(value, tmp_path):
     from raexmc.cli import app
 
     yaml = YAML()
-    tree = yaml.load(REPO / "params.yaml")
-    tree["presets"]["mine"] = value
-    yaml.dump(tree, tmp_path / "params.yaml")
+    tree = yaml.load(REPO / "presets.yaml")
+    tree["mine"] = value
+    yaml.dump(tree, tmp_path / "presets.yaml")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     result = CliRunner().invoke(app, ["preset", "mine", "--params", str(tmp_path / "params.yaml")])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [(
-        f"ConfigError: {tmp_path / 'params.yaml'}:presets.mine: a preset must be a mapping of settings "
+        f"ConfigError: {tmp_path / 'presets.yaml'}:mine: a preset must be a mapping of settings "
         f"(key: value), got {type(value).__name__}")]
+
+
+def test_every_preset_names_its_dataset_and_known_parameters_only():
+    """Each preset sets data.name to its own name, a dataset of the catalogue, and only keys the params know."""
+    presets = load_params(presets_path(REPO / "params.yaml")).data
+    assert set(PAPER) <= set(presets)
+    for name, preset in presets.items():
+        assert preset["data.name"] == name and (REPO / "datasets" / f"{name}.yaml").is_file()
+        for dotted in preset:
+            section, key = dotted.split(".", 1)
+            assert section not in KNOWN_KEYS or key in KNOWN_KEYS[section], dotted
+
+
+def test_an_unknown_preset_is_one_line_naming_the_file_and_the_known_ones(tmp_path):
+    (tmp_path / "presets.yaml").write_text("a: {data.name: x}\nb: {data.name: y}\n")
+    with pytest.raises(ConfigError) as caught:
+        preset_values(tmp_path / "presets.yaml", "c")
+    assert caught.value.one_line() == f"ConfigError: {tmp_path / 'presets.yaml'}: unknown preset 'c' (known: a, b)"

@@ -19,7 +19,7 @@ from conftest import REPO
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
-from raexmc.pipeline.presets import preset_values
+from raexmc.pipeline.presets import preset_values, presets_path
 from raexmc.training.graph_memory import grad_cache_chunk, graph_bytes_per_text, resolve_grad_cache
 from raexmc.training.schedule import Schedule, resolve
 from raexmc.training.settings import TrainSettings
@@ -78,7 +78,7 @@ def test_a_preset_runs_as_printed_under_auto():
     `raexmc preset` applies it, with schedule: auto and that set's 294,805 training inputs."""
     p = params_with(schedule="auto")
     data = copy.deepcopy(p.data)
-    for key, value in preset_values(p, "LF-AmazonTitles-131K").items():
+    for key, value in preset_values(presets_path(REPO / "params.yaml"), "LF-AmazonTitles-131K").items():
         section, _, name = key.partition(".")
         data[section][name] = value
     settings = TrainSettings.from_params(Params(data), lambda: 294_805, 8)

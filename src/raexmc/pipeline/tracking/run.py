@@ -196,7 +196,7 @@ def _pipeline_run(client, guard: ParamsGuard) -> str:
     experiment_id = (experiment.experiment_id if experiment else
                      client.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri()))
     commit, exp_name = git_commit(Path.cwd()), experiment_name()
-    key = pipeline_key(guard.content or b"", commit, exp_name)
+    key = pipeline_key(guard.path, guard.content or b"", commit, exp_name)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_TAG}` = '{key}'", max_results=1)
     if found:
         return found[0].info.run_id
