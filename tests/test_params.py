@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from conftest import REPO
 from raexmc.checks import positive_int
 from raexmc.errors import PARAMS_FILE, ConfigError, DataError
 from raexmc.params import KNOWN_KEYS, load_params
+from tests.helpers import REPO
 
 
 def test_yaml_1_2_floats(tmp_path):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench_scripts import load_bench_module
+from tests.helpers import REPO, load_module
 
-audit = load_bench_module("bad_inputs.py")
+audit = load_module(REPO / "bench/bad_inputs.py")
 CASES = audit.cases()
 
 # One case per stage or command the audit goes through, each among the cheapest of its kind. Left out: the

@@ -8,9 +8,9 @@ import sys
 
 import torch
 
-from conftest import REPO
 from raexmc.encoder.model import load_tokenizer, tokenizer_fingerprint
 from raexmc.encoder.sentence import load_encoder
+from tests.helpers import REPO
 
 
 def make(out, *args):

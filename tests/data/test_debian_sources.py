@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from raexmc.data.dataset import Dataset
 from raexmc.data.debian import DebPin, fetch_deb
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ChecksumError, ConfigError, SourceError, UnsafeArchiveError
 from raexmc.params import load_params
 from test_archive import SAFE, deb_bytes
+from tests.helpers import REPO
 
 CATALOGUE = load_params(REPO / "params.yaml").section("datasets")
 

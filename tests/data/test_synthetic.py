@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import REPO
 from raexmc.data import synthetic
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
@@ -27,6 +26,7 @@ from raexmc.params import load_params
 from raexmc.process_group import DistContext
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
+from tests.helpers import REPO
 
 SMALL = load_params(REPO / "params.yaml").section("datasets")["synthetic-small"]
 FILES = ("labels.jsonl", "train.jsonl", "test.jsonl", "Y_train.npz", "Y_test.npz", "filter_train.npz",

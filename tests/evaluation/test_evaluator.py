@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import dense_top_b_softmax
 from raexmc.evaluation.evaluator import (
     BlockSearch,
     EvalSettings,
@@ -18,6 +17,7 @@ from raexmc.evaluation.evaluator import (
     segment_rows,
 )
 from raexmc.evaluation.significance import compare_runs
+from tests.helpers import dense_top_b_softmax
 
 N_LABELS, N_TEST, DIM = 25, 20, 8
 

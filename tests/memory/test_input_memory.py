@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import REPO, dense_split_scores
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
 from raexmc.memory.exact import ExactIndex
@@ -23,6 +22,7 @@ from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
 from raexmc.memory.search import sort_rows
 from raexmc.params import load_params
+from tests.helpers import REPO, dense_split_scores
 
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 

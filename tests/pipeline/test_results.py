@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO
+from tests.helpers import REPO
 
 ROW = {"P@1": 52.21, "P@5": 24.13, "nDCG@5": 40.5, "PSP@5": 30.0, "R@100": 79.8, "macro-F1@5": {"tail": 21.17}}
 

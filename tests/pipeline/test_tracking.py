@@ -14,14 +14,6 @@ from raexmc.pipeline.paths import project_root
 from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
 
 
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    (tmp_path / ".dvc").mkdir()
-    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def runs():
     client = MlflowClient(tracking_uri())
     experiment = client.get_experiment_by_name(EXPERIMENT)
