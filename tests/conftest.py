@@ -13,6 +13,11 @@ import pytest
 from tests.helpers import commit_all, dvc, make_lf_folder, make_ngame_folder, new_project, sh
 
 
+def pytest_addoption(parser):
+    parser.addoption("--audit-record", default="", help="where the bad-input audit (tests/audit) writes what a user "
+                     "saw in each case that ran, as JSON and Markdown beside it (bench/results/bad_inputs.json)")
+
+
 @pytest.fixture(scope="session")
 def download_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("download-cache")
