@@ -17,7 +17,8 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.tokens import TokenCache
-from raexmc.evaluation.evaluator import Evaluator, rae_scorer
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import rae_scorer
 from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import write_json
 from raexmc.memory.keys_values import training_values

@@ -15,8 +15,10 @@ from ruamel.yaml import YAML
 from raexmc.data.held_out import validation_folds
 from raexmc.errors import DataError
 from raexmc.evaluation.baseline_selection import select_knn
-from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
 from raexmc.evaluation.prototype_selection import MemoryTuning
+from raexmc.evaluation.retrievals import Retrievals
 from raexmc.evaluation.selection_file import knn_tau, read_selection
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_folds

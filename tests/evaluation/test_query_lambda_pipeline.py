@@ -15,8 +15,10 @@ from ruamel.yaml import YAML
 
 from raexmc.data.held_out import split_validation
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import QUERY_LAMBDA_METHOD, EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import QUERY_LAMBDA_METHOD, EvalSettings, evaluate_retrieval
 from raexmc.evaluation.propensity import DEFAULT_AB
+from raexmc.evaluation.retrievals import Retrievals
 from raexmc.evaluation.significance import compare_runs
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import QueryLambda, fit_query_lambda, query_features, read_query_lambda

@@ -12,7 +12,9 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
+from raexmc.evaluation.retrievals import Retrievals
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
