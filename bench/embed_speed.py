@@ -24,12 +24,13 @@ import numpy as np
 import torch
 import typer
 
-from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
+from common import ROOT, append_row, build_model, device_name, synthetic_token_cache
 from raexmc.encoder.device import autocast, pick_device, resolve_precision
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.params import load_params
+from raexmc.pipeline.presets import preset_values
 
 
 def synchronize(device: str) -> None:

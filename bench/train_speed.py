@@ -28,12 +28,13 @@ import scipy.sparse as sp
 import torch
 import typer
 
-from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
+from common import ROOT, append_row, build_model, device_name, synthetic_token_cache
 from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.params import load_params
+from raexmc.pipeline.presets import preset_values
 from raexmc.process_group import DistContext, init_distributed, shutdown
 from raexmc.training.batches import BatchSampler
 from raexmc.training.settings import TrainSettings
