@@ -10,6 +10,7 @@ as JSON and as a Markdown table beside it (`.md`).
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def record(request):
     yield rows
     out = request.config.getoption("--audit-record")
     if out and rows:
-        write_record(rows, f"python -m pytest -n 0 -m audit tests/audit --audit-record {out}", Path(out))
+        write_record(rows, shlex.join(["python", "-m", "pytest", *request.config.invocation_params.args]), Path(out))
 
 
 def row(case: Case, outcome: Outcome, judged: str) -> dict:
