@@ -23,15 +23,10 @@ from raexmc.checks import positive_int
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import (
-    BlockSearch,
-    EvalSettings,
-    Evaluator,
-    Retrievals,
-    evaluate_retrieval,
-    segment_rows,
-)
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval, segment_rows
 from raexmc.evaluation.propensity import propensity_from_params
+from raexmc.evaluation.retrievals import BlockSearch, Retrievals
 from raexmc.evaluation.score_file import save_scores
 from raexmc.evaluation.selection_file import knn_tau, lambda_rows, rae_retrieval, read_selection
 from raexmc.io import atomic_dir, write_json

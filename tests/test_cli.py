@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import REPO, make_lf_folder, set_dataset
+from tests.helpers import REPO, make_lf_folder, set_dataset
 
 STAGES = sorted(p.name for p in (REPO / "stages").glob("*.py"))
 

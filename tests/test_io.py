@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import leftover_of_killed_writer, run_on_small_disk, writer_in_progress
 from raexmc.errors import DataError
 from raexmc.io import (
     atomic_dir,
@@ -25,6 +24,7 @@ from raexmc.io import (
     remove_dead_temps,
     write_json,
 )
+from tests.helpers import leftover_of_killed_writer, run_on_small_disk, writer_in_progress
 
 
 def hidden(folder):

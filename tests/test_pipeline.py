@@ -20,7 +20,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 
-from conftest import dvc, set_dataset, set_params, sh
+from tests.helpers import dvc, set_dataset, set_params, sh
 
 pytestmark = pytest.mark.slow
 

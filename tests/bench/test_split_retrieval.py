@@ -6,16 +6,36 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 import scipy.sparse as sp
 
-from bench_scripts import small_project
-from conftest import REPO
+from tests.helpers import REPO
 
 B = 10
+
+
+def small_project(root, n_train: int = 80, n_test: int = 12, n_labels: int = 20):
+    """A made-up project of random unit embeddings (d = 8) and labels, as the embed stage lays them out, with the
+    repository's params.yaml: data/tiny and artifacts/tiny/embeddings."""
+    rng = np.random.default_rng(0)
+    data, embeddings = root / "data" / "tiny", root / "artifacts" / "tiny" / "embeddings"
+    for folder in (data, embeddings, root / "bench" / "results"):
+        folder.mkdir(parents=True)
+    (data / "stats.json").write_text(json.dumps({"N_train": n_train, "N_test": n_test, "L": n_labels}))
+    for split, n in (("train", n_train), ("test", n_test)):
+        labels = (rng.random((n, n_labels)) < 0.1) | (np.arange(n_labels) == rng.integers(0, n_labels, (n, 1)))
+        sp.save_npz(data / f"Y_{split}.npz", sp.csr_matrix(labels.astype(np.float64)))
+        sp.save_npz(data / f"filter_{split}.npz", sp.csr_matrix((n, n_labels), dtype=bool))
+    for split, n in (("train", n_train), ("labels", n_labels), ("test", n_test)):
+        v = rng.normal(size=(n, 8)).astype(np.float32)
+        np.save(embeddings / f"{split}.npy", v / np.linalg.norm(v, axis=1, keepdims=True))
+    (embeddings / "meta.json").write_text(json.dumps({"encoder": "made-up"}))
+    shutil.copyfile(REPO / "params.yaml", root / "params.yaml")
+    return data, embeddings
 
 
 def test_few_labels_and_the_joint_label_share_by_brute_force(tmp_path):

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from conftest import REPO, commit_all, dvc, new_project, set_dataset, set_params
 from raexmc.data.catalogue import catalogue, catalogue_dir, dataset_spec
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
+from tests.helpers import REPO, commit_all, dvc, new_project, set_dataset, set_params
 
 
 def test_the_projects_catalogue_holds_the_chosen_dataset_and_every_source():

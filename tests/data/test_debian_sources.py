@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.debian import DebPin, fetch_deb
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ChecksumError, ConfigError, SourceError, UnsafeArchiveError
 from test_archive import SAFE, deb_bytes
+from tests.helpers import REPO
 
 CATALOGUE = catalogue(catalogue_dir(REPO / "params.yaml"))
 

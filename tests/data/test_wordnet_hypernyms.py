@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from conftest import REPO
 from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.data.wordnet_hypernyms import HypernymSettings, read_hypernym_corpus, write_hypernym_dataset
 from raexmc.errors import ConfigError, DataError
 from test_linked_corpora import WORDNET_HEADER
+from tests.helpers import REPO
 
 CATALOGUE = catalogue(catalogue_dir(REPO / "params.yaml"))
 

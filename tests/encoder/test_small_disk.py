@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import REPO, run_on_small_disk
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.tokens import build_token_cache
+from tests.helpers import REPO, run_on_small_disk
 
 TRAIN_TEXTS = 32_768
 INPUT_MAX_LEN = 128

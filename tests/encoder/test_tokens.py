@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
 from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.sources import build_dataset
@@ -31,6 +30,7 @@ from raexmc.encoder.tokens import (
 )
 from raexmc.errors import ConfigError, DataError
 from raexmc.params import Params, load_params
+from tests.helpers import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
 
 
 @pytest.fixture

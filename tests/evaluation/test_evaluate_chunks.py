@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import REPO
 from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
@@ -24,6 +23,7 @@ from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 

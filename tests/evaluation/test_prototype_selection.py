@@ -24,7 +24,6 @@ import scipy.sparse as sp
 from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 
-from conftest import REPO
 from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError
 from raexmc.evaluation import prototype_selection
@@ -36,6 +35,7 @@ from raexmc.memory.input_memory import MemorySettings
 from raexmc.memory.prototypes import prototype_grid
 from raexmc.params import load_params
 from test_selection import run_stage, write_training_split
+from tests.helpers import REPO
 
 N, FRACTION, SEED, DIM = 10, 0.2, 0, 16
 A, B, C, D, E = range(5)

@@ -14,7 +14,6 @@ import pytest
 import scipy.sparse as sp
 from ruamel.yaml import YAML
 
-from conftest import REPO, dense_top_b_softmax
 from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation import evaluator
@@ -29,6 +28,7 @@ from raexmc.evaluation.validation_memory import (
 )
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.params import load_params
+from tests.helpers import REPO, dense_top_b_softmax
 
 LAMBDAS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
 TAUS = [0.02, 0.04, 0.1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make_lf_folder, set_dataset, small_filesystem
+from tests.helpers import REPO, make_lf_folder, set_dataset, small_filesystem
 
 
 @pytest.fixture

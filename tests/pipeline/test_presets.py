@@ -12,12 +12,12 @@ import sys
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import REPO, make_lf_folder
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import weights_on_disk
 from raexmc.errors import ConfigError
 from raexmc.params import KNOWN_KEYS, load_params
 from raexmc.pipeline.presets import preset_values, presets_path
+from tests.helpers import REPO, make_lf_folder
 
 # The paper's tables (RAE-XMC, Appendix; /work/shared/design.md "The paper's hyper-parameters"), typed in here,
 # not read from params.yaml: per dataset max_len, batch per GPU (of 8), LR, max_steps, hnm_steps, hnm_topk, λ.

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from conftest import REPO, commit_all, dvc, sh
 from raexmc.errors import DataError
 from raexmc.pipeline.results import RunResults, run_results, side_by_side
+from tests.helpers import REPO, commit_all, dvc, sh
 
 ROW = {"P@1": 52.21, "P@5": 24.13, "nDCG@5": 40.5, "PSP@5": 30.0, "R@100": 79.8, "macro-F1@5": {"tail": 21.17}}
 

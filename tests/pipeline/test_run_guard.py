@@ -7,13 +7,10 @@ import sys
 
 import pytest
 
-import test_tracking
 from raexmc.errors import ConcurrentRunError
 from raexmc.pipeline.tracking.dvc_command import set_params
 from raexmc.pipeline.tracking.run import stage_run
 from test_tracking import runs
-
-project = test_tracking.project  # the fixture, found among this module's names
 
 
 def test_set_params_reads_each_override_of_a_dvc_exp_run():

@@ -10,17 +10,9 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import set_dataset
 from raexmc.pipeline.paths import project_root
 from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    (tmp_path / ".dvc").mkdir()
-    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+from tests.helpers import set_dataset
 
 
 def runs():

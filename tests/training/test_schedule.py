@@ -15,7 +15,6 @@ from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 from transformers import BertConfig, DistilBertConfig
 
-from conftest import REPO
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError
 from raexmc.params import Params, load_params
@@ -23,6 +22,7 @@ from raexmc.pipeline.presets import preset_values, presets_path
 from raexmc.training.graph_memory import grad_cache_chunk, graph_bytes_per_text, resolve_grad_cache
 from raexmc.training.schedule import Schedule, resolve
 from raexmc.training.settings import TrainSettings
+from tests.helpers import REPO
 
 
 def never_asked() -> int:

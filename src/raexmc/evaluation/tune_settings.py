@@ -14,7 +14,7 @@ from ..errors import PARAMS_FILE, ConfigError
 from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RETRIEVALS, SPLIT, check_label_share
 from ..params import Params
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU, check_b, check_lambda, check_tau
-from .evaluator import HEADLINE
+from .methods import HEADLINE
 
 AUTO = "auto"
 # Held-out queries that `infer.val_folds: auto` pools folds up to: P@1's standard error near 75% is about one
