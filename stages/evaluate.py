@@ -41,7 +41,7 @@ from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.merge import SPLIT
 from raexmc.pipeline.plots import line_plot, segment_bars
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 from raexmc.rae.scoring import check_lambda
 
@@ -57,7 +57,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file."),
          chunk: int = typer.Option(0, min=0, help="Test queries searched and scored at once (0: as many as about "
                                                   "256 MB of scores hold); the outputs are the same for any.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("evaluate", params) as (p, run):
         run.params({"infer": p.section("infer"), "evaluate": p.section("evaluate"), "search": p.section("search")})
         data, selection = Dataset(dataset), read_selection(tune)
         propensity = propensity_from_params(p, data.names)
@@ -137,8 +137,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         for name in ("metrics.json", "per_instance.npz", "lambda_sweep.png", "b_sweep.png", "segments_f1.png",
                      "lambda_selection.png"):
             run.artifact(out / name)
-
-    run_stage("evaluate", body, str(params))
 
 
 if __name__ == "__main__":

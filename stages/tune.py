@@ -38,7 +38,7 @@ from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import backend_for, search_device
 from raexmc.memory.input_memory import CHOICE_FILE, MemorySettings, keep_grid, keep_setting
 from raexmc.memory.prototypes import AUTO, prototype_grid
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
 
 
@@ -47,7 +47,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          out: Path = typer.Option(..., help="Folder to write selection.json, query_lambda.json and "
                                             "memory_choice.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("tune", params) as (p, run):
         settings, device = TuneSettings.from_params(p), search_device(p)
         keep = keep_setting(p)
         grid = None if keep is not None else keep_grid(p)
@@ -93,8 +93,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                    f"(validation {selection['metric']} {selection['val_value']}, "
                    f"{selection['fixed_val_value']} at the fixed values); kNN tau={knn['tau']}; per-query lambda: "
                    f"{'a model' if fit['uses_model'] else f'falls back to {query_lambda.fallback}'}", err=True)
-
-    run_stage("tune", body, str(params))
 
 
 if __name__ == "__main__":
