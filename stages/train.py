@@ -6,8 +6,6 @@ from raexmc.numerics import pin_cpu_kernels
 
 pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
 
-import hashlib
-import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from raexmc.io import atomic_dir, write_json
 from raexmc.params import load_params
 from raexmc.pipeline.tracking.stage import process_count, relaunch_under_torchrun, stage_cli, tracked_stage, user_errors
 from raexmc.process_group import process_group
+from raexmc.training.checkpoint import run_fingerprint
 from raexmc.training.distributed import check_gpu_count
 from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.journal import as_table
@@ -81,11 +80,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             if ctx.is_main:
                 typer.echo(describe(p.typed("train.schedule", str), data.stats["N_train"], ctx.world_size,
                                     trained.schedule, trained.grad_cache_chunk), err=True)
-            # the settings before grad_cache_chunk's auto is resolved: it depends on the device's memory, and
-            # caching does not change the gradient, so a resume on another card keeps the checkpoint
-            fingerprint = hashlib.sha256(json.dumps([name, encoder.recipe, vars(settings), data.stats,
-                                                     cache.meta["key"], ctx.world_size],
-                                                    sort_keys=True).encode()).hexdigest()
+            fingerprint = run_fingerprint(name, encoder.recipe, settings, data.stats, cache.meta["key"], ctx.world_size)
             curve = train(encoder, cache, data.label_matrix("train"), data.filter_matrix("train"), trained, ctx,
                           checkpoints / "last.pt", table_propensity(data.names).ab,
                           lambda step, values: run.metrics(values, step=step), fingerprint)
