@@ -97,5 +97,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         for name in LOGGED:
             run.artifact(out / name)
 
+
 if __name__ == "__main__":
     stage_cli(main, __doc__)

@@ -98,5 +98,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             if validated:
                 run.artifact(curves / "training_curve.json")
 
+
 if __name__ == "__main__":
     stage_cli(main, __doc__)

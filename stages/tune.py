@@ -82,5 +82,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             run.artifact(out / name)
         typer.echo(choice_line(selection, fit, query_lambda.fallback, chose_keep=grid is not None), err=True)
 
+
 if __name__ == "__main__":
     stage_cli(main, __doc__)
