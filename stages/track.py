@@ -21,7 +21,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          eval: Path = typer.Option(..., help="Evaluation folder written by the evaluate stage."),
          significance: Path = typer.Option(..., help="significance.json written by the significance stage."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    with tracked_stage("track", params) as (p, run):
+    with tracked_stage("track", params) as (_, run):
         run.dataset(dataset, dataset.resolve().name, "training")  # the folder is data/<data.name>
         ran = run.stages_run()
         for stage, path in (("download", dataset / "stats.json"), ("evaluate", eval / "metrics.json"),
