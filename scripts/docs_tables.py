@@ -34,7 +34,7 @@ from raexmc.errors import DataError
 from raexmc.evaluation.significance import p_value_text
 from raexmc.io import atomic_file, read_json
 from raexmc.pipeline.headline import HEADLINE_METRICS, METHOD_ROWS, TEST_ROWS
-from raexmc.pipeline.stage import user_errors
+from raexmc.pipeline.tracking.stage import user_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path("bench/results")

@@ -12,12 +12,12 @@ import typer
 from raexmc.data.catalogue import dataset_spec
 from raexmc.data.debian import DEBIAN_MIRROR
 from raexmc.data.sources import build_dataset
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 
 
 def main(out: Path = typer.Option(..., help="Dataset folder to write, e.g. data/foldoc."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("download", params) as (p, run):
         name, spec = dataset_spec(p)
         mirror = p.typed("data.debian_mirror", str, DEBIAN_MIRROR)
         run.params({"data.name": name, "data.xc_repo_url": p.get("data.xc_repo_url"), "data.debian_mirror": mirror,
@@ -30,8 +30,6 @@ def main(out: Path = typer.Option(..., help="Dataset folder to write, e.g. data/
         run.metrics(stats)
         run.artifact(out / "stats.json")
         run.artifact(out / "source.json")
-
-    run_stage("download", body, str(params))
 
 
 if __name__ == "__main__":

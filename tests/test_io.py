@@ -157,7 +157,7 @@ import sys
 import numpy as np
 from pathlib import Path
 import typer
-from raexmc.pipeline.stage import user_errors
+from raexmc.pipeline.tracking.stage import user_errors
 out = Path(sys.argv[1])
 keys = np.random.default_rng(0).normal(size=(4000, 32)).astype(np.float32)
 try:

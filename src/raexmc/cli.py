@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from .params import load_params
-from .pipeline.stage import user_errors
+from .pipeline.tracking.stage import user_errors
 
 if TYPE_CHECKING:
     from .evaluation.propensity import Propensity
@@ -254,8 +254,8 @@ def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
     """Run a grid of `dvc exp run --queue` experiments, wait, and compare them (dvc exp show + MLflow)."""
     with user_errors():
         from .pipeline.compare import compare_url
-        from .pipeline.paths import project_root
         from .pipeline.sweep import baseline, run_sweep, show_command, swept_keys
+        from .pipeline.tracking.paths import project_root
 
         keys, root, seen = swept_keys(overrides), project_root(), {}
 

@@ -50,14 +50,12 @@ def test_the_run_id_for_the_model_registry_is_checked_too(project):
 STAGE = """
 import sys, time
 import typer
-from raexmc.pipeline.stage import run_stage
-
-def body(params, run):
-    print("ready", flush=True)
-    time.sleep(float(sys.argv[1]))
+from raexmc.pipeline.tracking.stage import tracked_stage
 
 try:
-    run_stage(sys.argv[2], body)
+    with tracked_stage(sys.argv[2]):
+        print("ready", flush=True)
+        time.sleep(float(sys.argv[1]))
 except typer.Exit as stop:
     sys.exit(stop.exit_code)
 """

@@ -10,7 +10,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raexmc.pipeline.paths import project_root
+from raexmc.pipeline.tracking.paths import project_root
 from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
 from tests.helpers import set_dataset
 

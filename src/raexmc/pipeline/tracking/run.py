@@ -22,11 +22,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ...errors import StorageError, first_line
-from ..paths import project_root
 from .dataset_input import dataset_input
 from .guard import ParamsGuard
 from .identity import PIPELINE_TAG, UNCOMMITTED, experiment_name, git_commit, pipeline_key, pipeline_params
 from .names import flatten, metric_name
+from .paths import project_root
 from .signals import Terminated, sigterm_raises
 
 EXPERIMENT = "rae-xmc"
