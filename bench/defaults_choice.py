@@ -9,7 +9,8 @@ the comparison does not move when params.yaml's defaults do; every other key is 
 tune, memory, evaluate and significance stages outside DVC (stage_resources.py: wall and CPU seconds, peak memory)
 into artifacts/<name>, and records what tune chose (RAE's and kNN's), RAE's, kNN's and the dual encoder's test
 P@1, P@5 and R@100, and RAE's paired t-tests against each baseline; and, since kNN runs at the paper's τ where τ is
-fixed, RAE's t-test against kNN at its own validation-chosen τ (the first configuration with τ auto). Writes the
+fixed, RAE's t-test against kNN at its own validation-chosen τ (the first configuration with τ auto); and RAE's
+t-tests against RAE of the configuration before it and of the paper's (what each added choice gains). Writes the
 dataset's entry of bench/results/defaults_choice.json after each configuration, keeping the other datasets' entries
 and the record's note.
 """
@@ -44,29 +45,31 @@ STAGES = ("tune", "memory", "evaluate", "significance")
 METHODS = ("rae", "knn", "dual_encoder")
 REPORTED = ("P@1", "P@5", "R@100")
 CHOSEN = ("lambda", "tau", "retrieval", "label_share", "val_value", "memory_input_keys", "val_queries", "val_folds")
-RECORD = ROOT / "bench" / "results" / "defaults_choice.json"
+RECORD = Path("bench", "results", "defaults_choice.json")
 
 
-def config_params(name: str, overrides: list[str]) -> dict:
-    """params.yaml with data.name `name`, the preset's values and then `overrides` set."""
-    params = YAML(typ="safe").load((ROOT / "params.yaml").read_text())
+def config_params(root: Path, name: str, overrides: list[str]) -> dict:
+    """The project's params.yaml with data.name `name`, the preset's values and then `overrides` set."""
+    params = YAML(typ="safe").load((root / "params.yaml").read_text())
     params["data"]["name"] = name
-    preset = preset_values(load_params(ROOT / "params.yaml"), PRESET)
+    preset = preset_values(load_params(root / "params.yaml"), PRESET)
     for assignment in [f"{key}={json.dumps(value)}" for key, value in preset.items()] + overrides:
         set_key(params, assignment)
     return params
 
 
-def run_config(name: str, params: dict, scratch: Path) -> dict[str, Any]:
-    """The four stages at `params`: each one's resources, with the machine's load average before it."""
+def run_config(root: Path, name: str, params: dict, scratch: Path) -> dict[str, Any]:
+    """The four stages (this checkout's scripts) at `params` in the project `root`: each one's resources, with the
+    machine's load average before it."""
     params_file = scratch / "params.yaml"
     YAML().dump(params, params_file)
     commands = stage_commands(name)
     resources = {}
     for stage in STAGES:
-        command = [sys.executable if part == "python" else part for part in commands[stage]]
+        command = [sys.executable if part == "python" else str(ROOT / part) if part.startswith("stages/") else part
+                   for part in commands[stage]]
         load = round(os.getloadavg()[0], 2)
-        resources[stage] = {**measure([*command, "--params", str(params_file)]), "load_before": load}
+        resources[stage] = {**measure([*command, "--params", str(params_file)], root), "load_before": load}
     return resources
 
 
@@ -75,9 +78,9 @@ def t_test(ours: np.ndarray, theirs: np.ndarray) -> dict[str, Any]:
     return {"diff": round(test["mean_diff"], 2), "p": p_value_text(test)}
 
 
-def outcome(name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def outcome(root: Path, name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """What the stages just wrote: the choice, the test metrics, RAE's t-tests, and the per-query values."""
-    folder = ROOT / "artifacts" / name
+    folder = root / "artifacts" / name
     selection = json.loads((folder / "tune" / "selection.json").read_text())
     metrics = json.loads((folder / "eval" / "metrics.json").read_text())
     per_query = dict(np.load(folder / "eval" / "per_instance.npz"))
@@ -92,20 +95,24 @@ def outcome(name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.yaml datasets)."),
          configs: str = typer.Option(",".join(CONFIGS), help="Comma-separated configurations to run, of: "
-                                                              + ", ".join(CONFIGS))) -> None:
+                                                              + ", ".join(CONFIGS)),
+         root: Path = typer.Option(ROOT, help="Project folder holding params.yaml, data/<name> and "
+                                              "artifacts/<name>/{embeddings,index}; the record goes to its "
+                                              "bench/results.")) -> None:
     chosen = [c for c in configs.split(",") if c]
     unknown = [c for c in chosen if c not in CONFIGS]
     if unknown:
         raise typer.BadParameter(f"unknown configuration(s) {unknown}; known: {list(CONFIGS)}", param_hint="--configs")
-    record = json.loads(RECORD.read_text()) if RECORD.is_file() else {}
+    out = root / RECORD
+    record = json.loads(out.read_text()) if out.is_file() else {}
     entry = record.setdefault("datasets", {}).setdefault(name, {})
     entry["command"] = rerun_command()
     rae = {}   # each configuration's per-query RAE values, tested at the end against kNN at its own τ
     tuned_knn = None   # kNN's per-query values from the first configuration whose tune stage chose kNN's τ
     for config in chosen:
         with tempfile.TemporaryDirectory() as scratch:
-            resources = run_config(name, config_params(name, CONFIGS[config]), Path(scratch))
-        result, per_query = outcome(name)
+            resources = run_config(root, name, config_params(root, name, CONFIGS[config]), Path(scratch))
+        result, per_query = outcome(root, name)
         rae[config] = {metric: per_query[f"rae/{metric}"] for metric in REPORTED}
         if tuned_knn is None and "tau=auto" in " ".join(CONFIGS[config]):
             tuned_knn = {metric: per_query[f"knn/{metric}"] for metric in REPORTED}
@@ -113,13 +120,19 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
             "overrides": CONFIGS[config], **result, "stages": resources,
             **{f"tune_evaluate_{what}": round(sum(resources[s][what] for s in ("tune", "evaluate")), 1)
                for what in ("wall_s", "cpu_s")}}
-        RECORD.write_text(json.dumps(record, indent=2) + "\n")
+        out.write_text(json.dumps(record, indent=2) + "\n")
         print(f"{name} {config}: {json.dumps(result)}", flush=True)
+    previous = None
     for config, values in rae.items():
+        tests = entry["configs"][config]["t_tests"]
         if tuned_knn is not None:
-            entry["configs"][config]["t_tests"]["rae_vs_knn_own_tau"] = {
-                metric: t_test(values[metric], tuned_knn[metric]) for metric in REPORTED}
-    RECORD.write_text(json.dumps(record, indent=2) + "\n")
+            tests["rae_vs_knn_own_tau"] = {metric: t_test(values[metric], tuned_knn[metric]) for metric in REPORTED}
+        for other, name in ((previous, "rae_vs_previous_config"), ("paper", "rae_vs_paper")):
+            if other in rae and other != config:
+                tests[name] = {"config": other, **{metric: t_test(values[metric], rae[other][metric])
+                                                   for metric in REPORTED}}
+        previous = config
+    out.write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":
