@@ -200,9 +200,18 @@ def test_bad_settings_name_their_key(tmp_path, key, value, says):
     assert says in str(error.value) and error.value.record == f"infer.{key}"
 
 
-def test_project_params_fix_the_papers_values():
+def test_project_params_choose_lambda_and_tau_and_the_preset_fixes_the_papers(tmp_path):
+    """The default run chooses λ and τ on validation (bench/results/defaults_choice.json); the paper-inference preset
+    sets the paper's 0.5 and 0.04, still on the tune stage's grid, so a choice may land there."""
     chosen = TuneSettings.from_params(load_params(REPO / "params.yaml"))
-    assert (chosen.lam, chosen.tau) == (0.5, 0.04) and 0.04 in chosen.tau_grid
+    assert (chosen.lam, chosen.tau) == (None, None) and 0.5 in chosen.lambda_grid and 0.04 in chosen.tau_grid
+    params = YAML().load((REPO / "params.yaml").read_text())
+    for key, value in params["presets"]["paper-inference"].items():
+        section, leaf = key.split(".")
+        params[section][leaf] = value
+    YAML().dump(params, tmp_path / "params.yaml")
+    fixed = TuneSettings.from_params(load_params(tmp_path / "params.yaml"))
+    assert (fixed.lam, fixed.tau, fixed.retrieval) == (0.5, 0.04, "joint")
 
 
 def run_stage(tmp_path, params):
