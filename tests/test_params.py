@@ -38,7 +38,9 @@ def test_invalid_yaml_names_the_line(tmp_path):
 def test_project_params_load():
     params = load_params(REPO / "params.yaml")
     assert params.typed("data.name", str) in params.section("datasets")
-    for name, preset in params.section("presets").items():
+    presets = dict(params.section("presets"))
+    assert "data.name" not in presets.pop("paper-inference"), "the paper's inference applies to the run's dataset"
+    for name, preset in presets.items():   # a benchmark's preset runs on the benchmark it is named after
         assert preset["data.name"] == name and name in params.section("datasets")
 
 
