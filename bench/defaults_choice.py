@@ -1,18 +1,19 @@
 """Which inference settings the default run should choose on validation: the paper's fixed setting against λ and τ
 auto, then the split retrieval with its label share auto, then the memory's keep auto, on one dataset.
 
-    python bench/defaults_choice.py --name foldoc [--configs paper,lambda-tau,split,keep]
+    python bench/defaults_choice.py --name foldoc [--configs paper,lambda-tau,split,keep] [--root PROJECT]
 
-Needs data/<name> and artifacts/<name>/{embeddings,index} (the pipeline's download to index stages, for the encoder
-params.yaml sets). Each configuration is the `paper-inference` preset of params.yaml plus its overrides (CONFIGS), so
-the comparison does not move when params.yaml's defaults do; every other key is params.yaml's. For each, runs the
-tune, memory, evaluate and significance stages outside DVC (stage_resources.py: wall and CPU seconds, peak memory)
-into artifacts/<name>, and records what tune chose (RAE's and kNN's), RAE's, kNN's and the dual encoder's test
-P@1, P@5 and R@100, and RAE's paired t-tests against each baseline; and, since kNN runs at the paper's τ where τ is
-fixed, RAE's t-test against kNN at its own validation-chosen τ (the first configuration with τ auto); and RAE's
-t-tests against RAE of the configuration before it and of the paper's (what each added choice gains). Writes the
-dataset's entry of bench/results/defaults_choice.json after each configuration, keeping the other datasets' entries
-and the record's note.
+Needs, in the project folder (--root, default this checkout), data/<name> and artifacts/<name>/{embeddings,index}
+(the pipeline's download to index stages, for the encoder params.yaml sets). Each configuration is the
+`paper-inference` preset of params.yaml plus its overrides (CONFIGS), so the comparison does not move when
+params.yaml's defaults do; every other key is params.yaml's. For each, runs the tune, memory, evaluate and
+significance stages outside DVC (stage_resources.py: wall and CPU seconds, peak memory) into artifacts/<name>, and
+records what tune chose (RAE's and kNN's), RAE's, kNN's and the dual encoder's test P@1, P@5 and R@100, and RAE's
+paired t-tests against each baseline; and, since kNN runs at the paper's τ where τ is fixed, RAE's t-test against
+kNN at its own validation-chosen τ (the first configuration with τ auto); and RAE's t-tests against RAE of the
+configuration before it and of the paper's (what each added choice gains). Writes the dataset's entry of
+bench/results/defaults_choice.json after each configuration, keeping the other datasets' entries and the record's
+note.
 """
 
 from __future__ import annotations
@@ -127,9 +128,9 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
         tests = entry["configs"][config]["t_tests"]
         if tuned_knn is not None:
             tests["rae_vs_knn_own_tau"] = {metric: t_test(values[metric], tuned_knn[metric]) for metric in REPORTED}
-        for other, name in ((previous, "rae_vs_previous_config"), ("paper", "rae_vs_paper")):
+        for other, key in ((previous, "rae_vs_previous_config"), ("paper", "rae_vs_paper")):
             if other in rae and other != config:
-                tests[name] = {"config": other, **{metric: t_test(values[metric], rae[other][metric])
+                tests[key] = {"config": other, **{metric: t_test(values[metric], rae[other][metric])
                                                    for metric in REPORTED}}
         previous = config
     out.write_text(json.dumps(record, indent=2) + "\n")
