@@ -144,7 +144,8 @@ def new_project(root: Path, tiny_model: Path) -> Path:
     sh("git", "init", "-q", cwd=repo)
     set_dataset(repo, "tiny", {"source": "local", "path": str(make_lf_folder(root / "lf"))})
     set_params(repo, **{"data.name": "tiny", "encoder.name": str(tiny_model), "tokenize.input_max_len": 16,
-                        "infer.lambda": "auto", "infer.val_fraction": 0.25})  # tune holds out 1 of the 4 inputs
+                        "infer.lambda": "auto", "infer.val_fraction": 0.25,  # tune holds out 1 of the 4 inputs
+                        "infer.tau": 0.04})  # fixed, so a sweep of τ finds this value in the run cache
     commit_all(repo, "tiny")
     return repo
 
@@ -315,3 +316,26 @@ def run_under_file_size_limit(folder: Path, size: int, command: list[str], cwd: 
                f"resource.setrlimit(resource.RLIMIT_FSIZE, ({size}, hard)); os.execv(sys.argv[1], sys.argv[1:])")
     proc = subprocess.run([sys.executable, "-c", limited, *command], cwd=cwd, capture_output=True, text=True)
     return SmallDiskRun(proc, sorted(os.listdir(folder)), os.strerror(errno.EFBIG))
+
+
+def small_project(root, n_train: int = 80, n_test: int = 12, n_labels: int = 20):
+    """A made-up project of random unit embeddings (d = 8) and labels, as the embed stage lays them out, with the
+    repository's params.yaml: data/tiny and artifacts/tiny/embeddings."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    data, embeddings = root / "data" / "tiny", root / "artifacts" / "tiny" / "embeddings"
+    for folder in (data, embeddings, root / "bench" / "results"):
+        folder.mkdir(parents=True)
+    (data / "stats.json").write_text(json.dumps({"N_train": n_train, "N_test": n_test, "L": n_labels}))
+    for split, n in (("train", n_train), ("test", n_test)):
+        labels = (rng.random((n, n_labels)) < 0.1) | (np.arange(n_labels) == rng.integers(0, n_labels, (n, 1)))
+        sp.save_npz(data / f"Y_{split}.npz", sp.csr_matrix(labels.astype(np.float64)))
+        sp.save_npz(data / f"filter_{split}.npz", sp.csr_matrix((n, n_labels), dtype=bool))
+    for split, n in (("train", n_train), ("labels", n_labels), ("test", n_test)):
+        v = rng.normal(size=(n, 8)).astype(np.float32)
+        np.save(embeddings / f"{split}.npy", v / np.linalg.norm(v, axis=1, keepdims=True))
+    (embeddings / "meta.json").write_text(json.dumps({"encoder": "made-up"}))
+    shutil.copyfile(REPO / "params.yaml", root / "params.yaml")
+    return data, embeddings

@@ -4,38 +4,16 @@ the record named by --tag, and the label keys' own temperature on a hand-worked 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import scipy.sparse as sp
 
-from tests.helpers import REPO
+from tests.helpers import REPO, load_module, small_project
 
 B = 10
-
-
-def small_project(root, n_train: int = 80, n_test: int = 12, n_labels: int = 20):
-    """A made-up project of random unit embeddings (d = 8) and labels, as the embed stage lays them out, with the
-    repository's params.yaml: data/tiny and artifacts/tiny/embeddings."""
-    rng = np.random.default_rng(0)
-    data, embeddings = root / "data" / "tiny", root / "artifacts" / "tiny" / "embeddings"
-    for folder in (data, embeddings, root / "bench" / "results"):
-        folder.mkdir(parents=True)
-    (data / "stats.json").write_text(json.dumps({"N_train": n_train, "N_test": n_test, "L": n_labels}))
-    for split, n in (("train", n_train), ("test", n_test)):
-        labels = (rng.random((n, n_labels)) < 0.1) | (np.arange(n_labels) == rng.integers(0, n_labels, (n, 1)))
-        sp.save_npz(data / f"Y_{split}.npz", sp.csr_matrix(labels.astype(np.float64)))
-        sp.save_npz(data / f"filter_{split}.npz", sp.csr_matrix((n, n_labels), dtype=bool))
-    for split, n in (("train", n_train), ("labels", n_labels), ("test", n_test)):
-        v = rng.normal(size=(n, 8)).astype(np.float32)
-        np.save(embeddings / f"{split}.npy", v / np.linalg.norm(v, axis=1, keepdims=True))
-    (embeddings / "meta.json").write_text(json.dumps({"encoder": "made-up"}))
-    shutil.copyfile(REPO / "params.yaml", root / "params.yaml")
-    return data, embeddings
 
 
 def test_few_labels_and_the_joint_label_share_by_brute_force(tmp_path):
@@ -98,9 +76,7 @@ def test_a_tag_that_is_no_file_name_part_is_refused_before_any_work(tmp_path):
 
 
 def test_label_keys_at_their_own_temperature_by_hand():
-    spec = importlib.util.spec_from_file_location("split_retrieval", REPO / "bench/split_retrieval.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_module(REPO / "bench/split_retrieval.py")
     ids = np.array([[0, 3, 1, -1]])
     sims = np.array([[0.5, 0.4, 0.3, -np.inf]], dtype=np.float32)
     # 2 input keys (ids 0, 1) and label keys from id 2: the label key's 0.4 at tau_z = 0.02 reads as 0.8 at tau 0.04

@@ -61,6 +61,15 @@ def test_the_printed_command_is_the_papers_setting(name, tmp_path):
     assert all(len(line) <= 100 for line in printed.splitlines() if not line.startswith("#"))
 
 
+def test_paper_inference_is_the_papers_fixed_inference_on_any_dataset(tmp_path):
+    """The paper's inference paragraph, typed in here: λ 0.5, τ 0.04, b 200 over the joint top-b of the full memory
+    [X; Z]; no dataset or encoder, so it applies to the run's own."""
+    printed = preset("paper-inference", tmp_path)
+    assert printed.splitlines()[0] == "# missing here: nothing"
+    assert settings(printed) == {"infer.lambda": 0.5, "infer.tau": 0.04, "infer.retrieval": "joint", "infer.b": 200,
+                                 "memory.keep": 1.0}
+
+
 def hf_cache_holding(cache, repo_id, model_folder):
     """A Hugging Face hub cache (its on-disk layout: refs/main names the snapshot) holding `model_folder`'s
     config and weights as the hub's `repo_id`."""
@@ -121,9 +130,11 @@ def test_a_preset_that_is_not_a_mapping_is_one_line_naming_it(value, tmp_path):
 
 
 def test_every_preset_names_its_dataset_and_known_parameters_only():
-    """Each preset sets data.name to its own name, a dataset of the catalogue, and only keys the params know."""
-    presets = load_params(presets_path(REPO / "params.yaml")).data
+    """Each benchmark preset sets data.name to its own name, a dataset of the catalogue, and only keys the params
+    know; paper-inference sets no dataset."""
+    presets = dict(load_params(presets_path(REPO / "params.yaml")).data)
     assert set(PAPER) <= set(presets)
+    assert "data.name" not in presets.pop("paper-inference"), "the paper's inference applies to the run's dataset"
     for name, preset in presets.items():
         assert preset["data.name"] == name and (REPO / "datasets" / f"{name}.yaml").is_file()
         for dotted in preset:
