@@ -1,8 +1,8 @@
 """What the benchmarks share: the command that reruns one, appending a measured row to its record, RAE's test
-metrics on given hits, the preset shapes, the speed benchmarks' encoders and synthetic token caches, and how a
-record names its device. A benchmark
-runs as `python bench/<name>.py`, which puts bench/ on the import path: `from common import ...` finds this file.
-torch is imported where it is used, so the benchmarks that never touch an encoder load without it."""
+metrics on given hits, the speed benchmarks' encoders and synthetic token caches, and how a record names its
+device. A benchmark runs as `python bench/<name>.py`, which puts bench/ on the import path: `from common import
+...` finds this file. torch is imported where it is used, so the benchmarks that never touch an encoder load
+without it."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.tokens import TokenCache
-from raexmc.evaluation.evaluator import Evaluator, rae_scorer
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import rae_scorer
 from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import write_json
 from raexmc.memory.keys_values import training_values
@@ -51,13 +51,6 @@ def rae_summary(evaluator: Evaluator, hits: tuple[np.ndarray, np.ndarray], lam: 
     rae = RaeModel(evaluator.Y_train, RaeSettings(lam, tau, b))
     summary = evaluator.summary(evaluator.rank(len(hits[0]), rae_scorer(rae, hits)))[0]
     return {metric: summary[metric] for metric in ("P@1", "P@5", "R@100")}
-
-
-def preset_values(settings, preset: str) -> dict:
-    values = settings.presets.get(preset)
-    if values is None:
-        raise typer.BadParameter(f"no preset {preset!r} in params.yaml presets")
-    return values
 
 
 def build_model(name: str, device: str):

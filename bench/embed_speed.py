@@ -24,12 +24,12 @@ import numpy as np
 import torch
 import typer
 
-from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
+from common import ROOT, append_row, build_model, device_name, synthetic_token_cache
 from raexmc.encoder.device import autocast, pick_device, resolve_precision
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
-from raexmc.settings import load_settings
+from raexmc.pipeline.presets import preset_values, presets_path
 
 
 def synchronize(device: str) -> None:
@@ -56,7 +56,7 @@ def forward_only_rate(model, batch_size: int, width: int, device: str, precision
     return runs * batch_size / max(time.perf_counter() - started, 1e-9)
 
 
-def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of params.yaml (label_max_len)."),
+def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of presets.yaml (label_max_len)."),
          model: str = typer.Option("all-MiniLM-L6-v2", help="Encoder name or folder, or `distilbert-sized`."),
          texts: int = typer.Option(131_073, min=1, help="Texts to embed (131,073: LF-AmazonTitles-131K's labels)."),
          min_tokens: int = typer.Option(0, min=0, help="Text lengths uniform from this to label_max_len; "
@@ -67,7 +67,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
          out: Path = typer.Option(ROOT / "bench" / "results" / "embed_speed.json",
                                   help="JSON list to append to.")) -> None:
-    width = preset_values(load_settings(ROOT / "params.yaml"), preset)["tokenize.label_max_len"]
+    width = preset_values(presets_path(ROOT / "params.yaml"), preset)["tokenize.label_max_len"]
     resolved_device = pick_device(device)
     resolved = resolve_precision(precision, resolved_device)
     encoder = build_model(model, resolved_device).eval()

@@ -20,7 +20,9 @@ import scipy.sparse as sp
 import typer
 
 from common import rerun_command
-from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
+from raexmc.evaluation.retrievals import Retrievals
 
 OUT = Path("bench/results/evaluate_speed.json")
 

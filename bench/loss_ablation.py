@@ -108,7 +108,7 @@ def full_against_variants(results: dict, dataset: str) -> None:
                                    for method in ("rae", "dual_encoder")}
 
 
-def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.yaml datasets)."),
+def main(name: str = typer.Option("foldoc", help="Dataset (a file of datasets/, by name)."),
          only: list[str] = typer.Option(list(VARIANTS), help="Variants to run: " + ", ".join(VARIANTS)),
          reuse: list[str] = typer.Option([], help="VARIANT=EXPERIMENT: record an experiment already run "
                                                   "(its params are checked) instead of running the variant."),

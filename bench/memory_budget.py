@@ -43,7 +43,8 @@ import typer
 from common import evaluator_of, rae_summary, rerun_command
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
-from raexmc.evaluation.evaluator import Evaluator, rae_scorer
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import rae_scorer
 from raexmc.evaluation.propensity import table_propensity
 from raexmc.evaluation.recall import recall_at_k
 from raexmc.evaluation.selection_file import rae_retrieval, read_selection

@@ -45,8 +45,10 @@ from common import rerun_command
 from raexmc.data.dataset import Dataset
 from raexmc.data.held_out import query_sample, split_validation
 from raexmc.encoder.vectors import load_embeddings
-from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
 from raexmc.evaluation.propensity import table_propensity
+from raexmc.evaluation.retrievals import Retrievals
 from raexmc.evaluation.selection import select
 from raexmc.evaluation.selection_file import rae_retrieval
 from raexmc.evaluation.significance import p_value_text, paired_ttest

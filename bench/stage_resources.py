@@ -54,12 +54,12 @@ def output_bytes(stage: str, name: str) -> int:
     return total
 
 
-def measure(command: list[str]) -> dict[str, float]:
-    """Run a command to its end, passing its stderr (progress bars, ETAs) through; its wall time, CPU time
+def measure(command: list[str], cwd: Path = ROOT) -> dict[str, float]:
+    """Run a command in `cwd` to its end, passing its stderr (progress bars, ETAs) through; its wall time, CPU time
     (user + system, all threads and children: unlike the wall time it hardly changes when other jobs share the
     cores) and the peak RSS of its process tree."""
     started = time.monotonic()
-    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE)
     tail = b""
     while chunk := os.read(proc.stderr.fileno(), 65536):
         sys.stderr.buffer.write(chunk)
@@ -97,7 +97,7 @@ def without_out(arguments: list[str]) -> list[str]:
     return kept
 
 
-def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.yaml datasets)."),
+def main(name: str = typer.Option("foldoc", help="Dataset (a file of datasets/, by name)."),
          stages: str = typer.Option("", help="Comma-separated stages to run; empty = all, in dvc.yaml order."),
          set_params: list[str] = typer.Option([], "-S", "--set-param", help="key=value override, as in dvc exp run."),
          tag: str = typer.Option("", help="Suffix of the result file, e.g. fine-tuned-gpu."),
@@ -109,8 +109,9 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
     params["data"]["name"] = name
     for assignment in set_params:
         set_key(params, assignment)
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-        yaml.dump(params, handle)
+    params_file = Path(tempfile.mkdtemp()) / "params.yaml"  # beside it, the catalogue the download stage reads
+    shutil.copytree(ROOT / "datasets", params_file.parent / "datasets")
+    yaml.dump(params, params_file)
     chosen = [s for s in stages.split(",") if s]
     suffix = f"_{tag}" if tag else ""
     out = out or ROOT / "bench" / "results" / f"stage_resources_{name}{suffix}.json"
@@ -122,7 +123,7 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
     for stage, command in stage_commands(name).items():
         if chosen and stage not in chosen:
             continue
-        command = [sys.executable if part == "python" else part for part in command] + ["--params", handle.name]
+        command = [sys.executable if part == "python" else part for part in command] + ["--params", str(params_file)]
         report[stage] = {**measure(command), "output_bytes": output_bytes(stage, name)}
         if stage == "evaluate":  # its search rate goes to MLflow alone: the record keeps it for results_table.py
             metrics = json.loads((ROOT / "artifacts" / name / "eval" / "metrics.json").read_text())
@@ -137,7 +138,7 @@ def main(name: str = typer.Option("foldoc", help="Dataset (an entry of params.ya
             source = ROOT / "artifacts" / name / relative
             if source.exists():
                 shutil.copy2(source, kept / source.name)
-        shutil.copy2(handle.name, kept / "params.yaml")
+        shutil.copy2(params_file, kept / "params.yaml")
     print("| stage | wall (s) | CPU (s) | peak RSS (MB) |\n|---|---|---|---|")
     for stage, values in report.items():
         print(f"| {stage} | {values['wall_s']} | {values['cpu_s']} | {values['peak_rss_mb']} |")

@@ -28,11 +28,12 @@ import scipy.sparse as sp
 import torch
 import typer
 
-from common import ROOT, append_row, build_model, device_name, preset_values, synthetic_token_cache
+from common import ROOT, append_row, build_model, device_name, synthetic_token_cache
 from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
+from raexmc.pipeline.presets import preset_values, presets_path
 from raexmc.process_group import DistContext, init_distributed, shutdown
 from raexmc.settings import load_settings
 from raexmc.training.batches import BatchSampler
@@ -85,7 +86,7 @@ def synthetic_training(values: dict, settings: TrainSettings, model: str, device
                              BatchSampler(Y, np.arange(rows), settings.seed), global_batch)
 
 
-def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of params.yaml (batch size, lengths, m)."),
+def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of presets.yaml (batch size, lengths, m)."),
          model: str = typer.Option("all-MiniLM-L6-v2", help="Encoder name or folder, or `distilbert-sized`."),
          batch_size: int = typer.Option(0, help="Inputs per device; 0 = the preset's."),
          grad_cache_chunk: int = typer.Option(0, min=0, help="Gradient caching: texts per encoder pass; 0 = off."),
@@ -100,7 +101,7 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pa
          out: Path = typer.Option(ROOT / "bench" / "results" / "train_speed.json",
                                   help="JSON list to append to.")) -> None:
     config = load_settings(ROOT / "params.yaml")
-    values = preset_values(config, preset)
+    values = preset_values(presets_path(ROOT / "params.yaml"), preset)
     # the preset's own batch and steps; N only matters to schedule: auto, which this does not time
     settings = replace(TrainSettings.from_section(config.train, lambda: 0),
                        batch_size=batch_size or values["train.batch_size"],

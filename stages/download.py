@@ -1,5 +1,5 @@
 """Build the normalised dataset folder (texts, CSR label matrices, filters, stats.json) of the
-dataset named by `data.name`, from the source configured under `datasets.<name>` in params.yaml."""
+dataset named by `data.name`, from the source its catalogue entry datasets/<name>.yaml configures."""
 
 from raexmc.numerics import pin_cpu_kernels
 
@@ -11,13 +11,13 @@ import typer
 
 from raexmc.data.catalogue import dataset_spec
 from raexmc.data.sources import build_dataset
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 
 
 def main(out: Path = typer.Option(..., help="Dataset folder to write, e.g. data/foldoc."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
-        name, spec = dataset_spec(p)
+    with tracked_stage("download", params) as (p, run):
+        name, spec = dataset_spec(p, params)
         mirror = p.data.debian_mirror
         run.params({"data.name": name, "data.xc_repo_url": p.data.xc_repo_url, "data.debian_mirror": mirror,
                     f"datasets.{name}": spec})
@@ -29,8 +29,6 @@ def main(out: Path = typer.Option(..., help="Dataset folder to write, e.g. data/
         run.metrics(stats)
         run.artifact(out / "stats.json")
         run.artifact(out / "source.json")
-
-    run_stage("download", body, str(params))
 
 
 if __name__ == "__main__":

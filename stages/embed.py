@@ -8,19 +8,19 @@ from raexmc.numerics import pin_cpu_kernels
 pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
 
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 import typer
 
-from raexmc.data.dataset import SPLITS
 from raexmc.encoder.device import embed_batch_size, pick_device, resolve_precision
-from raexmc.encoder.embedding import embed_split
+from raexmc.encoder.embedding import embed_splits
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
-from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
-from raexmc.process_group import DistContext, init_distributed, shutdown
+from raexmc.pipeline.tracking.stage import process_count, relaunch_under_torchrun, stage_cli, tracked_stage, user_errors
+from raexmc.process_group import process_group
 from raexmc.settings import load_settings
 
 
@@ -37,36 +37,20 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
             nproc = 1  # 'auto' counts GPUs: CPU processes would only compete for the same cores
     relaunch_under_torchrun(nproc, torchrun_args)
     # a torchrun worker takes the GPU of its local rank; one process keeps the device asked for (cuda:N)
-    ctx = init_distributed(device) if "LOCAL_RANK" in os.environ else DistContext(0, 1, device)
-
-    def body(p, run) -> None:
+    with process_group(device, as_given=True) as ctx, tracked_stage("embed", params, ctx.is_main) as (p, run):
         torch.set_num_threads(p.embed.threads or os.cpu_count() or 1)
         precision = resolve_precision(p.embed.precision, ctx.device, params, "embed.precision")
         encoder = TextEncoder.load(model, ctx.device, precision, stage_output=True)
-        if run is not None:
-            run.params({"embed": {**p.embed.model_dump(), "batch_size_used": batch_size, "encoder": encoder.describe()},
-                        "encoder.pooling": encoder.recipe})
-        cache = TokenCache(tokens)
-
-        def embed(split: str, folder: Path | None) -> dict[str, float]:
-            """Rank 0 writes into `folder`; the other ranks (folder None) only compute their batches."""
-            target = None if folder is None else folder / f"{split}.npy"
-            return embed_split(encoder, cache, split, target, batch_size, dtype, ctx.rank, ctx.world_size)
-
-        if ctx.is_main:
-            with atomic_dir(out) as folder:
-                throughput = {split: embed(split, folder) for split in SPLITS}
+        run.params({"embed": {**p.embed.model_dump(), "batch_size_used": batch_size, "encoder": encoder.describe()},
+                    "encoder.pooling": encoder.recipe})
+        with atomic_dir(out) if ctx.is_main else nullcontext() as folder:  # rank 0 writes what every rank embeds
+            throughput = embed_splits(encoder, TokenCache(tokens), folder, batch_size, dtype, ctx.rank, ctx.world_size)
+            if ctx.is_main:
                 # no timings in the output: rerunning on the same inputs must give the same bytes, or DVC
                 # rebuilds the index downstream (and a multithreaded HNSW build is not bit-reproducible)
                 write_json(folder / "meta.json", {"encoder": str(model), "device": device, "precision": precision,
                                                   "dim": encoder.dim})
-            run.metrics({**throughput, "processes": ctx.world_size})
-        else:
-            for split in SPLITS:
-                embed(split, None)
-        shutdown(ctx)
-
-    run_stage_on_rank("embed", body, str(params), ctx.is_main)
+        run.metrics({**throughput, "processes": ctx.world_size})
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from raexmc.numerics import pin_cpu_kernels
 
 pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,25 +20,17 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import (
-    BlockSearch,
-    EvalSettings,
-    Evaluator,
-    Retrievals,
-    evaluate_retrieval,
-    segment_rows,
-)
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.memory_search import MemorySearch
+from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
 from raexmc.evaluation.propensity import chosen_propensity
-from raexmc.evaluation.score_file import save_scores
-from raexmc.evaluation.selection_file import knn_tau, lambda_rows, rae_retrieval, read_selection
-from raexmc.io import atomic_dir, write_json
+from raexmc.evaluation.selection_file import knn_tau, rae_retrieval, read_selection
 from raexmc.memory.hnsw import resolve_threads
 from raexmc.memory.indexes import load_joint_search, memory_backend, search_device
 from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
-from raexmc.memory.merge import SPLIT
-from raexmc.pipeline.plots import line_plot, segment_bars
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.evaluation_folder import LOGGED, write_evaluation, write_scores
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 
@@ -54,7 +45,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file."),
          chunk: int = typer.Option(0, min=0, help="Test queries searched and scored at once (0: as many as about "
                                                   "256 MB of scores hold); the outputs are the same for any.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("evaluate", params) as (p, run):
         run.params({"infer": p.infer.model_dump(by_alias=True), "evaluate": p.evaluate.model_dump(),
                     "search": p.search.model_dump()})
         data, selection = Dataset(dataset), read_selection(tune)
@@ -66,38 +57,27 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             lambda_sweep=list(p.infer.lambda_sweep), b_sweep=list(p.infer.b_sweep),
             propensity_ab=propensity.ab)
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, settings.tau, settings.b)
-        depth, retrieval = max([settings.b, *settings.b_sweep]), rae_retrieval(selection)
-        # a joint retrieval's smaller b are prefixes of its keys at b; a split one takes each b's own share
-        swept_b = tuple(b for b in settings.b_sweep if b != settings.b) if retrieval.mode == SPLIT else ()
+        retrieval = rae_retrieval(selection)
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         ef_search = p.infer.ef_search
         device = search_device(p.search)  # where an exact index searches; a graph searches on the CPU
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
         baselines, rae_memory = load_joint_search(index, keys, ef_search, device=device), InputMemory(memory)
-        search_s = 0.0
-
-        def search(rows: slice, joint_search=baselines) -> Retrievals:  # holds the indexes till `del search`
-            nonlocal search_s
-            started = time.perf_counter()
-            joint, other_b, inputs, labels = rae_memory.search(joint_search, queries[rows], depth, settings.b,
-                                                               settings.tau, ef_search, retrieval=retrieval,
-                                                               other_b=swept_b, device=device)
-            search_s += time.perf_counter() - started
-            return Retrievals(joint=joint, labels=labels, inputs=inputs, other_b=other_b)
-
+        search = MemorySearch(rae_memory, baselines, queries, settings, retrieval, ef_search, device)
         Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
         evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab,
                               None if rae_memory.full else rae_memory.values(Y_values))
         if len(queries) != evaluator.num_queries:
             raise DataError(f"{len(queries)} test embeddings for {evaluator.num_queries} test inputs: rerun embed",
                             embeddings / "test.npy")
-        result = evaluate_retrieval(BlockSearch(search, baselines.query_block, len(queries)), evaluator, settings,
+        result = evaluate_retrieval(search.in_blocks(), evaluator, settings,
                                     with_ova_knn=p.infer.ova_knn, query_lambda=query_lambda,
                                     chunk=chunk or None, progress=True,
                                     workers=resolve_threads(p.evaluate.threads),
                                     keep_scores=scores is not None)
-        del search, baselines, keys
-        methods, per_instance = result["methods"], result["per_instance"]
+        queries_per_s, depth = search.queries_per_s(), search.depth
+        del search, baselines, keys  # the indexes, before the outputs are written
+        methods = result["methods"]
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
         run.params({"selection": {**chosen, "retrieval": retrieval.mode,
                                   **({} if retrieval.label_share is None else {"label_share": retrieval.label_share})}})
@@ -107,35 +87,13 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                    "memory": rae_memory.summary(), "propensity": propensity.record(),
                    "query_lambda": {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback},
                    "retrieval": {"depth": depth}}
-        with atomic_dir(out) as folder:
-            write_json(folder / "metrics.json", metrics)
-            np.savez_compressed(folder / "per_instance.npz", **{f"{method}/{metric}": values
-                                                               for method, arrays in per_instance.items()
-                                                               for metric, values in arrays.items()})
-            segments, chosen_rows = segment_rows(methods), lambda_rows(selection, result["lambda_sweep"])
-            for name, rows in (("lambda_sweep", result["lambda_sweep"]), ("b_sweep", result["b_sweep"]),
-                               ("segments_f1", segments), ("lambda_selection", chosen_rows)):
-                write_json(folder / f"{name}.json", rows)
-            line_plot(result["lambda_sweep"], "lambda", ["P@1", "P@5", "R@100"], "metric vs λ",
-                      folder / "lambda_sweep.png", log_x=True)
-            line_plot(result["b_sweep"], "b", ["P@1", "P@5", "R@100", "train_key_share"], "metric vs b",
-                      folder / "b_sweep.png")
-            segment_bars(segments, folder / "segments_f1.png")
-            line_plot(chosen_rows, "lambda", ["validation", "test"],
-                      f"{selection['metric']} vs λ at τ={selection['tau']}", folder / "lambda_selection.png",
-                      log_x=True)
+        write_evaluation(out, metrics, result, selection)
         if scores is not None:
-            with atomic_dir(scores) as folder:
-                for method, matrix in result["scores"].items():
-                    save_scores(folder / f"{method}.npz", matrix)
+            write_scores(scores, result["scores"])
         # a timing goes to MLflow alone: in an output file it would change the file, and dvc.lock, every run
-        run.metrics({**metrics, "retrieval": {**metrics["retrieval"],
-                                              "queries_per_s": round(len(queries) / max(search_s, 1e-9), 1)}})
-        for name in ("metrics.json", "per_instance.npz", "lambda_sweep.png", "b_sweep.png", "segments_f1.png",
-                     "lambda_selection.png"):
+        run.metrics({**metrics, "retrieval": {**metrics["retrieval"], "queries_per_s": queries_per_s}})
+        for name in LOGGED:
             run.artifact(out / name)
-
-    run_stage("evaluate", body, str(params))
 
 
 if __name__ == "__main__":

@@ -13,20 +13,18 @@ from pathlib import Path
 import typer
 
 from raexmc.memory.indexes import backend_for, build_memory_indexes, search_device
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 
 
 def main(embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
          out: Path = typer.Option(..., help="Index folder to write (inputs/ and labels/)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("index", params) as (p, run):
         backend = backend_for(p.index.backend, embeddings, search_device(p.search))
         run.params({"index": {**p.index.model_dump(), "backend_used": backend}, "search": p.search.model_dump()})
         built = build_memory_indexes(embeddings, out, backend, M=p.index.M, ef_construction=p.index.ef_construction,
                                      threads=p.index.threads)
         run.metrics({f"{key_set}/{name}": value for key_set, values in built.items() for name, value in values.items()})
-
-    run_stage("index", body, str(params))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.indexes import backend_for, search_device
 from raexmc.memory.input_memory import build_input_memory, chosen_memory
 from raexmc.memory.keys_values import training_values
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -29,7 +29,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          choice: Path | None = typer.Option(None, help="The tune stage's memory_choice.json: the keep and α to build "
                                                        "where memory.keep and memory.prototypes are auto."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("memory", params) as (p, run):
         backend = backend_for(p.index.backend, embeddings, search_device(p.search))  # the index stage's
         settings = chosen_memory(p.memory, backend, choice)
         run.params({"memory": p.memory.model_dump()})
@@ -45,8 +45,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         typer.echo(f"memory: {meta['input_keys']} of {meta['num_inputs']} input keys ({settings.method}, "
                    f"keep {settings.keep}, prior {'on' if settings.prior else 'off'}, "
                    f"compression {settings.compression}, label prototypes α {settings.prototypes})", err=True)
-
-    run_stage("memory", body, str(params))
 
 
 if __name__ == "__main__":

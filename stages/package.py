@@ -19,8 +19,8 @@ import typer
 import raexmc
 from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection_file import rae_retrieval, read_selection
-from raexmc.pipeline.stage import run_stage, stage_cli
 from raexmc.pipeline.tracking.identity import experiment_name
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.model import RaeSettings
 from raexmc.rae.packaging import packaged_model
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
@@ -34,7 +34,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          memory: Path = typer.Option(..., help="Memory folder written by the memory stage (RAE's input keys)."),
          out: Path = typer.Option(..., help="Model folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("package", params) as (p, run):
         run.params({"package": p.package.model_dump(by_alias=True)})
         selection, b = read_selection(tune), p.infer.b
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, selection["tau"], b)
@@ -63,8 +63,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             uri = log_predictor(run.run_id, out, name, alias)
             serve = "raexmc serve" if experiment == "workspace" else f"raexmc serve --alias {alias}"
             typer.echo(f"registered {uri}; serve it with `{serve}`", err=True)
-
-    run_stage("package", body, str(params))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, compare_runs, 
 from raexmc.io import read_json, write_json
 from raexmc.pipeline.compare import local_copy
 from raexmc.pipeline.headline import method_rows, p_value_rows, write_rows
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 
 
 def main(eval: Path = typer.Option(..., help="Evaluation folder written by the evaluate stage."),
@@ -25,7 +25,7 @@ def main(eval: Path = typer.Option(..., help="Evaluation folder written by the e
          headline: Path = typer.Option(..., help="Folder to write the headline rows into (what `dvc metrics "
                                                  "show` reads)."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("significance", params) as (p, run):
         run.params({"significance": p.significance.model_dump()})
         metrics, other = list(p.significance.metrics), p.significance.compare_with
         baseline = None if other is None else load_per_instance(local_copy(str(other), PER_INSTANCE_ARTIFACT))
@@ -35,8 +35,6 @@ def main(eval: Path = typer.Option(..., help="Evaluation folder written by the e
         write_rows(headline, {**method_rows(read_json(eval / "metrics.json")), **p_value_rows(report)})
         run.metrics(logged_summary(report))
         run.artifact(out)
-
-    run_stage("significance", body, str(params))
 
 
 if __name__ == "__main__":

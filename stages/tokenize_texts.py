@@ -12,20 +12,18 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.tokens import build_token_cache
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          out: Path = typer.Option(..., help="Token cache folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("tokenize", params) as (p, run):
         name, settings = p.encoder.name, p.tokenize.model_dump()
         run.params({"encoder.name": name, "tokenize": settings})
         meta, reused = build_token_cache(Dataset(dataset), load_tokenizer(name), name, out, **settings)
         run.metrics({"truncated": meta["truncated"], "reused": int(reused)})
         run.artifact(out / "meta.json")
-
-    run_stage("tokenize", body, str(params))
 
 
 if __name__ == "__main__":

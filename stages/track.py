@@ -14,14 +14,14 @@ import typer
 
 from raexmc.evaluation.significance import logged_summary
 from raexmc.io import read_json
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          eval: Path = typer.Option(..., help="Evaluation folder written by the evaluate stage."),
          significance: Path = typer.Option(..., help="significance.json written by the significance stage."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("track", params) as (_, run):
         run.dataset(dataset, dataset.resolve().name, "training")  # the folder is data/<data.name>
         ran = run.stages_run()
         for stage, path in (("download", dataset / "stats.json"), ("evaluate", eval / "metrics.json"),
@@ -31,8 +31,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             values = read_json(path)
             run.for_stage(stage).metrics(logged_summary(values) if stage == "significance" else values)
             run.for_stage(stage).artifact(path)
-
-    run_stage("track", body, str(params))
 
 
 if __name__ == "__main__":

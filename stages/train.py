@@ -6,8 +6,6 @@ from raexmc.numerics import pin_cpu_kernels
 
 pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
 
-import hashlib
-import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,9 +18,10 @@ from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import atomic_dir, write_json
-from raexmc.pipeline.stage import process_count, relaunch_under_torchrun, run_stage_on_rank, stage_cli, user_errors
-from raexmc.process_group import init_distributed, shutdown
+from raexmc.pipeline.tracking.stage import process_count, relaunch_under_torchrun, stage_cli, tracked_stage, user_errors
+from raexmc.process_group import process_group
 from raexmc.settings import load_settings
+from raexmc.training.checkpoint import run_fingerprint
 from raexmc.training.distributed import check_gpu_count
 from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.journal import as_table
@@ -53,10 +52,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     if mode == "fine-tuned":
         relaunch_under_torchrun(nproc, p.train.torchrun_args)
 
-    ctx = init_distributed(p.train.device)
-    settings = TrainSettings.from_section(p.train, n_train, ctx.world_size)  # the schedule of every process (all nodes)
-
-    def body(p, run) -> None:
+    with process_group(p.train.device) as ctx, tracked_stage("train", params, ctx.is_main) as (p, run):
+        settings = TrainSettings.from_section(p.train, n_train, ctx.world_size)  # the schedule of every process
         name = p.encoder.name
         precision = resolve_precision(p.train.precision, ctx.device, params, "train.precision")
         # its tokenizer too, saved with the model beside the max length the token cache cut inputs at
@@ -68,30 +65,20 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             data, cache = Dataset(dataset), TokenCache(tokens)
             trained = resolve_grad_cache(settings, encoder.model.transformer.config, encoder.precision,
                                          cache.meta["key"], ctx.device)
-        if run is not None:
-            used = embed_batch_size(settings.embed_batch_size, ctx.device)
-            run.params({"encoder.name": name, "encoder.mode": mode, "encoder.pooling": encoder.recipe,
-                        "train": {**p.train.model_dump(), "embed_batch_size_used": used, "encoder": encoder.describe(),
-                                  "resolved": {**asdict(trained.schedule),
-                                               "grad_cache_chunk": trained.grad_cache_chunk}}})
+        used = embed_batch_size(settings.embed_batch_size, ctx.device)
+        run.params({"encoder.name": name, "encoder.mode": mode, "encoder.pooling": encoder.recipe,
+                    "train": {**p.train.model_dump(), "embed_batch_size_used": used, "encoder": encoder.describe(),
+                              "resolved": {**asdict(trained.schedule), "grad_cache_chunk": trained.grad_cache_chunk}}})
         curve: list[dict] = []  # validation P@1 vs time (Figure 2); empty when zero-shot
         checkpoints.mkdir(parents=True, exist_ok=True)  # a DVC output in both modes
         if mode == "fine-tuned":
             if ctx.is_main:
                 typer.echo(describe(p.train.schedule, data.stats["N_train"], ctx.world_size,
                                     trained.schedule, trained.grad_cache_chunk), err=True)
-            # the settings before grad_cache_chunk's auto is resolved: it depends on the device's memory, and
-            # caching does not change the gradient, so a resume on another card keeps the checkpoint
-            fingerprint = hashlib.sha256(json.dumps([name, encoder.recipe, vars(settings), data.stats,
-                                                     cache.meta["key"], ctx.world_size],
-                                                    sort_keys=True).encode()).hexdigest()
-
-            def log(step: int, values: dict) -> None:
-                if run is not None:
-                    run.metrics(values, step=step)
-
+            fingerprint = run_fingerprint(name, encoder.recipe, settings, data.stats, cache.meta["key"], ctx.world_size)
             curve = train(encoder, cache, data.label_matrix("train"), data.filter_matrix("train"), trained, ctx,
-                          checkpoints / "last.pt", table_propensity(data.names).ab, log, fingerprint)
+                          checkpoints / "last.pt", table_propensity(data.names).ab,
+                          lambda step, values: run.metrics(values, step=step), fingerprint)
         if ctx.is_main:
             # DVC draws a plot per file in `curves` and nothing for an empty folder, where an empty file would be
             # an empty panel, and one without validation points a missing-field error: the curve is written only
@@ -103,11 +90,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             with atomic_dir(curves) as curve_folder:  # after the encoder: a curve never sits beside an older one
                 if validated:
                     write_json(curve_folder / "training_curve.json", as_table(curve))
-            if run is not None and validated:
+            if validated:
                 run.artifact(curves / "training_curve.json")
-        shutdown(ctx)
-
-    run_stage_on_rank("train", body, str(params), ctx.is_main)
 
 
 if __name__ == "__main__":

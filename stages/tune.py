@@ -26,8 +26,8 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.evaluation.baseline_selection import select_baselines
+from raexmc.evaluation.choice_report import choice_line, choice_metrics
 from raexmc.evaluation.keep_selection import choose_keep
-from raexmc.evaluation.point_choice import curve_metrics
 from raexmc.evaluation.propensity import chosen_propensity
 from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
@@ -37,7 +37,7 @@ from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import backend_for, search_device
 from raexmc.memory.input_memory import CHOICE_FILE, MemorySettings
-from raexmc.pipeline.stage import run_stage, stage_cli
+from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
 from raexmc.settings import AUTO
 
@@ -47,7 +47,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          out: Path = typer.Option(..., help="Folder to write selection.json, query_lambda.json and "
                                             "memory_choice.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    def body(p, run) -> None:
+    with tracked_stage("tune", params) as (p, run):
         settings, device = TuneSettings.from_settings(p), search_device(p.search)
         keep = None if p.memory.keep == AUTO else p.memory.keep
         grid = None if keep is not None else p.memory.keep_grid
@@ -77,24 +77,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             write_json(folder / SELECTION_FILE, selection)
             write_json(folder / QUERY_LAMBDA_FILE, {**query_lambda.to_json(), "fit": fit})
             write_json(folder / CHOICE_FILE, {"keep": chosen.keep, "prototypes": chosen.prototypes})
-        curves = {name: curve_metrics(selection[name], axis)
-                  for name, axis in (("keep_curve", "keep"), ("prototypes_curve", "prototypes")) if name in selection}
-        knn = selection["baselines"]["knn"]
-        run.metrics({**{k: v for k, v in selection.items() if k not in ("validation", "baselines", *curves)}, **curves,
-                     "baselines": {"knn": {k: v for k, v in knn.items() if k != "validation"}},
-                     "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}})
+        run.metrics(choice_metrics(selection, fit))
         for name in (SELECTION_FILE, QUERY_LAMBDA_FILE, CHOICE_FILE):
             run.artifact(out / name)
-        share = "" if selection["label_share"] is None else f" label_share={selection['label_share']}"
-        chose_keep = "" if grid is None else f" keep={selection['keep']}"
-        chose_prototypes = "" if "prototypes" not in selection else f" prototypes={selection['prototypes']}"
-        typer.echo(f"chose{chose_keep}{chose_prototypes} lambda={selection['lambda']} tau={selection['tau']} "
-                   f"retrieval={selection['retrieval']}{share} "
-                   f"(validation {selection['metric']} {selection['val_value']}, "
-                   f"{selection['fixed_val_value']} at the fixed values); kNN tau={knn['tau']}; per-query lambda: "
-                   f"{'a model' if fit['uses_model'] else f'falls back to {query_lambda.fallback}'}", err=True)
-
-    run_stage("tune", body, str(params))
+        typer.echo(choice_line(selection, fit, query_lambda.fallback, chose_keep=grid is not None), err=True)
 
 
 if __name__ == "__main__":

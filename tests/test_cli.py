@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import REPO, make_lf_folder
+from tests.helpers import REPO, make_lf_folder, set_dataset, write_params
 
 STAGES = sorted(p.name for p in (REPO / "stages").glob("*.py"))
 
@@ -33,12 +33,13 @@ def test_stage_help_says_what_it_does(script):
 
 
 def test_stage_user_error_is_one_line_exit_2(tmp_path):
-    text = (REPO / "params.yaml").read_text()
-    (tmp_path / "params.yaml").write_text(text.replace("  name: foldoc ", "  name: nope ", 1))
+    write_params(tmp_path, **{"data.name": "nope"})
+    set_dataset(tmp_path, "foldoc", {"source": "foldoc"})
     proc = run(sys.executable, str(REPO / "stages/download.py"), "--out", "data/nope", cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith("ConfigError: ")
-    assert "unknown dataset 'nope'" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "ConfigError: params.yaml:data.name: unknown dataset 'nope': no datasets/nope.yaml (known: foldoc); add "
+        "the file to add the dataset")
     assert not (tmp_path / "data").exists()
 
 
@@ -53,9 +54,9 @@ def test_a_denied_output_folder_is_one_line_naming_it(tmp_path):
     user_errors mapped only a full disk. Now one line naming the path, exit 2."""
     yaml = YAML()
     params = yaml.load(REPO / "params.yaml")
-    params["data"]["name"], params["datasets"]["tiny"] = "tiny", {"source": "local", "path": str(make_lf_folder(
-        tmp_path / "lf"))}
+    params["data"]["name"] = "tiny"
     yaml.dump(params, tmp_path / "params.yaml")
+    set_dataset(tmp_path, "tiny", {"source": "local", "path": str(make_lf_folder(tmp_path / "lf"))})
     proc = run(sys.executable, str(REPO / "stages/download.py"), "--out", str(DENIED / "data"), cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]  # MLflow's INFO lines, creating the store, may come first

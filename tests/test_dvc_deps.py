@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import REPO
+from tests.helpers import REPO
 
 PACKAGE = "raexmc"
 SRC = REPO / "src"

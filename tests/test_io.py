@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import leftover_of_killed_writer, run_on_small_disk, writer_in_progress
 from raexmc.errors import DataError
 from raexmc.io import (
     atomic_dir,
@@ -25,6 +24,7 @@ from raexmc.io import (
     remove_dead_temps,
     write_json,
 )
+from tests.helpers import leftover_of_killed_writer, run_on_small_disk, writer_in_progress
 
 
 def hidden(folder):
@@ -157,7 +157,7 @@ import sys
 import numpy as np
 from pathlib import Path
 import typer
-from raexmc.pipeline.stage import user_errors
+from raexmc.pipeline.tracking.stage import user_errors
 out = Path(sys.argv[1])
 keys = np.random.default_rng(0).normal(size=(4000, 32)).astype(np.float32)
 try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from raexmc import LAYERS
-from test_dvc_deps import SRC, imported_names
+from tests.test_dvc_deps import SRC, imported_names
 
 Layers = tuple[tuple[str, ...], ...]
 

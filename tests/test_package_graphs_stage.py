@@ -11,11 +11,11 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import set_params, sh
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.persistence import saved_meta
 from raexmc.rae.model import RaeModel
+from tests.helpers import set_params, sh
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 
-from conftest import dvc, set_params, sh
+from tests.helpers import dvc, set_dataset, set_params, sh
 
 pytestmark = pytest.mark.slow
 
@@ -128,12 +128,11 @@ def test_repro_with_keep_auto_builds_the_keep_tune_chose(project):
     """memory.keep auto on a small synthetic dataset: tune chooses the keep from the grid on held-out training
     inputs and writes the curve, the memory stage (after tune: it depends on tune's memory_choice.json) builds that
     keep, and evaluate searches it. The grid is tune's alone: changing it reruns tune, not memory."""
-    set_params(project, **{"data.name": "synthetic-keep",
-                           "datasets.synthetic-keep": {"source": "synthetic", "n_train": 400, "n_test": 50,
-                                                       "n_labels": 100, "labels_per_input": 2, "input_words": [4, 8],
-                                                       "label_words": [3, 5], "topic_size": 16, "seed": 0},
-                           "memory.keep": "auto", "memory.keep_grid": [1.0, 0.5, 0.25], "memory.method": "kmeans",
-                           "infer.val_fraction": 0.1})
+    set_dataset(project, "synthetic-keep", {"source": "synthetic", "n_train": 400, "n_test": 50, "n_labels": 100,
+                                            "labels_per_input": 2, "input_words": [4, 8], "label_words": [3, 5],
+                                            "topic_size": 16, "seed": 0})
+    set_params(project, **{"data.name": "synthetic-keep", "memory.keep": "auto", "memory.keep_grid": [1.0, 0.5, 0.25],
+                           "memory.method": "kmeans", "infer.val_fraction": 0.1})
     dvc("repro", "evaluate", cwd=project)
     artifacts = project / "artifacts/synthetic-keep"
     chosen = json.loads((artifacts / "tune/selection.json").read_text())

@@ -9,7 +9,7 @@ import sys
 import zipfile
 from importlib.metadata import version
 
-from conftest import REPO
+from tests.helpers import REPO
 
 LOADS_EVERY_NAME = """
 import sys

@@ -152,4 +152,4 @@ def test_the_readme_python_blocks_run_on_a_packaged_model(tmp_path, monkeypatch,
         assert block.count("\n") <= 10, f"a README Python example is longer than 10 lines:\n{block}"
         exec(compile(block, "README.md", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
-    assert sorted(line.split()[0] for line in printed) == ["l0", "l1", "l2", "l3", "l4"], printed  # conftest's
+    assert sorted(line.split()[0] for line in printed) == ["l0", "l1", "l2", "l3", "l4"], printed  # tests/helpers.py's

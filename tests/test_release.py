@@ -7,7 +7,7 @@ import tomllib
 
 from ruamel.yaml import YAML
 
-from conftest import REPO
+from tests.helpers import REPO
 
 
 def newest_release(changelog: str) -> tuple[str, str]:

@@ -8,10 +8,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from conftest import REPO
 from raexmc.errors import PARAMS_FILE, ConfigError, DataError
 from raexmc.settings import (
-    Settings,
     TokenizeSettings,
     load_settings,
     read_params_tree,
@@ -19,6 +17,7 @@ from raexmc.settings import (
     section_from,
     settings_from,
 )
+from tests.helpers import REPO
 
 SCHEMA = REPO / "params.schema.json"
 
@@ -45,12 +44,13 @@ def error_of(key: str, value: object) -> ConfigError:
 
 def test_the_shipped_params_load_as_written():
     settings = load_settings(REPO / "params.yaml")
-    assert settings.infer.lam == 0.5 and settings.infer.b == 200 and settings.infer.val_folds == "auto"
+    assert (settings.infer.lam, settings.infer.tau, settings.infer.b, settings.infer.val_folds) == ("auto", "auto", 200,
+                                                                                                  "auto")
     assert settings.memory.keep_grid == (1.0, 0.5, 0.25, 0.1) and settings.memory.prototypes == "auto"
     assert settings.train.lr == "auto" and settings.train.grad_clip == 1.0 and settings.train.hard_negatives is True
     assert settings.evaluate.propensity == "auto" and settings.package.registers is True
     assert settings.significance.metrics == ("P@1", "P@5", "R@100") and settings.significance.compare_with is None
-    assert settings.datasets["foldoc"]["source"] == "foldoc"
+    assert settings.data.name == "foldoc"
 
 
 def test_yaml_1_2_floats(tmp_path):
@@ -138,14 +138,16 @@ def test_a_section_built_in_code_names_its_params_key():
     assert (info.value.path, info.value.record) == (PARAMS_FILE, "tokenize.input_max_len")
 
 
-def test_every_preset_key_is_a_setting():
-    settings = load_settings(REPO / "params.yaml")
-    for name, preset in settings.presets.items():
-        assert preset["data.name"] == name and name in settings.datasets
-        for dotted in preset:
-            section, key = dotted.split(".", 1)
-            fields = Settings.model_fields[section].annotation.model_fields
-            assert key in {field.alias or field_name for field_name, field in fields.items()}, dotted
+@pytest.mark.parametrize(("section", "says"), [
+    ("datasets", "the dataset catalogue is no longer a section of the params: move each entry to "
+                 "datasets/<name>.yaml beside it, then delete the section"),
+    ("presets", "the presets catalogue is no longer a section of the params: move its entries to presets.yaml "
+                "beside it, then delete the section"),
+])
+def test_a_catalogue_left_in_the_params_says_where_its_entries_go(section, says):
+    with pytest.raises(ConfigError) as info:
+        settings_from({**read_params_tree(REPO / "params.yaml"), section: {"foldoc": {}}}, "runs/a.yaml")
+    assert info.value.one_line() == f"ConfigError: runs/a.yaml:{section}: {says}"
 
 
 def test_the_committed_schema_is_the_settings_schema():

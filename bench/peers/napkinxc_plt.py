@@ -16,7 +16,7 @@ import tempfile
 import typer
 
 from peer_eval import load_split, scores_from_pairs, stopwatch, tfidf_features, write_peer_result
-from raexmc.pipeline.stage import user_errors
+from raexmc.pipeline.tracking.stage import user_errors
 
 
 def main(name: str = "foldoc", threads: int = 2, seed: int = 0) -> None:

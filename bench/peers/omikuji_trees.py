@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import typer
 
 from peer_eval import load_split, scores_from_pairs, stopwatch, tfidf_features, write_peer_result
-from raexmc.pipeline.stage import user_errors
+from raexmc.pipeline.tracking.stage import user_errors
 
 VARIANTS = {
     "bonsai": {"cluster_k": 100, "cluster_balanced": False, "max_depth": 3},

@@ -14,7 +14,7 @@ import tempfile
 import typer
 
 from peer_eval import load_split, stopwatch, tfidf_features, write_peer_result
-from raexmc.pipeline.stage import user_errors
+from raexmc.pipeline.tracking.stage import user_errors
 
 
 def main(name: str = "foldoc", beam_size: int = 10) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .pipeline.stage import user_errors
+from .pipeline.tracking.stage import user_errors
 from .settings import load_settings
 
 if TYPE_CHECKING:
@@ -45,10 +45,12 @@ NAME = typer.Option(None, help="Dataset whose pipeline outputs to use (default: 
 @app.command()
 def datasets(params: Path = PARAMS,
              data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
-    """List the datasets configured in params.yaml, their source, and their size once built."""
+    """List the datasets of the catalogue (datasets/<name>.yaml beside params.yaml), their source, and their size
+    once built."""
     with user_errors(params):
-        catalogue = load_settings(params).datasets
-        for name, spec in catalogue.items():
+        from .data.catalogue import catalogue, catalogue_dir
+
+        for name, spec in catalogue(catalogue_dir(params)).items():
             stats_path = data_dir / name / "stats.json"
             built = "not built"
             if stats_path.is_file():
@@ -86,11 +88,10 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
     """Print the `dvc exp run` command that runs one of the paper's benchmarks in the paper's setting, after
     comment lines on its batch and on what it needs that this machine lacks (weights, data)."""
     with user_errors(params):
-        from .pipeline.presets import batch_note, command, missing, preset_values
+        from .pipeline.presets import batch_note, command, missing, preset_values, presets_path
 
-        settings = load_settings(params)
-        values = preset_values(settings.presets, name)
-        note, needs = batch_note(values), missing(values, settings.datasets, data_dir)
+        values = preset_values(presets_path(params), name)
+        note, needs = batch_note(values), missing(values, params, data_dir)
         if note:
             typer.echo(f"# {note}")
         typer.echo("# missing here: " + "; ".join(needs) if needs else "# missing here: nothing")
@@ -190,13 +191,31 @@ def serve(name: str = NAME,
 @app.command()
 def results(name: str = NAME,
             artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
-            params: Path = PARAMS) -> None:
-    """Key metrics per method and RAE's paired t-tests: a readable `dvc metrics show`."""
+            params: Path = PARAMS,
+            exp: list[str] = typer.Option(None, "--exp", help="A DVC experiment to set beside the others (its "
+                                                               "committed results); repeat for more."),
+            rev: list[str] = typer.Option(None, "--rev", help="A git revision (or `workspace`) to set beside the "
+                                                               "others; repeat for more."),
+            as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (p-values as numbers, "
+                                                                "their log10 beside them).")) -> None:
+    """Key metrics per method and RAE's paired t-tests: a readable `dvc metrics show`. With --exp or --rev, runs side
+    by side (experiments first, then revisions, each in the order given): the headline metrics, the λ and τ the
+    tune stage chose, and the tests' mean differences and p-values, within 120 columns."""
     with user_errors(params):
-        from .pipeline.results import summary
+        from .pipeline.results import run_results, side_by_side, summary
+        from .pipeline.revisions import WORKSPACE, experiment_commit, files_of, revision_commit
 
-        folder = artifacts / (name or load_settings(params).data.name)
-        typer.echo(summary(folder / "eval", folder / "significance.json"))
+        if not exp and not rev and not as_json:
+            folder = artifacts / (name or load_settings(params).data.name)
+            typer.echo(summary(folder / "eval", folder / "significance.json"))
+            return
+        root = params.resolve().parent
+        wanted = [(e, experiment_commit(root, e)) for e in exp or []]
+        revs = rev or ([] if exp else [WORKSPACE])  # --json alone: the workspace's run
+        wanted += [(r, None if r == WORKSPACE else revision_commit(root, r)) for r in revs]
+        runs = [run_results(label, commit, files_of(root, commit), artifacts.as_posix(), name)
+                for label, commit in wanted]
+        typer.echo(json.dumps({"runs": [run.as_json() for run in runs]}, indent=2) if as_json else side_by_side(runs))
 
 
 def _propensity_pair(value: str) -> Propensity | None:
@@ -247,8 +266,8 @@ def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
     """Run a grid of `dvc exp run --queue` experiments, wait, and compare them (dvc exp show + MLflow)."""
     with user_errors():
         from .pipeline.compare import compare_url
-        from .pipeline.paths import project_root
         from .pipeline.sweep import baseline, run_sweep, show_command, swept_keys
+        from .pipeline.tracking.paths import project_root
 
         keys, root, seen = swept_keys(overrides), project_root(), {}
 

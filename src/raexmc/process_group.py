@@ -7,6 +7,8 @@ torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; NCCL is used on GPUs, gloo on CPU
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -47,3 +49,13 @@ def init_distributed(device: str = "auto") -> DistContext:
 def shutdown(ctx: DistContext) -> None:
     if ctx.active and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextmanager
+def process_group(device: str = "auto", as_given: bool = False) -> Iterator[DistContext]:
+    """This process in the group torchrun started (init_distributed), left when the `with` body ends (an error
+    ends the process, and the group with it). With `as_given`, one process outside torchrun runs on `device`
+    as it is (a resolved device such as cuda:1) instead of resolving it."""
+    ctx = DistContext(0, 1, device) if as_given and "LOCAL_RANK" not in os.environ else init_distributed(device)
+    yield ctx
+    shutdown(ctx)

@@ -5,8 +5,8 @@ ConfigError naming the file and the dotted key. `dvc exp run -S` rewrites params
 is a float, unlike YAML 1.1), so the file is read with a YAML 1.2 parser. No defaults here but the two the code
 held before (data.debian_mirror, infer.val_folds): params.yaml is where the defaults live.
 
-The `datasets` and `presets` catalogues are passed through as they are: their readers (data/catalogue.py,
-pipeline/presets.py) check the entry they use. `Settings.model_json_schema()` is params.schema.json
+The dataset catalogue (datasets/<name>.yaml) and the presets (presets.yaml) are files of their own, beside
+params.yaml, read with the same YAML reader (read_mapping). `Settings.model_json_schema()` is params.schema.json
 (`raexmc schema`), which gives editors completion and checks as one types.
 """
 
@@ -61,7 +61,7 @@ class Section(BaseModel):
 
 class DataSettings(Section):
     name: str
-    """An entry of `datasets`."""
+    """A dataset of the catalogue: the file datasets/<name>.yaml beside params.yaml."""
     xc_repo_url: str
     """Base URL of `xc-repo` archives (archive_id appended)."""
     debian_mirror: str = "https://deb.debian.org/debian"
@@ -198,8 +198,6 @@ class Settings(Section):
     """The whole of params.yaml."""
 
     data: DataSettings
-    datasets: dict[str, Any]
-    """The dataset catalogue (checked by the download stage, for the entry it uses)."""
     encoder: EncoderSettings
     tokenize: TokenizeSettings
     train: TrainSection
@@ -211,8 +209,6 @@ class Settings(Section):
     evaluate: EvaluateSettings
     significance: SignificanceSettings
     package: PackageSettings
-    presets: dict[str, Any]
-    """The paper's settings for its benchmarks (`raexmc preset NAME`)."""
 
 
 def schema_text() -> str:
@@ -222,12 +218,18 @@ def schema_text() -> str:
 
 def read_params_tree(path: str | os.PathLike = PARAMS_FILE) -> dict[str, Any]:
     """The params file as plain dicts and lists (YAML 1.2), or ConfigError naming the file (and line)."""
+    return read_mapping(path, "params file")
+
+
+def read_mapping(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """The YAML 1.2 mapping in file `path` (`what` it is, for the error when it is missing) as plain dicts and
+    lists; the ConfigError of a bad file names its line where it has one."""
     from ruamel.yaml import YAML  # not at import: the GPU machines that only embed lack it
     from ruamel.yaml.error import YAMLError
 
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("params file not found", path)
+        raise ConfigError(f"{what} not found", path)
     try:
         data = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
     except YAMLError as exc:
@@ -253,8 +255,17 @@ def load_settings(path: str | os.PathLike = PARAMS_FILE) -> Settings:
     return settings_from(read_params_tree(path), path)
 
 
+# Sections that left params.yaml for files of their own: what each was, and where its entries go now.
+MOVED_SECTIONS = {"datasets": ("dataset catalogue", "each entry to datasets/<name>.yaml"),
+                  "presets": ("presets catalogue", "its entries to presets.yaml")}
+
+
 def settings_from(tree: dict[str, Any], path: str | os.PathLike = PARAMS_FILE) -> Settings:
     """The settings of a params tree (as read_params_tree gives it), or one ConfigError naming `path`."""
+    for section, home in MOVED_SECTIONS.items():
+        if section in tree:
+            raise ConfigError(f"the {home[0]} is no longer a section of the params: move {home[1]} beside it, then "
+                              "delete the section", path, section)
     try:
         return Settings.model_validate(tree)
     except ValidationError as exc:

@@ -8,12 +8,11 @@ import sys
 
 import numpy as np
 
-from bench_scripts import load_bench_module
-from conftest import REPO
+from tests.helpers import REPO, load_module
 
 
 def test_synthetic_texts_have_lengths_in_the_asked_range(tmp_path):
-    cache = load_bench_module("common.py").synthetic_token_cache(tmp_path, {"labels": (500, 8, 32)}, 30522,
+    cache = load_module(REPO / "bench/common.py").synthetic_token_cache(tmp_path, {"labels": (500, 8, 32)}, 30522,
                                                                  np.random.default_rng(0))
     lengths = cache.lengths("labels")
     assert cache.ids("labels").shape == (500, 32)

@@ -9,8 +9,7 @@ import sys
 
 import numpy as np
 
-from bench_scripts import load_bench_module
-from conftest import REPO
+from tests.helpers import REPO, load_module
 
 
 def test_a_run_appends_a_row_whose_search_agrees_with_the_cpu(tmp_path):
@@ -28,7 +27,7 @@ def test_a_run_appends_a_row_whose_search_agrees_with_the_cpu(tmp_path):
 
 
 def test_agreement_sees_a_swapped_id_and_a_shifted_score():
-    agreement = load_bench_module("gpu_search.py").agreement
+    agreement = load_module(REPO / "bench/gpu_search.py").agreement
     ids, sims = np.array([[3, 1, 2]]), np.array([[0.9, 0.5, 0.1]], dtype=np.float32)
     same = agreement((ids, sims), (ids, sims))
     assert same["id_mismatch_where_untied"] == 0.0 and same["max_score_diff"] == 0.0

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
-from conftest import REPO
 from raexmc.memory.indexes import build_memory_indexes
+from tests.helpers import REPO
 
 COLUMNS = ["dataset", "mode", "method", "keep", "compression", "bytes", "P@1", "P@5", "R@100", "latency_ms"]
 

@@ -8,14 +8,13 @@ import sys
 
 import numpy as np
 
-from bench_scripts import load_bench_module
-from conftest import REPO
 from raexmc.memory.indexes import build_memory_indexes
 from test_memory_budget import COLUMNS, small_project
+from tests.helpers import REPO, load_module
 
 
 def test_score_error_compares_returned_scores_with_inner_products_on_the_original_keys():
-    bench = load_bench_module("memory_budget.py")
+    bench = load_module(REPO / "bench/memory_budget.py")
     queries = np.array([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32)
     keys = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
     ids = np.array([[0, 1], [1, -1]])
@@ -29,7 +28,7 @@ def test_score_error_compares_returned_scores_with_inner_products_on_the_origina
 def test_loaded_bytes_of_a_compressed_memory_is_about_its_files(tmp_path):
     """A reopened sq8 memory holds its codes and graph: at least the codes (1 byte a dimension), and not
     the float32 keys it was built from (4 bytes a dimension)."""
-    bench = load_bench_module("memory_budget.py")
+    bench = load_module(REPO / "bench/memory_budget.py")
     rng = np.random.default_rng(0)
     (tmp_path / "embeddings").mkdir()
     for split, n in (("train", 6_000), ("labels", 3_000)):

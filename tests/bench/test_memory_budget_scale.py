@@ -10,8 +10,8 @@ import sys
 
 import scipy.sparse as sp
 
-from conftest import REPO
 from test_memory_budget import small_project
+from tests.helpers import REPO
 
 
 def run_scale(root, variants, *args):

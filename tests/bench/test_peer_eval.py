@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from bench_scripts import load_bench_module
 from raexmc.errors import DataError
+from tests.helpers import REPO, load_module
 
 
 @pytest.fixture
 def peer_eval():
-    return load_bench_module("peers/peer_eval.py")
+    return load_module(REPO / "bench/peers/peer_eval.py")
 
 
 def write_toy_dataset(folder):

@@ -8,13 +8,12 @@ import json
 import subprocess
 import sys
 
-from bench_scripts import load_bench_module
-from conftest import REPO
 from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.rae.model import RaeModel
+from tests.helpers import REPO, load_module
 
-bench = load_bench_module("predict_speed.py")
+bench = load_module(REPO / "bench/predict_speed.py")
 
 
 def packaged_project(root, lf_folder, tiny_model):

@@ -4,7 +4,6 @@ the record named by --tag, and the label keys' own temperature on a hand-worked 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,8 +11,7 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
-from bench_scripts import small_project
-from conftest import REPO
+from tests.helpers import REPO, load_module, small_project
 
 B = 10
 
@@ -78,9 +76,7 @@ def test_a_tag_that_is_no_file_name_part_is_refused_before_any_work(tmp_path):
 
 
 def test_label_keys_at_their_own_temperature_by_hand():
-    spec = importlib.util.spec_from_file_location("split_retrieval", REPO / "bench/split_retrieval.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_module(REPO / "bench/split_retrieval.py")
     ids = np.array([[0, 3, 1, -1]])
     sims = np.array([[0.5, 0.4, 0.3, -np.inf]], dtype=np.float32)
     # 2 input keys (ids 0, 1) and label keys from id 2: the label key's 0.4 at tau_z = 0.02 reads as 0.8 at tau 0.04

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.debian import DebPin, fetch_deb
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ChecksumError, ConfigError, SourceError, UnsafeArchiveError
-from raexmc.settings import load_settings
 from test_archive import SAFE, deb_bytes
+from tests.helpers import REPO
 
-CATALOGUE = load_settings(REPO / "params.yaml").datasets
+CATALOGUE = catalogue(catalogue_dir(REPO / "params.yaml"))
 
 
 def test_foldoc_dataset_from_the_pinned_package(tmp_path):
@@ -191,5 +191,5 @@ def test_a_package_the_mirror_lacks_is_a_source_error_naming_its_url(tmp_path, w
 
 def test_a_package_entry_with_an_unknown_key_is_refused():
     spec = {**CATALOGUE["foldoc"], "package": {**CATALOGUE["foldoc"]["package"], "sha265": "0" * 64}}
-    with pytest.raises(ConfigError, match=r"params.yaml:datasets.foldoc.package: unknown key 'sha265'"):
+    with pytest.raises(ConfigError, match=r"datasets/foldoc.yaml:package: unknown key 'sha265'"):
         build_dataset("foldoc", spec, "unused", "")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, TEST, TRAIN, leftover_of_killed_writer, write_jsonl_gz, write_params
+from tests.helpers import REPO, TEST, TRAIN, leftover_of_killed_writer, write_jsonl_gz, write_params
 
 
 def run_download(folder: Path, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -25,7 +25,7 @@ def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
 
 
 def write_split(folder: Path, name: str, rows, without_labels: set[str]) -> None:
-    """conftest's TRAIN or TEST rows as an LF split, the inputs named in `without_labels` given none."""
+    """tests/helpers.py's TRAIN or TEST rows as an LF split, the inputs named in `without_labels` given none."""
     records = []
     for uid, title, content, labels, _ in rows:
         labels = [] if uid in without_labels else labels

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from conftest import LABELS, TEST, TRAIN, write_jsonl_gz
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError, DataError
+from tests.helpers import LABELS, TEST, TRAIN, write_jsonl_gz
 
 
 def build(folder, out):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import REPO
 from raexmc.data import synthetic
+from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
@@ -20,15 +20,18 @@ from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
-from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
+from raexmc.evaluation.retrievals import Retrievals
 from raexmc.evaluation.significance import compare_runs
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search
 from raexmc.process_group import DistContext
 from raexmc.settings import load_settings
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
+from tests.helpers import REPO
 
-SMALL = load_settings(REPO / "params.yaml").datasets["synthetic-small"]
+SMALL = catalogue(catalogue_dir(REPO / "params.yaml"))["synthetic-small"]
 FILES = ("labels.jsonl", "train.jsonl", "test.jsonl", "Y_train.npz", "Y_test.npz", "filter_train.npz",
          "filter_test.npz", "stats.json", "source.json")
 
@@ -121,7 +124,7 @@ def test_labels_are_retrievable_from_the_input_text(tmp_path):
 def test_bad_params_are_config_errors_naming_the_key(tmp_path, key, value, message):
     with pytest.raises(ConfigError) as caught:
         build(tmp_path, name="bad", **{key: value})
-    assert caught.value.one_line().startswith(f"ConfigError: params.yaml:datasets.bad.{key}: ")
+    assert caught.value.one_line().startswith(f"ConfigError: datasets/bad.yaml:{key}: ")
     assert message in caught.value.message
     assert not (tmp_path / "bad").exists()
 

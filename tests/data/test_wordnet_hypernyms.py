@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from conftest import REPO
+from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.data.wordnet_hypernyms import HypernymSettings, read_hypernym_corpus, write_hypernym_dataset
 from raexmc.errors import ConfigError, DataError
-from raexmc.settings import load_settings
 from test_linked_corpora import WORDNET_HEADER
+from tests.helpers import REPO
 
-CATALOGUE = load_settings(REPO / "params.yaml").datasets
+CATALOGUE = catalogue(catalogue_dir(REPO / "params.yaml"))
 
 # The tiny noun graph (hypernym "@" / instance hypernym "@i" edges point up; depth = position on
 # a path from "entity"):
@@ -115,7 +115,7 @@ def test_cycle_in_the_hypernym_graph_is_a_data_error(tmp_path):
 
 def test_band_below_every_synset_fails_naming_min_depth_without_output(tmp_path):
     folder = write_hypernym_wordnet(tmp_path)
-    with pytest.raises(ConfigError, match=r"params.yaml:datasets.tiny.min_depth: no noun synset has hypernym "
+    with pytest.raises(ConfigError, match=r"datasets/tiny.yaml:min_depth: no noun synset has hypernym "
                                           r"ancestors at depths 4..6"):
         write_hypernym_dataset(folder, HypernymSettings(4, 6, 0, 0.2), tmp_path / "out", {}, "tiny")
     assert not (tmp_path / "out").exists()
@@ -135,7 +135,7 @@ def test_bad_settings_fail_before_any_download(tmp_path, change, key):
     # a package that apt cannot have: reaching the download would raise SourceError instead
     spec = {**CATALOGUE["wordnet-hyper"], "package": {"name": "wordnet-base", "version": "0.0-nonexistent"},
             **change}
-    with pytest.raises(ConfigError, match=rf"params.yaml:datasets.wordnet-hyper.{key}: "):
+    with pytest.raises(ConfigError, match=rf"datasets/wordnet-hyper.yaml:{key}: "):
         build_dataset("wordnet-hyper", spec, tmp_path / "out", "")
     assert not (tmp_path / "out").exists()
 

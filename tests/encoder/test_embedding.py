@@ -14,7 +14,6 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch.nn.attention import SDPBackend
 
-from conftest import REPO, free_port, write_params
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.device import embed_batch_size, pick_device
@@ -24,6 +23,7 @@ from raexmc.encoder.sentence import attention_without_cudnn, load_encoder
 from raexmc.encoder.text_encoder import TextEncoder, length_sorted_batches
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError, DataError
+from tests.helpers import REPO, free_port, write_params
 
 
 def test_a_plain_models_vector_is_a_normalised_masked_mean(tiny_model):
@@ -94,14 +94,6 @@ def test_embed_split_matches_one_text_at_a_time(lf_folder, tiny_model, tmp_path,
             one = model(torch.tensor(ids[row:row + 1, :n].astype(np.int64)), torch.ones(1, n, dtype=torch.long))
         tolerance = 1e-5 if precision == "fp32" else 3e-2
         np.testing.assert_allclose(got[row], one[0].numpy(), atol=tolerance)
-
-
-@pytest.fixture
-def token_cache(lf_folder, tiny_model, tmp_path) -> Path:
-    build_dataset("tiny", {"source": "local", "path": str(lf_folder)}, tmp_path / "tiny", "")
-    build_token_cache(Dataset(tmp_path / "tiny"), load_tokenizer(str(tiny_model)), "tiny", tmp_path / "tokens",
-                      16, 8, "title+content", "title")
-    return tmp_path / "tokens"
 
 
 def run_embed_stage(folder: Path, model: Path, tokens: Path, batch_size: object = 4, dtype: str = "float32",

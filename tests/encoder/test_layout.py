@@ -16,7 +16,6 @@ import torch
 from mlflow.tracking import MlflowClient
 from sentence_transformers import SentenceTransformer
 
-import test_embedding
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.pooling import POOLING_MODES, Pooling
 from raexmc.encoder.sentence import load_encoder
@@ -24,8 +23,6 @@ from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 from raexmc.encoder.tokens import RightPaddedTokenizer
 from raexmc.errors import ConfigError
 from test_embedding import run_embed_stage
-
-token_cache = test_embedding.token_cache  # the fixture, found among this module's names
 
 # lengths 3 to 14 tokens in one batch, so every short row is padded
 TEXTS = ["unix", "a unix-like kernel written for teaching", "python is a programming language",

@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-import conftest
-from conftest import REPO, run_on_small_disk
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.tokens import build_token_cache
+from tests.helpers import REPO, run_on_small_disk, write_params
 
 TRAIN_TEXTS = 32_768
 INPUT_MAX_LEN = 128
@@ -33,10 +32,10 @@ def dataset(tmp_path_factory) -> Dataset:
     return Dataset(folder)
 
 
-def write_params(folder: Path, tiny_model: Path) -> Path:
-    return conftest.write_params(folder, **{"encoder.name": str(tiny_model), "tokenize.input_max_len": INPUT_MAX_LEN,
-                                            "tokenize.label_max_len": 16, "tokenize.input_fields": "title",
-                                            "embed.device": "cpu", "embed.batch_size": 256, "embed.threads": 1})
+def tiny_params(folder: Path, tiny_model: Path) -> Path:
+    return write_params(folder, **{"encoder.name": str(tiny_model), "tokenize.input_max_len": INPUT_MAX_LEN,
+                                   "tokenize.label_max_len": 16, "tokenize.input_fields": "title",
+                                   "embed.device": "cpu", "embed.batch_size": 256, "embed.threads": 1})
 
 
 def the_one_line(stderr: str) -> str:
@@ -53,7 +52,7 @@ def last_run_status() -> str:
 
 
 def test_tokenize_on_a_disk_too_small_for_its_token_ids(dataset, tiny_model, tmp_path):
-    params = write_params(tmp_path, tiny_model)
+    params = tiny_params(tmp_path, tiny_model)
     small = tmp_path / "small"
     out = small / "tokens"
     done = run_on_small_disk(small, DISK, [sys.executable, str(REPO / "stages/tokenize_texts.py"), "--dataset",
@@ -68,7 +67,7 @@ def test_tokenize_on_a_disk_too_small_for_its_token_ids(dataset, tiny_model, tmp
 
 
 def test_embed_on_a_disk_too_small_for_its_embeddings(dataset, tiny_model, tmp_path):
-    params = write_params(tmp_path, tiny_model)
+    params = tiny_params(tmp_path, tiny_model)
     tokens = tmp_path / "tokens"
     build_token_cache(dataset, load_tokenizer(str(tiny_model)), str(tiny_model), tokens, INPUT_MAX_LEN, 16,
                       "title", "title")

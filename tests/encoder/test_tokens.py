@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
+from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import load_tokenizer, resolve_encoder
@@ -28,7 +28,8 @@ from raexmc.encoder.tokens import (
     tokenizer_input,
 )
 from raexmc.errors import ConfigError, DataError
-from raexmc.settings import load_settings, read_params_tree, settings_from
+from raexmc.settings import read_params_tree, settings_from
+from tests.helpers import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def cache_files(folder: Path) -> dict[str, bytes]:
 def test_one_worker_and_two_write_the_same_cache(tiny_model, tmp_path, split_special_tokens):
     """Blocks of 37 texts of a synthetic dataset, tokenised in this process or in two workers, give the same
     files; the workers' tokenizer keeps the setting its JSON leaves out (split_special_tokens)."""
-    build_dataset("small", {**load_settings(REPO / "params.yaml").datasets["synthetic-small"],
+    build_dataset("small", {**catalogue(catalogue_dir(REPO / "params.yaml"))["synthetic-small"],
                             "n_train": 500, "n_test": 100, "n_labels": 300}, tmp_path / "small", "")
     dataset = Dataset(tmp_path / "small")
     with open(dataset.text_path("train"), "a", encoding="utf-8") as handle:  # special-token text, split or not

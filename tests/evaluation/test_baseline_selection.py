@@ -12,18 +12,20 @@ import pytest
 import scipy.sparse as sp
 from ruamel.yaml import YAML
 
-from conftest import dense_top_b_softmax
 from raexmc.data.held_out import validation_folds
 from raexmc.errors import DataError
 from raexmc.evaluation.baseline_selection import select_knn
-from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
 from raexmc.evaluation.prototype_selection import MemoryTuning
+from raexmc.evaluation.retrievals import Retrievals
 from raexmc.evaluation.selection_file import knn_tau, read_selection
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.memory.input_memory import MemorySettings
 from test_selection import run_stage, write_params, write_training_split
 from test_validation_folds import random_set
+from tests.helpers import dense_top_b_softmax
 
 DIM = 32
 B = 13              # every key of the memory: 9 inputs and 4 labels

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import REPO
+from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
@@ -23,7 +23,7 @@ from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
-from raexmc.settings import load_settings
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ OUTPUTS = ("metrics.json", "per_instance.npz", "lambda_sweep.json", "b_sweep.jso
 def foldoc_run(tmp_path_factory, tiny_model):
     """FOLDOC embedded by the tiny encoder, both backends' indexes, and the tune stage's choice on it."""
     root = tmp_path_factory.mktemp("foldoc-eval")
-    build_dataset("foldoc", load_settings(REPO / "params.yaml").datasets["foldoc"], root / "foldoc", "")
+    build_dataset("foldoc", catalogue(catalogue_dir(REPO / "params.yaml"))["foldoc"], root / "foldoc", "")
     dataset = Dataset(root / "foldoc")
     build_token_cache(dataset, load_tokenizer(str(tiny_model)), "tiny", root / "tokens", 16, 16, "title", "title")
     model, tokens = load_encoder(str(tiny_model)), TokenCache(root / "tokens")

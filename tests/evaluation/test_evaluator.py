@@ -7,17 +7,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import dense_top_b_softmax
-from raexmc.evaluation.evaluator import (
-    BlockSearch,
-    EvalSettings,
-    Evaluator,
-    Retrievals,
-    evaluate_retrieval,
-    method_scorers,
-    segment_rows,
-)
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval, method_scorers, segment_rows
+from raexmc.evaluation.retrievals import BlockSearch, Retrievals
 from raexmc.evaluation.significance import compare_runs
+from tests.helpers import dense_top_b_softmax
 
 N_LABELS, N_TEST, DIM = 25, 20, 8
 

@@ -28,7 +28,6 @@ import scipy.sparse as sp
 from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 
-from conftest import REPO
 from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError
 from raexmc.evaluation.keep_selection import choose_keep
@@ -39,6 +38,7 @@ from raexmc.memory.input_memory import MemorySettings
 from raexmc.memory.key_selection import kept_count
 from raexmc.settings import load_settings
 from test_selection import LAMBDAS, run_stage, write_training_split
+from tests.helpers import REPO
 
 N, FRACTION, SEED = 40, 0.25, 0
 CENTRE, OFFSET, A_KEY = 0, 41, 42   # axes; input i's own axis is 1 + i

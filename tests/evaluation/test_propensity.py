@@ -13,7 +13,6 @@ import pytest
 from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 
-from conftest import REPO, make_lf_folder
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError
@@ -22,6 +21,7 @@ from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
 from raexmc.settings import read_params_tree, settings_from
+from tests.helpers import REPO, make_lf_folder
 
 # Typed in from the sources, not from the table: pyxclib's documented pairs (Amazon 0.6/2.6, Wikipedia 0.5/0.4,
 # else 0.55/1.5), pyxclib issue 7 (AmazonCat-13K 0.55/1.5), and the pairs the Extreme Classification

@@ -24,7 +24,6 @@ import scipy.sparse as sp
 from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 
-from conftest import REPO
 from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError
 from raexmc.evaluation import prototype_selection
@@ -35,6 +34,7 @@ from raexmc.evaluation.validation_memory import held_out_labels
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.settings import load_settings
 from test_selection import run_stage, write_training_split
+from tests.helpers import REPO
 
 N, FRACTION, SEED, DIM = 10, 0.2, 0, 16
 A, B, C, D, E = range(5)

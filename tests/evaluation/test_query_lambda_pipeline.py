@@ -13,14 +13,16 @@ import pytest
 import scipy.sparse as sp
 from ruamel.yaml import YAML
 
-from conftest import REPO, dense_top_b_softmax
 from raexmc.data.held_out import split_validation
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import QUERY_LAMBDA_METHOD, EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import QUERY_LAMBDA_METHOD, EvalSettings, evaluate_retrieval
 from raexmc.evaluation.propensity import DEFAULT_AB
+from raexmc.evaluation.retrievals import Retrievals
 from raexmc.evaluation.significance import compare_runs
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import QueryLambda, fit_query_lambda, query_features, read_query_lambda
+from tests.helpers import REPO, dense_top_b_softmax
 
 N_TRAIN, N_LABELS, FRACTION, B, TAU = 60, 10, 0.5, 10, 0.04
 GRID = [0.0, 0.5, 1.0]

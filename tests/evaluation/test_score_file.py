@@ -15,7 +15,6 @@ import pytest
 import scipy.sparse as sp
 import scipy.stats
 
-from conftest import REPO, make_ngame_folder
 from raexmc.data.dataset import Example, Text, write_dataset
 from raexmc.data.stats import SEGMENTS
 from raexmc.errors import DataError
@@ -24,6 +23,7 @@ from raexmc.evaluation.score_file import TopScores, ranked_values, read_scores
 from raexmc.evaluation.score_report import report_table, score_files
 from raexmc.rae.ranking import top_k
 from test_propensity import evaluate_tiny
+from tests.helpers import REPO, make_ngame_folder
 
 METHODS = ("rae", "dual_encoder", "knn", "rae_query_lambda")
 TESTED = ("P@1", "P@5", "PSP@5", "R@100")

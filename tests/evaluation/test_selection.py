@@ -14,7 +14,6 @@ import pytest
 import scipy.sparse as sp
 from ruamel.yaml import YAML
 
-from conftest import REPO, dense_top_b_softmax
 from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation import evaluator
@@ -29,6 +28,7 @@ from raexmc.evaluation.validation_memory import (
 )
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.settings import load_settings
+from tests.helpers import REPO, dense_top_b_softmax
 
 LAMBDAS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
 TAUS = [0.02, 0.04, 0.1]
@@ -169,10 +169,10 @@ def test_held_out_queries_are_not_keys_of_their_memory(tmp_path):
 
 
 def write_params(folder, **infer):
-    """The project's params.yaml with these infer keys; one validation fold unless given (the brute forces here
-    hold out one set: test_validation_folds.py pools several)."""
+    """The project's params.yaml with these infer keys; one validation fold and τ 0.04 unless given (the brute forces
+    here hold out one set, test_validation_folds.py pools several, and most choose λ at one τ)."""
     params = YAML().load((REPO / "params.yaml").read_text())
-    for key, value in {"val_folds": 1, **infer}.items():
+    for key, value in {"val_folds": 1, "tau": 0.04, **infer}.items():
         params["infer"][key] = value
     YAML().dump(params, folder / "params.yaml")
     return folder / "params.yaml"
@@ -199,9 +199,18 @@ def test_bad_settings_name_their_key(tmp_path, key, value, says):
     assert says in str(error.value) and error.value.record == f"infer.{key}"
 
 
-def test_project_params_fix_the_papers_values():
+def test_project_params_choose_lambda_and_tau_and_the_preset_fixes_the_papers(tmp_path):
+    """The default run chooses λ and τ on validation (bench/results/defaults_choice.json); the paper-inference preset
+    sets the paper's 0.5 and 0.04, still on the tune stage's grid, so a choice may land there."""
     chosen = TuneSettings.from_settings(load_settings(REPO / "params.yaml"))
-    assert (chosen.lam, chosen.tau) == (0.5, 0.04) and 0.04 in chosen.tau_grid
+    assert (chosen.lam, chosen.tau) == (None, None) and 0.5 in chosen.lambda_grid and 0.04 in chosen.tau_grid
+    params = YAML().load((REPO / "params.yaml").read_text())
+    for key, value in YAML().load((REPO / "presets.yaml").read_text())["paper-inference"].items():
+        section, leaf = key.split(".")
+        params[section][leaf] = value
+    YAML().dump(params, tmp_path / "params.yaml")
+    fixed = TuneSettings.from_settings(load_settings(tmp_path / "params.yaml"))
+    assert (fixed.lam, fixed.tau, fixed.retrieval) == (0.5, 0.04, "joint")
 
 
 def run_stage(tmp_path, params):

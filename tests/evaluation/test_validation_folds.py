@@ -11,7 +11,6 @@ import pytest
 import scipy.sparse as sp
 from ruamel.yaml import YAML
 
-from conftest import dense_top_b_softmax
 from raexmc.data.held_out import split_validation, validation_folds
 from raexmc.errors import ConfigError
 from raexmc.evaluation.selection import select
@@ -20,6 +19,7 @@ from raexmc.evaluation.validation_memory import held_out_folds, pooled, pooled_h
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.settings import load_settings
 from test_selection import LAMBDAS, TAUS, run_stage, write_params, write_training_split
+from tests.helpers import dense_top_b_softmax
 
 N_INPUTS, N_LABELS, DIM = 40, 6, 16
 A, B = 0.55, 1.5  # the propensity pair every evaluator here is given

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, run_under_file_size_limit
 from raexmc.data.sources import build_dataset
+from tests.helpers import REPO, run_under_file_size_limit
 
 N_TRAIN, DIM = 20_000, 32  # a 32-d graph of 20,000 keys (M 16) takes 5.4 MB; half of them 2.7 MB
 LIMIT = 2 << 20  # bytes: room for the MLflow store, not for the graph

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import REPO, dense_split_scores
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import EvalSettings, Evaluator, Retrievals, evaluate_retrieval
+from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
+from raexmc.evaluation.retrievals import Retrievals
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
@@ -23,6 +24,7 @@ from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
 from raexmc.memory.search import sort_rows
 from raexmc.settings import load_settings
+from tests.helpers import REPO, dense_split_scores
 
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import REPO
 from raexmc.errors import ConfigError
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.input_memory import LABELS_FOLDER, InputMemory, MemorySettings, build_input_memory, chosen_memory
@@ -16,6 +15,7 @@ from raexmc.memory.keys_values import training_values
 from raexmc.memory.merge import JointSearch
 from raexmc.memory.prototypes import label_prototypes, prototype_weight
 from raexmc.settings import load_settings, read_params_tree, settings_from
+from tests.helpers import REPO
 
 LABELS = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, -0.8]], dtype=np.float32)
 INPUTS = np.array([[0.0, 1.0], [0.6, 0.8], [-1.0, 0.0]], dtype=np.float32)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import dense_split_scores, dense_top_b_softmax, fp32_dot_error, softmax_error
 from raexmc.errors import ConfigError
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.merge import JointSearch, RaeRetrieval, rae_keys
 from raexmc.rae.scoring import combine, score_parts
+from tests.helpers import dense_split_scores, dense_top_b_softmax, fp32_dot_error, softmax_error
 
 N_INPUTS, N_LABELS, DIM, TAU, LAM = 30, 12, 8, 0.07, 0.3
 

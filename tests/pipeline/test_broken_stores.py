@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make_lf_folder, small_filesystem, write_params
+from tests.helpers import REPO, make_lf_folder, small_filesystem, write_params
 
 
 @pytest.fixture

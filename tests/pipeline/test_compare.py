@@ -9,14 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-import test_tracking
-from conftest import write_params
 from raexmc.errors import DataError
 from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, load_per_instance
 from raexmc.pipeline.compare import local_copy
 from raexmc.pipeline.tracking.run import stage_run
-
-project = test_tracking.project  # the fixture (a DVC project with params.yaml), found among this module's names
+from tests.helpers import write_params
 
 
 def test_a_path_is_used_as_it_is_and_a_run_id_fetches_what_the_evaluate_stage_logged(project):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import local_server
 from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
+from tests.helpers import local_server
 
 pytestmark = pytest.mark.slow
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",

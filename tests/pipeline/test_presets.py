@@ -12,9 +12,12 @@ import sys
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import REPO, make_lf_folder
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import weights_on_disk
+from raexmc.errors import ConfigError
+from raexmc.pipeline.presets import preset_values, presets_path
+from raexmc.settings import Settings, read_mapping
+from tests.helpers import REPO, make_lf_folder
 
 # The paper's tables (RAE-XMC, Appendix; /work/shared/design.md "The paper's hyper-parameters"), typed in here,
 # not read from params.yaml: per dataset max_len, batch per GPU (of 8), LR, max_steps, hnm_steps, hnm_topk, λ.
@@ -56,6 +59,15 @@ def test_the_printed_command_is_the_papers_setting(name, tmp_path):
     assert {key: got.get(key) for key in expected} == pytest.approx(expected, abs=1e-12)
     assert f"# the paper: 8 GPUs x {per_gpu} inputs = global batch {8 * per_gpu:,}" in printed.splitlines()[0]
     assert all(len(line) <= 100 for line in printed.splitlines() if not line.startswith("#"))
+
+
+def test_paper_inference_is_the_papers_fixed_inference_on_any_dataset(tmp_path):
+    """The paper's inference paragraph, typed in here: λ 0.5, τ 0.04, b 200 over the joint top-b of the full memory
+    [X; Z]; no dataset or encoder, so it applies to the run's own."""
+    printed = preset("paper-inference", tmp_path)
+    assert printed.splitlines()[0] == "# missing here: nothing"
+    assert settings(printed) == {"infer.lambda": 0.5, "infer.tau": 0.04, "infer.retrieval": "joint", "infer.b": 200,
+                                 "memory.keep": 1.0}
 
 
 def hf_cache_holding(cache, repo_id, model_folder):
@@ -106,11 +118,34 @@ def test_a_preset_that_is_not_a_mapping_is_one_line_naming_it(value, tmp_path):
     from raexmc.cli import app
 
     yaml = YAML()
-    tree = yaml.load(REPO / "params.yaml")
-    tree["presets"]["mine"] = value
-    yaml.dump(tree, tmp_path / "params.yaml")
+    tree = yaml.load(REPO / "presets.yaml")
+    tree["mine"] = value
+    yaml.dump(tree, tmp_path / "presets.yaml")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     result = CliRunner().invoke(app, ["preset", "mine", "--params", str(tmp_path / "params.yaml")])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [(
-        f"ConfigError: {tmp_path / 'params.yaml'}:presets.mine: a preset must be a mapping of settings "
+        f"ConfigError: {tmp_path / 'presets.yaml'}:mine: a preset must be a mapping of settings "
         f"(key: value), got {type(value).__name__}")]
+
+
+def test_every_preset_names_its_dataset_and_known_parameters_only():
+    """Each benchmark preset sets data.name to its own name, a dataset of the catalogue, and only keys the params
+    know; paper-inference sets no dataset."""
+    presets = read_mapping(presets_path(REPO / "params.yaml"), "presets file")
+    assert set(PAPER) <= set(presets)
+    assert "data.name" not in presets["paper-inference"], "the paper's inference applies to the run's dataset"
+    for name, preset in presets.items():
+        assert name == "paper-inference" or (preset["data.name"] == name
+                                             and (REPO / "datasets" / f"{name}.yaml").is_file())
+        for dotted in preset:
+            section, key = dotted.split(".", 1)
+            fields = Settings.model_fields[section].annotation.model_fields
+            assert key in {field.alias or field_name for field_name, field in fields.items()}, dotted
+
+
+def test_an_unknown_preset_is_one_line_naming_the_file_and_the_known_ones(tmp_path):
+    (tmp_path / "presets.yaml").write_text("a: {data.name: x}\nb: {data.name: y}\n")
+    with pytest.raises(ConfigError) as caught:
+        preset_values(tmp_path / "presets.yaml", "c")
+    assert caught.value.one_line() == f"ConfigError: {tmp_path / 'presets.yaml'}: unknown preset 'c' (known: a, b)"

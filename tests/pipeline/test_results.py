@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
-from conftest import REPO
+import pytest
+
+from raexmc.errors import DataError
+from raexmc.pipeline.results import RunResults, run_results, side_by_side
+from tests.helpers import REPO, commit_all, dvc, sh
 
 ROW = {"P@1": 52.21, "P@5": 24.13, "nDCG@5": 40.5, "PSP@5": 30.0, "R@100": 79.8, "macro-F1@5": {"tail": 21.17}}
 
@@ -68,3 +73,140 @@ def test_metrics_without_any_method_are_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"DataError: {tmp_path}/run/eval/metrics.json: holds none of the methods rae, rae_query_lambda, "
         "dual_encoder, knn"]
+
+
+# A pipeline of one stage that writes the headline files of the toy dataset as the significance stage would, from
+# infer.lambda: hand-chosen values per λ, so every number below is known without running anything of raexmc.
+TOY_STAGE = '''
+import json, pathlib, yaml
+lam = yaml.safe_load(open("params.yaml"))["infer"]["lambda"]
+rae_p1, diff, p, log10_p = {0.1: (51.0, 11.5, 2.5e-3, -2.60206), 0.5: (55.0, 15.25, 4.0e-16, -15.39794),
+                            0.9: (59.0, 19.0, 0.0, -400.3)}[lam]
+rows = {"rae": {"P@1": rae_p1, "P@5": 24.0, "nDCG@5": 40.0, "PSP@5": 30.0, "R@100": 80.0, "lambda": lam,
+                "tau": 0.04},
+        "dual_encoder": {"P@1": 39.5, "P@5": 18.0, "nDCG@5": 33.0, "PSP@5": 22.0, "R@100": 70.0},
+        "knn": {"P@1": 45.0, "P@5": 21.0, "nDCG@5": 37.0, "PSP@5": 26.0, "R@100": 75.0, "tau": 0.1}}
+pathlib.Path("metrics/toy").mkdir(parents=True, exist_ok=True)
+for name, row in rows.items():
+    pathlib.Path(f"metrics/toy/{name}.json").write_text(json.dumps(row))
+pathlib.Path("artifacts/toy").mkdir(parents=True, exist_ok=True)
+test = {"mean_diff": diff, "p_value": p, "log10_p": log10_p, "n": 100}
+pathlib.Path("artifacts/toy/significance.json").write_text(json.dumps(
+    {"rae_vs_dual_encoder": {"P@1": test}, "rae_vs_knn": {"P@1": {**test, "mean_diff": 6.0}}}))
+'''
+TOY_DVC = """stages:
+  headline:
+    cmd: python toy.py
+    deps: [toy.py]
+    params: [infer.lambda]
+    outs:
+"""
+TOY_OUTS = ["metrics/toy/rae.json", "metrics/toy/dual_encoder.json", "metrics/toy/knn.json",
+            "artifacts/toy/significance.json"]
+
+
+@pytest.fixture(scope="module")
+def toy_repo(tmp_path_factory):
+    """A real git and DVC project, reproduced at λ 0.5 and committed, then two real experiments: `low` (λ 0.1)
+    and `high` (λ 0.9, left in the workspace)."""
+    repo = tmp_path_factory.mktemp("toy")
+    (repo / "params.yaml").write_text("data:\n  name: toy\ninfer:\n  lambda: 0.5\n")
+    (repo / "toy.py").write_text(TOY_STAGE)
+    (repo / "dvc.yaml").write_text(TOY_DVC + "".join(f"      - {out}:\n          cache: false\n" for out in TOY_OUTS))
+    sh("git", "init", "-q", cwd=repo)
+    dvc("init", "-q", cwd=repo)
+    commit_all(repo, "toy pipeline, not run")
+    dvc("repro", "-q", cwd=repo)
+    commit_all(repo, "toy pipeline at λ 0.5")
+    dvc("exp", "run", "-q", "-n", "low", "-S", "infer.lambda=0.1", cwd=repo)
+    dvc("exp", "run", "-q", "-n", "high", "-S", "infer.lambda=0.9", cwd=repo)
+    return repo
+
+
+def results_of(repo, *args):
+    return subprocess.run([sys.executable, "-m", "raexmc.cli", "results", *args], cwd=repo, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+
+
+@pytest.mark.slow
+def test_experiments_and_revisions_side_by_side(toy_repo):
+    proc = results_of(toy_repo, "--exp", "low", "--exp", "high", "--rev", "HEAD", "--rev", "workspace")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["low", "high", "HEAD", "workspace"]
+    rows = {" ".join(line.split()[:-4]): line.split()[-4:] for line in lines[1:]}
+    assert rows["dataset"] == ["toy"] * 4
+    assert rows["λ (RAE)"] == ["0.1", "0.9", "0.5", "0.9"]
+    assert rows["τ (RAE)"] == ["0.04"] * 4 and rows["τ (kNN)"] == ["0.1"] * 4
+    assert rows["rae P@1"] == ["51.00", "59.00", "55.00", "59.00"]
+    assert rows["dual_encoder P@1"] == ["39.50"] * 4 and rows["knn R@100"] == ["75.00"] * 4
+    assert rows["rae vs dual_encoder P@1 Δ"] == ["+11.50", "+19.00", "+15.25", "+19.00"]
+    assert rows["rae vs dual_encoder P@1 p"] == ["2.5e-03", "5.0e-401", "4.0e-16", "5.0e-401"]  # 10^0.7 = 5.0
+    assert rows["rae vs knn P@1 Δ"] == ["+6.00"] * 4
+    assert len(lines) == 1 + 4 + 15 + 4 and max(len(line) for line in lines) <= 120
+
+
+@pytest.mark.slow
+def test_the_json_has_the_p_values_as_numbers_with_their_log10(toy_repo):
+    proc = results_of(toy_repo, "--exp", "high", "--rev", "HEAD", "--json")
+    assert proc.returncode == 0, proc.stderr
+    high, head = json.loads(proc.stdout)["runs"]
+    commit = sh("git", "rev-parse", "HEAD", cwd=toy_repo).stdout.strip()
+    assert (head["name"], head["commit"], head["dataset"]) == ("HEAD", commit, "toy")
+    assert (high["lambda"], high["tau"], high["knn_tau"]) == (0.9, 0.04, 0.1)
+    assert high["metrics"]["rae"] == {"P@1": 59.0, "P@5": 24.0, "nDCG@5": 40.0, "PSP@5": 30.0, "R@100": 80.0}
+    assert high["tests"]["rae_vs_dual_encoder"]["P@1"] == {"mean_diff": 19.0, "p_value": 0.0, "log10_p": -400.3}
+    assert head["tests"]["rae_vs_knn"]["P@1"] == {"mean_diff": 6.0, "p_value": 4.0e-16, "log10_p": -15.39794}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, line", [
+    (["--exp", "nope"], "DataError: {repo}: no DVC experiment named 'nope' (`dvc exp list -A` lists them)"),
+    (["--rev", "no-such-branch"], "DataError: {repo}: 'no-such-branch' is no git revision of this project"),
+    (["--rev", "HEAD~1"], "DataError: metrics/toy/rae.json: not in HEAD~1 ({first}): run the pipeline there first "
+                          "(dvc repro, dvc exp run)"),
+])
+def test_a_run_that_cannot_be_read_is_one_line(toy_repo, args, line):
+    proc = results_of(toy_repo, *args)
+    first = sh("git", "rev-parse", "--short=7", "HEAD~1", cwd=toy_repo).stdout.strip()
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [line.format(repo=toy_repo, first=first)]
+
+
+def test_many_runs_wrap_into_blocks_within_120_columns():
+    rows = {"rae": {"P@1": 50.0, "lambda": 0.5, "tau": 0.04}, "dual_encoder": {"P@1": 40.0}, "knn": {"P@1": 45.0}}
+    runs = [RunResults(f"experiment-{i:02d}", None, "toy", rows, {}) for i in range(10)]
+    text = side_by_side(runs)
+    blocks = text.split("\n\n")
+    # label column "dual_encoder nDCG@5" (19) + 7 columns of 2 + 13 (the names) = 124 > 120: 6 a block
+    assert [block.splitlines()[0].split() for block in blocks] == [[f"experiment-{i:02d}" for i in range(6)],
+                                                                   [f"experiment-{i:02d}" for i in range(6, 10)]]
+    assert max(len(line) for line in text.splitlines()) <= 120
+    assert blocks[1].splitlines()[5].split() == ["rae", "P@1"] + ["50.00"] * 4
+    assert blocks[0].splitlines()[6].split() == ["rae", "P@5"] + ["-"] * 6
+
+
+GOOD_FILES = {"params.yaml": "data:\n  name: toy\n",
+              "metrics/toy/rae.json": '{"P@1": 50.0, "lambda": 0.5, "tau": 0.04}',
+              "metrics/toy/dual_encoder.json": '{"P@1": 40.0}', "metrics/toy/knn.json": '{"P@1": 45.0, "tau": 0.1}',
+              "artifacts/toy/significance.json": '{"rae_vs_knn": {"P@1": {"mean_diff": 5.0, "p_value": 0.01, '
+                                                 '"log10_p": -2.0}}}'}
+
+
+@pytest.mark.parametrize("path, text, line", [
+    ("metrics/toy/rae.json", "[50.0]", "DataError: metrics/toy/rae.json: not a mapping in workspace"),
+    ("metrics/toy/knn.json", '{"P@1": 45.0', "DataError: metrics/toy/knn.json: not valid in workspace ("),
+    ("params.yaml", "data: [toy]\n", "DataError: params.yaml: no data.name in workspace"),
+    ("artifacts/toy/significance.json", '{"rae_vs_knn": {"P@1": {"mean_diff": 5.0, "p_value": "0.01"}}}',
+     "DataError: artifacts/toy/significance.json:rae_vs_knn.P@1: in workspace: needs numbers mean_diff, p_value "
+     "and log10_p"),
+    ("artifacts/toy/significance.json", '{"rae_vs_knn": [1]}',
+     "DataError: artifacts/toy/significance.json:rae_vs_knn: in workspace: needs numbers mean_diff, p_value and "
+     "log10_p"),
+])
+def test_a_bad_headline_file_is_one_line_naming_it(path, text, line):
+    files = {**GOOD_FILES, path: text}
+    assert run_results("workspace", None, GOOD_FILES.get).tests["rae_vs_knn"]["P@1"]["mean_diff"] == 5.0
+    with pytest.raises(DataError) as caught:
+        run_results("workspace", None, files.get)
+    assert caught.value.one_line().startswith(line), caught.value.one_line()

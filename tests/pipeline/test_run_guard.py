@@ -7,14 +7,11 @@ import sys
 
 import pytest
 
-import test_tracking
-from conftest import write_params
 from raexmc.errors import ConcurrentRunError
 from raexmc.pipeline.tracking.dvc_command import set_params
 from raexmc.pipeline.tracking.run import stage_run
 from test_tracking import runs
-
-project = test_tracking.project  # the fixture, found among this module's names
+from tests.helpers import write_params
 
 
 def test_set_params_reads_each_override_of_a_dvc_exp_run():
@@ -54,14 +51,12 @@ def test_the_run_id_for_the_model_registry_is_checked_too(project):
 STAGE = """
 import sys, time
 import typer
-from raexmc.pipeline.stage import run_stage
-
-def body(params, run):
-    print("ready", flush=True)
-    time.sleep(float(sys.argv[1]))
+from raexmc.pipeline.tracking.stage import tracked_stage
 
 try:
-    run_stage(sys.argv[2], body)
+    with tracked_stage(sys.argv[2]):
+        print("ready", flush=True)
+        time.sleep(float(sys.argv[1]))
 except typer.Exit as stop:
     sys.exit(stop.exit_code)
 """

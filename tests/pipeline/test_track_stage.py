@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 from mlflow.tracking import MlflowClient
 
-from conftest import write_params
 from raexmc.pipeline.headline import HEADLINE_METRICS
 from raexmc.pipeline.tracking.run import EXPERIMENT, tracking_uri
+from tests.helpers import write_params
 
 REPO = Path(__file__).resolve().parents[2]
 TEST = {"mean_a": 52.3, "mean_b": 36.8, "mean_diff": 15.5, "ci_low": 12.9, "ci_high": 18.1, "t": 11.7,

@@ -10,16 +10,9 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raexmc.pipeline.paths import project_root
+from raexmc.pipeline.tracking.paths import project_root
 from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    (tmp_path / ".dvc").mkdir()
-    (tmp_path / "params.yaml").write_text("data:\n  name: tiny\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+from tests.helpers import set_dataset
 
 
 def runs():
@@ -46,6 +39,23 @@ def test_stages_of_one_execution_share_a_run(project):
     assert "mlflow.source.git.commit" not in data.tags, "no commit outside git (not a made-up one)"
     assert [a.path for a in client.list_artifacts(found[0].info.run_id, "download")] == ["download/stats.json"]
     assert found[0].info.status == "FINISHED"
+
+
+def test_a_changed_entry_of_the_chosen_dataset_starts_a_new_run(project):
+    """The catalogue is no longer in params.yaml: a new value in the chosen dataset's file, params.yaml the same,
+    is another execution (it downloads other data), so another run, not a clash of param values in the old one."""
+    set_dataset(project, "tiny", {"source": "local", "seed": 0})
+    set_dataset(project, "other", {"source": "local", "seed": 0})
+    with stage_run("download") as run:
+        run.params({"datasets.tiny": {"seed": 0}})
+    set_dataset(project, "other", {"source": "local", "seed": 1})  # not the chosen one: the same execution
+    with stage_run("download") as run:
+        run.params({"datasets.tiny": {"seed": 0}})
+    set_dataset(project, "tiny", {"source": "local", "seed": 1})
+    with stage_run("download") as run:
+        run.params({"datasets.tiny": {"seed": 1}})
+    _, found = runs()
+    assert sorted(run.data.params["datasets.tiny.seed"] for run in found) == ["0", "1"]
 
 
 def test_changed_params_or_experiment_start_a_new_run(project, monkeypatch):
@@ -127,15 +137,15 @@ def test_a_temp_experiment_keeps_one_run_when_the_parent_commits_meanwhile(proje
 
 
 def test_a_run_holds_every_param_even_when_dvc_reran_one_stage(project):
-    (project / "params.yaml").write_text("data:\n  name: tiny\ninfer:\n  lambda: 0.3\n"
-                                         "datasets:\n  tiny: {source: local}\n  other: {source: foldoc}\n"
-                                         "presets:\n  big: {train.lr: 1}\n")
+    (project / "params.yaml").write_text("data:\n  name: tiny\ninfer:\n  lambda: 0.3\n")
+    set_dataset(project, "tiny", {"source": "local"})
+    set_dataset(project, "other", {"source": "foldoc"})
     with stage_run("evaluate") as run:
         run.metrics({"rae": {"P@1": 50.0}})
     _, found = runs()
     params = found[0].data.params
     assert params["infer.lambda"] == "0.3" and params["datasets.tiny.source"] == "local"
-    assert not any(key.startswith(("datasets.other", "presets")) for key in params)
+    assert not any(key.startswith("datasets.other") for key in params)
 
 
 _OPEN_RUN = """

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LABELS, local_server, write_jsonl_gz
 from test_predictor import JYTHON, LABEL_TITLES, build_pipeline, logged_predictor, post_json, predictor_of
+from tests.helpers import LABELS, local_server, write_jsonl_gz
 
 # lbl.json.gz's uid of each row: large integers (one past 2**53, which a float would round) and small ones
 # that are other labels' rows, so an answer that gave a row, or another row's id, would show.

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import softmax_error
 from raexmc.errors import ConfigError, DataError
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import build_hnsw
@@ -20,6 +19,7 @@ from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import FEATURES, QueryLambda
+from tests.helpers import softmax_error
 
 # 4 training inputs and 3 labels in 3 dimensions; V's input rows are Y (inputs x labels), its label rows I.
 X = np.array([[1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [0.0, 1.0, 0.0], [0.0, 0.6, 0.8]], dtype=np.float32)

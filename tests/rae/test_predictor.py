@@ -20,7 +20,6 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from conftest import local_server, write_params
 from raexmc.cli import app
 from raexmc.data.dataset import Dataset, Text
 from raexmc.data.label_records import write_label_records
@@ -43,12 +42,13 @@ from raexmc.rae.queries import parse_queries
 from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.ranking import top_k
 from raexmc.rae.scoring import rae_scores
+from tests.helpers import local_server, write_params
 
 SETTINGS = {"lambda": 0.5, "b": 8, "tau": 0.04}
 RAE = RaeSettings(SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
 JYTHON = "jython python on the jvm"  # the first test input, as the token cache joins title and content
 JYTHON_RECORD = Text(uid="s0", title="jython", content="python on the jvm")
-LABEL_TITLES = ["python", "perl", "unix", "linux", "compiler"]  # conftest's labels, by id
+LABEL_TITLES = ["python", "perl", "unix", "linux", "compiler"]  # tests/helpers.py's labels, by id
 
 
 def build_pipeline(root: Path, lf_folder: Path, tiny_model: Path, backend: str,
@@ -339,7 +339,7 @@ def post_json(url: str, body: dict) -> tuple[int, dict]:
         return refused.code, json.loads(refused.read())
 
 
-BAD_REQUESTS = [  # (request, the one line the answer's message must be); conftest's tiny dataset has 5 labels
+BAD_REQUESTS = [  # (request, the one line the answer's message must be); tests/helpers.py's tiny dataset has 5 labels
     ({"dataframe_records": [{"id": 7}], "params": {"k": 3}},
      'DataError: request: no query: each record needs a "text" (or "title") string'),
     ({"dataframe_records": [{"text": "perl"}, {"content": "a language"}], "params": {"k": 3}},

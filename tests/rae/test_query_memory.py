@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from conftest import peak_rss_of
 from test_predictor import build_pipeline
+from tests.helpers import peak_rss_of
 
 PREDICT_ONE = """
 import sys

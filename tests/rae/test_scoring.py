@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import dense_top_b_softmax
 from raexmc.errors import ConfigError, DataError
 from raexmc.rae.scoring import (
     combine,
@@ -22,6 +21,7 @@ from raexmc.rae.scoring import (
     score_parts,
     train_key_counts,
 )
+from tests.helpers import dense_top_b_softmax
 
 # With tau = 1 / ln 2, exp(s / tau) = 2 ** s, so integer similarities give power-of-two weights.
 TAU2 = 1.0 / math.log(2.0)

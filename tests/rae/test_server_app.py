@@ -38,7 +38,7 @@ def served(tmp_path_factory, lf_folder_module, tiny_model):
 
 @pytest.fixture(scope="module")
 def lf_folder_module(tmp_path_factory):
-    from conftest import make_lf_folder
+    from tests.helpers import make_lf_folder
 
     return make_lf_folder(tmp_path_factory.mktemp("lf"))
 

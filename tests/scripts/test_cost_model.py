@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 
 from raexmc.training.schedule import Schedule
-from script_modules import REPO, load_script
+from tests.helpers import REPO, load_module
 
-cost_model = load_script("cost_model.py")
+cost_model = load_module(REPO / "scripts/cost_model.py")
 
 
 def test_the_cost_model_resolves_the_schedule_as_the_train_stage_does():

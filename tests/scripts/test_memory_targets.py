@@ -3,9 +3,9 @@ below."""
 
 from __future__ import annotations
 
-from script_modules import load_script
+from tests.helpers import REPO, load_module
 
-targets = load_script("memory_targets.py")
+targets = load_module(REPO / "scripts/memory_targets.py")
 
 
 def row(method, keep, compression, bytes_, p1, latency=1.0, mode="zero-shot"):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from script_modules import load_script
+from tests.helpers import REPO, load_module
 
-plot = load_script("plot_memory_budget.py")
+plot = load_module(REPO / "scripts/plot_memory_budget.py")
 
 
 def row(method, keep, compression, megabytes, p1, mode="zero-shot"):

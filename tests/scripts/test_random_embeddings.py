@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from conftest import REPO
+from tests.helpers import REPO
 
 
 def write(dataset, out, seed):

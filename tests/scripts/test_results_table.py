@@ -10,7 +10,7 @@ import scipy.stats
 
 from raexmc.errors import DataError
 from raexmc.pipeline.tracking.run import stage_run
-from script_modules import load_script
+from tests.helpers import REPO, load_module
 
 METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 RAE_P1 = [1.0, 1.0, 0.0, 1.0]
@@ -20,7 +20,7 @@ PEER_P1 = [1.0, 1.0, 0.0, 0.0]
 
 @pytest.fixture
 def results_table():
-    return load_script("results_table.py")
+    return load_module(REPO / "scripts/results_table.py")
 
 
 def write_run(folder, per_method, params=True, mode="fine-tuned", queries_per_s=2000.0):

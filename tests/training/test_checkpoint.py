@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from raexmc.errors import DataError
 from raexmc.io import remove_dead_temps
-from raexmc.training.checkpoint import Checkpoint, save_checkpoint
+from raexmc.training.checkpoint import Checkpoint, run_fingerprint, save_checkpoint
 
 
 def checkpoint(path) -> Checkpoint:
@@ -84,3 +85,12 @@ def test_a_save_killed_half_way_leaves_a_temporary_the_sweep_removes(tmp_path):
     remove_dead_temps(tmp_path)
     assert [p.name for p in path.parent.iterdir()] == ["last.pt"]
     assert torch.load(path, weights_only=False) == {"step": 1}
+
+
+def test_a_run_fingerprint_changes_with_each_thing_a_resume_must_match():
+    parts = ["enc", {"pooling": "mean"}, SimpleNamespace(lr=1e-4), {"N_train": 10}, {"input_max_len": 16}, 1]
+    base = run_fingerprint(*parts)
+    assert run_fingerprint(*parts) == base
+    changed = ["other", {"pooling": "cls"}, SimpleNamespace(lr=2e-4), {"N_train": 11}, {"input_max_len": 32}, 2]
+    for at, value in enumerate(changed):
+        assert run_fingerprint(*parts[:at], value, *parts[at + 1:]) != base, f"part {at} left it unchanged"

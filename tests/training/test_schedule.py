@@ -14,14 +14,14 @@ from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 from transformers import BertConfig, DistilBertConfig
 
-from conftest import REPO
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError
-from raexmc.pipeline.presets import preset_values
+from raexmc.pipeline.presets import preset_values, presets_path
 from raexmc.settings import load_settings, read_params_tree, settings_from
 from raexmc.training.graph_memory import grad_cache_chunk, graph_bytes_per_text, resolve_grad_cache
 from raexmc.training.schedule import Schedule, resolve
 from raexmc.training.settings import TrainSettings
+from tests.helpers import REPO
 
 
 def never_asked() -> int:
@@ -76,7 +76,7 @@ def test_a_preset_runs_as_printed_under_auto():
     """The paper's LF-AmazonTitles-131K row (8 GPUs x 896, lr 3e-4, 3K steps, mining every 1K), applied as
     `raexmc preset` applies it, with schedule: auto and that set's 294,805 training inputs."""
     data = params_with(schedule="auto")
-    for key, value in preset_values(data["presets"], "LF-AmazonTitles-131K").items():
+    for key, value in preset_values(presets_path(REPO / "params.yaml"), "LF-AmazonTitles-131K").items():
         section, _, name = key.partition(".")
         data[section][name] = value
     settings = TrainSettings.from_section(settings_from(data).train, lambda: 294_805, 8)

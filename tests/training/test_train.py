@@ -15,7 +15,6 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from conftest import REPO, free_port, make_lf_folder
 from raexmc.data.dataset import Dataset
 from raexmc.data.held_out import split_validation
 from raexmc.data.sources import build_dataset
@@ -30,6 +29,7 @@ from raexmc.training.batches import BatchSampler, plan_batch
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import linear_schedule, training_step
 from raexmc.training.train import train
+from tests.helpers import REPO, free_port, make_lf_folder
 
 SINGLE = DistContext(0, 1, "cpu")
 PARAMS = REPO / "params.yaml"
@@ -257,7 +257,7 @@ from raexmc.training.step import apply_gradients, make_optimizer, training_step
 
 tests, params, data, tokens, model_dir, out = sys.argv[1:7]
 global_batch, chunks = int(sys.argv[7]), [int(c) for c in sys.argv[8:]]
-sys.path[:0] = [tests, str(Path(tests).parent)]  # this test file, and the conftest it imports
+sys.path[:0] = [tests, str(Path(tests).parents[1])]  # this test file, and the tests package it imports
 from test_train import gradients, the_batch
 
 ctx = init_distributed("cpu")

@@ -1,22 +1,48 @@
-"""The dataset catalogue in params.yaml: `data.name` picks an entry of `datasets`."""
+"""The dataset catalogue: one file per dataset, datasets/<name>.yaml beside params.yaml; `data.name` picks one.
+
+A file per entry, not a section of params.yaml, so that the download stage depends on the chosen entry alone
+(dvc.yaml names `datasets/${data.name}.yaml` as a params file) and `dvc exp show` shows that entry only. A key
+could not do it: DVC splits keys at dots, and dataset names have them (LF-AmazonTitles-1.3M)."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
-from ..errors import PARAMS_FILE, ConfigError
-from ..settings import Settings
+from ..errors import ConfigError
+from ..settings import Settings, read_mapping
 
+CATALOGUE_DIR = "datasets"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def dataset_spec(settings: Settings) -> tuple[str, dict[str, Any]]:
-    """The selected dataset's name and its `datasets.<name>` entry."""
+def entry_file(name: str) -> str:
+    """Dataset `name`'s file as errors about its entry name it (relative, as they name params.yaml)."""
+    return f"{CATALOGUE_DIR}/{name}.yaml"
+
+
+def catalogue_dir(params_path: str | os.PathLike) -> Path:
+    """The catalogue of the project whose params file is `params_path`: its sibling folder datasets/."""
+    return Path(params_path).parent / CATALOGUE_DIR
+
+
+def catalogue(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every entry of the catalogue in `folder`, by name; a file that is not a mapping is a ConfigError naming it."""
+    return {path.stem: read_mapping(path, "dataset entry") for path in sorted(folder.glob("*.yaml"))}
+
+
+def dataset_spec(settings: Settings, params_path: str | os.PathLike) -> tuple[str, dict[str, Any]]:
+    """The selected dataset's name and its entry (the file datasets/<data.name>.yaml beside `params_path`); a
+    params file that still holds the `datasets` section is refused when its settings load (settings_from)."""
     name = settings.data.name
     if not _SAFE_NAME.match(name):
-        raise ConfigError(f"dataset name '{name}' must be a plain folder name", PARAMS_FILE, "data.name")
-    catalogue = settings.datasets
-    if name not in catalogue:
-        raise ConfigError(f"unknown dataset '{name}' (known: {', '.join(sorted(catalogue))})", PARAMS_FILE, "data.name")
-    return name, dict(catalogue[name])
+        raise ConfigError(f"dataset name '{name}' must be a plain folder name", params_path, "data.name")
+    folder = catalogue_dir(params_path)
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) or "none"
+        raise ConfigError(f"unknown dataset '{name}': no {path} (known: {known}); add the file to add the dataset",
+                          params_path, "data.name")
+    return name, read_mapping(path, "dataset entry")

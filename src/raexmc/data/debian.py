@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from ..errors import PARAMS_FILE, ConfigError, SourceError
+from ..errors import ConfigError, SourceError
 from .checksum import file_digest, verify
 
 DISTRIBUTION = "distribution"
@@ -25,7 +25,7 @@ DEBIAN_MIRROR = "https://deb.debian.org/debian"
 
 @dataclass(frozen=True)
 class DebPin:
-    """A package as a `datasets.<name>.package` entry names it, with the checksums it must have.
+    """A package as a dataset entry's `package` names it, with the checksums it must have.
 
     `source` is the source package when its name differs (the pool keeps a binary package in its
     source's folder: wordnet-base lies under wordnet/); `arch` is `all` for data packages.
@@ -53,14 +53,14 @@ class DebPin:
         return f"pool/main/{prefix}/{source}/{self.name}_{version}_{self.arch}.deb"
 
 
-def deb_pin(entry: object, key: str) -> DebPin:
-    """The pin a params entry at `key` describes; ConfigError naming the key when it is not one."""
+def deb_pin(entry: object, path: str, key: str) -> DebPin:
+    """The pin the value at `key` of file `path` describes; ConfigError naming both when it is not one."""
     known = [field.name for field in fields(DebPin)]
     if not isinstance(entry, dict) or not entry.get("name") or not entry.get("version"):
-        raise ConfigError("needs a mapping with a package name and version", PARAMS_FILE, key)
+        raise ConfigError("needs a mapping with a package name and version", path, key)
     unknown = sorted(set(entry) - set(known))
     if unknown:
-        raise ConfigError(f"unknown key '{unknown[0]}' (known: {', '.join(known)})", PARAMS_FILE, key)
+        raise ConfigError(f"unknown key '{unknown[0]}' (known: {', '.join(known)})", path, key)
     return DebPin(**{name: str(value) for name, value in entry.items() if value is not None})
 
 

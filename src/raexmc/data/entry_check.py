@@ -1,12 +1,13 @@
-"""Checking a `datasets.<name>` entry of params.yaml before its source does any work, so that a
-bad value fails at once with a ConfigError naming the key (params.yaml:datasets.<name>.<key>)."""
+"""Checking a dataset's catalogue entry before its source does any work, so that a bad value fails at once
+with a ConfigError naming its file and key (datasets/<name>.yaml:<key>)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import PARAMS_FILE, ConfigError
+from ..errors import ConfigError
+from .catalogue import entry_file
 
 
 class EntryCheck:
@@ -20,7 +21,7 @@ class EntryCheck:
         self.values = {**defaults, **spec}
 
     def fail(self, key: str, message: str) -> ConfigError:
-        return ConfigError(message, PARAMS_FILE, f"datasets.{self.name}.{key}")
+        return ConfigError(message, entry_file(self.name), key)
 
     def integer(self, key: str, low: int) -> int:
         value = self.values.get(key)

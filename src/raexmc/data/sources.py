@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import PARAMS_FILE, ConfigError, DataError
+from ..errors import ConfigError, DataError
 from .archive import extract
+from .catalogue import entry_file
 from .dataset import write_dataset
 from .debian import DEBIAN_MIRROR, deb_pin, fetch_deb
 from .foldoc import read_foldoc
@@ -38,7 +39,7 @@ def cache_dir() -> Path:
 
 def _require(spec: dict[str, Any], key: str, name: str) -> Any:
     if key not in spec or spec[key] in (None, ""):
-        raise ConfigError(f"dataset '{name}' needs '{key}'", PARAMS_FILE, f"datasets.{name}.{key}")
+        raise ConfigError(f"dataset '{name}' needs '{key}'", entry_file(name), key)
     return spec[key]
 
 
@@ -55,7 +56,7 @@ def _extract_download(archive: Path, target: Path) -> Path:
 def _unpack_package(name: str, spec: dict[str, Any], workdir: Path, mirror: str) -> tuple[Path, dict[str, Any]]:
     """Fetch the entry's pinned Debian package (from `mirror` where apt-get is absent) and unpack it;
     (folder, provenance)."""
-    pin = deb_pin(_require(spec, "package", name), f"datasets.{name}.package")
+    pin = deb_pin(_require(spec, "package", name), entry_file(name), "package")
     deb = fetch_deb(pin, cache_dir() / "debs", mirror)
     return _extract_download(deb.path, workdir / "deb"), {"package": deb.provenance()}
 
@@ -107,12 +108,12 @@ def _find_dataset_folder(root: Path) -> Path:
 
 def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_url: str,
                   debian_mirror: str = DEBIAN_MIRROR) -> dict[str, Any]:
-    """Write dataset `name` (configured by `spec`, a `datasets.<name>` entry) to `target`.
+    """Write dataset `name` (configured by `spec`, its catalogue entry) to `target`.
     `debian_mirror` serves the Debian packages on machines without apt-get."""
     source = _require(spec, "source", name)
     if source not in SOURCES:
         raise ConfigError(f"unknown source '{source}' (choose from {', '.join(SOURCES)})",
-                          PARAMS_FILE, f"datasets.{name}.source")
+                          entry_file(name), "source")
     target = Path(target)
     if source == "synthetic":
         return write_synthetic(name, spec, target)

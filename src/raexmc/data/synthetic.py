@@ -59,7 +59,7 @@ class Chunk(NamedTuple):
 
 @dataclass(frozen=True)
 class SyntheticShape:
-    """The parameters of a synthetic dataset (a `datasets.<name>` entry with source: synthetic)."""
+    """The parameters of a synthetic dataset (a dataset entry with source: synthetic)."""
 
     n_train: int
     n_test: int
@@ -73,7 +73,7 @@ class SyntheticShape:
 
 
 def parse_shape(name: str, spec: dict[str, Any]) -> SyntheticShape:
-    """Check a `datasets.<name>` entry; a bad value is a ConfigError naming its key."""
+    """Check a dataset entry; a bad value is a ConfigError naming its key."""
 
     check = EntryCheck(name, spec, "synthetic", (*_REQUIRED, *_DEFAULTS), _DEFAULTS)
     values, fail, integer = check.values, check.fail, check.integer

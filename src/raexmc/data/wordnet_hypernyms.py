@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import PARAMS_FILE, ConfigError, DataError
+from ..errors import ConfigError, DataError
+from .catalogue import entry_file
 from .dataset import Example, Text, write_dataset
 from .entry_check import EntryCheck
 from .linked import LinkedEntry, seeded_split
@@ -35,7 +36,7 @@ _DEFAULTS = {"seed": 0, "test_fraction": 0.2}
 
 @dataclass(frozen=True)
 class HypernymSettings:
-    """A `datasets.<name>` entry with source: wordnet-hypernyms, checked."""
+    """A dataset entry with source: wordnet-hypernyms, checked."""
 
     min_depth: int
     max_depth: int
@@ -113,7 +114,7 @@ def write_hypernym_dataset(dict_dir: str | Path, settings: HypernymSettings, tar
     labels, inputs = read_hypernym_corpus(dict_dir, settings.min_depth, settings.max_depth)
     if not inputs:
         raise ConfigError(f"no noun synset has hypernym ancestors at depths {settings.min_depth}.."
-                          f"{settings.max_depth}", PARAMS_FILE, f"datasets.{name}.min_depth")
+                          f"{settings.max_depth}", entry_file(name), "min_depth")
     train_rows, test_rows = seeded_split(len(inputs), settings.seed, settings.test_fraction)
 
     def examples(rows: Sequence[int]) -> list[Example]:

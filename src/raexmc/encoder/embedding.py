@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..data.dataset import SPLITS
 from ..errors import DataError
 from ..io import new_memmap
 from ..settings import StorageDtype
@@ -24,6 +25,14 @@ from .text_encoder import TextEncoder, length_sorted_batches
 from .tokens import TokenCache
 
 STORAGE_DTYPES = get_args(StorageDtype)  # embed.dtype: how the .npy files store the vectors
+
+
+def embed_splits(encoder: TextEncoder, cache: TokenCache, folder: Path | None, batch_size: int,
+                 dtype: str = "float32", rank: int = 0, world_size: int = 1) -> dict[str, dict[str, float]]:
+    """embed_split of every split of the cache into `folder`/<split>.npy (rank 0; the other ranks of a group pass
+    folder=None and only compute their share); the throughput of each."""
+    return {split: embed_split(encoder, cache, split, None if folder is None else Path(folder) / f"{split}.npy",
+                               batch_size, dtype, rank, world_size) for split in SPLITS}
 
 
 def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None,

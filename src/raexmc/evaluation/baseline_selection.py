@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..memory.search import empty_result
-from .evaluator import HEADLINE
+from .methods import HEADLINE
 from .selection import ValidationCurve, choose, widen_and_choose
 from .tune_settings import TuneSettings
 from .validation_memory import ValidationRetrieval

@@ -14,10 +14,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ConfigError
+from ..memory.search import Hits
 from ..rae.model import RaeModel, RaeSettings
 from ..rae.query_lambda import DEFAULT_FOLDS, DEFAULT_RIDGE, QueryLambda, fit_query_lambda, query_features
 from ..rae.scoring import combine_per_query
-from .evaluator import Evaluator, Hits, Scorer, query_chunks, rae_scorer
+from .evaluator import Evaluator, Scorer, query_chunks
+from .methods import rae_scorer
 from .selection_file import rae_retrieval
 from .tune_settings import TuneSettings
 from .validation_memory import ValidationRetrieval

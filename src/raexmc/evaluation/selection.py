@@ -42,7 +42,8 @@ import numpy as np
 
 from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RaeRetrieval
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
-from .evaluator import HEADLINE, query_chunks, stacked_rankings
+from .evaluator import query_chunks, stacked_rankings
+from .methods import HEADLINE
 from .tune_settings import TuneSettings
 from .validation_memory import ValidationRetrieval
 

@@ -12,8 +12,6 @@ import sys
 from typing import Any
 
 import numpy as np
-import scipy.special
-import scipy.stats
 
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import load_arrays
@@ -45,6 +43,9 @@ def _log10_two_sided_p(t: float, dof: int) -> float:
     with x far below its mean, where its continued fraction (DLMF 8.17.22) converges in a few terms;
     it is evaluated here with its prefactor in log space.
     """
+    import scipy.special  # here, not at the top: the track stage reads this module's reports without testing
+    import scipy.stats
+
     log_p = math.log(2.0) + float(scipy.stats.t.logsf(abs(t), dof))
     if math.isfinite(log_p):
         return log_p / math.log(10.0)
@@ -94,6 +95,8 @@ def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict
         log10_p = 0.0 if mean_diff == 0.0 else -math.inf
         half_width = 0.0
     else:
+        import scipy.stats  # see _log10_two_sided_p
+
         result = scipy.stats.ttest_rel(a, b)
         t, p_value = float(result.statistic), float(result.pvalue)
         log10_p = _log10_two_sided_p(t, n - 1)

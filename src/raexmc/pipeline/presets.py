@@ -1,28 +1,39 @@
-"""The paper's settings for its benchmarks (params.yaml `presets`): the `dvc exp run` command that applies one,
-and what that run needs that this machine lacks, so that a preset run as printed is the paper's run or says
-why it cannot be."""
+"""The paper's settings for its benchmarks (presets.yaml, beside params.yaml): the `dvc exp run` command that
+applies one, and what that run needs that this machine lacks, so that a preset run as printed is the paper's run
+or says why it cannot be. A file of its own, not a section of params.yaml: no stage reads it, so it is no param."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+from ..data.catalogue import catalogue_dir
 from ..encoder.model import weights_on_disk
-from ..errors import PARAMS_FILE, ConfigError
+from ..errors import ConfigError
+from ..settings import read_mapping
 from .tracking.names import flatten
+
+PRESETS_FILE = "presets.yaml"
 
 PAPER_GPUS = 8  # the paper trained on 8 A100s; a preset's train.batch_size is per GPU
 WIDTH = 100     # the printed command wraps (with shell line continuations) to fit a terminal
 
 
-def preset_values(presets: dict[str, Any], name: str) -> dict[str, Any]:
-    """Preset `name` of the `presets` catalogue as dotted keys and values, or a ConfigError naming the presets
-    known."""
+def presets_path(params_path: str | os.PathLike) -> Path:
+    """The presets of the project whose params file is `params_path`: its sibling presets.yaml."""
+    return Path(params_path).parent / PRESETS_FILE
+
+
+def preset_values(path: Path, name: str) -> dict[str, Any]:
+    """Preset `name` of the presets file `path` as dotted keys and values, or a ConfigError naming the file and
+    the presets known."""
+    presets = read_mapping(path, "presets file")
     if name not in presets:
-        raise ConfigError(f"unknown preset '{name}' (known: {', '.join(presets)})", PARAMS_FILE, "presets")
+        raise ConfigError(f"unknown preset '{name}' (known: {', '.join(presets)})", path)
     if not isinstance(presets[name], dict):
         raise ConfigError(f"a preset must be a mapping of settings (key: value), got {type(presets[name]).__name__}",
-                          PARAMS_FILE, f"presets.{name}")
+                          path, name)
     return flatten(presets[name])
 
 
@@ -47,16 +58,18 @@ def batch_note(values: dict[str, Any]) -> str:
             f"on G GPUs: train.nproc=G train.batch_size={total}/G")
 
 
-def missing(values: dict[str, Any], catalogue: dict[str, Any], data_dir: Path) -> list[str]:
+def missing(values: dict[str, Any], params_path: Path, data_dir: Path) -> list[str]:
     """What a run of the preset needs that is not here: the encoder's weights (a local folder, or the
-    Hugging Face cache: looked up on disk, never on the network) and the dataset under `data_dir`."""
+    Hugging Face cache: looked up on disk, never on the network) and the dataset under `data_dir` (with a word
+    on its catalogue entry, beside `params_path`, where that lacks the archive to download)."""
     needs = []
     encoder = values.get("encoder.name")
     if encoder is not None and not weights_on_disk(str(encoder)):
         needs.append(f"{encoder}'s weights (no local folder, not in the Hugging Face cache)")
     dataset = values.get("data.name")
     if dataset is not None and not (data_dir / str(dataset) / "stats.json").is_file():
-        spec = catalogue.get(dataset, {})
+        entry = catalogue_dir(params_path) / f"{dataset}.yaml"
+        spec = read_mapping(entry, "dataset entry") if entry.is_file() else {}
         no_archive = spec.get("source") == "xc-repo" and not spec.get("archive_id")
         needs.append(f"{data_dir / str(dataset)} (not downloaded{'; set its archive_id' if no_archive else ''})")
     return needs

@@ -1,13 +1,23 @@
 """A readable summary of one pipeline's results: the key metrics per method, and RAE against each
-baseline with its paired t-test (mean difference and p-value; `dvc metrics show` has the p-values alone)."""
+baseline with its paired t-test (mean difference and p-value; `dvc metrics show` has the p-values alone); and
+runs side by side (experiments, git revisions, the workspace) from the headline files each has committed."""
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ..errors import DataError
-from ..evaluation.significance import p_value_text
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from ..errors import PARAMS_FILE, DataError, first_line
+from ..evaluation.significance import METHOD, p_value_text
+from .headline import HEADLINE_METRICS, METHOD_ROWS, TEST_ROWS
+from .revisions import FileReader
 
 KEY_METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 METHODS = ("rae", "rae_query_lambda", "dual_encoder", "knn")
@@ -51,3 +61,112 @@ def summary(eval_dir: Path, significance_path: Path, metrics: tuple[str, ...] = 
                  for m, t in by_metric.items() if isinstance(t, dict)]
         lines.append(f"{name.replace('_vs_', ' vs ')}: " + ", ".join(parts))
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """One run's headline, as its committed files hold it: the rows of metrics/<dataset>/ (RAE's with the λ and τ
+    the tune stage chose, kNN's with its τ) and RAE's paired t-tests from significance.json."""
+
+    name: str                 # as the user gave it: an experiment, a git revision, or workspace
+    commit: str | None        # None for the working tree
+    dataset: str
+    rows: dict[str, dict[str, Any]]
+    tests: dict[str, dict[str, dict[str, Any]]]
+
+    def as_json(self) -> dict[str, Any]:
+        """The run as plain JSON: p-values as numbers, their log10 beside them (a p that underflowed to 0.0 keeps
+        its size there; null where p is exactly 0)."""
+        rae = self.rows[METHOD]
+        return {"name": self.name, "commit": self.commit, "dataset": self.dataset, "lambda": rae.get("lambda"),
+                "tau": rae.get("tau"), "knn_tau": self.rows["knn"].get("tau"),
+                "metrics": {row: {m: values[m] for m in HEADLINE_METRICS if m in values}
+                            for row, values in self.rows.items()},
+                "tests": {test: {metric: {"mean_diff": result["mean_diff"], "p_value": result["p_value"],
+                                          "log10_p": result["log10_p"] if math.isfinite(result["log10_p"]) else None}
+                                 for metric, result in by_metric.items()}
+                          for test, by_metric in self.tests.items()}}
+
+
+def _parsed(read: FileReader, path: str, where: str, parse: Callable[[str], Any]) -> dict[str, Any]:
+    """The mapping file `path` of the run holds, or a DataError naming it and the run."""
+    text = read(path)
+    if text is None:
+        raise DataError(f"not in {where}: run the pipeline there first (dvc repro, dvc exp run)", path)
+    try:
+        value = parse(text)
+    except (ValueError, YAMLError) as exc:
+        raise DataError(f"not valid in {where} ({first_line(exc)})", path) from None
+    if not isinstance(value, dict):
+        raise DataError(f"not a mapping in {where}", path)
+    return value
+
+
+def _tests(report: dict[str, Any], path: str, where: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """RAE's tests against the baselines in a significance report, each result checked for what the table shows."""
+    tests = {test: report[test] for test in TEST_ROWS if test in report}
+    for test, by_metric in tests.items():
+        for metric, result in by_metric.items() if isinstance(by_metric, dict) else [(None, None)]:
+            if not (isinstance(result, dict) and all(isinstance(result.get(key), (int, float))
+                                                     for key in ("mean_diff", "p_value", "log10_p"))):
+                raise DataError(f"in {where}: needs numbers mean_diff, p_value and log10_p",
+                                path, test if metric is None else f"{test}.{metric}")
+    return tests
+
+
+def run_results(name: str, commit: str | None, read: FileReader, artifacts: str = "artifacts",
+                dataset: str | None = None) -> RunResults:
+    """The headline of the run whose files `read` gives (the dataset its params.yaml names, unless `dataset`)."""
+    where = name if commit is None else f"{name} ({commit[:7]})"
+    if dataset is None:
+        data = _parsed(read, PARAMS_FILE, where, YAML(typ="safe", pure=True).load).get("data")
+        dataset = data.get("name") if isinstance(data, dict) else None
+        if not isinstance(dataset, str):
+            raise DataError(f"no data.name in {where}", PARAMS_FILE)
+    rows = {row: _parsed(read, f"metrics/{dataset}/{row}.json", where, json.loads) for row in METHOD_ROWS}
+    significance = f"{artifacts}/{dataset}/significance.json"
+    tests = _tests(_parsed(read, significance, where, json.loads), significance, where)
+    return RunResults(name, commit, dataset, rows, tests)
+
+
+WIDTH = 120  # the side-by-side table wraps its columns to fit a terminal this wide
+
+
+def _number(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table_rows(runs: list[RunResults]) -> list[tuple[str, list[str]]]:
+    """(label, a cell per run) for each line of the side-by-side table."""
+    lines = [("dataset", [run.dataset for run in runs]),
+             ("λ (RAE)", [_number(run.rows[METHOD].get("lambda"), "g") for run in runs]),
+             ("τ (RAE)", [_number(run.rows[METHOD].get("tau"), "g") for run in runs]),
+             ("τ (kNN)", [_number(run.rows["knn"].get("tau"), "g") for run in runs])]
+    for row in METHOD_ROWS:
+        lines += [(f"{row} {m}", [_number(run.rows[row].get(m), ".2f") for run in runs]) for m in HEADLINE_METRICS]
+    for test in TEST_ROWS:
+        metrics = list(dict.fromkeys(m for run in runs for m in run.tests.get(test, {})))
+        label = test.replace("_vs_", " vs ")
+        for m in metrics:
+            results = [run.tests.get(test, {}).get(m) for run in runs]
+            lines.append((f"{label} {m} Δ", [_number(r and r["mean_diff"], "+.2f") for r in results]))
+            lines.append((f"{label} {m} p", ["-" if r is None else p_value_text(r) for r in results]))
+    return lines
+
+
+def side_by_side(runs: list[RunResults], width: int = WIDTH) -> str:
+    """The runs as columns of aligned plain text, in blocks of as many columns as `width` holds; a column is headed
+    by its name as given (cut to 14 characters)."""
+    lines = _table_rows(runs)
+    label_width = max(len(label) for label, _ in lines)
+    names = [run.name if len(run.name) <= 14 else run.name[:13] + "…" for run in runs]
+    cell = max(9, *(len(name) for name in names))
+    per_block = max(1, (width - label_width) // (cell + 2))
+    blocks = []
+    for start in range(0, len(runs), per_block):
+        part = slice(start, start + per_block)
+        text = [f"{'':<{label_width}}" + "".join(f"  {name:>{cell}}" for name in names[part])]
+        text += [f"{label:<{label_width}}" + "".join(f"  {value:>{cell}}" for value in cells[part])
+                 for label, cells in lines]
+        blocks.append("\n".join(line.rstrip() for line in text))
+    return "\n\n".join(blocks)

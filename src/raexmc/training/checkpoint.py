@@ -7,6 +7,8 @@ is resumed only when its fingerprint (settings, encoder, data) matches.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,16 @@ import torch
 
 from ..errors import DataError
 from ..io import atomic_file, checked_writes
+
+
+def run_fingerprint(encoder_name: str, recipe: Any, settings: Any, data_stats: dict[str, Any],
+                    token_key: dict[str, Any], world_size: int) -> str:
+    """What a checkpoint must match to be resumed: the encoder and its pooling, the settings (before
+    grad_cache_chunk's auto is resolved: it depends on the device's memory, and caching does not change the
+    gradient, so a resume on another card keeps the checkpoint), the dataset's stats, the token cache's key and
+    the number of processes."""
+    return hashlib.sha256(json.dumps([encoder_name, recipe, vars(settings), data_stats, token_key, world_size],
+                                     sort_keys=True).encode()).hexdigest()
 
 
 @dataclass

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..evaluation.evaluator import Evaluator, Retrievals, method_scorers
+from ..evaluation.evaluator import Evaluator
+from ..evaluation.methods import method_scorers
+from ..evaluation.retrievals import Retrievals
 from ..memory.keys_values import training_values
 from ..memory.torch_index import top_k_search
 from .settings import TrainSettings

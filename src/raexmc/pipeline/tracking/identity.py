@@ -24,21 +24,40 @@ def experiment_name() -> str:
     return os.environ.get("DVC_EXP_NAME") or "workspace"
 
 
-def pipeline_key(params: bytes, commit: str, exp_name: str) -> str:
-    """The run's key: the params file's bytes, the commit and the experiment."""
+def pipeline_key(params_path: Path, params: bytes, commit: str, exp_name: str) -> str:
+    """The run's key: the params file's bytes `params`, the chosen dataset's entry (its file's bytes: the catalogue
+    is no part of the params file), the commit and the experiment."""
     digest = hashlib.sha256(params)
+    entry = dataset_entry(params_path)
+    if entry is not None:
+        digest.update(b"\0" + entry.read_bytes())
     digest.update(f"\0{commit}\0{exp_name}".encode())
     return digest.hexdigest()[:16]
 
 
 def pipeline_params(params_path: Path) -> dict[str, Any]:
-    """Every param of the execution, the chosen dataset's entry included, so that runs in which
-    DVC reran only the last stages still compare side by side on all of them."""
-    from ...settings import read_params_tree
+    """Every param of the execution, the chosen dataset's catalogue entry included (as `datasets.<name>`), so
+    that runs in which DVC reran only the last stages still compare side by side on all of them."""
+    from ...settings import read_mapping, read_params_tree
 
-    tree = read_params_tree(params_path)
-    chosen = tree.get("data", {}).get("name")
-    picked = {key: value for key, value in tree.items() if key not in ("datasets", "presets")}
-    if chosen in tree.get("datasets", {}):
-        picked[f"datasets.{chosen}"] = tree["datasets"][chosen]
+    picked = read_params_tree(params_path)
+    entry = dataset_entry(params_path)
+    if entry is not None:
+        picked[f"datasets.{entry.stem}"] = read_mapping(entry, "dataset entry")
     return picked
+
+
+def dataset_entry(params_path: Path) -> Path | None:
+    """The chosen dataset's catalogue file (datasets/<data.name>.yaml beside the params file); None where the params
+    file, its data.name or that file is missing (the stage that needs it says so)."""
+    from ...data.catalogue import catalogue_dir
+    from ...errors import ConfigError
+    from ...settings import read_mapping
+
+    try:
+        data = read_mapping(params_path, "params file").get("data")
+    except ConfigError:
+        return None
+    chosen = data.get("name") if isinstance(data, dict) else None
+    entry = catalogue_dir(params_path) / f"{chosen}.yaml"
+    return entry if isinstance(chosen, str) and entry.is_file() else None

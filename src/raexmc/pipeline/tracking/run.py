@@ -22,11 +22,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ...errors import StorageError, first_line
-from ..paths import project_root
 from .dataset_input import dataset_input
 from .guard import ParamsGuard
 from .identity import PIPELINE_TAG, UNCOMMITTED, experiment_name, git_commit, pipeline_key, pipeline_params
 from .names import flatten, metric_name
+from .paths import project_root
 from .signals import Terminated, sigterm_raises
 
 EXPERIMENT = "rae-xmc"
@@ -196,7 +196,7 @@ def _pipeline_run(client, guard: ParamsGuard) -> str:
     experiment_id = (experiment.experiment_id if experiment else
                      client.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri()))
     commit, exp_name = git_commit(Path.cwd()), experiment_name()
-    key = pipeline_key(guard.content or b"", commit, exp_name)
+    key = pipeline_key(guard.path, guard.content or b"", commit, exp_name)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_TAG}` = '{key}'", max_results=1)
     if found:
         return found[0].info.run_id

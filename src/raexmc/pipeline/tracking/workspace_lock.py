@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ...errors import ConcurrentRunError
-from ..paths import working_copy
 from .guard import PARALLEL_HINT
 from .identity import experiment_name
+from .paths import working_copy
 
 LOCK_FILE = Path(".dvc", "tmp", "raexmc-stage.lock")
 

@@ -1,14 +1,7 @@
-"""The bad-input corpus: every bad input and fault we know of, through the real stage, CLI or server.
-
-Each case breaks one thing in a tiny, fully built project (a temp git repo with the project's files,
-a 5-label LF dataset and a random 2-layer encoder with MiniLM's tokenizer, built once with
-`dvc repro`) and records what a user would see: the exit status (or HTTP status), whether a
-traceback was printed, the last line of stderr, whether that line names the file, record or key
-it should, and whether a partial output was left behind. A case passes when all of that holds.
-
-    python bench/bad_inputs.py                      # bench/results/bad_inputs.{json,md}
-    python bench/bad_inputs.py --only rel-nan,embed-int8
-"""
+"""The bad-input corpus: every bad input and fault we know of, each a Case that breaks one thing in a copy of the
+tiny built project (tests/audit/project.py) and runs it through the real stage, CLI or server, and the verdict
+on what the user saw: a case passes when its one line names the file, record or key, with no traceback and no
+output left behind (or, for a fault that must be survived, when it succeeds)."""
 
 from __future__ import annotations
 
@@ -18,32 +11,18 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import typer
-from ruamel.yaml import YAML
-
-REPO = Path(__file__).resolve().parents[1]
-PYTHON = sys.executable
+from tests.audit.project import PYTHON, Outcome, Project
+from tests.helpers import free_port, write_jsonl_gz
 
 
 @dataclass
-class Outcome:
-    """What a user saw: exit code (or HTTP status), the last stderr line (or the HTTP message)."""
-    code: int
-    last_line: str
-    traceback: bool
-    output_left: bool = False
-    detail: dict = field(default_factory=dict)
-
-
 @dataclass
 class Case:
     name: str
@@ -54,57 +33,6 @@ class Case:
     expect_failure: bool = True
     http_status: int = 400    # what a failing server case must be answered with
 
-
-class Project:
-    """A tiny built project in a temp folder, and the ways to run things in it."""
-
-    def __init__(self, root: Path, lf: Path):
-        self.root, self.lf = root, lf
-        self.env = {**os.environ, "PATH": f"{Path(PYTHON).parent}{os.pathsep}{os.environ['PATH']}",
-                    "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "PYTHONPATH": str(REPO / "src")}
-        self.scratch = Path(tempfile.mkdtemp(prefix="case-", dir=root.parent))
-
-    def fresh(self, name: str) -> Path:
-        folder = self.scratch / name
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        return folder
-
-    def params(self, folder: Path, **updates) -> Path:
-        """A copy of the project's params.yaml with `updates` (dotted keys) applied."""
-        yaml = YAML()
-        tree = yaml.load(self.root / "params.yaml")
-        for dotted, value in updates.items():
-            node = tree
-            *parents, leaf = dotted.split(".")
-            for key in parents:
-                node = node.setdefault(key, {})
-            node[leaf] = value
-        path = folder / "params.yaml"
-        yaml.dump(tree, path)
-        return path
-
-    def run(self, args: list[str], stdin: bytes | None = None, env: dict | None = None,
-            output: Path | None = None) -> Outcome:
-        proc = subprocess.run(args, cwd=self.root, env={**self.env, **(env or {})}, input=stdin,
-                              capture_output=True, timeout=900)
-        stderr = proc.stderr.decode("utf-8", "replace")
-        lines = [line for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
-        return Outcome(proc.returncode, lines[-1] if lines else "", "Traceback" in stderr,
-                       output is not None and output.exists() and proc.returncode != 0,
-                       {"stderr_lines": len(lines)})
-
-    def stage(self, script: str, params: Path, **options: str | Path) -> Outcome:
-        args = [PYTHON, f"stages/{script}.py", "--params", str(params)]
-        for key, value in options.items():
-            args += [f"--{key}", str(value)]
-        return self.run(args, output=Path(options["out"]) if "out" in options else None)
-
-
-def write_jsonl_gz(path: Path, records: list[dict]) -> None:
-    with gzip.open(path, "wt", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record) + "\n")
 
 
 def read_jsonl_gz(path: Path) -> list[dict]:
@@ -359,16 +287,15 @@ def compare_with(project: Project, name: str, breaks: Callable[[Path], None]) ->
 
 def serve_unknown_alias(project: Project) -> Outcome:
     """`raexmc serve` for an alias no version carries: one line before any server starts."""
-    with socket_port() as port:
-        return project.run([PYTHON, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", str(port)])
+    return project.run([PYTHON, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", str(free_port())])
 
 
 def serve_requests(project: Project) -> dict[str, Outcome]:
     """Bad requests against one real `raexmc serve` process."""
-    with socket_port() as port:
-        server = subprocess.Popen([PYTHON, "-m", "raexmc.cli", "serve", "--port", str(port)], cwd=project.root,
-                                  env=project.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  start_new_session=True)
+    port = free_port()
+    server = subprocess.Popen([PYTHON, "-m", "raexmc.cli", "serve", "--port", str(port)], cwd=project.root,
+                              env=project.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -389,20 +316,6 @@ def serve_requests(project: Project) -> dict[str, Outcome]:
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
-
-
-class socket_port:
-    """A free local port (closed again before the server binds it)."""
-
-    def __enter__(self) -> int:
-        import socket
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        return self.sock.getsockname()[1]
-
-    def __exit__(self, *exc) -> None:
-        self.sock.close()
 
 
 def post(url: str, body: dict) -> Outcome:
@@ -546,9 +459,8 @@ def output_denied(project: Project) -> Outcome:
 def serve_on_corrupt_store(project: Project) -> Outcome:
     store = project.fresh("serve-store") / "mlflow.db"
     store.write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
-    with socket_port() as port:
-        return project.run([PYTHON, "-m", "raexmc.cli", "serve", "--port", str(port)],
-                           env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}"})
+    return project.run([PYTHON, "-m", "raexmc.cli", "serve", "--port", str(free_port())],
+                       env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}"})
 
 
 def store_fills_while_logging(project: Project) -> Outcome:
@@ -583,7 +495,7 @@ ONE_LINE_FAULT_CASES = [
          lambda p: stage_with(p, "embed", "weights-cut", {"model": truncate("model.safetensors")}),
          "model.safetensors"),
     Case("preset-not-mapping", "preset", "raexmc preset of a preset written as a list", preset_not_a_mapping,
-         "presets.mine"),
+         "presets.yaml:mine"),
     Case("output-denied", "download", "download --out under /sys (EPERM/EACCES/EROFS, even for root)",
          output_denied, str(DENIED)),
     Case("store-corrupt-serve", "serve", "raexmc serve with mlflow.db past its header random bytes",
@@ -753,78 +665,3 @@ def verdict(case: Case, outcome: Outcome) -> str:
         return "ok" if right and not outcome.traceback else "FAIL"
     one_line = outcome.code not in (0,) and not outcome.traceback and case.names in outcome.last_line
     return "ok" if one_line and not outcome.output_left else "FAIL"
-
-
-def build_project(workdir: Path) -> Project:
-    """The project's files in a fresh git repo, set to a tiny LF dataset and a tiny random encoder."""
-    sys.path.insert(0, str(REPO / "bench"))
-    from make_tiny_encoder import make_tiny_encoder
-
-    repo = workdir / "repo"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        if (REPO / name).is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, repo / name)
-    lf = workdir / "lf"
-    lf.mkdir()
-    labels = ["python", "perl", "unix", "linux", "compiler"]
-    write_jsonl_gz(lf / "lbl.json.gz", [{"uid": f"l{i}", "title": t, "content": ""} for i, t in enumerate(labels)])
-    train = [("cpython", [0, 4]), ("awk", [1, 2]), ("gnu", [2, 3]), ("gcc", [4]), ("jruby", [0, 1]), ("bsd", [2])]
-    test = [("jython", [0]), ("minix", [2, 3]), ("clang", [4])]
-    for file, rows in (("trn.json.gz", train), ("tst.json.gz", test)):
-        write_jsonl_gz(lf / file, [{"uid": f"{file[0]}{i}", "title": t, "content": f"about {t}", "target_ind": ids,
-                                    "target_rel": [1.0] * len(ids)} for i, (t, ids) in enumerate(rows)])
-    encoder = make_tiny_encoder(workdir / "encoder", hidden=32, layers=2, heads=2, intermediate=64, max_len=128, seed=0)
-    project = Project(repo, lf)
-    params = project.params(workdir, **{"data.name": "tiny", "datasets.tiny": {"source": "local", "path": str(lf)},
-                                        "encoder.name": str(encoder), "tokenize.input_max_len": 16,
-                                        "infer.b": 8, "infer.val_fraction": 0.34, "index.M": 8,
-                                        "index.ef_construction": 16})
-    shutil.copy(params, repo / "params.yaml")
-    for args in (["git", "init", "-q"], ["git", "add", "-A"],
-                 ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "tiny"],
-                 [PYTHON, "-m", "dvc", "repro", "-q"]):
-        proc = subprocess.run(args, cwd=repo, env=project.env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"building the tiny project: {' '.join(args[-3:])} failed:\n{proc.stdout}{proc.stderr}")
-    return project
-
-
-def write_record(rows: list[dict], command: str, out: Path) -> str:
-    """The rows as JSON at `out` and as a Markdown table beside it (`.md`); returns the table."""
-    out.write_text(json.dumps({"rows": rows, "command": command}, indent=2) + "\n")
-    table = ["| case | through | exit / HTTP | verdict | what the user sees |", "|---|---|---|---|---|"]
-    table += [f"| {r['case']} | {r['through']} | {r['code']} | {r['verdict']} | `{r['line'][:140].replace('|', '/')}` |"
-              for r in rows]
-    out.with_suffix(".md").write_text(f"Recorded with `{command}`.\n\n" + "\n".join(table) + "\n")
-    return "\n".join(table)
-
-
-def main(out: Path = typer.Option(REPO / "bench" / "results" / "bad_inputs.json", help="Where to write the table."),
-         only: str = typer.Option("", help="Comma-separated case names (default: all).")) -> None:
-    chosen = [case for case in cases() if not only or case.name in only.split(",")]
-    with tempfile.TemporaryDirectory(prefix="bad-inputs-") as tmp:
-        started = time.monotonic()
-        project = build_project(Path(tmp))
-        typer.echo(f"built the tiny project in {time.monotonic() - started:.0f} s", err=True)
-        outcomes = {}
-        for case in chosen:
-            if case.run is not None:
-                outcomes[case.name] = case.run(project)
-                typer.echo(f"{case.name}: {verdict(case, outcomes[case.name])}", err=True)
-        if any(case.run is None for case in chosen):
-            outcomes.update(serve_requests(project))
-    rows = [{"case": case.name, "through": case.through, "what": case.what, "code": outcomes[case.name].code,
-             "traceback": outcomes[case.name].traceback, "output_left": outcomes[case.name].output_left,
-             "line": outcomes[case.name].last_line[:300], "must_name": case.names,
-             "verdict": verdict(case, outcomes[case.name]), **outcomes[case.name].detail} for case in chosen]
-    command = "python bench/bad_inputs.py" + (f" --only {only}" if only else "")
-    typer.echo(write_record(rows, command, out))
-    failed = [r["case"] for r in rows if r["verdict"] == "FAIL"]
-    raise typer.Exit(1 if failed else 0)
-
-
-if __name__ == "__main__":
-    typer.run(main)

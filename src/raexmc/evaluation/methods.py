@@ -1,0 +1,168 @@
+"""Evaluate RAE-XMC and its baselines from one set of searches: the configured method, the dual encoder, kNN,
+RAE with a λ per query, and RAE's λ and b sweeps.
+
+Each method scores its own search (retrievals.Retrievals): RAE the top-b_max over the joint keys, the dual encoder
+the top-b over the label keys alone, kNN the top-b over the training-input keys alone. The test queries go through
+search, scoring, ranking and metrics a chunk at a time (`evaluate_retrieval`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..memory.search import Hits
+from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
+from ..rae.ranking import top_k
+from ..rae.scoring import dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
+from .evaluator import CHUNK_BYTES, RANK_DEPTH, Evaluator, Scorer, chunk_queries
+from .propensity import DEFAULT_AB
+from .retrievals import Retrievals, Search
+from .score_file import TopScores
+from .totals import F1_K, QueryChunk, RankingTotals
+
+QUERY_LAMBDA_METHOD = "rae_query_lambda"  # its name beside rae, dual_encoder and knn in metrics.json, per_instance.npz
+
+
+@dataclass
+class EvalSettings:
+    lam: float
+    b: int
+    tau: float
+    lambda_sweep: list[float] = field(default_factory=list)
+    b_sweep: list[int] = field(default_factory=list)
+    propensity_ab: tuple[float, float] = DEFAULT_AB
+    knn_tau: float | None = None   # kNN's own τ where the tune stage chose one (selection_file.knn_tau); None: `tau`
+
+
+def rae_scorer(model: RaeModel, hits: Hits) -> Scorer:
+    """The model's scores of RAE's keys `hits` (as RaeModel.keys gives them), a chunk of queries at a time."""
+    ids, sims = hits
+    return lambda rows: model.scores(ids[rows], sims[rows])
+
+
+def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, tau: float,
+                   b: int, knn_tau: float | None = None) -> dict[str, Scorer]:
+    """RAE at λ, and the dual encoder and kNN, each from its own search, all at b and τ (kNN at `knn_tau` where
+    given). The dual encoder's ranking is the same at any τ: a softmax over its own labels rises with similarity."""
+    (z_ids, z_sims), (x_ids, x_sims) = retrievals.labels, retrievals.inputs
+    knn_tau = tau if knn_tau is None else knn_tau
+    return {"rae": rae_scorer(RaeModel(Y_train, RaeSettings(lam, tau, b)), retrievals.rae_at(b)),
+            "dual_encoder": lambda rows: dual_encoder_scores(z_ids[rows], z_sims[rows], Y_train.shape[1], tau, b),
+            "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, knn_tau, b)}
+
+
+Ranking = tuple[list[tuple[str, Any]], Callable[[], sp.csr_matrix]]  # the keys it is reported under, its scores
+
+
+def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr_matrix, settings: EvalSettings,
+                   with_ova_knn: bool, query_lambda: QueryLambdaModel | None) -> list[Ranking]:
+    """Every distinct ranking of a chunk's retrievals, as the keys it is reported under (("method", name),
+    ("lambda", i) for lambda_sweep[i], ("b", i) for b_sweep[i]) and a function that computes its label scores
+    when called, so that a pool can score and rank them side by side, a few score matrices at a time.
+
+    RAE's halves at (τ, b) serve every λ; RAE at (λ, τ, b) is also the λ sweep's point at λ and the b sweep's
+    at b (the same scores), so it is ranked once for all three. Its input keys carry `rae_values` (Y_train
+    unless the memory keeps other keys), kNN's carry Y_train."""
+    lam, tau, b = settings.lam, settings.tau, settings.b
+    rae = RaeModel(rae_values, RaeSettings(lam, tau, b))
+    keys = found.joint
+    parts = rae.parts(*keys)
+    rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(settings.lambda_sweep) if swept == lam),
+                *(("b", i) for i, swept in enumerate(settings.b_sweep) if swept == b)]
+    rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts, *keys))]
+    for name, scorer in method_scorers(found, Y_train, lam, tau, b, settings.knn_tau).items():
+        if name != "rae":
+            rankings.append(([("method", name)], partial(scorer, slice(None))))
+    if with_ova_knn:
+        (z_ids, z_sims), (x_ids, x_sims) = found.labels, found.inputs
+        rankings.append(([("method", "ova_knn")],
+                         partial(ova_knn_scores, x_ids, x_sims, z_ids, z_sims, Y_train, lam, tau, b)))
+    if query_lambda is not None:
+        rankings.append(([("method", QUERY_LAMBDA_METHOD)], partial(rae.at(lam=query_lambda).mix, parts, *keys)))
+    rankings += [([("lambda", i)], partial(rae.at(lam=swept).mix, parts, *keys))
+                 for i, swept in enumerate(settings.lambda_sweep) if swept != lam]
+    rankings += [([("b", i)], partial(rae.at(b=swept).scores, *found.rae_at(swept)))
+                 for i, swept in enumerate(settings.b_sweep) if swept != b]
+    return rankings
+
+
+def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSettings, with_ova_knn: bool = False,
+                       query_lambda: QueryLambdaModel | None = None, chunk: int | None = None,
+                       progress: bool = False, workers: int = 1, keep_scores: bool = False) -> dict[str, Any]:
+    """Metrics of RAE (λ, b), the dual encoder and kNN (optionally OvA+kNN, and RAE with `query_lambda`'s λ per
+    query), and RAE's λ and b sweeps, from `search(rows)`'s retrievals (at least max(b, b_sweep) keys deep) of
+    the test queries, `chunk` at a time (default: `chunk_queries` for `workers`), with a progress bar when
+    `progress`.
+
+    A chunk's rankings (some 15) are scored, ranked and tallied on `workers` threads: numpy and scipy release
+    the GIL in their loops, so they run side by side. Each ranking's tally takes its chunks in order, so the
+    numbers are the same for any number of workers.
+
+    Returns {"methods": {name: summary}, "per_instance": {name: arrays}, "lambda_sweep": rows,
+    "b_sweep": rows}; with `keep_scores` also "scores": {name: each method's top-100 scores as a score file's
+    CSR matrix (score_file.py), gathered a chunk at a time}.
+    """
+    from tqdm import tqdm
+
+    Y, V, n = evaluator.Y_train, evaluator.rae_values, evaluator.num_queries
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    size = chunk or chunk_queries(Y, max([settings.b, *settings.b_sweep]), CHUNK_BYTES // workers)
+    totals: dict[tuple[str, Any], RankingTotals] = {}
+    key_counts = np.zeros((len(settings.b_sweep), 2), dtype=np.int64)
+    kept: dict[tuple[str, Any], TopScores] = {}  # each method's top-100 scores, with keep_scores
+
+    def rank_and_tally(queries: QueryChunk, ranking: Ranking) -> None:
+        keys, scores_of = ranking
+        scores = scores_of()
+        ranked = top_k(scores, RANK_DEPTH, exclude=queries.exclude)
+        for key in keys:
+            totals[key].add(queries, ranked)
+            if key in kept:
+                kept[key].add(ranked, scores)
+
+    with ThreadPoolExecutor(workers) as pool, tqdm(total=n, desc="evaluate", unit="query", disable=not progress) as bar:
+        for start in range(0, max(n, 1), size):  # one chunk, empty, when there is no query
+            rows = slice(start, min(start + size, n))
+            found, queries = search(rows), evaluator.chunk(rows)
+            rankings = chunk_rankings(found, Y, V, settings, with_ova_knn, query_lambda)
+            for keys, _ in rankings:
+                for key in keys:
+                    if key not in totals:
+                        totals[key] = evaluator.totals(per_instance=key[0] == "method")
+                    if keep_scores and key[0] == "method" and key not in kept:
+                        kept[key] = TopScores(Y.shape[1])
+            list(pool.map(partial(rank_and_tally, queries), rankings))  # waits for the chunk; raises a worker's error
+            for counts, b in zip(key_counts, settings.b_sweep):
+                counts += train_key_counts(found.rae_at(b)[0], V.shape[0], b)
+            bar.update(rows.stop - rows.start)
+    results = {key: evaluator.result(tally) for key, tally in totals.items()}
+    methods = {name: results[kind, name] for kind, name in results if kind == "method"}
+
+    def headline(key: tuple[str, int]) -> dict[str, float]:
+        return {k: results[key][0][k] for k in HEADLINE if k in results[key][0]}
+
+    return {"methods": {name: summary for name, (summary, _) in methods.items()},
+            "per_instance": {name: arrays for name, (_, arrays) in methods.items()},
+            "lambda_sweep": [{"lambda": lam, **headline(("lambda", i))} for i, lam in enumerate(settings.lambda_sweep)],
+            "b_sweep": [{"b": b, **headline(("b", i)),
+                         "train_key_share": round(100 * float(train / total), 2) if total else float("nan")}
+                        for i, (b, (train, total)) in enumerate(zip(settings.b_sweep, key_counts))],
+            **({"scores": {name: top.matrix() for (_, name), top in kept.items()}} if keep_scores else {})}
+
+
+HEADLINE = ("P@1", "P@3", "P@5", "nDCG@5", "PSP@5", "R@10", "R@100")
+
+
+def segment_rows(methods: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Macro-F1@5 per segment as plot rows: {"method", "segment", "F1"}."""
+    return [{"method": method, "segment": segment, "F1": value}
+            for method, summary in methods.items()
+            for segment, value in summary[f"macro-F1@{F1_K}"].items() if segment != "all"]

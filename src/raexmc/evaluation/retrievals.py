@@ -1,0 +1,78 @@
+"""What the evaluation's searches found for the test queries: every query's top keys of RAE's joint retrieval, of
+the label keys alone (dual encoder) and of the training-input keys alone (kNN), and a search that answers chunks
+of queries of any size as one search over all of them would.
+
+One joint retrieval serves every λ and every b <= b_max, because the scores of a smaller b use a prefix of the same
+ranked keys. RAE's keys are taken from the inputs' and the labels' top-b_max as `infer.retrieval` says
+(memory.merge.RaeRetrieval: their merge, the joint top-b, or a split share of each; a split retrieval's smaller b
+are not prefixes, and come with their own keys).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..memory.search import Hits
+
+
+@dataclass
+class Retrievals:
+    """Every query's top keys from the three searches: RAE's keys (joint ids: memory.merge.RaeRetrieval),
+    label keys alone (dual encoder) and training-input keys alone (kNN); each holds ids within its own key
+    set. RAE at a smaller b scores the first b of `joint`, unless `other_b` holds its own keys for that b
+    (a split retrieval takes each b's share of each key set)."""
+
+    joint: Hits
+    labels: Hits
+    inputs: Hits
+    other_b: dict[int, Hits] = field(default_factory=dict)
+
+    def rows(self, rows: slice) -> Retrievals:
+        """These retrievals of some queries only."""
+        return Retrievals(*((ids[rows], sims[rows]) for ids, sims in (self.joint, self.labels, self.inputs)),
+                          other_b={b: (ids[rows], sims[rows]) for b, (ids, sims) in self.other_b.items()})
+
+    def rae_at(self, b: int) -> Hits:
+        """RAE's keys at b (the first b valid of them are scored)."""
+        return self.other_b.get(b, self.joint)
+
+
+def concatenated(pieces: list[Retrievals]) -> Retrievals:
+    """The retrievals of consecutive groups of queries as one."""
+    def stacked(hits: list[Hits]) -> Hits:
+        return tuple(np.concatenate(arrays) for arrays in zip(*hits))
+
+    return Retrievals(*(stacked([getattr(piece, name) for piece in pieces]) for name in ("joint", "labels", "inputs")),
+                      other_b={b: stacked([piece.other_b[b] for piece in pieces]) for b in pieces[0].other_b})
+
+
+Search = Callable[[slice], Retrievals]  # the retrievals of a chunk of the test queries
+
+
+class BlockSearch:
+    """A Search for consecutive chunks of queries whose answers come from searches of whole aligned blocks of
+    `block` queries (rows [i * block, (i + 1) * block)), one block kept at a time.
+
+    A search's answer for a query can depend on the other queries of its call (an exact block's BLAS rounding,
+    hnswlib's retries per batch: `JointSearch.query_block`), so chunks of any size get the answers that one
+    search over every query gives.
+    """
+
+    def __init__(self, search: Search, block: int, num_queries: int):
+        self.search, self.block, self.num_queries = search, block, num_queries
+        self.start, self.found = -1, None
+
+    def _block(self, start: int) -> Retrievals:
+        if start != self.start:
+            self.start, self.found = start, None  # drop the previous block before searching the next
+            self.found = self.search(slice(start, min(start + self.block, self.num_queries)))
+        return self.found
+
+    def __call__(self, rows: slice) -> Retrievals:
+        first = rows.start - rows.start % self.block
+        pieces = [self._block(start).rows(slice(max(rows.start, start) - start, min(rows.stop - start, self.block)))
+                  for start in range(first, max(rows.stop, first + 1), self.block)]
+        return pieces[0] if len(pieces) == 1 else concatenated(pieces)

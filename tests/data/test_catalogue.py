@@ -1,0 +1,102 @@
+"""The dataset catalogue is a folder of files beside params.yaml, one per dataset: the download stage depends on the
+chosen one alone, `dvc exp show` shows that one only, and a bad or missing entry is one line naming its file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from raexmc.data.catalogue import catalogue, catalogue_dir, dataset_spec
+from raexmc.data.sources import build_dataset
+from raexmc.errors import ConfigError
+from raexmc.settings import load_settings, read_mapping, read_params_tree, settings_from
+from tests.helpers import REPO, commit_all, dvc, new_project, set_dataset, set_params, write_params
+
+
+def test_the_projects_catalogue_holds_the_chosen_dataset_and_every_source():
+    entries = catalogue(catalogue_dir(REPO / "params.yaml"))
+    assert load_settings(REPO / "params.yaml").data.name in entries
+    assert {"foldoc", "wordnet", "wordnet-hyper", "synthetic-small", "LF-AmazonTitles-1.3M"} <= set(entries)
+    assert {entry["source"] for entry in entries.values()} == {"foldoc", "wordnet", "wordnet-hypernyms", "xc-repo",
+                                                               "synthetic"}
+    assert entries["LF-AmazonTitles-1.3M"] == {"source": "xc-repo", "archive_id": "12zH4mL2RX8iSvH0VCNnd3QxO4DzuHWnK",
+                                               "sha256": None}
+
+
+def test_the_chosen_entry_is_read_from_its_file(tmp_path):
+    set_dataset(tmp_path, "mine", {"source": "local", "path": "/x"})
+    set_dataset(tmp_path, "other", {"source": "foldoc"})
+    params = write_params(tmp_path, **{"data.name": "mine"})
+    assert dataset_spec(load_settings(params), params) == ("mine", {"source": "local", "path": "/x"})
+
+
+@pytest.mark.parametrize("text, params, line", [
+    ("source: local\n", {"data": {"name": "b"}}, "{tmp}/params.yaml:data.name: unknown dataset 'b': no "
+                                                  "{tmp}/datasets/b.yaml (known: a); add the file to add the dataset"),
+    ("- source\n- local\n", {"data": {"name": "a"}}, "{tmp}/datasets/a.yaml: top level must be a mapping"),
+    ("source: [local\n", {"data": {"name": "a"}}, "{tmp}/datasets/a.yaml:2: invalid YAML"),
+    ("source: local\n", {"data": {"name": "a"}, "datasets": {"a": {"source": "local"}}},
+     "{tmp}/params.yaml:datasets: the dataset catalogue is no longer a section of the params: move each entry to "
+     "datasets/<name>.yaml beside it, then delete the section"),
+])
+def test_a_missing_or_bad_entry_is_one_line_naming_its_file(tmp_path, text, params, line):
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets" / "a.yaml").write_text(text)
+    tree = read_params_tree(REPO / "params.yaml")
+    tree = {**tree, **params, "data": {**tree["data"], **params["data"]}}
+    with pytest.raises(ConfigError) as caught:
+        dataset_spec(settings_from(tree, tmp_path / "params.yaml"), tmp_path / "params.yaml")
+    assert caught.value.one_line().startswith("ConfigError: " + line.format(tmp=tmp_path)), caught.value.one_line()
+
+
+def test_a_bad_value_in_an_entry_names_its_file_and_key(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        build_dataset("mine", {"source": "archive"}, tmp_path / "out", "")
+    assert caught.value.one_line().startswith("ConfigError: datasets/mine.yaml:source: unknown source 'archive'")
+
+
+def test_raexmc_datasets_lists_the_files_of_the_catalogue(tmp_path):
+    (tmp_path / "params.yaml").write_text("data:\n  name: b\n")
+    set_dataset(tmp_path, "b", {"source": "synthetic"})
+    set_dataset(tmp_path, "a", {"source": "local", "path": "/x"})
+    (tmp_path / "data" / "a").mkdir(parents=True)
+    (tmp_path / "data" / "a" / "stats.json").write_text(json.dumps({"N_train": 3, "N_test": 2, "L": 5}))
+    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "datasets", "--params", str(tmp_path / "params.yaml"),
+                           "--data-dir", str(tmp_path / "data")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"{'a':24} {'local':8} N_train=3 N_test=2 L=5",
+                                        f"{'b':24} {'synthetic':8} not built"]
+
+
+@pytest.mark.slow
+def test_download_depends_on_the_chosen_entry_alone(tmp_path, tiny_model):
+    """A real `dvc repro download` of the project: another entry, or a comment in the chosen one, leaves it up to
+    date; a value of the chosen entry (-S on its file, as the docs say) reruns it; `dvc exp show` has a column per
+    value of the chosen entry and none of any other entry or preset. A chosen name with dots works (DVC would
+    split a key at them)."""
+    repo = new_project(tmp_path, tiny_model)
+    entry = read_mapping(repo / "datasets" / "tiny.yaml", "dataset entry")
+    set_dataset(repo, "tiny.v1", entry)
+    set_params(repo, **{"data.name": "tiny.v1"})
+    commit_all(repo, "a dataset name with a dot")
+    dvc("repro", "download", cwd=repo)
+    commit_all(repo, "downloaded")
+    assert json.loads(dvc("status", "download", "--json", cwd=repo).stdout) == {}
+
+    (repo / "datasets" / "foldoc.yaml").write_text("source: foldoc\nseed: 9\n")
+    with open(repo / "datasets" / "tiny.v1.yaml", "a") as handle:
+        handle.write("# a comment changes no value\n")
+    assert json.loads(dvc("status", "download", "--json", cwd=repo).stdout) == {}
+
+    workspace = json.loads(dvc("exp", "show", "--json", cwd=repo).stdout)[0]["data"]["params"]
+    assert sorted(workspace) == ["datasets/tiny.v1.yaml", "params.yaml"]
+    assert workspace["datasets/tiny.v1.yaml"]["data"] == entry
+    assert not {"datasets", "presets"} & set(workspace["params.yaml"]["data"])
+
+    dvc("exp", "run", "download", "-S", f"datasets/tiny.v1.yaml:path={entry['path']}/", cwd=repo)
+    lock = read_mapping(repo / "dvc.lock", "lock file")["stages"]["download"]["params"]
+    assert lock["datasets/tiny.v1.yaml"] == {**entry, "path": entry["path"] + "/"}
+    assert lock["params.yaml"]["data.name"] == "tiny.v1"
