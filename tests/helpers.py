@@ -127,8 +127,12 @@ def write_params(folder: Path, **updates) -> Path:
 
 
 def set_dataset(folder: Path, name: str, entry: dict) -> None:
-    """Catalogue entry `name` of the project (or params file's folder) `folder`: its file datasets/<name>.yaml."""
-    set_params(folder, **{f"datasets.{name}": entry})
+    """Catalogue entry `name` of the project (or params file's folder) `folder`: its file datasets/<name>.yaml, written
+    whole (a dotted key could not name it: dataset names may hold dots, LF-AmazonTitles-1.3M)."""
+    from ruamel.yaml import YAML
+
+    (folder / "datasets").mkdir(parents=True, exist_ok=True)
+    YAML().dump(entry, folder / "datasets" / f"{name}.yaml")
 
 
 def commit_all(repo: Path, message: str) -> None:
