@@ -2,9 +2,9 @@
 server of the tiny project that script builds, must end as its record says a passing case does (one line naming
 the file, record or key, no traceback, no output left; or success where the case is a fault that must be survived).
 
-A plain `pytest` runs one case per stage or command (AUDIT_SAMPLE, marked audit_sample); `pytest -m audit`
-runs them all. `python bench/bad_inputs.py` runs the same cases and records
-what a user sees in bench/results/bad_inputs.{json,md}.
+The slow set (`pytest -m 'slow and (not audit or audit_sample)'`, CI's second step) runs one case per stage or
+command (AUDIT_SAMPLE, marked audit_sample); `pytest -m audit` runs them all. `python bench/bad_inputs.py`
+runs the same cases and records what a user sees in bench/results/bad_inputs.{json,md}.
 """
 
 from __future__ import annotations
