@@ -44,7 +44,8 @@ def ui(tmp_path, monkeypatch) -> Iterator[tuple[str, dict[str, str]]]:
     (project / ".dvc").mkdir(parents=True)
     monkeypatch.chdir(project)
     runs = {name: log_pipeline_run(project, name, lam, p_at_1, monkeypatch) for name, (lam, p_at_1) in RUNS.items()}
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(), "--host", "127.0.0.1"]
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(), "--host", "127.0.0.1",
+               "--workers", "1"]  # one server process, not its default four, each importing MLflow's server
     with local_server(lambda port: [*command, "--port", str(port)], "/health") as base:
         yield base, runs
 
