@@ -15,7 +15,7 @@ import typer
 
 from raexmc.checks import one_of
 from raexmc.data.dataset import SPLITS
-from raexmc.encoder.device import embed_batch_size, pick_device, resolve_precision
+from raexmc.encoder.device import EMBED_PRECISIONS, embed_batch_size, pick_device, resolve_precision
 from raexmc.encoder.embedding import STORAGE_DTYPES, embed_split
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
@@ -44,7 +44,8 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
 
     def body(p, run) -> None:
         torch.set_num_threads(p.integer("embed.threads", 0) or os.cpu_count() or 1)
-        precision = resolve_precision(p.typed("embed.precision", str), ctx.device, p.path, "embed.precision")
+        precision = resolve_precision(p.typed("embed.precision", str), ctx.device, p.path, "embed.precision",
+                                      EMBED_PRECISIONS)
         encoder = TextEncoder.load(model, ctx.device, precision, stage_output=True)
         if run is not None:
             run.params({"embed": {**p.section("embed"), "batch_size_used": batch_size, "encoder": encoder.describe()},
