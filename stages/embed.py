@@ -15,7 +15,7 @@ import torch
 import typer
 
 from raexmc.checks import one_of
-from raexmc.encoder.device import embed_batch_size, pick_device, resolve_precision
+from raexmc.encoder.device import EMBED_PRECISIONS, embed_batch_size, pick_device, resolve_precision
 from raexmc.encoder.embedding import STORAGE_DTYPES, embed_splits
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
@@ -42,7 +42,8 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
     # a torchrun worker takes the GPU of its local rank; one process keeps the device asked for (cuda:N)
     with process_group(device, as_given=True) as ctx, tracked_stage("embed", params, ctx.is_main) as (p, run):
         torch.set_num_threads(p.integer("embed.threads", 0) or os.cpu_count() or 1)
-        precision = resolve_precision(p.typed("embed.precision", str), ctx.device, p.path, "embed.precision")
+        precision = resolve_precision(p.typed("embed.precision", str), ctx.device, p.path, "embed.precision",
+                                      EMBED_PRECISIONS)
         encoder = TextEncoder.load(model, ctx.device, precision, stage_output=True)
         run.params({"embed": {**p.section("embed"), "batch_size_used": batch_size, "encoder": encoder.describe()},
                     "encoder.pooling": encoder.recipe})

@@ -168,7 +168,7 @@ def test_a_user_error_on_the_ranks_of_a_torchrun_group_is_one_line_and_exit_2(tm
     sees our one line once, not torchrun's failure report and its traceback, and exit status 2, not 1."""
     stage = run_embed_stage(tmp_path, tiny_model, token_cache, nproc=2, precision="fp4",
                             torchrun_args=f"--master_port={free_port()}")
-    line = "ConfigError: params.yaml:embed.precision: precision 'fp4' is not one of auto, fp32, bf16, fp16"
+    line = "ConfigError: params.yaml:embed.precision: precision 'fp4' is not one of auto, fp32, bf16, fp16, int8"
     assert stage.returncode == 2, stage.stderr
     assert last_line_only_error(stage.stderr) == line
     assert stage.stderr.count(line) == 1 and "ChildFailedError" not in stage.stderr, stage.stderr

@@ -11,6 +11,8 @@ import torch
 from ..errors import ConfigError
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# int8 only encodes, on the CPU (encoder/int8.py): the embed stage and a packaged model take it, training does not
+EMBED_PRECISIONS = (*PRECISIONS, "int8")
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 # texts per gradient-free encoder call for `auto`: on one H200, 1024 gave 2.4x the texts/s of 256 on 8-32-token
 # texts (bench/results/embed_speed.json), as fewer, larger calls keep the GPU busy; a CPU gains nothing from it
@@ -36,11 +38,14 @@ def _cpu_has_bf16() -> bool:
 
 
 def resolve_precision(precision: str, device: str, path: str | os.PathLike | None = None,
-                      key: str | None = None) -> str:
+                      key: str | None = None, choices: tuple[str, ...] = PRECISIONS) -> str:
     """'auto' -> bf16 where the hardware runs it natively, else fp32; ConfigError naming `path` and `key` for a
-    name that is no precision."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision '{precision}' is not one of {', '.join(PRECISIONS)}", path, key)
+    name that is not one of `choices`, and for int8 on a GPU."""
+    if precision not in choices:
+        raise ConfigError(f"precision '{precision}' is not one of {', '.join(choices)}", path, key)
+    if precision == "int8" and device != "cpu":
+        raise ConfigError(f"precision 'int8' runs on the CPU only, the device is {device}: set the device to cpu",
+                          path, key)
     if precision != "auto":
         return precision
     if device.startswith("cuda"):

@@ -26,7 +26,7 @@ import scipy.sparse as sp
 
 from ..checks import one_of, positive_int
 from ..data.label_records import OFFSETS_FILE, RECORDS_FILE, LabelRecords
-from ..encoder.device import PRECISIONS
+from ..encoder.device import EMBED_PRECISIONS
 from ..encoder.tokens import FIELDS
 from ..errors import DataError, RaexmcError
 from ..io import atomic_dir, load_array, load_sparse, read_json, save_array, write_json
@@ -122,7 +122,9 @@ def load_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0)
 
         transformers_logging.disable_progress_bar()  # `raexmc predict` errors stay one line on stderr
         # the precision the memory's keys were embedded at, so that queries are encoded as the keys were
-        encoder = TextEncoder.load(folder / ENCODER_FOLDER, device, settings["precision"] or "auto",
+        # (int8 is ONNX Runtime's on the CPU, whatever device the caller asked for)
+        encoder = TextEncoder.load(folder / ENCODER_FOLDER, "cpu" if settings["precision"] == "int8" else device,
+                                   settings["precision"] or "auto",
                                    settings["input_max_len"], stage_output=True)
     rae = RaeSettings(lam, settings["tau"], settings["b"], settings["retrieval"])
     return RaeModel(values, rae, log_counts, _load_search(folder, values.shape, settings["ef_search"], threads),
@@ -179,9 +181,10 @@ def read_settings(path: Path) -> dict[str, Any]:
                                         f"one of {', '.join(FIELDS)}"),
                 "input_max_len": checked("input_max_len", lambda n: n if n is None else positive_int(n, "max"),
                                          "an integer >= 1 (null: no encoder)"),
-                "precision": checked("precision", lambda name: name if name is None else one_of(name, PRECISIONS,
+                "precision": checked("precision", lambda name: name if name is None else one_of(name,
+                                                                                                EMBED_PRECISIONS,
                                                                                                 "precision"),
-                                     f"one of {', '.join(PRECISIONS)} (null: no encoder)"),
+                                     f"one of {', '.join(EMBED_PRECISIONS)} (null: no encoder)"),
                 "about": checked("about", _mapping, "a JSON object")}
     mode = checked("retrieval", lambda mode: one_of(mode, RETRIEVALS, "retrieval"), f"one of {', '.join(RETRIEVALS)}")
     settings["retrieval"] = checked("label_share", lambda share: RaeRetrieval(mode, share if share is None
