@@ -119,8 +119,12 @@ def set_params(repo: Path, **updates) -> None:
 
 
 def set_dataset(folder: Path, name: str, entry: dict) -> None:
-    """Catalogue entry `name` of the project (or params file's folder) `folder`: its file datasets/<name>.yaml."""
-    set_params(folder, **{f"datasets.{name}": entry})
+    """Catalogue entry `name` (dots and all) of the project (or params file's folder) `folder`: its file
+    datasets/<name>.yaml."""
+    from ruamel.yaml import YAML
+
+    (folder / "datasets").mkdir(exist_ok=True)
+    YAML().dump(entry, folder / "datasets" / f"{name}.yaml")
 
 
 def commit_all(repo: Path, message: str) -> None:
