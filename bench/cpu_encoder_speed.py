@@ -2,7 +2,9 @@
 batches through TextEncoder, as the embed stage runs them), of sentence-transformers' own `encode()` on the
 same model folder, and the share of the CPU's fp32 matrix-multiply ceiling each reaches (torch.mm of the
 encoder's linear layers' shapes at the same batch, in the same process). The project's path runs on native
-kernels and on the pinned ones every stage uses (raexmc.numerics), in fp32 and bf16: the cost of the pin.
+kernels and on the pinned ones every stage uses (raexmc.numerics), in fp32 and bf16: the cost of the pin; and
+on native kernels in int8, by ONNX Runtime (embed.precision int8, raexmc.encoder.int8) and by PyTorch's dynamic
+quantisation (the option int8 was chosen over).
 
     python bench/cpu_encoder_speed.py --dataset data/foldoc --out bench/results/cpu_encoder_speed.json
 
@@ -63,17 +65,33 @@ def ceiling(model, batch: int, tokens: int, seconds: float) -> float:
     return rate(one_pass, ["x"] * batch, seconds)
 
 
+def int8_options(model) -> dict[str, object]:
+    """The CPU's int8 options on the same weights: ONNX Runtime's (the project's embed.precision int8, its model
+    quantised once here) and PyTorch's dynamic quantisation of the Linear layers (the one it was chosen over)."""
+    import copy
+
+    import torch
+
+    from raexmc.encoder.int8 import quantized_bytes
+
+    return {"onnx": quantized_bytes(model),
+            "torch": torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)}
+
+
 @app.command()
 def measure(model: Path, texts_file: Path, kernels: str = "native", seconds: float = 3.0,
             batch_sizes: str = "1,256", threads: str = "1,2") -> None:
-    """One kernel setting (the parent set its environment), in this process: prints one JSON row per measurement."""
+    """One kernel setting (the parent set its environment), in this process: prints one JSON row per measurement.
+    The int8 options run in the native setting only (ONNX Runtime has its own kernels; the pin is torch's)."""
     import numpy as np
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from raexmc.encoder.text_encoder import TextEncoder
+    from raexmc.encoder.int8 import Int8Encoder
+    from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 
     all_texts = json.loads(texts_file.read_text())
+    int8 = int8_options(TextEncoder.load(model, "cpu", "fp32").model) if kernels == "native" else {}
     for shape, max_len in SHAPES.items():
         reference = SentenceTransformer(str(model), device="cpu")
         reference.max_seq_length = max_len
@@ -82,20 +100,25 @@ def measure(model: Path, texts_file: Path, kernels: str = "native", seconds: flo
             texts = all_texts[:max(batch, 64) if batch == 1 else 2 * batch]
             row = {"kernels": kernels, "shape": shape, "max_len": max_len, "batch": batch, "threads": n_threads,
                    "texts": len(texts), "capability": torch.backends.cpu.get_cpu_capability()}
-            for precision in ("fp32", "bf16"):
-                encoder = TextEncoder.load(model, "cpu", precision, max_len=max_len)
+            fp32 = TextEncoder.load(model, "cpu", "fp32", max_len=max_len)
+            embedders = {"fp32": fp32.embed, "bf16": TextEncoder.load(model, "cpu", "bf16", max_len=max_len).embed}
+            if int8:
+                onnx = Int8Encoder(int8["onnx"], n_threads)
+                embedders["int8"] = lambda ids, lengths, rows: onnx(*batch_tensors(ids, lengths, rows, "cpu"))
+                embedders["torch_int8"] = TextEncoder(int8["torch"], "cpu", "fp32", fp32.tokenizer, max_len).embed
+            for precision, embed in embedders.items():
 
-                def project(chunk: list[str], encoder=encoder) -> None:
-                    ids, lengths = encoder.tokenize(chunk)
+                def project(chunk: list[str], embed=embed) -> None:
+                    ids, lengths = fp32.tokenize(chunk)
                     order = np.argsort(-lengths, kind="stable")
                     for start in range(0, len(order), batch):
-                        encoder.embed(ids, lengths, order[start:start + batch])
+                        embed(ids, lengths, order[start:start + batch])
 
                 row[f"project_{precision}"] = rate(project, texts, seconds)
             if kernels == "native":
                 row["sentence_transformers"] = rate(
                     lambda chunk: reference.encode(chunk, batch_size=batch, convert_to_numpy=True), texts, seconds)
-                width = int(np.mean(TextEncoder.load(model, "cpu", "fp32", max_len=max_len).tokenize(texts)[1]))
+                width = int(np.mean(fp32.tokenize(texts)[1]))
                 row["ceiling_fp32"] = ceiling(reference, batch, width, seconds)
             print(json.dumps(row), flush=True)
 
@@ -125,7 +148,7 @@ def run(dataset: Path = typer.Option(Path("data/foldoc"), help="A dataset folder
     native = {(r["shape"], r["batch"], r["threads"]): r for r in rows if r["kernels"] == "native"}
     for row in rows:
         anchor = native[row["shape"], row["batch"], row["threads"]]
-        for precision in ("fp32", "bf16"):
+        for precision in [key.removeprefix("project_") for key in list(row) if key.startswith("project_")]:
             row[f"project_{precision}_vs_st"] = row[f"project_{precision}"] / anchor["sentence_transformers"]
             row[f"project_{precision}_of_ceiling"] = row[f"project_{precision}"] / anchor["ceiling_fp32"]
     out.write_text(json.dumps({"command": rerun_command(), "model": model, "dataset": str(dataset),
@@ -133,7 +156,9 @@ def run(dataset: Path = typer.Option(Path("data/foldoc"), help="A dataset folder
     for row in rows:
         print(f"{row['kernels']:7} {row['shape']:5} batch {row['batch']:3} threads {row['threads']}: "
               f"fp32 {row['project_fp32']:7.1f}/s ({row['project_fp32_vs_st']:.2f}x ST, "
-              f"{row['project_fp32_of_ceiling']:.0%} of ceiling), bf16 {row['project_bf16']:7.1f}/s")
+              f"{row['project_fp32_of_ceiling']:.0%} of ceiling), bf16 {row['project_bf16']:7.1f}/s"
+              + (f", int8 {row['project_int8']:7.1f}/s ({row['project_int8_vs_st']:.2f}x ST)" if "project_int8" in row
+                 else ""))
 
 
 if __name__ == "__main__":

@@ -85,23 +85,16 @@ print(rss() - before)
 """
 
 
-def folder_bytes(folder: Path) -> int:
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
-
-
-def stored_bytes(values: sp.csr_matrix, scratch: Path) -> int:
-    """The size of `values` written as the pipeline writes them (scipy's compressed npz)."""
-    sp.save_npz(scratch / "values.npz", values)
-    return (scratch / "values.npz").stat().st_size
-
-
 def stored_memory_bytes(memory: InputMemory, index: Path, Y: sp.csr_matrix, scratch: Path) -> int:
     """What evaluate and predict load for RAE's memory, as stored: both indexes RAE searches (the memory's
-    own where it has them, else the index stage's), its input keys' values and, with the prior, the counts."""
+    own where it has them, else the index stage's), its input keys' values (a full memory's Y written as the
+    pipeline writes it, scipy's compressed npz, under `scratch`) and, with the prior, the counts."""
     folder = memory.folder
     own = own_index_folders(folder)
-    total = sum(folder_bytes(own.get(key_set, index_folder(index, key_set))) for key_set in INDEXED_KEY_SETS)
-    total += stored_bytes(Y, scratch) if memory.full else (folder / VALUES_FILE).stat().st_size
+    total = sum(index_bytes(own.get(key_set, index_folder(index, key_set))) for key_set in INDEXED_KEY_SETS)
+    if memory.full:
+        sp.save_npz(scratch / "values.npz", Y)
+    total += (scratch / "values.npz" if memory.full else folder / VALUES_FILE).stat().st_size
     return total + ((folder / COUNTS_FILE).stat().st_size if memory.log_counts() is not None else 0)
 
 

@@ -28,14 +28,6 @@ from raexmc.rae.model import RaeModel
 from raexmc.rae.timing import Timing
 
 
-def timed_pass(model: RaeModel, texts: list[str], batch_size: int, k: int) -> Timing:
-    """One pass of predict over the texts, batch by batch, with its time split as predict splits it."""
-    total = Timing()
-    for start in range(0, len(texts), batch_size):
-        total.add(model.predict(texts[start:start + batch_size], k)[1])
-    return total
-
-
 def measure(packaged: RaeModel, texts: list[str], shares: list[float], batch_size: int, repeats: int,
             k: int = 10) -> dict[str, dict[str, float]]:
     """Per variant ("packaged": the model as packaged; "split <share>"), its fastest pass of `repeats`, each asking
@@ -45,7 +37,9 @@ def measure(packaged: RaeModel, texts: list[str], shares: list[float], batch_siz
                                          for share in shares}}
     best: dict[str, Timing] = {}
     for _, (name, model) in itertools.product(range(repeats), variants.items()):
-        timing = timed_pass(model, texts, batch_size, k)
+        timing = Timing()  # one pass of predict over the texts, batch by batch, its time split as predict splits it
+        for start in range(0, len(texts), batch_size):
+            timing.add(model.predict(texts[start:start + batch_size], k)[1])
         if name not in best or timing.per_query_ms()["total"] < best[name].per_query_ms()["total"]:
             best[name] = timing
     return {name: {"queries_per_s": round(1000 / t.per_query_ms()["total"], 1),

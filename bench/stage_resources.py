@@ -54,12 +54,12 @@ def output_bytes(stage: str, name: str) -> int:
     return total
 
 
-def measure(command: list[str], cwd: Path = ROOT) -> dict[str, float]:
-    """Run a command in `cwd` to its end, passing its stderr (progress bars, ETAs) through; its wall time, CPU time
+def measure(command: list[str]) -> dict[str, float]:
+    """Run a command to its end, passing its stderr (progress bars, ETAs) through; its wall time, CPU time
     (user + system, all threads and children: unlike the wall time it hardly changes when other jobs share the
     cores) and the peak RSS of its process tree."""
     started = time.monotonic()
-    proc = subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE)
     tail = b""
     while chunk := os.read(proc.stderr.fileno(), 65536):
         sys.stderr.buffer.write(chunk)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import resource
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +32,8 @@ from common import ROOT, append_row, build_model, device_name, synthetic_token_c
 from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.sentence import attention_without_cudnn
 from raexmc.encoder.text_encoder import TextEncoder
-from raexmc.encoder.tokens import TokenCache
 from raexmc.pipeline.presets import preset_values, presets_path
-from raexmc.process_group import DistContext, init_distributed, shutdown
+from raexmc.process_group import init_distributed, shutdown
 from raexmc.settings import load_settings
 from raexmc.training.batches import BatchSampler
 from raexmc.training.settings import TrainSettings
@@ -49,41 +48,6 @@ def synthetic_labels(rows: int, labels: int, rng: np.random.Generator) -> sp.csr
     indptr = np.concatenate([[0], np.cumsum(degree)])
     indices = rng.integers(0, labels, size=indptr[-1])
     return sp.csr_matrix((np.ones(indptr[-1], np.float32), indices, indptr), shape=(rows, labels))
-
-
-@dataclass
-class SyntheticTraining:
-    """A preset's training step on synthetic data, ready to run: what bench/train_speed.py times."""
-    ctx: DistContext
-    encoder: torch.nn.Module
-    cache: TokenCache
-    Y: sp.csr_matrix
-    negatives: np.ndarray
-    params: list[torch.nn.Parameter]
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    sampler: BatchSampler
-    global_batch: int
-
-
-def synthetic_training(values: dict, settings: TrainSettings, model: str, device: str, labels: int,
-                       folder: Path) -> SyntheticTraining:
-    """The encoder, optimizer, label matrix, mined negatives and token cache (in `folder`) of a run
-    at the preset's lengths with `settings`, seeded, on this process's device."""
-    ctx = init_distributed(device)
-    global_batch = settings.batch_size * ctx.world_size
-    rng = np.random.default_rng(0)
-    rows = max(4 * global_batch, 1000)
-    encoder = build_model(model, ctx.device)
-    Y = synthetic_labels(rows, labels, rng)
-    negatives = rng.integers(0, labels, size=(rows, settings.num_hard_negatives))
-    params = [p for p in encoder.parameters() if p.requires_grad]
-    optimizer, scheduler = make_optimizer(params, settings)
-    lengths = {"train": (rows, values["tokenize.input_max_len"]), "labels": (labels, values["tokenize.label_max_len"])}
-    cache = synthetic_token_cache(folder, {split: (count, width, width) for split, (count, width) in lengths.items()},
-                                  encoder.transformer.config.vocab_size, rng)
-    return SyntheticTraining(ctx, encoder, cache, Y, negatives, params, optimizer, scheduler,
-                             BatchSampler(Y, np.arange(rows), settings.seed), global_batch)
 
 
 def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of presets.yaml (batch size, lengths, m)."),
@@ -107,9 +71,20 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pr
                        batch_size=batch_size or values["train.batch_size"],
                        grad_cache_chunk=grad_cache_chunk, num_hard_negatives=values["train.num_hard_negatives"],
                        max_steps=warmup + steps, warmup_steps=0)
-    with tempfile.TemporaryDirectory() as folder:
-        run = synthetic_training(values, settings, model, device, labels, Path(folder))
-        ctx, encoder, params, global_batch = run.ctx, run.encoder, run.params, run.global_batch
+    ctx = init_distributed(device)
+    global_batch = settings.batch_size * ctx.world_size
+    rng = np.random.default_rng(0)
+    rows = max(4 * global_batch, 1000)
+    encoder = build_model(model, ctx.device)
+    Y = synthetic_labels(rows, labels, rng)
+    negatives = rng.integers(0, labels, size=(rows, settings.num_hard_negatives))
+    params = [p for p in encoder.parameters() if p.requires_grad]
+    optimizer, scheduler = make_optimizer(params, settings)
+    sampler = BatchSampler(Y, np.arange(rows), settings.seed)
+    shapes = {"train": (rows, values["tokenize.input_max_len"]), "labels": (labels, values["tokenize.label_max_len"])}
+    with tempfile.TemporaryDirectory() as folder:  # every text at its full max_len
+        cache = synthetic_token_cache(Path(folder), {split: (count, width, width) for split, (count, width) in
+                                                     shapes.items()}, encoder.transformer.config.vocab_size, rng)
         resolved = resolve_precision(precision, ctx.device)
         step_encoder = TextEncoder(torch.compile(encoder) if compile_encoder else encoder, ctx.device, resolved)
         for step in range(settings.max_steps):
@@ -117,9 +92,9 @@ def main(preset: str = typer.Option("LF-AmazonTitles-131K", help="A preset of pr
                 if ctx.device.startswith("cuda"):
                     torch.cuda.synchronize()
                 started = time.perf_counter()
-            batch_rows, positives = run.sampler.batch(step, global_batch)
-            training_step(step_encoder, run.cache, run.Y, batch_rows, positives, run.negatives, settings, ctx)
-            apply_gradients(params, run.optimizer, run.scheduler, settings.grad_clip)
+            batch_rows, positives = sampler.batch(step, global_batch)
+            training_step(step_encoder, cache, Y, batch_rows, positives, negatives, settings, ctx)
+            apply_gradients(params, optimizer, scheduler, settings.grad_clip)
         if ctx.device.startswith("cuda"):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started

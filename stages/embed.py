@@ -21,7 +21,7 @@ from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
 from raexmc.pipeline.tracking.stage import process_count, relaunch_under_torchrun, stage_cli, tracked_stage, user_errors
 from raexmc.process_group import process_group
-from raexmc.settings import load_settings
+from raexmc.settings import EMBED_PRECISIONS, load_settings
 
 
 def main(model: Path = typer.Option(..., help="Encoder folder written by the train stage."),
@@ -39,7 +39,7 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
     # a torchrun worker takes the GPU of its local rank; one process keeps the device asked for (cuda:N)
     with process_group(device, as_given=True) as ctx, tracked_stage("embed", params, ctx.is_main) as (p, run):
         torch.set_num_threads(p.embed.threads or os.cpu_count() or 1)
-        precision = resolve_precision(p.embed.precision, ctx.device, params, "embed.precision")
+        precision = resolve_precision(p.embed.precision, ctx.device, params, "embed.precision", EMBED_PRECISIONS)
         encoder = TextEncoder.load(model, ctx.device, precision, stage_output=True)
         run.params({"embed": {**p.embed.model_dump(), "batch_size_used": batch_size, "encoder": encoder.describe()},
                     "encoder.pooling": encoder.recipe})

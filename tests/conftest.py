@@ -4,6 +4,7 @@ tests/helpers.py."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +26,13 @@ def download_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def isolated_stores(tmp_path, monkeypatch, download_cache):
-    """Every test gets its own MLflow SQLite store; downloads stay in a shared per-run cache."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    """Every test gets its own MLflow SQLite store; downloads stay in a shared per-run cache. MLflow's global URI
+    (mlflow.set_tracking_uri, which `raexmc serve` code sets in-process) would outrank the variable in a later test
+    of the same worker, so it is set to the same store."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    if "mlflow" in sys.modules:
+        sys.modules["mlflow"].set_tracking_uri(store)
     monkeypatch.setenv("RAEXMC_CACHE", str(download_cache))
     monkeypatch.delenv("DVC_ROOT", raising=False)
     monkeypatch.delenv("DVC_EXP_NAME", raising=False)

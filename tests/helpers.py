@@ -127,11 +127,11 @@ def write_params(folder: Path, **updates) -> Path:
 
 
 def set_dataset(folder: Path, name: str, entry: dict) -> None:
-    """Catalogue entry `name` of the project (or params file's folder) `folder`: its file datasets/<name>.yaml, written
-    whole (a dotted key could not name it: dataset names may hold dots, LF-AmazonTitles-1.3M)."""
+    """Catalogue entry `name` (dots and all) of the project (or params file's folder) `folder`: its file
+    datasets/<name>.yaml."""
     from ruamel.yaml import YAML
 
-    (folder / "datasets").mkdir(parents=True, exist_ok=True)
+    (folder / "datasets").mkdir(exist_ok=True)
     YAML().dump(entry, folder / "datasets" / f"{name}.yaml")
 
 
@@ -351,3 +351,21 @@ def small_project(root, n_train: int = 80, n_test: int = 12, n_labels: int = 20)
     (embeddings / "meta.json").write_text(json.dumps({"encoder": "made-up"}))
     shutil.copyfile(REPO / "params.yaml", root / "params.yaml")
     return data, embeddings
+
+
+def add_wheel(index: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    """A minimal pure-Python wheel of `name` `version` in `index`/<name>/, listed in that folder's index.html: the
+    layout of a simple index (PEP 503), which pip reads from file:// as from https://."""
+    import zipfile
+
+    dist = f"{name.replace('-', '_')}-{version}"
+    (index / name).mkdir(parents=True, exist_ok=True)
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
+    with zipfile.ZipFile(index / name / f"{dist}-py3-none-any.whl", "w") as wheel:
+        wheel.writestr(f"{dist}.dist-info/METADATA", metadata)
+        wheel.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                  "Tag: py3-none-any\n")
+        wheel.writestr(f"{dist}.dist-info/RECORD", "")
+    links = "".join(f'<a href="{path.name}">{path.name}</a>\n' for path in sorted((index / name).glob("*.whl")))
+    (index / name / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")

@@ -1,28 +1,33 @@
 """A real `dvc repro` of the whole DAG in a fresh temporary git repo, on a tiny dataset, and what DVC and
 MLflow make of it: reruns, experiments, a sweep, two experiments started together in one workspace (neither
 may log or register the other's params, and the one that fails says why), a killed training run, a killed
-stage that DVC then restores from its run cache, a fresh clone that reproduces the committed lock, and
-DVC's metrics and plots views."""
+stage that DVC then restores from its run cache, the package stage on the exact indexes a GPU run keeps, a fresh
+clone that reproduces the committed lock, and DVC's metrics and plots views. All but the failed download are
+marked slow: the default run leaves them out, CI runs them in its second step."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ruamel.yaml import YAML
 
+from raexmc.encoder.vectors import load_embeddings
+from raexmc.memory.indexes import build_memory_indexes
+from raexmc.memory.persistence import saved_meta
+from raexmc.rae.model import RaeModel
 from tests.helpers import dvc, set_dataset, set_params, sh
-
-pytestmark = pytest.mark.slow
 
 
 def changed_stages(repo: Path) -> set[str]:
@@ -30,6 +35,7 @@ def changed_stages(repo: Path) -> set[str]:
     return set(json.loads(dvc("status", "--json", cwd=repo).stdout)) - {"track"}
 
 
+@pytest.mark.slow
 def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_model):
     project = reproduced_project
     for path in ("data/tiny/stats.json", "artifacts/tiny/tokens/train.ids.npy", "artifacts/tiny/embeddings/test.npy",
@@ -127,6 +133,7 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     assert changed_stages(project) == {"memory"}, "compression leaves everything up to index, and tune, as they are"
 
 
+@pytest.mark.slow
 def test_repro_with_keep_auto_builds_the_keep_tune_chose(project):
     """memory.keep auto on a small synthetic dataset: tune chooses the keep from the grid on held-out training
     inputs and writes the curve, the memory stage (after tune: it depends on tune's memory_choice.json) builds that
@@ -163,6 +170,7 @@ def test_failed_stage_exits_2_and_leaves_no_output(project, tmp_path):
     assert not (project / "data/tiny").exists()
 
 
+@pytest.mark.slow
 def test_temp_experiment_logs_into_the_project_store(project, monkeypatch):
     """`dvc exp run --temp` runs in a copy under .dvc/tmp/exps; its run must land in <project>/mlflow.db."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
@@ -174,6 +182,7 @@ def test_temp_experiment_logs_into_the_project_store(project, monkeypatch):
     assert not list((project / ".dvc" / "tmp").rglob("mlflow.db")), "no store inside the temporary copy"
 
 
+@pytest.mark.slow
 def test_killed_training_resumes_from_its_checkpoint(project):
     """SIGKILL a real fine-tuning run once a checkpoint exists; the rerun resumes and finishes."""
     set_params(project, **{"encoder.mode": "fine-tuned", "train.batch_size": 2, "train.max_steps": 150,
@@ -203,6 +212,7 @@ def test_killed_training_resumes_from_its_checkpoint(project):
     assert curve[-1]["step"] == 150 and "val_rae_P@1" in curve[-1] and "elapsed_s" in curve[-1]
 
 
+@pytest.mark.slow
 def test_a_killed_stage_restored_from_the_run_cache_leaves_no_temporary(reproduced_project):
     """SIGKILL evaluate while it writes its output (as the OOM killer would); a plain `dvc repro` then restores
     evaluate from DVC's run cache without running it, so it is the next stage that runs (track, every time)
@@ -226,6 +236,7 @@ def test_a_killed_stage_restored_from_the_run_cache_leaves_no_temporary(reproduc
     assert left == []
 
 
+@pytest.mark.slow
 def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch):
     """`raexmc sweep` queues a grid, runs it with DVC's queue workers and waits; every experiment
     lands in the project's MLflow store with the numbers `dvc exp show` has. The project was
@@ -258,6 +269,7 @@ def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch
     assert client.get_run(version.run_id).data.tags["dvc_experiment"] == changed
 
 
+@pytest.mark.slow
 def test_an_experiments_package_stage_names_the_alias_that_serves_it(reproduced_project):
     """An experiment registers the predictor under its own name as alias, so a plain `raexmc serve` (package.alias,
     `candidate`) would not serve it: the line the package stage prints must name `--alias <experiment>`, and that
@@ -273,6 +285,30 @@ def test_an_experiments_package_stage_names_the_alias_that_serves_it(reproduced_
     assert "serve it with `raexmc serve`" in workspace, workspace
 
 
+# On a GPU the index stage keeps exact indexes (index.backend auto) and evaluate searches there; the package
+# stage then builds the HNSW graphs that predict and serve search on the CPU. Here a real reproduced project's
+# index folder is replaced by the exact one such a run keeps, and the real package stage packages it.
+@pytest.mark.slow
+def test_package_builds_the_graphs_a_gpu_run_left_out_and_predicts_as_the_index_stage_s(reproduced_project, tmp_path):
+    project = reproduced_project
+    artifacts = project / "artifacts/tiny"
+    queries = np.asarray(load_embeddings(artifacts / "embeddings", "test")[:20])
+    reference = RaeModel.load(artifacts / "predictor").search.search(queries, 10)
+    shutil.rmtree(artifacts / "index")
+    build_memory_indexes(artifacts / "embeddings", artifacts / "index", "exact", progress=False)  # what a GPU run keeps
+    set_params(project, **{"package.register": False, "index.backend": "hnsw"})
+    sh(sys.executable, "stages/package.py", "--dataset", "data/tiny", "--model", "artifacts/tiny/model",
+       "--embeddings", "artifacts/tiny/embeddings", "--index", "artifacts/tiny/index", "--tune", "artifacts/tiny/tune",
+       "--memory", "artifacts/tiny/memory", "--out", "artifacts/tiny/predictor", cwd=project,
+       env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    packaged = artifacts / "predictor"
+    assert [saved_meta(packaged / key_set)["backend"] for key_set in ("inputs", "labels")] == ["hnsw", "hnsw"]
+    assert not list(packaged.glob("*/keys.npy")), "graphs hold their keys"
+    search = RaeModel.load(packaged).search
+    assert {search.inputs.backend, search.labels.backend} == {"hnsw"}
+    np.testing.assert_array_equal(search.search(queries, 10)[0], reference[0])
+
+
 REFUSAL = "ConcurrentRunError: "
 
 
@@ -282,6 +318,7 @@ def start_experiment(repo, name: str, lam: float) -> subprocess.Popen:
                             cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow
 def test_two_workspace_experiments_never_mislabel_results(reproduced_project, monkeypatch):
     project = reproduced_project
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
@@ -329,6 +366,7 @@ def output_hashes(lock_path) -> dict[str, str]:
     return {out["path"]: out["md5"] for stage in stages.values() for out in stage.get("outs", [])}
 
 
+@pytest.mark.slow
 def test_a_fresh_clone_reproduces_the_committed_lock(reproduced_once, tmp_path, download_cache):
     source = reproduced_once.repo
     assert "metrics/tiny/rae.json" in sh("git", "ls-files", cwd=source).stdout.split(), "the headline is in git"
@@ -355,6 +393,7 @@ def widest_line(text: str) -> int:
     return max(len(line.rstrip()) for line in text.splitlines())
 
 
+@pytest.mark.slow
 def test_metrics_show_is_a_row_per_method_and_test_within_120_columns(reproduced_project):
     project = reproduced_project
     shown = dvc("metrics", "show", cwd=project).stdout
@@ -376,6 +415,7 @@ def test_metrics_show_is_a_row_per_method_and_test_within_120_columns(reproduced
             assert math.log10(float(mantissa)) + int(exponent) == pytest.approx(test["log10_p"], abs=0.03), text
 
 
+@pytest.mark.slow
 def test_plots_show_renders_lines_and_bars_per_method(reproduced_project, tmp_path):
     plots = json.loads(dvc("plots", "show", "--json", cwd=reproduced_project).stdout)
     specs = {path: renderers[0]["content"] for path, renderers in plots["data"].items() if renderers}
@@ -392,6 +432,7 @@ def test_plots_show_renders_lines_and_bars_per_method(reproduced_project, tmp_pa
     assert "segments_f1" in (tmp_path / "html" / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_plots_show_draws_the_training_curve_only_where_the_run_trained(reproduced_project):
     """The reproduced project is zero-shot: its curves folder is empty, so DVC draws no training-curve panel
     and reports no error. Fine-tuned, the panel holds the validation P@1 the train stage wrote, and a diff

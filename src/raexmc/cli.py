@@ -84,14 +84,19 @@ def schema(out: Path = typer.Option(None, help="File to write (default: stdout),
 
 @app.command()
 def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitles-131K."), params: Path = PARAMS,
-           data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
+           data_dir: Path = typer.Option(Path("data"), help="Where datasets are built."),
+           gpus: int = typer.Option(None, help="Train on this many GPUs with the paper's global batch (gradient "
+                                               "caching keeps each GPU's part in its memory).")) -> None:
     """Print the `dvc exp run` command that runs one of the paper's benchmarks in the paper's setting, after
     comment lines on its batch and on what it needs that this machine lacks (weights, data)."""
     with user_errors(params):
-        from .pipeline.presets import batch_note, command, missing, preset_values, presets_path
+        from .pipeline.presets import batch_note, command, missing, on_gpus, preset_values, presets_path
 
         values = preset_values(presets_path(params), name)
-        note, needs = batch_note(values), missing(values, params, data_dir)
+        note = batch_note(values)  # the paper's batch, before --gpus shares it out
+        if gpus is not None:
+            values = on_gpus(values, gpus, presets_path(params), name)
+        needs = missing(values, params, data_dir)
         if note:
             typer.echo(f"# {note}")
         typer.echo("# missing here: " + "; ".join(needs) if needs else "# missing here: nothing")

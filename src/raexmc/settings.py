@@ -25,6 +25,9 @@ AUTO = "auto"
 Auto = Literal["auto"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+# int8 only encodes, on the CPU (encoder/int8.py): the embed stage and a packaged model take it, training does not
+EmbedPrecision = Literal["auto", "fp32", "bf16", "fp16", "int8"]
+EMBED_PRECISIONS: tuple[str, ...] = get_args(EmbedPrecision)
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 Device = Annotated[str, Field(pattern=rf"^({DEVICE_PATTERN})$", description="auto | cpu | cuda | cuda:N")]
 # The vocabularies of the settings; the modules that use them take their tuples from here (typing.get_args).
@@ -121,7 +124,8 @@ class EmbedSettings(Section):
     nproc: Auto | AtLeast1
     torchrun_args: str
     device: Device
-    precision: Precision
+    precision: EmbedPrecision
+    """auto | fp32 | bf16 | fp16 | int8 (CPU only)."""
     dtype: StorageDtype
     """How the .npy files store the vectors."""
     batch_size: Auto | AtLeast1

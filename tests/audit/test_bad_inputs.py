@@ -2,9 +2,10 @@
 project tests/audit/project.py builds, must end as a passing case does (one line naming the file, record or key,
 no traceback, no output left; or success where the case is a fault that must be survived).
 
-A plain `pytest` runs one case per stage or command (AUDIT_SAMPLE, marked audit_sample); `pytest -m audit`
-runs them all. `--audit-record bench/results/bad_inputs.json` also records what a user saw in each case that ran,
-as JSON and as a Markdown table beside it (`.md`).
+The slow set (`pytest -m 'slow and (not audit or audit_sample)'`, CI's second step) runs one case per stage or
+command (AUDIT_SAMPLE, marked audit_sample); `pytest -m audit` runs them all. `--audit-record
+bench/results/bad_inputs.json` also records what a user saw in each case that ran, as JSON and as a Markdown table
+beside it (`.md`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.helpers import REPO, load_module
 
@@ -19,6 +20,7 @@ def test_synthetic_texts_have_lengths_in_the_asked_range(tmp_path):
     assert lengths.min() == 8 and lengths.max() == 32
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_a_run_appends_one_record_per_batch_size(tmp_path, tiny_model):
     out = tmp_path / "speed.json"
     proc = subprocess.run([sys.executable, str(REPO / "bench/embed_speed.py"), "--model", str(tiny_model),

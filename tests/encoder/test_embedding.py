@@ -118,6 +118,7 @@ def kernel_levels() -> list[str]:
     return ["default", *(level for level, ok in supported.items() if ok)]
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 @pytest.mark.skipif(not torch.cpu._is_avx2_supported(), reason="the pinned kernels need AVX2")
 def test_the_embed_stage_writes_the_same_bytes_under_every_kernel_level_and_thread_count(tmp_path, tiny_model,
                                                                                         token_cache):
@@ -145,6 +146,7 @@ def last_line_only_error(stderr: str) -> str:
     return stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_two_processes_write_the_bytes_one_process_writes(tmp_path, tiny_model, token_cache):
     """Batches of 2 make 3 batches of the 5 labels and 1 of the 2 test inputs: the last round of a
     2-process group leaves rank 1 idle. MLflow's `embed/processes` shows the group really ran."""

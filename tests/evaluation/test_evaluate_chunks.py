@@ -1,6 +1,8 @@
 """The evaluate stage streams the test queries in chunks: on a real dataset (FOLDOC), with the exact and the
 HNSW backend, RAE over every input key or over half of them merged (with the prior), chunks of 7 queries (not a
-divisor of the test set's 2,057) write exactly what one chunk holding every query writes, element by element."""
+divisor of the test set's 2,057) write exactly what one chunk holding every query writes, element by element
+(slow: FOLDOC embedded and evaluated by real stage processes). The default run checks how many queries a chunk
+holds when the stage is not told."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from ruamel.yaml import YAML
 
 from raexmc.data.catalogue import catalogue, catalogue_dir
@@ -20,12 +23,11 @@ from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
+from raexmc.evaluation.evaluator import chunk_queries
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
 from tests.helpers import REPO
-
-pytestmark = pytest.mark.slow
 
 MEMORIES = ((1.0, False), (0.5, True))  # (memory.keep, memory.prior)
 OUTPUTS = ("metrics.json", "per_instance.npz", "lambda_sweep.json", "b_sweep.json", "segments_f1.json",
@@ -71,6 +73,18 @@ def evaluate(root, backend: str, keep: float, chunk: int):
     return out
 
 
+def test_a_chunk_holds_the_queries_whose_label_scores_fit_the_budget_and_at_least_one():
+    """Worked by hand: 4 training inputs with 8 labels in all (2 each) and b 200 give each query up to
+    200 x (1 + 2) = 600 label scores of 48 bytes, 28,800 bytes; 256 MiB hold 9,320 such queries, capped at 8,192
+    a chunk; half of it (two workers) 4,660; a budget below one query still takes one."""
+    Y_train = sp.csr_matrix(np.ones((4, 2)))
+    assert chunk_queries(Y_train, 200) == 8192
+    assert chunk_queries(Y_train, 200, (256 << 20) // 2) == 4660
+    assert chunk_queries(Y_train, 200, 28_799) == 1
+    assert chunk_queries(sp.csr_matrix((0, 5)), 10, 480 * 3) == 3, "no training input: one score per key"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "keep"), [("exact", 1.0), ("hnsw", 1.0), ("hnsw", 0.5)])
 def test_chunks_of_7_queries_write_what_one_chunk_writes(foldoc_run, backend, keep):
     n = Dataset(foldoc_run / "foldoc").stats["N_test"]
@@ -94,6 +108,7 @@ def test_chunks_of_7_queries_write_what_one_chunk_writes(foldoc_run, backend, ke
         assert (whole / name).read_bytes() == (chunked / name).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_a_split_retrieval_in_chunks_writes_what_one_chunk_writes(foldoc_run):
     """The tune stage's choice turned to a split retrieval at label share 0.25: chunks of 7 queries write what
     one chunk writes, and each b of the sweep takes its own share of input keys (by hand: b = 10 takes 3 label

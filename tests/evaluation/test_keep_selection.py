@@ -98,6 +98,7 @@ def poison_test_split(tmp_path, Y):
     np.save(tmp_path / "emb" / "test.npy", test)
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_curve(tmp_path):
     X, Z, Y, _ = toy()
     write_training_split(tmp_path, X, Z, Y)  # no test split at all: the stage must not need one
@@ -130,6 +131,7 @@ def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_c
     assert {name: (tmp_path / "tune" / name).read_bytes() for name in written} == written, "the test split moved it"
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_the_chosen_keep_is_what_a_numeric_keep_chooses_there(tmp_path):
     """The choice at keep auto is the selection a run at memory.keep 0.25 writes, plus the keep and its curve;
     a numeric keep's selection.json has no keep fields, and its memory_choice.json holds that number."""
@@ -186,6 +188,7 @@ def test_a_keep_chosen_at_the_grids_largest_point_widens_it_by_doubling_at_most_
     assert chosen["keep"] == 1.0 and retrieval.input_keys == 30
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_the_memory_stage_builds_the_chosen_keep(tmp_path):
     """With keep auto the memory stage builds the keep in the tune stage's memory_choice.json (of all 40 inputs:
     10 keys); without that file it refuses in one line naming memory.keep, and writes nothing."""

@@ -120,6 +120,7 @@ def evaluate_tiny(tmp_path, *options):
                  tmp_path / "tune", "--memory", tmp_path / "memory", "--out", tmp_path / "eval", *options)
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_the_evaluate_stage_records_the_pair_it_used(tmp_path):
     """A `local` dataset named `tiny` read from a folder named LF-AmazonTitles-131K: the Amazon pair, said on
     stderr, written to metrics.json and logged to the MLflow run."""

@@ -93,6 +93,7 @@ def memory_stage(tmp_path, params, *extra):
                            "--params", str(params), *extra], capture_output=True, text=True, cwd=tmp_path)
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_auto_prototypes_choose_alpha_on_validation_alone_and_the_memory_stage_builds_it(tmp_path):
     X, Z, Y = toy()
     write_training_split(tmp_path, X, Z, Y)  # no test split at all: the stage must not need one

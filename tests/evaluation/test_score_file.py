@@ -43,6 +43,7 @@ def stage_run(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_the_evaluate_stage_writes_a_top_k_float32_csr_per_method_without_filtered_pairs(stage_run):
     for method in METHODS:
         matrix = sp.load_npz(stage_run / "scores" / f"{method}.npz")

@@ -1,6 +1,7 @@
 """The MLflow UI's compare view puts two pipeline runs side by side: a real `mlflow ui` on
-127.0.0.1 against a project store, read by headless Chromium (Debian's chromium package, which
-`scripts/setup.sh --test` installs). The screenshot is kept in the test's output folder."""
+127.0.0.1 against a project store, asked over its REST API (what the view reads) and, in the slow test, read by
+headless Chromium (Debian's chromium package, which `scripts/setup.sh --test` installs). The screenshot is kept
+in the test's output folder."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import shutil
 import subprocess
 import sys
 import urllib.parse
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,6 @@ from mlflow.tracking import MlflowClient
 from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
 from tests.helpers import local_server
 
-pytestmark = pytest.mark.slow
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                  "--disable-background-networking", "--hide-scrollbars", "--virtual-time-budget=20000",
                  "--window-size=1600,2400"]
@@ -31,19 +33,27 @@ def log_pipeline_run(project: Path, exp_name: str, lam: float, p_at_1: float, mo
         return run.run_id
 
 
+RUNS = {"sweep-lambda-0.3": (0.3, 41.37), "sweep-lambda-0.7": (0.7, 63.52)}  # experiment: (λ, P@1)
+
+
 @pytest.fixture
-def ui(tmp_path, monkeypatch):
-    """Two experiments' runs in a project store, and `mlflow ui` serving it on a free port."""
+def ui(tmp_path, monkeypatch) -> Iterator[tuple[str, dict[str, str]]]:
+    """Two experiments' runs in a project store, and `mlflow ui` serving it on a free port:
+    (its base URL, {experiment name: run id})."""
     project = tmp_path / "project"
     (project / ".dvc").mkdir(parents=True)
     monkeypatch.chdir(project)
-    runs = [log_pipeline_run(project, "sweep-lambda-0.3", 0.3, 41.37, monkeypatch),
-            log_pipeline_run(project, "sweep-lambda-0.7", 0.7, 63.52, monkeypatch)]
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(), "--host", "127.0.0.1"]
+    runs = {name: log_pipeline_run(project, name, lam, p_at_1, monkeypatch) for name, (lam, p_at_1) in RUNS.items()}
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(), "--host", "127.0.0.1",
+               "--workers", "1"]  # one server process, not its default four, each importing MLflow's server
     with local_server(lambda port: [*command, "--port", str(port)], "/health") as base:
-        experiment = MlflowClient(tracking_uri()).get_experiment_by_name(EXPERIMENT).experiment_id
-        query = urllib.parse.urlencode({"runs": json.dumps(runs), "experiments": json.dumps([experiment])})
-        yield f"{base}/#/compare-runs?{query}"
+        yield base, runs
+
+
+def compare_view(base: str, runs: dict[str, str]) -> str:
+    experiment = MlflowClient(tracking_uri()).get_experiment_by_name(EXPERIMENT).experiment_id
+    query = urllib.parse.urlencode({"runs": json.dumps(list(runs.values())), "experiments": json.dumps([experiment])})
+    return f"{base}/#/compare-runs?{query}"
 
 
 def browser(*args: str, profile: Path) -> subprocess.CompletedProcess:
@@ -53,11 +63,24 @@ def browser(*args: str, profile: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=180)
 
 
+def test_the_ui_serves_each_run_under_its_experiments_name_with_its_p_at_1(ui):
+    """The REST call the compare view makes for each run it shows (no browser: seconds, in the default run)."""
+    base, runs = ui
+    for name, run_id in runs.items():
+        with urllib.request.urlopen(f"{base}/ajax-api/2.0/mlflow/runs/get?run_id={run_id}", timeout=30) as answer:
+            run = json.load(answer)["run"]
+        assert run["info"]["run_name"] == name
+        metrics = {metric["key"]: metric["value"] for metric in run["data"]["metrics"]}
+        assert metrics["evaluate/rae.P_at_1"] == RUNS[name][1]
+
+
+@pytest.mark.slow
 def test_compare_view_shows_both_runs_p_at_1(ui, tmp_path):
-    page = browser("--dump-dom", ui, profile=tmp_path / "profile").stdout
+    view = compare_view(*ui)
+    page = browser("--dump-dom", view, profile=tmp_path / "profile").stdout
     assert "Comparing 2 Runs" in page
     assert "sweep-lambda-0.3" in page and "sweep-lambda-0.7" in page
     assert "evaluate/rae.P_at_1" in page and "41.37" in page and "63.52" in page
     screenshot = tmp_path / "mlflow-compare.png"
-    browser(f"--screenshot={screenshot}", ui, profile=tmp_path / "profile")
+    browser(f"--screenshot={screenshot}", view, profile=tmp_path / "profile")
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000

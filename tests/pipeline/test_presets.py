@@ -3,8 +3,10 @@ says in one line what a run needs that this machine lacks (the encoder's weights
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,8 +18,8 @@ from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import weights_on_disk
 from raexmc.errors import ConfigError
 from raexmc.pipeline.presets import preset_values, presets_path
-from raexmc.settings import Settings, read_mapping
-from tests.helpers import REPO, make_lf_folder
+from raexmc.settings import Settings, load_settings, read_mapping
+from tests.helpers import REPO, add_wheel, make_lf_folder
 
 # The paper's tables (RAE-XMC, Appendix; /work/shared/design.md "The paper's hyper-parameters"), typed in here,
 # not read from params.yaml: per dataset max_len, batch per GPU (of 8), LR, max_steps, hnm_steps, hnm_topk, λ.
@@ -68,6 +70,40 @@ def test_paper_inference_is_the_papers_fixed_inference_on_any_dataset(tmp_path):
     assert printed.splitlines()[0] == "# missing here: nothing"
     assert settings(printed) == {"infer.lambda": 0.5, "infer.tau": 0.04, "infer.retrieval": "joint", "infer.b": 200,
                                  "memory.keep": 1.0}
+
+
+def test_the_gpu_quick_start_installs_a_cuda_torch_and_trains_the_papers_batch_on_one_gpu(tmp_path):
+    """docs/gpu.md's one command: its TORCH_SPEC, given to pip against a local index shaped like PyPI (whose torch
+    2.13.0 is the CUDA build), resolves to that build with its nvidia packages; its preset runs the paper's global
+    batch (8 x 896, typed in from the paper) in one process, with gradient caching on auto to fit it."""
+    text = (REPO / "docs/gpu.md").read_text()
+    block = text[text.index("<!-- gpu-quick-start"):]
+    start = block.index("```bash\n") + len("```bash\n")
+    line = block[start:block.index("\n```", start)]
+    torch_spec = re.search(r'TORCH_SPEC="([^"]+)" \./scripts/setup\.sh', line).group(1)
+    preset_args = shlex.split(re.search(r'eval "\$\(raexmc preset ([^)]+)\)"', line).group(1))
+    assert "--index-url https://pypi.org/simple" in torch_spec
+    pypi = tmp_path / "pypi"
+    add_wheel(pypi, "torch", "2.13.0", ("nvidia-cublas==1.0",))
+    add_wheel(pypi, "nvidia-cublas", "1.0")
+    report = tmp_path / "report.json"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed", "--quiet",
+                    "--no-cache-dir", *shlex.split(torch_spec.replace("https://pypi.org/simple", pypi.as_uri())),
+                    "--report", str(report)], check=True, capture_output=True, text=True)
+    installs = {item["metadata"]["name"]: item["metadata"]["version"]
+                for item in json.loads(report.read_text())["install"]}
+    assert installs == {"torch": "2.13.0", "nvidia-cublas": "1.0"}
+    got = settings(preset(preset_args[0], tmp_path, *preset_args[1:]))
+    assert (got["train.nproc"], got["train.batch_size"]) == (1, 8 * PAPER["LF-AmazonTitles-131K"][1])
+    assert load_settings(REPO / "params.yaml").train.grad_cache_chunk == "auto"
+
+
+@pytest.mark.parametrize("gpus", ["0", "3"])
+def test_gpus_that_cannot_share_the_batch_are_one_line(gpus, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "preset", "LF-AmazonTitles-131K", "--gpus", gpus,
+                           "--params", str(REPO / "params.yaml")], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "presets.yaml:LF-AmazonTitles-131K" in proc.stderr and f"got {gpus}" in proc.stderr
 
 
 def hf_cache_holding(cache, repo_id, model_folder):

@@ -7,26 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 from raexmc.pipeline.serving import CPU_TORCH_INDEX, pinned_requirements
-
-
-def add_wheel(index: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
-    """A minimal pure-Python wheel of `name` `version` in `index`/<name>/, listed in that folder's index.html: the
-    layout of a simple index (PEP 503), which pip reads from file:// as from https://."""
-    dist = f"{name.replace('-', '_')}-{version}"
-    (index / name).mkdir(parents=True, exist_ok=True)
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
-    with zipfile.ZipFile(index / name / f"{dist}-py3-none-any.whl", "w") as wheel:
-        wheel.writestr(f"{dist}.dist-info/METADATA", metadata)
-        wheel.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                                  "Tag: py3-none-any\n")
-        wheel.writestr(f"{dist}.dist-info/RECORD", "")
-    links = "".join(f'<a href="{path.name}">{path.name}</a>\n' for path in sorted((index / name).glob("*.whl")))
-    (index / name / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+from tests.helpers import add_wheel
 
 
 def resolved(requirements: list[str], pypi: Path, cpu: Path, folder: Path) -> dict[str, str]:

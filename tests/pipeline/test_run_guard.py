@@ -67,6 +67,7 @@ def stage_process(folder, seconds: float, name: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_a_second_stage_in_one_working_copy_is_refused_but_not_one_in_a_copy(project, tmp_path):
     write_params(project, **{"data.name": "tiny"})
     first = stage_process(project, 60, "train")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from mlflow.tracking import MlflowClient
 
 from raexmc.pipeline.headline import HEADLINE_METRICS
@@ -64,6 +65,7 @@ def test_the_run_logs_of_each_t_test_its_mean_difference_interval_and_log10_p_on
     assert json.loads((tmp_path / "significance.json").read_text())["rae_vs_knn"]["P@1"] == TEST, "the file keeps all"
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_the_run_carries_its_commit_under_mlflows_key_and_its_dataset_once(tmp_path):
     root = project(tmp_path)
     track(root)

@@ -157,6 +157,7 @@ with stage_run("download") as run:
 """
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_experiments_started_together_on_a_new_store_all_log(project, monkeypatch):
     """Queue workers of a first sweep open a store that does not exist yet at the same moment: MLflow's
     table creation and the experiment's creation must each happen once, not fail all but one."""

@@ -52,20 +52,22 @@ LABEL_TITLES = ["python", "perl", "unix", "linux", "compiler"]  # tests/helpers.
 
 
 def build_pipeline(root: Path, lf_folder: Path, tiny_model: Path, backend: str,
-                   input_fields: str = "title+content") -> Path:
-    """artifacts/tiny/{model,tokens,embeddings,index,memory,predictor} the way the stages write them."""
+                   input_fields: str = "title+content", precision: str = "fp32") -> Path:
+    """artifacts/tiny/{model,tokens,embeddings,index,memory,predictor} the way the stages write them, embedded at
+    `precision` (embed.precision)."""
     build_dataset("tiny", {"source": "local", "path": str(lf_folder)}, root / "data" / "tiny", "")
     dataset, folder = Dataset(root / "data" / "tiny"), root / "artifacts" / "tiny"
     shutil.copytree(tiny_model, folder / "model")
     build_token_cache(dataset, load_tokenizer(str(tiny_model)), "tiny", folder / "tokens", 16, 8, input_fields, "title")
     model, cache = load_encoder(str(tiny_model)), TokenCache(folder / "tokens")
     (folder / "embeddings").mkdir()
+    encoder = TextEncoder(model, "cpu", precision)
     for split in ("train", "labels", "test"):
-        embed_split(TextEncoder(model, "cpu", "fp32"), cache, split, folder / "embeddings" / f"{split}.npy", 4)
+        embed_split(encoder, cache, split, folder / "embeddings" / f"{split}.npy", 4)
     build_memory_indexes(folder / "embeddings", folder / "index", backend, M=8, ef_construction=50)
     build_input_memory(load_embeddings(folder / "embeddings", "train"), None, MemorySettings(1.0, "kmeans", False, 0),
                        folder / "memory", backend)
-    package(folder, input_fields=input_fields)
+    package(folder, input_fields=input_fields, precision=precision)
     return folder
 
 
@@ -275,6 +277,23 @@ def test_a_model_encodes_queries_at_the_precision_its_keys_were_embedded_at(buil
         package(built, precision=precision)
         assert json.loads((built / "predictor" / "settings.json").read_text())["precision"] == precision
         assert predictor_of(built).encoder.precision == precision
+
+
+def test_an_int8_model_encodes_queries_as_the_int8_embed_stage_did(tmp_path, lf_folder, tiny_model):
+    """embed.precision int8: the packaged model encodes a query text to the vector the embed stage's int8 encoder
+    wrote for it (the same quantised model, one text per call), so predict ranks as the evaluate path does; and
+    that vector is int8's, not fp32's."""
+    built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", precision="int8")
+    model = predictor_of(built)
+    assert model.encoder.precision == "int8"
+    cached = np.asarray(load_embeddings(built / "embeddings", "test"))[0]
+    np.testing.assert_allclose(model.encoder.embed_texts([JYTHON])[0], cached, rtol=0, atol=1e-6)
+    fp32 = TextEncoder.load(built / "model", "cpu", "fp32", 16).embed_texts([JYTHON])[0]
+    assert np.abs(fp32 - cached).max() > 1e-4
+    results, _ = model.predict([JYTHON], k=3)
+    labels, scores = expected_top3_of_first_test_input(built)
+    assert [label["label"] for label in results[0]] == list(labels)
+    assert [label["score"] for label in results[0]] == pytest.approx(list(scores), abs=1e-4)
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from raexmc.encoder.model import load_tokenizer, tokenizer_fingerprint
@@ -35,6 +36,7 @@ def test_the_model_has_the_asked_shape_loads_through_raexmc_and_tokenizes_as_min
     assert hidden.shape == (2, batch["input_ids"].shape[1], 48)
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_defaults_are_64_wide_2_layers_and_a_seed_fixes_the_weights(tmp_path):
     for name in ("a", "b"):
         assert make(tmp_path / name).returncode == 0

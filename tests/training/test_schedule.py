@@ -91,6 +91,7 @@ def test_a_bad_schedule_value_names_the_key(key, value):
     assert error.value.one_line().startswith(f"ConfigError: some/params.yaml:train.{key}: ")
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(tiny_model, tmp_path):
     """A real fine-tuning run of the stage on 5,000 synthetic inputs with schedule: auto and max_steps chosen
     (4, to keep it short): batch 64 and lr 1e-4 x sqrt(2) (by hand, above), warm-up round(0.4) = 0, mining every

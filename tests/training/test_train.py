@@ -220,6 +220,7 @@ shutdown(ctx)
 """
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_two_process_gloo_training_keeps_ranks_identical(tiny, tiny_model, tmp_path):
     dataset, cache = tiny
     (tmp_path / "worker.py").write_text(WORKER)
@@ -341,6 +342,7 @@ def assert_same_gradients(got: dict, expected: dict, what: str) -> None:
                                    msg=lambda m: f"{what}, grad {name}: {m}")
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_two_processes_take_the_step_of_one_process_on_the_same_global_batch(one_step):
     reference = one_step[(1, 0, 0)]
     assert reference["norm"] > 10 * 0.01, "clipping must bite for the weights to test it"
@@ -350,6 +352,7 @@ def test_two_processes_take_the_step_of_one_process_on_the_same_global_batch(one
         assert torch.equal(weight, one_step[(2, 0, 1)]["weights"][name]), f"ranks differ in {name}"
 
 
+@pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_gradient_caching_takes_the_plain_step_in_one_process_and_in_two(one_step):
     reference = one_step[(1, 0, 0)]
     assert_same_step(one_step[(1, CHUNK, 0)], reference, "1 process, gradient caching")

@@ -35,11 +35,14 @@ def _cpu_has_bf16() -> bool:
 
 
 def resolve_precision(precision: str, device: str, path: str | os.PathLike | None = None,
-                      key: str | None = None) -> str:
+                      key: str | None = None, choices: tuple[str, ...] = PRECISIONS) -> str:
     """'auto' -> bf16 where the hardware runs it natively, else fp32; ConfigError naming `path` and `key` for a
-    name that is no precision."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision '{precision}' is not one of {', '.join(PRECISIONS)}", path, key)
+    name that is not one of `choices`, and for int8 on a GPU."""
+    if precision not in choices:
+        raise ConfigError(f"precision '{precision}' is not one of {', '.join(choices)}", path, key)
+    if precision == "int8" and device != "cpu":
+        raise ConfigError(f"precision 'int8' runs on the CPU only, the device is {device}: set the device to cpu",
+                          path, key)
     if precision != "auto":
         return precision
     if device.startswith("cuda"):

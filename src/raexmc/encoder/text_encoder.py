@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..settings import EMBED_PRECISIONS
 from .device import autocast, resolve_precision
 from .layout import write_sentence_config
 from .model import load_tokenizer
@@ -39,7 +40,9 @@ class TextEncoder:
     """Unit vectors of token rows (those of the token cache) or of raw texts (tokenised as the cache does).
 
     `model` is the nn.Module training moves and saves; `device` and `precision` are resolved names (cpu,
-    cuda:N; fp32, bf16, fp16). Raw texts need `tokenizer` and `max_len`; token rows need neither."""
+    cuda:N; fp32, bf16, fp16, int8). At int8, `embed` runs the model quantised by ONNX Runtime on the CPU
+    (encoder/int8.py); `encode`, training's, stays the fp32 module. Raw texts need `tokenizer` and `max_len`;
+    token rows need neither."""
 
     def __init__(self, model: SentenceEncoder, device: str, precision: str, tokenizer=None,
                  max_len: int | None = None):
@@ -48,16 +51,22 @@ class TextEncoder:
         self.model, self.device, self.precision = model, device, precision
         self.tokenizer, self.max_len = tokenizer, max_len
         self._tokenize = None if max_len is None else RightPaddedTokenizer(tokenizer, max_len)
+        self._int8 = None
+        if precision == "int8":
+            from .int8 import Int8Encoder, quantized_bytes  # imports onnxruntime: only an int8 encoder needs it
+
+            self._int8 = Int8Encoder(quantized_bytes(model))
 
     @classmethod
     def load(cls, name: str | os.PathLike, device: str, precision: str = "auto", max_len: int | None = None,
              stage_output: bool = False) -> TextEncoder:
         """The encoder of `name` (a hub name or folder) on `device` (a torch device name), its tokenizer loaded
         first (one that cannot load fails before the model does); `precision` may be auto (resolved for the
-        device); `stage_output` as in model.load_checked."""
+        device) or int8 (CPU only); `stage_output` as in model.load_checked."""
+        precision = resolve_precision(precision, device, choices=EMBED_PRECISIONS)
         tokenizer = load_tokenizer(str(name), stage_output)
         model = load_encoder(str(name), device, stage_output)
-        return cls(model, device, resolve_precision(precision, device), tokenizer, max_len)
+        return cls(model, device, precision, tokenizer, max_len)
 
     @property
     def dim(self) -> int:
@@ -88,6 +97,8 @@ class TextEncoder:
 
     def embed(self, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Vectors (float32, L2-normalised) of the given rows of a token array, without gradients."""
+        if self._int8 is not None:
+            return self._int8(*batch_tensors(ids, lengths, rows, self.device))
         with torch.inference_mode():
             return self.encode(ids, lengths, rows).cpu().numpy()
 

@@ -58,6 +58,19 @@ def batch_note(values: dict[str, Any]) -> str:
             f"on G GPUs: train.nproc=G train.batch_size={total}/G")
 
 
+def on_gpus(values: dict[str, Any], gpus: int, path: Path, name: str) -> dict[str, Any]:
+    """The preset on `gpus` GPUs with the paper's global batch: train.nproc = gpus, train.batch_size = the global
+    batch / gpus (gradient caching, train.grad_cache_chunk auto, fits each process's batch into its GPU's memory)."""
+    per_gpu, nproc = values.get("train.batch_size"), values.get("train.nproc")
+    if per_gpu is None or nproc is None:
+        raise ConfigError("--gpus needs a preset that trains (train.nproc and train.batch_size)", path, name)
+    total = per_gpu * nproc
+    if gpus < 1 or total % gpus:
+        raise ConfigError(f"--gpus must be a whole number >= 1 that divides the global batch {total:,}, got {gpus}",
+                          path, name)
+    return {**values, "train.nproc": gpus, "train.batch_size": total // gpus}
+
+
 def missing(values: dict[str, Any], params_path: Path, data_dir: Path) -> list[str]:
     """What a run of the preset needs that is not here: the encoder's weights (a local folder, or the
     Hugging Face cache: looked up on disk, never on the network) and the dataset under `data_dir` (with a word

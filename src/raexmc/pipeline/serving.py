@@ -41,10 +41,10 @@ DEFAULT_K = 10
 MAX_RECORDS = 1000
 # PyTorch's index of CPU-only wheels (torch 2.13.0+cpu and its kin), which PyPI does not serve.
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-# What the model's code imports (faiss: a compressed memory; pydantic and ruamel.yaml: raexmc.settings), beyond what
-# these bring
-REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "numpy", "scipy", "pandas", "mlflow", "pydantic",
-                "ruamel.yaml")
+# What the model's code imports (faiss: a compressed memory; onnx, onnxruntime: an int8 encoder; pydantic and
+# ruamel.yaml: raexmc.settings), beyond what these bring
+REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "onnx", "onnxruntime", "numpy", "scipy", "pandas",
+                "mlflow", "pydantic", "ruamel.yaml")
 # one label of an answer (RaeModel.label_answer): its id is its dataset's, a string, a number or null
 LABEL = Object([Property("label", "long"), Property("id", AnyType()), Property("text", "string"),
                 Property("score", "double")])

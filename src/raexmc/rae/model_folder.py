@@ -34,7 +34,7 @@ from ..memory.keys_values import KEYS_FILE
 from ..memory.merge import JointSearch, recorded_retrieval
 from ..memory.persistence import load_index, save_index
 from ..memory.prior import log_prior
-from ..settings import AtLeast1, Positive, Precision, Share, TextFields, record_value
+from ..settings import AtLeast1, EmbedPrecision, Positive, Share, TextFields, record_value
 from .model import RaeModel, RaeSettings
 from .model_card import model_card
 from .query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
@@ -118,7 +118,9 @@ def load_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0)
 
         transformers_logging.disable_progress_bar()  # `raexmc predict` errors stay one line on stderr
         # the precision the memory's keys were embedded at, so that queries are encoded as the keys were
-        encoder = TextEncoder.load(folder / ENCODER_FOLDER, device, settings["precision"] or "auto",
+        # (int8 is ONNX Runtime's on the CPU, whatever device the caller asked for)
+        encoder = TextEncoder.load(folder / ENCODER_FOLDER, "cpu" if settings["precision"] == "int8" else device,
+                                   settings["precision"] or "auto",
                                    settings["input_max_len"], stage_output=True)
     rae = RaeSettings(lam, settings["tau"], settings["b"], settings["retrieval"])
     return RaeModel(values, rae, log_counts, _load_search(folder, values.shape, settings["ef_search"], threads),
@@ -166,7 +168,7 @@ def read_settings(path: Path) -> dict[str, Any]:
                 "tau": value("tau", Positive), "b": value("b", AtLeast1), "ef_search": value("ef_search", AtLeast1),
                 "prior": value("prior", bool), "input_fields": value("input_fields", TextFields),
                 "input_max_len": value("input_max_len", AtLeast1 | None),  # null: no encoder
-                "precision": value("precision", Precision | None), "about": value("about", dict[str, Any])}
+                "precision": value("precision", EmbedPrecision | None), "about": value("about", dict[str, Any])}
     settings["retrieval"] = recorded_retrieval(value("retrieval", Any), value("label_share", Any), path, RERUN)
     return settings
 
