@@ -21,8 +21,10 @@
 #            pre-trained weights to fp16 changes those in fp16's normal range (all but 23,331 of 22.7M)
 #            by at most 2^-11 relative; the smaller ones become subnormal and lose more (15 become 0;
 #            the largest absolute change of any weight is 9.8e-4).
-# Sourcing it again on the same machine refreshes the install. Everything goes to /tmp/site, which is put on PYTHONPATH together with src/.
+# Everything goes to /tmp/site, which is put on PYTHONPATH together with src/. Sourcing it again on the same machine
+# reuses that install (so scripts that run side by side can each source it); delete /tmp/site to refresh it.
 SITE=/tmp/site
+if [ -e "$SITE/.installed" ]; then export PYTHONPATH="$SITE:$PWD/src"; return 0; fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
   || return 1
 # hnswlib only where its source is carried: the speed benchmarks (bench/train_speed.py, bench/embed_speed.py) need none.
@@ -46,3 +48,4 @@ save_file({k: v.float() if v.is_floating_point() else v for k, v in tensors.item
 (folder.parent / "__init__.py").write_text("from pathlib import Path\nMODEL_DIR = Path(__file__).resolve().parent / 'model'\n")
 PY
 export PYTHONPATH="$SITE:$PWD/src"
+touch "$SITE/.installed"
