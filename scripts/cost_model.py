@@ -36,10 +36,10 @@ curve); WordNet's and wordnet-hyper's runs (one round, 300 steps) check them. Le
 The GPU column projects the same shapes on one H100 from rates measured there (each names its record):
 embed = (N + T + L) / the embed loop's texts/s; train = the preset's schedule (max_steps x the paper's
 global batch) / the training step's examples/s; tune and evaluate = their exact search on the GPU,
-2·d FLOPs per query and key: Q·(N + L) and T·(N + L) query-key pairs, at a search rate in FLOP/s. No
-record holds a GPU search rate at scale yet, so the search rate is an assumption, labelled so in every
-output: a share of the H100's dense fp16 peak; `bench/gpu/gpu_search.sh` writes the record
-(gpu_search.json) that replaces it. Only encoders measured on an H100 get embed and train figures. On a
+2·d FLOPs per query and key: Q·(N + L) and T·(N + L) query-key pairs, at the FLOP/s of the largest search
+the 1.3M chain's tune stage ran on an H200 (the H100 SXM's tensor cores, more memory bandwidth; 20,000 queries,
+its first block's start included, so a lower bound for a long search). Only encoders measured on an H100 get
+embed and train figures. On a
 GPU the index stage builds no graph (exact search there), and evaluate's scoring stays on the CPU cores.
 
 Peak memory = the stage's base (fitted on the 131K d = 64 run) + the arrays it must hold:
@@ -132,10 +132,7 @@ GPU = "NVIDIA H100 80GB HBM3"
 GPU_EMBED_RECORD = "embed_speed.json"      # the embed loop, batch 1024, every text at 32 tokens
 GPU_TRAIN_RECORD = "train_speed.json"      # the training step at the preset's 896 per GPU, bf16
 GPU_ENCODER_MODELS = {"MiniLM-L6 (384)": "all-MiniLM-L6-v2", "DistilBERT (768)": "distilbert-sized"}
-GPU_SEARCH_RECORD = "gpu_search.json"      # written by bench/gpu/gpu_search.sh; not yet measured
-# NVIDIA H100 SXM5 datasheet: FP16/BF16 tensor core 1,979 TFLOPS with sparsity, so 989.5 dense.
-H100_DENSE_FP16_FLOPS = 989.5e12
-ASSUMED_SEARCH_SHARE = 0.25                # of that peak, for the search until gpu_search.json exists
+GPU_SEARCH_RECORD = "stage_resources_synthetic-LF-AmazonTitles-1.3M_minilm-fine-tuned-gpu.json"  # tune's searches
 PRESET_SCHEDULES = {"131K": (3000, 7168), "1.3M": (40000, 7168)}  # max_steps, the paper's global batch
 
 
@@ -375,8 +372,16 @@ def mean_rate(record: str, key: str, model: str, batch: int) -> float | None:
     return statistics.mean(rows) if rows else None
 
 
+def gpu_search_rate() -> dict:
+    """FLOP/s of the GPU's exact search: 2·d per query and key, over the largest search in its record."""
+    record = json.loads((RESULTS / GPU_SEARCH_RECORD).read_text())
+    search = max((row for row in record["tune_stopped"]["searches_done"] if "keys" in row), key=lambda row: row["keys"])
+    return {"value": 2 * search["dim"] * search["keys"] * search["queries_per_s"], "device": record["card"],
+            "search": search, "record": GPU_SEARCH_RECORD}
+
+
 def gpu_rates() -> dict:
-    """Each rate the GPU projection uses, with its record; the search's is the labelled assumption."""
+    """Each rate the GPU projection uses, with its record."""
     embed = {name: mean_rate(GPU_EMBED_RECORD, "texts_per_s", model, 1024)
              for name, model in GPU_ENCODER_MODELS.items()}
     train = {name: mean_rate(GPU_TRAIN_RECORD, "examples_per_s", model, 896)
@@ -384,11 +389,7 @@ def gpu_rates() -> dict:
     return {"device": GPU,
             "embed_texts_per_s": {"values": {k: v for k, v in embed.items() if v}, "record": GPU_EMBED_RECORD},
             "train_examples_per_s": {"values": {k: v for k, v in train.items() if v}, "record": GPU_TRAIN_RECORD},
-            "search_flops_per_s": {"value": ASSUMED_SEARCH_SHARE * H100_DENSE_FP16_FLOPS, "measured": False,
-                                   "assumption": f"not yet measured: {ASSUMED_SEARCH_SHARE:.0%} of the H100 SXM's "
-                                                 "989.5 TFLOPS dense FP16 tensor peak (NVIDIA's datasheet: 1,979 "
-                                                 "with sparsity)",
-                                   "replaced_by": f"bench/results/{GPU_SEARCH_RECORD} (bench/gpu/gpu_search.sh)"}}
+            "search_flops_per_s": gpu_search_rate()}
 
 
 def gpu_seconds(stage: str, shape_label: str, encoder_name: str, rates: dict) -> float | None:
@@ -415,7 +416,7 @@ def duration(seconds: float) -> str:
 
 
 GPU_SOURCES = {"embed": GPU_EMBED_RECORD, "train (preset)": GPU_TRAIN_RECORD, "index": "", "train (model)": "",
-               "tune": "search: assumed rate, not yet measured", "evaluate": "search: assumed rate, not yet measured"}
+               "tune": f"search: {GPU_SEARCH_RECORD} (H200)", "evaluate": f"search: {GPU_SEARCH_RECORD} (H200)"}
 
 
 def markdown(check_rows: list[dict], projection_rows: list[dict]) -> str:
