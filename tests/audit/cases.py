@@ -464,8 +464,9 @@ def serve_on_corrupt_store(project: Project) -> Outcome:
 
 
 def store_fills_while_logging(project: Project) -> Outcome:
-    """The project's store copied onto a 2 MiB tmpfs that is then filled: the download stage runs, and logging
-    its metrics fails. Its output is whole (renamed into place before the log), so it is not counted as left."""
+    """The project's store copied onto a tmpfs 2 MiB larger than it, which is then filled: the download stage runs,
+    and logging its metrics fails. Its output is whole (renamed into place before the log), so it is not counted as
+    left. The tmpfs grows with the store, which every case before this one logs into."""
     folder = project.fresh("store-fills")
     small = folder / "small"
 
@@ -484,7 +485,7 @@ def store_fills_while_logging(project: Project) -> Outcome:
         for path in small.iterdir():  # the store and its filler: no output of the stage's
             path.unlink()
         return outcome
-    return on_small_tmpfs(small, "2m", run)
+    return on_small_tmpfs(small, f"{(project.root / 'mlflow.db').stat().st_size // 2**20 + 2}m", run)
 
 
 LIMIT_BODIES = {"serve-body-too-large": {"dataframe_records": [{"text": "python " * 160000}]},
@@ -500,7 +501,7 @@ ONE_LINE_FAULT_CASES = [
          output_denied, str(DENIED)),
     Case("store-corrupt-serve", "serve", "raexmc serve with mlflow.db past its header random bytes",
          serve_on_corrupt_store, "mlflow.db"),
-    Case("store-full-logging", "download", "the MLflow store fills its disk while the stage logs (2 MiB tmpfs)",
+    Case("store-full-logging", "download", "the MLflow store fills its disk as the stage logs (a tmpfs 2 MiB over it)",
          store_fills_while_logging, "free some space"),
     Case("serve-body-too-large", "serve", "serve a 1.1 MB body (limit 1 MiB)", None, "--max-body-bytes",
          http_status=413),
