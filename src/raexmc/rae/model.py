@@ -42,6 +42,7 @@ from .scoring import (
     check_lambda,
     check_tau,
     combine_per_query,
+    mixed,
     score_parts,
 )
 from .timing import Timing
@@ -151,12 +152,12 @@ class RaeModel:
         return score_parts(ids, sims, self.values, self.settings.tau, self.settings.b)
 
     def mix(self, parts: Parts, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
-        """The label scores from the score halves of the keys (ids, sims), at λ or at each query's own λ (read
-        off the same keys and halves)."""
+        """The label scores from the score halves of the keys (ids, sims), at λ (RaeSettings checked it) or at
+        each query's own λ (read off the same keys and halves, and checked)."""
         lam = self.settings.lam
         if self.settings.per_query:
-            lam = lam.lambdas(ids, sims, self.values, parts)
-        return combine_per_query(parts, lam)
+            return combine_per_query(parts, lam.lambdas(ids, sims, self.values, parts))
+        return mixed(parts, lam)
 
     def scores(self, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
         """CSR (queries, labels) label scores of RAE's keys (as `keys` or `retrieve` return them)."""
