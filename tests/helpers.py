@@ -89,33 +89,47 @@ def dvc(*args, cwd, check=True, env=None):
     return sh(sys.executable, "-m", "dvc", *args, cwd=cwd, check=check, env=env)
 
 
-def set_params(repo: Path, **updates) -> None:
-    """Apply `updates` (dotted keys) to the project's files: `datasets.<name>[.<key>]` to datasets/<name>.yaml,
-    `presets.<key>` to presets.yaml, any other key to params.yaml."""
+def set_in_files(repo: Path, updates: list[tuple[Path, tuple[str, ...], object]]) -> None:
+    """Set each (YAML file relative to `repo`, key path, value) of `updates`, keeping the rest of the file (a new
+    file starts empty); an empty key path makes the value the whole file. The one writer of the project's
+    params and catalogue files in tests."""
     from ruamel.yaml import YAML
 
     yaml = YAML()
     trees: dict[Path, object] = {}
-    for dotted, value in updates.items():
-        parts = dotted.split(".")
-        if parts[0] == "datasets":
-            file, parts = Path("datasets") / f"{parts[1]}.yaml", parts[2:]
-        elif parts[0] == "presets":
-            file, parts = Path("presets.yaml"), parts[1:]
-        else:
-            file = Path("params.yaml")
+    for file, keys, value in updates:
         if file not in trees:
             trees[file] = yaml.load(repo / file) if (repo / file).is_file() else {}
-        if not parts:
+        if not keys:
             trees[file] = value
             continue
         node = trees[file]
-        for key in parts[:-1]:
+        for key in keys[:-1]:
             node = node.setdefault(key, {})
-        node[parts[-1]] = value
+        node[keys[-1]] = value
     for file, tree in trees.items():
         (repo / file).parent.mkdir(parents=True, exist_ok=True)
         yaml.dump(tree, repo / file)
+
+
+def dataset_file(name: str) -> Path:
+    """Where a project keeps catalogue entry `name` (dots and all), relative to its root."""
+    return Path("datasets") / f"{name}.yaml"
+
+
+def set_params(repo: Path, **updates) -> None:
+    """Apply `updates` (dotted keys) to the project's files: `datasets.<name>[.<key>]` to datasets/<name>.yaml,
+    `presets.<key>` to presets.yaml, any other key to params.yaml (a name with dots: set_dataset)."""
+    routed = []
+    for dotted, value in updates.items():
+        first, *keys = dotted.split(".")
+        if first == "datasets":
+            routed.append((dataset_file(keys[0]), tuple(keys[1:]), value))
+        elif first == "presets":
+            routed.append((Path("presets.yaml"), tuple(keys), value))
+        else:
+            routed.append((Path("params.yaml"), (first, *keys), value))
+    set_in_files(repo, routed)
 
 
 def write_params(folder: Path, **updates) -> Path:
@@ -127,12 +141,8 @@ def write_params(folder: Path, **updates) -> Path:
 
 
 def set_dataset(folder: Path, name: str, entry: dict) -> None:
-    """Catalogue entry `name` (dots and all) of the project (or params file's folder) `folder`: its file
-    datasets/<name>.yaml."""
-    from ruamel.yaml import YAML
-
-    (folder / "datasets").mkdir(exist_ok=True)
-    YAML().dump(entry, folder / "datasets" / f"{name}.yaml")
+    """Catalogue entry `name` (dots and all) of the project (or params file's folder) `folder`, whole."""
+    set_in_files(folder, [(dataset_file(name), (), entry)])
 
 
 def commit_all(repo: Path, message: str) -> None:

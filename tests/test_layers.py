@@ -1,8 +1,9 @@
-"""No raexmc module imports from a layer above its own, with the layers as raexmc.LAYERS writes them.
+"""No raexmc module imports from a layer above its own, with the layers as raexmc.LAYERS writes them, and no
+modules import each other in a circle, within a layer too.
 
 Every import statement counts, wherever it stands (inside functions, under TYPE_CHECKING): a lazy
-import is a dependency too. The package itself (`import raexmc`, whose __init__ holds LAYERS and
-imports its public names only when a caller reads them) may be imported from anywhere.
+import is a dependency too, so a circle cannot hide in a function. The package itself (`import raexmc`, whose
+__init__ holds LAYERS and imports its public names only when a caller reads them) may be imported from anywhere.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ def layer_of(name: str, layers: Layers) -> int | None:
 def layering_errors(src: Path, package: str, layers: Layers) -> list[str]:
     """One line per module in no layer and per import that goes up the layers."""
     errors = []
-    for path in sorted((src / package).rglob("*.py")):
-        parts = path.relative_to(src).with_suffix("").parts
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for module, path in module_files(src, package).items():
         if module == package:
             continue
         own = layer_of(module, layers)
@@ -40,6 +39,55 @@ def layering_errors(src: Path, package: str, layers: Layers) -> list[str]:
             if target is not None and target < own:
                 errors.append(f"{module} ({', '.join(layers[own])}) imports {name} ({', '.join(layers[target])})")
     return errors
+
+
+def module_files(src: Path, package: str) -> dict[str, Path]:
+    """{dotted module name: file} of every module of `package` under `src` (a package by its __init__)."""
+    modules = {}
+    for path in sorted((src / package).rglob("*.py")):
+        parts = path.relative_to(src).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def import_circles(src: Path, package: str) -> list[list[str]]:
+    """The modules of `package` that import each other in a circle (through any import statement, wherever it
+    stands), one sorted list per circle; the package itself counts as no module (see the docstring above)."""
+    modules = module_files(src, package)
+    imports = {module: {name for name in imported_names(path, module) if name in modules and name != package}
+               for module, path in modules.items()}
+    reaches = {}
+    for start in modules:
+        seen, pending = set(), list(imports[start])
+        while pending:
+            module = pending.pop()
+            if module not in seen:
+                seen.add(module)
+                pending.extend(imports[module])
+        reaches[start] = seen
+    circles = {tuple(sorted(other for other in reaches[module] if module in reaches[other]))
+               for module in modules if module in reaches[module]}
+    return sorted(list(circle) for circle in circles)
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    assert not import_circles(SRC, "raexmc")
+
+
+def test_a_circle_is_caught_where_a_lazy_import_hides_it(tmp_path):
+    """A circle closed by an import inside a function, and one of three modules in one folder, are each found;
+    one module importing another both ways round without a circle (a -> b, c -> b) is not."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "model.py").write_text("import pkg\n\ndef load():\n    from .folder import read\n")
+    (pkg / "folder.py").write_text("from pkg.model import Model\n")
+    (pkg / "plain.py").write_text("from . import model\n")
+    (pkg / "sub" / "a.py").write_text("from .b import x\n")
+    (pkg / "sub" / "b.py").write_text("from . import c\n")
+    (pkg / "sub" / "c.py").write_text("def f():\n    from pkg.sub import a\n")
+    assert import_circles(tmp_path, "pkg") == [["pkg.folder", "pkg.model"], ["pkg.sub.a", "pkg.sub.b", "pkg.sub.c"]]
 
 
 def test_no_module_imports_from_a_layer_above():

@@ -5,8 +5,8 @@ test-set predictions (score_files), and the metrics and tests behind them. Each 
 so `import raexmc` stays cheap: it imports neither torch nor numpy.
 
 One package per concept of the method. Imports flow one way, down LAYERS: a module imports from its
-own layer and the layers below, never from one above (tests/test_layers.py checks every import
-statement, those inside functions included).
+own layer and the layers below, never from one above, and no modules import each other in a circle
+(tests/test_layers.py checks every import statement, those inside functions included).
 """
 
 from importlib import import_module

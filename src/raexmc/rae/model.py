@@ -4,8 +4,8 @@ and its settings λ, τ, b.
 Every caller that turns retrieved keys into label scores goes through `RaeModel`: `raexmc predict`, the served
 model, the evaluate stage's RAE and its λ and b sweeps, the tune stage's validation curve and per-query λ fit,
 and training's validation. A change to how RAE scores lands here, once. `save(dir)` and `RaeModel.load(dir)`
-write and read one self-contained folder (its format: rae/model_folder.py, imported only by them, so that
-training, which scores but never saves a model, does not depend on it).
+write and read one self-contained folder (its format: rae/model_folder.py, which handles the model's parts and
+never imports this module).
 
 The model scores RAE's keys as `keys` (from a search of its input keys and one of its label keys) or `retrieve`
 (from its own search) return them: the retrieval's keys at b, the prior's τ·log n already added to the merged
@@ -30,6 +30,7 @@ from ..data.label_records import LabelRecords
 from ..encoder.tokens import FIELDS, text_of
 from ..memory.merge import JointSearch, RaeRetrieval, rae_keys
 from ..memory.search import Hits
+from .model_folder import read_model, save_model
 from .queries import checked_k
 from .ranking import top_k
 from .scoring import (
@@ -41,6 +42,7 @@ from .scoring import (
     check_lambda,
     check_tau,
     combine_per_query,
+    mixed,
     score_parts,
 )
 from .timing import Timing
@@ -113,15 +115,12 @@ class RaeModel:
     @classmethod
     def load(cls, folder: str | os.PathLike, device: str = "cpu", threads: int = 0) -> RaeModel:
         """The model `save` wrote into `folder` (wherever it has been moved since), its encoder on `device`."""
-        from .model_folder import load_model
-
-        return load_model(folder, device, threads)
+        fields = read_model(folder, device, threads)
+        return cls(settings=RaeSettings(**fields.pop("settings")), **fields)
 
     def save(self, folder: str | os.PathLike) -> None:
         """Write this model, with its encoder, search and labels, into `folder` atomically: a self-contained
         folder (no path inside it points out) with a model card README.md."""
-        from .model_folder import save_model
-
         save_model(self, folder)
 
     @property
@@ -153,12 +152,12 @@ class RaeModel:
         return score_parts(ids, sims, self.values, self.settings.tau, self.settings.b)
 
     def mix(self, parts: Parts, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
-        """The label scores from the score halves of the keys (ids, sims), at λ or at each query's own λ (read
-        off the same keys and halves)."""
+        """The label scores from the score halves of the keys (ids, sims), at λ (RaeSettings checked it) or at
+        each query's own λ (read off the same keys and halves, and checked)."""
         lam = self.settings.lam
         if self.settings.per_query:
-            lam = lam.lambdas(ids, sims, self.values, parts)
-        return combine_per_query(parts, lam)
+            return combine_per_query(parts, lam.lambdas(ids, sims, self.values, parts))
+        return mixed(parts, lam)
 
     def scores(self, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
         """CSR (queries, labels) label scores of RAE's keys (as `keys` or `retrieve` return them)."""

@@ -1,5 +1,6 @@
 """The folder a RaeModel saves to and loads from (RaeModel.save / RaeModel.load), self-contained: no path inside
-it points out of it, so it loads the same after a move to another directory or machine.
+it points out of it, so it loads the same after a move to another directory or machine. It reads and writes the
+model's parts and imports no RaeModel: rae/model.py builds the model from them, so imports go one way.
 
     settings.json        λ, τ, b, retrieval and label share, ef_search, prior, the encoder's text recipe, `about`
     values.npz           V: the input keys' label rows (the label keys' are the identity)
@@ -35,7 +36,6 @@ from ..memory.merge import JointSearch, recorded_retrieval
 from ..memory.persistence import load_index, save_index
 from ..memory.prior import log_prior
 from ..settings import AtLeast1, EmbedPrecision, Positive, Share, TextFields, record_value
-from .model import RaeModel, RaeSettings
 from .model_card import model_card
 from .query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
@@ -46,9 +46,9 @@ CARD_FILE = "README.md"
 RERUN = "rerun the package stage"
 
 
-def save_model(model: RaeModel, folder: str | os.PathLike) -> None:
-    """Write `model` to `folder` atomically, as `load_model` reads it back: its search too, when it has one
-    (exact, HNSW or faiss indexes), its encoder and its labels when it has them."""
+def save_model(model: Any, folder: str | os.PathLike) -> None:
+    """Write `model` (a RaeModel) to `folder` atomically, as `read_model` reads it back: its search too, when it
+    has one (exact, HNSW or faiss indexes), its encoder and its labels when it has them."""
     settings = model.settings
     if settings.b is None:
         raise ValueError("a saved model needs its b (RaeSettings.b): a folder's model retrieves b keys")
@@ -86,9 +86,10 @@ def _save_search(search: JointSearch, folder: Path) -> int:
     return next((part.ef_search for part in parts if hasattr(part, "ef_search")), PAPER_EF_SEARCH)
 
 
-def load_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0) -> RaeModel:
-    """The RaeModel that `save_model` wrote into `folder`, its encoder on `device`; a folder that is not one,
-    or whose parts disagree, is a DataError naming the file (and key) and what to do."""
+def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0) -> dict[str, Any]:
+    """The fields of the RaeModel that `save_model` wrote into `folder` (RaeModel's keyword arguments, "settings"
+    those of its RaeSettings), its encoder on `device`; a folder that is not one, or whose parts disagree, is a
+    DataError naming the file (and key) and what to do."""
     folder = Path(folder)
     if not (folder / SETTINGS_FILE).is_file():
         raise DataError(f"not a RAE model folder (no {SETTINGS_FILE}): {RERUN}", folder)
@@ -122,9 +123,10 @@ def load_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0)
         encoder = TextEncoder.load(folder / ENCODER_FOLDER, "cpu" if settings["precision"] == "int8" else device,
                                    settings["precision"] or "auto",
                                    settings["input_max_len"], stage_output=True)
-    rae = RaeSettings(lam, settings["tau"], settings["b"], settings["retrieval"])
-    return RaeModel(values, rae, log_counts, _load_search(folder, values.shape, settings["ef_search"], threads),
-                    encoder, labels, settings["input_fields"], settings["about"])
+    return {"values": values, "log_counts": log_counts, "encoder": encoder, "labels": labels,
+            "settings": {"lam": lam, "tau": settings["tau"], "b": settings["b"], "retrieval": settings["retrieval"]},
+            "search": _load_search(folder, values.shape, settings["ef_search"], threads),
+            "input_fields": settings["input_fields"], "about": settings["about"]}
 
 
 def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int) -> JointSearch | None:

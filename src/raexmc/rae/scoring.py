@@ -189,15 +189,22 @@ def _nonzero_only(scores: sp.csr_matrix) -> sp.csr_matrix:
     return scores
 
 
-def combine(parts: Parts, lam: float) -> sp.csr_matrix:
-    """lam * knn_part + (1 - lam) * label_part, storing exactly the labels with a nonzero score."""
-    lam = check_lambda(lam)
+def mixed(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
+    """lam * knn_part + (1 - lam) * label_part, storing exactly the labels with a nonzero score, for a lam already
+    checked: a float in [0, 1] (check_lambda, RaeSettings) or one per query (combine_per_query checks them)."""
     knn_part, label_part = _checked_parts(parts)
+    if np.ndim(lam) != 0:
+        return _nonzero_only(sp.csr_matrix(sp.diags(lam) @ knn_part + sp.diags(1.0 - lam) @ label_part))
     if lam == 1.0:
         return _nonzero_only(sp.csr_matrix(knn_part, copy=True))
     if lam == 0.0:
         return _nonzero_only(sp.csr_matrix(label_part, copy=True))
     return _nonzero_only(sp.csr_matrix(lam * knn_part + (1.0 - lam) * label_part))
+
+
+def combine(parts: Parts, lam: float) -> sp.csr_matrix:
+    """lam * knn_part + (1 - lam) * label_part for any lam a caller gives (checked), as `mixed`."""
+    return mixed(parts, check_lambda(lam))
 
 
 def combine_per_query(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
@@ -207,13 +214,13 @@ def combine_per_query(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
     """
     if np.ndim(lam) == 0:
         return combine(parts, lam)
-    knn_part, label_part = _checked_parts(parts)
+    knn_part, _ = _checked_parts(parts)
     lam = np.asarray(lam, dtype=np.float64)
     if lam.shape != (knn_part.shape[0],):
         raise DataError(f"per-query lambdas have shape {lam.shape}, the scores {knn_part.shape[0]} rows")
     if not np.all((lam >= 0.0) & (lam <= 1.0)):  # also false for nan
         raise DataError("per-query lambdas must lie in [0, 1]")
-    return _nonzero_only(sp.csr_matrix(sp.diags(lam) @ knn_part + sp.diags(1.0 - lam) @ label_part))
+    return mixed(parts, lam)
 
 
 def rae_scores(
@@ -228,8 +235,8 @@ def rae_scores(
 
     For several lam on one retrieval, call `score_parts` once and `combine` per lam.
     """
-    lam, tau = check_lambda(lam), check_tau(tau)
-    return combine(score_parts(ids, sims, Y_train, tau, b), lam)
+    lam = check_lambda(lam)  # before the softmax's work; score_parts checks tau and b
+    return mixed(score_parts(ids, sims, Y_train, tau, b), lam)
 
 
 # --------------------------------------------------------------------------- baselines, ablation, analysis
@@ -264,11 +271,11 @@ def ova_knn_scores(
 ) -> sp.csr_matrix:
     """The paper's OvA+kNN ablation (Eq. 12): the kNN and dual-encoder scores of two separate searches,
     each with its own softmax, mixed afterwards: lam * knn + (1 - lam) * dual encoder."""
-    lam = check_lambda(lam)
+    lam = check_lambda(lam)  # before the two softmaxes' work
     if np.shape(x_ids)[0] != np.shape(z_ids)[0]:
         raise DataError(f"the two searches have {np.shape(x_ids)[0]} and {np.shape(z_ids)[0]} queries")
     Y = _as_labels(Y_train)
-    return combine((knn_scores(x_ids, x_sims, Y, tau, b), dual_encoder_scores(z_ids, z_sims, Y.shape[1], tau, b)), lam)
+    return mixed((knn_scores(x_ids, x_sims, Y, tau, b), dual_encoder_scores(z_ids, z_sims, Y.shape[1], tau, b)), lam)
 
 
 def train_key_counts(ids: np.ndarray, num_train: int, b: int | None = None) -> np.ndarray:
