@@ -214,6 +214,30 @@ def test_query_parsing_and_errors(tmp_path):
         parse_queries(['{"id": 3}'], "q.jsonl", jsonl=True)
 
 
+@pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
+def test_one_query_at_a_time_on_one_thread_answers_as_a_batch_on_two(built):
+    """`raexmc predict` and each served request run one short query on one CPU thread by default (QUERY_THREADS):
+    load(threads=1) must set that, and the answers must be a batch's on two threads: the same labels, the scores
+    within 2e-6 (a batch pads the shorter texts, which moves a vector in the 7th decimal; answers are rounded
+    to the 6th)."""
+    import torch
+
+    texts = [JYTHON, "a small unix", "perl", "a compiler for linux written in python on the jvm"]
+    threads_before = torch.get_num_threads()
+    try:
+        batched, _ = RaeModel.load(built / "predictor", threads=2).predict(texts, k=4)
+        assert torch.get_num_threads() == 2
+        model = RaeModel.load(built / "predictor", threads=1)
+        assert torch.get_num_threads() == 1
+        alone = [model.predict([text], k=4)[0][0] for text in texts]
+    finally:
+        torch.set_num_threads(threads_before)
+    for one, in_batch in zip(alone, batched):
+        assert [label["label"] for label in one] == [label["label"] for label in in_batch]
+        np.testing.assert_allclose([label["score"] for label in one], [label["score"] for label in in_batch],
+                                   rtol=0, atol=2e-6)
+
+
 @pytest.fixture
 def cli(built, monkeypatch):
     monkeypatch.chdir(built.parents[1])
