@@ -16,7 +16,9 @@ With --latency it appends one row to bench/results/predict_latency_<name>.json: 
 with 1 and 2 torch threads, taking turns query by query) the p50/p90/p99 milliseconds of RaeModel.predict on one
 query, the test texts cut to --tokens tokens; then `raexmc serve`'s own server (serve_model, on 127.0.0.1 only)
 answering --clients threads that each post one such query at a time for --seconds: requests/s, errors, and the
-latency percentiles the clients saw. The row names the CPU and the machine's load, which moves every figure.
+latency percentiles the clients saw. --serve-threads 2,1 runs a server per thread setting, the load going to each in
+turn for --rounds rounds (torch's default on 2 cores was 2 threads: the setting before QUERY_THREADS). The row
+names the CPU and the machine's load, which moves every figure.
 """
 
 from __future__ import annotations
@@ -124,55 +126,76 @@ def saved_pyfunc(predictor: Path, folder: Path) -> Path:
     return folder / "pyfunc"
 
 
-def serve_load(pyfunc: Path, texts: list[str], clients: int, seconds: float, k: int) -> dict[str, Any]:
-    """`raexmc serve`'s server (pipeline.server.serve_model) in its own process on 127.0.0.1, asked by `clients`
-    threads, each posting one query at a time on its own connection for `seconds`: answered requests/s, errors
-    (any status but 200, or a failed connection) and the latency percentiles the clients saw."""
+def start_server(pyfunc: Path, threads: int | None) -> tuple[subprocess.Popen, int]:
+    """`raexmc serve`'s server (pipeline.server.serve_model) for `pyfunc` in its own process on 127.0.0.1, each
+    request on `threads` CPU threads (None: serve_model's default, whatever the code under test has)."""
     port = free_port()
-    code = f"from raexmc.pipeline.server import serve_model; serve_model({str(pyfunc)!r}, '127.0.0.1', {port})"
+    extra = "" if threads is None else f", threads={threads}"
+    code = f"from raexmc.pipeline.server import serve_model; serve_model({str(pyfunc)!r}, '127.0.0.1', {port}{extra})"
     server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True, start_new_session=True)
+    wait_until_up(server, port)
+    return server, port
+
+
+def load_round(port: int, texts: list[str], clients: int, seconds: float, k: int) -> tuple[list[float], int, float]:
+    """`clients` threads, each posting one query at a time on its own connection for `seconds`: the answered
+    requests' latencies, the errors (any status but 200, or a failed connection) and the round's length."""
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors = [0] * clients
+    stop = time.perf_counter() + seconds
+
+    def client(number: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for text in itertools.cycle(texts[number::clients]):
+            if time.perf_counter() >= stop:
+                break
+            body = json.dumps({"dataframe_records": [{"text": text}], "params": {"k": k}})
+            started = time.perf_counter()
+            try:
+                connection.request("POST", "/invocations", body, {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                response.read()
+                ok = response.status == 200
+            except OSError:
+                ok = False
+                connection.close()
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            if ok:
+                latencies[number].append(time.perf_counter() - started)
+            else:
+                errors[number] += 1
+        connection.close()
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(number,)) for number in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [seconds for answered in latencies for seconds in answered], sum(errors), time.perf_counter() - started
+
+
+def serve_load(pyfunc: Path, texts: list[str], clients: int, seconds: float, k: int,
+               settings: list[int | None], rounds: int) -> dict[str, dict[str, Any]]:
+    """Per thread setting of the server, one server, all up at once; the clients' load goes to each in turn for
+    `rounds` rounds of seconds / rounds, so that a busy machine slows them alike. Per setting: answered
+    requests/s, errors, and the latency percentiles the clients saw."""
+    servers = {setting: start_server(pyfunc, setting) for setting in settings}
     try:
-        wait_until_up(server, port)
-        latencies: list[list[float]] = [[] for _ in range(clients)]
-        errors = [0] * clients
-        stop = time.perf_counter() + seconds
-
-        def client(number: int) -> None:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-            for text in itertools.cycle(texts[number::clients]):
-                if time.perf_counter() >= stop:
-                    break
-                body = json.dumps({"dataframe_records": [{"text": text}], "params": {"k": k}})
-                started = time.perf_counter()
-                try:
-                    connection.request("POST", "/invocations", body, {"Content-Type": "application/json"})
-                    response = connection.getresponse()
-                    response.read()
-                    ok = response.status == 200
-                except OSError:
-                    ok = False
-                    connection.close()
-                    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-                if ok:
-                    latencies[number].append(time.perf_counter() - started)
-                else:
-                    errors[number] += 1
-            connection.close()
-
-        started = time.perf_counter()
-        threads = [threading.Thread(target=client, args=(number,)) for number in range(clients)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - started
+        seen: dict[int | None, tuple[list[float], int, float]] = {setting: ([], 0, 0.0) for setting in settings}
+        for _, (setting, (_, port)) in itertools.product(range(rounds), servers.items()):
+            answered, errors, elapsed = load_round(port, texts, clients, seconds / rounds, k)
+            before = seen[setting]
+            seen[setting] = (before[0] + answered, before[1] + errors, before[2] + elapsed)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-    answered = [seconds for client_latencies in latencies for seconds in client_latencies]
-    return {"clients": clients, "seconds": round(elapsed, 1), "requests": len(answered) + sum(errors),
-            "requests_per_s": round(len(answered) / elapsed, 1), "errors": sum(errors), **percentiles(answered)}
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(timeout=30)
+    return {("default threads" if setting is None else f"{setting} thread"): {
+        "clients": clients, "seconds": round(elapsed, 1), "requests": len(answered) + errors,
+        "requests_per_s": round(len(answered) / elapsed, 1), "errors": errors, **percentiles(answered)}
+        for setting, (answered, errors, elapsed) in seen.items()}
 
 
 def wait_until_up(server: subprocess.Popen, port: int, timeout: float = 180) -> None:
@@ -189,16 +212,22 @@ def wait_until_up(server: subprocess.Popen, port: int, timeout: float = 180) -> 
             time.sleep(0.5)
 
 
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")  # what the CPU's kernels can use
+
+
 def machine() -> dict[str, Any]:
-    """The CPU's name and count, and the load averages at the time of the row (other jobs share the cores)."""
-    names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-             if line.startswith("model name")] if Path("/proc/cpuinfo").is_file() else [platform.processor()]
-    return {"cpu": names[0] if names else "unknown", "cpus": os.cpu_count(),
+    """The CPU's name, count and vector extensions, and the load averages at the time (other jobs share the
+    cores)."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.processor())
+    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    return {"cpu": name, "cpus": os.cpu_count(), "cpu_flags": [flag for flag in KERNEL_FLAGS if flag in flags],
             "load_average": [round(load, 2) for load in os.getloadavg()]}
 
 
 def latency(model: RaeModel, root: Path, name: str, texts: list[str], tokens: int, clients: int, seconds: float,
-            tag: str, k: int) -> None:
+            tag: str, k: int, serve_threads: list[int | None], rounds: int) -> None:
     """The --latency row (see the module's docstring)."""
     k = min(k, model.num_labels)
     short = cut_to_tokens(model, texts, tokens)
@@ -206,7 +235,7 @@ def latency(model: RaeModel, root: Path, name: str, texts: list[str], tokens: in
     predict = batch_one_latency(model, short, k)
     with tempfile.TemporaryDirectory(prefix="raexmc-serve-bench-") as scratch:
         serve = serve_load(saved_pyfunc(root / "artifacts" / name / "predictor", Path(scratch)), short, clients,
-                           seconds, k)
+                           seconds, k, serve_threads, rounds)
     append_row(ROOT / "bench" / "results" / f"predict_latency_{name}.json", {
         "tag": tag, "command": rerun_command(), "dataset": name, "queries": len(short), "tokens": tokens, "k": k,
         "machine_before": before, "machine_after": machine(), "predict_batch_1": predict, "serve": serve})
@@ -215,13 +244,16 @@ def latency(model: RaeModel, root: Path, name: str, texts: list[str], tokens: in
 def main(name: str = "foldoc", root: Path = Path("."), queries: int = 1024, batch_size: int = 64, repeats: int = 3,
          shares: str = "0.25,0.5,0.75",
          latency_mode: bool = typer.Option(False, "--latency", help="Batch-1 and serve latency instead."),
-         tokens: int = 32, clients: int = 16, seconds: float = 20.0, tag: str = "",
-         k: int = 10) -> None:
+         tokens: int = 32, clients: int = 16, seconds: float = 20.0, tag: str = "", k: int = 10,
+         serve_threads: str = typer.Option("default", help="The servers' thread settings, comma-separated "
+                                                            "(default: serve_model's own)."),
+         rounds: int = 2) -> None:
     model = RaeModel.load(root / "artifacts" / name / "predictor")
     texts = [model.query_text(record) for record in itertools.islice(Dataset(root / "data" / name).texts("test"),
                                                                       queries)]
     if latency_mode:
-        latency(model, root, name, texts, tokens, clients, seconds, tag, k)
+        settings = [None if setting == "default" else int(setting) for setting in serve_threads.split(",")]
+        latency(model, root, name, texts, tokens, clients, seconds, tag, k, settings, rounds)
         return
     settings = model.settings
     report: dict[str, Any] = {
