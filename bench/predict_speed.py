@@ -3,7 +3,8 @@ retrieval (whether choosing `infer.retrieval: split` costs the user time per que
 one short query takes at batch 1 in `raexmc predict`, then in `raexmc serve` under concurrent clients.
 
     python bench/predict_speed.py --name foldoc [--queries 1024 --batch-size 64 --repeats 3 --shares 0.25,0.5,0.75]
-    python bench/predict_speed.py --name foldoc --latency [--tokens 32 --queries 200 --clients 16 --seconds 20]
+    python bench/predict_speed.py --name foldoc --latency [--tokens 32 --queries 60 --clients 16 --seconds 30 \
+        --serve-threads 1,2 --rounds 2]
 
 Loads artifacts/<name>/predictor as `raexmc predict` does (RaeModel.load), takes the first --queries test texts of
 data/<name>, and runs RaeModel.predict over them in batches for the packaged model's own settings and for the
@@ -14,11 +15,12 @@ query (rae/timing.py's split of predict).
 
 With --latency it appends one row to bench/results/predict_latency_<name>.json: per variant (fp32 and int8, each
 with 1 and 2 torch threads, taking turns query by query) the p50/p90/p99 milliseconds of RaeModel.predict on one
-query, the test texts cut to --tokens tokens; then `raexmc serve`'s own server (serve_model, on 127.0.0.1 only)
-answering --clients threads that each post one such query at a time for --seconds: requests/s, errors, and the
-latency percentiles the clients saw. --serve-threads 2,1 runs a server per thread setting, the load going to each in
-turn for --rounds rounds (torch's default on 2 cores was 2 threads: the setting before QUERY_THREADS). The row
-names the CPU and the machine's load, which moves every figure.
+query, the test texts cut to --tokens tokens, and on one thread the cost per query of 1 against 16 queries a
+call; then `raexmc serve`'s own server (serve_model, on 127.0.0.1 only) answering --clients threads that each
+post one such query at a time for --seconds: requests/s, errors, and the latency percentiles the clients saw.
+--serve-threads 1,2 runs a server per thread setting, the load going to each in turn for --rounds rounds (torch's
+default on 2 cores was 2 threads: the setting before QUERY_THREADS). The row names the CPU and the machine's
+load, which moves every figure.
 """
 
 from __future__ import annotations
@@ -106,6 +108,21 @@ def batch_one_latency(model: RaeModel, texts: list[str], k: int) -> dict[str, di
         variant.predict([text], k)
         times[name].append(time.perf_counter() - started)
     return {name: percentiles(seconds[1:]) for name, seconds in times.items()}
+
+
+def shared_batch_cost(model: RaeModel, texts: list[str], k: int, size: int = 16, repeats: int = 3) -> dict[str, float]:
+    """Milliseconds per query of RaeModel.predict on one thread, one query a call against `size` a call (what
+    serve's shared batches buy), the two taking turns, each its fastest of `repeats` passes over the texts."""
+    import torch
+
+    torch.set_num_threads(1)
+    best = {1: float("inf"), size: float("inf")}
+    for _, batch in itertools.product(range(repeats), best):
+        started = time.perf_counter()
+        for start in range(0, len(texts), batch):
+            model.predict(texts[start:start + batch], k)
+        best[batch] = min(best[batch], (time.perf_counter() - started) * 1000 / len(texts))
+    return {f"{batch} a call, ms per query": round(ms, 2) for batch, ms in best.items()}
 
 
 def free_port() -> int:
@@ -233,12 +250,14 @@ def latency(model: RaeModel, root: Path, name: str, texts: list[str], tokens: in
     short = cut_to_tokens(model, texts, tokens)
     before = machine()
     predict = batch_one_latency(model, short, k)
+    batched = shared_batch_cost(model, short[:48], k)
     with tempfile.TemporaryDirectory(prefix="raexmc-serve-bench-") as scratch:
         serve = serve_load(saved_pyfunc(root / "artifacts" / name / "predictor", Path(scratch)), short, clients,
                            seconds, k, serve_threads, rounds)
     append_row(ROOT / "bench" / "results" / f"predict_latency_{name}.json", {
         "tag": tag, "command": rerun_command(), "dataset": name, "queries": len(short), "tokens": tokens, "k": k,
-        "machine_before": before, "machine_after": machine(), "predict_batch_1": predict, "serve": serve})
+        "machine_before": before, "machine_after": machine(), "predict_batch_1": predict,
+        "predict_one_thread_batched": batched, "serve": serve})
 
 
 def main(name: str = "foldoc", root: Path = Path("."), queries: int = 1024, batch_size: int = 64, repeats: int = 3,
