@@ -14,7 +14,7 @@ bench/results/predict_speed_<name>.json: per variant queries/s and the encode, s
 query (rae/timing.py's split of predict).
 
 With --latency it appends one row to bench/results/predict_latency_<name>.json: per variant (fp32 and int8, each
-with 1 and 2 torch threads, taking turns query by query) the p50/p90/p99 milliseconds of RaeModel.predict on one
+with 1 and 2 torch threads) the p50/p90/p99 milliseconds of RaeModel.predict on one
 query, the test texts cut to --tokens tokens, and on one thread the cost per query of 1 against 16 queries a
 call; then `raexmc serve`'s own server (serve_model, on 127.0.0.1 only) answering --clients threads that each
 post one such query at a time for --seconds: requests/s, errors, and the latency percentiles the clients saw.
@@ -88,26 +88,28 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
 
 
 def batch_one_latency(model: RaeModel, texts: list[str], k: int) -> dict[str, dict[str, float]]:
-    """Per variant (precision x torch threads), the percentiles of RaeModel.predict on one query at a time; the
-    variants take turns query by query, so that a busy machine slows them alike (after one warm-up query each)."""
+    """Per variant (precision x torch threads), the percentiles of RaeModel.predict on one query at a time (after
+    one warm-up query each). fp32 and int8 take turns query by query, so that a busy machine slows them alike; the
+    thread settings run one after the other, since two threads still spin for a while after a call and would slow
+    a one-thread call that follows."""
     import torch
 
     from raexmc.encoder.text_encoder import TextEncoder
 
     fp32 = model.encoder
-    variants: dict[str, tuple[RaeModel, int]] = {}
+    measured: dict[str, dict[str, float]] = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)  # an int8 encoder takes torch's thread setting when it is built
-        int8 = TextEncoder(fp32.model, "cpu", "int8", fp32.tokenizer, fp32.max_len)
-        variants[f"fp32 {threads} thread"] = (model, threads)
-        variants[f"int8 {threads} thread"] = (dataclasses.replace(model, encoder=int8), threads)
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for text, (name, (variant, threads)) in itertools.product(texts[:1] + texts, variants.items()):
-        torch.set_num_threads(threads)
-        started = time.perf_counter()
-        variant.predict([text], k)
-        times[name].append(time.perf_counter() - started)
-    return {name: percentiles(seconds[1:]) for name, seconds in times.items()}
+        int8 = dataclasses.replace(model, encoder=TextEncoder(fp32.model, "cpu", "int8", fp32.tokenizer,
+                                                               fp32.max_len))
+        times: dict[str, list[float]] = {"fp32": [], "int8": []}
+        for text, (precision, variant) in itertools.product(texts[:1] + texts, (("fp32", model), ("int8", int8))):
+            started = time.perf_counter()
+            variant.predict([text], k)
+            times[precision].append(time.perf_counter() - started)
+        measured.update({f"{precision} {threads} thread": percentiles(seconds[1:])
+                         for precision, seconds in times.items()})
+    return measured
 
 
 def shared_batch_cost(model: RaeModel, texts: list[str], k: int, size: int = 16, repeats: int = 3) -> dict[str, float]:
