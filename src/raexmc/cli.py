@@ -182,8 +182,8 @@ def serve(name: str = NAME,
           port: int = typer.Option(5001, min=1, max=65535, help="Port to listen on."),
           max_body_bytes: int = typer.Option(1 << 20, min=1, help="Largest request body read (larger: 413)."),
           max_records: int = typer.Option(1000, min=1, help="Most records in one request (more: 400)."),
-          threads: int = typer.Option(QUERY_THREADS, min=0, help="CPU threads each request runs on (0: every "
-                                                                 "CPU); requests run side by side."),
+          threads: int = typer.Option(QUERY_THREADS, min=0, help="CPU threads the model scores on (0: every "
+                                                                 "CPU); concurrent requests are scored together."),
           params: Path = PARAMS) -> None:
     """Serve the registered predictor over HTTP (MLflow's scoring server, each request checked first). The
     default limits keep one request well inside MLflow's 60 s scoring timeout on 2 cores (docs/reliability.md)."""

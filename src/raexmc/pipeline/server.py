@@ -33,8 +33,8 @@ MAX_BODY_BYTES = 1 << 20
 def serve_model(model_uri: str, host: str, port: int, max_body_bytes: int = MAX_BODY_BYTES,
                 max_records: int = MAX_RECORDS, threads: int = QUERY_THREADS) -> None:
     """Load `model_uri` from the tracking store and answer on host:port until interrupted, refusing a body over
-    `max_body_bytes` (413) or a request of more than `max_records` records (400). Each request runs on `threads`
-    CPU threads, side by side with the others on the scoring server's worker threads."""
+    `max_body_bytes` (413) or a request of more than `max_records` records (400). The model scores on `threads`
+    CPU threads, the requests that arrive while it scores together in its next call (serving.RaexmcModel)."""
     import torch
     import uvicorn
 
