@@ -1,7 +1,10 @@
-"""Predict's speed with the paper's joint top-b against the split retrieval, on one packaged project: whether
-choosing `infer.retrieval: split` costs the user time per query.
+"""Predict's speed on one packaged project: its throughput with the paper's joint top-b against the split
+retrieval (whether choosing `infer.retrieval: split` costs the user time per query), and with --latency the time
+one short query takes at batch 1 in `raexmc predict`, then in `raexmc serve` under concurrent clients.
 
     python bench/predict_speed.py --name foldoc [--queries 1024 --batch-size 64 --repeats 3 --shares 0.25,0.5,0.75]
+    python bench/predict_speed.py --name foldoc --latency [--tokens 32 --queries 60 --clients 16 --seconds 30 \
+        --serve-threads 1,2 --rounds 2]
 
 Loads artifacts/<name>/predictor as `raexmc predict` does (RaeModel.load), takes the first --queries test texts of
 data/<name>, and runs RaeModel.predict over them in batches for the packaged model's own settings and for the
@@ -9,19 +12,39 @@ split retrieval at each share (the same memory, λ, τ and b; only the retrieval
 within each of --repeats passes, so that a busy machine slows them alike; each keeps its fastest pass. Writes
 bench/results/predict_speed_<name>.json: per variant queries/s and the encode, search and score milliseconds per
 query (rae/timing.py's split of predict).
+
+With --latency it appends one row to bench/results/predict_latency_<name>.json: per variant (fp32 and int8, each
+with 1 and 2 torch threads) the p50/p90/p99 milliseconds of RaeModel.predict on one
+query, the test texts cut to --tokens tokens, and on one thread the cost per query of 1 against 16 queries a
+call; then `raexmc serve`'s own server (serve_model, on 127.0.0.1 only) answering --clients threads that each
+post one such query at a time for --seconds: requests/s, errors, and the latency percentiles the clients saw.
+--serve-threads 1,2 runs a server per thread setting, the load going to each in turn for --rounds rounds (torch's
+default on 2 cores was 2 threads: the setting before QUERY_THREADS). The row names the CPU and the machine's
+load, which moves every figure.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import http.client
 import itertools
 import json
 import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import typer
 
-from common import rerun_command
+from common import ROOT, append_row, rerun_command
 from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.rae.model import RaeModel
@@ -47,11 +70,212 @@ def measure(packaged: RaeModel, texts: list[str], shares: list[float], batch_siz
             for name, t in best.items()}
 
 
+def cut_to_tokens(model: RaeModel, texts: list[str], tokens: int) -> list[str]:
+    """Each text cut at a word piece's end so that the encoder sees at most `tokens` tokens, its special ones
+    counted (a short query, as a user types it)."""
+    tokenizer = model.encoder.tokenizer
+    cut = []
+    for text in texts:
+        pieces = [end for start, end in tokenizer(text, return_offsets_mapping=True)["offset_mapping"] if end > start]
+        special = len(model.encoder.tokenize([""])[0][0])  # [CLS] and [SEP], or whatever the tokenizer adds
+        cut.append(text[:pieces[min(tokens - special, len(pieces)) - 1]] if pieces else text)
+    return cut
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    p50, p90, p99 = np.percentile(np.asarray(seconds) * 1000, [50, 90, 99])
+    return {"p50_ms": round(float(p50), 2), "p90_ms": round(float(p90), 2), "p99_ms": round(float(p99), 2)}
+
+
+def batch_one_latency(model: RaeModel, texts: list[str], k: int) -> dict[str, dict[str, float]]:
+    """Per variant (precision x torch threads), the percentiles of RaeModel.predict on one query at a time (after
+    one warm-up query each). fp32 and int8 take turns query by query, so that a busy machine slows them alike; the
+    thread settings run one after the other, since two threads still spin for a while after a call and would slow
+    a one-thread call that follows."""
+    import torch
+
+    from raexmc.encoder.text_encoder import TextEncoder
+
+    fp32 = model.encoder
+    measured: dict[str, dict[str, float]] = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)  # an int8 encoder takes torch's thread setting when it is built
+        int8 = dataclasses.replace(model, encoder=TextEncoder(fp32.model, "cpu", "int8", fp32.tokenizer,
+                                                               fp32.max_len))
+        times: dict[str, list[float]] = {"fp32": [], "int8": []}
+        for text, (precision, variant) in itertools.product(texts[:1] + texts, (("fp32", model), ("int8", int8))):
+            started = time.perf_counter()
+            variant.predict([text], k)
+            times[precision].append(time.perf_counter() - started)
+        measured.update({f"{precision} {threads} thread": percentiles(seconds[1:])
+                         for precision, seconds in times.items()})
+    return measured
+
+
+def shared_batch_cost(model: RaeModel, texts: list[str], k: int, size: int = 16, repeats: int = 3) -> dict[str, float]:
+    """Milliseconds per query of RaeModel.predict on one thread, one query a call against `size` a call (what
+    serve's shared batches buy), the two taking turns, each its fastest of `repeats` passes over the texts."""
+    import torch
+
+    torch.set_num_threads(1)
+    best = {1: float("inf"), size: float("inf")}
+    for _, batch in itertools.product(range(repeats), best):
+        started = time.perf_counter()
+        for start in range(0, len(texts), batch):
+            model.predict(texts[start:start + batch], k)
+        best[batch] = min(best[batch], (time.perf_counter() - started) * 1000 / len(texts))
+    return {f"{batch} a call, ms per query": round(ms, 2) for batch, ms in best.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def saved_pyfunc(predictor: Path, folder: Path) -> Path:
+    """The predictor as the package stage logs it (serving.RaexmcModel around the model folder), saved to a
+    local folder that `serve_model` loads as it loads a registered one."""
+    import mlflow
+
+    from raexmc.pipeline.serving import SIGNATURE, RaexmcModel
+
+    mlflow.pyfunc.save_model(folder / "pyfunc", python_model=RaexmcModel(), artifacts={"model": str(predictor)},
+                             signature=SIGNATURE)
+    return folder / "pyfunc"
+
+
+def start_server(pyfunc: Path, threads: int | None) -> tuple[subprocess.Popen, int]:
+    """`raexmc serve`'s server (pipeline.server.serve_model) for `pyfunc` in its own process on 127.0.0.1, each
+    request on `threads` CPU threads (None: serve_model's default, whatever the code under test has)."""
+    port = free_port()
+    extra = "" if threads is None else f", threads={threads}"
+    code = f"from raexmc.pipeline.server import serve_model; serve_model({str(pyfunc)!r}, '127.0.0.1', {port}{extra})"
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    wait_until_up(server, port)
+    return server, port
+
+
+def load_round(port: int, texts: list[str], clients: int, seconds: float, k: int) -> tuple[list[float], int, float]:
+    """`clients` threads, each posting one query at a time on its own connection for `seconds`: the answered
+    requests' latencies, the errors (any status but 200, or a failed connection) and the round's length."""
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors = [0] * clients
+    stop = time.perf_counter() + seconds
+
+    def client(number: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for text in itertools.cycle(texts[number::clients]):
+            if time.perf_counter() >= stop:
+                break
+            body = json.dumps({"dataframe_records": [{"text": text}], "params": {"k": k}})
+            started = time.perf_counter()
+            try:
+                connection.request("POST", "/invocations", body, {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                response.read()
+                ok = response.status == 200
+            except OSError:
+                ok = False
+                connection.close()
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            if ok:
+                latencies[number].append(time.perf_counter() - started)
+            else:
+                errors[number] += 1
+        connection.close()
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(number,)) for number in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [seconds for answered in latencies for seconds in answered], sum(errors), time.perf_counter() - started
+
+
+def serve_load(pyfunc: Path, texts: list[str], clients: int, seconds: float, k: int,
+               settings: list[int | None], rounds: int) -> dict[str, dict[str, Any]]:
+    """Per thread setting of the server, one server, all up at once; the clients' load goes to each in turn for
+    `rounds` rounds of seconds / rounds, so that a busy machine slows them alike. Per setting: answered
+    requests/s, errors, and the latency percentiles the clients saw."""
+    servers = {setting: start_server(pyfunc, setting) for setting in settings}
+    try:
+        seen: dict[int | None, tuple[list[float], int, float]] = {setting: ([], 0, 0.0) for setting in settings}
+        for _, (setting, (_, port)) in itertools.product(range(rounds), servers.items()):
+            answered, errors, elapsed = load_round(port, texts, clients, seconds / rounds, k)
+            before = seen[setting]
+            seen[setting] = (before[0] + answered, before[1] + errors, before[2] + elapsed)
+    finally:
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(timeout=30)
+    return {("default threads" if setting is None else f"{setting} thread"): {
+        "clients": clients, "seconds": round(elapsed, 1), "requests": len(answered) + errors,
+        "requests_per_s": round(len(answered) / elapsed, 1), "errors": errors, **percentiles(answered)}
+        for setting, (answered, errors, elapsed) in seen.items()}
+
+
+def wait_until_up(server: subprocess.Popen, port: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+            return
+        except OSError:
+            if server.poll() is not None:
+                raise RuntimeError(f"the server stopped: {server.stderr.read()[-2000:]}") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not answer /ping in {timeout:.0f} s") from None
+            time.sleep(0.5)
+
+
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")  # what the CPU's kernels can use
+
+
+def machine() -> dict[str, Any]:
+    """The CPU's name, count and vector extensions, and the load averages at the time (other jobs share the
+    cores)."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.processor())
+    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    return {"cpu": name, "cpus": os.cpu_count(), "cpu_flags": [flag for flag in KERNEL_FLAGS if flag in flags],
+            "load_average": [round(load, 2) for load in os.getloadavg()]}
+
+
+def latency(model: RaeModel, root: Path, name: str, texts: list[str], tokens: int, clients: int, seconds: float,
+            tag: str, k: int, serve_threads: list[int | None], rounds: int) -> None:
+    """The --latency row (see the module's docstring)."""
+    k = min(k, model.num_labels)
+    short = cut_to_tokens(model, texts, tokens)
+    before = machine()
+    predict = batch_one_latency(model, short, k)
+    batched = shared_batch_cost(model, short[:48], k)
+    with tempfile.TemporaryDirectory(prefix="raexmc-serve-bench-") as scratch:
+        serve = serve_load(saved_pyfunc(root / "artifacts" / name / "predictor", Path(scratch)), short, clients,
+                           seconds, k, serve_threads, rounds)
+    append_row(ROOT / "bench" / "results" / f"predict_latency_{name}.json", {
+        "tag": tag, "command": rerun_command(), "dataset": name, "queries": len(short), "tokens": tokens, "k": k,
+        "machine_before": before, "machine_after": machine(), "predict_batch_1": predict,
+        "predict_one_thread_batched": batched, "serve": serve})
+
+
 def main(name: str = "foldoc", root: Path = Path("."), queries: int = 1024, batch_size: int = 64, repeats: int = 3,
-         shares: str = "0.25,0.5,0.75") -> None:
+         shares: str = "0.25,0.5,0.75",
+         latency_mode: bool = typer.Option(False, "--latency", help="Batch-1 and serve latency instead."),
+         tokens: int = 32, clients: int = 16, seconds: float = 20.0, tag: str = "", k: int = 10,
+         serve_threads: str = typer.Option("default", help="The servers' thread settings, comma-separated "
+                                                            "(default: serve_model's own)."),
+         rounds: int = 2) -> None:
     model = RaeModel.load(root / "artifacts" / name / "predictor")
     texts = [model.query_text(record) for record in itertools.islice(Dataset(root / "data" / name).texts("test"),
                                                                       queries)]
+    if latency_mode:
+        settings = [None if setting == "default" else int(setting) for setting in serve_threads.split(",")]
+        latency(model, root, name, texts, tokens, clients, seconds, tag, k, settings, rounds)
+        return
     settings = model.settings
     report: dict[str, Any] = {
         "dataset": name, "command": rerun_command(),

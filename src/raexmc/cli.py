@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from .pipeline.tracking.stage import user_errors
-from .settings import load_settings
+from .settings import QUERY_THREADS, load_settings
 
 if TYPE_CHECKING:
     from .evaluation.propensity import Propensity
@@ -138,18 +138,21 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
             artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
             batch_size: int = typer.Option(32, min=1, help="Queries encoded and searched together."),
             device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
+            threads: int = typer.Option(QUERY_THREADS, min=0, help="CPU threads the queries run on (0: every "
+                                                                   "CPU; more help long files on an idle machine)."),
             verbose: bool = typer.Option(False, "--verbose", "-v", help="Load time and per-query latency on stderr."),
             params: Path = PARAMS) -> None:
     """Top-k labels, with scores and label texts, as one JSON line per query on stdout."""
     with user_errors(params):
         from .encoder.device import pick_device
+        from .memory.hnsw import resolve_threads
         from .rae.model import RaeModel
         from .rae.timing import Timing
 
         queries = _read_queries(texts, file, jsonl)
         folder = model or artifacts / (name or load_settings(params).data.name) / "predictor"
         started = time.perf_counter()
-        rae = RaeModel.load(folder, pick_device(device, "<arguments>", "--device"))
+        rae = RaeModel.load(folder, pick_device(device, "<arguments>", "--device"), resolve_threads(threads))
         if verbose:
             typer.echo(f"loaded {folder} in {time.perf_counter() - started:.2f} s", err=True)
         k = k or min(10, rae.num_labels)
@@ -179,10 +182,13 @@ def serve(name: str = NAME,
           port: int = typer.Option(5001, min=1, max=65535, help="Port to listen on."),
           max_body_bytes: int = typer.Option(1 << 20, min=1, help="Largest request body read (larger: 413)."),
           max_records: int = typer.Option(1000, min=1, help="Most records in one request (more: 400)."),
+          threads: int = typer.Option(QUERY_THREADS, min=0, help="CPU threads the model scores on (0: every "
+                                                                 "CPU); concurrent requests are scored together."),
           params: Path = PARAMS) -> None:
     """Serve the registered predictor over HTTP (MLflow's scoring server, each request checked first). The
     default limits keep one request well inside MLflow's 60 s scoring timeout on 2 cores (docs/reliability.md)."""
     with user_errors(params):
+        from .memory.hnsw import resolve_threads
         from .pipeline.server import serve_model
         from .pipeline.serving import registered_name, registered_uri
 
@@ -190,7 +196,7 @@ def serve(name: str = NAME,
         model_name = registered_name(settings.package, name or settings.data.name)
         uri = registered_uri(model_name, alias or settings.package.alias)
         typer.echo(f"serving {uri} on http://{host}:{port}/invocations", err=True)
-        serve_model(uri, host, port, max_body_bytes, max_records)
+        serve_model(uri, host, port, max_body_bytes, max_records, resolve_threads(threads))
 
 
 @app.command()

@@ -29,6 +29,12 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 EmbedPrecision = Literal["auto", "fp32", "bf16", "fp16", "int8"]
 EMBED_PRECISIONS: tuple[str, ...] = get_args(EmbedPrecision)
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
+QUERY_THREADS = 1
+"""CPU threads that `raexmc predict` and each request of `raexmc serve` answer on by default. One short query's
+matrices are too small to share across cores: on a 2-core CPU shared with other jobs, a 32-token query took p50
+30 to 750 ms at batch 1 on torch's default of two threads, which wait on each other whenever a core is taken, and
+18 to 22 ms on one (bench/results/predict_latency_foldoc.json); the server scores concurrent requests together
+instead (rae/shared_batches.py)."""
 Device = Annotated[str, Field(pattern=rf"^({DEVICE_PATTERN})$", description="auto | cpu | cuda | cuda:N")]
 # The vocabularies of the settings; the modules that use them take their tuples from here (typing.get_args).
 TextFields = Literal["title", "title+content"]

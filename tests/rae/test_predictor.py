@@ -214,6 +214,72 @@ def test_query_parsing_and_errors(tmp_path):
         parse_queries(['{"id": 3}'], "q.jsonl", jsonl=True)
 
 
+@pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
+def test_one_query_at_a_time_on_one_thread_answers_as_a_batch_on_two(built):
+    """`raexmc predict` and each served request run one short query on one CPU thread by default (QUERY_THREADS):
+    load(threads=1) must set that, and the answers must be a batch's on two threads: the same labels, the scores
+    within 2e-6 (a batch pads the shorter texts, which moves a vector in the 7th decimal; answers are rounded
+    to the 6th)."""
+    import torch
+
+    texts = [JYTHON, "a small unix", "perl", "a compiler for linux written in python on the jvm"]
+    threads_before = torch.get_num_threads()
+    try:
+        batched, _ = RaeModel.load(built / "predictor", threads=2).predict(texts, k=4)
+        assert torch.get_num_threads() == 2
+        model = RaeModel.load(built / "predictor", threads=1)
+        assert torch.get_num_threads() == 1
+        alone = [model.predict([text], k=4)[0][0] for text in texts]
+    finally:
+        torch.set_num_threads(threads_before)
+    for one, in_batch in zip(alone, batched):
+        assert [label["label"] for label in one] == [label["label"] for label in in_batch]
+        np.testing.assert_allclose([label["score"] for label in one], [label["score"] for label in in_batch],
+                                   rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("built", ["exact"], indirect=True)
+@pytest.mark.parametrize("max_queries, call_sizes", [(64, [5]), (2, [1, 2, 2])])
+def test_requests_that_wait_together_are_answered_in_one_call_as_each_alone(built, max_queries, call_sizes):
+    """SharedBatches, as serve's worker threads use it: the requests that wait while a call runs are answered by
+    the next call, up to max_queries queries a call (the oldest first), each with its own k, as the model answers
+    each alone: the same labels, the scores within 2e-6."""
+    import threading
+
+    from raexmc.rae.shared_batches import SharedBatches
+
+    model = predictor_of(built)
+    requests = [([JYTHON], 3), (["a small unix", "perl"], 5), (["linux compiler"], 1), ([JYTHON], 5)]
+    call_sizes_seen = []
+
+    class CountedCalls:
+        def predict(self, queries, k):
+            call_sizes_seen.append(len(queries))
+            return model.predict(queries, k)
+
+    batches = SharedBatches(CountedCalls(), max_queries)
+    answers = [None] * len(requests)
+
+    def ask(number: int) -> None:
+        answers[number] = batches.predict(*requests[number])
+
+    threads = [threading.Thread(target=ask, args=(number,)) for number in range(len(requests))]
+    with batches._running:  # as if a call were running: every request waits, in this order
+        for number, thread in enumerate(threads):
+            thread.start()
+            while len(batches._waiting) <= number:
+                thread.join(0.01)
+    for thread in threads:
+        thread.join()
+    assert call_sizes_seen == call_sizes
+    for (queries, k), answer in zip(requests, answers):
+        alone, _ = model.predict(queries, k)
+        assert [[label["label"] for label in labels] for labels in answer] == [
+            [label["label"] for label in labels] for labels in alone]
+        np.testing.assert_allclose([label["score"] for labels in answer for label in labels],
+                                   [label["score"] for labels in alone for label in labels], rtol=0, atol=2e-6)
+
+
 @pytest.fixture
 def cli(built, monkeypatch):
     monkeypatch.chdir(built.parents[1])

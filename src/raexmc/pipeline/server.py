@@ -17,6 +17,7 @@ from mlflow.pyfunc import scoring_server
 from starlette.responses import Response
 
 from ..errors import DataError, RaexmcError
+from ..settings import QUERY_THREADS
 from .request_schema import SOURCE, checked_request
 from .serving import MAX_RECORDS, RequestRefused
 from .tracking.run import readable_store, tracking_uri
@@ -30,11 +31,14 @@ MAX_BODY_BYTES = 1 << 20
 
 
 def serve_model(model_uri: str, host: str, port: int, max_body_bytes: int = MAX_BODY_BYTES,
-                max_records: int = MAX_RECORDS) -> None:
+                max_records: int = MAX_RECORDS, threads: int = QUERY_THREADS) -> None:
     """Load `model_uri` from the tracking store and answer on host:port until interrupted, refusing a body over
-    `max_body_bytes` (413) or a request of more than `max_records` records (400)."""
+    `max_body_bytes` (413) or a request of more than `max_records` records (400). The model scores on `threads`
+    CPU threads, the requests that arrive while it scores together in its next call (serving.RaexmcModel)."""
+    import torch
     import uvicorn
 
+    torch.set_num_threads(threads)  # before the model loads: an int8 encoder takes the setting when it is built
     mlflow.set_tracking_uri(tracking_uri())
     with readable_store():  # the model's URI is resolved in the store, which may fail as for a stage
         model = mlflow.pyfunc.load_model(model_uri)

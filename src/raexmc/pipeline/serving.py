@@ -32,6 +32,7 @@ import raexmc
 from ..errors import DataError, RaexmcError
 from ..rae.model import RaeModel
 from ..rae.queries import checked_k, query_of
+from ..rae.shared_batches import SharedBatches
 from ..settings import PackageSettings
 from .tracking.run import from_the_store, readable_store, tracking_uri
 
@@ -90,6 +91,7 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
     def load_context(self, context) -> None:
         self.folder = Path(context.artifacts["model"])
         self.model = RaeModel.load(self.folder)
+        self.batches = SharedBatches(self.model)  # the server's worker threads answer their requests together
 
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         try:
@@ -97,7 +99,7 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
         except RaexmcError as error:
             raise RequestRefused(error) from None
         try:
-            results, _ = self.model.predict(queries, k)
+            results = self.batches.predict(queries, k)
         except RaexmcError as error:
             raise RequestRefused(error, INTERNAL_ERROR) from None
         except Exception as error:  # the server's boundary: the traceback goes to its log, not to the client

@@ -114,7 +114,8 @@ class RaeModel:
 
     @classmethod
     def load(cls, folder: str | os.PathLike, device: str = "cpu", threads: int = 0) -> RaeModel:
-        """The model `save` wrote into `folder` (wherever it has been moved since), its encoder on `device`."""
+        """The model `save` wrote into `folder` (wherever it has been moved since), its encoder on `device`; with
+        `threads` > 0 its encoder and search run on that many CPU threads (torch's setting for the process)."""
         fields = read_model(folder, device, threads)
         return cls(settings=RaeSettings(**fields.pop("settings")), **fields)
 

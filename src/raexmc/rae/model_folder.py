@@ -109,6 +109,10 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0)
         labels = LabelRecords.open(folder)
         _check_count(len(labels), num_labels, "labels", folder / RECORDS_FILE)
     encoder = None
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)  # before the encoder: an int8 one takes the setting when it is built
     if (folder / ENCODER_FOLDER).is_dir():
         if settings["input_max_len"] is None:
             raise DataError(f"must be an integer >= 1 for the model's encoder, got null: {RERUN}",
