@@ -96,8 +96,11 @@ def settings(**changes) -> TuneSettings:
 
 @pytest.mark.parametrize("inputs_right", [True, False])
 @pytest.mark.parametrize("chunk", [8192, 1])  # 1: each query's scores computed and ranked apart
-def test_choice_matches_brute_force_where_one_side_of_the_values_is_right(inputs_right, chunk, tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers", ["1", "3"])  # a chunk's λs ranked one after another, or on threads
+def test_choice_matches_brute_force_where_one_side_of_the_values_is_right(inputs_right, chunk, workers, tmp_path,
+                                                                          monkeypatch):
     monkeypatch.setattr(evaluator, "QUERY_CHUNK", chunk)
+    monkeypatch.setenv("RAEXMC_WORKERS", workers)
     X, Z, Y = memory(inputs_right)
     val_rows, rest_rows = np.array([0, 1]), np.array([2, 3])
     retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z), held_out_labels(Y, sp.csr_matrix((4, 4)), rest_rows,

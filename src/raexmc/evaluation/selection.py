@@ -36,11 +36,13 @@ training held out only the first fold (the split training validates on), and tra
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RaeRetrieval
+from ..parallel import worker_count
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
 from .evaluator import query_chunks, stacked_rankings
 from .methods import HEADLINE
@@ -54,7 +56,9 @@ class ValidationCurve:
     """The headline metrics (percent) of RAE at points (λ, τ, label share) on the held-out inputs, each point
     measured once: rows {"lambda", "tau", "label_share" (None: joint retrieval), metric...}, in the order
     measured. The score halves are computed a chunk of queries at a time and serve every λ: at 1.3M labels
-    those of all 20,000 queries would take some 0.7 GB."""
+    those of all 20,000 queries would take some 0.7 GB. A chunk's λs are mixed and ranked on threads (numpy and
+    scipy release the GIL there, as in evaluate), one a core up to RAEXMC_WORKERS: at the 1.3M shape's 22
+    labels a key, that ranking is most of the stage's time; the rankings do not depend on the thread count."""
 
     def __init__(self, retrieval: ValidationRetrieval, propensity_ab: tuple[float, float], mode: str = JOINT):
         self.retrieval, self.mode = retrieval, mode
@@ -74,16 +78,22 @@ class ValidationCurve:
         evaluator, model = self.evaluator, self.retrieval.model(tau, rae)
         ids, sims = model.keys(self.retrieval.inputs, self.retrieval.labels)
         ranked: dict[float, list[np.ndarray]] = {lam: [] for lam in lambdas}
-        for chunk in query_chunks(len(ids)):
-            keys = ids[chunk], sims[chunk]
-            parts = model.parts(*keys)
-            for lam in lambdas:
-                ranked[lam].append(evaluator.rank_rows(chunk, model.at(lam=lam).mix(parts, *keys)))
-            del parts
+        with ThreadPoolExecutor(min(len(lambdas), worker_count())) as pool:
+            for chunk in query_chunks(len(ids)):
+                for lam, ranking in zip(lambdas, self._rank_chunk(pool, model, chunk, (ids[chunk], sims[chunk]),
+                                                                  lambdas)):
+                    ranked[lam].append(ranking)
         for lam in lambdas:
             summary = evaluator.summary(stacked_rankings(ranked.pop(lam)))[0]
             self.rows[lam, tau, rae.label_share] = {"lambda": lam, "tau": tau, "label_share": rae.label_share,
                                                     **{k: summary[k] for k in HEADLINE}}
+
+    def _rank_chunk(self, pool: ThreadPoolExecutor, model, chunk: slice, keys: tuple[np.ndarray, np.ndarray],
+                    lambdas: list[float]) -> list[np.ndarray]:
+        """The chunk's rankings at each λ, all mixed from one pair of score halves."""
+        parts = model.parts(*keys)
+        return list(pool.map(lambda lam: self.evaluator.rank_rows(chunk, model.at(lam=lam).mix(parts, *keys)),
+                             lambdas))
 
     def curve(self) -> list[dict[str, Any]]:
         return list(self.rows.values())
