@@ -21,7 +21,8 @@ TEXTS = ["perl", "unix operating system", "jython python on the jvm",
          "lambda calculus a formal system for expressing computation by function abstraction and application"]
 
 # The bound: on 256 FOLDOC test inputs at 128 tokens, MiniLM's int8 vectors (per-channel 7-bit weights) had
-# cosine 0.986 at least and 0.993 on average with its fp32 ones; 0.97 leaves room for other CPUs' rounding.
+# cosine 0.982 at least and 0.993 on average with its fp32 ones (0.986 and 0.993 at 32 tokens;
+# bench/results/cpu_encoder_speed_loaded.json); 0.97 leaves room for other CPUs' rounding.
 MIN_COSINE = 0.97
 
 
