@@ -74,8 +74,9 @@ class Int8Encoder:
     value, so in a batch a text's vector would depend on the texts beside it (up to 0.04 in a coordinate on FOLDOC
     titles; static scales, which do not, left vectors at cosine 0.88 with fp32's). Each call runs on one thread,
     and `threads` texts run at once: no call waits for threads that a shared CPU has lent elsewhere (ONNX Runtime's
-    threads synchronise at every operator, which cost 2-2.5x on 2 busy cores), and a text's vector is the same
-    alone or in a batch, in the embed stage, predict and serve, at any thread count."""
+    threads synchronise at every operator, which cost up to 2.4x the time on 2 busy cores;
+    bench/results/cpu_encoder_speed_loaded.json), and a text's vector is the same alone or in a batch, in the
+    embed stage, predict and serve, at any thread count."""
 
     def __init__(self, quantized: bytes, threads: int | None = None):
         import onnxruntime
