@@ -19,6 +19,7 @@ import contextlib
 import logging
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -70,22 +71,29 @@ class Int8Encoder:
     SentenceEncoder (quantized_bytes), on `threads` CPU threads (default: torch's setting now, as the fp32 path).
 
     One text per call, cut to its own length: dynamic quantisation scales a call's activations by their largest
-    value, so in a batch a text's vector would depend on the texts beside it. Alone, a text gets the same vector
-    in the embed stage as in predict and serve, and no padding is computed (on FOLDOC's texts, 1.2-1.4x the texts/s
-    of batches of 64)."""
+    value, so in a batch a text's vector would depend on the texts beside it (up to 0.04 in a coordinate on FOLDOC
+    titles; static scales, which do not, left vectors at cosine 0.88 with fp32's). Each call runs on one thread,
+    and `threads` texts run at once: no call waits for threads that a shared CPU has lent elsewhere (ONNX Runtime's
+    threads synchronise at every operator, which cost up to 2.4x the time on 2 busy cores;
+    bench/results/cpu_encoder_speed_loaded.json), and a text's vector is the same alone or in a batch, in the
+    embed stage, predict and serve, at any thread count."""
 
     def __init__(self, quantized: bytes, threads: int | None = None):
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads or torch.get_num_threads()
-        options.inter_op_num_threads = 1
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
         options.log_severity_level = 3  # errors only: its notes on unused initialisers are not the user's
         self.session = onnxruntime.InferenceSession(quantized, options,
                                                     providers=["CPUExecutionProvider"])
+        self.threads = threads or torch.get_num_threads()
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="raexmc-int8") if self.threads > 1 else None
+
+    def _one(self, ids: np.ndarray) -> np.ndarray:
+        """The vector of one text's ids, with no padding (a session runs calls from several threads at once)."""
+        return self.session.run(None, {"input_ids": ids[None], "attention_mask": np.ones((1, len(ids)), np.int64)})[0]
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
         ids, lengths = input_ids.cpu().numpy(), attention_mask.sum(dim=1).cpu().numpy()
-        return np.concatenate([self.session.run(None, {"input_ids": ids[row:row + 1, :length],
-                                                       "attention_mask": np.ones((1, length), dtype=np.int64)})[0]
-                               for row, length in enumerate(lengths)])
+        texts = [ids[row, :length] for row, length in enumerate(lengths)]
+        return np.concatenate(list(map(self._one, texts) if self._pool is None else self._pool.map(self._one, texts)))
