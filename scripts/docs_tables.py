@@ -308,7 +308,7 @@ def foldoc_schedule_auto_curve(root: Path) -> str:
     return curve_table(root, "foldoc_fine-tuned-schedule-auto-cpu")
 
 
-# ---- joint against split retrieval (bench/split_retrieval.py's records)
+# ---- joint against split retrieval (the records of a probe since removed: bench/split_retrieval.py)
 
 SPLIT_RECORDS = (("FOLDOC", "F", "foldoc"), ("FOLDOC, 600 most frequent labels", "F600", "foldoc_top600"),
                  ("FOLDOC, fine-tuned", "FF", "foldoc_fine-tuned"),

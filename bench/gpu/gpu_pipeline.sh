@@ -29,10 +29,11 @@ if [ "${ENCODER:-}" = distilbert-shaped ]; then
 fi
 LOG="$OUT/${NAME}_$TAG.log"
 echo "== $(date +%T) $NAME $TAG"
+STAGES=${STAGES:-download,tokenize,train,embed,index,memory,tune,evaluate}
 # shellcheck disable=SC2086  # EXTRA is a list of -S key=value words
 timeout "${PIPELINE_S:-480}" python bench/stage_resources.py --name "$NAME" --tag "$TAG" \
-  --out "$OUT/stage_resources_${NAME}_$TAG.json" --stages "${STAGES:-download,tokenize,train,embed,index,memory,tune,evaluate}" \
-  ${EXTRA:-} 2>&1 | tr '\r' '\n' | grep --line-buffered -v -e '^\s*$' > "$LOG"
+  --out "$OUT/stage_resources_${NAME}_$TAG.json" --stages "$STAGES" ${EXTRA:-} 2>&1 | tr '\r' '\n' \
+  | grep --line-buffered -v -e '^\s*$' > "$LOG"
 echo "stage_resources exit ${PIPESTATUS[0]} (124: stopped at PIPELINE_S)"
 grep -E '^[a-z]+: \{|schedule|queries/s' "$LOG" | tail -n 20; tail -n 3 "$LOG"
 for f in curves/training_curve.json eval/metrics.json; do

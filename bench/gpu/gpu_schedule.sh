@@ -1,11 +1,9 @@
 #!/bin/bash
-# The schedule comparison's open GPU row in one device call: wordnet-hyper (or NAME) fine-tuned with `train.schedule: auto`
+# A schedule comparison's GPU row in one device call: wordnet-hyper (or NAME) fine-tuned with `train.schedule: auto`
 # (1,500 steps of 512 at lr 2e-4 for its 62,465 training inputs: docs/pipeline.md, "The training schedule")
-# through the stages, each timed by bench/stage_resources.py, with the eval outputs kept; then
-# bench/split_retrieval.py on the embeddings it made (joint against split retrieval, λ/τ/share chosen on
-# training's held-out inputs). Run from the repository root on an offline GPU machine prepared as
-# bench/gpu/offline_env.sh says, plus the dataset as the download stage writes it (that machine reaches no
-# Debian mirror), made here and carried in .carry/data/:
+# through the stages, each timed by bench/stage_resources.py, with the eval outputs kept. Run from the repository
+# root on an offline GPU machine prepared as bench/gpu/offline_env.sh says, plus the dataset as the download stage
+# writes it (that machine reaches no Debian mirror), made here and carried in .carry/data/:
 #
 #   python stages/download.py --out data/wordnet-hyper --params P   # P: params.yaml with data.name wordnet-hyper
 #   tar -C data -cf - wordnet-hyper | xz -9 > .carry/data/wordnet-hyper.tar.xz      # 2.6 MB
@@ -35,12 +33,4 @@ echo "stage_resources exit ${PIPESTATUS[0]}"
 grep -E '^[a-z]+: \{|train schedule' "$OUT/stages.log"; tail -n 3 "$OUT/stages.log"
 cp -r "bench/results/runs/${NAME}_$TAG" "$OUT/" || exit 1
 
-echo "== $(date +%T) split retrieval"
-ROOT=/tmp/split-root && rm -rf $ROOT && mkdir -p $ROOT/artifacts
-ln -s "$PWD/data" $ROOT/data && ln -s "$PWD/artifacts/$NAME" "$ROOT/artifacts/$NAME"
-cp "bench/results/runs/${NAME}_$TAG/params.yaml" $ROOT/params.yaml  # the run's own: fine-tuned, training's split
-python bench/split_retrieval.py --name "$NAME" --root $ROOT --label-tau-ratios 0.25,0.375,0.5,0.625,0.75,1,1.5 \
-  --tag $TAG > "$OUT/split_retrieval.log" 2>&1
-echo "split_retrieval exit $?"; tail -n 2 "$OUT/split_retrieval.log"
-cp $ROOT/bench/results/split_retrieval_*.json "$OUT/"
 echo "== $(date +%T) done"
