@@ -119,9 +119,10 @@ class FoldedEvaluator(Evaluator):
         return {name: np.concatenate([v[name] for v in values]) for name in values[0]}
 
 
-def query_chunks(num_queries: int) -> list[slice]:
-    """The chunks of QUERY_CHUNK queries that scores are computed and ranked in."""
-    return [slice(start, start + QUERY_CHUNK) for start in range(0, num_queries, QUERY_CHUNK)]
+def query_chunks(num_queries: int, size: int | None = None) -> list[slice]:
+    """The chunks of `size` queries (default QUERY_CHUNK) that scores are computed and ranked in."""
+    size = size or QUERY_CHUNK
+    return [slice(start, start + size) for start in range(0, num_queries, size)]
 
 
 def stacked_rankings(chunks: list[np.ndarray]) -> np.ndarray:

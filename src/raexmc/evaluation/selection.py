@@ -44,7 +44,7 @@ import numpy as np
 from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RaeRetrieval
 from ..parallel import worker_count
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
-from .evaluator import query_chunks, stacked_rankings
+from .evaluator import CHUNK_BYTES, chunk_queries, query_chunks, stacked_rankings
 from .methods import HEADLINE
 from .tune_settings import TuneSettings
 from .validation_memory import ValidationRetrieval
@@ -58,7 +58,8 @@ class ValidationCurve:
     measured. The score halves are computed a chunk of queries at a time and serve every λ: at 1.3M labels
     those of all 20,000 queries would take some 0.7 GB. A chunk's λs are mixed and ranked on threads (numpy and
     scipy release the GIL there, as in evaluate), one a core up to RAEXMC_WORKERS: at the 1.3M shape's 22
-    labels a key, that ranking is most of the stage's time; the rankings do not depend on the thread count."""
+    labels a key, that ranking is most of the stage's time; the rankings do not depend on the thread count, and the
+    threads share one chunk's memory budget (evaluator.CHUNK_BYTES), as evaluate's do."""
 
     def __init__(self, retrieval: ValidationRetrieval, propensity_ab: tuple[float, float], mode: str = JOINT):
         self.retrieval, self.mode = retrieval, mode
@@ -78,8 +79,10 @@ class ValidationCurve:
         evaluator, model = self.evaluator, self.retrieval.model(tau, rae)
         ids, sims = model.keys(self.retrieval.inputs, self.retrieval.labels)
         ranked: dict[float, list[np.ndarray]] = {lam: [] for lam in lambdas}
-        with ThreadPoolExecutor(min(len(lambdas), worker_count())) as pool:
-            for chunk in query_chunks(len(ids)):
+        workers = min(len(lambdas), worker_count())
+        size = chunk_queries(evaluator.rae_values, ids.shape[1], CHUNK_BYTES // workers)  # the workers share it
+        with ThreadPoolExecutor(workers) as pool:
+            for chunk in query_chunks(len(ids), size):
                 for lam, ranking in zip(lambdas, self._rank_chunk(pool, model, chunk, (ids[chunk], sims[chunk]),
                                                                   lambdas)):
                     ranked[lam].append(ranking)
