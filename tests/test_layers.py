@@ -74,19 +74,22 @@ def test_no_modules_import_each_other_in_a_circle():
     assert not import_circles(SRC, "raexmc")
 
 
+def write_package(root: Path, files: dict[str, str]) -> None:
+    """A made-up package `pkg` under `root`: each file at its path in the package, with its text."""
+    for name, text in files.items():
+        (root / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "pkg" / name).write_text(text)
+
+
 def test_a_circle_is_caught_where_a_lazy_import_hides_it(tmp_path):
     """A circle closed by an import inside a function, and one of three modules in one folder, are each found;
     one module importing another both ways round without a circle (a -> b, c -> b) is not."""
-    pkg = tmp_path / "pkg"
-    (pkg / "sub").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "model.py").write_text("import pkg\n\ndef load():\n    from .folder import read\n")
-    (pkg / "folder.py").write_text("from pkg.model import Model\n")
-    (pkg / "plain.py").write_text("from . import model\n")
-    (pkg / "sub" / "a.py").write_text("from .b import x\n")
-    (pkg / "sub" / "b.py").write_text("from . import c\n")
-    (pkg / "sub" / "c.py").write_text("def f():\n    from pkg.sub import a\n")
+    write_package(tmp_path, {
+        "__init__.py": "", "sub/__init__.py": "",
+        "model.py": "import pkg\n\ndef load():\n    from .folder import read\n",
+        "folder.py": "from pkg.model import Model\n", "plain.py": "from . import model\n",
+        "sub/a.py": "from .b import x\n", "sub/b.py": "from . import c\n",
+        "sub/c.py": "def f():\n    from pkg.sub import a\n"})
     assert import_circles(tmp_path, "pkg") == [["pkg.folder", "pkg.model"], ["pkg.sub.a", "pkg.sub.b", "pkg.sub.c"]]
 
 
@@ -104,17 +107,10 @@ def test_layers_name_every_package_and_module_once():
 def test_an_upward_import_is_caught_wherever_it_stands(tmp_path):
     """A lazy upward import inside a function, one through a relative import, and a module no layer
     names are all reported; downward and same-layer imports are not."""
-    pkg = tmp_path / "pkg"
-    for folder in ("top", "low"):
-        (pkg / folder).mkdir(parents=True)
-        (pkg / folder / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    (pkg / "base.py").write_text("")
-    (pkg / "stray.py").write_text("")
-    (pkg / "top" / "a.py").write_text("from ..low import b\nfrom pkg.base import x\nfrom . import c\n")
-    (pkg / "top" / "c.py").write_text("")
-    (pkg / "low" / "b.py").write_text("import pkg\n\ndef f():\n    from pkg.top.a import g\n")
-    (pkg / "low" / "d.py").write_text("from ..top import c\n")
+    write_package(tmp_path, {
+        "__init__.py": "", "top/__init__.py": "", "low/__init__.py": "", "base.py": "", "stray.py": "",
+        "top/a.py": "from ..low import b\nfrom pkg.base import x\nfrom . import c\n", "top/c.py": "",
+        "low/b.py": "import pkg\n\ndef f():\n    from pkg.top.a import g\n", "low/d.py": "from ..top import c\n"})
     layers = (("top",), ("low",), ("base",))
     assert layering_errors(tmp_path, "pkg", layers) == [
         "pkg.low.b (low) imports pkg.top.a (top)",

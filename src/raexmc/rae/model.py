@@ -116,6 +116,10 @@ class RaeModel:
     def load(cls, folder: str | os.PathLike, device: str = "cpu", threads: int = 0) -> RaeModel:
         """The model `save` wrote into `folder` (wherever it has been moved since), its encoder on `device`; with
         `threads` > 0 its encoder and search run on that many CPU threads (torch's setting for the process)."""
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)  # before the encoder is read: an int8 one takes the setting when it is built
         fields = read_model(folder, device, threads)
         return cls(settings=RaeSettings(**fields.pop("settings")), **fields)
 

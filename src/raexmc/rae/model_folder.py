@@ -88,8 +88,8 @@ def _save_search(search: JointSearch, folder: Path) -> int:
 
 def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0) -> dict[str, Any]:
     """The fields of the RaeModel that `save_model` wrote into `folder` (RaeModel's keyword arguments, "settings"
-    those of its RaeSettings), its encoder on `device`; a folder that is not one, or whose parts disagree, is a
-    DataError naming the file (and key) and what to do."""
+    those of its RaeSettings), its encoder on `device` and its search on `threads` CPU threads (0: all); a folder
+    that is not one, or whose parts disagree, is a DataError naming the file (and key) and what to do."""
     folder = Path(folder)
     if not (folder / SETTINGS_FILE).is_file():
         raise DataError(f"not a RAE model folder (no {SETTINGS_FILE}): {RERUN}", folder)
@@ -109,10 +109,6 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0)
         labels = LabelRecords.open(folder)
         _check_count(len(labels), num_labels, "labels", folder / RECORDS_FILE)
     encoder = None
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)  # before the encoder: an int8 one takes the setting when it is built
     if (folder / ENCODER_FOLDER).is_dir():
         if settings["input_max_len"] is None:
             raise DataError(f"must be an integer >= 1 for the model's encoder, got null: {RERUN}",
