@@ -18,9 +18,10 @@ with 1 and 2 torch threads) the p50/p90/p99 milliseconds of RaeModel.predict on 
 query, the test texts cut to --tokens tokens, and on one thread the cost per query of 1 against 16 queries a
 call; then `raexmc serve`'s own server (serve_model, on 127.0.0.1 only) answering --clients threads that each
 post one such query at a time for --seconds: requests/s, errors, and the latency percentiles the clients saw.
---serve-threads 1,2 runs a server per thread setting, the load going to each in turn for --rounds rounds (torch's
-default on 2 cores was 2 threads: the setting before QUERY_THREADS). The row names the CPU and the machine's
-load, which moves every figure.
+A server runs per precision (the packaged fp32 model, and the same model with its encoder at int8) and per
+--serve-threads setting, the load going to each in turn for --rounds rounds (torch's default on 2 cores was 2
+threads: the setting before QUERY_THREADS). The row names the CPU and the machine's load, which moves every
+figure.
 """
 
 from __future__ import annotations
@@ -87,6 +88,15 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
     return {"p50_ms": round(float(p50), 2), "p90_ms": round(float(p90), 2), "p99_ms": round(float(p99), 2)}
 
 
+def at_int8(model: RaeModel) -> RaeModel:
+    """The model with its encoder at int8 (built now, on torch's thread setting): the same memory, so its answers
+    are not an int8 run's, but each query costs what it costs in one."""
+    from raexmc.encoder.text_encoder import TextEncoder
+
+    fp32 = model.encoder
+    return dataclasses.replace(model, encoder=TextEncoder(fp32.model, "cpu", "int8", fp32.tokenizer, fp32.max_len))
+
+
 def batch_one_latency(model: RaeModel, texts: list[str], k: int) -> dict[str, dict[str, float]]:
     """Per variant (precision x torch threads), the percentiles of RaeModel.predict on one query at a time (after
     one warm-up query each). fp32 and int8 take turns query by query, so that a busy machine slows them alike; the
@@ -94,14 +104,10 @@ def batch_one_latency(model: RaeModel, texts: list[str], k: int) -> dict[str, di
     a one-thread call that follows."""
     import torch
 
-    from raexmc.encoder.text_encoder import TextEncoder
-
-    fp32 = model.encoder
     measured: dict[str, dict[str, float]] = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)  # an int8 encoder takes torch's thread setting when it is built
-        int8 = dataclasses.replace(model, encoder=TextEncoder(fp32.model, "cpu", "int8", fp32.tokenizer,
-                                                               fp32.max_len))
+        int8 = at_int8(model)
         times: dict[str, list[float]] = {"fp32": [], "int8": []}
         for text, (precision, variant) in itertools.product(texts[:1] + texts, (("fp32", model), ("int8", int8))):
             started = time.perf_counter()
@@ -135,14 +141,14 @@ def free_port() -> int:
 
 def saved_pyfunc(predictor: Path, folder: Path) -> Path:
     """The predictor as the package stage logs it (serving.RaexmcModel around the model folder), saved to a
-    local folder that `serve_model` loads as it loads a registered one."""
+    new local `folder` that `serve_model` loads as it loads a registered one."""
     import mlflow
 
     from raexmc.pipeline.serving import SIGNATURE, RaexmcModel
 
-    mlflow.pyfunc.save_model(folder / "pyfunc", python_model=RaexmcModel(), artifacts={"model": str(predictor)},
+    mlflow.pyfunc.save_model(folder, python_model=RaexmcModel(), artifacts={"model": str(predictor)},
                              signature=SIGNATURE)
-    return folder / "pyfunc"
+    return folder
 
 
 def start_server(pyfunc: Path, threads: int | None) -> tuple[subprocess.Popen, int]:
@@ -195,26 +201,26 @@ def load_round(port: int, texts: list[str], clients: int, seconds: float, k: int
     return [seconds for answered in latencies for seconds in answered], sum(errors), time.perf_counter() - started
 
 
-def serve_load(pyfunc: Path, texts: list[str], clients: int, seconds: float, k: int,
+def serve_load(pyfuncs: dict[str, Path], texts: list[str], clients: int, seconds: float, k: int,
                settings: list[int | None], rounds: int) -> dict[str, dict[str, Any]]:
-    """Per thread setting of the server, one server, all up at once; the clients' load goes to each in turn for
-    `rounds` rounds of seconds / rounds, so that a busy machine slows them alike. Per setting: answered
-    requests/s, errors, and the latency percentiles the clients saw."""
-    servers = {setting: start_server(pyfunc, setting) for setting in settings}
+    """Per precision (its saved pyfunc) and thread setting of the server, one server, all up at once; the clients'
+    load goes to each in turn for `rounds` rounds of seconds / rounds, so that a busy machine slows them alike. Per
+    server: answered requests/s, errors, and the latency percentiles the clients saw."""
+    servers = {f"{precision} {'default threads' if setting is None else f'{setting} thread'}":
+               start_server(pyfunc, setting) for precision, pyfunc in pyfuncs.items() for setting in settings}
     try:
-        seen: dict[int | None, tuple[list[float], int, float]] = {setting: ([], 0, 0.0) for setting in settings}
-        for _, (setting, (_, port)) in itertools.product(range(rounds), servers.items()):
+        seen: dict[str, tuple[list[float], int, float]] = {label: ([], 0, 0.0) for label in servers}
+        for _, (label, (_, port)) in itertools.product(range(rounds), servers.items()):
             answered, errors, elapsed = load_round(port, texts, clients, seconds / rounds, k)
-            before = seen[setting]
-            seen[setting] = (before[0] + answered, before[1] + errors, before[2] + elapsed)
+            before = seen[label]
+            seen[label] = (before[0] + answered, before[1] + errors, before[2] + elapsed)
     finally:
         for server, _ in servers.values():
             server.terminate()
             server.wait(timeout=30)
-    return {("default threads" if setting is None else f"{setting} thread"): {
-        "clients": clients, "seconds": round(elapsed, 1), "requests": len(answered) + errors,
-        "requests_per_s": round(len(answered) / elapsed, 1), "errors": errors, **percentiles(answered)}
-        for setting, (answered, errors, elapsed) in seen.items()}
+    return {label: {"clients": clients, "seconds": round(elapsed, 1), "requests": len(answered) + errors,
+                    "requests_per_s": round(len(answered) / elapsed, 1), "errors": errors, **percentiles(answered)}
+            for label, (answered, errors, elapsed) in seen.items()}
 
 
 def wait_until_up(server: subprocess.Popen, port: int, timeout: float = 180) -> None:
@@ -254,8 +260,10 @@ def latency(model: RaeModel, root: Path, name: str, texts: list[str], tokens: in
     predict = batch_one_latency(model, short, k)
     batched = shared_batch_cost(model, short[:48], k)
     with tempfile.TemporaryDirectory(prefix="raexmc-serve-bench-") as scratch:
-        serve = serve_load(saved_pyfunc(root / "artifacts" / name / "predictor", Path(scratch)), short, clients,
-                           seconds, k, serve_threads, rounds)
+        at_int8(model).save(Path(scratch) / "int8")
+        pyfuncs = {"fp32": saved_pyfunc(root / "artifacts" / name / "predictor", Path(scratch) / "fp32"),
+                   "int8": saved_pyfunc(Path(scratch) / "int8", Path(scratch) / "int8-pyfunc")}
+        serve = serve_load(pyfuncs, short, clients, seconds, k, serve_threads, rounds)
     append_row(ROOT / "bench" / "results" / f"predict_latency_{name}.json", {
         "tag": tag, "command": rerun_command(), "dataset": name, "queries": len(short), "tokens": tokens, "k": k,
         "machine_before": before, "machine_after": machine(), "predict_batch_1": predict,

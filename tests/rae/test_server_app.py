@@ -186,3 +186,61 @@ def test_inputs_that_are_not_a_list_of_texts_are_400_naming_where(served, inputs
     answer = client(served).post("/invocations", json={"inputs": inputs})
     assert answer.status_code == 400 and "stack_trace" not in answer.json()
     assert answer.json()["message"].startswith(f"DataError: request: {where}"), answer.json()["message"]
+
+
+def test_the_server_scores_more_requests_at_once_than_asyncios_default_threads():
+    """MLflow's scoring server scores each request on the event loop's default executor: asyncio's holds at most
+    32 threads (6 on 2 cores), so concurrent requests beyond that never reached the model together to share a
+    batch. Here 33 requests each hold a scoring thread until all 33 hold one: they are all answered only where
+    the server gives them 33 threads at once."""
+    import http.client
+    import socket
+    import threading
+
+    import uvicorn
+
+    from raexmc.pipeline.server import answer_requests
+    from raexmc.rae.shared_batches import MAX_BATCH_QUERIES
+
+    together = 33
+    assert MAX_BATCH_QUERIES >= together
+    all_in = threading.Barrier(together, timeout=20)
+
+    async def app(scope, receive, send):  # an ASGI app that scores as MLflow's does: on the default executor
+        if scope["type"] != "http":
+            return
+        await receive()
+        try:
+            await asyncio.to_thread(all_in.wait)
+            status = 200
+        except threading.BrokenBarrierError:
+            status = 503
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    serving = threading.Thread(target=asyncio.run, args=(answer_requests(server),))
+    serving.start()
+    statuses: list[int] = []
+
+    def post() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        connection.request("POST", "/invocations", b"{}")
+        statuses.append(connection.getresponse().status)
+        connection.close()
+
+    try:
+        while not server.started:
+            serving.join(0.05)
+        clients = [threading.Thread(target=post) for _ in range(together)]
+        for posting in clients:
+            posting.start()
+        for posting in clients:
+            posting.join()
+    finally:
+        server.should_exit = True
+        serving.join()
+    assert statuses == [200] * together

@@ -1,8 +1,8 @@
 """Queries that callers on several threads send at once, answered together in one `RaeModel.predict` call.
 
 `raexmc serve` answers each request on a worker thread; one short query keeps a CPU's matrix kernels mostly idle:
-on one thread of a shared 2-core CPU, 32-token FOLDOC queries cost 6.8 to 11.5 ms each 16 a call against 17.8 to
-28.9 ms one a call, and the server answered 16 clients at 50.4 requests/s against 35.8 before
+on one thread of an idle 2-core CPU, 32-token FOLDOC queries cost 6.9 ms each 16 a call against 18.1 ms one a
+call, and the server answered 16 clients at 74.8 requests/s against 35.8 before, one request a call
 (bench/results/predict_latency_foldoc.json). No thread of its own and no wait for company: a caller whose
 queries are not answered yet takes the lock and answers every request waiting then, its own among them, while
 the requests that arrive meanwhile gather for the next call. Alone, a request is answered at once as before.
