@@ -362,6 +362,25 @@ def test_an_int8_model_encodes_queries_as_the_int8_embed_stage_did(tmp_path, lf_
     assert [label["score"] for label in results[0]] == pytest.approx(list(scores), abs=1e-4)
 
 
+def test_an_int8_model_is_served_as_the_int8_embed_stage_ranked(tmp_path, lf_folder, tiny_model, monkeypatch):
+    """The served int8 model (logged, loaded back and answered through `raexmc serve`'s own app) ranks a query as
+    the evaluate path ranks the int8 embed stage's vector of it."""
+    from mlflow.pyfunc import scoring_server
+    from starlette.testclient import TestClient
+
+    from raexmc.pipeline.server import CheckedRequests
+
+    built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", precision="int8")
+    _, served = logged_and_loaded(built, tmp_path, monkeypatch)
+    answer = TestClient(CheckedRequests(scoring_server.init(served))).post(
+        "/invocations", json={"dataframe_records": [{"text": JYTHON}], "params": {"k": 3}})
+    assert answer.status_code == 200, answer.text
+    [served_labels] = [row["labels"] for row in answer.json()["predictions"]]
+    labels, scores = expected_top3_of_first_test_input(built)
+    assert [label["label"] for label in served_labels] == list(labels)
+    assert [label["score"] for label in served_labels] == pytest.approx(list(scores), abs=1e-4)
+
+
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_predict_names_cut_encoder_weights_in_one_line(cli, built):
     """A model folder whose weights were cut short (a copy or a save that stopped) was a traceback from
