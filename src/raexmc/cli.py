@@ -183,7 +183,8 @@ def serve(name: str = NAME,
           max_body_bytes: int = typer.Option(1 << 20, min=1, help="Largest request body read (larger: 413)."),
           max_records: int = typer.Option(1000, min=1, help="Most records in one request (more: 400)."),
           threads: int = typer.Option(QUERY_THREADS, min=0, help="CPU threads the model scores on (0: every "
-                                                                 "CPU); concurrent requests are scored together."),
+                                                                 "CPU); concurrent requests are scored together. "
+                                                                 "An int8 model encodes that many texts at once."),
           params: Path = PARAMS) -> None:
     """Serve the registered predictor over HTTP (MLflow's scoring server, each request checked first). The
     default limits keep one request well inside MLflow's 60 s scoring timeout on 2 cores (docs/reliability.md)."""
