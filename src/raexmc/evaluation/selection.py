@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RaeRetrieval
+from ..memory.search import Hits
 from ..parallel import worker_count
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
 from .evaluator import CHUNK_BYTES, chunk_queries, query_chunks, stacked_rankings
@@ -56,10 +57,11 @@ class ValidationCurve:
     """The headline metrics (percent) of RAE at points (λ, τ, label share) on the held-out inputs, each point
     measured once: rows {"lambda", "tau", "label_share" (None: joint retrieval), metric...}, in the order
     measured. The score halves are computed a chunk of queries at a time and serve every λ: at 1.3M labels
-    those of all 20,000 queries would take some 0.7 GB. A chunk's λs are mixed and ranked on threads (numpy and
-    scipy release the GIL there, as in evaluate), one a core up to RAEXMC_WORKERS: at the 1.3M shape's 22
-    labels a key, that ranking is most of the stage's time; the rankings do not depend on the thread count, and the
-    threads share one chunk's memory budget (evaluator.CHUNK_BYTES), as evaluate's do."""
+    those of all 20,000 queries would take some 0.7 GB. A chunk's τs (their keys and halves) and then its (τ, λ)
+    points (mixed and ranked) run on threads (numpy and scipy release the GIL there, as in evaluate), one a core up to
+    RAEXMC_WORKERS: at the 1.3M shape's 22 labels a key, that ranking is most of the stage's time, and kNN's curve,
+    one λ at many τs, gains as RAE's grid does; the rankings do not depend on the thread count, and the threads share
+    one chunk's memory budget (evaluator.CHUNK_BYTES), as evaluate's do."""
 
     def __init__(self, retrieval: ValidationRetrieval, propensity_ab: tuple[float, float], mode: str = JOINT):
         self.retrieval, self.mode = retrieval, mode
@@ -70,33 +72,43 @@ class ValidationCurve:
         """Add the points of the grid lambdas x taus x shares not measured yet."""
         for share in shares:
             rae = RaeRetrieval(self.mode, share)
-            for tau in taus:
-                missing = [lam for lam in lambdas if (lam, tau, share) not in self.rows]
-                if missing:
-                    self._measure(missing, tau, rae)
+            points = [(tau, lam) for tau in taus for lam in lambdas if (lam, tau, rae.label_share) not in self.rows]
+            if points:
+                self._measure(points, rae)
 
-    def _measure(self, lambdas: list[float], tau: float, rae: RaeRetrieval) -> None:
-        evaluator, model = self.evaluator, self.retrieval.model(tau, rae)
-        ids, sims = model.keys(self.retrieval.inputs, self.retrieval.labels)
-        ranked: dict[float, list[np.ndarray]] = {lam: [] for lam in lambdas}
-        workers = min(len(lambdas), worker_count())
-        size = chunk_queries(evaluator.rae_values, ids.shape[1], CHUNK_BYTES // workers)  # the workers share it
+    def _measure(self, points: list[tuple[float, float]], rae: RaeRetrieval) -> None:
+        """Measure the (τ, λ) `points`, a chunk of queries at a time: each τ's keys and score halves once a chunk (on
+        the threads, a τ each), then every point mixed and ranked (a point each), its rows added in `points`' order."""
+        evaluator, inputs, labels = self.evaluator, self.retrieval.inputs, self.retrieval.labels
+        models = {tau: self.retrieval.model(tau, rae) for tau, _ in points}
+        ranked: dict[tuple[float, float], list[np.ndarray]] = {point: [] for point in points}
+        workers = min(len(points), worker_count())
+
+        def keys(tau: float, chunk: slice) -> Hits:
+            return models[tau].keys(*((hits[0][chunk], hits[1][chunk]) for hits in (inputs, labels)))
+
+        def halves(tau: float, chunk: slice) -> tuple[Hits, Any]:
+            chunk_keys = keys(tau, chunk)
+            return chunk_keys, models[tau].parts(*chunk_keys)
+
+        width = keys(points[0][0], slice(0, 1))[0].shape[1]  # keys a query, the same at every τ
+        # the threads share one chunk's budget, beside the score halves of every τ
+        size = chunk_queries(evaluator.rae_values, width, CHUNK_BYTES // (workers + len(models)))
+
+        def ranking(point: tuple[float, float], chunk: slice, at_tau: dict) -> np.ndarray:
+            tau, lam = point
+            chunk_keys, parts = at_tau[tau]
+            return evaluator.rank_rows(chunk, models[tau].at(lam=lam).mix(parts, *chunk_keys))
+
         with ThreadPoolExecutor(workers) as pool:
-            for chunk in query_chunks(len(ids), size):
-                for lam, ranking in zip(lambdas, self._rank_chunk(pool, model, chunk, (ids[chunk], sims[chunk]),
-                                                                  lambdas)):
-                    ranked[lam].append(ranking)
-        for lam in lambdas:
-            summary = evaluator.summary(stacked_rankings(ranked.pop(lam)))[0]
+            for chunk in query_chunks(len(inputs[0]), size):
+                at_tau = dict(zip(models, pool.map(lambda tau: halves(tau, chunk), models)))
+                for point, rows in zip(points, pool.map(lambda point: ranking(point, chunk, at_tau), points)):
+                    ranked[point].append(rows)
+        for tau, lam in points:
+            summary = evaluator.summary(stacked_rankings(ranked.pop((tau, lam))))[0]
             self.rows[lam, tau, rae.label_share] = {"lambda": lam, "tau": tau, "label_share": rae.label_share,
                                                     **{k: summary[k] for k in HEADLINE}}
-
-    def _rank_chunk(self, pool: ThreadPoolExecutor, model, chunk: slice, keys: tuple[np.ndarray, np.ndarray],
-                    lambdas: list[float]) -> list[np.ndarray]:
-        """The chunk's rankings at each λ, all mixed from one pair of score halves."""
-        parts = model.parts(*keys)
-        return list(pool.map(lambda lam: self.evaluator.rank_rows(chunk, model.at(lam=lam).mix(parts, *keys)),
-                             lambdas))
 
     def curve(self) -> list[dict[str, Any]]:
         return list(self.rows.values())
