@@ -75,10 +75,10 @@ def cut_to_tokens(model: RaeModel, texts: list[str], tokens: int) -> list[str]:
     """Each text cut at a word piece's end so that the encoder sees at most `tokens` tokens, its special ones
     counted (a short query, as a user types it)."""
     tokenizer = model.encoder.tokenizer
+    special = len(model.encoder.tokenize([""])[0][0])  # [CLS] and [SEP], or whatever the tokenizer adds
     cut = []
     for text in texts:
         pieces = [end for start, end in tokenizer(text, return_offsets_mapping=True)["offset_mapping"] if end > start]
-        special = len(model.encoder.tokenize([""])[0][0])  # [CLS] and [SEP], or whatever the tokenizer adds
         cut.append(text[:pieces[min(tokens - special, len(pieces)) - 1]] if pieces else text)
     return cut
 

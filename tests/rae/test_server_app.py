@@ -194,13 +194,13 @@ def test_the_server_scores_more_requests_at_once_than_asyncios_default_threads()
     batch. Here 33 requests each hold a scoring thread until all 33 hold one: they are all answered only where
     the server gives them 33 threads at once."""
     import http.client
-    import socket
     import threading
 
     import uvicorn
 
     from raexmc.pipeline.server import answer_requests
     from raexmc.rae.shared_batches import MAX_BATCH_QUERIES
+    from tests.helpers import free_port
 
     together = 33
     assert MAX_BATCH_QUERIES >= together
@@ -218,9 +218,7 @@ def test_the_server_scores_more_requests_at_once_than_asyncios_default_threads()
         await send({"type": "http.response.start", "status": status, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     serving = threading.Thread(target=asyncio.run, args=(answer_requests(server),))
     serving.start()
