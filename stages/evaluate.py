@@ -22,7 +22,7 @@ from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import Evaluator
 from raexmc.evaluation.memory_search import MemorySearch
-from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
+from raexmc.evaluation.methods import KNN_B, EvalSettings, baseline_depth, evaluate_retrieval
 from raexmc.evaluation.propensity import chosen_propensity
 from raexmc.evaluation.selection_file import knn_tau, rae_retrieval, read_selection
 from raexmc.memory.hnsw import resolve_threads
@@ -53,7 +53,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         typer.echo(propensity.line(), err=True)
         run.params({"propensity": propensity.record()})
         settings = EvalSettings(
-            lam=selection["lambda"], b=p.infer.b, tau=selection["tau"], knn_tau=knn_tau(selection),
+            lam=selection["lambda"], b=p.infer.b, tau=selection["tau"], knn_tau=knn_tau(selection), knn_b=KNN_B,
             lambda_sweep=list(p.infer.lambda_sweep), b_sweep=list(p.infer.b_sweep),
             propensity_ab=propensity.ab)
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, settings.tau, settings.b)
@@ -63,10 +63,11 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         device = search_device(p.search)  # where an exact index searches; a graph searches on the CPU
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
         baselines, rae_memory = load_joint_search(index, keys, ef_search, device=device), InputMemory(memory)
-        search = MemorySearch(rae_memory, baselines, queries, settings, retrieval, ef_search, device)
         Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
         evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab,
                               None if rae_memory.full else rae_memory.values(Y_values))
+        search = MemorySearch(rae_memory, baselines, queries, settings, retrieval, ef_search,
+                              baseline_depth(evaluator.exclude), device)
         if len(queries) != evaluator.num_queries:
             raise DataError(f"{len(queries)} test embeddings for {evaluator.num_queries} test inputs: rerun embed",
                             embeddings / "test.npy")
@@ -75,7 +76,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                     chunk=chunk or None, progress=True,
                                     workers=resolve_threads(p.evaluate.threads),
                                     keep_scores=scores is not None)
-        queries_per_s, depth = search.queries_per_s(), search.depth
+        queries_per_s, depth = search.queries_per_s(), {"depth": search.depth, "baseline_depth": search.baseline_depth}
         del search, baselines, keys  # the indexes, before the outputs are written
         methods = result["methods"]
         chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
@@ -86,7 +87,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                        "chosen": selection["val_value"], "fixed": selection["fixed_val_value"]}},
                    "memory": rae_memory.summary(), "propensity": propensity.record(),
                    "query_lambda": {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback},
-                   "retrieval": {"depth": depth}}
+                   "retrieval": depth}
         write_evaluation(out, metrics, result, selection)
         if scores is not None:
             write_scores(scores, result["scores"])

@@ -70,9 +70,10 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         retrieval, selection = tuning.at(keep) if grid is None else choose_keep(tuning.at, grid, settings.metric)
         chosen = memory_at(selection.get("keep", keep), selection.get("prototypes"))
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)
-        # kNN searches every training input: the chosen memory's search is kNN's where it keeps them all
-        selection["baselines"] = select_baselines(lambda: retrieval if chosen.full else tuning.full_memory(),
-                                                  settings, propensity_ab)
+        # kNN searches every training input: the chosen memory's search is kNN's where it keeps them all, deep enough
+        selection["baselines"] = select_baselines(
+            lambda depth: retrieval if chosen.full and retrieval.b >= depth else tuning.full_memory(depth),
+            settings, propensity_ab)
         with atomic_dir(out) as folder:
             write_json(folder / SELECTION_FILE, selection)
             write_json(folder / QUERY_LAMBDA_FILE, {**query_lambda.to_json(), "fit": fit})

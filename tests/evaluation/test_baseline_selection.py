@@ -158,7 +158,7 @@ def test_selection_without_knn_tau_scores_knn_at_rae_s_and_a_bad_one_is_refused(
 
 def test_knn_curve_pools_every_fold_against_its_own_full_memory(tmp_path):
     """Four folds of 10 of 40 random inputs (val_folds 4): kNN's curve is the brute force's over all 40 queries,
-    each fold's against the 30 others, at b 8 of them."""
+    each fold's against the 30 others, all of them (kNN's own b, 200), whatever RAE's b (8)."""
     X, Z, Y = random_set()
     (tmp_path / "emb").mkdir()
     np.save(tmp_path / "emb" / "train.npy", X)
@@ -173,7 +173,7 @@ def test_knn_curve_pools_every_fold_against_its_own_full_memory(tmp_path):
     def pooled_p_at_1(tau: float) -> float:
         right = []
         for rest, val in validation_folds(len(X), 0.25, 0, 4):
-            scores = dense_top_b_softmax(X[val] @ X[rest].T, 8, tau) @ Y[rest].toarray()
+            scores = dense_top_b_softmax(X[val] @ X[rest].T, len(rest), tau) @ Y[rest].toarray()
             right.extend(Y[val].toarray()[np.arange(len(val)), scores.argmax(axis=1)] > 0)
         return round(100 * float(np.mean(right)), 2)
 

@@ -192,6 +192,46 @@ def test_float32_scores_keep_the_ranking_they_were_ranked_by():
     np.testing.assert_array_equal(top_k(kept.matrix(), 100), ranked)
 
 
+def descending_by_score(matrix: sp.csr_matrix, larger_label_first: bool) -> list[list[int]]:
+    """Each row's labels sorted by descending score alone, exact ties to the larger (or smaller) label: how an
+    evaluator with another tie rule than ours would rank the file."""
+    rows = []
+    for row in range(matrix.shape[0]):
+        labels = matrix.indices[matrix.indptr[row]:matrix.indptr[row + 1]]
+        values = matrix.data[matrix.indptr[row]:matrix.indptr[row + 1]]
+        sign = -1 if larger_label_first else 1
+        rows.append([int(label) for _, label in sorted(zip(-values, sign * labels))])
+    return [[abs(label) for label in row] for row in rows]
+
+
+def test_exact_ties_are_broken_in_the_file_so_any_tie_rule_ranks_it_alike():
+    """Rows of exact ties (a run of 120 equal scores, as identical label texts give the dual encoder), ranked to the
+    smaller label: the file's rows strictly decrease in that order, rank alike under either tie rule, stay within a
+    few hundred ulps of the scores, and PECOS's evaluator gives the P@k of the ranking itself."""
+    from pecos.utils import smat_util
+
+    rng = np.random.default_rng(4)
+    scores = np.zeros((3, 300))
+    scores[0, rng.permutation(300)[:120]] = 0.25                               # 120 tied, more than k
+    scores[1, :10] = [0.5, 0.5, 0.4, 0.4, 0.4, 0.3, 0.2, 0.2, 0.1, 0.05]
+    scores[2, rng.permutation(300)[:150]] = rng.integers(1, 4, size=150) / 8   # three levels of ties
+    ranked = top_k(sp.csr_matrix(scores), 100)
+    kept = TopScores(300)
+    kept.add(ranked, sp.csr_matrix(scores))
+    written = kept.matrix()
+    expected = [list(row[row >= 0]) for row in ranked]
+    assert descending_by_score(written, False) == descending_by_score(written, True) == expected
+    for row, labels in enumerate(expected):
+        values = np.asarray(written[row, labels].todense()).ravel()
+        assert np.all(np.diff(values) < 0), row
+        assert np.max(np.abs(values - scores[row, labels])) < 1e-4
+    truth = sp.csr_matrix((rng.random((3, 300)) < 0.2).astype(np.float32))
+    by_hand = [100 * np.mean([truth[row, labels[:k]].sum() / k for row, labels in enumerate(expected)])
+               for k in range(1, 6)]
+    pecos = smat_util.Metrics.generate(truth, written, topk=5)
+    np.testing.assert_allclose(100 * np.asarray(pecos.prec), by_hand, atol=1e-9)
+
+
 def test_ranked_values_are_the_scores_ranked_duplicates_added_pads_minus_inf():
     """Unsorted indices (as a sparse product leaves them) and a label stored twice, against the dense matrix."""
     rng = np.random.default_rng(3)

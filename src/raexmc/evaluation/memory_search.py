@@ -14,13 +14,14 @@ from .retrievals import BlockSearch, Retrievals
 
 
 class MemorySearch:
-    """A Search (evaluator.Search) of `queries` to the depth of the largest b evaluated; `seconds` the time it took."""
+    """A Search (evaluator.Search) of `queries`: RAE's keys to the depth of the largest b evaluated, the baselines'
+    to their own `baseline_depth` (methods.baseline_depth); `seconds` the time it took."""
 
     def __init__(self, memory: InputMemory, baselines: JointSearch, queries: np.ndarray, settings: EvalSettings,
-                 retrieval: RaeRetrieval, ef_search: int, device: str = "cpu"):
+                 retrieval: RaeRetrieval, ef_search: int, baseline_depth: int, device: str = "cpu"):
         self.memory, self.baselines, self.queries = memory, baselines, queries
         self.settings, self.retrieval, self.ef_search, self.device = settings, retrieval, ef_search, device
-        self.depth = max([settings.b, *settings.b_sweep])
+        self.depth, self.baseline_depth = max([settings.b, *settings.b_sweep]), baseline_depth
         # a joint retrieval's smaller b are prefixes of its keys at b; a split one takes each b's own share
         self.swept_b = (tuple(b for b in settings.b_sweep if b != settings.b) if retrieval.mode == SPLIT else ())
         self.seconds = 0.0
@@ -29,7 +30,7 @@ class MemorySearch:
         started = time.perf_counter()
         joint, other_b, inputs, labels = self.memory.search(
             self.baselines, self.queries[rows], self.depth, self.settings.b, self.settings.tau, self.ef_search,
-            retrieval=self.retrieval, other_b=self.swept_b, device=self.device)
+            retrieval=self.retrieval, other_b=self.swept_b, device=self.device, baseline_k=self.baseline_depth)
         self.seconds += time.perf_counter() - started
         return Retrievals(joint=joint, labels=labels, inputs=inputs, other_b=other_b)
 
