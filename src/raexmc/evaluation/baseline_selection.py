@@ -6,7 +6,8 @@ kNN is the top-b search over the training-input keys alone, scored λ = 1 on an 
 "baselines are what their names say"), at its own b (methods.KNN_B, whatever RAE's infer.b): so its validation
 curve is RAE's (selection.ValidationCurve) on the held-out inputs' top-KNN_B search of every remaining input (kNN's
 memory, whatever `memory.keep` keeps for RAE) with no label key and no prior, at λ = 1. Its τ comes from the same
-grid, widened past an edge and tie-broken by the same rule (selection.widen_and_choose, selection.choose). Where τ is fixed, kNN runs at it: a user's τ applies to every method.
+grid, widened past an edge and tie-broken by the same rule (selection.widen_and_choose, selection.choose). Where τ
+is fixed, kNN runs at it: a user's τ applies to every method.
 
 The dual encoder has nothing to choose: its scores are a softmax over its own retrieved labels, exp(s / τ) / Σ, which
 rises with the similarity s at every τ > 0 (rae.scoring.dual_encoder_scores), so its ranking, and every metric, is the
