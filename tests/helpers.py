@@ -237,23 +237,6 @@ def softmax_error(sim_error: float, tau: float) -> float:
     return math.expm1(2 * sim_error / tau)
 
 
-def dense_split_scores(X, Z, Q, Y, num_x: int, num_z: int, tau: float, lam: float):
-    """λ P_x Y + (1 - λ) P_z where P is the softmax over the num_x most similar inputs and the num_z most
-    similar labels of each query, all together, computed row by row from the dense similarities."""
-    import numpy as np
-
-    S_x = (Q @ X.T).astype(np.float32).astype(np.float64)
-    S_z = (Q @ Z.T).astype(np.float32).astype(np.float64)
-    P_x, P_z = np.zeros_like(S_x), np.zeros_like(S_z)
-    for q in range(len(Q)):
-        top_x, top_z = np.argsort(-S_x[q])[:num_x], np.argsort(-S_z[q])[:num_z]
-        sims = np.concatenate([S_x[q, top_x], S_z[q, top_z]])
-        weights = np.exp((sims - sims.max()) / tau)
-        weights /= weights.sum()
-        P_x[q, top_x], P_z[q, top_z] = weights[:num_x], weights[num_x:]
-    return lam * P_x @ Y.toarray() + (1 - lam) * P_z
-
-
 _WRITER = """
 import sys, time
 from raexmc.io import atomic_dir
