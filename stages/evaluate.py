@@ -24,7 +24,7 @@ from raexmc.evaluation.evaluator import Evaluator
 from raexmc.evaluation.memory_search import MemorySearch
 from raexmc.evaluation.methods import KNN_B, EvalSettings, baseline_depth, evaluate_retrieval
 from raexmc.evaluation.propensity import chosen_propensity
-from raexmc.evaluation.selection_file import knn_tau, rae_retrieval, read_selection
+from raexmc.evaluation.selection_file import read_selection
 from raexmc.memory.hnsw import resolve_threads
 from raexmc.memory.indexes import load_joint_search, memory_backend, search_device
 from raexmc.memory.input_memory import InputMemory
@@ -53,11 +53,11 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         typer.echo(propensity.line(), err=True)
         run.params({"propensity": propensity.record()})
         settings = EvalSettings(
-            lam=selection["lambda"], b=p.infer.b, tau=selection["tau"], knn_tau=knn_tau(selection), knn_b=KNN_B,
+            lam=selection.lam, b=p.infer.b, tau=selection.tau, knn_tau=selection.knn_tau, knn_b=KNN_B,
             lambda_sweep=list(p.infer.lambda_sweep), b_sweep=list(p.infer.b_sweep),
             propensity_ab=propensity.ab)
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, settings.tau, settings.b)
-        retrieval = rae_retrieval(selection)
+        retrieval = selection.rae_retrieval
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         ef_search = p.infer.ef_search
         device = search_device(p.search)  # where an exact index searches; a graph searches on the CPU
@@ -79,12 +79,12 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         queries_per_s, depth = search.queries_per_s(), {"depth": search.depth, "baseline_depth": search.baseline_depth}
         del search, baselines, keys  # the indexes, before the outputs are written
         methods = result["methods"]
-        chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
+        chosen = {"lambda": selection.lam, "tau": selection.tau, "metric": selection.metric, "auto": selection.auto}
         run.params({"selection": {**chosen, "retrieval": retrieval.mode,
                                   **({} if retrieval.label_share is None else {"label_share": retrieval.label_share})}})
         metrics = {**methods, "knn": {**methods["knn"], "tau": settings.knn_tau},
                    "selection": {**chosen, "validation": {
-                       "chosen": selection["val_value"], "fixed": selection["fixed_val_value"]}},
+                       "chosen": selection.val_value, "fixed": selection.fixed_val_value}},
                    "memory": rae_memory.summary(), "propensity": propensity.record(),
                    "query_lambda": {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback},
                    "retrieval": depth}

@@ -362,3 +362,14 @@ def add_wheel(index: Path, name: str, version: str, requires: tuple[str, ...] = 
         wheel.writestr(f"{dist}.dist-info/RECORD", "")
     links = "".join(f'<a href="{path.name}">{path.name}</a>\n' for path in sorted((index / name).glob("*.whl")))
     (index / name / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+
+
+def selection_record(**fields) -> dict:
+    """A complete selection.json record (evaluation.selection_file.Selection, under the file's names) at λ 0.5 and
+    τ 0.04, with `fields` changed: for tests of what reads one."""
+    return {"lambda": 0.5, "tau": 0.04, "b": 200, "retrieval": "joint", "label_share": None, "metric": "P@1",
+            "auto": {"lambda": True, "tau": False, "label_share": False}, "val_value": 0.61,
+            "fixed_lambda": 0.5, "fixed_tau": 0.04, "fixed_label_share": None, "fixed_val_value": 0.58,
+            "val_queries": 10, "val_folds": 1, "memory_inputs": 30, "memory_input_keys": 30, "val_fraction": 0.25,
+            "val_max_queries": 20000, "val_seed": 0, "val_split_from": "infer",
+            "validation": [{"lambda": 0.5, "tau": 0.04, "label_share": None, "P@1": 0.61}], **fields}

@@ -144,12 +144,12 @@ def test_pooled_curve_is_every_folds_queries_against_its_own_memory(tmp_path, b)
     full = MemorySettings(1.0, "random", False, 0)
     retrieval = pooled([validation_retrieval(tmp_path / "emb", fold, b, memory=full) for fold in folds],
                        pooled_held(folds))
-    chosen = select(retrieval, settings, (A, B))
+    chosen = select(retrieval, settings, (A, B)).record()
     expected = pooled_brute_force(X, Z, Y, validation_folds(N_INPUTS, 0.25, 0, 4), b=b)
     assert_curves_match(curve_of(chosen), expected)
     assert (chosen["val_queries"], chosen["val_folds"], chosen["memory_inputs"], chosen["memory_input_keys"]) \
         == (40, 4, 30, 30)
-    one = select(validation_retrieval(tmp_path / "emb", folds[0], b, memory=full), settings, (A, B))
+    one = select(validation_retrieval(tmp_path / "emb", folds[0], b, memory=full), settings, (A, B)).record()
     first_fold = pooled_brute_force(X, Z, Y, validation_folds(N_INPUTS, 0.25, 0, 1), b=b)
     assert_curves_match(curve_of(one), first_fold)
     assert first_fold != expected

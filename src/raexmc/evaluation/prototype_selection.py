@@ -55,8 +55,8 @@ def choose_prototypes(retrieval_at: Callable[[float], ValidationRetrieval], sett
 
     weight, retrieval, selection, curve = choose_point("prototypes", grid, tune_at, settings.metric,
                                                        ties_to_larger=False, widen=widen)
-    return retrieval, {**selection, "prototypes": weight, "auto": {**selection["auto"], "prototypes": True},
-                       "prototypes_curve": curve}
+    return retrieval, selection.with_(prototypes=weight, auto={**selection.auto, "prototypes": True},
+                                      prototypes_curve=curve)
 
 
 @dataclass

@@ -40,13 +40,13 @@ def summary(eval_dir: Path, significance_path: Path, metrics: tuple[str, ...] = 
     if not methods:
         raise DataError(f"holds none of the methods {', '.join(METHODS)}", eval_dir / "metrics.json")
     lines = []
-    selection = results.get("selection")
-    if selection:
-        auto = [name for name, on in selection.get("auto", {}).items() if on]
-        knn_tau = results.get("knn", {}).get("tau", selection["tau"])  # kNN's own where τ was chosen
-        lines.append(f"λ = {selection['lambda']}, τ = {selection['tau']}"
-                     + (f" ({' and '.join(auto)} chosen on validation {selection['metric']})" if auto else "")
-                     + (f"; kNN τ = {knn_tau}" if knn_tau != selection["tau"] else ""))
+    chosen = results.get("selection")  # metrics.json's record of the tune stage's choice
+    if chosen:
+        auto = [name for name, on in chosen.get("auto", {}).items() if on]
+        knn_tau = results.get("knn", {}).get("tau", chosen["tau"])  # kNN's own where τ was chosen
+        lines.append(f"λ = {chosen['lambda']}, τ = {chosen['tau']}"
+                     + (f" ({' and '.join(auto)} chosen on validation {chosen['metric']})" if auto else "")
+                     + (f"; kNN τ = {knn_tau}" if knn_tau != chosen["tau"] else ""))
     width = max(len(m) for m in methods)
     lines.append(f"{'method':<{width}}  " + "  ".join(f"{m:>7}" for m in metrics) + f"  {'F1@5 tail':>9}")
     for method in methods:
