@@ -218,6 +218,8 @@ BAD = {
                     "shape 3 x 5, but the test set has 2 inputs and 5 labels"),
     "label out of range": (lambda p: write_csr(p, (2, 5), [0, 1, 2], [0, 7], [1.0, 2.0]),
                            "row 1: label index 7 outside [0, 5)"),
+    "label index L": (lambda p: write_csr(p, (2, 5), [0, 1, 2], [0, 5], [1.0, 2.0]),  # one past the last label
+                      "row 1: label index 5 outside [0, 5)"),
     "NaN": (lambda p: write_csr(p, (2, 5), [0, 1, 2], [0, 1], [1.0, np.nan]), "row 1: score nan of label 1"),
     "inf": (lambda p: write_csr(p, (2, 5), [0, 1, 2], [0, 1], [np.inf, 1.0]), "row 0: score inf of label 0"),
     "dense": (lambda p: np.save(p.with_suffix(".npy"), np.ones((2, 5))) or p.with_suffix(".npy").rename(p) or p,
@@ -233,6 +235,13 @@ def test_a_bad_matrix_is_one_line_naming_the_file(tmp_path, case):
         read_scores(path, 2, 5, 100)
     line = refused.value.one_line()
     assert "\n" not in line and line.startswith(f"DataError: {path}") and expected in line, line
+
+
+def test_a_row_of_exactly_k_scores_is_a_score_file(tmp_path):
+    """What the evaluate stage writes wherever 100 or more labels are scored: each row's top 100."""
+    path = tmp_path / "top100.npz"
+    sp.save_npz(path, sp.csr_matrix(np.ones((3, 120), np.float32)[:, :100], shape=(3, 120)))
+    assert np.diff(read_scores(path, 3, 120, 100).indptr).tolist() == [100, 100, 100]
 
 
 def test_more_than_k_scores_a_row_is_refused_with_k(tmp_path):
