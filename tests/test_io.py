@@ -124,6 +124,15 @@ def test_a_cut_or_foreign_array_file_is_one_error_naming_it(tmp_path):
         load_array(tmp_path / "absent.npy")
 
 
+@pytest.mark.parametrize("mmap_mode", [None, "r"])
+def test_a_zero_byte_array_file_is_one_error_naming_it(tmp_path, mmap_mode):
+    """What a write cut off before its first byte leaves: numpy reads it as an EOFError."""
+    (tmp_path / "train.npy").write_bytes(b"")
+    with pytest.raises(DataError) as error:
+        load_array(tmp_path / "train.npy", mmap_mode=mmap_mode)
+    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'train.npy'}: unreadable array")
+
+
 def test_a_cut_sparse_matrix_or_archive_is_one_error_naming_it(tmp_path):
     sp.save_npz(tmp_path / "Y.npz", sp.random(200, 50, density=0.2, format="csr", random_state=0))
     with pytest.raises(DataError, match=r"Y.npz: unreadable sparse matrix"):

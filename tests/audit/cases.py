@@ -532,6 +532,90 @@ LAST_FAULT_CASES += [
          lambda p: evaluate_broken_scores(p, "scores-short", lambda m: m[:-1]), "scores-short/rae.npz")]
 
 
+# Issue 60, causes 3 and 5: errors that named no file (a key that is not finite, an index of another dimension,
+# int8's ONNX export on a full TMPDIR), and two catalogue values checked only where used.
+def catalogue_entry(project: Project, name: str, entry: dict) -> Outcome:
+    folder = project.fresh(name)
+    return project.stage("download", project.params(folder, **{"datasets.tiny": entry}), out=folder / "data")
+
+
+def foldoc_entry(project: Project) -> dict:
+    from raexmc.settings import read_mapping
+
+    return read_mapping(project.root / "datasets" / "foldoc.yaml", "dataset entry")
+
+
+def predict_with_model(project: Project, name: str, breaks: Callable[[Path], None]) -> Outcome:
+    """predict with a copy of the packaged model folder that `breaks` changed."""
+    folder = project.fresh(name) / "model"
+    shutil.copytree(project.root / "artifacts" / "tiny" / "predictor", folder)
+    breaks(folder)
+    return predict(project, "--model", str(folder), "python")
+
+
+def nan_key(folder: Path) -> None:
+    import numpy as np
+
+    keys = np.load(folder / "inputs" / "keys.npy")
+    keys[1, 0] = np.nan
+    np.save(folder / "inputs" / "keys.npy", keys)
+
+
+def wider_index(*key_sets: str) -> Callable[[Path], None]:
+    """The model's exact indexes of `key_sets` rebuilt on their keys padded with 8 zero dimensions (another
+    encoder's width)."""
+    def widen(folder: Path) -> None:
+        import numpy as np
+
+        from raexmc.memory.exact import ExactIndex
+        from raexmc.memory.persistence import save_index
+
+        for key_set in key_sets:
+            keys = np.load(folder / key_set / "keys.npy")
+            padded = np.hstack([keys, np.zeros((len(keys), 8), np.float32)])
+            shutil.rmtree(folder / key_set)
+            save_index(ExactIndex(padded), folder / key_set)
+            np.save(folder / key_set / "keys.npy", padded)
+    return widen
+
+
+def int8_on_full_tmpdir(project: Project) -> Outcome:
+    """The embed stage at embed.precision int8 with TMPDIR on a 1 MiB tmpfs: the ONNX export (4 MB) does not fit."""
+    folder = project.fresh("int8-tmpdir")
+    small = folder / "small"
+    params = project.params(folder, **{"embed.precision": "int8", "embed.device": "cpu"})
+    out = folder / "embeddings"
+
+    def run() -> Outcome:
+        inputs = [f"--{key}={project.root / ARTIFACTS[key]}" for key in STAGE_INPUTS["embed"]]
+        outcome = project.run([PYTHON, "stages/embed.py", "--params", str(params), *inputs, "--out", str(out)],
+                              env={"TMPDIR": str(small)}, output=out)
+        # what the libraries leave in TMPDIR for themselves, not outputs of the stage: torch's compile cache and the
+        # file ONNX Runtime writes when it is imported
+        theirs = [*small.glob("torchinductor_*"), *small.glob(".ses")]
+        outcome.detail["libraries_left"] = sorted(path.name for path in theirs)
+        for path in theirs:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return outcome
+    return on_small_tmpfs(small, "1m", run)
+
+
+PROBE_60_CASES = [
+    Case("catalogue-path-number", "download", "a local catalogue entry with path: 5",
+         lambda p: catalogue_entry(p, "path-number", {"source": "local", "path": 5}), "datasets/tiny.yaml:path"),
+    Case("catalogue-test-fraction", "download", "a foldoc catalogue entry with test_fraction: 1.5",
+         lambda p: catalogue_entry(p, "test-fraction", {**foldoc_entry(p), "test_fraction": 1.5}),
+         "datasets/tiny.yaml:test_fraction"),
+    Case("model-key-nan", "predict", "predict with a model folder whose inputs/keys.npy holds a NaN",
+         lambda p: predict_with_model(p, "key-nan", nan_key), "inputs/keys.npy"),
+    Case("model-index-dimension", "predict", "predict with both of the model's indexes 8 dimensions wider",
+         lambda p: predict_with_model(p, "index-wider", wider_index("inputs", "labels")), "model/inputs"),
+    Case("model-labels-index-dimension", "predict", "predict with the model's labels' index 8 dimensions wider",
+         lambda p: predict_with_model(p, "labels-wider", wider_index("labels")), "model/labels"),
+    Case("embed-int8-full-tmpdir", "embed", "embed.precision int8 with TMPDIR on a 1 MiB tmpfs",
+         int8_on_full_tmpdir, "fp32.onnx")]
+
+
 def cases() -> list[Case]:
     return [
         Case("rel-abc", "download", "LF target_rel \"abc\"", lambda p: download_with(p, "rel-abc", edit_record(
@@ -652,7 +736,8 @@ def cases() -> list[Case]:
         Case("killed-stage-run-cache", "dvc repro", "evaluate killed mid-write, then restored from DVC's run cache: "
              "no temp may stay", killed_then_restored, "", expect_failure=False),
     ] + [Case(name, "serve", name.replace("-", " "), None, key)  # type: ignore[arg-type]
-         for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES
+         for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES \
+        + PROBE_60_CASES
 
 
 def verdict(case: Case, outcome: Outcome) -> str:

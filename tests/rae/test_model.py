@@ -212,6 +212,44 @@ def test_a_folder_with_one_index_only_is_refused_at_load(tmp_path):
     assert str(tmp_path / "model") in error.value.one_line()
 
 
+def test_a_key_that_is_not_finite_is_refused_naming_its_file_and_row(tmp_path):
+    """Issue 60, cause 3: the exact index refused it in a line that named no file."""
+    model().save(tmp_path / "model")
+    path = tmp_path / "model" / "inputs" / "keys.npy"
+    keys = np.load(path)
+    keys[2, 1] = np.nan
+    np.save(path, keys)
+    with pytest.raises(DataError) as error:
+        RaeModel.load(tmp_path / "model")
+    assert error.value.one_line().startswith(f"DataError: {path}:row 2: ")
+
+
+def reindexed(folder, key_set: str, dim: int) -> None:
+    """The model folder's `key_set` index rebuilt on its keys padded with zeros to `dim` dimensions."""
+    keys = {"inputs": X, "labels": Z}[key_set]
+    shutil.rmtree(folder / key_set)
+    padded = np.hstack([keys, np.zeros((len(keys), dim - keys.shape[1]), np.float32)])
+    save_index(build_hnsw(padded, M=8, ef_construction=50, threads=1, progress=False), folder / key_set)
+
+
+def test_queries_of_another_dimension_than_both_indexes_are_refused_naming_the_index(tmp_path):
+    """Issue 60, cause 3: "queries have dimension 3, the index has 4" named no index."""
+    model(search=hnsw_search()).save(tmp_path / "model")
+    for key_set in ("inputs", "labels"):
+        reindexed(tmp_path / "model", key_set, 4)
+    with pytest.raises(DataError, match="queries have dimension 3, the index has 4") as error:
+        RaeModel.load(tmp_path / "model").scores_for(Q)
+    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / 'inputs'}: ")
+
+
+def test_a_labels_index_of_another_dimension_is_refused_naming_it(tmp_path):
+    model(search=hnsw_search()).save(tmp_path / "model")
+    reindexed(tmp_path / "model", "labels", 4)
+    with pytest.raises(DataError, match="the inputs' index has dimension 3, the labels' 4") as error:
+        RaeModel.load(tmp_path / "model")
+    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / 'labels'}: ")
+
+
 def test_the_model_card_says_where_the_model_came_from_and_how_it_scores(tmp_path):
     about = {"dataset": "tiny", "commit": "0123abc", "metrics": {"P@1": 0.75}}
     RaeModel(Y, RaeSettings(LAM, TAU, B), about=about).save(tmp_path / "model")

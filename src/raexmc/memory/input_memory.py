@@ -31,7 +31,7 @@ from ..settings import AUTO, MemorySection, NonNegative, Share, record_value
 from .compression import NONE, checked_compression, parse_compression
 from .indexes import INDEXED_KEY_SETS, make_index
 from .key_selection import check_keep, kept_count, select_keys
-from .keys_values import KEYS_FILE
+from .keys_values import KEYS_FILE, load_keys
 from .merge import JointSearch, RaeRetrieval, prefix, rae_keys
 from .persistence import load_index, save_index
 from .prior import log_prior
@@ -219,7 +219,7 @@ class InputMemory:
     def own_keys(self) -> np.ndarray | None:
         """The selected keys when the exact backend indexes them (it keeps none); None otherwise."""
         path = self.folder / KEYS_FILE
-        return load_array(path) if path.is_file() else None
+        return load_keys(path) if path.is_file() else None
 
     def indexes(self, baselines: JointSearch | None, ef_search: int, threads: int = 0,
                 device: str = "cpu") -> JointSearch:

@@ -31,7 +31,7 @@ from ..memory.exact import ExactIndex
 from ..memory.hnsw import PAPER_EF_SEARCH
 from ..memory.indexes import INDEXED_KEY_SETS
 from ..memory.input_memory import COUNTS_FILE, VALUES_FILE
-from ..memory.keys_values import KEYS_FILE
+from ..memory.keys_values import KEYS_FILE, load_keys
 from ..memory.merge import JointSearch, recorded_retrieval
 from ..memory.persistence import load_index, save_index
 from ..memory.prior import log_prior
@@ -140,7 +140,7 @@ def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: 
     parts = []
     for name, count, kind in zip(INDEXED_KEY_SETS, shape, ("input", "label")):
         keys = folder / name / KEYS_FILE
-        part = load_index(folder / name, keys=load_array(keys) if keys.is_file() else None, ef_search=ef_search,
+        part = load_index(folder / name, keys=load_keys(keys) if keys.is_file() else None, ef_search=ef_search,
                           threads=threads)
         _check_count(part.count, count, f"{kind} keys", folder / name, f"{VALUES_FILE} has {count}")
         parts.append(part)
