@@ -122,6 +122,19 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
 
 
 @contextmanager
+def scratch_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty folder beside `target` for the work of writing it, named as its temporaries are, and remove
+    it on leaving: what a killed writer leaves there is swept with them (remove_leftovers, remove_dead_temps)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
 def atomic_file(target: str | os.PathLike, mode: str = "w", **open_kwargs: Any) -> Iterator[Any]:
     """Open a temporary file beside `target` for writing; rename it over `target` on success.
     What a killed earlier run left beside `target` is removed first."""
