@@ -54,7 +54,7 @@ def reseal(folder: Path) -> None:
 
     manifest = json.loads((folder / MANIFEST_FILE).read_text())
     (folder / MANIFEST_FILE).unlink()
-    write_manifest(folder, {key: value for key, value in manifest.items() if key != "files"})
+    write_manifest(folder, {key: value for key, value in manifest.items() if key not in ("files", "sha256")})
 
 
 def write_jsonl_gz(path: Path, records: list[dict]) -> None:

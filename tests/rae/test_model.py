@@ -226,6 +226,9 @@ def test_a_folder_of_another_format_or_without_a_part_the_caller_needs_is_refuse
         RaeModel.load(tmp_path / "model")  # by default: what answers texts, as predict and serve do
     manifest = tmp_path / "model" / "manifest.json"
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": 1}))
+    with pytest.raises(DataError, match="its contents are not those it was written with"):
+        RaeModel.load(tmp_path / "model", needs=())
+    reseal(tmp_path / "model")
     with pytest.raises(DataError) as error:
         RaeModel.load(tmp_path / "model", needs=())
     assert error.value.one_line() == (f"DataError: {manifest}:format: format 1, this code reads format 2: "

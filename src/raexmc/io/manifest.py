@@ -1,17 +1,18 @@
-"""A folder's manifest (manifest.json): each file's size and sha256 beside what the writer says of the folder, so
-that a folder changed, cut short, emptied or added to since it was written is refused, naming the file, before
-anything reads it. Hashing reads each file once, which a load that reads every file anyway pays for once more."""
+"""A folder's manifest (manifest.json): each file's size and sha256 beside what the writer says of the folder, and
+the sha256 of all that (so that a manifest changed in place is told from a file it lists), so that a folder
+changed, cut short, emptied or added to since it was written is refused, naming the file, before anything reads
+it. Hashing reads each file once more than a load does (docs/reliability.md: what it costs)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataError
 from .atomic import write_json
-from .checked_reads import read_json
 
 MANIFEST_FILE = "manifest.json"
 
@@ -32,7 +33,12 @@ def write_manifest(folder: str | os.PathLike, header: dict[str, Any]) -> None:
     folder = Path(folder)
     files = {name: {"size": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)}
              for name in _files(folder)}
-    write_json(folder / MANIFEST_FILE, {**header, "files": files})
+    body = {**header, "files": files}
+    write_json(folder / MANIFEST_FILE, {**body, "sha256": _seal(body)})
+
+
+def _seal(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def checked_manifest(folder: str | os.PathLike, rerun: str) -> dict[str, Any]:
@@ -41,10 +47,16 @@ def checked_manifest(folder: str | os.PathLike, rerun: str) -> dict[str, Any]:
     folder = Path(folder)
     path = folder / MANIFEST_FILE
     if not path.is_file():
-        raise DataError(f"no {MANIFEST_FILE}: not a folder this code wrote, or one from before it wrote one: {rerun}",
-                        folder)
-    manifest = read_json(path)
-    files = manifest.get("files") if isinstance(manifest, dict) else None
+        raise DataError(f"not found: not a folder this code wrote, or one written before folders had one: {rerun}",
+                        path)
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise DataError(f"not JSON: changed since the folder was written: {rerun}", path) from None
+    body = {key: value for key, value in manifest.items() if key != "sha256"} if isinstance(manifest, dict) else None
+    if body is None or _seal(body) != manifest.get("sha256"):
+        raise DataError(f"its contents are not those it was written with (its sha256): {rerun}", path)
+    files = manifest.get("files")
     if not isinstance(files, dict) or not all(isinstance(entry, dict) and isinstance(entry.get("size"), int)
                                               and isinstance(entry.get("sha256"), str) for entry in files.values()):
         raise DataError(f"not a manifest (a \"files\" object of size and sha256 per file): {rerun}", path)

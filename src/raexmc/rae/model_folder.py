@@ -142,12 +142,9 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
         labels = LabelRecords.open(folder)
         _check_count(len(labels), num_labels, "labels", folder / RECORDS_FILE)
     encoder = _load_encoder(folder, settings, device) if "encoder" in parts else None
-    search = _load_search(folder, values.shape, settings["ef_search"], threads) if "search" in parts else None
-    if encoder is not None and search is not None:
-        for name, part in zip(INDEXED_KEY_SETS, (search.inputs, search.labels)):
-            if part.dim != encoder.dim:
-                raise DataError(f"holds keys of dimension {part.dim}, the encoder's vectors have {encoder.dim}: "
-                                f"{RERUN}", folder / name)
+    search = None
+    if "search" in parts:
+        search = _load_search(folder, values.shape, settings["ef_search"], threads, encoder and encoder.dim)
     return {"values": values, "log_counts": log_counts, "encoder": encoder, "labels": labels,
             "settings": {"lam": lam, "tau": settings["tau"], "b": settings["b"], "retrieval": settings["retrieval"]},
             "search": search, "input_fields": settings["input_fields"], "about": settings["about"]}
@@ -199,9 +196,11 @@ def _load_encoder(folder: Path, settings: dict[str, Any], device: str) -> Any:
                             settings["precision"] or "auto", settings["input_max_len"], stage_output=True)
 
 
-def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int) -> JointSearch:
+def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int,
+                 dim: int | None) -> JointSearch:
     """Both indexes of the folder, their beam at `ef_search`, each checked to hold as many keys as the values
-    have rows (inputs) and columns (labels), an exact one's keys finite."""
+    have rows (inputs) and columns (labels), of the encoder's width `dim` (where it has one), an exact one's keys
+    finite."""
     parts = []
     for name, count, kind in zip(INDEXED_KEY_SETS, shape, ("input", "label")):
         keys_file = folder / name / KEYS_FILE
@@ -210,6 +209,9 @@ def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: 
             raise DataError(f"holds NaN or infinite keys: {RERUN}", keys_file)
         part = load_index(folder / name, keys=keys, ef_search=ef_search, threads=threads)
         _check_count(part.count, count, f"{kind} keys", folder / name, f"{VALUES_FILE} has {count}")
+        if dim is not None and part.dim != dim:
+            raise DataError(f"holds keys of dimension {part.dim}, the encoder's vectors have {dim}: {RERUN}",
+                            folder / name)
         parts.append(part)
     return JointSearch(*parts)
 
