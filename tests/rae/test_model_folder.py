@@ -109,6 +109,24 @@ def test_each_damaged_file_is_refused_naming_it(copy_of, backend):
     assert refusal(folder).startswith(f"DataError: {folder / 'encoder'}: missing (manifest.json lists 7 files")
 
 
+def test_a_file_added_or_a_manifest_edited_in_place_is_refused_naming_it(copy_of):
+    """An exact index's keys.npy added beside an HNSW graph would be searched in its place; a manifest whose listed
+    sha256 was changed (still valid JSON) would otherwise blame the file it lists."""
+    folder = copy_of("hnsw")
+    added = folder / "inputs" / "keys.npy"
+    np.save(added, np.zeros((4, 32), dtype=np.float32))
+    assert refusal(folder) == (f"DataError: {added}: not in manifest.json: added since the folder was written: "
+                               "rerun the package stage")
+    added.unlink()
+    manifest = folder / "manifest.json"
+    written = json.loads(manifest.read_text())
+    digest = written["files"]["values.npz"]["sha256"]
+    written["files"]["values.npz"]["sha256"] = ("0" if digest[0] != "0" else "1") + digest[1:]
+    manifest.write_text(json.dumps(written))
+    assert refusal(folder) == (f"DataError: {manifest}: its contents are not those it was written with (its "
+                               "sha256): rerun the package stage")
+
+
 @pytest.mark.parametrize(("part", "gone"), [("labels", ["label_records.jsonl"]),
                                             ("labels", ["label_records.jsonl", "label_offsets.npy"]),
                                             ("search", ["inputs", "labels"]),
