@@ -11,7 +11,6 @@ from raexmc.numerics import pin_cpu_kernels
 
 pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
 
-import tempfile
 from pathlib import Path
 
 import typer
@@ -19,6 +18,7 @@ import typer
 import raexmc
 from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection_file import read_selection
+from raexmc.io import scratch_dir
 from raexmc.pipeline.tracking.identity import experiment_name
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.model import RaeSettings
@@ -46,8 +46,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                  "metrics": {f"validation {selection.metric} (tune stage)": selection.val_value},
                  "selection": {"metric": selection.metric, "lambda": selection.lam, "tau": selection.tau,
                                "retrieval": selection.retrieval, "val_queries": selection.val_queries}}
-        with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
-            packaged_model(Dataset(dataset), model, index, memory, embeddings, settings, Path(scratch),
+        with scratch_dir(out) as scratch:  # named as the output's temporaries: the next stage sweeps a killed one's
+            packaged_model(Dataset(dataset), model, index, memory, embeddings, settings, scratch,
                            relevance=p.infer.relevance, input_max_len=p.tokenize.input_max_len,
                            input_fields=p.tokenize.input_fields, precision=p.embed.precision,
                            backend=p.index.backend, ef_search=p.infer.ef_search, about=about,

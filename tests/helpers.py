@@ -47,6 +47,16 @@ TEST = [("s0", "jython", "python on the jvm", [0], [1.0]),
         ("s1", "minix", "a small unix", [2, 3], [1.0, 1.0])]
 
 
+def reseal(folder: Path) -> None:
+    """Write a saved folder's manifest again for the files it holds now, its format and parts kept: a folder that
+    a save of a bad model would have written, for the checks of what the manifest cannot vouch for."""
+    from raexmc.io import MANIFEST_FILE, write_manifest
+
+    manifest = json.loads((folder / MANIFEST_FILE).read_text())
+    (folder / MANIFEST_FILE).unlink()
+    write_manifest(folder, {key: value for key, value in manifest.items() if key not in ("files", "sha256")})
+
+
 def write_jsonl_gz(path: Path, records: list[dict]) -> None:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         for record in records:

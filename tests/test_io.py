@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from raexmc.io import (
     new_memmap,
     read_json,
     remove_dead_temps,
+    scratch_dir,
     write_json,
 )
 from tests.helpers import leftover_of_killed_writer, run_on_small_disk, writer_in_progress
@@ -220,3 +223,31 @@ def test_an_output_cut_by_a_full_disk_is_one_line_and_is_not_kept(tmp_path, libr
     fix = "ulimit -f" if done.error == os.strerror(errno.EFBIG) else "free some space and rerun"
     assert_one_line_and_nothing_left(done.proc, small / "out", done.error, fix)
     assert done.left == []
+
+
+SCRATCH_WRITER = """
+import sys, time
+from raexmc.io import scratch_dir
+with scratch_dir(sys.argv[1]) as folder:
+    (folder / "graphs.bin").write_bytes(bytes(4096))
+    print(folder, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_writers_scratch_is_swept_with_its_temporaries(tmp_path):
+    """Cause 6 of issue 60: the package stage's scratch was tempfile's tmpXXXXXXXX beside the predictor, which no
+    sweep knew; `kill -9` left it for good. Named as the output's temporaries, the next sweep removes it."""
+    target = tmp_path / "artifacts" / "tiny" / "predictor"
+    writer = subprocess.Popen([sys.executable, "-c", SCRATCH_WRITER, str(target)], stdout=subprocess.PIPE, text=True)
+    scratch = Path(writer.stdout.readline().strip())
+    remove_dead_temps(tmp_path)
+    assert (scratch / "graphs.bin").is_file(), "a running writer's scratch stays"
+    writer.kill()
+    writer.wait()
+    writer.stdout.close()
+    remove_dead_temps(tmp_path)
+    assert not scratch.exists() and scratch.parent == target.parent
+    with scratch_dir(target) as folder:
+        (folder / "x").write_text("")
+    assert not folder.exists(), "a scratch is removed when its work ends"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.audit.project import PYTHON, Outcome, Project
-from tests.helpers import free_port, write_jsonl_gz
+from tests.helpers import free_port, reseal, write_jsonl_gz
 
 
 @dataclass
@@ -411,6 +411,7 @@ def garbled_label_record(project: Project) -> Outcome:
     lines = path.read_bytes().splitlines(keepends=True)
     lines[2] = b"\x00" * (len(lines[2]) - 1) + b"\n"
     path.write_bytes(b"".join(lines))
+    reseal(path.parent)  # past the manifest (which names the file alone): the record's own check
     return predict(project, "--artifacts", str(artifacts), "--name", "tiny", "python")
 
 
@@ -420,7 +421,60 @@ def bad_model_setting(project: Project) -> Outcome:
     shutil.copytree(project.root / "artifacts" / "tiny" / "predictor", folder)
     settings = json.loads((folder / "settings.json").read_text())
     (folder / "settings.json").write_text(json.dumps({**settings, "tau": -1}))
+    reseal(folder)  # past the manifest (which names the file alone): the setting's own check
     return predict(project, "--model", str(folder), "python")
+
+
+def damaged_model(project: Project, name: str, damage: Callable[[Path], None]) -> Outcome:
+    """predict with a moved copy of the model folder that `damage` broke (issue 60's causes 1, 2 and 4)."""
+    folder = project.fresh(name) / "model"
+    shutil.copytree(project.root / "artifacts" / "tiny" / "predictor", folder)
+    damage(folder)
+    return predict(project, "--model", str(folder), "python")
+
+
+def removed(*names: str) -> Callable[[Path], None]:
+    def remove(folder: Path) -> None:
+        for name in names:
+            (shutil.rmtree if (folder / name).is_dir() else Path.unlink)(folder / name)
+    return remove
+
+
+def values_filled(value: float) -> Callable[[Path], None]:
+    def fill(folder: Path) -> None:
+        import scipy.sparse as sp
+
+        values = sp.load_npz(folder / "values.npz")
+        values.data[:] = value
+        sp.save_npz(folder / "values.npz", values)
+    return fill
+
+
+MODEL_FOLDER_CASES = [
+    Case("model-no-encoder", "predict", "predict with a model folder without encoder/",
+         lambda p: damaged_model(p, "no-encoder", removed("encoder")), "model/encoder: missing"),
+    Case("model-no-label-records", "predict", "predict with a model folder without label_records.jsonl",
+         lambda p: damaged_model(p, "no-records", removed("label_records.jsonl")), "label_records.jsonl: missing"),
+    Case("model-no-label-files", "predict", "predict with a model folder without label_records.jsonl and "
+         "label_offsets.npy", lambda p: damaged_model(p, "no-labels", removed("label_records.jsonl",
+                                                                            "label_offsets.npy")),
+         "label_offsets.npy: missing"),
+    Case("model-no-indexes", "predict", "predict with a model folder without inputs/ and labels/",
+         lambda p: damaged_model(p, "no-indexes", removed("inputs", "labels")), "model/inputs: missing"),
+    Case("values-all-nan", "predict", "predict with every value of values.npz NaN",
+         lambda p: damaged_model(p, "values-nan", values_filled(float("nan"))), "values.npz"),
+    Case("values-all-negative", "predict", "predict with every value of values.npz -1e6",
+         lambda p: damaged_model(p, "values-negative", values_filled(-1e6)), "values.npz"),
+    Case("encoder-no-tokenizer", "predict", "predict with encoder/ lacking tokenizer.json and tokenizer_config.json",
+         lambda p: damaged_model(p, "no-tokenizer", removed("encoder/tokenizer.json", "encoder/tokenizer_config.json")),
+         "encoder/tokenizer.json: missing"),
+    Case("values-nan-resealed", "predict", "predict with values.npz all NaN under a manifest written for it",
+         lambda p: damaged_model(p, "values-nan-sealed", lambda f: (values_filled(float("nan"))(f), reseal(f))),
+         "values.npz: holds NaN"),
+    Case("encoder-no-tokenizer-resealed", "predict", "predict with encoder/ lacking its tokenizer files under a "
+         "manifest written for it", lambda p: damaged_model(p, "no-tokenizer-sealed", lambda f: (
+             removed("encoder/tokenizer.json", "encoder/tokenizer_config.json")(f), reseal(f))),
+         "encoder/tokenizer.json: missing")]
 
 
 PROBE_50_CASES = [
@@ -737,7 +791,7 @@ def cases() -> list[Case]:
              "no temp may stay", killed_then_restored, "", expect_failure=False),
     ] + [Case(name, "serve", name.replace("-", " "), None, key)  # type: ignore[arg-type]
          for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES \
-        + PROBE_60_CASES
+        + PROBE_60_CASES + MODEL_FOLDER_CASES
 
 
 def verdict(case: Case, outcome: Outcome) -> str:
