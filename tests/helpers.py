@@ -383,3 +383,28 @@ def selection_record(**fields) -> dict:
             "val_queries": 10, "val_folds": 1, "memory_inputs": 30, "memory_input_keys": 30, "val_fraction": 0.25,
             "val_max_queries": 20000, "val_seed": 0, "val_split_from": "infer",
             "validation": [{"lambda": 0.5, "tau": 0.04, "label_share": None, "P@1": 0.61}], **fields}
+
+
+def made_up_predictor(out: Path, dataset: Path, embeddings: Path, index: Path, memory: Path, tune: Path,
+                      params: Path) -> Path:
+    """The package stage's model folder `out` for made-up embeddings, without an encoder (there is none to package),
+    at the tune stage's choice and params' infer.b, as the evaluate stage measures it; made once."""
+    if out.is_dir():
+        return out
+    from raexmc.data.dataset import Dataset
+    from raexmc.evaluation.selection_file import read_selection
+    from raexmc.memory.indexes import memory_backend
+    from raexmc.rae.model import RaeSettings
+    from raexmc.rae.packaging import packaged_model
+    from raexmc.settings import load_settings
+
+    p, selection = load_settings(params), read_selection(tune)
+    settings = RaeSettings(selection.lam, selection.tau, p.infer.b, selection.rae_retrieval)
+    scratch = out.with_name(f"{out.name}-scratch")
+    scratch.mkdir(parents=True)
+    packaged_model(Dataset(dataset), None, index, memory, embeddings, settings, scratch, relevance=p.infer.relevance,
+                   input_max_len=p.tokenize.input_max_len, input_fields=p.tokenize.input_fields,
+                   precision=p.embed.precision, backend=memory_backend(index), ef_search=p.infer.ef_search,
+                   about={}).save(out)
+    shutil.rmtree(scratch)
+    return out

@@ -213,10 +213,10 @@ def tokenize_rss(project: Project) -> Outcome:
 
 ARTIFACTS = {"dataset": "data/tiny", "embeddings": "artifacts/tiny/embeddings", "index": "artifacts/tiny/index",
              "tune": "artifacts/tiny/tune", "memory": "artifacts/tiny/memory", "model": "artifacts/tiny/model",
-             "tokens": "artifacts/tiny/tokens", "eval": "artifacts/tiny/eval"}
+             "tokens": "artifacts/tiny/tokens", "eval": "artifacts/tiny/eval", "predictor": "artifacts/tiny/predictor"}
 STAGE_INPUTS = {"tokenize_texts": ("dataset",), "embed": ("model", "tokens"), "index": ("embeddings",),
                 "memory": ("dataset", "embeddings"), "tune": ("dataset", "embeddings"),
-                "evaluate": ("dataset", "embeddings", "index", "tune", "memory"),
+                "evaluate": ("dataset", "embeddings", "index", "tune", "predictor"),
                 "significance": ("eval",), "package": ("dataset", "model", "embeddings", "index", "tune", "memory")}
 STAGE_OUTPUT = {"tokenize_texts": "tokens", "embed": "embeddings", "index": "index", "memory": "memory", "tune": "tune",
                 "evaluate": "eval", "significance": "significance.json", "package": "predictor"}

@@ -20,7 +20,7 @@ from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
 from test_propensity import stage
-from tests.helpers import REPO
+from tests.helpers import REPO, made_up_predictor
 
 N_TRAIN, N_LABELS, N_TEST, DIM = 300, 240, 40, 8
 REPEATED = 60          # labels 0..59 share their text (and so their key) with labels 60..119
@@ -63,8 +63,10 @@ def run_at(root, b: int):
     YAML().dump(params, root / "params.yaml")
     out = root / f"b{b}"
     stage(root, "tune", "--embeddings", root / "emb", "--out", out / "tune")
+    predictor = made_up_predictor(out / "predictor", root / "data" / "tiny", root / "emb", root / "index",
+                                  root / "memory", out / "tune", root / "params.yaml")
     stage(root, "evaluate", "--embeddings", root / "emb", "--index", root / "index", "--tune", out / "tune",
-          "--memory", root / "memory", "--out", out / "eval", "--scores", out / "scores")
+          "--predictor", predictor, "--out", out / "eval", "--scores", out / "scores")
     return json.loads((out / "eval" / "metrics.json").read_text())
 
 

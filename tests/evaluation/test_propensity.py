@@ -21,7 +21,7 @@ from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
 from raexmc.settings import read_params_tree, settings_from
-from tests.helpers import REPO, make_lf_folder
+from tests.helpers import REPO, made_up_predictor, make_lf_folder
 
 # Typed in from the sources, not from the table: pyxclib's documented pairs (Amazon 0.6/2.6, Wikipedia 0.5/0.4,
 # else 0.55/1.5), pyxclib issue 7 (AmazonCat-13K 0.55/1.5), and the pairs the Extreme Classification
@@ -117,8 +117,10 @@ def evaluate_tiny(tmp_path, *options, lf=None, infer=None):
     YAML().dump(params, tmp_path / "params.yaml")
     stage(tmp_path, "tune", "--embeddings", tmp_path / "emb", "--out", tmp_path / "tune")
 
+    predictor = made_up_predictor(tmp_path / "predictor", tmp_path / "data" / "tiny", tmp_path / "emb",
+                                  tmp_path / "index", tmp_path / "memory", tmp_path / "tune", tmp_path / "params.yaml")
     return stage(tmp_path, "evaluate", "--embeddings", tmp_path / "emb", "--index", tmp_path / "index", "--tune",
-                 tmp_path / "tune", "--memory", tmp_path / "memory", "--out", tmp_path / "eval", *options)
+                 tmp_path / "tune", "--predictor", predictor, "--out", tmp_path / "eval", *options)
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step

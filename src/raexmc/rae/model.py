@@ -116,9 +116,9 @@ class RaeModel:
     def load(cls, folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
              needs: tuple[str, ...] = PARTS) -> RaeModel:
         """The model `save` wrote into `folder` (wherever it has been moved since), checked against its manifest,
-        its encoder on `device`; with `threads` > 0 its encoder and search run on that many CPU threads (torch's
-        setting for the process). A folder without one of the parts `needs` names (by default all that answer
-        texts: encoder, labels, search) is refused: `needs=()` loads a bare scoring model too."""
+        its encoder (and an exact search) on `device`; with `threads` > 0 its encoder and search run on that many CPU
+        threads (torch's setting for the process). A folder without one of the parts `needs` names (by default all
+        that answer texts: encoder, labels, search) is refused: `needs=()` loads a bare scoring model too."""
         if threads:
             import torch
 

@@ -144,7 +144,7 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
     encoder = _load_encoder(folder, settings, device) if "encoder" in parts else None
     search = None
     if "search" in parts:
-        search = _load_search(folder, values.shape, settings["ef_search"], threads, encoder and encoder.dim)
+        search = _load_search(folder, values.shape, settings["ef_search"], threads, encoder and encoder.dim, device)
     return {"values": values, "log_counts": log_counts, "encoder": encoder, "labels": labels,
             "settings": {"lam": lam, "tau": settings["tau"], "b": settings["b"], "retrieval": settings["retrieval"]},
             "search": search, "input_fields": settings["input_fields"], "about": settings["about"]}
@@ -197,15 +197,15 @@ def _load_encoder(folder: Path, settings: dict[str, Any], device: str) -> Any:
 
 
 def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int,
-                 dim: int | None) -> JointSearch:
-    """Both indexes of the folder, their beam at `ef_search`, each checked to hold as many keys as the values
-    have rows (inputs) and columns (labels), of the encoder's width `dim` (where it has one), an exact one's keys
-    finite."""
+                 dim: int | None, device: str = "cpu") -> JointSearch:
+    """Both indexes of the folder, their beam at `ef_search` (an exact one searching on `device`), each checked to
+    hold as many keys as the values have rows (inputs) and columns (labels), of the encoder's width `dim` (where it
+    has one), an exact one's keys finite."""
     parts = []
     for name, count, kind in zip(INDEXED_KEY_SETS, shape, ("input", "label")):
         keys = folder / name / KEYS_FILE
         part = load_index(folder / name, keys=load_keys(keys) if keys.is_file() else None, ef_search=ef_search,
-                          threads=threads)
+                          threads=threads, device=device)
         _check_count(part.count, count, f"{kind} keys", folder / name, f"{VALUES_FILE} has {count}")
         if dim is not None and part.dim != dim:
             raise DataError(f"holds keys of dimension {part.dim}, the encoder's vectors have {dim}: {RERUN}",
