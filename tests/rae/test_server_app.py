@@ -179,9 +179,37 @@ def test_a_list_of_texts_as_inputs_is_answered_as_the_same_records(served):
     assert as_columns.json() == as_records.json(), "records and columns under inputs are read as before"
 
 
+def test_the_loaded_pyfunc_and_serve_answer_a_text_a_list_of_texts_and_a_table_alike(served):
+    """`predict(["text"])` on the loaded pyfunc was refused ("no query"): the input schema made the list a table of
+    one unnamed column and dropped it. A single text, the inputs' string form, was refused by serve too. Now all
+    are the records of the same texts, in Python as over HTTP."""
+    import pandas as pd
+
+    texts = ["perl", "a small unix"]
+    expected, _ = predictor_of(served[0]).predict(texts, k=2)
+    answers = {"list": served[1].predict(texts, params={"k": 2}),
+               "table": served[1].predict(pd.DataFrame({"text": texts}), params={"k": 2})}
+    for form, answer in answers.items():
+        assert answer.to_dict("records") == [{"text": text, "labels": labels}
+                                             for text, labels in zip(texts, expected)], form
+    one = served[1].predict("perl", params={"k": 2})
+    assert one.to_dict("records") == [{"text": "perl", "labels": expected[0]}]
+    served_one = client(served).post("/invocations", json={"inputs": "perl", "params": {"k": 2}})
+    assert served_one.status_code == 200, served_one.text
+    assert served_one.json() == {"predictions": one.to_dict("records")}
+
+
+def test_no_records_are_answered_with_none_in_the_pyfunc_and_serve_alike(served):
+    """An empty list was refused with "no query: each record needs a text", which it does not lack."""
+    assert len(served[1].predict([])) == 0
+    for request in ({"inputs": []}, {"dataframe_records": []}):
+        answer = client(served).post("/invocations", json=request)
+        assert (answer.status_code, answer.json()) == (200, {"predictions": []}), request
+
+
 @pytest.mark.parametrize("inputs, where", [(["perl", 7], "inputs[1]: not a text"),
                                            ([{"text": "perl"}, "unix"], "inputs[1]: not a record"),
-                                           ("perl", "inputs: give texts")])
+                                           (7, "inputs: give texts")])
 def test_inputs_that_are_not_a_list_of_texts_are_400_naming_where(served, inputs, where):
     answer = client(served).post("/invocations", json={"inputs": inputs})
     assert answer.status_code == 400 and "stack_trace" not in answer.json()
