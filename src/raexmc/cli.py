@@ -219,7 +219,7 @@ def results(name: str = NAME,
 
         if not exp and not rev and not as_json:
             folder = artifacts / (name or load_settings(params).data.name)
-            typer.echo(summary(folder / "eval", folder / "significance.json"))
+            typer.echo(summary(folder / "eval", folder / "significance.json", folder / "tune" / "selection.json"))
             return
         root = params.resolve().parent
         wanted = [(e, experiment_commit(root, e)) for e in exp or []]
