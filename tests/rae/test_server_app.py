@@ -270,3 +270,14 @@ def test_the_server_scores_more_requests_at_once_than_asyncios_default_threads()
         server.should_exit = True
         serving.join()
     assert statuses == [200] * together
+
+
+def test_the_model_is_logged_as_its_code_so_loading_it_unpickles_nothing(served):
+    """The model was logged as a pickled object: MLflow warned of CloudPickle's risk on every log (each package
+    stage run) and unpickled it on every load. It is now its code file, which MLflow runs to build it."""
+    from mlflow.models import Model
+
+    folder = served[1].unwrap_python_model().folder.parent.parent  # <model>/artifacts/model
+    flavor = Model.load(folder).flavors["python_function"]
+    assert "python_model" not in flavor and flavor["model_code_path"].endswith("pyfunc_model.py"), flavor
+    assert not list(folder.rglob("*.pkl"))

@@ -2,10 +2,10 @@
 check them (checked_writes.py), and files read back as one DataError naming them when missing or damaged
 (checked_reads.py). Their names are imported from here, the one path every caller uses."""
 
-from .atomic import atomic_dir, atomic_file, remove_dead_temps, remove_leftovers, write_json
+from .atomic import atomic_dir, atomic_file, mark_empty, remove_dead_temps, remove_leftovers, write_json
 from .checked_reads import load_array, load_arrays, load_sparse, read_json
 from .checked_writes import NO_ROOM, checked_writes, new_memmap, require_size, save_array, written_through
 
-__all__ = ["atomic_dir", "atomic_file", "remove_dead_temps", "remove_leftovers", "write_json", "load_array",
-           "load_arrays", "load_sparse", "read_json", "NO_ROOM", "checked_writes", "new_memmap", "require_size",
-           "save_array", "written_through"]
+__all__ = ["atomic_dir", "atomic_file", "mark_empty", "remove_dead_temps", "remove_leftovers", "write_json",
+           "load_array", "load_arrays", "load_sparse", "read_json", "NO_ROOM", "checked_writes", "new_memmap",
+           "require_size", "save_array", "written_through"]

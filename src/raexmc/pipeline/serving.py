@@ -180,8 +180,8 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
     code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
     with mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
-            name="predictor", python_model=RaexmcModel(), signature=SIGNATURE, input_example=INPUT_EXAMPLE,
-            artifacts={"model": str(model)},
+            name="predictor", python_model=str(code / "pipeline" / "pyfunc_model.py"),  # the model as code
+            signature=SIGNATURE, input_example=INPUT_EXAMPLE, artifacts={"model": str(model)},
             code_paths=[str(code)], pip_requirements=pinned_requirements(), registered_model_name=model_name)
     mlflow.MlflowClient().set_registered_model_alias(model_name, alias, info.registered_model_version)
     return f"models:/{model_name}@{alias}"
