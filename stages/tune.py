@@ -31,7 +31,7 @@ from raexmc.evaluation.keep_selection import choose_keep
 from raexmc.evaluation.propensity import chosen_propensity
 from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
-from raexmc.evaluation.selection_file import SELECTION_FILE
+from raexmc.evaluation.selection_file import SELECTION_FILE, write_selection
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.io import atomic_dir, write_json
@@ -68,13 +68,14 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         propensity_ab = chosen_propensity(p.evaluate.propensity, data.names).ab
         tuning = MemoryTuning(embeddings, folds, settings, propensity_ab, memory_at, backend, prototypes, device)
         retrieval, selection = tuning.at(keep) if grid is None else choose_keep(tuning.at, grid, settings.metric)
-        chosen = memory_at(selection.get("keep", keep), selection.get("prototypes"))
+        chosen = memory_at(keep if selection.keep is None else selection.keep, selection.prototypes)
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)
-        # kNN searches every training input: the chosen memory's search is kNN's where it keeps them all
-        selection["baselines"] = select_baselines(lambda: retrieval if chosen.full else tuning.full_memory(),
-                                                  settings, propensity_ab)
+        # kNN searches every training input: the chosen memory's search is kNN's where it keeps them all, deep enough
+        selection = selection.with_(baselines=select_baselines(
+            lambda depth: retrieval if chosen.full and retrieval.b >= depth else tuning.full_memory(depth),
+            settings, propensity_ab))
         with atomic_dir(out) as folder:
-            write_json(folder / SELECTION_FILE, selection)
+            write_selection(folder, selection)
             write_json(folder / QUERY_LAMBDA_FILE, {**query_lambda.to_json(), "fit": fit})
             write_json(folder / CHOICE_FILE, {"keep": chosen.keep, "prototypes": chosen.prototypes})
         run.metrics(choice_metrics(selection, fit))

@@ -47,6 +47,16 @@ TEST = [("s0", "jython", "python on the jvm", [0], [1.0]),
         ("s1", "minix", "a small unix", [2, 3], [1.0, 1.0])]
 
 
+def reseal(folder: Path) -> None:
+    """Write a saved folder's manifest again for the files it holds now, its format and parts kept: a folder that
+    a save of a bad model would have written, for the checks of what the manifest cannot vouch for."""
+    from raexmc.io import MANIFEST_FILE, write_manifest
+
+    manifest = json.loads((folder / MANIFEST_FILE).read_text())
+    (folder / MANIFEST_FILE).unlink()
+    write_manifest(folder, {key: value for key, value in manifest.items() if key not in ("files", "sha256")})
+
+
 def write_jsonl_gz(path: Path, records: list[dict]) -> None:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         for record in records:
@@ -237,23 +247,6 @@ def softmax_error(sim_error: float, tau: float) -> float:
     return math.expm1(2 * sim_error / tau)
 
 
-def dense_split_scores(X, Z, Q, Y, num_x: int, num_z: int, tau: float, lam: float):
-    """λ P_x Y + (1 - λ) P_z where P is the softmax over the num_x most similar inputs and the num_z most
-    similar labels of each query, all together, computed row by row from the dense similarities."""
-    import numpy as np
-
-    S_x = (Q @ X.T).astype(np.float32).astype(np.float64)
-    S_z = (Q @ Z.T).astype(np.float32).astype(np.float64)
-    P_x, P_z = np.zeros_like(S_x), np.zeros_like(S_z)
-    for q in range(len(Q)):
-        top_x, top_z = np.argsort(-S_x[q])[:num_x], np.argsort(-S_z[q])[:num_z]
-        sims = np.concatenate([S_x[q, top_x], S_z[q, top_z]])
-        weights = np.exp((sims - sims.max()) / tau)
-        weights /= weights.sum()
-        P_x[q, top_x], P_z[q, top_z] = weights[:num_x], weights[num_x:]
-    return lam * P_x @ Y.toarray() + (1 - lam) * P_z
-
-
 _WRITER = """
 import sys, time
 from raexmc.io import atomic_dir
@@ -379,3 +372,39 @@ def add_wheel(index: Path, name: str, version: str, requires: tuple[str, ...] = 
         wheel.writestr(f"{dist}.dist-info/RECORD", "")
     links = "".join(f'<a href="{path.name}">{path.name}</a>\n' for path in sorted((index / name).glob("*.whl")))
     (index / name / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+
+
+def selection_record(**fields) -> dict:
+    """A complete selection.json record (evaluation.selection_file.Selection, under the file's names) at λ 0.5 and
+    τ 0.04, with `fields` changed: for tests of what reads one."""
+    return {"lambda": 0.5, "tau": 0.04, "b": 200, "retrieval": "joint", "label_share": None, "metric": "P@1",
+            "auto": {"lambda": True, "tau": False, "label_share": False}, "val_value": 0.61,
+            "fixed_lambda": 0.5, "fixed_tau": 0.04, "fixed_label_share": None, "fixed_val_value": 0.58,
+            "val_queries": 10, "val_folds": 1, "memory_inputs": 30, "memory_input_keys": 30, "val_fraction": 0.25,
+            "val_max_queries": 20000, "val_seed": 0, "val_split_from": "infer",
+            "validation": [{"lambda": 0.5, "tau": 0.04, "label_share": None, "P@1": 0.61}], **fields}
+
+
+def made_up_predictor(out: Path, dataset: Path, embeddings: Path, index: Path, memory: Path, tune: Path,
+                      params: Path) -> Path:
+    """The package stage's model folder `out` for made-up embeddings, without an encoder (there is none to package),
+    at the tune stage's choice and params' infer.b, as the evaluate stage measures it; made once."""
+    if out.is_dir():
+        return out
+    from raexmc.data.dataset import Dataset
+    from raexmc.evaluation.selection_file import read_selection
+    from raexmc.memory.indexes import memory_backend
+    from raexmc.rae.model import RaeSettings
+    from raexmc.rae.packaging import packaged_model
+    from raexmc.settings import load_settings
+
+    p, selection = load_settings(params), read_selection(tune)
+    settings = RaeSettings(selection.lam, selection.tau, p.infer.b, selection.rae_retrieval)
+    scratch = out.with_name(f"{out.name}-scratch")
+    scratch.mkdir(parents=True)
+    packaged_model(Dataset(dataset), None, index, memory, embeddings, settings, scratch, relevance=p.infer.relevance,
+                   input_max_len=p.tokenize.input_max_len, input_fields=p.tokenize.input_fields,
+                   precision=p.embed.precision, backend=memory_backend(index), ef_search=p.infer.ef_search,
+                   about={}).save(out)
+    shutil.rmtree(scratch)
+    return out

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from raexmc.io import (
     new_memmap,
     read_json,
     remove_dead_temps,
+    scratch_dir,
     write_json,
 )
 from tests.helpers import REPO, leftover_of_killed_writer, run_on_small_disk, writer_in_progress
@@ -125,6 +128,15 @@ def test_a_cut_or_foreign_array_file_is_one_error_naming_it(tmp_path):
         load_array(tmp_path / "absent.npy")
 
 
+@pytest.mark.parametrize("mmap_mode", [None, "r"])
+def test_a_zero_byte_array_file_is_one_error_naming_it(tmp_path, mmap_mode):
+    """What a write cut off before its first byte leaves: numpy reads it as an EOFError."""
+    (tmp_path / "train.npy").write_bytes(b"")
+    with pytest.raises(DataError) as error:
+        load_array(tmp_path / "train.npy", mmap_mode=mmap_mode)
+    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'train.npy'}: unreadable array")
+
+
 def test_a_cut_sparse_matrix_or_archive_is_one_error_naming_it(tmp_path):
     sp.save_npz(tmp_path / "Y.npz", sp.random(200, 50, density=0.2, format="csr", random_state=0))
     with pytest.raises(DataError, match=r"Y.npz: unreadable sparse matrix"):
@@ -225,3 +237,31 @@ def test_an_empty_output_folder_holds_the_placeholder_dvc_ignores_and_a_filled_o
     (tmp_path / "last.pt").write_bytes(b"a checkpoint")
     mark_empty(tmp_path)
     assert [path.name for path in tmp_path.iterdir()] == ["last.pt"], "a folder with a file is not empty"
+
+
+SCRATCH_WRITER = """
+import sys, time
+from raexmc.io import scratch_dir
+with scratch_dir(sys.argv[1]) as folder:
+    (folder / "graphs.bin").write_bytes(bytes(4096))
+    print(folder, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_writers_scratch_is_swept_with_its_temporaries(tmp_path):
+    """Cause 6 of issue 60: the package stage's scratch was tempfile's tmpXXXXXXXX beside the predictor, which no
+    sweep knew; `kill -9` left it for good. Named as the output's temporaries, the next sweep removes it."""
+    target = tmp_path / "artifacts" / "tiny" / "predictor"
+    writer = subprocess.Popen([sys.executable, "-c", SCRATCH_WRITER, str(target)], stdout=subprocess.PIPE, text=True)
+    scratch = Path(writer.stdout.readline().strip())
+    remove_dead_temps(tmp_path)
+    assert (scratch / "graphs.bin").is_file(), "a running writer's scratch stays"
+    writer.kill()
+    writer.wait()
+    writer.stdout.close()
+    remove_dead_temps(tmp_path)
+    assert not scratch.exists() and scratch.parent == target.parent
+    with scratch_dir(target) as folder:
+        (folder / "x").write_text("")
+    assert not folder.exists(), "a scratch is removed when its work ends"

@@ -150,9 +150,58 @@ def test_a_catalogue_left_in_the_params_says_where_its_entries_go(section, says)
     assert info.value.one_line() == f"ConfigError: runs/a.yaml:{section}: {says}"
 
 
-def test_the_committed_schema_is_the_settings_schema():
-    """params.schema.json is what `raexmc schema` writes from the types: rerun it after changing them."""
-    assert SCHEMA.read_text() == schema_text(), "stale: run `raexmc schema --out params.schema.json`"
+# (dotted key, value, whether a params.yaml holding it is valid), each edge typed in from the key's meaning
+SCHEMA_CASES = [("infer.lambda", 0.5, True), ("infer.lambda", "auto", True), ("infer.lambda", 1.5, False),
+                ("infer.lambda", "half", False), ("infer.tau", 0.04, True), ("infer.tau", 0, False),
+                ("infer.b", 200, True), ("infer.b", 0, False), ("infer.b", 2.5, False),
+                ("infer.val_fraction", 0.1, True), ("infer.val_fraction", 1, False), ("index.M", 16, True),
+                ("index.M", 1, False), ("index.backend", "exact", True), ("index.backend", "faiss", False),
+                ("embed.batch_size", "auto", True), ("embed.batch_size", -1, False), ("embed.precision", "int8", True),
+                ("embed.precision", "int4", False), ("embed.threads", 0, True), ("embed.threads", -2, False),
+                ("memory.keep", 0.5, True), ("memory.keep", 2, False), ("infer.lamda", 0.3, False)]
+# The keywords `schema_accepts` reads; a schema using another would be a constraint it cannot see.
+READ_KEYWORDS = {"anyOf", "const", "enum", "type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+NOTES = {"title", "description", "default"}
+
+
+def schema_accepts(schema: dict, value: object) -> bool:
+    """Whether `value` meets `schema`, a JSON Schema of the few keywords the settings' leaves use (READ_KEYWORDS),
+    read as the JSON Schema specification defines them (a JSON boolean is neither integer nor number)."""
+    assert set(schema) <= READ_KEYWORDS | NOTES, sorted(set(schema) - READ_KEYWORDS - NOTES)
+    if "anyOf" in schema:
+        return any(schema_accepts(option, value) for option in schema["anyOf"])
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    kinds = {"string": isinstance(value, str), "number": number,
+             "integer": number and float(value).is_integer()}
+    return (kinds[schema.get("type", "string" if isinstance(value, str) else "number")]
+            and schema.get("const", value) == value and value in schema.get("enum", [value])
+            and (not number or (schema.get("minimum", value) <= value <= schema.get("maximum", value)
+                                and schema.get("exclusiveMinimum", value - 1) < value
+                                and value < schema.get("exclusiveMaximum", value + 1))))
+
+
+def leaf_accepts(schema: dict, key: str, value: object) -> bool:
+    """Whether params.yaml's schema `schema` takes `value` at dotted `key` (a section's unknown key: whether the
+    section allows other keys)."""
+    section, leaf = key.split(".")
+    node = schema["$defs"][schema["properties"][section]["$ref"].removeprefix("#/$defs/")]
+    if leaf not in node["properties"]:
+        return node.get("additionalProperties", True) is not False
+    return schema_accepts(node["properties"][leaf], value)
+
+
+@pytest.mark.parametrize(("key", "value", "valid"), SCHEMA_CASES)
+def test_the_committed_schema_accepts_and_refuses_what_the_loader_does(key, value, valid):
+    """The settings loader, params.schema.json and the schema `raexmc schema` writes from the types now (rerun it
+    after changing them) agree on each value, and all three with the key's meaning."""
+    try:
+        settings_from(with_value(key, value), PARAMS_FILE)
+        loaded = True
+    except ConfigError:
+        loaded = False
+    schemas = {"committed": json.loads(SCHEMA.read_text()), "generated": json.loads(schema_text())}
+    assert {"loader": loaded, **{name: leaf_accepts(schema, key, value) for name, schema in schemas.items()}} == {
+        "loader": valid, "committed": valid, "generated": valid}
 
 
 def test_the_schema_knows_the_keys_and_their_ranges():

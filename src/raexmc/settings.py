@@ -301,6 +301,20 @@ def record_value(kind: Any, value: Any, path: str | os.PathLike, key: str, fix: 
         raise DataError(f"must be {' or '.join(wanted)}, got {value!r}{fix and ': ' + fix}", path, key) from None
 
 
+def record_error(exc: ValidationError, path: str | os.PathLike, fix: str = "") -> DataError:
+    """The first error of validating a record the pipeline wrote (a pydantic model of a file's content) as one
+    DataError naming the file and the dotted key, and saying `fix`."""
+    error = exc.errors()[0]
+    key = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "missing":
+        return DataError(f"lacks {key}{fix and ': ' + fix}", path)
+    if error["type"] == "extra_forbidden":
+        return DataError(f"unknown key{fix and ': ' + fix}", path, key)
+    what = (f"must be {_wanted(error)}, got {error['input']!r}" if error["type"] != "value_error"
+            else error["msg"].removeprefix("Value error, "))
+    return DataError(f"{what}{fix and ': ' + fix}", path, key or None)
+
+
 def config_error(exc: ValidationError, path: str | os.PathLike = PARAMS_FILE,
                  within: tuple[str, ...] = ()) -> ConfigError:
     """The first error of a validation (of Settings, or of the section at `within`) as one ConfigError: the dotted

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.audit.project import PYTHON, Outcome, Project
-from tests.helpers import free_port, write_jsonl_gz
+from tests.helpers import free_port, reseal, write_jsonl_gz
 
 
 @dataclass
@@ -213,10 +213,10 @@ def tokenize_rss(project: Project) -> Outcome:
 
 ARTIFACTS = {"dataset": "data/tiny", "embeddings": "artifacts/tiny/embeddings", "index": "artifacts/tiny/index",
              "tune": "artifacts/tiny/tune", "memory": "artifacts/tiny/memory", "model": "artifacts/tiny/model",
-             "tokens": "artifacts/tiny/tokens", "eval": "artifacts/tiny/eval"}
+             "tokens": "artifacts/tiny/tokens", "eval": "artifacts/tiny/eval", "predictor": "artifacts/tiny/predictor"}
 STAGE_INPUTS = {"tokenize_texts": ("dataset",), "embed": ("model", "tokens"), "index": ("embeddings",),
                 "memory": ("dataset", "embeddings"), "tune": ("dataset", "embeddings"),
-                "evaluate": ("dataset", "embeddings", "index", "tune", "memory"),
+                "evaluate": ("dataset", "embeddings", "index", "tune", "predictor"),
                 "significance": ("eval",), "package": ("dataset", "model", "embeddings", "index", "tune", "memory")}
 STAGE_OUTPUT = {"tokenize_texts": "tokens", "embed": "embeddings", "index": "index", "memory": "memory", "tune": "tune",
                 "evaluate": "eval", "significance": "significance.json", "package": "predictor"}
@@ -411,6 +411,7 @@ def garbled_label_record(project: Project) -> Outcome:
     lines = path.read_bytes().splitlines(keepends=True)
     lines[2] = b"\x00" * (len(lines[2]) - 1) + b"\n"
     path.write_bytes(b"".join(lines))
+    reseal(path.parent)  # past the manifest (which names the file alone): the record's own check
     return predict(project, "--artifacts", str(artifacts), "--name", "tiny", "python")
 
 
@@ -420,7 +421,60 @@ def bad_model_setting(project: Project) -> Outcome:
     shutil.copytree(project.root / "artifacts" / "tiny" / "predictor", folder)
     settings = json.loads((folder / "settings.json").read_text())
     (folder / "settings.json").write_text(json.dumps({**settings, "tau": -1}))
+    reseal(folder)  # past the manifest (which names the file alone): the setting's own check
     return predict(project, "--model", str(folder), "python")
+
+
+def damaged_model(project: Project, name: str, damage: Callable[[Path], None]) -> Outcome:
+    """predict with a moved copy of the model folder that `damage` broke (issue 60's causes 1, 2 and 4)."""
+    folder = project.fresh(name) / "model"
+    shutil.copytree(project.root / "artifacts" / "tiny" / "predictor", folder)
+    damage(folder)
+    return predict(project, "--model", str(folder), "python")
+
+
+def removed(*names: str) -> Callable[[Path], None]:
+    def remove(folder: Path) -> None:
+        for name in names:
+            (shutil.rmtree if (folder / name).is_dir() else Path.unlink)(folder / name)
+    return remove
+
+
+def values_filled(value: float) -> Callable[[Path], None]:
+    def fill(folder: Path) -> None:
+        import scipy.sparse as sp
+
+        values = sp.load_npz(folder / "values.npz")
+        values.data[:] = value
+        sp.save_npz(folder / "values.npz", values)
+    return fill
+
+
+MODEL_FOLDER_CASES = [
+    Case("model-no-encoder", "predict", "predict with a model folder without encoder/",
+         lambda p: damaged_model(p, "no-encoder", removed("encoder")), "model/encoder: missing"),
+    Case("model-no-label-records", "predict", "predict with a model folder without label_records.jsonl",
+         lambda p: damaged_model(p, "no-records", removed("label_records.jsonl")), "label_records.jsonl: missing"),
+    Case("model-no-label-files", "predict", "predict with a model folder without label_records.jsonl and "
+         "label_offsets.npy", lambda p: damaged_model(p, "no-labels", removed("label_records.jsonl",
+                                                                            "label_offsets.npy")),
+         "label_offsets.npy: missing"),
+    Case("model-no-indexes", "predict", "predict with a model folder without inputs/ and labels/",
+         lambda p: damaged_model(p, "no-indexes", removed("inputs", "labels")), "model/inputs: missing"),
+    Case("values-all-nan", "predict", "predict with every value of values.npz NaN",
+         lambda p: damaged_model(p, "values-nan", values_filled(float("nan"))), "values.npz"),
+    Case("values-all-negative", "predict", "predict with every value of values.npz -1e6",
+         lambda p: damaged_model(p, "values-negative", values_filled(-1e6)), "values.npz"),
+    Case("encoder-no-tokenizer", "predict", "predict with encoder/ lacking tokenizer.json and tokenizer_config.json",
+         lambda p: damaged_model(p, "no-tokenizer", removed("encoder/tokenizer.json", "encoder/tokenizer_config.json")),
+         "encoder/tokenizer.json: missing"),
+    Case("values-nan-resealed", "predict", "predict with values.npz all NaN under a manifest written for it",
+         lambda p: damaged_model(p, "values-nan-sealed", lambda f: (values_filled(float("nan"))(f), reseal(f))),
+         "values.npz: holds NaN"),
+    Case("encoder-no-tokenizer-resealed", "predict", "predict with encoder/ lacking its tokenizer files under a "
+         "manifest written for it", lambda p: damaged_model(p, "no-tokenizer-sealed", lambda f: (
+             removed("encoder/tokenizer.json", "encoder/tokenizer_config.json")(f), reseal(f))),
+         "encoder/tokenizer.json: missing")]
 
 
 PROBE_50_CASES = [
@@ -530,6 +584,90 @@ LAST_FAULT_CASES += [
          lambda p: evaluate_broken_scores(p, "scores-nan", nan_score), "scores-nan/rae.npz:row 2"),
     Case("scores-wrong-shape", "raexmc evaluate", "evaluate --scores: a score file with one test row too few",
          lambda p: evaluate_broken_scores(p, "scores-short", lambda m: m[:-1]), "scores-short/rae.npz")]
+
+
+# Issue 60, causes 3 and 5: errors that named no file (a key that is not finite, an index of another dimension,
+# int8's ONNX export on a full TMPDIR), and two catalogue values checked only where used.
+def catalogue_entry(project: Project, name: str, entry: dict) -> Outcome:
+    folder = project.fresh(name)
+    return project.stage("download", project.params(folder, **{"datasets.tiny": entry}), out=folder / "data")
+
+
+def foldoc_entry(project: Project) -> dict:
+    from raexmc.settings import read_mapping
+
+    return read_mapping(project.root / "datasets" / "foldoc.yaml", "dataset entry")
+
+
+def predict_with_model(project: Project, name: str, breaks: Callable[[Path], None]) -> Outcome:
+    """predict with a copy of the packaged model folder that `breaks` changed."""
+    folder = project.fresh(name) / "model"
+    shutil.copytree(project.root / "artifacts" / "tiny" / "predictor", folder)
+    breaks(folder)
+    return predict(project, "--model", str(folder), "python")
+
+
+def nan_key(folder: Path) -> None:
+    import numpy as np
+
+    keys = np.load(folder / "inputs" / "keys.npy")
+    keys[1, 0] = np.nan
+    np.save(folder / "inputs" / "keys.npy", keys)
+
+
+def wider_index(*key_sets: str) -> Callable[[Path], None]:
+    """The model's exact indexes of `key_sets` rebuilt on their keys padded with 8 zero dimensions (another
+    encoder's width)."""
+    def widen(folder: Path) -> None:
+        import numpy as np
+
+        from raexmc.memory.exact import ExactIndex
+        from raexmc.memory.persistence import save_index
+
+        for key_set in key_sets:
+            keys = np.load(folder / key_set / "keys.npy")
+            padded = np.hstack([keys, np.zeros((len(keys), 8), np.float32)])
+            shutil.rmtree(folder / key_set)
+            save_index(ExactIndex(padded), folder / key_set)
+            np.save(folder / key_set / "keys.npy", padded)
+    return widen
+
+
+def int8_on_full_tmpdir(project: Project) -> Outcome:
+    """The embed stage at embed.precision int8 with TMPDIR on a 1 MiB tmpfs: the ONNX export (4 MB) does not fit."""
+    folder = project.fresh("int8-tmpdir")
+    small = folder / "small"
+    params = project.params(folder, **{"embed.precision": "int8", "embed.device": "cpu"})
+    out = folder / "embeddings"
+
+    def run() -> Outcome:
+        inputs = [f"--{key}={project.root / ARTIFACTS[key]}" for key in STAGE_INPUTS["embed"]]
+        outcome = project.run([PYTHON, "stages/embed.py", "--params", str(params), *inputs, "--out", str(out)],
+                              env={"TMPDIR": str(small)}, output=out)
+        # what the libraries leave in TMPDIR for themselves, not outputs of the stage: torch's compile cache and the
+        # file ONNX Runtime writes when it is imported
+        theirs = [*small.glob("torchinductor_*"), *small.glob(".ses")]
+        outcome.detail["libraries_left"] = sorted(path.name for path in theirs)
+        for path in theirs:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return outcome
+    return on_small_tmpfs(small, "1m", run)
+
+
+PROBE_60_CASES = [
+    Case("catalogue-path-number", "download", "a local catalogue entry with path: 5",
+         lambda p: catalogue_entry(p, "path-number", {"source": "local", "path": 5}), "datasets/tiny.yaml:path"),
+    Case("catalogue-test-fraction", "download", "a foldoc catalogue entry with test_fraction: 1.5",
+         lambda p: catalogue_entry(p, "test-fraction", {**foldoc_entry(p), "test_fraction": 1.5}),
+         "datasets/tiny.yaml:test_fraction"),
+    Case("model-key-nan", "predict", "predict with a model folder whose inputs/keys.npy holds a NaN",
+         lambda p: predict_with_model(p, "key-nan", nan_key), "inputs/keys.npy"),
+    Case("model-index-dimension", "predict", "predict with both of the model's indexes 8 dimensions wider",
+         lambda p: predict_with_model(p, "index-wider", wider_index("inputs", "labels")), "model/inputs"),
+    Case("model-labels-index-dimension", "predict", "predict with the model's labels' index 8 dimensions wider",
+         lambda p: predict_with_model(p, "labels-wider", wider_index("labels")), "model/labels"),
+    Case("embed-int8-full-tmpdir", "embed", "embed.precision int8 with TMPDIR on a 1 MiB tmpfs",
+         int8_on_full_tmpdir, "fp32.onnx")]
 
 
 def cases() -> list[Case]:
@@ -652,7 +790,8 @@ def cases() -> list[Case]:
         Case("killed-stage-run-cache", "dvc repro", "evaluate killed mid-write, then restored from DVC's run cache: "
              "no temp may stay", killed_then_restored, "", expect_failure=False),
     ] + [Case(name, "serve", name.replace("-", " "), None, key)  # type: ignore[arg-type]
-         for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES
+         for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES \
+        + PROBE_60_CASES + MODEL_FOLDER_CASES
 
 
 def verdict(case: Case, outcome: Outcome) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from raexmc.memory.indexes import build_memory_indexes
-from tests.helpers import REPO
+from tests.helpers import REPO, selection_record
 
 COLUMNS = ["dataset", "mode", "method", "keep", "compression", "bytes", "P@1", "P@5", "R@100", "latency_ms"]
 
@@ -30,7 +30,7 @@ def small_project(root):
         v = rng.normal(size=(n, 8)).astype(np.float32)
         np.save(artifacts / "embeddings" / f"{split}.npy", v / np.linalg.norm(v, axis=1, keepdims=True))
     build_memory_indexes(artifacts / "embeddings", artifacts / "index", "hnsw", M=64, ef_construction=100)
-    (artifacts / "tune" / "selection.json").write_text(json.dumps({"lambda": 0.5, "tau": 0.04}))
+    (artifacts / "tune" / "selection.json").write_text(json.dumps(selection_record()))
     return data, artifacts, Y_test
 
 
@@ -101,8 +101,8 @@ def test_rae_scores_at_the_retrieval_tune_chose(tmp_path):
     """A split retrieval with every key from the labels: RAE at keep 1 ranks as the nearest label does, where the
     joint top-b would hold input keys too."""
     data, artifacts, Y_test = small_project(tmp_path)
-    (artifacts / "tune" / "selection.json").write_text(json.dumps(
-        {"lambda": 0.5, "tau": 0.04, "retrieval": "split", "label_share": 1.0}))
+    (artifacts / "tune" / "selection.json").write_text(json.dumps(selection_record(retrieval="split",
+                                                                                 label_share=1.0)))
     proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "--root", str(tmp_path), "--name",
                            "tiny", "--params", str(REPO / "params.yaml"), "--keeps", "1",
                            "--out", str(tmp_path / "split.json")], cwd=tmp_path, capture_output=True, text=True)

@@ -58,6 +58,31 @@ def test_a_bad_value_in_an_entry_names_its_file_and_key(tmp_path):
     assert caught.value.one_line().startswith("ConfigError: datasets/mine.yaml:source: unknown source 'archive'")
 
 
+FOLDOC = read_mapping(REPO / "datasets" / "foldoc.yaml", "dataset entry")
+WORDNET = read_mapping(REPO / "datasets" / "wordnet.yaml", "dataset entry")
+
+
+@pytest.mark.parametrize("entry, key, says", [
+    ({"source": "local", "path": 5}, "path", "'path' must be a path (text), got 5"),
+    ({"source": "local"}, "path", "'path' must be a path (text), got None"),
+    ({"source": "local", "path": "/x", "layout": "lf"}, "layout", "unknown key 'layout' for a local dataset"),
+    ({**FOLDOC, "test_fraction": 1.5}, "test_fraction", "'test_fraction' must be a number in (0, 1), got 1.5"),
+    ({**FOLDOC, "test_fraction": 0}, "test_fraction", "'test_fraction' must be a number in (0, 1), got 0"),
+    ({**FOLDOC, "test_fraction": "0.2"}, "test_fraction", "'test_fraction' must be a number in (0, 1), got '0.2'"),
+    ({**FOLDOC, "seed": "abc"}, "seed", "'seed' must be an integer >= 0, got 'abc'"),
+    ({**FOLDOC, "test_fracton": 0.3}, "test_fracton", "unknown key 'test_fracton' for a foldoc dataset"),
+    ({**WORDNET, "test_fraction": 1.0}, "test_fraction", "'test_fraction' must be a number in (0, 1), got 1.0"),
+])
+def test_a_bad_path_or_split_is_one_line_naming_the_key_before_any_download(tmp_path, monkeypatch, entry, key, says):
+    """Issue 60, cause 5: `path: 5` and `test_fraction: 1.5` were tracebacks in the download stage, the second
+    after fetching the package."""
+    monkeypatch.setenv("RAEXMC_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ConfigError) as caught:
+        build_dataset("mine", entry, tmp_path / "out", "", debian_mirror="http://127.0.0.1:9/")
+    assert caught.value.one_line().startswith(f"ConfigError: datasets/mine.yaml:{key}: {says}")
+    assert not [path for path in (tmp_path / "cache").rglob("*") if path.is_file()], "nothing was fetched"
+
+
 def test_raexmc_datasets_lists_the_files_of_the_catalogue(tmp_path):
     (tmp_path / "params.yaml").write_text("data:\n  name: b\n")
     set_dataset(tmp_path, "b", {"source": "synthetic"})

@@ -3,13 +3,17 @@ not depend on the texts batched with it, and int8 is refused where it cannot run
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
+import onnx
 import pytest
 
 from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.int8 import Int8Encoder, quantized_bytes
 from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 from raexmc.errors import ConfigError
+from tests.helpers import run_on_small_disk
 
 # FOLDOC-like inputs of a few to some fifty tokens (a title, or a title and the first words of its definition)
 TEXTS = ["perl", "unix operating system", "jython python on the jvm",
@@ -65,3 +69,30 @@ def test_int8_is_refused_on_a_gpu_and_for_training():
         resolve_precision("int8", "cuda", choices=("fp32", "int8"))
     with pytest.raises(ConfigError, match="precision 'int8' is not one of auto, fp32, bf16, fp16$"):
         resolve_precision("int8", "cpu")  # train.precision's choices
+
+
+# AVX2's u8 x s8 product (vpmaddubsw) adds two products of an activation in 0..255 and a weight into a signed 16-bit
+# sum: it cannot saturate while 2 * 255 * |weight| <= 32767, so for every weight of magnitude 64 or less.
+LARGEST_SAFE_WEIGHT = 32767 // (2 * 255)
+
+
+def test_the_int8_weights_cannot_saturate_a_cpu_without_vnni(tiny_model):
+    """Weights on 7 bits (reduce_range): with 8 (up to 127) AVX2's pair sums can saturate, whatever CPU runs this."""
+    quantized = onnx.load_from_string(quantized_bytes(TextEncoder.load(str(tiny_model), "cpu", "fp32", 16).model))
+    weights = [onnx.numpy_helper.to_array(tensor) for tensor in quantized.graph.initializer
+               if tensor.data_type == onnx.TensorProto.INT8]
+    assert len(weights) >= 12, "the 2 layers' 6 linear layers each hold int8 weights"
+    assert max(int(np.abs(w.astype(np.int16)).max()) for w in weights) == LARGEST_SAFE_WEIGHT
+
+
+def test_a_full_tmpdir_while_exporting_is_one_line_naming_the_file(tiny_model, tmp_path):
+    """Issue 60, cause 3: torch.onnx.export's write names no file, so the line said "(file not reported)"."""
+    small = tmp_path / "small"
+    load = ("import sys, typer\nfrom raexmc.encoder.text_encoder import TextEncoder\n"
+            "from raexmc.pipeline.tracking.stage import user_errors\ntry:\n    with user_errors():\n"
+            f"        TextEncoder.load({str(tiny_model)!r}, 'cpu', 'int8', 16)\n"
+            "except typer.Exit as done:\n    sys.exit(done.exit_code)")
+    done = run_on_small_disk(small, 1 << 20, ["env", f"TMPDIR={small}", sys.executable, "-c", load], tmp_path)
+    assert done.proc.returncode == 2 and "Traceback" not in done.proc.stderr, done.proc.stderr
+    line = done.proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"StorageError: {small}/raexmc-int8-") and "/fp32.onnx: " + done.error in line, line

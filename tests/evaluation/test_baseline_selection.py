@@ -8,18 +8,16 @@ import json
 import math
 
 import numpy as np
-import pytest
 import scipy.sparse as sp
 from ruamel.yaml import YAML
 
 from raexmc.data.held_out import validation_folds
-from raexmc.errors import DataError
 from raexmc.evaluation.baseline_selection import select_knn
 from raexmc.evaluation.evaluator import Evaluator
 from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
 from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.retrievals import Retrievals
-from raexmc.evaluation.selection_file import knn_tau, read_selection
+from raexmc.evaluation.selection_file import read_selection
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.memory.input_memory import MemorySettings
@@ -105,13 +103,13 @@ def test_knn_gets_its_own_tau_in_the_tune_output_and_is_scored_at_it(tmp_path):
 
     # the evaluate path, on these queries against this memory: kNN at its own τ, RAE at its own
     chosen = read_selection(tmp_path / "tune")
-    settings = EvalSettings(lam=chosen["lambda"], b=B, tau=chosen["tau"], knn_tau=knn_tau(chosen))
+    settings = EvalSettings(lam=chosen.lam, b=B, tau=chosen.tau, knn_tau=chosen.knn_tau)
     found = Retrievals(joint=exact_top_b(Q, np.vstack([X_rest, Z])), labels=exact_top_b(Q, Z),
                        inputs=exact_top_b(Q, X_rest))
     evaluator = Evaluator(Y_rest, Y_val, sp.csr_matrix(Y_val.shape), (0.55, 1.5))
     methods = evaluate_retrieval(found.rows, evaluator, settings)["methods"]
     assert methods["knn"]["P@1"] == brute_knn_p_at_1(Q, X_rest, Y_rest, Y_val, 0.1) == 50.0
-    assert brute_knn_p_at_1(Q, X_rest, Y_rest, Y_val, chosen["tau"]) == 0.0, "at RAE's τ kNN would score 0"
+    assert brute_knn_p_at_1(Q, X_rest, Y_rest, Y_val, chosen.tau) == 0.0, "at RAE's τ kNN would score 0"
     assert methods["rae"]["P@1"] == 100.0
 
 
@@ -122,8 +120,8 @@ def test_a_fixed_tau_is_knn_s_too(tmp_path):
                                                          "b": B}))
     assert proc.returncode == 0, proc.stderr
     selection = read_selection(tmp_path / "tune")
-    assert selection["baselines"] == {"knn": {"tau": 0.04, "auto": {"tau": False}}}
-    assert knn_tau(selection) == selection["tau"] == 0.04
+    assert selection.baselines.knn.model_dump(exclude_none=True) == {"tau": 0.04, "auto": {"tau": False}}
+    assert selection.knn_tau == selection.tau == 0.04
 
 
 def test_knn_searches_every_remaining_input_whatever_rae_s_memory_keeps(tmp_path):
@@ -144,21 +142,9 @@ def test_knn_searches_every_remaining_input_whatever_rae_s_memory_keeps(tmp_path
     assert selection["baselines"]["knn"]["tau"] == 0.1
 
 
-def test_selection_without_knn_tau_scores_knn_at_rae_s_and_a_bad_one_is_refused(tmp_path):
-    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.07}))
-    assert knn_tau(read_selection(tmp_path)) == 0.07, "written before kNN had its own τ: RAE's, as then"
-    for bad, key in (({"knn": {"tau": -1}}, "baselines.knn.tau"), ({"knn": {"tau": "x"}}, "baselines.knn.tau"),
-                     (["knn"], "baselines")):
-        (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.07, "baselines": bad}))
-        with pytest.raises(DataError) as error:
-            read_selection(tmp_path)
-        assert error.value.record == key
-
-
-
 def test_knn_curve_pools_every_fold_against_its_own_full_memory(tmp_path):
     """Four folds of 10 of 40 random inputs (val_folds 4): kNN's curve is the brute force's over all 40 queries,
-    each fold's against the 30 others, at b 8 of them."""
+    each fold's against the 30 others, all of them (kNN's own b, 200), whatever RAE's b (8)."""
     X, Z, Y = random_set()
     (tmp_path / "emb").mkdir()
     np.save(tmp_path / "emb" / "train.npy", X)
@@ -173,7 +159,7 @@ def test_knn_curve_pools_every_fold_against_its_own_full_memory(tmp_path):
     def pooled_p_at_1(tau: float) -> float:
         right = []
         for rest, val in validation_folds(len(X), 0.25, 0, 4):
-            scores = dense_top_b_softmax(X[val] @ X[rest].T, 8, tau) @ Y[rest].toarray()
+            scores = dense_top_b_softmax(X[val] @ X[rest].T, len(rest), tau) @ Y[rest].toarray()
             right.extend(Y[val].toarray()[np.arange(len(val)), scores.argmax(axis=1)] > 0)
         return round(100 * float(np.mean(right)), 2)
 

@@ -27,7 +27,7 @@ from raexmc.evaluation.evaluator import chunk_queries
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
-from tests.helpers import REPO
+from tests.helpers import REPO, made_up_predictor
 
 MEMORIES = ((1.0, False), (0.5, True))  # (memory.keep, memory.prior)
 OUTPUTS = ("metrics.json", "per_instance.npz", "lambda_sweep.json", "b_sweep.json", "segments_f1.json",
@@ -68,8 +68,11 @@ def stage(root, name, *args):
 
 def evaluate(root, backend: str, keep: float, chunk: int):
     out = root / f"eval-{backend}-{keep}-{chunk}"
+    predictor = made_up_predictor(root / f"predictor-{backend}-{keep}", root / "foldoc", root / "emb",
+                                  root / f"index-{backend}", root / f"memory-{keep}", root / "tune",
+                                  root / "params.yaml")
     stage(root, "evaluate", "--embeddings", root / "emb", "--index", root / f"index-{backend}",
-          "--tune", root / "tune", "--memory", root / f"memory-{keep}", "--out", out, "--chunk", chunk)
+          "--tune", root / "tune", "--predictor", predictor, "--out", out, "--chunk", chunk)
     return out
 
 
@@ -125,8 +128,11 @@ def test_a_split_retrieval_in_chunks_writes_what_one_chunk_writes(foldoc_run):
     outs = []
     for chunk in (n, 7):
         outs.append(foldoc_run / f"eval-split-{chunk}")
+        predictor = made_up_predictor(foldoc_run / "predictor-split", foldoc_run / "foldoc", foldoc_run / "emb",
+                                      foldoc_run / "index-hnsw", foldoc_run / "memory-0.5", split_tune,
+                                      foldoc_run / "params.yaml")
         stage(foldoc_run, "evaluate", "--embeddings", foldoc_run / "emb", "--index", foldoc_run / "index-hnsw",
-              "--tune", split_tune, "--memory", foldoc_run / "memory-0.5", "--out", outs[-1], "--chunk", chunk)
+              "--tune", split_tune, "--predictor", predictor, "--out", outs[-1], "--chunk", chunk)
     metrics = [json.loads((folder / "metrics.json").read_text()) for folder in outs]
     assert metrics[0] == metrics[1]
     for name in OUTPUTS[2:6]:

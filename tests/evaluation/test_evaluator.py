@@ -88,8 +88,9 @@ def test_every_method_matches_a_dense_brute_force(crowd):
     m = make_problem(60, crowd)
     settings = EvalSettings(lam=0.3, b=12, tau=0.1, lambda_sweep=[0.0, 0.3, 1.0], b_sweep=[5, 12])
     result = evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), settings, with_ova_knn=True)
-    for method in ("rae", "dual_encoder", "knn", "ova_knn"):
-        expected = loop_metrics(dense_scores(m, method, 0.3, 0.1, 12), m)
+    # the dual encoder ranks every label of its own search (40 deep), whatever RAE's b
+    for method, b in (("rae", 12), ("dual_encoder", 40), ("knn", 12), ("ova_knn", 12)):
+        expected = loop_metrics(dense_scores(m, method, 0.3, 0.1, b), m)
         assert {k: result["methods"][method][k] for k in expected} == expected, method
     # The λ sweep is RAE on the joint retrieval; its endpoints are not the baselines.
     sweep = {row["lambda"]: row for row in result["lambda_sweep"]}
@@ -172,3 +173,38 @@ def test_rankings_on_several_workers_give_the_numbers_of_one():
             np.testing.assert_array_equal(three["per_instance"][method][name], values, err_msg=f"{method}/{name}")
     with pytest.raises(ValueError, match="workers"):
         evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), settings, workers=0)
+
+
+def test_a_hit_at_rank_100_counts_in_r_at_100():
+    """One query, 120 labels scored 120, 119, ..., 1 (label l ranked l + 1st), its one positive label 99: ranked
+    100th, so by the definitions R@100 = 1/1 (100 %), R@10 = P@1 = 0. Ranked 99 deep it would read R@100 = 0."""
+    scores = sp.csr_matrix(np.arange(120, 0, -1, dtype=np.float64)[None])
+    truth = sp.csr_matrix(([1.0], ([0], [99])), shape=(1, 120))
+    evaluator = Evaluator(sp.csr_matrix((4, 120)), truth, sp.csr_matrix((1, 120)), (0.55, 1.5))
+    summary, _ = evaluator.summary(evaluator.rank(1, lambda rows: scores[rows]))
+    assert (summary["R@100"], summary["R@10"], summary["P@1"]) == (100.0, 0.0, 0.0)
+
+
+def test_the_train_key_share_counts_the_memorys_input_keys_not_y_trains():
+    """A memory keeping 30 of the 60 training inputs (keep 0.5): joint ids 0..29 are its input keys, 30..54 labels.
+    Counted against Y_train's 60 rows every key would read as an input key (100 %)."""
+    m = make_problem(60, crowd=False)
+    kept = np.vstack([m["X"][:30], m["Z"]])
+    found = Retrievals(joint=_search(m["Q"], kept, 12), labels=_search(m["Q"], m["Z"], 12),
+                       inputs=_search(m["Q"], m["X"], 12))
+    evaluator = Evaluator(m["Y_train"], m["Y_test"], m["exclude"], (0.55, 1.5), memory_values=m["Y_train"][:30])
+    result = evaluate_retrieval(found.rows, evaluator, EvalSettings(lam=0.3, b=5, tau=0.1, b_sweep=[5]))
+    top5 = np.argsort(-(m["Q"] @ kept.T).astype(np.float32), axis=1, kind="stable")[:, :5]
+    expected = round(100 * float(np.mean(top5 < 30)), 2)
+    assert 0 < expected < 100 and result["b_sweep"][0]["train_key_share"] == expected
+
+
+def test_an_empty_test_set_gives_nan_metrics():
+    """No query: every mean is of nothing (NaN) and every segment's macro-F1 has no label, not a KeyError."""
+    m = make_problem(60, crowd=False)
+    evaluator = Evaluator(m["Y_train"], m["Y_test"][:0], m["exclude"][:0], (0.55, 1.5))
+    result = evaluate_retrieval(retrievals_of(m, 40).rows, evaluator, EvalSettings(lam=0.3, b=12, tau=0.1))
+    for method in ("rae", "dual_encoder", "knn"):
+        summary = result["methods"][method]
+        assert all(np.isnan(value) for name, value in summary.items() if name != "macro-F1@5"), method
+        assert set(summary["macro-F1@5"].values()) == {None}

@@ -171,9 +171,9 @@ def test_a_keep_chosen_at_the_grids_smallest_point_widens_it_by_halving(tmp_path
     tuning, position, rest = toy_tuning(tmp_path)
     retrieval, chosen = choose_keep(tuning.at, (1.0, 0.5, 0.25), "P@1")
     eighth = 0.0 if position in randomly_kept(0.125, rest) else 100.0
-    assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen["keep_curve"]] \
+    assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen.keep_curve] \
         == [(1.0, 30, 0.0), (0.5, 15, 0.0), (0.25, 8, 100.0), (0.125, 4, eighth)]
-    assert chosen["keep"] == 0.25 and retrieval.input_keys == 8
+    assert chosen.keep == 0.25 and retrieval.input_keys == 8
 
 
 def test_a_keep_chosen_at_the_grids_largest_point_widens_it_by_doubling_at_most_to_the_full_memory(tmp_path):
@@ -183,9 +183,9 @@ def test_a_keep_chosen_at_the_grids_largest_point_widens_it_by_doubling_at_most_
     tuning, position, rest = toy_tuning(tmp_path)
     assert all(position in randomly_kept(keep, rest) for keep in (0.6, 0.5))
     retrieval, chosen = choose_keep(tuning.at, (0.6, 0.5), "P@1")
-    assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen["keep_curve"]] \
+    assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen.keep_curve] \
         == [(1.0, 30, 0.0), (0.6, 18, 0.0), (0.5, 15, 0.0)]
-    assert chosen["keep"] == 1.0 and retrieval.input_keys == 30
+    assert chosen.keep == 1.0 and retrieval.input_keys == 30
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step

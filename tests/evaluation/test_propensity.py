@@ -21,7 +21,7 @@ from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
 from raexmc.settings import read_params_tree, settings_from
-from tests.helpers import REPO, make_lf_folder
+from tests.helpers import REPO, made_up_predictor, make_lf_folder
 
 # Typed in from the sources, not from the table: pyxclib's documented pairs (Amazon 0.6/2.6, Wikipedia 0.5/0.4,
 # else 0.55/1.5), pyxclib issue 7 (AmazonCat-13K 0.55/1.5), and the pairs the Extreme Classification
@@ -97,11 +97,12 @@ def stage(root, name, *args):
     return proc
 
 
-def evaluate_tiny(tmp_path, *options):
-    """The tune and evaluate stages (with `options`) on a `local` dataset named `tiny` read from the LF folder
-    tmp_path/LF-AmazonTitles-131K, random unit embeddings, and HNSW indexes; the evaluate stage's process."""
-    build_dataset("tiny", {"source": "local", "path": str(make_lf_folder(tmp_path / "LF-AmazonTitles-131K"))},
-                  tmp_path / "data" / "tiny", "")
+def evaluate_tiny(tmp_path, *options, lf=None, infer=None):
+    """The tune and evaluate stages (with `options`, and params' `infer` section updated by `infer`) on a `local`
+    dataset named `tiny` read from the LF folder `lf` (default: tests.helpers' tiny one, written to
+    tmp_path/LF-AmazonTitles-131K), random unit embeddings, and HNSW indexes; the evaluate stage's process."""
+    lf = lf or make_lf_folder(tmp_path / "LF-AmazonTitles-131K")
+    build_dataset("tiny", {"source": "local", "path": str(lf)}, tmp_path / "data" / "tiny", "")
     data = Dataset(tmp_path / "data" / "tiny")
     rng = np.random.default_rng(0)
     (tmp_path / "emb").mkdir()
@@ -112,12 +113,14 @@ def evaluate_tiny(tmp_path, *options):
     build_input_memory(np.load(tmp_path / "emb" / "train.npy"), training_values(data.label_matrix("train")),
                        MemorySettings(1.0, "kmeans", False, 0), tmp_path / "memory", "hnsw", M=16, ef_construction=100)
     params = YAML().load((REPO / "params.yaml").read_text())
-    params["infer"].update({"b": 4, "b_sweep": [2, 4], "val_fraction": 0.25})
+    params["infer"].update({"b": 4, "b_sweep": [2, 4], "val_fraction": 0.25, **(infer or {})})
     YAML().dump(params, tmp_path / "params.yaml")
     stage(tmp_path, "tune", "--embeddings", tmp_path / "emb", "--out", tmp_path / "tune")
 
+    predictor = made_up_predictor(tmp_path / "predictor", tmp_path / "data" / "tiny", tmp_path / "emb",
+                                  tmp_path / "index", tmp_path / "memory", tmp_path / "tune", tmp_path / "params.yaml")
     return stage(tmp_path, "evaluate", "--embeddings", tmp_path / "emb", "--index", tmp_path / "index", "--tune",
-                 tmp_path / "tune", "--memory", tmp_path / "memory", "--out", tmp_path / "eval", *options)
+                 tmp_path / "tune", "--predictor", predictor, "--out", tmp_path / "eval", *options)
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step

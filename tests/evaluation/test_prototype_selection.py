@@ -169,17 +169,17 @@ def test_an_alpha_chosen_at_the_grids_largest_point_widens_it_by_doubling(tmp_pa
     """Grid [0, 0.25, 0.5]: 0.5 wins on its edge, so 1 is tried too (P@1 50: query 2 is lost); 0.5 still wins,
     off the edge now, so nothing more is tried."""
     retrieval, chosen = tuning(tmp_path, (0.0, 0.25, 0.5)).at(0.5)
-    assert [(r["prototypes"], r["P@1"]) for r in chosen["prototypes_curve"]] == EXPECTED_CURVE[:4]
-    assert chosen["prototypes"] == 0.5 and retrieval.input_keys == 4
+    assert [(r["prototypes"], r["P@1"]) for r in chosen.prototypes_curve] == EXPECTED_CURVE[:4]
+    assert chosen.prototypes == 0.5 and retrieval.input_keys == 4
 
 
 def test_ties_go_to_the_smaller_alpha(tmp_path):
     """0.4, 0.5 and 0.6 all lie in (0.3, 0.7): P@1 100 each, and the smallest, nearest the label texts, wins (the
     smallest above 0 on its edge widens to 0.2: P@1 50)."""
     _, chosen = tuning(tmp_path, (0.4, 0.5, 0.6)).at(0.5)
-    assert [(r["prototypes"], r["P@1"]) for r in chosen["prototypes_curve"]] \
+    assert [(r["prototypes"], r["P@1"]) for r in chosen.prototypes_curve] \
         == [(0.2, 50.0), (0.4, 100.0), (0.5, 100.0), (0.6, 100.0)]
-    assert chosen["prototypes"] == 0.4
+    assert chosen.prototypes == 0.4
 
 
 def test_with_auto_keep_each_keep_is_judged_at_its_own_alpha_and_each_alpha_searched_once(tmp_path, monkeypatch):
@@ -190,10 +190,10 @@ def test_with_auto_keep_each_keep_is_judged_at_its_own_alpha_and_each_alpha_sear
     real = prototype_selection.label_search
     monkeypatch.setattr(prototype_selection, "label_search", lambda *args: searched.append(args[-1]) or real(*args))
     retrieval, chosen = choose_keep(tuning(tmp_path, tuple(GRID)).at, (1.0, 0.5), "P@1")
-    assert [(r["keep"], r.get("prototypes"), r["P@1"]) for r in chosen["keep_curve"]] \
+    assert [(r["keep"], r.get("prototypes"), r["P@1"]) for r in chosen.keep_curve] \
         == [(1.0, None, 50.0), (0.5, 0.5, 100.0), (0.25, 0.5, 100.0)]
-    assert (chosen["keep"], chosen["prototypes"], retrieval.input_keys) == (0.5, 0.5, 4)
-    assert [(r["prototypes"], r["P@1"]) for r in chosen["prototypes_curve"]] == EXPECTED_CURVE
+    assert (chosen.keep, chosen.prototypes, retrieval.input_keys) == (0.5, 0.5, 4)
+    assert [(r["prototypes"], r["P@1"]) for r in chosen.prototypes_curve] == EXPECTED_CURVE
     assert sorted(searched) == [0, 0.25, 0.5, 1, 2]
 
 

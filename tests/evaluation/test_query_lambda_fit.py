@@ -18,9 +18,11 @@ from raexmc.evaluation.query_lambda_fit import (
     per_query_lambda_scorer,
     per_query_metric,
 )
+from raexmc.evaluation.selection_file import Selection
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import HeldOutLabels, ValidationRetrieval
 from raexmc.memory.search import sort_rows
+from tests.helpers import selection_record
 
 NUM_LABELS, NUM_TRAIN = 10, 20  # training input i has the one label i % 10
 Y_TRAIN = sp.csr_matrix((np.ones(NUM_TRAIN), np.arange(NUM_TRAIN) % NUM_LABELS, np.arange(NUM_TRAIN + 1)),
@@ -99,7 +101,8 @@ def test_the_tune_stage_fit_falls_back_to_its_chosen_lambda_in_a_tie():
     settings = TuneSettings(lam=None, tau=TAU, lambda_grid=tuple(GRID), tau_grid=(TAU,), metric="P@1", b=3,
                             val_fraction=0.05, val_max_queries=20000, val_seed=0, relevance="binary")
 
-    model, report = fit_on_selection(retrieval, settings, {"lambda": 0.5, "tau": TAU}, DEFAULT_AB)
+    chosen = Selection.model_validate(selection_record(**{"lambda": 0.5, "tau": TAU, "b": 3}))
+    model, report = fit_on_selection(retrieval, settings, chosen, DEFAULT_AB)
 
     assert not report["uses_model"] and model.fallback == report["fixed_lambda"] == 0.5
     assert fit_on_validation(joint, evaluator, GRID, TAU, b=3)[0].fallback == 0.0

@@ -23,7 +23,7 @@ from raexmc.evaluation.score_file import TopScores, ranked_values, read_scores
 from raexmc.evaluation.score_report import report_table, score_files
 from raexmc.rae.ranking import top_k
 from test_propensity import evaluate_tiny
-from tests.helpers import REPO, make_ngame_folder
+from tests.helpers import REPO, make_ngame_folder, write_jsonl_gz
 
 METHODS = ("rae", "dual_encoder", "knn", "rae_query_lambda")
 TESTED = ("P@1", "P@5", "PSP@5", "R@100")
@@ -52,7 +52,50 @@ def test_the_evaluate_stage_writes_a_top_k_float32_csr_per_method_without_filter
         assert matrix[1, 3] == 0 and 3 not in matrix[1].indices, f"{method} stores the filtered pair (1, 3)"
 
 
-def test_raexmc_evaluate_on_the_stage_score_files_gives_the_stage_metrics(stage_run):
+# A wide test set: 130 labels, so that a dual encoder's row (its top-120 label keys) is cut at rank 100.
+WIDE_LABELS, WIDE_TRAIN, WIDE_TEST, WIDE_B = 130, 24, 6, 120
+
+
+@pytest.fixture(scope="module")
+def wide_stage_run(tmp_path_factory):
+    """(root, train labels, test labels, filtered pairs) of the tune and evaluate stages, writing score files, on
+    an LF folder named LF-AmazonTitles-131K of WIDE_LABELS labels, at infer.b = WIDE_B."""
+    rng = np.random.default_rng(11)
+    root = tmp_path_factory.mktemp("wide")
+    lf = root / "lf" / "LF-AmazonTitles-131K"
+    lf.mkdir(parents=True)
+    train = [sorted(rng.choice(WIDE_LABELS, size=rng.integers(1, 4), replace=False)) for _ in range(WIDE_TRAIN)]
+    test = [sorted(rng.choice(WIDE_LABELS, size=rng.integers(2, 6), replace=False)) for _ in range(WIDE_TEST)]
+    write_jsonl_gz(lf / "lbl.json.gz", [{"uid": f"l{j}", "title": f"label {j}", "content": ""}
+                                        for j in range(WIDE_LABELS)])
+    for name, rows in (("trn.json.gz", train), ("tst.json.gz", test)):
+        write_jsonl_gz(lf / name, [{"uid": f"{name[0]}{i}", "title": f"text {i}", "content": "", "target_ind":
+                                    [int(x) for x in y], "target_rel": [1.0] * len(y)} for i, y in enumerate(rows)])
+    filtered = {(0, int(test[0][0]))}
+    (lf / "filter_labels_test.txt").write_text(f"0 {test[0][0]}\n")
+    evaluate_tiny(root, "--scores", root / "scores", lf=lf, infer={"b": WIDE_B, "b_sweep": [WIDE_B]})
+    return root, train, test, filtered
+
+
+def test_raexmc_evaluate_on_the_stage_score_files_gives_the_stage_metrics(wide_stage_run):
+    """Every method's top-100 file, as the stage wrote it (a dual encoder's 120 scored labels cut to 100), scores as
+    the brute force of the definitions says, read back by the command and in the stage's own metrics.json."""
+    root, train, test, filtered = wide_stage_run
+    stage = json.loads((root / "eval" / "metrics.json").read_text())
+    dual = sp.load_npz(root / "scores" / "dual_encoder.npz")
+    assert np.diff(dual.indptr).tolist() == [100] * WIDE_TEST, "each row is cut at rank 100"
+    for method in METHODS:
+        scores = sp.load_npz(root / "scores" / f"{method}.npz")
+        expected, _ = brute_force(train, test, filtered, scores, 0.6, 2.6)
+        report = score_files(root / "data" / "tiny", root / "scores" / f"{method}.npz", None, TESTED)
+        for name, value in expected.items():
+            if name != "macro-F1@5":
+                assert report["scores"][name] == pytest.approx(value, abs=0.011), (method, name)
+                assert stage[method][name] == pytest.approx(value, abs=0.011), (method, name)
+        assert report["scores"]["macro-F1@5"] == stage[method]["macro-F1@5"] == expected["macro-F1@5"], method
+
+
+def test_raexmc_evaluate_reads_a_score_file_in_every_layout_as_the_stage_does(stage_run):
     """Every method's file, read back by the command on the download stage's folder, on the LF folder it came from
     and on the same data in the NGAME layout (read as the download stage reads them, the folder's name giving the
     propensity pair), gives metrics.json's table."""
@@ -102,6 +145,7 @@ def hand_made(tmp_path_factory):
 
 def brute_force(train, test, filtered, scores: sp.csr_matrix, A: float, B: float) -> tuple[dict, dict]:
     """The metrics (percent) and per-input values from the definitions, one input and one label at a time."""
+    (N_TEST, N_LABELS), N_TRAIN = scores.shape, len(train)  # noqa: N806 (the definitions' names)
     freq = [sum(label in y for y in train) for label in range(N_LABELS)]
     C = (math.log(N_TRAIN) - 1) * (B + 1) ** A
     inv_p = [1 + C * math.exp(-A * math.log(f + B)) for f in freq]
@@ -192,6 +236,46 @@ def test_float32_scores_keep_the_ranking_they_were_ranked_by():
     np.testing.assert_array_equal(top_k(kept.matrix(), 100), ranked)
 
 
+def descending_by_score(matrix: sp.csr_matrix, larger_label_first: bool) -> list[list[int]]:
+    """Each row's labels sorted by descending score alone, exact ties to the larger (or smaller) label: how an
+    evaluator with another tie rule than ours would rank the file."""
+    rows = []
+    for row in range(matrix.shape[0]):
+        labels = matrix.indices[matrix.indptr[row]:matrix.indptr[row + 1]]
+        values = matrix.data[matrix.indptr[row]:matrix.indptr[row + 1]]
+        sign = -1 if larger_label_first else 1
+        rows.append([int(label) for _, label in sorted(zip(-values, sign * labels))])
+    return [[abs(label) for label in row] for row in rows]
+
+
+def test_exact_ties_are_broken_in_the_file_so_any_tie_rule_ranks_it_alike():
+    """Rows of exact ties (a run of 120 equal scores, as identical label texts give the dual encoder), ranked to the
+    smaller label: the file's rows strictly decrease in that order, rank alike under either tie rule, stay within a
+    few hundred ulps of the scores, and PECOS's evaluator gives the P@k of the ranking itself."""
+    from pecos.utils import smat_util
+
+    rng = np.random.default_rng(4)
+    scores = np.zeros((3, 300))
+    scores[0, rng.permutation(300)[:120]] = 0.25                               # 120 tied, more than k
+    scores[1, :10] = [0.5, 0.5, 0.4, 0.4, 0.4, 0.3, 0.2, 0.2, 0.1, 0.05]
+    scores[2, rng.permutation(300)[:150]] = rng.integers(1, 4, size=150) / 8   # three levels of ties
+    ranked = top_k(sp.csr_matrix(scores), 100)
+    kept = TopScores(300)
+    kept.add(ranked, sp.csr_matrix(scores))
+    written = kept.matrix()
+    expected = [list(row[row >= 0]) for row in ranked]
+    assert descending_by_score(written, False) == descending_by_score(written, True) == expected
+    for row, labels in enumerate(expected):
+        values = np.asarray(written[row, labels].todense()).ravel()
+        assert np.all(np.diff(values) < 0), row
+        assert np.max(np.abs(values - scores[row, labels])) < 1e-4
+    truth = sp.csr_matrix((rng.random((3, 300)) < 0.2).astype(np.float32))
+    by_hand = [100 * np.mean([truth[row, labels[:k]].sum() / k for row, labels in enumerate(expected)])
+               for k in range(1, 6)]
+    pecos = smat_util.Metrics.generate(truth, written, topk=5)
+    np.testing.assert_allclose(100 * np.asarray(pecos.prec), by_hand, atol=1e-9)
+
+
 def test_ranked_values_are_the_scores_ranked_duplicates_added_pads_minus_inf():
     """Unsorted indices (as a sparse product leaves them) and a label stored twice, against the dense matrix."""
     rng = np.random.default_rng(3)
@@ -218,6 +302,8 @@ BAD = {
                     "shape 3 x 5, but the test set has 2 inputs and 5 labels"),
     "label out of range": (lambda p: write_csr(p, (2, 5), [0, 1, 2], [0, 7], [1.0, 2.0]),
                            "row 1: label index 7 outside [0, 5)"),
+    "label index L": (lambda p: write_csr(p, (2, 5), [0, 1, 2], [0, 5], [1.0, 2.0]),  # one past the last label
+                      "row 1: label index 5 outside [0, 5)"),
     "NaN": (lambda p: write_csr(p, (2, 5), [0, 1, 2], [0, 1], [1.0, np.nan]), "row 1: score nan of label 1"),
     "inf": (lambda p: write_csr(p, (2, 5), [0, 1, 2], [0, 1], [np.inf, 1.0]), "row 0: score inf of label 0"),
     "dense": (lambda p: np.save(p.with_suffix(".npy"), np.ones((2, 5))) or p.with_suffix(".npy").rename(p) or p,
@@ -233,6 +319,13 @@ def test_a_bad_matrix_is_one_line_naming_the_file(tmp_path, case):
         read_scores(path, 2, 5, 100)
     line = refused.value.one_line()
     assert "\n" not in line and line.startswith(f"DataError: {path}") and expected in line, line
+
+
+def test_a_row_of_exactly_k_scores_is_a_score_file(tmp_path):
+    """What the evaluate stage writes wherever 100 or more labels are scored: each row's top 100."""
+    path = tmp_path / "top100.npz"
+    sp.save_npz(path, sp.csr_matrix(np.ones((3, 120), np.float32)[:, :100], shape=(3, 120)))
+    assert np.diff(read_scores(path, 3, 120, 100).indptr).tolist() == [100, 100, 100]
 
 
 def test_more_than_k_scores_a_row_is_refused_with_k(tmp_path):

@@ -18,7 +18,7 @@ from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation import evaluator
 from raexmc.evaluation.selection import choose, past_edge, select
-from raexmc.evaluation.selection_file import lambda_rows, rae_retrieval, read_selection
+from raexmc.evaluation.selection_file import Selection, read_selection, write_selection
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import (
     HeldOutLabels,
@@ -28,7 +28,7 @@ from raexmc.evaluation.validation_memory import (
 )
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.settings import load_settings
-from tests.helpers import REPO, dense_top_b_softmax
+from tests.helpers import REPO, dense_top_b_softmax, selection_record
 
 LAMBDAS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
 TAUS = [0.02, 0.04, 0.1]
@@ -105,7 +105,7 @@ def test_choice_matches_brute_force_where_one_side_of_the_values_is_right(inputs
     val_rows, rest_rows = np.array([0, 1]), np.array([2, 3])
     retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z), held_out_labels(Y, sp.csr_matrix((4, 4)), rest_rows,
                                                                                  val_rows), b=6)
-    chosen = select(retrieval, settings(), (0.55, 1.5))
+    chosen = select(retrieval, settings(), (0.55, 1.5)).record()
     tried = sorted({r["tau"] for r in chosen["validation"]})  # the grid, and what widening added past its edges
     curve, best = brute_force(X, Z, Y, val_rows, rest_rows, b=6, taus=tried)
 
@@ -124,10 +124,10 @@ def test_a_fixed_value_keeps_it_and_chooses_the_other(tmp_path):
     held = held_out_labels(Y, sp.csr_matrix((4, 4)), np.array([2, 3]), np.array([0, 1]))
     retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z), held, b=6)
     curve, _ = brute_force(X, Z, Y, np.array([0, 1]), np.array([2, 3]), b=6)
-    fixed_tau = select(retrieval, settings(tau=0.02), (0.55, 1.5))
+    fixed_tau = select(retrieval, settings(tau=0.02), (0.55, 1.5)).record()
     best_at = -max((curve[lam, 0.02], -abs(lam - 0.5), -lam) for lam in LAMBDAS)[2]
     assert (fixed_tau["lambda"], fixed_tau["tau"]) == (best_at, 0.02)
-    both_fixed = select(retrieval, settings(lam=0.3, tau=0.04), (0.55, 1.5))
+    both_fixed = select(retrieval, settings(lam=0.3, tau=0.04), (0.55, 1.5)).record()
     assert (both_fixed["lambda"], both_fixed["tau"]) == (0.3, 0.04)
     assert len(both_fixed["validation"]) == len(LAMBDAS) * len(TAUS), "the curve is still computed"
 
@@ -291,37 +291,63 @@ def test_stage_queries_at_most_val_max_queries_of_the_held_out_inputs(tmp_path, 
 def test_read_selection_checks_what_evaluate_and_package_will_use(tmp_path):
     with pytest.raises(DataError, match="run the tune stage"):
         read_selection(tmp_path)
-    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 1.5, "tau": 0.04}))
-    with pytest.raises(DataError, match=r"selection.json:lambda: must be less than or equal to 1, got 1.5"):
-        read_selection(tmp_path)
-    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04}))
-    assert read_selection(tmp_path)["lambda"] == 0.3
-    assert rae_retrieval(read_selection(tmp_path)) == RaeRetrieval(), "written before the choice existed: joint"
-    for bad, key in (({"retrieval": "split"}, "label_share"), ({"retrieval": "split", "label_share": 2}, "label_share"),
-                     ({"retrieval": "nearest"}, "retrieval"), ({"label_share": 0.5}, "label_share")):
-        (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04, **bad}))
-        with pytest.raises(DataError, match="selection.json") as error:
+    path = tmp_path / "selection.json"
+    path.write_text(json.dumps(selection_record(**{"lambda": 0.3})))
+    assert read_selection(tmp_path).lam == 0.3 and read_selection(tmp_path).rae_retrieval == RaeRetrieval()
+    path.write_text(json.dumps(selection_record(retrieval="split", label_share=0.25)))
+    assert read_selection(tmp_path).rae_retrieval == RaeRetrieval("split", 0.25)
+    for bad, key, says in (
+            ({"lambda": 1.5}, "lambda", "must be less than or equal to 1, got 1.5"),
+            ({"lambda": "0.3"}, "lambda", "must be a number, got '0.3'"),
+            ({"tau": 0}, "tau", "must be greater than 0, got 0"),
+            ({"retrieval": "nearest"}, "retrieval", "must be 'joint' or 'split', got 'nearest'"),
+            ({"retrieval": "split", "label_share": 2}, "label_share", "must be less than or equal to 1, got 2"),
+            ({"baselines": {"knn": {"tau": -1, "auto": {"tau": True}}}}, "baselines.knn.tau",
+             "must be greater than 0, got -1"),
+            ({"baselines": ["knn"]}, "baselines", "must be a mapping of settings, got ['knn']"),
+            ({"lamda": 0.3}, "lamda", "unknown key")):
+        path.write_text(json.dumps(selection_record(**bad)))
+        with pytest.raises(DataError) as error:
             read_selection(tmp_path)
-        assert error.value.record == key
-    (tmp_path / "selection.json").write_text(json.dumps({"lambda": 0.3, "tau": 0.04, "retrieval": "split",
-                                                         "label_share": 0.25}))
-    assert rae_retrieval(read_selection(tmp_path)) == RaeRetrieval("split", 0.25)
+        assert error.value.record == key, bad
+        assert str(error.value) == f"DataError: {path}:{key}: {says}: rerun the tune stage"
+    for bad in ({"retrieval": "split"}, {"label_share": 0.5}):  # a share with a joint retrieval, none with a split
+        path.write_text(json.dumps(selection_record(**bad)))
+        with pytest.raises(DataError, match="label_share must be a number in .0, 1. for a split retrieval"):
+            read_selection(tmp_path)
+    record = selection_record()
+    del record["tau"]
+    path.write_text(json.dumps(record))
+    with pytest.raises(DataError, match="lacks tau: rerun the tune stage"):
+        read_selection(tmp_path)
+
+
+def test_the_written_record_is_the_read_one(tmp_path):
+    """What the tune stage writes reads back to the same record, and the file has the optional keys only where set."""
+    selection = Selection.model_validate(selection_record(baselines={"knn": {"tau": 0.04, "auto": {"tau": False}}}))
+    write_selection(tmp_path, selection)
+    written = json.loads((tmp_path / "selection.json").read_text())
+    assert read_selection(tmp_path) == selection and written["baselines"] == {"knn": {"tau": 0.04,
+                                                                                     "auto": {"tau": False}}}
+    assert not {"keep", "keep_curve", "prototypes", "prototypes_curve"} & set(written)
+    assert written["label_share"] is None and selection.knn_tau == 0.04
+    assert Selection.model_validate(selection_record(tau=0.07)).knn_tau == 0.07, "no kNN choice: RAE's τ"
 
 
 def test_lambda_rows_of_a_split_choice_are_at_its_share():
-    selection = {"metric": "P@1", "tau": 0.1, "label_share": 0.25, "validation": [
+    selection = Selection.model_validate(selection_record(tau=0.1, retrieval="split", label_share=0.25, validation=[
         {"lambda": 0.5, "tau": 0.1, "label_share": 0.5, "P@1": 10.0},
-        {"lambda": 0.5, "tau": 0.1, "label_share": 0.25, "P@1": 30.0}]}
-    assert lambda_rows(selection, [{"lambda": 0.5, "P@1": 31.0}]) == [{"lambda": 0.5, "validation": 30.0, "test": 31.0}]
+        {"lambda": 0.5, "tau": 0.1, "label_share": 0.25, "P@1": 30.0}]))
+    assert selection.lambda_rows([{"lambda": 0.5, "P@1": 31.0}]) == [{"lambda": 0.5, "validation": 30.0, "test": 31.0}]
 
 
 def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau():
-    selection = {"metric": "P@5", "tau": 0.1, "validation": [
+    selection = Selection.model_validate(selection_record(metric="P@5", tau=0.1, validation=[
         {"lambda": 0.0, "tau": 0.1, "P@5": 10.0}, {"lambda": 0.5, "tau": 0.1, "P@5": 30.0},
-        {"lambda": 0.5, "tau": 0.04, "P@5": 99.0}, {"lambda": 0.7, "tau": 0.1, "P@5": 20.0}]}
+        {"lambda": 0.5, "tau": 0.04, "P@5": 99.0}, {"lambda": 0.7, "tau": 0.1, "P@5": 20.0}]))
     test = [{"lambda": 0.0, "P@5": 11.0}, {"lambda": 0.5, "P@5": 31.0}, {"lambda": 1.0, "P@5": 5.0}]
-    assert lambda_rows(selection, test) == [{"lambda": 0.0, "validation": 10.0, "test": 11.0},
-                                            {"lambda": 0.5, "validation": 30.0, "test": 31.0}]
+    assert selection.lambda_rows(test) == [{"lambda": 0.0, "validation": 10.0, "test": 11.0},
+                                           {"lambda": 0.5, "validation": 30.0, "test": 31.0}]
 
 
 def unit_rows(rows: np.ndarray) -> np.ndarray:
@@ -385,7 +411,7 @@ def crossing_retrieval(crossings: list[float], truth: str) -> ValidationRetrieva
     ([0.003, 0.008, 0.015], "W", 0.0025)])
 def test_a_best_tau_off_the_grid_is_found_by_widening_it(crossings, truth, expected):
     chosen = select(crossing_retrieval(crossings, truth),
-                    settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5))
+                    settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5)).record()
 
     assert chosen["tau"] == expected and chosen["val_value"] == 100.0
     tried = sorted({r["tau"] for r in chosen["validation"]})
@@ -400,7 +426,7 @@ def test_widening_stops_at_its_bound():
     """P@1 grows with every doubling and beyond the third (the last query is right only above τ = 1): the grid
     grows by WIDEN_STEPS doublings, no more, and the choice is the last of them."""
     chosen = select(crossing_retrieval([0.09, 0.15, 0.3, 0.6, 1.0], "R"),
-                    settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5))
+                    settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5)).record()
     assert sorted({r["tau"] for r in chosen["validation"]}) == sorted([*GRID_TAUS, 0.2, 0.4, 0.8])
     assert chosen["tau"] == 0.8 and chosen["val_value"] == 80.0
 
@@ -438,7 +464,7 @@ def test_split_choice_of_the_label_share_matches_brute_force(tmp_path):
     retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z),
                                      held_out_labels(Y, sp.csr_matrix((40, 5)), rest_rows, val_rows), b=8)
     chosen = select(retrieval, settings(b=8, retrieval="split", label_share=None, label_share_grid=(0.25, 0.75),
-                                        lambda_grid=(0.1, 0.5, 0.9), tau_grid=(0.05, 0.1)), (0.55, 1.5))
+                                        lambda_grid=(0.1, 0.5, 0.9), tau_grid=(0.05, 0.1)), (0.55, 1.5)).record()
 
     rows = chosen["validation"]
     for row in rows:

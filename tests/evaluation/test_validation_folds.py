@@ -15,7 +15,13 @@ from raexmc.data.held_out import split_validation, validation_folds
 from raexmc.errors import ConfigError
 from raexmc.evaluation.selection import select
 from raexmc.evaluation.tune_settings import TuneSettings
-from raexmc.evaluation.validation_memory import held_out_folds, pooled, pooled_held, validation_retrieval
+from raexmc.evaluation.validation_memory import (
+    held_out_folds,
+    held_out_labels,
+    pooled,
+    pooled_held,
+    validation_retrieval,
+)
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.settings import load_settings
 from test_selection import LAMBDAS, TAUS, run_stage, write_params, write_training_split
@@ -144,12 +150,12 @@ def test_pooled_curve_is_every_folds_queries_against_its_own_memory(tmp_path, b)
     full = MemorySettings(1.0, "random", False, 0)
     retrieval = pooled([validation_retrieval(tmp_path / "emb", fold, b, memory=full) for fold in folds],
                        pooled_held(folds))
-    chosen = select(retrieval, settings, (A, B))
+    chosen = select(retrieval, settings, (A, B)).record()
     expected = pooled_brute_force(X, Z, Y, validation_folds(N_INPUTS, 0.25, 0, 4), b=b)
     assert_curves_match(curve_of(chosen), expected)
     assert (chosen["val_queries"], chosen["val_folds"], chosen["memory_inputs"], chosen["memory_input_keys"]) \
         == (40, 4, 30, 30)
-    one = select(validation_retrieval(tmp_path / "emb", folds[0], b, memory=full), settings, (A, B))
+    one = select(validation_retrieval(tmp_path / "emb", folds[0], b, memory=full), settings, (A, B)).record()
     first_fold = pooled_brute_force(X, Z, Y, validation_folds(N_INPUTS, 0.25, 0, 1), b=b)
     assert_curves_match(curve_of(one), first_fold)
     assert first_fold != expected
@@ -173,3 +179,11 @@ def test_stage_with_auto_folds_pools_them_and_a_selected_memory_per_fold(tmp_pat
     kept = [rest[np.sort(np.random.default_rng(7).choice(30, 15, replace=False))] for rest, _ in folds]
     assert (chosen["val_queries"], chosen["val_folds"], chosen["memory_input_keys"]) == (40, 4, 15)
     assert_curves_match(curve_of(chosen), pooled_brute_force(X, Z, Y, folds, b=45, kept=kept))
+
+
+def test_a_split_that_leaves_the_memory_empty_is_refused_naming_the_fraction():
+    """Held-out inputs with no memory input left: tune would carry on with zero input keys."""
+    Y = sp.csr_matrix(np.eye(4))
+    with pytest.raises(ConfigError, match="leaves 4 held-out and 0 memory inputs of 4") as error:
+        held_out_labels(Y, sp.csr_matrix((4, 4)), np.array([], np.int64), np.arange(4))
+    assert error.value.one_line().startswith("ConfigError: params.yaml:infer.val_fraction: ")

@@ -23,8 +23,9 @@ from raexmc.memory.keys_values import KEYS_FILE, memory_keys, training_values
 from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
 from raexmc.memory.search import sort_rows
+from raexmc.rae.reference import reference_scores
 from raexmc.settings import load_settings
-from tests.helpers import REPO, dense_split_scores
+from tests.helpers import REPO
 
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 
@@ -250,6 +251,6 @@ def test_a_split_retrieval_is_evaluated_at_each_b_with_its_own_share(memory_data
 
     X, Z = np.load(embeddings / "train.npy"), np.load(embeddings / "labels.npy")
     for b, num_z, row in ((5, 3, result["methods"]["rae"]), (2, 1, result["b_sweep"][0]), (5, 3, result["b_sweep"][1])):
-        dense = dense_split_scores(X, Z, queries, Y, b - num_z, num_z, TAU, 0.5)
+        dense = reference_scores(queries, X, Z, Y.toarray(), 0.5, TAU, b, num_z / b)
         expected = evaluator.summary(evaluator.rank(len(queries), lambda rows, d=dense: sp.csr_matrix(d[rows])))[0]
         assert {k: row[k] for k in ("P@1", "P@5", "R@10")} == {k: expected[k] for k in ("P@1", "P@5", "R@10")}, b

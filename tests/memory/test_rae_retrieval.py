@@ -11,8 +11,9 @@ import scipy.sparse as sp
 from raexmc.errors import ConfigError
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.merge import JointSearch, RaeRetrieval, rae_keys
+from raexmc.rae.reference import reference_scores
 from raexmc.rae.scoring import combine, score_parts
-from tests.helpers import dense_split_scores, dense_top_b_softmax, fp32_dot_error, softmax_error
+from tests.helpers import dense_top_b_softmax, fp32_dot_error, softmax_error
 
 N_INPUTS, N_LABELS, DIM, TAU, LAM = 30, 12, 8, 0.07, 0.3
 
@@ -47,7 +48,7 @@ def test_split_scores_are_the_brute_force_of_both_halves(b, share, num_x, num_z)
     ids, _ = rae_search(JointSearch(ExactIndex(X), ExactIndex(Z)), Q, b, retrieval)
     assert ((ids >= N_INPUTS).sum(axis=1) == num_z).all() and ((ids >= 0) & (ids < N_INPUTS)).sum() == num_x * len(Q)
 
-    expected = dense_split_scores(X, Z, Q, Y, num_x, num_z, TAU, LAM)
+    expected = reference_scores(Q, X, Z, Y.toarray(), LAM, TAU, b, num_z / b)
     np.testing.assert_allclose(rae(JointSearch(ExactIndex(X), ExactIndex(Z)), Q, Y, b, retrieval), expected,
                                rtol=0, atol=softmax_error(fp32_dot_error(Q, np.vstack([X, Z])), TAU))
 

@@ -19,7 +19,7 @@ from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import FEATURES, QueryLambda
-from tests.helpers import softmax_error
+from tests.helpers import reseal, softmax_error
 
 # 4 training inputs and 3 labels in 3 dimensions; V's input rows are Y (inputs x labels), its label rows I.
 X = np.array([[1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [0.0, 1.0, 0.0], [0.0, 0.6, 0.8]], dtype=np.float32)
@@ -121,7 +121,7 @@ def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieva
                   hnsw_search() if search == "hnsw" else None)
     saved.save(tmp_path / "model")
     shutil.move(tmp_path / "model", tmp_path / "moved")  # nothing inside points back at where it was saved
-    loaded = RaeModel.load(tmp_path / "moved")
+    loaded = RaeModel.load(tmp_path / "moved", needs=())
     assert loaded.settings.retrieval == retrieval and loaded.settings.per_query == (lam != LAM)
     np.testing.assert_array_equal(loaded.scores_for(Q).toarray(), saved.scores_for(Q).toarray())
     for got, want in zip(loaded.top_k(Q, 2), saved.top_k(Q, 2)):
@@ -139,13 +139,13 @@ def test_a_loaded_model_searches_at_its_saved_beam(tmp_path):
     for part in (search.inputs, search.labels):
         part.ef_search = 7
     model(search=search).save(tmp_path / "model")
-    loaded = RaeModel.load(tmp_path / "model").search
+    loaded = RaeModel.load(tmp_path / "model", needs=()).search
     assert (loaded.inputs.ef_search, loaded.labels.ef_search) == (7, 7)
 
 
 def test_a_bare_scoring_model_saves_without_search_encoder_or_labels(tmp_path):
     RaeModel(Y, RaeSettings(LAM, TAU, B)).save(tmp_path / "model")
-    loaded = RaeModel.load(tmp_path / "model")
+    loaded = RaeModel.load(tmp_path / "model", needs=())
     assert loaded.search is None and loaded.encoder is None and loaded.labels is None
     with pytest.raises(ValueError, match="no search"):
         loaded.scores_for(Q)
@@ -162,10 +162,11 @@ def test_bad_models_and_folders_are_refused_naming_what(tmp_path):
     model().save(tmp_path / "model")
     settings = json.loads((tmp_path / "model" / "settings.json").read_text())
     (tmp_path / "model" / "settings.json").write_text(json.dumps({k: v for k, v in settings.items() if k != "tau"}))
+    reseal(tmp_path / "model")
     with pytest.raises(DataError, match="lacks tau: rerun the package stage") as error:
-        RaeModel.load(tmp_path / "model")
+        RaeModel.load(tmp_path / "model", needs=())
     assert str(tmp_path / "model" / "settings.json") in error.value.one_line()
-    with pytest.raises(DataError, match="no settings.json"):
+    with pytest.raises(DataError, match="model folder not found"):
         RaeModel.load(tmp_path / "nothing")
     with pytest.raises(ValueError, match="needs its b"):
         RaeModel(Y, RaeSettings(LAM, TAU, None)).save(tmp_path / "unsaved")
@@ -175,15 +176,15 @@ def test_bad_models_and_folders_are_refused_naming_what(tmp_path):
 @pytest.mark.parametrize(("key", "value"), [("lambda", 1.5), ("lambda", "half"), ("tau", 0), ("tau", None),
                                             ("b", 0), ("b", 2.5), ("ef_search", -1), ("ef_search", True),
                                             ("retrieval", "both"), ("label_share", 0.5), ("prior", "yes"),
-                                            ("query_lambda", 1), ("input_fields", "content"), ("about", []),
-                                            ("format", 99)])
+                                            ("query_lambda", 1), ("input_fields", "content"), ("about", [])])
 def test_a_bad_settings_value_is_one_line_naming_settings_json_and_its_key(tmp_path, key, value):
     """Cause 7 of issue 50: a bad value gave a traceback, or a line that blamed params.yaml."""
     model().save(tmp_path / "model")
     path = tmp_path / "model" / "settings.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    reseal(tmp_path / "model")
     with pytest.raises(DataError) as error:
-        RaeModel.load(tmp_path / "model")
+        RaeModel.load(tmp_path / "model", needs=())
     line = error.value.one_line()
     assert line.startswith(f"DataError: {path}:{key}: ") and "params.yaml" not in line and "\n" not in line
     assert line.endswith("rerun the package stage")
@@ -198,18 +199,79 @@ def test_an_index_that_does_not_fit_the_values_is_refused_naming_it(tmp_path, ke
     shutil.rmtree(tmp_path / "model" / key_set)
     save_index(build_hnsw(np.vstack([keys, keys[:1]]), M=8, ef_construction=50, threads=1, progress=False),
                tmp_path / "model" / key_set)
+    reseal(tmp_path / "model")
     with pytest.raises(DataError, match="rerun the package stage") as error:
-        RaeModel.load(tmp_path / "model")
+        RaeModel.load(tmp_path / "model", needs=())
     assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / key_set}: holds")
 
 
-def test_a_folder_with_one_index_only_is_refused_at_load(tmp_path):
-    """A query would otherwise be the first to find no search."""
+@pytest.mark.parametrize("resealed", [False, True])
+def test_a_folder_with_one_index_only_is_refused_at_load(tmp_path, resealed):
+    """A query would otherwise be the first to find no search: the manifest lists the missing index's files, and a
+    manifest written for the folder without them still says it holds a search, which needs both."""
     model(search=hnsw_search()).save(tmp_path / "model")
     shutil.rmtree(tmp_path / "model" / "labels")
-    with pytest.raises(DataError, match="holds the index of inputs only") as error:
+    if resealed:
+        reseal(tmp_path / "model")
+    with pytest.raises(DataError, match="rerun the package stage") as error:
+        RaeModel.load(tmp_path / "model", needs=())
+    where = "labels/meta.json: missing, and not in manifest.json" if resealed else "labels: missing (manifest.json"
+    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / where}"), error.value.one_line()
+
+
+def test_a_folder_of_another_format_or_without_a_part_the_caller_needs_is_refused(tmp_path):
+    RaeModel(Y, RaeSettings(LAM, TAU, B)).save(tmp_path / "model")
+    with pytest.raises(DataError, match=r"a model without its encoder, labels, search \(manifest.json lists the "
+                                        r"parts none\): rerun the package stage"):
+        RaeModel.load(tmp_path / "model")  # by default: what answers texts, as predict and serve do
+    manifest = tmp_path / "model" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": 1}))
+    with pytest.raises(DataError, match="its contents are not those it was written with"):
+        RaeModel.load(tmp_path / "model", needs=())
+    reseal(tmp_path / "model")
+    with pytest.raises(DataError) as error:
+        RaeModel.load(tmp_path / "model", needs=())
+    assert error.value.one_line() == (f"DataError: {manifest}:format: format 1, this code reads format 2: "
+                                      "rerun the package stage")
+
+
+def test_a_key_that_is_not_finite_is_refused_naming_its_file_and_row(tmp_path):
+    """Issue 60, cause 3: the exact index refused it in a line that named no file."""
+    model().save(tmp_path / "model")
+    path = tmp_path / "model" / "inputs" / "keys.npy"
+    keys = np.load(path)
+    keys[2, 1] = np.nan
+    np.save(path, keys)
+    reseal(tmp_path / "model")  # the manifest would refuse the changed file first
+    with pytest.raises(DataError) as error:
+        RaeModel.load(tmp_path / "model", needs=())
+    assert error.value.one_line().startswith(f"DataError: {path}:row 2: ")
+
+
+def reindexed(folder, key_set: str, dim: int) -> None:
+    """The model folder's `key_set` index rebuilt on its keys padded with zeros to `dim` dimensions."""
+    keys = {"inputs": X, "labels": Z}[key_set]
+    shutil.rmtree(folder / key_set)
+    padded = np.hstack([keys, np.zeros((len(keys), dim - keys.shape[1]), np.float32)])
+    save_index(build_hnsw(padded, M=8, ef_construction=50, threads=1, progress=False), folder / key_set)
+
+
+def test_queries_of_another_dimension_than_both_indexes_are_refused_naming_the_index(tmp_path):
+    """Issue 60, cause 3: "queries have dimension 3, the index has 4" named no index."""
+    model(search=hnsw_search()).save(tmp_path / "model")
+    for key_set in ("inputs", "labels"):
+        reindexed(tmp_path / "model", key_set, 4)
+    with pytest.raises(DataError, match="queries have dimension 3, the index has 4") as error:
+        RaeModel.load(tmp_path / "model").scores_for(Q)
+    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / 'inputs'}: ")
+
+
+def test_a_labels_index_of_another_dimension_is_refused_naming_it(tmp_path):
+    model(search=hnsw_search()).save(tmp_path / "model")
+    reindexed(tmp_path / "model", "labels", 4)
+    with pytest.raises(DataError, match="the inputs' index has dimension 3, the labels' 4") as error:
         RaeModel.load(tmp_path / "model")
-    assert str(tmp_path / "model") in error.value.one_line()
+    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / 'labels'}: ")
 
 
 def test_the_model_card_says_where_the_model_came_from_and_how_it_scores(tmp_path):

@@ -5,17 +5,20 @@ starlette's TestClient or, for a body that comes in chunks, through the ASGI int
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 from starlette.testclient import TestClient
 
-from raexmc.cli import serve
 from raexmc.data.label_records import RECORDS_FILE
 from raexmc.pipeline.server import MAX_BODY_BYTES, CheckedRequests
 from raexmc.pipeline.serving import MAX_RECORDS
 from test_predictor import BAD_REQUESTS, build_pipeline, logged_and_loaded, predictor_of
+from tests.helpers import REPO
 
 PERL = {"dataframe_records": [{"text": "perl"}]}
 JSON_WITH_CHARSET = {"Content-Type": "application/json; charset=utf-8"}
@@ -115,9 +118,30 @@ def test_more_records_than_the_limit_is_400_naming_it(served, monkeypatch):
     assert client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 2}).status_code == 200
 
 
-def test_the_command_line_defaults_are_the_servers():
-    defaults = {name: parameter.default.default for name, parameter in inspect.signature(serve).parameters.items()}
-    assert (defaults["max_body_bytes"], defaults["max_records"]) == (MAX_BODY_BYTES, MAX_RECORDS)
+def documented_limits() -> tuple[int, int]:
+    """The request limits docs/reliability.md states: "`--max-body-bytes` (default 1 MiB)" and "`--max-records`
+    records (default 1,000)"."""
+    text = " ".join((REPO / "docs" / "reliability.md").read_text().split())
+    mib = re.search(r"`--max-body-bytes` \(default (\d+) MiB\)", text)
+    records = re.search(r"`--max-records` records \(default ([\d,]+)\)", text)
+    assert mib and records, "docs/reliability.md no longer states the two defaults"
+    return int(mib[1]) * 2**20, int(records[1].replace(",", ""))
+
+
+def test_the_command_line_defaults_are_the_documented_ones_and_the_servers():
+    """What `raexmc serve --help` says, what the docs say, and the limits a server started without the options
+    (CheckedRequests', serving's) applies."""
+    shown = subprocess.run([sys.executable, "-m", "raexmc.cli", "serve", "--help"], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "250"}, check=True).stdout
+    defaults = tuple(int(re.search(rf"--{option} .*\[default: (\d+)\]", shown)[1])
+                     for option in ("max-body-bytes", "max-records"))
+    assert defaults == documented_limits() == (MAX_BODY_BYTES, MAX_RECORDS)
+
+
+def test_inputs_beside_dataframe_records_are_400_not_read_in_their_place(served):
+    """Two input fields: MLflow's server refuses the request; the texts of "inputs" must not replace the records."""
+    both = client(served).post("/invocations", json={**PERL, "inputs": ["a small unix"]})
+    assert both.status_code == 400 and "stack_trace" not in both.json(), both.text
 
 
 def test_a_damaged_model_folder_is_500_in_one_line_and_a_bad_request_stays_400(served):

@@ -4,6 +4,7 @@ with a ConfigError naming its file and key (datasets/<name>.yaml:<key>)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
@@ -28,3 +29,16 @@ class EntryCheck:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise self.fail(key, f"'{key}' must be an integer >= {low}, got {value!r}")
         return value
+
+    def fraction(self, key: str) -> float:
+        value = self.values.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise self.fail(key, f"'{key}' must be a number in (0, 1), got {value!r}")
+        return float(value)
+
+    def path(self, key: str) -> Path:
+        """A path written as text: YAML reads `path: 5` as a number and `path:` as null, neither of them a path."""
+        value = self.values.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(key, f"'{key}' must be a path (text), got {value!r}")
+        return Path(value).expanduser()

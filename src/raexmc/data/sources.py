@@ -18,6 +18,7 @@ from .archive import extract
 from .catalogue import entry_file
 from .dataset import write_dataset
 from .debian import DEBIAN_MIRROR, deb_pin, fetch_deb
+from .entry_check import EntryCheck
 from .foldoc import read_foldoc
 from .layouts import read_layout
 from .linked import LinkedEntry, split_linked_corpus
@@ -73,9 +74,15 @@ def _linked_entries(name: str, spec: dict[str, Any], workdir: Path,
     return entries, provenance
 
 
+# The keys of a linked corpus's entry (seed and test_fraction split it: linked.seeded_split).
+LINKED_KEYS = {"foldoc": ("package", "seed", "test_fraction"),
+               "wordnet": ("package", "pointers", "seed", "test_fraction")}
+
+
 def _write_linked(name: str, spec: dict[str, Any], target: Path, workdir: Path, mirror: str) -> dict[str, Any]:
+    check = EntryCheck(name, spec, spec["source"], LINKED_KEYS[spec["source"]], {"seed": 0, "test_fraction": 0.2})
+    seed, fraction = check.integer("seed", 0), check.fraction("test_fraction")  # before the download
     entries, provenance = _linked_entries(name, spec, workdir, mirror)
-    seed, fraction = int(spec.get("seed", 0)), float(spec.get("test_fraction", 0.2))
     corpus = split_linked_corpus(entries, seed, fraction)
     source = {"name": name, "source": spec["source"], "seed": seed, "test_fraction": fraction, **provenance}
     return write_dataset(target, corpus.labels, corpus.train, corpus.test, corpus.filters, source)
@@ -124,7 +131,7 @@ def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_u
         if source == "wordnet-hypernyms":
             return _write_wordnet_hypernyms(name, spec, target, workdir, debian_mirror)
         if source == "local":
-            folder = Path(_require(spec, "path", name)).expanduser()
+            folder = EntryCheck(name, spec, "local", ("path",), {}).path("path")
             return _write_layout(name, folder, target, {"source": "local", "path": str(folder)})
         archive = fetch_archive(xc_repo_url + str(_require(spec, "archive_id", name)),
                                 cache_dir() / "xc-repo" / f"{name}{spec.get('archive_suffix', '.zip')}",

@@ -49,10 +49,7 @@ def parse_hypernym_settings(name: str, spec: dict[str, Any]) -> HypernymSettings
     check = EntryCheck(name, spec, "wordnet-hypernyms", _KNOWN, _DEFAULTS)
     min_depth = check.integer("min_depth", 0)
     max_depth = check.integer("max_depth", min_depth)
-    fraction = check.values["test_fraction"]
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
-        raise check.fail("test_fraction", f"'test_fraction' must be a number in (0, 1), got {fraction!r}")
-    return HypernymSettings(min_depth, max_depth, check.integer("seed", 0), float(fraction))
+    return HypernymSettings(min_depth, max_depth, check.integer("seed", 0), check.fraction("test_fraction"))
 
 
 def _topological_order(parents: dict[int, list[int]], entries: Sequence[LinkedEntry], origin: Path) -> list[int]:

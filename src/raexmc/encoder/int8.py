@@ -60,10 +60,23 @@ def quantized_bytes(model: SentenceEncoder) -> bytes:
 
     with tempfile.TemporaryDirectory(prefix="raexmc-int8-") as scratch:
         fp32, int8 = Path(scratch) / "fp32.onnx", Path(scratch) / "int8.onnx"
-        export_onnx(model, fp32)
-        with _quiet_root_logger():
+        with _writing(fp32):
+            export_onnx(model, fp32)
+        with _quiet_root_logger(), _writing(int8):
             quantize_dynamic(fp32, int8, per_channel=True, reduce_range=True, weight_type=QuantType.QInt8)
         return int8.read_bytes()
+
+
+@contextlib.contextmanager
+def _writing(path: Path):
+    """Writing `path` (in TMPDIR): an OSError that names no file (torch.onnx.export's and onnx's writes name none)
+    names `path`, so a full TMPDIR is one line saying where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 class Int8Encoder:

@@ -71,6 +71,25 @@ def load_tokenizer(name: str, stage_output: bool = False):
     return tokenizer
 
 
+# Embedding tables are often padded to a multiple of this many rows past the tokenizer's vocabulary (Qwen, GPT-NeoX)
+PADDED_ROWS = 64
+
+
+def check_vocabulary(tokenizer, vocab_size: int, name: str, stage_output: bool = False) -> None:
+    """Refuse a tokenizer of another vocabulary than the encoder's embedding table (config.json's vocab_size):
+    more token ids than rows would index past the table, and a smaller vocabulary than an unpadded table is
+    another model's tokenizer. A DataError naming the folder's tokenizer with `stage_output`, else a ConfigError
+    about encoder.name."""
+    tokens = len(tokenizer)
+    if tokens == vocab_size or (tokens < vocab_size and vocab_size % PADDED_ROWS == 0):
+        return
+    problem = f"a tokenizer of {tokens:,} tokens for an encoder of vocab_size {vocab_size:,} (its config.json)"
+    if stage_output:
+        raise DataError(f"{problem}: not this encoder's tokenizer: rerun the stage that writes it",
+                        Path(name) / "tokenizer.json")
+    raise ConfigError(f"'{name}' has {problem}", PARAMS_FILE, "encoder.name")
+
+
 def load_checked(loader, name: str, what: str, stage_output: bool, reads_weights: bool = False):
     """`loader` applied to encoder `name`; a failure is one line: a ConfigError about encoder.name, or with
     `stage_output` (`name` is a folder a stage wrote: the train stage's model, a package's copy) a DataError

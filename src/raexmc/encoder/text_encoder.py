@@ -16,7 +16,7 @@ import torch
 from ..settings import EMBED_PRECISIONS
 from .device import autocast, resolve_precision
 from .layout import write_sentence_config
-from .model import load_tokenizer
+from .model import check_vocabulary, load_tokenizer
 from .sentence import SentenceEncoder, load_encoder
 from .tokens import RightPaddedTokenizer, tokenizer_input
 
@@ -66,6 +66,7 @@ class TextEncoder:
         precision = resolve_precision(precision, device, choices=EMBED_PRECISIONS)
         tokenizer = load_tokenizer(str(name), stage_output)
         model = load_encoder(str(name), device, stage_output)
+        check_vocabulary(tokenizer, model.transformer.config.vocab_size, str(name), stage_output)
         return cls(model, device, precision, tokenizer, max_len)
 
     @property

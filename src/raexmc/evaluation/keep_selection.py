@@ -20,15 +20,15 @@ keep searching fewer keys; the labels' search is the same at every keep, and mad
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from .point_choice import Tuned, choose_point
 from .selection import past_edge
+from .selection_file import Selection
 from .validation_memory import ValidationRetrieval
 
 
 def choose_keep(tune_at: Callable[[float], Tuned], grid: tuple[float, ...],
-                metric: str) -> tuple[ValidationRetrieval, dict[str, Any]]:
+                metric: str) -> tuple[ValidationRetrieval, Selection]:
     """The validation retrieval of the chosen keep and its selection, with the keep, `auto.keep` and the keep
     curve (point_choice.chosen_row per keep tried, largest first) added. `tune_at` judges the memory at a keep."""
     def widen(tried: list[float], chosen: float, original: list[float]) -> list[float]:
@@ -37,5 +37,4 @@ def choose_keep(tune_at: Callable[[float], Tuned], grid: tuple[float, ...],
 
     keep, retrieval, selection, curve = choose_point("keep", grid, tune_at, metric, ties_to_larger=True,
                                                      widen=widen)
-    return retrieval, {**selection, "keep": keep, "auto": {**selection["auto"], "keep": True},
-                       "keep_curve": curve[::-1]}
+    return retrieval, selection.with_(keep=keep, auto={**selection.auto, "keep": True}, keep_curve=curve[::-1])

@@ -2,8 +2,10 @@
 RAE with a λ per query, and RAE's λ and b sweeps.
 
 Each method scores its own search (retrievals.Retrievals): RAE the top-b_max over the joint keys, the dual encoder
-the top-b over the label keys alone, kNN the top-b over the training-input keys alone. The test queries go through
-search, scoring, ranking and metrics a chunk at a time (`evaluate_retrieval`).
+every label of its own search over the label keys alone, kNN the top-KNN_B of its own search over the training-input
+keys alone. The baselines search to their own depth (`baseline_depth`), never RAE's b: no RAE setting (b,
+retrieval, keep) changes a baseline's number. The test queries go through search, scoring, ranking and metrics a
+chunk at a time (`evaluate_retrieval`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import scipy.sparse as sp
 from ..memory.search import Hits
 from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
 from ..rae.ranking import top_k
-from ..rae.scoring import dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
+from ..rae.scoring import PAPER_B, dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
 from .evaluator import CHUNK_BYTES, RANK_DEPTH, Evaluator, Scorer, chunk_queries
 from .propensity import DEFAULT_AB
 from .retrievals import Retrievals, Search
@@ -28,6 +30,13 @@ from .score_file import TopScores
 from .totals import F1_K, QueryChunk, RankingTotals
 
 QUERY_LAMBDA_METHOD = "rae_query_lambda"  # its name beside rae, dual_encoder and knn in metrics.json, per_instance.npz
+KNN_B = PAPER_B  # kNN's own b, the inputs its softmax weighs: the paper's, whatever RAE's infer.b
+
+
+def baseline_depth(exclude: sp.csr_matrix) -> int:
+    """How deep the baselines search: kNN's KNN_B inputs, and for the dual encoder enough labels that RANK_DEPTH
+    remain in every row after its filtered pairs are dropped (R@100 ranks 100 labels)."""
+    return max(KNN_B, RANK_DEPTH + int(np.diff(sp.csr_matrix(exclude).indptr).max(initial=0)))
 
 
 @dataclass
@@ -39,6 +48,7 @@ class EvalSettings:
     b_sweep: list[int] = field(default_factory=list)
     propensity_ab: tuple[float, float] = DEFAULT_AB
     knn_tau: float | None = None   # kNN's own τ where the tune stage chose one (selection_file.knn_tau); None: `tau`
+    knn_b: int | None = None       # kNN's own b (the evaluate stage: KNN_B); None: `b`
 
 
 def rae_scorer(model: RaeModel, hits: Hits) -> Scorer:
@@ -48,14 +58,15 @@ def rae_scorer(model: RaeModel, hits: Hits) -> Scorer:
 
 
 def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, tau: float,
-                   b: int, knn_tau: float | None = None) -> dict[str, Scorer]:
-    """RAE at λ, and the dual encoder and kNN, each from its own search, all at b and τ (kNN at `knn_tau` where
-    given). The dual encoder's ranking is the same at any τ: a softmax over its own labels rises with similarity."""
+                   b: int, knn_tau: float | None = None, knn_b: int | None = None) -> dict[str, Scorer]:
+    """RAE at (λ, τ, b), and the dual encoder and kNN, each from its own search: the dual encoder over every label
+    its search returned, kNN over its first `knn_b` inputs (default b) at `knn_tau` (default τ). The dual encoder's
+    ranking is the same at any τ: a softmax over its own labels rises with similarity."""
     (z_ids, z_sims), (x_ids, x_sims) = retrievals.labels, retrievals.inputs
-    knn_tau = tau if knn_tau is None else knn_tau
+    knn_tau, knn_b = tau if knn_tau is None else knn_tau, b if knn_b is None else knn_b
     return {"rae": rae_scorer(RaeModel(Y_train, RaeSettings(lam, tau, b)), retrievals.rae_at(b)),
-            "dual_encoder": lambda rows: dual_encoder_scores(z_ids[rows], z_sims[rows], Y_train.shape[1], tau, b),
-            "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, knn_tau, b)}
+            "dual_encoder": lambda rows: dual_encoder_scores(z_ids[rows], z_sims[rows], Y_train.shape[1], tau),
+            "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, knn_tau, knn_b)}
 
 
 Ranking = tuple[list[tuple[str, Any]], Callable[[], sp.csr_matrix]]  # the keys it is reported under, its scores
@@ -77,7 +88,7 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr
     rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(settings.lambda_sweep) if swept == lam),
                 *(("b", i) for i, swept in enumerate(settings.b_sweep) if swept == b)]
     rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts, *keys))]
-    for name, scorer in method_scorers(found, Y_train, lam, tau, b, settings.knn_tau).items():
+    for name, scorer in method_scorers(found, Y_train, lam, tau, b, settings.knn_tau, settings.knn_b).items():
         if name != "rae":
             rankings.append(([("method", name)], partial(scorer, slice(None))))
     if with_ova_knn:

@@ -11,28 +11,29 @@ from collections.abc import Callable
 from typing import Any
 
 from .selection import choose
+from .selection_file import Selection
 from .validation_memory import ValidationRetrieval
 
-Tuned = tuple[ValidationRetrieval, dict[str, Any]]   # a memory's validation retrieval and select's choice on it
+Tuned = tuple[ValidationRetrieval, Selection]   # a memory's validation retrieval and select's choice on it
 
 
-def chosen_row(selection: dict[str, Any]) -> dict[str, Any]:
+def chosen_row(selection: Selection) -> dict[str, Any]:
     """One point of a curve: the memory's input keys, its α where chosen on it, and the validation row (λ, τ,
     label share, headline metrics) at the point `select` chose."""
-    row = choose(selection["validation"], selection["metric"], selection["lambda"], selection["tau"],
-                 selection["label_share"])  # all three fixed: the one row there
-    prototypes = {"prototypes": selection["prototypes"]} if "prototypes" in selection else {}
-    return {"input_keys": selection["memory_input_keys"], **prototypes, **row}
+    row = choose(selection.validation, selection.metric, selection.lam, selection.tau,
+                 selection.label_share)  # all three fixed: the one row there
+    prototypes = {} if selection.prototypes is None else {"prototypes": selection.prototypes}
+    return {"input_keys": selection.memory_input_keys, **prototypes, **row}
 
 
 def choose_point(axis: str, grid: tuple[float, ...], tune_at: Callable[[float], Tuned], metric: str,
                  ties_to_larger: bool, widen: Callable[[list[float], float, list[float]], list[float]]
-                 ) -> tuple[float, ValidationRetrieval, dict[str, Any], list[dict[str, Any]]]:
+                 ) -> tuple[float, ValidationRetrieval, Selection, list[dict[str, Any]]]:
     """The chosen point, its retrieval and selection, and the curve: {axis: point, **chosen_row} per point tried,
     in ascending order. `widen(tried, chosen, original grid)` gives the points past the edge the choice sits on
     (selection.past_edge's)."""
     original, rows = sorted(set(grid)), {}
-    chosen: tuple[float, ValidationRetrieval, dict[str, Any]] | None = None
+    chosen: tuple[float, ValidationRetrieval, Selection] | None = None
 
     def rank(point: float) -> tuple[float, float]:
         return rows[point][metric], point if ties_to_larger else -point

@@ -55,8 +55,8 @@ def choose_prototypes(retrieval_at: Callable[[float], ValidationRetrieval], sett
 
     weight, retrieval, selection, curve = choose_point("prototypes", grid, tune_at, settings.metric,
                                                        ties_to_larger=False, widen=widen)
-    return retrieval, {**selection, "prototypes": weight, "auto": {**selection["auto"], "prototypes": True},
-                       "prototypes_curve": curve}
+    return retrieval, selection.with_(prototypes=weight, auto={**selection.auto, "prototypes": True},
+                                      prototypes_curve=curve)
 
 
 @dataclass
@@ -97,10 +97,10 @@ class MemoryTuning:
         return pooled([validation_retrieval(self.embeddings, fold, self.settings.b, self.device, memory, labels=labels)
                        for fold, labels in zip(self.folds, self.labels_at(weight))], self.held)
 
-    def full_memory(self) -> ValidationRetrieval:
-        """Every fold's held-out inputs' top-b over all of its memory's inputs, with no label search, pooled: kNN's
-        validation retrieval (baseline_selection.py), whatever memory.keep keeps for RAE."""
-        return pooled([validation_retrieval(self.embeddings, fold, self.settings.b, self.device,
+    def full_memory(self, depth: int) -> ValidationRetrieval:
+        """Every fold's held-out inputs' top-`depth` over all of its memory's inputs, with no label search, pooled:
+        kNN's validation retrieval (baseline_selection.py), whatever memory.keep keeps for RAE."""
+        return pooled([validation_retrieval(self.embeddings, fold, depth, self.device,
                                             labels=empty_result(len(fold.val_rows), 0))
                        for fold in self.folds], self.held)
 

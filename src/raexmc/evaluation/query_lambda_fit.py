@@ -20,7 +20,7 @@ from ..rae.query_lambda import DEFAULT_FOLDS, DEFAULT_RIDGE, QueryLambda, fit_qu
 from ..rae.scoring import combine_per_query
 from .evaluator import Evaluator, Scorer, query_chunks
 from .methods import rae_scorer
-from .selection_file import rae_retrieval
+from .selection_file import Selection
 from .tune_settings import TuneSettings
 from .validation_memory import ValidationRetrieval
 
@@ -52,19 +52,19 @@ def per_query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, lambdas: np.nda
     return lambda rows: combine_per_query(rae.parts(ids[rows], sims[rows]), lambdas[rows])
 
 
-def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, selection: dict[str, Any],
+def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, selection: Selection,
                      propensity_ab: tuple[float, float]) -> tuple[QueryLambda, dict[str, Any]]:
     """The per-query λ model of the tune stage's validation retrieval, at the chosen τ, retrieval, b and metric,
     over its λ grid. With too few held-out queries to cross-validate it is the chosen λ for every
     query; the report says so (`uses_model` false, `reason`)."""
     grid = np.array(settings.lambdas())
-    tau, metric = selection["tau"], settings.metric
+    tau, metric = selection.tau, settings.metric
     if len(retrieval.held.val_rows) < 2 * DEFAULT_FOLDS:
-        model = QueryLambda(grid, float(selection["lambda"]), tau, settings.b)
+        model = QueryLambda(grid, selection.lam, tau, settings.b)
         return model, {"metric": metric, "queries": len(retrieval.held.val_rows), "uses_model": False,
                        "reason": f"fewer than {2 * DEFAULT_FOLDS} validation queries: the chosen lambda"}
-    return fit_on_validation(retrieval.hits(tau, rae_retrieval(selection)), retrieval.evaluator(propensity_ab), grid,
-                             tau, settings.b, metric, fixed_lambda=float(selection["lambda"]))
+    return fit_on_validation(retrieval.hits(tau, selection.rae_retrieval), retrieval.evaluator(propensity_ab), grid,
+                             tau, settings.b, metric, fixed_lambda=selection.lam)
 
 
 def fit_on_validation(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: float, b: int,

@@ -3,8 +3,9 @@ scipy.sparse.save_npz, the format pyxclib and PECOS read and write. The evaluate
 (its own rankings, after the reciprocal-pair filter), and `raexmc evaluate --scores` scores any system's.
 
 A row holds at most k scores, its top k (k = 100: R@100 is the deepest cut-off the metrics need), so a file
-grows with the test set, never with the label count; a row's ranking is its scores in descending order, ties
-to the smaller label, as `rae.ranking.top_k` ranks.
+grows with the test set, never with the label count. A row's scores strictly decrease in the order
+`rae.ranking.top_k` ranked them (ties to the smaller label, broken in the file by an ulp or a few: `ranked_float32`),
+so every evaluator that sorts by descending score ranks the file alike.
 """
 
 from __future__ import annotations
@@ -47,14 +48,15 @@ def ranked_values(scores: sp.csr_matrix | np.ndarray, ranked: np.ndarray) -> np.
 
 
 def ranked_float32(ranked: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """`values` (in rank order) as float32 that rank the labels as they were ranked. Rounding can tie two
-    neighbours whose labels would then change places (ties go to the smaller label): the better one moves up by
-    the fewest ulps that keep it first. Exact ties stay ties."""
+    """`values` (in rank order) as float32 that strictly decrease along each row's ranking, so that any evaluator
+    that sorts a row by descending score (PECOS's, pyxclib's) ranks it as the stage did, whatever its own tie
+    rule. Where float32 rounding or an exact tie of the model's scores (ranked to the smaller label) leaves a
+    label level with the next, it moves up by the fewest ulps that put it above; the scores stay monotone in
+    the model's."""
     out = np.asarray(values, dtype=np.float32).copy()
     for j in range(ranked.shape[1] - 2, -1, -1):
-        below = out[:, j + 1]
-        floor = np.where(ranked[:, j] < ranked[:, j + 1], below, np.nextafter(below, np.float32(np.inf)))
-        out[:, j] = np.where(ranked[:, j + 1] >= 0, np.maximum(out[:, j], floor), out[:, j])
+        above_next = np.nextafter(out[:, j + 1], np.float32(np.inf))
+        out[:, j] = np.where(ranked[:, j + 1] >= 0, np.maximum(out[:, j], above_next), out[:, j])
     return out
 
 

@@ -47,6 +47,7 @@ from ..parallel import worker_count
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
 from .evaluator import CHUNK_BYTES, chunk_queries, query_chunks, stacked_rankings
 from .methods import HEADLINE
+from .selection_file import Selection
 from .tune_settings import TuneSettings
 from .validation_memory import ValidationRetrieval
 
@@ -168,7 +169,7 @@ def choose(curve: list[dict[str, Any]], metric: str, lam: float | None = None, t
 
 
 def select(retrieval: ValidationRetrieval, settings: TuneSettings,
-           propensity_ab: tuple[float, float]) -> dict[str, Any]:
+           propensity_ab: tuple[float, float]) -> Selection:
     """The chosen λ, τ and retrieval, the validation metric there and at the fixed values, and the whole curve.
 
     First round: λ x τ at the fixed label share, widened past an edge where λ or τ is chosen there. Second
@@ -188,15 +189,14 @@ def select(retrieval: ValidationRetrieval, settings: TuneSettings,
     rows = curve.curve()
     best = choose(rows, metric, settings.lam, settings.tau, None if settings.chooses_share else fixed_share)
     fixed = choose(rows, metric, settings.fixed_lambda, settings.fixed_tau, fixed_share)
-    return {"lambda": best["lambda"], "tau": best["tau"], "retrieval": settings.retrieval,
-            "label_share": best["label_share"], "metric": metric,
-            "auto": {"lambda": settings.lam is None, "tau": settings.tau is None,
-                     "label_share": settings.chooses_share},
-            "val_value": best[metric],
-            "fixed_lambda": settings.fixed_lambda, "fixed_tau": settings.fixed_tau, "fixed_label_share": fixed_share,
-            "fixed_val_value": fixed[metric],
-            "val_queries": len(retrieval.held.val_rows), "val_folds": retrieval.held.folds,
-            "memory_inputs": len(retrieval.held.rest_rows), "memory_input_keys": retrieval.keys_per_fold,
-            "val_fraction": settings.val_fraction, "val_max_queries": settings.val_max_queries,
-            "val_seed": settings.val_seed, "val_split_from": settings.fraction_key.split(".")[0], "b": settings.b,
-            "validation": rows}
+    return Selection(lam=best["lambda"], tau=best["tau"], retrieval=settings.retrieval,
+                     label_share=best["label_share"], metric=metric,
+                     auto={"lambda": settings.lam is None, "tau": settings.tau is None,
+                           "label_share": settings.chooses_share},
+                     val_value=best[metric], fixed_lambda=settings.fixed_lambda, fixed_tau=settings.fixed_tau,
+                     fixed_label_share=fixed_share, fixed_val_value=fixed[metric],
+                     val_queries=len(retrieval.held.val_rows), val_folds=retrieval.held.folds,
+                     memory_inputs=len(retrieval.held.rest_rows), memory_input_keys=retrieval.keys_per_fold,
+                     val_fraction=settings.val_fraction, val_max_queries=settings.val_max_queries,
+                     val_seed=settings.val_seed, val_split_from=settings.fraction_key.split(".")[0], b=settings.b,
+                     validation=rows)

@@ -40,10 +40,10 @@ def _stale_temp(name: str, prefix: str) -> bool:
         return False
     pid = tag.partition("-")[0]
     # a tag without a process id was named before temporaries carried one: its writer is long gone
-    return not pid.isdigit() or _writer_gone(int(pid))
+    return not pid.isdigit() or writer_gone(int(pid))
 
 
-def _writer_gone(pid: int) -> bool:
+def writer_gone(pid: int) -> bool:
     """Whether no process `pid` runs (a running process of another user counts as running)."""
     try:
         os.kill(pid, 0)
@@ -88,7 +88,7 @@ def remove_dead_temps(folder: str | os.PathLike) -> None:
     for parent, folders, files in os.walk(folder):
         for name in (*folders, *files):
             temp = _TEMP_NAME.fullmatch(name)
-            if temp and _writer_gone(int(temp["pid"])):
+            if temp and writer_gone(int(temp["pid"])):
                 _remove(Path(parent, name))
         folders[:] = [name for name in folders if not _TEMP_NAME.fullmatch(name)]
 
@@ -119,6 +119,19 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(target)
+
+
+@contextmanager
+def scratch_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty folder beside `target` for the work of writing it, named as its temporaries are, and remove
+    it on leaving: what a killed writer leaves there is swept with them (remove_leftovers, remove_dead_temps)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextmanager

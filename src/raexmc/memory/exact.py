@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..checks import positive_int
-from .search import as_matrix, empty_result
+from .search import Index, as_matrix, empty_result
 
 # Elements (not bytes) of scratch space the exact top-k selection may use beside the similarity block.
 SELECT_BUDGET = 1 << 20
@@ -28,7 +28,7 @@ def block_rows(n_keys: int, block_bytes: int = BLOCK_BYTES, max_rows: int = CHUN
     return 1 << (rows.bit_length() - 1)
 
 
-class ExactIndex:
+class ExactIndex(Index):
     """Exact inner-product top-k: a matrix product per block of queries, sized by a byte budget.
 
     The keys are referenced, not copied, when they already are a C-contiguous float32 matrix. At
@@ -75,7 +75,7 @@ class ExactIndex:
 
     def search(self, queries: np.ndarray, k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         k = positive_int(k, "k")
-        queries = as_matrix(queries, "queries", self.dim)
+        queries = self.checked_queries(queries)
         ids, sims = empty_result(queries.shape[0], k)
         if self.count == 0:
             return ids, sims

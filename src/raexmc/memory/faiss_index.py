@@ -15,7 +15,7 @@ from ..checks import positive_int
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from .compression import Compression
 from .hnsw import INSERT_BATCH, PAPER_EF_SEARCH, QUERY_BATCH, resolve_threads
-from .search import as_matrix, empty_result, sort_rows
+from .search import Index, as_matrix, empty_result, sort_rows
 
 # Keys (a seeded sample) that fit the quantiser's ranges and the projection: enough for 384-768 dims.
 TRAIN_SAMPLE = 200_000
@@ -26,7 +26,7 @@ TRAIN_SAMPLE = 200_000
 _QUANTISERS = {"fp16": ("QT_fp16", "RS_minmax"), "sq8": ("QT_8bit", "RS_minmax"), "sq4": ("QT_4bit", "RS_optim")}
 
 
-class FaissIndex:
+class FaissIndex(Index):
     """A faiss HNSW index over compressed keys (build it with `build_faiss` or `load_index`).
 
     `index` is the faiss index (an IndexHNSWSQ, or an IndexPreTransform around one when the keys are
@@ -67,7 +67,7 @@ class FaissIndex:
         from ..progress import progress_bar
 
         k = positive_int(k, "k")
-        queries = as_matrix(queries, "queries", self.dim)
+        queries = self.checked_queries(queries)
         ids, sims = empty_result(queries.shape[0], k)
         width = min(k, self.count)
         if width == 0 or queries.shape[0] == 0:

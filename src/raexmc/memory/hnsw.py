@@ -13,7 +13,7 @@ import numpy as np
 
 from ..checks import positive_int
 from ..errors import PARAMS_FILE, ConfigError, DataError
-from .search import as_matrix, empty_result, sort_rows
+from .search import Index, as_matrix, empty_result, sort_rows
 
 SPACE = "ip"
 PAPER_M, PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH = 64, 500, 300  # the paper's graph and search beam
@@ -39,7 +39,7 @@ def resolve_threads(threads: int) -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class HnswIndex:
+class HnswIndex(Index):
     """An hnswlib graph over the keys (space "ip"); build it with `build_hnsw` or `load_index`.
 
     hnswlib does not store the search beam, so `search` sets ef = max(ef_search, k) every time.
@@ -77,7 +77,7 @@ class HnswIndex:
                progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Approximate top-k keys of each query; rows hnswlib cannot fill are padded, never dropped."""
         k = positive_int(k, "k")
-        queries = as_matrix(queries, "queries", self.dim)
+        queries = self.checked_queries(queries)
         ef = max(int(self.ef_search if ef_search is None else ef_search), k)
         ids, sims = empty_result(queries.shape[0], k)
         width = min(k, self.count)

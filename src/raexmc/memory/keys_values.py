@@ -17,7 +17,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..encoder.vectors import load_embeddings
-from ..errors import PARAMS_FILE, ConfigError
+from ..errors import PARAMS_FILE, ConfigError, DataError
+from ..io import load_array
 from ..settings import Relevance
 
 # Key set -> the embedding splits it stacks, in key-id order.
@@ -29,6 +30,16 @@ KEY_SETS: dict[str, tuple[str, ...]] = {
 RELEVANCE = get_args(Relevance)
 KEYS_FILE = "keys.npy"
 GATHER_ROWS = 1 << 16  # rows `stack_rows` copies at once: its only scratch beside the result
+
+
+def load_keys(path: str | os.PathLike) -> np.ndarray:
+    """The keys an exact index searches, saved as `path` (a KEYS_FILE), refused where they are read when a value is
+    not finite: the index itself would name no file."""
+    keys = load_array(path)
+    if keys.ndim == 2 and not np.isfinite(keys).all():  # another shape: load_index names the file
+        row = np.flatnonzero(~np.isfinite(keys).all(axis=1))[0]
+        raise DataError("this key holds NaN or infinite values: rerun the stage that writes it", path, f"row {row}")
+    return keys
 
 
 def memory_keys(embeddings: str | os.PathLike, key_set: str = "joint") -> np.ndarray:

@@ -24,7 +24,7 @@ from ..checks import one_of, positive_int
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..settings import Retrieval, Share, record_value
 from .prior import add_log_prior
-from .search import Hits, as_matrix, empty_result, sort_rows
+from .search import Hits, empty_result, sort_rows
 
 MERGE_ROWS = 8_192  # rows merged at once: the sort's scratch (about 32 bytes per candidate) stays near 100 MB at b=200
 
@@ -60,7 +60,7 @@ class JointSearch:
 
     def __init__(self, inputs, labels):
         if inputs.dim != labels.dim:
-            raise DataError(f"the inputs' index has dimension {inputs.dim}, the labels' {labels.dim}")
+            raise DataError(f"the inputs' index has dimension {inputs.dim}, the labels' {labels.dim}", labels.source)
         self.inputs, self.labels = inputs, labels
 
     @property
@@ -83,7 +83,7 @@ class JointSearch:
     def search_parts(self, queries: np.ndarray, k: int) -> tuple[Hits, Hits]:
         """The top-k of the inputs alone (kNN's search) and of the labels alone (the dual encoder's),
         each in its own key set's ids."""
-        queries = as_matrix(queries, "queries", self.dim)
+        queries = self.inputs.checked_queries(queries)
         return self.inputs.search(queries, k), self.labels.search(queries, k)
 
     def merge(self, inputs_hits: Hits, labels_hits: Hits, k: int) -> Hits:

@@ -99,9 +99,17 @@ def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_sea
     """Reopen an index written by `save_index`; the exact backend needs `keys` again, and searches them on
     `device` (a GPU: TorchIndex; the CPU: ExactIndex).
 
-    Given keys must match the saved dimension and count. A graph comes back with its beam set to ef_search.
+    Given keys must match the saved dimension and count. A graph comes back with its beam set to ef_search, and
+    the index names `folder` in its errors about queries.
     """
     folder = Path(folder)
+    index = _reopen(folder, keys, ef_search, threads, chunk_rows, device)
+    index.source = folder
+    return index
+
+
+def _reopen(folder: Path, keys: np.ndarray | None, ef_search: int, threads: int, chunk_rows: int,
+            device: str) -> ExactIndex | TorchIndex | HnswIndex | FaissIndex:
     meta = saved_meta(folder)
     if keys is not None:
         keys = np.asarray(keys)

@@ -12,6 +12,7 @@ with a size budget (`memory.compression`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, get_args
 
 import numpy as np
@@ -30,16 +31,28 @@ EXACT_MAX_KEYS = 30_000
 Hits = tuple[np.ndarray, np.ndarray]  # (ids, sims) of one search
 
 
-def as_matrix(array: Any, what: str, dim: int | None = None) -> np.ndarray:
-    """`array` as a C-contiguous float32 matrix (no copy when it already is one), checked."""
+def as_matrix(array: Any, what: str, dim: int | None = None, index: Path | None = None) -> np.ndarray:
+    """`array` as a C-contiguous float32 matrix (no copy when it already is one), checked; a dimension other than
+    `dim`, that of the index saved in `index`, is a DataError naming that folder."""
     matrix = np.ascontiguousarray(array, dtype=np.float32)
     if matrix.ndim != 2:
         raise DataError(f"{what} must be a 2-D matrix, got shape {matrix.shape}")
     if dim is not None and matrix.shape[1] != dim:
-        raise DataError(f"{what} have dimension {matrix.shape[1]}, the index has {dim}")
+        raise DataError(f"{what} have dimension {matrix.shape[1]}, the index has {dim}", index)
     if not np.isfinite(matrix).all():
         raise DataError(f"{what} contain NaN or infinite values")
     return matrix
+
+
+class Index:
+    """What every backend's index shares: the folder `load_index` read it from (None: built in this process), which
+    its errors about queries name."""
+
+    source: Path | None = None
+    dim: int
+
+    def checked_queries(self, queries: Any) -> np.ndarray:
+        return as_matrix(queries, "queries", self.dim, self.source)
 
 
 def empty_result(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..checks import positive_int
 from .exact import BLOCK_BYTES, ExactIndex, query_blocks
-from .search import Hits, as_matrix, empty_result
+from .search import Hits, Index, as_matrix, empty_result
 
 # Share of the device's free memory (after the keys are uploaded) that one block's tensors may take: the rest
 # is slack for the caching allocator and for the other key set's index, uploaded after this one.
@@ -59,7 +59,7 @@ def free_device_bytes(device: str, share: float = DEVICE_SHARE) -> int:
     return int(free * share)
 
 
-class TorchIndex:
+class TorchIndex(Index):
     """Exact inner-product top-k by torch on `device`, with the `(ids, sims)` results of memory/search.py.
 
     Rows are ordered by descending similarity, ties by ascending id among the keys torch.topk took (which of
@@ -92,7 +92,7 @@ class TorchIndex:
         import torch
 
         k = positive_int(k, "k")
-        queries = as_matrix(queries, "queries", self.dim)
+        queries = self.checked_queries(queries)
         ids, sims = empty_result(queries.shape[0], k)
         if self.count == 0:
             return ids, sims

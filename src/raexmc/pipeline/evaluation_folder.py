@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluation.methods import segment_rows
-from ..evaluation.selection_file import lambda_rows
+from ..evaluation.selection_file import Selection
 from ..io import atomic_dir, write_json
 from .plots import line_plot, segment_bars
 
@@ -20,7 +20,7 @@ LOGGED = ("metrics.json", "per_instance.npz", "lambda_sweep.png", "b_sweep.png",
 
 
 def write_evaluation(out: str | os.PathLike, metrics: dict[str, Any], result: dict[str, Any],
-                     selection: dict[str, Any]) -> None:
+                     selection: Selection) -> None:
     """Write the folder `out` whole or not at all: metrics.json, per_instance.npz, the λ and b sweeps, macro-F1 by
     segment and the chosen metric against λ on validation and test (the tune stage's `selection`), as rows
     (.json, what `dvc plots` reads) and as plots (.png)."""
@@ -29,7 +29,7 @@ def write_evaluation(out: str | os.PathLike, metrics: dict[str, Any], result: di
         np.savez_compressed(folder / "per_instance.npz", **{f"{method}/{metric}": values
                                                            for method, arrays in result["per_instance"].items()
                                                            for metric, values in arrays.items()})
-        segments, chosen_rows = segment_rows(result["methods"]), lambda_rows(selection, result["lambda_sweep"])
+        segments, chosen_rows = segment_rows(result["methods"]), selection.lambda_rows(result["lambda_sweep"])
         for name, rows in (("lambda_sweep", result["lambda_sweep"]), ("b_sweep", result["b_sweep"]),
                            ("segments_f1", segments), ("lambda_selection", chosen_rows)):
             write_json(folder / f"{name}.json", rows)
@@ -39,7 +39,7 @@ def write_evaluation(out: str | os.PathLike, metrics: dict[str, Any], result: di
                   folder / "b_sweep.png")
         segment_bars(segments, folder / "segments_f1.png")
         line_plot(chosen_rows, "lambda", ["validation", "test"],
-                  f"{selection['metric']} vs λ at τ={selection['tau']}", folder / "lambda_selection.png", log_x=True)
+                  f"{selection.metric} vs λ at τ={selection.tau}", folder / "lambda_selection.png", log_x=True)
 
 
 def write_scores(out: str | os.PathLike, scores: dict[str, Any]) -> None:

@@ -43,9 +43,9 @@ def summary(eval_dir: Path, significance_path: Path, selection_path: Path,
     if not methods:
         raise DataError(f"holds none of the methods {', '.join(METHODS)}", eval_dir / "metrics.json")
     lines = []
-    selection = results.get("selection")
-    if selection:
-        lines.append(settings_line(selection, _read(selection_path), results.get("knn", {})))
+    chosen = results.get("selection")  # metrics.json's record of the tune stage's choice
+    if chosen:
+        lines.append(settings_line(chosen, _read(selection_path), results.get("knn", {})))
     width = max(len(m) for m in methods)
     lines.append(f"{'method':<{width}}  " + "  ".join(f"{m:>7}" for m in metrics) + f"  {'F1@5 tail':>9}")
     for method in methods:

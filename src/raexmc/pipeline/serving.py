@@ -17,6 +17,8 @@ own files fail while it scores, 500 with one line.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from packaging.version import Version
 import raexmc
 
 from ..errors import DataError, RaexmcError
+from ..io import writer_gone
 from ..rae.model import RaeModel
 from ..rae.queries import checked_k, query_of
 from ..rae.shared_batches import SharedBatches
@@ -58,6 +61,7 @@ LABEL = Object([Property("label", "long"), Property("id", AnyType()), Property("
 SIGNATURE = ModelSignature(outputs=Schema([ColSpec("string", "text"), ColSpec(Array(LABEL), "labels")]),
                            params=ParamSchema([ParamSpec("k", "long", DEFAULT_K)]))
 INPUT_EXAMPLE = pd.DataFrame({"text": ["a text to label"]})  # the request a client starts from
+WRITER_TAG = "raexmc.writer"  # a logged model's tag: host:pid of the process that logs it
 
 
 class RequestRefused(MlflowException):
@@ -178,13 +182,39 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
     `model_name`, point `alias` at that version and return the model URI to serve."""
     mlflow.set_tracking_uri(tracking_uri())
     code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
+    client = mlflow.MlflowClient()
+    fail_interrupted_logs(client, client.get_run(run_id).info.experiment_id)
     with mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
             name="predictor", python_model=str(code / "pipeline" / "pyfunc_model.py"),  # the model as code
             signature=SIGNATURE, input_example=INPUT_EXAMPLE, artifacts={"model": str(model)},
+            tags={WRITER_TAG: _this_writer()},
             code_paths=[str(code)], pip_requirements=pinned_requirements(), registered_model_name=model_name)
-    mlflow.MlflowClient().set_registered_model_alias(model_name, alias, info.registered_model_version)
+    client.set_registered_model_alias(model_name, alias, info.registered_model_version)
     return f"models:/{model_name}@{alias}"
+
+
+def _this_writer() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def fail_interrupted_logs(client: mlflow.MlflowClient, experiment_id: str) -> None:
+    """Mark FAILED each model of the experiment that a package stage killed while logging it left PENDING (its
+    writer, a process of this host, no longer runs): MLflow itself would list it as being written for good. A
+    log still under way (a concurrent experiment's) keeps its PENDING."""
+    from mlflow.entities import LoggedModelStatus
+
+    page_token = None
+    while True:
+        page = client.search_logged_models([experiment_id], page_token=page_token)  # no filter matches a status
+        for logged in page:
+            host, _, pid = logged.tags.get(WRITER_TAG, "").rpartition(":")
+            if (logged.status == LoggedModelStatus.PENDING and host == socket.gethostname() and pid.isdigit()
+                    and writer_gone(int(pid))):
+                client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
+        page_token = page.token
+        if not page_token:
+            return
 
 
 def pinned_requirements(torch_version: str | None = None) -> list[str]:

@@ -30,7 +30,7 @@ from ..data.label_records import LabelRecords
 from ..encoder.tokens import FIELDS, text_of
 from ..memory.merge import JointSearch, RaeRetrieval, rae_keys
 from ..memory.search import Hits
-from .model_folder import read_model, save_model
+from .model_folder import PARTS, read_model, save_model
 from .queries import checked_k
 from .ranking import top_k
 from .scoring import (
@@ -113,14 +113,17 @@ class RaeModel:
             raise ValueError(f"input_fields must be one of {', '.join(FIELDS)}, got {self.input_fields!r}")
 
     @classmethod
-    def load(cls, folder: str | os.PathLike, device: str = "cpu", threads: int = 0) -> RaeModel:
-        """The model `save` wrote into `folder` (wherever it has been moved since), its encoder on `device`; with
-        `threads` > 0 its encoder and search run on that many CPU threads (torch's setting for the process)."""
+    def load(cls, folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
+             needs: tuple[str, ...] = PARTS) -> RaeModel:
+        """The model `save` wrote into `folder` (wherever it has been moved since), checked against its manifest,
+        its encoder (and an exact search) on `device`; with `threads` > 0 its encoder and search run on that many CPU
+        threads (torch's setting for the process). A folder without one of the parts `needs` names (by default all
+        that answer texts: encoder, labels, search) is refused: `needs=()` loads a bare scoring model too."""
         if threads:
             import torch
 
             torch.set_num_threads(threads)  # before the encoder is read: an int8 one takes the setting when it is built
-        fields = read_model(folder, device, threads)
+        fields = read_model(folder, device, threads, needs)
         return cls(settings=RaeSettings(**fields.pop("settings")), **fields)
 
     def save(self, folder: str | os.PathLike) -> None:

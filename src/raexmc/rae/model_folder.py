@@ -11,8 +11,14 @@ model's parts and imports no RaeModel: rae/model.py builds the model from them, 
     encoder/             the encoder, in the sentence-transformers layout
     README.md            the model card: what `about` says of where it came from, and how to use it
 
-settings.json is read once, here, and each value checked: a bad one is a DataError naming settings.json and
-its key.
+    manifest.json        the format, the parts the folder holds (PARTS) and each file's size and sha256 (io/manifest.py)
+
+`read_model` checks the manifest first: a file missing, changed or added since the save, a part the caller needs
+(by default all) that the folder lacks, or a file one of its parts needs, is refused before anything is read.
+Then what a manifest cannot vouch for, the contents a save of a bad model would have written: values and exact
+keys finite, values and member counts in range, index widths the encoder's, a tokenizer of the encoder's
+vocabulary (encoder/model.py). settings.json is read once, here, and each value checked: a bad one is a
+DataError naming settings.json and its key.
 """
 
 from __future__ import annotations
@@ -26,24 +32,42 @@ import scipy.sparse as sp
 
 from ..data.label_records import OFFSETS_FILE, RECORDS_FILE, LabelRecords
 from ..errors import DataError
-from ..io import atomic_dir, load_array, load_sparse, read_json, save_array, write_json
+from ..io import (
+    MANIFEST_FILE,
+    atomic_dir,
+    checked_manifest,
+    load_array,
+    load_sparse,
+    read_json,
+    save_array,
+    write_json,
+    write_manifest,
+)
 from ..memory.exact import ExactIndex
 from ..memory.hnsw import PAPER_EF_SEARCH
 from ..memory.indexes import INDEXED_KEY_SETS
 from ..memory.input_memory import COUNTS_FILE, VALUES_FILE
-from ..memory.keys_values import KEYS_FILE
+from ..memory.keys_values import KEYS_FILE, load_keys
 from ..memory.merge import JointSearch, recorded_retrieval
-from ..memory.persistence import load_index, save_index
+from ..memory.persistence import META_FILE, load_index, save_index
 from ..memory.prior import log_prior
 from ..settings import AtLeast1, EmbedPrecision, Positive, Share, TextFields, record_value
 from .model_card import model_card
 from .query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
-FORMAT = 1  # settings.json's "format": a folder of another format is refused rather than misread
+FORMAT = 2  # manifest.json's "format": a folder of another format is refused rather than misread
 SETTINGS_FILE = "settings.json"
 ENCODER_FOLDER = "encoder"
 CARD_FILE = "README.md"
 RERUN = "rerun the package stage"
+# The files every model folder holds, and those each of its parts needs (its tokenizer's for the encoder: without
+# them transformers builds a 5-token tokenizer from config.json, and every text reads as [UNK]).
+BASE_FILES = (SETTINGS_FILE, VALUES_FILE, CARD_FILE)
+PART_FILES = {"encoder": tuple(f"{ENCODER_FOLDER}/{name}" for name in ("config.json", "tokenizer.json",
+                                                                        "tokenizer_config.json")),
+              "labels": (RECORDS_FILE, OFFSETS_FILE),
+              "search": tuple(f"{name}/{META_FILE}" for name in INDEXED_KEY_SETS)}
+PARTS = tuple(PART_FILES)  # what a model that answers texts needs: `raexmc predict` and the served model
 
 
 def save_model(model: Any, folder: str | os.PathLike) -> None:
@@ -52,7 +76,7 @@ def save_model(model: Any, folder: str | os.PathLike) -> None:
     settings = model.settings
     if settings.b is None:
         raise ValueError("a saved model needs its b (RaeSettings.b): a folder's model retrieves b keys")
-    meta = {"format": FORMAT, "lambda": settings.lam.fallback if settings.per_query else settings.lam,
+    meta = {"lambda": settings.lam.fallback if settings.per_query else settings.lam,
             "query_lambda": settings.per_query, "tau": settings.tau, "b": settings.b,
             "retrieval": settings.retrieval.mode, "label_share": settings.retrieval.label_share,
             "prior": model.log_counts is not None, "input_fields": model.input_fields,
@@ -74,6 +98,8 @@ def save_model(model: Any, folder: str | os.PathLike) -> None:
             model.encoder.save(tmp / ENCODER_FOLDER)
         write_json(tmp / SETTINGS_FILE, meta)
         (tmp / CARD_FILE).write_text(model_card(model, meta), encoding="utf-8")
+        parts = {"encoder": model.encoder, "labels": model.labels, "search": model.search}
+        write_manifest(tmp, {"format": FORMAT, "parts": [name for name in PARTS if parts[name] is not None]})
 
 
 def _save_search(search: JointSearch, folder: Path) -> int:
@@ -86,15 +112,19 @@ def _save_search(search: JointSearch, folder: Path) -> int:
     return next((part.ef_search for part in parts if hasattr(part, "ef_search")), PAPER_EF_SEARCH)
 
 
-def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0) -> dict[str, Any]:
+def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
+               needs: tuple[str, ...] = PARTS) -> dict[str, Any]:
     """The fields of the RaeModel that `save_model` wrote into `folder` (RaeModel's keyword arguments, "settings"
     those of its RaeSettings), its encoder on `device` and its search on `threads` CPU threads (0: all); a folder
-    that is not one, or whose parts disagree, is a DataError naming the file (and key) and what to do."""
+    that is not one, lacks a part of `needs`, or whose files or parts disagree, is a DataError naming the file
+    (and key) and what to do."""
     folder = Path(folder)
-    if not (folder / SETTINGS_FILE).is_file():
-        raise DataError(f"not a RAE model folder (no {SETTINGS_FILE}): {RERUN}", folder)
+    if not folder.is_dir():
+        raise DataError(f"model folder not found: {RERUN}", folder)
+    parts = _checked_parts(folder, needs)
     settings = read_settings(folder / SETTINGS_FILE)
     values = load_sparse(folder / VALUES_FILE)
+    _check_values(values.data, folder / VALUES_FILE)
     num_inputs, num_labels = values.shape
     lam = settings["lambda"]
     if settings["query_lambda"]:
@@ -102,47 +132,84 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0)
         lam = read_query_lambda(path, settings["tau"], settings["b"])
     log_counts = None
     if settings["prior"]:
-        log_counts = log_prior(True, load_array(folder / COUNTS_FILE))
+        counts = load_array(folder / COUNTS_FILE)
+        if not np.issubdtype(counts.dtype, np.integer) or (counts < 1).any():
+            raise DataError(f"member counts must be integers >= 1: {RERUN}", folder / COUNTS_FILE)
+        log_counts = log_prior(True, counts)
         _check_count(len(log_counts), num_inputs, "input keys", folder / COUNTS_FILE)
     labels = None
-    if (folder / RECORDS_FILE).is_file():
+    if "labels" in parts:
         labels = LabelRecords.open(folder)
         _check_count(len(labels), num_labels, "labels", folder / RECORDS_FILE)
-    encoder = None
-    if (folder / ENCODER_FOLDER).is_dir():
-        if settings["input_max_len"] is None:
-            raise DataError(f"must be an integer >= 1 for the model's encoder, got null: {RERUN}",
-                            folder / SETTINGS_FILE, "input_max_len")
-        from transformers.utils import logging as transformers_logging
-
-        from ..encoder.text_encoder import TextEncoder  # imports torch: only a model with an encoder needs it
-
-        transformers_logging.disable_progress_bar()  # `raexmc predict` errors stay one line on stderr
-        # the precision the memory's keys were embedded at, so that queries are encoded as the keys were
-        # (int8 is ONNX Runtime's on the CPU, whatever device the caller asked for)
-        encoder = TextEncoder.load(folder / ENCODER_FOLDER, "cpu" if settings["precision"] == "int8" else device,
-                                   settings["precision"] or "auto",
-                                   settings["input_max_len"], stage_output=True)
+    encoder = _load_encoder(folder, settings, device) if "encoder" in parts else None
+    search = None
+    if "search" in parts:
+        search = _load_search(folder, values.shape, settings["ef_search"], threads, encoder and encoder.dim, device)
     return {"values": values, "log_counts": log_counts, "encoder": encoder, "labels": labels,
             "settings": {"lam": lam, "tau": settings["tau"], "b": settings["b"], "retrieval": settings["retrieval"]},
-            "search": _load_search(folder, values.shape, settings["ef_search"], threads),
-            "input_fields": settings["input_fields"], "about": settings["about"]}
+            "search": search, "input_fields": settings["input_fields"], "about": settings["about"]}
 
 
-def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int) -> JointSearch | None:
-    """Both indexes of the folder, their beam at `ef_search`, each checked to hold as many keys as the values
-    have rows (inputs) and columns (labels); None where the folder holds neither."""
-    held = [folder / name for name in INDEXED_KEY_SETS if (folder / name).is_dir()]
-    if not held:
-        return None
-    if len(held) < len(INDEXED_KEY_SETS):
-        raise DataError(f"holds the index of {held[0].name} only, not both: {RERUN}", folder)
+def _checked_parts(folder: Path, needs: tuple[str, ...]) -> list[str]:
+    """The parts `folder`'s manifest says it holds, once the manifest vouches for every file, the format is this
+    code's, each part of `needs` is held and each file the held parts need is listed."""
+    manifest = checked_manifest(folder, RERUN)
+    path = folder / MANIFEST_FILE
+    if manifest.get("format") != FORMAT:
+        raise DataError(f"format {manifest.get('format')!r}, this code reads format {FORMAT}: {RERUN}", path, "format")
+    parts = manifest.get("parts")
+    if not isinstance(parts, list) or not set(parts) <= set(PARTS):
+        raise DataError(f"must list parts among {', '.join(PARTS)}, got {parts!r}: {RERUN}", path, "parts")
+    lacking = [part for part in needs if part not in parts]
+    if lacking:
+        raise DataError(f"a model without its {', '.join(lacking)} ({MANIFEST_FILE} lists the parts "
+                        f"{', '.join(parts) or 'none'}): {RERUN}", folder)
+    for name in (*BASE_FILES, *(name for part in parts for name in PART_FILES[part])):
+        if name not in manifest["files"]:
+            raise DataError(f"missing, and not in {MANIFEST_FILE}: a model folder with its parts needs it: {RERUN}",
+                            folder / name)
+    return parts
+
+
+def _check_values(data: np.ndarray, path: Path) -> None:
+    """Values are relevances: finite and >= 0 (a NaN or a large negative one would silently outweigh the
+    label keys' half of every score)."""
+    if not np.isfinite(data).all():
+        raise DataError(f"holds NaN or infinite values: {RERUN}", path)
+    if (data < 0).any():
+        raise DataError(f"holds negative values (a relevance is >= 0, found {data.min():g}): {RERUN}", path)
+
+
+def _load_encoder(folder: Path, settings: dict[str, Any], device: str) -> Any:
+    """The folder's TextEncoder, at the precision the memory's keys were embedded at."""
+    if settings["input_max_len"] is None:
+        raise DataError(f"must be an integer >= 1 for the model's encoder, got null: {RERUN}",
+                        folder / SETTINGS_FILE, "input_max_len")
+    from transformers.utils import logging as transformers_logging
+
+    from ..encoder.text_encoder import TextEncoder  # imports torch: only a model with an encoder needs it
+
+    transformers_logging.disable_progress_bar()  # `raexmc predict` errors stay one line on stderr
+    # the precision the memory's keys were embedded at, so that queries are encoded as the keys were
+    # (int8 is ONNX Runtime's on the CPU, whatever device the caller asked for)
+    return TextEncoder.load(folder / ENCODER_FOLDER, "cpu" if settings["precision"] == "int8" else device,
+                            settings["precision"] or "auto", settings["input_max_len"], stage_output=True)
+
+
+def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int,
+                 dim: int | None, device: str = "cpu") -> JointSearch:
+    """Both indexes of the folder, their beam at `ef_search` (an exact one searching on `device`), each checked to
+    hold as many keys as the values have rows (inputs) and columns (labels), of the encoder's width `dim` (where it
+    has one), an exact one's keys finite."""
     parts = []
     for name, count, kind in zip(INDEXED_KEY_SETS, shape, ("input", "label")):
         keys = folder / name / KEYS_FILE
-        part = load_index(folder / name, keys=load_array(keys) if keys.is_file() else None, ef_search=ef_search,
-                          threads=threads)
+        part = load_index(folder / name, keys=load_keys(keys) if keys.is_file() else None, ef_search=ef_search,
+                          threads=threads, device=device)
         _check_count(part.count, count, f"{kind} keys", folder / name, f"{VALUES_FILE} has {count}")
+        if dim is not None and part.dim != dim:
+            raise DataError(f"holds keys of dimension {part.dim}, the encoder's vectors have {dim}: {RERUN}",
+                            folder / name)
         parts.append(part)
     return JointSearch(*parts)
 
@@ -158,8 +225,6 @@ def read_settings(path: Path) -> dict[str, Any]:
     raw = read_json(path)
     if not isinstance(raw, dict):
         raise DataError(f"not a JSON object: {RERUN}", path)
-    if raw.get("format") != FORMAT:
-        raise DataError(f"format {raw.get('format')!r}, this code reads format {FORMAT}: {RERUN}", path, "format")
 
     def value(key: str, kind: Any) -> Any:
         if key not in raw:

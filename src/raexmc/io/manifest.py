@@ -1,0 +1,84 @@
+"""A folder's manifest (manifest.json): each file's size and sha256 beside what the writer says of the folder, and
+the sha256 of all that (so that a manifest changed in place is told from a file it lists), so that a folder
+changed, cut short, emptied or added to since it was written is refused, naming the file, before anything reads
+it. Hashing reads each file once more than a load does (docs/reliability.md: what it costs)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataError
+from .atomic import write_json
+
+MANIFEST_FILE = "manifest.json"
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _files(folder: Path) -> list[str]:
+    """Every file under `folder` but its manifest, as a sorted relative POSIX path."""
+    found = [path.relative_to(folder).as_posix() for path in folder.rglob("*") if not path.is_dir()]
+    return sorted(name for name in found if name != MANIFEST_FILE)
+
+
+def write_manifest(folder: str | os.PathLike, header: dict[str, Any]) -> None:
+    """Write `folder`'s manifest: `header` and the size and sha256 of every file it holds (written last)."""
+    folder = Path(folder)
+    files = {name: {"size": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)}
+             for name in _files(folder)}
+    body = {**header, "files": files}
+    write_json(folder / MANIFEST_FILE, {**body, "sha256": _seal(body)})
+
+
+def _seal(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def checked_manifest(folder: str | os.PathLike, rerun: str) -> dict[str, Any]:
+    """`folder`'s manifest once every file it lists is there as written and the folder holds no other; else a
+    DataError naming the first file (a whole subfolder missing: that folder) that is not, and `rerun`."""
+    folder = Path(folder)
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        raise DataError(f"not found: not a folder this code wrote, or one written before folders had one: {rerun}",
+                        path)
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise DataError(f"not JSON: changed since the folder was written: {rerun}", path) from None
+    body = {key: value for key, value in manifest.items() if key != "sha256"} if isinstance(manifest, dict) else None
+    if body is None or _seal(body) != manifest.get("sha256"):
+        raise DataError(f"its contents are not those it was written with (its sha256): {rerun}", path)
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(isinstance(entry, dict) and isinstance(entry.get("size"), int)
+                                              and isinstance(entry.get("sha256"), str) for entry in files.values()):
+        raise DataError(f"not a manifest (a \"files\" object of size and sha256 per file): {rerun}", path)
+    for name, entry in files.items():
+        _check_file(folder, name, entry, files, rerun)
+    for name in _files(folder):
+        if name not in files:
+            raise DataError(f"not in {MANIFEST_FILE}: added since the folder was written: {rerun}", folder / name)
+    return manifest
+
+
+def _check_file(folder: Path, name: str, entry: dict[str, Any], files: dict[str, Any], rerun: str) -> None:
+    path = folder / name
+    if not path.is_file():
+        top = name.split("/")[0]
+        if top != name and not (folder / top).exists():
+            listed = sum(other.startswith(f"{top}/") for other in files)
+            raise DataError(f"missing ({MANIFEST_FILE} lists {listed} files in it): {rerun}", folder / top)
+        raise DataError(f"missing ({MANIFEST_FILE} lists it): {rerun}", path)
+    size = path.stat().st_size
+    if size != entry["size"]:
+        raise DataError(f"{size:,} bytes, {MANIFEST_FILE} says {entry['size']:,}: changed since the folder was "
+                        f"written: {rerun}", path)
+    if file_sha256(path) != entry["sha256"]:
+        raise DataError(f"its sha256 is not {MANIFEST_FILE}'s: changed since the folder was written: {rerun}", path)

@@ -1,0 +1,222 @@
+"""A packaged tiny model's folder, damaged file by file (deleted, cut short, one byte changed, NaN written where
+it holds floats), is refused at load in one line naming that file; a folder whose manifest was written again over
+bad contents (as a save of a bad model would write it) is refused for what the manifest cannot vouch for: values
+and keys not finite or out of range, index widths other than the encoder's, a tokenizer of another vocabulary;
+and `raexmc serve` refuses a damaged registered model at start-up in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from raexmc.encoder.model import load_tokenizer
+from raexmc.encoder.text_encoder import TextEncoder
+from raexmc.errors import DataError
+from raexmc.memory.hnsw import build_hnsw
+from raexmc.memory.persistence import save_index
+from raexmc.rae.model import RaeModel
+from test_predictor import build_pipeline, logged_predictor
+from tests.helpers import free_port, make_lf_folder, reseal, write_params
+
+BACKENDS = ("hnsw", "exact")
+
+
+@pytest.fixture(scope="module")
+def packaged(tmp_path_factory, tiny_model) -> dict[str, Path]:
+    """The tiny pipeline's predictor folder for each index backend, built once."""
+    lf = make_lf_folder(tmp_path_factory.mktemp("lf"))
+    return {backend: build_pipeline(tmp_path_factory.mktemp(backend), lf, tiny_model, backend) / "predictor"
+            for backend in BACKENDS}
+
+
+@pytest.fixture
+def copy_of(packaged, tmp_path):
+    def copy(backend: str) -> Path:
+        return Path(shutil.copytree(packaged[backend], tmp_path / "model"))
+
+    return copy
+
+
+def files_of(folder: Path) -> list[str]:
+    return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
+
+
+def refusal(folder: Path) -> str:
+    with pytest.raises(DataError) as error:
+        RaeModel.load(folder)
+    line = error.value.one_line()
+    assert "\n" not in line and line.endswith("rerun the package stage"), line
+    return line
+
+
+def cut_short(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def one_byte_changed(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def nan_floats(path: Path) -> bool:
+    """Write NaN over the floats of `path` where it is an array file of floats; whether it is one."""
+    if path.suffix == ".npz":
+        values = sp.load_npz(path)
+        values.data[:] = np.nan
+        sp.save_npz(path, values)
+    elif path.suffix == ".npy" and np.load(path).dtype.kind == "f":
+        np.save(path, np.full_like(np.load(path), np.nan))
+    elif path.suffix == ".safetensors":
+        from safetensors.numpy import load_file, save_file
+
+        tensors = load_file(path)
+        first = sorted(tensors)[0]
+        save_file({**tensors, first: np.full_like(tensors[first], np.nan)}, path)
+    else:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_damaged_file_is_refused_naming_it(copy_of, backend):
+    """Cause 1 and 2 of issue 60: a folder missing a part, or with NaN values, loaded and then answered with a
+    traceback or silently. Every file, every damage: one line naming the file (a folder emptied of a whole part:
+    that part's folder). The untouched folder loads: the refusals are the damage's."""
+    folder = copy_of(backend)
+    intact = {name: (folder / name).read_bytes() for name in files_of(folder)}
+    assert {"manifest.json", "values.npz", "encoder/model.safetensors", "label_records.jsonl"} <= set(intact)
+    assert RaeModel.load(folder).predict(["perl"], k=1)[0][0], "the untouched folder answers"
+    floats = 0
+    for name in intact:
+        path = folder / name
+        for damage in (Path.unlink, cut_short, one_byte_changed, nan_floats):
+            if damage(path) is False:
+                continue
+            floats += damage is nan_floats
+            line = refusal(folder)
+            assert line.startswith(f"DataError: {path}: "), (name, damage.__name__, line)
+            path.write_bytes(intact[name])
+    assert floats == (2 if backend == "hnsw" else 4)  # values, weights (and the exact indexes' keys)
+    shutil.rmtree(folder / "encoder")
+    assert refusal(folder).startswith(f"DataError: {folder / 'encoder'}: missing (manifest.json lists 7 files")
+
+
+def test_a_file_added_or_a_manifest_edited_in_place_is_refused_naming_it(copy_of):
+    """An exact index's keys.npy added beside an HNSW graph would be searched in its place; a manifest whose listed
+    sha256 was changed (still valid JSON) would otherwise blame the file it lists."""
+    folder = copy_of("hnsw")
+    added = folder / "inputs" / "keys.npy"
+    np.save(added, np.zeros((4, 32), dtype=np.float32))
+    assert refusal(folder) == (f"DataError: {added}: not in manifest.json: added since the folder was written: "
+                               "rerun the package stage")
+    added.unlink()
+    manifest = folder / "manifest.json"
+    written = json.loads(manifest.read_text())
+    digest = written["files"]["values.npz"]["sha256"]
+    written["files"]["values.npz"]["sha256"] = ("0" if digest[0] != "0" else "1") + digest[1:]
+    manifest.write_text(json.dumps(written))
+    assert refusal(folder) == (f"DataError: {manifest}: its contents are not those it was written with (its "
+                               "sha256): rerun the package stage")
+
+
+@pytest.mark.parametrize(("part", "gone"), [("labels", ["label_records.jsonl"]),
+                                            ("labels", ["label_records.jsonl", "label_offsets.npy"]),
+                                            ("search", ["inputs", "labels"]),
+                                            ("encoder", ["encoder/tokenizer.json", "encoder/tokenizer_config.json"]),
+                                            ("encoder", ["encoder"])])
+def test_a_folder_without_a_part_is_refused_even_where_its_manifest_was_written_again(copy_of, part, gone):
+    """Past the manifest (written again for what is left): a part's files are each required. Without its
+    tokenizer files transformers built a 5-token tokenizer from config.json and every text got the same labels."""
+    folder = copy_of("hnsw")
+    for name in gone:
+        (shutil.rmtree if (folder / name).is_dir() else Path.unlink)(folder / name)
+    reseal(folder)
+    line = refusal(folder)
+    first_needed = {"labels": "label_records.jsonl", "search": "inputs/meta.json",
+                    "encoder": "encoder/config.json" if gone == ["encoder"] else "encoder/tokenizer.json"}[part]
+    assert line.startswith(f"DataError: {folder / first_needed}: missing, and not in manifest.json"), line
+
+
+@pytest.mark.parametrize(("fill", "error"), [(np.nan, "holds NaN or infinite values"),
+                                             (np.inf, "holds NaN or infinite values"),
+                                             (-1e6, "holds negative values (a relevance is >= 0, found -1e+06)")])
+def test_values_out_of_range_are_refused_naming_values_npz(copy_of, fill, error):
+    """Cause 2: every value NaN or -1e6 was answered with exit 0, the input keys' half of each score gone."""
+    folder = copy_of("hnsw")
+    values = sp.load_npz(folder / "values.npz")
+    values.data[:] = fill
+    sp.save_npz(folder / "values.npz", values)
+    reseal(folder)
+    assert refusal(folder) == f"DataError: {folder / 'values.npz'}: {error}: rerun the package stage"
+
+
+@pytest.mark.parametrize("key_set", ["inputs", "labels"])
+def test_exact_keys_that_are_not_finite_are_refused_naming_their_file(copy_of, key_set):
+    folder = copy_of("exact")
+    keys = np.load(folder / key_set / "keys.npy")
+    keys[-1, 0] = np.nan
+    np.save(folder / key_set / "keys.npy", keys)
+    reseal(folder)
+    assert refusal(folder) == (f"DataError: {folder / key_set / 'keys.npy'}:row {len(keys) - 1}: this key holds NaN "
+                               "or infinite values: rerun the stage that writes it")
+
+
+@pytest.mark.parametrize("key_set", ["inputs", "labels"])
+def test_an_index_of_another_width_than_the_encoders_is_refused_naming_it(copy_of, key_set):
+    """Cause 3: "queries have dimension 384, the index has 768" came at the first query and named no file."""
+    folder = copy_of("hnsw")
+    count = json.loads((folder / key_set / "meta.json").read_text())["count"]
+    keys = np.random.default_rng(0).normal(size=(count, 16)).astype(np.float32)
+    shutil.rmtree(folder / key_set)
+    save_index(build_hnsw(keys / np.linalg.norm(keys, axis=1, keepdims=True), M=8, ef_construction=50, threads=1,
+                          progress=False), folder / key_set)
+    reseal(folder)
+    assert refusal(folder) == (f"DataError: {folder / key_set}: holds keys of dimension 16, the encoder's vectors "
+                               "have 32: rerun the package stage")
+
+
+def test_a_tokenizer_of_another_vocabulary_is_refused_naming_it(copy_of):
+    folder = copy_of("hnsw")
+    tokenizer = load_tokenizer(str(folder / "encoder"))
+    tokenizer.add_tokens(["zzznotinthevocabulary"])
+    tokenizer.save_pretrained(folder / "encoder")
+    reseal(folder)
+    with pytest.raises(DataError) as error:
+        RaeModel.load(folder)
+    assert error.value.one_line() == (f"DataError: {folder / 'encoder' / 'tokenizer.json'}: a tokenizer of 30,523 "
+                                      "tokens for an encoder of vocab_size 30,522 (its config.json): not this "
+                                      "encoder's tokenizer: rerun the stage that writes it")
+
+
+def test_an_encoder_folder_without_tokenizer_files_is_refused(tiny_model, tmp_path):
+    """The train stage's folder too (no manifest there): transformers' stand-in tokenizer of config.json holds 5
+    tokens (the special ones), far from the encoder's 30,522."""
+    folder = Path(shutil.copytree(tiny_model, tmp_path / "model"))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink()
+    with pytest.raises(DataError, match=r"a tokenizer of \d tokens for an encoder of vocab_size 30,522"):
+        TextEncoder.load(folder, "cpu", "fp32", 16, stage_output=True)
+
+
+@pytest.mark.slow
+def test_raexmc_serve_refuses_a_damaged_registered_model_at_start_in_one_line(packaged, tmp_path):
+    """What it would serve is the logged copy: one changed byte there stops the server before it listens, with
+    one line naming the file, exit 2 (a file damaged after the start is a 500: test_server_app.py)."""
+    logged_predictor(packaged["hnsw"].parent, tmp_path)
+    [manifest] = (tmp_path / "mlartifacts").rglob("manifest.json")
+    one_byte_changed(manifest.parent / "values.npz")
+    write_params(tmp_path, **{"data.name": "tiny"})
+    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "serve", "--params", str(tmp_path / "params.yaml"),
+                           "--port", str(free_port())], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (f"DataError: {manifest.parent / 'values.npz'}: its sha256 is "
+                                                    "not manifest.json's: changed since the folder was written: rerun "
+                                                    "the package stage"), proc.stderr
