@@ -7,10 +7,12 @@ without it."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +26,20 @@ from raexmc.memory.keys_values import training_values
 from raexmc.rae.model import RaeModel, RaeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")  # what the CPU's kernels can use
+
+
+def machine() -> dict[str, Any]:
+    """The CPU's name, count and vector extensions, and the load averages at the time (other jobs share the
+    cores)."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.processor())
+    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    return {"cpu": name, "cpus": os.cpu_count(), "cpu_flags": [flag for flag in KERNEL_FLAGS if flag in flags],
+            "load_average": [round(load, 2) for load in os.getloadavg()]}
 
 
 def rerun_command(arguments: list[str] | None = None) -> str:

@@ -1,15 +1,20 @@
-"""The encoder on a CPU beside its anchors, in one run: texts/s of the project's embed path (length-sorted
-batches through TextEncoder, as the embed stage runs them), of sentence-transformers' own `encode()` on the
-same model folder, and the share of the CPU's fp32 matrix-multiply ceiling each reaches (torch.mm of the
-encoder's linear layers' shapes at the same batch, in the same process). The project's path runs on native
-kernels and on the pinned ones every stage uses (raexmc.numerics), in fp32 and bf16: the cost of the pin; and
-on native kernels in int8, by ONNX Runtime (embed.precision int8, raexmc.encoder.int8) and by PyTorch's dynamic
-quantisation (the option int8 was chosen over).
+"""The encoder on a CPU beside its anchors, in one run: texts/s of the project's two paths, of
+sentence-transformers' own `encode()` on the same model folder, and the share of the CPU's fp32 matrix-multiply
+ceiling each reaches (torch.mm of the encoder's linear layers' shapes at the same batch, in the same process).
 
-    python bench/cpu_encoder_speed.py --dataset data/foldoc --out bench/results/cpu_encoder_speed.json
+- The embed stage's path: the texts tokenised, then length-sorted batches of the batch size through
+  TextEncoder.embed, on native kernels and on the pinned ones every stage uses (raexmc.numerics), in fp32 and bf16
+  (the cost of the pin); and on native kernels in int8, by ONNX Runtime (embed.precision int8,
+  raexmc.encoder.int8) and by PyTorch's dynamic quantisation (the option int8 was chosen over).
+- Predict's path: `RaeModel.predict`'s encoder call, TextEncoder.embed_texts, in fp32, on requests of the batch
+  size (the texts in their order, lengths mixed), each tokenised and encoded in its own length-sorted batches of
+  TEXT_BATCH. encode(), the anchor of both, gets the same requests, each at batch_size ST_BATCH (encode sorts a
+  request by length itself).
 
-Texts are the dataset's test inputs at their real lengths (cut at 128 tokens) and the same texts cut at 32
-(title-length), at batch 1 and the embed stage's batch, with 1 and 2 threads. The libraries choose their
+    python bench/cpu_encoder_speed.py run --dataset data/foldoc --rounds 3 --out bench/results/cpu_encoder_speed.json
+
+Texts are the dataset's first --count test inputs at their real lengths (cut at 128 tokens) and the same texts
+cut at 32 (title-length), at batch 1 (64 of them), 32 and 384, with 1 and 2 threads. The libraries choose their
 kernels as they load, so each kernel setting is measured in a child process of its own.
 """
 
@@ -25,10 +30,11 @@ from pathlib import Path
 
 import typer
 
-from common import ROOT, rerun_command
+from common import ROOT, machine, rerun_command
 
 app = typer.Typer(add_completion=False)
 SHAPES = {"real": 128, "title": 32}
+ST_BATCH = 64  # encode()'s batch_size in issue 62's anchor (sentence-transformers' own default is 32)
 
 
 def texts_of(dataset: Path, count: int) -> list[str]:
@@ -78,14 +84,20 @@ def int8_options(model) -> dict[str, object]:
             "torch": torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)}
 
 
+def requests(texts: list[str], batch: int) -> list[list[str]]:
+    """The texts in calls of `batch`, in their order (lengths mixed, as a server's requests come)."""
+    return [texts[start:start + batch] for start in range(0, len(texts), batch)]
+
+
 @app.command()
 def measure(model: Path, texts_file: Path, kernels: str = "native", seconds: float = 3.0,
-            batch_sizes: str = "1,256", threads: str = "1,2", precisions: str = "fp32,bf16,int8,torch_int8",
-            rounds: int = 1) -> None:
+            batch_sizes: str = "1,32,384", threads: str = "1,2", precisions: str = "fp32,bf16,int8,torch_int8",
+            predict: bool = True, st_batch: int = ST_BATCH, rounds: int = 1) -> None:
     """One kernel setting (the parent set its environment), in this process: prints one JSON row per measurement.
     The int8 options run in the native setting only (ONNX Runtime has its own kernels; the pin is torch's).
-    `precisions` picks the project's columns (e.g. int8 alone beside encode(), when a loaded CPU has no time
-    for the slow ones); with `rounds` above 1 each column is the best of that many turns, taken in turn."""
+    `precisions` picks the embed path's columns (e.g. int8 alone beside encode(), when a loaded CPU has no time
+    for the slow ones), `predict` whether predict's path runs; with `rounds` above 1 each column is the best of
+    that many turns, taken in turn."""
     import numpy as np
     import torch
     from sentence_transformers import SentenceTransformer
@@ -94,15 +106,16 @@ def measure(model: Path, texts_file: Path, kernels: str = "native", seconds: flo
     from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 
     all_texts = json.loads(texts_file.read_text())
-    int8 = int8_options(TextEncoder.load(model, "cpu", "fp32").model) if kernels == "native" else {}
+    wants_int8 = kernels == "native" and {"int8", "torch_int8"} & set(precisions.split(","))
+    int8 = int8_options(TextEncoder.load(model, "cpu", "fp32").model) if wants_int8 else {}
     for shape, max_len in SHAPES.items():
         reference = SentenceTransformer(str(model), device="cpu")
         reference.max_seq_length = max_len
         for batch, n_threads in itertools.product(map(int, batch_sizes.split(",")), map(int, threads.split(","))):
             torch.set_num_threads(n_threads)
-            texts = all_texts[:max(batch, 64) if batch == 1 else 2 * batch]
+            texts = all_texts[:64] if batch == 1 else all_texts
             row = {"kernels": kernels, "shape": shape, "max_len": max_len, "batch": batch, "threads": n_threads,
-                   "texts": len(texts), "capability": torch.backends.cpu.get_cpu_capability()}
+                   "texts": len(texts), "st_batch": st_batch, "capability": torch.backends.cpu.get_cpu_capability()}
             fp32 = TextEncoder.load(model, "cpu", "fp32", max_len=max_len)
             embedders = {"fp32": fp32.embed, "bf16": TextEncoder.load(model, "cpu", "bf16", max_len=max_len).embed}
             if int8:
@@ -120,9 +133,13 @@ def measure(model: Path, texts_file: Path, kernels: str = "native", seconds: flo
                         embed(ids, lengths, order[start:start + batch])
 
                 columns[f"project_{precision}"] = project
+            if predict:
+                columns["predict_fp32"] = lambda chunk: [fp32.embed_texts(request)
+                                                         for request in requests(chunk, batch)]
             if kernels == "native":
-                columns["sentence_transformers"] = lambda chunk: reference.encode(chunk, batch_size=batch,
-                                                                                  convert_to_numpy=True)
+                columns["sentence_transformers"] = lambda chunk: [
+                    reference.encode(request, batch_size=st_batch, convert_to_numpy=True)
+                    for request in requests(chunk, batch)]
             for _ in range(rounds):  # the columns in turn, each round: a load that comes and goes hits them alike
                 for name, column in columns.items():
                     row[name] = max(row.get(name, 0.0), rate(column, texts, seconds))
@@ -135,21 +152,27 @@ def measure(model: Path, texts_file: Path, kernels: str = "native", seconds: flo
 @app.command()
 def run(dataset: Path = typer.Option(Path("data/foldoc"), help="A dataset folder the download stage wrote."),
         model: str = typer.Option("all-MiniLM-L6-v2", help="Encoder name or folder (sentence-transformers layout)."),
-        count: int = typer.Option(512, help="Test texts to take."),
+        count: int = typer.Option(384, help="Test texts to take."),
         seconds: float = typer.Option(3.0, help="Seconds per measurement."),
+        batch_sizes: str = typer.Option("1,32,384", help="Batches (and predict's request sizes) to measure."),
+        threads: str = typer.Option("1,2", help="Thread counts to measure."),
+        precisions: str = typer.Option("fp32,bf16,int8,torch_int8", help="The embed path's precisions."),
+        rounds: int = typer.Option(1, help="Each column the best of this many turns, taken in turn."),
         out: Path = typer.Option(ROOT / "bench/results/cpu_encoder_speed.json", help="Record to write.")) -> None:
     """Every kernel setting in a child process; one record with every column."""
     from raexmc.encoder.model import resolve_encoder
     from raexmc.numerics import PINNED_KERNELS
 
     folder = Path(resolve_encoder(model))
+    before = machine()
     texts_file = out.with_suffix(".texts.json")
     texts_file.write_text(json.dumps(texts_of(dataset, count)))
     rows = []
     try:
         for kernels, env in (("native", {}), ("pinned", PINNED_KERNELS)):
             child = subprocess.run([sys.executable, __file__, "measure", str(folder), str(texts_file),
-                                    "--kernels", kernels, "--seconds", str(seconds)],
+                                    "--kernels", kernels, "--seconds", str(seconds), "--batch-sizes", batch_sizes,
+                                    "--threads", threads, "--precisions", precisions, "--rounds", str(rounds)],
                                    capture_output=True, text=True, check=True, env={**os.environ, **env})
             rows += [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
     finally:
@@ -157,17 +180,15 @@ def run(dataset: Path = typer.Option(Path("data/foldoc"), help="A dataset folder
     native = {(r["shape"], r["batch"], r["threads"]): r for r in rows if r["kernels"] == "native"}
     for row in rows:
         anchor = native[row["shape"], row["batch"], row["threads"]]
-        for precision in [key.removeprefix("project_") for key in list(row) if key.startswith("project_")]:
-            row[f"project_{precision}_vs_st"] = row[f"project_{precision}"] / anchor["sentence_transformers"]
-            row[f"project_{precision}_of_ceiling"] = row[f"project_{precision}"] / anchor["ceiling_fp32"]
+        for column in [key for key in list(row) if key.startswith(("project_", "predict_"))]:
+            row[f"{column}_vs_st"] = row[column] / anchor["sentence_transformers"]
+            row[f"{column}_of_ceiling"] = row[column] / anchor["ceiling_fp32"]
     out.write_text(json.dumps({"command": rerun_command(), "model": model, "dataset": str(dataset),
-                               "rows": rows}, indent=1) + "\n")
+                               "machine_before": before, "machine_after": machine(), "rows": rows}, indent=1) + "\n")
     for row in rows:
+        columns = [key for key in row if f"{key}_vs_st" in row]
         print(f"{row['kernels']:7} {row['shape']:5} batch {row['batch']:3} threads {row['threads']}: "
-              f"fp32 {row['project_fp32']:7.1f}/s ({row['project_fp32_vs_st']:.2f}x ST, "
-              f"{row['project_fp32_of_ceiling']:.0%} of ceiling), bf16 {row['project_bf16']:7.1f}/s"
-              + (f", int8 {row['project_int8']:7.1f}/s ({row['project_int8_vs_st']:.2f}x ST)" if "project_int8" in row
-                 else ""))
+              + ", ".join(f"{column} {row[column]:7.1f}/s ({row[column + '_vs_st']:.2f}x ST)" for column in columns))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ import http.client
 import itertools
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from typing import Any
 import numpy as np
 import typer
 
-from common import ROOT, append_row, rerun_command
+from common import ROOT, append_row, machine, rerun_command
 from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.rae.model import RaeModel
@@ -235,20 +234,6 @@ def wait_until_up(server: subprocess.Popen, port: int, timeout: float = 180) -> 
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not answer /ping in {timeout:.0f} s") from None
             time.sleep(0.5)
-
-
-KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")  # what the CPU's kernels can use
-
-
-def machine() -> dict[str, Any]:
-    """The CPU's name, count and vector extensions, and the load averages at the time (other jobs share the
-    cores)."""
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                platform.processor())
-    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
-    return {"cpu": name, "cpus": os.cpu_count(), "cpu_flags": [flag for flag in KERNEL_FLAGS if flag in flags],
-            "load_average": [round(load, 2) for load in os.getloadavg()]}
 
 
 def latency(model: RaeModel, root: Path, name: str, texts: list[str], tokens: int, clients: int, seconds: float,

@@ -144,25 +144,27 @@ def memmap_on_full_disk(project: Project, stage: str) -> Outcome:
     return on_small_tmpfs(small, "1m", lambda: project.stage(stage, synthetic / "params.yaml", **inputs))
 
 
-def killed_then_restored(project: Project) -> Outcome:
-    """SIGKILL evaluate in `dvc repro` while it writes; the next plain `dvc repro` restores evaluate from the run
-    cache (it does not run) and must still leave no `.*.tmp` of the killed run (in a copy of the project)."""
-    repo = project.fresh("run-cache") / "repo"
+def killed_then_restored(project: Project, stage: str = "evaluate", output: str = "eval") -> Outcome:
+    """SIGKILL `stage` in `dvc repro` while it writes (its `output` temporaries, or a scratch folder named as they
+    are); the next plain `dvc repro` restores the stage from the run cache (it does not run) and must still leave no
+    `.*.tmp` of the killed run (in a copy of the project)."""
+    repo = project.fresh(f"run-cache-{stage}") / "repo"
     subprocess.run(["cp", "-a", str(project.root), str(repo)], check=True)
     dvc = [PYTHON, "-m", "dvc", "repro"]
-    rerun = subprocess.Popen([*dvc, "--force", "--single-item", "evaluate"], cwd=repo, env=project.env,
+    rerun = subprocess.Popen([*dvc, "--force", "--single-item", stage], cwd=repo, env=project.env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     artifacts = repo / "artifacts" / "tiny"
-    while not (temps := list(artifacts.glob(".eval.*.tmp"))) and rerun.poll() is None:
+    while not (temps := list(artifacts.glob(f".{output}.*.tmp"))) and rerun.poll() is None:
         time.sleep(0.01)
     if not temps:
-        return Outcome(1, "evaluate ended before it could be killed while writing", False)
-    os.kill(int(temps[0].name.removeprefix(".eval.").partition("-")[0]), 9)
+        return Outcome(1, f"{stage} ended before it could be killed while writing", False)
+    os.kill(int(temps[0].name.removeprefix(f".{output}.").partition("-")[0]), 9)
     rerun.wait()
     proc = subprocess.run(dvc, cwd=repo, env=project.env, capture_output=True, text=True, timeout=900)
-    restored = [line for line in proc.stdout.splitlines() if "'evaluate' is cached" in line]
+    restored = [line for line in proc.stdout.splitlines() if f"'{stage}' is cached" in line]
     left = sorted(path.name for folder in ("data", "artifacts") for path in (repo / folder).rglob(".*.tmp"))
-    return Outcome(proc.returncode if restored else 1, (restored or ["evaluate was not restored"])[0],
+    left += sorted(path.name for path in artifacts.glob("tmp*"))  # tempfile's default names, swept by nothing
+    return Outcome(proc.returncode if restored else 1, (restored or [f"{stage} was not restored"])[0],
                    "Traceback" in proc.stderr, bool(left), {"killed_run_left": temps[0].name, "left_after": left})
 
 
@@ -789,6 +791,9 @@ def cases() -> list[Case]:
              lambda p: memmap_on_full_disk(p, "embed"), "embeddings/train.npy"),
         Case("killed-stage-run-cache", "dvc repro", "evaluate killed mid-write, then restored from DVC's run cache: "
              "no temp may stay", killed_then_restored, "", expect_failure=False),
+        Case("killed-package-run-cache", "dvc repro", "package killed (kill -9) mid-write, then restored from DVC's "
+             "run cache: no temp or scratch may stay", lambda p: killed_then_restored(p, "package", "predictor"), "",
+             expect_failure=False),
     ] + [Case(name, "serve", name.replace("-", " "), None, key)  # type: ignore[arg-type]
          for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES \
         + PROBE_60_CASES + MODEL_FOLDER_CASES

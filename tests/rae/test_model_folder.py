@@ -166,7 +166,7 @@ def test_exact_keys_that_are_not_finite_are_refused_naming_their_file(copy_of, k
     np.save(folder / key_set / "keys.npy", keys)
     reseal(folder)
     assert refusal(folder) == (f"DataError: {folder / key_set / 'keys.npy'}:row {len(keys) - 1}: this key holds NaN "
-                               "or infinite values: rerun the stage that writes it")
+                               "or infinite values: rerun the package stage")
 
 
 @pytest.mark.parametrize("key_set", ["inputs", "labels"])

@@ -32,13 +32,13 @@ KEYS_FILE = "keys.npy"
 GATHER_ROWS = 1 << 16  # rows `stack_rows` copies at once: its only scratch beside the result
 
 
-def load_keys(path: str | os.PathLike) -> np.ndarray:
+def load_keys(path: str | os.PathLike, fix: str = "rerun the stage that writes it") -> np.ndarray:
     """The keys an exact index searches, saved as `path` (a KEYS_FILE), refused where they are read when a value is
-    not finite: the index itself would name no file."""
+    not finite (the index itself would name no file), saying `fix`."""
     keys = load_array(path)
     if keys.ndim == 2 and not np.isfinite(keys).all():  # another shape: load_index names the file
         row = np.flatnonzero(~np.isfinite(keys).all(axis=1))[0]
-        raise DataError("this key holds NaN or infinite values: rerun the stage that writes it", path, f"row {row}")
+        raise DataError(f"this key holds NaN or infinite values: {fix}", path, f"row {row}")
     return keys
 
 

@@ -204,7 +204,7 @@ def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: 
     parts = []
     for name, count, kind in zip(INDEXED_KEY_SETS, shape, ("input", "label")):
         keys = folder / name / KEYS_FILE
-        part = load_index(folder / name, keys=load_keys(keys) if keys.is_file() else None, ef_search=ef_search,
+        part = load_index(folder / name, keys=load_keys(keys, RERUN) if keys.is_file() else None, ef_search=ef_search,
                           threads=threads, device=device)
         _check_count(part.count, count, f"{kind} keys", folder / name, f"{VALUES_FILE} has {count}")
         if dim is not None and part.dim != dim:
