@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # rich_markup_mode None: click's help, which names a flag alone (typer's rich help gives every flag, --help included,
 # a "<bool>" type)
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  context_settings={"max_content_width": 120},  # click wraps at 80 columns otherwise
                   help="RAE-XMC: extreme multi-label classification with retrieval-augmented encoders. "
                        "Run the pipeline with `dvc repro`; these commands inspect its datasets and presets "
                        "and predict with (or serve) what it built.")
