@@ -17,7 +17,7 @@ from raexmc.encoder.device import embed_batch_size, resolve_precision
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
 from raexmc.evaluation.propensity import table_propensity
-from raexmc.io import atomic_dir, write_json
+from raexmc.io import atomic_dir, mark_empty, write_json
 from raexmc.pipeline.tracking.stage import process_count, relaunch_under_torchrun, stage_cli, tracked_stage, user_errors
 from raexmc.process_group import process_group
 from raexmc.settings import load_settings
@@ -90,6 +90,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             with atomic_dir(curves) as curve_folder:  # after the encoder: a curve never sits beside an older one
                 if validated:
                     write_json(curve_folder / "training_curve.json", as_table(curve))
+                mark_empty(curve_folder)
+            mark_empty(checkpoints)  # empty where it ran zero-shot
             if validated:
                 run.artifact(curves / "training_curve.json")
 

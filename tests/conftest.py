@@ -95,6 +95,7 @@ class Reproduced:
 
     repo: Path
     store: str
+    output: str  # what the `dvc repro` printed (stdout, then stderr)
 
 
 @pytest.fixture(scope="session")
@@ -104,9 +105,9 @@ def reproduced_once(tmp_path_factory, tiny_model, download_cache) -> Reproduced:
     root = tmp_path_factory.mktemp("reproduced")
     repo, store = new_project(root, tiny_model), f"sqlite:///{root / 'mlflow.db'}"
     env = {name: value for name, value in os.environ.items() if name not in ("DVC_ROOT", "DVC_EXP_NAME")}
-    dvc("repro", cwd=repo, env={**env, "MLFLOW_TRACKING_URI": store, "RAEXMC_CACHE": str(download_cache)})
+    ran = dvc("repro", cwd=repo, env={**env, "MLFLOW_TRACKING_URI": store, "RAEXMC_CACHE": str(download_cache)})
     commit_all(repo, "reproduced")
-    return Reproduced(repo, store)
+    return Reproduced(repo, store, ran.stdout + ran.stderr)
 
 
 @pytest.fixture

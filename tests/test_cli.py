@@ -24,6 +24,37 @@ def test_raexmc_help_lists_commands():
         assert command in out
 
 
+COMMANDS = ["datasets", "show", "schema", "preset", "serve", "results", "evaluate", "sweep", "predict"]
+
+
+@pytest.mark.parametrize("command", [[], *([name] for name in COMMANDS), *(["stage", script] for script in STAGES)])
+def test_help_names_values_readably_and_flags_alone(command):
+    """Typer's help gave every flag (--help among them) the type "<bool>" and a repeatable option "<list[str]>"."""
+    args = [f"stages/{command[1]}"] if command[:1] == ["stage"] else ["-m", "raexmc.cli", *command]
+    out = run(sys.executable, *args, "--help").stdout
+    assert "Show this message and exit." in out
+    assert "<bool>" not in out and "<list[" not in out, out
+
+
+def test_raexmc_has_the_commands_the_help_test_asks():
+    from raexmc.cli import app
+
+    assert sorted(command.callback.__name__ for command in app.registered_commands) == sorted(COMMANDS)
+
+
+def test_datasets_are_listed_in_columns_as_wide_as_their_longest_name(tmp_path):
+    """Names past 24 characters pushed their row's source and size out of line."""
+    write_params(tmp_path, **{"data.name": "a"})
+    long = "lf-amazon-titles-131k-own-copy"
+    set_dataset(tmp_path, "a", {"source": "local", "path": "/x"})
+    set_dataset(tmp_path, long, {"source": "xcrepo", "path": "/y"})
+    proc = run(sys.executable, "-m", "raexmc.cli", "datasets", "--params", str(tmp_path / "params.yaml"),
+               "--data-dir", str(tmp_path / "data"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"a{' ' * (len(long) - 1)}  local   not built",
+                                        f"{long}  xcrepo  not built"]
+
+
 @pytest.mark.parametrize("script", STAGES)
 def test_stage_help_says_what_it_does(script):
     proc = run(sys.executable, f"stages/{script}", "--help")

@@ -21,13 +21,14 @@ from raexmc.io import (
     load_array,
     load_arrays,
     load_sparse,
+    mark_empty,
     new_memmap,
     read_json,
     remove_dead_temps,
     scratch_dir,
     write_json,
 )
-from tests.helpers import leftover_of_killed_writer, run_on_small_disk, writer_in_progress
+from tests.helpers import REPO, leftover_of_killed_writer, run_on_small_disk, writer_in_progress
 
 
 def hidden(folder):
@@ -223,6 +224,19 @@ def test_an_output_cut_by_a_full_disk_is_one_line_and_is_not_kept(tmp_path, libr
     fix = "ulimit -f" if done.error == os.strerror(errno.EFBIG) else "free some space and rerun"
     assert_one_line_and_nothing_left(done.proc, small / "out", done.error, fix)
     assert done.left == []
+
+
+def test_an_empty_output_folder_holds_the_placeholder_dvc_ignores_and_a_filled_one_does_not(tmp_path):
+    from raexmc.io.atomic import EMPTY_MARK
+
+    mark_empty(tmp_path)
+    assert [path.name for path in tmp_path.iterdir()] == [EMPTY_MARK]
+    assert EMPTY_MARK in (REPO / ".dvcignore").read_text().splitlines(), "DVC must not hash the placeholder"
+    mark_empty(tmp_path)
+    assert [path.name for path in tmp_path.iterdir()] == [EMPTY_MARK], "once"
+    (tmp_path / "last.pt").write_bytes(b"a checkpoint")
+    mark_empty(tmp_path)
+    assert [path.name for path in tmp_path.iterdir()] == ["last.pt"], "a folder with a file is not empty"
 
 
 SCRATCH_WRITER = """

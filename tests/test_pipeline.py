@@ -27,7 +27,7 @@ from raexmc.encoder.vectors import load_embeddings
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.persistence import saved_meta
 from raexmc.rae.model import RaeModel
-from tests.helpers import dvc, set_dataset, set_params, sh
+from tests.helpers import REPO, dvc, set_dataset, set_params, sh
 
 
 def changed_stages(repo: Path) -> set[str]:
@@ -131,6 +131,23 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     assert (project / "artifacts/tiny/predictor/inputs/meta.json").is_file()
     set_params(project, **{"memory.compression": "sq8-m4"})
     assert changed_stages(project) == {"memory"}, "compression leaves everything up to index, and tune, as they are"
+
+
+@pytest.mark.slow
+def test_a_zero_shot_repro_warns_of_nothing_and_ends_with_its_headline(reproduced_once):
+    """A zero-shot `dvc repro` printed DVC's "'artifacts/tiny/checkpoints' is empty" (and curves) and MLflow's
+    CloudPickle warning, and ended without its numbers. The track stage, last, now prints the headline."""
+    printed = reproduced_once.output
+    assert "is empty" not in printed and "CloudPickle" not in printed, printed
+    track = printed.split("> python stages/track.py")[1].split("Updating lock file")[0].splitlines()[1:]
+    headline = [line for line in track if line.strip()]
+    assert 3 <= len(headline) <= 12 and headline[0].startswith("λ = "), track
+    assert headline[1].split()[:6] == ["method", "P@1", "P@5", "nDCG@5", "PSP@5", "R@100"]
+    assert {line.split()[0] for line in headline[2:]} >= {"rae", "dual_encoder", "knn"}
+    lock = (reproduced_once.repo / "dvc.lock").read_text()
+    empty = "md5: d751713988987e9331980363e24189ce.dir"  # an empty folder's: the placeholders are ignored
+    for output in ("checkpoints", "curves"):
+        assert f"path: artifacts/tiny/{output}\n      hash: md5\n      {empty}" in lock, output
 
 
 @pytest.mark.slow
@@ -384,6 +401,41 @@ def test_a_fresh_clone_reproduces_the_committed_lock(reproduced_once, tmp_path, 
     assert reproduced == committed
     assert set(json.loads(dvc("status", "--json", cwd=clone).stdout)) <= {"track"}, "track alone: always_changed"
     assert sh("git", "status", "--porcelain", cwd=clone).stdout == ""
+
+
+def test_the_model_artifact_names_the_package_stage_s_folder():
+    """DVC's model registry and `dvc artifacts get` read dvc.yaml's artifacts: the packaged model is one, at the
+    folder the package stage writes (DVC resolves the templated path to the default dataset's)."""
+    from dvc.repo import Repo
+
+    repo = Repo(str(REPO))
+    artifact = repo.artifacts.read()["dvc.yaml"]["predictor"]
+    [package] = repo.stage.collect("package")
+    assert artifact.type == "model" and artifact.desc
+    assert artifact.path in [out.def_path for out in package.outs]
+    assert artifact.path == f"artifacts/{YAML(typ='safe').load(REPO / 'params.yaml')['data']['name']}/predictor"
+
+
+@pytest.mark.slow
+def test_a_teammate_pulls_the_outputs_from_a_shared_remote_and_predicts_without_reproducing(reproduced_project,
+                                                                                             tmp_path):
+    """docs/comparing-runs.md's recipe: `dvc remote add -d`, commit, `dvc push`; a teammate's clone then
+    `dvc pull`s every output (no stage runs) and has the same working model."""
+    remote = tmp_path / "shared-remote"
+    dvc("remote", "add", "-d", "team", str(remote), cwd=reproduced_project)
+    # significance.json is no cached output (cache: false) under an ignored folder: git holds it, as the project's
+    # artifacts/foldoc/significance.json
+    sh("git", "add", "-f", ".dvc/config", "artifacts/tiny/significance.json", cwd=reproduced_project)
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "the team's remote",
+       cwd=reproduced_project)
+    dvc("push", cwd=reproduced_project)
+    clone = tmp_path / "teammate"
+    sh("git", "clone", "-q", str(reproduced_project), str(clone), cwd=tmp_path)
+    dvc("pull", cwd=clone)
+    assert changed_stages(clone) == set(), "every output as the lock records it: nothing to rerun"
+    texts = ["perl", "a small unix"]
+    pulled = RaeModel.load(clone / "artifacts/tiny/predictor").predict(texts, k=3)[0]
+    assert pulled == RaeModel.load(reproduced_project / "artifacts/tiny/predictor").predict(texts, k=3)[0]
 
 
 # What DVC's own views show of a reproduced project: `dvc metrics show` of the headline rows within 120 columns,

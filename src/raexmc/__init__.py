@@ -49,5 +49,5 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("encoder",),                # load the model with its pooling, tokenise, embed
     ("data",),                   # datasets: sources, layouts, the catalogue, label-frequency segments
     ("errors", "checks", "io", "settings", "parallel",  # error types, range checks, atomic outputs, settings, blocks on
-     "numerics", "process_group"),                      # all cores, the CPU kernels every stage pins, torchrun's group
-)
+     "numerics", "process_group", "progress"),          # all cores, the CPU kernels every stage pins, torchrun's group,
+)                                                       # progress bars (lines in a log)

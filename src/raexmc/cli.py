@@ -18,7 +18,10 @@ from .settings import QUERY_THREADS, load_settings
 if TYPE_CHECKING:
     from .evaluation.propensity import Propensity
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# rich_markup_mode None: click's help, which names a flag alone (typer's rich help gives every flag, --help included,
+# a "<bool>" type)
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  context_settings={"max_content_width": 120},  # click wraps at 80 columns otherwise
                   help="RAE-XMC: extreme multi-label classification with retrieval-augmented encoders. "
                        "Run the pipeline with `dvc repro`; these commands inspect its datasets and presets "
                        "and predict with (or serve) what it built.")
@@ -50,13 +53,17 @@ def datasets(params: Path = PARAMS,
     with user_errors(params):
         from .data.catalogue import catalogue, catalogue_dir
 
+        rows = []
         for name, spec in catalogue(catalogue_dir(params)).items():
             stats_path = data_dir / name / "stats.json"
             built = "not built"
             if stats_path.is_file():
                 stats = json.loads(stats_path.read_text())
                 built = f"N_train={stats['N_train']} N_test={stats['N_test']} L={stats['L']}"
-            typer.echo(f"{name:24} {spec.get('source', '?'):8} {built}")
+            rows.append((name, str(spec.get("source", "?")), built))
+        widths = [max(len(row[column]) for row in rows) for column in (0, 1)]  # columns as wide as their longest
+        for name, source, built in rows:
+            typer.echo(f"{name:<{widths[0]}}  {source:<{widths[1]}}  {built}")
 
 
 @app.command()
@@ -126,7 +133,8 @@ def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> li
 
 
 @app.command()
-def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: read --file or stdin)."),
+# TEXT's own help row would read "TEXT <list[str]>": the usage line and the docstring name it instead
+def predict(texts: list[str] = typer.Argument(None, metavar="TEXT", hidden=True),
             file: Path = typer.Option(None, "--file", "-f",
                                       help="Queries, one per line; JSON lines if it ends .jsonl."),
             jsonl: bool = typer.Option(False, help='Read JSON lines with "text" (or "title"/"content").'),
@@ -142,7 +150,8 @@ def predict(texts: list[str] = typer.Argument(None, help="Texts to label (none: 
                                                                    "CPU; more help long files on an idle machine)."),
             verbose: bool = typer.Option(False, "--verbose", "-v", help="Load time and per-query latency on stderr."),
             params: Path = PARAMS) -> None:
-    """Top-k labels, with scores and label texts, as one JSON line per query on stdout."""
+    """Top-k labels, with scores and label texts, as one JSON line per query on stdout, for each TEXT (none: the
+    queries of --file or stdin)."""
     with user_errors(params):
         from .encoder.device import pick_device
         from .memory.hnsw import resolve_threads
@@ -204,10 +213,12 @@ def serve(name: str = NAME,
 def results(name: str = NAME,
             artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
             params: Path = PARAMS,
-            exp: list[str] = typer.Option(None, "--exp", help="A DVC experiment to set beside the others (its "
-                                                               "committed results); repeat for more."),
-            rev: list[str] = typer.Option(None, "--rev", help="A git revision (or `workspace`) to set beside the "
-                                                               "others; repeat for more."),
+            exp: list[str] = typer.Option(None, "--exp", metavar="NAME",
+                                          help="A DVC experiment to set beside the others (its committed results); "
+                                               "repeat for more."),
+            rev: list[str] = typer.Option(None, "--rev", metavar="REV",
+                                          help="A git revision (or `workspace`) to set beside the others; repeat for "
+                                               "more."),
             as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (p-values as numbers, "
                                                                 "their log10 beside them).")) -> None:
     """Key metrics per method and RAE's paired t-tests: a readable `dvc metrics show`. With --exp or --rev, runs side
@@ -219,7 +230,7 @@ def results(name: str = NAME,
 
         if not exp and not rev and not as_json:
             folder = artifacts / (name or load_settings(params).data.name)
-            typer.echo(summary(folder / "eval", folder / "significance.json"))
+            typer.echo(summary(folder / "eval", folder / "significance.json", folder / "tune" / "selection.json"))
             return
         root = params.resolve().parent
         wanted = [(e, experiment_commit(root, e)) for e in exp or []]
@@ -269,7 +280,7 @@ def evaluate(dataset: Path = typer.Option(..., help="Dataset: the download stage
 
 
 @app.command()
-def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S",
+def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S", metavar="KEY=V1,V2,...",
                                              help="key=v1,v2,...; repeat for a grid, "
                                                   "e.g. -S infer.lambda=0,0.5,1 -S infer.b=50,200."),
           jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Experiments run at once (DVC queue workers)."),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -16,8 +17,11 @@ from tests.helpers import REPO, commit_all, dvc, sh
 ROW = {"P@1": 52.21, "P@5": 24.13, "nDCG@5": 40.5, "PSP@5": 30.0, "R@100": 79.8, "macro-F1@5": {"tail": 21.17}}
 
 
-def write_run(folder, p_value, log10_p, knn_tau=0.04, tau_auto=False):
+def write_run(folder, p_value, log10_p, knn_tau=0.04, tau_auto=False, retrieval=("joint", None)):
     (folder / "eval").mkdir(parents=True)
+    (folder / "tune").mkdir()
+    (folder / "tune" / "selection.json").write_text(json.dumps({"retrieval": retrieval[0], "label_share": retrieval[1],
+                                                                "lambda": 0.5, "tau": 0.04}))
     metrics = {"rae": ROW, "dual_encoder": {**ROW, "P@1": 36.75}, "knn": {**ROW, "P@1": 45.84, "tau": knn_tau},
                "selection": {"auto": {"lambda": True, "tau": tau_auto}, "lambda": 0.5, "tau": 0.04, "metric": "P@1"},
                "retrieval": {"depth": 200}}
@@ -36,7 +40,7 @@ def test_table_rows_and_tests(tmp_path):
     proc = results(tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "λ = 0.5, τ = 0.04 (lambda chosen on validation P@1)"
+    assert lines[0] == "λ = 0.5, τ = 0.04 (lambda chosen on validation P@1); retrieval joint; kNN τ = 0.04"
     assert lines[1].split() == ["method", "P@1", "P@5", "nDCG@5", "PSP@5", "R@100", "F1@5", "tail"]
     assert lines[2].split() == ["rae", "52.21", "24.13", "40.50", "30.00", "79.80", "21.17"]
     assert lines[3].split()[:2] == ["dual_encoder", "36.75"] and lines[4].split()[:2] == ["knn", "45.84"]
@@ -44,10 +48,11 @@ def test_table_rows_and_tests(tmp_path):
     assert max(len(line) for line in lines) <= 100
 
 
-def test_knn_s_own_tau_is_named_where_it_differs_from_rae_s(tmp_path):
-    write_run(tmp_path / "run", 3.95e-16, -15.4, knn_tau=0.1, tau_auto=True)
+def test_the_settings_line_names_knn_s_own_tau_and_a_split_retrieval_s_label_share(tmp_path):
+    write_run(tmp_path / "run", 3.95e-16, -15.4, knn_tau=0.1, tau_auto=True, retrieval=("split", 0.25))
     lines = results(tmp_path).stdout.splitlines()
-    assert lines[0] == "λ = 0.5, τ = 0.04 (lambda and tau chosen on validation P@1); kNN τ = 0.1"
+    assert lines[0] == ("λ = 0.5, τ = 0.04 (lambda and tau chosen on validation P@1); retrieval split, label_share "
+                        "0.25; kNN τ = 0.1")
 
 
 def test_an_underflowed_p_is_shown_by_its_log10_not_as_zero(tmp_path):
@@ -94,11 +99,29 @@ test = {"mean_diff": diff, "p_value": p, "log10_p": log10_p, "n": 100}
 pathlib.Path("artifacts/toy/significance.json").write_text(json.dumps(
     {"rae_vs_dual_encoder": {"P@1": test}, "rae_vs_knn": {"P@1": {**test, "mean_diff": 6.0}}}))
 '''
+# the settings the README's `dvc exp show` keeps, under the names params.yaml gives them; the stage reads λ alone
+TOY_PARAMS = """data:
+  name: toy
+encoder:
+  mode: zero-shot
+memory:
+  keep: 1.0
+  keep_grid: [1.0, 0.5]
+infer:
+  lambda: 0.5
+  lambda_sweep: [0.1, 0.5]
+  b: 200
+  retrieval: joint
+  label_share: 0.5
+  label_share_grid: [0.25, 0.5]
+  tau: 0.04
+  tau_grid: [0.04, 0.1]
+"""
 TOY_DVC = """stages:
   headline:
     cmd: python toy.py
     deps: [toy.py]
-    params: [infer.lambda]
+    params: [encoder, memory, infer]
     outs:
 """
 TOY_OUTS = ["metrics/toy/rae.json", "metrics/toy/dual_encoder.json", "metrics/toy/knn.json",
@@ -110,9 +133,10 @@ def toy_repo(tmp_path_factory):
     """A real git and DVC project, reproduced at λ 0.5 and committed, then two real experiments: `low` (λ 0.1)
     and `high` (λ 0.9, left in the workspace)."""
     repo = tmp_path_factory.mktemp("toy")
-    (repo / "params.yaml").write_text("data:\n  name: toy\ninfer:\n  lambda: 0.5\n")
+    (repo / "params.yaml").write_text(TOY_PARAMS)
     (repo / "toy.py").write_text(TOY_STAGE)
-    (repo / "dvc.yaml").write_text(TOY_DVC + "".join(f"      - {out}:\n          cache: false\n" for out in TOY_OUTS))
+    (repo / "dvc.yaml").write_text(TOY_DVC + "".join(f"      - {out}:\n          cache: false\n" for out in TOY_OUTS)
+                                   + "metrics:\n  - metrics/toy\n")  # as the project's dvc.yaml declares them
     sh("git", "init", "-q", cwd=repo)
     dvc("init", "-q", cwd=repo)
     commit_all(repo, "toy pipeline, not run")
@@ -210,3 +234,24 @@ def test_a_bad_headline_file_is_one_line_naming_it(path, text, line):
     with pytest.raises(DataError) as caught:
         run_results("workspace", None, files.get)
     assert caught.value.one_line().startswith(line), caught.value.one_line()
+
+
+def readme_exp_show() -> list[str]:
+    """The README's `dvc exp show` recipe, as its words."""
+    [line] = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("dvc exp show ")]
+    return shlex.split(line.split("  #")[0])
+
+
+@pytest.mark.slow
+def test_the_readme_s_exp_show_keeps_the_chosen_settings_beside_rae_s_numbers(toy_repo):
+    """The README's filter dropped kNN's τ, the retrieval, label_share and keep: comparing the experiments that
+    differ in them needed an edit. Run on real experiments, it keeps them (and RAE's λ and τ as used), and no grid."""
+    shown = sh(*readme_exp_show(), cwd=toy_repo).stdout
+    header, _, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in shown.splitlines()
+                        if line.startswith("|")]
+    # DVC heads a metric by its file only where several files have it: RAE's λ is "lambda"
+    assert header == ["Experiment", "metrics/toy/knn.json:tau", "metrics/toy/rae.json:P@1", "metrics/toy/rae.json:P@5",
+                      "metrics/toy/rae.json:R@100", "lambda", "metrics/toy/rae.json:tau", "encoder.mode",
+                      "memory.keep", "infer.lambda", "infer.b", "infer.retrieval", "infer.label_share", "infer.tau"]
+    [low] = [row for row in rows if row[0].endswith("[low]")]
+    assert low[1:] == ["0.1", "51", "24", "80", "0.1", "0.04", "zero-shot", "1", "0.1", "200", "joint", "0.5", "0.04"]

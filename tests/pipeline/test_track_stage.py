@@ -20,6 +20,10 @@ from tests.helpers import write_params
 REPO = Path(__file__).resolve().parents[2]
 TEST = {"mean_a": 52.3, "mean_b": 36.8, "mean_diff": 15.5, "ci_low": 12.9, "ci_high": 18.1, "t": 11.7,
         "p_value": 7.2e-31, "log10_p": -30.14, "n": 2057}
+METRICS = {"rae": {"P@1": 52.3, "P@5": 24.1, "nDCG@5": 40.5, "PSP@5": 30.25, "R@100": 79.8},
+           "dual_encoder": {"P@1": 36.8, "P@5": 15.5, "nDCG@5": 32.9, "PSP@5": 29.4, "R@100": 59.0},
+           "knn": {"P@1": 48.4, "P@5": 22.6, "nDCG@5": 40.4, "PSP@5": 21.4, "R@100": 71.2, "tau": 0.07},
+           "selection": {"auto": {"lambda": True, "tau": True}, "lambda": 0.1, "tau": 0.2, "metric": "P@1"}}
 
 
 def git(folder: Path, *args: str) -> str:
@@ -37,17 +41,20 @@ def project(root: Path) -> Path:
     (data / "stats.json").write_text('{"N_train": 4, "N_test": 3, "L": 5}')
     (data / "source.json").write_text('{"source": "local", "path": "/somewhere/tiny"}')
     (root / "eval").mkdir()
-    (root / "eval" / "metrics.json").write_text('{"methods": {"rae": {"P@1": 50.0}}}')
+    (root / "eval" / "metrics.json").write_text(json.dumps(METRICS))
     (root / "significance.json").write_text(json.dumps({"rae_vs_knn": {"P@1": TEST}}))
+    (root / "selection.json").write_text('{"lambda": 0.1, "tau": 0.2, "retrieval": "joint", "label_share": null}')
     git(root, "init", "-q")
     git(root, "add", ".")
     git(root, "commit", "-q", "-m", "results")
     return root
 
 
-def track(root: Path) -> None:
-    subprocess.run([sys.executable, str(REPO / "stages" / "track.py"), "--dataset", "data/tiny", "--eval", "eval",
-                    "--significance", "significance.json"], cwd=root, check=True, capture_output=True)
+def track(root: Path) -> str:
+    """What the track stage printed."""
+    return subprocess.run([sys.executable, str(REPO / "stages" / "track.py"), "--dataset", "data/tiny", "--eval",
+                           "eval", "--significance", "significance.json", "--selection", "selection.json"],
+                          cwd=root, check=True, capture_output=True, text=True).stdout
 
 
 def the_run():
@@ -63,6 +70,19 @@ def test_the_run_logs_of_each_t_test_its_mean_difference_interval_and_log10_p_on
     assert logged == {"significance/rae_vs_knn.P_at_1.mean_diff": 15.5, "significance/rae_vs_knn.P_at_1.ci_low": 12.9,
                       "significance/rae_vs_knn.P_at_1.ci_high": 18.1, "significance/rae_vs_knn.P_at_1.log10_p": -30.14}
     assert json.loads((tmp_path / "significance.json").read_text())["rae_vs_knn"]["P@1"] == TEST, "the file keeps all"
+
+
+def test_the_stage_ends_by_printing_the_headline_in_at_most_12_lines(tmp_path):
+    """`dvc repro` used to end with DVC's advice to git-add the lock: a user had to know `raexmc results`."""
+    lines = track(project(tmp_path)).splitlines()
+    assert len(lines) <= 12, lines
+    assert lines[0] == "λ = 0.1, τ = 0.2 (lambda and tau chosen on validation P@1); retrieval joint; kNN τ = 0.07"
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:5]}
+    assert rows["method"][:5] == ["P@1", "P@5", "nDCG@5", "PSP@5", "R@100"]
+    assert rows["rae"][:5] == ["52.30", "24.10", "40.50", "30.25", "79.80"]
+    assert rows["dual_encoder"][:5] == ["36.80", "15.50", "32.90", "29.40", "59.00"]
+    assert rows["knn"][:5] == ["48.40", "22.60", "40.40", "21.40", "71.20"]
+    assert lines[-1] == "rae vs knn: P@1 +15.50 (p 7.2e-31)"
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step

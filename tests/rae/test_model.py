@@ -282,3 +282,8 @@ def test_the_model_card_says_where_the_model_came_from_and_how_it_scores(tmp_pat
     assert card.startswith("# RAE-XMC model: tiny\n")
     assert "| P@1 | 0.75 |" in card and "- commit: 0123abc" in card
     assert f"- lambda {LAM}, tau {TAU}, b {B}, retrieval joint\n" in card and "RaeModel.load(" in card
+    code = card.split("```python\n")[1].split("```")[0]
+    imports = [line for line in code.splitlines() if line.startswith(("from ", "import "))]
+    assert imports == ["from raexmc import RaeModel"], "the public import, not rae/model.py's path"
+    exec(imports[0], namespace := {})
+    assert namespace["RaeModel"] is RaeModel

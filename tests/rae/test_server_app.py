@@ -133,7 +133,7 @@ def test_the_command_line_defaults_are_the_documented_ones_and_the_servers():
     (CheckedRequests', serving's) applies."""
     shown = subprocess.run([sys.executable, "-m", "raexmc.cli", "serve", "--help"], capture_output=True, text=True,
                            env={**os.environ, "COLUMNS": "250"}, check=True).stdout
-    defaults = tuple(int(re.search(rf"--{option} .*\[default: (\d+)\]", shown)[1])
+    defaults = tuple(int(re.search(rf"--{option} .*\[default: (\d+)[;\]]", shown)[1])  # "; x>=1]" may follow
                      for option in ("max-body-bytes", "max-records"))
     assert defaults == documented_limits() == (MAX_BODY_BYTES, MAX_RECORDS)
 
@@ -203,9 +203,37 @@ def test_a_list_of_texts_as_inputs_is_answered_as_the_same_records(served):
     assert as_columns.json() == as_records.json(), "records and columns under inputs are read as before"
 
 
+def test_the_loaded_pyfunc_and_serve_answer_a_text_a_list_of_texts_and_a_table_alike(served):
+    """`predict(["text"])` on the loaded pyfunc was refused ("no query"): the input schema made the list a table of
+    one unnamed column and dropped it. A single text, the inputs' string form, was refused by serve too. Now all
+    are the records of the same texts, in Python as over HTTP."""
+    import pandas as pd
+
+    texts = ["perl", "a small unix"]
+    expected, _ = predictor_of(served[0]).predict(texts, k=2)
+    answers = {"list": served[1].predict(texts, params={"k": 2}),
+               "table": served[1].predict(pd.DataFrame({"text": texts}), params={"k": 2})}
+    for form, answer in answers.items():
+        assert answer.to_dict("records") == [{"text": text, "labels": labels}
+                                             for text, labels in zip(texts, expected)], form
+    one = served[1].predict("perl", params={"k": 2})
+    assert one.to_dict("records") == [{"text": "perl", "labels": expected[0]}]
+    served_one = client(served).post("/invocations", json={"inputs": "perl", "params": {"k": 2}})
+    assert served_one.status_code == 200, served_one.text
+    assert served_one.json() == {"predictions": one.to_dict("records")}
+
+
+def test_no_records_are_answered_with_none_in_the_pyfunc_and_serve_alike(served):
+    """An empty list was refused with "no query: each record needs a text", which it does not lack."""
+    assert len(served[1].predict([])) == 0
+    for request in ({"inputs": []}, {"dataframe_records": []}):
+        answer = client(served).post("/invocations", json=request)
+        assert (answer.status_code, answer.json()) == (200, {"predictions": []}), request
+
+
 @pytest.mark.parametrize("inputs, where", [(["perl", 7], "inputs[1]: not a text"),
                                            ([{"text": "perl"}, "unix"], "inputs[1]: not a record"),
-                                           ("perl", "inputs: give texts")])
+                                           (7, "inputs: give texts")])
 def test_inputs_that_are_not_a_list_of_texts_are_400_naming_where(served, inputs, where):
     answer = client(served).post("/invocations", json={"inputs": inputs})
     assert answer.status_code == 400 and "stack_trace" not in answer.json()
@@ -266,3 +294,14 @@ def test_the_server_scores_more_requests_at_once_than_asyncios_default_threads()
         server.should_exit = True
         serving.join()
     assert statuses == [200] * together
+
+
+def test_the_model_is_logged_as_its_code_so_loading_it_unpickles_nothing(served):
+    """The model was logged as a pickled object: MLflow warned of CloudPickle's risk on every log (each package
+    stage run) and unpickled it on every load. It is now its code file, which MLflow runs to build it."""
+    from mlflow.models import Model
+
+    folder = served[1].unwrap_python_model().folder.parent.parent  # <model>/artifacts/model
+    flavor = Model.load(folder).flavors["python_function"]
+    assert "python_model" not in flavor and flavor["model_code_path"].endswith("pyfunc_model.py"), flavor
+    assert not list(folder.rglob("*.pkl"))

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-from tqdm import tqdm
 
 from ..parallel import ordered_map, worker_count
+from ..progress import progress_bar
 from .dataset import Example, Text, write_dataset
 from .entry_check import EntryCheck
 
@@ -144,7 +144,7 @@ class SyntheticGenerator:
         """The record numbers of each chunk of a split with `make`'s result for it, in order."""
         chunks = [Chunk(split, number, start, min(start + CHUNK, count))
                   for number, start in enumerate(range(0, count, CHUNK))]
-        with tqdm(total=count, desc=f"synthetic {split}", unit="text", mininterval=2.0) as progress:
+        with progress_bar(total=count, desc=f"synthetic {split}", unit="text", mininterval=2.0) as progress:
             for result, chunk in zip(ordered_map(make, self, chunks, self.workers), chunks):
                 yield np.arange(chunk.start, chunk.stop), result
                 progress.update(chunk.stop - chunk.start)

@@ -15,11 +15,11 @@ from typing import get_args
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..data.dataset import SPLITS
 from ..errors import DataError
 from ..io import new_memmap
+from ..progress import progress_bar
 from ..settings import StorageDtype
 from .text_encoder import TextEncoder, length_sorted_batches
 from .tokens import TokenCache
@@ -52,7 +52,8 @@ def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str
         out = new_memmap(target, storage, (len(lengths), dim))
     batches = length_sorted_batches(lengths, batch_size)
     started = time.perf_counter()
-    with tqdm(total=len(lengths), desc=f"embed {split}", unit="text", mininterval=2.0, disable=rank != 0) as progress:
+    with progress_bar(total=len(lengths), desc=f"embed {split}", unit="text", mininterval=2.0,
+                      disable=rank != 0) as progress:
         for first in range(0, len(batches), world_size):
             round_batches = batches[first:first + world_size]
             mine = round_batches[rank] if rank < len(round_batches) else None  # the last round may leave ranks idle

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any, get_args
 
 import numpy as np
-from tqdm import tqdm
 
 from ..data.dataset import SPLITS, Dataset, Text, text_record
 from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import atomic_dir, load_array, new_memmap, read_json, write_json
 from ..parallel import ordered_map, worker_count
+from ..progress import progress_bar
 from ..settings import TextFields, TokenizeSettings, section_from
 from .model import id_setting, tokenizer_fingerprint
 
@@ -192,7 +192,7 @@ def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, field
     new_memmap(rows.paths[0], rows.tokenize.dtype, (count, max_len))  # reserved on disk; the workers write them
     new_memmap(rows.paths[1], np.int32, (count,))
     written = 0
-    with tqdm(total=count, desc=f"tokenize {split}", unit="text", mininterval=1.0) as progress:
+    with progress_bar(total=count, desc=f"tokenize {split}", unit="text", mininterval=1.0) as progress:
         for done in ordered_map(TokenRows.write, rows, _line_blocks(path, batch_size, count), workers):
             written += done
             progress.update(done)

@@ -120,7 +120,7 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
     "b_sweep": rows}; with `keep_scores` also "scores": {name: each method's top-100 scores as a score file's
     CSR matrix (score_file.py), gathered a chunk at a time}.
     """
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
     Y, V, n = evaluator.Y_train, evaluator.rae_values, evaluator.num_queries
     if workers < 1:
@@ -139,7 +139,8 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
             if key in kept:
                 kept[key].add(ranked, scores)
 
-    with ThreadPoolExecutor(workers) as pool, tqdm(total=n, desc="evaluate", unit="query", disable=not progress) as bar:
+    with ThreadPoolExecutor(workers) as pool, \
+            progress_bar(total=n, desc="evaluate", unit="query", disable=not progress) as bar:
         for start in range(0, max(n, 1), size):  # one chunk, empty, when there is no query
             rows = slice(start, min(start + size, n))
             found, queries = search(rows), evaluator.chunk(rows)

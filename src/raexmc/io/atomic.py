@@ -173,3 +173,18 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_file(path, "w", encoding="utf-8") as handle:
         json.dump(obj, handle, indent=2, sort_keys=True)
         handle.write("\n")
+
+
+EMPTY_MARK = ".empty"  # .dvcignore names it
+EMPTY_TEXT = "This run left this DVC output empty; DVC ignores this file (.dvcignore).\n"
+
+
+def mark_empty(folder: str | os.PathLike) -> None:
+    """Leave the placeholder EMPTY_MARK in `folder` where nothing else is in it, and none where something is. DVC
+    warns "'<folder>' is empty" on saving an empty output folder (a zero-shot run's checkpoints and curves): a
+    warning the user cannot act on. DVC ignores the placeholder, so the lock records the empty folder as before."""
+    mark = Path(folder) / EMPTY_MARK
+    if any(path != mark for path in Path(folder).iterdir()):
+        mark.unlink(missing_ok=True)
+    else:
+        mark.write_text(EMPTY_TEXT, encoding="utf-8")

@@ -116,9 +116,9 @@ class ExactIndex(Index):
 def query_blocks(n_queries: int, rows_per_block: int, progress: bool) -> Iterator[int]:
     """The first query of each block, with a progress bar (rate and ETA, in queries) when `progress`: at
     scale one exact search (a mining round, tune's validation) takes minutes to hours."""
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
-    with tqdm(total=n_queries, desc="exact search", unit="query", disable=not progress) as bar:
+    with progress_bar(total=n_queries, desc="exact search", unit="query", disable=not progress) as bar:
         for start in range(0, n_queries, rows_per_block):
             yield start
             bar.update(min(rows_per_block, n_queries - start))

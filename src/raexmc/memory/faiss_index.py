@@ -63,7 +63,8 @@ class FaissIndex(Index):
                progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Approximate top-k keys of each query by inner product with the decoded keys; -1 / -inf padding."""
         import faiss
-        from tqdm import tqdm
+
+        from ..progress import progress_bar
 
         k = positive_int(k, "k")
         queries = self.checked_queries(queries)
@@ -73,7 +74,7 @@ class FaissIndex(Index):
             return ids, sims
         faiss.omp_set_num_threads(self.threads)
         self.graph.hnsw.efSearch = max(int(self.ef_search if ef_search is None else ef_search), k)
-        with tqdm(total=queries.shape[0], desc="faiss search", unit="query", disable=not progress) as bar:
+        with progress_bar(total=queries.shape[0], desc="faiss search", unit="query", disable=not progress) as bar:
             for start in range(0, queries.shape[0], QUERY_BATCH):
                 batch = queries[start:start + QUERY_BATCH]
                 found_sims, found_ids = self.index.search(batch, width)
@@ -106,7 +107,8 @@ def build_faiss(keys: np.ndarray, compression: Compression, M: int, ef_construct
     """Fit the projection (if any) and the quantiser's ranges on a seeded sample of the keys, then insert
     every key (ids 0..n-1) into a faiss HNSW graph of degree `compression.M or M`, with a progress bar."""
     import faiss
-    from tqdm import tqdm
+
+    from ..progress import progress_bar
 
     keys = as_matrix(keys, "keys")
     if keys.shape[0] == 0:
@@ -130,7 +132,8 @@ def build_faiss(keys: np.ndarray, compression: Compression, M: int, ef_construct
         projection.is_trained = True
         index = faiss.IndexPreTransform(projection, graph)
     index.train(_sample(keys, seed))
-    with tqdm(total=keys.shape[0], desc=f"faiss build ({progress_label})", unit="key", disable=not progress) as bar:
+    with progress_bar(total=keys.shape[0], desc=f"faiss build ({progress_label})", unit="key",
+                      disable=not progress) as bar:
         for start in range(0, keys.shape[0], INSERT_BATCH):
             chunk = keys[start:start + INSERT_BATCH]
             index.add(chunk)

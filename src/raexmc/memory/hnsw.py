@@ -83,10 +83,10 @@ class HnswIndex(Index):
         width = min(k, self.count)
         if width == 0 or queries.shape[0] == 0:
             return ids, sims
-        from tqdm import tqdm
+        from ..progress import progress_bar
 
         try:
-            with tqdm(total=queries.shape[0], desc="hnsw search", unit="query", disable=not progress) as bar:
+            with progress_bar(total=queries.shape[0], desc="hnsw search", unit="query", disable=not progress) as bar:
                 for start in range(0, queries.shape[0], QUERY_BATCH):
                     batch = queries[start:start + QUERY_BATCH]
                     rows = slice(start, start + batch.shape[0])
@@ -151,7 +151,8 @@ def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_
     """Insert every key (ids 0..n-1) into a new hnswlib "ip" graph on `threads` threads (0: every CPU),
     with a progress bar (rate and ETA) that names the keys `progress_label`."""
     import hnswlib
-    from tqdm import tqdm
+
+    from ..progress import progress_bar
 
     if M < 2:
         raise ConfigError(f"M must be >= 2, got {M}", PARAMS_FILE, "index.M")
@@ -165,7 +166,8 @@ def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_
     graph = hnswlib.Index(space=SPACE, dim=keys.shape[1])
     graph.init_index(max_elements=keys.shape[0], M=int(M), ef_construction=int(ef_construction),
                      random_seed=int(seed))
-    with tqdm(total=keys.shape[0], desc=f"hnsw build ({progress_label})", unit="key", disable=not progress) as bar:
+    with progress_bar(total=keys.shape[0], desc=f"hnsw build ({progress_label})", unit="key",
+                      disable=not progress) as bar:
         for start in range(0, keys.shape[0], INSERT_BATCH):
             chunk = keys[start:start + INSERT_BATCH]
             graph.add_items(chunk, np.arange(start, start + chunk.shape[0]), num_threads=n_threads)

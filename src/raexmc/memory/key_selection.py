@@ -139,10 +139,10 @@ def two_level_kmeans(inputs: np.ndarray, count: int, rng: np.random.Generator, c
     clusters = np.empty(n, dtype=np.int64)
     order = np.argsort(cell_of, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
     offset = 0
-    for cell in tqdm(range(cells), desc="k-means per cell", unit="cell", disable=not progress or cells == 1):
+    for cell in progress_bar(range(cells), desc="k-means per cell", unit="cell", disable=not progress or cells == 1):
         rows = order[bounds[cell]:bounds[cell + 1]]
         if budgets[cell] == 0:  # an empty cell
             continue

@@ -3,7 +3,8 @@ a params key it does not know, so a misspelt `"params": {"topk": 2}` was answere
 number of labels. Here an unknown name is refused in one line that names it and the names accepted.
 
 Checked: the field names and params' types, and the shape of "inputs": a list of texts, the common form for
-text models, is read as the records it means (one {"text": ...} each), so it is answered as they are. Left to
+text models, or one text, is read as the records it means (one {"text": ...} each, none for an empty list), so it
+is answered as they are; a list of records, as those records. Left to
 the model: the records' content (a query needs a "text" or "title", `query_of`) and k's range (1..number of
 labels, `checked_k`), which `raexmc predict` checks alike.
 """
@@ -20,7 +21,7 @@ from ..errors import ConfigError, DataError, RaexmcError
 from ..rae.queries import DEEP_JSON
 
 SOURCE = "request"  # what errors name in place of a file
-INPUT_FORMS = '["text", ...], records [{"text": ...}] or columns {"text": [...]}'
+INPUT_FORMS = '"text", ["text", ...], records [{"text": ...}] or columns {"text": [...]}'
 JSON_TERMS = {"model_type": "Input should be a JSON object", "dict_type": "Input should be a JSON object",
               "list_type": "Input should be a JSON array"}  # pydantic's messages name Python types and classes
 
@@ -69,15 +70,20 @@ def _checked(body: bytes) -> bytes:
     if request.params is not None:
         raw["params"] = request.params.model_dump(exclude_none=True)
     if texts_as_records(request.inputs) and len(request.model_fields_set - {"params"}) == 1:
-        raw["dataframe_records"] = [{"text": text} for text in raw.pop("inputs")]
+        inputs = raw.pop("inputs")
+        raw["dataframe_records"] = [item if isinstance(item, dict) else {"text": item}
+                                    for item in ([inputs] if isinstance(inputs, str) else inputs)]
     return json.dumps(raw).encode()
 
 
 def texts_as_records(inputs: Any) -> bool:
-    """Whether "inputs" is a list of texts, to be read as one record each; records and columns pass on as MLflow
-    reads them. Any other "inputs" (a bare string, a number, a list mixing kinds) is refused naming where."""
+    """Whether "inputs" is read as records: a text or a list of texts (an empty one too) one {"text": ...} record
+    each, a list of records as they are (the scoring server would make each value a numpy array); columns pass on
+    as MLflow reads them. Any other "inputs" (a number, a list mixing kinds) is refused naming where."""
     if inputs is None or isinstance(inputs, dict):
         return False
+    if isinstance(inputs, str):
+        return True
     if not isinstance(inputs, list):
         raise DataError(f"inputs: give texts {INPUT_FORMS}", SOURCE)
     kind = dict if inputs and isinstance(inputs[0], dict) else str
@@ -85,7 +91,7 @@ def texts_as_records(inputs: Any) -> bool:
         if not isinstance(item, kind):
             raise DataError(f"inputs[{number}]: not a {'record' if kind is dict else 'text'}: give texts "
                             f"{INPUT_FORMS}, one kind in a list", SOURCE)
-    return kind is str and bool(inputs)
+    return True
 
 
 def refusal(error: dict[str, Any]) -> RaexmcError:

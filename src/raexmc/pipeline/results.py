@@ -32,8 +32,11 @@ def _read(path: Path) -> dict:
         raise DataError(f"not valid JSON ({exc.msg})", path, exc.lineno) from None
 
 
-def summary(eval_dir: Path, significance_path: Path, metrics: tuple[str, ...] = KEY_METRICS) -> str:
-    """The summary as aligned plain text: one row per method that the run has, then the tests."""
+def summary(eval_dir: Path, significance_path: Path, selection_path: Path,
+            metrics: tuple[str, ...] = KEY_METRICS) -> str:
+    """The summary as aligned plain text: the settings the run used (λ, τ, the retrieval from the tune stage's
+    `selection_path`, kNN's τ), one row per method that the run has, then the tests. The track stage prints it
+    at the end of a run, as `raexmc results` does."""
     results = _read(eval_dir / "metrics.json")
     tests = _read(significance_path)
     methods = [m for m in METHODS if m in results]
@@ -42,11 +45,7 @@ def summary(eval_dir: Path, significance_path: Path, metrics: tuple[str, ...] = 
     lines = []
     chosen = results.get("selection")  # metrics.json's record of the tune stage's choice
     if chosen:
-        auto = [name for name, on in chosen.get("auto", {}).items() if on]
-        knn_tau = results.get("knn", {}).get("tau", chosen["tau"])  # kNN's own where τ was chosen
-        lines.append(f"λ = {chosen['lambda']}, τ = {chosen['tau']}"
-                     + (f" ({' and '.join(auto)} chosen on validation {chosen['metric']})" if auto else "")
-                     + (f"; kNN τ = {knn_tau}" if knn_tau != chosen["tau"] else ""))
+        lines.append(settings_line(chosen, _read(selection_path), results.get("knn", {})))
     width = max(len(m) for m in methods)
     lines.append(f"{'method':<{width}}  " + "  ".join(f"{m:>7}" for m in metrics) + f"  {'F1@5 tail':>9}")
     for method in methods:
@@ -61,6 +60,18 @@ def summary(eval_dir: Path, significance_path: Path, metrics: tuple[str, ...] = 
                  for m, t in by_metric.items() if isinstance(t, dict)]
         lines.append(f"{name.replace('_vs_', ' vs ')}: " + ", ".join(parts))
     return "\n".join(lines)
+
+
+def settings_line(selection: dict[str, Any], tuned: dict[str, Any], knn: dict[str, Any]) -> str:
+    """"λ = 0.1, τ = 0.2 (lambda and tau chosen on validation P@1); retrieval joint; kNN τ = 0.07": the evaluated
+    `selection`, the retrieval (and label share) of the tune stage's record `tuned`, and kNN's τ (RAE's in a
+    metrics.json written before kNN had its own)."""
+    auto = [name for name, on in selection.get("auto", {}).items() if on]
+    share = tuned.get("label_share")
+    return (f"λ = {selection['lambda']}, τ = {selection['tau']}"
+            + (f" ({' and '.join(auto)} chosen on validation {selection['metric']})" if auto else "")
+            + f"; retrieval {tuned.get('retrieval', '-')}" + ("" if share is None else f", label_share {share}")
+            + f"; kNN τ = {knn.get('tau', selection['tau'])}")
 
 
 @dataclass(frozen=True)

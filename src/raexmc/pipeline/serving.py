@@ -3,8 +3,10 @@
 `mlflow models serve -m models:/<name>@<alias>` answers HTTP requests with labels.
 
 Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}}, or
-{"inputs": ["...", ...]}, which `raexmc serve` reads as those records);
-a record may give "title" and "content" instead of "text", joined by the training inputs' recipe.
+{"inputs": ["...", ...]} or {"inputs": "..."}, which `raexmc serve` reads as those records);
+a record may give "title" and "content" instead of "text", joined by the training inputs' recipe. In Python, the
+loaded pyfunc's `predict` takes the same: a DataFrame with a "text" column, a list of texts or one text. No records
+(an empty list) are answered with none.
 Answer: {"predictions": [{"text": "...",
           "labels": [{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}.
 A bad request (no "text"/"title", an empty text, k outside 1..number of labels, more than MAX_RECORDS
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+import numpy as np
 import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
@@ -52,9 +55,10 @@ REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "onnx", "onnxru
 # one label of an answer (RaeModel.label_answer): its id is its dataset's, a string, a number or null
 LABEL = Object([Property("label", "long"), Property("id", AnyType()), Property("text", "string"),
                 Property("score", "double")])
-SIGNATURE = ModelSignature(inputs=Schema([ColSpec("string", column, required=False)
-                                          for column in ("text", "title", "content")]),
-                           outputs=Schema([ColSpec("string", "text"), ColSpec(Array(LABEL), "labels")]),
+# No input schema: MLflow would make a list of texts a table of one unnamed column and drop it as a column the
+# schema does not name, so `predict(["text"])` reached the model as no records. The model reads what it is given
+# (request_table); the input example shows the records' form.
+SIGNATURE = ModelSignature(outputs=Schema([ColSpec("string", "text"), ColSpec(Array(LABEL), "labels")]),
                            params=ParamSchema([ParamSpec("k", "long", DEFAULT_K)]))
 INPUT_EXAMPLE = pd.DataFrame({"text": ["a text to label"]})  # the request a client starts from
 WRITER_TAG = "raexmc.writer"  # a logged model's tag: host:pid of the process that logs it
@@ -97,11 +101,15 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
         self.model = RaeModel.load(self.folder)
         self.batches = SharedBatches(self.model)  # the server's worker threads answer their requests together
 
+    # The hint MLflow reads: a DataFrame keeps SIGNATURE (a union would replace it by one of "any" input); the
+    # request arrives as the caller gave it (a DataFrame, a dict of columns, a list, a text), read by request_table.
     def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         try:
-            queries, k = self.request(model_input, (params or {}).get("k", DEFAULT_K))
+            queries, k = self.request(request_table(model_input), (params or {}).get("k", DEFAULT_K))
         except RaexmcError as error:
             raise RequestRefused(error) from None
+        if not queries:
+            return pd.DataFrame({"text": [], "labels": []})
         try:
             results = self.batches.predict(queries, k)
         except RaexmcError as error:
@@ -114,10 +122,8 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
         return pd.DataFrame({"text": [self.model.query_text(query) for query in queries], "labels": results})
 
     def request(self, model_input: pd.DataFrame, k: object) -> tuple[list, int]:
-        """The queries and k of a request, checked (DataError, ConfigError)."""
-        # MLflow drops the columns the signature lacks, and with them every row of a request that has
-        # neither "text" nor "title": an empty table is such a request (or one with no records)
-        if model_input.empty:
+        """The queries and k of a request, checked (DataError, ConfigError); no records, no queries."""
+        if len(model_input) and not {"text", "title"} & set(model_input.columns):
             raise DataError('no query: each record needs a "text" (or "title") string', "request")
         if len(model_input) > self.max_records:
             raise DataError(f"{len(model_input):,} records, over the limit of {self.max_records:,} per request "
@@ -126,6 +132,24 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
             k = min(k, self.model.num_labels)
         queries = [query_of(row, "request", number) for number, row in enumerate(model_input.to_dict("records"))]
         return queries, checked_k(k, self.model.num_labels)
+
+
+def request_table(model_input: object) -> pd.DataFrame:
+    """The request as a table of records: a text, or each text of a list, is one {"text": ...} record; a dict is
+    columns (a scalar value one row), a list of dicts records, as pandas reads them."""
+    if isinstance(model_input, pd.DataFrame):
+        return model_input
+    if isinstance(model_input, str):
+        model_input = [model_input]
+    try:
+        if isinstance(model_input, dict):
+            return pd.DataFrame({name: np.atleast_1d(column) for name, column in model_input.items()})
+        items = list(model_input)  # a list, a numpy array or a Series (of texts or records)
+        if all(isinstance(item, str) for item in items):
+            return pd.DataFrame({"text": items})
+        return pd.DataFrame(items)
+    except (TypeError, ValueError) as error:  # not iterable, columns of different lengths, a list mixing kinds
+        raise DataError(f"not texts, records or columns of texts ({_first_line(error)})", "request") from None
 
 
 def _first_line(error: Exception) -> str:
@@ -162,8 +186,9 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
     fail_interrupted_logs(client, client.get_run(run_id).info.experiment_id)
     with mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
-            name="predictor", python_model=RaexmcModel(), signature=SIGNATURE, input_example=INPUT_EXAMPLE,
-            artifacts={"model": str(model)}, tags={WRITER_TAG: _this_writer()},
+            name="predictor", python_model=str(code / "pipeline" / "pyfunc_model.py"),  # the model as code
+            signature=SIGNATURE, input_example=INPUT_EXAMPLE, artifacts={"model": str(model)},
+            tags={WRITER_TAG: _this_writer()},
             code_paths=[str(code)], pip_requirements=pinned_requirements(), registered_model_name=model_name)
     client.set_registered_model_alias(model_name, alias, info.registered_model_version)
     return f"models:/{model_name}@{alias}"

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 USAGE = """```python
-from raexmc.rae.model import RaeModel
+from raexmc import RaeModel
 
 model = RaeModel.load("{name}")
 answers, _ = model.predict(["a query text"], k=5)

@@ -9,9 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tqdm import tqdm
-
 from ..process_group import DistContext
+from ..progress import progress_bar
 from .settings import TrainSettings
 
 
@@ -23,7 +22,7 @@ class Journal:
         self.is_main, self.start_step = ctx.is_main, start_step
         self.global_batch = settings.batch_size * ctx.world_size
         self.history, self.log = history, log
-        self.bar = tqdm(total=settings.max_steps, initial=start_step, desc="train", unit="step",
+        self.bar = progress_bar(total=settings.max_steps, initial=start_step, desc="train", unit="step",
                         disable=not ctx.is_main, mininterval=2.0)
         self.started = time.perf_counter() - elapsed_s
         self._open_window()

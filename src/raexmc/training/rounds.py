@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 import torch
-from tqdm import tqdm
 
 from ..encoder.device import embed_batch_size
 from ..encoder.text_encoder import TextEncoder, length_sorted_batches
 from ..encoder.tokens import TokenCache
 from ..memory.torch_index import top_k_search
 from ..process_group import DistContext
+from ..progress import progress_bar
 from .distributed import gather_array, pad_to_multiple, shard
 from .mining import mine_hard_negatives
 from .settings import TrainSettings
@@ -33,8 +33,8 @@ def embed_sharded(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, ro
     padded = pad_to_multiple(np.arange(count), ctx.world_size)
     share = np.asarray(rows)[shard(padded, ctx)]
     local = np.zeros((len(share), encoder.dim), np.float32)
-    for batch in tqdm(length_sorted_batches(np.asarray(lengths)[share], batch_size), desc="re-embed",
-                      unit="batch", disable=not ctx.is_main, mininterval=2.0, leave=False):
+    for batch in progress_bar(length_sorted_batches(np.asarray(lengths)[share], batch_size), desc="re-embed",
+                              unit="batch", disable=not ctx.is_main, mininterval=2.0, leave=False):
         local[batch] = encoder.embed(ids, lengths, share[batch])
     gathered = gather_array(torch.from_numpy(local).to(ctx.device), ctx).cpu().numpy()
     out = np.zeros((count, local.shape[1]), np.float32)

@@ -154,6 +154,6 @@ def stage_cli(main: Callable[..., None], description: str) -> None:
     pinned its CPU kernels first (raexmc.numerics), or its floats would depend on the CPU."""
     if not kernels_pinned():
         raise RuntimeError("a stage script must call raexmc.numerics.pin_cpu_kernels() before anything else")
-    app = typer.Typer(add_completion=False)
+    app = typer.Typer(add_completion=False, rich_markup_mode=None)  # as raexmc's: a flag without "<bool>"
     app.command(help=description)(main)
     app()
