@@ -92,8 +92,8 @@ def test_raexmc_datasets_lists_the_files_of_the_catalogue(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "datasets", "--params", str(tmp_path / "params.yaml"),
                            "--data-dir", str(tmp_path / "data")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [f"{'a':24} {'local':8} N_train=3 N_test=2 L=5",
-                                        f"{'b':24} {'synthetic':8} not built"]
+    # columns as wide as their longest entry ("synthetic"), two spaces apart
+    assert proc.stdout.splitlines() == ["a  local      N_train=3 N_test=2 L=5", "b  synthetic  not built"]
 
 
 @pytest.mark.slow
