@@ -760,8 +760,12 @@ def cases() -> list[Case]:
             p, "embed", "tokens-cut", {"tokens": truncate("train.ids.npy")}), "train.ids.npy"),
         Case("labels-matrix-truncated", "tune", "data Y_train.npz cut in half (tune)", lambda p: stage_with(
             p, "tune", "y-cut", {"dataset": truncate("Y_train.npz")}), "Y_train.npz"),
-        Case("memory-json-broken", "evaluate", "memory.json not valid JSON (evaluate)", lambda p: stage_with(
-            p, "evaluate", "memory-json", {"memory": overwrite("memory.json", b'{"keep": 1.0')}), "memory.json"),
+        Case("memory-json-broken", "package", "memory.json not valid JSON (package; evaluate reads its folder)",
+             lambda p: stage_with(p, "package", "memory-json", {"memory": overwrite("memory.json", b'{"keep": 1.0')}),
+             "memory.json"),
+        Case("predictor-manifest-broken", "evaluate", "the package's manifest.json not valid JSON (evaluate)",
+             lambda p: stage_with(p, "evaluate", "manifest-json", {"predictor": overwrite("manifest.json", b'{"f')}),
+             "manifest.json"),
         Case("per-instance-truncated", "significance", "eval per_instance.npz cut in half (significance)",
              lambda p: stage_with(p, "significance", "per-instance-cut", {"eval": truncate("per_instance.npz")}),
              "per_instance.npz"),
