@@ -23,7 +23,7 @@ import scipy.sparse as sp
 
 from raexmc.data.dataset import Dataset
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import RANK_DEPTH, Evaluator
+from raexmc.evaluation.evaluator import Evaluator, unfiltered_depth
 from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import atomic_file, write_json
 
@@ -46,7 +46,7 @@ class Split:
     @property
     def predict_depth(self) -> int:
         """How many labels a peer must return per test input so that RANK_DEPTH remain after the filter."""
-        return RANK_DEPTH + int(np.diff(self.evaluator.exclude.indptr).max(initial=0))
+        return unfiltered_depth(self.evaluator.exclude)
 
 
 def load_split(name: str, folder: str | Path | None = None) -> Split:

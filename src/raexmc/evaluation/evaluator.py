@@ -18,6 +18,12 @@ from .propensity import propensities
 from .totals import QueryChunk, RankingTotals
 
 RANK_DEPTH = 100  # deep enough for R@100
+
+
+def unfiltered_depth(exclude: sp.csr_matrix) -> int:
+    """How many labels a ranking must hold for RANK_DEPTH to remain in every row once the filtered pairs of
+    `exclude` are dropped."""
+    return RANK_DEPTH + int(np.diff(sp.csr_matrix(exclude).indptr).max(initial=0))
 QUERY_CHUNK = 8192  # queries scored at once: bounds the sparse score matrices' memory
 # Bytes a chunk of test queries may take while it is scored and ranked, shared by the workers that rank it
 # side by side: about SCORE_ENTRY_BYTES for each of the b_max x (1 + labels per training input) label scores

@@ -23,7 +23,7 @@ from ..memory.search import Hits
 from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
 from ..rae.ranking import top_k
 from ..rae.scoring import PAPER_B, dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
-from .evaluator import CHUNK_BYTES, RANK_DEPTH, Evaluator, Scorer, chunk_queries
+from .evaluator import CHUNK_BYTES, RANK_DEPTH, Evaluator, Scorer, chunk_queries, unfiltered_depth
 from .propensity import DEFAULT_AB
 from .retrievals import Retrievals, Search
 from .score_file import TopScores
@@ -36,7 +36,7 @@ KNN_B = PAPER_B  # kNN's own b, the inputs its softmax weighs: the paper's, what
 def baseline_depth(exclude: sp.csr_matrix) -> int:
     """How deep the baselines search: kNN's KNN_B inputs, and for the dual encoder enough labels that RANK_DEPTH
     remain in every row after its filtered pairs are dropped (R@100 ranks 100 labels)."""
-    return max(KNN_B, RANK_DEPTH + int(np.diff(sp.csr_matrix(exclude).indptr).max(initial=0)))
+    return max(KNN_B, unfiltered_depth(exclude))
 
 
 @dataclass

@@ -239,16 +239,12 @@ class InputMemory:
 
     def search(self, baselines: JointSearch, queries: np.ndarray, k: int, k_parts: int, tau: float,
                ef_search: int, threads: int = 0, retrieval: RaeRetrieval = RaeRetrieval(),
-               other_b: tuple[int, ...] = (), device: str = "cpu",
-               baseline_k: int | None = None) -> tuple[Hits, dict[int, Hits], Hits, Hits]:
+               other_b: tuple[int, ...] = (), device: str = "cpu") -> tuple[Hits, dict[int, Hits], Hits, Hits]:
         """RAE's keys at b = k_parts as `retrieval` takes them from top-k searches of this memory's input keys
         and labels (the prior added at `tau`), its keys at each b of `other_b` likewise, and kNN's and the
-        dual encoder's top-baseline_k (default k_parts) from the index stage's own two indexes (this memory's own
-        exact index searching on `device`). The index stage's indexes are searched once, as deep as the deeper
-        of the two needs: RAE takes its first k (a prefix, as a top-k search returns it)."""
-        baseline_k = k_parts if baseline_k is None else baseline_k
-        deepest_inputs, deepest_labels = baselines.search_parts(queries, max(k, baseline_k))
-        full_inputs, labels_k = prefix(deepest_inputs, k), prefix(deepest_labels, k)
+        dual encoder's top-k_parts from the index stage's own two indexes (this memory's own exact index
+        searching on `device`)."""
+        full_inputs, labels_k = baselines.search_parts(queries, k)
         rae = self.indexes(baselines, ef_search, threads, device)
         own_inputs = full_inputs if rae.inputs is baselines.inputs else rae.inputs.search(queries, k)
         own_labels = labels_k if rae.labels is baselines.labels else rae.labels.search(queries, k)
@@ -257,5 +253,5 @@ class InputMemory:
         def rae_at(b: int) -> Hits:
             return rae_keys(retrieval, own_inputs, own_labels, rae.inputs.count, b, log_counts, tau)
 
-        return (rae_at(k_parts), {b: rae_at(b) for b in other_b}, prefix(deepest_inputs, baseline_k),
-                prefix(deepest_labels, baseline_k))
+        return (rae_at(k_parts), {b: rae_at(b) for b in other_b}, prefix(full_inputs, k_parts),
+                prefix(labels_k, k_parts))
