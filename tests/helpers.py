@@ -212,6 +212,14 @@ def local_server(command: Callable[[int], list[str]], health_path: str, timeout:
         server.wait(timeout=30)
 
 
+def search_all(search, queries, k: int, k_parts: int):
+    """RAE's joint top-k and the inputs' and labels' top-k_parts (prefixes of their top-k) of a JointSearch."""
+    from raexmc.memory.merge import prefix
+
+    inputs, labels = search.search_parts(queries, k)
+    return search.merge(inputs, labels, k), prefix(inputs, k_parts), prefix(labels, k_parts)
+
+
 def dense_top_b_softmax(S, b: int, tau: float):
     """Brute-force reference: softmax over the b largest entries of each row of the similarity matrix S
     (cast to float32 first, as an index returns sims), zero elsewhere; ties go to the smaller column."""

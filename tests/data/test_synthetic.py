@@ -29,7 +29,7 @@ from raexmc.process_group import DistContext
 from raexmc.settings import load_settings
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
-from tests.helpers import REPO
+from tests.helpers import REPO, search_all
 
 SMALL = catalogue(catalogue_dir(REPO / "params.yaml"))["synthetic-small"]
 FILES = ("labels.jsonl", "train.jsonl", "test.jsonl", "Y_train.npz", "Y_test.npz", "filter_train.npz",
@@ -148,7 +148,7 @@ def test_synthetic_small_goes_through_every_stage(tmp_path, tiny_model):
         embed_split(model, cache, split, tmp_path / f"{split}.npy", 256)
     build_memory_indexes(tmp_path, tmp_path / "index", "hnsw", M=16, ef_construction=100, progress=False)
     queries = np.load(tmp_path / "test.npy")
-    joint, inputs, labels = load_joint_search(tmp_path / "index").search_all(queries, 50, 50)
+    joint, inputs, labels = search_all(load_joint_search(tmp_path / "index"), queries, 50, 50)
     retrievals = Retrievals(joint=joint, labels=labels, inputs=inputs)
     evaluator = Evaluator(dataset.label_matrix("train"), dataset.label_matrix("test"), dataset.filter_matrix("test"),
                           (0.55, 1.5))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raexmc.errors import ConfigError
 from raexmc.memory.exact import ExactIndex, block_rows
 from raexmc.memory.torch_index import TorchIndex
 
@@ -71,11 +70,11 @@ def test_block_rows_is_the_budget_in_rows_at_least_one_at_most_chunk_rows_a_powe
     assert block_rows(0, 100) == 16
 
 
-def test_a_budget_that_is_no_positive_integer_is_a_config_error(tied):
+def test_a_budget_that_is_no_positive_integer_is_refused(tied):
     keys, _ = tied
-    with pytest.raises(ConfigError, match="block_bytes must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="block_bytes must be an integer >= 1, got 0"):
         ExactIndex(keys, block_bytes=0)
-    with pytest.raises(ConfigError, match="free_bytes must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="free_bytes must be an integer >= 1, got 0"):
         TorchIndex(keys, "cpu", free_bytes=0)
 
 

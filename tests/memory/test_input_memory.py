@@ -25,7 +25,7 @@ from raexmc.memory.persistence import save_index
 from raexmc.memory.search import sort_rows
 from raexmc.rae.reference import reference_scores
 from raexmc.settings import load_settings
-from tests.helpers import REPO
+from tests.helpers import REPO, search_all
 
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 
@@ -72,7 +72,8 @@ def test_keep_one_records_the_index_stage_inputs_and_copies_nothing(memory_data,
     assert meta == json.loads((tmp_path / "memory/memory.json").read_text())
     assert (meta["index"], meta["input_keys"], meta["num_inputs"]) == ("index/inputs", N_TRAIN, N_TRAIN)
     joint, inputs, labels = searches(memory_data, tmp_path / "memory")
-    reference = load_joint_search(index, memory_keys(embeddings)).search_all(np.load(embeddings / "test.npy"), 10, 5)
+    reference = search_all(load_joint_search(index, memory_keys(embeddings)), np.load(embeddings / "test.npy"), 10,
+                           5)
     for got, expected in zip((joint, inputs, labels), reference):  # the prior is never applied to a full memory
         np.testing.assert_array_equal(got[0], expected[0])
         np.testing.assert_array_equal(got[1], expected[1])

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from raexmc.errors import ConfigError
 from raexmc.memory.key_selection import InputsWithLabels, _fill_empty, _shares, kept_count, select_keys
 
 
@@ -97,12 +96,9 @@ def test_the_same_seed_gives_the_same_memory():
     np.testing.assert_array_equal(a.counts, b.counts)
 
 
-@pytest.mark.parametrize("keep, method, record", [(1.5, "kmeans", "memory.keep"), (-0.1, "random", "memory.keep"),
-                                                  ("half", "random", "memory.keep"),
-                                                  (0.5, "prototypes", "memory.method")])
-def test_bad_settings_are_config_errors_naming_the_key(keep, method, record):
-    with pytest.raises(ConfigError, match=record.split(".")[1]):
-        select_keys(unit_rows(10), label_rows(10), keep, method)
+def test_value_rows_of_other_inputs_are_refused():
+    with pytest.raises(ValueError, match="10 input keys but 9 value rows"):
+        select_keys(unit_rows(10), label_rows(9), 0.5, "kmeans")
 
 
 def test_an_empty_cluster_takes_the_worst_fitting_point():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from raexmc.errors import ConfigError, DataError
+from raexmc.errors import DataError
 from raexmc.memory import keys_values
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, memory_backend
 from raexmc.memory.keys_values import memory_keys, training_values
@@ -70,8 +70,6 @@ def test_values_are_binary_unless_graded_is_asked_for():
     np.testing.assert_array_equal(training_values(Y).toarray(), [[1, 0, 1], [0, 1, 0]])
     np.testing.assert_array_equal(training_values(Y, "graded").toarray(), Y.toarray())
     assert Y.data.tolist() == [1.0, 0.5, 2.0]  # the dataset's matrix is left as it was
-    with pytest.raises(ConfigError, match="infer.relevance"):
-        training_values(Y, "weighted")
 
 
 def test_values_take_over_the_matrix_handed_to_them():

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raexmc.errors import ConfigError, DataError
+from raexmc.errors import DataError
 from raexmc.evaluation.recall import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.merge import JointSearch, merge_top_k
+from tests.helpers import search_all
 
 N_INPUTS, N_LABELS = 40, 9
 
@@ -76,17 +77,14 @@ def test_the_ties_across_and_within_key_sets_are_exercised():
     assert list(at_top) == sorted(at_top)
 
 
-def test_search_all_is_the_three_exact_searches():
+def test_the_parts_prefixes_are_their_own_exact_searches():
     inputs, labels, queries = integer_memory(1)
-    memory = JointSearch(ExactIndex(inputs), ExactIndex(labels))
-    joint, inputs_hits, labels_hits = memory.search_all(queries, 12, 5)
+    joint, inputs_hits, labels_hits = search_all(JointSearch(ExactIndex(inputs), ExactIndex(labels)), queries, 12, 5)
     for hits, want in ((joint, ExactIndex(np.vstack([inputs, labels])).search(queries, 12)),
                        (inputs_hits, ExactIndex(inputs).search(queries, 5)),
                        (labels_hits, ExactIndex(labels).search(queries, 5))):
         np.testing.assert_array_equal(hits[0], want[0])
         np.testing.assert_array_equal(hits[1], want[1])
-    with pytest.raises(ConfigError, match="k_parts"):
-        memory.search_all(queries, 5, 12)
 
 
 def test_mismatched_parts_are_refused():

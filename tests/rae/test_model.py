@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from raexmc.errors import ConfigError, DataError
+from raexmc.errors import DataError
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.merge import JointSearch, RaeRetrieval
@@ -153,9 +153,9 @@ def test_a_bare_scoring_model_saves_without_search_encoder_or_labels(tmp_path):
 
 
 def test_bad_models_and_folders_are_refused_naming_what(tmp_path):
-    with pytest.raises(ConfigError, match="infer.lambda"):
+    with pytest.raises(ValueError, match="infer.lambda"):
         RaeSettings(1.5, TAU, B)
-    with pytest.raises(ConfigError, match="infer.tau"):
+    with pytest.raises(ValueError, match="infer.tau"):
         RaeSettings(LAM, 0.0, B)
     with pytest.raises(ValueError, match="3 member counts for 4 input keys"):
         RaeModel(Y, RaeSettings(), np.zeros(3))

@@ -118,8 +118,6 @@ def build_faiss(keys: np.ndarray, compression: Compression, M: int, ef_construct
         raise ConfigError(f"compression {compression.name!r} projects to {compression.pca_dim} dimensions, the keys "
                           f"have {dim}", PARAMS_FILE, "memory.compression")
     degree = compression.M or M
-    if degree < 2:
-        raise ConfigError(f"M must be >= 2, got {degree}", PARAMS_FILE, "index.M")
     faiss.omp_set_num_threads(resolve_threads(threads))
     quantiser, range_fit = (getattr(faiss.ScalarQuantizer, name) for name in _QUANTISERS[compression.codec])
     graph = faiss.IndexHNSWSQ(compression.pca_dim or dim, quantiser, int(degree), faiss.METRIC_INNER_PRODUCT)

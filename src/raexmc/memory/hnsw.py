@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from ..checks import positive_int
-from ..errors import PARAMS_FILE, ConfigError, DataError
+from ..errors import DataError
 from .search import Index, as_matrix, empty_result, sort_rows
 
 SPACE = "ip"
@@ -29,8 +29,6 @@ _SHORT_RESULT = "contiguous 2D array"
 
 def resolve_threads(threads: int) -> int:
     """The number of worker threads: `threads`, or every CPU this process may use when it is 0."""
-    if threads < 0:
-        raise ConfigError(f"threads must be >= 0 (0 = all CPUs), got {threads}")
     if threads:
         return int(threads)
     try:
@@ -154,11 +152,6 @@ def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_
 
     from ..progress import progress_bar
 
-    if M < 2:
-        raise ConfigError(f"M must be >= 2, got {M}", PARAMS_FILE, "index.M")
-    if ef_construction < 1:
-        raise ConfigError(f"ef_construction must be >= 1, got {ef_construction}", PARAMS_FILE,
-                          "index.ef_construction")
     keys = as_matrix(keys, "keys")
     if keys.shape[0] == 0:
         raise DataError("no keys to index")

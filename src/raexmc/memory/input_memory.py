@@ -30,7 +30,7 @@ from ..io import atomic_dir, load_array, load_sparse, read_json, save_array, wri
 from ..settings import AUTO, MemorySection, NonNegative, Share, record_value
 from .compression import NONE, checked_compression, parse_compression
 from .indexes import INDEXED_KEY_SETS, make_index
-from .key_selection import check_keep, kept_count, select_keys
+from .key_selection import kept_count, select_keys
 from .keys_values import KEYS_FILE, load_keys
 from .merge import JointSearch, RaeRetrieval, prefix, rae_keys
 from .persistence import load_index, save_index
@@ -72,7 +72,7 @@ class MemorySettings:
         """The section resolved for the index backend `backend` (`index.backend` resolved: indexes.backend_for),
         at `keep` where given (memory.keep auto: a point of its grid, or the tune stage's choice), with α
         `prototypes` where memory.prototypes auto is chosen (prototypes.searches_prototypes) likewise."""
-        keep = resolved_keep(memory) if keep is None else check_keep(keep)
+        keep = resolved_keep(memory) if keep is None else keep
         # an unknown name, or one the index backend cannot build, fails here: before any key is selected
         checked_compression(memory.compression, backend)
         return cls(keep=keep, method=memory.method, prior=memory.prior, seed=memory.seed,

@@ -30,8 +30,6 @@ from typing import get_args
 import numpy as np
 import scipy.sparse as sp
 
-from ..checks import one_of
-from ..errors import PARAMS_FILE, ConfigError
 from ..settings import KeepMethod
 
 METHODS = get_args(KeepMethod)
@@ -53,16 +51,9 @@ class SelectedKeys:
         return len(self.keys)
 
 
-def check_keep(keep: object) -> float:
-    """A share of the training inputs in [0, 1], or ConfigError naming memory.keep."""
-    if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0.0 <= keep <= 1.0:
-        raise ConfigError(f"memory.keep must be a number in [0, 1], got {keep!r}", PARAMS_FILE, "memory.keep")
-    return float(keep)
-
-
 def kept_count(keep: float, num_inputs: int) -> int:
     """The number of input keys a share `keep` in [0, 1] of `num_inputs` keeps (rounded half up)."""
-    return int(math.floor(check_keep(keep) * num_inputs + 0.5))
+    return int(math.floor(keep * num_inputs + 0.5))
 
 
 def select_keys(inputs: np.ndarray, values: sp.csr_matrix, keep: float, method: str, seed: int = 0,
@@ -70,11 +61,10 @@ def select_keys(inputs: np.ndarray, values: sp.csr_matrix, keep: float, method: 
     """Exactly kept_count(keep, N) input keys chosen from the N rows of `inputs` (unit embeddings)
     with their `values` rows, by `method` (METHODS); keep = 1 keeps every input as it is. `kmeans-labels`
     also needs the `labels`' keys (the columns of `values`)."""
-    one_of(method, METHODS, "memory.method", PARAMS_FILE, "memory.method")
     count = kept_count(keep, len(inputs))
     values = sp.csr_matrix(values)
     if len(inputs) != values.shape[0]:
-        raise ConfigError(f"{len(inputs)} input keys but {values.shape[0]} value rows")
+        raise ValueError(f"{len(inputs)} input keys but {values.shape[0]} value rows")
     rng = np.random.default_rng(seed)
     if count == 0 or count == len(inputs) or method == "random":
         rows = (np.arange(len(inputs)) if count == len(inputs)
@@ -96,7 +86,7 @@ class InputsWithLabels:
 
     def __init__(self, inputs: np.ndarray, values: sp.csr_matrix, labels: np.ndarray):
         if values.shape[1] != len(labels):
-            raise ConfigError(f"{values.shape[1]} labels in the value rows but {len(labels)} label keys")
+            raise ValueError(f"{values.shape[1]} labels in the value rows but {len(labels)} label keys")
         positives = sp.csr_matrix((np.ones(values.nnz, dtype=np.float32), values.indices, values.indptr),
                                   shape=values.shape)
         self.inputs, self.labels, self.positives = inputs, labels, positives

@@ -11,15 +11,13 @@ saves them with the model (rae/model_folder.py).
 from __future__ import annotations
 
 import os
-from typing import get_args
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..encoder.vectors import load_embeddings
-from ..errors import PARAMS_FILE, ConfigError, DataError
+from ..errors import DataError
 from ..io import load_array
-from ..settings import Relevance
 
 # Key set -> the embedding splits it stacks, in key-id order.
 KEY_SETS: dict[str, tuple[str, ...]] = {
@@ -27,7 +25,6 @@ KEY_SETS: dict[str, tuple[str, ...]] = {
     "labels": ("labels",),           # the dual encoder
     "inputs": ("train",),            # kNN over training inputs
 }
-RELEVANCE = get_args(Relevance)
 KEYS_FILE = "keys.npy"
 GATHER_ROWS = 1 << 16  # rows `stack_rows` copies at once: its only scratch beside the result
 
@@ -61,21 +58,12 @@ def stack_rows(parts: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
     return keys
 
 
-def check_relevance(relevance: str) -> str:
-    """`relevance` if it is one of RELEVANCE, else a ConfigError about infer.relevance."""
-    if relevance not in RELEVANCE:
-        raise ConfigError(f"infer.relevance must be one of {', '.join(RELEVANCE)}, got {relevance!r}",
-                          PARAMS_FILE, "infer.relevance")
-    return relevance
-
-
 def training_values(Y_train: sp.spmatrix, relevance: str = "binary", copy: bool = True) -> sp.csr_matrix:
     """The values' input part: binary Y_train as in the paper, or the stored relevance when "graded".
 
     `copy=False` hands Y_train over: its arrays become the values' where they can (a float64 CSR's all
     do), so a matrix of millions of rows is not held twice; the caller must not use it afterwards.
     """
-    check_relevance(relevance)
     values = sp.csr_matrix(Y_train, dtype=np.float64, copy=copy)
     values.eliminate_zeros()
     if relevance == "binary":

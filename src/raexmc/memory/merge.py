@@ -20,8 +20,8 @@ from typing import Any, get_args
 
 import numpy as np
 
-from ..checks import one_of, positive_int
-from ..errors import PARAMS_FILE, ConfigError, DataError
+from ..checks import positive_int
+from ..errors import DataError
 from ..settings import Retrieval, Share, record_value
 from .prior import add_log_prior
 from .search import Hits, empty_result, sort_rows
@@ -93,15 +93,6 @@ class JointSearch:
     def search(self, queries: np.ndarray, k: int) -> Hits:
         return self.merge(*self.search_parts(queries, k), k)
 
-    def search_all(self, queries: np.ndarray, k: int, k_parts: int) -> tuple[Hits, Hits, Hits]:
-        """RAE's joint top-k, kNN's inputs top-k_parts and the dual encoder's labels top-k_parts (k_parts
-        <= k) from one top-k search per key set: the parts' are its prefixes, which is what a top-k_parts
-        search returns (exactly for the exact backend, and for HNSW while k <= ef_search: the same beam)."""
-        if not 1 <= k_parts <= k:
-            raise ConfigError(f"k_parts must be in 1..{k}, got {k_parts}")
-        inputs, labels = self.search_parts(queries, k)
-        return self.merge(inputs, labels, k), prefix(inputs, k_parts), prefix(labels, k_parts)
-
 
 def prefix(hits: Hits, k: int) -> Hits:
     ids, sims = hits
@@ -110,14 +101,6 @@ def prefix(hits: Hits, k: int) -> Hits:
 
 JOINT, SPLIT = RETRIEVALS = get_args(Retrieval)
 DEFAULT_LABEL_SHARE = 0.5
-
-
-def check_label_share(share: object) -> float:
-    """`share` as a float, or ConfigError unless it is a number in [0, 1]."""
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-        raise ConfigError(f"infer.label_share must be a number in [0, 1], got {share!r}", PARAMS_FILE,
-                          "infer.label_share")
-    return float(share)
 
 
 def recorded_retrieval(mode: Any, share: Any, path: str | os.PathLike, fix: str = "") -> RaeRetrieval:
@@ -143,12 +126,8 @@ class RaeRetrieval:
     label_share: float | None = None  # split only
 
     def __post_init__(self) -> None:
-        one_of(self.mode, RETRIEVALS, "infer.retrieval", PARAMS_FILE, "infer.retrieval")
-        if (self.mode == SPLIT) != (self.label_share is not None):
-            raise ConfigError("a split retrieval needs a label share, a joint one has none", PARAMS_FILE,
-                              "infer.label_share")
-        if self.label_share is not None:
-            check_label_share(self.label_share)
+        if self.mode not in RETRIEVALS or (self.mode == SPLIT) != (self.label_share is not None):
+            raise ValueError(f"a split retrieval needs a label share, a joint one none: got {self}")
 
     def counts(self, b: int) -> tuple[int, int]:
         """(input keys, label keys) a split retrieval takes at b."""

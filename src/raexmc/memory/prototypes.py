@@ -13,8 +13,6 @@ the label texts' baseline, keeps z_l.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import scipy.sparse as sp
 
@@ -32,13 +30,6 @@ def searches_prototypes(setting: object, keep: float, backend: str) -> bool:
     return setting == AUTO and keep < 1.0 and backend != "exact"
 
 
-def check_weight(weight: object) -> float:
-    """α: a finite number >= 0, or ConfigError."""
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
-        raise ConfigError(f"α must be a number >= 0, got {weight!r}", PARAMS_FILE, "memory.prototypes")
-    return float(weight)
-
-
 def prototype_weight(setting: float | str, keep: float, backend: str, chosen: float | None = None) -> float:
     """α from `memory.prototypes`: a number >= 0 (0: the label texts' keys), or auto: `chosen` (a point of
     memory.prototypes_grid, or the tune stage's choice) where searches_prototypes, else 0. `chosen` is read
@@ -49,7 +40,7 @@ def prototype_weight(setting: float | str, keep: float, backend: str, chosen: fl
         if chosen is None:
             raise ConfigError("memory.prototypes auto below keep 1 is chosen by the tune stage: the memory stage "
                               "needs its choice file", PARAMS_FILE, "memory.prototypes")
-        return check_weight(chosen)
+        return float(chosen)
     weight = float(setting)
     if weight > 0 and backend == "exact":
         raise ConfigError(f"label prototypes need an index backend that builds graphs (hnsw; index.backend auto is "

@@ -4,10 +4,10 @@ the predictor joins by the training inputs' recipe), from `raexmc predict`'s lin
 from __future__ import annotations
 
 import json
+import numbers
 import unicodedata
 from collections.abc import Iterable, Iterator
 
-from ..checks import positive_int
 from ..data.dataset import Text
 from ..errors import ConfigError, DataError
 
@@ -37,10 +37,11 @@ def checked_text(text: str, source: str, number: int) -> str:
 def checked_k(k: object, num_labels: int) -> int:
     """`k` as an int in [1, num_labels]: 0 would answer nothing, and top-k allocates k slots per
     query before it looks at a score, so one huge k could take the memory of a server."""
-    k = positive_int(k, "k")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ConfigError(f"k must be an integer >= 1, got {k!r}")
     if k > num_labels:
         raise ConfigError(f"k must be at most {num_labels} (the number of labels), got {k}")
-    return k
+    return int(k)
 
 
 def utf8_lines(lines: Iterable[bytes], source: str) -> Iterator[str]:

@@ -25,45 +25,39 @@ import numpy as np
 import scipy.sparse as sp
 
 from raexmc.checks import positive_int
-from raexmc.errors import PARAMS_FILE, ConfigError, DataError
+from raexmc.errors import DataError
 
 PAPER_TAU = 0.04
 PAPER_B = 200
 PAPER_LAMBDA = 0.5
-
-
 Parts = tuple[sp.csr_matrix, sp.csr_matrix]
 
 
-# --------------------------------------------------------------------------- validation
+# The settings loader checks infer.lambda, infer.tau and infer.b; these checks of what code hands in are ValueErrors.
+def _number(value: object) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return np.nan
 
 
 def check_lambda(lam: float) -> float:
-    """lam as a float, or ConfigError unless 0 <= lam <= 1."""
-    try:
-        value = float(lam)
-    except (TypeError, ValueError):
-        raise ConfigError(f"infer.lambda must be a number in [0, 1], got {lam!r}", PARAMS_FILE,
-                          "infer.lambda") from None
-    if not 0.0 <= value <= 1.0:  # also false for nan
-        raise ConfigError(f"infer.lambda must be in [0, 1], got {lam!r}", PARAMS_FILE, "infer.lambda")
-    return value
+    """λ as a float, or ValueError unless 0 <= λ <= 1."""
+    if not 0.0 <= _number(lam) <= 1.0:  # also false for nan
+        raise ValueError(f"infer.lambda must be a number in [0, 1], got {lam!r}")
+    return float(lam)
 
 
 def check_tau(tau: float) -> float:
-    """tau as a float, or ConfigError unless it is a finite number > 0."""
-    try:
-        value = float(tau)
-    except (TypeError, ValueError):
-        raise ConfigError(f"infer.tau must be a number > 0, got {tau!r}", PARAMS_FILE, "infer.tau") from None
-    if not (value > 0.0 and np.isfinite(value)):
-        raise ConfigError(f"infer.tau must be a finite number > 0, got {tau!r}", PARAMS_FILE, "infer.tau")
-    return value
+    """τ as a float, or ValueError unless it is a finite number > 0."""
+    if not 0.0 < _number(tau) < np.inf:
+        raise ValueError(f"infer.tau must be a finite number > 0, got {tau!r}")
+    return float(tau)
 
 
 def check_b(b: int | None) -> int | None:
-    """b as an int (None: every retrieved key), or ConfigError unless it is >= 1."""
-    return None if b is None else positive_int(b, "infer.b", PARAMS_FILE, "infer.b")
+    """b as an int (None: every retrieved key), or ValueError unless it is >= 1."""
+    return None if b is None else positive_int(b, "infer.b")
 
 
 def _check_retrieval(ids: np.ndarray, sims: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
