@@ -1,12 +1,8 @@
 """rae-xmc: extreme multi-label classification with Retrieval-augmented Encoders.
 
-The public API is the few names in __all__: load a packaged model and predict (RaeModel), score any system's
-test-set predictions (score_files), and the metrics and tests behind them. Each loads on first use (PEP 562),
-so `import raexmc` stays cheap: it imports neither torch nor numpy.
-
-One package per concept of the method. Imports flow one way, down LAYERS: a module imports from its
-own layer and the layers below, never from one above, and no modules import each other in a circle
-(tests/test_layers.py checks every import statement, those inside functions included).
+The public API is __all__ (RaeModel, score_files, the metrics and tests), each loaded on first use (PEP 562), so
+`import raexmc` imports neither torch nor numpy. Imports flow one way, down LAYERS, with no circles
+(tests/test_layers.py).
 """
 
 from importlib import import_module

@@ -1,7 +1,5 @@
-"""The few error types the pipeline raises on bad input or bad configuration.
-
-Each carries the file and the record (line, member, key) it is about, so the command line can
-print one line a user can act on and exit with status 2.
+"""The few error types the pipeline raises on bad input or configuration, each carrying the file and the
+record (line, member, key), so the command line prints one line and exits with status 2.
 """
 
 from __future__ import annotations

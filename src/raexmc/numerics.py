@@ -1,13 +1,9 @@
 """One set of CPU kernels for every stage, so that a run's floats do not depend on the CPU it ran on.
 
-Three libraries pick their kernels by the CPU's widest instructions, and each choice rounds differently:
-PyTorch's vector kernels (layer norm, GELU, softmax), MKL (the BLAS of PyTorch's CPU build: the encoder's
-and exact search's matrix products, which on some paths it also splits by the thread count) and NumPy's
-(exp and log in float64: the softmax over retrieved keys, label propensities). So the same encoder gave other
-embeddings and scores on an AVX2 CPU than on an AVX-512 one, and the lock made on one did not hold on the
-other. Pinning all three to their AVX2 level, MKL in its strict conditional-reproducibility mode, gives the
-same bits on any Intel x86-64 CPU with AVX2 (every AVX-512 CPU has it) at any thread count;
-docs/reproducibility.md says what it costs and where it cannot reach (MKL keeps its own dispatch on AMD).
+PyTorch's vector kernels, MKL (the encoder's and exact search's products) and NumPy (float64 exp and log) pick
+kernels by the CPU's widest instructions, each rounding otherwise: a lock made on an AVX-512 CPU did not hold
+on an AVX2 one. Pinned to AVX2, MKL in strict mode, they give the same bits on any Intel x86-64 CPU with AVX2 at
+any thread count (docs/reproducibility.md: the cost, and AMD, where MKL keeps its own dispatch).
 """
 
 from __future__ import annotations
@@ -37,9 +33,8 @@ def cpu_has_avx2(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
 
 
 def pin_cpu_kernels() -> bool:
-    """Set PINNED_KERNELS in this process's environment, and so its children's (torchrun ranks). Call it before
-    NumPy and PyTorch are imported (a stage script's first statement); returns whether it came in time to pin
-    this process too. A CPU without AVX2 keeps its own kernels: there is no common level to pin it to."""
+    """Set PINNED_KERNELS here and for child processes; call it before NumPy and PyTorch are imported. Returns
+    whether it came in time for this process. A CPU without AVX2 keeps its own kernels."""
     if not cpu_has_avx2():
         return False
     os.environ.update(PINNED_KERNELS)

@@ -1,10 +1,6 @@
-"""Work split into independent blocks, run on every core with the results kept in order.
-
-The data preparation stages (the synthetic download, tokenize) do the same work for each block of
-records and write the blocks in order, so their outputs do not depend on how many processes ran:
-one worker gives the same bytes as sixteen. `RAEXMC_WORKERS` sets the number of processes (default:
-every core this process may use); it changes no output, so it is an environment variable, not a
-params key whose change would rerun a stage.
+"""Work split into independent blocks, run on every core with the results kept in order, so the data stages'
+outputs do not depend on how many processes ran. `RAEXMC_WORKERS` sets them (default: every core this process
+may use): no output changes with it, so it is no params key.
 """
 
 from __future__ import annotations
@@ -57,18 +53,12 @@ def _run_block(function: Callable[[Any, Any], Any], block: Any) -> Any:
 
 def ordered_map(function: Callable[[Shared, Block], Result], shared: Shared, blocks: Iterable[Block],
                 workers: int) -> Iterator[Result]:
-    """`function(shared, block)` for each block, yielded in the blocks' order, over `workers` processes.
+    """`function(shared, block)` for each block, yielded in order, over `workers` processes.
 
-    `shared` (the read-only state every block needs: a tokenizer, a generator's tables) is handed to each
-    process once, when it starts (inherited under fork, pickled under spawn). `function` goes with every
-    block and is pickled by its qualified name, so it must be one a worker can import: a function defined
-    at module level or in a class body (`TokenRows.write`), not a lambda or a nested function; each block
-    and each result is pickled too. With one worker everything runs in this process and nothing is
-    pickled. At most a few blocks per worker are queued,
-    so blocks stream from a generator without piling up. An exception in a worker (a DataError naming
-    its file and line, say) is raised here as it was raised there, and the queued blocks are dropped; a
-    worker that dies (killed, out of memory) is a WorkerError.
-    """
+    `shared` reaches each process once, when it starts; `function` is pickled by name (module level or a class
+    body, no lambda), and blocks and results are pickled. One worker runs here, pickling nothing. A few blocks per
+    worker are queued, so a generator streams; a worker's exception is raised here and drops the queue, a worker
+    that dies is a WorkerError."""
     if workers == 1:
         for block in blocks:
             yield function(shared, block)

@@ -1,7 +1,5 @@
-"""The torch.distributed process group of a stage launched by torchrun (or one plain process): join it, say
-which rank and device this process is, leave it. The train and embed stages both run under it.
-
-torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; NCCL is used on GPUs, gloo on CPU.
+"""The torch.distributed process group of a stage torchrun launched (or one plain process): NCCL on GPUs,
+gloo on CPU; the train and embed stages run under it.
 """
 
 from __future__ import annotations
@@ -53,9 +51,8 @@ def shutdown(ctx: DistContext) -> None:
 
 @contextmanager
 def process_group(device: str = "auto", as_given: bool = False) -> Iterator[DistContext]:
-    """This process in the group torchrun started (init_distributed), left when the `with` body ends (an error
-    ends the process, and the group with it). With `as_given`, one process outside torchrun runs on `device`
-    as it is (a resolved device such as cuda:1) instead of resolving it."""
+    """This process in torchrun's group, left when the `with` body ends; with `as_given`, one process outside
+    torchrun runs on `device` as it is."""
     ctx = DistContext(0, 1, device) if as_given and "LOCAL_RANK" not in os.environ else init_distributed(device)
     yield ctx
     shutdown(ctx)

@@ -1,8 +1,6 @@
-"""The one progress bar of every loop that may run long. On a terminal it is tqdm's, redrawn in place. Where stderr
-is no terminal (a log file, `dvc repro` under a scheduler) a redraw in place never ends its line, so a log read
-nothing for as long as the loop ran (48 minutes for one embed stage): there each redraw is a line of its own, at
-most every LOG_INTERVAL_S seconds, so the log gives the count done, the rate and the time left at least once a
-minute while the loop advances."""
+"""The one progress bar of every loop that may run long: tqdm's on a terminal; elsewhere (a log file) a line
+of its own at most every LOG_INTERVAL_S seconds, since a redraw in place never ends its line.
+"""
 
 from __future__ import annotations
 

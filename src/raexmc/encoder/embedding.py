@@ -1,9 +1,7 @@
-"""Embedding every text of a token cache with the encoder (text_encoder.TextEncoder: pooling as the model says).
+"""Embedding every text of a token cache with the encoder (text_encoder.TextEncoder).
 
-`embed_split` streams a split into a .npy memmap: texts are sorted by length so each batch is cut
-to its own longest text (little padding), and results are written back at each text's original row.
-Under torchrun the batches are dealt out to the processes and rank 0 writes them all.
-A row that comes out all zero or not finite stops the split: every later stage would build on it.
+`embed_split` streams a split into a .npy memmap, texts sorted by length so each batch is cut to its longest;
+under torchrun the batches are dealt out and rank 0 writes them. A row all zero or not finite stops the split.
 """
 
 from __future__ import annotations
@@ -37,13 +35,9 @@ def embed_splits(encoder: TextEncoder, cache: TokenCache, folder: Path | None, b
 
 def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None,
                 batch_size: int, dtype: str = "float32", rank: int = 0, world_size: int = 1) -> dict[str, float]:
-    """Write the embeddings of one split to `target` (.npy); return its throughput.
-
-    In a torch.distributed group of `world_size` processes, batch i goes to rank i % world_size and
-    rank 0 gathers each round of batches and writes them (other ranks pass target=None). The batches
-    are those of one process, so every text is embedded in the same batch, of the same shape: the
-    file is the one a single process writes, to the bit.
-    """
+    """Write one split's embeddings to `target` (.npy); return its throughput. Under torch.distributed batch i
+    goes to rank i % world_size and rank 0 writes (the others pass target=None): every text is embedded in the
+    batch, of the shape, one process would use, so the file is a single process's to the bit."""
     ids, lengths = cache.ids(split), cache.lengths(split)
     dim = encoder.dim
     storage = np.dtype(dtype)

@@ -1,16 +1,11 @@
-"""The encoder in int8 on a CPU: the fp32 SentenceEncoder exported to ONNX, its linear layers' weights quantised
-to int8 per output channel, run by ONNX Runtime.
+"""The encoder in int8 on a CPU: the fp32 SentenceEncoder exported to ONNX, its linear layers' weights
+quantised per output channel, run by ONNX Runtime.
 
-Why this way: PyTorch's dynamic quantisation of the Linear layers gave 0.92-1.14x the fp32 path on a 2-core
-AVX2 CPU; ONNX Runtime runs the int8 products on its own kernels and fuses the transformer's graph
-(bench/results/cpu_encoder_speed.json has both, beside sentence-transformers' encode()). Per channel: one scale
-per layer (per tensor) left MiniLM's vectors at cosine 0.95 with fp32's, one per output channel at 0.99. Weights
-on 7 bits (`reduce_range`): a CPU without VNNI (AVX2) adds u8 x s8 products in pairs into 16 bits, which 8-bit
-weights can overflow and 7-bit ones cannot, so the int8 sums are exact on AVX2 and AVX-512 VNNI CPUs alike.
-
-The model is exported and quantised whenever an encoder is loaded at int8 (about 3 s for MiniLM on an idle
-CPU), from the same weights by the same code: the embed stage and a packaged model encode alike, and the model
-folder carries only the fp32 weights.
+PyTorch's dynamic quantisation gave 0.92-1.14x fp32's speed on a 2-core AVX2 CPU; ONNX Runtime's int8 kernels
+and graph fusion do better (bench/results/cpu_encoder_speed.json). One scale per channel keeps MiniLM's vectors
+at cosine 0.99 with fp32's (per tensor: 0.95). 7-bit weights (`reduce_range`) cannot overflow the 16-bit pair
+sums of a CPU without VNNI, so the sums are exact on AVX2 and VNNI CPUs alike. The model is exported whenever
+an encoder loads at int8 (about 3 s for MiniLM), so a model folder carries only the fp32 weights.
 """
 
 from __future__ import annotations
@@ -80,16 +75,13 @@ def _writing(path: Path):
 
 
 class Int8Encoder:
-    """Unit vectors (float32 numpy) of right-padded token ids and masks, from the `quantized` ONNX model of a
-    SentenceEncoder (quantized_bytes), on `threads` CPU threads (default: torch's setting now, as the fp32 path).
+    """Unit vectors (float32) of right-padded token ids and masks from the `quantized` ONNX model, on `threads`
+    CPU threads (default: torch's setting).
 
-    One text per call, cut to its own length: dynamic quantisation scales a call's activations by their largest
-    value, so in a batch a text's vector would depend on the texts beside it (up to 0.04 in a coordinate on FOLDOC
-    titles; static scales, which do not, left vectors at cosine 0.88 with fp32's). Each call runs on one thread,
-    and `threads` texts run at once: no call waits for threads that a shared CPU has lent elsewhere (ONNX Runtime's
-    threads synchronise at every operator, which cost up to 2.4x the time on 2 busy cores;
-    bench/results/cpu_encoder_speed_loaded.json), and a text's vector is the same alone or in a batch, in the
-    embed stage, predict and serve, at any thread count."""
+    One text per call, cut to its length: dynamic quantisation scales a call's activations by their largest, so in
+    a batch a vector would depend on its neighbours (up to 0.04 a coordinate). Each call runs on one thread and
+    `threads` texts at once: ONNX Runtime's threads synchronise at every operator, which cost up to 2.4x on 2 busy
+    cores (bench/results/cpu_encoder_speed_loaded.json), and a vector is the same alone or in a batch."""
 
     def __init__(self, quantized: bytes, threads: int | None = None):
         import onnxruntime

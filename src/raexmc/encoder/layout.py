@@ -1,10 +1,9 @@
-"""The sentence-transformers folder layout: how a model folder states its pooling, Dense layers and normalisation.
+"""The sentence-transformers folder layout: a model folder's pooling, Dense layers and normalisation.
 
-`modules.json` lists the modules in order (Transformer, Pooling, Dense..., Normalize), each with its folder;
-`1_Pooling/config.json` names the pooling mode, a Dense folder holds its config.json and weights. Reading it
-gives a model the vectors its authors meant; writing it lets a fine-tuned encoder carry its recipe, so
-sentence-transformers and this project load it alike. A folder without modules.json (a plain Hugging Face
-model) gets mean pooling, as the paper does. Anything this project cannot reproduce is refused in one line.
+`modules.json` lists the modules (Transformer, Pooling, Dense..., Normalize), each with its folder. Reading it
+gives the vectors a model's authors meant; writing it lets a fine-tuned encoder carry its recipe, so
+sentence-transformers loads it alike. Without modules.json: mean pooling, as the paper. Anything this project
+cannot reproduce is refused in one line.
 """
 
 from __future__ import annotations
@@ -62,9 +61,8 @@ def module_kind(entry: dict, path: Path, index: int) -> str:
 
 
 def read_modules(model: str, hidden_size: int) -> Modules:
-    """The modules after the transformer of `model` (resolved name or folder), as its modules.json configures
-    them; mean pooling for a model without one. ConfigError naming the file for any module or setting this
-    project cannot reproduce: an unknown module type, several pooling modes, a Transformer in a subfolder."""
+    """The modules after the transformer of `model` as its modules.json configures them (none: mean pooling);
+    ConfigError naming the file for what this project cannot reproduce."""
     path = _file(model, MODULES_FILE)
     if path is None:
         return Modules(Pooling("mean"))
@@ -204,7 +202,6 @@ def write_modules(folder: str | os.PathLike, pooling: Pooling, dense: list[Dense
 
 
 def write_sentence_config(folder: str | os.PathLike, max_seq_length: int) -> None:
-    """sentence_bert_config.json of a Transformer saved at `folder`'s top: the max length rae-xmc tokenises inputs
-    at and no lowercasing, so sentence-transformers cuts a long text where rae-xmc does (without the file it takes
-    the model's own limit, e.g. 512 tokens)."""
+    """sentence_bert_config.json of the Transformer at `folder`: rae-xmc's input max length and no lowercasing,
+    so sentence-transformers cuts a long text where rae-xmc does (without it: the model's own limit)."""
     write_json(Path(folder) / SENTENCE_CONFIG_FILE, {"max_seq_length": max_seq_length, "do_lower_case": False})

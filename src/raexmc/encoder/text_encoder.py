@@ -1,8 +1,5 @@
-"""The one encoder object: the model (pooled as its folder says), the device and precision it runs at, and the
-tokenizer and max length that turn raw texts into its token rows.
-
-Training, the embed stage, the mining rounds and a packaged RaeModel all embed through it, so a query and a key are
-encoded by the same code at the same settings, and `describe()` is where those settings are read for the runs.
+"""The one encoder object: the model, the device and precision it runs at, and the tokenizer and max
+length that turn raw texts into its token rows; training, embedding, mining and a RaeModel all embed through it.
 """
 
 from __future__ import annotations
@@ -44,12 +41,10 @@ def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
 
 
 class TextEncoder:
-    """Unit vectors of token rows (those of the token cache) or of raw texts (tokenised as the cache does).
+    """Unit vectors of token rows (the token cache's) or of raw texts (tokenised as the cache is).
 
-    `model` is the nn.Module training moves and saves; `device` and `precision` are resolved names (cpu,
-    cuda:N; fp32, bf16, fp16, int8). At int8, `embed` runs the model quantised by ONNX Runtime on the CPU
-    (encoder/int8.py); `encode`, training's, stays the fp32 module. Raw texts need `tokenizer` and `max_len`;
-    token rows need neither."""
+    `device` and `precision` are resolved names; at int8 `embed` runs the ONNX model (encoder/int8.py) and
+    `encode`, training's, the fp32 module. Raw texts need `tokenizer` and `max_len`."""
 
     def __init__(self, model: SentenceEncoder, device: str, precision: str, tokenizer=None,
                  max_len: int | None = None):
@@ -67,9 +62,8 @@ class TextEncoder:
     @classmethod
     def load(cls, name: str | os.PathLike, device: str, precision: str = "auto", max_len: int | None = None,
              stage_output: bool = False) -> TextEncoder:
-        """The encoder of `name` (a hub name or folder) on `device` (a torch device name), its tokenizer loaded
-        first (one that cannot load fails before the model does); `precision` may be auto (resolved for the
-        device) or int8 (CPU only); `stage_output` as in model.load_checked."""
+        """The encoder of `name` on `device`, its tokenizer loaded first (one that cannot load fails before the
+        model); `precision` may be auto or int8 (CPU only)."""
         precision = resolve_precision(precision, device, choices=EMBED_PRECISIONS)
         tokenizer = load_tokenizer(str(name), stage_output)
         model = load_encoder(str(name), device, stage_output)
@@ -111,9 +105,7 @@ class TextEncoder:
             return self.encode(ids, lengths, rows).cpu().numpy()
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors of raw texts, in their order: encoded in length-sorted batches of the device's TEXT_BATCH, each
-        cut to its own longest text as the embed stage's are, so one long text no longer pads a whole request to its
-        length."""
+        """Vectors of raw texts in their order, in length-sorted batches each cut to its longest text."""
         ids, lengths = self.tokenize(texts)
         vectors = np.empty((len(texts), self.dim), np.float32)
         for rows in length_sorted_batches(lengths, TEXT_BATCH["cuda" if self.device.startswith("cuda") else "cpu"]):

@@ -1,12 +1,8 @@
 """Tokenisation: the text recipe of inputs and labels (`text_of`), and the cache of their token ids.
 
-The cache holds memory-mapped arrays per split ("train", "test", "labels"): `<split>.ids.npy`
-(texts x max_len, padded on the right) and `<split>.len.npy` (true lengths); `meta.json` holds the cache key
-(tokenizer fingerprint, max lengths, text fields). Texts are streamed in batches straight into the
-memmaps, so memory stays flat however many texts there are, and each is cut to a character budget
-before the tokenizer sees it, so memory stays flat however long one is. The batches are tokenised on
-every core (RAEXMC_WORKERS processes), each written into its own rows, so the cache is the same
-for any number of them.
+Per split, memory-mapped `<split>.ids.npy` (right-padded) and `<split>.len.npy`; `meta.json` holds the cache
+key. Texts stream in batches into the memmaps, each cut to a character budget first, so memory stays flat
+however many or long; batches are tokenised on RAEXMC_WORKERS processes, the cache the same for any number.
 """
 
 from __future__ import annotations
@@ -66,30 +62,20 @@ def text_of(record: Text, fields: str) -> str:
 
 
 def tokenizer_input(text: str, max_len: int) -> str:
-    """`text` cut to CHARS_PER_TOKEN x max_len characters for a tokenizer call that truncates at
-    max_len tokens. The tokenizer builds tokens and offsets for all it is given and truncates only
-    afterwards, so without the cut its memory follows the longest text (one 10 MB text: +1.2 GB).
+    """`text` cut to CHARS_PER_TOKEN x max_len characters: the tokenizer builds tokens and offsets for all it is
+    given before it truncates (one 10 MB text: +1.2 GB).
 
-    The cut leaves the ids of a text unchanged when its first max_len words lie within the first
-    CHARS_PER_TOKEN x max_len characters: the tokenizer splits at whitespace and punctuation before
-    anything else (WordPiece, and BPE or Unigram with their whitespace pre-tokenizers), so the whole
-    words before the cut are tokenised as before, and the word the cut splits only adds tokens after
-    theirs, which truncation drops. Each word yields at least one token, so max_len whole words fill
-    max_len tokens. 128 characters a word leave room for a WordPiece word of 100 characters (its
-    limit; a longer one becomes a single [UNK]) and 28 of whitespace before it (punctuation marks
-    are words of their own), far beyond real text; only texts such as runs of whitespace or a
-    binary dump lose tokens, and cutting those short is the point. A batch still holds up to
-    batch_size x CHARS_PER_TOKEN x max_len characters: long-document datasets may want a smaller
-    tokenize.batch_size."""
+    The cut keeps a text's ids when its first max_len words lie before it: tokenizers split at whitespace and
+    punctuation first, each word gives at least one token, and the word the cut splits only adds tokens that
+    truncation drops. 128 characters a word hold WordPiece's longest word (100) and 28 of whitespace; only texts
+    such as runs of whitespace lose tokens, and cutting those is the point."""
     limit = CHARS_PER_TOKEN * max_len
     return text if len(text) <= limit else text[:limit]
 
 
 def record_input(record: Text, fields: str, max_len: int) -> str:
-    """`tokenizer_input` of the record's `text_of`, without first joining a huge title and content:
-    each is cut to twice the budget before, which leaves the first budget characters of the joined
-    text as they were (text_of strips the ends, so a field gives up at most its leading whitespace
-    to the strip), unless a field starts or ends with more than a budget's worth of whitespace."""
+    """`tokenizer_input` of the record's `text_of`, each field cut to twice the budget before they are joined
+    (which keeps the joined text's first budget characters unless a field has a budget's worth of edge whitespace)."""
     limit = 2 * CHARS_PER_TOKEN * max_len
     short = Text(record.uid, record.title[:limit], record.content[:limit])
     return tokenizer_input(text_of(short, fields), max_len)
@@ -101,14 +87,10 @@ def pad_id_of(tokenizer) -> int:
 
 
 class RightPaddedTokenizer:
-    """Token ids of texts, cut at max_len and padded on the right, and their true lengths: the one recipe of
-    the token cache and of query embedding.
-
-    The encoder reads the first `length` ids of a row (text_encoder.batch_tensors), so rows are padded on the
-    right whatever the tokenizer's own padding_side (a left-padding tokenizer's rows would start with pads).
-    It calls the Rust tokenizer directly: transformers' per-text conversion of its output into Python lists
-    took half of the tokenize stage's time, and padding is ours, so a tokenizer without a pad token works too.
-    Truncation follows the tokenizer's truncation_side (a setting the cache's key counts: model.ID_SETTINGS)."""
+    """Token ids of texts, cut at max_len and right-padded whatever the tokenizer's padding_side (the encoder
+    reads a row's first `length` ids), and their lengths: the recipe of the token cache and of queries. It calls the
+    Rust tokenizer directly (transformers' conversion to lists took half of the stage's time); truncation follows
+    the tokenizer's truncation_side."""
 
     def __init__(self, tokenizer, max_len: int):
         from tokenizers import Tokenizer
@@ -148,9 +130,8 @@ class RightPaddedTokenizer:
 
 
 class TokenRows:
-    """Writes blocks of a split's text file, tokenised, into their rows of the cache's memory-mapped arrays:
-    what each worker process runs. A block is (its first row, its JSON lines); rows of different blocks
-    never overlap, so blocks may be written in any process and the arrays are the same."""
+    """Writes blocks (first row, JSON lines) of a split's text file, tokenised, into their rows of the cache's
+    memmaps: what each worker runs. Blocks never overlap, so any process may write any."""
 
     def __init__(self, tokenize: RightPaddedTokenizer, fields: str, text_path: Path, ids_path: Path,
                  lengths_path: Path):
@@ -203,11 +184,8 @@ def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, field
 def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: str | os.PathLike,
                       input_max_len: int, label_max_len: int, input_fields: str, label_fields: str,
                       batch_size: int = 2048, workers: int | None = None) -> tuple[dict[str, Any], bool]:
-    """Tokenise all texts of `dataset` into `target` on `workers` processes (default:
-    parallel.worker_count()); return (meta, reused). The cache is the same for any number of workers.
-
-    An existing cache at `target` with the same key is reused as it is.
-    """
+    """Tokenise `dataset` into `target` on `workers` processes (default: worker_count()); (meta, reused). A
+    cache at `target` with the same key is reused."""
     settings = section_from(TokenizeSettings, "tokenize", {
         "input_max_len": input_max_len, "label_max_len": label_max_len, "input_fields": input_fields,
         "label_fields": label_fields, "batch_size": batch_size})

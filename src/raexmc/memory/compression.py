@@ -1,13 +1,7 @@
-"""The names of `memory.compression`: how the memory's index stores its keys, parsed in one place.
-
-    none               hnswlib, float32 keys (today's memory; `index.backend` decides)
-    fp16 | sq8 | sq4   faiss HNSW over scalar-quantised keys: 2 bytes, 1 byte or half a byte a dimension
-    pca<d>-<codec>     the keys first projected on their top d principal directions (uncentred, so
-                       inner products survive), then stored as <codec>
-    ...-m<M>           the graph's degree M (default: index.M); level 0 holds 2M links of 4 bytes a key
-
-hnswlib stores float32 only, and its graph at M=64 (512 bytes a key) outweighs a quantised vector,
-so a small memory needs both: fewer bytes a dimension and a sparser graph.
+"""The names of `memory.compression`, parsed in one place: none (hnswlib, float32 keys); fp16 | sq8 | sq4
+(faiss HNSW over scalar-quantised keys: 2, 1 or half a byte a dimension); pca<d>-<codec> (projected on the top
+d uncentred principal directions first); ...-m<M> (the graph's degree; default index.M). hnswlib's graph at
+M=64 (512 bytes a key) outweighs a quantised key, so a small memory needs both fewer bytes and a sparser graph.
 """
 
 from __future__ import annotations
@@ -27,8 +21,7 @@ _NAME = re.compile(r"(?:pca(?P<dim>[1-9][0-9]*)-)?(?P<codec>fp16|sq8|sq4)(?:-m(?
 
 @dataclass(frozen=True)
 class Compression:
-    """A parsed compression name: the codec, the projected dimension (None: keep every one) and the
-    graph degree (None: index.M)."""
+    """A parsed name: the codec, the projected dimension and the degree (None: every dimension, index.M)."""
 
     name: str
     codec: str
@@ -56,8 +49,7 @@ def parse_compression(name: str) -> Compression | None:
 
 
 def checked_compression(name: str, backend: str) -> Compression | None:
-    """`name` parsed, and refused with `index.backend` other than hnsw: a compressed memory is a faiss HNSW
-    graph, which the exact backend does not build."""
+    """`name` parsed, refused unless the backend is hnsw (the exact backend builds no graph)."""
     compressed = parse_compression(name)
     if compressed is not None and backend != "hnsw":
         raise ConfigError(f"compression {name!r} needs an hnsw index, got {backend!r} (index.backend auto is "

@@ -22,8 +22,8 @@ CHUNK_ROWS = 4096
 
 
 def block_rows(n_keys: int, block_bytes: int = BLOCK_BYTES, max_rows: int = CHUNK_ROWS) -> int:
-    """Queries per similarity block: as many float32 rows of `n_keys` as `block_bytes` holds, at least one, rounded
-    down to a power of two so that the blocks of two key sets align (memory.merge.JointSearch.query_block)."""
+    """Queries per similarity block: the float32 rows of `n_keys` that `block_bytes` holds, at least one, as a
+    power of two so that the blocks of two key sets align (merge.JointSearch.query_block)."""
     rows = max(1, min(max_rows, block_bytes // (4 * max(n_keys, 1))))
     return 1 << (rows.bit_length() - 1)
 
@@ -31,14 +31,10 @@ def block_rows(n_keys: int, block_bytes: int = BLOCK_BYTES, max_rows: int = CHUN
 class ExactIndex(Index):
     """Exact inner-product top-k: a matrix product per block of queries, sized by a byte budget.
 
-    The keys are referenced, not copied, when they already are a C-contiguous float32 matrix. At
-    most one similarity block exists at a time, of `block_rows(n_keys, block_bytes, chunk_rows)`
-    queries x n_keys float32 values (about `block_bytes`, whatever the number of keys); the top-k
-    selection works through that block a few rows at a time with about SELECT_BUDGET elements of
-    scratch space. Among keys with equal similarity the smaller id wins, so results are
-    deterministic even with duplicate keys, and the blocking changes no id or score beyond the
-    BLAS's own rounding of a product by block shape.
-    """
+    The keys are referenced, not copied, when they already are C-contiguous float32. One similarity block
+    (`query_block` queries x n_keys) exists at a time, and the top-k selection reads it a few rows at a time
+    (SELECT_BUDGET). Among equal similarities the smaller id wins, so results are deterministic with duplicate
+    keys; the blocking changes nothing beyond the BLAS's rounding by block shape."""
 
     backend = "exact"
 
@@ -65,9 +61,8 @@ class ExactIndex(Index):
                 f"block_bytes={self.block_bytes})")
 
     def _scores(self, queries: np.ndarray) -> np.ndarray:
-        """The similarity block of a chunk of queries against every key. Through torch's BLAS (MKL), not NumPy's
-        (OpenBLAS): MKL's rounding is what raexmc.numerics pins across CPUs and thread counts, OpenBLAS's changes
-        with both."""
+        """The similarities of a block of queries to every key, through torch's BLAS (MKL, whose rounding
+        raexmc.numerics pins across CPUs and thread counts), not NumPy's OpenBLAS."""
         with warnings.catch_warnings():  # read-only memmaps are only read here
             warnings.simplefilter("ignore", UserWarning)
             keys, block = torch.from_numpy(self.keys), torch.from_numpy(queries)
@@ -114,8 +109,7 @@ class ExactIndex(Index):
 
 
 def query_blocks(n_queries: int, rows_per_block: int, progress: bool) -> Iterator[int]:
-    """The first query of each block, with a progress bar (rate and ETA, in queries) when `progress`: at
-    scale one exact search (a mining round, tune's validation) takes minutes to hours."""
+    """The first query of each block, with a progress bar when `progress` (a mining round at scale takes hours)."""
     from ..progress import progress_bar
 
     with progress_bar(total=n_queries, desc="exact search", unit="query", disable=not progress) as bar:

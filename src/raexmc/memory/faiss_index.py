@@ -1,10 +1,8 @@
 """A compressed memory index: a faiss HNSW graph over scalar-quantised keys, optionally projected first.
 
-hnswlib keeps every key as float32 (1,536 bytes at d=384) beside its graph; faiss's IndexHNSWSQ keeps
-1 or 2 bytes a dimension (or half a byte) and a graph of any degree, which is what a memory with a
-size budget needs. The scores it returns are inner products with the decoded keys (after the
-projection, if any): close to the original scale, which RAE's softmax needs (bench/memory_budget.py compression
-measures the error).
+hnswlib keeps float32 keys (1,536 bytes at d=384); faiss's IndexHNSWSQ keeps 2, 1 or half a byte a dimension
+and a graph of any degree, which a memory with a size budget needs. Its scores are inner products with the
+decoded keys, close to the original scale that RAE's softmax needs (bench/memory_budget.py measures the error).
 """
 
 from __future__ import annotations
@@ -27,11 +25,8 @@ _QUANTISERS = {"fp16": ("QT_fp16", "RS_minmax"), "sq8": ("QT_8bit", "RS_minmax")
 
 
 class FaissIndex(Index):
-    """A faiss HNSW index over compressed keys (build it with `build_faiss` or `load_index`).
-
-    `index` is the faiss index (an IndexHNSWSQ, or an IndexPreTransform around one when the keys are
-    projected); `search` sets the beam efSearch = max(ef_search, k) every time, as HnswIndex does.
-    """
+    """A faiss HNSW index over compressed keys (`build_faiss`, `load_index`); `search` sets efSearch =
+    max(ef_search, k) every time, as HnswIndex does."""
 
     backend = "faiss"
 
@@ -86,9 +81,8 @@ class FaissIndex(Index):
 
 
 def principal_directions(keys: np.ndarray, dim: int, seed: int = 0) -> np.ndarray:
-    """The (dim, d) matrix of the keys' top `dim` uncentred principal directions (rows), from a seeded
-    sample: projecting queries and keys on them keeps the part of q·k those directions carry; centring
-    would add a per-key term, mu·k, and change the ranking by inner product."""
+    """The (dim, d) top `dim` uncentred principal directions of a seeded sample of the keys: uncentred, since
+    centring would add a per-key term mu·k and change the ranking by inner product."""
     sample = _sample(keys, seed).astype(np.float64)
     _, vectors = np.linalg.eigh(sample.T @ sample)  # ascending eigenvalues
     return np.ascontiguousarray(vectors[:, ::-1][:, :dim].T, dtype=np.float32)
@@ -104,8 +98,8 @@ def _sample(keys: np.ndarray, seed: int) -> np.ndarray:
 def build_faiss(keys: np.ndarray, compression: Compression, M: int, ef_construction: int, threads: int = 0,
                 seed: int = 0, ef_search: int = PAPER_EF_SEARCH, progress: bool = True,
                 progress_label: str = "keys") -> FaissIndex:
-    """Fit the projection (if any) and the quantiser's ranges on a seeded sample of the keys, then insert
-    every key (ids 0..n-1) into a faiss HNSW graph of degree `compression.M or M`, with a progress bar."""
+    """Fit the projection (if any) and the quantiser's ranges on a seeded sample, then insert every key (ids
+    0..n-1) into a faiss HNSW graph of degree `compression.M or M`."""
     import faiss
 
     from ..progress import progress_bar

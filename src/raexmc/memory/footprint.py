@@ -1,10 +1,6 @@
-"""What an hnswlib index costs in bytes, from its shape alone, so a user can see the index stage's disk
-and memory before it starts (and the cost model of docs/scale.md can project other shapes).
-
-hnswlib keeps, per key: the float32 vector (4·d), its level-0 links (2·M ids of 4 bytes and a count),
-its label (8), and on disk a 4-byte size of its upper-level links, which 1 key in M has per level
-(geometric levels with factor 1/ln M): (4·M + 4)/(M − 1) bytes on average. Loaded, each key also
-gets a pointer, a level, a mutex and a label-map entry (about 92 bytes with libstdc++).
+"""What an hnswlib index costs in bytes from its shape, said before the index stage builds it (and the
+cost model of docs/scale.md): per key the float32 vector, 2·M level-0 links and a count, its label, on disk
+a size of its upper links ((4·M + 4)/(M − 1) bytes on average), and loaded a pointer, level, mutex and map entry.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Approximate nearest-key search on an hnswlib graph (space "ip"), for large data.
 
-hnswlib raises instead of answering when it finds fewer than k keys for a query (typical with many
-identical keys); `HnswIndex.search` retries with a wider beam, then on halves of the batch, then
-with a smaller k, and pads such rows, so no query is ever dropped.
+hnswlib raises when it finds fewer than k keys for a query (typical with many identical keys): `search`
+retries with a wider beam, then halves of the batch, then a smaller k, and pads, so no query is dropped.
 """
 
 from __future__ import annotations
@@ -38,10 +37,7 @@ def resolve_threads(threads: int) -> int:
 
 
 class HnswIndex(Index):
-    """An hnswlib graph over the keys (space "ip"); build it with `build_hnsw` or `load_index`.
-
-    hnswlib does not store the search beam, so `search` sets ef = max(ef_search, k) every time.
-    """
+    """An hnswlib graph over the keys; hnswlib does not store the beam, so `search` sets ef = max(ef_search, k)."""
 
     backend = "hnsw"
 
@@ -146,8 +142,7 @@ class HnswIndex(Index):
 def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION, threads: int = 0,
                seed: int = 0, ef_search: int = PAPER_EF_SEARCH, progress: bool = True,
                progress_label: str = "keys") -> HnswIndex:
-    """Insert every key (ids 0..n-1) into a new hnswlib "ip" graph on `threads` threads (0: every CPU),
-    with a progress bar (rate and ETA) that names the keys `progress_label`."""
+    """Insert every key (ids 0..n-1) into a new hnswlib "ip" graph on `threads` threads (0: every CPU)."""
     import hnswlib
 
     from ..progress import progress_bar

@@ -1,5 +1,4 @@
-"""The index stage's folder: one index over the training inputs and one over the labels (a sub-folder
-each), every key stored once; the joint keys are searched by merging the two (merge.py)."""
+"""The index stage's folder: an index of the training inputs and one of the labels, each key stored once."""
 
 from __future__ import annotations
 
@@ -28,9 +27,8 @@ INDEXED_KEY_SETS = ("inputs", "labels")
 
 
 def resolve_backend(setting: str, key_count: int, device: str = "cpu") -> str:
-    """The backend `index.backend` names for a memory of `key_count` joint keys searched on `device`: auto is
-    exact on a GPU (its blocked matrix products outrun a CPU's graph search at any size, and it needs no graph
-    built first) and, on the CPU, up to EXACT_MAX_KEYS; hnsw above."""
+    """`index.backend` for `key_count` joint keys searched on `device`: auto is exact on a GPU and up to
+    EXACT_MAX_KEYS on the CPU, hnsw above."""
     if setting == AUTO:
         return "exact" if device.startswith("cuda") or key_count <= EXACT_MAX_KEYS else "hnsw"
     return setting
@@ -44,8 +42,8 @@ def search_device(search: SearchSettings) -> str:
 
 
 def backend_for(setting: str, embeddings: str | os.PathLike, device: str = "cpu") -> str:
-    """`index.backend` resolved for the joint keys of the embed stage's folder (their count from the arrays'
-    headers: nothing is read) searched on `device`, so that the index, memory and tune stages all agree."""
+    """`index.backend` resolved for the embed stage's joint keys (counted from the arrays' headers), so the
+    index, memory and tune stages agree."""
     return resolve_backend(setting, sum(len(load_embeddings(embeddings, split)) for split in KEY_SETS["joint"]),
                            device)
 
@@ -54,8 +52,7 @@ def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction
                threads: int = 0, seed: int = 0, ef_search: int = PAPER_EF_SEARCH, chunk_rows: int = CHUNK_ROWS,
                progress: bool = True, progress_label: str = "keys",
                compression: str = NONE) -> ExactIndex | HnswIndex | FaissIndex:
-    """The index that `index.backend` and `memory.compression` name, over `keys` (`progress_label` names
-    them on the build's progress bar); a compressed memory is a faiss HNSW graph (faiss_index.py)."""
+    """The index `index.backend` and `memory.compression` name (compressed: a faiss graph) over `keys`."""
     compressed = checked_compression(compression, backend)
     if compressed is not None:
         return build_faiss(keys, compressed, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
@@ -75,10 +72,7 @@ def index_folder(index: str | os.PathLike, key_set: str) -> Path:
 
 def build_memory_indexes(embeddings: str | os.PathLike, out: str | os.PathLike, backend: str,
                          key_sets: tuple[str, ...] = INDEXED_KEY_SETS, **index_settings) -> dict[str, dict[str, float]]:
-    """Build and save the index of each of `key_sets` (the inputs' and the labels') under `out` (atomically, all
-    or none).
-
-    Returns per key set its number of keys and build seconds."""
+    """Build and save the index of each key set under `out`, all or none; per key set its keys and build seconds."""
     built = {}
     with atomic_dir(out) as folder:
         for key_set in key_sets:
@@ -109,12 +103,8 @@ def memory_backend(index: str | os.PathLike) -> str:
 def load_joint_search(index: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
                       threads: int = 0, inputs: str | os.PathLike | None = None,
                       labels: str | os.PathLike | None = None, device: str = "cpu") -> JointSearch:
-    """The joint search over the index stage's folder: its inputs' and labels' indexes, merged (or the
-    index in `inputs` / `labels` in place of its own: a smaller or compressed memory's, memory/input_memory.py).
-
-    An exact index keeps no keys: `keys` are then the joint keys [X_train; Z_labels] (memory_keys),
-    split at the inputs' count without a copy, and it searches on `device`. An HNSW graph holds its own
-    and needs none."""
+    """The joint search over the index stage's folder (or `inputs` / `labels` in place of its own: a smaller or
+    compressed memory's). An exact index needs the joint `keys`, split without a copy, and searches on `device`."""
     folders = [Path(inputs) if inputs is not None else index_folder(index, INDEXED_KEY_SETS[0]),
                Path(labels) if labels is not None else index_folder(index, INDEXED_KEY_SETS[1])]
     parts = (None, None) if keys is None else np.split(keys, [saved_meta(folders[0])["count"]])

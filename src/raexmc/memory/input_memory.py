@@ -1,17 +1,10 @@
-"""The memory stage's folder: which training-input keys RAE searches (`memory.keep` of them, chosen by
-`memory.method`, key_selection.py), beside the labels' index of the index stage.
+"""The memory stage's folder: which training-input keys RAE searches (memory.keep of them, key_selection.py).
 
-With keep = 1 the folder holds only memory.json, which says that RAE searches the index stage's own
-inputs' index (index/inputs) with the values Y_train, as it always did: no second copy of that index.
-Otherwise it also holds the selected keys' index (inputs/), their values (values.npz, the mean of each
-merged key's members' value rows), their member counts (counts.npy, the prior's n) and, for the exact
-backend that keeps no keys, the keys (keys.npy). With `memory.compression` other than none RAE's memory
-is compressed (compression.py): the folder then always holds its input keys' index (all of them at keep = 1)
-and a compressed labels' index (labels/), both faiss graphs, and RAE's joint top-b is their merge. With
-label prototypes (`memory.prototypes`, prototypes.py) the labels' index in labels/ holds those instead of
-the label texts' keys. The dual encoder and kNN never read this folder: they search the index stage's two
-indexes, whatever the memory. `memory.keep: auto`, and `memory.prototypes: auto` below keep 1, are what the tune
-stage chose (its CHOICE_FILE).
+At keep 1 it holds memory.json alone: RAE searches the index stage's inputs' index with the values Y_train.
+Otherwise also the selected keys' index (inputs/), values (values.npz: each merged key's members' mean row),
+member counts (counts.npy, the prior's n) and, for the exact backend, the keys (keys.npy). A compressed memory
+always has its own inputs' and labels' (labels/) indexes, faiss graphs; with prototypes labels/ holds those.
+The dual encoder and kNN never read it. keep and prototypes auto are the tune stage's choice (CHOICE_FILE).
 """
 
 from __future__ import annotations
@@ -48,9 +41,7 @@ CHOICE_FILE = "memory_choice.json"   # the tune stage's: the keep and α the mem
 
 
 def own_index_folders(folder: str | os.PathLike) -> dict[str, Path]:
-    """The indexes a memory folder (or a package's copy of it) holds of its own, by the index stage's key set
-    each takes the place of for RAE: a smaller memory's input keys' (inputs/), a compressed or prototype
-    memory's labels' (labels/). The one reading of which indexes RAE does not take from the index stage."""
+    """The indexes a memory folder holds of its own, by the index stage's key set each replaces for RAE."""
     folders = {key_set: Path(folder) / name for key_set, name in zip(INDEXED_KEY_SETS, (INDEX_FOLDER, LABELS_FOLDER))}
     return {key_set: path for key_set, path in folders.items() if path.is_dir()}
 
@@ -69,9 +60,8 @@ class MemorySettings:
     @classmethod
     def from_section(cls, memory: MemorySection, backend: str, keep: float | None = None,
                      prototypes: float | None = None) -> MemorySettings:
-        """The section resolved for the index backend `backend` (`index.backend` resolved: indexes.backend_for),
-        at `keep` where given (memory.keep auto: a point of its grid, or the tune stage's choice), with α
-        `prototypes` where memory.prototypes auto is chosen (prototypes.searches_prototypes) likewise."""
+        """The section for the resolved index backend, at `keep` and α `prototypes` where given (their auto: a
+        point of the grid, or the tune stage's choice)."""
         keep = resolved_keep(memory) if keep is None else keep
         # an unknown name, or one the index backend cannot build, fails here: before any key is selected
         checked_compression(memory.compression, backend)
@@ -85,14 +75,13 @@ class MemorySettings:
 
     @property
     def needs_labels(self) -> bool:
-        """Whether building the memory reads the labels' keys: to compress them, to select by them, or to
-        make their prototypes."""
+        """Whether building reads the labels' keys: to compress, select by or make prototypes of them."""
         return (self.compression != NONE or self.prototypes > 0
                 or (self.method == "kmeans-labels" and 0.0 < self.keep < 1.0))
 
     @property
     def needs_values(self) -> bool:
-        """Whether building the memory reads the inputs' value rows: to select keys, or to make prototypes."""
+        """Whether building reads the inputs' value rows: to select keys, or to make prototypes."""
         return not self.full or self.prototypes > 0
 
 
@@ -104,8 +93,7 @@ def resolved_keep(memory: MemorySection, choice: str | os.PathLike | None = None
 
 
 def chosen_memory(memory: MemorySection, backend: str, choice: str | os.PathLike | None = None) -> MemorySettings:
-    """The memory the memory stage builds: the `memory` section, with the keep and α the tune stage chose
-    (`choice`, its CHOICE_FILE) where they are auto."""
+    """The memory the memory stage builds: the section with the tune stage's keep and α where they are auto."""
     keep = resolved_keep(memory, choice)
     searched = searches_prototypes(memory.prototypes, keep, backend)
     return MemorySettings.from_section(memory, backend, keep,
@@ -127,10 +115,8 @@ def _chosen(choice: str | os.PathLike | None, key: str, kind: Any) -> float:
 def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, settings: MemorySettings,
                        out: str | os.PathLike, backend: str, labels: np.ndarray | None = None,
                        **index_settings) -> dict[str, Any]:
-    """Select the input keys, index them with `backend` (and `settings.compression`: then the `labels`
-    keys get a compressed index too) and write the memory folder atomically; returns what memory.json
-    records. `values` are the inputs' value rows (training_values); only `settings.needs_values` reads them
-    (None will do otherwise)."""
+    """Select the input keys, index them (and, compressed or with prototypes, the labels) and write the folder
+    atomically; returns memory.json's record. Only `settings.needs_values` reads `values`."""
     meta: dict[str, Any] = {**asdict(settings), "num_inputs": len(train_inputs),
                             "input_keys": kept_count(settings.keep, len(train_inputs))}
     compressed = parse_compression(settings.compression) is not None
@@ -223,9 +209,8 @@ class InputMemory:
 
     def indexes(self, baselines: JointSearch | None, ef_search: int, threads: int = 0,
                 device: str = "cpu") -> JointSearch:
-        """RAE's two indexes, loaded once: this folder's input keys' (else the index stage's) and its
-        labels' (compressed, or of prototypes; else the index stage's). `baselines` may be None where
-        this folder holds both. An exact one searches on `device`."""
+        """RAE's two indexes, loaded once: this folder's own, else the index stage's (`baselines`; None where this
+        folder holds both). An exact one searches on `device`."""
         if self._own is None:
             own = own_index_folders(self.folder)
             if baselines is None and len(own) < len(INDEXED_KEY_SETS):
@@ -240,10 +225,8 @@ class InputMemory:
     def search(self, baselines: JointSearch, queries: np.ndarray, k: int, k_parts: int, tau: float,
                ef_search: int, threads: int = 0, retrieval: RaeRetrieval = RaeRetrieval(),
                other_b: tuple[int, ...] = (), device: str = "cpu") -> tuple[Hits, dict[int, Hits], Hits, Hits]:
-        """RAE's keys at b = k_parts as `retrieval` takes them from top-k searches of this memory's input keys
-        and labels (the prior added at `tau`), its keys at each b of `other_b` likewise, and kNN's and the
-        dual encoder's top-k_parts from the index stage's own two indexes (this memory's own exact index
-        searching on `device`)."""
+        """RAE's keys at b = k_parts (and at each of `other_b`) from top-k searches of this memory, the prior added at
+        `tau`, and kNN's and the dual encoder's top-k_parts from the index stage's own indexes."""
         full_inputs, labels_k = baselines.search_parts(queries, k)
         rae = self.indexes(baselines, ef_search, threads, device)
         own_inputs = full_inputs if rae.inputs is baselines.inputs else rae.inputs.search(queries, k)

@@ -1,24 +1,14 @@
-"""Choosing a share `keep` of the training-input keys for a smaller knowledge memory.
+"""Choosing a share `keep` of the training-input keys for a smaller memory: exactly round(keep · N) keys.
 
-Three methods, each giving exactly round(keep · N) input keys:
+* random (the control): a seeded sample, each input with its own value row.
+* kmeans: spherical k-means into that many clusters; a key is its members' unit mean direction, its value their
+  mean value row, with its member count (the prior, prior.py). Near-duplicate inputs retrieve and vote together,
+  so one key with their averaged labels scores nearly alike, and no input's labels leave the memory.
+* kmeans-labels: the k-means clusters unit(x + unit(z̄)), z̄ the mean key of the input's labels, so inputs that
+  look alike but carry other labels stay apart; the keys stay in the inputs' space.
 
-* `random` (the control): a seeded sample of the inputs, each with its own value row.
-* `kmeans`: spherical k-means merges the inputs into round(keep · N) clusters; a cluster's key is
-  the unit-length mean direction of its members, its value the mean of their value rows, and its
-  member count is kept (a prior the memory may add as log n to the key's logit, prior.py).
-  Why it works: near-duplicate inputs retrieve together and vote together, so one key in their
-  direction carrying their averaged labels gives nearly the same scores, while every training
-  input's labels stay in the memory (random selection drops 1 − keep of them outright).
-* `kmeans-labels`: the same merge, but the k-means clusters each input at unit(x + unit(z̄)), its key
-  plus the mean direction of its positive labels' keys. Inputs that look alike but carry different
-  labels then stay apart, so a merged key's value stays on the labels its members share instead of
-  spreading thin over the union of theirs (on FOLDOC fine-tuned and WordNet zero-shot, plain k-means
-  loses most where that happens). The keys themselves stay in the inputs' space, where queries are.
-
-The k-means runs in two levels so that it scales: coarse cells of about `cell_size` inputs (k-means
-fitted on a sample, then every input assigned), then an independent k-means inside each cell with
-the cell's share of the budget. The largest array is a chunk of inputs by the centroids of one cell,
-never N × N nor N × L.
+Two levels, so it scales: coarse cells of about `cell_size` inputs, then a k-means inside each cell with its
+share of the budget; the largest array is a chunk of inputs by one cell's centroids.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The joint search without a joint index: the top-k over K = [X_train; Z_labels] is the merge of the
-top-k over the training inputs and the top-k over the labels.
+top-k over each, since every joint top-k key is among the k best of its own key set.
 
-Every joint top-k key is among the k best of its own key set, so two indexes, each key stored once,
-serve RAE (the merge), the dual encoder (labels alone) and kNN (inputs alone). The merge orders by
-descending similarity, ties by smaller joint id, as `ExactIndex` does over the stacked keys.
-
-`RaeRetrieval` is the one place that says which keys RAE scores, from those two searches: the joint top-b
-(the paper's), or split, the top label keys and the top input keys in a set proportion. Where inputs
-outnumber labels the joint top-b holds few label keys (0.8 % of the top-200 on a 593-label / 21k-input
-set), so RAE's label half contributes next to nothing; split gives each half its own keys.
+So two indexes, each key stored once, serve RAE (the merge), the dual encoder (labels) and kNN (inputs); the
+merge breaks ties by the smaller joint id, as ExactIndex over the stacked keys does. `RaeRetrieval` says which
+keys RAE scores: the paper's joint top-b, or split, the top label and input keys in a set proportion (where
+inputs outnumber labels the joint top-b holds few label keys: 0.8 % of the top-200 at 593 labels / 21k inputs).
 """
 
 from __future__ import annotations
@@ -30,8 +26,7 @@ MERGE_ROWS = 8_192  # rows merged at once: the sort's scratch (about 32 bytes pe
 
 
 def merge_top_k(hits_a: Hits, offset_a: int, hits_b: Hits, offset_b: int, k: int) -> Hits:
-    """The top-k of two searches over disjoint key sets, in the joint id space where key i of set a is
-    offset_a + i and key i of set b is offset_b + i; -1 / -inf padding where both hold fewer than k."""
+    """The top-k of two searches of disjoint key sets in the joint ids (key i of set a is offset_a + i)."""
     k = positive_int(k, "k")
     (ids_a, sims_a), (ids_b, sims_b) = hits_a, hits_b
     if ids_a.shape[0] != ids_b.shape[0]:
@@ -53,8 +48,7 @@ def _shift(ids: np.ndarray, offset: int) -> np.ndarray:
 
 
 class JointSearch:
-    """Searches the joint keys [X_train; Z_labels] through an index over the training inputs (joint ids
-    0..N-1) and one over the labels (joint ids N..N+L-1), with an index's `search(queries, k)`."""
+    """Searches [X_train; Z_labels] through an index of the inputs (joint ids 0..N-1) and one of the labels."""
 
     backend = "merge"
 
@@ -73,16 +67,14 @@ class JointSearch:
 
     @property
     def query_block(self) -> int:
-        """Queries one search answers as a block (both indexes' blocks are powers of two, so the larger is a
-        multiple of the smaller): searching the queries in aligned blocks of it gives the answers of one search."""
+        """Queries searched as one block (both parts' are powers of two): aligned blocks give one search's answers."""
         return max(self.inputs.query_block, self.labels.query_block)
 
     def __repr__(self) -> str:
         return f"JointSearch(inputs={self.inputs!r}, labels={self.labels!r})"
 
     def search_parts(self, queries: np.ndarray, k: int) -> tuple[Hits, Hits]:
-        """The top-k of the inputs alone (kNN's search) and of the labels alone (the dual encoder's),
-        each in its own key set's ids."""
+        """The top-k of the inputs alone (kNN's) and of the labels alone (the dual encoder's), in their own ids."""
         queries = self.inputs.checked_queries(queries)
         return self.inputs.search(queries, k), self.labels.search(queries, k)
 
@@ -104,8 +96,7 @@ DEFAULT_LABEL_SHARE = 0.5
 
 
 def recorded_retrieval(mode: Any, share: Any, path: str | os.PathLike, fix: str = "") -> RaeRetrieval:
-    """The retrieval a file the pipeline wrote records (the tune stage's choice, a model folder's settings), or one
-    DataError naming the file and the key, and saying `fix`."""
+    """The retrieval a file the pipeline wrote records, or one DataError naming the file and key (and `fix`)."""
     mode, share = record_value(Retrieval, mode, path, "retrieval", fix), record_value(Share | None, share, path,
                                                                                       "label_share", fix)
     if (share is None) != (mode == JOINT):
@@ -116,11 +107,8 @@ def recorded_retrieval(mode: Any, share: Any, path: str | os.PathLike, fix: str 
 
 @dataclass(frozen=True)
 class RaeRetrieval:
-    """Which keys RAE scores, from a top-k search of its input keys and one of its label keys.
-
-    joint: the top-b of [X; Z], the paper's retrieval (the merge of the two searches).
-    split: the top-b_z label keys and the top-(b - b_z) input keys, b_z = label_share x b rounded half up;
-    scored together as the joint ones are (one softmax, one τ, p . V)."""
+    """Which keys RAE scores: joint, the top-b of [X; Z]; split, the top-b_z label keys and the top-(b - b_z)
+    input keys, b_z = label_share x b rounded half up, scored together (one softmax, one τ, p . V)."""
 
     mode: str = JOINT
     label_share: float | None = None  # split only
@@ -140,10 +128,8 @@ class RaeRetrieval:
         return max(self.counts(b)) if self.mode == SPLIT else positive_int(b, "b")
 
     def hits(self, inputs: Hits, labels: Hits, num_inputs: int, b: int) -> Hits:
-        """RAE's keys at b in joint ids (input key i is i, label key j is num_inputs + j), best first; RAE
-        scores the first b valid of them. Joint: the merge as deep as the two searches (so that a smaller b
-        is a prefix of it, and a prior may reorder it before the first b are taken). Split: b keys, those of
-        each search's prefix. Each search must be `depth(b)` keys deep, or hold all its key set's keys."""
+        """RAE's keys at b in joint ids, best first. Joint: the merge as deep as the searches (so a smaller b is a
+        prefix, and a prior may reorder it first); split: b keys from the two prefixes. Searches `depth(b)` deep."""
         if self.mode == JOINT:
             return merge_top_k(inputs, 0, labels, num_inputs, max(b, inputs[0].shape[1], labels[0].shape[1]))
         num_x, num_z = self.counts(b)
@@ -152,7 +138,6 @@ class RaeRetrieval:
 
 def rae_keys(retrieval: RaeRetrieval, inputs: Hits, labels: Hits, num_inputs: int, b: int,
              log_counts: np.ndarray | None, tau: float) -> Hits:
-    """RAE's keys at b as `retrieval` takes them from the two searches (`RaeRetrieval.hits`), with the prior
-    τ·log n added where the memory has one (`log_counts`, prior.py). The one home of that step: RaeModel.keys
-    and InputMemory.search (which may not import rae/) both take RAE's keys here."""
+    """RAE's keys at b (`RaeRetrieval.hits`) with the prior τ·log n added (`log_counts`): the one home of that
+    step, for RaeModel and InputMemory alike."""
     return add_log_prior(retrieval.hits(inputs, labels, num_inputs, b), log_counts, tau)

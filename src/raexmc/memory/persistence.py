@@ -1,8 +1,6 @@
-"""Saving an index to a folder and reopening it: `meta.json`, plus `hnsw.bin` for HNSW or `faiss.bin`
-for a compressed index (faiss_index.py).
+"""An index saved to a folder and reopened: meta.json, plus hnsw.bin (HNSW) or faiss.bin (compressed).
 
-The exact backend keeps no keys on disk; reopening it needs them again. Neither hnswlib nor faiss is
-trusted to store the search beam, so a reopened graph gets ef_search set again.
+The exact backend keeps no keys on disk: reopening it needs them. A reopened graph gets its ef_search set again.
 """
 
 from __future__ import annotations
@@ -33,9 +31,7 @@ GRAPH_FIELDS = {"hnsw": ("M", "ef_construction", "space"), "faiss": ("M", "ef_co
 
 
 def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.PathLike) -> Path:
-    """Write `index` to `folder` atomically: meta.json, plus hnsw.bin for HNSW or faiss.bin for a
-    compressed index (exact keeps no keys). A graph file cut short by a full disk or a file-size limit is an
-    OSError naming it (io.require_size), and no folder is left."""
+    """Write `index` to `folder` atomically; a graph file cut short (a full disk) is an OSError naming it."""
     folder = Path(folder)
     meta: dict[str, Any] = {"backend": index.backend, "dim": index.dim, "count": index.count}
     if isinstance(index, HnswIndex):
@@ -96,12 +92,8 @@ def _names_a_compression(name: Any) -> bool:
 def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
                threads: int = 0, chunk_rows: int = CHUNK_ROWS,
                device: str = "cpu") -> ExactIndex | TorchIndex | HnswIndex | FaissIndex:
-    """Reopen an index written by `save_index`; the exact backend needs `keys` again, and searches them on
-    `device` (a GPU: TorchIndex; the CPU: ExactIndex).
-
-    Given keys must match the saved dimension and count. A graph comes back with its beam set to ef_search, and
-    the index names `folder` in its errors about queries.
-    """
+    """Reopen an index `save_index` wrote; the exact backend needs `keys` (of the saved shape) and searches on
+    `device` (TorchIndex on a GPU). The index names `folder` in its errors about queries."""
     folder = Path(folder)
     index = _reopen(folder, keys, ef_search, threads, chunk_rows, device)
     index.source = folder
@@ -158,9 +150,7 @@ def _load_faiss(folder: Path, meta: dict[str, Any], ef_search: int, threads: int
 
 
 def index_bytes(folder: str | os.PathLike) -> int:
-    """Bytes of the index saved in `folder` as stored: every file in it (meta.json included). Loading
-    allocates about as much again plus each library's bookkeeping a key (hnswlib: a lock and a label
-    map entry); `bench/memory_budget.py compression` measures it."""
+    """Bytes of the index saved in `folder` as stored (bench/memory_budget.py compares them)."""
     folder = Path(folder)
     saved_meta(folder)
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())

@@ -1,14 +1,9 @@
-"""Label keys that carry the training inputs: in RAE's memory the key of label l becomes
-unit(z_l + α · unit(x̄_l)), where z_l is the label text's key and x̄_l the mean key of the training inputs
-labelled l (a label no input has keeps z_l).
+"""Label keys that carry the training inputs: label l's key becomes unit(z_l + α · unit(x̄_l)), x̄_l the
+mean key of the inputs labelled l (a label without inputs keeps z_l).
 
-Why: a smaller memory (memory.keep < 1) drops most input keys, and with them what those inputs say about
-their labels. A prototype puts that into the label's own key, at no extra bytes: a query near the inputs of
-label l now also finds l's key, where the full memory would have found those inputs. With every input kept
-the inputs speak for themselves and the prototypes only pull the label keys away from the label texts, so
-`auto` uses them for a smaller memory alone, with the α that the tune stage chooses from
-`memory.prototypes_grid` on held-out training inputs (evaluation/prototype_selection.py). The dual encoder,
-the label texts' baseline, keeps z_l.
+A smaller memory (memory.keep < 1) drops most input keys and what they say about their labels; a prototype
+puts that into the label's key at no extra bytes. With every input kept they only pull label keys off the
+texts, so `auto` uses them below keep 1 alone, at the α the tune stage chooses. The dual encoder keeps z_l.
 """
 
 from __future__ import annotations
@@ -25,15 +20,12 @@ LABEL_BLOCK = 65_536  # labels whose input sums one sparse product makes (the la
 
 
 def searches_prototypes(setting: object, keep: float, backend: str) -> bool:
-    """Whether the tune stage chooses α: `memory.prototypes` auto, where keep < 1 and the index backend builds
-    graphs (the exact backend, which auto picks for small data, keeps no label index of a memory's own)."""
+    """Whether the tune stage chooses α: prototypes auto, keep < 1 and a backend that builds graphs."""
     return setting == AUTO and keep < 1.0 and backend != "exact"
 
 
 def prototype_weight(setting: float | str, keep: float, backend: str, chosen: float | None = None) -> float:
-    """α from `memory.prototypes`: a number >= 0 (0: the label texts' keys), or auto: `chosen` (a point of
-    memory.prototypes_grid, or the tune stage's choice) where searches_prototypes, else 0. `chosen` is read
-    only there. `setting` is as the settings loader checked it."""
+    """α from `memory.prototypes`: the number, or for auto `chosen` where searches_prototypes (else 0)."""
     if setting == AUTO:
         if not searches_prototypes(setting, keep, backend):
             return 0.0
@@ -51,9 +43,7 @@ def prototype_weight(setting: float | str, keep: float, backend: str, chosen: fl
 
 def label_prototypes(inputs: np.ndarray, values: sp.csr_matrix, labels: np.ndarray, weight: float,
                      rows: np.ndarray | None = None) -> np.ndarray:
-    """The (L, d) unit prototype keys: unit(z_l + weight · unit(sum of the keys of the inputs labelled l)).
-    `values` are the inputs' value rows (only which labels each has counts); with `rows` they belong to
-    those rows of `inputs`, so that a subset (the tune stage's memory inputs) needs no copy of its keys."""
+    """The (L, d) unit prototype keys; with `rows`, `values` belong to those rows of `inputs` (no copy of them)."""
     rows = np.arange(len(inputs)) if rows is None else np.asarray(rows)
     if values.shape != (len(rows), len(labels)):
         raise ValueError(f"value rows of shape {values.shape} for {len(rows)} inputs and {len(labels)} labels")

@@ -1,13 +1,8 @@
-"""What every index backend shares: the result format `(ids, sims)` and the checks of what goes in.
+"""What every index backend shares: the result `(ids, sims)` and the checks of what goes in.
 
-* ids: int64 array (n_queries, k), key numbers, -1 where fewer than k keys were found;
-* sims: float32 array (n_queries, k), inner products, -inf where the id is -1;
-
-each row sorted by descending similarity, ties by ascending id. The backends are `ExactIndex`
-(exact.py), the ground truth and the backend for small data, `TorchIndex` (torch_index.py), the exact
-backend on a GPU, `HnswIndex` (hnsw.py), an hnswlib
-graph for large data, and `FaissIndex` (faiss_index.py), a graph over compressed keys for a memory
-with a size budget (`memory.compression`).
+ids int64 (n, k), -1 where fewer than k keys were found; sims float32 (n, k) inner products, -inf there; each
+row by descending similarity, ties by ascending id. Backends: ExactIndex (exact.py, the ground truth),
+TorchIndex (torch_index.py, exact on a GPU), HnswIndex (hnsw.py) and FaissIndex (faiss_index.py, compressed keys).
 """
 
 from __future__ import annotations
@@ -32,8 +27,8 @@ Hits = tuple[np.ndarray, np.ndarray]  # (ids, sims) of one search
 
 
 def as_matrix(array: Any, what: str, dim: int | None = None, index: Path | None = None) -> np.ndarray:
-    """`array` as a C-contiguous float32 matrix (no copy when it already is one), checked; a dimension other than
-    `dim`, that of the index saved in `index`, is a DataError naming that folder."""
+    """`array` as a C-contiguous float32 matrix (no copy when it is one); a dimension other than the
+    `dim` of the index saved in `index` is a DataError naming that folder."""
     matrix = np.ascontiguousarray(array, dtype=np.float32)
     if matrix.ndim != 2:
         raise DataError(f"{what} must be a 2-D matrix, got shape {matrix.shape}")
@@ -45,7 +40,7 @@ def as_matrix(array: Any, what: str, dim: int | None = None, index: Path | None 
 
 
 class Index:
-    """What every backend's index shares: the folder `load_index` read it from (None: built in this process), which
+    """What every backend's index shares: the folder `load_index` read it from (None: built here), which
     its errors about queries name."""
 
     source: Path | None = None

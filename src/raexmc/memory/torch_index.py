@@ -1,13 +1,9 @@
 """Exact inner-product top-k by torch on a device: the exact backend where the search runs on a GPU.
 
-The keys are uploaded once; the queries go up a block at a time, each block's similarities are one matrix
-product and its top-k one torch.topk, both on the device. On a GPU the product runs in fp16 (unit-norm
-keys' products lie far inside its range, and it keeps 3 more mantissa bits than bf16): each query's
-best `pool_size(k)` keys by it are rescored in fp32 against an fp32 copy of the keys, so that the ids and
-sims are those of an fp32 search (ExactIndex) except where a key's half-precision error moves it across
-that margin. On the CPU (tests, or `search.device: cpu` with torch) the product is fp32 and needs no
-rescoring. A block's rows are sized by the device's free memory (torch.cuda.mem_get_info) as ExactIndex's
-are by a byte budget.
+The keys are uploaded once, the queries a block at a time (sized by the device's free memory); a block's
+product and torch.topk run on the device. On a GPU the product is fp16 (unit-norm keys' products are far inside
+its range) and each query's best `pool_size(k)` keys are rescored in fp32, so the answers are an fp32 search's
+except where half precision moves a key across that margin. On the CPU the product is fp32.
 """
 
 from __future__ import annotations
@@ -40,10 +36,8 @@ def pool_size(k: int, n_keys: int, rescored: bool) -> int:
 
 def block_rows_for(free_bytes: int, n_keys: int, dim: int, score_bytes: int,
                    max_rows: int = MAX_BLOCK_ROWS) -> int:
-    """Queries per block whose tensors fit in `free_bytes`: a query's similarities to the `n_keys` keys
-    (`score_bytes` each) twice over (the product, and torch.topk's scratch), and the query itself in fp32 and in
-    the product's precision. The largest power of two that fits, at least 1 and at most `max_rows`: powers of
-    two align the blocks of the inputs' and the labels' index (merge.JointSearch.query_block)."""
+    """Queries per block whose tensors fit in `free_bytes` (the similarities twice over, for torch.topk's
+    scratch, and the queries): a power of two in [1, max_rows], so the two key sets' blocks align."""
     per_row = 2 * n_keys * score_bytes + dim * (4 + score_bytes)
     rows = max(1, min(max_rows, free_bytes // max(per_row, 1)))
     return 1 << (rows.bit_length() - 1)
@@ -60,12 +54,8 @@ def free_device_bytes(device: str, share: float = DEVICE_SHARE) -> int:
 
 
 class TorchIndex(Index):
-    """Exact inner-product top-k by torch on `device`, with the `(ids, sims)` results of memory/search.py.
-
-    Rows are ordered by descending similarity, ties by ascending id among the keys torch.topk took (which of
-    several keys tied at the k-th place it takes is its own choice). `free_bytes` bounds a block's tensors
-    (default: free_device_bytes, measured after the keys are uploaded).
-    """
+    """Exact inner-product top-k by torch on `device`, with ExactIndex's results: ties by ascending id among the keys
+    torch.topk took (which of several keys tied at the k-th place it takes is its own choice)."""
 
     backend = "exact"
 
@@ -130,8 +120,7 @@ def _by_score_then_id(ids, sims, width: int):
 
 def top_k_search(keys: np.ndarray, device: str, block_bytes: int = BLOCK_BYTES,
                  progress: bool = False) -> Callable[[np.ndarray, int], Hits]:
-    """Exact top-k by inner product on `device`: TorchIndex on a GPU, ExactIndex (within `block_bytes`) on the
-    CPU; with a progress bar when `progress`."""
+    """Exact top-k on `device`: TorchIndex on a GPU, ExactIndex (within `block_bytes`) on the CPU."""
     index = (TorchIndex(keys, device) if device.startswith("cuda")
              else ExactIndex(keys, block_bytes=block_bytes))
     return functools.partial(index.search, progress=progress)

@@ -1,6 +1,6 @@
-"""The model card a saved RaeModel carries as README.md: what it is, where it came from (the `about` the package
-stage gives it: dataset, metrics, params, the raexmc version) and how to load it, readable without the project
-around it."""
+"""The model card a saved RaeModel carries as README.md: what it is, where it came from (`about`) and how to
+load it, readable without the project around it.
+"""
 
 from __future__ import annotations
 

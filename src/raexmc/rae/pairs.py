@@ -1,9 +1,7 @@
 """(input, label) pairs in sparse label matrices: patterns, membership, filtered-pair removal, row chunks.
 
-Filtered ("reciprocal") pairs follow the XC convention: such a pair can neither be predicted
-(`ranking.top_k(..., exclude=...)`) nor count as a positive (`remove_pairs(truth, exclude)`).
-Work on large matrices goes in chunks of rows (`row_chunks`), vectorised within each, so that 500k
-test inputs x 1M labels fit in memory.
+A filtered ("reciprocal") pair is never predicted (`ranking.top_k(..., exclude=...)`) nor a positive
+(`remove_pairs`); large matrices go in chunks of rows (`row_chunks`), vectorised within each.
 """
 
 from __future__ import annotations
@@ -34,11 +32,7 @@ def row_ids(indptr: np.ndarray) -> np.ndarray:
 
 
 def in_pattern(rows: np.ndarray, cols: np.ndarray, pattern: sp.csr_matrix) -> np.ndarray:
-    """True where (rows[i], cols[i]) is stored in `pattern` (canonical CSR, see as_pattern).
-
-    Pairs become int64 keys row * L + col; a canonical CSR lists its keys already sorted, so a
-    binary search answers all pairs at once.
-    """
+    """True where (rows[i], cols[i]) is stored in canonical CSR `pattern`: one binary search of the keys row·L + col."""
     width = np.int64(pattern.shape[1])
     stored = row_ids(pattern.indptr) * width + pattern.indices
     keys = rows.astype(np.int64) * width + cols

@@ -19,9 +19,8 @@ DEEP_JSON = "JSON nested too deeply to read"  # json.loads past the interpreter'
 
 
 def checked_text(text: str, source: str, number: int) -> str:
-    """`text`, or DataError if it is blank or has no visible character (the encoder would see only special
-    tokens and answer anyway) or holds a lone surrogate (what Python makes of bytes that were not UTF-8, such
-    as a command-line argument's; the tokenizer would fail on it with a TypeError)."""
+    """`text`, or DataError if it is blank, shows no character (the encoder would see special tokens only) or
+    holds a lone surrogate (bytes that were not UTF-8, on which the tokenizer fails)."""
     if not text.strip():
         raise DataError("empty query", source, number)
     if all(unicodedata.category(char) in INVISIBLE for char in text):

@@ -1,15 +1,11 @@
-"""A λ per query: a small model that reads a query's own joint retrieval and picks its λ from a grid.
+"""A λ per query: a small model that reads a query's joint retrieval and picks its λ from a grid.
 
-RAE scores a query as λ·(its input keys' softmax mass)·Y_train + (1−λ)·(its label keys' mass). One
-fixed λ suits the average query; a query whose input neighbours are close and agree may want more
-λ, one that lands among its label keys less. The model: per grid point λ_j, a ridge regression
-(closed form) of the per-query target metric at λ_j on a few standardised retrieval features; a
-query gets the λ_j with the largest predicted metric. It is fitted on validation queries (see
-evaluation/query_lambda_fit.py) and kept only when its cross-validated metric beats the best fixed λ
-on those queries by MARGIN_SE standard errors; otherwise it is that fixed λ for every query. Applying
-it costs the features (from the retrieval and RAE's two score halves) and G dot products per query;
-it travels as a small JSON dict. On WordNet (zero-shot MiniLM, bench/results/query_lambda_wordnet.json) it gains about
-+1.9 P@1 over the best fixed λ; on FOLDOC's 411 validation queries it falls back to the fixed λ.
+One fixed λ suits the average query; one whose input neighbours are close and agree may want more. Per grid
+point λ_j a closed-form ridge regression predicts the query's target metric from standardised retrieval
+features, and the query gets the λ_j predicted best. It is fitted on validation queries
+(evaluation/query_lambda_fit.py) and kept only when its cross-validated metric beats the best fixed λ by
+MARGIN_SE standard errors; else it is that fixed λ. It travels as a small JSON dict. WordNet zero-shot:
++1.9 P@1 (bench/results/query_lambda_wordnet.json); FOLDOC's 411 validation queries fall back to the fixed λ.
 """
 
 from __future__ import annotations
@@ -45,14 +41,9 @@ QUERY_LAMBDA_FILE = "query_lambda.json"  # the tune stage writes it, the package
 
 def query_features(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix, tau: float,
                    b: int | None = None, parts: Parts | None = None) -> np.ndarray:
-    """(n, len(FEATURES)) float64 features of n joint retrievals over the memory of Y_train's inputs and labels.
-
-    The last two ask whether the two halves of RAE's scores agree on their favourite label (1: the other
-    half scores it as high as its own favourite; 0: not at all, or a half is empty); ties between labels
-    go to the smaller label id. A query with no valid key gets all zeros. Vectorised over queries.
-    `parts`: RAE's two score halves of this retrieval at (tau, b) when the caller has them already
-    (RaeModel scores with them), which saves their sparse product.
-    """
+    """(n, len(FEATURES)) float64 features of n joint retrievals; a query without a valid key gets zeros.
+    The last two: whether each half of RAE's scores rates the other's favourite label (ties to the smaller id).
+    `parts`: the halves at (tau, b) where the caller has them (RaeModel does)."""
     num_train, num_labels = Y_train.shape
     probs = key_probabilities(sims, ids, tau, num_train + num_labels, b)  # validates ids, sims, tau, b
     knn_part, label_part = score_parts(ids, sims, Y_train, tau, b) if parts is None else parts
@@ -182,14 +173,10 @@ def read_query_lambda(path: str | os.PathLike, tau: float, b: int | None) -> Que
 def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray, tau: float, b: int | None,
                      folds: int = DEFAULT_FOLDS, ridge: float = DEFAULT_RIDGE,
                      seed: int = 0, fixed_lambda: float | None = None) -> tuple[QueryLambda, dict[str, Any]]:
-    """The model from validation queries' features (n, F) and their target metric at each grid λ (n, G).
-
-    The ridge model is kept only when its `folds`-fold cross-validated per-query target beats the
-    fixed λ's (`fixed_lambda`, a grid point: the tune stage's choice, so that ties break as they did
-    there; by default the best on all the fitting queries; either way the bar is high) by MARGIN_SE
-    standard errors of the mean per-query gain; otherwise the model is that fixed λ, so that noise
-    never wins a near tie. Returns the model and a report of both scores.
-    """
+    """The model from validation features (n, F) and their target metric at each grid λ (n, G): kept only
+    when its `folds`-fold cross-validated target beats the fixed λ's (`fixed_lambda`, the tune stage's choice, by
+    default the best on all queries) by MARGIN_SE standard errors of the mean gain, so noise never wins a near tie.
+    Returns the model and a report of both scores."""
     features, grid = _check_features(features), _check_grid(grid)
     targets = np.asarray(targets, dtype=np.float64)
     if targets.shape != (len(features), len(grid)) or not np.isfinite(targets).all():

@@ -14,12 +14,8 @@ _PAD_LIMIT = 4   # the padded matrix of wide rows may hold at most this many cel
 def top_k(
     scores: sp.csr_matrix | np.ndarray, k: int, exclude: sp.csr_matrix | None = None
 ) -> np.ndarray:
-    """Top-k label indices per row, best first, as an (N, k) int64 array padded with -1.
-
-    Ties go to the smaller label index, so rankings are reproducible. For sparse scores only stored
-    entries are candidates (a stored 0.0 is one); nonzeros of `exclude` are never returned. A NaN score
-    ranks as -inf: last, and never in the way of the scores that can be compared.
-    """
+    """Top-k labels per row, best first, (N, k) int64 padded with -1; ties to the smaller label. For sparse
+    scores only stored entries are candidates; `exclude`'s nonzeros are never returned; NaN ranks as -inf."""
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     sparse = sp.issparse(scores)
@@ -66,13 +62,9 @@ def _nan_last(scores: np.ndarray) -> np.ndarray:
 
 def _row_top_candidates(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_rows: int,
                         k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The candidates that can reach the top k of their row (ties included), in their order.
-
-    Sorting every candidate was most of evaluate's time (RAE's rows hold b keys times their labels, thousands
-    of labels, of which 100 are ranked). Rows with more than k candidates are padded into one matrix whose
-    rows np.partition cuts at their k-th best score, linear in the candidates; when a few very wide rows
-    would make the padding far larger than the candidates themselves, every candidate stays (and is sorted).
-    """
+    """The candidates that can reach their row's top k (ties included), in order: np.partition of a padded
+    matrix cuts each row at its k-th best, since sorting every candidate was most of evaluate's time; when a few
+    very wide rows would make the padding far larger than the candidates, every candidate stays."""
     widths = np.bincount(rows, minlength=n_rows)   # rows arrive sorted, so each row's candidates are contiguous
     wide = widths > k
     n_wide, width = int(wide.sum()), int(widths.max(initial=0))
@@ -92,11 +84,7 @@ def _row_top_candidates(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_
 def _dense_candidates(
     block: np.ndarray, k: int, banned: sp.csr_matrix | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, label, score) of the entries that can reach the top k of their row.
-
-    The k-th best allowed score is a threshold: anything below it cannot be in the top k, so only
-    the rest (ties included) goes on to the exact sort.
-    """
+    """(row, label, score) of the entries at or above their row's k-th best allowed score."""
     block = _nan_last(block)
     allowed = np.ones(block.shape, dtype=bool) if banned is None else banned.toarray() == 0
     keep = allowed
@@ -110,13 +98,9 @@ def _dense_candidates(
 
 
 def _fill_ranking(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
-    """Write the best len(out[0]) labels of each row into `out`: score descending, label ascending.
-
-    Candidates arrive in (row, label) order, so a stable sort on -score within each row keeps ties by label.
-    Each row's candidates are sorted on their own in a padded matrix (one argsort along its rows, several
-    times faster than sorting all candidates on (row, -score) together); when a few very wide rows would make
-    the padding far larger than the candidates themselves, all are sorted together instead.
-    """
+    """Write each row's best labels into `out`, score descending, label ascending: candidates arrive in (row,
+    label) order and a stable argsort of a padded matrix keeps ties by label (all together where padding would
+    outgrow the candidates)."""
     n, k = out.shape
     widths = np.bincount(rows, minlength=n)
     width = int(widths.max(initial=0))

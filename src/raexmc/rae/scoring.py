@@ -1,22 +1,11 @@
-"""Turning retrieved knowledge-memory keys into label scores (RAE-XMC inference).
+"""Retrieved memory keys to label scores: RAE-XMC's inference (rae/reference.py) sparse and batched.
 
-The knowledge memory has keys K = [X_train; Z_labels] and values V = [lam * Y_train; (1 - lam) * I_L]:
-key ids 0..N-1 are training inputs, ids N..N+L-1 are labels. An index hands back, per query, the ids
-and similarities of its top keys (ids int64 (n, w) padded with -1, sims float32 (n, w) padded with
--inf, best first). Only those keys take part: p = softmax(q . k / tau) over the first b valid of
-them, and scores = p . V, that is
-
-    scores = lam * P[:, :N] @ Y_train + (1 - lam) * P[:, N:].
-
-On the joint retrieval, lam = 0 keeps only the label keys that happened to enter the top b (its
-softmax still normalised over all of them) and lam = 1 only the training inputs: truncated versions
-of the baselines. The real dual encoder and kNN each search their own key set (`dual_encoder_scores`,
-`knn_scores`).
-
-Sweeps reuse one retrieval for many lam: `score_parts` computes the two products once per (tau, b)
-and `combine` mixes them for any lam at the cost of one sparse addition (`combine_per_query`: one lam
-per query, as rae/query_lambda.py picks them). Everything is vectorised over the batch: no loop per
-query or per key. Probabilities are computed in float64.
+Key ids 0..N-1 are training inputs, N..N+L-1 labels; a search's (ids, sims) are padded with -1 / -inf.
+p = softmax(q . k / τ) over the first b valid keys, and scores = λ P[:, :N] @ Y_train + (1 − λ) P[:, N:].
+`score_parts` computes the two products once per (τ, b) and `combine` mixes them for any λ (a sweep's cost:
+one sparse addition); `combine_per_query` takes a λ per query. Probabilities are float64. The real dual encoder
+and kNN search their own key sets (`dual_encoder_scores`, `knn_scores`): λ = 0 or 1 on the joint top-b is a
+truncated baseline.
 """
 
 from __future__ import annotations
@@ -97,11 +86,8 @@ def kept_mask(ids: np.ndarray, sims: np.ndarray | None, b: int | None) -> np.nda
 def _softmax_entries(
     sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int, b: int | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, key id, probability) of every kept entry, in row-major order.
-
-    The row maximum is subtracted before exp, so the largest weight of each row is exp(0) = 1 and
-    nothing overflows however small tau is; weights that underflow are simply 0.
-    """
+    """(row, key id, probability) of every kept entry, row-major; the row maximum goes before exp, so nothing
+    overflows however small τ is."""
     tau, b = check_tau(tau), check_b(b)
     ids, sims = _check_retrieval(ids, sims)
     if ids.size and np.isnan(sims[ids >= 0]).any():
@@ -134,11 +120,8 @@ def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int,
 def key_probabilities(
     sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int, b: int | None = None
 ) -> sp.csr_matrix:
-    """Softmax weights of the retrieved keys, as a CSR (n, num_keys) matrix.
-
-    Each row holds softmax(sims / tau) over its first b valid entries (id >= 0 and sim > -inf;
-    b=None: all of them) and sums to 1; a row without any valid key is all zero.
-    """
+    """softmax(sims / τ) over each row's first b valid entries (None: all) as CSR (n, num_keys); a row
+    without a valid key is zero."""
     ids, sims = _check_retrieval(ids, sims)
     rows, keys, probs = _softmax_entries(sims, ids, tau, num_keys, b)
     return _csr(rows, keys, probs, (ids.shape[0], int(num_keys)))
@@ -150,11 +133,7 @@ def key_probabilities(
 def score_parts(
     ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float, b: int | None = None
 ) -> Parts:
-    """(knn_part, label_part), both CSR (n, L): P[:, :N] @ Y_train and P[:, N:].
-
-    P is the key softmax over the joint memory of N = Y_train.shape[0] training inputs and
-    L = Y_train.shape[1] labels. `combine(parts, lam)` then gives the scores for any lam.
-    """
+    """(knn_part, label_part), CSR (n, L): P[:, :N] @ Y_train and P[:, N:], for `combine` at any λ."""
     Y = _as_labels(Y_train)
     num_train, num_labels = Y.shape
     ids, sims = _check_retrieval(ids, sims)
@@ -202,10 +181,7 @@ def combine(parts: Parts, lam: float) -> sp.csr_matrix:
 
 
 def combine_per_query(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
-    """Like `combine`, with a lam per query: diag(lam) @ knn_part + diag(1 - lam) @ label_part.
-
-    A scalar lam is exactly `combine(parts, lam)`; an array needs one value in [0, 1] per row.
-    """
+    """`combine` with a λ per query (an array of one value in [0, 1] per row), or a scalar λ."""
     if np.ndim(lam) == 0:
         return combine(parts, lam)
     knn_part, _ = _checked_parts(parts)
@@ -225,10 +201,7 @@ def rae_scores(
     tau: float = PAPER_TAU,
     b: int | None = None,
 ) -> sp.csr_matrix:
-    """RAE-XMC label scores, CSR (n, L): lam * P[:, :N] @ Y_train + (1 - lam) * P[:, N:].
-
-    For several lam on one retrieval, call `score_parts` once and `combine` per lam.
-    """
+    """RAE-XMC label scores, CSR (n, L); for several λ on one retrieval, `score_parts` once and `combine` each."""
     lam = check_lambda(lam)  # before the softmax's work; score_parts checks tau and b
     return mixed(score_parts(ids, sims, Y_train, tau, b), lam)
 
@@ -273,9 +246,8 @@ def ova_knn_scores(
 
 
 def train_key_counts(ids: np.ndarray, num_train: int, b: int | None = None) -> np.ndarray:
-    """[training-input keys (ids < num_train), all valid keys (id >= 0)] among the first b valid keys of every
-    query, pooled over queries (a query with fewer valid keys weighs less): sums, so they add up over chunks
-    of queries, and their ratio is the b sweep's train_key_share."""
+    """[training-input keys, all valid keys] among every query's first b valid keys, pooled: sums, which add
+    up over chunks of queries; their ratio is the b sweep's train_key_share."""
     b = check_b(b)
     ids, _ = _check_retrieval(ids, None)
     kept = kept_mask(ids, None, b)

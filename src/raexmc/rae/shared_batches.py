@@ -1,15 +1,10 @@
 """Queries that callers on several threads send at once, answered together in one `RaeModel.predict` call.
 
-`raexmc serve` answers each request on a worker thread; one short query keeps a CPU's matrix kernels mostly idle:
-on one thread of an idle 2-core CPU, 32-token FOLDOC queries cost 6.9 ms each 16 a call against 18.1 ms one a
-call, and the server answered 16 clients at 74.8 requests/s against 35.8 before, one request a call
-(bench/results/predict_latency_foldoc.json). No thread of its own and no wait for company: a caller whose
-queries are not answered yet takes the lock and answers every request waiting then, its own among them, while
-the requests that arrive meanwhile gather for the next call. Alone, a request is answered at once as before.
-
-A batch pads its texts to the longest, which moves a score in the 7th decimal (labels are the same but at a tie
-that close); each request gets the top k it asked for (a prefix of the batch's largest k: ties go to the smaller
-label id either way).
+One short query keeps a CPU's kernels mostly idle: 32-token FOLDOC queries cost 6.9 ms each 16 a call against
+18.1 ms one a call, and 16 clients got 74.8 requests/s against 35.8 (bench/results/predict_latency_foldoc.json).
+No thread of its own and no wait: a caller whose queries are not answered takes the lock and answers every
+request waiting, its own among them. A batch pads to its longest text, which moves a score in the 7th decimal;
+each request gets the top k it asked for.
 """
 
 from __future__ import annotations

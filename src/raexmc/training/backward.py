@@ -1,8 +1,5 @@
-"""The gradient of one batch's loss on this rank: plain, or with gradient caching.
-
-Every rank computes the same loss from the gathered embeddings and back-propagates it through its
-own encodings only (see distributed.gather_with_grad); with gradient caching the encoder holds the
-graph of only `grad_cache_chunk` texts at a time.
+"""The gradient of one batch's loss on this rank: plain, or with gradient caching (the encoder holds the
+graph of `grad_cache_chunk` texts at a time); each rank back-propagates through its own encodings only.
 """
 
 from __future__ import annotations
@@ -53,9 +50,8 @@ class RngSnapshot:
 
 
 class ChunkedEncoding:
-    """One split's share of the batch encoded `chunk` texts at a time: first without graph,
-    remembering each chunk's RNG state; later again with graph under that state (the same dropout
-    masks, so the same embeddings) to back-propagate a gradient given for the embeddings."""
+    """One split's share of the batch encoded `chunk` texts at a time, first without graph (keeping each chunk's
+    RNG state), later again with graph under that state (the same dropout, so the same embeddings)."""
 
     def __init__(self, encode_rows: Callable[[np.ndarray], torch.Tensor], rows: np.ndarray, chunk: int, device: str):
         self.encode_rows, self.chunk = encode_rows, chunk
@@ -76,14 +72,9 @@ class ChunkedEncoding:
 
 def cached_backward(encoder: TextEncoder, cache: TokenCache, plan: BatchPlan, chunk: int,
                     ctx: DistContext) -> torch.Tensor:
-    """Gradient caching (Gao et al. 2021): the same gradient as `plain_backward`, holding the
-    graph of only `chunk` texts at a time, so the batch size no longer depends on device memory.
-
-    Encode this rank's share in chunks without graph; gather; compute the loss and its gradient
-    with respect to the embeddings (leaf tensors), keeping this rank's slice of it (every rank
-    holds the same loss, as in gather_with_grad); re-encode chunk by chunk with graph and
-    back-propagate those slices. Costs one more forward pass of the encoder.
-    """
+    """Gradient caching (Gao et al. 2021): `plain_backward`'s gradient with the graph of `chunk` texts at a
+    time. Encode without graph, gather, take the loss's gradient with respect to the embeddings (this rank's
+    slice), then re-encode chunk by chunk with graph and back-propagate the slices: one more forward pass."""
     inputs = ChunkedEncoding(split_encoder(encoder, cache, "train"), plan.input_rows, chunk, ctx.device)
     labels = ChunkedEncoding(split_encoder(encoder, cache, "labels"), plan.label_rows, chunk, ctx.device)
     x = gather_array(inputs.embeddings, ctx).requires_grad_()

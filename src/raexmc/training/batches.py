@@ -1,7 +1,5 @@
-"""What one training step sees: the global batch of each step, and this rank's share of it.
-
-Every rank draws the same global batch (the sampler is seeded by step), so resuming needs no
-sampler state; each rank encodes its share of the batch's inputs and labels.
+"""What one training step sees: the global batch (the same on every rank, the sampler seeded by step, so a
+resume needs no sampler state) and this rank's share of its inputs and labels.
 """
 
 from __future__ import annotations
@@ -45,10 +43,7 @@ class BatchSampler:
 
 @dataclass
 class BatchPlan:
-    """One global batch as this rank sees it: the rows it encodes, and what the loss needs.
-
-    Labels are padded to equal shares (padding rows are encoded but cut off before the loss).
-    """
+    """One global batch as this rank sees it; labels are padded to equal shares, cut off before the loss."""
     input_rows: np.ndarray      # this rank's share of the batch's inputs
     label_rows: np.ndarray      # this rank's share of the batch's distinct labels, padded
     n_labels: int

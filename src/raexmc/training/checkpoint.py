@@ -1,8 +1,6 @@
-"""The resumable state of a training run in one file: written by rank 0 every `checkpoint_every` steps.
-
-It holds model, optimizer, scheduler, torch's RNG, the step, the mined negatives, the elapsed time and
-the logged history, so resuming needs no sampler state (the sampler is seeded by step). A checkpoint
-is resumed only when its fingerprint (settings, encoder, data) matches.
+"""The resumable state of a training run in one file, written by rank 0 every `checkpoint_every` steps:
+model, optimizer, scheduler, RNG, step, mined negatives, time and history; resumed only when its fingerprint
+matches.
 """
 
 from __future__ import annotations
@@ -23,10 +21,8 @@ from ..io import atomic_file, checked_writes
 
 def run_fingerprint(encoder_name: str, recipe: Any, settings: Any, data_stats: dict[str, Any],
                     token_key: dict[str, Any], world_size: int) -> str:
-    """What a checkpoint must match to be resumed: the encoder and its pooling, the settings (before
-    grad_cache_chunk's auto is resolved: it depends on the device's memory, and caching does not change the
-    gradient, so a resume on another card keeps the checkpoint), the dataset's stats, the token cache's key and
-    the number of processes."""
+    """What a checkpoint must match to be resumed: encoder and pooling, the settings (grad_cache_chunk's auto
+    unresolved: it depends on the card, not the gradient), the dataset's stats, the token cache's key, the processes."""
     return hashlib.sha256(json.dumps([encoder_name, recipe, vars(settings), data_stats, token_key, world_size],
                                      sort_keys=True).encode()).hexdigest()
 
@@ -94,8 +90,7 @@ def _damaged(path: Path, reason: str) -> DataError:
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write `state` to a temporary beside `path`, then rename it over `path` (io.atomic_file): a killed run
-    leaves the previous checkpoint whole and a temporary that the stages' sweep removes; a write cut short
-    (a full disk) is an OSError naming the file, never a short checkpoint (io.checked_writes)."""
+    """Write `state` atomically over `path` (io.atomic_file): a killed run leaves the previous checkpoint
+    whole, a full disk an OSError naming the file."""
     with atomic_file(path, "wb") as handle, checked_writes(handle) as checked:
         torch.save(state, checked)

@@ -13,9 +13,8 @@ from ..process_group import DistContext
 
 
 def check_gpu_count(nproc: int, device: str, path: str | os.PathLike, key: str) -> None:
-    """ConfigError naming `key` when `nproc` processes per node would each take a GPU of their own (`device`
-    resolves to CUDA) and fewer are visible: torchrun would start them all, and the ranks without a GPU would
-    fail one by one with CUDA's invalid device ordinal."""
+    """ConfigError naming `key` when `nproc` processes would each take a GPU and fewer are visible (torchrun
+    would start them, and those without one fail one by one)."""
     uses_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     visible = torch.cuda.device_count()
     if uses_cuda and nproc > visible:
@@ -28,13 +27,9 @@ def check_gpu_count(nproc: int, device: str, path: str | os.PathLike, key: str) 
 class _GatherKeepingLocalGradient(torch.autograd.Function):
     """All-gather whose backward hands each rank only its own slice of the incoming gradient.
 
-    Every rank computes the same loss from the same gathered tensor, so the incoming gradient is
-    the same on every rank and no communication is needed: the local slice is exactly
-    dL/d(this rank's part). The later all-reduce of parameter gradients sums the ranks' shares
-    into the gradient one process would get. (torch.distributed.nn's all_gather instead
-    reduce-scatters, i.e. sums the W identical losses' gradients, so that sum came out W times
-    too large.)
-    """
+    Every rank computes the same loss from the same gathered tensor, so the local slice is dL/d(this rank's part)
+    and the all-reduce of parameter gradients sums the shares into one process's gradient. (torch.distributed.nn's
+    all_gather reduce-scatters, summing W identical gradients: W times too large.)"""
 
     @staticmethod
     def forward(ctx, tensor: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
@@ -49,10 +44,8 @@ class _GatherKeepingLocalGradient(torch.autograd.Function):
 
 
 def gather_with_grad(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
-    """Concatenate every rank's equally sized `tensor`, keeping gradients to the local part only.
-
-    Only valid for a loss every rank computes identically from the result (see the class above).
-    """
+    """Every rank's equally sized `tensor` concatenated, with gradients to the local part (for a loss every
+    rank computes alike)."""
     if not ctx.active:
         return tensor
     return _GatherKeepingLocalGradient.apply(tensor, ctx.rank, ctx.world_size)

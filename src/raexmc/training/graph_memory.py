@@ -1,13 +1,9 @@
 """`train.grad_cache_chunk: auto`: gradient caching only where a process's batch would not fit its graph budget.
 
-A step keeps, for the backward pass, activations that grow with the texts it encodes: on all-MiniLM-L6-v2
-(fp32, CPU) 43.9 MB more for each 128-token text and 8.5 MB for each 32-token one
-(bench/results/graph_memory.json). The estimate below, per layer and token 24 x hidden + 6 x heads x tokens
-floats, is above both (56.6 and 8.8 MB); under bf16 or fp16 autocast it counts 2 bytes a float, which at the
-LF-AmazonTitles-131K preset (DistilBERT, 896 inputs of 32 tokens and their 2,688 labels) says 28.5 GB, where
-the whole step peaked at 24.3 GB on an H100 (docs/gpu.md, bench/results/train_speed.json). A batch whose inputs
-and labels fit the budget trains as it is; a larger one is encoded in chunks that fit it (backward.py's
-cached_backward: the same step, one more forward pass).
+The estimate, per layer and token 24 x hidden + 6 x heads x tokens floats (2 bytes under bf16/fp16), is above
+what all-MiniLM-L6-v2 keeps (43.9 MB a 128-token text, 8.5 MB a 32-token one: bench/results/graph_memory.json);
+at the LF-AmazonTitles-131K preset it says 28.5 GB where the step peaked at 24.3 GB on an H100 (docs/gpu.md).
+A larger batch is encoded in chunks that fit (backward.cached_backward: the same step).
 """
 
 from __future__ import annotations
@@ -37,9 +33,8 @@ def graph_budget_bytes(device: str) -> int:
 
 def grad_cache_chunk(setting: int | str, config, precision: str, inputs: tuple[int, int], labels: tuple[int, int],
                      budget_bytes: int) -> int:
-    """The texts per encoder pass for `setting` (a number is used as it is). For auto, with `inputs` and
-    `labels` this process's (texts, max tokens): 0 (no caching) where they fit `budget_bytes`, else as many of
-    the longer texts as fit it (at least 1)."""
+    """Texts per encoder pass for `setting` (a number as it is); auto: 0 (no caching) where this process's
+    `inputs` and `labels` (texts, max tokens) fit `budget_bytes`, else as many of the longer texts as fit (>= 1)."""
     if setting != "auto":
         return int(setting)
     per_input, per_label = (graph_bytes_per_text(config, tokens, precision) for _, tokens in (inputs, labels))

@@ -1,7 +1,5 @@
-"""What the training loop reports: loss and throughput between mining rounds, the logged history, a progress bar.
-
-Rows go to `log(step, values)` and into the history on rank 0 only. The history travels in the
-checkpoint, so a resumed run returns the rows of its interrupted start too.
+"""What the training loop reports: loss and throughput between rounds, the history (in the checkpoint, so
+a resumed run returns its interrupted start's rows too) and a progress bar; rank 0 only.
 """
 
 from __future__ import annotations

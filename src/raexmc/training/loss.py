@@ -1,17 +1,9 @@
-"""Decoupled InfoNCE loss for training the shared dual encoder, and the batch masks it needs.
+"""Decoupled InfoNCE loss for the shared dual encoder, and the batch masks it needs.
 
-A training batch holds B inputs (embeddings ``x``) and the M distinct labels sampled for them
-(embeddings ``z``): one sampled positive per input plus any hard negatives the caller mined. Each
-input is scored against every label of the batch, and optionally against the other inputs.
-
-Multi-label inputs are why the loss is "decoupled": an input's other true labels may sit in the
-batch (as another input's positive or as a mined negative that turned out to be a positive), and a
-plain softmax would push the input away from them. Those columns are therefore removed from the
-denominator; the sampled positive appears only as the numerator term. For the same reason, another
-input that shares a positive label with input ``i`` is not used as an instance negative for ``i``.
-
-The mask builders run on the CPU from the positive label ids of the batch rows; move their results
-to the training device together with the embeddings.
+A batch holds B inputs (``x``) and the M distinct labels sampled for them (``z``): a sampled positive per input
+and any mined hard negatives; each input is scored against every label, and optionally the other inputs.
+"Decoupled": an input's other true labels in the batch leave its denominator, so it is not pushed away from
+them, and an input sharing a positive with ``i`` is no instance negative of ``i``. The masks are built on the CPU.
 """
 
 from __future__ import annotations
@@ -36,32 +28,15 @@ def decoupled_infonce(
     share_label: Tensor | None = None,
     tau: float = PAPER_TAU,
 ) -> Tensor:
-    """Mean decoupled InfoNCE loss of a batch.
+    """Mean decoupled InfoNCE loss of a batch. For input ``i`` with sampled positive column ``p_i``::
 
-    For input ``i`` with sampled positive column ``p_i``::
+            loss_i = logsumexp({s_i,p_i} ∪ {s_i,m : m not a positive of i}
+                               ∪ {x_i·x_j/tau : j != i shares no positive with i}) - s_i,p_i
 
-        loss_i = logsumexp({s_i,p_i} ∪ {s_i,m : m not a positive of i}
-                           ∪ {x_i·x_j/tau : j != i shares no positive with i}) - s_i,p_i
-
-    with ``s_i,m = x_i·z_m / tau``.
-
-    Args:
-        x: (B, d) input embeddings (normally L2-normalised).
-        z: (M, d) embeddings of the batch's distinct labels, in column order.
-        positive_col: (B,) long, the column in ``z`` of each input's sampled positive.
-        is_positive: (B, M) bool, True where column m is any positive of input i; must be True at
-            ``(i, positive_col[i])``. Those columns are left out of i's denominator so that an input
-            is not pushed away from its other true labels.
-        share_label: (B, B) bool, True where inputs i and j share a positive label, or None to
-            switch instance negatives off. Inputs that share a label with i are not negatives of i;
-            i itself is never one, whatever the diagonal holds.
-        tau: softmax temperature (> 0).
-
-    The logits are computed in float32 even under bf16/fp16 autocast: at tau = 0.04 a cosine of 1
-    is a logit of 25, and bf16's 8-bit mantissa would blur differences between near-equal scores.
-    Masked entries are set to -inf before a logsumexp, which stays finite because the positive
-    term is always present.
-    """
+    with ``s_i,m = x_i·z_m / tau``. `x` (B, d) and `z` (M, d) embeddings; `positive_col` (B,) each input's column;
+    `is_positive` (B, M) any positive (True at the sampled one); `share_label` (B, B) inputs sharing a positive, or
+    None for no instance negatives (i is never its own). Logits are float32 even under autocast: at tau = 0.04 a
+    cosine of 1 is 25, and bf16's mantissa would blur near-equal scores. The positive term keeps it finite."""
     if tau <= 0:
         raise ValueError(f"tau must be positive, got {tau}")
     if x.dim() != 2 or z.dim() != 2 or x.shape[1] != z.shape[1]:
@@ -116,13 +91,8 @@ def _rows_to_csr(batch_labels: LabelRows) -> tuple[np.ndarray, np.ndarray]:
 
 
 def batch_label_masks(batch_labels: LabelRows, batch_label_ids: Sequence[int] | np.ndarray) -> Tensor:
-    """(B, M) bool: True where column m (label ``batch_label_ids[m]``) is any positive of input i.
-
-    ``batch_labels`` is the positive label ids of each batch input: a list of arrays, or the
-    batch's rows of the CSR label matrix (column index = label id). ``batch_label_ids`` holds the
-    M distinct label ids of the batch in the column order of ``z``. Positives of i that are not in
-    the batch are simply absent; this mask is what keeps them out of i's denominator when present.
-    """
+    """(B, M) bool: True where column m (label ``batch_label_ids[m]``) is any positive of input i;
+    ``batch_labels`` the batch's positive label ids (arrays, or CSR rows)."""
     indptr, ids = _rows_to_csr(batch_labels)
     columns = np.asarray(batch_label_ids, dtype=np.int64).reshape(-1)
     batch, n_labels = indptr.size - 1, columns.size
@@ -141,12 +111,7 @@ def batch_label_masks(batch_labels: LabelRows, batch_label_ids: Sequence[int] | 
 
 
 def shared_label_mask(batch_labels: LabelRows) -> Tensor:
-    """(B, B) bool: True where inputs i and j share at least one positive label; diagonal True.
-
-    Computed as ``Y_b Y_bᵀ > 0`` on the batch's label rows, with labels renumbered to the ones
-    present so the product stays small. Inputs sharing a label are not instance negatives of each
-    other: they are both near that label, and pushing them apart would contradict the positives.
-    """
+    """(B, B) bool: inputs i and j share a positive label (diagonal True): ``Y_b Y_bᵀ > 0`` on the labels present."""
     indptr, ids = _rows_to_csr(batch_labels)
     batch = indptr.size - 1
     local, compact = np.unique(ids, return_inverse=True)

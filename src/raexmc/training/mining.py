@@ -1,14 +1,9 @@
 """Hard negative mining: labels the current encoder ranks high for an input but that are wrong.
 
-Every `hnm_steps` the trainer re-embeds the labels, retrieves the top `hnm_topk` labels of the
-inputs the next `hnm_steps` steps will draw (no other input's negatives are read before the next
-round, so mining them would be wasted: at the default 100 steps of 32 inputs, 3,200 inputs, however
-large the training set; a round whose steps draw N inputs or more still mines nearly all of them),
-drops each input's positives and samples m of the rest. The sampling keys of input r are row r of
-one (N, hnm_topk) stream of the round's generator, read block by block, so an input gets the
-negatives it gets when every input is mined (up to floating-point noise in its embedding and search).
-All of it is vectorised over inputs: positives are found with one sparse lookup, sampling with one
-argsort of the keys.
+Every `hnm_steps` the labels are re-embedded and the top `hnm_topk` retrieved for the inputs the next round's
+steps draw (no others are read before the next round), their positives dropped and m sampled. Input r's
+sampling keys are row r of one (N, hnm_topk) stream of the round's generator, so an input gets the negatives it
+would get if every input were mined. Vectorised: one sparse lookup, one argsort.
 """
 
 from __future__ import annotations

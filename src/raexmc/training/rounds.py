@@ -1,9 +1,6 @@
-"""A mining round every `hnm_steps`: re-embed the labels and the inputs the round needs with the current
-encoder, mine, validate.
-
-Mining needs only the inputs the round's steps will draw; validation needs every training input
-(its memory), so a round without validation (`val_max_queries: 0`) embeds the labels and at most
-hnm_steps x the global batch inputs, however large the training set."""
+"""A mining round every `hnm_steps`: re-embed the labels and the inputs the round needs, mine, validate.
+A round without validation (`val_max_queries: 0`) embeds at most hnm_steps x the global batch inputs.
+"""
 
 from __future__ import annotations
 
@@ -54,9 +51,8 @@ class RoundResult:
 def mining_round(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix,
                  train_rows: np.ndarray, val_rows: np.ndarray, mine_rows: np.ndarray, settings: TrainSettings,
                  ctx: DistContext, round_no: int, propensity_ab: tuple[float, float]) -> RoundResult:
-    """Mine hard negatives for the training inputs `mine_rows` (sorted; none: the round after the last
-    step only validates) and validate P@1 on `val_rows`, re-embedding with the current encoder the
-    labels and the inputs those need: every one when validating (its memory), else `mine_rows`."""
+    """Mine hard negatives for the inputs `mine_rows` (sorted; none: validation only) and validate P@1 on
+    `val_rows`, re-embedding the labels and the inputs those need (every one when validating: its memory)."""
     negatives = np.full((Y.shape[0], settings.num_hard_negatives), -1, np.int64)
     if not len(mine_rows) and not len(val_rows):
         return RoundResult(negatives, {})

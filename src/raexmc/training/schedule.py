@@ -1,18 +1,15 @@
 """The training schedule (batch, learning rate, steps, warm-up, mining interval): fixed, or grown with the data.
 
-A fixed recipe that suits FOLDOC's 8k inputs under-trains a larger set: on 21k inputs, 1,000 steps of batch 256
-at lr 2e-4 beat 300 steps of batch 32 at 1e-4 (93.38 against 91.52 P@1, reported in issue 38). `auto` writes
-that down as a rule of the number of training inputs N (docs/pipeline.md, "The training schedule"):
+A recipe that suits FOLDOC's 8k inputs under-trains larger sets (21k inputs: 93.38 against 91.52 P@1, issue 38).
+`auto` is a rule of the number of training inputs N (docs/pipeline.md):
 
     global batch B = 2^round(log2(N / 80)), clipped to [32, 512]
-    lr             = 1e-4 x min(sqrt(B / 32), 2)       (square-root scaling, at most twice the base)
-    max_steps      = 12 epochs = 12 N / B, rounded to hundreds, clipped to [300, 20,000]
+    lr             = 1e-4 x min(sqrt(B / 32), 2)
+    max_steps      = 12 N / B, rounded to hundreds, clipped to [300, 20,000]
     warmup_steps   = max_steps / 10, rounded
-    hnm_steps      = max_steps / 3, rounded up           (three mining rounds)
+    hnm_steps      = max_steps / 3, rounded up
 
-Below about 900 inputs the rule gives the fixed recipe. A key given as a number is used as written whatever
-the mode, and the values the rule derives from it follow it (lr from a chosen batch, warm-up and mining interval
-from chosen steps); a preset, which sets numbers, therefore runs as printed.
+A key given as a number is used as written, and what the rule derives from it follows it: a preset runs as printed.
 """
 
 from __future__ import annotations
@@ -64,9 +61,8 @@ def auto_steps(n_train: int, global_batch: int) -> int:
 
 
 def resolve(mode: str, n_train: int, world_size: int, chosen: dict[str, int | float]) -> Schedule:
-    """The schedule of `mode` for `n_train` training inputs on `world_size` processes, where `chosen` holds the
-    keys of KEYS given as numbers (they win). `fixed` fills the others from FIXED; `auto` from the rule, each
-    derived from the values before it, chosen or not."""
+    """The schedule of `mode` for `n_train` inputs on `world_size` processes; `chosen` keys (numbers) win,
+    the others come from FIXED or the rule, each from the values before it."""
     if mode not in MODES:
         raise ValueError(f"schedule must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "fixed":

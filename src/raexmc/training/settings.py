@@ -12,13 +12,8 @@ from .schedule import Schedule, resolve
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """The training recipe: the `train` section of params.yaml less its launch keys.
-
-    No defaults here: params.yaml is where they live, except what its schedule keys' `auto` stands
-    for (the fixed recipe, or the rule of N), which training/schedule.py holds; these fields hold
-    the resolved numbers. The pipeline builds this with `from_section` from the checked settings;
-    tests and benchmarks start from that and `dataclasses.replace` what they vary.
-    """
+    """The training recipe: params.yaml's `train` section less its launch keys, auto resolved
+    (training/schedule.py). Tests and benchmarks `dataclasses.replace` what they vary."""
     batch_size: int           # inputs per device; the global batch is this times the world size
     grad_cache_chunk: int | str  # texts per encoder pass with gradient caching; 0 = off; auto: by memory
     lr: float
@@ -59,9 +54,7 @@ class TrainSettings:
 
     @classmethod
     def from_section(cls, train: TrainSection, n_train: Callable[[], int], world_size: int = 1) -> TrainSettings:
-        """The recipe of params.yaml's `train` section (checked by its loader) on `world_size` processes. Schedule
-        keys that say auto are resolved by `train.schedule`; `n_train()` (the number of training inputs) is asked
-        for only by `auto`."""
+        """The recipe of the checked `train` section on `world_size` processes; `n_train()` is asked by auto only."""
         chosen = {key: getattr(train, key) for key in SCHEDULE_KEYS if getattr(train, key) != "auto"}
         resolved = resolve(train.schedule, n_train() if train.schedule == "auto" else 0, world_size, chosen)
         return cls(**{**{f.name: getattr(train, f.name) for f in fields(cls)}, **asdict(resolved)})

@@ -1,17 +1,10 @@
-"""Fine-tune the shared encoder with decoupled InfoNCE, hard negatives and in-batch instance
-negatives, on one CPU, one GPU or many (torchrun).
+"""Fine-tune the shared encoder with decoupled InfoNCE, hard and in-batch instance negatives, on one CPU,
+one GPU or many (torchrun).
 
-Every rank draws the same global batch (the sampler is seeded by step), encodes its share of the
-batch's inputs and labels, and gathers the embeddings so negatives span the global batch. Every
-rank then computes the same loss and back-propagates it through its own encodings only; one flat
-all-reduce sums those shares into the gradient one process would get on the same batch. With
-gradient caching the encoder holds the graph of only `grad_cache_chunk` texts at a time.
-Resuming needs no sampler state: step, model, optimizer, scheduler, mined negatives and torch's
-RNG are in the checkpoint.
-
-The loop below reads top to bottom; each step's parts live in their own modules: the batch
-(batches.py), its gradient (backward.py, step.py), the mining round (rounds.py: mining.py and
-validation.py), the checkpoint (checkpoint.py) and what is logged (journal.py).
+Every rank draws the same global batch, encodes its share and gathers the embeddings, so negatives span the
+global batch; each back-propagates the same loss through its own encodings, and one all-reduce sums the shares
+into one process's gradient. The loop reads top to bottom; its parts: batches.py, backward.py and step.py,
+rounds.py (mining.py, validation.py), checkpoint.py, journal.py.
 """
 
 from __future__ import annotations
@@ -38,14 +31,9 @@ from .step import apply_gradients, make_optimizer, training_step
 def train(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, settings: TrainSettings,
           ctx: DistContext, checkpoint: Path, propensity_ab: tuple[float, float],
           log: Callable[[int, dict[str, float]], None], fingerprint: str = "") -> list[dict[str, float]]:
-    """Train `encoder.model` in place for settings.max_steps, at the encoder's precision, resuming from
-    `checkpoint` if it exists.
-
-    `log(step, metrics)` is called on rank 0 at every mining round (loss, lr, examples/s,
-    validation P@1 of RAE, λ=0 and λ=1, elapsed seconds). A checkpoint is resumed only when its
-    `fingerprint` (settings, encoder, data) matches. Returns every logged row as {"step", ...},
-    those of an interrupted earlier run included (they travel in the checkpoint).
-    """
+    """Train `encoder.model` in place for settings.max_steps, resuming from `checkpoint` where its fingerprint
+    matches. `log(step, metrics)` gets each mining round's row on rank 0 (loss, lr, examples/s, validation P@1);
+    returns every row, an interrupted earlier run's included."""
     if not isinstance(settings.grad_cache_chunk, int):
         raise TypeError(f"grad_cache_chunk must be a number (auto: graph_memory.resolve_grad_cache), "
                          f"got {settings.grad_cache_chunk!r}")
