@@ -1,7 +1,6 @@
-"""Embed training inputs, test inputs and label texts from the token cache with the encoder the
-train stage wrote (pooled as its modules.json says, L2-normalised), longest texts first, into .npy memmaps.
-With `embed.nproc` > 1 the stage relaunches itself under torchrun; the processes share out the
-batches and rank 0 writes the same files one process writes."""
+"""Embed the training inputs, test inputs and label texts of the token cache with the train stage's encoder
+into .npy memmaps; with `embed.nproc` > 1 under torchrun, rank 0 writing one process's files.
+"""
 
 from raexmc.numerics import pin_cpu_kernels
 

@@ -1,8 +1,7 @@
-"""Build the nearest-key indexes of the knowledge memory, every key once: one over the training inputs
-(kNN) and one over the labels (the dual encoder); RAE's search of the joint keys K = [training inputs;
-labels] merges the two (HNSW by inner product on normalised embeddings on `index.threads` threads, or
-exact search; auto: exact on a GPU (`search.device`) and on the CPU up to EXACT_MAX_KEYS keys, where an
-exact index is only its metadata), saved with what reloads them."""
+"""Build the memory's indexes, every key once: one of the training inputs (kNN) and one of the labels (the
+dual encoder), merged for RAE's joint search (memory/indexes.py; `index.backend` auto: exact on a GPU and up to
+EXACT_MAX_KEYS keys, where an index is only its metadata).
+"""
 
 from raexmc.numerics import pin_cpu_kernels
 

@@ -1,11 +1,7 @@
-"""Choose the training-input keys RAE's memory keeps (`memory.keep` of them, by `memory.method`) and index
-them beside the labels' index: with keep = 1 the memory is every input, searched through the index
-stage's own inputs' index (nothing is copied); otherwise the selected keys' index, values and member
-counts; with memory.compression other than none, compressed indexes of its input keys and of the labels;
-with label prototypes (memory.prototypes), an index of those in place of the label texts' keys.
-The dual encoder and kNN keep the index stage's indexes whatever the memory.
-With `memory.keep: auto` the keep, and with `memory.prototypes: auto` below keep 1 the prototypes' α, are the ones
-the tune stage chose on held-out training inputs (--choice, its memory_choice.json)."""
+"""Choose the training-input keys RAE's memory keeps (`memory.keep`, by `memory.method`) and index them
+beside the labels' (memory/input_memory.py says what the folder holds); keep and α auto are the tune stage's
+choice (--choice). The dual encoder and kNN keep the index stage's indexes.
+"""
 
 from raexmc.numerics import pin_cpu_kernels
 

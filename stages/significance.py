@@ -1,9 +1,6 @@
-"""Paired t-tests of per-instance metrics (P@1, P@5, R@100 by default) between RAE and its
-baselines: the dual encoder (λ=0) and kNN (λ=1) of the same run, RAE with the per-query λ against
-RAE, and optionally another run; beside the report, the headline rows `dvc metrics show` reads: RAE's and
-its baselines' key metrics (from the evaluate stage's metrics.json) and RAE's p-values against each baseline.
-They are written here, not by evaluate, so that evaluate's outputs are all cached and DVC's run cache can
-restore it; these uncached rows cost a second to rewrite."""
+"""Paired t-tests of per-instance metrics between RAE and its baselines (and another run), and the headline
+rows `dvc metrics show` reads; here, not in evaluate, so evaluate's outputs are all cached for DVC's run cache.
+"""
 
 from raexmc.numerics import pin_cpu_kernels
 

@@ -1,6 +1,6 @@
-"""Fine-tune the shared encoder (decoupled InfoNCE, hard negatives, instance negatives) and save it
-for the embed stage; with `encoder.mode: zero-shot` only export the pre-trained encoder.
-With `train.nproc` > 1 the stage relaunches itself under torchrun (one process per GPU)."""
+"""Fine-tune the shared encoder and save it for the embed stage (`encoder.mode: zero-shot`: export the
+pre-trained one); with `train.nproc` > 1 under torchrun, one process per GPU.
+"""
 
 from raexmc.numerics import pin_cpu_kernels
 

@@ -1,13 +1,9 @@
 """params.yaml as typed, frozen settings: one model per section, built and checked by one loader.
 
-Every value is checked for type and range when the file is loaded, before any stage does work; a bad one is one
-ConfigError naming the file and the dotted key. `dvc exp run -S` rewrites params.yaml as YAML 1.2 (where `1e-4`
-is a float, unlike YAML 1.1), so the file is read with a YAML 1.2 parser. No defaults here but the two the code
-held before (data.debian_mirror, infer.val_folds): params.yaml is where the defaults live.
-
-The dataset catalogue (datasets/<name>.yaml) and the presets (presets.yaml) are files of their own, beside
-params.yaml, read with the same YAML reader (read_mapping). `Settings.model_json_schema()` is params.schema.json
-(`raexmc schema`), which gives editors completion and checks as one types.
+Every value is checked for type and range at load, before any stage works; a bad one is one ConfigError naming
+the file and dotted key. The file is read as YAML 1.2, as `dvc exp run -S` writes it (`1e-4` a float).
+params.yaml holds the defaults (here only data.debian_mirror and infer.val_folds). The catalogue and presets
+files are read with the same reader (read_mapping); `Settings.model_json_schema()` is params.schema.json.
 """
 
 from __future__ import annotations
@@ -291,9 +287,8 @@ def section_from(model: type[SectionT], section: str, values: dict[str, Any]) ->
 
 
 def record_value(kind: Any, value: Any, path: str | os.PathLike, key: str, fix: str = "") -> Any:
-    """`value`, the `key` of a record in a file the pipeline wrote (the tune stage's choices, a model folder's
-    settings), checked against a settings type (`Share`, `Positive`, ...), or one DataError naming the file and key
-    and saying `fix`: such a file that is damaged is bad data, not a bad parameter."""
+    """`value`, the `key` of a file the pipeline wrote (tune's choices, a model folder's settings), checked
+    against a settings type, or one DataError naming the file and key and saying `fix` (bad data, not a bad param)."""
     try:
         return TypeAdapter(kind).validate_python(value, strict=True)
     except ValidationError as exc:

@@ -1,7 +1,5 @@
-"""Safe extraction of tar, zip and Debian (.deb) archives.
-
-Every member is checked before anything is written: an absolute path, a `..` that climbs out of
-the target, a link that points outside it, or a device file rejects the whole archive.
+"""Safe extraction of tar, zip and Debian (.deb) archives: an absolute path, a `..` out of the target, a
+link out of it or a device file rejects the whole archive before anything is written.
 """
 
 from __future__ import annotations

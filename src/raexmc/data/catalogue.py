@@ -1,8 +1,7 @@
-"""The dataset catalogue: one file per dataset, datasets/<name>.yaml beside params.yaml; `data.name` picks one.
-
-A file per entry, not a section of params.yaml, so that the download stage depends on the chosen entry alone
-(dvc.yaml names `datasets/${data.name}.yaml` as a params file) and `dvc exp show` shows that entry only. A key
-could not do it: DVC splits keys at dots, and dataset names have them (LF-AmazonTitles-1.3M)."""
+"""The dataset catalogue: datasets/<name>.yaml beside params.yaml, one file an entry; `data.name` picks one,
+so the download stage depends on that entry alone (a params key could not: DVC splits keys at dots, and
+dataset names have them).
+"""
 
 from __future__ import annotations
 

@@ -17,10 +17,7 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
 
 
 def verify(path: str | os.PathLike, expected: str | None, algorithm: str, origin: str | None = None) -> str:
-    """Return the file's digest; raise ChecksumError when a pinned `expected` differs.
-
-    `origin` names the download in the error when `path` is only a temporary file.
-    """
+    """The file's digest, or ChecksumError when a pinned `expected` differs (`origin` names the download)."""
     actual = file_digest(path, algorithm)
     if expected and actual.lower() != expected.lower():
         raise ChecksumError(f"{algorithm} {actual} does not match the pinned {expected}", origin or path)

@@ -1,13 +1,11 @@
 """The normalised dataset folder that the download stage writes and every later stage reads.
 
-    labels.jsonl  train.jsonl  test.jsonl      one {"uid", "title", "content"} object per line; "uid" is the
-                                               record's id in its source (string or integer, as given)
+    labels.jsonl  train.jsonl  test.jsonl      one {"uid", "title", "content"} object a line (uid as its source has it)
     Y_train.npz   Y_test.npz                   CSR label matrices (inputs x labels, relevance)
     filter_train.npz  filter_test.npz          CSR reciprocal-pair filters (pairs never predicted)
     stats.json    source.json                  counts; where the data came from
 
-Texts stay on disk as JSON lines so the tokeniser can stream them; label matrices are CSR so
-nothing dense of shape inputs x labels is ever built.
+Texts stay JSON lines for the tokeniser to stream; nothing dense of shape inputs x labels is ever built.
 """
 
 from __future__ import annotations
@@ -43,10 +41,7 @@ class Text:
 
 @dataclass
 class Example(Text):
-    """An input with the indices of its positive labels (and their relevance, 1 if unknown).
-
-    `origin` names where the record came from (file and line), for error messages.
-    """
+    """An input with its positive labels and their relevance (1 if unknown); `origin` names its file and line."""
 
     labels: Sequence[int] = ()
     relevance: Sequence[float] | None = None
@@ -124,10 +119,8 @@ def write_dataset(
     source: dict[str, Any],
     filter_origin: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Write a normalised dataset folder atomically and return its stats.
-
-    `labels` is consumed first (it fixes the number of labels L); `train` and `test` are streamed.
-    """
+    """Write a normalised dataset folder atomically and return its stats; `labels` first (it fixes L), then
+    `train` and `test`, streamed."""
     filter_origin = filter_origin or {}
     with atomic_dir(target) as folder:
         num_labels = 0
@@ -174,9 +167,8 @@ class Dataset:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The names this data goes by: its folder's (the catalogue's name for it), then for a `local` source
-        the name of the folder it was read from, which may be a benchmark's (the propensity table's key).
-        A folder without source.json (one a test wrote by hand) goes by its own name alone."""
+        """The names this data goes by: its folder's, then for a `local` source the folder it was read from (which
+        may be a benchmark's: the propensity table's key)."""
         names = [self.folder.resolve().name]
         source = self.source if (self.folder / "source.json").is_file() else {}
         if source.get("source") == "local":

@@ -1,9 +1,5 @@
-"""Fetch a pinned Debian package and check it against its checksums.
-
-Where `apt-get` is installed it downloads the package (from the machine's own sources); elsewhere (macOS,
-Fedora, a conda-only machine), or where apt's sources lack the pinned version, the package comes over
-HTTP(S) from a Debian mirror's pool, whose layout every mirror shares, so the datasets built from Debian
-packages need no Debian.
+"""Fetch a pinned Debian package and check it against its checksums: with apt-get where it is installed
+and offers the version, else over HTTP(S) from a Debian mirror's pool, so the Debian-built datasets need no Debian.
 """
 
 from __future__ import annotations
@@ -25,12 +21,8 @@ DEBIAN_MIRROR = "https://deb.debian.org/debian"
 
 @dataclass(frozen=True)
 class DebPin:
-    """A package as a dataset entry's `package` names it, with the checksums it must have.
-
-    `source` is the source package when its name differs (the pool keeps a binary package in its
-    source's folder: wordnet-base lies under wordnet/); `arch` is `all` for data packages.
-    `version: distribution` takes whatever apt offers (apt only: a mirror needs the exact version).
-    """
+    """A package as a dataset entry's `package` names it, with its checksums. `source`: the source package where
+    it differs (the pool's folder: wordnet-base lies under wordnet/); `version: distribution` takes what apt offers."""
 
     name: str
     version: str
@@ -102,9 +94,8 @@ def _matches(path: Path, pin: DebPin) -> bool:
 
 
 def _download(pin: DebPin, folder: Path, mirror: str) -> tuple[str, Path]:
-    """(origin, file) of the package: from apt-get where it is installed and offers the version, else, for a
-    pinned version, from `mirror` (an apt whose sources lack the pinned version, as a newer Debian release's do,
-    is no reason to fail: the mirror's pool keeps every version, and the checksums are checked either way)."""
+    """(origin, file) of the package: apt-get where it offers the version, else for a pinned version `mirror`,
+    whose pool keeps every version (checksums are checked either way)."""
     apt_failed = None
     if shutil.which("apt-get") is not None:
         try:
@@ -125,13 +116,8 @@ def _download(pin: DebPin, folder: Path, mirror: str) -> tuple[str, Path]:
 
 
 def fetch_deb(pin: DebPin, cache: Path, mirror: str = DEBIAN_MIRROR) -> DebPackage:
-    """Download the pinned package into `cache`: with apt-get where it is installed and has the version, else
-    from `mirror`.
-
-    A pinned version is verified against the pinned sha256 and md5 (a mismatch leaves nothing behind)
-    and reused from the cache while it still matches them; `version: distribution` takes whatever
-    apt offers and records its version and checksums.
-    """
+    """Download the pinned package into `cache`. A pinned version is verified against its sha256 and md5 (a
+    mismatch leaves nothing) and reused while it matches; `version: distribution` records what apt gave."""
     cache.mkdir(parents=True, exist_ok=True)
     pinned = pin.version != DISTRIBUTION
     if pinned:

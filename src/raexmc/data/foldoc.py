@@ -1,8 +1,6 @@
-"""FOLDOC (the Free On-line Dictionary of Computing) in dictd format, as a linked corpus.
-
-An entry's labels are the entries its `{...}` cross-references resolve to: matched
-case-insensitively against every headword and alias, aliases leading to the one entry they
-share in the dictd index, self-links and dangling references dropped.
+"""FOLDOC (the Free On-line Dictionary of Computing) in dictd format, as a linked corpus: an entry's labels
+are the entries its `{...}` cross-references resolve to (case-insensitively, by headword or alias), self-links
+and dangling references dropped.
 """
 
 from __future__ import annotations

@@ -23,15 +23,10 @@ class SplitSource:
 
 
 def tune_split(settings: Settings, num_inputs: Callable[[], int] | None = None) -> SplitSource:
-    """The split the tune stage validates on. A fine-tuned encoder has been trained on every training input but
-    the ones training held out, so it validates on exactly those (`train.val_fraction`, `train.seed`): any other
-    split would choose λ, τ and the memory on inputs it has learnt. A zero-shot encoder has seen none of them,
-    so `infer.val_fraction` and `infer.val_seed` choose freely.
-
-    Raises ConfigError when fine-tuning holds none out (`train.val_fraction: 0`, or so small a share of the
-    `num_inputs()` training inputs, where given, that it rounds to none) or, where they are given, all of them
-    (so large a share that none is left to train on); the train stage calls it too, so that the user hears it
-    before training rather than after."""
+    """The split the tune stage validates on: for a fine-tuned encoder exactly the inputs training held out
+    (any other would choose λ, τ and the memory on inputs it learnt); for a zero-shot one, `infer.val_fraction`
+    and `infer.val_seed`. ConfigError when fine-tuning holds none out or (given `num_inputs`) all of them; the
+    train stage calls it too, so the user hears it before training."""
     if settings.encoder.mode != "fine-tuned":
         return SplitSource(settings.infer.val_fraction, settings.infer.val_seed, "infer.val_fraction")
     fraction = settings.train.val_fraction
@@ -55,9 +50,8 @@ def split_validation(Y: sp.csr_matrix, fraction: float, seed: int) -> tuple[np.n
 
 
 def validation_folds(num_inputs: int, fraction: float, seed: int, folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(memory rows, validation rows) of `folds` disjoint validation sets, each `fraction` of the training inputs
-    (folds x fraction <= 1), each with every other input as its memory. The first is split_validation's, so that
-    one fold is the split that training validates on."""
+    """(memory rows, validation rows) of `folds` disjoint validation sets of `fraction` each, each with every
+    other input as its memory; the first is split_validation's."""
     if folds < 1 or folds * int(round(num_inputs * fraction)) > num_inputs:
         raise ValueError(f"{folds} disjoint folds of {fraction} of {num_inputs} inputs do not fit")
     order = np.random.default_rng([seed, 7]).permutation(num_inputs)
@@ -68,10 +62,8 @@ def validation_folds(num_inputs: int, fraction: float, seed: int, folds: int) ->
 
 
 def query_sample(held_out: np.ndarray, cap: int, seed: int) -> np.ndarray:
-    """At most `cap` of the `held_out` rows, a subset drawn with `seed`, in their order; all of them when they fit.
-
-    Validation (training's and the tune stage's) queries a memory of every other training input, so
-    its exact search costs held-out x N: capping the queries keeps that linear in N."""
+    """At most `cap` of the `held_out` rows (drawn with `seed`), in order: validation's exact search costs
+    queries x N, so the cap keeps it linear in N."""
     if len(held_out) <= cap:
         return held_out
     picked = np.random.default_rng([seed, 11]).choice(len(held_out), size=cap, replace=False)

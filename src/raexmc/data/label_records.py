@@ -1,12 +1,8 @@
-"""The labels a predictor answers with: each label's own id in its dataset beside its text.
+"""The labels a predictor answers with: each label's id in its dataset (labels.jsonl's `uid`) beside its
+text, so users can join answers with their data.
 
-The id is the `uid` the dataset's labels.jsonl holds (an LF label's `uid` as lbl.json.gz gives it, an
-NGAME label's 0-based line in Y.txt, a FOLDOC headword, a WordNet "<pos><offset>"), so that a user can
-join the answers with their own data; the row is the label's column in the label matrices.
-
-A memory folder keeps them as one JSON line {"id", "text"} per label, in row order, and the byte offset
-of every line. The predictor maps the lines and decodes only the labels it returns: 1.3M labels cost it
-their offsets (8 bytes a label), not a Python list of 1.3M strings.
+One JSON line {"id", "text"} per label in row order, and each line's byte offset: the predictor maps the lines
+and decodes only the labels it returns (1.3M labels cost 8 bytes each, not a list of strings).
 """
 
 from __future__ import annotations

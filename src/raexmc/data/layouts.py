@@ -1,13 +1,11 @@
 """Readers for the two public on-disk layouts of XMC datasets with label texts.
 
-- LF layout of the Extreme Classification Repository: trn.json.gz, tst.json.gz, lbl.json.gz
-  (records {uid, title, content, target_ind, target_rel}) and filter_labels_{train,test}.txt.
-- NGAME text layout: trn_X.txt, tst_X.txt, Y.txt (a text per line) and trn_X_Y.txt,
-  tst_X_Y.txt (an optional "rows cols" header, checked against the file and Y.txt, then
-  "label:value ..." per line), same filters.
+- LF (the Extreme Classification Repository): trn.json.gz, tst.json.gz, lbl.json.gz of records {uid, title,
+  content, target_ind, target_rel}, and filter_labels_{train,test}.txt.
+- NGAME text: trn_X.txt, tst_X.txt, Y.txt (a text a line), trn_X_Y.txt and tst_X_Y.txt (an optional "rows
+  cols" header, checked, then "label:value ..." a line), the same filters.
 
-Readers stream records and check each relevance value; the dataset writer checks label indices
-against the label count.
+Records stream; every relevance is checked, the label indices by the dataset writer.
 """
 
 from __future__ import annotations
@@ -58,9 +56,8 @@ def _filters(folder: Path) -> dict[str, Iterator[tuple[int, int]]]:
 
 
 def _relevance(raw: object, name: str, path: Path, line_no: int) -> float:
-    """`raw` (named `name` in the error) as a relevance: a number or numeric string, finite and >= 0
-    once stored as float32. NaN, inf or a negative value would otherwise be stored silently and
-    then poison every score and metric computed from the label matrix."""
+    """`raw` as a relevance: a number or numeric string, finite and >= 0 as float32 (NaN, inf or a negative
+    would poison every score and metric)."""
     try:
         value = float(raw) if not isinstance(raw, bool) else math.nan  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -141,11 +138,7 @@ def read_lf(folder: Path) -> LayoutReader:
 # --- NGAME layout ------------------------------------------------------------------------------
 
 def _sparse_rows(path: Path, num_labels: int) -> Iterator[tuple[int, list[int], list[float]]]:
-    """(line number, label indices, values) per row.
-
-    A leading "rows cols" header is not a row, but it must agree with the file: a header that
-    disagrees means the file was cut, padded or paired with another Y.txt.
-    """
+    """(line number, label indices, values) per row; a leading "rows cols" header must agree with the file."""
     declared_rows, rows = None, 0
     for line_no, line in read_lines(path):
         tokens = line.split()

@@ -1,8 +1,5 @@
-"""Turn a corpus whose entries link to other entries into an XMC dataset.
-
-FOLDOC and WordNet have the same shape: every entry is a label (its text is the entry), and an
-entry with at least one link is also an input whose positive labels are the entries it links
-to. Because an input is also a label, the reciprocal-pair filter removes (input, its own label).
+"""A corpus whose entries link to others as an XMC dataset: every entry is a label, and one with links an
+input whose labels are its links' targets; since an input is its own label, the reciprocal-pair filter drops it.
 """
 
 from __future__ import annotations

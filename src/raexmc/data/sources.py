@@ -1,9 +1,5 @@
-"""Build the normalised dataset folder of a named dataset from its configured source.
-
-Sources: `foldoc` and `wordnet` (pinned Debian packages turned into linked corpora),
-`wordnet-hypernyms` (WordNet nouns labelled by hypernym ancestors: few labels, many inputs),
-`local` (a folder in the LF or NGAME layout), `xc-repo` (the paper's benchmarks, as archives) and
-`synthetic` (generated with a requested shape, to measure the pipeline at scale offline).
+"""Build the normalised dataset folder of a named dataset from its source: foldoc and wordnet (pinned
+Debian packages), wordnet-hypernyms, local (LF or NGAME layout), xc-repo (the paper's archives) and synthetic.
 """
 
 from __future__ import annotations

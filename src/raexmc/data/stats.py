@@ -1,7 +1,5 @@
-"""Label frequencies: the paper's head/torso/tail/xtail segments, and the dataset counts of stats.json.
-
-The segments live here, low in the stack, so that the dataset stats and the evaluation's
-macro-F1 per segment share one definition.
+"""Label frequencies: the head/torso/tail/xtail segments (one definition for stats.json and macro-F1)
+and the dataset counts of stats.json.
 """
 
 from __future__ import annotations

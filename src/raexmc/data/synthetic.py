@@ -1,23 +1,15 @@
-"""A seeded synthetic dataset with the shape of a real one, to measure time and memory offline.
+"""A seeded synthetic dataset of any shape (N_train, N_test, L, labels per input, words per text), written
+through the same writer as every source, to measure time and memory offline at the paper's scale.
 
-The paper's largest benchmark cannot be fetched here, so this source writes a dataset of any
-requested shape (N_train, N_test, L, mean labels per input, words per text) through the same
-writer as every other source, for every stage to run on at that scale.
+- Words are pseudo-words drawn by Zipf's law (frequent words short).
+- Labels fall into topics of `topic_size` consecutive ids, topics and labels popular by power laws, so label
+  frequencies are heavy-tailed like XC data.
+- An input picks a topic and a geometric number of its labels by popularity (Gumbel top-k).
+- Titles hold the topic's word and signature words (a label's two, three of an input's labels'), the rest Zipf
+  words; content is empty, as in the Titles benchmarks.
 
-How it is made, so that tokenising costs like real text and the labels can be retrieved:
-- Words are pseudo-words over a fixed vocabulary, drawn by Zipf's law (frequent words short).
-- Labels fall into topics of `topic_size` consecutive ids. Topics are popular by a power law and
-  so are labels within a topic: label frequencies are heavy-tailed like XC data (head to unseen).
-- An input picks a topic, a number of labels (geometric with mean `labels_per_input`, at most
-  the topic's size) and that many labels of its topic without replacement, weighted by
-  popularity (Gumbel top-k).
-- A label's title holds its topic's word and two signature words; an input's title holds its
-  topic's word and a signature word of three of its labels (random, repeats allowed); the rest
-  of both are Zipf words. Content is empty, as in the Titles benchmarks.
-
-Every chunk has its own random stream (seed, split, chunk number), so the output is a function
-of the parameters alone, however many processes make the chunks (RAEXMC_WORKERS, default every
-core). Generation is vectorised per chunk and streamed, in order, to the writer.
+Every chunk has its own random stream (seed, split, chunk), so the output depends on the parameters alone,
+however many processes make it.
 """
 
 from __future__ import annotations

@@ -19,11 +19,8 @@ def require_file(path: str | os.PathLike) -> Path:
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """Yield (line number, line without newline) of a UTF-8 text file, gzipped if it ends in .gz.
-
-    Decoding is done line by line so an invalid byte is reported with its line number, and a
-    corrupt gzip stream with the line it broke at.
-    """
+    """(line number, line) of a UTF-8 text file, gzipped if it ends in .gz; an invalid byte or a corrupt gzip
+    stream is reported with its line."""
     path = require_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     line_no = 0

@@ -1,8 +1,5 @@
-"""WordNet 3.0 database files (wndb format) as a linked corpus.
-
-A synset is an entry: title = its lemmas, content = its gloss; its labels are the synsets its
-pointers lead to. By default only semantic pointers (synset to synset, source/target field
-"0000") count; `pointer_symbols` narrows that to chosen types such as "@" (hypernym).
+"""WordNet 3.0 database files (wndb) as a linked corpus: a synset's title is its lemmas, content its gloss,
+labels the synsets its semantic pointers lead to (`pointer_symbols` narrows them, e.g. "@" hypernyms).
 """
 
 from __future__ import annotations
@@ -35,10 +32,7 @@ def _parse_synset(line: str) -> tuple[str, list[str], list[tuple[str, str, str, 
 
 
 def read_wordnet(dict_dir: str | Path, pointer_symbols: Collection[str] | None = None) -> list[LinkedEntry]:
-    """Parse data.{noun,verb,adj,adv}; uid = "<pos><offset>" (e.g. "n00217014").
-
-    `pointer_symbols`: the pointer types that make labels; None means every semantic pointer.
-    """
+    """Parse data.{noun,verb,adj,adv}; uid "<pos><offset>"; `pointer_symbols` None: every semantic pointer."""
     dict_dir = Path(dict_dir)
     entries: list[LinkedEntry] = []
     raw_pointers: list[list[tuple[str, str, str, str]]] = []

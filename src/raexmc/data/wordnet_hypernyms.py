@@ -1,18 +1,10 @@
 """WordNet noun synsets labelled by their hypernym ancestors within a band of depths.
 
-A corpus with few labels and many inputs (the regime of EURLex-4K and AmazonCat-13K), where a
-joint top-b over [inputs; labels] holds few label keys. The noun hypernym graph (pointers "@"
-and "@i") is a DAG under one root, "entity". A synset's depth on a path from a root is its
-position on it (root 0); with multiple inheritance a synset can sit at several depths.
-
-- Labels: every synset that sits at a depth in [min_depth, max_depth] on some path from a root
-  to another synset, i.e. is such an ancestor of at least one synset.
-- Inputs: the noun synsets that have such ancestors and are not labels themselves, so no input
-  is its own label (the reciprocal-pair filters stay empty). An input's labels are all its
-  ancestors at those depths over all its paths.
-One depth gives about 1.25 labels per input (multiple inheritance alone); a band of two or more
-nests a deeper label under a shallower one, as category trees do in AmazonCat-13K.
-Title = lemmas, content = gloss, for inputs and labels alike.
+Few labels and many inputs (EURLex-4K's and AmazonCat-13K's regime), where a joint top-b holds few label keys.
+In the noun hypernym DAG ("@", "@i") a synset may sit at several depths. Labels: the synsets at a depth in
+[min_depth, max_depth] that are an ancestor of some synset; inputs: the synsets with such ancestors that are
+no labels (so the filters stay empty), labelled by all of them. One depth gives about 1.25 labels an input;
+a band nests labels as category trees do.
 """
 
 from __future__ import annotations

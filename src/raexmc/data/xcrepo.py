@@ -1,7 +1,5 @@
-"""Download the Extreme Classification Repository's archives (hosted on Google Drive).
-
-gdown handles Drive's confirmation page for large files and resumes a partial download left by
-an interrupted run; the archive's sha256 is recorded and checked against a pinned value.
+"""Download the Extreme Classification Repository's archives from Google Drive with gdown (which passes
+the confirmation page and resumes a partial file), checked against a pinned sha256.
 """
 
 from __future__ import annotations
@@ -23,11 +21,8 @@ class Archive:
 
 
 def fetch_archive(url: str, target: Path, sha256: str | None) -> Archive:
-    """Download `url` to `target` (resuming a partial file), then verify its sha256.
-
-    A complete file already at `target` whose checksum matches is reused; one that does not match
-    a pinned checksum is removed, so the next run downloads it again.
-    """
+    """Download `url` to `target` (resuming), then verify its sha256; a matching file is reused, a
+    mismatching one removed."""
     target.parent.mkdir(parents=True, exist_ok=True)
     if not target.is_file():
         try:

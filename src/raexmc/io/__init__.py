@@ -1,7 +1,6 @@
-"""Stage files, one module an idea: outputs written atomically (atomic.py), writes checked where libraries do not
-check them (checked_writes.py), files read back as one DataError naming them when missing or damaged
-(checked_reads.py), and a folder's manifest of its files' sizes and sha256 (manifest.py). Their names are imported
-from here, the one path every caller uses."""
+"""Stage files, one module an idea: atomic outputs (atomic.py), checked writes (checked_writes.py), reads
+that fail as one DataError (checked_reads.py) and a folder's manifest (manifest.py), imported from here.
+"""
 
 from .atomic import (
     atomic_dir,

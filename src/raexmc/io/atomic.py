@@ -30,9 +30,8 @@ def _temp_prefix(target: Path) -> str:
 
 
 def _stale_temp(name: str, prefix: str) -> bool:
-    """Whether `name` is a temporary of the target whose names start with `prefix` (`.<name>.`)
-    left by a writer no longer running. Its tag (between `prefix` and `.tmp`) never holds a dot,
-    so a temporary of `<name>.json` is not taken for one of `<name>`."""
+    """Whether `name` is a temporary of the target (`prefix` `.<name>.`) whose writer no longer runs; its tag
+    holds no dot, so `<name>.json`'s is not `<name>`'s."""
     if not (name.startswith(prefix) and name.endswith(".tmp")):
         return False
     tag = name[len(prefix):-len(".tmp")]
@@ -62,9 +61,8 @@ def _remove(path: Path) -> None:
 
 
 def remove_leftovers(target: Path) -> None:
-    """Remove what a killed earlier writer of `target` left beside it: its temporary file or folder
-    (gigabytes for a dataset or token cache) and the output it had set aside while swapping in the
-    new one (`.<name>.old`). A temporary whose writer still runs is kept."""
+    """Remove what a killed writer of `target` left: its temporary and the `.<name>.old` it set aside;
+    a temporary whose writer still runs is kept."""
     if not target.parent.is_dir():
         return
     prefix = f".{target.name}."
@@ -78,13 +76,8 @@ _TEMP_NAME = re.compile(r"\..+\.(?P<pid>\d+)-[a-z0-9_]+\.tmp")
 
 
 def remove_dead_temps(folder: str | os.PathLike) -> None:
-    """Remove every temporary under `folder`, at any depth, whose writer no longer runs.
-
-    remove_leftovers cleans up only when the same output is written again. A killed stage whose
-    output DVC later restores from its run cache never runs again, so its temporary would stay;
-    sweeping the whole output tree at every stage start removes it. A temporary whose writer
-    runs (a concurrent run's) is kept; a temporary's own content goes with it unread.
-    """
+    """Remove every temporary under `folder` whose writer no longer runs: a killed stage whose output DVC
+    restores from its run cache never writes it again, so its temporary would stay."""
     for parent, folders, files in os.walk(folder):
         for name in (*folders, *files):
             temp = _TEMP_NAME.fullmatch(name)
@@ -95,11 +88,8 @@ def remove_dead_temps(folder: str | os.PathLike) -> None:
 
 @contextmanager
 def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
-    """Yield an empty temporary folder beside `target`; rename it to `target` on success.
-
-    On an exception the temporary folder is removed and `target` is left as it was, so a later
-    stage never reads a half-written output; what a killed earlier run left is removed first.
-    """
+    """An empty temporary folder beside `target`, renamed to `target` on success; on an exception removed,
+    `target` left as it was."""
     target = Path(target)
     remove_leftovers(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -180,9 +170,8 @@ EMPTY_TEXT = "This run left this DVC output empty; DVC ignores this file (.dvcig
 
 
 def mark_empty(folder: str | os.PathLike) -> None:
-    """Leave the placeholder EMPTY_MARK in `folder` where nothing else is in it, and none where something is. DVC
-    warns "'<folder>' is empty" on saving an empty output folder (a zero-shot run's checkpoints and curves): a
-    warning the user cannot act on. DVC ignores the placeholder, so the lock records the empty folder as before."""
+    """Leave EMPTY_MARK in `folder` where nothing else is (DVC warns of an empty output folder; it ignores the
+    mark, so the lock records the empty folder as before)."""
     mark = Path(folder) / EMPTY_MARK
     if any(path != mark for path in Path(folder).iterdir()):
         mark.unlink(missing_ok=True)

@@ -1,6 +1,6 @@
-"""Writes that are checked: files written by libraries that do not check their writes are checked for their size
-before they are renamed into place, and memory-mapped outputs are reserved on disk before they are written (a full
-disk is an error, not a SIGBUS)."""
+"""Checked writes: a library's unchecked file is checked for its size before it is renamed into place,
+and a memory-mapped output is reserved on disk first (a full disk an error, not a SIGBUS).
+"""
 
 from __future__ import annotations
 
@@ -22,13 +22,8 @@ process's file-size limit (`ulimit -f`) allows."""
 
 
 def require_size(path: str | os.PathLike, expected: int) -> None:
-    """Check that `path` holds the `expected` bytes its writer wrote, or raise the OSError its writer swallowed.
-
-    hnswlib writes through a C++ stream it never checks, faiss only prints a failed fclose, so under a full disk
-    or a file-size limit they leave a short file and return. A short file is EFBIG when it reached this process's
-    file-size limit (`ulimit -f`), else ENOSPC (a full disk or quota), named and with the bytes written, so the
-    stage ends in one line and its temporary output is removed instead of renamed into place.
-    """
+    """Check that `path` holds the `expected` bytes, or raise the OSError its writer swallowed (hnswlib's
+    stream is unchecked, faiss only prints): EFBIG at this process's file-size limit, else ENOSPC."""
     size = os.stat(path).st_size
     if size == expected:
         return
@@ -61,10 +56,8 @@ class _CountedWrites:
 
 @contextmanager
 def checked_writes(handle: BinaryIO) -> Iterator[_CountedWrites]:
-    """`handle`, a new binary file, for a library that writes to a file object (numpy, torch.save, faiss through
-    PyCallbackIOWriter), so that every write goes through Python, which checks it: a write error is raised as
-    the OSError it is, naming the file, whatever the library made of it; and once flushed the file must hold
-    every byte that was written (require_size)."""
+    """`handle`, a new binary file for a library that writes to a file object, every write through Python,
+    which checks it; once flushed it must hold every byte (require_size)."""
     writes = _CountedWrites(handle)
     try:
         try:
@@ -96,13 +89,8 @@ def save_array(path: str | os.PathLike, array: np.ndarray) -> None:
 
 
 def new_memmap(path: str | os.PathLike, dtype: DTypeLike, shape: tuple[int, ...]) -> np.memmap:
-    """A new .npy file of `dtype` and `shape`, memory-mapped for writing, every byte of it reserved on disk first.
-
-    A store through a memory map into space the disk does not have is not an exception but SIGBUS: the
-    process dies with no message, its temporary output stays and its MLflow run is never closed. With
-    the whole file reserved first, a disk that cannot hold it is an OSError naming the file and the
-    bytes it needs, raised before any work is done.
-    """
+    """A new .npy memmap of `dtype` and `shape`, every byte reserved first: a store into space the disk lacks is
+    a SIGBUS, not an exception; reserved, it is an OSError naming the file before any work."""
     path = Path(path)
     dtype = np.dtype(dtype)
     try:

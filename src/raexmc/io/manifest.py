@@ -1,7 +1,7 @@
-"""A folder's manifest (manifest.json): each file's size and sha256 beside what the writer says of the folder, and
-the sha256 of all that (so that a manifest changed in place is told from a file it lists), so that a folder
-changed, cut short, emptied or added to since it was written is refused, naming the file, before anything reads
-it. Hashing reads each file once more than a load does (docs/reliability.md: what it costs)."""
+"""A folder's manifest.json: each file's size and sha256, what the writer says of the folder, and the sha256
+of all that, so a folder changed, cut, emptied or added to is refused, naming the file, before it is read
+(docs/reliability.md: the cost).
+"""
 
 from __future__ import annotations
 

@@ -60,9 +60,8 @@ def local_copy(source: str | os.PathLike, artifact_path: str) -> Path:
 
 
 def logged_figure(stage: str, name: str, outputs: Mapping[str, Any]) -> float | None:
-    """`<stage>/<name>` of the newest MLflow run whose `<stage>` metrics hold every number of `outputs` (a
-    stage's output file, as the stage logged it), or None where no run in the store did. For a figure that
-    goes to MLflow alone, such as a timing, which in an output file would change the file at every run."""
+    """`<stage>/<name>` of the newest MLflow run whose `<stage>` metrics hold every number of `outputs` (that
+    stage's output file), or None: for a figure, such as a timing, that goes to MLflow alone."""
     from mlflow.tracking import MlflowClient
 
     if urlparse(tracking_uri()).scheme == "sqlite" and not Path(store_file()).is_file():

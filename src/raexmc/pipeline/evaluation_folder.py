@@ -21,9 +21,8 @@ LOGGED = ("metrics.json", "per_instance.npz", "lambda_sweep.png", "b_sweep.png",
 
 def write_evaluation(out: str | os.PathLike, metrics: dict[str, Any], result: dict[str, Any],
                      selection: Selection) -> None:
-    """Write the folder `out` whole or not at all: metrics.json, per_instance.npz, the λ and b sweeps, macro-F1 by
-    segment and the chosen metric against λ on validation and test (the tune stage's `selection`), as rows
-    (.json, what `dvc plots` reads) and as plots (.png)."""
+    """Write the folder `out` whole or not at all: metrics.json, per_instance.npz, the λ and b sweeps, macro-F1
+    by segment and the validation and test curves (`selection`), as rows (.json, for `dvc plots`) and plots (.png)."""
     with atomic_dir(out) as folder:
         write_json(folder / "metrics.json", metrics)
         np.savez_compressed(folder / "per_instance.npz", **{f"{method}/{metric}": values

@@ -1,13 +1,10 @@
-"""The headline rows that `dvc metrics show` and `dvc metrics diff` read, a file each under metrics/<dataset>/:
-RAE's and its two baselines' key metrics (RAE's row also with the λ and τ it used, kNN's with its own τ) and the
-p-values of RAE against each baseline under the same metric names, all written by the significance stage. The full
-tables (metrics.json with the variants and every metric, significance.json) stay outputs that MLflow gets.
+"""The headline rows of `dvc metrics show` and `dvc metrics diff`, a file each under metrics/<dataset>/: RAE's
+and its baselines' key metrics (RAE's with its λ and τ, kNN's with its τ) and RAE's p-values against each,
+written by the significance stage; the full tables stay outputs MLflow gets.
 
-Why a file per row: DVC shows one row per metrics file and one column per key of any of them, so three methods'
-five metrics in one file are fifteen columns (some 200 characters), as rows five. A p-value is text in two
-significant digits ("3.1e-12"): DVC prints a number to 5 significant digits, so one that underflowed would
-read 0.0. The price: `dvc exp show` heads a column that several files share with the file's path
-("metrics/foldoc/rae.json:P@1").
+A file a row, since DVC shows a row per file and a column per key: three methods' five metrics in one file are
+fifteen columns. A p-value is text of two digits ("3.1e-12"): DVC prints 5 significant digits, so one that
+underflowed would read 0.0. The price: `dvc exp show` heads a shared column with the path.
 """
 
 from __future__ import annotations
@@ -25,10 +22,8 @@ TEST_ROWS = tuple(f"{METHOD}_vs_{baseline}" for baseline in BASELINES)  # rae_vs
 
 
 def method_rows(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """From the evaluate stage's metrics.json: RAE's and each baseline's headline metrics, on RAE's row the λ and
-    τ it used (the tune stage's choice), and on kNN's the τ it used (its own where the tune stage chose RAE's;
-    RAE's in a metrics.json written before kNN had its own). The dual encoder's ranking is the same at any τ: its
-    row has none."""
+    """From metrics.json: RAE's and each baseline's headline metrics, RAE's with its λ and τ, kNN's with its
+    τ (RAE's in an older metrics.json); the dual encoder ranks alike at any τ: none."""
     rows = {method: {name: metrics[method][name] for name in HEADLINE_METRICS} for method in METHOD_ROWS}
     rows[METHOD].update({"lambda": metrics["selection"]["lambda"], "tau": metrics["selection"]["tau"]})
     rows["knn"]["tau"] = metrics["knn"].get("tau", metrics["selection"]["tau"])

@@ -1,6 +1,6 @@
-"""The paper's settings for its benchmarks (presets.yaml, beside params.yaml): the `dvc exp run` command that
-applies one, and what that run needs that this machine lacks, so that a preset run as printed is the paper's run
-or says why it cannot be. A file of its own, not a section of params.yaml: no stage reads it, so it is no param."""
+"""The paper's settings for its benchmarks (presets.yaml, a file of its own: no stage reads it): the `dvc exp
+run` command that applies one, and what that run needs that this machine lacks.
+"""
 
 from __future__ import annotations
 
@@ -72,9 +72,8 @@ def on_gpus(values: dict[str, Any], gpus: int, path: Path, name: str) -> dict[st
 
 
 def missing(values: dict[str, Any], params_path: Path, data_dir: Path) -> list[str]:
-    """What a run of the preset needs that is not here: the encoder's weights (a local folder, or the
-    Hugging Face cache: looked up on disk, never on the network) and the dataset under `data_dir` (with a word
-    on its catalogue entry, beside `params_path`, where that lacks the archive to download)."""
+    """What a run of the preset lacks here: the encoder's weights (looked up on disk, never the network) and
+    the dataset under `data_dir` (with a word on its catalogue entry where that has no archive to download)."""
     needs = []
     encoder = values.get("encoder.name")
     if encoder is not None and not weights_on_disk(str(encoder)):

@@ -1,12 +1,9 @@
-"""The request `raexmc serve` accepts, declared once: MLflow's scoring server drops a top-level field or
-a params key it does not know, so a misspelt `"params": {"topk": 2}` was answered 200 with the default
-number of labels. Here an unknown name is refused in one line that names it and the names accepted.
+"""The request `raexmc serve` accepts, declared once: MLflow's scoring server drops unknown fields and
+params keys (a misspelt `"params": {"topk": 2}` got the default k); here an unknown name is refused in one line.
 
-Checked: the field names and params' types, and the shape of "inputs": a list of texts, the common form for
-text models, or one text, is read as the records it means (one {"text": ...} each, none for an empty list), so it
-is answered as they are; a list of records, as those records. Left to
-the model: the records' content (a query needs a "text" or "title", `query_of`) and k's range (1..number of
-labels, `checked_k`), which `raexmc predict` checks alike.
+Checked: field names, the params' types and the shape of "inputs" (a text or a list of texts reads as {"text":
+...} records). Left to the model, which `raexmc predict` shares: the records' content (`query_of`) and k's range
+(`checked_k`).
 """
 
 from __future__ import annotations
@@ -46,10 +43,8 @@ class PredictRequest(BaseModel):
 
 
 def checked_request(body: bytes) -> bytes:
-    """`body` with its params under their own names (top_k as k), or the error that refuses it. A body
-    that is not a JSON object is passed on as it is: the scoring server explains those itself. JSON nested
-    deeper than the interpreter's recursion limit is refused here: reading it raises RecursionError, which the
-    scoring server would answer with a 500."""
+    """`body` with its params under their own names (top_k as k), or the error that refuses it; a body that is
+    no JSON object passes on as it is, JSON nested past the recursion limit is refused (it would be a 500)."""
     try:
         return _checked(body)
     except RecursionError:
@@ -77,9 +72,8 @@ def _checked(body: bytes) -> bytes:
 
 
 def texts_as_records(inputs: Any) -> bool:
-    """Whether "inputs" is read as records: a text or a list of texts (an empty one too) one {"text": ...} record
-    each, a list of records as they are (the scoring server would make each value a numpy array); columns pass on
-    as MLflow reads them. Any other "inputs" (a number, a list mixing kinds) is refused naming where."""
+    """Whether "inputs" reads as records: a text or a list of texts one {"text": ...} each, a list of records as
+    they are; columns pass on as MLflow reads them; anything else is refused naming where."""
     if inputs is None or isinstance(inputs, dict):
         return False
     if isinstance(inputs, str):

@@ -1,6 +1,6 @@
-"""A readable summary of one pipeline's results: the key metrics per method, and RAE against each
-baseline with its paired t-test (mean difference and p-value; `dvc metrics show` has the p-values alone); and
-runs side by side (experiments, git revisions, the workspace) from the headline files each has committed."""
+"""A readable summary of one pipeline's results (the key metrics per method, RAE against each baseline with
+its paired t-test), and runs side by side from the headline files each has committed.
+"""
 
 from __future__ import annotations
 
@@ -34,9 +34,8 @@ def _read(path: Path) -> dict:
 
 def summary(eval_dir: Path, significance_path: Path, selection_path: Path,
             metrics: tuple[str, ...] = KEY_METRICS) -> str:
-    """The summary as aligned plain text: the settings the run used (λ, τ, the retrieval from the tune stage's
-    `selection_path`, kNN's τ), one row per method that the run has, then the tests. The track stage prints it
-    at the end of a run, as `raexmc results` does."""
+    """The summary as aligned text: the run's settings (`selection_path`), a row per method, the tests; the
+    track stage prints it, as `raexmc results` does."""
     results = _read(eval_dir / "metrics.json")
     tests = _read(significance_path)
     methods = [m for m in METHODS if m in results]
@@ -63,9 +62,8 @@ def summary(eval_dir: Path, significance_path: Path, selection_path: Path,
 
 
 def settings_line(selection: dict[str, Any], tuned: dict[str, Any], knn: dict[str, Any]) -> str:
-    """"λ = 0.1, τ = 0.2 (lambda and tau chosen on validation P@1); retrieval joint; kNN τ = 0.07": the evaluated
-    `selection`, the retrieval (and label share) of the tune stage's record `tuned`, and kNN's τ (RAE's in a
-    metrics.json written before kNN had its own)."""
+    """"λ = 0.1, τ = 0.2 (lambda and tau chosen on validation P@1); retrieval joint; kNN τ = 0.07": from
+    `selection`, the record `tuned` and kNN's τ (RAE's in an older metrics.json)."""
     auto = [name for name, on in selection.get("auto", {}).items() if on]
     share = tuned.get("label_share")
     return (f"λ = {selection['lambda']}, τ = {selection['tau']}"

@@ -1,8 +1,6 @@
-"""The files of a run as git holds them: at a git revision, in a DVC experiment, or in the working tree.
-
-The headline rows (metrics/<dataset>/) and significance.json are committed (`cache: false` in dvc.yaml), so git
-alone answers for any commit or experiment, without a DVC remote or the experiment's cached outputs. DVC keeps
-each experiment as a commit under refs/exps/<baseline>/<name>, the name its last part."""
+"""The files of a run as git holds them at a revision, a DVC experiment (refs/exps/<baseline>/<name>) or the
+working tree: the headline rows and significance.json are committed (`cache: false`), so git alone answers.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""`raexmc serve`: MLflow's scoring server for a registered predictor, with each JSON request checked
-against the declared request schema first (request_schema), since the scoring server alone drops the
-names it does not know. The model is loaded into this process, so it runs this environment's raexmc
-code, as `raexmc predict` does (`mlflow models serve` runs the copy the model carries, unchecked).
-
-One request's cost is bounded: its body's size (413 past the limit, read no further) and its number of records
-(400, RaexmcModel.request), so that one request stays well inside MLflow's scoring timeout.
+"""`raexmc serve`: MLflow's scoring server for a registered predictor, each JSON request checked against
+request_schema first. The model loads into this process (this environment's raexmc, as `raexmc predict`). A
+request's body size (413) and records (400) are bounded, so it stays inside MLflow's scoring timeout.
 """
 
 from __future__ import annotations
@@ -38,9 +34,8 @@ MAX_BODY_BYTES = 1 << 20
 
 def serve_model(model_uri: str, host: str, port: int, max_body_bytes: int = MAX_BODY_BYTES,
                 max_records: int = MAX_RECORDS, threads: int = QUERY_THREADS) -> None:
-    """Load `model_uri` from the tracking store and answer on host:port until interrupted, refusing a body over
-    `max_body_bytes` (413) or a request of more than `max_records` records (400). The model scores on `threads`
-    CPU threads, the requests that arrive while it scores together in its next call (serving.RaexmcModel)."""
+    """Serve `model_uri` on host:port until interrupted, refusing bodies over `max_body_bytes` (413) and more than
+    `max_records` records (400); scores on `threads` CPU threads, concurrent requests together."""
     import torch
     import uvicorn
 
@@ -67,9 +62,8 @@ class BodyTooLarge(DataError):
 
 
 class CheckedRequests:
-    """ASGI middleware: a POST to /invocations is read up to `max_body_bytes` (a larger body is answered 413
-    without reading the rest); a JSON one reaches `app` as `checked_request` rewrites it, or is answered 400 with
-    its one line, in the JSON the scoring server gives a request the model refuses."""
+    """ASGI middleware: a POST to /invocations is read up to `max_body_bytes` (413 beyond), and a JSON one reaches
+    `app` as `checked_request` rewrites it or is answered 400 with its one line."""
 
     def __init__(self, app: Callable[..., Awaitable[None]], max_body_bytes: int = MAX_BODY_BYTES):
         self.app, self.max_body_bytes = app, max_body_bytes

@@ -1,17 +1,10 @@
-"""The packaged RAE model as an MLflow pyfunc model: logged into the pipeline's run with its one saved folder
-(RaeModel.save) as the artifact and this package's code, registered under a name and an alias, so that
-`mlflow models serve -m models:/<name>@<alias>` answers HTTP requests with labels.
+"""The packaged RAE model as an MLflow pyfunc model: its saved folder (RaeModel.save) and this package's code,
+registered under a name and alias, so `mlflow models serve -m models:/<name>@<alias>` answers with labels.
 
-Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or {"inputs": {"text": [...]}}, or
-{"inputs": ["...", ...]} or {"inputs": "..."}, which `raexmc serve` reads as those records);
-a record may give "title" and "content" instead of "text", joined by the training inputs' recipe. In Python, the
-loaded pyfunc's `predict` takes the same: a DataFrame with a "text" column, a list of texts or one text. No records
-(an empty list) are answered with none.
-Answer: {"predictions": [{"text": "...",
-          "labels": [{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}.
-A bad request (no "text"/"title", an empty text, k outside 1..number of labels, more than MAX_RECORDS
-records) is answered 400 with the one line `raexmc predict` would print as its "message"; a model whose
-own files fail while it scores, 500 with one line.
+Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or "inputs" as {"text": [...]}, a list
+of texts or one); a record may give "title" and "content". Answer: {"predictions": [{"text": "...", "labels":
+[{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}. A bad request is a 400 with the
+line `raexmc predict` would print; a model whose files fail while it scores, a 500 with one line.
 """
 
 from __future__ import annotations
@@ -65,14 +58,9 @@ WRITER_TAG = "raexmc.writer"  # a logged model's tag: host:pid of the process th
 
 
 class RequestRefused(MlflowException):
-    """A request answered with our one line as its "message": 400 for a bad request (INVALID_PARAMETER_VALUE),
-    or 500 for a model whose files fail while it scores (`error_code` INTERNAL_ERROR).
-
-    MLflow's scoring server answers an MlflowException a model raises with its HTTP status, but first
-    prefixes its message with the whole input table; any other exception becomes a generic message with a
-    stack trace. So the message here keeps the line it was made with: the client reads the reason, not its
-    own request echoed back.
-    """
+    """A request answered with our one line as its "message": 400 (INVALID_PARAMETER_VALUE) or 500
+    (INTERNAL_ERROR). MLflow prefixes an MlflowException's message with the whole input table, and answers other
+    exceptions with a stack trace; this keeps the line it was made with."""
 
     def __init__(self, error: RaexmcError, error_code: int = INVALID_PARAMETER_VALUE):
         self.reason = error.one_line()
@@ -88,11 +76,8 @@ class RequestRefused(MlflowException):
 
 
 class RaexmcModel(mlflow.pyfunc.PythonModel):
-    """Loads the saved RaeModel of the model's artifact and answers a table of texts with labels.
-
-    What the request gets wrong (no text, k out of range, too many records) is answered 400; what fails
-    once the request has passed those checks is the model's own (a damaged file of its folder): 500, in one
-    line, its traceback on the server's log only."""
+    """Loads the artifact's RaeModel and answers a table of texts with labels: a bad request 400, a failure
+    after its checks (a damaged file) 500 in one line, the traceback in the server's log only."""
 
     max_records = MAX_RECORDS  # `raexmc serve --max-records` sets it for the model it serves
 
@@ -163,9 +148,8 @@ def registered_name(package: PackageSettings, dataset: str) -> str:
 
 
 def registered_uri(model_name: str, alias: str) -> str:
-    """models:/<name>@<alias>, once the tracking store says that alias points at a version; else DataError, so
-    that `raexmc serve` says what to run instead of the model server's traceback (or StorageError, where the
-    store itself cannot be read)."""
+    """models:/<name>@<alias> once the store says the alias points at a version; else DataError saying what to
+    run (StorageError where the store cannot be read)."""
     with readable_store():  # a store that cannot be read is one line, as for a stage
         try:
             mlflow.MlflowClient(tracking_uri()).get_model_version_by_alias(model_name, alias)
@@ -199,9 +183,8 @@ def _this_writer() -> str:
 
 
 def fail_interrupted_logs(client: mlflow.MlflowClient, experiment_id: str) -> None:
-    """Mark FAILED each model of the experiment that a package stage killed while logging it left PENDING (its
-    writer, a process of this host, no longer runs): MLflow itself would list it as being written for good. A
-    log still under way (a concurrent experiment's) keeps its PENDING."""
+    """Mark FAILED each model a killed package stage left PENDING (its writer, on this host, no longer runs);
+    a log under way keeps its PENDING."""
     from mlflow.entities import LoggedModelStatus
 
     page_token = None
@@ -218,11 +201,8 @@ def fail_interrupted_logs(client: mlflow.MlflowClient, experiment_id: str) -> No
 
 
 def pinned_requirements(torch_version: str | None = None) -> list[str]:
-    """REQUIREMENTS pinned to the releases running here, without local labels (torch's +cpu): a label
-    names a build that no public index serves, and the public release of that version is what installs.
-    Where torch here is a CPU build (`torch_version`, default the installed one), the CPU wheels' index comes
-    first, where pip reads it: PyPI's own torch for Linux is the CUDA build, several GB of nvidia packages
-    that a CPU server would download for nothing (pip prefers 2.13.0+cpu over 2.13.0 for torch==2.13.0)."""
+    """REQUIREMENTS pinned to the releases here, without local labels (torch's +cpu, which no public index
+    serves); with a CPU torch the CPU wheels' index comes first, since PyPI's Linux torch pulls GBs of CUDA."""
     pins = [f"{name}=={Version(version(name)).public}" for name in REQUIREMENTS]
     if Version(torch_version or version("torch")).local == "cpu":
         return [f"--extra-index-url {CPU_TORCH_INDEX}", *pins]

@@ -1,7 +1,6 @@
-"""Grid sweeps as queued DVC experiments: every combination of comma-separated `-S key=v1,v2`
-values is queued (DVC expands the grid), run by N queue workers, waited for, and shown side by
-side with `dvc exp show`; each experiment is one MLflow run of the same name in the project's
-store, so the MLflow compare view holds the same numbers."""
+"""Grid sweeps as queued DVC experiments: each combination of `-S key=v1,v2` values is queued, run by N queue
+workers, waited for and shown with `dvc exp show`; each is one MLflow run of the same name.
+"""
 
 from __future__ import annotations
 
