@@ -20,7 +20,7 @@ from raexmc.encoder.tokens import TokenCache
 from raexmc.io import atomic_dir, write_json
 from raexmc.pipeline.tracking.stage import process_count, relaunch_under_torchrun, stage_cli, tracked_stage, user_errors
 from raexmc.process_group import process_group
-from raexmc.settings import EMBED_PRECISIONS, load_settings
+from raexmc.settings import load_settings
 
 
 def main(model: Path = typer.Option(..., help="Encoder folder written by the train stage."),
@@ -31,14 +31,14 @@ def main(model: Path = typer.Option(..., help="Encoder folder written by the tra
         setting = load_settings(params).embed
         dtype, nproc, torchrun_args = setting.dtype, process_count(setting.nproc), setting.torchrun_args
         device = pick_device(setting.device, params, "embed.device")
-        batch_size = embed_batch_size(setting.batch_size, device, params, "embed.batch_size")
+        batch_size = embed_batch_size(setting.batch_size, device)
         if device == "cpu" and setting.nproc == "auto":
             nproc = 1  # 'auto' counts GPUs: CPU processes would only compete for the same cores
     relaunch_under_torchrun(nproc, torchrun_args)
     # a torchrun worker takes the GPU of its local rank; one process keeps the device asked for (cuda:N)
     with process_group(device, as_given=True) as ctx, tracked_stage("embed", params, ctx.is_main) as (p, run):
         torch.set_num_threads(p.embed.threads or os.cpu_count() or 1)
-        precision = resolve_precision(p.embed.precision, ctx.device, params, "embed.precision", EMBED_PRECISIONS)
+        precision = resolve_precision(p.embed.precision, ctx.device, params, "embed.precision")
         encoder = TextEncoder.load(model, ctx.device, precision, stage_output=True)
         run.params({"embed": {**p.embed.model_dump(), "batch_size_used": batch_size, "encoder": encoder.describe()},
                     "encoder.pooling": encoder.recipe})

@@ -157,9 +157,9 @@ SCHEMA_CASES = [("infer.lambda", 0.5, True), ("infer.lambda", "auto", True), ("i
                 ("infer.val_fraction", 0.1, True), ("infer.val_fraction", 1, False), ("index.M", 16, True),
                 ("index.M", 1, False), ("index.backend", "exact", True), ("index.backend", "faiss", False),
                 ("embed.batch_size", "auto", True), ("embed.batch_size", -1, False), ("embed.precision", "int8", True),
-                ("embed.precision", "int4", False), ("embed.threads", 0, True), ("embed.threads", -2, False),
-                ("memory.keep", 0.5, True), ("memory.keep", 2, False), ("memory.keep", -0.1, False),
-                ("memory.keep", "half", False), ("memory.method", "prototypes", False),
+                ("embed.precision", "int4", False), ("train.precision", "int8", False), ("embed.threads", 0, True),
+                ("embed.threads", -2, False), ("memory.keep", 0.5, True), ("memory.keep", 2, False),
+                ("memory.keep", -0.1, False), ("memory.keep", "half", False), ("memory.method", "prototypes", False),
                 ("infer.retrieval", "both", False), ("infer.label_share", 1.5, False),
                 ("infer.label_share", True, False), ("infer.relevance", "weighted", False),
                 ("index.ef_construction", 0, False), ("index.threads", -1, False), ("infer.lamda", 0.3, False)]

@@ -282,6 +282,3 @@ def test_an_auto_embed_batch_is_1024_texts_on_a_gpu_and_256_on_cpu():
     set by the user stays, whatever the device."""
     assert [embed_batch_size("auto", device) for device in ("cuda", "cuda:1", "cpu")] == [1024, 1024, 256]
     assert embed_batch_size(64, "cuda") == 64 and embed_batch_size(64, "cpu") == 64
-    with pytest.raises(ConfigError,
-                       match=r"^ConfigError: some.yaml:train.embed_batch_size: train.embed_batch_size must be auto"):
-        embed_batch_size(True, "cpu", "some.yaml", "train.embed_batch_size")

@@ -9,7 +9,7 @@ import re
 import torch
 
 from ..errors import ConfigError
-from ..settings import DEVICE_PATTERN, PRECISIONS
+from ..settings import DEVICE_PATTERN
 
 # texts per gradient-free encoder call for `auto`: on one H200, 1024 gave 2.4x the texts/s of 256 on 8-32-token
 # texts (bench/results/embed_speed.json), as fewer, larger calls keep the GPU busy; a CPU gains nothing from it
@@ -35,11 +35,9 @@ def _cpu_has_bf16() -> bool:
 
 
 def resolve_precision(precision: str, device: str, path: str | os.PathLike | None = None,
-                      key: str | None = None, choices: tuple[str, ...] = PRECISIONS) -> str:
-    """'auto' -> bf16 where the hardware runs it natively, else fp32; ConfigError naming `path` and `key` for a
-    name that is not one of `choices`, and for int8 on a GPU."""
-    if precision not in choices:
-        raise ConfigError(f"precision '{precision}' is not one of {', '.join(choices)}", path, key)
+                      key: str | None = None) -> str:
+    """'auto' -> bf16 where the hardware runs it natively, else fp32; int8 on a GPU is a ConfigError naming
+    `path` and `key`."""
     if precision == "int8" and device != "cpu":
         raise ConfigError(f"precision 'int8' runs on the CPU only, the device is {device}: set the device to cpu",
                           path, key)
@@ -50,17 +48,8 @@ def resolve_precision(precision: str, device: str, path: str | os.PathLike | Non
     return "bf16" if _cpu_has_bf16() else "fp32"
 
 
-def is_embed_batch_setting(setting: object) -> bool:
-    """Whether `setting` is an embedding batch size a user may set: auto, or an integer >= 1."""
-    return setting == "auto" or (isinstance(setting, int) and not isinstance(setting, bool) and setting >= 1)
-
-
-def embed_batch_size(setting: object, device: str, path: str | os.PathLike | None = None,
-                     key: str | None = None) -> int:
-    """Texts per encoder call when embedding: `setting`, or for auto AUTO_EMBED_BATCH of the device's kind;
-    ConfigError naming `path` and `key` for anything else than auto or an integer >= 1."""
-    if not is_embed_batch_setting(setting):
-        raise ConfigError(f"{key or 'the batch size'} must be auto or an integer >= 1, got {setting!r}", path, key)
+def embed_batch_size(setting: int | str, device: str) -> int:
+    """Texts per encoder call when embedding: `setting`, or for auto AUTO_EMBED_BATCH of the device's kind."""
     return AUTO_EMBED_BATCH["cuda" if device.startswith("cuda") else "cpu"] if setting == "auto" else setting
 
 

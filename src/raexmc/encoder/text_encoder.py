@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..settings import EMBED_PRECISIONS
 from .device import AUTO_EMBED_BATCH, autocast, resolve_precision
 from .layout import write_sentence_config
 from .model import check_vocabulary, load_tokenizer
@@ -64,7 +63,7 @@ class TextEncoder:
              stage_output: bool = False) -> TextEncoder:
         """The encoder of `name` on `device`, its tokenizer loaded first (one that cannot load fails before the
         model); `precision` may be auto or int8 (CPU only)."""
-        precision = resolve_precision(precision, device, choices=EMBED_PRECISIONS)
+        precision = resolve_precision(precision, device)
         tokenizer = load_tokenizer(str(name), stage_output)
         model = load_encoder(str(name), device, stage_output)
         check_vocabulary(tokenizer, model.transformer.config.vocab_size, str(name), stage_output)
