@@ -220,6 +220,24 @@ def search_all(search, queries, k: int, k_parts: int):
     return search.merge(inputs, labels, k), prefix(inputs, k_parts), prefix(labels, k_parts)
 
 
+def memory_search(memory, baselines, queries, k: int, k_parts: int, tau: float, ef_search: int, retrieval=None,
+                  other_b: tuple[int, ...] = ()):
+    """RAE's keys at b = k_parts (and each of `other_b`) from an InputMemory's indexes (the prior at `tau`), and
+    kNN's and the dual encoder's top-k_parts from the index stage's own (`baselines`)."""
+    from raexmc.memory.merge import RaeRetrieval, prefix, rae_keys
+
+    full_inputs, labels_k = baselines.search_parts(queries, k)
+    rae = memory.indexes(baselines, ef_search)
+    own_inputs = full_inputs if rae.inputs is baselines.inputs else rae.inputs.search(queries, k)
+    own_labels = labels_k if rae.labels is baselines.labels else rae.labels.search(queries, k)
+
+    def rae_at(b: int):
+        return rae_keys(retrieval or RaeRetrieval(), own_inputs, own_labels, rae.inputs.count, b, memory.log_counts(),
+                        tau)
+
+    return rae_at(k_parts), {b: rae_at(b) for b in other_b}, prefix(full_inputs, k_parts), prefix(labels_k, k_parts)
+
+
 def dense_top_b_softmax(S, b: int, tau: float):
     """Brute-force reference: softmax over the b largest entries of each row of the similarity matrix S
     (cast to float32 first, as an index returns sims), zero elsewhere; ties go to the smaller column."""

@@ -25,7 +25,7 @@ from raexmc.memory.persistence import save_index
 from raexmc.memory.search import sort_rows
 from raexmc.rae.reference import reference_scores
 from raexmc.settings import load_settings
-from tests.helpers import REPO, search_all
+from tests.helpers import REPO, memory_search, search_all
 
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 
@@ -49,8 +49,8 @@ def searches(memory_data, memory_folder, k=10, k_parts=5, prior_tau=TAU):
     embeddings, index, _, _ = memory_data
     baselines = load_joint_search(index, memory_keys(embeddings))
     queries = np.load(embeddings / "test.npy")
-    joint, other_b, inputs, labels = InputMemory(memory_folder).search(baselines, queries, k, k_parts, prior_tau,
-                                                                       ef_search=100)
+    joint, other_b, inputs, labels = memory_search(InputMemory(memory_folder), baselines, queries, k, k_parts,
+                                                       prior_tau, ef_search=100)
     assert other_b == {}, "the joint retrieval's smaller b are its prefixes"
     return joint, inputs, labels
 
@@ -182,7 +182,7 @@ def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep):
     assert meta["compression"] == memory.compression == "sq8-m12"
     assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == sorted(
         ["memory.json", "inputs", "labels", *(["values.npz", "counts.npy"] if keep < 1 else [])])
-    joint, _, inputs, dual = memory.search(baselines, queries, 20, 5, TAU, ef_search=64)
+    joint, _, inputs, dual = memory_search(memory, baselines, queries, 20, 5, TAU, ef_search=64)
     kept = train if keep == 1.0 else select_keys(train, Y, keep, "kmeans", 0).keys
     exact = ExactIndex(np.vstack([kept, labels])).search(queries, 20)[0]
     recall = np.mean([len(set(got) & set(want)) / 20 for got, want in zip(joint[0], exact)])
@@ -243,8 +243,8 @@ def test_a_split_retrieval_is_evaluated_at_each_b_with_its_own_share(memory_data
     build_input_memory(np.load(embeddings / "train.npy"), Y, MemorySettings(1.0, "kmeans", False, 0),
                        tmp_path / "memory", "exact")
     queries = np.load(embeddings / "test.npy")
-    joint, other_b, inputs, labels = InputMemory(tmp_path / "memory").search(
-        load_joint_search(index, memory_keys(embeddings)), queries, 10, 5, TAU, 100,
+    joint, other_b, inputs, labels = memory_search(
+        InputMemory(tmp_path / "memory"), load_joint_search(index, memory_keys(embeddings)), queries, 10, 5, TAU, 100,
         retrieval=RaeRetrieval("split", 0.5), other_b=(2,))
     evaluator = Evaluator(Y, Y_test, sp.csr_matrix(Y_test.shape), (0.55, 1.5))
     result = evaluate_retrieval(Retrievals(joint, labels, inputs, other_b).rows, evaluator,

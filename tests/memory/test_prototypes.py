@@ -15,7 +15,7 @@ from raexmc.memory.keys_values import training_values
 from raexmc.memory.merge import JointSearch
 from raexmc.memory.prototypes import label_prototypes, prototype_weight
 from raexmc.settings import load_settings, read_params_tree, settings_from
-from tests.helpers import REPO
+from tests.helpers import REPO, memory_search
 
 LABELS = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, -0.8]], dtype=np.float32)
 INPUTS = np.array([[0.0, 1.0], [0.6, 0.8], [-1.0, 0.0]], dtype=np.float32)
@@ -108,7 +108,7 @@ def test_a_memory_with_prototypes_searches_them_and_the_dual_encoder_keeps_the_t
                               ef_construction=200, threads=1)
     assert meta["prototypes"] == 0.5 and (tmp_path / "memory" / LABELS_FOLDER).is_dir()
     memory = InputMemory(tmp_path / "memory")
-    _, at_b, inputs, dual = memory.search(baselines, queries, 20, 5, 0.04, ef_search=200, other_b=(20,))
+    _, at_b, inputs, dual = memory_search(memory, baselines, queries, 20, 5, 0.04, ef_search=200, other_b=(20,))
     joint = at_b[20]  # RAE's joint top-20; the baselines' top-5
     kept = train if keep == 1.0 else select_keys(train, Y, keep, "random", 0).keys
     prototypes = label_prototypes(train, Y, labels, 0.5)

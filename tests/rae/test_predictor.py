@@ -42,7 +42,7 @@ from raexmc.rae.queries import parse_queries
 from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.ranking import top_k
 from raexmc.rae.scoring import rae_scores
-from tests.helpers import local_server, reseal, write_params
+from tests.helpers import local_server, memory_search, reseal, write_params
 
 SETTINGS = {"lambda": 0.5, "b": 8, "tau": 0.04}
 RAE = RaeSettings(SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
@@ -600,8 +600,8 @@ def test_a_moved_model_scores_the_test_set_as_the_evaluate_stage_does(built, tmp
 
     memory, queries = InputMemory(tmp_path / "memory"), np.asarray(load_embeddings(built / "embeddings", "test"))
     keys = memory_keys(built / "embeddings") if backend_of(built) == "exact" else None
-    joint, _, _, _ = memory.search(load_joint_search(built / "index", keys, 50), queries, settings.b, settings.b,
-                                   settings.tau, 50, retrieval=settings.retrieval)
+    joint, _, _, _ = memory_search(memory, load_joint_search(built / "index", keys, 50), queries, settings.b,
+                                   settings.b, settings.tau, 50, retrieval=settings.retrieval)
     evaluated = RaeModel(memory.values(Y), RaeSettings(settings.lam, settings.tau, settings.b)).scores(*joint)
     assert memory.log_counts() is not None and evaluated.nnz > 0
     texts = [text_of(record, "title+content") for record in dataset.texts("test")]
@@ -636,8 +636,8 @@ def test_predictor_searches_a_compressed_memory_as_evaluate_does(built, tmp_path
     results, _ = predictor.predict([JYTHON], k=3)
 
     queries = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
-    joint, _, _, _ = memory.search(load_joint_search(built / "index", ef_search=50), queries, SETTINGS["b"], 2,
-                                SETTINGS["tau"], ef_search=50)
+    joint, _, _, _ = memory_search(memory, load_joint_search(built / "index", ef_search=50), queries,
+                                   SETTINGS["b"], 2, SETTINGS["tau"], ef_search=50)
     scores = rae_scores(*joint, Y, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
     top = top_k(scores, 3)[0]
     assert [r["label"] for r in results[0]] == list(top[top >= 0])

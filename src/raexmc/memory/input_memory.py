@@ -25,11 +25,10 @@ from .compression import NONE, checked_compression, parse_compression
 from .indexes import INDEXED_KEY_SETS, make_index
 from .key_selection import kept_count, select_keys
 from .keys_values import KEYS_FILE, load_keys
-from .merge import JointSearch, RaeRetrieval, prefix, rae_keys
+from .merge import JointSearch
 from .persistence import load_index, save_index
 from .prior import log_prior
 from .prototypes import label_prototypes, prototype_weight, searches_prototypes
-from .search import Hits
 
 MEMORY_FILE = "memory.json"
 VALUES_FILE = "values.npz"
@@ -221,20 +220,3 @@ class InputMemory:
                                       if key_set in own else getattr(baselines, key_set)
                                       for key_set in INDEXED_KEY_SETS))
         return self._own
-
-    def search(self, baselines: JointSearch, queries: np.ndarray, k: int, k_parts: int, tau: float,
-               ef_search: int, threads: int = 0, retrieval: RaeRetrieval = RaeRetrieval(),
-               other_b: tuple[int, ...] = (), device: str = "cpu") -> tuple[Hits, dict[int, Hits], Hits, Hits]:
-        """RAE's keys at b = k_parts (and at each of `other_b`) from top-k searches of this memory, the prior added at
-        `tau`, and kNN's and the dual encoder's top-k_parts from the index stage's own indexes."""
-        full_inputs, labels_k = baselines.search_parts(queries, k)
-        rae = self.indexes(baselines, ef_search, threads, device)
-        own_inputs = full_inputs if rae.inputs is baselines.inputs else rae.inputs.search(queries, k)
-        own_labels = labels_k if rae.labels is baselines.labels else rae.labels.search(queries, k)
-        log_counts = self.log_counts()
-
-        def rae_at(b: int) -> Hits:
-            return rae_keys(retrieval, own_inputs, own_labels, rae.inputs.count, b, log_counts, tau)
-
-        return (rae_at(k_parts), {b: rae_at(b) for b in other_b}, prefix(full_inputs, k_parts),
-                prefix(labels_k, k_parts))
