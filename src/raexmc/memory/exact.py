@@ -37,6 +37,7 @@ class ExactIndex(Index):
     keys; the blocking changes nothing beyond the BLAS's rounding by block shape."""
 
     backend = "exact"
+    shown = ("count", "dim", "chunk_rows", "block_bytes")  # what repr() says
 
     def __init__(self, keys: np.ndarray, chunk_rows: int = CHUNK_ROWS, block_bytes: int = BLOCK_BYTES):
         self.keys = as_matrix(keys, "keys")
@@ -55,10 +56,6 @@ class ExactIndex(Index):
     def query_block(self) -> int:
         """Queries searched together: a query's similarities (the BLAS's rounding) depend on its block's shape."""
         return block_rows(self.count, self.block_bytes, self.chunk_rows)
-
-    def __repr__(self) -> str:
-        return (f"ExactIndex(count={self.count}, dim={self.dim}, chunk_rows={self.chunk_rows}, "
-                f"block_bytes={self.block_bytes})")
 
     def _scores(self, queries: np.ndarray) -> np.ndarray:
         """The similarities of a block of queries to every key, through torch's BLAS (MKL, whose rounding

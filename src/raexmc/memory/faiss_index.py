@@ -28,6 +28,7 @@ class FaissIndex(Index):
     """A faiss HNSW index over compressed keys (`build_faiss`, `load_index`); `search` sets efSearch =
     max(ef_search, k) every time, as HnswIndex does."""
 
+    shown = ("count", "dim", "compression", "M", "ef_construction", "ef_search")  # what repr() says
     backend = "faiss"
 
     def __init__(self, index, compression: str, M: int, ef_construction: int, ef_search: int = PAPER_EF_SEARCH,
@@ -49,10 +50,6 @@ class FaissIndex(Index):
     @property
     def dim(self) -> int:
         return int(self.index.d)
-
-    def __repr__(self) -> str:
-        return (f"FaissIndex(count={self.count}, dim={self.dim}, compression={self.compression!r}, M={self.M}, "
-                f"ef_construction={self.ef_construction}, ef_search={self.ef_search})")
 
     def search(self, queries: np.ndarray, k: int, ef_search: int | None = None,
                progress: bool = False) -> tuple[np.ndarray, np.ndarray]:

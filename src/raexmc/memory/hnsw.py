@@ -39,6 +39,7 @@ def resolve_threads(threads: int) -> int:
 class HnswIndex(Index):
     """An hnswlib graph over the keys; hnswlib does not store the beam, so `search` sets ef = max(ef_search, k)."""
 
+    shown = ("count", "dim", "M", "ef_construction", "ef_search")  # what repr() says
     backend = "hnsw"
 
     def __init__(self, graph, M: int, ef_construction: int, ef_search: int = PAPER_EF_SEARCH, threads: int = 0):
@@ -62,10 +63,6 @@ class HnswIndex(Index):
     def query_block(self) -> int:
         """Queries searched together: the retries of a batch hnswlib cannot fill change its other queries' beam."""
         return QUERY_BATCH
-
-    def __repr__(self) -> str:
-        return (f"HnswIndex(count={self.count}, dim={self.dim}, M={self.M}, "
-                f"ef_construction={self.ef_construction}, ef_search={self.ef_search})")
 
     def search(self, queries: np.ndarray, k: int, ef_search: int | None = None,
                progress: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,7 @@ from ..errors import PARAMS_FILE
 from ..io import atomic_dir
 from ..settings import AUTO, SearchSettings
 from .compression import NONE, checked_compression, parse_compression
-from .exact import CHUNK_ROWS, ExactIndex
+from .exact import ExactIndex
 from .faiss_index import FaissIndex, build_faiss
 from .footprint import hnsw_disk_bytes, hnsw_resident_bytes
 from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, build_hnsw
@@ -49,7 +49,7 @@ def backend_for(setting: str, embeddings: str | os.PathLike, device: str = "cpu"
 
 
 def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION,
-               threads: int = 0, seed: int = 0, ef_search: int = PAPER_EF_SEARCH, chunk_rows: int = CHUNK_ROWS,
+               threads: int = 0, seed: int = 0, ef_search: int = PAPER_EF_SEARCH,
                progress: bool = True, progress_label: str = "keys",
                compression: str = NONE) -> ExactIndex | HnswIndex | FaissIndex:
     """The index `index.backend` and `memory.compression` name (compressed: a faiss graph) over `keys`."""
@@ -58,7 +58,7 @@ def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction
         return build_faiss(keys, compressed, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
                            ef_search=ef_search, progress=progress, progress_label=progress_label)
     if backend == "exact":
-        return ExactIndex(keys, chunk_rows=chunk_rows)
+        return ExactIndex(keys)
     if backend != "hnsw":
         raise ValueError(f"unknown index backend {backend!r}")
     return build_hnsw(keys, M=M, ef_construction=ef_construction, threads=threads, seed=seed,

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import ConfigError, DataError
 from ..io import atomic_dir, read_json, require_size, write_json, written_through
 from .compression import parse_compression
-from .exact import CHUNK_ROWS, ExactIndex
+from .exact import ExactIndex
 from .faiss_index import FaissIndex
 from .hnsw import PAPER_EF_SEARCH, SPACE, HnswIndex
 from .search import BACKENDS
@@ -90,17 +90,17 @@ def _names_a_compression(name: Any) -> bool:
 
 
 def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
-               threads: int = 0, chunk_rows: int = CHUNK_ROWS,
+               threads: int = 0,
                device: str = "cpu") -> ExactIndex | TorchIndex | HnswIndex | FaissIndex:
     """Reopen an index `save_index` wrote; the exact backend needs `keys` (of the saved shape) and searches on
     `device` (TorchIndex on a GPU). The index names `folder` in its errors about queries."""
     folder = Path(folder)
-    index = _reopen(folder, keys, ef_search, threads, chunk_rows, device)
+    index = _reopen(folder, keys, ef_search, threads, device)
     index.source = folder
     return index
 
 
-def _reopen(folder: Path, keys: np.ndarray | None, ef_search: int, threads: int, chunk_rows: int,
+def _reopen(folder: Path, keys: np.ndarray | None, ef_search: int, threads: int,
             device: str) -> ExactIndex | TorchIndex | HnswIndex | FaissIndex:
     meta = saved_meta(folder)
     if keys is not None:
@@ -111,7 +111,7 @@ def _reopen(folder: Path, keys: np.ndarray | None, ef_search: int, threads: int,
     if meta["backend"] == "exact":
         if keys is None:
             raise DataError("the exact index keeps no keys: pass the keys to load it", folder)
-        return TorchIndex(keys, device) if device.startswith("cuda") else ExactIndex(keys, chunk_rows=chunk_rows)
+        return TorchIndex(keys, device) if device.startswith("cuda") else ExactIndex(keys)
     if meta["backend"] == "faiss":
         return _load_faiss(folder, meta, ef_search, threads)
     import hnswlib

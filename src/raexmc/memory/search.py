@@ -45,6 +45,10 @@ class Index:
 
     source: Path | None = None
     dim: int
+    shown: tuple[str, ...] = ("dim",)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{name}={getattr(self, name)!r}' for name in self.shown)})"
 
     def checked_queries(self, queries: Any) -> np.ndarray:
         return as_matrix(queries, "queries", self.dim, self.source)

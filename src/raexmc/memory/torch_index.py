@@ -43,20 +43,21 @@ def block_rows_for(free_bytes: int, n_keys: int, dim: int, score_bytes: int,
     return 1 << (rows.bit_length() - 1)
 
 
-def free_device_bytes(device: str, share: float = DEVICE_SHARE) -> int:
-    """What one block may take on `device`: `share` of a GPU's free memory, the CPU exact search's BLOCK_BYTES."""
+def free_device_bytes(device: str) -> int:
+    """What one block may take on `device`: DEVICE_SHARE of a GPU's free memory, the CPU's BLOCK_BYTES."""
     import torch
 
     if not device.startswith("cuda"):
         return BLOCK_BYTES
     free, _total = torch.cuda.mem_get_info(torch.device(device))
-    return int(free * share)
+    return int(free * DEVICE_SHARE)
 
 
 class TorchIndex(Index):
     """Exact inner-product top-k by torch on `device`, with ExactIndex's results: ties by ascending id among the keys
     torch.topk took (which of several keys tied at the k-th place it takes is its own choice)."""
 
+    shown = ("count", "dim", "device", "half", "query_block")  # what repr() says
     backend = "exact"
 
     def __init__(self, keys: np.ndarray, device: str = "cpu", half: bool | None = None, free_bytes: int | None = None):
@@ -73,10 +74,6 @@ class TorchIndex(Index):
         self.exact_keys = exact_keys if self.half else None   # the rescoring's
         budget = free_device_bytes(device) if free_bytes is None else positive_int(free_bytes, "free_bytes")
         self.query_block = block_rows_for(budget, self.count, self.dim, self.keys.element_size())
-
-    def __repr__(self) -> str:
-        return (f"TorchIndex(count={self.count}, dim={self.dim}, device={self.device!r}, "
-                f"half={self.half}, query_block={self.query_block})")
 
     def search(self, queries: np.ndarray, k: int, progress: bool = False) -> Hits:
         import torch
@@ -118,9 +115,7 @@ def _by_score_then_id(ids, sims, width: int):
     return ids.gather(1, order), sims.gather(1, order)
 
 
-def top_k_search(keys: np.ndarray, device: str, block_bytes: int = BLOCK_BYTES,
-                 progress: bool = False) -> Callable[[np.ndarray, int], Hits]:
-    """Exact top-k on `device`: TorchIndex on a GPU, ExactIndex (within `block_bytes`) on the CPU."""
-    index = (TorchIndex(keys, device) if device.startswith("cuda")
-             else ExactIndex(keys, block_bytes=block_bytes))
+def top_k_search(keys: np.ndarray, device: str, progress: bool = False) -> Callable[[np.ndarray, int], Hits]:
+    """Exact top-k on `device`: TorchIndex on a GPU, ExactIndex on the CPU."""
+    index = TorchIndex(keys, device) if device.startswith("cuda") else ExactIndex(keys)
     return functools.partial(index.search, progress=progress)
