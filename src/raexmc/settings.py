@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError
 
@@ -20,17 +20,13 @@ from .errors import PARAMS_FILE, ConfigError, DataError
 AUTO = "auto"
 Auto = Literal["auto"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
-PRECISIONS: tuple[str, ...] = get_args(Precision)
 # int8 only encodes, on the CPU (encoder/int8.py): the embed stage and a packaged model take it, training does not
 EmbedPrecision = Literal["auto", "fp32", "bf16", "fp16", "int8"]
-EMBED_PRECISIONS: tuple[str, ...] = get_args(EmbedPrecision)
 DEVICE_PATTERN = r"auto|cpu|cuda(:\d+)?"
 QUERY_THREADS = 1
-"""CPU threads that `raexmc predict` and each request of `raexmc serve` answer on by default. One short query's
-matrices are too small to share across cores: on a 2-core CPU shared with other jobs, a 32-token query took p50
-30 to 750 ms at batch 1 on torch's default of two threads, which wait on each other whenever a core is taken, and
-18 to 22 ms on one (bench/results/predict_latency_foldoc.json); the server scores concurrent requests together
-instead (rae/shared_batches.py)."""
+"""CPU threads `raexmc predict` and each request of `raexmc serve` answer on by default: a short query's matrices
+are too small to share, and on a shared 2-core CPU torch's two threads wait on each other (p50 30 to 750 ms against
+18 to 22 ms on one: bench/results/predict_latency_foldoc.json); concurrent requests are scored together instead."""
 Device = Annotated[str, Field(pattern=rf"^({DEVICE_PATTERN})$", description="auto | cpu | cuda | cuda:N")]
 # The vocabularies of the settings; the modules that use them take their tuples from here (typing.get_args).
 TextFields = Literal["title", "title+content"]

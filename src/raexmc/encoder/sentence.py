@@ -18,12 +18,9 @@ from .layout import read_modules, write_modules
 from .model import load_checked, resolve_encoder
 from .pooling import Dense, Pooling
 
-# Attention kernels without cuDNN's. cuDNN plans every new input shape anew (about 1.8 ms of CPU per
-# layer call on an H200, torch 2.11), and our shapes change all the time: the batch's label count at
-# every training step, the width of every length-sorted embed batch. Measured on that H200
-# (bench/results/train_speed.json, embed_speed.json): MiniLM's step at the LF-AmazonTitles-131K preset
-# 7,058 -> 12,005 inputs/s, the embed loop on texts of 8-32 tokens 32,181 -> 111,266 texts/s.
-# CPUs never used cuDNN, so nothing changes there.
+# Attention kernels without cuDNN's, which plans every new input shape anew (1.8 ms of CPU a layer call on an H200),
+# and our shapes change at every step and embed batch: on that H200 MiniLM's training step went 7,058 -> 12,005
+# inputs/s, embedding 32,181 -> 111,266 texts/s (bench/results/train_speed.json, embed_speed.json). CPUs: no change.
 OTHER_ATTENTION = ((SDPBackend.FLASH_ATTENTION, torch.backends.cuda.flash_sdp_enabled),
                    (SDPBackend.EFFICIENT_ATTENTION, torch.backends.cuda.mem_efficient_sdp_enabled),
                    (SDPBackend.MATH, torch.backends.cuda.math_sdp_enabled))

@@ -16,11 +16,9 @@ from .model import check_vocabulary, load_tokenizer
 from .sentence import SentenceEncoder, load_encoder
 from .tokens import RightPaddedTokenizer, tokenizer_input
 
-# Texts per encoder call for raw texts (predict, serve's batches). CPU: 384 FOLDOC test texts (5 to 128 tokens, mean
-# 72), all-MiniLM-L6-v2 fp32, 1 thread, best of 2 passes on a shared, loaded 2-core machine (noisy): sorted batches of
-# 8, 16, 32, 64 and 128 ran at 35, 34, 30, 31 and 26 texts/s, one batch of all 384 (the old way) at 18. 8 to 64 are
-# alike within the noise; 16 leaves the least padding but for 8, whose calls cost more on short texts. GPU: the embed
-# stage's auto batch, as a GPU wants few large calls.
+# Texts per encoder call for raw texts (predict, serve). CPU: on 384 FOLDOC test texts (MiniLM fp32, 1 thread) sorted
+# batches of 8, 16, 32, 64 and 128 ran at 35, 34, 30, 31 and 26 texts/s, one batch of all at 18; 16 pads least but
+# for 8, whose calls cost more. GPU: the embed stage's auto batch (few large calls).
 TEXT_BATCH = {"cpu": 16, "cuda": AUTO_EMBED_BATCH["cuda"]}
 
 

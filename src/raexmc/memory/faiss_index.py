@@ -17,10 +17,8 @@ from .search import Index, as_matrix, empty_result, sort_rows
 
 # Keys (a seeded sample) that fit the quantiser's ranges and the projection: enough for 384-768 dims.
 TRAIN_SAMPLE = 200_000
-# Codec -> faiss's quantiser type and how it fits each dimension's range: 8 bits spread min..max
-# (FOLDOC's score error 0.0003); 4 bits cannot spend 16 levels on a few outliers, so their range is
-# the one with the least squared error on the keys (RS_optim: FOLDOC's error 0.0057 -> 0.0047, recall@200
-# 0.928 -> 0.941 at M=6). fp16 has no range.
+# Codec -> faiss's quantiser and range fit: 8 bits spread min..max (FOLDOC's score error 0.0003); 4 bits take the
+# range of least squared error (RS_optim: error 0.0057 -> 0.0047, recall@200 0.928 -> 0.941 at M=6).
 _QUANTISERS = {"fp16": ("QT_fp16", "RS_minmax"), "sq8": ("QT_8bit", "RS_minmax"), "sq4": ("QT_4bit", "RS_optim")}
 
 

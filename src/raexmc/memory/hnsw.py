@@ -16,9 +16,8 @@ from .search import Index, as_matrix, empty_result, sort_rows
 
 SPACE = "ip"
 PAPER_M, PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH = 64, 500, 300  # the paper's graph and search beam
-# Keys inserted per hnswlib add_items call (one progress-bar step) and queries per knn_query call. A batch of
-# queries is also the block evaluate holds with its merge (JointSearch.query_block): at b = 200, some 20 KB a
-# query, so 4,096 keep it near 80 MB while every thread still gets thousands of queries per call.
+# Keys per add_items call and queries per knn_query call (also the block evaluate merges: at b = 200 about 20 KB a
+# query, so 4,096 stay near 80 MB while every thread gets thousands of queries a call).
 INSERT_BATCH = 10_000
 QUERY_BATCH = 4_096
 # How much the beam (ef) grows when hnswlib cannot fill a batch's rows.

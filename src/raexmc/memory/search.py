@@ -16,11 +16,9 @@ from ..errors import DataError
 from ..settings import IndexBackend
 
 BACKENDS = get_args(IndexBackend)
-# `index.backend: auto` searches exactly up to this many joint keys (training inputs + labels). Exact search
-# costs a query about keys / 8e7 s on 2 threads (3,900 queries/s at 20,241 keys, 424 at 205,446: bench/results/
-# hnsw_vs_exact_{foldoc,wordnet}.json), HNSW about 2,790 - 1,680 * log10(keys / 20,241) queries/s, so the two
-# cross near 35,000 keys, before counting HNSW's build (8 s at 20k keys). Below it exact search is as fast, has
-# recall 1 and gives the same index on every run (a multi-threaded HNSW build does not).
+# `index.backend: auto` searches exactly up to this many joint keys: exact costs a query about keys / 8e7 s on 2
+# threads, HNSW runs 2,790 - 1,680 * log10(keys / 20,241) queries/s (bench/results/hnsw_vs_exact_*.json): they cross
+# near 35,000 keys before HNSW's build; below, exact is as fast, has recall 1 and is the same on every run.
 EXACT_MAX_KEYS = 30_000
 
 Hits = tuple[np.ndarray, np.ndarray]  # (ids, sims) of one search
