@@ -172,29 +172,24 @@ def test_baselines_hand_example():
 # --------------------------------------------------------------------------- invalid input
 
 
-@pytest.mark.parametrize("lam", [-0.01, 1.01, float("nan"), "half"])
-def test_invalid_lambda(lam):
-    with pytest.raises(ValueError, match="infer.lambda"):
-        rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=lam, tau=0.04)
-    with pytest.raises(ValueError, match="infer.lambda"):
-        combine(score_parts(IDS_HAND, SIMS_HAND, Y_HAND, tau=0.04), lam)
-    one_key, one_sim = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.float32)
-    with pytest.raises(ValueError, match="infer.lambda"):
-        ova_knn_scores(one_key, one_sim, one_key, one_sim, Y_HAND, lam, 0.04)
+ONE_KEY, ONE_SIM = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.float32)
+BAD_CALLS = [  # (what a call is handed, the setting its ValueError names, the calls)
+    *((lam, "infer.lambda", (lambda v: rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=v, tau=0.04),
+                             lambda v: combine(score_parts(IDS_HAND, SIMS_HAND, Y_HAND, tau=0.04), v),
+                             lambda v: ova_knn_scores(ONE_KEY, ONE_SIM, ONE_KEY, ONE_SIM, Y_HAND, v, 0.04)))
+      for lam in (-0.01, 1.01, float("nan"), "half")),
+    *((tau, "infer.tau", (lambda v: rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=0.5, tau=v),
+                          lambda v: key_probabilities(SIMS_HAND, IDS_HAND, v, num_keys=5)))
+      for tau in (0.0, -0.04, float("nan"), float("inf"))),
+    *((b, "infer.b", (lambda v: rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=0.5, tau=0.04, b=v),))
+      for b in (0, -3, 2.5, True))]
 
 
-@pytest.mark.parametrize("tau", [0.0, -0.04, float("nan"), float("inf")])
-def test_invalid_tau(tau):
-    with pytest.raises(ValueError, match="infer.tau"):
-        rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=0.5, tau=tau)
-    with pytest.raises(ValueError, match="infer.tau"):
-        key_probabilities(SIMS_HAND, IDS_HAND, tau, num_keys=5)
-
-
-@pytest.mark.parametrize("b", [0, -3, 2.5, True])
-def test_invalid_b(b):
-    with pytest.raises(ValueError, match="infer.b"):
-        rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, lam=0.5, tau=0.04, b=b)
+@pytest.mark.parametrize(("value", "key", "calls"), BAD_CALLS)
+def test_a_bad_lambda_tau_or_b_handed_in_code_is_a_value_error(value, key, calls):
+    for call in calls:
+        with pytest.raises(ValueError, match=key):
+            call(value)
 
 
 def test_bad_retrieval_is_a_data_error():
@@ -251,30 +246,20 @@ def _loop_probabilities(ids: np.ndarray, sims: np.ndarray, tau: float, b: int | 
     return out
 
 
+@pytest.mark.parametrize("lam", [0.0, 1.0])
 @pytest.mark.parametrize("tau", [0.04, 0.3])
 @pytest.mark.parametrize("b", [None, 3, 17])
-def test_lambda_zero_is_the_dual_encoder_formula(memory, tau, b):
-    n_train, n_labels = memory["Y"].shape
-    expected = np.zeros((memory["ids"].shape[0], n_labels))
-    for q, row in enumerate(_loop_probabilities(memory["ids"], memory["sims"], tau, b)):
-        for key, p in row:
-            if key >= n_train:  # label key: (1 - 0) * p on its label; train keys get weight 0
-                expected[q, key - n_train] += p
-    got = rae_scores(memory["ids"], memory["sims"], memory["Y"], lam=0.0, tau=tau, b=b)
-    np.testing.assert_allclose(got.toarray(), expected, rtol=1e-9, atol=1e-12)
-
-
-@pytest.mark.parametrize("tau", [0.04, 0.3])
-@pytest.mark.parametrize("b", [None, 3, 17])
-def test_lambda_one_is_the_knn_formula(memory, tau, b):
+def test_lambda_zero_and_one_are_the_dual_encoder_and_knn_formulas(memory, lam, tau, b):
     Y = memory["Y"].toarray()
     n_train = Y.shape[0]
     expected = np.zeros((memory["ids"].shape[0], Y.shape[1]))
     for q, row in enumerate(_loop_probabilities(memory["ids"], memory["sims"], tau, b)):
-        for key, p in row:
-            if key < n_train:  # sum_j p_j * Y[j] over the retrieved training inputs
-                expected[q] += p * Y[key]
-    got = rae_scores(memory["ids"], memory["sims"], memory["Y"], lam=1.0, tau=tau, b=b)
+        for key, p in row:  # λ = 0: p on a label key's label; λ = 1: sum_j p_j * Y[j] over the training inputs
+            if key >= n_train:
+                expected[q, key - n_train] += (1 - lam) * p
+            else:
+                expected[q] += lam * p * Y[key]
+    got = rae_scores(memory["ids"], memory["sims"], memory["Y"], lam=lam, tau=tau, b=b)
     np.testing.assert_allclose(got.toarray(), expected, rtol=1e-9, atol=1e-12)
 
 
