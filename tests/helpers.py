@@ -212,6 +212,14 @@ def local_server(command: Callable[[int], list[str]], health_path: str, timeout:
         server.wait(timeout=30)
 
 
+def unit_rows(rng, n: int, dim: int, dtype=None):
+    """`n` random unit rows of `dim` (float32 unless `dtype` says otherwise)."""
+    import numpy as np
+
+    rows = rng.standard_normal((n, dim)).astype(dtype or np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
 def search_all(search, queries, k: int, k_parts: int):
     """RAE's joint top-k and the inputs' and labels' top-k_parts (prefixes of their top-k) of a JointSearch."""
     from raexmc.memory.merge import prefix

@@ -17,11 +17,7 @@ from raexmc.memory.persistence import load_index, save_index
 from raexmc.memory.search import EXACT_MAX_KEYS
 from raexmc.memory.torch_index import TorchIndex
 from raexmc.settings import SearchSettings, section_from
-
-
-def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-    rows = rng.standard_normal((n, dim)).astype(np.float32)
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+from tests.helpers import unit_rows
 
 
 def reference_top_k(queries: np.ndarray, keys: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -11,13 +11,9 @@ from raexmc.memory import torch_index
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.search import sort_rows
 from raexmc.memory.torch_index import TorchIndex, block_rows_for, pool_size
+from tests.helpers import unit_rows
 
 N_KEYS, DIM, K = 3000, 48, 20
-
-
-def unit_rows(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray:
-    rows = rng.standard_normal((n, dim)).astype(np.float32)
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
 def assert_same_search(got, want, tolerance: float) -> None:
@@ -36,7 +32,7 @@ def assert_same_search(got, want, tolerance: float) -> None:
 @pytest.fixture(scope="module")
 def toy_memory():
     rng = np.random.default_rng(11)
-    return unit_rows(rng, N_KEYS), unit_rows(rng, 257)
+    return unit_rows(rng, N_KEYS, DIM), unit_rows(rng, 257, DIM)
 
 
 @pytest.mark.parametrize("half", [False, True], ids=["fp32", "fp16-rescored"])
@@ -72,7 +68,7 @@ def test_ties_go_to_the_smaller_id_and_rows_are_sorted():
 
 
 def test_fewer_keys_than_k_pad_with_minus_one():
-    keys = unit_rows(np.random.default_rng(0), 4)
+    keys = unit_rows(np.random.default_rng(0), 4, DIM)
     ids, sims = TorchIndex(keys, "cpu", half=True).search(keys, 6)
     assert (ids[:, 4:] == -1).all() and np.isneginf(sims[:, 4:]).all()
     assert (ids[:, 0] == np.arange(4)).all()

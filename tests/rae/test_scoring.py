@@ -21,7 +21,7 @@ from raexmc.rae.scoring import (
     score_parts,
     train_key_counts,
 )
-from tests.helpers import dense_top_b_softmax
+from tests.helpers import dense_top_b_softmax, unit_rows
 
 # With tau = 1 / ln 2, exp(s / tau) = 2 ** s, so integer similarities give power-of-two weights.
 TAU2 = 1.0 / math.log(2.0)
@@ -206,11 +206,6 @@ def test_bad_retrieval_is_a_data_error():
 # --------------------------------------------------------------------------- random cross-checks
 
 
-def _unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-    x = rng.standard_normal((n, dim))
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
 def _search(queries: np.ndarray, keys: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-`width` search, padded with -1 / -inf where there are fewer keys."""
     sims = (queries @ keys.T).astype(np.float32)
@@ -225,7 +220,7 @@ def _search(queries: np.ndarray, keys: np.ndarray, width: int) -> tuple[np.ndarr
 def memory():
     rng = np.random.default_rng(7)
     n_train, n_labels, n_query, dim = 40, 15, 9, 6
-    X, Z, Q = _unit_rows(rng, n_train, dim), _unit_rows(rng, n_labels, dim), _unit_rows(rng, n_query, dim)
+    X, Z, Q = (unit_rows(rng, n, dim, np.float64) for n in (n_train, n_labels, n_query))
     Y = sp.random(n_train, n_labels, density=0.2, random_state=3, format="csr")
     Y.data[:] = 1.0
     ids, sims = _search(Q, np.vstack([X, Z]), width=30)
