@@ -1,5 +1,4 @@
-"""Checking a dataset's catalogue entry before its source does any work, so that a bad value fails at once
-with a ConfigError naming its file and key (datasets/<name>.yaml:<key>)."""
+"""Checking a catalogue entry before its source works: a bad value is a ConfigError naming its file and key."""
 
 from __future__ import annotations
 

@@ -62,8 +62,7 @@ def validation_folds(num_inputs: int, fraction: float, seed: int, folds: int) ->
 
 
 def query_sample(held_out: np.ndarray, cap: int, seed: int) -> np.ndarray:
-    """At most `cap` of the `held_out` rows (drawn with `seed`), in order: validation's exact search costs
-    queries x N, so the cap keeps it linear in N."""
+    """At most `cap` of the `held_out` rows (drawn with `seed`) in order: validation's search costs queries x N."""
     if len(held_out) <= cap:
         return held_out
     picked = np.random.default_rng([seed, 11]).choice(len(held_out), size=cap, replace=False)

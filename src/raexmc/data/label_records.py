@@ -46,8 +46,7 @@ class LabelRecords:
 
     @classmethod
     def open(cls, folder: str | os.PathLike) -> LabelRecords:
-        """The labels of model folder `folder` (a folder from before label ids is refused with the model
-        folder's format, so every folder here has its records)."""
+        """The labels of model folder `folder` (every folder of this format has its records)."""
         folder = Path(folder)
         path = folder / RECORDS_FILE
         offsets = load_array(folder / OFFSETS_FILE)

@@ -51,8 +51,7 @@ def _extract_download(archive: Path, target: Path) -> Path:
 
 
 def _unpack_package(name: str, spec: dict[str, Any], workdir: Path, mirror: str) -> tuple[Path, dict[str, Any]]:
-    """Fetch the entry's pinned Debian package (from `mirror` where apt-get is absent) and unpack it;
-    (folder, provenance)."""
+    """The entry's pinned Debian package fetched (from `mirror` without apt-get) and unpacked; (folder, provenance)."""
     pin = deb_pin(_require(spec, "package", name), entry_file(name), "package")
     deb = fetch_deb(pin, cache_dir() / "debs", mirror)
     return _extract_download(deb.path, workdir / "deb"), {"package": deb.provenance()}
@@ -111,8 +110,7 @@ def _find_dataset_folder(root: Path) -> Path:
 
 def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_url: str,
                   debian_mirror: str = DEBIAN_MIRROR) -> dict[str, Any]:
-    """Write dataset `name` (configured by `spec`, its catalogue entry) to `target`.
-    `debian_mirror` serves the Debian packages on machines without apt-get."""
+    """Write dataset `name` (its catalogue entry `spec`) to `target`; Debian packages from `debian_mirror`."""
     source = _require(spec, "source", name)
     if source not in SOURCES:
         raise ConfigError(f"unknown source '{source}' (choose from {', '.join(SOURCES)})",

@@ -112,8 +112,7 @@ def _power_cdf(size: int, exponent: float) -> np.ndarray:
 
 
 class SyntheticGenerator:
-    """Streams the labels and the inputs of each split of a synthetic dataset, its chunks made on
-    `workers` processes (a chunk is a function of its own random stream, so any count gives the same data)."""
+    """Streams the labels and each split's inputs, chunks made on `workers` processes (each its own stream)."""
 
     def __init__(self, shape: SyntheticShape, workers: int = 1):
         self.shape = shape
@@ -196,8 +195,7 @@ class SyntheticGenerator:
 
 
 def write_synthetic(name: str, spec: dict[str, Any], target: str | Path, workers: int | None = None) -> dict[str, Any]:
-    """Write the synthetic dataset `name` to `target` and return its stats, generated on `workers`
-    processes (default: parallel.worker_count())."""
+    """Write synthetic dataset `name` to `target` on `workers` processes (default: every core); its stats."""
     shape = parse_shape(name, spec)
     generator = SyntheticGenerator(shape, worker_count() if workers is None else workers)
     source = {"name": name, "source": "synthetic", **asdict(shape)}

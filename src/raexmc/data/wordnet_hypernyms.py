@@ -81,8 +81,7 @@ def band_ancestors(parents: dict[int, list[int]], min_depth: int, max_depth: int
 
 def read_hypernym_corpus(dict_dir: str | Path, min_depth: int,
                          max_depth: int) -> tuple[list[LinkedEntry], list[LinkedEntry]]:
-    """(labels, inputs) of the noun synsets in `dict_dir`, in data.noun order; an input's `links`
-    are positions in `labels`."""
+    """(labels, inputs) of the noun synsets in `dict_dir`, in data.noun order; `links` index `labels`."""
     entries = read_wordnet(dict_dir, HYPERNYM_POINTERS)
     nouns = {i for i, entry in enumerate(entries) if entry.uid.startswith("n")}
     parents = {i: [up for up in entries[i].links if up in nouns] for i in sorted(nouns)}

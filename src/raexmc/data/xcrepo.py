@@ -21,8 +21,7 @@ class Archive:
 
 
 def fetch_archive(url: str, target: Path, sha256: str | None) -> Archive:
-    """Download `url` to `target` (resuming), then verify its sha256; a matching file is reused, a
-    mismatching one removed."""
+    """Download `url` to `target` (resuming) and verify its sha256: a match is reused, a mismatch removed."""
     target.parent.mkdir(parents=True, exist_ok=True)
     if not target.is_file():
         try:

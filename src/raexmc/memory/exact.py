@@ -58,8 +58,7 @@ class ExactIndex(Index):
         return block_rows(self.count, self.block_bytes, self.chunk_rows)
 
     def _scores(self, queries: np.ndarray) -> np.ndarray:
-        """The similarities of a block of queries to every key, through torch's BLAS (MKL, whose rounding
-        raexmc.numerics pins across CPUs and thread counts), not NumPy's OpenBLAS."""
+        """A block's similarities to every key through torch's MKL (which numerics pins), not NumPy's OpenBLAS."""
         with warnings.catch_warnings():  # read-only memmaps are only read here
             warnings.simplefilter("ignore", UserWarning)
             keys, block = torch.from_numpy(self.keys), torch.from_numpy(queries)

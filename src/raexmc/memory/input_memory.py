@@ -59,8 +59,7 @@ class MemorySettings:
     @classmethod
     def from_section(cls, memory: MemorySection, backend: str, keep: float | None = None,
                      prototypes: float | None = None) -> MemorySettings:
-        """The section for the resolved index backend, at `keep` and α `prototypes` where given (their auto: a
-        point of the grid, or the tune stage's choice)."""
+        """The section for the resolved backend, at `keep` and α `prototypes` where given (their auto's choice)."""
         keep = resolved_keep(memory) if keep is None else keep
         # an unknown name, or one the index backend cannot build, fails here: before any key is selected
         checked_compression(memory.compression, backend)
@@ -114,8 +113,8 @@ def _chosen(choice: str | os.PathLike | None, key: str, kind: Any) -> float:
 def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, settings: MemorySettings,
                        out: str | os.PathLike, backend: str, labels: np.ndarray | None = None,
                        **index_settings) -> dict[str, Any]:
-    """Select the input keys, index them (and, compressed or with prototypes, the labels) and write the folder
-    atomically; returns memory.json's record. Only `settings.needs_values` reads `values`."""
+    """Select and index the input keys (and the labels, compressed or as prototypes), write the folder
+    atomically and return memory.json's record; only `settings.needs_values` reads `values`."""
     meta: dict[str, Any] = {**asdict(settings), "num_inputs": len(train_inputs),
                             "input_keys": kept_count(settings.keep, len(train_inputs))}
     compressed = parse_compression(settings.compression) is not None
@@ -208,8 +207,7 @@ class InputMemory:
 
     def indexes(self, baselines: JointSearch | None, ef_search: int, threads: int = 0,
                 device: str = "cpu") -> JointSearch:
-        """RAE's two indexes, loaded once: this folder's own, else the index stage's (`baselines`; None where this
-        folder holds both). An exact one searches on `device`."""
+        """RAE's two indexes, loaded once: this folder's own, else `baselines`' (the index stage's)."""
         if self._own is None:
             own = own_index_folders(self.folder)
             if baselines is None and len(own) < len(INDEXED_KEY_SETS):

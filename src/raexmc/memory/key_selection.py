@@ -48,9 +48,8 @@ def kept_count(keep: float, num_inputs: int) -> int:
 
 def select_keys(inputs: np.ndarray, values: sp.csr_matrix, keep: float, method: str, seed: int = 0,
                 cell_size: int = CELL_SIZE, progress: bool = False, labels: np.ndarray | None = None) -> SelectedKeys:
-    """Exactly kept_count(keep, N) input keys chosen from the N rows of `inputs` (unit embeddings)
-    with their `values` rows, by `method` (METHODS); keep = 1 keeps every input as it is. `kmeans-labels`
-    also needs the `labels`' keys (the columns of `values`)."""
+    """kept_count(keep, N) input keys from the N unit rows of `inputs` with their `values` rows, by `method`
+    (keep 1: every input as it is); kmeans-labels also needs the `labels`' keys."""
     count = kept_count(keep, len(inputs))
     values = sp.csr_matrix(values)
     if len(inputs) != values.shape[0]:
@@ -70,9 +69,7 @@ def select_keys(inputs: np.ndarray, values: sp.csr_matrix, keep: float, method: 
 
 
 class InputsWithLabels:
-    """The points `kmeans-labels` clusters: unit(x_i + unit(mean of the keys of i's positive labels)),
-    made block by block as the k-means reads them, so no second N × d array is held (an input without
-    labels is its key alone)."""
+    """The points kmeans-labels clusters, unit(x_i + unit(mean of i's labels' keys)), made a block at a time."""
 
     def __init__(self, inputs: np.ndarray, values: sp.csr_matrix, labels: np.ndarray):
         if values.shape[1] != len(labels):
@@ -90,8 +87,7 @@ class InputsWithLabels:
 
 
 def merge_clusters(inputs: np.ndarray, values: sp.csr_matrix, clusters: np.ndarray, count: int) -> SelectedKeys:
-    """One key per cluster 0..count-1 (every one non-empty): its members' unit mean direction, the mean of
-    their value rows and their number."""
+    """One key per (non-empty) cluster: its members' unit mean direction, mean value row and number."""
     members = _membership(clusters, count)
     counts = np.asarray(members.sum(axis=1)).ravel().astype(np.int64)
     keys = np.zeros((count, inputs.shape[1]), dtype=np.float32)
@@ -104,8 +100,7 @@ def merge_clusters(inputs: np.ndarray, values: sp.csr_matrix, clusters: np.ndarr
 
 def two_level_kmeans(inputs: np.ndarray, count: int, rng: np.random.Generator, cell_size: int = CELL_SIZE,
                      progress: bool = False) -> np.ndarray:
-    """Each input's cluster in 0..count-1, every cluster non-empty: coarse cells, then k-means per cell
-    with the cell's share of `count` (largest remainders, so the shares sum to `count` exactly)."""
+    """Each input's cluster in 0..count-1, none empty: coarse cells, then k-means per cell at its share."""
     n = len(inputs)
     cells = max(1, min(math.ceil(n / cell_size), count))  # at most one cell per key: each gets one or more
     if cells == 1:
@@ -133,8 +128,8 @@ def two_level_kmeans(inputs: np.ndarray, count: int, rng: np.random.Generator, c
 
 
 def _shares(sizes: np.ndarray, count: int) -> np.ndarray:
-    """`count` (>= the non-empty cells) split over cells: one key per non-empty cell, the rest in proportion
-    to the inputs beyond the first by largest remainders, so each share is at most its cell's size."""
+    """`count` split over cells: one per non-empty cell, the rest by their inputs beyond the first (largest
+    remainders), each share at most its cell's size."""
     base = (sizes > 0).astype(np.int64)
     rest = sizes - base
     exact = rest * ((count - base.sum()) / max(1, rest.sum()))
@@ -153,8 +148,8 @@ def spherical_kmeans(points: np.ndarray, k: int, rng: np.random.Generator, itera
 
 def spherical_kmeans_centroids(points: np.ndarray, k: int, rng: np.random.Generator,
                                iterations: int = ITERATIONS) -> np.ndarray:
-    """k unit centroids by Lloyd's iterations on cosine similarity, started at k distinct points; a
-    cluster that empties restarts at the point its centroid fits worst."""
+    """k unit centroids by Lloyd's iterations on cosine similarity from k distinct points; an emptied cluster
+    restarts at the point its centroid fits worst."""
     centroids = points[rng.choice(len(points), k, replace=False)].copy()
     for _ in range(iterations):
         clusters, fit = assign(points, centroids)

@@ -138,6 +138,5 @@ class RaeRetrieval:
 
 def rae_keys(retrieval: RaeRetrieval, inputs: Hits, labels: Hits, num_inputs: int, b: int,
              log_counts: np.ndarray | None, tau: float) -> Hits:
-    """RAE's keys at b (`RaeRetrieval.hits`) with the prior τ·log n added (`log_counts`): the one home of that
-    step, for RaeModel and InputMemory alike."""
+    """RAE's keys at b (`RaeRetrieval.hits`) with the prior τ·log n added (`log_counts`): the one home of it."""
     return add_log_prior(retrieval.hits(inputs, labels, num_inputs, b), log_counts, tau)

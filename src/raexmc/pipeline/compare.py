@@ -49,8 +49,7 @@ def download_artifact(run_id: str, artifact_path: str) -> Path:
 
 
 def local_copy(source: str | os.PathLike, artifact_path: str) -> Path:
-    """`source` itself when it is a path that exists, else a downloaded copy of `artifact_path` of
-    the MLflow run whose id is `source` (for comparing against another experiment)."""
+    """`source` where it is a path, else a download of `artifact_path` of MLflow run `source`."""
     path = Path(source)
     if path.exists():
         return path
@@ -60,8 +59,7 @@ def local_copy(source: str | os.PathLike, artifact_path: str) -> Path:
 
 
 def logged_figure(stage: str, name: str, outputs: Mapping[str, Any]) -> float | None:
-    """`<stage>/<name>` of the newest MLflow run whose `<stage>` metrics hold every number of `outputs` (that
-    stage's output file), or None: for a figure, such as a timing, that goes to MLflow alone."""
+    """`<stage>/<name>` of the newest MLflow run whose `<stage>` metrics hold all of `outputs`, else None."""
     from mlflow.tracking import MlflowClient
 
     if urlparse(tracking_uri()).scheme == "sqlite" and not Path(store_file()).is_file():

@@ -24,8 +24,7 @@ JSON_TERMS = {"model_type": "Input should be a JSON object", "dict_type": "Input
 
 
 class QueryParams(BaseModel):
-    """The request's "params": the number of labels per query, k (top_k, as many serving APIs call it,
-    is read as k)."""
+    """The request's "params": k, the labels per query (top_k, as many serving APIs call it, reads as k)."""
 
     model_config = ConfigDict(extra="forbid")
     k: StrictInt | None = Field(None, validation_alias=AliasChoices("k", "top_k"))

@@ -74,8 +74,7 @@ def settings_line(selection: dict[str, Any], tuned: dict[str, Any], knn: dict[st
 
 @dataclass(frozen=True)
 class RunResults:
-    """One run's headline, as its committed files hold it: the rows of metrics/<dataset>/ (RAE's with the λ and τ
-    the tune stage chose, kNN's with its τ) and RAE's paired t-tests from significance.json."""
+    """One run's headline as its committed files hold it: metrics/<dataset>/'s rows and significance.json's tests."""
 
     name: str                 # as the user gave it: an experiment, a git revision, or workspace
     commit: str | None        # None for the working tree
@@ -84,8 +83,7 @@ class RunResults:
     tests: dict[str, dict[str, dict[str, Any]]]
 
     def as_json(self) -> dict[str, Any]:
-        """The run as plain JSON: p-values as numbers, their log10 beside them (a p that underflowed to 0.0 keeps
-        its size there; null where p is exactly 0)."""
+        """The run as plain JSON, p-values with their log10 beside them (null where p is exactly 0)."""
         rae = self.rows[METHOD]
         return {"name": self.name, "commit": self.commit, "dataset": self.dataset, "lambda": rae.get("lambda"),
                 "tau": rae.get("tau"), "knn_tau": self.rows["knn"].get("tau"),
@@ -164,8 +162,7 @@ def _table_rows(runs: list[RunResults]) -> list[tuple[str, list[str]]]:
 
 
 def side_by_side(runs: list[RunResults], width: int = WIDTH) -> str:
-    """The runs as columns of aligned plain text, in blocks of as many columns as `width` holds; a column is headed
-    by its name as given (cut to 14 characters)."""
+    """The runs as columns of aligned text, in blocks that fit `width`, each headed by its name (14 characters)."""
     lines = _table_rows(runs)
     label_width = max(len(label) for label, _ in lines)
     names = [run.name if len(run.name) <= 14 else run.name[:13] + "…" for run in runs]

@@ -148,8 +148,7 @@ def registered_name(package: PackageSettings, dataset: str) -> str:
 
 
 def registered_uri(model_name: str, alias: str) -> str:
-    """models:/<name>@<alias> once the store says the alias points at a version; else DataError saying what to
-    run (StorageError where the store cannot be read)."""
+    """models:/<name>@<alias> where the store has that alias; else a DataError saying what to run."""
     with readable_store():  # a store that cannot be read is one line, as for a stage
         try:
             mlflow.MlflowClient(tracking_uri()).get_model_version_by_alias(model_name, alias)
@@ -162,8 +161,7 @@ def registered_uri(model_name: str, alias: str) -> str:
 
 
 def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
-    """Log the saved model folder `model` into MLflow run `run_id`, register it as a new version of
-    `model_name`, point `alias` at that version and return the model URI to serve."""
+    """Log model folder `model` into run `run_id`, register it under `model_name`, point `alias` at it: its URI."""
     mlflow.set_tracking_uri(tracking_uri())
     code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
     client = mlflow.MlflowClient()

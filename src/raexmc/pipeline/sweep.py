@@ -74,8 +74,7 @@ def wait(names: list[str], cwd: Path, poll_s: float = 10.0,
 
 
 def baseline(cwd: Path) -> str:
-    """The commit the experiments derive from: `dvc exp show` lists them under it, even after
-    HEAD moves on."""
+    """The commit the experiments derive from (`dvc exp show` lists them under it after HEAD moves on)."""
     commit = git_commit(cwd)
     if commit == "uncommitted":
         raise SweepError("a sweep needs a git commit to derive experiments from (git rev-parse HEAD failed)")

@@ -1,6 +1,5 @@
-"""The folder a RaeModel saves to and loads from (RaeModel.save / RaeModel.load), self-contained: no path inside
-it points out of it, so it loads the same after a move to another directory or machine. It reads and writes the
-model's parts and imports no RaeModel: rae/model.py builds the model from them, so imports go one way.
+"""The folder a RaeModel saves to and loads from (RaeModel.save / RaeModel.load), self-contained, so it loads
+the same after a move. It reads and writes the model's parts and imports no RaeModel (imports go one way).
 
     settings.json        λ, τ, b, retrieval and label share, ef_search, prior, the encoder's text recipe, `about`
     values.npz           V: the input keys' label rows (the label keys' are the identity)
@@ -9,16 +8,12 @@ model's parts and imports no RaeModel: rae/model.py builds the model from them, 
     inputs/, labels/     the two indexes (memory/persistence.py); an exact one holds its keys.npy
     label_records.jsonl, label_offsets.npy    the labels' own ids and texts (data/label_records.py)
     encoder/             the encoder, in the sentence-transformers layout
-    README.md            the model card: what `about` says of where it came from, and how to use it
+    README.md            the model card
+    manifest.json        the format, the parts (PARTS) and each file's size and sha256 (io/manifest.py)
 
-    manifest.json        the format, the parts the folder holds (PARTS) and each file's size and sha256 (io/manifest.py)
-
-`read_model` checks the manifest first: a file missing, changed or added since the save, a part the caller needs
-(by default all) that the folder lacks, or a file one of its parts needs, is refused before anything is read.
-Then what a manifest cannot vouch for, the contents a save of a bad model would have written: values and exact
-keys finite, values and member counts in range, index widths the encoder's, a tokenizer of the encoder's
-vocabulary (encoder/model.py). settings.json is read once, here, and each value checked: a bad one is a
-DataError naming settings.json and its key.
+`read_model` checks the manifest first (a file missing, changed or added, a needed part lacking), then what a
+manifest cannot vouch for: values and exact keys finite, counts in range, index widths the encoder's, the
+tokenizer's vocabulary; a bad settings.json value is a DataError naming its key.
 """
 
 from __future__ import annotations
@@ -71,8 +66,7 @@ PARTS = tuple(PART_FILES)  # what a model that answers texts needs: `raexmc pred
 
 
 def save_model(model: Any, folder: str | os.PathLike) -> None:
-    """Write `model` (a RaeModel) to `folder` atomically, as `read_model` reads it back: its search too, when it
-    has one (exact, HNSW or faiss indexes), its encoder and its labels when it has them."""
+    """Write `model` (a RaeModel) to `folder` atomically, with its search, encoder and labels where it has them."""
     settings = model.settings
     if settings.b is None:
         raise ValueError("a saved model needs its b (RaeSettings.b): a folder's model retrieves b keys")
@@ -114,10 +108,8 @@ def _save_search(search: JointSearch, folder: Path) -> int:
 
 def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
                needs: tuple[str, ...] = PARTS) -> dict[str, Any]:
-    """The fields of the RaeModel that `save_model` wrote into `folder` (RaeModel's keyword arguments, "settings"
-    those of its RaeSettings), its encoder on `device` and its search on `threads` CPU threads (0: all); a folder
-    that is not one, lacks a part of `needs`, or whose files or parts disagree, is a DataError naming the file
-    (and key) and what to do."""
+    """The RaeModel fields `save_model` wrote into `folder` ("settings": RaeSettings'), its encoder on `device`
+    and search on `threads`; a folder that lacks a part of `needs` or disagrees is a DataError naming the file."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"model folder not found: {RERUN}", folder)
@@ -151,8 +143,8 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
 
 
 def _checked_parts(folder: Path, needs: tuple[str, ...]) -> list[str]:
-    """The parts `folder`'s manifest says it holds, once the manifest vouches for every file, the format is this
-    code's, each part of `needs` is held and each file the held parts need is listed."""
+    """The parts the manifest lists, once it vouches for every file, the format is this code's, `needs` are
+    held and their files listed."""
     manifest = checked_manifest(folder, RERUN)
     path = folder / MANIFEST_FILE
     if manifest.get("format") != FORMAT:
@@ -172,8 +164,7 @@ def _checked_parts(folder: Path, needs: tuple[str, ...]) -> list[str]:
 
 
 def _check_values(data: np.ndarray, path: Path) -> None:
-    """Values are relevances: finite and >= 0 (a NaN or a large negative one would silently outweigh the
-    label keys' half of every score)."""
+    """Values are relevances: finite and >= 0 (else they would outweigh the label keys' half of a score)."""
     if not np.isfinite(data).all():
         raise DataError(f"holds NaN or infinite values: {RERUN}", path)
     if (data < 0).any():
@@ -198,9 +189,8 @@ def _load_encoder(folder: Path, settings: dict[str, Any], device: str) -> Any:
 
 def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int,
                  dim: int | None, device: str = "cpu") -> JointSearch:
-    """Both indexes of the folder, their beam at `ef_search` (an exact one searching on `device`), each checked to
-    hold as many keys as the values have rows (inputs) and columns (labels), of the encoder's width `dim` (where it
-    has one), an exact one's keys finite."""
+    """Both indexes at `ef_search` (exact ones on `device`), each checked to hold the values' rows (inputs) or
+    columns (labels) of keys, of the encoder's width `dim` where it has one."""
     parts = []
     for name, count, kind in zip(INDEXED_KEY_SETS, shape, ("input", "label")):
         keys = folder / name / KEYS_FILE
@@ -220,8 +210,7 @@ def _check_count(held: int, expected: int, what: str, path: Path, against: str |
 
 
 def read_settings(path: Path) -> dict[str, Any]:
-    """settings.json's values, each checked (a DataError naming the file and the key otherwise); `retrieval`
-    becomes a RaeRetrieval."""
+    """settings.json's values, each checked (a DataError naming the file and key); `retrieval` a RaeRetrieval."""
     raw = read_json(path)
     if not isinstance(raw, dict):
         raise DataError(f"not a JSON object: {RERUN}", path)

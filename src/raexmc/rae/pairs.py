@@ -61,8 +61,7 @@ def check_same_shape(name: str, matrix: sp.spmatrix | sp.sparray, shape: tuple[i
 
 
 def remove_pairs(truth: sp.csr_matrix, exclude: sp.csr_matrix) -> sp.csr_matrix:
-    """Truth without the entries nonzero in `exclude`: a filtered pair is not a positive. Looked up a
-    chunk of rows at a time: a test set's 20M pairs would take some 0.8 GB of int64 scratch at once."""
+    """Truth without `exclude`'s nonzeros (a filtered pair is no positive), a chunk of rows at a time."""
     truth = sp.csr_matrix(truth)
     check_same_shape("exclude", exclude, truth.shape)
     banned = as_pattern(exclude)

@@ -34,8 +34,7 @@ def checked_text(text: str, source: str, number: int) -> str:
 
 
 def checked_k(k: object, num_labels: int) -> int:
-    """`k` as an int in [1, num_labels]: 0 would answer nothing, and top-k allocates k slots per
-    query before it looks at a score, so one huge k could take the memory of a server."""
+    """`k` as an int in [1, num_labels]: top-k allocates k slots a query, so a huge k could take a server."""
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise ConfigError(f"k must be an integer >= 1, got {k!r}")
     if k > num_labels:
@@ -54,8 +53,7 @@ def utf8_lines(lines: Iterable[bytes], source: str) -> Iterator[str]:
 
 
 def query_of(record: object, source: str, number: int) -> Text | str:
-    """A record (number `number` of `source`, named in errors) as a query: its "text", else its
-    "title" and "content" as a record."""
+    """Record `number` of `source` as a query: its "text", else its "title" and "content" as a record."""
     if isinstance(record, dict):
         if isinstance(record.get("text"), str):
             return checked_text(record["text"], source, number)
@@ -66,8 +64,7 @@ def query_of(record: object, source: str, number: int) -> Text | str:
 
 
 def parse_queries(lines: Iterable[str], source: str, jsonl: bool) -> list[Text | str]:
-    """The queries in `lines` (from `source`, named in errors with the line number): plain lines, or
-    JSON lines (`jsonl`) read by `query_of`. Blank lines are skipped; a JSON line's text may not be blank."""
+    """The queries in `lines`: plain lines, or JSON lines (`jsonl`) read by `query_of`; blank lines skipped."""
     queries: list[Text | str] = []
     for line_no, line in enumerate(lines, start=1):
         line = line.strip()

@@ -114,8 +114,7 @@ class QueryLambda:
 
     def lambdas(self, ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix,
                 parts: Parts | None = None) -> np.ndarray:
-        """λ per query of a joint retrieval over Y_train's memory, from its features at this model's tau and b
-        (`parts`: the retrieval's score halves at them, if already computed)."""
+        """λ per query of a joint retrieval, from its features at this model's τ and b (`parts`: its halves)."""
         if not self.uses_model:
             return np.full(len(ids), self.fallback)
         return self.choose(query_features(ids, sims, Y_train, self.tau, self.b, parts))
@@ -159,8 +158,7 @@ class QueryLambda:
 
 
 def read_query_lambda(path: str | os.PathLike, tau: float, b: int | None) -> QueryLambda:
-    """The model of a query_lambda.json (to_json's dict; other keys, such as the fit's report, ignored), checked
-    to be fitted at the τ and b that RAE scores with here (check_settings)."""
+    """The model of a query_lambda.json, checked to be fitted at the τ and b RAE scores with here."""
     path = Path(path)
     if not path.is_file():
         raise DataError("no query-λ model: run the tune stage", path)
@@ -208,8 +206,8 @@ def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray
 
 
 def _fit_linear(features: np.ndarray, targets: np.ndarray, ridge: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, scale, coef): ridge regressions of every target column on the standardised features at
-    once, the intercept unpenalised, solved as least squares on rows augmented by sqrt(ridge)·I."""
+    """(mean, scale, coef): every target column's ridge regression on the standardised features at once,
+    intercept unpenalised, as least squares on rows augmented by sqrt(ridge)·I."""
     mean = features.mean(axis=0)
     scale = features.std(axis=0)
     scale[scale == 0] = 1.0
@@ -222,8 +220,7 @@ def _fit_linear(features: np.ndarray, targets: np.ndarray, ridge: float) -> tupl
 
 
 def _predicted(features: np.ndarray, mean: np.ndarray, scale: np.ndarray, coef: np.ndarray) -> np.ndarray:
-    """(n, G) predicted target of each query at each grid point: a row-wise sum, not a matrix product, whose
-    BLAS rounding would depend on how many queries come at once (the evaluate stage scores them in chunks)."""
+    """(n, G) predicted targets, as a row-wise sum: a matrix product's rounding would depend on the chunk."""
     return coef[:, 0] + (((features - mean) / scale)[:, None, :] * coef[None, :, 1:]).sum(axis=2)
 
 

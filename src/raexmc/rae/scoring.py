@@ -70,7 +70,6 @@ def _as_labels(Y_train: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
     return Y
 
 
-# --------------------------------------------------------------------------- key probabilities
 
 
 def kept_mask(ids: np.ndarray, sims: np.ndarray | None, b: int | None) -> np.ndarray:
@@ -127,7 +126,6 @@ def key_probabilities(
     return _csr(rows, keys, probs, (ids.shape[0], int(num_keys)))
 
 
-# --------------------------------------------------------------------------- RAE scores
 
 
 def score_parts(
@@ -206,7 +204,6 @@ def rae_scores(
     return mixed(score_parts(ids, sims, Y_train, tau, b), lam)
 
 
-# --------------------------------------------------------------------------- baselines, ablation, analysis
 
 
 def dual_encoder_scores(ids: np.ndarray, sims: np.ndarray, num_labels: int, tau: float = PAPER_TAU,

@@ -33,8 +33,7 @@ class BatchSampler:
         return rows, self.Y.indices[picks].astype(np.int64)
 
     def rows_drawn(self, first: int, last: int, size: int) -> np.ndarray:
-        """The distinct rows that the batches of steps first..last-1 draw, sorted (a mask of every
-        row: no sort of the draws, which outnumber the rows at long schedules)."""
+        """The distinct rows steps first..last-1 draw, sorted (through a mask: the draws outnumber the rows)."""
         drawn = np.zeros(self.Y.shape[0], bool)
         for step in range(first, last):
             drawn[self.batch(step, size)[0]] = True
@@ -59,8 +58,7 @@ class BatchPlan:
 
 def plan_batch(Y: sp.csr_matrix, rows: np.ndarray, positives: np.ndarray, negatives: np.ndarray,
                settings: TrainSettings, ctx: DistContext) -> BatchPlan:
-    """The batch's labels (sampled positives and their mined negatives), this rank's shares of
-    inputs and labels, and the loss's masks."""
+    """The batch's labels (positives, mined negatives), this rank's shares and the loss's masks."""
     chosen = negatives[rows].ravel()
     label_ids = np.unique(np.concatenate([positives, chosen[chosen >= 0]]))
     batch_labels = Y[rows]

@@ -64,8 +64,7 @@ class Checkpoint:
         return Resumed(state["step"], state["negatives"], state["elapsed_s"], state.get("history", []))
 
     def _saved_state(self, device: str) -> dict[str, Any]:
-        """The file's state, or DataError naming it when it is damaged (a copy cut short, a disk error): what
-        unpickling such a file raises is a zip, pickle or torch error of any kind, and every one has one fix."""
+        """The file's state, or one DataError naming it when it is damaged (whatever unpickling raises)."""
         try:
             state = torch.load(self.path, map_location=device, weights_only=False)
         except OSError:
@@ -90,7 +89,6 @@ def _damaged(path: Path, reason: str) -> DataError:
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write `state` atomically over `path` (io.atomic_file): a killed run leaves the previous checkpoint
-    whole, a full disk an OSError naming the file."""
+    """Write `state` atomically over `path`: a killed run leaves the previous one whole."""
     with atomic_file(path, "wb") as handle, checked_writes(handle) as checked:
         torch.save(state, checked)

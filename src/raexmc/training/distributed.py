@@ -44,8 +44,7 @@ class _GatherKeepingLocalGradient(torch.autograd.Function):
 
 
 def gather_with_grad(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
-    """Every rank's equally sized `tensor` concatenated, with gradients to the local part (for a loss every
-    rank computes alike)."""
+    """Every rank's equal `tensor` concatenated, gradients to the local part (a loss all ranks compute alike)."""
     if not ctx.active:
         return tensor
     return _GatherKeepingLocalGradient.apply(tensor, ctx.rank, ctx.world_size)
@@ -75,8 +74,7 @@ def pad_to_multiple(rows, multiple: int):
 
 
 def all_reduce_gradients(model, ctx: DistContext) -> None:
-    """Sum gradients across ranks in one flat buffer: each rank back-propagated the (identical)
-    loss through its own encodings only, so the sum is the one-process gradient."""
+    """Sum the ranks' gradients in one flat buffer: each back-propagated the same loss through its own share."""
     if not ctx.active:
         return
     grads = [p.grad for p in model.parameters() if p.grad is not None]

@@ -44,8 +44,7 @@ def grad_cache_chunk(setting: int | str, config, precision: str, inputs: tuple[i
 
 
 def resolve_grad_cache(settings: TrainSettings, config, precision: str, token_key: dict, device: str) -> TrainSettings:
-    """`settings` with grad_cache_chunk resolved for this process's batch (its inputs and their 1 + m labels at
-    the token cache's max lengths, `token_key`) on `device`."""
+    """`settings` with grad_cache_chunk resolved for this process's batch at the token cache's lengths."""
     labels = settings.batch_size * (1 + settings.num_hard_negatives)
     chunk = grad_cache_chunk(settings.grad_cache_chunk, config, precision,
                              (settings.batch_size, token_key["input_max_len"]), (labels, token_key["label_max_len"]),

@@ -65,7 +65,6 @@ class Journal:
 
 
 def as_table(history: list[dict[str, float]]) -> list[dict[str, float | None]]:
-    """The history with every column in every row, None where a round had no value (no loss before the first
-    step, no learning rate after the last): DVC plots a list of rows only when all their keys match."""
+    """The history with every column in every row (None where a round had none): DVC plots only matching rows."""
     columns = sorted({column for row in history for column in row})
     return [{column: row.get(column) for column in columns} for row in history]

@@ -28,8 +28,7 @@ def positive_mask(candidates: np.ndarray, Y: sp.csr_matrix) -> np.ndarray:
 
 def sampling_keys(rng: np.random.Generator, n_inputs: int, input_rows: np.ndarray, k: int,
                   block: int = 65536) -> np.ndarray:
-    """(len(input_rows), k) uniform keys: row i is row input_rows[i] of rng.random((n_inputs, k)),
-    drawn a block of rows at a time up to the last block needed, so memory stays O(block·k)."""
+    """(len(input_rows), k) uniform keys, row i that of input_rows[i] in one (n_inputs, k) stream, by blocks."""
     order = np.argsort(input_rows, kind="stable")
     ascending = np.asarray(input_rows)[order]
     if len(ascending) and not 0 <= ascending[0] <= ascending[-1] < n_inputs:
@@ -45,9 +44,7 @@ def sampling_keys(rng: np.random.Generator, n_inputs: int, input_rows: np.ndarra
 
 def sample_negatives(candidates: np.ndarray, input_rows: np.ndarray, Y: sp.csr_matrix, m: int,
                      rng: np.random.Generator) -> np.ndarray:
-    """m labels per row of `candidates` drawn uniformly from its non-positive candidates; -1 where too few.
-
-    Row i holds the candidates of the training input in row `input_rows[i]` of Y."""
+    """m labels per row drawn uniformly from its non-positive candidates (of Y's row input_rows[i]); -1 if few."""
     usable = (candidates >= 0) & ~positive_mask(candidates, Y[input_rows])
     keys = np.where(usable, sampling_keys(rng, Y.shape[0], input_rows, candidates.shape[1]), np.inf)
     order = np.argsort(keys, axis=1, kind="stable")[:, :m]
@@ -57,7 +54,6 @@ def sample_negatives(candidates: np.ndarray, input_rows: np.ndarray, Y: sp.csr_m
 
 def mine_hard_negatives(embeddings: np.ndarray, input_rows: np.ndarray, search: Search, Y: sp.csr_matrix,
                         topk: int, m: int, rng: np.random.Generator) -> np.ndarray:
-    """(len(input_rows), m) hard negative label ids of the training inputs in rows `input_rows` of Y,
-    whose embeddings are `embeddings` (same order), from `search` over label embeddings."""
+    """(len(input_rows), m) hard negatives of those inputs of Y from `search` over the label embeddings."""
     candidates, _ = search(embeddings, topk)
     return sample_negatives(candidates, input_rows, Y, m, rng)

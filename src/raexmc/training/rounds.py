@@ -24,8 +24,7 @@ from .validation import validate
 
 def embed_sharded(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, batch_size: int,
                   ctx: DistContext) -> np.ndarray:
-    """Embeddings of the given rows (in their order), each rank encoding its share (length-sorted
-    batches), gathered."""
+    """Embeddings of the given rows in their order, each rank encoding its share, gathered."""
     count = len(rows)
     padded = pad_to_multiple(np.arange(count), ctx.world_size)
     share = np.asarray(rows)[shard(padded, ctx)]
@@ -41,8 +40,7 @@ def embed_sharded(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, ro
 
 @dataclass
 class RoundResult:
-    """The mined negatives of every training input (N, m; -1 where not mined or too few), and the
-    validation P@1s."""
+    """Every training input's mined negatives (N, m; -1 where none) and the validation P@1s."""
 
     negatives: np.ndarray
     validation: dict[str, float]

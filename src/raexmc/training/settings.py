@@ -43,8 +43,7 @@ class TrainSettings:
 
     @property
     def validates(self) -> bool:
-        """Whether mining rounds validate: a split held out (which the tune stage validates on either way) and
-        queries drawn from it."""
+        """Whether mining rounds validate: a split held out and queries drawn from it."""
         return self.val_fraction > 0 and self.val_max_queries > 0
 
     @property

@@ -19,8 +19,7 @@ from .settings import TrainSettings
 
 def training_step(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, rows: np.ndarray, positives: np.ndarray,
                   negatives: np.ndarray, settings: TrainSettings, ctx: DistContext) -> torch.Tensor:
-    """The loss of one global batch (the same on every rank), leaving its full gradient in every
-    parameter's .grad on every rank; with `grad_cache_chunk` the encoder sees that many texts at once."""
+    """The loss of one global batch (the same on every rank), its full gradient left in every .grad."""
     encoder.model.zero_grad(set_to_none=True)
     plan = plan_batch(Y, rows, positives, negatives, settings, ctx)
     if settings.grad_cache_chunk:

@@ -16,8 +16,7 @@ from .settings import TrainSettings
 def validate(inputs: np.ndarray, labels: np.ndarray, Y: sp.csr_matrix, filters: sp.csr_matrix,
              train_rows: np.ndarray, val_rows: np.ndarray, settings: TrainSettings, device: str,
              propensity_ab: tuple[float, float]) -> dict[str, float]:
-    """Validation P@1 of RAE, the dual encoder and kNN, each from its own exact search with the other training
-    inputs as the memory, and how many inputs queried."""
+    """Validation P@1 of RAE, the dual encoder and kNN (each its own exact search), and the inputs queried."""
     queries, memory_inputs = inputs[val_rows], inputs[train_rows]
     searches = {"joint": np.vstack([memory_inputs, labels]), "labels": labels, "inputs": memory_inputs}
     retrievals = Retrievals(**{name: top_k_search(keys, device)(queries, settings.val_b)
