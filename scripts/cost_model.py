@@ -45,7 +45,7 @@ GPU the index stage builds no graph (exact search there), and evaluate's scoring
 Peak memory = the stage's base (fitted on the 131K d = 64 run) + the arrays it must hold:
 embed the model; index the larger key set's keys and graph; tune every key and Y_train; evaluate both graphs, the
 test queries' embeddings and the label matrices. Disk: embeddings (N + T + L)·d·4, the two graphs by
-raexmc.memory.footprint, the model's float32 weights.
+raexmc.memory.hnsw's footprint, the model's float32 weights.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from pathlib import Path
 import numpy as np
 from transformers import BertConfig
 
-from raexmc.memory.footprint import hnsw_disk_bytes, hnsw_resident_bytes
+from raexmc.memory.hnsw import hnsw_disk_bytes, hnsw_resident_bytes
 from raexmc.settings import load_settings
 from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.settings import TrainSettings

@@ -5,8 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from raexmc.memory.footprint import hnsw_disk_bytes, hnsw_resident_bytes
-from raexmc.memory.hnsw import build_hnsw
+from raexmc.memory.hnsw import build_hnsw, hnsw_disk_bytes, hnsw_resident_bytes
 from raexmc.memory.indexes import build_memory_indexes
 
 

@@ -15,8 +15,15 @@ from ..settings import AUTO, SearchSettings
 from .compression import NONE, checked_compression, parse_compression
 from .exact import ExactIndex
 from .faiss_index import FaissIndex, build_faiss
-from .footprint import hnsw_disk_bytes, hnsw_resident_bytes
-from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, build_hnsw
+from .hnsw import (
+    PAPER_EF_CONSTRUCTION,
+    PAPER_EF_SEARCH,
+    PAPER_M,
+    HnswIndex,
+    build_hnsw,
+    hnsw_disk_bytes,
+    hnsw_resident_bytes,
+)
 from .keys_values import KEY_SETS, memory_keys
 from .merge import JointSearch
 from .persistence import load_index, save_index, saved_meta

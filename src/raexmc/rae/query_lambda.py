@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from ..io import read_json
 from .scoring import Parts, check_b, check_tau, kept_mask, key_probabilities, score_parts
 
@@ -146,9 +146,8 @@ class QueryLambda:
             arrays = [None if data[name] is None else np.asarray(data[name], dtype=np.float64)
                       for name in ("mean", "scale", "coef")]
             model = cls(grid, float(data["fallback"]), check_tau(data["tau"]), check_b(data["b"]), *arrays)
-        except (KeyError, TypeError, ValueError, ConfigError) as error:
-            reason = error.message if isinstance(error, ConfigError) else repr(error)
-            raise DataError(f"not a query-λ model: {reason}", origin) from None
+        except (KeyError, TypeError, ValueError) as error:  # a bad τ or b too: check_tau's and check_b's ValueError
+            raise DataError(f"not a query-λ model: {error!r}", origin) from None
         fitted = [array is not None for array in arrays]
         shapes_fit = not any(fitted) or (all(fitted) and model.mean.shape == model.scale.shape == (len(FEATURES),)
                                          and model.coef.shape == (len(grid), 1 + len(FEATURES)))
