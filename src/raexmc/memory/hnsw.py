@@ -182,3 +182,11 @@ def hnsw_disk_bytes(count: int, dim: int, M: int) -> int:
 def hnsw_resident_bytes(count: int, dim: int, M: int) -> int:
     """The memory hnswlib holds for the loaded (or built) index, without the keys it was built from."""
     return round(count * (hnsw_key_bytes(dim, M) - LEVEL_SIZE_BYTES + RESIDENT_EXTRA_BYTES))
+
+
+def hnsw_estimate(key_set: str, shape: tuple[int, int], M: int) -> str:
+    """What the build will cost in bytes, said before it starts (the progress bar then gives its ETA)."""
+    count, dim = shape
+    return (f"index: {key_set}: {count:,} keys x {dim} dims, M={M}: {hnsw_disk_bytes(count, dim, M) / 1e6:,.2f} MB "
+            f"on disk, about {(hnsw_resident_bytes(count, dim, M) + count * dim * 4) / 1e6:,.0f} MB of memory "
+            "while it is built")

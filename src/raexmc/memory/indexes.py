@@ -15,15 +15,7 @@ from ..settings import AUTO, SearchSettings
 from .compression import NONE, checked_compression, parse_compression
 from .exact import ExactIndex
 from .faiss_index import FaissIndex, build_faiss
-from .hnsw import (
-    PAPER_EF_CONSTRUCTION,
-    PAPER_EF_SEARCH,
-    PAPER_M,
-    HnswIndex,
-    build_hnsw,
-    hnsw_disk_bytes,
-    hnsw_resident_bytes,
-)
+from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, build_hnsw, hnsw_estimate
 from .keys_values import KEY_SETS, memory_keys
 from .merge import JointSearch
 from .persistence import load_index, save_index, saved_meta
@@ -92,14 +84,6 @@ def build_memory_indexes(embeddings: str | os.PathLike, out: str | os.PathLike, 
             save_index(index, folder / key_set)
             del index, keys  # one key set in memory at a time
     return built
-
-
-def hnsw_estimate(key_set: str, shape: tuple[int, int], M: int) -> str:
-    """What the build will cost in bytes, said before it starts (the progress bar then gives its ETA)."""
-    count, dim = shape
-    return (f"index: {key_set}: {count:,} keys x {dim} dims, M={M}: {hnsw_disk_bytes(count, dim, M) / 1e6:,.2f} MB "
-            f"on disk, about {(hnsw_resident_bytes(count, dim, M) + count * dim * 4) / 1e6:,.0f} MB of memory "
-            "while it is built")
 
 
 def memory_backend(index: str | os.PathLike) -> str:
