@@ -20,6 +20,7 @@ from .footprint import hnsw_disk_bytes, hnsw_resident_bytes
 from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, build_hnsw
 from .keys_values import KEY_SETS, memory_keys
 from .merge import JointSearch
+from .milvus import MilvusIndex, build_milvus
 from .persistence import load_index, save_index, saved_meta
 from .search import BACKENDS, EXACT_MAX_KEYS
 
@@ -56,9 +57,10 @@ def backend_for(setting: str, embeddings: str | os.PathLike, device: str = "cpu"
 def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION,
                threads: int = 0, seed: int = 0, ef_search: int = PAPER_EF_SEARCH, chunk_rows: int = CHUNK_ROWS,
                progress: bool = True, progress_label: str = "keys",
-               compression: str = NONE) -> ExactIndex | HnswIndex | FaissIndex:
+               compression: str = NONE, **milvus) -> ExactIndex | HnswIndex | FaissIndex | MilvusIndex:
     """The index that `index.backend` and `memory.compression` name, over `keys` (`progress_label` names
-    them on the build's progress bar); a compressed memory is a faiss HNSW graph (faiss_index.py)."""
+    them on the build's progress bar); a compressed memory is a faiss HNSW graph (faiss_index.py), a Milvus
+    collection is built at `milvus`'s uri, token_env and index_type (milvus.py)."""
     compressed = checked_compression(compression, backend)
     if compressed is not None:
         return build_faiss(keys, compressed, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
@@ -68,6 +70,9 @@ def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction
     if backend == "hnsw":
         return build_hnsw(keys, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
                           ef_search=ef_search, progress=progress, progress_label=progress_label)
+    if backend == "milvus":
+        return build_milvus(keys, M=M, ef_construction=ef_construction, ef_search=ef_search, progress=progress,
+                            progress_label=progress_label, **milvus)
     raise ConfigError(f"unknown index backend {backend!r} (known: {', '.join(BACKENDS)})", PARAMS_FILE,
                       "index.backend")
 
