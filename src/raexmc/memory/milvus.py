@@ -28,6 +28,8 @@ from .search import Index, as_matrix, empty_result, sort_rows
 LITE_FOLDER = "milvus.db"  # pymilvus starts Milvus Lite for a URI ending in .db
 FIELD, HASH_PROPERTY = "key", "raexmc.sha256"
 INSERT_BATCH, QUERY_BATCH, MAX_TOP_K = 5_000, 1_024, 16_384  # a request's rows, queries and depth Milvus accepts
+# Keys asked for beyond k: Milvus returns any of the keys tied at the k-th similarity, every backend the smallest ids.
+TIE_MARGIN = 16
 CONNECT_TRIES, CONNECT_TIMEOUT_S = 3, 10.0
 
 
@@ -123,13 +125,14 @@ class MilvusIndex(Index):
         client.load_collection(name)
 
     def search(self, queries: np.ndarray, k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """The top-k keys of each query, QUERY_BATCH queries a request; ties by id as every backend's."""
+        """The top-k keys of each query, QUERY_BATCH queries a request; ties by id as every backend's (up to
+        TIE_MARGIN keys tied at the k-th similarity)."""
         k = positive_int(k, "k")
         if k > MAX_TOP_K:
             raise ConfigError(f"Milvus returns at most {MAX_TOP_K} keys a query, asked for {k}")
         queries = self.checked_queries(queries)
-        ids, sims = empty_result(len(queries), k)
-        client, width = self.client(), min(k, self.count)
+        client, width = self.client(), min(k + TIE_MARGIN, self.count, MAX_TOP_K)
+        ids, sims = empty_result(len(queries), max(k, width))
         params = {"metric_type": "IP", "params": {"ef": max(self.ef_search, width)}}
         for start in range(0, len(queries) if width else 0, QUERY_BATCH):
             try:
@@ -140,7 +143,8 @@ class MilvusIndex(Index):
             for row, hits in enumerate(found, start):
                 ids[row, :len(hits)] = [hit["id"] for hit in hits]
                 sims[row, :len(hits)] = [hit["distance"] for hit in hits]
-        return sort_rows(ids, sims)
+        ids, sims = sort_rows(ids, sims)
+        return ids[:, :k], sims[:, :k]
 
 
 def release_lite(path: str, scratch: Path | None = None) -> None:
