@@ -37,7 +37,8 @@ def searches(index: Path, keys, queries, ef: int):
 
 def equal(embeddings: Path, out: Path) -> None:
     queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
-    record = {"embeddings": str(embeddings), "queries": len(queries), "b": B}
+    record = {"embeddings": str(embeddings), "queries": len(queries), "dim": int(queries.shape[1]), "b": B}
+    keys_count = len(memory_keys(embeddings))
     with tempfile.TemporaryDirectory() as scratch:
         build_memory_indexes(embeddings, Path(scratch) / "exact", "exact")
         exact = searches(Path(scratch) / "exact", memory_keys(embeddings), queries, PAPER_EF_SEARCH)
@@ -46,7 +47,10 @@ def equal(embeddings: Path, out: Path) -> None:
                                  ef_construction=PAPER_EF_CONSTRUCTION, index_type=kind)
             started = time.perf_counter()
             found = searches(Path(scratch) / kind, None, queries, PAPER_EF_SEARCH)
-            record[kind] = {"search_s": round(time.perf_counter() - started, 1), **{
+            graph = sum(path.stat().st_size for path in (Path(scratch) / kind).rglob("*.idx"))
+            record[kind] = {"search_s": round(time.perf_counter() - started, 1), "M": PAPER_M,
+                            "ef_construction": PAPER_EF_CONSTRUCTION, "ef_search": PAPER_EF_SEARCH,
+                            "index_bytes_per_key": round(graph / keys_count, 1), **{
                 part: {"rows_equal": float((found[part][0] == exact[part][0]).all(axis=1).mean()),
                        "ids_equal": float((found[part][0] == exact[part][0]).mean()),
                        "max_sim_diff": float(np.abs(found[part][1] - exact[part][1]).max())} for part in exact}}

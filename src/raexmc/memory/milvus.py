@@ -27,10 +27,11 @@ from .search import Index, as_matrix, empty_result, sort_rows
 
 LITE_FOLDER = "milvus.db"  # pymilvus starts Milvus Lite for a URI ending in .db
 FIELD, HASH_PROPERTY = "key", "raexmc.sha256"
-INSERT_BATCH, QUERY_BATCH, MAX_TOP_K = 5_000, 1_024, 16_384  # a request's rows, queries and depth Milvus accepts
+INSERT_BATCH, QUERY_BATCH, MAX_TOP_K = 5_000, 256, 16_384  # a request's rows, queries (Milvus: up to 16,384), depth
 # Keys asked for beyond k: Milvus returns any of the keys tied at the k-th similarity, every backend the smallest ids.
 TIE_MARGIN = 16
-CONNECT_TRIES, CONNECT_TIMEOUT_S = 3, 10.0
+# Connecting is tried 3 times, 10 s each; a request may take 10 minutes (the client's own default is the connection's).
+CONNECT_TRIES, CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S = 3, 10.0, 600.0
 
 
 def is_server(uri: str) -> bool:
@@ -45,9 +46,11 @@ def keys_hash(keys: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str = "index.uri"):
+def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str | None = "index.uri",
+            shown: str | None = None):
     """A MilvusClient for `uri` (a Lite folder or a server, its token read from the environment variable
-    `token_env`), tried CONNECT_TRIES times with a timeout; one DataError naming `where`:`key` and the URI else."""
+    `token_env`), tried CONNECT_TRIES times with a timeout; one DataError naming `where`:`key` and the URI (or
+    `shown`, for a private copy) else."""
     from pymilvus import MilvusClient
 
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # its retries log tracebacks; ours is one line
@@ -62,7 +65,7 @@ def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str = 
             return MilvusClient(uri=uri, token=token, timeout=CONNECT_TIMEOUT_S)
         except Exception as exc:  # pymilvus raises its own and grpc's types
             if attempt == tries - 1:
-                raise DataError(f"cannot open Milvus at {uri} ({tries} tries, {CONNECT_TIMEOUT_S:g} s each): "
+                raise DataError(f"cannot open Milvus at {shown or uri} ({tries} tries, {CONNECT_TIMEOUT_S:g} s each): "
                                 f"{first_line(exc)}", where, key) from None
             time.sleep(1.0)
 
@@ -99,7 +102,7 @@ class MilvusIndex(Index):
                 scratch = Path(tempfile.mkdtemp(prefix="raexmc-milvus-"))
                 copy = shutil.copytree(self.lite, scratch / LITE_FOLDER, ignore=shutil.ignore_patterns("LOCK"))
                 weakref.finalize(self, release_lite, str(copy), scratch)
-                self._client = connect(str(copy), where=self.lite)
+                self._client = connect(str(copy), where=self.lite, key=None, shown="this Milvus Lite folder")
             self.check(self._client)
         return self._client
 
@@ -122,7 +125,7 @@ class MilvusIndex(Index):
             raise DataError(f"collection {name} holds {count} keys of dimension {dim} (sha256 {held[2]}), the index "
                             f"was built on {self.count} of {self.dim} (sha256 {self.meta['sha256']}): rebuild it",
                             self.source, "collection")
-        client.load_collection(name)
+        client.load_collection(name, timeout=REQUEST_TIMEOUT_S)
 
     def search(self, queries: np.ndarray, k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The top-k keys of each query, QUERY_BATCH queries a request; ties by id as every backend's (up to
@@ -137,7 +140,8 @@ class MilvusIndex(Index):
         for start in range(0, len(queries) if width else 0, QUERY_BATCH):
             try:
                 found = client.search(self.meta["collection"], data=queries[start:start + QUERY_BATCH], limit=width,
-                                      anns_field=FIELD, output_fields=[], search_params=params)
+                                      anns_field=FIELD, output_fields=[], search_params=params,
+                                      timeout=REQUEST_TIMEOUT_S)
             except Exception as exc:
                 raise DataError(f"search failed at {self.where} ({first_line(exc)})", self.source, "uri") from None
             for row, hits in enumerate(found, start):
@@ -192,16 +196,19 @@ def build_milvus(keys: np.ndarray, uri: str = LITE_FOLDER, token_env: str = "", 
     schema.add_field("id", DataType.INT64, is_primary=True)
     schema.add_field(FIELD, DataType.FLOAT_VECTOR, dim=keys.shape[1])
     index_params = client.prepare_index_params()
-    index_params.add_index(field_name=FIELD, index_type=index_type, metric_type="IP", params=graph)
+    # as one JSON "params" pair, the wire form pymilvus 2 sent: Milvus Lite 3.2 reads the graph's settings only there
+    # (pymilvus 3 sends them as pairs of their own, which Lite ignores for its defaults, M 16 and efConstruction 200)
+    index_params.add_index(field_name=FIELD, index_type=index_type, metric_type="IP", params={"params": graph})
     client.create_collection(name, schema=schema, index_params=index_params, properties={HASH_PROPERTY: sha})
     with progress_bar(total=len(keys), desc=f"milvus insert ({progress_label})", unit="key",
                       disable=not progress) as bar:
         for start in range(0, len(keys), INSERT_BATCH):
             block = keys[start:start + INSERT_BATCH]
-            client.insert(name, [{"id": start + i, FIELD: row} for i, row in enumerate(block)])
+            client.insert(name, [{"id": start + i, FIELD: row} for i, row in enumerate(block)],
+                          timeout=REQUEST_TIMEOUT_S)
             bar.update(len(block))
-    client.flush(name)
-    client.load_collection(name)
+    client.flush(name, timeout=REQUEST_TIMEOUT_S)
+    client.load_collection(name, timeout=REQUEST_TIMEOUT_S)
     if not server:  # closed and kept as the folder a save copies; searched through a copy like a loaded one
         client.close()
         release_lite(str(scratch))
