@@ -48,7 +48,7 @@ test queries' embeddings and the label matrices. Disk: embeddings (N + T + L)·d
 raexmc.memory.footprint, the model's float32 weights.
 
 A memory of 100M keys on a Milvus cluster (docs/scale.md): its query nodes (64 GB, 70 % for the index) and RAM each,
-from the HNSW index's bytes per key that bench/milvus_lite.py measured (bench/results/milvus_lite.json).
+from the HNSW index's bytes per key that bench/milvus_search.py measured (bench/results/milvus_lite.json).
 """
 
 from __future__ import annotations

@@ -27,7 +27,9 @@ from .search import Index, as_matrix, empty_result, sort_rows
 
 LITE_FOLDER = "milvus.db"  # pymilvus starts Milvus Lite for a URI ending in .db
 FIELD, HASH_PROPERTY = "key", "raexmc.sha256"
-INSERT_BATCH, QUERY_BATCH, MAX_TOP_K = 5_000, 256, 16_384  # a request's rows, queries (Milvus: up to 16,384), depth
+# Rows, queries and keys a request (Milvus takes 16,384 queries; 64 keep a Lite request under the client's 10 s
+# keepalive ping, which Lite's server answers with GOAWAY), and the depth Milvus returns at most.
+INSERT_BATCH, QUERY_BATCH, MAX_TOP_K = 5_000, 64, 16_384
 # Keys asked for beyond k: Milvus returns any of the keys tied at the k-th similarity, every backend the smallest ids.
 TIE_MARGIN = 16
 # Connecting is tried 3 times, 10 s each; a request may take 10 minutes (the client's own default is the connection's).
@@ -83,8 +85,6 @@ class MilvusIndex(Index):
     count = property(lambda self: int(self.meta["count"]))
     dim = property(lambda self: int(self.meta["dim"]))
     query_block = QUERY_BATCH
-    M = property(lambda self: int(self.meta["M"]))
-    ef_construction = property(lambda self: int(self.meta["ef_construction"]))
 
     @property
     def where(self) -> str:

@@ -1,7 +1,7 @@
 """Milvus Lite beside the in-process backends: is it exact search, and what does it cost.
 
-    python bench/milvus_lite.py equal EMBEDDINGS OUT.json        # every test query's top-b, Milvus Lite vs exact
-    python bench/milvus_lite.py cost EMBEDDINGS BACKEND M EFC N_QUERIES   # one JSON line: insert/search s, peak RSS
+    python bench/milvus_search.py equal EMBEDDINGS OUT.json        # every test query's top-b, Milvus Lite vs exact
+    python bench/milvus_search.py cost EMBEDDINGS BACKEND M EFC N_QUERIES   # one JSON line: insert/search s, peak RSS
 
 `equal` builds both key sets' Milvus Lite collections (FLAT, and HNSW at the paper's M, efC, ef) and compares
 each test query's top-b of the inputs, the labels and their merge with the exact backend's (ties by id): the
