@@ -27,9 +27,9 @@ from .search import Index, as_matrix, empty_result, sort_rows
 
 LITE_FOLDER = "milvus.db"  # pymilvus starts Milvus Lite for a URI ending in .db
 FIELD, HASH_PROPERTY = "key", "raexmc.sha256"
-# Rows, queries and keys a request (Milvus takes 16,384 queries; 64 keep a Lite request under the client's 10 s
-# keepalive ping, which Lite's server answers with GOAWAY), and the depth Milvus returns at most.
-INSERT_BATCH, QUERY_BATCH, MAX_TOP_K = 5_000, 64, 16_384
+INSERT_BATCH, QUERY_BATCH, MAX_TOP_K = 5_000, 256, 16_384  # a request's rows, queries (Milvus: 16,384), depth
+# pymilvus pings every 10 s, which Lite's server answers with GOAWAY (too many pings): Lite's clients ping rarely
+LITE_GRPC = {"grpc.keepalive_time_ms": 3_600_000, "grpc.keepalive_permit_without_calls": False}
 # Keys asked for beyond k: Milvus returns any of the keys tied at the k-th similarity, every backend the smallest ids.
 TIE_MARGIN = 16
 # Connecting is tried 3 times, 10 s each; a request may take 10 minutes (the client's own default is the connection's).
@@ -64,7 +64,8 @@ def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str | 
     tries = CONNECT_TRIES if is_server(uri) else 1
     for attempt in range(tries):
         try:
-            return MilvusClient(uri=uri, token=token, timeout=CONNECT_TIMEOUT_S)
+            return MilvusClient(uri=uri, token=token, timeout=CONNECT_TIMEOUT_S,
+                                **({} if is_server(uri) else {"grpc_options": LITE_GRPC}))
         except Exception as exc:  # pymilvus raises its own and grpc's types
             if attempt == tries - 1:
                 raise DataError(f"cannot open Milvus at {shown or uri} ({tries} tries, {CONNECT_TIMEOUT_S:g} s each): "
