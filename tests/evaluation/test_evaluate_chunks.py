@@ -6,6 +6,7 @@ holds when the stage is not told."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -48,7 +49,7 @@ def foldoc_run(tmp_path_factory, tiny_model):
     params = YAML().load((REPO / "params.yaml").read_text())
     params["infer"].update({"lambda": "auto", "b_sweep": [10, 50, 100], "ova_knn": True})
     YAML().dump(params, root / "params.yaml")
-    for backend in ("exact", "hnsw"):
+    for backend in ("exact", "hnsw") + (("milvus",) if importlib.util.find_spec("milvus_lite") else ()):
         build_memory_indexes(root / "emb", root / f"index-{backend}", backend, M=16, ef_construction=100,
                              progress=False)
     values = training_values(dataset.label_matrix("train"))
@@ -109,6 +110,18 @@ def test_chunks_of_7_queries_write_what_one_chunk_writes(foldoc_run, backend, ke
 
     for name in OUTPUTS[2:]:
         assert (whole / name).read_bytes() == (chunked / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_milvus_lite_evaluates_as_the_exact_backend(foldoc_run):
+    """The evaluate stage over Milvus Lite collections (HNSW, a beam past FOLDOC's keys) measures what it measures
+    over exact indexes: P@1 within 0.01 (one point) for RAE and both baselines."""
+    pytest.importorskip("milvus_lite")
+    n = Dataset(foldoc_run / "foldoc").stats["N_test"]
+    exact, milvus = (json.loads((evaluate(foldoc_run, backend, 1.0, n) / "metrics.json").read_text())
+                     for backend in ("exact", "milvus"))
+    for method in ("rae", "dual_encoder", "knn"):
+        assert milvus[method]["P@1"] == pytest.approx(exact[method]["P@1"], abs=1.0), method
 
 
 @pytest.mark.slow

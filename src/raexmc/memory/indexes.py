@@ -18,6 +18,7 @@ from .faiss_index import FaissIndex, build_faiss
 from .hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, HnswIndex, build_hnsw, hnsw_estimate
 from .keys_values import KEY_SETS, memory_keys
 from .merge import JointSearch
+from .milvus import MilvusIndex, build_milvus
 from .persistence import load_index, save_index, saved_meta
 from .search import EXACT_MAX_KEYS
 
@@ -50,14 +51,18 @@ def backend_for(setting: str, embeddings: str | os.PathLike, device: str = "cpu"
 def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION,
                threads: int = 0, seed: int = 0, ef_search: int = PAPER_EF_SEARCH,
                progress: bool = True, progress_label: str = "keys",
-               compression: str = NONE) -> ExactIndex | HnswIndex | FaissIndex:
-    """The index `index.backend` and `memory.compression` name (compressed: a faiss graph) over `keys`."""
+               compression: str = NONE, **milvus) -> ExactIndex | HnswIndex | FaissIndex | MilvusIndex:
+    """The index `index.backend` and `memory.compression` name (compressed: a faiss graph; milvus: a collection at
+    `milvus`'s uri, token_env and index_type, milvus.py) over `keys`."""
     compressed = checked_compression(compression, backend)
     if compressed is not None:
         return build_faiss(keys, compressed, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
                            ef_search=ef_search, progress=progress, progress_label=progress_label)
     if backend == "exact":
         return ExactIndex(keys)
+    if backend == "milvus":
+        return build_milvus(keys, M=M, ef_construction=ef_construction, ef_search=ef_search, progress=progress,
+                            progress_label=progress_label, **milvus)
     if backend != "hnsw":
         raise ValueError(f"unknown index backend {backend!r}")
     return build_hnsw(keys, M=M, ef_construction=ef_construction, threads=threads, seed=seed,

@@ -17,6 +17,7 @@ from .compression import parse_compression
 from .exact import ExactIndex
 from .faiss_index import FaissIndex
 from .hnsw import PAPER_EF_SEARCH, SPACE, HnswIndex
+from .milvus import MilvusIndex, open_milvus, save_milvus
 from .search import BACKENDS
 from .torch_index import TorchIndex
 
@@ -27,7 +28,7 @@ FAISS_FILE = "faiss.bin"
 SAVED_BACKENDS = (*BACKENDS, FaissIndex.backend)
 # meta.json's fields beyond backend, dim and count, by backend.
 GRAPH_FIELDS = {"hnsw": ("M", "ef_construction", "space"), "faiss": ("M", "ef_construction", "compression"),
-                "exact": ()}
+                "exact": (), "milvus": ("M", "ef_construction", "collection", "sha256", "uri", "token_env")}
 
 
 def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.PathLike) -> Path:
@@ -38,7 +39,7 @@ def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.Path
         meta.update(M=index.M, ef_construction=index.ef_construction, space=SPACE)
     elif isinstance(index, FaissIndex):
         meta.update(M=index.M, ef_construction=index.ef_construction, compression=index.compression)
-    elif not isinstance(index, ExactIndex):
+    elif not isinstance(index, (ExactIndex, MilvusIndex)):
         raise TypeError(f"not an index: {type(index).__name__}")
     with atomic_dir(folder) as tmp:
         if isinstance(index, HnswIndex):
@@ -49,6 +50,8 @@ def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.Path
 
             with written_through(tmp / FAISS_FILE) as handle:  # through Python, which checks every write
                 faiss.write_index(index.index, faiss.PyCallbackIOWriter(handle.write))
+        elif isinstance(index, MilvusIndex):
+            meta = save_milvus(index, tmp)
         write_json(tmp / META_FILE, meta)
     return folder
 
@@ -74,7 +77,7 @@ def saved_meta(folder: str | os.PathLike) -> dict[str, Any]:
     missing = [name for name in needed if name not in meta]
     if missing:
         raise DataError(f"{META_FILE} lacks {', '.join(missing)}", folder)
-    for name in (name for name in needed if name not in ("space", "compression")):
+    for name in (name for name in needed if name in ("dim", "count", "M", "ef_construction")):
         if isinstance(meta[name], bool) or not isinstance(meta[name], int) or meta[name] < 0:
             raise DataError(f"{META_FILE}: {name} must be a non-negative integer, got {meta[name]!r}", folder)
     if backend == FaissIndex.backend and not _names_a_compression(meta["compression"]):
@@ -91,7 +94,7 @@ def _names_a_compression(name: Any) -> bool:
 
 def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
                threads: int = 0,
-               device: str = "cpu") -> ExactIndex | TorchIndex | HnswIndex | FaissIndex:
+               device: str = "cpu") -> ExactIndex | TorchIndex | HnswIndex | FaissIndex | MilvusIndex:
     """Reopen an index `save_index` wrote; the exact backend needs `keys` (of the saved shape) and searches on
     `device` (TorchIndex on a GPU). The index names `folder` in its errors about queries."""
     folder = Path(folder)
@@ -101,7 +104,7 @@ def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_sea
 
 
 def _reopen(folder: Path, keys: np.ndarray | None, ef_search: int, threads: int,
-            device: str) -> ExactIndex | TorchIndex | HnswIndex | FaissIndex:
+            device: str) -> ExactIndex | TorchIndex | HnswIndex | FaissIndex | MilvusIndex:
     meta = saved_meta(folder)
     if keys is not None:
         keys = np.asarray(keys)
@@ -114,6 +117,8 @@ def _reopen(folder: Path, keys: np.ndarray | None, ef_search: int, threads: int,
         return TorchIndex(keys, device) if device.startswith("cuda") else ExactIndex(keys)
     if meta["backend"] == "faiss":
         return _load_faiss(folder, meta, ef_search, threads)
+    if meta["backend"] == "milvus":
+        return open_milvus(folder, meta, ef_search)
     import hnswlib
 
     if meta["space"] != SPACE:

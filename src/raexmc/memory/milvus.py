@@ -1,0 +1,237 @@
+"""The memory on Milvus (`index.backend: milvus`), through pymilvus's MilvusClient: Milvus Lite embedded in the
+process for tests and small runs, a Milvus server or cluster (`index.uri: http(s)://host:port`) past one machine.
+
+A Lite index keeps its data folder (`milvus.db`) in the index's own folder; every process searches a private copy
+of it, so the stage outputs and the shared DVC cache are only ever read. A server's index folder holds only the
+reference: the URI, the collection, the keys' sha256, their count and dimension, which a reopening checks against the
+collection (named by that hash and the graph settings, so equal keys built alike are one collection).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..checks import positive_int
+from ..errors import PARAMS_FILE, ConfigError, DataError, first_line
+from .search import Index, as_matrix, empty_result, sort_rows
+
+LITE_FOLDER = "milvus.db"  # pymilvus starts Milvus Lite for a URI ending in .db
+FIELD, HASH_PROPERTY = "key", "raexmc.sha256"
+INSERT_BATCH, QUERY_BATCH, MAX_TOP_K = 5_000, 256, 16_384  # a request's rows, queries (Milvus: 16,384), depth
+# pymilvus pings every 10 s, which Lite's server answers with GOAWAY (too many pings): Lite's clients ping rarely
+LITE_GRPC = {"grpc.keepalive_time_ms": 3_600_000, "grpc.keepalive_permit_without_calls": False}
+# Keys asked for beyond k: Milvus returns any of the keys tied at the k-th similarity, every backend the smallest ids.
+TIE_MARGIN = 16
+# Connecting is tried 3 times, 10 s each; a request may take 10 minutes (the client's own default is the connection's).
+CONNECT_TRIES, CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S = 3, 10.0, 600.0
+
+
+def is_server(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def keys_hash(keys: np.ndarray) -> str:
+    """sha256 of the keys' shape and float32 bytes, a block of rows at a time (no copy of a memmap)."""
+    digest = hashlib.sha256(repr(keys.shape).encode())
+    for start in range(0, len(keys), INSERT_BATCH):
+        digest.update(np.ascontiguousarray(keys[start:start + INSERT_BATCH], dtype=np.float32).tobytes())
+    return digest.hexdigest()
+
+
+def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str | None = "index.uri",
+            shown: str | None = None):
+    """A MilvusClient for `uri` (a Lite folder or a server, its token read from the environment variable
+    `token_env`), tried CONNECT_TRIES times with a timeout; one DataError naming `where`:`key` and the URI (or
+    `shown`, for a private copy) else."""
+    from pymilvus import MilvusClient
+
+    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # its retries log tracebacks; ours is one line
+    token = ""
+    if token_env:
+        if token_env not in os.environ:
+            raise ConfigError(f"the Milvus token's environment variable {token_env} is not set", where, "token_env")
+        token = os.environ[token_env]
+    tries = CONNECT_TRIES if is_server(uri) else 1
+    for attempt in range(tries):
+        try:
+            return MilvusClient(uri=uri, token=token, timeout=CONNECT_TIMEOUT_S,
+                                **({} if is_server(uri) else {"grpc_options": LITE_GRPC}))
+        except Exception as exc:  # pymilvus raises its own and grpc's types
+            if attempt == tries - 1:
+                raise DataError(f"cannot open Milvus at {shown or uri} ({tries} tries, {CONNECT_TIMEOUT_S:g} s each): "
+                                f"{first_line(exc)}", where, key) from None
+            time.sleep(1.0)
+
+
+class MilvusIndex(Index):
+    """One Milvus collection of keys (ids 0..n-1, inner product). `lite` is an immutable Lite data folder (saved
+    as is; searched through a private copy opened at the first search), None for a server at `uri`."""
+
+    backend = "milvus"
+
+    def __init__(self, meta: dict[str, Any], lite: Path | None = None, ef_search: int = 300, client: Any = None):
+        self.meta, self.lite, self.ef_search = dict(meta), lite, int(ef_search)
+        self._client = client
+
+    count = property(lambda self: int(self.meta["count"]))
+    dim = property(lambda self: int(self.meta["dim"]))
+    query_block = QUERY_BATCH
+
+    @property
+    def where(self) -> str:
+        return f"{self.meta['uri'] or self.lite}: collection {self.meta['collection']}"
+
+    def __repr__(self) -> str:
+        return f"MilvusIndex({self.where}, count={self.count}, dim={self.dim}, ef_search={self.ef_search})"
+
+    def client(self):
+        """The open client: for Lite, over a private copy of its folder (removed with this index)."""
+        if self._client is None:
+            if self.lite is None:
+                self._client = connect(self.meta["uri"], self.meta["token_env"], self.source, "uri")
+            else:
+                scratch = Path(tempfile.mkdtemp(prefix="raexmc-milvus-"))
+                copy = shutil.copytree(self.lite, scratch / LITE_FOLDER, ignore=shutil.ignore_patterns("LOCK"))
+                weakref.finalize(self, release_lite, str(copy), scratch)
+                self._client = connect(str(copy), where=self.lite, key=None, shown="this Milvus Lite folder")
+            self.check(self._client)
+        return self._client
+
+    def check(self, client) -> None:
+        """The collection is there and holds this index's keys: their count, dimension and content hash."""
+        name = self.meta["collection"]
+        try:
+            if not client.has_collection(name):
+                raise DataError(f"collection {name} not found at {self.meta['uri'] or self.lite}: rebuild the index",
+                                self.source, "collection")
+            about = client.describe_collection(name)
+            count = int(client.get_collection_stats(name)["row_count"])
+        except DataError:
+            raise
+        except Exception as exc:
+            raise DataError(f"cannot read {self.where} ({first_line(exc)})", self.source, "uri") from None
+        dim = next((int(f["params"]["dim"]) for f in about["fields"] if f["name"] == FIELD), None)
+        held = (count, dim, about.get("properties", {}).get(HASH_PROPERTY))
+        if held != (self.count, self.dim, self.meta["sha256"]):
+            raise DataError(f"collection {name} holds {count} keys of dimension {dim} (sha256 {held[2]}), the index "
+                            f"was built on {self.count} of {self.dim} (sha256 {self.meta['sha256']}): rebuild it",
+                            self.source, "collection")
+        client.load_collection(name, timeout=REQUEST_TIMEOUT_S)
+
+    def search(self, queries: np.ndarray, k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The top-k keys of each query, QUERY_BATCH queries a request; ties by id as every backend's (up to
+        TIE_MARGIN keys tied at the k-th similarity)."""
+        k = positive_int(k, "k")
+        if k > MAX_TOP_K:
+            raise ConfigError(f"Milvus returns at most {MAX_TOP_K} keys a query, asked for {k}")
+        queries = self.checked_queries(queries)
+        client, width = self.client(), min(k + TIE_MARGIN, self.count, MAX_TOP_K)
+        ids, sims = empty_result(len(queries), max(k, width))
+        params = {"metric_type": "IP", "params": {"ef": max(self.ef_search, width)}}
+        for start in range(0, len(queries) if width else 0, QUERY_BATCH):
+            try:
+                found = client.search(self.meta["collection"], data=queries[start:start + QUERY_BATCH], limit=width,
+                                      anns_field=FIELD, output_fields=[], search_params=params,
+                                      timeout=REQUEST_TIMEOUT_S)
+            except Exception as exc:
+                raise DataError(f"search failed at {self.where} ({first_line(exc)})", self.source, "uri") from None
+            for row, hits in enumerate(found, start):
+                ids[row, :len(hits)] = [hit["id"] for hit in hits]
+                sims[row, :len(hits)] = [hit["distance"] for hit in hits]
+        ids, sims = sort_rows(ids, sims)
+        return ids[:, :k], sims[:, :k]
+
+
+def release_lite(path: str, scratch: Path | None = None) -> None:
+    """Stop the in-process Lite server of `path` (and remove `scratch`)."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_server(path)
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def build_milvus(keys: np.ndarray, uri: str = LITE_FOLDER, token_env: str = "", index_type: str = "HNSW",
+                 M: int = 64, ef_construction: int = 500, ef_search: int = 300, progress: bool = True,
+                 progress_label: str = "keys") -> MilvusIndex:
+    """Insert every key into a collection at `uri` (a server) or in a new Lite folder (any other value), with a
+    `index_type` index by inner product (HNSW at M and efConstruction); a server's collection of the same keys built
+    alike is reused as it is."""
+    from ..progress import progress_bar
+
+    server = is_server(uri)
+    if not server and uri != LITE_FOLDER:
+        raise ConfigError(f"must be {LITE_FOLDER} (Milvus Lite, in the index folder) or http(s)://host:port, got "
+                          f"{uri!r}", PARAMS_FILE, "index.uri")
+    keys = as_matrix(keys, "keys")
+    if not len(keys):
+        raise DataError("no keys to index")
+    sha = keys_hash(keys)
+    graph = {"M": int(M), "efConstruction": int(ef_construction)} if index_type == "HNSW" else {}
+    name = "raexmc_" + hashlib.sha256(f"{sha}{index_type}{graph}".encode()).hexdigest()[:24]
+    meta = {"backend": "milvus", "dim": keys.shape[1], "count": len(keys), "M": int(M),
+            "ef_construction": int(ef_construction), "index_type": index_type, "collection": name, "sha256": sha,
+            "uri": uri if server else "", "token_env": token_env if server else ""}
+    scratch = None if server else Path(tempfile.mkdtemp(prefix="raexmc-milvus-build-")) / LITE_FOLDER
+    client = connect(uri if server else str(scratch), token_env)
+    index = MilvusIndex(meta, ef_search=ef_search, client=client)
+    if server and client.has_collection(name):
+        try:
+            index.check(client)
+            return index
+        except DataError:
+            client.drop_collection(name)  # a build cut short: its keys again
+    from pymilvus import DataType
+
+    schema = client.create_schema(auto_id=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field(FIELD, DataType.FLOAT_VECTOR, dim=keys.shape[1])
+    index_params = client.prepare_index_params()
+    # as one JSON "params" pair, the wire form pymilvus 2 sent: Milvus Lite 3.2 reads the graph's settings only there
+    # (pymilvus 3 sends them as pairs of their own, which Lite ignores for its defaults, M 16 and efConstruction 200)
+    index_params.add_index(field_name=FIELD, index_type=index_type, metric_type="IP", params={"params": graph})
+    client.create_collection(name, schema=schema, index_params=index_params, properties={HASH_PROPERTY: sha})
+    with progress_bar(total=len(keys), desc=f"milvus insert ({progress_label})", unit="key",
+                      disable=not progress) as bar:
+        for start in range(0, len(keys), INSERT_BATCH):
+            block = keys[start:start + INSERT_BATCH]
+            client.insert(name, [{"id": start + i, FIELD: row} for i, row in enumerate(block)],
+                          timeout=REQUEST_TIMEOUT_S)
+            bar.update(len(block))
+    client.flush(name, timeout=REQUEST_TIMEOUT_S)
+    client.load_collection(name, timeout=REQUEST_TIMEOUT_S)
+    if not server:  # closed and kept as the folder a save copies; searched through a copy like a loaded one
+        client.close()
+        release_lite(str(scratch))
+        index = MilvusIndex(meta, lite=scratch, ef_search=ef_search)
+        weakref.finalize(index, shutil.rmtree, scratch.parent, True)
+    return index
+
+
+def save_milvus(index: MilvusIndex, folder: Path) -> dict[str, Any]:
+    """Copy a Lite index's data folder into `folder`; a server's index saves its reference alone. Returns the
+    meta.json fields."""
+    if index.lite is not None:
+        shutil.copytree(index.lite, folder / LITE_FOLDER, ignore=shutil.ignore_patterns("LOCK"))
+    return index.meta
+
+
+def open_milvus(folder: Path, meta: dict[str, Any], ef_search: int) -> MilvusIndex:
+    """The index saved in `folder`, its collection opened and checked (count, dimension, content hash)."""
+    lite = None if is_server(meta["uri"]) else folder / LITE_FOLDER
+    if lite is not None and not lite.is_dir():
+        raise DataError(f"{LITE_FOLDER} is missing", folder)
+    index = MilvusIndex(meta, lite=lite, ef_search=ef_search)
+    index.source = folder
+    index.client()
+    return index
