@@ -19,7 +19,7 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
-from raexmc.evaluation.model_search import measure_model
+from raexmc.evaluation.model_search import measure_model, served_model
 from raexmc.evaluation.propensity import chosen_propensity
 from raexmc.evaluation.selection_file import read_selection
 from raexmc.memory.indexes import load_joint_search, memory_backend, search_device
@@ -50,9 +50,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"propensity": propensity.record()})
         device = search_device(p.search)  # where an exact index searches; a graph searches on the CPU
         rae = RaeModel.load(predictor, device, needs=("search",))
-        # served on the CPU: where the folder holds an exact index, a GPU's search is not the served one
-        exact = "exact" in (rae.search.inputs.backend, rae.search.labels.backend)
-        served = RaeModel.load(predictor, needs=("search",)) if device != "cpu" and exact else None
+        served = served_model(predictor, rae, device)  # on the CPU, where a GPU's exact search is not the served one
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, rae.settings.tau, rae.settings.b)
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         if len(queries) != data.size("test"):

@@ -115,8 +115,7 @@ def evaluate_folder(folder: str | os.PathLike, data: Dataset, p: Settings, prope
                         folder)
     batch = embed_batch_size(p.embed.batch_size, device, key="embed.batch_size")
     queries = embedded_queries(model, data, batch, p.embed.dtype)
-    exact = "exact" in (model.search.inputs.backend, model.search.labels.backend)
-    served = RaeModel.load(folder, needs=("search",)) if device != "cpu" and exact else None
+    served = served_model(folder, model, device)
     knn_tau = model.about.get("selection", {}).get("knn_tau", model.settings.tau)  # the package stage's record
     metrics, result, _ = measure_model(
         model, data, queries, p, propensity or chosen_propensity(p.evaluate.propensity, data.names), knn_tau=knn_tau,
@@ -144,6 +143,13 @@ def per_instance_arrays(per_instance: dict[str, dict[str, np.ndarray]]) -> dict[
     """evaluate_retrieval's per-instance values as per_instance.npz holds them: "method/metric" -> values."""
     return {f"{method}/{metric}": values for method, arrays in per_instance.items()
             for metric, values in arrays.items()}
+
+
+def served_model(folder: str | os.PathLike, model: RaeModel, device: str) -> RaeModel | None:
+    """The model of `folder` as served, on the CPU, where it searches otherwise than `model` on `device` (an exact
+    index on a GPU); None where it is the same search (a graph searches on the CPU anyway)."""
+    exact = "exact" in (model.search.inputs.backend, model.search.labels.backend)
+    return RaeModel.load(folder, needs=("search",)) if device != "cpu" and exact else None
 
 
 def served_sample(model: RaeModel, served: RaeModel | None, queries: np.ndarray, evaluator: Evaluator,
