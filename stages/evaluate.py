@@ -19,14 +19,11 @@ import typer
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
-from raexmc.evaluation.evaluator import Evaluator
-from raexmc.evaluation.methods import KNN_B, EvalSettings, baseline_depth, evaluate_retrieval
-from raexmc.evaluation.model_search import ModelSearch
+from raexmc.evaluation.model_search import measure_model, served_model
 from raexmc.evaluation.propensity import chosen_propensity
 from raexmc.evaluation.selection_file import read_selection
-from raexmc.memory.hnsw import resolve_threads
 from raexmc.memory.indexes import load_joint_search, memory_backend, search_device
-from raexmc.memory.keys_values import memory_keys, training_values
+from raexmc.memory.keys_values import memory_keys
 from raexmc.pipeline.evaluation_folder import LOGGED, write_evaluation, write_scores
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.model import RaeModel
@@ -53,39 +50,23 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.params({"propensity": propensity.record()})
         device = search_device(p.search)  # where an exact index searches; a graph searches on the CPU
         rae = RaeModel.load(predictor, device, needs=("search",))
-        memory_summary = rae.about.get("memory", {})  # what the package stage recorded of the memory it holds
-        lam = rae.settings.lam.fallback if rae.settings.per_query else rae.settings.lam  # the headline's: a number
-        settings = EvalSettings(
-            lam=lam, b=rae.settings.b, tau=rae.settings.tau, knn_tau=selection.knn_tau, knn_b=KNN_B,
-            lambda_sweep=list(p.infer.lambda_sweep), b_sweep=list(p.infer.b_sweep), propensity_ab=propensity.ab)
-        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, settings.tau, settings.b)
+        served = served_model(predictor, rae, device)  # on the CPU, where a GPU's exact search is not the served one
+        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, rae.settings.tau, rae.settings.b)
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
+        if len(queries) != data.size("test"):
+            raise DataError(f"{len(queries)} test embeddings for {data.size('test')} test inputs: rerun embed",
+                            embeddings / "test.npy")
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
         baselines = load_joint_search(index, keys, p.infer.ef_search, device=device)
-        Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
-        evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab,
-                              rae.values)
-        if len(queries) != evaluator.num_queries:
-            raise DataError(f"{len(queries)} test embeddings for {evaluator.num_queries} test inputs: rerun embed",
-                            embeddings / "test.npy")
-        search = ModelSearch(rae, baselines, queries, settings.b_sweep, baseline_depth(evaluator.exclude))
-        result = evaluate_retrieval(search.in_blocks(), evaluator, settings,
-                                    with_ova_knn=p.infer.ova_knn, query_lambda=query_lambda,
-                                    chunk=chunk or None, progress=True,
-                                    workers=resolve_threads(p.evaluate.threads),
-                                    keep_scores=scores is not None)
-        queries_per_s, depth = search.queries_per_s(), {"depth": search.depth, "baseline_depth": search.baseline_depth}
-        del search, baselines, keys, rae  # the indexes, before the outputs are written
-        methods = result["methods"]
+        measured, result, queries_per_s = measure_model(
+            rae, data, queries, p, propensity, knn_tau=selection.knn_tau, query_lambda=query_lambda,
+            baselines=baselines, served=served, chunk=chunk or None, progress=True, keep_scores=scores is not None)
+        del baselines, keys, rae, served  # the indexes, before the outputs are written
         chosen = {"lambda": selection.lam, "tau": selection.tau, "metric": selection.metric, "auto": selection.auto}
         run.params({"selection": {**chosen, "retrieval": selection.retrieval,
                                   **({} if selection.label_share is None else {"label_share": selection.label_share})}})
-        metrics = {**methods, "knn": {**methods["knn"], "tau": settings.knn_tau},
-                   "selection": {**chosen, "validation": {
-                       "chosen": selection.val_value, "fixed": selection.fixed_val_value}},
-                   "memory": memory_summary, "propensity": propensity.record(),
-                   "query_lambda": {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback},
-                   "retrieval": depth}
+        metrics = {**measured, "selection": {**chosen, "validation": {
+            "chosen": selection.val_value, "fixed": selection.fixed_val_value}}}
         write_evaluation(out, metrics, result, selection)
         if scores is not None:
             write_scores(scores, result["scores"])
@@ -93,7 +74,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.metrics({**metrics, "retrieval": {**metrics["retrieval"], "queries_per_s": queries_per_s}})
         for name in LOGGED:
             run.artifact(out / name)
-
 
 if __name__ == "__main__":
     stage_cli(main, __doc__)

@@ -3,9 +3,7 @@ with the encoder, RAE's two indexes (the memory stage's own where it has them, e
 graphs built here where the index stage kept exact ones for a GPU: rae/packaging.py), the values and member
 counts of the memory RAE searches (memory.keep, method, prior), the labels' own ids and texts, the λ, τ and
 retrieval the tune stage chose (its per-query λ model where `infer.query_lambda` is true) and a model card.
-`raexmc predict` and `raexmc serve` load it; with `package.register` it is also logged as an MLflow pyfunc model
-registered under `package.model_name`, with the alias `package.alias` for a `dvc repro` of the workspace and the
-experiment's name for a DVC experiment."""
+`raexmc predict` and `raexmc serve` load it (the track stage registers it once evaluate has measured it)."""
 
 from raexmc.numerics import pin_cpu_kernels
 
@@ -19,7 +17,6 @@ import raexmc
 from raexmc.data.dataset import Dataset
 from raexmc.evaluation.selection_file import read_selection
 from raexmc.io import scratch_dir
-from raexmc.pipeline.tracking.identity import experiment_name
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.model import RaeSettings
 from raexmc.rae.packaging import packaged_model
@@ -34,8 +31,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
          memory: Path = typer.Option(..., help="Memory folder written by the memory stage (RAE's input keys)."),
          out: Path = typer.Option(..., help="Model folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
-    with tracked_stage("package", params) as (p, run):
-        run.params({"package": p.package.model_dump(by_alias=True)})
+    with tracked_stage("package", params) as (p, _):
         selection, b = read_selection(tune), p.infer.b
         query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, selection.tau, b)
         lam = query_lambda if p.infer.query_lambda else selection.lam
@@ -45,24 +41,14 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         about = {"dataset": dataset.name, "raexmc": raexmc.__version__,
                  "metrics": {f"validation {selection.metric} (tune stage)": selection.val_value},
                  "selection": {"metric": selection.metric, "lambda": selection.lam, "tau": selection.tau,
-                               "retrieval": selection.retrieval, "val_queries": selection.val_queries}}
+                               "retrieval": selection.retrieval, "val_queries": selection.val_queries,
+                               "knn_tau": selection.knn_tau}}  # the τ kNN, a baseline of its indexes, is scored at
         with scratch_dir(out) as scratch:  # named as the output's temporaries: the next stage sweeps a killed one's
             packaged_model(Dataset(dataset), model, index, memory, embeddings, settings, scratch,
                            relevance=p.infer.relevance, input_max_len=p.tokenize.input_max_len,
                            input_fields=p.tokenize.input_fields, precision=p.embed.precision,
                            backend=p.index.backend, ef_search=p.infer.ef_search, about=about,
                            threads=p.index.threads, M=p.index.M, ef_construction=p.index.ef_construction).save(out)
-        if p.package.registers:
-            from raexmc.pipeline.serving import log_predictor, registered_name
-
-            name = registered_name(p.package, dataset.name)
-            # `dvc repro` moves the alias that `raexmc serve` uses; an experiment gets its own name as
-            # alias, so a sweep does not change what is served (`raexmc serve --alias <experiment>`).
-            experiment = experiment_name()
-            alias = p.package.alias if experiment == "workspace" else experiment
-            uri = log_predictor(run.run_id, out, name, alias)
-            serve = "raexmc serve" if experiment == "workspace" else f"raexmc serve --alias {alias}"
-            typer.echo(f"registered {uri}; serve it with `{serve}`", err=True)
 
 
 if __name__ == "__main__":

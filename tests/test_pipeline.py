@@ -288,19 +288,42 @@ def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch
 
 
 @pytest.mark.slow
-def test_an_experiments_package_stage_names_the_alias_that_serves_it(reproduced_project):
+def test_an_experiments_track_stage_names_the_alias_that_serves_it(reproduced_project):
     """An experiment registers the predictor under its own name as alias, so a plain `raexmc serve` (package.alias,
-    `candidate`) would not serve it: the line the package stage prints must name `--alias <experiment>`, and that
-    alias must be the one `raexmc serve` looks up. A `dvc repro` of the workspace keeps the plain command."""
-    project = reproduced_project
-    command = YAML(typ="safe").load(project / "dvc.yaml")["stages"]["package"]["cmd"].replace("${data.name}", "tiny")
-    experiment = sh(*command.split(), cwd=project, env={**os.environ, "DVC_EXP_NAME": "tiny-exp"}).stderr
-    assert "serve it with `raexmc serve --alias tiny-exp`" in experiment, experiment
+    `candidate`) would not serve it: the line the track stage prints, where the package stage ran in its execution,
+    must name `--alias <experiment>`, and that alias must be the one `raexmc serve` looks up. A `dvc repro` of the
+    workspace keeps the plain command."""
+    project, stages = reproduced_project, YAML(typ="safe").load(reproduced_project / "dvc.yaml")["stages"]
+    package, track = (stages[name]["cmd"].replace("${data.name}", "tiny").split() for name in ("package", "track"))
+    experiment = {**os.environ, "DVC_EXP_NAME": "tiny-exp"}
+    assert "registered" not in sh(*track, cwd=project, env=experiment).stderr, "nothing new in that execution"
+    sh(*package, cwd=project, env=experiment)
+    said = sh(*track, cwd=project, env=experiment).stderr
+    assert "serve it with `raexmc serve --alias tiny-exp`" in said, said
     from raexmc.pipeline.serving import registered_uri
 
     assert registered_uri("raexmc-tiny", "tiny-exp") == "models:/raexmc-tiny@tiny-exp"
-    workspace = sh(*command.split(), cwd=project).stderr
+    workspace = sh(*track, cwd=project).stderr  # the reproduced workspace's execution: package ran in it
     assert "serve it with `raexmc serve`" in workspace, workspace
+
+
+@pytest.mark.slow
+def test_raexmc_evaluate_of_the_packaged_folder_gives_metrics_json_which_the_registered_run_holds(reproduced_once,
+                                                                                                   reproduced_project):
+    """`raexmc evaluate --model artifacts/tiny/predictor --dataset data/tiny` after a real `dvc repro`: every
+    method's metrics are the evaluate stage's to every digit, and the version the alias `candidate` names was
+    registered after evaluate, in the run that carries them."""
+    project = reproduced_project
+    sh(str(Path(sys.executable).parent / "raexmc"), "evaluate", "--model", "artifacts/tiny/predictor", "--dataset",
+       "data/tiny", "--out", "cli.json", cwd=project)
+    stage, ours = (json.loads((project / name).read_text())
+                   for name in ("artifacts/tiny/eval/metrics.json", "cli.json"))
+    for name in ("rae", "dual_encoder", "knn", "memory", "propensity", "retrieval", "served"):
+        assert ours[name] == stage[name], name
+    client = MlflowClient(reproduced_once.store)
+    run = client.get_run(client.get_model_version_by_alias("raexmc-tiny", "candidate").run_id)
+    assert run.data.metrics["evaluate/rae.P_at_1"] == stage["rae"]["P@1"]
+    assert run.data.metrics["evaluate/knn.tau"] == stage["knn"]["tau"]
 
 
 # On a GPU the index stage keeps exact indexes (index.backend auto) and evaluate searches there; the package

@@ -3,6 +3,10 @@ system's predictions (the pipeline itself runs with `dvc repro`)."""
 
 from __future__ import annotations
 
+from .numerics import pin_cpu_kernels
+
+pin_cpu_kernels()  # first, as in a stage: a model's vectors and scores are then the stages' bits
+
 import json
 import subprocess
 import sys
@@ -149,9 +153,11 @@ def predict(texts: list[str] = typer.Argument(None, metavar="TEXT", hidden=True)
             threads: int = typer.Option(QUERY_THREADS, min=0, help="CPU threads the queries run on (0: every "
                                                                    "CPU; more help long files on an idle machine)."),
             verbose: bool = typer.Option(False, "--verbose", "-v", help="Load time and per-query latency on stderr."),
+            scores_out: Path = typer.Option(None, help="In place of the JSON lines: every query's top-100 label "
+                                                       "scores as a score file (.npz; raexmc evaluate --scores)."),
             params: Path = PARAMS) -> None:
     """Top-k labels, with scores and label texts, as one JSON line per query on stdout, for each TEXT (none: the
-    queries of --file or stdin)."""
+    queries of --file or stdin); or with --scores-out, the score matrix of all of them."""
     with user_errors(params):
         from .encoder.device import pick_device
         from .memory.hnsw import resolve_threads
@@ -164,6 +170,9 @@ def predict(texts: list[str] = typer.Argument(None, metavar="TEXT", hidden=True)
         rae = RaeModel.load(folder, pick_device(device, "<arguments>", "--device"), resolve_threads(threads))
         if verbose:
             typer.echo(f"loaded {folder} in {time.perf_counter() - started:.2f} s", err=True)
+        if scores_out is not None:
+            _write_text_scores(rae, queries, batch_size, scores_out)
+            return
         k = k or min(10, rae.num_labels)
         total = Timing()
         for start in range(0, len(queries), batch_size):
@@ -176,6 +185,23 @@ def predict(texts: list[str] = typer.Argument(None, metavar="TEXT", hidden=True)
                 typer.echo(_latency_line(f"queries {start + 1}-{start + len(batch)}", timing), err=True)
         if verbose and queries:
             typer.echo(_latency_line(f"all {len(queries)} queries", total), err=True)
+
+
+def _write_text_scores(rae, queries: list, batch_size: int, out: Path) -> None:
+    """The score file of the queries (score_file.py: each row's top-100 labels, strictly decreasing), written
+    atomically: the format the evaluate stage writes its test set's in."""
+    from .evaluation.evaluator import RANK_DEPTH
+    from .evaluation.score_file import TopScores, save_scores
+    from .io import atomic_file
+    from .rae.ranking import top_k
+
+    top = TopScores(rae.num_labels)
+    for start in range(0, len(queries), batch_size):
+        texts = [rae.query_text(query) for query in queries[start:start + batch_size]]
+        scores = rae.scores_for(rae.encoder.embed_texts(texts))
+        top.add(top_k(scores, RANK_DEPTH), scores)
+    with atomic_file(out, "wb") as handle:
+        save_scores(handle, top.matrix())
 
 
 def _latency_line(what: str, timing) -> str:
@@ -259,24 +285,71 @@ def _propensity_pair(value: str) -> Propensity | None:
 @app.command()
 def evaluate(dataset: Path = typer.Option(..., help="Dataset: the download stage's folder (data/<name>) or a folder "
                                                      "in the LF or NGAME layout."),
-             scores: Path = typer.Option(..., help="Test-set top-k scores: an N_test x L scipy.sparse .npz (pyxclib, "
+             scores: Path = typer.Option(None, help="Test-set top-k scores: an N_test x L scipy.sparse .npz (pyxclib, "
                                                     "PECOS), at most 100 scores a row."),
-             compare: Path = typer.Option(None, help="Another score file: both scored, with paired t-tests."),
+             model: Path = typer.Option(None, "--model", "-m", help="In place of --scores: a packaged model folder, "
+                                                                    "scored as the evaluate stage scores it."),
+             compare: Path = typer.Option(None, help="With --scores, another score file; with --model, another run's "
+                                                     "per_instance.npz: paired t-tests against it."),
              out: Path = typer.Option(None, help="Write the metrics (and tests) as JSON here."),
+             scores_out: Path = typer.Option(None, help="With --model: each method's score file, <method>.npz, in this "
+                                                        "folder, or RAE's alone to a path ending .npz."),
+             per_instance: Path = typer.Option(None, help="With --model: the per-instance metrics, as the stage's "
+                                                          "per_instance.npz."),
              propensity: str = typer.Option("auto", help="PSP@k's A,B, or auto: the dataset's pair "
-                                                         "(docs/propensity.md).")) -> None:
-    """Score any system's predictions as the evaluate stage scores its own: P@k, nDCG@k, PSP@k, R@k and macro-F1@5
-    by segment, after the dataset's reciprocal-pair filter; with --compare, paired t-tests of the key metrics."""
+                                                         "(docs/propensity.md)."),
+             params: Path = typer.Option(Path("params.yaml"), help="With --model: the parameters of its evaluation "
+                                                                   "(sweeps, embed and search settings).")) -> None:
+    """Score any system's predictions (--scores) or a packaged model (--model) as the evaluate stage scores its own:
+    P@k, nDCG@k, PSP@k, R@k and macro-F1@5 by segment, after the dataset's reciprocal-pair filter; with --compare,
+    paired t-tests of the key metrics (a model's also against its baselines, as the significance stage tests)."""
     pair = _propensity_pair(propensity)
-    with user_errors():
+    with user_errors(params if model is not None else None):
+        from .errors import ConfigError
         from .evaluation.score_report import report_table, score_files
         from .io import write_json
         from .pipeline.results import KEY_METRICS
 
-        report = score_files(dataset, scores, compare, KEY_METRICS, pair)
-        typer.echo(report_table(report))
+        if (scores is None) == (model is None):
+            raise ConfigError("give one of --scores (a score file) and --model (a model folder)")
+        if model is None:
+            report = score_files(dataset, scores, compare, KEY_METRICS, pair)
+            typer.echo(report_table(report))
+        else:
+            report = _evaluate_model(model, dataset, compare, scores_out, per_instance, pair, params)
         if out is not None:
             write_json(out, report)
+
+
+def _evaluate_model(folder: Path, dataset: Path, compare: Path | None, scores_out: Path | None,
+                    per_instance: Path | None, pair: Propensity | None, params: Path) -> dict:
+    """`raexmc evaluate --model`: the folder measured (model_search.evaluate_folder), its table and tests printed,
+    its score files and per-instance metrics written where asked; the report."""
+    import numpy as np
+
+    from .evaluation.model_search import evaluate_folder, per_instance_arrays
+    from .evaluation.score_file import save_scores
+    from .evaluation.score_report import opened_dataset, report_table, significance_lines
+    from .evaluation.significance import compare_runs, load_per_instance
+    from .io import atomic_file
+    from .pipeline.evaluation_folder import write_scores
+
+    p = load_settings(params)
+    with opened_dataset(dataset) as data:
+        metrics, result = evaluate_folder(folder, data, p, pair, keep_scores=scores_out is not None)
+    arrays = per_instance_arrays(result["per_instance"])
+    other = None if compare is None else load_per_instance(compare)
+    tests = compare_runs(arrays, list(p.significance.metrics), other, "--model", compare)
+    typer.echo("\n".join([report_table(metrics, list(result["per_instance"]), {}), *significance_lines(tests)]))
+    if scores_out is not None and scores_out.suffix == ".npz":
+        with atomic_file(scores_out, "wb") as handle:
+            save_scores(handle, result["scores"]["rae"])
+    elif scores_out is not None:
+        write_scores(scores_out, result["scores"])
+    if per_instance is not None:
+        with atomic_file(per_instance, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
+    return {**metrics, "significance": tests}
 
 
 @app.command()

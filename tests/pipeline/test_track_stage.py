@@ -53,7 +53,8 @@ def project(root: Path) -> Path:
 def track(root: Path) -> str:
     """What the track stage printed."""
     return subprocess.run([sys.executable, str(REPO / "stages" / "track.py"), "--dataset", "data/tiny", "--eval",
-                           "eval", "--significance", "significance.json", "--selection", "selection.json"],
+                           "eval", "--significance", "significance.json", "--selection", "selection.json",
+                           "--predictor", "predictor"],  # nothing ran in this execution: nothing to register
                           cwd=root, check=True, capture_output=True, text=True).stdout
 
 

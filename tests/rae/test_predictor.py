@@ -5,8 +5,10 @@ also after its folder has moved, `raexmc predict` reads arguments, files and std
 from __future__ import annotations
 
 import ast
+import dataclasses
 import gzip
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
 from raexmc.cli import app
@@ -31,10 +34,14 @@ from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache, text_of
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
+from raexmc.evaluation.model_search import embedded_queries, measure_model
+from raexmc.evaluation.propensity import table_propensity
+from raexmc.evaluation.score_file import read_scores
+from raexmc.evaluation.score_report import EvalData, score_metrics
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index
 from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
 from raexmc.memory.keys_values import memory_keys, training_values
-from raexmc.memory.merge import RaeRetrieval
+from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import saved_meta
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.packaging import packaged_model
@@ -42,7 +49,8 @@ from raexmc.rae.queries import parse_queries
 from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.ranking import top_k
 from raexmc.rae.scoring import rae_scores
-from tests.helpers import local_server, memory_search, reseal, write_params
+from raexmc.settings import load_settings
+from tests.helpers import REPO, local_server, memory_search, reseal, sh, write_params
 
 SETTINGS = {"lambda": 0.5, "b": 8, "tau": 0.04}
 RAE = RaeSettings(SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
@@ -316,6 +324,13 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
             assert [label["score"] for label in answer["labels"]] == pytest.approx(
                 [label["score"] for label in reference["labels"]], abs=1e-5)
     assert "ms/query" in from_stdin.stderr and "all 2 queries" in from_stdin.stderr
+    scored = cli("--scores-out", str(tmp_path / "preds.npz"), JYTHON, "a small unix")
+    assert scored.exit_code == 0 and scored.stdout == "", scored.output
+    matrix = read_scores(tmp_path / "preds.npz", 2, 5, 100)  # a score file, as `raexmc evaluate --scores` reads it
+    for row, line in zip(matrix, lines):
+        ranked = row.indices[np.argsort(-row.data)]
+        assert list(ranked[:2]) == [label["label"] for label in line["labels"]]
+        assert (np.diff(np.sort(row.data)) > 0).all(), "strictly decreasing: every tool ranks it alike"
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
@@ -615,6 +630,66 @@ def test_a_moved_model_scores_the_test_set_as_the_evaluate_stage_does(built, tmp
     # about 2.5e-5 a coordinate (padding and batch shape), which τ = 0.05 turns into about 1.3e-5 in a score
     from_texts = model.scores_for(model.encoder.embed_texts(texts))
     np.testing.assert_allclose(from_texts.toarray(), evaluated.toarray(), rtol=0, atol=1e-4)
+
+
+def stage_command(name: str, *args: str) -> list[str]:
+    """The stage's command as dvc.yaml runs it for data.name tiny, with `args` after it."""
+    command = YAML(typ="safe").load(REPO / "dvc.yaml")["stages"][name]["cmd"].replace("${data.name}", "tiny")
+    script, *options = command.split()[1:]
+    return [sys.executable, str(REPO / script), *options, *args]
+
+
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_raexmc_evaluate_scores_a_model_folder_as_the_evaluate_stage_does(built):
+    """The embed, tune, package and evaluate stages as dvc.yaml runs them, then `raexmc evaluate --model` on the
+    folder and the dataset alone: the folder's encoder gives the test texts the embed stage's vectors to the bit,
+    and every method's metrics are metrics.json's to every digit; the served search is the evaluated one, on the
+    CPU, and metrics.json says so."""
+    root = built.parents[1]
+    write_params(root, **{"data.name": "tiny", "tokenize.input_max_len": 16, "embed.batch_size": 4,
+                          "infer.val_fraction": 0.25, "infer.b": 8, "infer.b_sweep": [4, 8], "infer.ef_search": 50,
+                          "index.M": 8, "index.ef_construction": 50})
+    shutil.rmtree(built / "predictor")
+    for stage in ("embed", "tune", "package", "evaluate"):
+        sh(*stage_command(stage), cwd=root)
+    cli = sh(sys.executable, "-m", "raexmc.cli", "evaluate", "--model", "artifacts/tiny/predictor", "--dataset",
+             "data/tiny", "--out", "m.json", "--per-instance", "p.npz", cwd=root)
+    stage, ours = (json.loads(path.read_text()) for path in (built / "eval" / "metrics.json", root / "m.json"))
+    assert stage["knn"]["tau"] == json.loads((built / "tune" / "selection.json").read_text())["baselines"]["knn"]["tau"]
+    for name in ("rae", "dual_encoder", "knn", "memory", "propensity", "retrieval", "served"):
+        assert ours[name] == stage[name], name
+    assert stage["served"] == {"same_search": 1}
+    assert re.search(rf"^P@1 +{stage['rae']['P@1']:.2f} ", cli.stdout, re.M) and "rae_vs_knn: P@1 " in cli.stdout
+    stage_values, our_values = np.load(built / "eval" / "per_instance.npz"), np.load(root / "p.npz")
+    for key in our_values:
+        np.testing.assert_array_equal(our_values[key], stage_values[key])
+    model, dataset = RaeModel.load(built / "predictor"), Dataset(root / "data" / "tiny")
+    np.testing.assert_array_equal(embedded_queries(model, dataset, 4, "float32"),
+                                  np.load(built / "embeddings" / "test.npy"))
+
+
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_where_the_served_search_differs_both_are_scored_on_a_sample(built):
+    """A model searched by its HNSW graphs, served (made up here: on a GPU it is a CPU's exact search) by an exact
+    search with its first key left out: metrics.json's `served` holds RAE's headline through each on the sample,
+    the tiny test set whole, each what score_report gives of that search's own scores."""
+    root, model = built.parents[1], RaeModel.load(built / "predictor")
+    dataset, queries = Dataset(root / "data" / "tiny"), np.asarray(load_embeddings(built / "embeddings", "test"))
+    keys = memory_keys(built / "embeddings").copy()
+    keys[0] = -keys[0]  # training input t0 now points away from every query: the served search never finds it
+    exact = JointSearch(make_index("exact", keys[:4]), make_index("exact", keys[4:]))
+    served = dataclasses.replace(model, search=exact)
+    p = load_settings(write_params(root, **{"data.name": "tiny"}))
+    propensity = table_propensity(dataset.names)
+    metrics, _, _ = measure_model(model, dataset, queries, p, propensity, knn_tau=0.04, served=served)
+    test = EvalData(dataset.label_matrix("train"), dataset.label_matrix("test"), dataset.filter_matrix("test"),
+                    dataset.names)
+    expected = {name: score_metrics(test, searched.scores_for(queries), propensity)[0]
+                for name, searched in (("evaluated", model), ("served", served))}
+    assert metrics["served"]["same_search"] == 0 and metrics["served"]["queries"] == 2
+    for name in ("evaluated", "served"):
+        assert metrics["served"][name] == {k: expected[name][k] for k in metrics["served"][name]}, name
+    assert metrics["served"]["evaluated"]["P@1"] == metrics["rae"]["P@1"]
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)

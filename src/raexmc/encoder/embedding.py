@@ -35,31 +35,37 @@ def embed_splits(encoder: TextEncoder, cache: TokenCache, folder: Path | None, b
 
 def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None,
                 batch_size: int, dtype: str = "float32", rank: int = 0, world_size: int = 1) -> dict[str, float]:
-    """Write one split's embeddings to `target` (.npy); return its throughput. Under torch.distributed batch i
-    goes to rank i % world_size and rank 0 writes (the others pass target=None): every text is embedded in the
-    batch, of the shape, one process would use, so the file is a single process's to the bit."""
-    ids, lengths = cache.ids(split), cache.lengths(split)
-    dim = encoder.dim
-    storage = np.dtype(dtype)
-    out = None
-    if rank == 0:
-        out = new_memmap(target, storage, (len(lengths), dim))
+    """Write the embeddings of one split to `target` (.npy; rank 0, the other ranks pass None): embed_tokens of the
+    cache's rows. Return its throughput."""
+    lengths = cache.lengths(split)
+    out = new_memmap(target, np.dtype(dtype), (len(lengths), encoder.dim)) if rank == 0 else None
+    throughput = embed_tokens(encoder, cache.ids(split), lengths, out, batch_size, dtype,
+                              cache.folder / f"{split}.ids.npy", f"embed {split}", rank, world_size)
+    if out is not None:
+        out.flush()
+    return throughput
+
+
+def embed_tokens(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, out: np.ndarray | None,
+                 batch_size: int, dtype: str, source: Path, desc: str, rank: int = 0,
+                 world_size: int = 1) -> dict[str, float]:
+    """Write the vectors of token rows (ids, lengths), as `dtype`, into `out` (rank 0) in length-sorted batches,
+    checked (a bad row named by its row of `source`); return the throughput. The embed stage's one path, which
+    `raexmc evaluate --model` runs on test texts too. Under torch.distributed batch i goes to rank i % world_size
+    and rank 0 writes: every text is embedded in the batch one process would use, so the file is one process's
+    to the bit."""
     batches = length_sorted_batches(lengths, batch_size)
     started = time.perf_counter()
-    with progress_bar(total=len(lengths), desc=f"embed {split}", unit="text", mininterval=2.0,
-                      disable=rank != 0) as progress:
+    with progress_bar(total=len(lengths), desc=desc, unit="text", mininterval=2.0, disable=rank != 0) as progress:
         for first in range(0, len(batches), world_size):
             round_batches = batches[first:first + world_size]
             mine = round_batches[rank] if rank < len(round_batches) else None  # the last round may leave ranks idle
-            done = (mine, None if mine is None else
-                    encoder.embed(ids, lengths, mine).astype(storage))
+            done = (mine, None if mine is None else encoder.embed(ids, lengths, mine).astype(dtype))
             for rows, vectors in gather_to_first(done, rank, world_size):  # on rank 0 only
                 if rows is not None:
-                    check_vectors(vectors, rows, cache.folder / f"{split}.ids.npy")
+                    check_vectors(vectors, rows, source)
                     out[rows] = vectors
                     progress.update(len(rows))
-    if out is not None:
-        out.flush()
     seconds = time.perf_counter() - started
     return {"texts": int(len(lengths)), "seconds": round(seconds, 2),
             "texts_per_s": round(len(lengths) / max(seconds, 1e-9), 1)}

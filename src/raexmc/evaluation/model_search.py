@@ -1,16 +1,30 @@
-"""The evaluate stage's search: RAE's keys from the packaged model's own indexes, taken as `raexmc predict` takes
-them (RaeModel.keys, at each b its own retrieval depth), and the baselines' from the model's indexes where they
-hold every training input and label text, else from the index stage's; with the time spent searching."""
+"""A packaged model measured on a dataset's test set: what the evaluate stage and `raexmc evaluate --model` both run
+(`measure_model`). RAE's keys come from the model's own indexes, taken as `raexmc predict` takes them (RaeModel.keys,
+at each b its own retrieval depth); the baselines' from a search of every training input and label text, each at
+its own depth. Where the evaluation searches otherwise than the folder as served (an exact index on a GPU), RAE is
+also scored through the served search on a fixed sample of the test queries (`served_sample`)."""
 
 from __future__ import annotations
 
+import os
 import time
+from typing import Any
 
 import numpy as np
 
+from ..data.dataset import Dataset
+from ..errors import DataError
+from ..memory.hnsw import resolve_threads
+from ..memory.keys_values import training_values
 from ..memory.merge import JointSearch, prefix
-from ..rae.model import RaeModel
+from ..rae.model import QueryLambdaModel, RaeModel
+from ..settings import Settings
+from .evaluator import Evaluator
+from .methods import HEADLINE, KNN_B, EvalSettings, baseline_depth, evaluate_retrieval
+from .propensity import Propensity, chosen_propensity
 from .retrievals import BlockSearch, Retrievals
+
+SERVED_SAMPLE = 1000  # test queries the served search is scored on, where it is not the evaluated one
 
 
 class ModelSearch:
@@ -28,18 +42,15 @@ class ModelSearch:
 
     def __call__(self, rows: slice) -> Retrievals:
         started = time.perf_counter()
-        queries, own = self.queries[rows], self.model.search
-        shared = own is self.baselines
-        inputs, labels = own.search_parts(queries, max(self.depth, self.baseline_depth) if shared else self.depth)
-        base_inputs, base_labels = ((inputs, labels) if shared
-                                    else self.baselines.search_parts(queries, self.baseline_depth))
+        queries = self.queries[rows]
+        inputs, labels = self.model.search.search_parts(queries, self.depth)
+        base_inputs, base_labels = self.baselines.search_parts(queries, self.baseline_depth)
 
         def keys_at(b: int) -> tuple[np.ndarray, np.ndarray]:
             depth = self.depths[b]  # the model's own retrieval at b: what it answers a query with
             return self.model.at(b=b).keys(prefix(inputs, depth), prefix(labels, depth))
 
-        found = Retrievals(joint=keys_at(self.model.settings.b), labels=prefix(base_labels, self.baseline_depth),
-                           inputs=prefix(base_inputs, self.baseline_depth),
+        found = Retrievals(joint=keys_at(self.model.settings.b), labels=base_labels, inputs=base_inputs,
                            other_b={b: keys_at(b) for b in self.swept_b})
         self.seconds += time.perf_counter() - started
         return found
@@ -51,3 +62,109 @@ class ModelSearch:
 
     def queries_per_s(self) -> float:
         return round(len(self.queries) / max(self.seconds, 1e-9), 1)
+
+
+def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settings, propensity: Propensity, *,
+                  knn_tau: float, query_lambda: QueryLambdaModel | None = None, baselines: JointSearch | None = None,
+                  served: RaeModel | None = None, chunk: int | None = None, progress: bool = False,
+                  keep_scores: bool = False) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """(metrics, result, queries/s) of `model` (loaded with its search) on `data`'s test set, whose embeddings are
+    `queries`: RAE at its settings, its λ and b sweeps (`p.infer`), RAE at the per-query `query_lambda`, the dual
+    encoder and kNN (at `knn_tau`) from `baselines` (default: the model's own indexes, where they hold every
+    training input and label), optionally OvA+kNN; scored as `p.evaluate` says. `served`: the model as served, where
+    it searches otherwise than `model`. `result` is evaluate_retrieval's; metrics are what metrics.json holds but
+    the tune stage's selection."""
+    rae = model.settings
+    settings = EvalSettings(lam=rae.lam.fallback if rae.per_query else rae.lam, b=rae.b, tau=rae.tau, knn_tau=knn_tau,
+                            knn_b=KNN_B, lambda_sweep=list(p.infer.lambda_sweep), b_sweep=list(p.infer.b_sweep),
+                            propensity_ab=propensity.ab)
+    Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
+    evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), propensity.ab, model.values)
+    search = ModelSearch(model, baselines or model.search, queries, settings.b_sweep,
+                         baseline_depth(evaluator.exclude))
+    result = evaluate_retrieval(search.in_blocks(), evaluator, settings, with_ova_knn=p.infer.ova_knn,
+                                query_lambda=query_lambda, chunk=chunk, progress=progress,
+                                workers=resolve_threads(p.evaluate.threads), keep_scores=keep_scores)
+    methods = result["methods"]
+    metrics = {**methods, "knn": {**methods["knn"], "tau": knn_tau}, "memory": model.about.get("memory", {}),
+               "propensity": propensity.record(), "retrieval": {"depth": search.depth,
+                                                                "baseline_depth": search.baseline_depth},
+               "served": served_sample(model, served, queries, evaluator)}
+    if query_lambda is not None:
+        metrics["query_lambda"] = {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback}
+    return metrics, result, search.queries_per_s()
+
+
+def evaluate_folder(folder: str | os.PathLike, data: Dataset, p: Settings, propensity: Propensity | None = None,
+                    keep_scores: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`raexmc evaluate --model`: measure_model of the model folder on `data`, as the evaluate stage measures it,
+    its baselines from the folder's own indexes, kNN at the τ the folder records, RAE with a λ per query where the
+    folder's is one, and the test texts encoded by the folder's encoder as the embed stage encodes them (`p`'s
+    embed.batch_size and dtype, on search.device, where the indexes search)."""
+    from ..encoder.device import embed_batch_size
+    from ..memory.indexes import search_device
+
+    device = search_device(p.search)
+    model = RaeModel.load(folder, device)
+    memory = model.about.get("memory", {})  # what the package stage recorded of the memory the folder holds
+    if ((model.num_inputs, model.num_labels) != (data.size("train"), data.size("labels"))
+            or memory.get("compression", "none") != "none" or memory.get("prototypes")):
+        raise DataError(f"the model's {model.num_inputs} input and {model.num_labels} label keys are not the "
+                        f"dataset's {data.size('train')} training inputs and {data.size('labels')} labels, each its "
+                        "own: the baselines search those (a smaller, compressed or prototype memory holds others)",
+                        folder)
+    batch = embed_batch_size(p.embed.batch_size, device, key="embed.batch_size")
+    queries = embedded_queries(model, data, batch, p.embed.dtype)
+    served = served_model(folder, model, device)
+    knn_tau = model.about.get("selection", {}).get("knn_tau", model.settings.tau)  # the package stage's record
+    metrics, result, _ = measure_model(
+        model, data, queries, p, propensity or chosen_propensity(p.evaluate.propensity, data.names), knn_tau=knn_tau,
+        query_lambda=model.settings.lam if model.settings.per_query else None, served=served, progress=True,
+        keep_scores=keep_scores)
+    return metrics, result
+
+
+def embedded_queries(model: RaeModel, data: Dataset, batch_size: int, dtype: str) -> np.ndarray:
+    """The vectors of `data`'s test inputs (float32): their texts by the model's recipe and tokenizer as the token
+    cache holds them, embedded as the embed stage embeds them (embed_tokens, in batches of `batch_size`, stored as
+    `dtype`)."""
+    from ..encoder.embedding import embed_tokens
+    from ..encoder.tokens import record_input
+
+    encoder = model.encoder
+    ids, lengths = encoder.tokenize([record_input(record, model.input_fields, encoder.max_len)
+                                     for record in data.texts("test")])
+    vectors = np.empty((len(lengths), encoder.dim), np.dtype(dtype))
+    embed_tokens(encoder, ids, lengths, vectors, batch_size, dtype, data.text_path("test"), "embed test")
+    return vectors.astype(np.float32)
+
+
+def per_instance_arrays(per_instance: dict[str, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """evaluate_retrieval's per-instance values as per_instance.npz holds them: "method/metric" -> values."""
+    return {f"{method}/{metric}": values for method, arrays in per_instance.items()
+            for metric, values in arrays.items()}
+
+
+def served_model(folder: str | os.PathLike, model: RaeModel, device: str) -> RaeModel | None:
+    """The model of `folder` as served, on the CPU, where it searches otherwise than `model` on `device` (an exact
+    index on a GPU); None where it is the same search (a graph searches on the CPU anyway)."""
+    exact = "exact" in (model.search.inputs.backend, model.search.labels.backend)
+    return RaeModel.load(folder, needs=("search",)) if device != "cpu" and exact else None
+
+
+def served_sample(model: RaeModel, served: RaeModel | None, queries: np.ndarray, evaluator: Evaluator,
+                  size: int = SERVED_SAMPLE) -> dict[str, Any]:
+    """RAE's headline metrics on a fixed sample of `size` test queries (evenly spaced) through the evaluated search
+    of `model` and through the `served` one's; {"same_search": 1} alone where the served search is the evaluated
+    one (`served` None)."""
+    if served is None:
+        return {"same_search": 1}
+    rows = np.unique(np.linspace(0, len(queries) - 1, min(size, len(queries))).astype(np.int64))
+    sample = Evaluator(evaluator.Y_train, evaluator.truth[rows], evaluator.exclude[rows], evaluator.propensity_ab,
+                       evaluator.memory_values)
+
+    def headline(scored: RaeModel) -> dict[str, float]:
+        summary, _ = sample.summary(sample.rank(len(rows), lambda chunk: scored.scores_for(queries[rows][chunk])))
+        return {name: summary[name] for name in HEADLINE}
+
+    return {"same_search": 0, "queries": len(rows), "evaluated": headline(model), "served": headline(served)}

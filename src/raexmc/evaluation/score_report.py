@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,12 +44,14 @@ def _eval_data(data: Dataset) -> EvalData:
     return EvalData(data.label_matrix("train"), data.label_matrix("test"), data.filter_matrix("test"), data.names)
 
 
-def read_eval_data(folder: str | os.PathLike) -> EvalData:
-    """The test set of a download stage's dataset folder, or of an LF or NGAME folder (named as the folder is,
-    so the propensity table knows a benchmark's)."""
+@contextmanager
+def opened_dataset(folder: str | os.PathLike) -> Iterator[Dataset]:
+    """A download stage's dataset folder, or an LF or NGAME folder read into a temporary one (named as the folder
+    is, so the propensity table knows a benchmark's) for as long as the context lasts."""
     folder = Path(folder)
     if (folder / "stats.json").is_file():
-        return _eval_data(Dataset(folder))
+        yield Dataset(folder)
+        return
     if not folder.is_dir():
         raise DataError("dataset folder not found: give data/<name> or a folder in the LF or NGAME layout", folder)
     reader = read_layout(folder)
@@ -57,7 +60,7 @@ def read_eval_data(folder: str | os.PathLike) -> EvalData:
         target = Path(tmp) / folder.resolve().name
         write_dataset(target, reader.labels, reader.train, reader.test, reader.filters,
                       {"source": "local", "path": str(folder.resolve()), "layout": reader.layout}, origins)
-        return _eval_data(Dataset(target))
+        yield Dataset(target)
 
 
 def score_metrics(test: EvalData, scores: sp.csr_matrix, propensity: Propensity) -> tuple[dict[str, Any],
@@ -74,7 +77,8 @@ def score_files(dataset: str | os.PathLike, scores: str | os.PathLike, compare: 
     """{"scores": metrics, "compare": metrics (with `compare`), "scores_vs_compare": {metric: paired t-test in
     percentage points} for the `tested` metrics, "propensity": the pair used (the table's for the dataset's names
     unless given), "files": the paths}."""
-    test = read_eval_data(dataset)
+    with opened_dataset(dataset) as data:
+        test = _eval_data(data)
     propensity = propensity or table_propensity(test.names)
     shape = test.Y_test.shape
     files = {"scores": scores, **({} if compare is None else {"compare": compare})}
@@ -89,20 +93,32 @@ def score_files(dataset: str | os.PathLike, scores: str | os.PathLike, compare: 
     return report
 
 
-def report_table(report: dict[str, Any]) -> str:
-    """The report as aligned text: a row per metric (macro-F1@5 per segment last), a column per file, and with a
-    comparison the paired t-test's mean difference and p-value of each tested metric."""
-    columns = [name for name in ("scores", "compare") if name in report]
-    tests = report.get("scores_vs_compare", {})
-    metrics = [name for name in report["scores"] if name != f"macro-F1@{F1_K}"]
-    rows = [(name, [report[c][name] for c in columns], tests.get(name)) for name in metrics]
+def report_table(report: dict[str, Any], columns: Sequence[str] = ("scores", "compare"),
+                 tests: dict[str, Any] | None = None) -> str:
+    """The report as aligned text: a row per metric (macro-F1@5 per segment last), a column per file (or method) of
+    `columns` that it has, and with `tests` (default: the comparison's) each tested metric's paired t-test mean
+    difference and p-value."""
+    columns = [name for name in columns if name in report]
+    tests = report.get("scores_vs_compare", {}) if tests is None else tests
+    first = report[columns[0]]
+    metrics = [name for name in first if name != f"macro-F1@{F1_K}" and not isinstance(first[name], dict)]
+    rows = [(name, [report[c].get(name) for c in columns], tests.get(name)) for name in metrics]
     rows += [(f"macro-F1@{F1_K} {segment}", [report[c][f"macro-F1@{F1_K}"][segment] for c in columns], None)
-             for segment in report["scores"][f"macro-F1@{F1_K}"]]
+             for segment in first[f"macro-F1@{F1_K}"]]
     width = max(len(name) for name, _, _ in rows)
+    cell = max(8, *map(len, columns))
     propensity = report["propensity"]
     lines = [f"PSP@k: A={propensity['A']:g}, B={propensity['B']:g} ({propensity['source']})",
-             f"{'metric':<{width}}  " + "  ".join(f"{c:>8}" for c in columns) + ("  difference (p)" if tests else "")]
+             f"{'metric':<{width}}  " + "  ".join(f"{c:>{cell}}" for c in columns)
+             + ("  difference (p)" if tests else "")]
     for name, cells, test in rows:
-        line = f"{name:<{width}}  " + "  ".join(f"{'-' if v is None else f'{v:.2f}':>8}" for v in cells)
+        line = f"{name:<{width}}  " + "  ".join(f"{'-' if v is None else f'{v:.2f}':>{cell}}" for v in cells)
         lines.append(line + ("" if test is None else f"  {test['mean_diff']:+.2f} (p {p_value_text(test)})"))
     return "\n".join(lines)
+
+
+def significance_lines(report: dict[str, dict[str, Any]]) -> list[str]:
+    """A significance report (significance.compare_runs) as one line per pair: each metric's mean difference
+    (percentage points) and p-value."""
+    return [f"{pair}: " + ", ".join(f"{metric} {test['mean_diff']:+.2f} (p {p_value_text(test)})"
+                                    for metric, test in tests.items()) for pair, tests in report.items()]

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..evaluation.methods import segment_rows
+from ..evaluation.model_search import per_instance_arrays
 from ..evaluation.selection_file import Selection
 from ..io import atomic_dir, write_json
 from .plots import line_plot, segment_bars
@@ -25,9 +26,7 @@ def write_evaluation(out: str | os.PathLike, metrics: dict[str, Any], result: di
     by segment and the validation and test curves (`selection`), as rows (.json, for `dvc plots`) and plots (.png)."""
     with atomic_dir(out) as folder:
         write_json(folder / "metrics.json", metrics)
-        np.savez_compressed(folder / "per_instance.npz", **{f"{method}/{metric}": values
-                                                           for method, arrays in result["per_instance"].items()
-                                                           for metric, values in arrays.items()})
+        np.savez_compressed(folder / "per_instance.npz", **per_instance_arrays(result["per_instance"]))
         segments, chosen_rows = segment_rows(result["methods"]), selection.lambda_rows(result["lambda_sweep"])
         for name, rows in (("lambda_sweep", result["lambda_sweep"]), ("b_sweep", result["b_sweep"]),
                            ("segments_f1", segments), ("lambda_selection", chosen_rows)):
