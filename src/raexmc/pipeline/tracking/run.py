@@ -2,7 +2,8 @@
 
 One MLflow run per pipeline execution: every stage of one `dvc repro` or `dvc exp run` finds the
 run by a key derived from params.yaml, the git commit it runs and the DVC experiment name, and logs its
-params, metrics, duration and artifacts into it. The store defaults to SQLite at the project
+params, metrics, duration and artifacts into it, through the journal (journal.py) that one process writes to the
+store (stage_journal says which). The store defaults to SQLite at the project
 root so that `--temp` and queued experiments (which run in copies) land in the same place;
 MLFLOW_TRACKING_URI overrides it.
 """
@@ -289,13 +290,13 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
             yield run
         guard.check()  # the stage's results were made with the params it read: else FAILED, so DVC records nothing
     except Terminated:
-        _mark_ended(run, "KILLED")
+        _mark_ended(run, "KILLED", writes)
         raise SystemExit(128 + signal.SIGTERM) from None
     except KeyboardInterrupt:
-        _mark_ended(run, "KILLED")
+        _mark_ended(run, "KILLED", writes)
         raise
     except BaseException:
-        _mark_ended(run, "FAILED")
+        _mark_ended(run, "FAILED", True)
         raise
     run.metrics({"duration_s": round(time.monotonic() - started, 3)})
     run._log(status="FINISHED")
@@ -303,9 +304,11 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
         write_journal(journal, run.opening)
 
 
-def _mark_ended(run: StageRun, status: str) -> None:
-    """Write the journal and close the run of a stage that ends by an error, unless the store cannot take it (the
-    error that is on its way out, such as that very store's, is the one to report)."""
+def _mark_ended(run: StageRun, status: str, write: bool) -> None:
+    """Journal the end of a stage that ends by an error and, with `write`, write the journal to the store, unless
+    the store cannot take it (the error that is on its way out, such as that very store's, is the one to report).
+    A killed stage DVC runs leaves it to the next writer: importing MLflow would hold up its exit by seconds."""
     with suppress(StorageError, OSError):
         run.journal.append({"run": run.opening["run"], "status": status})
-        write_journal(run.journal, run.opening)
+        if write:
+            write_journal(run.journal, run.opening)
