@@ -4,7 +4,8 @@
     python bench/stage_resources.py --name foldoc -S encoder.mode=fine-tuned --tag fine-tuned-gpu --keep-eval
 
 Runs each stage's command from dvc.yaml directly (so the numbers are the stage's own, and the
-pipeline runs where DVC is not installed, e.g. an offline GPU machine), with a copy of
+pipeline runs where DVC is not installed, e.g. an offline GPU machine), as DVC runs them where track is one of them
+(DVC_STAGE set: each stage journals its MLflow logs, which track writes to the store), with a copy of
 params.yaml whose data.name is NAME and whose keys are set by `-S key=value` as `dvc exp run -S`
 sets them. CPU seconds are the stage's user + system time; peak memory is the largest resident set of the stage's
 process tree (os.wait4), so no /usr/bin/time is needed; output bytes are the sizes of the stage's `outs` in
@@ -41,7 +42,17 @@ def dvc_stages() -> dict[str, dict]:
 
 
 def stage_commands(name: str) -> dict[str, list[str]]:
-    return {stage: shlex.split(spec["cmd"].replace("${data.name}", name)) for stage, spec in dvc_stages().items()}
+    """Each stage's command, in an order DVC may run them: a stage after those whose outputs it reads."""
+    specs, ordered = dvc_stages(), {}
+    outs = {stage: [next(iter(o)) if isinstance(o, dict) else o for o in spec.get("outs", [])]
+            for stage, spec in specs.items()}
+    while len(ordered) < len(specs):
+        for stage, spec in specs.items():
+            needs = {other for other, paths in outs.items() for dep in spec.get("deps", []) for path in paths
+                     if other != stage and (dep == path or dep.startswith(f"{path}/"))}
+            if stage not in ordered and needs <= set(ordered):
+                ordered[stage] = shlex.split(spec["cmd"].replace("${data.name}", name))
+    return ordered
 
 
 def output_bytes(stage: str, name: str) -> int:
@@ -54,12 +65,12 @@ def output_bytes(stage: str, name: str) -> int:
     return total
 
 
-def measure(command: list[str]) -> dict[str, float]:
+def measure(command: list[str], env: dict[str, str]) -> dict[str, float]:
     """Run a command to its end, passing its stderr (progress bars, ETAs) through; its wall time, CPU time
     (user + system, all threads and children: unlike the wall time it hardly changes when other jobs share the
     cores) and the peak RSS of its process tree."""
     started = time.monotonic()
-    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, env={**os.environ, **env})
     tail = b""
     while chunk := os.read(proc.stderr.fileno(), 65536):
         sys.stderr.buffer.write(chunk)
@@ -119,18 +130,22 @@ def main(name: str = typer.Option("foldoc", help="Dataset (a file of datasets/, 
     rerun = rerun_command(without_out(sys.argv[1:]))
     earlier = previous.get("command")
     command_line = rerun if earlier in (None, rerun) else f"{earlier} && {rerun}"
-    report = {}
-    for stage, command in stage_commands(name).items():
-        if chosen and stage not in chosen:
-            continue
-        command = [sys.executable if part == "python" else part for part in command] + ["--params", str(params_file)]
-        report[stage] = {**measure(command), "output_bytes": output_bytes(stage, name)}
-        if stage == "evaluate":  # its search rate goes to MLflow alone: the record keeps it for results_table.py
-            metrics = json.loads((ROOT / "artifacts" / name / "eval" / "metrics.json").read_text())
-            report[stage]["queries_per_s"] = logged_figure("evaluate", "retrieval.queries_per_s", metrics)
-        print(f"{stage}: {report[stage]}", flush=True)
+    report, commands = {}, {s: c for s, c in stage_commands(name).items() if not chosen or s in chosen}
+
+    def save() -> None:
         out.write_text(json.dumps({**previous, **report, **({"overrides": set_params} if set_params else {}),
                                    "command": command_line}, indent=2) + "\n")
+
+    for stage, command in commands.items():
+        command = [sys.executable if part == "python" else part for part in command] + ["--params", str(params_file)]
+        env = {"DVC_STAGE": stage} if "track" in commands else {}
+        report[stage] = {**measure(command, env), "output_bytes": output_bytes(stage, name)}
+        print(f"{stage}: {report[stage]}", flush=True)
+        save()
+    if "evaluate" in report:  # its search rate goes to MLflow alone: the record keeps it for results_table.py
+        metrics = json.loads((ROOT / "artifacts" / name / "eval" / "metrics.json").read_text())
+        report["evaluate"]["queries_per_s"] = logged_figure("evaluate", "retrieval.queries_per_s", metrics)
+        save()
     if keep_eval:
         kept = ROOT / "bench" / "results" / "runs" / f"{name}{suffix}"
         kept.mkdir(parents=True, exist_ok=True)

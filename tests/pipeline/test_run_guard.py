@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from raexmc.errors import ConcurrentRunError
-from raexmc.pipeline.tracking.dvc_command import set_params
+from raexmc.pipeline.tracking.dvc_command import dvc_targets, set_params
 from raexmc.pipeline.tracking.run import stage_run
 from test_tracking import runs
 from tests.helpers import write_params
@@ -20,6 +20,14 @@ def test_set_params_reads_each_override_of_a_dvc_exp_run():
     assert set_params(args) == [("params.yaml", "infer.lambda", "0.3"), ("params.yaml", "train.lr", "3e-4"),
                                 ("params.yaml", "infer.b", "50"), ("params.yaml", "new.key", "a=b")]
     assert set_params(["repro", "-S", "infer.lambda=0.3"]) == []
+
+
+def test_dvc_targets_are_the_stages_a_repro_or_exp_run_may_name():
+    """The stage a command names runs last, so it writes the MLflow journal; a whole pipeline ends with track."""
+    assert dvc_targets(["repro"]) == [] and dvc_targets(["exp", "run", "--temp"]) == []
+    assert dvc_targets(["repro", "-f", "--single-item", "dvc.yaml:evaluate"]) == ["evaluate"]
+    assert dvc_targets(["exp", "run", "-S", "infer.b=50", "download"]) == ["infer.b=50", "download"]
+    assert dvc_targets(["exp", "exec-run", "--infofile", "x.run"]) is None, "a queued experiment: not read here"
 
 
 def test_params_changed_under_a_stage_stop_its_logging_and_fail_its_run(project):

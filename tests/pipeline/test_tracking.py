@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -21,14 +22,28 @@ def runs():
     return client, client.search_runs([experiment.experiment_id])
 
 
-def test_stages_of_one_execution_share_a_run(project):
+@pytest.fixture(params=["by hand", "under DVC"])
+def mode(request, monkeypatch):
+    """A stage run by hand writes its MLflow run itself; a stage DVC runs journals it for the track stage."""
+    if request.param == "under DVC":
+        monkeypatch.setenv("DVC_STAGE", "some-stage")
+    return request.param
+
+
+def test_stages_of_one_execution_share_a_run(project, mode):
     with stage_run("download") as run:
         run.params({"data": {"name": "tiny"}})
         run.metrics({"N_train": 4, "segments": {"head": 1}})
-        (project / "stats.json").write_text("{}")
+        (project / "stats.json").write_text('{"N_train": 4}')
         run.artifact(project / "stats.json")
+    (project / "new.json").write_text("{}")
+    (project / "new.json").rename(project / "stats.json")  # as a rerun replaces an output: the logged bytes stay
     with stage_run("tokenize") as run:
         run.params({"data.name": "tiny", "tokenize.max_len": 8})
+    if mode == "under DVC":
+        assert not Path(tracking_uri().removeprefix("sqlite:///")).exists(), "no stage but track opens the store"
+        with stage_run("track"):
+            pass
     client, found = runs()
     assert len(found) == 1
     data = found[0].data
@@ -38,7 +53,26 @@ def test_stages_of_one_execution_share_a_run(project):
     assert data.tags["dvc_experiment"] == "workspace"
     assert "mlflow.source.git.commit" not in data.tags, "no commit outside git (not a made-up one)"
     assert [a.path for a in client.list_artifacts(found[0].info.run_id, "download")] == ["download/stats.json"]
+    logged = client.download_artifacts(found[0].info.run_id, "download/stats.json", str(project / "got"))
+    assert Path(logged).read_text() == '{"N_train": 4}'
     assert found[0].info.status == "FINISHED"
+    assert not (project / ".dvc" / "tmp" / "raexmc-journal").exists(), "the journal is emptied once written"
+
+
+_STAGE_UNDER_DVC = """
+import sys
+from raexmc.pipeline.tracking.run import stage_run
+with stage_run("evaluate") as run:
+    run.metrics({"rae": {"P@1": 50.0}})
+print(sorted(name for name in ("mlflow", "sqlalchemy", "alembic") if name in sys.modules))
+"""
+
+
+def test_a_stage_dvc_runs_imports_no_mlflow(project):
+    """Importing MLflow and its store's ORM cost each stage process some 2.7 CPU s: only the track stage pays it."""
+    proc = subprocess.run([sys.executable, "-c", _STAGE_UNDER_DVC], capture_output=True, text=True, check=True,
+                          env={**os.environ, "DVC_STAGE": "evaluate"})
+    assert proc.stdout.strip() == "[]", proc.stderr
 
 
 def test_a_changed_entry_of_the_chosen_dataset_starts_a_new_run(project):
@@ -72,7 +106,7 @@ def test_changed_params_or_experiment_start_a_new_run(project, monkeypatch):
     assert {r.info.run_name for r in found} >= {"sleek-gnus"}
 
 
-def test_a_failing_stage_marks_the_run_failed(project):
+def test_a_failing_stage_marks_the_run_failed(project, mode):
     with pytest.raises(RuntimeError):
         with stage_run("download"):
             raise RuntimeError("boom")
@@ -89,11 +123,16 @@ with stage_run("train"):
 """
 
 
-def test_a_killed_stage_marks_the_run_killed_and_exits_143(project):
+def test_a_killed_stage_marks_the_run_killed_and_exits_143(project, mode):
     stage = subprocess.Popen([sys.executable, "-c", STAGE_UNTIL_KILLED], stdout=subprocess.PIPE, text=True)
     assert stage.stdout.readline().strip() == "ready"
     stage.send_signal(signal.SIGTERM)
     assert stage.wait(timeout=30) == 128 + signal.SIGTERM
+    if mode == "under DVC":  # it exits at once, and the next writer of the journal (track) closes the run
+        with stage_run("track") as track:
+            assert track.stages_run() == set(), "the killed stage never ended"
+            assert runs()[1][0].info.status == "KILLED"
+        return
     _, found = runs()
     assert found[0].info.status == "KILLED"
 

@@ -12,15 +12,16 @@ from pathlib import Path
 RECORD_FILES = ("stats.json", "source.json")
 
 
-def dataset_input(folder: Path, name: str, context: str):
-    """An mlflow DatasetInput for the dataset folder `folder` named `name`, used by the run as `context`."""
+def dataset_input(uri: str, name: str, digest: str, context: str):
+    """An mlflow DatasetInput for the dataset folder at `uri` named `name` (its folder_digest `digest`), used by
+    the run as `context`."""
     from mlflow.data import get_dataset_source_from_json
     from mlflow.data.meta_dataset import MetaDataset
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-    source = get_dataset_source_from_json(json.dumps({"uri": str(folder.resolve())}), "local")
-    dataset = MetaDataset(source, name=name, digest=folder_digest(folder))
+    source = get_dataset_source_from_json(json.dumps({"uri": uri}), "local")
+    dataset = MetaDataset(source, name=name, digest=digest)
     return DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
 
 

@@ -1,4 +1,4 @@
-"""The `dvc` command line that runs this stage, read from /proc: the params it set with `-S`."""
+"""The `dvc` command line that runs this stage, read from /proc: the params it set with `-S`, the stages it names."""
 
 from __future__ import annotations
 
@@ -74,3 +74,11 @@ def set_params(args: list[str]) -> list[tuple[str, str, str]]:
         if sep and key and not key.startswith("~"):
             found.append((file or "params.yaml", key, value))
     return found
+
+
+def dvc_targets(args: list[str]) -> list[str] | None:
+    """The stage names a `dvc repro` or `dvc exp run` command line may name as its targets: each word that is not
+    an option (an option's value too, which is harmless where it only has a stage write its journal), less its
+    dvc.yaml's path; None for another command (a queued experiment's `dvc exp exec-run`)."""
+    words = args[1:] if args[:1] == ["repro"] else args[2:] if args[:2] == ["exp", "run"] else None
+    return None if words is None else [word.rpartition(":")[2] for word in words if not word.startswith("-")]

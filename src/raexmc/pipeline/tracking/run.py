@@ -2,7 +2,8 @@
 
 One MLflow run per pipeline execution: every stage of one `dvc repro` or `dvc exp run` finds the
 run by a key derived from params.yaml, the git commit it runs and the DVC experiment name, and logs its
-params, metrics, duration and artifacts into it. The store defaults to SQLite at the project
+params, metrics, duration and artifacts into it, through the journal (journal.py) that one process writes to the
+store (stage_journal says which). The store defaults to SQLite at the project
 root so that `--temp` and queued experiments (which run in copies) land in the same place;
 MLFLOW_TRACKING_URI overrides it.
 """
@@ -14,22 +15,27 @@ import logging
 import math
 import os
 import signal
+import sqlite3
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from ...errors import StorageError, first_line
-from .dataset_input import dataset_input
+from .dataset_input import dataset_input, folder_digest
+from .dvc_command import dvc_command, dvc_targets
 from .guard import ParamsGuard
 from .identity import PIPELINE_TAG, UNCOMMITTED, experiment_name, git_commit, pipeline_key, pipeline_params
+from .journal import JOURNAL, Journal
 from .names import flatten, metric_name
-from .paths import project_root
+from .paths import project_root, working_copy
 from .signals import Terminated, sigterm_raises
 
 EXPERIMENT = "rae-xmc"
+WRITER = "track"  # the stage that writes the journal: DVC runs it last, every time
 
 
 def tracking_uri() -> str:
@@ -49,13 +55,30 @@ _SQLITE_HEADER = b"SQLite format 3\0"
 def readable_store() -> Iterator[None]:
     """A store SQLite cannot open or read (not a database, truncated, unreadable) as one line
     naming the file, instead of SQLAlchemy's traceback (and MLflow's minutes of retries)."""
-    if urlparse(tracking_uri()).scheme == "sqlite":
-        try:
-            _sqlite_header()
-        except OSError as exc:
-            raise _store_error(exc.strerror) from None
+    check_store()
     with store_errors():
         yield
+
+
+def check_store() -> None:
+    """A SQLite store that cannot be opened or read, as one line naming the file, without importing MLflow: its
+    header (an unreadable file, a folder or another kind of file fails there), then SQLite's check of its pages."""
+    path = Path(store_file())
+    if urlparse(tracking_uri()).scheme != "sqlite" or not path.exists():
+        return  # MLflow creates it
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(_SQLITE_HEADER))
+        if head and head != _SQLITE_HEADER:
+            raise sqlite3.DatabaseError("file is not a database")
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            answer = db.execute("PRAGMA quick_check").fetchone()[0]
+    except OSError as exc:
+        raise _store_error(exc.strerror) from None
+    except sqlite3.DatabaseError as exc:
+        raise _store_error(first_line(exc)) from None
+    if answer != "ok":
+        raise _store_error("database disk image is malformed")
 
 
 @contextmanager
@@ -122,127 +145,170 @@ def one_opener_at_a_time() -> Iterator[None]:
         yield
 
 
-def _sqlite_header() -> None:
-    """Read the store's first bytes: an unreadable file, a folder or another kind of file fails here."""
-    path = Path(store_file())
-    if not path.exists():
-        return  # MLflow creates it
-    with open(path, "rb") as handle:
-        head = handle.read(len(_SQLITE_HEADER))
-    if head and head != _SQLITE_HEADER:
-        raise OSError(0, "file is not a database", str(path))
-
-
 class StageRun:
-    """Logs one stage's params, metrics and artifacts into the pipeline's MLflow run, each only
-    after checking that the params file is still the one the stage ran with."""
+    """Journals one stage's params, metrics and artifacts for the pipeline's MLflow run, each only after checking
+    that the params file is still the one the stage ran with."""
 
-    def __init__(self, client, run_id: str, stage: str, guard: ParamsGuard):
-        self.client, self._run_id, self.stage, self.guard = client, run_id, stage, guard
+    def __init__(self, journal: Journal, opening: dict[str, Any], stage: str, guard: ParamsGuard):
+        self.journal, self.opening, self.stage, self.guard = journal, opening, stage, guard
+
+    def _log(self, **entry: Any) -> None:
+        self.guard.check()
+        self.journal.append({"run": self.opening["run"], **entry})
 
     @property
     def run_id(self) -> str:
-        """The run's id, for logging done elsewhere (the model registry): checked like every log."""
+        """The run's id, for logging done elsewhere (the model registry): the journal is written to the store first."""
         self.guard.check()
-        return self._run_id
+        return write_journal(self.journal, self.opening)
 
     def params(self, values: Mapping[str, Any]) -> None:
-        from mlflow.entities import Param
-
-        self.guard.check()
-        with store_errors():
-            logged = self.client.get_run(self._run_id).data.params
-            fresh = [Param(k, str(v)[:6000]) for k, v in flatten(values).items() if k not in logged]
-            for start in range(0, len(fresh), 100):
-                self.client.log_batch(self._run_id, params=fresh[start:start + 100])
+        self._log(params={k: str(v)[:6000] for k, v in flatten(values).items()})
 
     def metrics(self, values: Mapping[str, float], step: int = 0) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        batch = [Metric(metric_name(f"{self.stage}/{k}"), float(v), now, step) for k, v in flatten(values).items()
-                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-        self.guard.check()
-        with store_errors():
-            for start in range(0, len(batch), 1000):
-                self.client.log_batch(self._run_id, metrics=batch[start:start + 1000])
+        now = int(time.time() * 1000)  # when the stage had them, not when the journal is written
+        self._log(metrics=[[metric_name(f"{self.stage}/{k}"), float(v), now, step] for k, v in flatten(values).items()
+                           if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)])
 
     def artifact(self, path: str | os.PathLike) -> None:
-        self.guard.check()
-        self.client.log_artifact(self._run_id, str(path), artifact_path=self.stage)
+        self._log(artifact=self.journal.keep(path), under=self.stage)
 
     def dataset(self, folder: Path, name: str, context: str) -> None:
         """Log the dataset folder the run used as its dataset input (once: the store keeps one of each)."""
-        self.guard.check()
-        with store_errors():
-            self.client.log_inputs(self._run_id, datasets=[dataset_input(folder, name, context)])
+        self._log(dataset={"uri": str(folder.resolve()), "name": name, "digest": folder_digest(folder),
+                           "context": context})
 
     def stages_run(self) -> set[str]:
         """Stages that ran in this execution (each logs its duration when it ends)."""
-        metrics = self.client.get_run(self._run_id).data.metrics
+        run_id = write_journal(self.journal, self.opening)
+        with store_errors():
+            metrics = _client().get_run(run_id).data.metrics
         return {name.split("/")[0] for name in metrics if name.endswith("/duration_s")}
 
     def for_stage(self, stage: str) -> StageRun:
         """The same run, logging under another stage's names (for outputs DVC restored from its
         run cache, whose stage did not run and so logged nothing)."""
-        return StageRun(self.client, self._run_id, stage, self.guard)
+        return StageRun(self.journal, self.opening, stage, self.guard)
 
 
-def _pipeline_run(client, guard: ParamsGuard) -> str:
-    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
-
-    root = project_root()
-    experiment = client.get_experiment_by_name(EXPERIMENT)
-    experiment_id = (experiment.experiment_id if experiment else
-                     client.create_experiment(EXPERIMENT, artifact_location=(root / "mlartifacts").as_uri()))
+def _opening(guard: ParamsGuard) -> dict[str, Any]:
+    """The entry that finds the pipeline's run, or creates it with its tags, name and every param."""
     commit, exp_name = git_commit(Path.cwd()), experiment_name()
     key = pipeline_key(guard.path, guard.content or b"", commit, exp_name)
+    tags = {PIPELINE_TAG: key, "dvc_experiment": exp_name}
+    if commit != UNCOMMITTED:  # under MLflow's own key, which its UI shows as the run's source version
+        tags["mlflow.source.git.commit"] = commit
+    return {"run": key, "open": {"tags": tags, "name": exp_name if exp_name != "workspace" else f"workspace-{key[:8]}",
+                                 "params": {k: str(v)[:6000] for k, v in flatten(pipeline_params(guard.path)).items()}}}
+
+
+def _client():
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri())
+
+
+def _pipeline_run(client, key: str, opening: dict[str, Any]) -> str:
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    experiment_id = (experiment.experiment_id if experiment else
+                     client.create_experiment(EXPERIMENT, artifact_location=(project_root() / "mlartifacts").as_uri()))
     found = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_TAG}` = '{key}'", max_results=1)
     if found:
         return found[0].info.run_id
-    tags = {PIPELINE_TAG: key, "dvc_experiment": exp_name}
-    if commit != UNCOMMITTED:  # under MLflow's own key, which its UI shows as the run's source version
-        tags[MLFLOW_GIT_COMMIT] = commit
-    run_name = exp_name if exp_name != "workspace" else f"workspace-{key[:8]}"
-    run_id = client.create_run(experiment_id, tags=tags, run_name=run_name).info.run_id
-    StageRun(client, run_id, "pipeline", guard).params(pipeline_params(guard.path))
+    run_id = client.create_run(experiment_id, tags=opening["tags"], run_name=opening["name"]).info.run_id
+    _log_params(client, run_id, opening["params"])
     return run_id
+
+
+def _log_params(client, run_id: str, params: dict[str, str]) -> None:
+    """Those of `params` the run lacks (MLflow refuses to change a param)."""
+    from mlflow.entities import Param
+
+    logged = client.get_run(run_id).data.params
+    fresh = [Param(k, v) for k, v in params.items() if k not in logged]
+    for start in range(0, len(fresh), 100):
+        client.log_batch(run_id, params=fresh[start:start + 100])
+
+
+def write_journal(journal: Journal, opening: dict[str, Any]) -> str:
+    """Write the journal's entries into their runs, found or created (`opening`'s among them), in the order the
+    stages logged them; empty the journal and return the id of `opening`'s run."""
+    from mlflow.entities import Metric
+
+    entries = journal.entries()
+    openings = {entry["run"]: entry["open"] for entry in [opening, *entries] if "open" in entry}
+    with readable_store(), one_opener_at_a_time():
+        client = _client()
+        ids = {key: _pipeline_run(client, key, value) for key, value in openings.items()}
+    with store_errors():
+        for entry in entries:
+            run_id = ids[entry["run"]]
+            if "params" in entry:
+                _log_params(client, run_id, entry["params"])
+            for start in range(0, len(entry.get("metrics", ())), 1000):
+                client.log_batch(run_id, metrics=[Metric(*m) for m in entry["metrics"][start:start + 1000]])
+            if "artifact" in entry:
+                client.log_artifact(run_id, entry["artifact"], artifact_path=entry["under"])
+            if "dataset" in entry:
+                client.log_inputs(run_id, datasets=[dataset_input(**entry["dataset"])])
+            if "status" in entry:
+                client.set_terminated(run_id, status=entry["status"])
+    journal.clear()
+    return ids[opening["run"]]
+
+
+def stage_journal(stage: str) -> tuple[Journal, bool]:
+    """The journal `stage` appends to, and whether the stage writes it to the store itself: a stage DVC runs
+    appends to its working copy's, which the last stage of its command writes (track, which a whole pipeline ends
+    with, or a stage the command names; every stage of a command not read here); a stage run by hand has one of
+    its own. Where no `dvc` process is found above the stage, it runs as in a whole pipeline."""
+    root = working_copy(Path.cwd()) if os.environ.get("DVC_STAGE") else None
+    if root is None:  # nothing runs after it to write its journal
+        return Journal(Path(tempfile.mkdtemp(prefix="raexmc-journal-"))), True
+    args = dvc_command()
+    targets = [] if args is None else dvc_targets(args)
+    return Journal(root / JOURNAL), targets is None or stage == WRITER or stage in targets
 
 
 @contextmanager
 def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
               guard: ParamsGuard | None = None) -> Iterator[StageRun]:
-    """Open the pipeline's MLflow run for `stage` (for the params file as `guard` read it); log its
-    duration and final status on exit: FINISHED, FAILED on an error, KILLED on Ctrl-C or SIGTERM
-    (then exit status 143, as if the signal had not been caught)."""
-    from mlflow.tracking import MlflowClient
-
+    """The pipeline's MLflow run for `stage` (for the params file as `guard` read it); log its duration and final
+    status on exit: FINISHED, FAILED on an error, KILLED on Ctrl-C or SIGTERM (then exit status 143, as if the
+    signal had not been caught). A store that cannot be used ends the stage before its work."""
     guard = guard or ParamsGuard(params_path)
-    with readable_store(), one_opener_at_a_time():
-        client = MlflowClient(tracking_uri=tracking_uri())
-        run_id = _pipeline_run(client, guard)
-    run = StageRun(client, run_id, stage, guard)
+    journal, writes = stage_journal(stage)
+    run = StageRun(journal, _opening(guard), stage, guard)
+    if writes:
+        write_journal(journal, run.opening)
+    else:
+        check_store()
+        journal.append(run.opening)
     started = time.monotonic()
     try:
         with sigterm_raises():
             yield run
         guard.check()  # the stage's results were made with the params it read: else FAILED, so DVC records nothing
     except Terminated:
-        _mark_ended(client, run_id, "KILLED")
+        _mark_ended(run, "KILLED", writes)
         raise SystemExit(128 + signal.SIGTERM) from None
     except KeyboardInterrupt:
-        _mark_ended(client, run_id, "KILLED")
+        _mark_ended(run, "KILLED", writes)
         raise
     except BaseException:
-        _mark_ended(client, run_id, "FAILED")
+        _mark_ended(run, "FAILED", True)
         raise
     run.metrics({"duration_s": round(time.monotonic() - started, 3)})
-    with store_errors():
-        client.set_terminated(run_id, status="FINISHED")
+    run._log(status="FINISHED")
+    if writes:
+        write_journal(journal, run.opening)
 
 
-def _mark_ended(client, run_id: str, status: str) -> None:
-    """Close a run that ends by an error, unless the store cannot take it (the error that is on its
-    way out, such as that very store's, is the one to report)."""
-    with suppress(StorageError), store_errors():
-        client.set_terminated(run_id, status=status)
+def _mark_ended(run: StageRun, status: str, write: bool) -> None:
+    """Journal the end of a stage that ends by an error and, with `write`, write the journal to the store, unless
+    the store cannot take it (the error that is on its way out, such as that very store's, is the one to report).
+    A killed stage DVC runs leaves it to the next writer: importing MLflow would hold up its exit by seconds."""
+    with suppress(StorageError, OSError):
+        run.journal.append({"run": run.opening["run"], "status": status})
+        if write:
+            write_journal(run.journal, run.opening)
