@@ -113,7 +113,7 @@ def evaluate_folder(folder: str | os.PathLike, data: Dataset, p: Settings, prope
                         f"dataset's {data.size('train')} training inputs and {data.size('labels')} labels, each its "
                         "own: the baselines search those (a smaller, compressed or prototype memory holds others)",
                         folder)
-    batch = embed_batch_size(p.embed.batch_size, device, key="embed.batch_size")
+    batch = embed_batch_size(p.embed.batch_size, device)
     queries = embedded_queries(model, data, batch, p.embed.dtype)
     served = served_model(folder, model, device)
     knn_tau = model.about.get("selection", {}).get("knn_tau", model.settings.tau)  # the package stage's record
