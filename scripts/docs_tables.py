@@ -410,6 +410,29 @@ def peer_margin(r: Records, dataset: str) -> list[str]:
             *(diff_cell(peer["diff"][m], peer["p"][m]) for m in ("P@1", "P@5", "R@100"))]
 
 
+PEERS = (("xr_linear", "PECOS XR-Linear"), ("omikuji_bonsai", "omikuji Bonsai"), ("omikuji_parabel", "omikuji Parabel"),
+         ("napkinxc_plt", "napkinXC PLT"))
+FEATURE_NAMES = (("input_fields", "{}"), ("word_ngrams", "words 1-{}"), ("char_ngrams", "chars 2-5 {}"),
+                 ("sublinear_tf", "sublinear {}"), ("min_df", "min_df {}"), ("max_features", "cap {}"))
+
+
+def peer_choice(r: Records, peer: str, label: str, dataset: str) -> list[Any]:
+    """A peer's chosen setting on a dataset, its validation P@1 there and the points its search measured
+    (bench/peers/peer_eval.py's record), and its test P@1; a record made before the search says so."""
+    record = r.result(f"{peer}_{dataset}")
+    search, chosen = record.get("validation"), record["settings"]
+    if search is None:
+        return [label, DATASET_NAMES[dataset], "PECOS's default TF-IDF, default settings (not searched)", "", "",
+                record["metrics"]["P@1"]]
+    words = [text.format("on" if v is True else "off" if v is False else "none" if v == 0 else v)
+             for k, text in FEATURE_NAMES for v in [chosen[k]]]
+    knobs = [f"{k} {v}" for k, v in chosen.items() if k not in dict(FEATURE_NAMES)]
+    best = max(point["P@1"] for point in search["curve"])
+    return [label, DATASET_NAMES[dataset], ", ".join(words + knobs)
+            + (" (features: xr_linear's)" if search.get("features_from") else ""), best, len(search["curve"]),
+            record["metrics"]["P@1"]]
+
+
 ENCODER_WIDTHS = {"random 64x2": "64", "MiniLM-L6 (384)": "384 (MiniLM-L6)",
                   "DistilBERT (768)": "768 (DistilBERT, 6 layers)", "BERT-base (768)": "768 (BERT-base)"}
 
@@ -755,6 +778,8 @@ TABLES: dict[str, Table] = {
         [label, *(peer_cell(r, d, names[d]) for d in PEER_DATASETS)] for label, names in PEER_ROWS]),
     "peer-margins": Table(["dataset", "best peer (P@1)", "fine-tuned RAE, auto λ", *THREE],
                           lambda r: [peer_margin(r, d) for d in PEER_DATASETS]),
+    "peer-choices": Table(["peer", "dataset", "chosen on validation", "validation P@1", "points", "test P@1"],
+                          lambda r: [peer_choice(r, peer, label, d) for peer, label in PEERS for d in PEER_DATASETS]),
     "loss-ablation": Table(["FOLDOC", *(f"{method} {m}" for method in ("RAE", "dual encoder") for m in THREE)],
                            lambda r: [[label, *(r.result("loss_ablation_foldoc", variant, f"{method}.{m}")
                                                 for method in ("rae", "dual_encoder") for m in THREE)]
