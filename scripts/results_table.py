@@ -21,7 +21,8 @@ Rows come from
 
 Each RAE row (rae and rae_*) gets the two-sided paired t-test (evaluation/significance.py) of its per-input values
 against the best non-RAE row of its dataset by P@1 (peers, and our dual encoder and kNN rows alike),
-one p-value per metric column. Writes bench/results/results_table.md and results_table.json.
+one p-value per metric column, and in the JSON against the best peer too (`vs_peer`: the margins that
+docs/results.md's peer-margins table prints). Writes bench/results/results_table.md and results_table.json.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def peer_rows(results: Path) -> list[dict[str, Any]]:
             continue
         per_instance = load_per_instance(path.with_suffix(".npz"))
         peer = report["peer"]
-        rows.append({"dataset": report["dataset"], "name": report["model"], "method": peer,
+        rows.append({"dataset": report["dataset"], "name": report["model"], "method": peer, "peer": True,
                      "metrics": {m: report["metrics"].get(m) for m in METRICS},
                      "train_s": report["train_s"], "predict_s_per_1k": report["predict_s_per_1k"],
                      "model_mb": report["model_mb"],
@@ -135,16 +136,28 @@ def peer_rows(results: Path) -> list[dict[str, Any]]:
 
 
 def significance(rows: list[dict[str, Any]]) -> None:
-    """Give each RAE row "vs" (the best non-RAE row by P@1) and "p" (metric -> paired t-test p-value)."""
+    """Give each RAE row "vs" (the best non-RAE row by P@1) and "p" (metric -> paired t-test p-value), and
+    "vs_peer": the best peer by P@1, its P@1, and per metric the difference in points and the test's p (p_value,
+    log10_p)."""
+    def tested(row: dict[str, Any], other: dict[str, Any]) -> dict[str, dict[str, float]]:
+        return {m: paired_ttest(row["per_instance"][m], other["per_instance"][m]) for m in METRICS
+                if row["per_instance"][m] is not None and other["per_instance"][m] is not None}
+
     others = [row for row in rows if not is_rae(row["method"]) and row["metrics"]["P@1"] is not None]
     if not others:
         return
     best = max(others, key=lambda row: row["metrics"]["P@1"])
+    peers = [row for row in others if row.get("peer")]
+    best_peer = max(peers, key=lambda row: row["metrics"]["P@1"]) if peers else None
     for row in rows:
         if is_rae(row["method"]):
             row["vs"] = best["name"]
-            row["p"] = {m: paired_ttest(row["per_instance"][m], best["per_instance"][m])["p_value"]
-                        for m in METRICS if row["per_instance"][m] is not None and best["per_instance"][m] is not None}
+            row["p"] = {m: test["p_value"] for m, test in tested(row, best).items()}
+            if best_peer is not None:
+                tests = tested(row, best_peer)
+                row["vs_peer"] = {"name": best_peer["name"], "P@1": best_peer["metrics"]["P@1"],
+                                  "diff": {m: round(100 * test["mean_diff"], 4) for m, test in tests.items()},
+                                  "p": {m: {k: test[k] for k in ("p_value", "log10_p")} for m, test in tests.items()}}
 
 
 def _cell(value: Any, fmt: str = "{:.2f}") -> str:

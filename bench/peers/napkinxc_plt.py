@@ -1,40 +1,40 @@
-"""napkinXC's probabilistic label trees (PLT) on TF-IDF features of one of our datasets.
+"""napkinXC's probabilistic label trees (PLT) on TF-IDF features of one of our datasets, at the features and tree
+arity that peer_eval's search chooses on held-out training inputs.
 
     bench/peers/setup.sh
-    PYTHONPATH=src bench/.venv-peers/bin/python bench/peers/napkinxc_plt.py --name foldoc
+    PYTHONPATH=src bench/.venv-peers/bin/python bench/peers/napkinxc_plt.py --name foldoc [--grid arity=2,16]
 
-napkinXC's default PLT: a hierarchical balanced 2-means tree with leaves of at most 100 labels,
-logistic-loss liblinear node classifiers, exact top-k search. Scored with our Evaluator by peer_eval:
-bench/results/napkinxc_plt_<name>.json and .npz.
+napkinXC's PLT: a hierarchical balanced k-means tree (`arity` children per node, napkinXC's default 2; leaves of
+at most 100 labels), logistic-loss liblinear node classifiers, exact top-k search. Writes
+bench/results/napkinxc_plt_<name>.json and .npz (peer_eval).
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
+from pathlib import Path
+from typing import Any
 
-import typer
+import scipy.sparse as sp
 
-from peer_eval import load_split, scores_from_pairs, stopwatch, tfidf_features, write_peer_result
-from raexmc.pipeline.tracking.stage import user_errors
+from peer_eval import Peer, cli
 
 
-def main(name: str = "foldoc", threads: int = 2, seed: int = 0) -> None:
+def napkinxc_plt(threads: int) -> Peer:
     from napkinxc.models import PLT
 
-    with user_errors():
-        split = load_split(name)
-    with tempfile.TemporaryDirectory() as folder:
-        with stopwatch() as train:
-            X_train, X_test = tfidf_features(split.dataset)
-            model = PLT(folder, threads=threads, seed=seed)
-            model.fit(X_train, split.Y_train)
-        with stopwatch() as predict:
-            scores = scores_from_pairs(model.predict_proba(X_test, top_k=split.predict_depth), split.Y_train.shape[1])
-        report = write_peer_result(split, "napkinxc_plt", "napkinXC PLT (TF-IDF, default settings)", scores,
-                                   train["s"], predict["s"], folder, {"threads": threads, "seed": seed})
-    print(json.dumps(report, indent=2))
+    def fit(X: sp.csr_matrix, Y: sp.csr_matrix, knobs: dict[str, Any], folder: Path) -> PLT:
+        model = PLT(str(folder), arity=knobs["arity"], threads=threads, seed=0)
+        model.fit(X, Y)
+        return model
+
+    def predict(model: PLT, X: sp.csr_matrix, depth: int, knobs: dict[str, Any]) -> list[list[tuple[int, float]]]:
+        return model.predict_proba(X, top_k=depth)
+
+    def save(model: PLT, folder: Path) -> Path:
+        return Path(model.get_params()["output"])
+
+    return Peer("napkinxc_plt", "napkinXC PLT (TF-IDF)", fit, predict, save, {"arity": (2, 8, 32)})
 
 
 if __name__ == "__main__":
-    typer.run(main)
+    cli({"napkinxc_plt": napkinxc_plt})

@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -x bench/.venv-peers/bin/python ] || python3 -m venv bench/.venv-peers
-bench/.venv-peers/bin/python -m pip install -q "numpy<2" "scipy<1.12" "scikit-learn<1.6" typer ruamel.yaml omikuji==0.5.2
+bench/.venv-peers/bin/python -m pip install -q "numpy<2" "scipy<1.12" "scikit-learn<1.6" typer ruamel.yaml tqdm omikuji==0.5.2
 bench/.venv-peers/bin/python -m pip install -q --no-deps libpecos==1.2.8 napkinxc==0.7.2

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from raexmc.errors import DataError
+from raexmc.errors import ConfigError, DataError
 from tests.helpers import REPO, load_module
 
 
@@ -61,3 +61,40 @@ def test_peer_result_rejects_scores_of_another_shape(peer_eval, tmp_path):
         peer_eval.write_peer_result(split, "p", "p", sp.csr_matrix((3, 4)), 0.0, 0.0, tmp_path, {},
                                     results=tmp_path / "results")
     assert not (tmp_path / "results").exists()
+
+
+def test_the_grid_takes_typed_values_from_its_arguments_and_names_a_bad_axis(peer_eval):
+    axes = {"word_ngrams": (2, 1, 3), "char_ngrams": (False, True), "input_fields": ("title+content", "title")}
+    grid = peer_eval.parse_grid(["word_ngrams=3,1", "char_ngrams=true", "input_fields="], axes)
+    assert grid == {"word_ngrams": (3, 1), "char_ngrams": (True,), "input_fields": ("title+content",)}
+    with pytest.raises(ConfigError, match="no axis 'ngrams'"):
+        peer_eval.parse_grid(["ngrams=1"], axes)
+    with pytest.raises(ConfigError, match="word_ngrams must be ints"):
+        peer_eval.parse_grid(["word_ngrams=two"], axes)
+
+
+def test_the_search_moves_one_axis_at_a_time_and_keeps_the_earlier_value_on_a_tie(peer_eval):
+    # a score by hand: a is best at 2, b at "y" once a is 2; a tie (b "z") keeps "y"
+    table = {(1, "x"): 1.0, (2, "x"): 3.0, (3, "x"): 2.0, (2, "y"): 4.0, (2, "z"): 4.0}
+    tried = []
+
+    def score(point, best):
+        tried.append((point["a"], point["b"]))
+        return table[point["a"], point["b"]]
+
+    chosen = peer_eval.coordinate_search({"a": (1, 2, 3), "b": ("x", "y", "z")}, score)
+    assert chosen == {"a": 2, "b": "y"}
+    assert tried == [(1, "x"), (1, "x"), (2, "x"), (3, "x"), (2, "x"), (2, "y"), (2, "z")]
+
+
+def test_tfidf_features_are_scikit_learns_word_and_char_blocks_each_normalised_then_the_row(peer_eval):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.preprocessing import normalize
+
+    fit, other = ["alpha beta gamma", "alpha beta", "gamma delta alpha"], ["alpha delta", "beta beta omega"]
+    X_fit, X_other = peer_eval.tfidf_features(fit, other, word_ngrams=2, char_ngrams=True, min_df=1)
+    word = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit(fit)
+    char = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True).fit(fit)
+    expected = normalize(sp.hstack([word.transform(other), char.transform(other)]))
+    assert X_fit.dtype == np.float32 and X_fit.shape == (3, expected.shape[1])
+    np.testing.assert_allclose(X_other.toarray(), expected.toarray(), atol=1e-6)

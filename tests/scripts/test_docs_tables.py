@@ -76,7 +76,8 @@ def test_a_changed_number_in_a_record_makes_its_table_stale_and_a_rewrite_takes_
 
 
 def test_the_real_readme_goes_stale_when_its_committed_metrics_change(docs_tables, tmp_path):
-    for path in ("README.md", "params.yaml", "metrics/foldoc", "artifacts/foldoc/significance.json"):
+    for path in ("README.md", "params.yaml", "metrics/foldoc", "artifacts/foldoc/significance.json",
+                 "bench/results/results_table.json"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         copy = shutil.copytree if (REPO / path).is_dir() else shutil.copyfile
         copy(REPO / path, tmp_path / path)
@@ -125,10 +126,9 @@ def test_a_stage_table_merges_a_columns_records_and_leaves_a_missing_stage_blank
                "b": {"embed": {"wall_s": 1279.0, "peak_rss_mb": 1550.0, "output_bytes": 199}}}
     for tag, stages in records.items():
         (results / f"stage_resources_{tag}.json").write_text(json.dumps(stages))
-    text = docs_tables.resources_table(tmp_path, "stage", (("A", ("a", "a-again"), ("wall", "rss")),
-                                                           ("B", ("b",), ("wall", "cpu"))),
-                                       (("embed", "embed"), ("tune (twice)", "tune")),
-                                       output=("output", (("a",), ("b",))))
+    table = docs_tables.resources_table((("A", ("a", "a-again"), ("wall", "rss")), ("B", ("b",), ("wall", "cpu"))),
+                                        ("embed", ("tune (twice)", "tune")), output=("output", (("a",), ("b",))))
+    text = docs_tables.render(table, tmp_path)
     assert text == ("| stage | A | B | output |\n|---|---|---|---|\n"
                     "| embed | 93.4 s, 1,389 MB | 1,279 s, – | 144 MB / 199 B |\n"
                     "| tune (twice) | 44.6 s, 1,934 MB |  | 8.9 KB |\n")
@@ -140,7 +140,15 @@ def test_a_tests_table_gives_the_difference_the_interval_and_p(docs_tables, tmp_
             "P@5": {"mean_diff": 8.6048, "ci_low": 7.7, "ci_high": 9.5, "p_value": 5.276e-76},
             "R@100": {"mean_diff": 0.0001, "ci_low": -0.3, "ci_high": 0.3, "p_value": 0.9973}}
     (tmp_path / "bench" / "results" / "t.json").write_text(json.dumps({"x": {"y": test}, "rae_vs_knn": test}))
-    text = docs_tables.tests_table(tmp_path, [("nested", "t.json", ("x", "y")), ("by name", "t.json", "rae_vs_knn")])
+    text = docs_tables.render(docs_tables.tests_table([("nested", "t.json", ("x", "y")),
+                                                       ("by name", "t.json", "rae_vs_knn")]), tmp_path)
     row = "−1.36 [−2.60, −0.13], p=0.031 | +8.60, p=5.3e-76 | 0.00, p=1 |"
     assert text == ("| paired t-test | P@1 [95% CI] | P@5 | R@100 |\n|---|---|---|---|\n"
                     f"| nested | {row}\n| by name | {row}\n")
+
+
+def test_the_renderer_formats_numbers_and_bolds_each_columns_best_from_its_start_column(docs_tables, tmp_path):
+    table = docs_tables.Table(["x", "a", "b"], lambda r: [["one", 1.234, 12345], ["two", 1.2349, None],
+                                                          ["three", 0.5, "text"]], best=1)
+    assert docs_tables.render(table, tmp_path) == ("| x | a | b |\n|---|---|---|\n| one | **1.23** | **12,345** |\n"
+                                                   "| two | **1.23** | — |\n| three | 0.50 | text |\n")

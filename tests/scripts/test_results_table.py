@@ -61,6 +61,10 @@ def test_rae_is_tested_against_the_best_non_rae_row_by_p1(results_table, tmp_pat
     for metric in METRICS:
         assert rae["p"][metric] == pytest.approx(expected, abs=1e-9)
     assert "p" not in rows[1] and "p" not in rows[2]
+    # the same test against the best peer, its difference in points: 100 x 1/4
+    assert rae["vs_peer"]["name"] == "a tree peer" and rae["vs_peer"]["P@1"] == pytest.approx(50.0, abs=1e-9)
+    assert rae["vs_peer"]["diff"]["P@1"] == pytest.approx(25.0, abs=1e-9)
+    assert rae["vs_peer"]["p"]["P@1"]["p_value"] == pytest.approx(expected, abs=1e-9)
 
 
 def test_a_zero_shot_run_has_no_train_time(results_table, tmp_path):
