@@ -1,6 +1,7 @@
 """rae-xmc: extreme multi-label classification with Retrieval-augmented Encoders.
 
-The public API is the few names in __all__: load a packaged model and predict (RaeModel), score any system's
+The public API is the few names in __all__: load a packaged model and predict (RaeModel), build one from texts
+without DVC (build_model), score any system's
 test-set predictions (score_files), and the metrics and tests behind them. Each loads on first use (PEP 562),
 so `import raexmc` stays cheap: it imports neither torch nor numpy.
 
@@ -16,6 +17,7 @@ __version__ = "0.2.0"
 # Each public name and the module it comes from, imported when the name is first read.
 _EXPORTS = {
     "RaeModel": "raexmc.rae.model",                   # a packaged model: RaeModel.load(folder), .predict(texts, k)
+    "build_model": "raexmc.rae.build",                # a zero-shot model from texts or a dataset folder, no DVC
     "score_files": "raexmc.evaluation.score_report",  # metrics (and paired t-tests) of score files on a dataset
     "per_instance_metrics": "raexmc.evaluation.metrics",
     "summarize": "raexmc.evaluation.metrics",
@@ -23,8 +25,8 @@ _EXPORTS = {
     "propensities": "raexmc.evaluation.propensity",
     "paired_ttest": "raexmc.evaluation.significance",
 }
-__all__ = ["RaeModel", "score_files", "per_instance_metrics", "summarize", "macro_f1_by_segment", "propensities",
-           "paired_ttest", "__version__"]
+__all__ = ["RaeModel", "build_model", "score_files", "per_instance_metrics", "summarize", "macro_f1_by_segment",
+           "propensities", "paired_ttest", "__version__"]
 
 
 def __getattr__(name: str) -> object:
