@@ -15,6 +15,7 @@ import typer
 
 import raexmc
 from raexmc.data.dataset import Dataset
+from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.evaluation.selection_file import read_selection
 from raexmc.io import scratch_dir
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
@@ -44,11 +45,11 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                                "retrieval": selection.retrieval, "val_queries": selection.val_queries,
                                "knn_tau": selection.knn_tau}}  # the τ kNN, a baseline of its indexes, is scored at
         with scratch_dir(out) as scratch:  # named as the output's temporaries: the next stage sweeps a killed one's
-            packaged_model(Dataset(dataset), model, index, memory, embeddings, settings, scratch,
-                           relevance=p.infer.relevance, input_max_len=p.tokenize.input_max_len,
-                           input_fields=p.tokenize.input_fields, precision=p.embed.precision,
-                           backend=p.index.backend, ef_search=p.infer.ef_search, about=about,
-                           threads=p.index.threads, M=p.index.M, ef_construction=p.index.ef_construction).save(out)
+            encoder = TextEncoder.load(model, "cpu", p.embed.precision, p.tokenize.input_max_len, stage_output=True)
+            packaged_model(Dataset(dataset), encoder, index, memory, embeddings, settings, scratch,
+                           relevance=p.infer.relevance, input_fields=p.tokenize.input_fields, backend=p.index.backend,
+                           ef_search=p.infer.ef_search, about=about, threads=p.index.threads, M=p.index.M,
+                           ef_construction=p.index.ef_construction).save(out)
 
 
 if __name__ == "__main__":

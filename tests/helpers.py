@@ -437,8 +437,7 @@ def made_up_predictor(out: Path, dataset: Path, embeddings: Path, index: Path, m
     scratch = out.with_name(f"{out.name}-scratch")
     scratch.mkdir(parents=True)
     packaged_model(Dataset(dataset), None, index, memory, embeddings, settings, scratch, relevance=p.infer.relevance,
-                   input_max_len=p.tokenize.input_max_len, input_fields=p.tokenize.input_fields,
-                   precision=p.embed.precision, backend=memory_backend(index), ef_search=p.infer.ef_search,
+                   input_fields=p.tokenize.input_fields, backend=memory_backend(index), ef_search=p.infer.ef_search,
                    about={}).save(out)
     shutil.rmtree(scratch)
     return out

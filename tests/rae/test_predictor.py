@@ -84,11 +84,11 @@ def package(built: Path, settings: RaeSettings = RAE, memory: Path | None = None
     """Save built/predictor as the package stage does (rae.packaging.packaged_model), with `memory` (default:
     the full one of built/memory) and RAE at `settings`."""
     with tempfile.TemporaryDirectory() as scratch:
-        packaged_model(Dataset(built.parents[1] / "data" / "tiny"), built / "model", built / "index",
+        encoder = TextEncoder.load(built / "model", "cpu", precision, 16)
+        packaged_model(Dataset(built.parents[1] / "data" / "tiny"), encoder, built / "index",
                        memory or built / "memory", built / "embeddings", settings, Path(scratch), relevance="binary",
-                       input_max_len=16, input_fields=input_fields, precision=precision, backend=backend_of(built),
-                       ef_search=50,
-                       about={"dataset": "tiny"}, M=8, ef_construction=50).save(built / "predictor")
+                       input_fields=input_fields, backend=backend_of(built), ef_search=50, about={"dataset": "tiny"},
+                       M=8, ef_construction=50).save(built / "predictor")
 
 
 def backend_of(built: Path) -> str:

@@ -50,25 +50,18 @@ def packaged_search(index: Path, memory: InputMemory, embeddings: Path, setting:
     return memory.indexes(baselines, ef_search, threads)
 
 
-def packaged_model(dataset: Dataset, encoder: Path | None, index: Path, memory: Path, embeddings: Path,
-                   settings: RaeSettings, scratch: Path, *, relevance: str, input_max_len: int, input_fields: str,
-                   precision: str, backend: str, ef_search: int, about: dict[str, Any], threads: int = 0,
-                   **graph_settings) -> RaeModel:
-    """The model the package stage saves: the train stage's `encoder` (its texts cut at `input_max_len` tokens,
-    queries made by the `input_fields` recipe, encoded at the embed stage's `precision`), the memory stage's
-    memory with its values (`relevance`) and prior, searched by `packaged_search` (`backend`: index.backend;
+def packaged_model(dataset: Dataset, encoder: Any, index: Path, memory: Path, embeddings: Path, settings: RaeSettings,
+                   scratch: Path, *, relevance: str, input_fields: str, backend: str, ef_search: int,
+                   about: dict[str, Any], threads: int = 0, **graph_settings) -> RaeModel:
+    """The model the package stage saves: the train stage's `encoder` (a TextEncoder on the CPU, at the embed stage's
+    precision, cutting texts where the tokenize stage did; queries made by the `input_fields` recipe), the memory
+    stage's memory with its values (`relevance`) and prior, searched by `packaged_search` (`backend`: index.backend;
     graphs built under `scratch`, which must outlive the model's labels, read from there), RAE at `settings`.
     `encoder` None: a model that scores query embeddings only (no text), as for made-up embeddings."""
-    text_encoder = None
-    if encoder is not None:
-        from ..encoder.text_encoder import TextEncoder  # imports torch
-
-        text_encoder = TextEncoder.load(encoder, "cpu", precision, input_max_len, stage_output=True)
     rae_memory = InputMemory(memory)
     values = rae_memory.values(training_values(dataset.label_matrix("train"), relevance, copy=False))
     search = packaged_search(index, rae_memory, embeddings, backend, scratch / "graphs", ef_search, threads,
                              **graph_settings)
     write_label_records(scratch, dataset.texts("labels"))
-    return RaeModel(values, settings, rae_memory.log_counts(), search, text_encoder, LabelRecords.open(scratch),
+    return RaeModel(values, settings, rae_memory.log_counts(), search, encoder, LabelRecords.open(scratch),
                     input_fields, {**about, "memory": rae_memory.summary()})
-
