@@ -20,7 +20,7 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import Evaluator
-from raexmc.evaluation.methods import KNN_B, EvalSettings, baseline_depth, evaluate_retrieval
+from raexmc.evaluation.methods import KNN_B, baseline_depth, evaluate_retrieval
 from raexmc.evaluation.model_search import ModelSearch
 from raexmc.evaluation.propensity import chosen_propensity
 from raexmc.evaluation.selection_file import read_selection
@@ -55,21 +55,19 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         rae = RaeModel.load(predictor, device, needs=("search",))
         memory_summary = rae.about.get("memory", {})  # what the package stage recorded of the memory it holds
         lam = rae.settings.lam.fallback if rae.settings.per_query else rae.settings.lam  # the headline's: a number
-        settings = EvalSettings(
-            lam=lam, b=rae.settings.b, tau=rae.settings.tau, knn_tau=selection.knn_tau, knn_b=KNN_B,
-            lambda_sweep=list(p.infer.lambda_sweep), b_sweep=list(p.infer.b_sweep), propensity_ab=propensity.ab)
-        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, settings.tau, settings.b)
+        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, rae.settings.tau, rae.settings.b)
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
         baselines = load_joint_search(index, keys, p.infer.ef_search, device=device)
         Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
-        evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), settings.propensity_ab,
+        evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), propensity.ab,
                               rae.values)
         if len(queries) != evaluator.num_queries:
             raise DataError(f"{len(queries)} test embeddings for {evaluator.num_queries} test inputs: rerun embed",
                             embeddings / "test.npy")
-        search = ModelSearch(rae, baselines, queries, settings.b_sweep, baseline_depth(evaluator.exclude))
-        result = evaluate_retrieval(search.in_blocks(), evaluator, settings,
+        search = ModelSearch(rae, baselines, queries, p.infer.b_sweep, baseline_depth(evaluator.exclude))
+        result = evaluate_retrieval(search.in_blocks(), evaluator, rae.at(lam=lam), p.infer.lambda_sweep,
+                                    p.infer.b_sweep, selection.knn_tau, KNN_B,
                                     with_ova_knn=p.infer.ova_knn, query_lambda=query_lambda,
                                     chunk=chunk or None, progress=True,
                                     workers=resolve_threads(p.evaluate.threads),
@@ -80,7 +78,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         chosen = {"lambda": selection.lam, "tau": selection.tau, "metric": selection.metric, "auto": selection.auto}
         run.params({"selection": {**chosen, "retrieval": selection.retrieval,
                                   **({} if selection.label_share is None else {"label_share": selection.label_share})}})
-        metrics = {**methods, "knn": {**methods["knn"], "tau": settings.knn_tau},
+        metrics = {**methods, "knn": {**methods["knn"], "tau": selection.knn_tau},
                    "selection": {**chosen, "validation": {
                        "chosen": selection.val_value, "fixed": selection.fixed_val_value}},
                    "memory": memory_summary, "propensity": propensity.record(),
