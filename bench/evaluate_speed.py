@@ -21,8 +21,9 @@ import typer
 
 from common import rerun_command
 from raexmc.evaluation.evaluator import Evaluator
-from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
+from raexmc.evaluation.methods import evaluate_retrieval
 from raexmc.evaluation.retrievals import Retrievals
+from raexmc.rae.model import RaeModel, RaeSettings
 
 OUT = Path("bench/results/evaluate_speed.json")
 
@@ -53,10 +54,10 @@ def main(tag: str = typer.Option(..., help="Names the row: the code measured (e.
     evaluator = Evaluator(Y, Y_test, sp.csr_matrix((queries, labels), dtype=bool), (0.55, 1.5))
     found = Retrievals(joint=random_hits(rng, queries, train + labels, b), labels=random_hits(rng, queries, labels, b),
                        inputs=random_hits(rng, queries, train, b))
-    settings = EvalSettings(lam=0.5, b=b, tau=0.04, lambda_sweep=[0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1],
-                            b_sweep=[10, 25, 50, 100, 200])
+    rae = RaeModel(evaluator.rae_values, RaeSettings(0.5, 0.04, b))
+    sweeps = [0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1], [10, 25, 50, 100, 200]  # the default λ and b sweeps
     started, cpu = time.perf_counter(), time.process_time()
-    result = evaluate_retrieval(found.rows, evaluator, settings, workers=workers)
+    result = evaluate_retrieval(found.rows, evaluator, rae, *sweeps, workers=workers)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     row = {"tag": tag, "queries_per_s": round(queries / wall, 1), "wall_s": round(wall, 1),
            "cpu_s": round(cpu, 1), "rae_P@1": result["methods"]["rae"]["P@1"],

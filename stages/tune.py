@@ -3,7 +3,9 @@ them query it; the memory keeps `memory.keep` of the remaining inputs' keys, sel
 stage selects them from all; with `infer.val_folds` above 1, several disjoint held-out sets do so in turn and
 their queries are pooled), never on the test set: with `infer.lambda` / `infer.tau` set to auto, the best of
 the grid by `infer.auto_metric` (a grid whose edge is chosen is widened past it); with numbers, those. With
-`infer.retrieval: split` and `infer.label_share: auto` it also chooses the label share, at the chosen τ.
+`infer.retrieval: split` and `infer.label_share: auto` it also chooses the label share, at the chosen τ; with
+`infer.retrieval: auto`, joint or split (ties to joint), from the same searches. It prints one line: the choice and
+the validation value of each alternative, named in full.
 Writes the choice and the whole validation curve (λ grid × τ grid, and × label shares) to selection.json,
 which the evaluate and package stages read, and beside it query_lambda.json: the per-query λ model fitted
 on the same validation retrieval at the chosen τ (or, when it does not beat the best fixed λ in
@@ -81,7 +83,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         run.metrics(choice_metrics(selection, fit))
         for name in (SELECTION_FILE, QUERY_LAMBDA_FILE, CHOICE_FILE):
             run.artifact(out / name)
-        typer.echo(choice_line(selection, fit, query_lambda.fallback, chose_keep=grid is not None), err=True)
+        typer.echo(choice_line(selection, fit, query_lambda.fallback), err=True)
 
 
 if __name__ == "__main__":

@@ -246,6 +246,13 @@ def memory_search(memory, baselines, queries, k: int, k_parts: int, tau: float, 
     return rae_at(k_parts), {b: rae_at(b) for b in other_b}, prefix(full_inputs, k_parts), prefix(labels_k, k_parts)
 
 
+def rae_on(evaluator, lam: float, tau: float, b: int):
+    """RAE scoring the evaluator's memory values at (λ, τ, b): what evaluate_retrieval takes."""
+    from raexmc.rae.model import RaeModel, RaeSettings
+
+    return RaeModel(evaluator.rae_values, RaeSettings(lam, tau, b))
+
+
 def dense_top_b_softmax(S, b: int, tau: float):
     """Brute-force reference: softmax over the b largest entries of each row of the similarity matrix S
     (cast to float32 first, as an index returns sims), zero elsewhere; ties go to the smaller column."""
@@ -412,7 +419,7 @@ def selection_record(**fields) -> dict:
     """A complete selection.json record (evaluation.selection_file.Selection, under the file's names) at λ 0.5 and
     τ 0.04, with `fields` changed: for tests of what reads one."""
     return {"lambda": 0.5, "tau": 0.04, "b": 200, "retrieval": "joint", "label_share": None, "metric": "P@1",
-            "auto": {"lambda": True, "tau": False, "label_share": False}, "val_value": 0.61,
+            "auto": {"lambda": True, "tau": False, "retrieval": False, "label_share": False}, "val_value": 0.61,
             "fixed_lambda": 0.5, "fixed_tau": 0.04, "fixed_label_share": None, "fixed_val_value": 0.58,
             "val_queries": 10, "val_folds": 1, "memory_inputs": 30, "memory_input_keys": 30, "val_fraction": 0.25,
             "val_max_queries": 20000, "val_seed": 0, "val_split_from": "infer",

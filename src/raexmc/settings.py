@@ -163,7 +163,7 @@ class MemorySection(Section):
 class InferSettings(Section):
     lam: Auto | Share = Field(alias="lambda")
     b: AtLeast1
-    retrieval: Retrieval
+    retrieval: Auto | Retrieval
     label_share: Auto | Share
     label_share_grid: grid(Share)
     tau: Auto | Positive

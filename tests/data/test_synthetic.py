@@ -21,7 +21,7 @@ from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.evaluation.evaluator import Evaluator
-from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
+from raexmc.evaluation.methods import evaluate_retrieval
 from raexmc.evaluation.retrievals import Retrievals
 from raexmc.evaluation.significance import compare_runs
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search
@@ -29,7 +29,7 @@ from raexmc.process_group import DistContext
 from raexmc.settings import load_settings
 from raexmc.training.settings import TrainSettings
 from raexmc.training.train import train
-from tests.helpers import REPO, search_all
+from tests.helpers import REPO, rae_on, search_all
 
 SMALL = catalogue(catalogue_dir(REPO / "params.yaml"))["synthetic-small"]
 FILES = ("labels.jsonl", "train.jsonl", "test.jsonl", "Y_train.npz", "Y_test.npz", "filter_train.npz",
@@ -152,7 +152,7 @@ def test_synthetic_small_goes_through_every_stage(tmp_path, tiny_model):
     retrievals = Retrievals(joint=joint, labels=labels, inputs=inputs)
     evaluator = Evaluator(dataset.label_matrix("train"), dataset.label_matrix("test"), dataset.filter_matrix("test"),
                           (0.55, 1.5))
-    result = evaluate_retrieval(retrievals.rows, evaluator, EvalSettings(lam=0.5, b=50, tau=0.04))
+    result = evaluate_retrieval(retrievals.rows, evaluator, rae_on(evaluator, 0.5, 0.04, 50))
     Y_test = dataset.label_matrix("test")
     chance_percent = 100 * Y_test.nnz / Y_test.shape[0] / Y_test.shape[1]
     assert result["methods"]["knn"]["P@1"] > 10 * chance_percent, "shared words make neighbours share labels"

@@ -14,7 +14,7 @@ from ruamel.yaml import YAML
 from raexmc.data.held_out import validation_folds
 from raexmc.evaluation.baseline_selection import select_knn
 from raexmc.evaluation.evaluator import Evaluator
-from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
+from raexmc.evaluation.methods import evaluate_retrieval
 from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.retrievals import Retrievals
 from raexmc.evaluation.selection_file import read_selection
@@ -23,7 +23,7 @@ from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.memory.input_memory import MemorySettings
 from test_selection import run_stage, write_params, write_training_split
 from test_validation_folds import random_set
-from tests.helpers import dense_top_b_softmax
+from tests.helpers import dense_top_b_softmax, rae_on
 
 DIM = 32
 B = 13              # every key of the memory: 9 inputs and 4 labels
@@ -103,11 +103,11 @@ def test_knn_gets_its_own_tau_in_the_tune_output_and_is_scored_at_it(tmp_path):
 
     # the evaluate path, on these queries against this memory: kNN at its own τ, RAE at its own
     chosen = read_selection(tmp_path / "tune")
-    settings = EvalSettings(lam=chosen.lam, b=B, tau=chosen.tau, knn_tau=chosen.knn_tau)
     found = Retrievals(joint=exact_top_b(Q, np.vstack([X_rest, Z])), labels=exact_top_b(Q, Z),
                        inputs=exact_top_b(Q, X_rest))
     evaluator = Evaluator(Y_rest, Y_val, sp.csr_matrix(Y_val.shape), (0.55, 1.5))
-    methods = evaluate_retrieval(found.rows, evaluator, settings)["methods"]
+    methods = evaluate_retrieval(found.rows, evaluator, rae_on(evaluator, chosen.lam, chosen.tau, B),
+                                 knn_tau=chosen.knn_tau)["methods"]
     assert methods["knn"]["P@1"] == brute_knn_p_at_1(Q, X_rest, Y_rest, Y_val, 0.1) == 50.0
     assert brute_knn_p_at_1(Q, X_rest, Y_rest, Y_val, chosen.tau) == 0.0, "at RAE's τ kNN would score 0"
     assert methods["rae"]["P@1"] == 100.0

@@ -6,7 +6,15 @@ from raexmc.evaluation.choice_report import choice_line, choice_metrics
 from raexmc.evaluation.selection_file import Selection
 from tests.helpers import selection_record
 
-RECORD = selection_record(keep=0.5, keep_curve=[{"keep": 0.5, "P@1": 0.61}, {"keep": 1.0, "P@1": 0.6}],
+KEEP_CURVE = [{"keep": 0.5, "lambda": 0.5, "tau": 0.04, "label_share": None, "P@1": 0.61},
+              {"keep": 1.0, "lambda": 0.3, "tau": 0.1, "label_share": 0.25, "P@1": 0.6}]
+# λ auto, τ fixed at 0.04, retrieval auto: joint won at 0.61; split's best at τ 0.04 is 0.59 (its 0.7 is at τ 0.1)
+VALIDATION = [{"lambda": 0.5, "tau": 0.04, "label_share": None, "P@1": 0.61},
+              {"lambda": 0.3, "tau": 0.04, "label_share": 0.25, "P@1": 0.59},
+              {"lambda": 0.9, "tau": 0.04, "label_share": 0.75, "P@1": 0.55},
+              {"lambda": 0.9, "tau": 0.1, "label_share": 0.75, "P@1": 0.7}]
+RECORD = selection_record(keep=0.5, keep_curve=KEEP_CURVE, validation=VALIDATION,
+                          auto={"lambda": True, "tau": False, "retrieval": True, "label_share": True, "keep": True},
                           baselines={"knn": {"tau": 0.02, "auto": {"tau": True},
                                              "validation": [{"tau": 0.02, "P@1": 0.4}]}})
 SELECTION = Selection.model_validate(RECORD)
@@ -16,16 +24,22 @@ FIT = {"uses_model": False, "cv_gain": -0.01}
 def test_the_metrics_hold_the_choice_its_curve_by_point_and_knns_tau_without_rows():
     assert choice_metrics(SELECTION, FIT) == {
         **{k: v for k, v in RECORD.items() if k not in ("validation", "keep_curve", "baselines")},
-        "keep_curve": {"0.5": {"P@1": 0.61}, "1": {"P@1": 0.6}},
+        "keep_curve": {"0.5": {k: v for k, v in KEEP_CURVE[0].items() if k != "keep"},
+                       "1": {k: v for k, v in KEEP_CURVE[1].items() if k != "keep"}},
         "baselines": {"knn": {"tau": 0.02, "auto": {"tau": True}}},
         "query_lambda": {"uses_model": 0, "cv_gain": -0.01}}
 
 
-def test_the_line_names_the_keep_only_where_it_was_chosen():
-    assert choice_line(SELECTION, FIT, 0.5, chose_keep=True) == (
-        "chose keep=0.5 lambda=0.5 tau=0.04 retrieval=joint (validation P@1 0.61, 0.58 at the fixed values); "
-        "kNN tau=0.02; per-query lambda: falls back to 0.5")
-    split = SELECTION.with_(retrieval="split", label_share=0.25, prototypes=0.3)
-    assert choice_line(split, {**FIT, "uses_model": True}, 0.5, chose_keep=False) == (
-        "chose prototypes=0.3 lambda=0.5 tau=0.04 retrieval=split label_share=0.25 (validation P@1 0.61, 0.58 at "
-        "the fixed values); kNN tau=0.02; per-query lambda: a model")
+def test_the_line_names_the_choice_and_each_alternative_in_full():
+    assert choice_line(SELECTION, FIT, 0.5) == (
+        "tune chose keep 0.5 joint λ 0.5 τ 0.04 (validation P@1 0.61; split share 0.25 λ 0.3 τ 0.04: 0.59; "
+        "keep 1 split share 0.25 λ 0.3 τ 0.1: 0.6; fixed joint λ 0.5 τ 0.04: 0.58); kNN τ 0.02; "
+        "per-query λ falls back to 0.5")
+    split = Selection.model_validate(selection_record(
+        retrieval="split", label_share=0.25, prototypes=0.3, fixed_label_share=0.5,
+        validation=[{"lambda": 0.5, "tau": 0.04, "label_share": 0.25, "P@1": 0.61}],
+        prototypes_curve=[{"prototypes": 0.0, "lambda": 0.1, "tau": 0.02, "label_share": 0.5, "P@1": 0.57},
+                          {"prototypes": 0.3, "lambda": 0.5, "tau": 0.04, "label_share": 0.25, "P@1": 0.61}]))
+    assert choice_line(split, {**FIT, "uses_model": True}, 0.5) == (
+        "tune chose α 0.3 split share 0.25 λ 0.5 τ 0.04 (validation P@1 0.61; α 0 split share 0.5 λ 0.1 τ 0.02: 0.57; "
+        "fixed split share 0.5 λ 0.5 τ 0.04: 0.58); kNN τ 0.04; per-query λ a model")

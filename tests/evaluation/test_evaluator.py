@@ -8,10 +8,10 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.evaluation.evaluator import Evaluator
-from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval, method_scorers, segment_rows
+from raexmc.evaluation.methods import evaluate_retrieval, method_scorers, segment_rows
 from raexmc.evaluation.retrievals import BlockSearch, Retrievals
 from raexmc.evaluation.significance import compare_runs
-from tests.helpers import dense_top_b_softmax
+from tests.helpers import dense_top_b_softmax, rae_on
 
 N_LABELS, N_TEST, DIM = 25, 20, 8
 
@@ -79,6 +79,9 @@ def loop_metrics(scores, m):
             "R@100": round(100 * np.mean(r100), 2)}
 
 
+SWEEPS = ([0.0, 0.3, 1.0], [5, 12])  # λ and b sweeps
+
+
 def evaluator_of(m):
     return Evaluator(m["Y_train"], m["Y_test"], m["exclude"], (0.55, 1.5))
 
@@ -86,8 +89,8 @@ def evaluator_of(m):
 @pytest.mark.parametrize("crowd", [False, True])
 def test_every_method_matches_a_dense_brute_force(crowd):
     m = make_problem(60, crowd)
-    settings = EvalSettings(lam=0.3, b=12, tau=0.1, lambda_sweep=[0.0, 0.3, 1.0], b_sweep=[5, 12])
-    result = evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), settings, with_ova_knn=True)
+    result = evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), rae_on(evaluator_of(m), 0.3, 0.1, 12),
+                                *SWEEPS, with_ova_knn=True)
     # the dual encoder ranks every label of its own search (40 deep), whatever RAE's b
     for method, b in (("rae", 12), ("dual_encoder", 40), ("knn", 12), ("ova_knn", 12)):
         expected = loop_metrics(dense_scores(m, method, 0.3, 0.1, b), m)
@@ -104,10 +107,10 @@ def test_every_method_matches_a_dense_brute_force(crowd):
 
 
 def test_the_dual_encoder_does_not_depend_on_how_many_inputs_crowd_the_joint_top_b():
-    settings = EvalSettings(lam=0.5, b=10, tau=0.04)
     few, many = make_problem(5, crowd=True), make_problem(500, crowd=True)
     assert np.array_equal(few["Z"], many["Z"]) and np.array_equal(few["Q"], many["Q"])
-    got = {n: evaluate_retrieval(retrievals_of(m, 10).rows, evaluator_of(m), settings)["methods"]
+    got = {n: evaluate_retrieval(retrievals_of(m, 10).rows, evaluator_of(m), rae_on(evaluator_of(m), 0.5, 0.04, 10)
+                                 )["methods"]
            for n, m in (("few", few), ("many", many))}
     assert got["few"]["dual_encoder"]["R@100"] == got["many"]["dual_encoder"]["R@100"]
     assert got["many"]["dual_encoder"]["R@100"] == loop_metrics(dense_scores(many, "dual_encoder", 0, 0.04, 10),
@@ -119,7 +122,8 @@ def test_the_dual_encoder_does_not_depend_on_how_many_inputs_crowd_the_joint_top
 
 def test_significance_report_compares_rae_with_both_baselines():
     m = make_problem(60, crowd=False)
-    result = evaluate_retrieval(retrievals_of(m, 30).rows, evaluator_of(m), EvalSettings(lam=0.5, b=30, tau=0.1))
+    result = evaluate_retrieval(retrievals_of(m, 30).rows, evaluator_of(m),
+                                rae_on(evaluator_of(m), 0.5, 0.1, 30))
     flat = {f"{m}/{k}": v for m, arrays in result["per_instance"].items() for k, v in arrays.items()}
     report = compare_runs(flat, ["P@1", "R@100"], other=flat)
     assert set(report) == {"rae_vs_dual_encoder", "rae_vs_knn", "rae_vs_other", "dual_encoder_vs_other",
@@ -135,15 +139,14 @@ def test_chunks_of_queries_give_the_numbers_of_one_chunk(chunk, block):
     """Every summary, sweep row and per-query value, whatever the chunks (20 queries; 7 and 13 do not divide
     it) and the aligned search blocks they are served from."""
     m = make_problem(60, crowd=False)
-    settings = EvalSettings(lam=0.3, b=12, tau=0.1, lambda_sweep=[0.0, 0.3, 1.0], b_sweep=[5, 12])
-    retrievals, searched = retrievals_of(m, 40), []
+    rae, retrievals, searched = rae_on(evaluator_of(m), 0.3, 0.1, 12), retrievals_of(m, 40), []
 
     def search(rows):
         searched.append((rows.start, rows.stop))
         return retrievals.rows(rows)
 
-    whole = evaluate_retrieval(retrievals.rows, evaluator_of(m), settings, with_ova_knn=True, chunk=N_TEST)
-    chunked = evaluate_retrieval(BlockSearch(search, block, N_TEST), evaluator_of(m), settings, with_ova_knn=True,
+    whole = evaluate_retrieval(retrievals.rows, evaluator_of(m), rae, *SWEEPS, with_ova_knn=True, chunk=N_TEST)
+    chunked = evaluate_retrieval(BlockSearch(search, block, N_TEST), evaluator_of(m), rae, *SWEEPS, with_ova_knn=True,
                                  chunk=chunk)
     assert searched == [(start, min(start + block, N_TEST)) for start in range(0, N_TEST, block)]
     for key in ("methods", "lambda_sweep", "b_sweep"):
@@ -163,8 +166,8 @@ def test_rankings_on_several_workers_give_the_numbers_of_one():
     """Threads score and rank a chunk's rankings side by side; every summary, sweep row and per-query value is
     the one worker's (each ranking's tally still takes its chunks in order)."""
     m = make_problem(60, crowd=False)
-    settings = EvalSettings(lam=0.3, b=12, tau=0.1, lambda_sweep=[0.0, 0.3, 1.0], b_sweep=[5, 12])
-    one, three = (evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), settings, with_ova_knn=True,
+    rae = rae_on(evaluator_of(m), 0.3, 0.1, 12)
+    one, three = (evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), rae, *SWEEPS, with_ova_knn=True,
                                      chunk=6, workers=workers) for workers in (1, 3))
     for key in ("methods", "lambda_sweep", "b_sweep"):
         assert three[key] == one[key], key
@@ -172,7 +175,7 @@ def test_rankings_on_several_workers_give_the_numbers_of_one():
         for name, values in arrays.items():
             np.testing.assert_array_equal(three["per_instance"][method][name], values, err_msg=f"{method}/{name}")
     with pytest.raises(ValueError, match="workers"):
-        evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), settings, workers=0)
+        evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), rae, workers=0)
 
 
 def test_a_hit_at_rank_100_counts_in_r_at_100():
@@ -193,7 +196,7 @@ def test_the_train_key_share_counts_the_memorys_input_keys_not_y_trains():
     found = Retrievals(joint=_search(m["Q"], kept, 12), labels=_search(m["Q"], m["Z"], 12),
                        inputs=_search(m["Q"], m["X"], 12))
     evaluator = Evaluator(m["Y_train"], m["Y_test"], m["exclude"], (0.55, 1.5), memory_values=m["Y_train"][:30])
-    result = evaluate_retrieval(found.rows, evaluator, EvalSettings(lam=0.3, b=5, tau=0.1, b_sweep=[5]))
+    result = evaluate_retrieval(found.rows, evaluator, rae_on(evaluator, 0.3, 0.1, 5), b_sweep=[5])
     top5 = np.argsort(-(m["Q"] @ kept.T).astype(np.float32), axis=1, kind="stable")[:, :5]
     expected = round(100 * float(np.mean(top5 < 30)), 2)
     assert 0 < expected < 100 and result["b_sweep"][0]["train_key_share"] == expected
@@ -203,7 +206,7 @@ def test_an_empty_test_set_gives_nan_metrics():
     """No query: every mean is of nothing (NaN) and every segment's macro-F1 has no label, not a KeyError."""
     m = make_problem(60, crowd=False)
     evaluator = Evaluator(m["Y_train"], m["Y_test"][:0], m["exclude"][:0], (0.55, 1.5))
-    result = evaluate_retrieval(retrievals_of(m, 40).rows, evaluator, EvalSettings(lam=0.3, b=12, tau=0.1))
+    result = evaluate_retrieval(retrievals_of(m, 40).rows, evaluator, rae_on(evaluator, 0.3, 0.1, 12))
     for method in ("rae", "dual_encoder", "knn"):
         summary = result["methods"][method]
         assert all(np.isnan(value) for name, value in summary.items() if name != "macro-F1@5"), method

@@ -16,7 +16,7 @@ from ruamel.yaml import YAML
 from raexmc.data.held_out import split_validation
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import Evaluator
-from raexmc.evaluation.methods import QUERY_LAMBDA_METHOD, EvalSettings, evaluate_retrieval
+from raexmc.evaluation.methods import QUERY_LAMBDA_METHOD, evaluate_retrieval
 from raexmc.evaluation.propensity import DEFAULT_AB
 from raexmc.evaluation.retrievals import Retrievals
 from raexmc.evaluation.significance import compare_runs
@@ -144,7 +144,7 @@ def test_rae_query_lambda_equals_a_dense_per_query_loop():
     joint = (ids.astype(np.int64), sims)
     baselines = (np.zeros((n, 1), np.int64), np.ones((n, 1), np.float32))  # their own searches: not under test here
     result = evaluate_retrieval(Retrievals(joint, baselines, baselines).rows, evaluator,
-                                EvalSettings(lam=0.5, b=b, tau=tau), query_lambda=model, chunk=7)
+                                RaeModel(Y_train, RaeSettings(0.5, tau, b)), query_lambda=model, chunk=7)
     summary, per_instance = result["methods"][QUERY_LAMBDA_METHOD], result["per_instance"][QUERY_LAMBDA_METHOD]
     scored = RaeModel(Y_train, RaeSettings(model, model.tau, b)).scores(*joint).toarray()  # as predict scores
 

@@ -191,7 +191,7 @@ def write_params(folder, **infer):
     ("val_fraction", 1.0, "must be less than 1, got 1.0"),
     ("val_max_queries", 0, "must be greater than or equal to 1, got 0"),
     ("val_max_queries", 2.5, "must be an integer, got 2.5"),
-    ("retrieval", "both", "must be 'joint' or 'split', got 'both'"),
+    ("retrieval", "both", "must be 'auto' or 'joint' or 'split', got 'both'"),
     ("label_share", 1.5, "must be 'auto' or less than or equal to 1, got 1.5"),
     ("label_share", True, "must be 'auto' or a number, got True"),
     ("label_share_grid", [0.5, 2], "entry 1 must be less than or equal to 1, got 2"),
@@ -250,7 +250,8 @@ def test_stage_reads_no_test_split_and_writes_the_choice(tmp_path):
     rest_rows, val_rows = split_validation(Y, 0.5, 0)
     curve, _ = brute_force(X, Z, Y, val_rows, rest_rows, b=6)
     at_tau = {lam: p for (lam, tau), p in curve.items() if tau == 0.04}
-    assert chosen["tau"] == 0.04 and chosen["auto"] == {"lambda": True, "tau": False, "label_share": False}
+    assert chosen["tau"] == 0.04 and chosen["auto"] == {"lambda": True, "tau": False, "retrieval": False,
+                                                                  "label_share": False}
     assert (chosen["retrieval"], chosen["label_share"]) == ("joint", None)
     assert at_tau[chosen["lambda"]] == max(at_tau.values())
     assert (chosen["val_queries"], chosen["memory_inputs"]) == (2, 2)
@@ -456,25 +457,43 @@ def dense_split_p_at_1(X, Z, Y, val_rows, rest_rows, b, lam, tau, share) -> floa
     return round(100 * float(np.mean(right)), 2)
 
 
-def test_split_choice_of_the_label_share_matches_brute_force(tmp_path):
+@pytest.mark.parametrize("retrieval", ["split", None])  # None: auto, joint or split
+def test_split_choice_of_the_label_share_matches_brute_force(tmp_path, retrieval):
     """Every point of a split retrieval's curve against dense brute force; the share is chosen in a second
-    round at the chosen τ, and the choice is the curve's best by the tie rule."""
+    round at the chosen τ, and the choice is the curve's best by the tie rule. With the retrieval auto, the joint
+    rows are the joint brute force's too, measured from the same searches, and joint wins a tie."""
     X, Z, Y = forty_inputs_five_labels()
     rest_rows, val_rows = split_validation(Y, 0.25, 0)
-    retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z),
-                                     held_out_labels(Y, sp.csr_matrix((40, 5)), rest_rows, val_rows), b=8)
-    chosen = select(retrieval, settings(b=8, retrieval="split", label_share=None, label_share_grid=(0.25, 0.75),
-                                        lambda_grid=(0.1, 0.5, 0.9), tau_grid=(0.05, 0.1)), (0.55, 1.5)).record()
+    retrieval_memory = validation_retrieval(saved(tmp_path / "emb", X, Z),
+                                            held_out_labels(Y, sp.csr_matrix((40, 5)), rest_rows, val_rows), b=8)
+    chosen = select(retrieval_memory, settings(b=8, retrieval=retrieval, label_share=None,
+                                               label_share_grid=(0.25, 0.75), lambda_grid=(0.1, 0.5, 0.9),
+                                               tau_grid=(0.05, 0.1)), (0.55, 1.5)).record()
 
-    rows = chosen["validation"]
+    rows = [row for row in chosen["validation"] if row["label_share"] is not None]
     for row in rows:
         assert row["P@1"] == dense_split_p_at_1(X, Z, Y, val_rows, rest_rows, 8, row["lambda"], row["tau"],
                                                 row["label_share"]), row
-    first = {r["tau"] for r in rows if r["label_share"] == 0.5}
-    assert {r["label_share"] for r in rows if r["tau"] == chosen["tau"]} >= {0.25, 0.5, 0.75}
-    assert {r["label_share"] for r in rows if r["tau"] != chosen["tau"]} <= {0.5}, "shares only at the chosen τ"
-    assert first >= {0.05, 0.1} and chosen["retrieval"] == "split" and chosen["auto"]["label_share"]
-    best = min(rows, key=lambda r: (-r["P@1"], abs(r["lambda"] - 0.5), abs(math.log(r["tau"] / 0.04)),
-                                    abs(r["label_share"] - 0.5)))
+    split_tau = {r["tau"] for r in rows if r["label_share"] != 0.5}
+    assert len(split_tau) == 1 and {r["label_share"] for r in rows if r["tau"] in split_tau} >= {0.25, 0.5, 0.75}
+    assert {r["tau"] for r in rows if r["label_share"] == 0.5} >= {0.05, 0.1} and chosen["auto"]["label_share"]
+    joint = [row for row in chosen["validation"] if row["label_share"] is None]
+    if retrieval is None:
+        taus = sorted({r["tau"] for r in joint})
+        curve, _ = brute_force(X, Z, Y, val_rows, rest_rows, b=8, taus=taus)
+        assert {(r["lambda"], r["tau"]): r["P@1"] for r in joint} == {k: v for k, v in curve.items()
+                                                                       if k[0] in {r["lambda"] for r in joint}}
+    assert bool(joint) == (retrieval is None) and chosen["auto"]["retrieval"] == (retrieval is None)
+    best = min(chosen["validation"], key=lambda r: (-r["P@1"], r["label_share"] is not None,
+                                                    abs(r["lambda"] - 0.5), abs(math.log(r["tau"] / 0.04)),
+                                                    abs((r["label_share"] or 0.5) - 0.5)))
     assert (chosen["lambda"], chosen["tau"], chosen["label_share"]) == (best["lambda"], best["tau"],
                                                                         best["label_share"])
+    assert chosen["retrieval"] == ("joint" if best["label_share"] is None else "split")
+
+
+def test_a_tie_between_the_retrievals_goes_to_joint():
+    rows = [{"lambda": 0.5, "tau": 0.04, "label_share": 0.5, "P@1": 50.0},
+            {"lambda": 0.1, "tau": 0.2, "label_share": None, "P@1": 50.0}]
+    assert choose(rows, "P@1")["label_share"] is None
+    assert choose([{**rows[0], "P@1": 50.01}, rows[1]], "P@1")["label_share"] == 0.5

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import Evaluator
-from raexmc.evaluation.methods import EvalSettings, evaluate_retrieval
+from raexmc.evaluation.methods import evaluate_retrieval
 from raexmc.evaluation.retrievals import Retrievals
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search
@@ -25,7 +25,7 @@ from raexmc.memory.persistence import save_index
 from raexmc.memory.search import sort_rows
 from raexmc.rae.reference import reference_scores
 from raexmc.settings import load_settings
-from tests.helpers import REPO, memory_search, search_all
+from tests.helpers import REPO, memory_search, rae_on, search_all
 
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 
@@ -61,7 +61,8 @@ def metrics(memory_data, memory_folder):
     joint, inputs, labels = searches(memory_data, memory_folder)
     evaluator = Evaluator(Y, Y_test, sp.csr_matrix(Y_test.shape), (0.55, 1.5),
                           None if memory.full else memory.values(Y))
-    return evaluate_retrieval(Retrievals(joint, labels, inputs).rows, evaluator, EvalSettings(0.5, 5, TAU, [0.3], [2]))
+    return evaluate_retrieval(Retrievals(joint, labels, inputs).rows, evaluator, rae_on(evaluator, 0.5, TAU, 5),
+                              [0.3], [2])
 
 
 def test_keep_one_records_the_index_stage_inputs_and_copies_nothing(memory_data, tmp_path):
@@ -248,7 +249,7 @@ def test_a_split_retrieval_is_evaluated_at_each_b_with_its_own_share(memory_data
         retrieval=RaeRetrieval("split", 0.5), other_b=(2,))
     evaluator = Evaluator(Y, Y_test, sp.csr_matrix(Y_test.shape), (0.55, 1.5))
     result = evaluate_retrieval(Retrievals(joint, labels, inputs, other_b).rows, evaluator,
-                                EvalSettings(0.5, 5, TAU, [0.5], [2, 5]))
+                                rae_on(evaluator, 0.5, TAU, 5), [0.5], [2, 5])
 
     X, Z = np.load(embeddings / "train.npy"), np.load(embeddings / "labels.npy")
     for b, num_z, row in ((5, 3, result["methods"]["rae"]), (2, 1, result["b_sweep"][0]), (5, 3, result["b_sweep"][1])):

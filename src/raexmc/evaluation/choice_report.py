@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .point_choice import curve_metrics
+from .selection import choose
 from .selection_file import Selection
 
 CURVES = (("keep_curve", "keep"), ("prototypes_curve", "prototypes"))  # a selection's curves, by their axis
@@ -20,14 +21,44 @@ def choice_metrics(selection: Selection, fit: dict[str, Any]) -> dict[str, Any]:
             "baselines": {"knn": knn}, "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}}
 
 
-def choice_line(selection: Selection, fit: dict[str, Any], fallback: float, chose_keep: bool) -> str:
-    """What was chosen (the keep too where it was chosen), at which validation value, kNN's τ, and whether the
-    per-query λ is a model or falls back to `fallback` for every query."""
-    share = "" if selection.label_share is None else f" label_share={selection.label_share}"
-    keep = f" keep={selection.keep}" if chose_keep else ""
-    prototypes = "" if selection.prototypes is None else f" prototypes={selection.prototypes}"
-    return (f"chose{keep}{prototypes} lambda={selection.lam} tau={selection.tau} "
-            f"retrieval={selection.retrieval}{share} "
-            f"(validation {selection.metric} {selection.val_value}, "
-            f"{selection.fixed_val_value} at the fixed values); kNN tau={selection.knn_tau}; "
-            f"per-query lambda: {'a model' if fit['uses_model'] else f'falls back to {fallback}'}")
+def point_name(row: dict[str, Any]) -> str:
+    """A validation point named in full: "joint λ 0.5 τ 0.04" or "split share 0.25 λ 0.5 τ 0.04"."""
+    share = row.get("label_share")
+    return f"{'joint' if share is None else f'split share {share:g}'} λ {row['lambda']:g} τ {row['tau']:g}"
+
+
+def memory_name(row: dict[str, Any]) -> str:
+    """The memory's chosen keep and α of a selection or a curve's row, where there are some ("keep 0.5 α 0.25 ")."""
+    return "".join(f"{name} {row[key]:g} " for key, name in (("keep", "keep"), ("prototypes", "α"))
+                   if row.get(key) is not None)
+
+
+def alternatives(selection: Selection) -> list[tuple[str, float]]:
+    """What the choice was weighed against, named in full, with its validation value: at the chosen memory, the best
+    point of the other retrieval where both were measured; every other keep or α tried, at its own best; the fixed
+    point (the hand-set λ, τ and retrieval)."""
+    metric, rows = selection.metric, selection.validation
+    lam, tau = (None if selection.auto[axis] else value for axis, value in (("lambda", selection.lam),
+                                                                           ("tau", selection.tau)))
+    named = []
+    for joint in {row.get("label_share") is None for row in rows} - {selection.label_share is None}:
+        best = choose([row for row in rows if (row.get("label_share") is None) == joint], metric, lam, tau)
+        named.append((point_name(best), best[metric]))
+    chosen = {"keep": selection.keep, "prototypes": selection.prototypes}
+    for curve, axis in CURVES:  # a row of the α curve is at the chosen keep; one of the keep curve, at its own α
+        named += [(memory_name({"keep": row.get("keep", selection.keep), "prototypes": row.get("prototypes")})
+                   + point_name(row), row[metric])
+                  for row in getattr(selection, curve) or [] if row[axis] != chosen[axis]]
+    fixed = {"lambda": selection.fixed_lambda, "tau": selection.fixed_tau, "label_share": selection.fixed_label_share}
+    return [*named, ("fixed " + point_name(fixed), selection.fixed_val_value)]
+
+
+def choice_line(selection: Selection, fit: dict[str, Any], fallback: float) -> str:
+    """One line: what was chosen (the keep and α too where they were chosen) at which validation value, each
+    alternative weighed with its own, kNN's τ, and whether the per-query λ is a model or falls back to `fallback`."""
+    chosen = {"lambda": selection.lam, "tau": selection.tau, "label_share": selection.label_share,
+              "keep": selection.keep, "prototypes": selection.prototypes}
+    others = "; ".join(f"{name}: {value}" for name, value in alternatives(selection))
+    return (f"tune chose {memory_name(chosen)}{point_name(chosen)} (validation {selection.metric} "
+            f"{selection.val_value}; {others}); kNN τ {selection.knn_tau:g}; per-query λ "
+            f"{'a model' if fit['uses_model'] else f'falls back to {fallback:g}'}")

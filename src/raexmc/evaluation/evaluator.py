@@ -4,7 +4,9 @@ a time: what grows with the number of queries is only each ranking's per-query m
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import InitVar, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,7 @@ CHUNK_BYTES = 256 << 20
 SCORE_ENTRY_BYTES = 48
 
 Scorer = Callable[[slice], sp.csr_matrix]  # label scores of a chunk of queries
+Ranking = tuple[Any, Callable[[], sp.csr_matrix]]  # what a ranking is reported under, and its scores when called
 
 
 @dataclass
@@ -140,3 +143,28 @@ def chunk_queries(Y_train: sp.csr_matrix, depth: int, budget: int = CHUNK_BYTES)
     """Test queries per chunk: as many as `budget` bytes of label scores hold (see CHUNK_BYTES), at least one."""
     per_query = depth * (1 + Y_train.nnz / max(Y_train.shape[0], 1)) * SCORE_ENTRY_BYTES
     return int(max(1, min(QUERY_CHUNK, budget // per_query)))
+
+
+def rank_chunks(evaluator: Evaluator, size: int, rankings_of: Callable[[slice, ThreadPoolExecutor], list[Ranking]],
+                consume: Callable[[slice, Any, np.ndarray, sp.csr_matrix], None], workers: int = 1,
+                progress: str | None = None) -> None:
+    """The one sweep-and-rank loop, of the tune stage's validation curve and of the evaluate stage's methods and λ
+    and b sweeps: the queries `size` at a time; a chunk's rankings (`rankings_of(rows, pool)`, which may first run
+    the work they share on the pool, such as each τ's score halves) scored, ranked (filtered pairs never) and handed
+    to `consume(rows, key, ranked, scores)` on `workers` threads. numpy and scipy release the GIL in their loops, so
+    the rankings run side by side; a chunk ends before the next begins, so each key's chunks come in order and the
+    numbers do not depend on the thread count. With `progress`, a bar of that name."""
+    from ..progress import progress_bar
+
+    def rank(rows: slice, ranking: Ranking) -> None:
+        key, scores_of = ranking
+        scores = scores_of()
+        consume(rows, key, evaluator.rank_rows(rows, scores), scores)
+
+    n = evaluator.num_queries
+    with ThreadPoolExecutor(workers) as pool, \
+            progress_bar(total=n, desc=progress, unit="query", disable=progress is None) as bar:
+        for start in range(0, max(n, 1), size):  # one chunk, empty, when there is no query
+            rows = slice(start, min(start + size, n))
+            list(pool.map(partial(rank, rows), rankings_of(rows, pool)))  # waits for the chunk; raises a worker's error
+            bar.update(rows.stop - rows.start)

@@ -10,9 +10,7 @@ chunk at a time (`evaluate_retrieval`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -21,10 +19,8 @@ import scipy.sparse as sp
 
 from ..memory.search import Hits
 from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
-from ..rae.ranking import top_k
 from ..rae.scoring import PAPER_B, dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
-from .evaluator import CHUNK_BYTES, RANK_DEPTH, Evaluator, Scorer, chunk_queries, unfiltered_depth
-from .propensity import DEFAULT_AB
+from .evaluator import CHUNK_BYTES, Evaluator, Ranking, Scorer, chunk_queries, rank_chunks, unfiltered_depth
 from .retrievals import Retrievals, Search
 from .score_file import TopScores
 from .totals import F1_K, QueryChunk, RankingTotals
@@ -37,18 +33,6 @@ def baseline_depth(exclude: sp.csr_matrix) -> int:
     """How deep the baselines search: kNN's KNN_B inputs, and for the dual encoder enough labels that RANK_DEPTH
     remain in every row after its filtered pairs are dropped (R@100 ranks 100 labels)."""
     return max(KNN_B, unfiltered_depth(exclude))
-
-
-@dataclass
-class EvalSettings:
-    lam: float
-    b: int
-    tau: float
-    lambda_sweep: list[float] = field(default_factory=list)
-    b_sweep: list[int] = field(default_factory=list)
-    propensity_ab: tuple[float, float] = DEFAULT_AB
-    knn_tau: float | None = None   # kNN's own τ where the tune stage chose one (selection_file.knn_tau); None: `tau`
-    knn_b: int | None = None       # kNN's own b (the evaluate stage: KNN_B); None: `b`
 
 
 def rae_scorer(model: RaeModel, hits: Hits) -> Scorer:
@@ -69,26 +53,23 @@ def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, t
             "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, knn_tau, knn_b)}
 
 
-Ranking = tuple[list[tuple[str, Any]], Callable[[], sp.csr_matrix]]  # the keys it is reported under, its scores
-
-
-def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr_matrix, settings: EvalSettings,
-                   with_ova_knn: bool, query_lambda: QueryLambdaModel | None) -> list[Ranking]:
+def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lambda_sweep: Sequence[float],
+                   b_sweep: Sequence[int], knn: tuple[float | None, int | None], with_ova_knn: bool,
+                   query_lambda: QueryLambdaModel | None) -> list[Ranking]:
     """Every distinct ranking of a chunk's retrievals, as the keys it is reported under (("method", name),
     ("lambda", i) for lambda_sweep[i], ("b", i) for b_sweep[i]) and a function that computes its label scores
     when called, so that a pool can score and rank them side by side, a few score matrices at a time.
 
     RAE's halves at (τ, b) serve every λ; RAE at (λ, τ, b) is also the λ sweep's point at λ and the b sweep's
-    at b (the same scores), so it is ranked once for all three. Its input keys carry `rae_values` (Y_train
-    unless the memory keeps other keys), kNN's carry Y_train."""
-    lam, tau, b = settings.lam, settings.tau, settings.b
-    rae = RaeModel(rae_values, RaeSettings(lam, tau, b))
+    at b (the same scores), so it is ranked once for all three. Its input keys carry `rae.values` (Y_train
+    unless the memory keeps other keys), kNN's carry Y_train and are scored at `knn` (τ, b; None: RAE's)."""
+    lam, tau, b = rae.settings.lam, rae.settings.tau, rae.settings.b
     keys = found.joint
     parts = rae.parts(*keys)
-    rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(settings.lambda_sweep) if swept == lam),
-                *(("b", i) for i, swept in enumerate(settings.b_sweep) if swept == b)]
+    rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(lambda_sweep) if swept == lam),
+                *(("b", i) for i, swept in enumerate(b_sweep) if swept == b)]
     rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts, *keys))]
-    for name, scorer in method_scorers(found, Y_train, lam, tau, b, settings.knn_tau, settings.knn_b).items():
+    for name, scorer in method_scorers(found, Y_train, lam, tau, b, *knn).items():
         if name != "rae":
             rankings.append(([("method", name)], partial(scorer, slice(None))))
     if with_ova_knn:
@@ -98,63 +79,59 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae_values: sp.csr
     if query_lambda is not None:
         rankings.append(([("method", QUERY_LAMBDA_METHOD)], partial(rae.at(lam=query_lambda).mix, parts, *keys)))
     rankings += [([("lambda", i)], partial(rae.at(lam=swept).mix, parts, *keys))
-                 for i, swept in enumerate(settings.lambda_sweep) if swept != lam]
+                 for i, swept in enumerate(lambda_sweep) if swept != lam]
     rankings += [([("b", i)], partial(rae.at(b=swept).scores, *found.rae_at(swept)))
-                 for i, swept in enumerate(settings.b_sweep) if swept != b]
+                 for i, swept in enumerate(b_sweep) if swept != b]
     return rankings
 
 
-def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSettings, with_ova_knn: bool = False,
-                       query_lambda: QueryLambdaModel | None = None, chunk: int | None = None,
-                       progress: bool = False, workers: int = 1, keep_scores: bool = False) -> dict[str, Any]:
-    """Metrics of RAE (λ, b), the dual encoder and kNN (optionally OvA+kNN, and RAE with `query_lambda`'s λ per
-    query), and RAE's λ and b sweeps, from `search(rows)`'s retrievals (at least max(b, b_sweep) keys deep) of
-    the test queries, `chunk` at a time (default: `chunk_queries` for `workers`), with a progress bar when
-    `progress`.
-
-    A chunk's rankings (some 15) are scored, ranked and tallied on `workers` threads: numpy and scipy release
-    the GIL in their loops, so they run side by side. Each ranking's tally takes its chunks in order, so the
-    numbers are the same for any number of workers.
+def evaluate_retrieval(search: Search, evaluator: Evaluator, rae: RaeModel, lambda_sweep: Sequence[float] = (),
+                       b_sweep: Sequence[int] = (), knn_tau: float | None = None, knn_b: int | None = None,
+                       with_ova_knn: bool = False, query_lambda: QueryLambdaModel | None = None,
+                       chunk: int | None = None, progress: bool = False, workers: int = 1,
+                       keep_scores: bool = False) -> dict[str, Any]:
+    """Metrics of RAE (`rae`: its values and λ, τ, b; its keys are the search's), the dual encoder and kNN
+    (kNN at `knn_tau` and `knn_b`, None: RAE's; optionally OvA+kNN, and RAE with `query_lambda`'s λ per query), and
+    RAE's λ and b sweeps, from `search(rows)`'s
+    retrievals (at least max(b, b sweep) keys deep) of the test queries, `chunk` at a time (default: `chunk_queries`
+    for `workers`), with a progress bar when `progress`; a chunk's rankings (some 15) on `workers` threads
+    (evaluator.rank_chunks).
 
     Returns {"methods": {name: summary}, "per_instance": {name: arrays}, "lambda_sweep": rows,
     "b_sweep": rows}; with `keep_scores` also "scores": {name: each method's top-100 scores as a score file's
     CSR matrix (score_file.py), gathered a chunk at a time}.
     """
-    from ..progress import progress_bar
-
-    Y, V, n = evaluator.Y_train, evaluator.rae_values, evaluator.num_queries
+    Y, V = evaluator.Y_train, rae.values
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    size = chunk or chunk_queries(Y, max([settings.b, *settings.b_sweep]), CHUNK_BYTES // workers)
+    size = chunk or chunk_queries(Y, max([rae.settings.b, *b_sweep]), CHUNK_BYTES // workers)
     totals: dict[tuple[str, Any], RankingTotals] = {}
-    key_counts = np.zeros((len(settings.b_sweep), 2), dtype=np.int64)
+    key_counts = np.zeros((len(b_sweep), 2), dtype=np.int64)
     kept: dict[tuple[str, Any], TopScores] = {}  # each method's top-100 scores, with keep_scores
+    queries: list[QueryChunk] = []  # the chunk's (chunks run one at a time)
 
-    def rank_and_tally(queries: QueryChunk, ranking: Ranking) -> None:
-        keys, scores_of = ranking
-        scores = scores_of()
-        ranked = top_k(scores, RANK_DEPTH, exclude=queries.exclude)
+    def rankings_of(rows: slice, _pool: Any) -> list[Ranking]:
+        found = search(rows)
+        queries[:] = [evaluator.chunk(rows)]
+        rankings = chunk_rankings(found, Y, rae, lambda_sweep, b_sweep, (knn_tau, knn_b), with_ova_knn,
+                                  query_lambda)
+        for keys, _ in rankings:
+            for key in keys:
+                if key not in totals:
+                    totals[key] = evaluator.totals(per_instance=key[0] == "method")
+                if keep_scores and key[0] == "method" and key not in kept:
+                    kept[key] = TopScores(Y.shape[1])
+        for counts, b in zip(key_counts, b_sweep):
+            counts += train_key_counts(found.rae_at(b)[0], V.shape[0], b)
+        return rankings
+
+    def tally(_rows: slice, keys: list[tuple[str, Any]], ranked: np.ndarray, scores: sp.csr_matrix) -> None:
         for key in keys:
-            totals[key].add(queries, ranked)
+            totals[key].add(queries[0], ranked)
             if key in kept:
                 kept[key].add(ranked, scores)
 
-    with ThreadPoolExecutor(workers) as pool, \
-            progress_bar(total=n, desc="evaluate", unit="query", disable=not progress) as bar:
-        for start in range(0, max(n, 1), size):  # one chunk, empty, when there is no query
-            rows = slice(start, min(start + size, n))
-            found, queries = search(rows), evaluator.chunk(rows)
-            rankings = chunk_rankings(found, Y, V, settings, with_ova_knn, query_lambda)
-            for keys, _ in rankings:
-                for key in keys:
-                    if key not in totals:
-                        totals[key] = evaluator.totals(per_instance=key[0] == "method")
-                    if keep_scores and key[0] == "method" and key not in kept:
-                        kept[key] = TopScores(Y.shape[1])
-            list(pool.map(partial(rank_and_tally, queries), rankings))  # waits for the chunk; raises a worker's error
-            for counts, b in zip(key_counts, settings.b_sweep):
-                counts += train_key_counts(found.rae_at(b)[0], V.shape[0], b)
-            bar.update(rows.stop - rows.start)
+    rank_chunks(evaluator, size, rankings_of, tally, workers, progress="evaluate" if progress else None)
     results = {key: evaluator.result(tally) for key, tally in totals.items()}
     methods = {name: results[kind, name] for kind, name in results if kind == "method"}
 
@@ -163,10 +140,10 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, settings: EvalSetti
 
     return {"methods": {name: summary for name, (summary, _) in methods.items()},
             "per_instance": {name: arrays for name, (_, arrays) in methods.items()},
-            "lambda_sweep": [{"lambda": lam, **headline(("lambda", i))} for i, lam in enumerate(settings.lambda_sweep)],
+            "lambda_sweep": [{"lambda": lam, **headline(("lambda", i))} for i, lam in enumerate(lambda_sweep)],
             "b_sweep": [{"b": b, **headline(("b", i)),
                          "train_key_share": round(100 * float(train / total), 2) if total else float("nan")}
-                        for i, (b, (train, total)) in enumerate(zip(settings.b_sweep, key_counts))],
+                        for i, (b, (train, total)) in enumerate(zip(b_sweep, key_counts))],
             **({"scores": {name: top.matrix() for (_, name), top in kept.items()}} if keep_scores else {})}
 
 

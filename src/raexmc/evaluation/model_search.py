@@ -20,7 +20,7 @@ from ..memory.merge import JointSearch, prefix
 from ..rae.model import QueryLambdaModel, RaeModel
 from ..settings import Settings
 from .evaluator import Evaluator
-from .methods import HEADLINE, KNN_B, EvalSettings, baseline_depth, evaluate_retrieval
+from .methods import HEADLINE, KNN_B, baseline_depth, evaluate_retrieval
 from .propensity import Propensity, chosen_propensity
 from .retrievals import BlockSearch, Retrievals
 
@@ -75,16 +75,15 @@ def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settin
     it searches otherwise than `model`. `result` is evaluate_retrieval's; metrics are what metrics.json holds but
     the tune stage's selection."""
     rae = model.settings
-    settings = EvalSettings(lam=rae.lam.fallback if rae.per_query else rae.lam, b=rae.b, tau=rae.tau, knn_tau=knn_tau,
-                            knn_b=KNN_B, lambda_sweep=list(p.infer.lambda_sweep), b_sweep=list(p.infer.b_sweep),
-                            propensity_ab=propensity.ab)
+    headline = model.at(lam=rae.lam.fallback) if rae.per_query else model  # the headline's λ: a number
     Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
     evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), propensity.ab, model.values)
-    search = ModelSearch(model, baselines or model.search, queries, settings.b_sweep,
+    search = ModelSearch(model, baselines or model.search, queries, p.infer.b_sweep,
                          baseline_depth(evaluator.exclude))
-    result = evaluate_retrieval(search.in_blocks(), evaluator, settings, with_ova_knn=p.infer.ova_knn,
-                                query_lambda=query_lambda, chunk=chunk, progress=progress,
-                                workers=resolve_threads(p.evaluate.threads), keep_scores=keep_scores)
+    result = evaluate_retrieval(search.in_blocks(), evaluator, headline, p.infer.lambda_sweep, p.infer.b_sweep,
+                                knn_tau, KNN_B, with_ova_knn=p.infer.ova_knn, query_lambda=query_lambda,
+                                chunk=chunk, progress=progress, workers=resolve_threads(p.evaluate.threads),
+                                keep_scores=keep_scores)
     methods = result["methods"]
     metrics = {**methods, "knn": {**methods["knn"], "tau": knn_tau}, "memory": model.about.get("memory", {}),
                "propensity": propensity.record(), "retrieval": {"depth": search.depth,

@@ -10,8 +10,10 @@ stage's method, so that λ and τ are chosen for the memory that evaluate and pr
 exact top-b search of the input keys and one of the labels serve the whole grid: RAE's keys are taken from
 them as `infer.retrieval` says (memory.merge.RaeRetrieval), one softmax per (τ, label share)
 (`RaeModel.parts`), one sparse mix per λ (`RaeModel.mix`), each ranked and scored by the Evaluator as the test set
-is. The best (λ, τ) by `infer.auto_metric` wins; among equal values (metrics are rounded to 0.01 points) the
-one nearest the paper's λ = 0.5, τ = 0.04 (τ by ratio), then the label share nearest 0.5, wins.
+is. The best (λ, τ) by `infer.auto_metric` wins; among equal values (metrics are rounded to 0.01 points)
+the joint retrieval, then the one nearest the paper's λ = 0.5, τ = 0.04 (τ by ratio), then the label share nearest
+0.5, wins. With `infer.retrieval: auto` the curve holds both retrievals, joint and split, scored from the same two
+searches: choosing between them costs rankings, not searches.
 
 A choice cannot fall off its grid: where the best value of a chosen λ, τ or label share sits on an edge of its
 grid, the grid gains a point past that edge (τ doubled or halved; λ and the share by the edge's gap, within
@@ -37,15 +39,16 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, RaeRetrieval
+from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, SPLIT, RaeRetrieval
 from ..memory.search import Hits
 from ..parallel import worker_count
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
-from .evaluator import CHUNK_BYTES, chunk_queries, query_chunks, stacked_rankings
+from .evaluator import CHUNK_BYTES, Ranking, chunk_queries, rank_chunks, stacked_rankings
 from .methods import HEADLINE
 from .selection_file import Selection
 from .tune_settings import TuneSettings
@@ -64,22 +67,23 @@ class ValidationCurve:
     one λ at many τs, gains as RAE's grid does; the rankings do not depend on the thread count, and the threads share
     one chunk's memory budget (evaluator.CHUNK_BYTES), as evaluate's do."""
 
-    def __init__(self, retrieval: ValidationRetrieval, propensity_ab: tuple[float, float], mode: str = JOINT):
-        self.retrieval, self.mode = retrieval, mode
+    def __init__(self, retrieval: ValidationRetrieval, propensity_ab: tuple[float, float]):
+        self.retrieval = retrieval
         self.evaluator = retrieval.evaluator(propensity_ab)
         self.rows: dict[tuple, dict[str, Any]] = {}
 
     def measure(self, lambdas: list[float], taus: list[float], shares: list[float | None]) -> None:
-        """Add the points of the grid lambdas x taus x shares not measured yet."""
+        """Add the points of the grid lambdas x taus x shares (None: the joint retrieval) not measured yet."""
         for share in shares:
-            rae = RaeRetrieval(self.mode, share)
+            rae = RaeRetrieval(JOINT if share is None else SPLIT, share)
             points = [(tau, lam) for tau in taus for lam in lambdas if (lam, tau, rae.label_share) not in self.rows]
             if points:
                 self._measure(points, rae)
 
     def _measure(self, points: list[tuple[float, float]], rae: RaeRetrieval) -> None:
-        """Measure the (τ, λ) `points`, a chunk of queries at a time: each τ's keys and score halves once a chunk (on
-        the threads, a τ each), then every point mixed and ranked (a point each), its rows added in `points`' order."""
+        """Measure the (τ, λ) `points`, a chunk of queries at a time (evaluator.rank_chunks): each τ's keys and score
+        halves once a chunk (on the threads, a τ each), then every point mixed and ranked (a point each), its rows
+        added in `points`' order."""
         evaluator, inputs, labels = self.evaluator, self.retrieval.inputs, self.retrieval.labels
         models = {tau: self.retrieval.model(tau, rae) for tau, _ in points}
         ranked: dict[tuple[float, float], list[np.ndarray]] = {point: [] for point in points}
@@ -88,24 +92,24 @@ class ValidationCurve:
         def keys(tau: float, chunk: slice) -> Hits:
             return models[tau].keys(*((hits[0][chunk], hits[1][chunk]) for hits in (inputs, labels)))
 
-        def halves(tau: float, chunk: slice) -> tuple[Hits, Any]:
+        def halves(chunk: slice, tau: float) -> tuple[Hits, Any]:
             chunk_keys = keys(tau, chunk)
             return chunk_keys, models[tau].parts(*chunk_keys)
+
+        def mixed(point: tuple[float, float], at_tau: dict) -> Any:
+            tau, lam = point
+            chunk_keys, parts = at_tau[tau]
+            return models[tau].at(lam=lam).mix(parts, *chunk_keys)
+
+        def rankings_of(chunk: slice, pool: ThreadPoolExecutor) -> list[Ranking]:
+            at_tau = dict(zip(models, pool.map(partial(halves, chunk), models)))
+            return [(point, partial(mixed, point, at_tau)) for point in points]
 
         width = keys(points[0][0], slice(0, 1))[0].shape[1]  # keys a query, the same at every τ
         # the threads share one chunk's budget, beside the score halves of every τ
         size = chunk_queries(evaluator.rae_values, width, CHUNK_BYTES // (workers + len(models)))
-
-        def ranking(point: tuple[float, float], chunk: slice, at_tau: dict) -> np.ndarray:
-            tau, lam = point
-            chunk_keys, parts = at_tau[tau]
-            return evaluator.rank_rows(chunk, models[tau].at(lam=lam).mix(parts, *chunk_keys))
-
-        with ThreadPoolExecutor(workers) as pool:
-            for chunk in query_chunks(len(inputs[0]), size):
-                at_tau = dict(zip(models, pool.map(lambda tau: halves(tau, chunk), models)))
-                for point, rows in zip(points, pool.map(lambda point: ranking(point, chunk, at_tau), points)):
-                    ranked[point].append(rows)
+        rank_chunks(evaluator, size, rankings_of, lambda _rows, point, rows, _scores: ranked[point].append(rows),
+                    workers)
         for tau, lam in points:
             summary = evaluator.summary(stacked_rankings(ranked.pop((tau, lam))))[0]
             self.rows[lam, tau, rae.label_share] = {"lambda": lam, "tau": tau, "label_share": rae.label_share,
@@ -154,7 +158,7 @@ def widen_and_choose(curve: ValidationCurve, grids: dict[str, list], auto: tuple
 def choose(curve: list[dict[str, Any]], metric: str, lam: float | None = None, tau: float | None = None,
            label_share: float | None = None) -> dict[str, Any]:
     """The curve's best row by `metric` among those at the fixed λ / τ / label share (None: free); ties go to
-    the row nearest the paper's λ, then τ, then the share nearest 0.5."""
+    the joint retrieval, then to the row nearest the paper's λ, then τ, then the share nearest 0.5."""
     fixed = {"lambda": lam, "tau": tau, "label_share": label_share}
     rows = [r for r in curve if all(value is None or r.get(axis) == value for axis, value in fixed.items())]
     if not rows:
@@ -164,37 +168,41 @@ def choose(curve: list[dict[str, Any]], metric: str, lam: float | None = None, t
         share = row.get("label_share")
         return 0.0 if share is None else abs(share - DEFAULT_LABEL_SHARE)
 
-    return min(rows, key=lambda r: (-r[metric], abs(r["lambda"] - PAPER_LAMBDA), abs(math.log(r["tau"] / PAPER_TAU)),
-                                    share_distance(r), r["lambda"], r["tau"], r.get("label_share") or 0.0))
+    return min(rows, key=lambda r: (-r[metric], r.get("label_share") is not None, abs(r["lambda"] - PAPER_LAMBDA),
+                                    abs(math.log(r["tau"] / PAPER_TAU)), share_distance(r), r["lambda"], r["tau"],
+                                    r.get("label_share") or 0.0))
 
 
 def select(retrieval: ValidationRetrieval, settings: TuneSettings,
            propensity_ab: tuple[float, float]) -> Selection:
     """The chosen λ, τ and retrieval, the validation metric there and at the fixed values, and the whole curve.
 
-    First round: λ x τ at the fixed label share, widened past an edge where λ or τ is chosen there. Second
-    round, for a split retrieval with an automatic share: λ x share at the chosen τ, widened likewise. The
-    cost is |λ| x |τ| + |λ| x |shares| ranked points (the second round only when the share is chosen), plus
-    at most WIDEN_STEPS rows or columns past each edge of a chosen value."""
-    curve = ValidationCurve(retrieval, propensity_ab, settings.retrieval)
-    metric, fixed_share = settings.metric, settings.fixed_share
-    grids = {"lambda": settings.lambdas(), "tau": settings.taus(), "label_share": [fixed_share]}
+    For each retrieval tried (joint, split, or both where it is auto: one search serves both), a first round of
+    λ x τ (split at its fixed share, 0.5 when auto), widened past an edge where λ or τ is chosen there; then, for a
+    split retrieval with an automatic share, λ x share at split's chosen τ, widened likewise. The best row of the
+    curve wins, ties to joint. The cost is |λ| x |τ| ranked points per retrieval plus |λ| x |shares| where the share
+    is chosen, plus at most WIDEN_STEPS rows or columns past each edge of a chosen value."""
+    curve, metric = ValidationCurve(retrieval, propensity_ab), settings.metric
     auto = tuple(axis for axis, value in (("lambda", settings.lam), ("tau", settings.tau)) if value is None)
-    best = widen_and_choose(curve, grids, auto, metric,
-                            {"lam": settings.lam, "tau": settings.tau, "label_share": fixed_share})
-    if settings.chooses_share:
-        grids = {**grids, "tau": [best["tau"]], "label_share": settings.shares()}
-        widen_and_choose(curve, grids, (*(axis for axis in auto if axis == "lambda"), "label_share"), metric,
-                         {"lam": settings.lam, "tau": best["tau"], "label_share": None})
+    for mode in settings.retrievals:
+        share = None if mode == JOINT else settings.split_share
+        grids = {"lambda": settings.lambdas(), "tau": settings.taus(), "label_share": [share]}
+        best = widen_and_choose(curve, grids, auto, metric, {"lam": settings.lam, "tau": settings.tau,
+                                                             "label_share": share})
+        if mode == SPLIT and settings.chooses_share:
+            grids = {**grids, "tau": [best["tau"]], "label_share": settings.shares()}
+            widen_and_choose(curve, grids, (*(axis for axis in auto if axis == "lambda"), "label_share"), metric,
+                             {"lam": settings.lam, "tau": best["tau"], "label_share": None})
     rows = curve.curve()
-    best = choose(rows, metric, settings.lam, settings.tau, None if settings.chooses_share else fixed_share)
-    fixed = choose(rows, metric, settings.fixed_lambda, settings.fixed_tau, fixed_share)
-    return Selection(lam=best["lambda"], tau=best["tau"], retrieval=settings.retrieval,
+    best = choose(rows, metric, settings.lam, settings.tau, None if settings.chooses_share else settings.fixed_share)
+    fixed = choose([row for row in rows if row["label_share"] == settings.fixed_share], metric,
+                   settings.fixed_lambda, settings.fixed_tau)
+    return Selection(lam=best["lambda"], tau=best["tau"], retrieval=JOINT if best["label_share"] is None else SPLIT,
                      label_share=best["label_share"], metric=metric,
                      auto={"lambda": settings.lam is None, "tau": settings.tau is None,
-                           "label_share": settings.chooses_share},
+                           "retrieval": settings.retrieval is None, "label_share": settings.chooses_share},
                      val_value=best[metric], fixed_lambda=settings.fixed_lambda, fixed_tau=settings.fixed_tau,
-                     fixed_label_share=fixed_share, fixed_val_value=fixed[metric],
+                     fixed_label_share=settings.fixed_share, fixed_val_value=fixed[metric],
                      val_queries=len(retrieval.held.val_rows), val_folds=retrieval.held.folds,
                      memory_inputs=len(retrieval.held.rest_rows), memory_input_keys=retrieval.keys_per_fold,
                      val_fraction=settings.val_fraction, val_max_queries=settings.val_max_queries,

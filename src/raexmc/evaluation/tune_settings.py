@@ -36,7 +36,7 @@ class TuneSettings:
     fraction_key: str = "infer.val_fraction"   # where val_fraction came from (data.held_out.tune_split), for errors
     val_folds: int | None = 1   # None: auto (folds_for)
     encoder_trained: bool = False   # the embeddings' encoder was fine-tuned on the inputs outside the first fold
-    retrieval: str = JOINT
+    retrieval: str | None = JOINT   # None: auto (joint or split, chosen)
     label_share: float | None = DEFAULT_LABEL_SHARE   # split only; None: auto
     label_share_grid: tuple[float, ...] = ()
 
@@ -48,7 +48,7 @@ class TuneSettings:
                    tau_grid=infer.tau_grid, metric=infer.auto_metric, b=infer.b, val_fraction=split.fraction,
                    val_max_queries=infer.val_max_queries, val_seed=split.seed, fraction_key=split.fraction_key,
                    relevance=infer.relevance, val_folds=_or_none(infer.val_folds),
-                   encoder_trained=settings.encoder.mode == "fine-tuned", retrieval=infer.retrieval,
+                   encoder_trained=settings.encoder.mode == "fine-tuned", retrieval=_or_none(infer.retrieval),
                    label_share=_or_none(infer.label_share), label_share_grid=infer.label_share_grid)
 
     def folds_for(self, num_inputs: int) -> int:
@@ -88,21 +88,28 @@ class TuneSettings:
         return sorted({*self.tau_grid, self.fixed_tau})
 
     @property
-    def fixed_share(self) -> float | None:
-        """The hand-set label share (0.5 when auto; None for the joint retrieval, which has none)."""
-        if self.retrieval == JOINT:
-            return None
+    def retrievals(self) -> tuple[str, ...]:
+        """The retrievals the curve measures: joint and split where the retrieval is auto (joint wins ties)."""
+        return (JOINT, SPLIT) if self.retrieval is None else (self.retrieval,)
+
+    @property
+    def split_share(self) -> float:
+        """A split retrieval's hand-set label share, 0.5 where it is auto: the first round's."""
         return DEFAULT_LABEL_SHARE if self.label_share is None else self.label_share
 
-    def shares(self) -> list[float | None]:
-        """The label shares of the curve's second round: the grid and the fixed value (None: joint)."""
-        if self.retrieval == JOINT:
-            return [None]
-        return sorted({*self.label_share_grid, self.fixed_share})
+    @property
+    def fixed_share(self) -> float | None:
+        """The label share of the hand-set point the choice is compared with: None (the joint retrieval, the paper's)
+        unless the retrieval is split."""
+        return self.split_share if self.retrieval == SPLIT else None
+
+    def shares(self) -> list[float]:
+        """The label shares of a split retrieval's second round: the grid and the first round's share."""
+        return sorted({*self.label_share_grid, self.split_share})
 
     @property
     def chooses_share(self) -> bool:
-        return self.retrieval == SPLIT and self.label_share is None
+        return self.retrieval != JOINT and self.label_share is None
 
 
 def _or_none(setting: Any) -> Any:
