@@ -303,7 +303,8 @@ def test_an_experiments_track_stage_names_the_alias_that_serves_it(reproduced_pr
     from raexmc.pipeline.serving import registered_uri
 
     assert registered_uri("raexmc-tiny", "tiny-exp") == "models:/raexmc-tiny@tiny-exp"
-    workspace = sh(*track, cwd=project).stderr  # the reproduced workspace's execution: package ran in it
+    sh(*package, cwd=project)  # the project was committed after its repro: a new execution, as the experiment's
+    workspace = sh(*track, cwd=project).stderr
     assert "serve it with `raexmc serve`" in workspace, workspace
 
 
