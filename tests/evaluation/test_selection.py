@@ -172,10 +172,11 @@ def test_held_out_queries_are_not_keys_of_their_memory(tmp_path):
 
 
 def write_params(folder, **infer):
-    """The project's params.yaml with these infer keys; one validation fold and τ 0.04 unless given (the brute forces
-    here hold out one set, test_validation_folds.py pools several, and most choose λ at one τ)."""
+    """The project's params.yaml with these infer keys; one validation fold, τ 0.04 and the joint retrieval unless
+    given (the brute forces here hold out one set, test_validation_folds.py pools several, and most choose λ at one
+    τ of the joint retrieval)."""
     params = YAML().load((REPO / "params.yaml").read_text())
-    for key, value in {"val_folds": 1, "tau": 0.04, **infer}.items():
+    for key, value in {"val_folds": 1, "tau": 0.04, "retrieval": "joint", "label_share": 0.5, **infer}.items():
         params["infer"][key] = value
     YAML().dump(params, folder / "params.yaml")
     return folder / "params.yaml"

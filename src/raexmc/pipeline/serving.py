@@ -28,7 +28,7 @@ from packaging.version import Version
 import raexmc
 
 from ..errors import DataError, RaexmcError
-from ..io import writer_gone
+from ..io import read_json, writer_gone
 from ..rae.model import RaeModel
 from ..rae.queries import checked_k, query_of
 from ..rae.shared_batches import SharedBatches
@@ -43,6 +43,7 @@ MAX_RECORDS = 1000
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 # What the model's code imports (faiss: a compressed memory; onnx, onnxruntime: an int8 encoder; pydantic and
 # ruamel.yaml: raexmc.settings), beyond what these bring
+MILVUS_REQUIREMENTS = ("pymilvus", "milvus-lite")  # the extra raexmc[milvus], for a folder on Milvus
 REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "onnx", "onnxruntime", "numpy", "scipy", "pandas",
                 "mlflow", "pydantic", "ruamel.yaml")
 # one label of an answer (RaeModel.label_answer): its id is its dataset's, a string, a number or null
@@ -171,7 +172,8 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
             name="predictor", python_model=str(code / "pipeline" / "pyfunc_model.py"),  # the model as code
             signature=SIGNATURE, input_example=INPUT_EXAMPLE, artifacts={"model": str(model)},
             tags={WRITER_TAG: _this_writer()},
-            code_paths=[str(code)], pip_requirements=pinned_requirements(), registered_model_name=model_name)
+            code_paths=[str(code)], pip_requirements=pinned_requirements(milvus=on_milvus(model)),
+            registered_model_name=model_name)
     client.set_registered_model_alias(model_name, alias, info.registered_model_version)
     return f"models:/{model_name}@{alias}"
 
@@ -198,10 +200,17 @@ def fail_interrupted_logs(client: mlflow.MlflowClient, experiment_id: str) -> No
             return
 
 
-def pinned_requirements(torch_version: str | None = None) -> list[str]:
-    """REQUIREMENTS pinned to the releases here, without local labels (torch's +cpu, which no public index
-    serves); with a CPU torch the CPU wheels' index comes first, since PyPI's Linux torch pulls GBs of CUDA."""
-    pins = [f"{name}=={Version(version(name)).public}" for name in REQUIREMENTS]
+def on_milvus(model: Path) -> bool:
+    """Whether the model folder's indexes are Milvus collections (its served environment then needs the client)."""
+    return any(read_json(meta).get("backend") == "milvus" for meta in model.glob("*/meta.json"))
+
+
+def pinned_requirements(torch_version: str | None = None, milvus: bool = False) -> list[str]:
+    """REQUIREMENTS (and MILVUS_REQUIREMENTS where `milvus`) pinned to the releases here, without local labels
+    (torch's +cpu, which no public index serves); with a CPU torch the CPU wheels' index comes first, since PyPI's
+    Linux torch pulls GBs of CUDA."""
+    names = (*REQUIREMENTS, *(MILVUS_REQUIREMENTS if milvus else ()))
+    pins = [f"{name}=={Version(version(name)).public}" for name in names]
     if Version(torch_version or version("torch")).local == "cpu":
         return [f"--extra-index-url {CPU_TORCH_INDEX}", *pins]
     return pins
