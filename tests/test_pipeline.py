@@ -55,7 +55,7 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
     chosen = json.loads((project / "artifacts/tiny/tune/selection.json").read_text())
     packaged = json.loads((project / "artifacts/tiny/predictor/settings.json").read_text())
     evaluated = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())["selection"]
-    assert chosen["auto"] == {"lambda": True, "tau": False, "label_share": False}
+    assert chosen["auto"] == {"lambda": True, "tau": False, "retrieval": True, "label_share": True}  # the defaults
     assert (packaged["lambda"], packaged["tau"]) == (evaluated["lambda"], evaluated["tau"]) == (chosen["lambda"], 0.04)
     assert changed_stages(project) == set()
     shown = json.loads(dvc("metrics", "show", "--json", cwd=project).stdout)
