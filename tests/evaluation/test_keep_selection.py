@@ -105,10 +105,10 @@ def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_c
     params = write_params(tmp_path)
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
-    assert "chose keep=0.25 lambda=0.7 tau=0.2" in proc.stderr
+    assert "tune chose keep 0.25 joint λ 0.7 τ 0.2 (validation" in proc.stderr
     chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
     assert (chosen["keep"], chosen["lambda"], chosen["tau"], chosen["val_value"]) == (0.25, 0.7, 0.2, 100.0)
-    assert chosen["auto"] == {"lambda": True, "tau": True, "label_share": False, "keep": True}
+    assert chosen["auto"] == {"lambda": True, "tau": True, "retrieval": True, "label_share": True, "keep": True}
     assert [(r["keep"], r["input_keys"], r["lambda"], r["tau"], r["P@1"]) for r in chosen["keep_curve"]] \
         == EXPECTED_CURVE
     assert (chosen["memory_inputs"], chosen["memory_input_keys"], chosen["val_queries"]) == (30, 8, 10)

@@ -100,10 +100,10 @@ def test_auto_prototypes_choose_alpha_on_validation_alone_and_the_memory_stage_b
     params = write_params(tmp_path)
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
-    assert "chose prototypes=0.5 lambda=0.5 tau=0.04" in proc.stderr
+    assert "α 0.5 joint λ 0.5 τ 0.04 (validation" in proc.stderr and "tune chose " in proc.stderr
     chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
     assert (chosen["prototypes"], chosen["lambda"], chosen["tau"], chosen["val_value"]) == (0.5, 0.5, 0.04, 100.0)
-    assert chosen["auto"] == {"lambda": True, "tau": True, "label_share": False, "prototypes": True}
+    assert chosen["auto"] == {"lambda": True, "tau": True, "retrieval": True, "label_share": True, "prototypes": True}
     assert [(r["prototypes"], r["P@1"]) for r in chosen["prototypes_curve"]] == EXPECTED_CURVE
     assert {(r["lambda"], r["tau"], r["input_keys"]) for r in chosen["prototypes_curve"]} == {(0.5, 0.04, 4)}
     assert json.loads((tmp_path / "tune" / "memory_choice.json").read_text()) == {"keep": 0.5, "prototypes": 0.5}
