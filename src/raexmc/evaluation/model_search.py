@@ -161,9 +161,10 @@ def served_sample(model: RaeModel, served: RaeModel | None, queries: np.ndarray,
     rows = np.unique(np.linspace(0, len(queries) - 1, min(size, len(queries))).astype(np.int64))
     sample = Evaluator(evaluator.Y_train, evaluator.truth[rows], evaluator.exclude[rows], evaluator.propensity_ab,
                        evaluator.memory_values)
+    sampled = queries[rows]  # gathered once, for both searches and every chunk
 
     def headline(scored: RaeModel) -> dict[str, float]:
-        summary, _ = sample.summary(sample.rank(len(rows), lambda chunk: scored.scores_for(queries[rows][chunk])))
+        summary, _ = sample.summary(sample.rank(len(rows), lambda chunk: scored.scores_for(sampled[chunk])))
         return {name: summary[name] for name in HEADLINE}
 
     return {"same_search": 0, "queries": len(rows), "evaluated": headline(model), "served": headline(served)}
