@@ -12,7 +12,8 @@
 #                the default setup leaves it out.
 #   --test       also install what the tests need beyond the package's test extra: the milvus extra (so the Milvus
 #                tests run rather than skip; about 13 s more), PECOS's evaluator (libpecos, without its declared
-#                dependencies) and Debian's chromium (the MLflow UI test drives it headless; needs root or sudo).
+#                dependencies), and where missing Debian's chromium (the MLflow UI and plots tests drive it
+#                headless) and npm (the offline plots template below); these two need root or sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WITH_TEST_TOOLS=false
@@ -54,9 +55,27 @@ if command -v apt-get >/dev/null && ! ls /var/lib/apt/lists/*_Packages* >/dev/nu
     echo "note: run 'sudo apt-get update' once so the foldoc/wordnet sources can download their packages" >&2
   fi
 fi
-if $WITH_TEST_TOOLS && ! command -v chromium >/dev/null; then
+MISSING=""
+command -v chromium >/dev/null || MISSING=chromium
+command -v npm >/dev/null || MISSING="$MISSING npm"
+if $WITH_TEST_TOOLS && [ -n "$MISSING" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $MISSING >/dev/null
+fi
+# `dvc plots show` pages that draw offline: DVC's own page loads Vega from a CDN, so setup builds a template that
+# inlines Vega, Vega-Lite and Vega-Embed from npm (in build/plots, not committed) and names it in .dvc/config.local.
+if command -v npm >/dev/null; then
+  PLOTS=build/plots
+  npm install -s --no-save --no-audit --no-fund --prefix "$PLOTS" vega@5.21.0 vega-lite@5.2.0 vega-embed@6.18.2
+  { echo '<!DOCTYPE html><html><head>{refresh_tag}<meta charset="utf-8"><title>DVC plots</title>'
+    for js in vega/build/vega.min.js vega-lite/build/vega-lite.min.js vega-embed/build/vega-embed.min.js; do
+      echo '<script>'; cat "$PLOTS/node_modules/$js"; echo '</script>'
+    done
+    echo '<style>table { border-spacing: 15px; }</style></head><body>{plot_divs}</body></html>'; } > "$PLOTS/offline.html"
+  "$VENV/bin/dvc" config --local plots.html_template ../$PLOTS/offline.html  # relative to .dvc/
+else
+  echo "note: without npm, \`dvc plots show\` pages load Vega from a CDN (they draw nothing offline)" >&2
 fi
 echo "rae-xmc is set up in $VENV (activate with: . $VENV/bin/activate)"
