@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from raexmc.pipeline.tracking.headline_view import view_path
 from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
 from tests.helpers import local_server
 
@@ -29,7 +30,8 @@ def log_pipeline_run(project: Path, exp_name: str, lam: float, p_at_1: float, mo
     (project / "params.yaml").write_text(f"data:\n  name: tiny\ninfer:\n  lambda: {lam}\n")
     monkeypatch.setenv("DVC_EXP_NAME", exp_name)
     with stage_run("evaluate") as run:
-        run.metrics({"rae": {"P@1": p_at_1, "P@5": p_at_1 / 2}})
+        run.params({"selection": {"lambda": lam, "tau": 0.2, "retrieval": "joint"}})
+        run.metrics({"rae": {"P@1": p_at_1, "P@5": p_at_1 / 2}, "dual_encoder": {"P@1": 30.25}, "knn": {"tau": 0.07}})
         return run.run_id
 
 
@@ -82,5 +84,23 @@ def test_compare_view_shows_both_runs_p_at_1(ui, tmp_path):
     assert "sweep-lambda-0.3" in page and "sweep-lambda-0.7" in page
     assert "evaluate/rae.P_at_1" in page and "41.37" in page and "63.52" in page
     screenshot = tmp_path / "mlflow-compare.png"
+    browser(f"--screenshot={screenshot}", view, profile=tmp_path / "profile")
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
+
+
+@pytest.mark.slow
+def test_the_headline_view_shows_settings_and_metrics_with_the_best_rae_first(ui, tmp_path):
+    """The link `raexmc results` prints: the runs table (not MLflow 3's GenAI overview), sorted by RAE's P@1, with
+    the chosen settings and the headline metrics as columns (MLflow's own table shows no metric)."""
+    base, runs = ui
+    experiment = MlflowClient(tracking_uri()).get_experiment_by_name(EXPERIMENT).experiment_id
+    view = f"{base}/{view_path(experiment)}"
+    page = browser("--dump-dom", view, profile=tmp_path / "profile").stdout
+    for column in ("selection.lambda", "selection.retrieval", "evaluate/knn.tau", "evaluate/rae.P_at_1",
+                   "evaluate/dual_encoder.P_at_1"):
+        assert column in page, column
+    assert "30.25" in page and "63.52" in page
+    assert page.index("sweep-lambda-0.7") < page.index("sweep-lambda-0.3")  # P@1 63.52 above 41.37
+    screenshot = tmp_path / "mlflow-headline.png"
     browser(f"--screenshot={screenshot}", view, profile=tmp_path / "profile")
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000

@@ -15,9 +15,9 @@ from typing import Any
 
 from ..evaluation.significance import BASELINES, METHOD, p_value_text
 from ..io import write_json
+from .tracking.headline_view import HEADLINE_METRICS
+from .tracking.headline_view import METHODS as METHOD_ROWS  # rae.json, dual_encoder.json, knn.json
 
-HEADLINE_METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
-METHOD_ROWS = (METHOD, *BASELINES)                                   # rae.json, dual_encoder.json, knn.json
 TEST_ROWS = tuple(f"{METHOD}_vs_{baseline}" for baseline in BASELINES)  # rae_vs_dual_encoder.json, rae_vs_knn.json
 
 

@@ -28,6 +28,7 @@ from ...errors import StorageError, first_line
 from .dataset_input import dataset_input, folder_digest
 from .dvc_command import dvc_command, dvc_targets
 from .guard import ParamsGuard
+from .headline_view import experiment_tags
 from .identity import PIPELINE_TAG, UNCOMMITTED, experiment_name, git_commit, pipeline_key, pipeline_params
 from .journal import JOURNAL, Journal
 from .names import flatten, metric_name
@@ -209,9 +210,13 @@ def _client():
 
 
 def _pipeline_run(client, key: str, opening: dict[str, Any]) -> str:
-    experiment = client.get_experiment_by_name(EXPERIMENT)
+    experiment, tags = client.get_experiment_by_name(EXPERIMENT), experiment_tags()
     experiment_id = (experiment.experiment_id if experiment else
-                     client.create_experiment(EXPERIMENT, artifact_location=(project_root() / "mlartifacts").as_uri()))
+                     client.create_experiment(EXPERIMENT, artifact_location=(project_root() / "mlartifacts").as_uri(),
+                                              tags=tags))
+    if experiment and not tags.items() <= experiment.tags.items():  # a store an older rae-xmc made
+        for name, value in tags.items():
+            client.set_experiment_tag(experiment_id, name, value)
     found = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_TAG}` = '{key}'", max_results=1)
     if found:
         return found[0].info.run_id
