@@ -32,7 +32,7 @@ def test_selection_keeps_exactly_the_requested_share(method, keep, expected):
     merged key standing for at least one input, all inputs accounted for once."""
     inputs, values = unit_rows(103), label_rows(103)
     selected = select_keys(inputs, values, keep, method, seed=3, cell_size=16, labels=unit_rows(5, seed=2))
-    assert len(selected) == selected.values.shape[0] == len(selected.counts) == expected
+    assert len(selected.keys) == selected.values.shape[0] == len(selected.counts) == expected
     assert selected.values.shape[1] == 5 and selected.keys.shape == (expected, 8)
     assert (selected.counts >= 1).all()
     assert selected.counts.sum() == (expected if method == "random" else (103 if expected else 0))

@@ -157,7 +157,6 @@ class InputMemory:
         if not path.is_file():
             raise DataError(f"not a memory folder (no {MEMORY_FILE}): run the memory stage", self.folder)
         self.meta = read_json(path)
-        self.has_own_labels = "labels" in own_index_folders(self.folder)  # compressed or prototypes
         missing = [k for k in ("keep", "method", "prior", "seed", "num_inputs", "input_keys", "index")
                    if not isinstance(self.meta, dict) or k not in self.meta]
         if missing:
