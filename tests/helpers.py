@@ -220,6 +220,18 @@ def unit_rows(rng, n: int, dim: int, dtype=None):
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
+def brute_top_k(queries, keys, k: int):
+    """The exact top-k of every index backend by a float64 product and a full sort: each row by descending
+    similarity, ties by ascending id, padded with -1 / -inf past the keys."""
+    import numpy as np
+
+    sims = np.asarray(queries, dtype=np.float64) @ np.asarray(keys, dtype=np.float64).T
+    order = np.lexsort((np.broadcast_to(np.arange(len(keys)), sims.shape), -sims), axis=1)[:, :k]
+    ids, top = np.full((len(queries), k), -1, np.int64), np.full((len(queries), k), -np.inf, np.float32)
+    ids[:, :order.shape[1]], top[:, :order.shape[1]] = order, np.take_along_axis(sims, order, axis=1)
+    return ids, top
+
+
 def search_all(search, queries, k: int, k_parts: int):
     """RAE's joint top-k and the inputs' and labels' top-k_parts (prefixes of their top-k) of a JointSearch."""
     from raexmc.memory.merge import prefix
