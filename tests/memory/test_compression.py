@@ -132,21 +132,11 @@ def test_bytes_per_key_within_the_hand_count(clustered, tmp_path, name, M, code_
     assert index_bytes(tmp_path / "index") >= N_KEYS * (code_bytes + 2 * M * 4)
 
 
-def test_compression_needs_the_hnsw_backend(clustered):
-    with pytest.raises(ConfigError, match="needs an hnsw index"):
-        make_index("exact", clustered[0], compression="sq8")
-
-
-def test_projection_wider_than_the_keys_is_refused(clustered):
-    with pytest.raises(ConfigError, match="projects to 128 dimensions, the keys have 64"):
-        build(clustered[0], "pca128-sq8")
-
-
-def test_load_refuses_a_damaged_faiss_file(clustered, tmp_path):
-    save_index(build(clustered[0][:200], "sq8"), tmp_path / "index")
-    (tmp_path / "index" / "faiss.bin").write_bytes(b"not an index")
-    with pytest.raises(DataError, match="cannot load faiss.bin"):
-        load_index(tmp_path / "index")
+@pytest.mark.parametrize(("backend", "name", "says"), [
+    ("exact", "sq8", "needs an hnsw index"), ("hnsw", "pca128-sq8", "projects to 128 dimensions, the keys have 64")])
+def test_what_cannot_be_built_is_refused(clustered, backend, name, says):
+    with pytest.raises(ConfigError, match=says):
+        make_index(backend, clustered[0], M=16, ef_construction=100, threads=1, progress=False, compression=name)
 
 
 def test_a_compressed_memory_serves_the_joint_search(clustered, tmp_path):
@@ -166,10 +156,13 @@ def test_a_compressed_memory_serves_the_joint_search(clustered, tmp_path):
     np.testing.assert_allclose(sims, np.einsum("qd,qkd->qk", queries, keys[ids]), atol=2.0 ** -11)
 
 
-@pytest.mark.parametrize("compression", ["none", "sq3", 8])
-def test_load_refuses_a_meta_with_an_unknown_compression(clustered, tmp_path, compression):
-    save_index(build(clustered[0][:200], "sq8"), tmp_path / "index")
-    meta = json.loads((tmp_path / "index" / "meta.json").read_text())
-    (tmp_path / "index" / "meta.json").write_text(json.dumps({**meta, "compression": compression}))
-    with pytest.raises(DataError, match="not a compression this version knows"):
-        load_index(tmp_path / "index")
+@pytest.mark.parametrize("damage", ["faiss.bin", "none", "sq3", 8])
+def test_load_refuses_a_damaged_index(clustered, tmp_path, damage):
+    """A garbled faiss.bin, or a meta.json naming a compression this version does not read."""
+    folder = save_index(build(clustered[0][:200], "sq8"), tmp_path / "index")
+    if damage == "faiss.bin":
+        (folder / "faiss.bin").write_bytes(b"not an index")
+    else:
+        (folder / "meta.json").write_text(json.dumps({**saved_meta(folder), "compression": damage}))
+    with pytest.raises(DataError, match="cannot load faiss.bin" if damage == "faiss.bin" else "not a compression this"):
+        load_index(folder)

@@ -82,20 +82,6 @@ def test_a_budget_that_is_no_positive_integer_is_refused(tied):
         TorchIndex(tied[0], "cpu", free_bytes=0)
 
 
-@pytest.mark.parametrize("budget", [1, 3 * ROW_BYTES, 10 * ROW_BYTES, UNBOUNDED])
-def test_torch_path_blocks_keep_ids_and_scores(budget):
-    """Distinct scores (key j's first coordinate is 100 j), since torch.topk may put tied keys in any order."""
-    rng = np.random.default_rng(5)
-    keys = integer_rows(rng, N_KEYS)
-    keys[:, 0] = 100 * np.arange(N_KEYS)
-    queries = integer_rows(rng, 23)
-    queries[:, 0] = rng.choice([-1, 1], size=len(queries))
-    ids, sims = TorchIndex(keys, "cpu", free_bytes=budget).search(queries, 12)
-    want_ids, want_sims = brute_top_k(queries, keys, 12)
-    np.testing.assert_array_equal(ids, want_ids)
-    np.testing.assert_array_equal(sims, want_sims)
-
-
 @pytest.mark.parametrize("backend", [ExactIndex, TorchIndex])
 def test_progress_bar_counts_every_query_once_and_changes_no_result(tied, backend, capsys):
     keys, queries = tied

@@ -202,7 +202,7 @@ def test_load_errors_name_the_folder(tmp_path, data):
     exact = save_index(ExactIndex(keys), tmp_path / "exact")
     graph = save_index(hnsw(keys), tmp_path / "hnsw")
     for folder, says, loaded_with in ((tmp_path / "nowhere", "", None), (tmp_path / "empty", "meta.json", None),
-                                      (tmp_path / "odd", "annoy", None), (exact, "", None),  # no keys
+                                      (tmp_path / "odd", "annoy", None), (exact, "keeps no keys", None),
                                       (exact, "shape", keys[:, :8]), (exact, "shape", keys[:10]),
                                       (graph, "", keys[:-1])):
         with pytest.raises(DataError, match=f"{folder}.*{says}"):

@@ -8,11 +8,11 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.memory.key_selection import InputsWithLabels, _fill_empty, _shares, kept_count, select_keys
+from tests.helpers import unit_rows as random_unit_rows
 
 
-def unit_rows(n: int, d: int = 8, seed: int = 0) -> np.ndarray:
-    rows = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+def unit_rows(n: int, seed: int = 0) -> np.ndarray:
+    return random_unit_rows(np.random.default_rng(seed), n, 8)
 
 
 def label_rows(n: int, num_labels: int = 5, seed: int = 1) -> sp.csr_matrix:

@@ -63,14 +63,6 @@ def test_every_key_is_indexed_once_and_the_joint_search_merges(embeddings, tmp_p
         np.testing.assert_array_equal(hits[0], brute_top_k(queries, key_set, 5)[0])  # each in its own ids
 
 
-def test_an_exact_memory_needs_its_keys(embeddings, tmp_path):
-    build_memory_indexes(embeddings, tmp_path / "index", "exact")
-    with pytest.raises(DataError, match="keeps no keys"):
-        load_joint_search(tmp_path / "index")
-    with pytest.raises(DataError, match="shape"):
-        load_joint_search(tmp_path / "index", memory_keys(embeddings)[:50])
-
-
 def test_values_are_binary_unless_graded_is_asked_for():
     Y = sp.csr_matrix(np.array([[1.0, 0.0, 0.5], [0.0, 2.0, 0.0]]))
     np.testing.assert_array_equal(training_values(Y).toarray(), [[1, 0, 1], [0, 1, 0]])
