@@ -57,6 +57,19 @@ def reseal(folder: Path) -> None:
     write_manifest(folder, {key: value for key, value in manifest.items() if key not in ("files", "sha256")})
 
 
+def json_edited(name: str, **changes) -> Callable[[Path], None]:
+    """An edit of a folder: its JSON object `name` with `changes` merged in."""
+    def edit(folder: Path) -> None:
+        (folder / name).write_text(json.dumps({**json.loads((folder / name).read_text()), **changes}))
+    return edit
+
+
+def garble_milvus_lite(folder: Path) -> None:
+    """The Lite data folder of a Milvus index saved in `folder`, its manifests made invalid JSON."""
+    for manifest in (folder / "milvus.db").rglob("manifest.json*"):
+        manifest.write_text("{not json")
+
+
 def write_jsonl_gz(path: Path, records: list[dict]) -> None:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         for record in records:
