@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import get_args
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..settings import KeepMethod
-
-METHODS = get_args(KeepMethod)
 CELL_SIZE = 8_192          # inputs per coarse cell: the fine k-means costs about keep · N · CELL_SIZE · d per iteration
 COARSE_SAMPLE = 64         # inputs sampled per coarse cell to fit the cells
 ITERATIONS = 10            # Lloyd iterations per level
