@@ -180,10 +180,13 @@ def predict(project: Project, *args: str, stdin: bytes | None = None) -> Outcome
     return project.run([PYTHON, "-m", "raexmc.cli", "predict", *args], stdin=stdin)
 
 
-def non_utf8_file(project: Project) -> Outcome:
-    path = project.fresh("predict-file") / "queries.txt"
-    path.write_bytes(b"python\n\xff\xfe bad bytes\n")
-    return predict(project, "--file", str(path))
+def predict_file(name: str, content: bytes) -> Callable[[Project], Outcome]:
+    """predict --file of a file `name` holding `content`."""
+    def run(project: Project) -> Outcome:
+        path = project.fresh(f"predict-{name}") / name
+        path.write_bytes(content)
+        return predict(project, "--file", str(path))
+    return run
 
 
 def stale_leftover(project: Project) -> Outcome:
@@ -345,30 +348,19 @@ REQUEST_SCHEMA_BODIES = {
     "serve-top-k-alias": {"dataframe_records": [{"text": "python"}], "params": {"top_k": 2}}}
 
 
-def blank_lines_file(project: Project) -> Outcome:
-    path = project.fresh("predict-blank-file") / "blank.txt"
-    path.write_bytes(b"\n  \n\t\n")
-    return predict(project, "--file", str(path))
-
-
 LAST_FAULT_CASES = [
     Case("serve-params-unknown", "serve", 'serve params {"topk": 2}', None, "topk"),
     Case("serve-field-unknown", "serve", 'serve with a top-level "bogus": 1', None, "bogus"),
     Case("serve-top-k-alias", "serve", 'serve params {"top_k": 2} (read as k: 2 labels)', None, "[2] labels",
          expect_failure=False),
-    Case("predict-blank-file", "predict", "predict --file of blank lines only", blank_lines_file, "blank.txt")]
+    Case("predict-blank-file", "predict", "predict --file of blank lines only",
+         predict_file("blank.txt", b"\n  \n\t\n"), "blank.txt")]
 
 
 
 # Issue 50, causes 2 to 6: JSON nested too deeply, a query with no visible character, a validation share that
 # leaves nothing to train on, a damaged checkpoint, a garbled label record of the right size. (Cause 1, a graph cut
 # short by a file-size limit: tests/memory/test_file_size_limit.py runs the index and memory stages under it.)
-def deeply_nested_jsonl(project: Project) -> Outcome:
-    path = project.fresh("predict-deep-json") / "deep.jsonl"
-    path.write_text('{"text": "python"}\n' + "[" * 2000 + "]" * 2000 + "\n")
-    return predict(project, "--file", str(path))
-
-
 def train_with(project: Project, name: str, checkpoint: bytes | None = None, **updates) -> Outcome:
     """The train stage, fine-tuning, with `updates` in params.yaml and a last.pt holding `checkpoint`."""
     folder = project.fresh(name)
@@ -441,7 +433,8 @@ MODEL_FOLDER_CASES = [
 
 
 PROBE_50_CASES = [
-    Case("predict-deep-json", "predict", "predict --file: a JSON line nested 2,000 deep", deeply_nested_jsonl,
+    Case("predict-deep-json", "predict", "predict --file: a JSON line nested 2,000 deep",
+         predict_file("deep.jsonl", b'{"text": "python"}\n' + b"[" * 2000 + b"]" * 2000 + b"\n"),
          "deep.jsonl:2"),
     Case("predict-nul-query", "predict", "predict from stdin: a line of NUL and zero-width characters",
          lambda p: predict(p, stdin="python\n\x00\u200b\x00\n".encode()), "<stdin>:2"),
@@ -673,7 +666,7 @@ def cases() -> list[Case]:
         Case("mlflow-corrupt", "download", "mlflow.db is not a database", corrupt_store, "mlflow.db"),
         Case("disk-full", "download", "download onto a full disk (8 KiB tmpfs)", disk_full, "small"),
         Case("predict-non-utf8-file", "predict", "predict --file with invalid UTF-8 on line 2",
-             non_utf8_file, "queries.txt:2"),
+             predict_file("queries.txt", b"python\n\xff\xfe bad bytes\n"), "queries.txt:2"),
         Case("predict-non-utf8-stdin", "predict", "predict from stdin with invalid UTF-8 on line 2",
              lambda p: predict(p, stdin=b"python\n\xff\xfe\n"), "<stdin>:2"),
         Case("predict-empty-query", "predict", "predict \"\"", lambda p: predict(p, ""), "query"),

@@ -53,11 +53,14 @@ def test_weight_from_the_setting(setting, keep, backend, chosen, want):
     assert prototype_weight(setting, keep, backend, chosen=chosen) == want
 
 
-def test_auto_below_keep_1_needs_the_tune_stage_s_choice():
+@pytest.mark.parametrize(("setting", "backend", "says"), [
+    ("auto", "hnsw", "memory.prototypes auto below keep 1 is chosen by the tune stage"),
+    (0.5, "exact", "label prototypes need")])
+def test_a_weight_auto_or_on_exact_is_refused_naming_the_key(setting, backend, says):
+    """auto below keep 1 without the tune stage's choice; a weight with the exact backend, which builds no graph."""
     with pytest.raises(ConfigError) as caught:
-        prototype_weight("auto", 0.5, "hnsw")
-    assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: memory.prototypes auto "
-                                              "below keep 1 is chosen by the tune stage")
+        prototype_weight(setting, 0.5, backend)
+    assert caught.value.one_line().startswith(f"ConfigError: params.yaml:memory.prototypes: {says}")
 
 
 @pytest.mark.parametrize("setting", [-0.5, "half", True, float("nan")])
@@ -65,12 +68,6 @@ def test_a_bad_weight_is_refused_naming_the_key(setting):
     with pytest.raises(ConfigError) as caught:
         settings_from(memory_with(prototypes=setting))
     assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: ")
-
-
-def test_a_weight_needs_graphs():
-    with pytest.raises(ConfigError) as caught:
-        prototype_weight(0.5, 0.5, "exact")
-    assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: label prototypes need")
 
 
 def memory_with(**memory) -> dict:
