@@ -43,8 +43,8 @@ def is_server(uri: str) -> bool:
 def keys_hash(keys: np.ndarray) -> str:
     """sha256 of the keys' shape and float32 bytes, a block of rows at a time (no copy of a memmap)."""
     digest = hashlib.sha256(repr(keys.shape).encode())
-    for start in range(0, len(keys), INSERT_BATCH):
-        digest.update(np.ascontiguousarray(keys[start:start + INSERT_BATCH], dtype=np.float32).tobytes())
+    for _, block in key_blocks(keys, INSERT_BATCH, "", progress=False):
+        digest.update(np.ascontiguousarray(block, dtype=np.float32).tobytes())
     return digest.hexdigest()
 
 
@@ -205,12 +205,6 @@ def build_milvus(keys: np.ndarray, uri: str = LITE_FOLDER, token_env: str = "", 
         index = MilvusIndex(meta, lite=scratch, ef_search=ef_search)
         weakref.finalize(index, shutil.rmtree, scratch.parent, True)
     return index
-
-
-def save_milvus(index: MilvusIndex, folder: Path) -> None:
-    """Copy a Lite index's data folder into `folder`; a server's index saves its reference (meta.json) alone."""
-    if index.lite is not None:
-        shutil.copytree(index.lite, folder / LITE_FOLDER, ignore=shutil.ignore_patterns("LOCK"))
 
 
 def open_milvus(folder: Path, meta: dict[str, Any], ef_search: int) -> MilvusIndex:

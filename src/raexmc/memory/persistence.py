@@ -6,6 +6,7 @@ The exact backend keeps no keys on disk: reopening it needs them. A reopened gra
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from .compression import parse_compression
 from .exact import ExactIndex
 from .faiss_index import FaissIndex
 from .hnsw import PAPER_EF_SEARCH, SPACE, HnswIndex
-from .milvus import MilvusIndex, open_milvus, save_milvus
+from .milvus import LITE_FOLDER, MilvusIndex, open_milvus
 from .search import BACKENDS
 from .torch_index import TorchIndex, exact_index
 
@@ -49,8 +50,8 @@ def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.Path
 
             with written_through(tmp / FAISS_FILE) as handle:  # through Python, which checks every write
                 faiss.write_index(index.index, faiss.PyCallbackIOWriter(handle.write))
-        elif isinstance(index, MilvusIndex):
-            save_milvus(index, tmp)
+        elif isinstance(index, MilvusIndex) and index.lite is not None:  # a server's index: its reference alone
+            shutil.copytree(index.lite, tmp / LITE_FOLDER, ignore=shutil.ignore_patterns("LOCK"))
         write_json(tmp / META_FILE, meta)
     return folder
 
