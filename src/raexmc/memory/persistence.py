@@ -98,43 +98,36 @@ def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_sea
     """Reopen an index `save_index` wrote; the exact backend needs `keys` (of the saved shape) and searches on
     `device` (TorchIndex on a GPU). The index names `folder` in its errors about queries."""
     folder = Path(folder)
-    index = _reopen(folder, saved_meta(folder), keys, ef_search, threads, device)
-    index.source = folder
-    return index
-
-
-def _reopen(folder: Path, meta: dict[str, Any], keys: np.ndarray | None, ef_search: int, threads: int,
-            device: str) -> ExactIndex | TorchIndex | HnswIndex | FaissIndex | MilvusIndex:
-    if keys is not None:
-        keys = np.asarray(keys)
-        if keys.ndim != 2 or keys.shape != (meta["count"], meta["dim"]):
-            raise DataError(f"keys have shape {keys.shape}, the index was built on "
-                            f"({meta['count']}, {meta['dim']})", folder)
+    meta = saved_meta(folder)
+    if keys is not None and (np.ndim(keys) != 2 or np.shape(keys) != (meta["count"], meta["dim"])):
+        raise DataError(f"keys have shape {np.shape(keys)}, the index was built on ({meta['count']}, {meta['dim']})",
+                        folder)
     if meta["backend"] == "exact":
         if keys is None:
             raise DataError("the exact index keeps no keys: pass the keys to load it", folder)
-        return exact_index(keys, device)
-    if meta["backend"] == "milvus":
-        return open_milvus(folder, meta, ef_search)
-    if meta["backend"] == "faiss":
+        index = exact_index(np.asarray(keys), device)
+    elif meta["backend"] == "milvus":
+        index = open_milvus(folder, meta, ef_search)
+    elif meta["backend"] == "faiss":
         import faiss
 
-        index = _read_graph(folder, FAISS_FILE, faiss.read_index)
-        if (index.ntotal, index.d) != (meta["count"], meta["dim"]):
-            raise DataError(f"{FAISS_FILE} holds {index.ntotal} keys of dimension {index.d}, {META_FILE} says "
+        graph = _read_graph(folder, FAISS_FILE, faiss.read_index)
+        if (graph.ntotal, graph.d) != (meta["count"], meta["dim"]):
+            raise DataError(f"{FAISS_FILE} holds {graph.ntotal} keys of dimension {graph.d}, {META_FILE} says "
                             f"{meta['count']} of {meta['dim']}", folder)
-        return FaissIndex(index, meta["compression"], M=meta["M"], ef_construction=meta["ef_construction"],
-                          ef_search=ef_search, threads=threads)
-    import hnswlib
+        index = FaissIndex(graph, meta["compression"], meta["M"], meta["ef_construction"], ef_search, threads)
+    else:
+        import hnswlib
 
-    if meta["space"] != SPACE:
-        raise DataError(f"index space is {meta['space']!r}, expected {SPACE!r}", folder)
-    graph = hnswlib.Index(space=SPACE, dim=meta["dim"])
-    _read_graph(folder, HNSW_FILE, lambda path: graph.load_index(path, max_elements=meta["count"]))
-    if graph.element_count != meta["count"]:
-        raise DataError(f"{HNSW_FILE} holds {graph.element_count} keys, {META_FILE} says {meta['count']}", folder)
-    return HnswIndex(graph, M=meta["M"], ef_construction=meta["ef_construction"], ef_search=ef_search,
-                     threads=threads)
+        if meta["space"] != SPACE:
+            raise DataError(f"index space is {meta['space']!r}, expected {SPACE!r}", folder)
+        graph = hnswlib.Index(space=SPACE, dim=meta["dim"])
+        _read_graph(folder, HNSW_FILE, lambda path: graph.load_index(path, max_elements=meta["count"]))
+        if graph.element_count != meta["count"]:
+            raise DataError(f"{HNSW_FILE} holds {graph.element_count} keys, {META_FILE} says {meta['count']}", folder)
+        index = HnswIndex(graph, meta["M"], meta["ef_construction"], ef_search, threads)
+    index.source = folder
+    return index
 
 
 def _read_graph(folder: Path, name: str, read: Callable[[str], Any]) -> Any:
