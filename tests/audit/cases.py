@@ -291,11 +291,6 @@ def compare_with(project: Project, name: str, breaks: Callable[[Path], None]) ->
                          out=folder / "significance.json")
 
 
-def serve_unknown_alias(project: Project) -> Outcome:
-    """`raexmc serve` for an alias no version carries: one line before any server starts."""
-    return project.run([PYTHON, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", str(free_port())])
-
-
 def serve_requests(project: Project) -> dict[str, Outcome]:
     """Bad requests against one real `raexmc serve` process."""
     port = free_port()
@@ -454,11 +449,6 @@ PROBE_50_CASES = [
 DENIED = Path("/sys/raexmc-denied")  # sysfs: even root may not create anything there
 
 
-def preset_not_a_mapping(project: Project) -> Outcome:
-    params = project.params(project.fresh("preset-list"), **{"presets.mine": ["a", "b"]})
-    return project.run([PYTHON, "-m", "raexmc.cli", "preset", "mine", "--params", str(params)])
-
-
 def output_denied(project: Project) -> Outcome:
     if not Path("/sys/kernel").is_dir():
         return Outcome(-1, "skipped: needs sysfs, where even root may not write", False)
@@ -503,8 +493,9 @@ LIMIT_BODIES = {"serve-body-too-large": {"dataframe_records": [{"text": "python 
 ONE_LINE_FAULT_CASES = [
     stage_case("encoder-weights-cut", "embed", "the model folder's model.safetensors cut in half (embed)",
                "model.safetensors", {"model": truncate("model.safetensors")}),
-    Case("preset-not-mapping", "preset", "raexmc preset of a preset written as a list", preset_not_a_mapping,
-         "presets.yaml:mine"),
+    Case("preset-not-mapping", "preset", "raexmc preset of a preset written as a list", lambda p: p.run(
+        [PYTHON, "-m", "raexmc.cli", "preset", "mine", "--params",
+         str(p.params(p.fresh("preset-list"), **{"presets.mine": ["a", "b"]}))]), "presets.yaml:mine"),
     Case("output-denied", "download", "download --out under /sys (EPERM/EACCES/EROFS, even for root)",
          output_denied, str(DENIED)),
     Case("store-corrupt-serve", "serve", "raexmc serve with mlflow.db past its header random bytes",
@@ -727,7 +718,9 @@ def cases() -> list[Case]:
                    **{"infer.b": 0, "package.register": False}),
         stage_case("compare-with-missing", "significance", "significance.compare_with: a path that does not exist",
                    "/nonexistent/per_instance.npz", **{"significance.compare_with": "/nonexistent/per_instance.npz"}),
-        Case("alias-unknown", "serve", "raexmc serve --alias nope", serve_unknown_alias, "nope"),
+        Case("alias-unknown", "serve", "raexmc serve --alias nope",  # one line before any server starts
+             lambda p: p.run([PYTHON, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", str(free_port())]),
+             "nope"),
         Case("tokenizer-python-only", "tokenize", "encoder.name with no fast tokenizer (ByT5's)", python_only_tokenizer,
              "encoder.name"),
         Case("tokenize-disk-full", "tokenize", "tokenize 8 MiB of token ids onto a 1 MiB tmpfs",
