@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..checks import positive_int
-from .search import Index, as_matrix, query_blocks
+from .search import Index, as_matrix, power_of_two_rows, query_blocks
 
 # Elements (not bytes) of scratch space the exact top-k selection may use beside the similarity block.
 SELECT_BUDGET = 1 << 20
@@ -21,10 +21,8 @@ CHUNK_ROWS = 4096
 
 
 def block_rows(n_keys: int, block_bytes: int = BLOCK_BYTES, max_rows: int = CHUNK_ROWS) -> int:
-    """Queries per similarity block: the float32 rows of `n_keys` that `block_bytes` holds, at least one, as a
-    power of two so that the blocks of two key sets align (merge.JointSearch.query_block)."""
-    rows = max(1, min(max_rows, block_bytes // (4 * max(n_keys, 1))))
-    return 1 << (rows.bit_length() - 1)
+    """Queries per similarity block: the float32 rows of `n_keys` that `block_bytes` holds."""
+    return power_of_two_rows(block_bytes, 4 * max(n_keys, 1), max_rows)
 
 
 class ExactIndex(Index):

@@ -76,6 +76,13 @@ class Index:
         raise NotImplementedError
 
 
+def power_of_two_rows(budget: int, row_bytes: int, max_rows: int) -> int:
+    """The rows of `row_bytes` that `budget` holds, in [1, max_rows], as a power of two: the blocks of the two
+    key sets' searches then align (merge.JointSearch.query_block)."""
+    rows = max(1, min(max_rows, budget // max(row_bytes, 1)))
+    return 1 << (rows.bit_length() - 1)
+
+
 def query_blocks(n_queries: int, rows_per_block: int, progress: bool, desc: str = "exact search") -> Iterator[int]:
     """The first query of each block, with a progress bar when `progress` (a mining round at scale takes hours)."""
     from ..progress import progress_bar

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..checks import positive_int
 from .exact import BLOCK_BYTES, ExactIndex
-from .search import Hits, Index, as_matrix, query_blocks
+from .search import Hits, Index, as_matrix, power_of_two_rows, query_blocks
 
 # Share of the device's free memory (after the keys are uploaded) that one block's tensors may take: the rest
 # is slack for the caching allocator and for the other key set's index, uploaded after this one.
@@ -36,11 +36,9 @@ def pool_size(k: int, n_keys: int, rescored: bool) -> int:
 
 def block_rows_for(free_bytes: int, n_keys: int, dim: int, score_bytes: int,
                    max_rows: int = MAX_BLOCK_ROWS) -> int:
-    """Queries per block whose tensors fit in `free_bytes` (the similarities twice over, for torch.topk's
-    scratch, and the queries): a power of two in [1, max_rows], so the two key sets' blocks align."""
-    per_row = 2 * n_keys * score_bytes + dim * (4 + score_bytes)
-    rows = max(1, min(max_rows, free_bytes // max(per_row, 1)))
-    return 1 << (rows.bit_length() - 1)
+    """Queries per block whose tensors fit in `free_bytes`: the similarities twice over (for torch.topk's
+    scratch) and the queries."""
+    return power_of_two_rows(free_bytes, 2 * n_keys * score_bytes + dim * (4 + score_bytes), max_rows)
 
 
 class TorchIndex(Index):
