@@ -29,8 +29,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         backend = backend_for(p.index.backend, embeddings, search_device(p.search))  # the index stage's
         settings = chosen_memory(p.memory, backend, choice)
         run.params({"memory": p.memory.model_dump()})
-        relevance = p.infer.relevance
-        values = (training_values(Dataset(dataset).label_matrix("train"), relevance, copy=False)
+        values = (training_values(Dataset(dataset).label_matrix("train"), p.infer.relevance, copy=False)
                   if settings.needs_values else None)
         labels = load_embeddings(embeddings, "labels") if settings.needs_labels else None
         meta = build_input_memory(load_embeddings(embeddings, "train"), values, settings, out,

@@ -57,6 +57,19 @@ def reseal(folder: Path) -> None:
     write_manifest(folder, {key: value for key, value in manifest.items() if key not in ("files", "sha256")})
 
 
+def json_edited(name: str, **changes) -> Callable[[Path], None]:
+    """An edit of a folder: its JSON object `name` with `changes` merged in."""
+    def edit(folder: Path) -> None:
+        (folder / name).write_text(json.dumps({**json.loads((folder / name).read_text()), **changes}))
+    return edit
+
+
+def garble_milvus_lite(folder: Path) -> None:
+    """The Lite data folder of a Milvus index saved in `folder`, its manifests made invalid JSON."""
+    for manifest in (folder / "milvus.db").rglob("manifest.json*"):
+        manifest.write_text("{not json")
+
+
 def write_jsonl_gz(path: Path, records: list[dict]) -> None:
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         for record in records:
@@ -218,6 +231,18 @@ def unit_rows(rng, n: int, dim: int, dtype=None):
 
     rows = rng.standard_normal((n, dim)).astype(dtype or np.float32)
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def brute_top_k(queries, keys, k: int):
+    """The exact top-k of every index backend by a float64 product and a full sort: each row by descending
+    similarity, ties by ascending id, padded with -1 / -inf past the keys."""
+    import numpy as np
+
+    sims = np.asarray(queries, dtype=np.float64) @ np.asarray(keys, dtype=np.float64).T
+    order = np.lexsort((np.broadcast_to(np.arange(len(keys)), sims.shape), -sims), axis=1)[:, :k]
+    ids, top = np.full((len(queries), k), -1, np.int64), np.full((len(queries), k), -np.inf, np.float32)
+    ids[:, :order.shape[1]], top[:, :order.shape[1]] = order, np.take_along_axis(sims, order, axis=1)
+    return ids, top
 
 
 def search_all(search, queries, k: int, k_parts: int):

@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from tests.audit.project import PYTHON, Outcome, Project
-from tests.helpers import free_port, reseal, write_jsonl_gz
+from tests.helpers import free_port, garble_milvus_lite, json_edited, reseal, write_jsonl_gz
 
 
-@dataclass
 @dataclass
 class Case:
     name: str
@@ -34,6 +35,18 @@ class Case:
     expect_failure: bool = True
     http_status: int = 400    # what a failing server case must be answered with
 
+
+def download_case(name: str, what: str, edit: Callable[[Path], None], names: str) -> Case:
+    return Case(name, "download", what, lambda p: download_with(p, name, edit), names)
+
+
+def stage_case(name: str, stage: str, what: str, names: str, broken: dict | None = None, **updates) -> Case:
+    """A case of `stage` on the built project's inputs (stage_with), in a folder of the case's name."""
+    return Case(name, stage, what, lambda p: stage_with(p, stage, name, broken, **updates), names)
+
+
+def model_case(name: str, what: str, damage: Callable[[Path], None], names: str) -> Case:
+    return Case(name, "predict", what, lambda p: damaged_model(p, name, damage), names)
 
 
 def read_jsonl_gz(path: Path) -> list[dict]:
@@ -77,12 +90,6 @@ def ngame_bad_value(project: Project) -> Outcome:
         (ngame / f"{split}_X_Y.txt").write_text(f"{len(rows)} {len(records['lbl'])}\n" + "\n".join(rows) + "\n")
     params = project.params(folder, **{"datasets.tiny.path": str(ngame)})
     return project.stage("download", params, out=folder / "data")
-
-
-def embed_with(project: Project, name: str, **updates) -> Outcome:
-    folder = project.fresh(name)
-    return project.stage("embed", project.params(folder, **updates), model="artifacts/tiny/model",
-                         tokens="artifacts/tiny/tokens", out=folder / "embeddings")
 
 
 def corrupt_store(project: Project) -> Outcome:
@@ -173,10 +180,13 @@ def predict(project: Project, *args: str, stdin: bytes | None = None) -> Outcome
     return project.run([PYTHON, "-m", "raexmc.cli", "predict", *args], stdin=stdin)
 
 
-def non_utf8_file(project: Project) -> Outcome:
-    path = project.fresh("predict-file") / "queries.txt"
-    path.write_bytes(b"python\n\xff\xfe bad bytes\n")
-    return predict(project, "--file", str(path))
+def predict_file(name: str, content: bytes) -> Callable[[Project], Outcome]:
+    """predict --file of a file `name` holding `content`."""
+    def run(project: Project) -> Outcome:
+        path = project.fresh(f"predict-{name}") / name
+        path.write_bytes(content)
+        return predict(project, "--file", str(path))
+    return run
 
 
 def stale_leftover(project: Project) -> Outcome:
@@ -217,12 +227,13 @@ def tokenize_rss(project: Project) -> Outcome:
 ARTIFACTS = {"dataset": "data/tiny", "embeddings": "artifacts/tiny/embeddings", "index": "artifacts/tiny/index",
              "tune": "artifacts/tiny/tune", "memory": "artifacts/tiny/memory", "model": "artifacts/tiny/model",
              "tokens": "artifacts/tiny/tokens", "eval": "artifacts/tiny/eval", "predictor": "artifacts/tiny/predictor"}
-STAGE_INPUTS = {"tokenize_texts": ("dataset",), "embed": ("model", "tokens"), "index": ("embeddings",),
+STAGE_INPUTS = {"download": (), "tokenize_texts": ("dataset",), "embed": ("model", "tokens"), "index": ("embeddings",),
                 "memory": ("dataset", "embeddings"), "tune": ("dataset", "embeddings"),
                 "evaluate": ("dataset", "embeddings", "index", "tune", "predictor"),
                 "significance": ("eval",), "package": ("dataset", "model", "embeddings", "index", "tune", "memory")}
-STAGE_OUTPUT = {"tokenize_texts": "tokens", "embed": "embeddings", "index": "index", "memory": "memory", "tune": "tune",
-                "evaluate": "eval", "significance": "significance.json", "package": "predictor"}
+STAGE_OUTPUT = {"download": "data", "tokenize_texts": "tokens", "embed": "embeddings", "index": "index",
+                "memory": "memory", "tune": "tune", "evaluate": "eval", "significance": "significance.json",
+                "package": "predictor"}
 
 
 def stage_with(project: Project, stage: str, name: str, broken: dict[str, Callable[[Path], None]] | None = None,
@@ -259,22 +270,14 @@ def overwrite(name: str, content: bytes) -> Callable[[Path], None]:
     return lambda folder: (folder / name).write_bytes(content)
 
 
-def nan_per_instance(folder: Path) -> None:
-    """A per_instance.npz of the right keys and length whose values are NaN."""
-    import numpy as np
-
-    with np.load(folder / "per_instance.npz") as archive:
-        arrays = {key: np.full_like(archive[key], np.nan) for key in archive.files}
-    np.savez(folder / "per_instance.npz", **arrays)
-
-
-def one_query_short(folder: Path) -> None:
-    """A per_instance.npz of the right keys whose values miss the last test query (another test set)."""
-    import numpy as np
-
-    with np.load(folder / "per_instance.npz") as archive:
-        arrays = {key: archive[key][:-1] for key in archive.files}
-    np.savez(folder / "per_instance.npz", **arrays)
+def per_instance_edited(change: Callable) -> Callable[[Path], None]:
+    """A per_instance.npz of the right keys whose arrays `change` altered (all NaN; the last test query missing, as
+    another test set's)."""
+    def edit(folder: Path) -> None:
+        with np.load(folder / "per_instance.npz") as archive:
+            arrays = {key: change(archive[key]) for key in archive.files}
+        np.savez(folder / "per_instance.npz", **arrays)
+    return edit
 
 
 def compare_with(project: Project, name: str, breaks: Callable[[Path], None]) -> Outcome:
@@ -286,11 +289,6 @@ def compare_with(project: Project, name: str, breaks: Callable[[Path], None]) ->
     params = project.params(folder, **{"significance.compare_with": str(folder / "other" / "per_instance.npz")})
     return project.stage("significance", params, eval=project.root / ARTIFACTS["eval"], headline=folder / "headline",
                          out=folder / "significance.json")
-
-
-def serve_unknown_alias(project: Project) -> Outcome:
-    """`raexmc serve` for an alias no version carries: one line before any server starts."""
-    return project.run([PYTHON, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", str(free_port())])
 
 
 def serve_requests(project: Project) -> dict[str, Outcome]:
@@ -345,54 +343,19 @@ REQUEST_SCHEMA_BODIES = {
     "serve-top-k-alias": {"dataframe_records": [{"text": "python"}], "params": {"top_k": 2}}}
 
 
-def blank_lines_file(project: Project) -> Outcome:
-    path = project.fresh("predict-blank-file") / "blank.txt"
-    path.write_bytes(b"\n  \n\t\n")
-    return predict(project, "--file", str(path))
-
-
 LAST_FAULT_CASES = [
     Case("serve-params-unknown", "serve", 'serve params {"topk": 2}', None, "topk"),
     Case("serve-field-unknown", "serve", 'serve with a top-level "bogus": 1', None, "bogus"),
     Case("serve-top-k-alias", "serve", 'serve params {"top_k": 2} (read as k: 2 labels)', None, "[2] labels",
          expect_failure=False),
-    Case("predict-blank-file", "predict", "predict --file of blank lines only", blank_lines_file, "blank.txt")]
+    Case("predict-blank-file", "predict", "predict --file of blank lines only",
+         predict_file("blank.txt", b"\n  \n\t\n"), "blank.txt")]
 
 
 
-# Issue 50, causes 1 to 6: a graph cut short by a file-size limit, JSON nested too deeply, a query with no
-# visible character, a validation share that leaves nothing to train on, a damaged checkpoint, a garbled label
-# record of the right size.
-FILE_SIZE_LIMIT = ("import os, resource, sys; hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]; "
-                   "resource.setrlimit(resource.RLIMIT_FSIZE, ({}, hard)); os.execv(sys.argv[1], sys.argv[1:])")
-
-
-def index_under_file_size_limit(project: Project) -> Outcome:
-    """The index stage under `ulimit -f` 2 MiB, building a 5.4 MB hnswlib graph (20,000 random unit keys of 32
-    dimensions, M 16) with a store of its own (the project's is larger than the limit). hnswlib wrote it through
-    an unchecked stream: the short graph was renamed into place and the stage exited 0."""
-    import numpy as np
-
-    folder = project.fresh("index-ulimit")
-    (folder / "embeddings").mkdir()
-    rng = np.random.default_rng(0)
-    for split, count in (("train", 20_000), ("labels", 64)):
-        keys = rng.normal(size=(count, 32)).astype(np.float32)
-        np.save(folder / "embeddings" / f"{split}.npy", keys / np.linalg.norm(keys, axis=1, keepdims=True))
-    params = project.params(folder, **{"index.backend": "hnsw", "index.M": 16, "index.ef_construction": 40})
-    outcome = project.run([PYTHON, "-c", FILE_SIZE_LIMIT.format(2 << 20), PYTHON, "stages/index.py", "--params",
-                           str(params), "--embeddings", str(folder / "embeddings"), "--out", str(folder / "index")],
-                          env={"MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"}, output=folder / "index")
-    outcome.output_left = outcome.output_left or any(folder.glob(".index.*"))
-    return outcome
-
-
-def deeply_nested_jsonl(project: Project) -> Outcome:
-    path = project.fresh("predict-deep-json") / "deep.jsonl"
-    path.write_text('{"text": "python"}\n' + "[" * 2000 + "]" * 2000 + "\n")
-    return predict(project, "--file", str(path))
-
-
+# Issue 50, causes 2 to 6: JSON nested too deeply, a query with no visible character, a validation share that
+# leaves nothing to train on, a damaged checkpoint, a garbled label record of the right size. (Cause 1, a graph cut
+# short by a file-size limit: tests/memory/test_file_size_limit.py runs the index and memory stages under it.)
 def train_with(project: Project, name: str, checkpoint: bytes | None = None, **updates) -> Outcome:
     """The train stage, fine-tuning, with `updates` in params.yaml and a last.pt holding `checkpoint`."""
     folder = project.fresh(name)
@@ -416,16 +379,6 @@ def garbled_label_record(project: Project) -> Outcome:
     path.write_bytes(b"".join(lines))
     reseal(path.parent)  # past the manifest (which names the file alone): the record's own check
     return predict(project, "--artifacts", str(artifacts), "--name", "tiny", "python")
-
-
-def bad_model_setting(project: Project) -> Outcome:
-    """predict with a moved copy of the model folder whose settings.json holds a τ of -1 (hand-edited, or damaged)."""
-    folder = project.fresh("bad-setting") / "model"
-    shutil.copytree(project.root / "artifacts" / "tiny" / "predictor", folder)
-    settings = json.loads((folder / "settings.json").read_text())
-    (folder / "settings.json").write_text(json.dumps({**settings, "tau": -1}))
-    reseal(folder)  # past the manifest (which names the file alone): the setting's own check
-    return predict(project, "--model", str(folder), "python")
 
 
 def damaged_model(project: Project, name: str, damage: Callable[[Path], None]) -> Outcome:
@@ -454,36 +407,29 @@ def values_filled(value: float) -> Callable[[Path], None]:
 
 
 MODEL_FOLDER_CASES = [
-    Case("model-no-encoder", "predict", "predict with a model folder without encoder/",
-         lambda p: damaged_model(p, "no-encoder", removed("encoder")), "model/encoder: missing"),
-    Case("model-no-label-records", "predict", "predict with a model folder without label_records.jsonl",
-         lambda p: damaged_model(p, "no-records", removed("label_records.jsonl")), "label_records.jsonl: missing"),
-    Case("model-no-label-files", "predict", "predict with a model folder without label_records.jsonl and "
-         "label_offsets.npy", lambda p: damaged_model(p, "no-labels", removed("label_records.jsonl",
-                                                                            "label_offsets.npy")),
-         "label_offsets.npy: missing"),
-    Case("model-no-indexes", "predict", "predict with a model folder without inputs/ and labels/",
-         lambda p: damaged_model(p, "no-indexes", removed("inputs", "labels")), "model/inputs: missing"),
-    Case("values-all-nan", "predict", "predict with every value of values.npz NaN",
-         lambda p: damaged_model(p, "values-nan", values_filled(float("nan"))), "values.npz"),
-    Case("values-all-negative", "predict", "predict with every value of values.npz -1e6",
-         lambda p: damaged_model(p, "values-negative", values_filled(-1e6)), "values.npz"),
-    Case("encoder-no-tokenizer", "predict", "predict with encoder/ lacking tokenizer.json and tokenizer_config.json",
-         lambda p: damaged_model(p, "no-tokenizer", removed("encoder/tokenizer.json", "encoder/tokenizer_config.json")),
-         "encoder/tokenizer.json: missing"),
-    Case("values-nan-resealed", "predict", "predict with values.npz all NaN under a manifest written for it",
-         lambda p: damaged_model(p, "values-nan-sealed", lambda f: (values_filled(float("nan"))(f), reseal(f))),
-         "values.npz: holds NaN"),
-    Case("encoder-no-tokenizer-resealed", "predict", "predict with encoder/ lacking its tokenizer files under a "
-         "manifest written for it", lambda p: damaged_model(p, "no-tokenizer-sealed", lambda f: (
-             removed("encoder/tokenizer.json", "encoder/tokenizer_config.json")(f), reseal(f))),
-         "encoder/tokenizer.json: missing")]
+    model_case("model-no-encoder", "predict with a model folder without encoder/", removed("encoder"),
+               "model/encoder: missing"),
+    model_case("model-no-label-records", "predict with a model folder without label_records.jsonl",
+               removed("label_records.jsonl"), "label_records.jsonl: missing"),
+    model_case("model-no-label-files", "predict with a model folder without label_records.jsonl and label_offsets.npy",
+               removed("label_records.jsonl", "label_offsets.npy"), "label_offsets.npy: missing"),
+    model_case("model-no-indexes", "predict with a model folder without inputs/ and labels/",
+               removed("inputs", "labels"), "model/inputs: missing"),
+    model_case("values-all-nan", "predict with every value of values.npz NaN", values_filled(float("nan")),
+               "values.npz"),
+    model_case("values-all-negative", "predict with every value of values.npz -1e6", values_filled(-1e6), "values.npz"),
+    model_case("encoder-no-tokenizer", "predict with encoder/ lacking tokenizer.json and tokenizer_config.json",
+               removed("encoder/tokenizer.json", "encoder/tokenizer_config.json"), "encoder/tokenizer.json: missing"),
+    model_case("values-nan-resealed", "predict with values.npz all NaN under a manifest written for it",
+               lambda f: (values_filled(float("nan"))(f), reseal(f)), "values.npz: holds NaN"),
+    model_case("encoder-no-tokenizer-resealed", "predict with encoder/ lacking its tokenizer files under a manifest "
+               "written for it", lambda f: (removed("encoder/tokenizer.json", "encoder/tokenizer_config.json")(f),
+                                           reseal(f)), "encoder/tokenizer.json: missing")]
 
 
 PROBE_50_CASES = [
-    Case("index-file-size-limit", "index", "index stage under ulimit -f 2 MiB (a 5.4 MB hnswlib graph)",
-         index_under_file_size_limit, "index/inputs/hnsw.bin"),
-    Case("predict-deep-json", "predict", "predict --file: a JSON line nested 2,000 deep", deeply_nested_jsonl,
+    Case("predict-deep-json", "predict", "predict --file: a JSON line nested 2,000 deep",
+         predict_file("deep.jsonl", b'{"text": "python"}\n' + b"[" * 2000 + b"]" * 2000 + b"\n"),
          "deep.jsonl:2"),
     Case("predict-nul-query", "predict", "predict from stdin: a line of NUL and zero-width characters",
          lambda p: predict(p, stdin="python\n\x00\u200b\x00\n".encode()), "<stdin>:2"),
@@ -494,17 +440,13 @@ PROBE_50_CASES = [
          "last.pt"),
     Case("label-records-garbled", "predict", "predict with line 3 of label_records.jsonl garbled, its size kept",
          garbled_label_record, "label_records.jsonl:3"),
-    Case("model-setting-bad", "predict", "predict with a model folder whose settings.json has tau -1",
-         bad_model_setting, "settings.json:tau")]
+    # hand-edited, or damaged, and resealed: past the manifest (which names the file alone), the setting's own check
+    model_case("model-setting-bad", "predict with a model folder whose settings.json has tau -1",
+               lambda f: (json_edited("settings.json", tau=-1)(f), reseal(f)), "settings.json:tau")]
 # Faults that were a traceback (encoder weights cut short, a preset that is not a mapping, an output folder this
 # user may not write, serve on a corrupt store, the store filling the disk while a stage logs), and serve's limits
 # on one request: a body over 1 MiB (413) and more than 1,000 records (400).
 DENIED = Path("/sys/raexmc-denied")  # sysfs: even root may not create anything there
-
-
-def preset_not_a_mapping(project: Project) -> Outcome:
-    params = project.params(project.fresh("preset-list"), **{"presets.mine": ["a", "b"]})
-    return project.run([PYTHON, "-m", "raexmc.cli", "preset", "mine", "--params", str(params)])
 
 
 def output_denied(project: Project) -> Outcome:
@@ -549,11 +491,11 @@ LIMIT_BODIES = {"serve-body-too-large": {"dataframe_records": [{"text": "python 
                 "serve-too-many-records": {"dataframe_records": [{"text": "python"}] * 1001}}
 
 ONE_LINE_FAULT_CASES = [
-    Case("encoder-weights-cut", "embed", "the model folder's model.safetensors cut in half (embed)",
-         lambda p: stage_with(p, "embed", "weights-cut", {"model": truncate("model.safetensors")}),
-         "model.safetensors"),
-    Case("preset-not-mapping", "preset", "raexmc preset of a preset written as a list", preset_not_a_mapping,
-         "presets.yaml:mine"),
+    stage_case("encoder-weights-cut", "embed", "the model folder's model.safetensors cut in half (embed)",
+               "model.safetensors", {"model": truncate("model.safetensors")}),
+    Case("preset-not-mapping", "preset", "raexmc preset of a preset written as a list", lambda p: p.run(
+        [PYTHON, "-m", "raexmc.cli", "preset", "mine", "--params",
+         str(p.params(p.fresh("preset-list"), **{"presets.mine": ["a", "b"]}))]), "presets.yaml:mine"),
     Case("output-denied", "download", "download --out under /sys (EPERM/EACCES/EROFS, even for root)",
          output_denied, str(DENIED)),
     Case("store-corrupt-serve", "serve", "raexmc serve with mlflow.db past its header random bytes",
@@ -591,28 +533,13 @@ LAST_FAULT_CASES += [
 
 # Issue 60, causes 3 and 5: errors that named no file (a key that is not finite, an index of another dimension,
 # int8's ONNX export on a full TMPDIR), and two catalogue values checked only where used.
-def catalogue_entry(project: Project, name: str, entry: dict) -> Outcome:
-    folder = project.fresh(name)
-    return project.stage("download", project.params(folder, **{"datasets.tiny": entry}), out=folder / "data")
-
-
 def foldoc_entry(project: Project) -> dict:
     from raexmc.settings import read_mapping
 
     return read_mapping(project.root / "datasets" / "foldoc.yaml", "dataset entry")
 
 
-def predict_with_model(project: Project, name: str, breaks: Callable[[Path], None]) -> Outcome:
-    """predict with a copy of the packaged model folder that `breaks` changed."""
-    folder = project.fresh(name) / "model"
-    shutil.copytree(project.root / "artifacts" / "tiny" / "predictor", folder)
-    breaks(folder)
-    return predict(project, "--model", str(folder), "python")
-
-
 def nan_key(folder: Path) -> None:
-    import numpy as np
-
     keys = np.load(folder / "inputs" / "keys.npy")
     keys[1, 0] = np.nan
     np.save(folder / "inputs" / "keys.npy", keys)
@@ -622,8 +549,6 @@ def wider_index(*key_sets: str) -> Callable[[Path], None]:
     """The model's exact indexes of `key_sets` rebuilt on their keys padded with 8 zero dimensions (another
     encoder's width)."""
     def widen(folder: Path) -> None:
-        import numpy as np
-
         from raexmc.memory.exact import ExactIndex
         from raexmc.memory.persistence import save_index
 
@@ -661,8 +586,6 @@ def milvus_labels(*edits: Callable[[Path], None]) -> Callable[[Path], None]:
     """The model's exact labels' index rebuilt as a Milvus Lite collection of the same keys, then each of `edits`
     applied to that index's folder."""
     def rebuild(folder: Path) -> None:
-        import numpy as np
-
         from raexmc.memory.indexes import make_index
         from raexmc.memory.persistence import save_index
 
@@ -675,171 +598,129 @@ def milvus_labels(*edits: Callable[[Path], None]) -> Callable[[Path], None]:
     return rebuild
 
 
-def milvus_meta(**changes) -> Callable[[Path], None]:
-    def edit(folder: Path) -> None:
-        meta = json.loads((folder / "meta.json").read_text())
-        (folder / "meta.json").write_text(json.dumps({**meta, **changes}))
-    return edit
-
-
-def milvus_corrupt(folder: Path) -> None:
-    for manifest in (folder / "milvus.db").rglob("manifest.json*"):
-        manifest.write_text("{not json")
-
-
-def milvus_index_stage(project: Project, name: str, **updates) -> Outcome:
-    folder = project.fresh(name)
-    return project.stage("index", project.params(folder, **{"index.backend": "milvus", **updates}),
-                         embeddings=project.root / ARTIFACTS["embeddings"], out=folder / "index")
-
-
 MILVUS_CASES = [
     Case("milvus-unreachable", "index", "index.backend milvus at a URI nothing listens on (3 tries of 10 s)",
-         lambda p: milvus_index_stage(p, "milvus-unreachable", **{"index.uri": f"http://127.0.0.1:{free_port()}"}),
+         lambda p: stage_with(p, "index", "milvus-unreachable", **{"index.backend": "milvus",
+                                                                   "index.uri": f"http://127.0.0.1:{free_port()}"}),
          "index.uri"),
-    Case("milvus-lite-elsewhere", "index", "index.uri a path outside the index folder",
-         lambda p: milvus_index_stage(p, "milvus-elsewhere", **{"index.uri": "/tmp/elsewhere"}), "index.uri"),
-    Case("milvus-missing-collection", "predict", "predict with a Milvus labels' index whose collection is not there",
-         lambda p: predict_with_model(p, "milvus-gone", milvus_labels(milvus_meta(collection="raexmc_gone"))),
-         "labels:collection"),
-    Case("milvus-other-count", "predict", "predict with a Milvus labels' index whose reference says another count",
-         lambda p: predict_with_model(p, "milvus-count", milvus_labels(milvus_meta(count=99))), "labels:collection"),
-    Case("milvus-other-dimension", "predict", "predict with a Milvus labels' index whose reference says another dim",
-         lambda p: predict_with_model(p, "milvus-dim", milvus_labels(milvus_meta(dim=40))), "labels:collection"),
-    Case("milvus-corrupt-lite", "predict", "predict with a Milvus labels' index whose Lite manifests are garbled",
-         lambda p: predict_with_model(p, "milvus-corrupt", milvus_labels(milvus_corrupt)), "labels/milvus.db")]
+    stage_case("milvus-lite-elsewhere", "index", "index.uri a path outside the index folder", "index.uri",
+               **{"index.backend": "milvus", "index.uri": "/tmp/elsewhere"}),
+    model_case("milvus-missing-collection", "predict with a Milvus labels' index whose collection is not there",
+               milvus_labels(json_edited("meta.json", collection="raexmc_gone")), "labels:collection"),
+    model_case("milvus-other-count", "predict with a Milvus labels' index whose reference says another count",
+               milvus_labels(json_edited("meta.json", count=99)), "labels:collection"),
+    model_case("milvus-other-dimension", "predict with a Milvus labels' index whose reference says another dim",
+               milvus_labels(json_edited("meta.json", dim=40)), "labels:collection"),
+    model_case("milvus-corrupt-lite", "predict with a Milvus labels' index whose Lite manifests are garbled",
+               milvus_labels(garble_milvus_lite), "labels/milvus.db")]
 
 PROBE_60_CASES = [
-    Case("catalogue-path-number", "download", "a local catalogue entry with path: 5",
-         lambda p: catalogue_entry(p, "path-number", {"source": "local", "path": 5}), "datasets/tiny.yaml:path"),
+    stage_case("catalogue-path-number", "download", "a local catalogue entry with path: 5", "datasets/tiny.yaml:path",
+               **{"datasets.tiny": {"source": "local", "path": 5}}),
     Case("catalogue-test-fraction", "download", "a foldoc catalogue entry with test_fraction: 1.5",
-         lambda p: catalogue_entry(p, "test-fraction", {**foldoc_entry(p), "test_fraction": 1.5}),
+         lambda p: stage_with(p, "download", "catalogue-test-fraction",
+                              **{"datasets.tiny": {**foldoc_entry(p), "test_fraction": 1.5}}),
          "datasets/tiny.yaml:test_fraction"),
-    Case("model-key-nan", "predict", "predict with a model folder whose inputs/keys.npy holds a NaN",
-         lambda p: predict_with_model(p, "key-nan", nan_key), "inputs/keys.npy"),
-    Case("model-index-dimension", "predict", "predict with both of the model's indexes 8 dimensions wider",
-         lambda p: predict_with_model(p, "index-wider", wider_index("inputs", "labels")), "model/inputs"),
-    Case("model-labels-index-dimension", "predict", "predict with the model's labels' index 8 dimensions wider",
-         lambda p: predict_with_model(p, "labels-wider", wider_index("labels")), "model/labels"),
+    model_case("model-key-nan", "predict with a model folder whose inputs/keys.npy holds a NaN", nan_key,
+               "inputs/keys.npy"),
+    model_case("model-index-dimension", "predict with both of the model's indexes 8 dimensions wider",
+               wider_index("inputs", "labels"), "model/inputs"),
+    model_case("model-labels-index-dimension", "predict with the model's labels' index 8 dimensions wider",
+               wider_index("labels"), "model/labels"),
     Case("embed-int8-full-tmpdir", "embed", "embed.precision int8 with TMPDIR on a 1 MiB tmpfs",
          int8_on_full_tmpdir, "fp32.onnx")]
 
 
 def cases() -> list[Case]:
     return [
-        Case("rel-abc", "download", "LF target_rel \"abc\"", lambda p: download_with(p, "rel-abc", edit_record(
-            "trn.json.gz", 1, target_rel=["abc", 0.5])), "trn.json.gz:2"),
-        Case("rel-nan", "download", "LF target_rel NaN", lambda p: download_with(p, "rel-nan", edit_record(
-            "trn.json.gz", 1, target_rel=[float("nan"), 0.5])), "trn.json.gz:2"),
-        Case("rel-inf", "download", "LF target_rel inf", lambda p: download_with(p, "rel-inf", edit_record(
-            "trn.json.gz", 1, target_rel=[float("inf"), 0.5])), "trn.json.gz:2"),
-        Case("rel-negative", "download", "LF target_rel -1", lambda p: download_with(p, "rel-neg", edit_record(
-            "tst.json.gz", 0, target_rel=[-1.0])), "tst.json.gz:1"),
+        download_case("rel-abc", "LF target_rel \"abc\"", edit_record("trn.json.gz", 1, target_rel=["abc", 0.5]),
+                      "trn.json.gz:2"),
+        download_case("rel-nan", "LF target_rel NaN", edit_record("trn.json.gz", 1, target_rel=[float("nan"), 0.5]),
+                      "trn.json.gz:2"),
+        download_case("rel-inf", "LF target_rel inf", edit_record("trn.json.gz", 1, target_rel=[float("inf"), 0.5]),
+                      "trn.json.gz:2"),
+        download_case("rel-negative", "LF target_rel -1", edit_record("tst.json.gz", 0, target_rel=[-1.0]),
+                      "tst.json.gz:1"),
         Case("ngame-rel-abc", "download", "NGAME j:v with v = abc", ngame_bad_value, "trn_X_Y.txt:"),
-        Case("test-no-positives", "download", "every test row has no target_ind", lambda p: download_with(
-            p, "no-positives", empty_test_split), "tst.json.gz"),
-        Case("target-out-of-range", "download", "a target_ind beyond the label count", lambda p: download_with(
-            p, "out-of-range", edit_record("trn.json.gz", 2, target_ind=[99], target_rel=[1.0])), "trn.json.gz:3"),
-        Case("json-broken-line", "download", "a line of trn.json.gz that is not JSON", lambda p: download_with(
-            p, "broken-json", lambda lf_: (lf_ / "trn.json.gz").write_bytes(gzip.compress(b'{"uid": "t0", \n'))),
-            "trn.json.gz:1"),
-        Case("labels-missing", "download", "lbl.json.gz missing", lambda p: download_with(
-            p, "no-labels", lambda lf_: (lf_ / "lbl.json.gz").unlink()), "lbl.json.gz"),
+        download_case("test-no-positives", "every test row has no target_ind", empty_test_split, "tst.json.gz"),
+        download_case("target-out-of-range", "a target_ind beyond the label count",
+                      edit_record("trn.json.gz", 2, target_ind=[99], target_rel=[1.0]), "trn.json.gz:3"),
+        download_case("json-broken-line", "a line of trn.json.gz that is not JSON",
+                      lambda lf: (lf / "trn.json.gz").write_bytes(gzip.compress(b'{"uid": "t0", \n')), "trn.json.gz:1"),
+        download_case("labels-missing", "lbl.json.gz missing", lambda lf: (lf / "lbl.json.gz").unlink(), "lbl.json.gz"),
         Case("tokenize-10mb-input", "tokenize", "one 10 MB input (must succeed within 50 MB of the clean peak)",
              tokenize_rss, "", expect_failure=False),
-        Case("embed-batch-0", "embed", "embed.batch_size 0", lambda p: embed_with(
-            p, "embed-0", **{"embed.batch_size": 0}), "embed.batch_size"),
-        Case("embed-batch-negative", "embed", "embed.batch_size -1", lambda p: embed_with(
-            p, "embed-neg", **{"embed.batch_size": -1}), "embed.batch_size"),
-        Case("embed-int8", "embed", "embed.dtype int8", lambda p: embed_with(
-            p, "embed-int8", **{"embed.dtype": "int8"}), "embed.dtype"),
+        stage_case("embed-batch-0", "embed", "embed.batch_size 0", "embed.batch_size", **{"embed.batch_size": 0}),
+        stage_case("embed-batch-negative", "embed", "embed.batch_size -1", "embed.batch_size",
+                   **{"embed.batch_size": -1}),
+        stage_case("embed-int8", "embed", "embed.dtype int8", "embed.dtype", **{"embed.dtype": "int8"}),
         Case("mlflow-corrupt", "download", "mlflow.db is not a database", corrupt_store, "mlflow.db"),
         Case("disk-full", "download", "download onto a full disk (8 KiB tmpfs)", disk_full, "small"),
         Case("predict-non-utf8-file", "predict", "predict --file with invalid UTF-8 on line 2",
-             non_utf8_file, "queries.txt:2"),
+             predict_file("queries.txt", b"python\n\xff\xfe bad bytes\n"), "queries.txt:2"),
         Case("predict-non-utf8-stdin", "predict", "predict from stdin with invalid UTF-8 on line 2",
              lambda p: predict(p, stdin=b"python\n\xff\xfe\n"), "<stdin>:2"),
         Case("predict-empty-query", "predict", "predict \"\"", lambda p: predict(p, ""), "query"),
         Case("predict-blank-query", "predict", "predict \"   \"", lambda p: predict(p, "   "), "query"),
         Case("leftover-tmp", "download", "a killed stage's .tmp folder is removed by the next run",
              stale_leftover, "", expect_failure=False),
-        Case("params-lambda-2", "tune", "infer.lambda 2 (outside 0..1)", lambda p: p.stage(
-            "tune", p.params(p.fresh("lambda-2"), **{"infer.lambda": 2}), dataset="data/tiny",
-            embeddings="artifacts/tiny/embeddings", out=p.scratch / "lambda-2" / "tune"), "infer.lambda"),
-        Case("params-exact-compressed", "memory", "index.backend exact with memory.compression sq8", lambda p: p.stage(
-            "memory", p.params(p.fresh("exact-sq8"), **{"index.backend": "exact", "memory.compression": "sq8"}),
-            dataset="data/tiny", embeddings="artifacts/tiny/embeddings", out=p.scratch / "exact-sq8" / "memory"),
-             "memory.compression"),
-        Case("params-unknown-dataset", "download", "data.name names no dataset", lambda p: p.stage(
-            "download", p.params(p.fresh("unknown"), **{"data.name": "nope"}), out=p.scratch / "unknown" / "d"),
-             "nope"),
-        Case("target-twice", "download", "a target_ind listing one label twice", lambda p: download_with(
-            p, "target-twice", edit_record("trn.json.gz", 2, target_ind=[2, 2], target_rel=[1.0, 1.0])),
-             "trn.json.gz:3"),
-        Case("params-unknown-key", "download", "infer.lamda (a typo) in params.yaml", lambda p: p.stage(
-            "download", p.params(p.fresh("typo"), **{"infer.lamda": 0.3}), out=p.scratch / "typo" / "d"),
-             "infer.lamda"),
-        Case("b-sweep-float", "evaluate", "infer.b_sweep [2.7]", lambda p: stage_with(
-            p, "evaluate", "b-sweep-float", **{"infer.b_sweep": [2.7]}), "infer.b_sweep"),
-        Case("b-sweep-text", "evaluate", "infer.b_sweep [4, abc]", lambda p: stage_with(
-            p, "evaluate", "b-sweep-text", **{"infer.b_sweep": [4, "abc"]}), "infer.b_sweep"),
-        Case("lambda-sweep-text", "evaluate", "infer.lambda_sweep [0, abc] in evaluate", lambda p: stage_with(
-            p, "evaluate", "lambda-sweep-text", **{"infer.lambda_sweep": [0, "abc"]}), "infer.lambda_sweep"),
-        Case("ef-search-negative", "evaluate", "infer.ef_search -1 in evaluate", lambda p: stage_with(
-            p, "evaluate", "ef-negative", **{"infer.ef_search": -1}), "infer.ef_search"),
-        Case("package-ef-search-negative", "package", "infer.ef_search -1 in package", lambda p: stage_with(
-            p, "package", "package-ef-negative", **{"infer.ef_search": -1, "package.register": False}),
-             "infer.ef_search"),
-        Case("propensity-one-number", "evaluate", "evaluate.propensity [0.55]", lambda p: stage_with(
-            p, "evaluate", "propensity-one", **{"evaluate.propensity": [0.55]}), "evaluate.propensity"),
-        Case("propensity-negative", "tune", "evaluate.propensity [-1, -2] in tune", lambda p: stage_with(
-            p, "tune", "propensity-negative", **{"evaluate.propensity": [-1, -2]}), "evaluate.propensity"),
-        Case("memory-seed-negative", "memory", "memory.seed -1 (keep 0.5, random)", lambda p: stage_with(
-            p, "memory", "seed-negative", **{"memory.seed": -1, "memory.keep": 0.5, "memory.method": "random"}),
-             "memory.seed"),
-        Case("val-seed-negative", "tune", "infer.val_seed -1", lambda p: stage_with(
-            p, "tune", "val-seed-negative", **{"infer.val_seed": -1}), "infer.val_seed"),
-        Case("embed-threads-negative", "embed", "embed.threads -2", lambda p: stage_with(
-            p, "embed", "embed-threads", **{"embed.threads": -2}), "embed.threads"),
-        Case("embed-device-bad", "embed", "embed.device gpu0", lambda p: stage_with(
-            p, "embed", "embed-device", **{"embed.device": "gpu0"}), "embed.device"),
-        Case("predict-device-bad", "predict", "raexmc predict --device gpu0", lambda p: predict(
-            p, "--device", "gpu0", "python"), "--device"),
-        Case("embeddings-truncated", "index", "embeddings train.npy cut in half (index)", lambda p: stage_with(
-            p, "index", "embeddings-cut", {"embeddings": truncate("train.npy")}), "train.npy"),
-        Case("embeddings-pickle", "index", "embeddings labels.npy holding text (index)", lambda p: stage_with(
-            p, "index", "embeddings-text", {"embeddings": overwrite("labels.npy", b"hello")}), "labels.npy"),
-        Case("tokens-truncated", "embed", "token cache train.ids.npy cut in half (embed)", lambda p: stage_with(
-            p, "embed", "tokens-cut", {"tokens": truncate("train.ids.npy")}), "train.ids.npy"),
-        Case("labels-matrix-truncated", "tune", "data Y_train.npz cut in half (tune)", lambda p: stage_with(
-            p, "tune", "y-cut", {"dataset": truncate("Y_train.npz")}), "Y_train.npz"),
-        Case("memory-json-broken", "package", "memory.json not valid JSON (package; evaluate reads its folder)",
-             lambda p: stage_with(p, "package", "memory-json", {"memory": overwrite("memory.json", b'{"keep": 1.0')}),
-             "memory.json"),
-        Case("predictor-manifest-broken", "evaluate", "the package's manifest.json not valid JSON (evaluate)",
-             lambda p: stage_with(p, "evaluate", "manifest-json", {"predictor": overwrite("manifest.json", b'{"f')}),
-             "manifest.json"),
-        Case("per-instance-truncated", "significance", "eval per_instance.npz cut in half (significance)",
-             lambda p: stage_with(p, "significance", "per-instance-cut", {"eval": truncate("per_instance.npz")}),
-             "per_instance.npz"),
+        stage_case("params-lambda-2", "tune", "infer.lambda 2 (outside 0..1)", "infer.lambda", **{"infer.lambda": 2}),
+        stage_case("params-unknown-dataset", "download", "data.name names no dataset", "nope", **{"data.name": "nope"}),
+        download_case("target-twice", "a target_ind listing one label twice",
+                      edit_record("trn.json.gz", 2, target_ind=[2, 2], target_rel=[1.0, 1.0]), "trn.json.gz:3"),
+        stage_case("params-unknown-key", "download", "infer.lamda (a typo) in params.yaml", "infer.lamda",
+                   **{"infer.lamda": 0.3}),
+        stage_case("b-sweep-float", "evaluate", "infer.b_sweep [2.7]", "infer.b_sweep", **{"infer.b_sweep": [2.7]}),
+        stage_case("b-sweep-text", "evaluate", "infer.b_sweep [4, abc]", "infer.b_sweep",
+                   **{"infer.b_sweep": [4, "abc"]}),
+        stage_case("lambda-sweep-text", "evaluate", "infer.lambda_sweep [0, abc] in evaluate", "infer.lambda_sweep",
+                   **{"infer.lambda_sweep": [0, "abc"]}),
+        stage_case("ef-search-negative", "evaluate", "infer.ef_search -1 in evaluate", "infer.ef_search",
+                   **{"infer.ef_search": -1}),
+        stage_case("package-ef-search-negative", "package", "infer.ef_search -1 in package", "infer.ef_search",
+                   **{"infer.ef_search": -1, "package.register": False}),
+        stage_case("propensity-one-number", "evaluate", "evaluate.propensity [0.55]", "evaluate.propensity",
+                   **{"evaluate.propensity": [0.55]}),
+        stage_case("propensity-negative", "tune", "evaluate.propensity [-1, -2] in tune", "evaluate.propensity",
+                   **{"evaluate.propensity": [-1, -2]}),
+        stage_case("memory-seed-negative", "memory", "memory.seed -1 (keep 0.5, random)", "memory.seed",
+                   **{"memory.seed": -1, "memory.keep": 0.5, "memory.method": "random"}),
+        stage_case("val-seed-negative", "tune", "infer.val_seed -1", "infer.val_seed", **{"infer.val_seed": -1}),
+        stage_case("embed-threads-negative", "embed", "embed.threads -2", "embed.threads", **{"embed.threads": -2}),
+        stage_case("embed-device-bad", "embed", "embed.device gpu0", "embed.device", **{"embed.device": "gpu0"}),
+        Case("predict-device-bad", "predict", "raexmc predict --device gpu0",
+             lambda p: predict(p, "--device", "gpu0", "python"), "--device"),
+        stage_case("embeddings-truncated", "index", "embeddings train.npy cut in half (index)", "train.npy",
+                   {"embeddings": truncate("train.npy")}),
+        stage_case("embeddings-pickle", "index", "embeddings labels.npy holding text (index)", "labels.npy",
+                   {"embeddings": overwrite("labels.npy", b"hello")}),
+        stage_case("tokens-truncated", "embed", "token cache train.ids.npy cut in half (embed)", "train.ids.npy",
+                   {"tokens": truncate("train.ids.npy")}),
+        stage_case("labels-matrix-truncated", "tune", "data Y_train.npz cut in half (tune)", "Y_train.npz",
+                   {"dataset": truncate("Y_train.npz")}),
+        stage_case("memory-json-broken", "package", "memory.json not valid JSON (package; evaluate reads its folder)",
+                   "memory.json", {"memory": overwrite("memory.json", b'{"keep": 1.0')}),
+        stage_case("predictor-manifest-broken", "evaluate", "the package's manifest.json not valid JSON (evaluate)",
+                   "manifest.json", {"predictor": overwrite("manifest.json", b'{"f')}),
+        stage_case("per-instance-truncated", "significance", "eval per_instance.npz cut in half (significance)",
+                   "per_instance.npz", {"eval": truncate("per_instance.npz")}),
         Case("compare-with-nan", "significance", "significance.compare_with: a per_instance.npz of NaN",
-             lambda p: compare_with(p, "compare-nan", nan_per_instance), "per_instance.npz"),
+             lambda p: compare_with(p, "compare-nan", per_instance_edited(lambda a: np.full_like(a, np.nan))),
+             "per_instance.npz"),
         Case("compare-with-shorter", "significance", "significance.compare_with: a run with one test query fewer",
-             lambda p: compare_with(p, "compare-shorter", one_query_short), "other/per_instance.npz"),
-        Case("significance-metric-unknown", "significance", "significance.metrics [P@7] (evaluate has no P@7)",
-             lambda p: stage_with(p, "significance", "metric-p7", **{"significance.metrics": ["P@7"]}),
-             "significance.metrics"),
-        Case("embed-model-missing", "embed", "embed --model: the train stage's folder missing", lambda p: stage_with(
-            p, "embed", "model-missing", {"model": shutil.rmtree}), "model"),
-        Case("package-b-zero", "package", "infer.b 0 in package", lambda p: stage_with(
-            p, "package", "package-b-zero", **{"infer.b": 0, "package.register": False}), "infer.b"),
-        Case("memory-relevance-keep-1", "memory", "infer.relevance graded2 at memory.keep 1", lambda p: stage_with(
-            p, "memory", "relevance-keep-1", **{"infer.relevance": "graded2"}), "infer.relevance"),
-        Case("compare-with-missing", "significance", "significance.compare_with: a path that does not exist",
-             lambda p: stage_with(p, "significance", "compare-missing",
-                                  **{"significance.compare_with": "/nonexistent/per_instance.npz"}),
-             "/nonexistent/per_instance.npz"),
-        Case("alias-unknown", "serve", "raexmc serve --alias nope", serve_unknown_alias, "nope"),
+             lambda p: compare_with(p, "compare-shorter", per_instance_edited(lambda a: a[:-1])),
+             "other/per_instance.npz"),
+        stage_case("significance-metric-unknown", "significance", "significance.metrics [P@7] (evaluate has no P@7)",
+                   "significance.metrics", **{"significance.metrics": ["P@7"]}),
+        stage_case("embed-model-missing", "embed", "embed --model: the train stage's folder missing", "model",
+                   {"model": shutil.rmtree}),
+        stage_case("package-b-zero", "package", "infer.b 0 in package", "infer.b",
+                   **{"infer.b": 0, "package.register": False}),
+        stage_case("compare-with-missing", "significance", "significance.compare_with: a path that does not exist",
+                   "/nonexistent/per_instance.npz", **{"significance.compare_with": "/nonexistent/per_instance.npz"}),
+        Case("alias-unknown", "serve", "raexmc serve --alias nope",  # one line before any server starts
+             lambda p: p.run([PYTHON, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", str(free_port())]),
+             "nope"),
         Case("tokenizer-python-only", "tokenize", "encoder.name with no fast tokenizer (ByT5's)", python_only_tokenizer,
              "encoder.name"),
         Case("tokenize-disk-full", "tokenize", "tokenize 8 MiB of token ids onto a 1 MiB tmpfs",

@@ -25,7 +25,7 @@ CASES = cases()
 # `dvc repro` case (a killed evaluate restored from the run cache), which tests/test_pipeline.py runs as
 # test_a_killed_stage_restored_from_the_run_cache_leaves_no_temporary.
 AUDIT_SAMPLE = {"rel-abc", "tokenizer-python-only", "embed-batch-0", "embeddings-truncated",
-                "params-exact-compressed", "params-lambda-2", "b-sweep-float", "per-instance-truncated",
+                "memory-seed-negative", "params-lambda-2", "b-sweep-float", "per-instance-truncated",
                 "package-b-zero", "predict-empty-query", "alias-unknown", "val-fraction-all", "preset-not-mapping",
                 "scores-nan"}
 

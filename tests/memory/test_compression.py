@@ -59,21 +59,14 @@ def test_unknown_names_are_refused_in_one_line(name):
     assert repr(name) in line
 
 
-@pytest.mark.parametrize("name, min_recall", [("fp16", 0.97), ("sq8", 0.95)])
-def test_recall_against_exact_search(clustered, name, min_recall):
-    keys, queries = clustered
-    ids, _ = build(keys, name).search(queries, B)
-    exact_ids, _ = ExactIndex(keys).search(queries, B)
-    assert recall_at_k(ids, exact_ids) >= min_recall
-
-
-@pytest.mark.parametrize("name, levels", [("fp16", None), ("sq8", 255)])
-def test_scores_are_inner_products_within_one_quantisation_step(clustered, name, levels):
-    """Each returned score is q·k up to what the codec rounds: at most one step of the key's per-dimension
-    range (max - min over the keys, split into `levels` steps) a dimension, weighted by |q_i|; fp16
-    keeps 11 significant bits, so at most 2^-11 of |q|·|k| = 1."""
+@pytest.mark.parametrize("name, min_recall, levels", [("fp16", 0.97, None), ("sq8", 0.95, 255)])
+def test_recall_and_scores_within_one_quantisation_step(clustered, name, min_recall, levels):
+    """Recall against exact search; each returned score is q·k up to what the codec rounds: at most one step of
+    the key's per-dimension range (max - min over the keys, split into `levels` steps) a dimension, weighted by
+    |q_i|; fp16 keeps 11 significant bits, so at most 2^-11 of |q|·|k| = 1."""
     keys, queries = clustered
     ids, sims = build(keys, name).search(queries, B)
+    assert recall_at_k(ids, ExactIndex(keys).search(queries, B)[0]) >= min_recall
     true = np.einsum("qd,qkd->qk", queries, keys[ids])
     step = (keys.max(axis=0) - keys.min(axis=0)) / levels if levels else None
     bound = np.full(len(queries), 2.0 ** -11) if step is None else np.abs(queries) @ step
@@ -132,21 +125,11 @@ def test_bytes_per_key_within_the_hand_count(clustered, tmp_path, name, M, code_
     assert index_bytes(tmp_path / "index") >= N_KEYS * (code_bytes + 2 * M * 4)
 
 
-def test_compression_needs_the_hnsw_backend(clustered):
-    with pytest.raises(ConfigError, match="needs an hnsw index"):
-        make_index("exact", clustered[0], compression="sq8")
-
-
-def test_projection_wider_than_the_keys_is_refused(clustered):
-    with pytest.raises(ConfigError, match="projects to 128 dimensions, the keys have 64"):
-        build(clustered[0], "pca128-sq8")
-
-
-def test_load_refuses_a_damaged_faiss_file(clustered, tmp_path):
-    save_index(build(clustered[0][:200], "sq8"), tmp_path / "index")
-    (tmp_path / "index" / "faiss.bin").write_bytes(b"not an index")
-    with pytest.raises(DataError, match="cannot load faiss.bin"):
-        load_index(tmp_path / "index")
+@pytest.mark.parametrize(("backend", "name", "says"), [
+    ("exact", "sq8", "needs an hnsw index"), ("hnsw", "pca128-sq8", "projects to 128 dimensions, the keys have 64")])
+def test_what_cannot_be_built_is_refused(clustered, backend, name, says):
+    with pytest.raises(ConfigError, match=says):
+        make_index(backend, clustered[0], M=16, ef_construction=100, threads=1, progress=False, compression=name)
 
 
 def test_a_compressed_memory_serves_the_joint_search(clustered, tmp_path):
@@ -166,10 +149,13 @@ def test_a_compressed_memory_serves_the_joint_search(clustered, tmp_path):
     np.testing.assert_allclose(sims, np.einsum("qd,qkd->qk", queries, keys[ids]), atol=2.0 ** -11)
 
 
-@pytest.mark.parametrize("compression", ["none", "sq3", 8])
-def test_load_refuses_a_meta_with_an_unknown_compression(clustered, tmp_path, compression):
-    save_index(build(clustered[0][:200], "sq8"), tmp_path / "index")
-    meta = json.loads((tmp_path / "index" / "meta.json").read_text())
-    (tmp_path / "index" / "meta.json").write_text(json.dumps({**meta, "compression": compression}))
-    with pytest.raises(DataError, match="not a compression this version knows"):
-        load_index(tmp_path / "index")
+@pytest.mark.parametrize("damage", ["faiss.bin", "none", "sq3", 8])
+def test_load_refuses_a_damaged_index(clustered, tmp_path, damage):
+    """A garbled faiss.bin, or a meta.json naming a compression this version does not read."""
+    folder = save_index(build(clustered[0][:200], "sq8"), tmp_path / "index")
+    if damage == "faiss.bin":
+        (folder / "faiss.bin").write_bytes(b"not an index")
+    else:
+        (folder / "meta.json").write_text(json.dumps({**saved_meta(folder), "compression": damage}))
+    with pytest.raises(DataError, match="cannot load faiss.bin" if damage == "faiss.bin" else "not a compression this"):
+        load_index(folder)

@@ -44,11 +44,6 @@ def inputs(tmp_path_factory) -> Path:
     return folder
 
 
-def the_one_line(stderr: str) -> str:
-    assert "Traceback" not in stderr and stderr.count("Error: ") == 1, stderr
-    return stderr.strip().splitlines()[-1]
-
-
 @pytest.mark.parametrize("stage, options, graph", [
     ("index", ["--embeddings", "embeddings"], "inputs/hnsw.bin"),
     ("memory", ["--dataset", "data", "--embeddings", "embeddings"], "inputs/hnsw.bin")])
@@ -58,7 +53,8 @@ def test_a_graph_cut_by_the_file_size_limit_ends_the_stage_in_one_line(inputs, t
     done = run_under_file_size_limit(limited, LIMIT, [sys.executable, str(REPO / f"stages/{stage}.py"), *options,
                                                       "--out", str(out), "--params", "params.yaml"], inputs)
     assert done.proc.returncode == 2, done.proc.stderr
-    line = the_one_line(done.proc.stderr)
+    assert "Traceback" not in done.proc.stderr and done.proc.stderr.count("Error: ") == 1, done.proc.stderr
+    line = done.proc.stderr.strip().splitlines()[-1]
     assert line.startswith(f"StorageError: {out / graph}: {os.strerror(errno.EFBIG)} (only {LIMIT:,} of its "), line
     assert "raise the file-size limit (ulimit -f)" in line, line
     assert done.left == [], "no output folder and no temporary"

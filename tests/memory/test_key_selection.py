@@ -8,11 +8,11 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.memory.key_selection import InputsWithLabels, _fill_empty, _shares, kept_count, select_keys
+from tests.helpers import unit_rows as random_unit_rows
 
 
-def unit_rows(n: int, d: int = 8, seed: int = 0) -> np.ndarray:
-    rows = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+def unit_rows(n: int, seed: int = 0) -> np.ndarray:
+    return random_unit_rows(np.random.default_rng(seed), n, 8)
 
 
 def label_rows(n: int, num_labels: int = 5, seed: int = 1) -> sp.csr_matrix:
@@ -32,7 +32,7 @@ def test_selection_keeps_exactly_the_requested_share(method, keep, expected):
     merged key standing for at least one input, all inputs accounted for once."""
     inputs, values = unit_rows(103), label_rows(103)
     selected = select_keys(inputs, values, keep, method, seed=3, cell_size=16, labels=unit_rows(5, seed=2))
-    assert len(selected) == selected.values.shape[0] == len(selected.counts) == expected
+    assert len(selected.keys) == selected.values.shape[0] == len(selected.counts) == expected
     assert selected.values.shape[1] == 5 and selected.keys.shape == (expected, 8)
     assert (selected.counts >= 1).all()
     assert selected.counts.sum() == (expected if method == "random" else (103 if expected else 0))

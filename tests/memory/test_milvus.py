@@ -17,6 +17,7 @@ from raexmc.errors import ConfigError, DataError  # noqa: E402
 from raexmc.memory import milvus  # noqa: E402
 from raexmc.memory.indexes import make_index  # noqa: E402
 from raexmc.memory.persistence import load_index, save_index  # noqa: E402
+from tests.helpers import brute_top_k, free_port, garble_milvus_lite, json_edited  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -38,17 +39,11 @@ def saved(tmp_path_factory, keys_queries):
     return folder
 
 
-def brute_force(keys, queries, k):
-    sims = queries.astype(np.float64) @ keys.T.astype(np.float64)
-    order = np.lexsort((np.broadcast_to(np.arange(len(keys)), sims.shape), -sims), axis=1)[:, :k]
-    return order, np.take_along_axis(sims, order, axis=1)
-
-
 def test_a_reopened_lite_index_answers_exact_search(saved, keys_queries):
     keys, queries = keys_queries
     index = load_index(saved, ef_search=400)
     ids, sims = index.search(queries, 25)
-    expected_ids, expected_sims = brute_force(keys, queries, 25)
+    expected_ids, expected_sims = brute_top_k(queries, keys, 25)
     np.testing.assert_array_equal(ids, expected_ids)
     np.testing.assert_allclose(sims, expected_sims, atol=1e-5, rtol=0)
     assert list(ids[0, :4]) == [4, 9, 40, 140]
@@ -64,24 +59,12 @@ def broken(saved, tmp_path, name, edit):
     return folder
 
 
-def edit_meta(**changes):
-    def edit(folder):
-        meta = json.loads((folder / "meta.json").read_text())
-        (folder / "meta.json").write_text(json.dumps({**meta, **changes}))
-    return edit
-
-
-def corrupt_lite(folder):
-    for manifest in (folder / "milvus.db").rglob("manifest.json*"):
-        manifest.write_text("{not json")
-
-
 @pytest.mark.parametrize(("name", "edit", "says"), [
-    ("missing-collection", edit_meta(collection="raexmc_gone"), "collection raexmc_gone not found"),
-    ("other-count", edit_meta(count=299), "holds 300 keys of dimension 12"),
-    ("other-dim", edit_meta(dim=16), "holds 300 keys of dimension 12"),
-    ("other-hash", edit_meta(sha256="0" * 64), "sha256 " + "0" * 64),
-    ("corrupt-lite", corrupt_lite, "milvus.db"),
+    ("missing-collection", json_edited("meta.json", collection="raexmc_gone"), "collection raexmc_gone not found"),
+    ("other-count", json_edited("meta.json", count=299), "holds 300 keys of dimension 12"),
+    ("other-dim", json_edited("meta.json", dim=16), "holds 300 keys of dimension 12"),
+    ("other-hash", json_edited("meta.json", sha256="0" * 64), "sha256 " + "0" * 64),
+    ("corrupt-lite", garble_milvus_lite, "milvus.db"),
     ("no-lite", lambda folder: shutil.rmtree(folder / "milvus.db"), "milvus.db is missing"),
 ])
 def test_a_bad_index_folder_is_one_error_naming_it(saved, tmp_path, name, edit, says):
@@ -92,13 +75,11 @@ def test_a_bad_index_folder_is_one_error_naming_it(saved, tmp_path, name, edit, 
 
 
 def test_an_unreachable_server_is_one_error_naming_the_uri_after_bounded_retries(saved, tmp_path, monkeypatch):
-    from tests.helpers import free_port
-
     monkeypatch.setattr(milvus, "CONNECT_TIMEOUT_S", 0.5)
     uri = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(DataError, match=f"index.uri: cannot open Milvus at {uri} \\(3 tries"):
         make_index("milvus", np.eye(3, dtype=np.float32), uri=uri, progress=False)
-    folder = broken(saved, tmp_path, "server", edit_meta(uri=uri))
+    folder = broken(saved, tmp_path, "server", json_edited("meta.json", uri=uri))
     with pytest.raises(DataError, match=f"{folder}/meta.json|{folder}:uri: cannot open Milvus at {uri}"):
         load_index(folder)
     with pytest.raises(ConfigError, match="index.uri: must be milvus.db"):

@@ -11,8 +11,6 @@ from raexmc.errors import ConfigError
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.input_memory import LABELS_FOLDER, InputMemory, MemorySettings, build_input_memory, chosen_memory
 from raexmc.memory.key_selection import select_keys
-from raexmc.memory.keys_values import training_values
-from raexmc.memory.merge import JointSearch
 from raexmc.memory.prototypes import label_prototypes, prototype_weight
 from raexmc.settings import load_settings, read_params_tree, settings_from
 from tests.helpers import REPO, memory_search
@@ -55,11 +53,14 @@ def test_weight_from_the_setting(setting, keep, backend, chosen, want):
     assert prototype_weight(setting, keep, backend, chosen=chosen) == want
 
 
-def test_auto_below_keep_1_needs_the_tune_stage_s_choice():
+@pytest.mark.parametrize(("setting", "backend", "says"), [
+    ("auto", "hnsw", "memory.prototypes auto below keep 1 is chosen by the tune stage"),
+    (0.5, "exact", "label prototypes need")])
+def test_a_weight_auto_or_on_exact_is_refused_naming_the_key(setting, backend, says):
+    """auto below keep 1 without the tune stage's choice; a weight with the exact backend, which builds no graph."""
     with pytest.raises(ConfigError) as caught:
-        prototype_weight("auto", 0.5, "hnsw")
-    assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: memory.prototypes auto "
-                                              "below keep 1 is chosen by the tune stage")
+        prototype_weight(setting, 0.5, backend)
+    assert caught.value.one_line().startswith(f"ConfigError: params.yaml:memory.prototypes: {says}")
 
 
 @pytest.mark.parametrize("setting", [-0.5, "half", True, float("nan")])
@@ -67,12 +68,6 @@ def test_a_bad_weight_is_refused_naming_the_key(setting):
     with pytest.raises(ConfigError) as caught:
         settings_from(memory_with(prototypes=setting))
     assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: ")
-
-
-def test_a_weight_needs_graphs():
-    with pytest.raises(ConfigError) as caught:
-        prototype_weight(0.5, 0.5, "exact")
-    assert caught.value.one_line().startswith("ConfigError: params.yaml:memory.prototypes: label prototypes need")
 
 
 def memory_with(**memory) -> dict:
@@ -95,17 +90,12 @@ def test_the_project_default_keeps_today_s_full_memory(tmp_path):
 
 
 @pytest.mark.parametrize("keep", [1.0, 0.5])
-def test_a_memory_with_prototypes_searches_them_and_the_dual_encoder_keeps_the_texts(tmp_path, keep):
+def test_a_memory_with_prototypes_searches_them_and_the_dual_encoder_keeps_the_texts(tmp_path, keep, random_memory):
     """300 inputs, 100 labels, 16 dims: RAE's joint top-20 is the exact top-20 over [kept keys; prototypes]
     (HNSW at these sizes is exact here); kNN and the dual encoder search the index stage's keys."""
-    rng = np.random.default_rng(7)
-    train, labels, queries = (v / np.linalg.norm(v, axis=1, keepdims=True)
-                              for v in (rng.normal(size=(n, 16)).astype(np.float32) for n in (300, 100, 40)))
-    Y = training_values(sp.csr_matrix((rng.random((300, 100)) < 0.03).astype(np.float64)))
-    baselines = JointSearch(ExactIndex(train), ExactIndex(labels))
-    settings = MemorySettings(keep, "random", False, 0, prototypes=0.5)
-    meta = build_input_memory(train, Y, settings, tmp_path / "memory", "hnsw", labels=labels, M=32,
-                              ef_construction=200, threads=1)
+    train, labels, queries, Y, baselines = random_memory(7, 300, 100, 40, 0.03)
+    meta = build_input_memory(train, Y, MemorySettings(keep, "random", False, 0, prototypes=0.5), tmp_path / "memory",
+                              "hnsw", labels=labels, M=32, ef_construction=200, threads=1)
     assert meta["prototypes"] == 0.5 and (tmp_path / "memory" / LABELS_FOLDER).is_dir()
     memory = InputMemory(tmp_path / "memory")
     _, at_b, inputs, dual = memory_search(memory, baselines, queries, 20, 5, 0.04, ef_search=200, other_b=(20,))

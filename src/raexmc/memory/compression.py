@@ -13,8 +13,6 @@ from ..errors import PARAMS_FILE, ConfigError
 from .search import EXACT_MAX_KEYS
 
 NONE = "none"
-# Codec -> bits a dimension of the stored key.
-CODEC_BITS = {"fp16": 16, "sq8": 8, "sq4": 4}
 FORMS = "none, fp16 | sq8 | sq4, pca<d>-<codec>, each optionally ending in -m<M>"
 _NAME = re.compile(r"(?:pca(?P<dim>[1-9][0-9]*)-)?(?P<codec>fp16|sq8|sq4)(?:-m(?P<M>[1-9][0-9]*))?")
 
@@ -28,10 +26,6 @@ class Compression:
     pca_dim: int | None = None
     M: int | None = None
 
-    def code_bytes(self, dim: int) -> float:
-        """Bytes of one stored key of dimension `dim` (after the projection)."""
-        return min(dim, self.pca_dim or dim) * CODEC_BITS[self.codec] / 8
-
 
 def parse_compression(name: str) -> Compression | None:
     """The compression that `name` names, None for "none"; a ConfigError (one line) for anything else."""
@@ -39,13 +33,11 @@ def parse_compression(name: str) -> Compression | None:
         return None
     match = _NAME.fullmatch(str(name))
     if match is None:
-        raise ConfigError(f"unknown compression {name!r} (known forms: {FORMS})", PARAMS_FILE,
-                          "memory.compression")
-    M = match["M"]
-    if M is not None and int(M) < 2:
+        raise ConfigError(f"unknown compression {name!r} (known forms: {FORMS})", PARAMS_FILE, "memory.compression")
+    pca_dim, M = (int(match[group]) if match[group] else None for group in ("dim", "M"))
+    if M is not None and M < 2:
         raise ConfigError(f"compression {name!r}: M must be >= 2", PARAMS_FILE, "memory.compression")
-    return Compression(name=name, codec=match["codec"], pca_dim=int(match["dim"]) if match["dim"] else None,
-                       M=int(M) if M else None)
+    return Compression(name=name, codec=match["codec"], pca_dim=pca_dim, M=M)
 
 
 def checked_compression(name: str, backend: str) -> Compression | None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 
 import numpy as np
 import torch
 
 from ..checks import positive_int
-from .search import Index, as_matrix, empty_result
+from .search import Index, as_matrix, power_of_two_rows, query_blocks
 
 # Elements (not bytes) of scratch space the exact top-k selection may use beside the similarity block.
 SELECT_BUDGET = 1 << 20
@@ -22,10 +21,8 @@ CHUNK_ROWS = 4096
 
 
 def block_rows(n_keys: int, block_bytes: int = BLOCK_BYTES, max_rows: int = CHUNK_ROWS) -> int:
-    """Queries per similarity block: the float32 rows of `n_keys` that `block_bytes` holds, at least one, as a
-    power of two so that the blocks of two key sets align (merge.JointSearch.query_block)."""
-    rows = max(1, min(max_rows, block_bytes // (4 * max(n_keys, 1))))
-    return 1 << (rows.bit_length() - 1)
+    """Queries per similarity block: the float32 rows of `n_keys` that `block_bytes` holds."""
+    return power_of_two_rows(block_bytes, 4 * max(n_keys, 1), max_rows)
 
 
 class ExactIndex(Index):
@@ -38,19 +35,13 @@ class ExactIndex(Index):
 
     backend = "exact"
     shown = ("count", "dim", "chunk_rows", "block_bytes")  # what repr() says
+    count = property(lambda self: self.keys.shape[0])
+    dim = property(lambda self: self.keys.shape[1])
 
     def __init__(self, keys: np.ndarray, chunk_rows: int = CHUNK_ROWS, block_bytes: int = BLOCK_BYTES):
         self.keys = as_matrix(keys, "keys")
         self.chunk_rows = positive_int(chunk_rows, "chunk_rows")
         self.block_bytes = positive_int(block_bytes, "block_bytes")
-
-    @property
-    def count(self) -> int:
-        return self.keys.shape[0]
-
-    @property
-    def dim(self) -> int:
-        return self.keys.shape[1]
 
     @property
     def query_block(self) -> int:
@@ -64,17 +55,11 @@ class ExactIndex(Index):
             keys, block = torch.from_numpy(self.keys), torch.from_numpy(queries)
         return block.matmul(keys.T).numpy()
 
-    def search(self, queries: np.ndarray, k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        k = positive_int(k, "k")
-        queries = self.checked_queries(queries)
-        ids, sims = empty_result(queries.shape[0], k)
-        if self.count == 0:
-            return ids, sims
-        width = min(k, self.count)
-        rows_per_block = self.query_block
+    def _search(self, queries, k, ids, sims, progress):
+        width, rows_per_block = min(k, self.count), self.query_block
+        step = max(1, SELECT_BUDGET // self.count)
         for start in query_blocks(queries.shape[0], rows_per_block, progress):
             block = self._scores(queries[start:start + rows_per_block])
-            step = max(1, SELECT_BUDGET // self.count)
             for row in range(0, block.shape[0], step):
                 part = block[row:row + step]
                 top_ids = self._select(part, width)
@@ -103,12 +88,3 @@ class ExactIndex(Index):
         order = np.argsort(-values, axis=1, kind="stable")
         return np.take_along_axis(top, order, axis=1).astype(np.int64, copy=False)
 
-
-def query_blocks(n_queries: int, rows_per_block: int, progress: bool) -> Iterator[int]:
-    """The first query of each block, with a progress bar when `progress` (a mining round at scale takes hours)."""
-    from ..progress import progress_bar
-
-    with progress_bar(total=n_queries, desc="exact search", unit="query", disable=not progress) as bar:
-        for start in range(0, n_queries, rows_per_block):
-            yield start
-            bar.update(min(rows_per_block, n_queries - start))

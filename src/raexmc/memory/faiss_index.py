@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import positive_int
-from ..errors import PARAMS_FILE, ConfigError, DataError
+from ..errors import PARAMS_FILE, ConfigError
 from .compression import Compression
 from .hnsw import INSERT_BATCH, PAPER_EF_SEARCH, QUERY_BATCH, resolve_threads
-from .search import Index, as_matrix, empty_result, sort_rows
+from .search import Index, key_blocks, keys_to_index, query_blocks, sort_rows
 
 # Keys (a seeded sample) that fit the quantiser's ranges and the projection: enough for 384-768 dims.
 TRAIN_SAMPLE = 200_000
@@ -28,6 +27,8 @@ class FaissIndex(Index):
 
     shown = ("count", "dim", "compression", "M", "ef_construction", "ef_search")  # what repr() says
     backend = "faiss"
+    count = property(lambda self: int(self.index.ntotal))
+    dim = property(lambda self: int(self.index.d))
 
     def __init__(self, index, compression: str, M: int, ef_construction: int, ef_search: int = PAPER_EF_SEARCH,
                  threads: int = 0):
@@ -35,43 +36,21 @@ class FaissIndex(Index):
 
         self.index = index
         self.graph = faiss.downcast_index(index.index if isinstance(index, faiss.IndexPreTransform) else index)
-        self.compression = compression
-        self.M = int(M)
-        self.ef_construction = int(ef_construction)
-        self.ef_search = int(ef_search)
-        self.threads = resolve_threads(threads)
+        self.compression, self.M, self.ef_construction = compression, int(M), int(ef_construction)
+        self.ef_search, self.threads = int(ef_search), resolve_threads(threads)
 
-    @property
-    def count(self) -> int:
-        return int(self.index.ntotal)
-
-    @property
-    def dim(self) -> int:
-        return int(self.index.d)
-
-    def search(self, queries: np.ndarray, k: int, ef_search: int | None = None,
-               progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Approximate top-k keys of each query by inner product with the decoded keys; -1 / -inf padding."""
+    def _search(self, queries, k, ids, sims, progress, ef_search: int | None = None):
+        """By inner product with the decoded keys."""
         import faiss
 
-        from ..progress import progress_bar
-
-        k = positive_int(k, "k")
-        queries = self.checked_queries(queries)
-        ids, sims = empty_result(queries.shape[0], k)
         width = min(k, self.count)
-        if width == 0 or queries.shape[0] == 0:
-            return ids, sims
         faiss.omp_set_num_threads(self.threads)
         self.graph.hnsw.efSearch = max(int(self.ef_search if ef_search is None else ef_search), k)
-        with progress_bar(total=queries.shape[0], desc="faiss search", unit="query", disable=not progress) as bar:
-            for start in range(0, queries.shape[0], QUERY_BATCH):
-                batch = queries[start:start + QUERY_BATCH]
-                found_sims, found_ids = self.index.search(batch, width)
-                rows = slice(start, start + batch.shape[0])
-                ids[rows, :width] = found_ids
-                sims[rows, :width] = np.where(found_ids >= 0, found_sims, -np.inf)
-                bar.update(batch.shape[0])
+        for start in query_blocks(queries.shape[0], QUERY_BATCH, progress, "faiss search"):
+            found_sims, found_ids = self.index.search(queries[start:start + QUERY_BATCH], width)
+            rows = slice(start, start + len(found_ids))
+            ids[rows, :width] = found_ids
+            sims[rows, :width] = np.where(found_ids >= 0, found_sims, -np.inf)
         return sort_rows(ids, sims)
 
 
@@ -97,11 +76,7 @@ def build_faiss(keys: np.ndarray, compression: Compression, M: int, ef_construct
     0..n-1) into a faiss HNSW graph of degree `compression.M or M`."""
     import faiss
 
-    from ..progress import progress_bar
-
-    keys = as_matrix(keys, "keys")
-    if keys.shape[0] == 0:
-        raise DataError("no keys to index")
+    keys = keys_to_index(keys)
     dim = keys.shape[1]
     if compression.pca_dim is not None and compression.pca_dim > dim:
         raise ConfigError(f"compression {compression.name!r} projects to {compression.pca_dim} dimensions, the keys "
@@ -119,11 +94,7 @@ def build_faiss(keys: np.ndarray, compression: Compression, M: int, ef_construct
         projection.is_trained = True
         index = faiss.IndexPreTransform(projection, graph)
     index.train(_sample(keys, seed))
-    with progress_bar(total=keys.shape[0], desc=f"faiss build ({progress_label})", unit="key",
-                      disable=not progress) as bar:
-        for start in range(0, keys.shape[0], INSERT_BATCH):
-            chunk = keys[start:start + INSERT_BATCH]
-            index.add(chunk)
-            bar.update(chunk.shape[0])
+    for _, chunk in key_blocks(keys, INSERT_BATCH, f"faiss build ({progress_label})", progress):
+        index.add(chunk)
     return FaissIndex(index, compression.name, M=degree, ef_construction=ef_construction, ef_search=ef_search,
                       threads=threads)

@@ -10,9 +10,7 @@ import os
 
 import numpy as np
 
-from ..checks import positive_int
-from ..errors import DataError
-from .search import Index, as_matrix, empty_result, sort_rows
+from .search import Index, empty_result, key_blocks, keys_to_index, query_blocks, sort_rows
 
 SPACE = "ip"
 PAPER_M, PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH = 64, 500, 300  # the paper's graph and search beam
@@ -40,48 +38,24 @@ class HnswIndex(Index):
 
     shown = ("count", "dim", "M", "ef_construction", "ef_search")  # what repr() says
     backend = "hnsw"
+    space = SPACE
+    count = property(lambda self: int(self.graph.element_count))
+    dim = property(lambda self: int(self.graph.dim))
+    # Queries searched together: the retries of a batch hnswlib cannot fill change its other queries' beam.
+    query_block = QUERY_BATCH
 
     def __init__(self, graph, M: int, ef_construction: int, ef_search: int = PAPER_EF_SEARCH, threads: int = 0):
-        self.graph = graph
-        self.M = int(M)
-        self.ef_construction = int(ef_construction)
-        self.ef_search = int(ef_search)
+        self.graph, self.M, self.ef_construction, self.ef_search = graph, int(M), int(ef_construction), int(ef_search)
         self.threads = resolve_threads(threads)
         self.graph.set_num_threads(self.threads)
         self.graph.set_ef(self.ef_search)
 
-    @property
-    def count(self) -> int:
-        return int(self.graph.element_count)
-
-    @property
-    def dim(self) -> int:
-        return int(self.graph.dim)
-
-    @property
-    def query_block(self) -> int:
-        """Queries searched together: the retries of a batch hnswlib cannot fill change its other queries' beam."""
-        return QUERY_BATCH
-
-    def search(self, queries: np.ndarray, k: int, ef_search: int | None = None,
-               progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Approximate top-k keys of each query; rows hnswlib cannot fill are padded, never dropped."""
-        k = positive_int(k, "k")
-        queries = self.checked_queries(queries)
-        ef = max(int(self.ef_search if ef_search is None else ef_search), k)
-        ids, sims = empty_result(queries.shape[0], k)
-        width = min(k, self.count)
-        if width == 0 or queries.shape[0] == 0:
-            return ids, sims
-        from ..progress import progress_bar
-
+    def _search(self, queries, k, ids, sims, progress, ef_search: int | None = None):
+        ef, width = max(int(self.ef_search if ef_search is None else ef_search), k), min(k, self.count)
         try:
-            with progress_bar(total=queries.shape[0], desc="hnsw search", unit="query", disable=not progress) as bar:
-                for start in range(0, queries.shape[0], QUERY_BATCH):
-                    batch = queries[start:start + QUERY_BATCH]
-                    rows = slice(start, start + batch.shape[0])
-                    ids[rows, :width], sims[rows, :width] = self._search_batch(batch, width, ef)
-                    bar.update(batch.shape[0])
+            for start in query_blocks(queries.shape[0], QUERY_BATCH, progress, "hnsw search"):
+                rows = slice(start, start + QUERY_BATCH)
+                ids[rows, :width], sims[rows, :width] = self._search_batch(queries[rows], width, ef)
         finally:
             self.graph.set_ef(max(self.ef_search, 1))
         return sort_rows(ids, sims)
@@ -100,25 +74,19 @@ class HnswIndex(Index):
 
     def _search_batch(self, batch: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
         found = self._query(batch, k, ef)
-        if found is not None:
-            return found
-        # Some query reached fewer than k keys (typical with many identical keys): first a wider
-        # beam for the whole batch, then halves of the batch, then single queries with smaller k.
-        wide = ef * EF_RETRY_FACTOR
-        found = self._query(batch, k, wide)
-        if found is not None:
-            return found
-        return self._split(batch, k, wide)
+        return found if found is not None else self._retried(batch, k, ef * EF_RETRY_FACTOR)
 
-    def _split(self, batch: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+    def _retried(self, batch: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+        """Some query reached fewer than k keys: the batch at a wider beam, else each half of it, down to single
+        queries at a smaller k."""
+        found = self._query(batch, k, ef)
+        if found is not None:
+            return found
         if batch.shape[0] == 1:
             return self._shrink(batch, k, ef)
-        ids, sims = empty_result(batch.shape[0], k)
         half = batch.shape[0] // 2
-        for part in (slice(0, half), slice(half, batch.shape[0])):
-            found = self._query(batch[part], k, ef)
-            ids[part], sims[part] = found if found is not None else self._split(batch[part], k, ef)
-        return ids, sims
+        ids, sims = zip(*(self._retried(part, k, ef) for part in (batch[:half], batch[half:])))
+        return np.vstack(ids), np.vstack(sims)
 
     def _shrink(self, query: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
         """One query known to fail at k: the largest k that succeeds (binary search), padded to k."""
@@ -141,21 +109,13 @@ def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_
     """Insert every key (ids 0..n-1) into a new hnswlib "ip" graph on `threads` threads (0: every CPU)."""
     import hnswlib
 
-    from ..progress import progress_bar
-
-    keys = as_matrix(keys, "keys")
-    if keys.shape[0] == 0:
-        raise DataError("no keys to index")
+    keys = keys_to_index(keys)
     n_threads = resolve_threads(threads)
     graph = hnswlib.Index(space=SPACE, dim=keys.shape[1])
     graph.init_index(max_elements=keys.shape[0], M=int(M), ef_construction=int(ef_construction),
                      random_seed=int(seed))
-    with progress_bar(total=keys.shape[0], desc=f"hnsw build ({progress_label})", unit="key",
-                      disable=not progress) as bar:
-        for start in range(0, keys.shape[0], INSERT_BATCH):
-            chunk = keys[start:start + INSERT_BATCH]
-            graph.add_items(chunk, np.arange(start, start + chunk.shape[0]), num_threads=n_threads)
-            bar.update(chunk.shape[0])
+    for start, chunk in key_blocks(keys, INSERT_BATCH, f"hnsw build ({progress_label})", progress):
+        graph.add_items(chunk, np.arange(start, start + chunk.shape[0]), num_threads=n_threads)
     return HnswIndex(graph, M=M, ef_construction=ef_construction, ef_search=ef_search, threads=n_threads)
 
 
@@ -169,9 +129,7 @@ RESIDENT_EXTRA_BYTES = 8 + 4 + 40 + 40   # loaded: link-list pointer, level, std
 
 def hnsw_key_bytes(dim: int, M: int) -> float:
     """Bytes per key of a saved hnswlib index (float32 vectors), on average over the random levels."""
-    level0 = 4 * (2 * M) + 4
-    upper = (4 * M + 4) / (M - 1)
-    return 4 * dim + level0 + LABEL_BYTES + LEVEL_SIZE_BYTES + upper
+    return 4 * dim + (4 * (2 * M) + 4) + LABEL_BYTES + LEVEL_SIZE_BYTES + (4 * M + 4) / (M - 1)
 
 
 def hnsw_disk_bytes(count: int, dim: int, M: int) -> int:

@@ -55,18 +55,17 @@ def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction
     """The index `index.backend` and `memory.compression` name (compressed: a faiss graph; milvus: a collection at
     `milvus`'s uri, token_env and index_type, milvus.py) over `keys`."""
     compressed = checked_compression(compression, backend)
+    graph = dict(M=M, ef_construction=ef_construction, ef_search=ef_search, progress=progress,
+                 progress_label=progress_label)
     if compressed is not None:
-        return build_faiss(keys, compressed, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
-                           ef_search=ef_search, progress=progress, progress_label=progress_label)
+        return build_faiss(keys, compressed, threads=threads, seed=seed, **graph)
     if backend == "exact":
         return ExactIndex(keys)
     if backend == "milvus":
-        return build_milvus(keys, M=M, ef_construction=ef_construction, ef_search=ef_search, progress=progress,
-                            progress_label=progress_label, **milvus)
+        return build_milvus(keys, **graph, **milvus)
     if backend != "hnsw":
         raise ValueError(f"unknown index backend {backend!r}")
-    return build_hnsw(keys, M=M, ef_construction=ef_construction, threads=threads, seed=seed,
-                      ef_search=ef_search, progress=progress, progress_label=progress_label)
+    return build_hnsw(keys, threads=threads, seed=seed, **graph)
 
 
 def index_folder(index: str | os.PathLike, key_set: str) -> Path:

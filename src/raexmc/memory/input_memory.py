@@ -59,13 +59,12 @@ class MemorySettings:
     @classmethod
     def from_section(cls, memory: MemorySection, backend: str, keep: float | None = None,
                      prototypes: float | None = None) -> MemorySettings:
-        """The section for the resolved backend, at `keep` and α `prototypes` where given (their auto's choice)."""
+        """The section for the resolved backend, at `keep` and α `prototypes` where given (their auto's choice);
+        a compression the backend cannot build fails here, before any key is selected."""
         keep = resolved_keep(memory) if keep is None else keep
-        # an unknown name, or one the index backend cannot build, fails here: before any key is selected
         checked_compression(memory.compression, backend)
-        return cls(keep=keep, method=memory.method, prior=memory.prior, seed=memory.seed,
-                   compression=memory.compression,
-                   prototypes=prototype_weight(memory.prototypes, keep, backend, prototypes))
+        return cls(keep, memory.method, memory.prior, memory.seed, memory.compression,
+                   prototype_weight(memory.prototypes, keep, backend, prototypes))
 
     @property
     def full(self) -> bool:
@@ -85,9 +84,7 @@ class MemorySettings:
 
 def resolved_keep(memory: MemorySection, choice: str | os.PathLike | None = None) -> float:
     """`memory.keep`, or where it is auto the tune stage's choice, read from `choice` (its CHOICE_FILE)."""
-    if memory.keep != AUTO:
-        return memory.keep
-    return _chosen(choice, "keep", Share)
+    return memory.keep if memory.keep != AUTO else _chosen(choice, "keep", Share)
 
 
 def chosen_memory(memory: MemorySection, backend: str, choice: str | os.PathLike | None = None) -> MemorySettings:
@@ -157,7 +154,6 @@ class InputMemory:
         if not path.is_file():
             raise DataError(f"not a memory folder (no {MEMORY_FILE}): run the memory stage", self.folder)
         self.meta = read_json(path)
-        self.has_own_labels = "labels" in own_index_folders(self.folder)  # compressed or prototypes
         missing = [k for k in ("keep", "method", "prior", "seed", "num_inputs", "input_keys", "index")
                    if not isinstance(self.meta, dict) or k not in self.meta]
         if missing:

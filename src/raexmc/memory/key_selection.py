@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import get_args
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..settings import KeepMethod
-
-METHODS = get_args(KeepMethod)
 CELL_SIZE = 8_192          # inputs per coarse cell: the fine k-means costs about keep · N · CELL_SIZE · d per iteration
 COARSE_SAMPLE = 64         # inputs sampled per coarse cell to fit the cells
 ITERATIONS = 10            # Lloyd iterations per level
@@ -36,9 +32,6 @@ class SelectedKeys:
     keys: np.ndarray
     values: sp.csr_matrix
     counts: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.keys)
 
 
 def kept_count(keep: float, num_inputs: int) -> int:
@@ -122,7 +115,8 @@ def two_level_kmeans(inputs: np.ndarray, count: int, rng: np.random.Generator, c
         if budgets[cell] == 0:  # an empty cell
             continue
         points = np.asarray(inputs[rows], dtype=np.float32)
-        clusters[rows] = offset + spherical_kmeans(points, int(budgets[cell]), rng)
+        fine, fit = assign(points, spherical_kmeans_centroids(points, int(budgets[cell]), rng))
+        clusters[rows] = offset + _fill_empty(fine, fit, int(budgets[cell]))
         offset += int(budgets[cell])
     return clusters
 
@@ -137,13 +131,6 @@ def _shares(sizes: np.ndarray, count: int) -> np.ndarray:
     extra = count - int(base.sum()) - int(shares.sum())
     shares[np.argsort(-(exact - shares), kind="stable")[:extra]] += 1
     return base + shares
-
-
-def spherical_kmeans(points: np.ndarray, k: int, rng: np.random.Generator, iterations: int = ITERATIONS) -> np.ndarray:
-    """Each point's cluster in 0..k-1 (k <= len(points)), every cluster non-empty."""
-    centroids = spherical_kmeans_centroids(points, k, rng, iterations)
-    clusters, fit = assign(points, centroids)
-    return _fill_empty(clusters, fit, k)
 
 
 def spherical_kmeans_centroids(points: np.ndarray, k: int, rng: np.random.Generator,

@@ -57,13 +57,8 @@ class JointSearch:
             raise DataError(f"the inputs' index has dimension {inputs.dim}, the labels' {labels.dim}", labels.source)
         self.inputs, self.labels = inputs, labels
 
-    @property
-    def count(self) -> int:
-        return self.inputs.count + self.labels.count
-
-    @property
-    def dim(self) -> int:
-        return self.inputs.dim
+    count = property(lambda self: self.inputs.count + self.labels.count)
+    dim = property(lambda self: self.inputs.dim)
 
     @property
     def query_block(self) -> int:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..checks import positive_int
 from ..errors import PARAMS_FILE, ConfigError, DataError, first_line
-from .search import Index, as_matrix, empty_result, sort_rows
+from .search import Index, empty_result, key_blocks, keys_to_index, sort_rows
 
 LITE_FOLDER = "milvus.db"  # pymilvus starts Milvus Lite for a URI ending in .db
 FIELD, HASH_PROPERTY = "key", "raexmc.sha256"
@@ -43,8 +43,8 @@ def is_server(uri: str) -> bool:
 def keys_hash(keys: np.ndarray) -> str:
     """sha256 of the keys' shape and float32 bytes, a block of rows at a time (no copy of a memmap)."""
     digest = hashlib.sha256(repr(keys.shape).encode())
-    for start in range(0, len(keys), INSERT_BATCH):
-        digest.update(np.ascontiguousarray(keys[start:start + INSERT_BATCH], dtype=np.float32).tobytes())
+    for _, block in key_blocks(keys, INSERT_BATCH, "", progress=False):
+        digest.update(np.ascontiguousarray(block, dtype=np.float32).tobytes())
     return digest.hexdigest()
 
 
@@ -56,11 +56,9 @@ def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str | 
     from pymilvus import MilvusClient
 
     logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # its retries log tracebacks; ours is one line
-    token = ""
-    if token_env:
-        if token_env not in os.environ:
-            raise ConfigError(f"the Milvus token's environment variable {token_env} is not set", where, "token_env")
-        token = os.environ[token_env]
+    if token_env and token_env not in os.environ:
+        raise ConfigError(f"the Milvus token's environment variable {token_env} is not set", where, "token_env")
+    token = os.environ[token_env] if token_env else ""
     tries = CONNECT_TRIES if is_server(uri) else 1
     for attempt in range(tries):
         try:
@@ -167,15 +165,11 @@ def build_milvus(keys: np.ndarray, uri: str = LITE_FOLDER, token_env: str = "", 
     """Insert every key into a collection at `uri` (a server) or in a new Lite folder (any other value), with a
     `index_type` index by inner product (HNSW at M and efConstruction); a server's collection of the same keys built
     alike is reused as it is."""
-    from ..progress import progress_bar
-
     server = is_server(uri)
     if not server and uri != LITE_FOLDER:
         raise ConfigError(f"must be {LITE_FOLDER} (Milvus Lite, in the index folder) or http(s)://host:port, got "
                           f"{uri!r}", PARAMS_FILE, "index.uri")
-    keys = as_matrix(keys, "keys")
-    if not len(keys):
-        raise DataError("no keys to index")
+    keys = keys_to_index(keys)
     sha = keys_hash(keys)
     graph = {"M": int(M), "efConstruction": int(ef_construction)} if index_type == "HNSW" else {}
     name = "raexmc_" + hashlib.sha256(f"{sha}{index_type}{graph}".encode()).hexdigest()[:24]
@@ -201,13 +195,8 @@ def build_milvus(keys: np.ndarray, uri: str = LITE_FOLDER, token_env: str = "", 
     # (pymilvus 3 sends them as pairs of their own, which Lite ignores for its defaults, M 16 and efConstruction 200)
     index_params.add_index(field_name=FIELD, index_type=index_type, metric_type="IP", params={"params": graph})
     client.create_collection(name, schema=schema, index_params=index_params, properties={HASH_PROPERTY: sha})
-    with progress_bar(total=len(keys), desc=f"milvus insert ({progress_label})", unit="key",
-                      disable=not progress) as bar:
-        for start in range(0, len(keys), INSERT_BATCH):
-            block = keys[start:start + INSERT_BATCH]
-            client.insert(name, [{"id": start + i, FIELD: row} for i, row in enumerate(block)],
-                          timeout=REQUEST_TIMEOUT_S)
-            bar.update(len(block))
+    for start, block in key_blocks(keys, INSERT_BATCH, f"milvus insert ({progress_label})", progress):
+        client.insert(name, [{"id": start + i, FIELD: row} for i, row in enumerate(block)], timeout=REQUEST_TIMEOUT_S)
     client.flush(name, timeout=REQUEST_TIMEOUT_S)
     client.load_collection(name, timeout=REQUEST_TIMEOUT_S)
     if not server:  # closed and kept as the folder a save copies; searched through a copy like a loaded one
@@ -216,14 +205,6 @@ def build_milvus(keys: np.ndarray, uri: str = LITE_FOLDER, token_env: str = "", 
         index = MilvusIndex(meta, lite=scratch, ef_search=ef_search)
         weakref.finalize(index, shutil.rmtree, scratch.parent, True)
     return index
-
-
-def save_milvus(index: MilvusIndex, folder: Path) -> dict[str, Any]:
-    """Copy a Lite index's data folder into `folder`; a server's index saves its reference alone. Returns the
-    meta.json fields."""
-    if index.lite is not None:
-        shutil.copytree(index.lite, folder / LITE_FOLDER, ignore=shutil.ignore_patterns("LOCK"))
-    return index.meta
 
 
 def open_milvus(folder: Path, meta: dict[str, Any], ef_search: int) -> MilvusIndex:

@@ -6,20 +6,22 @@ The exact backend keeps no keys on disk: reopening it needs them. A reopened gra
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, first_line
 from ..io import atomic_dir, read_json, require_size, write_json, written_through
 from .compression import parse_compression
 from .exact import ExactIndex
 from .faiss_index import FaissIndex
 from .hnsw import PAPER_EF_SEARCH, SPACE, HnswIndex
-from .milvus import MilvusIndex, open_milvus, save_milvus
+from .milvus import LITE_FOLDER, MilvusIndex, open_milvus
 from .search import BACKENDS
-from .torch_index import TorchIndex
+from .torch_index import TorchIndex, exact_index
 
 META_FILE = "meta.json"
 HNSW_FILE = "hnsw.bin"
@@ -34,13 +36,11 @@ GRAPH_FIELDS = {"hnsw": ("M", "ef_construction", "space"), "faiss": ("M", "ef_co
 def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.PathLike) -> Path:
     """Write `index` to `folder` atomically; a graph file cut short (a full disk) is an OSError naming it."""
     folder = Path(folder)
-    meta: dict[str, Any] = {"backend": index.backend, "dim": index.dim, "count": index.count}
-    if isinstance(index, HnswIndex):
-        meta.update(M=index.M, ef_construction=index.ef_construction, space=SPACE)
-    elif isinstance(index, FaissIndex):
-        meta.update(M=index.M, ef_construction=index.ef_construction, compression=index.compression)
-    elif not isinstance(index, (ExactIndex, MilvusIndex)):
+    if not isinstance(index, (ExactIndex, HnswIndex, FaissIndex, MilvusIndex)):
         raise TypeError(f"not an index: {type(index).__name__}")
+    meta = index.meta if isinstance(index, MilvusIndex) else {
+        "backend": index.backend, "dim": index.dim, "count": index.count,
+        **{name: getattr(index, name) for name in GRAPH_FIELDS[index.backend]}}
     with atomic_dir(folder) as tmp:
         if isinstance(index, HnswIndex):
             index.graph.save_index(str(tmp / HNSW_FILE))  # unchecked writes: a full disk leaves it short, silently
@@ -50,8 +50,8 @@ def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.Path
 
             with written_through(tmp / FAISS_FILE) as handle:  # through Python, which checks every write
                 faiss.write_index(index.index, faiss.PyCallbackIOWriter(handle.write))
-        elif isinstance(index, MilvusIndex):
-            meta = save_milvus(index, tmp)
+        elif isinstance(index, MilvusIndex) and index.lite is not None:  # a server's index: its reference alone
+            shutil.copytree(index.lite, tmp / LITE_FOLDER, ignore=shutil.ignore_patterns("LOCK"))
         write_json(tmp / META_FILE, meta)
     return folder
 
@@ -98,60 +98,47 @@ def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_sea
     """Reopen an index `save_index` wrote; the exact backend needs `keys` (of the saved shape) and searches on
     `device` (TorchIndex on a GPU). The index names `folder` in its errors about queries."""
     folder = Path(folder)
-    index = _reopen(folder, keys, ef_search, threads, device)
+    meta = saved_meta(folder)
+    if keys is not None and (np.ndim(keys) != 2 or np.shape(keys) != (meta["count"], meta["dim"])):
+        raise DataError(f"keys have shape {np.shape(keys)}, the index was built on ({meta['count']}, {meta['dim']})",
+                        folder)
+    if meta["backend"] == "exact":
+        if keys is None:
+            raise DataError("the exact index keeps no keys: pass the keys to load it", folder)
+        index = exact_index(np.asarray(keys), device)
+    elif meta["backend"] == "milvus":
+        index = open_milvus(folder, meta, ef_search)
+    elif meta["backend"] == "faiss":
+        import faiss
+
+        graph = _read_graph(folder, FAISS_FILE, faiss.read_index)
+        if (graph.ntotal, graph.d) != (meta["count"], meta["dim"]):
+            raise DataError(f"{FAISS_FILE} holds {graph.ntotal} keys of dimension {graph.d}, {META_FILE} says "
+                            f"{meta['count']} of {meta['dim']}", folder)
+        index = FaissIndex(graph, meta["compression"], meta["M"], meta["ef_construction"], ef_search, threads)
+    else:
+        import hnswlib
+
+        if meta["space"] != SPACE:
+            raise DataError(f"index space is {meta['space']!r}, expected {SPACE!r}", folder)
+        graph = hnswlib.Index(space=SPACE, dim=meta["dim"])
+        _read_graph(folder, HNSW_FILE, lambda path: graph.load_index(path, max_elements=meta["count"]))
+        if graph.element_count != meta["count"]:
+            raise DataError(f"{HNSW_FILE} holds {graph.element_count} keys, {META_FILE} says {meta['count']}", folder)
+        index = HnswIndex(graph, meta["M"], meta["ef_construction"], ef_search, threads)
     index.source = folder
     return index
 
 
-def _reopen(folder: Path, keys: np.ndarray | None, ef_search: int, threads: int,
-            device: str) -> ExactIndex | TorchIndex | HnswIndex | FaissIndex | MilvusIndex:
-    meta = saved_meta(folder)
-    if keys is not None:
-        keys = np.asarray(keys)
-        if keys.ndim != 2 or keys.shape != (meta["count"], meta["dim"]):
-            raise DataError(f"keys have shape {keys.shape}, the index was built on "
-                            f"({meta['count']}, {meta['dim']})", folder)
-    if meta["backend"] == "exact":
-        if keys is None:
-            raise DataError("the exact index keeps no keys: pass the keys to load it", folder)
-        return TorchIndex(keys, device) if device.startswith("cuda") else ExactIndex(keys)
-    if meta["backend"] == "faiss":
-        return _load_faiss(folder, meta, ef_search, threads)
-    if meta["backend"] == "milvus":
-        return open_milvus(folder, meta, ef_search)
-    import hnswlib
-
-    if meta["space"] != SPACE:
-        raise DataError(f"index space is {meta['space']!r}, expected {SPACE!r}", folder)
-    path = folder / HNSW_FILE
+def _read_graph(folder: Path, name: str, read: Callable[[str], Any]) -> Any:
+    """`read` of the graph file `name`; a missing or unreadable one is a DataError naming it."""
+    path = folder / name
     if not path.is_file():
-        raise DataError(f"{HNSW_FILE} is missing", folder)
-    graph = hnswlib.Index(space=SPACE, dim=meta["dim"])
+        raise DataError(f"{name} is missing", folder)
     try:
-        graph.load_index(str(path), max_elements=meta["count"])
+        return read(str(path))
     except RuntimeError as exc:
-        raise DataError(f"cannot load {HNSW_FILE} ({exc})", folder) from None
-    if graph.element_count != meta["count"]:
-        raise DataError(f"{HNSW_FILE} holds {graph.element_count} keys, {META_FILE} says {meta['count']}", folder)
-    return HnswIndex(graph, M=meta["M"], ef_construction=meta["ef_construction"], ef_search=ef_search,
-                     threads=threads)
-
-
-def _load_faiss(folder: Path, meta: dict[str, Any], ef_search: int, threads: int) -> FaissIndex:
-    import faiss
-
-    path = folder / FAISS_FILE
-    if not path.is_file():
-        raise DataError(f"{FAISS_FILE} is missing", folder)
-    try:
-        index = faiss.read_index(str(path))
-    except RuntimeError as exc:
-        raise DataError(f"cannot load {FAISS_FILE} ({str(exc).splitlines()[0]})", folder) from None
-    if (index.ntotal, index.d) != (meta["count"], meta["dim"]):
-        raise DataError(f"{FAISS_FILE} holds {index.ntotal} keys of dimension {index.d}, {META_FILE} says "
-                        f"{meta['count']} of {meta['dim']}", folder)
-    return FaissIndex(index, meta["compression"], M=meta["M"], ef_construction=meta["ef_construction"],
-                      ef_search=ef_search, threads=threads)
+        raise DataError(f"cannot load {name} ({first_line(exc)})", folder) from None
 
 
 def index_bytes(folder: str | os.PathLike) -> int:

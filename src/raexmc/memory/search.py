@@ -7,11 +7,13 @@ TorchIndex (torch_index.py, exact on a GPU), HnswIndex (hnsw.py) and FaissIndex 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
 
 import numpy as np
 
+from ..checks import positive_int
 from ..errors import DataError
 from ..settings import IndexBackend
 
@@ -37,11 +39,20 @@ def as_matrix(array: Any, what: str, dim: int | None = None, index: Path | None 
     return matrix
 
 
+def keys_to_index(keys: Any) -> np.ndarray:
+    """`keys` checked as as_matrix does, and refused when there are none (hnswlib and faiss build no empty graph)."""
+    keys = as_matrix(keys, "keys")
+    if keys.shape[0] == 0:
+        raise DataError("no keys to index")
+    return keys
+
+
 class Index:
     """What every backend's index shares: the folder `load_index` read it from (None: built here), which
-    its errors about queries name."""
+    its errors about queries name, and `search`'s checks and padded result (`_search` fills it)."""
 
     source: Path | None = None
+    count: int
     dim: int
     shown: tuple[str, ...] = ("dim",)
 
@@ -50,6 +61,46 @@ class Index:
 
     def checked_queries(self, queries: Any) -> np.ndarray:
         return as_matrix(queries, "queries", self.dim, self.source)
+
+    def search(self, queries: np.ndarray, k: int, progress: bool = False, **options) -> Hits:
+        """The top-k keys of each query (`options`: the backend's own, hnsw's ef_search); rows it cannot fill are
+        padded, never dropped."""
+        k = positive_int(k, "k")
+        queries = self.checked_queries(queries)
+        ids, sims = empty_result(queries.shape[0], k)
+        if self.count == 0 or queries.shape[0] == 0:
+            return ids, sims
+        return self._search(queries, k, ids, sims, progress, **options)
+
+    def _search(self, queries: np.ndarray, k: int, ids: np.ndarray, sims: np.ndarray, progress: bool) -> Hits:
+        raise NotImplementedError
+
+
+def power_of_two_rows(budget: int, row_bytes: int, max_rows: int) -> int:
+    """The rows of `row_bytes` that `budget` holds, in [1, max_rows], as a power of two: the blocks of the two
+    key sets' searches then align (merge.JointSearch.query_block)."""
+    rows = max(1, min(max_rows, budget // max(row_bytes, 1)))
+    return 1 << (rows.bit_length() - 1)
+
+
+def query_blocks(n_queries: int, rows_per_block: int, progress: bool, desc: str = "exact search") -> Iterator[int]:
+    """The first query of each block, with a progress bar when `progress` (a mining round at scale takes hours)."""
+    from ..progress import progress_bar
+
+    with progress_bar(total=n_queries, desc=desc, unit="query", disable=not progress) as bar:
+        for start in range(0, n_queries, rows_per_block):
+            yield start
+            bar.update(min(rows_per_block, n_queries - start))
+
+
+def key_blocks(keys: np.ndarray, rows: int, desc: str, progress: bool) -> Iterator[tuple[int, np.ndarray]]:
+    """(first id, block) of `keys`, `rows` at a time, with a progress bar of the keys inserted."""
+    from ..progress import progress_bar
+
+    with progress_bar(total=len(keys), desc=desc, unit="key", disable=not progress) as bar:
+        for start in range(0, len(keys), rows):
+            yield start, keys[start:start + rows]
+            bar.update(len(keys[start:start + rows]))
 
 
 def empty_result(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..checks import positive_int
-from .exact import BLOCK_BYTES, ExactIndex, query_blocks
-from .search import Hits, Index, as_matrix, empty_result
+from .exact import BLOCK_BYTES, ExactIndex
+from .search import Hits, Index, as_matrix, power_of_two_rows, query_blocks
 
 # Share of the device's free memory (after the keys are uploaded) that one block's tensors may take: the rest
 # is slack for the caching allocator and for the other key set's index, uploaded after this one.
@@ -36,21 +36,9 @@ def pool_size(k: int, n_keys: int, rescored: bool) -> int:
 
 def block_rows_for(free_bytes: int, n_keys: int, dim: int, score_bytes: int,
                    max_rows: int = MAX_BLOCK_ROWS) -> int:
-    """Queries per block whose tensors fit in `free_bytes` (the similarities twice over, for torch.topk's
-    scratch, and the queries): a power of two in [1, max_rows], so the two key sets' blocks align."""
-    per_row = 2 * n_keys * score_bytes + dim * (4 + score_bytes)
-    rows = max(1, min(max_rows, free_bytes // max(per_row, 1)))
-    return 1 << (rows.bit_length() - 1)
-
-
-def free_device_bytes(device: str) -> int:
-    """What one block may take on `device`: DEVICE_SHARE of a GPU's free memory, the CPU's BLOCK_BYTES."""
-    import torch
-
-    if not device.startswith("cuda"):
-        return BLOCK_BYTES
-    free, _total = torch.cuda.mem_get_info(torch.device(device))
-    return int(free * DEVICE_SHARE)
+    """Queries per block whose tensors fit in `free_bytes`: the similarities twice over (for torch.topk's
+    scratch) and the queries."""
+    return power_of_two_rows(free_bytes, 2 * n_keys * score_bytes + dim * (4 + score_bytes), max_rows)
 
 
 class TorchIndex(Index):
@@ -72,17 +60,15 @@ class TorchIndex(Index):
             exact_keys = torch.from_numpy(keys).to(device)
         self.keys = exact_keys.half() if self.half else exact_keys
         self.exact_keys = exact_keys if self.half else None   # the rescoring's
-        budget = free_device_bytes(device) if free_bytes is None else positive_int(free_bytes, "free_bytes")
-        self.query_block = block_rows_for(budget, self.count, self.dim, self.keys.element_size())
+        if free_bytes is None:  # what a block may take: DEVICE_SHARE of a GPU's free memory, the CPU's BLOCK_BYTES
+            on_gpu = device.startswith("cuda")
+            free_bytes = int(torch.cuda.mem_get_info(torch.device(device))[0] * DEVICE_SHARE) if on_gpu else BLOCK_BYTES
+        free_bytes = positive_int(free_bytes, "free_bytes")
+        self.query_block = block_rows_for(free_bytes, self.count, self.dim, self.keys.element_size())
 
-    def search(self, queries: np.ndarray, k: int, progress: bool = False) -> Hits:
+    def _search(self, queries, k, ids, sims, progress):
         import torch
 
-        k = positive_int(k, "k")
-        queries = self.checked_queries(queries)
-        ids, sims = empty_result(queries.shape[0], k)
-        if self.count == 0:
-            return ids, sims
         width, pool = min(k, self.count), pool_size(k, self.count, self.half)
         with torch.inference_mode():
             for start in query_blocks(queries.shape[0], self.query_block, progress):
@@ -115,7 +101,10 @@ def _by_score_then_id(ids, sims, width: int):
     return ids.gather(1, order), sims.gather(1, order)
 
 
-def top_k_search(keys: np.ndarray, device: str, progress: bool = False) -> Callable[[np.ndarray, int], Hits]:
+def exact_index(keys: np.ndarray, device: str = "cpu") -> TorchIndex | ExactIndex:
     """Exact top-k on `device`: TorchIndex on a GPU, ExactIndex on the CPU."""
-    index = TorchIndex(keys, device) if device.startswith("cuda") else ExactIndex(keys)
-    return functools.partial(index.search, progress=progress)
+    return TorchIndex(keys, device) if device.startswith("cuda") else ExactIndex(keys)
+
+
+def top_k_search(keys: np.ndarray, device: str, progress: bool = False) -> Callable[[np.ndarray, int], Hits]:
+    return functools.partial(exact_index(keys, device).search, progress=progress)
