@@ -363,7 +363,7 @@ def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S", metavar=
     with user_errors():
         from .pipeline.compare import compare_url
         from .pipeline.sweep import baseline, run_sweep, show_command, swept_keys
-        from .pipeline.tracking.paths import project_root
+        from .pipeline.tracking.identity import project_root
 
         keys, root, seen = swept_keys(overrides), project_root(), {}
 

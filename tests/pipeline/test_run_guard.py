@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from raexmc.errors import ConcurrentRunError
-from raexmc.pipeline.tracking.dvc_command import dvc_targets, set_params
+from raexmc.pipeline.tracking.guard import dvc_targets, set_params
 from raexmc.pipeline.tracking.run import stage_run
 from test_tracking import runs
 from tests.helpers import write_params

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raexmc.pipeline.tracking.paths import project_root
+from raexmc.pipeline.tracking.identity import project_root
 from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
 from tests.helpers import set_dataset
 

@@ -19,10 +19,9 @@ from ...errors import RaexmcError, StorageError
 from ...io import NO_ROOM, remove_dead_temps
 from ...numerics import kernels_pinned
 from ...settings import Settings, load_settings, read_params_tree, settings_from
-from .guard import ParamsGuard
-from .paths import output_folders
+from .guard import ParamsGuard, one_stage_at_a_time
+from .identity import output_folders
 from .run import StageRun, stage_run
-from .workspace_lock import one_stage_at_a_time
 
 # Set by relaunch_under_torchrun for its workers: the folder where a rank leaves its one-line user error, which the
 # launcher prints once (instead of every rank printing it beside torchrun's failure report).
