@@ -251,19 +251,13 @@ def results(name: str = NAME,
     by side (experiments first, then revisions, each in the order given): the headline metrics, the λ and τ the
     tune stage chose, and the tests' mean differences and p-values, within 120 columns."""
     with user_errors(params):
-        from .pipeline.results import run_results, side_by_side, summary
-        from .pipeline.revisions import WORKSPACE, experiment_commit, files_of, revision_commit
+        from .pipeline.results import WORKSPACE, runs_of, side_by_side, summary
 
         if not exp and not rev and not as_json:
             folder = artifacts / (name or load_settings(params).data.name)
             typer.echo(summary(folder / "eval", folder / "significance.json", folder / "tune" / "selection.json"))
             return
-        root = params.resolve().parent
-        wanted = [(e, experiment_commit(root, e)) for e in exp or []]
-        revs = rev or ([] if exp else [WORKSPACE])  # --json alone: the workspace's run
-        wanted += [(r, None if r == WORKSPACE else revision_commit(root, r)) for r in revs]
-        runs = [run_results(label, commit, files_of(root, commit), artifacts.as_posix(), name)
-                for label, commit in wanted]
+        runs = runs_of(params.resolve().parent, exp or [], rev or ([] if exp else [WORKSPACE]), artifacts, name)
         typer.echo(json.dumps({"runs": [run.as_json() for run in runs]}, indent=2) if as_json else side_by_side(runs))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from raexmc.pipeline.headline import method_rows, p_value_rows, write_rows
+from raexmc.pipeline.results import method_rows, p_value_rows, write_rows
 
 KEYS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from raexmc.errors import ConfigError, DataError
-from raexmc.pipeline.request_schema import checked_request
+from raexmc.pipeline.server import checked_request
 
 RECORDS = {"dataframe_records": [{"text": "perl"}]}
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raexmc.pipeline.headline import HEADLINE_METRICS
+from raexmc.pipeline.results import KEY_METRICS
 from raexmc.pipeline.tracking.run import EXPERIMENT, tracking_uri
 from tests.helpers import write_params
 
@@ -112,7 +112,7 @@ def test_the_significance_stage_logs_of_each_t_test_the_same_four_numbers(tmp_pa
                                                      for method, values in hits.items()})
     selection = {"selection": {"lambda": 0.5, "tau": 0.04}}
     (root / "eval" / "metrics.json").write_text(json.dumps({**selection, **{
-        method: dict.fromkeys(HEADLINE_METRICS, 1.0) for method in hits}}))
+        method: dict.fromkeys(KEY_METRICS, 1.0) for method in hits}}))
     subprocess.run([sys.executable, str(REPO / "stages" / "significance.py"), "--eval", "eval", "--out",
                     "significance.json", "--headline", "metrics"], cwd=root, check=True, capture_output=True)
     logged = {name: value for name, value in the_run().data.metrics.items() if name.startswith("significance/rae_")}

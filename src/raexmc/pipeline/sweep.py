@@ -14,7 +14,7 @@ from ..errors import PARAMS_FILE, ConfigError, RaexmcError
 from ..evaluation.significance import METHOD
 from .tracking.identity import git_commit
 
-KEY_METRICS = ("P@1", "P@5", "R@100")   # RAE's, from its headline row (headline.py)
+KEY_METRICS = ("P@1", "P@5", "R@100")   # RAE's, from its headline row (results.py)
 # How `dvc exp show` heads a column of RAE's headline row: the metric names are shared by every row's file
 RAE_COLUMN = rf"metrics/[^/:]+/{METHOD}\.json:"
 _QUEUED = re.compile(r"Queued experiment '([^']+)'")
