@@ -47,11 +47,12 @@ def main(show_version: bool = typer.Option(False, "--version", callback=_version
 
 PARAMS = typer.Option(Path("params.yaml"), help="Parameters file.")
 NAME = typer.Option(None, help="Dataset whose pipeline outputs to use (default: data.name in params.yaml).")
+DATA_DIR = typer.Option(Path("data"), help="Where datasets are built.")
+ARTIFACTS = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are.")
 
 
 @app.command()
-def datasets(params: Path = PARAMS,
-             data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
+def datasets(params: Path = PARAMS, data_dir: Path = DATA_DIR) -> None:
     """List the datasets of the catalogue (datasets/<name>.yaml beside params.yaml), their source, and their size
     once built."""
     with user_errors(params):
@@ -71,8 +72,7 @@ def datasets(params: Path = PARAMS,
 
 
 @app.command()
-def show(name: str = typer.Argument(..., help="Dataset name, e.g. foldoc."),
-         data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
+def show(name: str = typer.Argument(..., help="Dataset name, e.g. foldoc."), data_dir: Path = DATA_DIR) -> None:
     """Print stats.json and source.json of a built dataset."""
     with user_errors():
         from .data.dataset import Dataset
@@ -95,7 +95,7 @@ def schema(out: Path = typer.Option(None, help="File to write (default: stdout),
 
 @app.command()
 def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitles-131K."), params: Path = PARAMS,
-           data_dir: Path = typer.Option(Path("data"), help="Where datasets are built."),
+           data_dir: Path = DATA_DIR,
            gpus: int = typer.Option(None, help="Train on this many GPUs with the paper's global batch (gradient "
                                                "caching keeps each GPU's part in its memory).")) -> None:
     """Print the `dvc exp run` command that runs one of the paper's benchmarks in the paper's setting, after
@@ -147,7 +147,7 @@ def predict(texts: list[str] = typer.Argument(None, metavar="TEXT", hidden=True)
             model: Path = typer.Option(None, "--model", "-m",
                                        help="A saved model folder (default: <artifacts>/<name>/predictor)."),
             name: str = NAME,
-            artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
+            artifacts: Path = ARTIFACTS,
             batch_size: int = typer.Option(32, min=1, help="Queries encoded and searched together."),
             device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
             threads: int = typer.Option(QUERY_THREADS, min=0, help="CPU threads the queries run on (0: every "
@@ -237,7 +237,7 @@ def serve(name: str = NAME,
 
 @app.command()
 def results(name: str = NAME,
-            artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
+            artifacts: Path = ARTIFACTS,
             params: Path = PARAMS,
             exp: list[str] = typer.Option(None, "--exp", metavar="NAME",
                                           help="A DVC experiment to set beside the others (its committed results); "
@@ -322,7 +322,6 @@ def _evaluate_model(folder: Path, dataset: Path, compare: Path | None, scores_ou
     import numpy as np
 
     from .evaluation.model_search import evaluate_folder, per_instance_arrays
-    from .evaluation.score_file import save_scores
     from .evaluation.score_report import opened_dataset, report_table, significance_lines
     from .evaluation.significance import compare_runs, load_per_instance
     from .io import atomic_file
@@ -335,10 +334,7 @@ def _evaluate_model(folder: Path, dataset: Path, compare: Path | None, scores_ou
     other = None if compare is None else load_per_instance(compare)
     tests = compare_runs(arrays, list(p.significance.metrics), other, "--model", compare)
     typer.echo("\n".join([report_table(metrics, list(result["per_instance"]), {}), *significance_lines(tests)]))
-    if scores_out is not None and scores_out.suffix == ".npz":
-        with atomic_file(scores_out, "wb") as handle:
-            save_scores(handle, result["scores"]["rae"])
-    elif scores_out is not None:
+    if scores_out is not None:
         write_scores(scores_out, result["scores"])
     if per_instance is not None:
         with atomic_file(per_instance, "wb") as handle:

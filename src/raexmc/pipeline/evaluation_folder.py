@@ -13,7 +13,7 @@ import numpy as np
 from ..evaluation.methods import segment_rows
 from ..evaluation.model_search import per_instance_arrays
 from ..evaluation.selection_file import Selection
-from ..io import atomic_dir, write_json
+from ..io import atomic_dir, atomic_file, write_json
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
@@ -44,9 +44,14 @@ def write_evaluation(out: str | os.PathLike, metrics: dict[str, Any], result: di
 
 
 def write_scores(out: str | os.PathLike, scores: dict[str, Any]) -> None:
-    """Each method's test-set scores as the score file <method>.npz in the folder `out` (whole or not at all)."""
+    """Each method's test-set scores as the score file <method>.npz in the folder `out` (whole or not at all), or
+    RAE's alone where `out` ends .npz."""
     from ..evaluation.score_file import save_scores  # only an evaluate run asked for scores loads it
 
+    if Path(out).suffix == ".npz":
+        with atomic_file(out, "wb") as handle:
+            save_scores(handle, scores["rae"])
+        return
     with atomic_dir(out) as folder:
         for method, matrix in scores.items():
             save_scores(Path(folder) / f"{method}.npz", matrix)
