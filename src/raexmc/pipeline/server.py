@@ -1,12 +1,8 @@
-"""`raexmc serve`: MLflow's scoring server for a registered predictor. The model loads into this process (this
-environment's raexmc, as `raexmc predict`). A request's body size (413) and records (400) are bounded, so it stays
-inside MLflow's scoring timeout.
-
-Each JSON request is first checked against the request declared here: MLflow's scoring server drops unknown
-fields and params keys (a misspelt `"params": {"topk": 2}` got the default k); here an unknown name is refused in
-one line. Checked: field names, the params' types and the shape of "inputs" (a text or a list of texts reads as
-{"text": ...} records). Left to the model, which `raexmc predict` shares: the records' content (`query_of`) and k's
-range (`checked_k`).
+"""`raexmc serve`: MLflow's scoring server for a registered predictor, loaded into this process (this environment's
+raexmc, as `raexmc predict`). A request's body size (413) and records (400) are bounded, so it stays inside MLflow's
+scoring timeout. Each JSON request is checked against the request declared here first, as MLflow's server drops
+unknown fields and params keys (a misspelt `"params": {"topk": 2}` got the default k): its names, its params'
+types and the shape of "inputs"; the records' content and k's range are the model's to check, as for predict.
 """
 
 from __future__ import annotations
@@ -173,7 +169,7 @@ class CheckedRequests:
         self.app, self.max_body_bytes = app, max_body_bytes
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Callable) -> None:
-        if not is_invocation(scope):
+        if not (scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/invocations"):
             await self.app(scope, receive, send)
             return
         try:
@@ -189,10 +185,6 @@ class CheckedRequests:
                    if name not in (b"content-length", b"transfer-encoding")]
         scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
         await self.app(scope, replay(body, receive), send)
-
-
-def is_invocation(scope: dict[str, Any]) -> bool:
-    return scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/invocations"
 
 
 def media_type(scope: dict[str, Any]) -> str:

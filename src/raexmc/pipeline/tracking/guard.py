@@ -1,12 +1,6 @@
-"""A stage runs alone in its working copy and logs only with the params its DVC command set.
-
-`dvc exp run -S key=value` writes the value into the workspace's params.yaml before it takes any lock, so a
-second experiment started in the same workspace rewrites the params under the first one, which would then log
-(or let DVC record) the second one's values. So a stage holds a lock per working copy (queued and `--temp`
-experiments run in copies, each with its own `.dvc/tmp`), and before it logs anything checks that params.yaml is
-byte for byte what it read at its start and still holds every `-S` value of the `dvc exp run` above it (read
-from /proc).
-"""
+"""A stage runs alone in its working copy and logs only with the params its DVC command set: `dvc exp run -S`
+writes params.yaml before it takes any lock, so a second experiment started in the same workspace rewrites the
+first one's params. Queued and `--temp` experiments run in copies, each with its own lock."""
 
 from __future__ import annotations
 
