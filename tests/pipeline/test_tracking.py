@@ -75,7 +75,7 @@ def test_a_stage_dvc_runs_imports_no_mlflow(project):
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
-def test_a_changed_entry_of_the_chosen_dataset_starts_a_new_run(project):
+def test_changed_params_dataset_entry_or_experiment_start_a_new_run(project, monkeypatch):
     """The catalogue is no longer in params.yaml: a new value in the chosen dataset's file, params.yaml the same,
     is another execution (it downloads other data), so another run, not a clash of param values in the old one."""
     set_dataset(project, "tiny", {"source": "local", "seed": 0})
@@ -88,13 +88,6 @@ def test_a_changed_entry_of_the_chosen_dataset_starts_a_new_run(project):
     set_dataset(project, "tiny", {"source": "local", "seed": 1})
     with stage_run("download") as run:
         run.params({"datasets.tiny": {"seed": 1}})
-    _, found = runs()
-    assert sorted(run.data.params["datasets.tiny.seed"] for run in found) == ["0", "1"]
-
-
-def test_changed_params_or_experiment_start_a_new_run(project, monkeypatch):
-    with stage_run("download"):
-        pass
     (project / "params.yaml").write_text("data:\n  name: other\n")
     with stage_run("download"):
         pass
@@ -102,8 +95,9 @@ def test_changed_params_or_experiment_start_a_new_run(project, monkeypatch):
     with stage_run("download"):
         pass
     _, found = runs()
-    assert len(found) == 3
-    assert {r.info.run_name for r in found} >= {"sleek-gnus"}
+    assert len(found) == 4 and {r.info.run_name for r in found} >= {"sleek-gnus"}
+    assert sorted(r.data.params["datasets.tiny.seed"] for r in found if "datasets.tiny.seed" in r.data.params) == \
+        ["0", "1"]
 
 
 def test_a_failing_stage_marks_the_run_failed(project, mode):
