@@ -35,7 +35,7 @@ from ruamel.yaml import YAML
 from raexmc.errors import DataError
 from raexmc.evaluation.significance import p_value_text
 from raexmc.io import atomic_file, read_json
-from raexmc.pipeline.headline import HEADLINE_METRICS, METHOD_ROWS, TEST_ROWS
+from raexmc.pipeline.results import KEY_METRICS, METHOD_ROWS, TEST_ROWS
 from raexmc.pipeline.tracking.stage import user_errors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -305,11 +305,11 @@ DATASET_NAMES = {"foldoc": "FOLDOC", "wordnet": "WordNet", "wordnet-hyper": "wor
 
 def headline(r: Records) -> list[list[Any]]:
     """The default run's headline rows, as the significance stage commits them under metrics/<data.name>/
-    (pipeline/headline.py), the baselines first, each named with the λ and τ its row records."""
+    (pipeline/results.py), the baselines first, each named with the λ and τ its row records."""
     rows = [(m, r(Path("metrics") / r.default_dataset() / f"{m}.json")) for m in (*METHOD_ROWS[1:], METHOD_ROWS[0])]
     names = [(METHOD_NAMES.get(m, m), ", ".join(f"{s} {row[k]:g}" for k, s in (("lambda", "λ"), ("tau", "τ"))
                                                 if k in row)) for m, row in rows]
-    return [[f"{name} ({settings})" if settings else name, *(row[m] for m in HEADLINE_METRICS)]
+    return [[f"{name} ({settings})" if settings else name, *(row[m] for m in KEY_METRICS)]
             for (name, settings), (_, row) in zip(names, rows)]
 
 
@@ -707,7 +707,7 @@ FIRST_FRESH_FINE_TUNED = (  # the 1.3M chains: header, their records (merged, th
     ("fine-tuned chain: wall, CPU, peak RSS", ("fine-tuned-efc100-full", "fine-tuned-efc100-full-evaluate")))
 
 TABLES: dict[str, Table] = {
-    "headline": Table(["method", *HEADLINE_METRICS], headline, best=1),
+    "headline": Table(["method", *KEY_METRICS], headline, best=1),
     "headline-tests": Table(["RAE vs", *THREE], lambda r: [
         [METHOD_NAMES[test.split("_vs_")[1]], *(diff_cell(t[m]["mean_diff"], t[m]) for m in THREE)]
         for test in TEST_ROWS for t in [r(Path("artifacts") / r.default_dataset() / "significance.json", test)]]),

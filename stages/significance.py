@@ -13,7 +13,7 @@ import typer
 from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, compare_runs, load_per_instance, logged_summary
 from raexmc.io import read_json, write_json
 from raexmc.pipeline.compare import local_copy
-from raexmc.pipeline.headline import method_rows, p_value_rows, write_rows
+from raexmc.pipeline.results import method_rows, p_value_rows, write_rows
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 
 

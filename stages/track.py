@@ -6,7 +6,7 @@ run's dataset input. With `package.register`, where the package or evaluate stag
 model folder as an MLflow pyfunc model into the run, which now carries the folder's evaluation, and registers it under
 `package.model_name`, with the alias `package.alias` for a `dvc repro` of the workspace and the experiment's name for a
 DVC experiment. Last, it prints the run's headline (`raexmc results`): the settings chosen and each method's key
-metrics, the end of what `dvc repro` shows."""
+metrics, and the MLflow UI's link to the runs table of every run, the end of what `dvc repro` shows."""
 
 from raexmc.numerics import pin_cpu_kernels
 
@@ -20,6 +20,7 @@ from raexmc.evaluation.significance import logged_summary
 from raexmc.io import read_json
 from raexmc.pipeline.results import summary
 from raexmc.pipeline.tracking.identity import experiment_name
+from raexmc.pipeline.tracking.run import view_url
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 
 
@@ -51,6 +52,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             serve = "raexmc serve" if experiment == "workspace" else f"raexmc serve --alias {alias}"
             typer.echo(f"registered {uri}; serve it with `{serve}`", err=True)
     print(summary(eval, significance, selection))
+    print(f"MLflow (`mlflow ui`): {view_url()}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,7 @@
-"""A real `dvc repro` of the whole DAG in a fresh temporary git repo, on a tiny dataset, and what DVC and
-MLflow make of it: reruns, experiments, a sweep, two experiments started together in one workspace (neither
-may log or register the other's params, and the one that fails says why), a killed training run, a killed
-stage that DVC then restores from its run cache, the package stage on the exact indexes a GPU run keeps, a fresh
-clone that reproduces the committed lock, and DVC's metrics and plots views. All but the failed download are
-marked slow: the default run leaves them out, CI runs them in its second step."""
+"""A real `dvc repro` of the whole DAG in a fresh git repo, on a tiny dataset, and what DVC and MLflow make of it:
+reruns, experiments, a sweep, two experiments started together in one workspace, killed runs, the package stage on
+a GPU run's exact indexes, a fresh clone that reproduces the committed lock, DVC's metrics and plots views. All but
+the failed download and the artifact are slow: the default run leaves them out, CI runs them in its second step."""
 
 from __future__ import annotations
 
@@ -397,11 +395,9 @@ def test_two_workspace_experiments_never_mislabel_results(reproduced_project, mo
                for line in refusals)
 
 
-# A fresh clone reproduces the committed outputs: `dvc repro` in a `git clone` of a reproduced and committed
-# project (its own, empty DVC cache: no run cache, nothing restored) writes the outputs its dvc.lock records, so
-# `dvc status` and `git status` are clean afterwards. Any time stamp, timing, absolute path or run-to-run
-# variation (a multi-threaded HNSW build) in an output fails it. (Here, not in a file of its own, so that under
-# pytest-xdist's --dist loadfile it shares this file's one reproduced project.)
+# A fresh clone (its own, empty DVC cache: nothing restored) reproduces the outputs its dvc.lock records: any time
+# stamp, timing, absolute path or run-to-run variation in an output fails it. (Here, so that under --dist loadfile
+# it shares this file's one reproduced project.)
 def output_hashes(lock_path) -> dict[str, str]:
     """{output path: md5} of every stage's outs in a dvc.lock."""
     stages = YAML(typ="safe").load(lock_path)["stages"]

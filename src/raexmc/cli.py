@@ -47,11 +47,12 @@ def main(show_version: bool = typer.Option(False, "--version", callback=_version
 
 PARAMS = typer.Option(Path("params.yaml"), help="Parameters file.")
 NAME = typer.Option(None, help="Dataset whose pipeline outputs to use (default: data.name in params.yaml).")
+DATA_DIR = typer.Option(Path("data"), help="Where datasets are built.")
+ARTIFACTS = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are.")
 
 
 @app.command()
-def datasets(params: Path = PARAMS,
-             data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
+def datasets(params: Path = PARAMS, data_dir: Path = DATA_DIR) -> None:
     """List the datasets of the catalogue (datasets/<name>.yaml beside params.yaml), their source, and their size
     once built."""
     with user_errors(params):
@@ -71,8 +72,7 @@ def datasets(params: Path = PARAMS,
 
 
 @app.command()
-def show(name: str = typer.Argument(..., help="Dataset name, e.g. foldoc."),
-         data_dir: Path = typer.Option(Path("data"), help="Where datasets are built.")) -> None:
+def show(name: str = typer.Argument(..., help="Dataset name, e.g. foldoc."), data_dir: Path = DATA_DIR) -> None:
     """Print stats.json and source.json of a built dataset."""
     with user_errors():
         from .data.dataset import Dataset
@@ -95,7 +95,7 @@ def schema(out: Path = typer.Option(None, help="File to write (default: stdout),
 
 @app.command()
 def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitles-131K."), params: Path = PARAMS,
-           data_dir: Path = typer.Option(Path("data"), help="Where datasets are built."),
+           data_dir: Path = DATA_DIR,
            gpus: int = typer.Option(None, help="Train on this many GPUs with the paper's global batch (gradient "
                                                "caching keeps each GPU's part in its memory).")) -> None:
     """Print the `dvc exp run` command that runs one of the paper's benchmarks in the paper's setting, after
@@ -147,7 +147,7 @@ def predict(texts: list[str] = typer.Argument(None, metavar="TEXT", hidden=True)
             model: Path = typer.Option(None, "--model", "-m",
                                        help="A saved model folder (default: <artifacts>/<name>/predictor)."),
             name: str = NAME,
-            artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
+            artifacts: Path = ARTIFACTS,
             batch_size: int = typer.Option(32, min=1, help="Queries encoded and searched together."),
             device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
             threads: int = typer.Option(QUERY_THREADS, min=0, help="CPU threads the queries run on (0: every "
@@ -237,7 +237,7 @@ def serve(name: str = NAME,
 
 @app.command()
 def results(name: str = NAME,
-            artifacts: Path = typer.Option(Path("artifacts"), help="Where the pipeline's outputs are."),
+            artifacts: Path = ARTIFACTS,
             params: Path = PARAMS,
             exp: list[str] = typer.Option(None, "--exp", metavar="NAME",
                                           help="A DVC experiment to set beside the others (its committed results); "
@@ -251,19 +251,13 @@ def results(name: str = NAME,
     by side (experiments first, then revisions, each in the order given): the headline metrics, the λ and τ the
     tune stage chose, and the tests' mean differences and p-values, within 120 columns."""
     with user_errors(params):
-        from .pipeline.results import run_results, side_by_side, summary
-        from .pipeline.revisions import WORKSPACE, experiment_commit, files_of, revision_commit
+        from .pipeline.results import WORKSPACE, runs_of, side_by_side, summary
 
         if not exp and not rev and not as_json:
             folder = artifacts / (name or load_settings(params).data.name)
             typer.echo(summary(folder / "eval", folder / "significance.json", folder / "tune" / "selection.json"))
             return
-        root = params.resolve().parent
-        wanted = [(e, experiment_commit(root, e)) for e in exp or []]
-        revs = rev or ([] if exp else [WORKSPACE])  # --json alone: the workspace's run
-        wanted += [(r, None if r == WORKSPACE else revision_commit(root, r)) for r in revs]
-        runs = [run_results(label, commit, files_of(root, commit), artifacts.as_posix(), name)
-                for label, commit in wanted]
+        runs = runs_of(params.resolve().parent, exp or [], rev or ([] if exp else [WORKSPACE]), artifacts, name)
         typer.echo(json.dumps({"runs": [run.as_json() for run in runs]}, indent=2) if as_json else side_by_side(runs))
 
 
@@ -328,7 +322,6 @@ def _evaluate_model(folder: Path, dataset: Path, compare: Path | None, scores_ou
     import numpy as np
 
     from .evaluation.model_search import evaluate_folder, per_instance_arrays
-    from .evaluation.score_file import save_scores
     from .evaluation.score_report import opened_dataset, report_table, significance_lines
     from .evaluation.significance import compare_runs, load_per_instance
     from .io import atomic_file
@@ -341,10 +334,7 @@ def _evaluate_model(folder: Path, dataset: Path, compare: Path | None, scores_ou
     other = None if compare is None else load_per_instance(compare)
     tests = compare_runs(arrays, list(p.significance.metrics), other, "--model", compare)
     typer.echo("\n".join([report_table(metrics, list(result["per_instance"]), {}), *significance_lines(tests)]))
-    if scores_out is not None and scores_out.suffix == ".npz":
-        with atomic_file(scores_out, "wb") as handle:
-            save_scores(handle, result["scores"]["rae"])
-    elif scores_out is not None:
+    if scores_out is not None:
         write_scores(scores_out, result["scores"])
     if per_instance is not None:
         with atomic_file(per_instance, "wb") as handle:
@@ -363,7 +353,7 @@ def sweep(overrides: list[str] = typer.Option(..., "--set-param", "-S", metavar=
     with user_errors():
         from .pipeline.compare import compare_url
         from .pipeline.sweep import baseline, run_sweep, show_command, swept_keys
-        from .pipeline.tracking.paths import project_root
+        from .pipeline.tracking.identity import project_root
 
         keys, root, seen = swept_keys(overrides), project_root(), {}
 

@@ -34,11 +34,19 @@ def small_project(root):
     return data, artifacts, Y_test
 
 
-def run_bench(root, *args):
+def nearest_label_p1(artifacts, Y_test) -> float:
+    """P@1 (in points, 2 decimals) of ranking each test input's nearest label first, by brute force."""
+    embeddings = artifacts / "embeddings"
+    nearest = np.argmax(np.load(embeddings / "test.npy") @ np.load(embeddings / "labels.npy").T, axis=1)
+    has_labels = np.diff(Y_test.indptr) > 0
+    return round(100 * float(np.mean(Y_test.toarray()[np.arange(10), nearest][has_labels] > 0)), 2)
+
+
+def run_bench(root, *args, out="bench/results/memory_budget_tiny.json", code=0):
     proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "--root", str(root), "--name", "tiny",
                            "--params", str(REPO / "params.yaml"), *args], cwd=root, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads((root / "bench/results/memory_budget_tiny.json").read_text())
+    assert proc.returncode == code, proc.stderr
+    return json.loads((root / out).read_text()) if code == 0 else proc
 
 
 def test_rows_in_the_issues_format_with_bytes_as_loaded(tmp_path):
@@ -63,11 +71,7 @@ def test_rows_in_the_issues_format_with_bytes_as_loaded(tmp_path):
     assert rows[0]["bytes"] > rows[2]["bytes"] > rows[-1]["bytes"]
 
     # keep 0: the labels alone; with λ = 0.5 RAE ranks as the nearest label does
-    embeddings = artifacts / "embeddings"
-    nearest = np.argmax(np.load(embeddings / "test.npy") @ np.load(embeddings / "labels.npy").T, axis=1)
-    has_labels = np.diff(Y_test.indptr) > 0
-    expected = round(100 * float(np.mean(Y_test.toarray()[np.arange(10), nearest][has_labels] > 0)), 2)
-    assert rows[-1]["P@1"] == rows[-2]["P@1"] == expected
+    assert rows[-1]["P@1"] == rows[-2]["P@1"] == nearest_label_p1(artifacts, Y_test)
 
 
 def test_a_run_replaces_its_modes_rows_and_keeps_the_others(tmp_path):
@@ -103,16 +107,9 @@ def test_rae_scores_at_the_retrieval_tune_chose(tmp_path):
     data, artifacts, Y_test = small_project(tmp_path)
     (artifacts / "tune" / "selection.json").write_text(json.dumps(selection_record(retrieval="split",
                                                                                  label_share=1.0)))
-    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "--root", str(tmp_path), "--name",
-                           "tiny", "--params", str(REPO / "params.yaml"), "--keeps", "1",
-                           "--out", str(tmp_path / "split.json")], cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    [row] = run_bench(tmp_path, "--keeps", "1", "--out", str(tmp_path / "split.json"), out="split.json")["rows"]
     assert not (tmp_path / "bench/results/memory_budget_tiny.json").exists(), "--out names the one file written"
-    [row] = json.loads((tmp_path / "split.json").read_text())["rows"]
-    embeddings = artifacts / "embeddings"
-    nearest = np.argmax(np.load(embeddings / "test.npy") @ np.load(embeddings / "labels.npy").T, axis=1)
-    has_labels = np.diff(Y_test.indptr) > 0
-    assert row["P@1"] == round(100 * float(np.mean(Y_test.toarray()[np.arange(10), nearest][has_labels] > 0)), 2)
+    assert row["P@1"] == nearest_label_p1(artifacts, Y_test)
 
 
 def test_priors_on_alone_measures_only_the_prior_rows(tmp_path):
@@ -121,6 +118,4 @@ def test_priors_on_alone_measures_only_the_prior_rows(tmp_path):
     assert [(r["method"], r["keep"]) for r in rows] == [("kmeans+prior", 0.5)]
     rows = run_bench(tmp_path, "--keeps", "0.5", "--methods", "kmeans", "--priors", "off")["rows"]
     assert [(r["method"], r["keep"]) for r in rows] == [("kmeans", 0.5)]
-    proc = subprocess.run([sys.executable, str(REPO / "bench/memory_budget.py"), "--root", str(tmp_path), "--name",
-                           "tiny", "--priors", "yes"], cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 2 and "--priors 'yes'" in proc.stderr
+    assert "--priors 'yes'" in run_bench(tmp_path, "--priors", "yes", code=2).stderr

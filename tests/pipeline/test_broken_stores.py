@@ -44,38 +44,34 @@ def store_at(path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{path}")
 
 
-def assert_store_refused(project: Path, store: Path, prefix: tuple[str, ...] = ()) -> None:
-    proc = download(project, project / "data" / "tiny", prefix)
-    line = one_line(proc)
+def assert_store_refused(project: Path, store: Path, prefix: tuple[str, ...] = ()) -> str:
+    line = one_line(download(project, project / "data" / "tiny", prefix))
     assert line.startswith(f"StorageError: {store}: the MLflow store cannot be used (")
     assert f"mv {store} {store}.broken" in line and "outputs do not depend on it" in line
     assert not (project / "data" / "tiny").exists()
+    return line
 
 
-def test_a_store_of_random_bytes_is_one_line(project, monkeypatch):
-    store = project / "mlflow.db"
-    store.write_bytes(bytes(range(256)) * 16)
-    store_at(store, monkeypatch)
-    assert_store_refused(project, store)
-    assert "file is not a database" in download(project, project / "data" / "tiny").stderr
-
-
-def test_a_truncated_store_is_one_line(project, tmp_path, monkeypatch):
-    """The first pages of a real store: SQLite finds its header but not its tables' pages."""
-    whole = tmp_path / "whole.db"
-    store_at(whole, monkeypatch)
+def real_store(project: Path, tmp_path: Path, monkeypatch) -> Path:
+    """A store the real stage made, with its tables."""
+    store_at(tmp_path / "whole.db", monkeypatch)
     assert download(project, tmp_path / "first").returncode == 0
-    store = project / "mlflow.db"
-    store.write_bytes(whole.read_bytes()[:8192])
-    store_at(store, monkeypatch)
-    assert_store_refused(project, store)
+    return tmp_path / "whole.db"
 
 
-def test_a_folder_in_place_of_the_store_is_one_line(project, monkeypatch):
+@pytest.mark.parametrize("broken, reason", [("random bytes", "(file is not a database)"), ("a folder", ""),
+                                            ("truncated", "")])
+def test_a_store_that_is_no_database_is_one_line(project, tmp_path, monkeypatch, broken, reason):
+    """Truncated: the first pages of a real store, where SQLite finds its header but not its tables' pages."""
     store = project / "mlflow.db"
-    store.mkdir()
+    if broken == "random bytes":
+        store.write_bytes(bytes(range(256)) * 16)
+    elif broken == "a folder":
+        store.mkdir()
+    else:
+        store.write_bytes(real_store(project, tmp_path, monkeypatch).read_bytes()[:8192])
     store_at(store, monkeypatch)
-    assert_store_refused(project, store)
+    assert reason in assert_store_refused(project, store)
 
 
 def as_owner_without_privileges() -> tuple[str, ...]:
@@ -90,24 +86,25 @@ def as_owner_without_privileges() -> tuple[str, ...]:
 
 def test_an_unreadable_store_is_one_line(project, tmp_path, monkeypatch):
     prefix = as_owner_without_privileges()
-    store = project / "mlflow.db"
-    store_at(store, monkeypatch)
-    assert download(project, tmp_path / "first").returncode == 0
+    store = real_store(project, tmp_path, monkeypatch)
     store.chmod(0)
     try:
-        assert_store_refused(project, store, prefix)
-        assert "(Permission denied)" in download(project, project / "data" / "tiny", prefix).stderr
+        assert "(Permission denied)" in assert_store_refused(project, store, prefix)
     finally:
         store.chmod(0o644)
+
+
+def on_small_disk(size: str) -> tuple[str, ...]:
+    prefix = small_filesystem(size)
+    if prefix is None:
+        pytest.skip("no user namespaces here to mount a small filesystem in")
+    return prefix
 
 
 def test_a_full_disk_is_one_line_naming_the_output(project):
     full = project / "full"
     full.mkdir()
-    prefix = small_filesystem("16k")
-    if prefix is None:
-        pytest.skip("no user namespaces here to mount a small filesystem in")
-    proc = subprocess.run([*prefix, str(full), *download_command(full / "tiny")], cwd=project,
+    proc = subprocess.run([*on_small_disk("16k"), str(full), *download_command(full / "tiny")], cwd=project,
                           capture_output=True, text=True)
     line = one_line(proc)
     assert line.startswith(f"StorageError: {full / 'tiny'}") and "No space left on device while writing" in line
@@ -115,10 +112,7 @@ def test_a_full_disk_is_one_line_naming_the_output(project):
 
 def test_a_store_on_a_full_disk_is_one_line(project, monkeypatch):
     """MLflow cannot even create its tables in 64 KiB: SQLite's "database or disk is full"."""
-    prefix = small_filesystem("64k")
-    if prefix is None:
-        pytest.skip("no user namespaces here to mount a small filesystem in")
-    full = project / "full"
+    prefix, full = on_small_disk("64k"), project / "full"
     full.mkdir()
     store = full / "mlflow.db"
     store_at(store, monkeypatch)
@@ -134,12 +128,8 @@ def test_a_store_that_fills_the_disk_while_logging_is_one_line(project, tmp_path
     """A real store with its tables, copied onto a small disk that is then filled: the stage runs, and the
     store fails when the metrics are logged. MLflow logs the SQLAlchemy error with its traceback and raises
     it again as an MlflowException, which went past the store check: 589 lines."""
-    prefix = small_filesystem("2m")
-    if prefix is None:
-        pytest.skip("no user namespaces here to mount a small filesystem in")
-    whole = tmp_path / "whole.db"
-    store_at(whole, monkeypatch)
-    assert download(project, tmp_path / "first").returncode == 0
+    prefix = on_small_disk("2m")
+    whole = real_store(project, tmp_path, monkeypatch)
     full = project / "full"
     full.mkdir()
     store = full / "mlflow.db"

@@ -28,14 +28,12 @@ def test_a_path_is_used_as_it_is_and_a_run_id_fetches_what_the_evaluate_stage_lo
     assert load_per_instance(fetched)["rae/P@1"].tolist() == [1.0, 0.0]
 
 
-def test_an_unknown_run_is_one_data_error(project):
-    with pytest.raises(DataError, match="0123456789abcdef0123456789abcdef: cannot fetch"):
-        local_copy("0123456789abcdef0123456789abcdef", PER_INSTANCE_ARTIFACT)
-
-
-def test_a_missing_path_is_not_taken_for_a_run_id(project):
-    with pytest.raises(DataError, match="other/per_instance.npz: neither an existing file nor an MLflow run id"):
-        local_copy("other/per_instance.npz", PER_INSTANCE_ARTIFACT)
+@pytest.mark.parametrize("source, line", [
+    ("0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef: cannot fetch"),
+    ("other/per_instance.npz", "other/per_instance.npz: neither an existing file nor an MLflow run id")])
+def test_an_unknown_run_or_a_missing_path_is_one_data_error(project, source, line):
+    with pytest.raises(DataError, match=line):
+        local_copy(source, PER_INSTANCE_ARTIFACT)
 
 
 def test_per_instance_values_that_are_not_finite_are_refused(project):

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raexmc.pipeline.tracking.headline_view import view_path
-from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
+from raexmc.pipeline.compare import compare_url
+from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri, view_path
 from tests.helpers import local_server
 
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
@@ -52,12 +52,6 @@ def ui(tmp_path, monkeypatch) -> Iterator[tuple[str, dict[str, str]]]:
         yield base, runs
 
 
-def compare_view(base: str, runs: dict[str, str]) -> str:
-    experiment = MlflowClient(tracking_uri()).get_experiment_by_name(EXPERIMENT).experiment_id
-    query = urllib.parse.urlencode({"runs": json.dumps(list(runs.values())), "experiments": json.dumps([experiment])})
-    return f"{base}/#/compare-runs?{query}"
-
-
 def browser(*args: str, profile: Path) -> subprocess.CompletedProcess:
     binary = shutil.which("chromium")
     assert binary, "Debian's chromium is needed: run `scripts/setup.sh --test` (as root) or apt-get install chromium"
@@ -78,7 +72,7 @@ def test_the_ui_serves_each_run_under_its_experiments_name_with_its_p_at_1(ui):
 
 @pytest.mark.slow
 def test_compare_view_shows_both_runs_p_at_1(ui, tmp_path):
-    view = compare_view(*ui)
+    view = compare_url(list(RUNS), ui[0])  # the link `raexmc sweep` prints
     page = browser("--dump-dom", view, profile=tmp_path / "profile").stdout
     assert "Comparing 2 Runs" in page
     assert "sweep-lambda-0.3" in page and "sweep-lambda-0.7" in page

@@ -3,7 +3,6 @@ says in one line what a run needs that this machine lacks (the encoder's weights
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -16,9 +15,9 @@ from ruamel.yaml import YAML
 
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.model import weights_on_disk
-from raexmc.errors import ConfigError
-from raexmc.pipeline.presets import preset_values, presets_path
+from raexmc.pipeline.presets import presets_path
 from raexmc.settings import Settings, load_settings, read_mapping
+from test_requirements import pip_installs
 from tests.helpers import REPO, add_wheel, make_lf_folder
 
 # The paper's tables (RAE-XMC, Appendix; /work/shared/design.md "The paper's hyper-parameters"), typed in here,
@@ -86,24 +85,11 @@ def test_the_gpu_quick_start_installs_a_cuda_torch_and_trains_the_papers_batch_o
     pypi = tmp_path / "pypi"
     add_wheel(pypi, "torch", "2.13.0", ("nvidia-cublas==1.0",))
     add_wheel(pypi, "nvidia-cublas", "1.0")
-    report = tmp_path / "report.json"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed", "--quiet",
-                    "--no-cache-dir", *shlex.split(torch_spec.replace("https://pypi.org/simple", pypi.as_uri())),
-                    "--report", str(report)], check=True, capture_output=True, text=True)
-    installs = {item["metadata"]["name"]: item["metadata"]["version"]
-                for item in json.loads(report.read_text())["install"]}
+    installs = pip_installs(shlex.split(torch_spec.replace("https://pypi.org/simple", pypi.as_uri())), tmp_path)
     assert installs == {"torch": "2.13.0", "nvidia-cublas": "1.0"}
     got = settings(preset(preset_args[0], tmp_path, *preset_args[1:]))
     assert (got["train.nproc"], got["train.batch_size"]) == (1, 8 * PAPER["LF-AmazonTitles-131K"][1])
     assert load_settings(REPO / "params.yaml").train.grad_cache_chunk == "auto"
-
-
-@pytest.mark.parametrize("gpus", ["0", "3"])
-def test_gpus_that_cannot_share_the_batch_are_one_line(gpus, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "preset", "LF-AmazonTitles-131K", "--gpus", gpus,
-                           "--params", str(REPO / "params.yaml")], cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "presets.yaml:LF-AmazonTitles-131K" in proc.stderr and f"got {gpus}" in proc.stderr
 
 
 def hf_cache_holding(cache, repo_id, model_folder):
@@ -146,8 +132,16 @@ def test_weights_are_on_disk_in_a_folder_the_packaged_wheel_or_the_cache(tmp_pat
     assert not weights_on_disk("distilbert-base-uncased")  # a config without weights is not a model
 
 
-@pytest.mark.parametrize("value", [["a", "b"], 5, None])
-def test_a_preset_that_is_not_a_mapping_is_one_line_naming_it(value, tmp_path):
+@pytest.mark.parametrize("preset_, args, line", [
+    ("mine", [], "ConfigError: {presets}:mine: a preset must be a mapping of settings (key: value), got list"),
+    ("mine5", [], "ConfigError: {presets}:mine5: a preset must be a mapping of settings (key: value), got int"),
+    ("mine0", [], "ConfigError: {presets}:mine0: a preset must be a mapping of settings (key: value), got NoneType"),
+    ("c", [], "ConfigError: {presets}: unknown preset 'c' (known: {known})"),
+    ("LF-AmazonTitles-131K", ["--gpus", "0"], "ConfigError: {presets}:LF-AmazonTitles-131K: --gpus must be a whole "
+                                             "number >= 1 that divides the global batch 7,168, got 0"),
+    ("LF-AmazonTitles-131K", ["--gpus", "3"], "ConfigError: {presets}:LF-AmazonTitles-131K: --gpus must be a whole "
+                                             "number >= 1 that divides the global batch 7,168, got 3")])
+def test_a_preset_that_cannot_be_applied_is_one_line_naming_it(preset_, args, line, tmp_path):
     """A preset written as a list, a number or nothing was an AttributeError traceback from flatten."""
     from typer.testing import CliRunner
 
@@ -155,14 +149,12 @@ def test_a_preset_that_is_not_a_mapping_is_one_line_naming_it(value, tmp_path):
 
     yaml = YAML()
     tree = yaml.load(REPO / "presets.yaml")
-    tree["mine"] = value
+    tree.update({"mine": ["a", "b"], "mine5": 5, "mine0": None})
     yaml.dump(tree, tmp_path / "presets.yaml")
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
-    result = CliRunner().invoke(app, ["preset", "mine", "--params", str(tmp_path / "params.yaml")])
+    result = CliRunner().invoke(app, ["preset", preset_, *args, "--params", str(tmp_path / "params.yaml")])
     assert result.exit_code == 2
-    assert result.output.strip().splitlines() == [(
-        f"ConfigError: {tmp_path / 'presets.yaml'}:mine: a preset must be a mapping of settings "
-        f"(key: value), got {type(value).__name__}")]
+    assert result.output.strip().splitlines() == [line.format(presets=tmp_path / "presets.yaml", known=", ".join(tree))]
 
 
 def test_every_preset_names_its_dataset_and_known_parameters_only():
@@ -178,10 +170,3 @@ def test_every_preset_names_its_dataset_and_known_parameters_only():
             section, key = dotted.split(".", 1)
             fields = Settings.model_fields[section].annotation.model_fields
             assert key in {field.alias or field_name for field_name, field in fields.items()}, dotted
-
-
-def test_an_unknown_preset_is_one_line_naming_the_file_and_the_known_ones(tmp_path):
-    (tmp_path / "presets.yaml").write_text("a: {data.name: x}\nb: {data.name: y}\n")
-    with pytest.raises(ConfigError) as caught:
-        preset_values(tmp_path / "presets.yaml", "c")
-    assert caught.value.one_line() == f"ConfigError: {tmp_path / 'presets.yaml'}: unknown preset 'c' (known: a, b)"

@@ -13,17 +13,21 @@ from raexmc.pipeline.serving import CPU_TORCH_INDEX, pinned_requirements
 from tests.helpers import add_wheel
 
 
+def pip_installs(args: list[str], folder: Path) -> dict[str, str]:
+    """What `pip install args` would install, by pip's own dry run: {name: version}."""
+    report = folder / "report.json"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed", "--quiet",
+                    "--no-cache-dir", *args, "--report", str(report)], check=True, capture_output=True, text=True)
+    return {item["metadata"]["name"]: item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+
+
 def resolved(requirements: list[str], pypi: Path, cpu: Path, folder: Path) -> dict[str, str]:
     """What pip would install for the torch lines of `requirements` from the local indexes (PyPI's the main one,
-    the CPU index where the requirements name it): {name: version}."""
+    the CPU index where the requirements name it)."""
     lines = [line.replace(CPU_TORCH_INDEX, cpu.as_uri()) for line in requirements
              if line.startswith("--") or line.startswith("torch==")]
     (folder / "requirements.txt").write_text("\n".join(lines) + "\n")
-    report = folder / "report.json"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed", "--quiet",
-                    "--no-cache-dir", "--index-url", pypi.as_uri(), "-r", str(folder / "requirements.txt"),
-                    "--report", str(report)], check=True, capture_output=True, text=True)
-    return {item["metadata"]["name"]: item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+    return pip_installs(["--index-url", pypi.as_uri(), "-r", str(folder / "requirements.txt")], folder)
 
 
 def test_a_model_built_on_a_cpu_torch_installs_the_cpu_build_with_no_nvidia_package(tmp_path):

@@ -1,4 +1,5 @@
-"""`raexmc results`: the key metrics and tests of a run as a short table, read from hand-made outputs."""
+"""The headline rows DVC shows (RAE's and its baselines' key metrics, p-values as text) and `raexmc results`: the key
+metrics and tests of a run as a short table, read from hand-made outputs; runs side by side."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import pytest
 
 from raexmc.errors import DataError
-from raexmc.pipeline.results import RunResults, run_results, side_by_side
+from raexmc.pipeline.results import RunResults, method_rows, p_value_rows, run_results, side_by_side, write_rows
 from tests.helpers import REPO, commit_all, dvc, sh
 
 ROW = {"P@1": 52.21, "P@5": 24.13, "nDCG@5": 40.5, "PSP@5": 30.0, "R@100": 79.8, "macro-F1@5": {"tail": 21.17}}
@@ -48,36 +49,25 @@ def test_table_rows_and_tests(tmp_path):
     assert max(len(line) for line in lines) <= 100
 
 
-def test_the_settings_line_names_knn_s_own_tau_and_a_split_retrieval_s_label_share(tmp_path):
-    write_run(tmp_path / "run", 3.95e-16, -15.4, knn_tau=0.1, tau_auto=True, retrieval=("split", 0.25))
+def test_knn_s_own_tau_a_split_retrieval_s_label_share_and_an_underflowed_p_by_its_log10(tmp_path):
+    write_run(tmp_path / "run", 0.0, -616.4, knn_tau=0.1, tau_auto=True, retrieval=("split", 0.25))
     lines = results(tmp_path).stdout.splitlines()
     assert lines[0] == ("λ = 0.5, τ = 0.04 (lambda and tau chosen on validation P@1); retrieval split, label_share "
                         "0.25; kNN τ = 0.1")
+    assert lines[-1] == "rae vs dual_encoder: P@1 +15.46 (p 4.0e-617)"  # 10^-616.4 = 10^0.6 * 10^-617, not 0
 
 
-def test_an_underflowed_p_is_shown_by_its_log10_not_as_zero(tmp_path):
-    write_run(tmp_path / "run", 0.0, -616.4)
-    # 10^-616.4 = 10^0.6 * 10^-617
-    assert results(tmp_path).stdout.splitlines()[-1] == "rae vs dual_encoder: P@1 +15.46 (p 4.0e-617)"
-
-
-def test_missing_outputs_are_one_line(tmp_path):
+@pytest.mark.parametrize("metrics, line", [
+    (None, "not found: run `dvc repro` (or the evaluate and significance stages) first"),
+    ({"retrieval": {"depth": 200}}, "holds none of the methods rae, rae_query_lambda, dual_encoder, knn")])
+def test_missing_outputs_or_methods_are_one_line(tmp_path, metrics, line):
+    if metrics is not None:
+        (tmp_path / "run" / "eval").mkdir(parents=True)
+        (tmp_path / "run" / "eval" / "metrics.json").write_text(json.dumps(metrics))
+        (tmp_path / "run" / "significance.json").write_text("{}")
     proc = results(tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        f"DataError: {tmp_path}/run/eval/metrics.json: not found: run `dvc repro` (or the evaluate and significance "
-        "stages) first"]
-
-
-def test_metrics_without_any_method_are_one_line(tmp_path):
-    (tmp_path / "run" / "eval").mkdir(parents=True)
-    (tmp_path / "run" / "eval" / "metrics.json").write_text(json.dumps({"retrieval": {"depth": 200}}))
-    (tmp_path / "run" / "significance.json").write_text("{}")
-    proc = results(tmp_path)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        f"DataError: {tmp_path}/run/eval/metrics.json: holds none of the methods rae, rae_query_lambda, "
-        "dual_encoder, knn"]
+    assert proc.stderr.strip().splitlines() == [f"DataError: {tmp_path}/run/eval/metrics.json: {line}"]
 
 
 # A pipeline of one stage that writes the headline files of the toy dataset as the significance stage would, from
@@ -255,3 +245,35 @@ def test_the_readme_s_exp_show_keeps_the_chosen_settings_beside_rae_s_numbers(to
                       "memory.keep", "infer.lambda", "infer.b", "infer.retrieval", "infer.label_share", "infer.tau"]
     [low] = [row for row in rows if row[0].endswith("[low]")]
     assert low[1:] == ["0.1", "51", "24", "80", "0.1", "0.04", "zero-shot", "1", "0.1", "200", "joint", "0.5", "0.04"]
+
+
+# The headline rows the significance stage writes
+def metrics_entry(base: float) -> dict:
+    """A method's metrics.json entry: the headline five plus what the full table also holds."""
+    headline = {key: base + i for i, key in enumerate(("P@1", "P@5", "nDCG@5", "PSP@5", "R@100"))}
+    return {**headline, "P@3": 1.0, "macro-F1@5": {"tail": 2.0}}
+
+
+def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_rae_s_with_lambda_and_tau_knn_s_with_its_tau():
+    metrics = {"rae": metrics_entry(50), "dual_encoder": metrics_entry(30), "knn": {**metrics_entry(40), "tau": 0.2},
+               "rae_query_lambda": metrics_entry(51), "selection": {"lambda": 0.3, "tau": 0.04, "metric": "P@1"},
+               "retrieval": {"depth": 200}, "memory": {"keep": 1.0}}
+    assert method_rows(metrics) == {
+        "rae": {"P@1": 50, "P@5": 51, "nDCG@5": 52, "PSP@5": 53, "R@100": 54, "lambda": 0.3, "tau": 0.04},
+        "dual_encoder": {"P@1": 30, "P@5": 31, "nDCG@5": 32, "PSP@5": 33, "R@100": 34},
+        "knn": {"P@1": 40, "P@5": 41, "nDCG@5": 42, "PSP@5": 43, "R@100": 44, "tau": 0.2}}
+    metrics["knn"] = metrics_entry(40)  # an older metrics.json: kNN was scored at RAE's τ
+    assert method_rows(metrics)["knn"]["tau"] == 0.04
+
+
+def test_rae_against_each_baseline_gets_a_row_of_p_values_as_text(tmp_path):
+    report = {"rae_vs_dual_encoder": {"P@1": {"p_value": 3.14e-12, "log10_p": -11.503},
+                                      "R@100": {"p_value": 0.0, "log10_p": -616.4}},
+              "rae_vs_knn": {"P@1": {"p_value": 0.5, "log10_p": -0.301}, "R@100": {"p_value": 1.0, "log10_p": 0.0}},
+              "rae_query_lambda_vs_rae": {"P@1": {"p_value": 1.0, "log10_p": 0.0}}}
+    rows = p_value_rows(report)
+    assert rows == {"rae_vs_dual_encoder": {"P@1": "3.1e-12", "R@100": "4.0e-617"},
+                    "rae_vs_knn": {"P@1": "5.0e-01", "R@100": "1.0e+00"}}
+    write_rows(tmp_path / "tests", rows)
+    assert sorted(p.name for p in (tmp_path / "tests").iterdir()) == ["rae_vs_dual_encoder.json", "rae_vs_knn.json"]
+    assert json.loads((tmp_path / "tests" / "rae_vs_knn.json").read_text()) == rows["rae_vs_knn"]

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from raexmc.errors import ConcurrentRunError
-from raexmc.pipeline.tracking.dvc_command import dvc_targets, set_params
+from raexmc.pipeline.tracking.guard import dvc_targets, set_params
 from raexmc.pipeline.tracking.run import stage_run
 from test_tracking import runs
 from tests.helpers import write_params
@@ -30,30 +30,20 @@ def test_dvc_targets_are_the_stages_a_repro_or_exp_run_may_name():
     assert dvc_targets(["exp", "exec-run", "--infofile", "x.run"]) is None, "a queued experiment: not read here"
 
 
-def test_params_changed_under_a_stage_stop_its_logging_and_fail_its_run(project):
+@pytest.mark.parametrize("then", ["metrics", "run_id", "nothing"])
+def test_params_changed_under_a_stage_stop_its_logging_and_fail_its_run(project, then):
+    """Checked before each entry is logged, before the run's id is handed out (the model registry) and at the end."""
     with pytest.raises(ConcurrentRunError, match="params.yaml: changed while this stage ran"):
         with stage_run("tune") as run:
             run.metrics({"lambda": 0.3})
             (project / "params.yaml").write_text("data:\n  name: tiny\ninfer:\n  lambda: 0.7\n")
-            run.metrics({"val_value": 1.0})
+            if then == "metrics":
+                run.metrics({"val_value": 1.0})
+            elif then == "run_id":
+                run.run_id
     _, found = runs()
     assert found[0].info.status == "FAILED"
-    assert found[0].data.metrics == {"tune/lambda": 0.3}, "nothing logged after the change"
-
-
-def test_params_changed_at_the_end_of_a_stage_fail_its_run(project):
-    with pytest.raises(ConcurrentRunError):
-        with stage_run("tune"):
-            (project / "params.yaml").write_text("data:\n  name: other\n")
-    _, found = runs()
-    assert found[0].info.status == "FAILED" and "tune/duration_s" not in found[0].data.metrics
-
-
-def test_the_run_id_for_the_model_registry_is_checked_too(project):
-    with pytest.raises(ConcurrentRunError):
-        with stage_run("package") as run:
-            (project / "params.yaml").write_text("data:\n  name: other\n")
-            run.run_id
+    assert found[0].data.metrics == {"tune/lambda": 0.3}, "nothing logged after the change, no duration"
 
 
 STAGE = """

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raexmc.pipeline.headline import HEADLINE_METRICS
+from raexmc.pipeline.results import KEY_METRICS
 from raexmc.pipeline.tracking.run import EXPERIMENT, tracking_uri
-from tests.helpers import write_params
+from tests.helpers import commit_all, sh, write_params
 
 REPO = Path(__file__).resolve().parents[2]
 TEST = {"mean_a": 52.3, "mean_b": 36.8, "mean_diff": 15.5, "ci_low": 12.9, "ci_high": 18.1, "t": 11.7,
@@ -24,11 +24,6 @@ METRICS = {"rae": {"P@1": 52.3, "P@5": 24.1, "nDCG@5": 40.5, "PSP@5": 30.25, "R@
            "dual_encoder": {"P@1": 36.8, "P@5": 15.5, "nDCG@5": 32.9, "PSP@5": 29.4, "R@100": 59.0},
            "knn": {"P@1": 48.4, "P@5": 22.6, "nDCG@5": 40.4, "PSP@5": 21.4, "R@100": 71.2, "tau": 0.07},
            "selection": {"auto": {"lambda": True, "tau": True}, "lambda": 0.1, "tau": 0.2, "metric": "P@1"}}
-
-
-def git(folder: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=folder, check=True,
-                          capture_output=True, text=True).stdout.strip()
 
 
 def project(root: Path) -> Path:
@@ -44,9 +39,8 @@ def project(root: Path) -> Path:
     (root / "eval" / "metrics.json").write_text(json.dumps(METRICS))
     (root / "significance.json").write_text(json.dumps({"rae_vs_knn": {"P@1": TEST}}))
     (root / "selection.json").write_text('{"lambda": 0.1, "tau": 0.2, "retrieval": "joint", "label_share": null}')
-    git(root, "init", "-q")
-    git(root, "add", ".")
-    git(root, "commit", "-q", "-m", "results")
+    sh("git", "init", "-q", cwd=root)
+    commit_all(root, "results")
     return root
 
 
@@ -64,18 +58,14 @@ def the_run():
     return run
 
 
-def test_the_run_logs_of_each_t_test_its_mean_difference_interval_and_log10_p_only(tmp_path):
-    """Each paired test used to be logged whole (means, t, p, n too): a third of a run's metrics."""
-    track(project(tmp_path))
+def test_the_run_logs_of_each_t_test_its_difference_interval_and_log10_p_and_the_stage_prints_the_headline(tmp_path):
+    """Each paired test used to be logged whole (means, t, p, n too): a third of a run's metrics. And `dvc repro` used
+    to end with DVC's advice to git-add the lock: a user had to know `raexmc results`."""
+    lines = track(project(tmp_path)).splitlines()
     logged = {name: value for name, value in the_run().data.metrics.items() if name.startswith("significance/")}
     assert logged == {"significance/rae_vs_knn.P_at_1.mean_diff": 15.5, "significance/rae_vs_knn.P_at_1.ci_low": 12.9,
                       "significance/rae_vs_knn.P_at_1.ci_high": 18.1, "significance/rae_vs_knn.P_at_1.log10_p": -30.14}
     assert json.loads((tmp_path / "significance.json").read_text())["rae_vs_knn"]["P@1"] == TEST, "the file keeps all"
-
-
-def test_the_stage_ends_by_printing_the_headline_in_at_most_12_lines(tmp_path):
-    """`dvc repro` used to end with DVC's advice to git-add the lock: a user had to know `raexmc results`."""
-    lines = track(project(tmp_path)).splitlines()
     assert len(lines) <= 12, lines
     assert lines[0] == "λ = 0.1, τ = 0.2 (lambda and tau chosen on validation P@1); retrieval joint; kNN τ = 0.07"
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:5]}
@@ -83,7 +73,10 @@ def test_the_stage_ends_by_printing_the_headline_in_at_most_12_lines(tmp_path):
     assert rows["rae"][:5] == ["52.30", "24.10", "40.50", "30.25", "79.80"]
     assert rows["dual_encoder"][:5] == ["36.80", "15.50", "32.90", "29.40", "59.00"]
     assert rows["knn"][:5] == ["48.40", "22.60", "40.40", "21.40", "71.20"]
-    assert lines[-1] == "rae vs knn: P@1 +15.50 (p 7.2e-31)"
+    assert lines[-2] == "rae vs knn: P@1 +15.50 (p 7.2e-31)"
+    experiment = MlflowClient(tracking_uri()).get_experiment_by_name(EXPERIMENT).experiment_id
+    view = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?viewStateShareKey=headline"
+    assert lines[-1] == f"MLflow (`mlflow ui`): {view}"  # the view the UI test opens
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step
@@ -92,7 +85,7 @@ def test_the_run_carries_its_commit_under_mlflows_key_and_its_dataset_once(tmp_p
     track(root)
     track(root)  # the track stage always runs: a rerun of the same execution logs into the same run
     run = the_run()
-    assert run.data.tags["mlflow.source.git.commit"] == git(root, "rev-parse", "HEAD")
+    assert run.data.tags["mlflow.source.git.commit"] == sh("git", "rev-parse", "HEAD", cwd=root).stdout.strip()
     [used] = run.inputs.dataset_inputs
     records = b"".join(name.encode() + b"\0" + (root / "data" / "tiny" / name).read_bytes() + b"\0"
                        for name in ("stats.json", "source.json"))
@@ -112,7 +105,7 @@ def test_the_significance_stage_logs_of_each_t_test_the_same_four_numbers(tmp_pa
                                                      for method, values in hits.items()})
     selection = {"selection": {"lambda": 0.5, "tau": 0.04}}
     (root / "eval" / "metrics.json").write_text(json.dumps({**selection, **{
-        method: dict.fromkeys(HEADLINE_METRICS, 1.0) for method in hits}}))
+        method: dict.fromkeys(KEY_METRICS, 1.0) for method in hits}}))
     subprocess.run([sys.executable, str(REPO / "stages" / "significance.py"), "--eval", "eval", "--out",
                     "significance.json", "--headline", "metrics"], cwd=root, check=True, capture_output=True)
     logged = {name: value for name, value in the_run().data.metrics.items() if name.startswith("significance/rae_")}

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from raexmc.pipeline.tracking.paths import project_root
+from raexmc.pipeline.tracking.identity import project_root
 from raexmc.pipeline.tracking.run import EXPERIMENT, stage_run, tracking_uri
-from tests.helpers import set_dataset
+from tests.helpers import commit_all, set_dataset, sh
 
 
 def runs():
@@ -75,7 +75,7 @@ def test_a_stage_dvc_runs_imports_no_mlflow(project):
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
-def test_a_changed_entry_of_the_chosen_dataset_starts_a_new_run(project):
+def test_changed_params_dataset_entry_or_experiment_start_a_new_run(project, monkeypatch):
     """The catalogue is no longer in params.yaml: a new value in the chosen dataset's file, params.yaml the same,
     is another execution (it downloads other data), so another run, not a clash of param values in the old one."""
     set_dataset(project, "tiny", {"source": "local", "seed": 0})
@@ -88,13 +88,6 @@ def test_a_changed_entry_of_the_chosen_dataset_starts_a_new_run(project):
     set_dataset(project, "tiny", {"source": "local", "seed": 1})
     with stage_run("download") as run:
         run.params({"datasets.tiny": {"seed": 1}})
-    _, found = runs()
-    assert sorted(run.data.params["datasets.tiny.seed"] for run in found) == ["0", "1"]
-
-
-def test_changed_params_or_experiment_start_a_new_run(project, monkeypatch):
-    with stage_run("download"):
-        pass
     (project / "params.yaml").write_text("data:\n  name: other\n")
     with stage_run("download"):
         pass
@@ -102,8 +95,9 @@ def test_changed_params_or_experiment_start_a_new_run(project, monkeypatch):
     with stage_run("download"):
         pass
     _, found = runs()
-    assert len(found) == 3
-    assert {r.info.run_name for r in found} >= {"sleek-gnus"}
+    assert len(found) == 4 and {r.info.run_name for r in found} >= {"sleek-gnus"}
+    assert sorted(r.data.params["datasets.tiny.seed"] for r in found if "datasets.tiny.seed" in r.data.params) == \
+        ["0", "1"]
 
 
 def test_a_failing_stage_marks_the_run_failed(project, mode):
@@ -137,37 +131,34 @@ def test_a_killed_stage_marks_the_run_killed_and_exits_143(project, mode):
     assert found[0].info.status == "KILLED"
 
 
+def in_temp_copy(project, monkeypatch, copy=None):
+    """Run in the copy a `--temp` or queued experiment runs in, as DVC sets it up."""
+    copy = copy or project / ".dvc" / "tmp" / "exps" / "tmp123"
+    (copy / ".dvc").mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("DVC_ROOT", str(project))
+
+
 def test_default_store_is_at_the_parent_project_of_temp_experiments(project, monkeypatch, tmp_path):
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
-    copy = project / ".dvc" / "tmp" / "exps" / "tmp123"
-    copy.mkdir(parents=True)
-    monkeypatch.chdir(copy)
-    monkeypatch.setenv("DVC_ROOT", str(project))  # what DVC sets for --temp and queued runs
+    in_temp_copy(project, monkeypatch)
     assert project_root() == project
     assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
 
 
-def git(folder, *args) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=folder, check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
 def test_a_temp_experiment_keeps_one_run_when_the_parent_commits_meanwhile(project, monkeypatch):
     """The run key holds the commit the experiment's copy runs, not the parent's moving HEAD."""
-    git(project, "init", "-q")
-    git(project, "add", "params.yaml")
-    git(project, "commit", "-q", "-m", "baseline")
-    baseline = git(project, "rev-parse", "HEAD")
+    sh("git", "init", "-q", cwd=project)
+    commit_all(project, "baseline")
+    baseline = sh("git", "rev-parse", "HEAD", cwd=project).stdout.strip()
     copy = project / ".dvc" / "tmp" / "exps" / "tmp123"
-    git(project, "clone", "-q", str(project), str(copy))
-    (copy / ".dvc").mkdir()
-    monkeypatch.chdir(copy)
-    monkeypatch.setenv("DVC_ROOT", str(project))
+    sh("git", "clone", "-q", str(project), str(copy), cwd=project)
+    in_temp_copy(project, monkeypatch, copy)
     monkeypatch.setenv("DVC_EXP_NAME", "ablation")
     with stage_run("download"):
         pass
-    git(project, "commit", "-q", "--allow-empty", "-m", "work goes on in the workspace")
+    commit_all(project, "work goes on in the workspace")
     with stage_run("train"):
         pass
     _, found = runs()

@@ -4,7 +4,6 @@ that a stage logs to MLflow alone."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -13,8 +12,7 @@ from typing import Any
 from urllib.parse import urlencode, urlparse
 
 from ..errors import DataError
-from .tracking.names import flatten, metric_name
-from .tracking.run import EXPERIMENT, readable_store, store_file, tracking_uri
+from .tracking.run import EXPERIMENT, metric_name, readable_store, stage_metrics, store_file, tracking_uri
 
 RUN_ID = r"[0-9a-f]{32}"  # how MLflow names its runs
 
@@ -36,26 +34,21 @@ def compare_url(experiment_names: list[str], ui: str = "http://127.0.0.1:5000") 
     return f"{ui.rstrip('/')}/#/compare-runs?{query}"
 
 
-def download_artifact(run_id: str, artifact_path: str) -> Path:
-    """A local copy of one artifact of an MLflow run (for comparing against another experiment)."""
+def local_copy(source: str | os.PathLike, artifact_path: str) -> Path:
+    """`source` where it is a path, else a local copy of `artifact_path` of MLflow run `source`."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    try:
-        return Path(MlflowClient(tracking_uri()).download_artifacts(run_id, artifact_path))
-    except MlflowException as exc:
-        raise DataError(f"cannot fetch '{artifact_path}' of MLflow run: {exc.message.splitlines()[0]}",
-                        run_id) from None
-
-
-def local_copy(source: str | os.PathLike, artifact_path: str) -> Path:
-    """`source` where it is a path, else a download of `artifact_path` of MLflow run `source`."""
     path = Path(source)
     if path.exists():
         return path
     if not re.fullmatch(RUN_ID, str(source)):
         raise DataError("neither an existing file nor an MLflow run id (32 hex digits)", source)
-    return download_artifact(str(source), artifact_path)
+    try:
+        return Path(MlflowClient(tracking_uri()).download_artifacts(str(source), artifact_path))
+    except MlflowException as exc:
+        raise DataError(f"cannot fetch '{artifact_path}' of MLflow run: {exc.message.splitlines()[0]}",
+                        source) from None
 
 
 def logged_figure(stage: str, name: str, outputs: Mapping[str, Any]) -> float | None:
@@ -69,9 +62,7 @@ def logged_figure(stage: str, name: str, outputs: Mapping[str, Any]) -> float | 
         experiment = client.get_experiment_by_name(EXPERIMENT)
         runs = [] if experiment is None else client.search_runs([experiment.experiment_id],
                                                                 order_by=["attributes.start_time DESC"])
-    wanted = {metric_name(f"{stage}/{key}"): float(value) for key, value in flatten(outputs).items()
-              if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
-    figure = metric_name(f"{stage}/{name}")
+    wanted, figure = stage_metrics(stage, outputs), metric_name(f"{stage}/{name}")
     for run in runs:
         logged = run.data.metrics
         if figure in logged and all(logged.get(key) == value for key, value in wanted.items()):

@@ -1,5 +1,5 @@
-"""What the evaluate stage writes: its evaluation folder (metrics, per-instance metrics, sweep rows and their plots)
-and, where asked, each method's test-set scores."""
+"""What the evaluate stage writes: its evaluation folder (metrics, per-instance metrics, sweep rows, and their
+plots as PNGs for MLflow: DVC renders its own from the rows) and, where asked, each method's test-set scores."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 
 from ..evaluation.methods import segment_rows
 from ..evaluation.model_search import per_instance_arrays
 from ..evaluation.selection_file import Selection
-from ..io import atomic_dir, write_json
-from .plots import line_plot, segment_bars
+from ..io import atomic_dir, atomic_file, write_json
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 LOGGED = ("metrics.json", "per_instance.npz", "lambda_sweep.png", "b_sweep.png", "segments_f1.png",
           "lambda_selection.png")
@@ -41,9 +44,52 @@ def write_evaluation(out: str | os.PathLike, metrics: dict[str, Any], result: di
 
 
 def write_scores(out: str | os.PathLike, scores: dict[str, Any]) -> None:
-    """Each method's test-set scores as the score file <method>.npz in the folder `out` (whole or not at all)."""
+    """Each method's test-set scores as the score file <method>.npz in the folder `out` (whole or not at all), or
+    RAE's alone where `out` ends .npz."""
     from ..evaluation.score_file import save_scores  # only an evaluate run asked for scores loads it
 
+    if Path(out).suffix == ".npz":
+        with atomic_file(out, "wb") as handle:
+            save_scores(handle, scores["rae"])
+        return
     with atomic_dir(out) as folder:
         for method, matrix in scores.items():
             save_scores(Path(folder) / f"{method}.npz", matrix)
+
+
+def line_plot(rows: list[dict[str, Any]], x: str, ys: list[str], title: str, target: str | os.PathLike,
+              log_x: bool = False) -> None:
+    """One line per metric in `ys` against `x`."""
+    figure, axes = plt.subplots(figsize=(5, 3.5), dpi=120)
+    for y in ys:
+        axes.plot([r[x] for r in rows], [r[y] for r in rows], marker="o", label=y)
+    if log_x:
+        axes.set_xscale("symlog", linthresh=0.01)
+    axes.set_xlabel(x)
+    axes.set_ylabel("%")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    _save(figure, target)
+
+
+def segment_bars(rows: list[dict[str, Any]], target: str | os.PathLike) -> None:
+    """Macro-F1@5 per label segment, one bar group per segment, one bar per method."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    segments = list(dict.fromkeys(r["segment"] for r in rows))
+    figure, axes = plt.subplots(figsize=(6, 3.5), dpi=120)
+    width = 0.8 / max(len(methods), 1)
+    for i, method in enumerate(methods):
+        values = {r["segment"]: r["F1"] for r in rows if r["method"] == method}
+        axes.bar([s + i * width for s in range(len(segments))], [values.get(s) or 0.0 for s in segments],
+                 width=width, label=method)
+    axes.set_xticks([s + 0.4 - width / 2 for s in range(len(segments))], segments)
+    axes.set_ylabel("macro-F1@5 (%)")
+    axes.legend()
+    _save(figure, target)
+
+
+def _save(figure, target: str | os.PathLike) -> None:
+    figure.tight_layout()
+    figure.savefig(target)
+    plt.close(figure)

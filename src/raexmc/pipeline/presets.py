@@ -12,7 +12,7 @@ from ..data.catalogue import catalogue_dir
 from ..encoder.model import weights_on_disk
 from ..errors import ConfigError
 from ..settings import read_mapping
-from .tracking.names import flatten
+from .tracking.run import flatten
 
 PRESETS_FILE = "presets.yaml"
 

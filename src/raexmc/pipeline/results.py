@@ -1,11 +1,18 @@
-"""A readable summary of one pipeline's results (the key metrics per method, RAE against each baseline with
-its paired t-test), and runs side by side from the headline files each has committed.
+"""A run's headline: the rows `dvc metrics show` and `dvc metrics diff` read, a file each under
+metrics/<dataset>/ (RAE's and its baselines' key metrics, RAE's p-values against each), which the significance
+stage writes; a readable summary of one run; and runs side by side from the files git holds of each.
+
+A file a row, since DVC shows a row per file and a column per key: three methods' five metrics in one file are
+fifteen columns. A p-value is text of two digits ("3.1e-12"): DVC prints 5 significant digits, so one that
+underflowed would read 0.0. The price: `dvc exp show` heads a shared column with the path.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +22,36 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from ..errors import PARAMS_FILE, DataError, first_line
-from ..evaluation.significance import METHOD, p_value_text
-from .headline import HEADLINE_METRICS, METHOD_ROWS, TEST_ROWS
-from .revisions import FileReader
+from ..evaluation.significance import BASELINES, METHOD, p_value_text
+from ..io import write_json
+from .tracking.run import HEADLINE_METRICS as KEY_METRICS
 
-KEY_METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")
 METHODS = ("rae", "rae_query_lambda", "dual_encoder", "knn")
+METHOD_ROWS = (METHOD, *BASELINES)                                   # rae.json, dual_encoder.json, knn.json
+TEST_ROWS = tuple(f"{METHOD}_vs_{baseline}" for baseline in BASELINES)  # rae_vs_dual_encoder.json, rae_vs_knn.json
+WORKSPACE = "workspace"  # the working tree, as `dvc exp show` calls it
+FileReader = Callable[[str], "str | None"]  # a path relative to the project -> its text, or None where it is absent
+
+
+def method_rows(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """From metrics.json: RAE's and each baseline's headline metrics, RAE's with its λ and τ, kNN's with its
+    τ (RAE's in an older metrics.json); the dual encoder ranks alike at any τ: none."""
+    rows = {method: {name: metrics[method][name] for name in KEY_METRICS} for method in METHOD_ROWS}
+    rows[METHOD].update({"lambda": metrics["selection"]["lambda"], "tau": metrics["selection"]["tau"]})
+    rows["knn"]["tau"] = metrics["knn"].get("tau", metrics["selection"]["tau"])
+    return rows
+
+
+def p_value_rows(report: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """From the significance stage's report: RAE against each baseline, its p-value per metric, as text."""
+    return {test: {metric: p_value_text(result) for metric, result in report[test].items()} for test in TEST_ROWS}
+
+
+def write_rows(folder: str | os.PathLike, rows: dict[str, dict[str, Any]]) -> None:
+    """<row>.json in `folder` for each row (each written atomically)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for name, row in rows.items():
+        write_json(Path(folder) / f"{name}.json", row)
 
 
 def _read(path: Path) -> dict:
@@ -87,7 +118,7 @@ class RunResults:
         rae = self.rows[METHOD]
         return {"name": self.name, "commit": self.commit, "dataset": self.dataset, "lambda": rae.get("lambda"),
                 "tau": rae.get("tau"), "knn_tau": self.rows["knn"].get("tau"),
-                "metrics": {row: {m: values[m] for m in HEADLINE_METRICS if m in values}
+                "metrics": {row: {m: values[m] for m in KEY_METRICS if m in values}
                             for row, values in self.rows.items()},
                 "tests": {test: {metric: {"mean_diff": result["mean_diff"], "p_value": result["p_value"],
                                           "log10_p": result["log10_p"] if math.isfinite(result["log10_p"]) else None}
@@ -121,6 +152,42 @@ def _tests(report: dict[str, Any], path: str, where: str) -> dict[str, dict[str,
     return tests
 
 
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+
+def experiment_commit(root: Path, name: str) -> str:
+    """The commit of DVC experiment `name`, or a DataError saying that there is none, or several."""
+    refs = _git(root, "for-each-ref", "--format=%(objectname) %(refname)", "refs/exps/").stdout.split("\n")
+    found = sorted({line.split()[0] for line in refs if line.endswith(f"/{name}") and line.count("/") == 4})
+    if not found:
+        raise DataError(f"no DVC experiment named '{name}' (`dvc exp list -A` lists them)", root)
+    if len(found) > 1:
+        raise DataError(f"'{name}' names experiments of {len(found)} baselines ({', '.join(c[:7] for c in found)}): "
+                        "give one with --rev", root)
+    return found[0]
+
+
+def revision_commit(root: Path, rev: str) -> str:
+    """The commit that git revision `rev` (a sha, branch, tag, HEAD~1...) names, or a DataError."""
+    proc = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    if proc.returncode != 0:
+        raise DataError(f"'{rev}' is no git revision of this project", root)
+    return proc.stdout.strip()
+
+
+def files_of(root: Path, commit: str | None) -> FileReader:
+    """A reader of the files of `commit` in the project at `root`, or of its working tree where `commit` is None."""
+    def committed(path: str) -> str | None:
+        proc = _git(root, "show", f"{commit}:{path}")
+        return proc.stdout if proc.returncode == 0 else None
+
+    def working(path: str) -> str | None:
+        file = root / path
+        return file.read_text(encoding="utf-8") if file.is_file() else None
+    return working if commit is None else committed
+
+
 def run_results(name: str, commit: str | None, read: FileReader, artifacts: str = "artifacts",
                 dataset: str | None = None) -> RunResults:
     """The headline of the run whose files `read` gives (the dataset its params.yaml names, unless `dataset`)."""
@@ -136,6 +203,15 @@ def run_results(name: str, commit: str | None, read: FileReader, artifacts: str 
     return RunResults(name, commit, dataset, rows, tests)
 
 
+
+def runs_of(root: Path, experiments: list[str], revisions: list[str], artifacts: Path,
+            dataset: str | None) -> list[RunResults]:
+    """The headlines of the project at `root`'s DVC experiments, then its git revisions (or WORKSPACE)."""
+    wanted = [(e, experiment_commit(root, e)) for e in experiments]
+    wanted += [(r, None if r == WORKSPACE else revision_commit(root, r)) for r in revisions]
+    return [run_results(label, commit, files_of(root, commit), artifacts.as_posix(), dataset)
+            for label, commit in wanted]
+
 WIDTH = 120  # the side-by-side table wraps its columns to fit a terminal this wide
 
 
@@ -150,7 +226,7 @@ def _table_rows(runs: list[RunResults]) -> list[tuple[str, list[str]]]:
              ("τ (RAE)", [_number(run.rows[METHOD].get("tau"), "g") for run in runs]),
              ("τ (kNN)", [_number(run.rows["knn"].get("tau"), "g") for run in runs])]
     for row in METHOD_ROWS:
-        lines += [(f"{row} {m}", [_number(run.rows[row].get(m), ".2f") for run in runs]) for m in HEADLINE_METRICS]
+        lines += [(f"{row} {m}", [_number(run.rows[row].get(m), ".2f") for run in runs]) for m in KEY_METRICS]
     for test in TEST_ROWS:
         metrics = list(dict.fromkeys(m for run in runs for m in run.tests.get(test, {})))
         label = test.replace("_vs_", " vs ")

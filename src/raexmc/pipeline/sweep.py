@@ -12,9 +12,9 @@ from pathlib import Path
 
 from ..errors import PARAMS_FILE, ConfigError, RaexmcError
 from ..evaluation.significance import METHOD
-from .tracking.identity import git_commit
+from .tracking.identity import UNCOMMITTED, git_commit
 
-KEY_METRICS = ("P@1", "P@5", "R@100")   # RAE's, from its headline row (headline.py)
+KEY_METRICS = ("P@1", "P@5", "R@100")   # RAE's, from its headline row (results.py)
 # How `dvc exp show` heads a column of RAE's headline row: the metric names are shared by every row's file
 RAE_COLUMN = rf"metrics/[^/:]+/{METHOD}\.json:"
 _QUEUED = re.compile(r"Queued experiment '([^']+)'")
@@ -45,8 +45,7 @@ def swept_keys(overrides: list[str]) -> list[str]:
 
 
 def queue(overrides: list[str], cwd: Path) -> list[str]:
-    """Queue the grid of `overrides`; the names DVC gave the experiments."""
-    swept_keys(overrides)
+    """Queue the grid of `overrides` (checked by swept_keys); the names DVC gave the experiments."""
     output = _dvc(["exp", "run", "--queue", *[arg for o in overrides for arg in ("-S", o)]], cwd)
     return _QUEUED.findall(output)
 
@@ -76,7 +75,7 @@ def wait(names: list[str], cwd: Path, poll_s: float = 10.0,
 def baseline(cwd: Path) -> str:
     """The commit the experiments derive from (`dvc exp show` lists them under it after HEAD moves on)."""
     commit = git_commit(cwd)
-    if commit == "uncommitted":
+    if commit == UNCOMMITTED:
         raise SweepError("a sweep needs a git commit to derive experiments from (git rev-parse HEAD failed)")
     return commit
 

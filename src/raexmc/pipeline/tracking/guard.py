@@ -1,15 +1,13 @@
-"""Refuse to log, or let DVC record, a stage's results unless it ran with the params its DVC command set.
-
-`dvc exp run -S key=value` writes the value into the workspace's params.yaml before it takes any
-lock, so a second experiment started in the same workspace rewrites the params under the first
-one. A stage then reads (or logs under the first experiment's name) the second one's values. Each
-stage therefore checks, before it logs anything, that params.yaml is byte for byte what it read at
-its start and that it still holds every `-S` value of the `dvc exp run` that runs it.
-"""
+"""A stage runs alone in its working copy and logs only with the params its DVC command set: `dvc exp run -S`
+writes params.yaml before it takes any lock, so a second experiment started in the same workspace rewrites the
+first one's params. Queued and `--temp` experiments run in copies, each with its own lock."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +15,13 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from ...errors import ConcurrentRunError
-from .dvc_command import dvc_command, set_params
+from .identity import experiment_name, working_copy
 
 PARALLEL_HINT = ("run experiments side by side with `raexmc sweep` or `dvc exp run --queue` "
                  "(each runs in its own copy of the project)")
+LOCK_FILE = Path(".dvc", "tmp", "raexmc-stage.lock")
 _MISSING = object()
+_MAX_HOPS = 5  # DVC runs a stage's cmd through `sh -c`; train or embed under torchrun adds its launcher and torchrun
 
 
 class ParamsGuard:
@@ -59,7 +59,6 @@ class ParamsGuard:
 
 
 def _dotted(tree: dict[str, Any], key: str) -> Any:
-    """The value at dotted `key` of a params tree; _MISSING where there is none."""
     node: Any = tree
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -74,3 +73,89 @@ def _yaml_value(text: str) -> Any:
         return YAML(typ="safe", pure=True).load(text)
     except YAMLError:
         return _MISSING
+
+
+@contextmanager
+def one_stage_at_a_time(params_path: str | os.PathLike, stage: str) -> Iterator[None]:
+    """Hold the working copy's stage lock while the body runs (nothing to hold outside a DVC project): DVC runs
+    one execution's stages one after another, so another stage running here belongs to a second execution."""
+    root = working_copy(Path(params_path).resolve().parent)
+    if root is None:
+        yield
+        return
+    path = root / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another stage"
+            raise ConcurrentRunError(f"{holder} is running in this workspace, and a second run here would "
+                                     f"rewrite its params; {PARALLEL_HINT}", path) from None
+        handle.truncate(0)
+        name = experiment_name()
+        execution = "`dvc repro`" if name == "workspace" else f"experiment '{name}'"
+        handle.write(f"stage '{stage}' of {execution} (pid {os.getpid()})\n")
+        handle.flush()
+        yield  # the lock goes with the file's closing
+
+
+def _proc(pid: int, name: str) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:
+        return None
+
+
+def dvc_command() -> list[str] | None:
+    """The arguments after `dvc` of the `dvc` process this stage runs under (its parent, or an ancestor a few
+    processes up; `dvc ARGS`, which runs as `python .../bin/dvc ARGS`, or `python -m dvc ARGS`); None outside DVC
+    or where /proc is not there."""
+    if not os.environ.get("DVC_STAGE"):
+        return None
+    pid = os.getppid()
+    for _ in range(_MAX_HOPS):
+        raw = _proc(pid, "cmdline")
+        if raw is None:
+            return None
+        argv = [arg.decode(errors="replace") for arg in raw.split(b"\0")[:-1]]
+        at = next((at for at, arg in enumerate(argv[:3]) if Path(arg).name == "dvc"), None)
+        if at is not None:
+            return argv[at + 1:]
+        stat = _proc(pid, "stat")
+        if stat is None:
+            return None
+        pid = int(stat.decode().rsplit(")", 1)[1].split()[1])  # the name in parentheses may hold spaces
+    return None
+
+
+def set_params(args: list[str]) -> list[tuple[str, str, str]]:
+    """(file, key, value text) of each `-S [file:]key=value` of a `dvc exp run` command line
+    (Hydra's `+`/`++` prefixes dropped; deletions `~key` and other commands give nothing)."""
+    if args[:2] != ["exp", "run"]:
+        return []
+    overrides, rest = [], iter(args[2:])
+    for arg in rest:
+        if arg in ("-S", "--set-param"):
+            overrides.append(next(rest, ""))
+        elif arg.startswith("--set-param="):
+            overrides.append(arg.split("=", 1)[1])
+        elif arg.startswith("-S"):
+            overrides.append(arg[2:])
+    found = []
+    for override in overrides:
+        target, sep, value = override.partition("=")
+        file, _, key = target.rpartition(":")
+        key = key.lstrip("+")
+        if sep and key and not key.startswith("~"):
+            found.append((file or "params.yaml", key, value))
+    return found
+
+
+def dvc_targets(args: list[str]) -> list[str] | None:
+    """The stage names a `dvc repro` or `dvc exp run` command line may name as its targets: each word that is not
+    an option (an option's value too, which is harmless where it only has a stage write its journal), less its
+    dvc.yaml's path; None for another command (a queued experiment's `dvc exp exec-run`)."""
+    words = args[1:] if args[:1] == ["repro"] else args[2:] if args[:2] == ["exp", "run"] else None
+    return None if words is None else [word.rpartition(":")[2] for word in words if not word.startswith("-")]

@@ -1,4 +1,6 @@
-"""Which MLflow run a stage logs into: one per pipeline execution, keyed by params, git commit and DVC experiment."""
+"""Where and as what a stage runs: the project root that holds the MLflow store (for experiments run in copies
+too), the working copy it writes into, and the MLflow run it logs into, keyed by params, git commit and DVC
+experiment: one per pipeline execution."""
 
 from __future__ import annotations
 
@@ -10,11 +12,34 @@ from typing import Any
 
 PIPELINE_TAG = "raexmc.pipeline_key"
 UNCOMMITTED = "uncommitted"  # the commit of a folder outside git
+OUTPUT_FOLDERS = ("data", "artifacts")  # where dvc.yaml's stages write: data/<dataset>, artifacts/<dataset>/...
+
+
+def project_root(start: str | os.PathLike | None = None) -> Path:
+    """The DVC project that owns this run: `dvc exp run --temp` and queued experiments run in a copy under
+    `.dvc/tmp/exps/`, with DVC_ROOT naming the parent project, so their runs land in the workspace's store.
+    Outside DVC the nearest folder holding `.dvc/` (or the start folder)."""
+    if os.environ.get("DVC_ROOT"):
+        return Path(os.environ["DVC_ROOT"]).resolve()
+    here = Path(start or os.getcwd()).resolve()
+    return working_copy(here) or here
+
+
+def working_copy(start: str | os.PathLike) -> Path | None:
+    """The nearest folder at or above `start` holding `.dvc/` (an experiment's copy, not the project DVC_ROOT
+    names); None outside a DVC project."""
+    here = Path(start).resolve()
+    return next((folder for folder in (here, *here.parents) if (folder / ".dvc").is_dir()), None)
+
+
+def output_folders(params_path: str | os.PathLike) -> list[Path]:
+    """The folders the pipeline's stages write into, in the working copy of `params_path` (none outside one)."""
+    root = working_copy(Path(params_path).resolve().parent)
+    return [] if root is None else [root / name for name in OUTPUT_FOLDERS]
 
 
 def git_commit(folder: Path) -> str:
-    """HEAD of `folder`: for an experiment, pass its own copy (the code it runs), not the parent
-    project, whose HEAD may move while the experiment runs."""
+    """HEAD of `folder`: for an experiment, its own copy (the code it runs), not the parent project's moving HEAD."""
     proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else UNCOMMITTED
 
@@ -33,6 +58,16 @@ def pipeline_key(params_path: Path, params: bytes, commit: str, exp_name: str) -
         digest.update(b"\0" + entry.read_bytes())
     digest.update(f"\0{commit}\0{exp_name}".encode())
     return digest.hexdigest()[:16]
+
+
+def run_identity(params_path: Path, params: bytes) -> tuple[str, dict[str, str], str]:
+    """The key, tags and name of the run of this execution, whose params file holds `params`."""
+    commit, exp_name = git_commit(Path.cwd()), experiment_name()
+    key = pipeline_key(params_path, params, commit, exp_name)
+    tags = {PIPELINE_TAG: key, "dvc_experiment": exp_name}
+    if commit != UNCOMMITTED:  # under MLflow's own key, which its UI shows as the run's source version
+        tags["mlflow.source.git.commit"] = commit
+    return key, tags, exp_name if exp_name != "workspace" else f"workspace-{key[:8]}"
 
 
 def pipeline_params(params_path: Path) -> dict[str, Any]:

@@ -1,22 +1,22 @@
-"""Logging a stage into the pipeline's MLflow run (serving.py logs and registers the predictor model).
-
-One MLflow run per pipeline execution: every stage of one `dvc repro` or `dvc exp run` finds the
-run by a key derived from params.yaml, the git commit it runs and the DVC experiment name, and logs its
-params, metrics, duration and artifacts into it, through the journal (journal.py) that one process writes to the
-store (stage_journal says which). The store defaults to SQLite at the project
-root so that `--temp` and queued experiments (which run in copies) land in the same place;
-MLFLOW_TRACKING_URI overrides it.
+"""Logging a stage into the pipeline's MLflow run: one per `dvc repro` or `dvc exp run`, found by its key
+(identity.py), which every stage logs its params, metrics, duration and artifacts into through the journal that one
+process writes to the store (stage_journal says which). The store defaults to SQLite at the project root, so that
+`--temp` and queued experiments (run in copies) land in it too; MLFLOW_TRACKING_URI overrides it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import logging
 import math
 import os
+import re
 import signal
 import sqlite3
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager, suppress
@@ -25,18 +25,53 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ...errors import StorageError, first_line
-from .dataset_input import dataset_input, folder_digest
-from .dvc_command import dvc_command, dvc_targets
-from .guard import ParamsGuard
-from .headline_view import experiment_tags
-from .identity import PIPELINE_TAG, UNCOMMITTED, experiment_name, git_commit, pipeline_key, pipeline_params
+from .guard import ParamsGuard, dvc_command, dvc_targets
+from .identity import PIPELINE_TAG, pipeline_params, project_root, run_identity, working_copy
 from .journal import JOURNAL, Journal
-from .names import flatten, metric_name
-from .paths import project_root, working_copy
-from .signals import Terminated, sigterm_raises
 
 EXPERIMENT = "rae-xmc"
 WRITER = "track"  # the stage that writes the journal: DVC runs it last, every time
+HEADLINE_METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")  # the headline's: the summary's and the UI view's
+HEADLINE_METHODS = ("rae", "dual_encoder", "knn")              # RAE, then its baselines
+VIEW = "headline"  # the UI's runs table that `raexmc results` links (view_path)
+_NOT_ALLOWED = re.compile(r"[^\w./\- :]")
+# The folder's own record of what it holds: their bytes are its digest, so two folders of the same data share one
+RECORD_FILES = ("stats.json", "source.json")
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: params as they are named in params.yaml and `dvc exp show`."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def metric_name(name: str) -> str:
+    """MLflow allows only [A-Za-z0-9_.-/: ] in names: "rae.P@1" becomes "rae.P_at_1"."""
+    return _NOT_ALLOWED.sub("_", name.replace("@", "_at_"))
+
+
+def stage_metrics(stage: str, values: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numbers of `values` under the names `stage` logs them by."""
+    return {metric_name(f"{stage}/{k}"): float(v) for k, v in flatten(values).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def param_texts(values: Mapping[str, Any]) -> dict[str, str]:
+    return {k: str(v)[:6000] for k, v in flatten(values).items()}  # MLflow's limit on a param's value
+
+
+def folder_digest(folder: Path) -> str:
+    """The first 16 hex digits of the SHA-256 of the folder's record files (those it has), in RECORD_FILES order."""
+    digest = hashlib.sha256()
+    for name in RECORD_FILES:
+        if (folder / name).is_file():
+            digest.update(name.encode() + b"\0" + (folder / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def tracking_uri() -> str:
@@ -164,12 +199,11 @@ class StageRun:
         return write_journal(self.journal, self.opening)
 
     def params(self, values: Mapping[str, Any]) -> None:
-        self._log(params={k: str(v)[:6000] for k, v in flatten(values).items()})
+        self._log(params=param_texts(values))
 
     def metrics(self, values: Mapping[str, float], step: int = 0) -> None:
         now = int(time.time() * 1000)  # when the stage had them, not when the journal is written
-        self._log(metrics=[[metric_name(f"{self.stage}/{k}"), float(v), now, step] for k, v in flatten(values).items()
-                           if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)])
+        self._log(metrics=[[name, value, now, step] for name, value in stage_metrics(self.stage, values).items()])
 
     def artifact(self, path: str | os.PathLike) -> None:
         self._log(artifact=self.journal.keep(path), under=self.stage)
@@ -194,19 +228,39 @@ class StageRun:
 
 def _opening(guard: ParamsGuard) -> dict[str, Any]:
     """The entry that finds the pipeline's run, or creates it with its tags, name and every param."""
-    commit, exp_name = git_commit(Path.cwd()), experiment_name()
-    key = pipeline_key(guard.path, guard.content or b"", commit, exp_name)
-    tags = {PIPELINE_TAG: key, "dvc_experiment": exp_name}
-    if commit != UNCOMMITTED:  # under MLflow's own key, which its UI shows as the run's source version
-        tags["mlflow.source.git.commit"] = commit
-    return {"run": key, "open": {"tags": tags, "name": exp_name if exp_name != "workspace" else f"workspace-{key[:8]}",
-                                 "params": {k: str(v)[:6000] for k, v in flatten(pipeline_params(guard.path)).items()}}}
+    key, tags, name = run_identity(guard.path, guard.content or b"")
+    return {"run": key, "open": {"tags": tags, "name": name, "params": param_texts(pipeline_params(guard.path))}}
 
 
 def _client():
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri())
+
+
+def experiment_tags() -> dict[str, str]:
+    """MLflow 3 opens an experiment on its GenAI overview, and its runs table with no metric column, so the
+    experiment says it is a model-training one and carries a shared view (applied where the UI's link names it):
+    the chosen settings and the headline metrics of RAE and its baselines as the first columns, the best RAE P@1
+    on top."""
+    settings = ("selection.retrieval", "selection.label_share", "selection.lambda", "selection.tau")  # evaluate's
+    metrics = [f"metrics.`evaluate/{metric_name(f'{method}.{name}')}`"
+               for method in HEADLINE_METHODS for name in HEADLINE_METRICS]
+    columns = [*(f"params.`{name}`" for name in settings), "metrics.`evaluate/knn.tau`", *metrics]
+    view = {"selectedColumns": columns, "columnOrder": columns, "orderByKey": metrics[0], "orderByAsc": False}
+    return {"mlflow.experimentKind": "custom_model_development", f"mlflow.sharedViewState.{VIEW}": json.dumps(view)}
+
+
+def view_path(experiment_id: str) -> str:
+    """The link of experiment_tags' view, after the UI's address."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW}"
+
+
+def view_url(ui: str = "http://127.0.0.1:5000") -> str:
+    """The view's link in the UI that `mlflow ui` serves by default, once the store holds the experiment."""
+    with store_errors():
+        experiment = _client().get_experiment_by_name(EXPERIMENT)
+    return f"{ui}/{view_path(experiment.experiment_id)}" if experiment else ui
 
 
 def _pipeline_run(client, key: str, opening: dict[str, Any]) -> str:
@@ -235,6 +289,19 @@ def _log_params(client, run_id: str, params: dict[str, str]) -> None:
         client.log_batch(run_id, params=fresh[start:start + 100])
 
 
+def _dataset_input(uri: str, name: str, digest: str, context: str):
+    """The dataset folder at `uri` as an mlflow DatasetInput used as `context`: described, never loaded (a
+    MetaDataset holds a name, a source and a digest only)."""
+    from mlflow.data import get_dataset_source_from_json
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    source = get_dataset_source_from_json(json.dumps({"uri": uri}), "local")
+    dataset = MetaDataset(source, name=name, digest=digest)
+    return DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
+
+
 def write_journal(journal: Journal, opening: dict[str, Any]) -> str:
     """Write the journal's entries into their runs, found or created (`opening`'s among them), in the order the
     stages logged them; empty the journal and return the id of `opening`'s run."""
@@ -255,7 +322,7 @@ def write_journal(journal: Journal, opening: dict[str, Any]) -> str:
             if "artifact" in entry:
                 client.log_artifact(run_id, entry["artifact"], artifact_path=entry["under"])
             if "dataset" in entry:
-                client.log_inputs(run_id, datasets=[dataset_input(**entry["dataset"])])
+                client.log_inputs(run_id, datasets=[_dataset_input(**entry["dataset"])])
             if "status" in entry:
                 client.set_terminated(run_id, status=entry["status"])
     journal.clear()
@@ -273,6 +340,27 @@ def stage_journal(stage: str) -> tuple[Journal, bool]:
     args = dvc_command()
     targets = [] if args is None else dvc_targets(args)
     return Journal(root / JOURNAL), targets is None or stage == WRITER or stage in targets
+
+
+class Terminated(BaseException):
+    """SIGTERM as an exception, so that a killed stage still closes its MLflow run."""
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Without this a `kill` (or torchrun stopping its workers) leaves the run RUNNING forever."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,10 +19,9 @@ from ...errors import RaexmcError, StorageError
 from ...io import NO_ROOM, remove_dead_temps
 from ...numerics import kernels_pinned
 from ...settings import Settings, load_settings, read_params_tree, settings_from
-from .guard import ParamsGuard
-from .paths import output_folders
+from .guard import ParamsGuard, one_stage_at_a_time
+from .identity import output_folders
 from .run import StageRun, stage_run
-from .workspace_lock import one_stage_at_a_time
 
 # Set by relaunch_under_torchrun for its workers: the folder where a rank leaves its one-line user error, which the
 # launcher prints once (instead of every rank printing it beside torchrun's failure report).
@@ -70,15 +69,12 @@ def _storage_error(exc: OSError) -> StorageError:
 @contextmanager
 def tracked_stage(name: str, params_path: str | os.PathLike = "params.yaml",
                   is_main: bool = True) -> Iterator[tuple[Settings, StageRun | RankRun]]:
-    """The settings (loaded and checked once) and the pipeline's MLflow run of stage `name`, for the body of a
-    `with`: the stage runs alone in its working copy and only with the params its DVC command set
-    (tracking.guard); its errors end it with one line and exit status 2 (user_errors), a SIGTERM as KILLED
-    (tracking.run).
+    """The settings (loaded and checked once) and the pipeline's MLflow run of stage `name`, run alone in its
+    working copy with the params its DVC command set (guard.py); errors end it in one line, exit status 2.
 
-    First it removes the temporaries that killed stages left in the pipeline's output folders: a stage
-    DVC restores from its run cache never runs again to clean up its own, but the next stage that runs
-    (track runs every time) does. With `is_main` false (a torchrun rank other than 0) it only loads the
-    settings, and the run logs nothing: one MLflow run, one lock and one output for the whole group."""
+    First it removes the temporaries killed stages left in the output folders (a stage DVC restores from its run
+    cache never runs again to clean up its own). With `is_main` false (a torchrun rank other than 0) it only loads
+    the settings and the run logs nothing: one MLflow run, one lock and one output for the whole group."""
     with user_errors(params_path):
         if not is_main:
             yield load_settings(params_path), RankRun()
@@ -98,14 +94,10 @@ def tracked_stage(name: str, params_path: str | os.PathLike = "params.yaml",
 class RankRun:
     """The run of a torchrun rank other than 0: rank 0 logs for the whole group, so this logs nothing."""
 
-    def params(self, values: Mapping[str, Any]) -> None:
+    def _nothing(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def metrics(self, values: Mapping[str, float], step: int = 0) -> None:
-        pass
-
-    def artifact(self, path: str | os.PathLike) -> None:
-        pass
+    params = metrics = artifact = _nothing
 
 
 def process_count(setting: int | str) -> int:
