@@ -1,5 +1,5 @@
-"""The folder a RaeModel saves to and loads from (RaeModel.save / RaeModel.load), self-contained, so it loads
-the same after a move. It reads and writes the model's parts and imports no RaeModel (imports go one way).
+"""The self-contained folder a RaeModel saves to and loads from (it loads the same after a move); this module
+handles the model's parts and imports no RaeModel.
 
     settings.json        λ, τ, b, retrieval and label share, ef_search, prior, the encoder's text recipe, `about`
     values.npz           V: the input keys' label rows (the label keys' are the identity)
@@ -11,9 +11,8 @@ the same after a move. It reads and writes the model's parts and imports no RaeM
     README.md            the model card
     manifest.json        the format, the parts (PARTS) and each file's size and sha256 (io/manifest.py)
 
-`read_model` checks the manifest first (a file missing, changed or added, a needed part lacking), then what a
-manifest cannot vouch for: values and exact keys finite, counts in range, index widths the encoder's, the
-tokenizer's vocabulary; a bad settings.json value is a DataError naming its key.
+`read_model` checks the manifest first, then what a manifest cannot vouch for (values and keys finite, counts in
+range, index widths the encoder's, the tokenizer's vocabulary); a bad settings.json value names its key.
 """
 
 from __future__ import annotations
@@ -66,7 +65,6 @@ PARTS = tuple(PART_FILES)  # what a model that answers texts needs: `raexmc pred
 
 
 def save_model(model: Any, folder: str | os.PathLike) -> None:
-    """Write `model` (a RaeModel) to `folder` atomically, with its search, encoder and labels where it has them."""
     settings = model.settings
     if settings.b is None:
         raise ValueError("a saved model needs its b (RaeSettings.b): a folder's model retrieves b keys")
@@ -97,7 +95,7 @@ def save_model(model: Any, folder: str | os.PathLike) -> None:
 
 
 def _save_search(search: JointSearch, folder: Path) -> int:
-    """Save both indexes of `search` (an exact one with its keys); returns the beam ef_search of its graphs."""
+    """Save both indexes (an exact one with its keys); returns the beam ef_search of its graphs."""
     parts = (search.inputs, search.labels)
     for name, part in zip(INDEXED_KEY_SETS, parts):
         save_index(part, folder / name)
@@ -108,8 +106,8 @@ def _save_search(search: JointSearch, folder: Path) -> int:
 
 def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
                needs: tuple[str, ...] = PARTS) -> dict[str, Any]:
-    """The RaeModel fields `save_model` wrote into `folder` ("settings": RaeSettings'), its encoder on `device`
-    and search on `threads`; a folder that lacks a part of `needs` or disagrees is a DataError naming the file."""
+    """The RaeModel fields `save_model` wrote into `folder` ("settings": RaeSettings'); a folder that lacks a part
+    of `needs` or disagrees is a DataError naming the file."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"model folder not found: {RERUN}", folder)
@@ -120,8 +118,7 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
     num_inputs, num_labels = values.shape
     lam = settings["lambda"]
     if settings["query_lambda"]:
-        path = folder / QUERY_LAMBDA_FILE
-        lam = read_query_lambda(path, settings["tau"], settings["b"])
+        lam = read_query_lambda(folder / QUERY_LAMBDA_FILE, settings["tau"], settings["b"])
     log_counts = None
     if settings["prior"]:
         counts = load_array(folder / COUNTS_FILE)
@@ -143,8 +140,7 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
 
 
 def _checked_parts(folder: Path, needs: tuple[str, ...]) -> list[str]:
-    """The parts the manifest lists, once it vouches for every file, the format is this code's, `needs` are
-    held and their files listed."""
+    """The parts the manifest lists, once it vouches for every file, its format and the files of `needs`."""
     manifest = checked_manifest(folder, RERUN)
     path = folder / MANIFEST_FILE
     if manifest.get("format") != FORMAT:
@@ -172,7 +168,6 @@ def _check_values(data: np.ndarray, path: Path) -> None:
 
 
 def _load_encoder(folder: Path, settings: dict[str, Any], device: str) -> Any:
-    """The folder's TextEncoder, at the precision the memory's keys were embedded at."""
     if settings["input_max_len"] is None:
         raise DataError(f"must be an integer >= 1 for the model's encoder, got null: {RERUN}",
                         folder / SETTINGS_FILE, "input_max_len")
@@ -181,16 +176,15 @@ def _load_encoder(folder: Path, settings: dict[str, Any], device: str) -> Any:
     from ..encoder.text_encoder import TextEncoder  # imports torch: only a model with an encoder needs it
 
     transformers_logging.disable_progress_bar()  # `raexmc predict` errors stay one line on stderr
-    # the precision the memory's keys were embedded at, so that queries are encoded as the keys were
-    # (int8 is ONNX Runtime's on the CPU, whatever device the caller asked for)
+    # queries are encoded at the precision the keys were embedded at (int8 is ONNX Runtime's, on the CPU)
     return TextEncoder.load(folder / ENCODER_FOLDER, "cpu" if settings["precision"] == "int8" else device,
                             settings["precision"] or "auto", settings["input_max_len"], stage_output=True)
 
 
 def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int,
                  dim: int | None, device: str = "cpu") -> JointSearch:
-    """Both indexes at `ef_search` (exact ones on `device`), each checked to hold the values' rows (inputs) or
-    columns (labels) of keys, of the encoder's width `dim` where it has one."""
+    """Both indexes at `ef_search`, each checked to hold the values' rows (inputs) or columns (labels) of keys, of
+    the encoder's width `dim` where it has one."""
     parts = []
     for name, count, kind in zip(INDEXED_KEY_SETS, shape, ("input", "label")):
         keys = folder / name / KEYS_FILE
@@ -210,7 +204,7 @@ def _check_count(held: int, expected: int, what: str, path: Path, against: str |
 
 
 def read_settings(path: Path) -> dict[str, Any]:
-    """settings.json's values, each checked (a DataError naming the file and key); `retrieval` a RaeRetrieval."""
+    """settings.json's values, each checked (a DataError naming the key); `retrieval` a RaeRetrieval."""
     raw = read_json(path)
     if not isinstance(raw, dict):
         raise DataError(f"not a JSON object: {RERUN}", path)
