@@ -25,9 +25,8 @@ from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.process_group import DistContext
 from raexmc.settings import load_settings, read_params_tree, settings_from
-from raexmc.training.batches import BatchSampler, plan_batch
 from raexmc.training.settings import TrainSettings
-from raexmc.training.step import linear_schedule, training_step
+from raexmc.training.step import BatchSampler, linear_schedule, plan_batch, training_step
 from raexmc.training.train import train
 from tests.helpers import REPO, free_port, make_lf_folder
 

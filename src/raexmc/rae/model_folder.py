@@ -8,7 +8,7 @@ handles the model's parts and imports no RaeModel.
     inputs/, labels/     the two indexes (memory/persistence.py); an exact one holds its keys.npy
     label_records.jsonl, label_offsets.npy    the labels' own ids and texts (data/label_records.py)
     encoder/             the encoder, in the sentence-transformers layout
-    README.md            the model card
+    README.md            the model card: what it is, where it came from (`about`), how to load it
     manifest.json        the format, the parts (PARTS) and each file's size and sha256 (io/manifest.py)
 
 `read_model` checks the manifest first, then what a manifest cannot vouch for (values and keys finite, counts in
@@ -17,6 +17,7 @@ range, index widths the encoder's, the tokenizer's vocabulary); a bad settings.j
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,6 @@ from ..memory.merge import JointSearch, recorded_retrieval
 from ..memory.persistence import META_FILE, load_index, save_index
 from ..memory.prior import log_prior
 from ..settings import AtLeast1, EmbedPrecision, Positive, Share, TextFields, record_value
-from .model_card import model_card
 from .query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 FORMAT = 2  # manifest.json's "format": a folder of another format is refused rather than misread
@@ -222,3 +222,51 @@ def read_settings(path: Path) -> dict[str, Any]:
     settings["retrieval"] = recorded_retrieval(value("retrieval", Any), value("label_share", Any), path, RERUN)
     return settings
 
+
+USAGE = """```python
+from raexmc import RaeModel
+
+model = RaeModel.load("{name}")
+answers, _ = model.predict(["a query text"], k=5)
+```
+
+or `raexmc predict --model {name} "a query text"`."""
+
+
+def model_card(model: Any, settings: dict[str, Any]) -> str:
+    """README.md of a saved RaeModel whose settings.json holds `settings`, readable without the project."""
+    about = dict(settings["about"])
+    dataset, metrics = about.pop("dataset", None), about.pop("metrics", None)
+    lines = [f"# RAE-XMC model{f': {dataset}' if dataset else ''}", "",
+             "Extreme multi-label classification by a retrieval-augmented encoder (RAE-XMC): a query's b nearest keys "
+             "among the training inputs and the labels, p = softmax(q.k / tau), label scores lambda * p.V + "
+             "(1 - lambda) * p (label keys).", "",
+             "## Use", "", USAGE.format(name="<this folder>"), "",
+             "## Model", "",
+             f"- {model.num_inputs} input keys, {model.num_labels} labels{_indexes(model.search, settings)}",
+             f"- lambda {'per query (query_lambda.json), fallback ' if settings['query_lambda'] else ''}"
+             f"{settings['lambda']}, tau {settings['tau']}, b {settings['b']}, retrieval {settings['retrieval']}"
+             + ("" if settings["label_share"] is None else f" (label share {settings['label_share']})"),
+             f"- prior (tau * log n on merged keys): {'on' if settings['prior'] else 'off'}",
+             "- encoder: none" if model.encoder is None else
+             f"- encoder: encoder/ (sentence-transformers layout), inputs as {settings['input_fields']}, "
+             f"max length {settings['input_max_len']} tokens"]
+    if metrics:
+        lines += ["", "## Metrics", "", "| metric | value |", "|---|---|",
+                  *(f"| {name} | {value} |" for name, value in metrics.items())]
+    if about:
+        lines += ["", "## Provenance", "", *(f"- {key}: {_text(value)}" for key, value in about.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _indexes(search: Any, settings: dict[str, Any]) -> str:
+    """The indexes' part of the card's first line (a graph's beam too)."""
+    if search is None:
+        return ""
+    backends = (search.inputs.backend, search.labels.backend)
+    beam = f", ef_search {settings['ef_search']}" if set(backends) - {"exact"} else ""
+    return f"; indexes: {backends[0]} (inputs), {backends[1]} (labels){beam}"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
