@@ -112,6 +112,14 @@ def assert_answers(answers: list[dict], labels, scores, atol: float = 1e-4) -> N
     assert [label["score"] for label in answers] == pytest.approx(list(scores), abs=atol)
 
 
+def assert_same_answers(got: list[list[dict]], expected: list[list[dict]], atol: float) -> None:
+    """Answers (one list of labels per query) with the same labels, their scores within `atol`."""
+    assert [[label["label"] for label in labels] for labels in got] == [
+        [label["label"] for label in labels] for labels in expected]
+    np.testing.assert_allclose([label["score"] for labels in got for label in labels],
+                               [label["score"] for labels in expected for label in labels], rtol=0, atol=atol)
+
+
 def test_predictions_match_the_evaluate_path(built):
     """Query texts tokenised on the fly must score exactly like the test set's cached embeddings; a query record
     is joined by the training inputs' recipe (title + content here) into the same text."""
@@ -189,10 +197,7 @@ def test_one_query_at_a_time_on_one_thread_answers_as_a_batch_on_two(built):
         alone = [model.predict([text], k=4)[0][0] for text in texts]
     finally:
         torch.set_num_threads(threads_before)
-    for one, in_batch in zip(alone, batched):
-        assert [label["label"] for label in one] == [label["label"] for label in in_batch]
-        np.testing.assert_allclose([label["score"] for label in one], [label["score"] for label in in_batch],
-                                   rtol=0, atol=2e-6)
+    assert_same_answers(alone, batched, 2e-6)
 
 
 @pytest.mark.parametrize("built", ["exact"], indirect=True)
@@ -230,11 +235,7 @@ def test_requests_that_wait_together_are_answered_in_one_call_as_each_alone(buil
         thread.join()
     assert call_sizes_seen == call_sizes
     for (queries, k), answer in zip(requests, answers):
-        alone, _ = model.predict(queries, k)
-        assert [[label["label"] for label in labels] for labels in answer] == [
-            [label["label"] for label in labels] for labels in alone]
-        np.testing.assert_allclose([label["score"] for labels in answer for label in labels],
-                                   [label["score"] for labels in alone for label in labels], rtol=0, atol=2e-6)
+        assert_same_answers(answer, model.predict(queries, k)[0], 2e-6)
 
 
 @pytest.fixture
@@ -266,10 +267,8 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
         assert result.exit_code == 0, result.output
         got = [json.loads(line) for line in result.stdout.splitlines()]
         assert [line["text"] for line in got] == [line["text"] for line in lines]
-        for answer, reference in zip(got, lines):  # batches pad differently: scores may move in the 6th decimal
-            assert [label["label"] for label in answer["labels"]] == [label["label"] for label in reference["labels"]]
-            assert [label["score"] for label in answer["labels"]] == pytest.approx(
-                [label["score"] for label in reference["labels"]], abs=1e-5)
+        # batches pad differently: scores may move in the 6th decimal
+        assert_same_answers([line["labels"] for line in got], [line["labels"] for line in lines], 1e-5)
     assert "ms/query" in from_stdin.stderr and "all 2 queries" in from_stdin.stderr
     scored = cli("--scores-out", str(tmp_path / "preds.npz"), JYTHON, "a small unix")
     assert scored.exit_code == 0 and scored.stdout == "", scored.output
