@@ -25,7 +25,7 @@ from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.persistence import save_index
 from raexmc.rae.model import RaeModel
 from test_predictor import build_pipeline, logged_predictor
-from tests.helpers import free_port, make_lf_folder, reseal, write_params
+from tests.helpers import free_port, make_lf_folder, peak_rss_of, reseal, write_params
 
 BACKENDS = ("hnsw", "exact")
 
@@ -215,6 +215,20 @@ def test_an_encoder_folder_without_tokenizer_files_is_refused(tiny_model, tmp_pa
         (folder / name).unlink()
     with pytest.raises(DataError, match=r"a tokenizer of \d tokens for an encoder of vocab_size 30,522"):
         TextEncoder.load(folder, "cpu", "fp32", 16, stage_output=True)
+
+
+PREDICT_ONE = """
+import sys
+from raexmc.rae.model import RaeModel
+RaeModel.load(sys.argv[1]).predict(["python unix compiler " * int(sys.argv[2])], k=3)
+"""
+
+
+def test_a_10_mb_query_costs_no_more_memory_than_a_short_one(packaged, tmp_path):
+    """The tokenizer never sees more than tokenize.input_max_len tokens' worth of characters."""
+    short, huge = (peak_rss_of([sys.executable, "-c", PREDICT_ONE, str(packaged["exact"]), str(repeats)], tmp_path)
+                   / 2**20 for repeats in (1, 500_000))  # 21 characters and 10.5 MB
+    assert huge - short < 50, f"peak RSS {short:.0f} MiB for a short query, {huge:.0f} MiB for a 10 MB one"
 
 
 @pytest.mark.slow
