@@ -11,7 +11,7 @@ data/<name>, and runs RaeModel.predict over them in batches for the packaged mod
 split retrieval at each share (the same memory, λ, τ and b; only the retrieval changes). The variants take turns
 within each of --repeats passes, so that a busy machine slows them alike; each keeps its fastest pass. Writes
 bench/results/predict_speed_<name>.json: per variant queries/s and the encode, search and score milliseconds per
-query (rae/timing.py's split of predict).
+query (rae/model.py's Timing, the split of predict).
 
 With --latency it appends one row to bench/results/predict_latency_<name>.json: per variant (fp32 and int8, each
 with 1 and 2 torch threads) the p50/p90/p99 milliseconds of RaeModel.predict on one
@@ -47,8 +47,7 @@ import typer
 from common import ROOT, append_row, machine, rerun_command
 from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
-from raexmc.rae.model import RaeModel
-from raexmc.rae.timing import Timing
+from raexmc.rae.model import RaeModel, Timing
 
 
 def measure(packaged: RaeModel, texts: list[str], shares: list[float], batch_size: int, repeats: int,

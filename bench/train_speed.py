@@ -35,9 +35,8 @@ from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.pipeline.presets import preset_values, presets_path
 from raexmc.process_group import init_distributed, shutdown
 from raexmc.settings import load_settings
-from raexmc.training.batches import BatchSampler
 from raexmc.training.settings import TrainSettings
-from raexmc.training.step import apply_gradients, make_optimizer, training_step
+from raexmc.training.step import BatchSampler, apply_gradients, make_optimizer, training_step
 
 LABELS_PER_INPUT = (1, 5)  # synthetic positives per input, uniform in [1, 5)
 

@@ -17,10 +17,9 @@ import raexmc
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.evaluation.selection_file import read_selection
-from raexmc.io import scratch_dir
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.model import RaeSettings
-from raexmc.rae.packaging import packaged_model
+from raexmc.rae.packaging import package_model
 from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 
@@ -44,12 +43,11 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
                  "selection": {"metric": selection.metric, "lambda": selection.lam, "tau": selection.tau,
                                "retrieval": selection.retrieval, "val_queries": selection.val_queries,
                                "knn_tau": selection.knn_tau}}  # the τ kNN, a baseline of its indexes, is scored at
-        with scratch_dir(out) as scratch:  # named as the output's temporaries: the next stage sweeps a killed one's
-            encoder = TextEncoder.load(model, "cpu", p.embed.precision, p.tokenize.input_max_len, stage_output=True)
-            packaged_model(Dataset(dataset), encoder, index, memory, embeddings, settings, scratch,
-                           relevance=p.infer.relevance, input_fields=p.tokenize.input_fields, backend=p.index.backend,
-                           ef_search=p.infer.ef_search, about=about, threads=p.index.threads, M=p.index.M,
-                           ef_construction=p.index.ef_construction).save(out)
+        encoder = TextEncoder.load(model, "cpu", p.embed.precision, p.tokenize.input_max_len, stage_output=True)
+        package_model(out, Dataset(dataset), encoder, index, memory, embeddings, settings,
+                      relevance=p.infer.relevance, input_fields=p.tokenize.input_fields, backend=p.index.backend,
+                      ef_search=p.infer.ef_search, about=about, threads=p.index.threads, M=p.index.M,
+                      ef_construction=p.index.ef_construction)
 
 
 if __name__ == "__main__":

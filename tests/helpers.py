@@ -461,15 +461,12 @@ def made_up_predictor(out: Path, dataset: Path, embeddings: Path, index: Path, m
     from raexmc.evaluation.selection_file import read_selection
     from raexmc.memory.indexes import memory_backend
     from raexmc.rae.model import RaeSettings
-    from raexmc.rae.packaging import packaged_model
+    from raexmc.rae.packaging import package_model
     from raexmc.settings import load_settings
 
     p, selection = load_settings(params), read_selection(tune)
     settings = RaeSettings(selection.lam, selection.tau, p.infer.b, selection.rae_retrieval)
-    scratch = out.with_name(f"{out.name}-scratch")
-    scratch.mkdir(parents=True)
-    packaged_model(Dataset(dataset), None, index, memory, embeddings, settings, scratch, relevance=p.infer.relevance,
-                   input_fields=p.tokenize.input_fields, backend=memory_backend(index), ef_search=p.infer.ef_search,
-                   about={}).save(out)
-    shutil.rmtree(scratch)
+    package_model(out, Dataset(dataset), None, index, memory, embeddings, settings, relevance=p.infer.relevance,
+                  input_fields=p.tokenize.input_fields, backend=memory_backend(index), ef_search=p.infer.ef_search,
+                  about={})
     return out

@@ -161,8 +161,7 @@ def predict(texts: list[str] = typer.Argument(None, metavar="TEXT", hidden=True)
     with user_errors(params):
         from .encoder.device import pick_device
         from .memory.hnsw import resolve_threads
-        from .rae.model import RaeModel
-        from .rae.timing import Timing
+        from .rae.model import RaeModel, Timing
 
         queries = _read_queries(texts, file, jsonl)
         folder = model or artifacts / (name or load_settings(params).data.name) / "predictor"

@@ -13,8 +13,8 @@ from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, text_of
 from raexmc.process_group import DistContext
-from raexmc.training.backward import split_encoder
 from raexmc.training.rounds import embed_sharded
+from raexmc.training.step import split_encoder
 from test_predictor import build_pipeline, predictor_of
 
 MAX_LEN = 16  # test_predictor's token cache and memory settings

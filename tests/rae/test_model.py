@@ -71,13 +71,8 @@ def test_scores_of_the_joint_top_b_are_the_dense_softmax_times_v(prior):
     np.testing.assert_allclose(rae.scores_for(Q).toarray(), expected, rtol=0, atol=SCORE_ERROR)
     inputs, labels = ExactIndex(X).search(Q, B), ExactIndex(Z).search(Q, B)  # keys from searches made elsewhere
     np.testing.assert_allclose(rae.scores(*rae.keys(inputs, labels)).toarray(), expected, rtol=0, atol=SCORE_ERROR)
-
-
-def test_the_joint_top_b_holds_keys_of_both_kinds_on_this_memory():
-    """So that the test above mixes the two halves: every query's top 4 holds an input and a label key."""
-    sims = Q @ np.vstack([X, Z]).T
-    top = np.argsort(-sims, axis=1, kind="stable")[:, :B]
-    assert ((top < 4).any(axis=1) & (top >= 4).any(axis=1)).all()
+    top = np.argsort(-(Q @ np.vstack([X, Z]).T), axis=1, kind="stable")[:, :B]
+    assert ((top < 4).any(axis=1) & (top >= 4).any(axis=1)).all(), "each query's top 4 mixes the two halves"
 
 
 @pytest.mark.parametrize(("share", "num_x", "num_z"), [(0.25, 3, 1), (0.5, 2, 2), (1.0, 0, 3)])
@@ -116,13 +111,19 @@ def hnsw_search() -> JointSearch:
                                                          (RaeRetrieval("split", 0.25), True, LAM),
                                                          (RaeRetrieval(), True, "per-query")])
 def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieval, prior, lam):
+    """Wherever it moved, at its saved beam (a load that ignored the saved ef_search would search at hnswlib's
+    default)."""
     lam = per_query_lambda() if lam == "per-query" else lam
     saved = model(retrieval, np.log(COUNTS.astype(np.float64)) if prior else None, lam,
                   hnsw_search() if search == "hnsw" else None)
+    if search == "hnsw":
+        saved.search.inputs.ef_search = saved.search.labels.ef_search = 7
     saved.save(tmp_path / "model")
     shutil.move(tmp_path / "model", tmp_path / "moved")  # nothing inside points back at where it was saved
     loaded = RaeModel.load(tmp_path / "moved", needs=())
     assert loaded.settings.retrieval == retrieval and loaded.settings.per_query == (lam != LAM)
+    if search == "hnsw":
+        assert (loaded.search.inputs.ef_search, loaded.search.labels.ef_search) == (7, 7)
     np.testing.assert_array_equal(loaded.scores_for(Q).toarray(), saved.scores_for(Q).toarray())
     for got, want in zip(loaded.top_k(Q, 2), saved.top_k(Q, 2)):
         np.testing.assert_array_equal(got, want)
@@ -133,30 +134,30 @@ def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieva
         np.testing.assert_allclose(loaded.scores_for(Q).toarray(), expected, rtol=0, atol=SCORE_ERROR)
 
 
-def test_a_loaded_model_searches_at_its_saved_beam(tmp_path):
-    """Blind spot: a load that ignored the saved ef_search would search at hnswlib's default beam."""
-    search = hnsw_search()
-    for part in (search.inputs, search.labels):
-        part.ef_search = 7
-    model(search=search).save(tmp_path / "model")
-    loaded = RaeModel.load(tmp_path / "model", needs=()).search
-    assert (loaded.inputs.ef_search, loaded.labels.ef_search) == (7, 7)
-
-
 def test_a_bare_scoring_model_saves_without_search_encoder_or_labels(tmp_path):
+    """It loads where the caller needs no part, and is refused where it needs those that answer texts (the default,
+    as predict and serve load), or where its format is another."""
     RaeModel(Y, RaeSettings(LAM, TAU, B)).save(tmp_path / "model")
     loaded = RaeModel.load(tmp_path / "model", needs=())
     assert loaded.search is None and loaded.encoder is None and loaded.labels is None
     with pytest.raises(ValueError, match="no search"):
         loaded.scores_for(Q)
     np.testing.assert_array_equal(loaded.values.toarray(), Y.toarray())
+    with pytest.raises(DataError, match=r"a model without its encoder, labels, search \(manifest.json lists the "
+                                        r"parts none\): rerun the package stage"):
+        RaeModel.load(tmp_path / "model")
+    manifest = tmp_path / "model" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": 1}))
+    with pytest.raises(DataError, match="its contents are not those it was written with"):
+        RaeModel.load(tmp_path / "model", needs=())
+    reseal(tmp_path / "model")
+    with pytest.raises(DataError) as error:
+        RaeModel.load(tmp_path / "model", needs=())
+    assert error.value.one_line() == (f"DataError: {manifest}:format: format 1, this code reads format 2: "
+                                      "rerun the package stage")
 
 
 def test_bad_models_and_folders_are_refused_naming_what(tmp_path):
-    with pytest.raises(ValueError, match="infer.lambda"):
-        RaeSettings(1.5, TAU, B)
-    with pytest.raises(ValueError, match="infer.tau"):
-        RaeSettings(LAM, 0.0, B)
     with pytest.raises(ValueError, match="3 member counts for 4 input keys"):
         RaeModel(Y, RaeSettings(), np.zeros(3))
     model().save(tmp_path / "model")
@@ -205,49 +206,6 @@ def test_an_index_that_does_not_fit_the_values_is_refused_naming_it(tmp_path, ke
     assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / key_set}: holds")
 
 
-@pytest.mark.parametrize("resealed", [False, True])
-def test_a_folder_with_one_index_only_is_refused_at_load(tmp_path, resealed):
-    """A query would otherwise be the first to find no search: the manifest lists the missing index's files, and a
-    manifest written for the folder without them still says it holds a search, which needs both."""
-    model(search=hnsw_search()).save(tmp_path / "model")
-    shutil.rmtree(tmp_path / "model" / "labels")
-    if resealed:
-        reseal(tmp_path / "model")
-    with pytest.raises(DataError, match="rerun the package stage") as error:
-        RaeModel.load(tmp_path / "model", needs=())
-    where = "labels/meta.json: missing, and not in manifest.json" if resealed else "labels: missing (manifest.json"
-    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / where}"), error.value.one_line()
-
-
-def test_a_folder_of_another_format_or_without_a_part_the_caller_needs_is_refused(tmp_path):
-    RaeModel(Y, RaeSettings(LAM, TAU, B)).save(tmp_path / "model")
-    with pytest.raises(DataError, match=r"a model without its encoder, labels, search \(manifest.json lists the "
-                                        r"parts none\): rerun the package stage"):
-        RaeModel.load(tmp_path / "model")  # by default: what answers texts, as predict and serve do
-    manifest = tmp_path / "model" / "manifest.json"
-    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": 1}))
-    with pytest.raises(DataError, match="its contents are not those it was written with"):
-        RaeModel.load(tmp_path / "model", needs=())
-    reseal(tmp_path / "model")
-    with pytest.raises(DataError) as error:
-        RaeModel.load(tmp_path / "model", needs=())
-    assert error.value.one_line() == (f"DataError: {manifest}:format: format 1, this code reads format 2: "
-                                      "rerun the package stage")
-
-
-def test_a_key_that_is_not_finite_is_refused_naming_its_file_and_row(tmp_path):
-    """Issue 60, cause 3: the exact index refused it in a line that named no file."""
-    model().save(tmp_path / "model")
-    path = tmp_path / "model" / "inputs" / "keys.npy"
-    keys = np.load(path)
-    keys[2, 1] = np.nan
-    np.save(path, keys)
-    reseal(tmp_path / "model")  # the manifest would refuse the changed file first
-    with pytest.raises(DataError) as error:
-        RaeModel.load(tmp_path / "model", needs=())
-    assert error.value.one_line().startswith(f"DataError: {path}:row 2: ")
-
-
 def reindexed(folder, key_set: str, dim: int) -> None:
     """The model folder's `key_set` index rebuilt on its keys padded with zeros to `dim` dimensions."""
     keys = {"inputs": X, "labels": Z}[key_set]
@@ -257,22 +215,18 @@ def reindexed(folder, key_set: str, dim: int) -> None:
     reseal(folder)  # the manifest would refuse the changed index first
 
 
-def test_queries_of_another_dimension_than_both_indexes_are_refused_naming_the_index(tmp_path):
-    """Issue 60, cause 3: "queries have dimension 3, the index has 4" named no index."""
-    model(search=hnsw_search()).save(tmp_path / "model")
-    for key_set in ("inputs", "labels"):
-        reindexed(tmp_path / "model", key_set, 4)
-    with pytest.raises(DataError, match="queries have dimension 3, the index has 4") as error:
-        RaeModel.load(tmp_path / "model", needs=()).scores_for(Q)
-    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / 'inputs'}: ")
-
-
-def test_a_labels_index_of_another_dimension_is_refused_naming_it(tmp_path):
+def test_indexes_and_queries_of_other_dimensions_are_refused_naming_the_index(tmp_path):
+    """Issue 60, cause 3: "queries have dimension 3, the index has 4" named no index. A labels' index of another
+    width than the inputs' is refused at load; both of another width than the queries, at the first query."""
     model(search=hnsw_search()).save(tmp_path / "model")
     reindexed(tmp_path / "model", "labels", 4)
     with pytest.raises(DataError, match="the inputs' index has dimension 3, the labels' 4") as error:
         RaeModel.load(tmp_path / "model", needs=())
     assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / 'labels'}: ")
+    reindexed(tmp_path / "model", "inputs", 4)
+    with pytest.raises(DataError, match="queries have dimension 3, the index has 4") as error:
+        RaeModel.load(tmp_path / "model", needs=()).scores_for(Q)
+    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / 'inputs'}: ")
 
 
 def test_the_model_card_says_where_the_model_came_from_and_how_it_scores(tmp_path):

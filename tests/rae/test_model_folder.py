@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from raexmc.data.dataset import Text
+from raexmc.data.label_records import write_label_records
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.errors import DataError
@@ -23,7 +25,7 @@ from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.persistence import save_index
 from raexmc.rae.model import RaeModel
 from test_predictor import build_pipeline, logged_predictor
-from tests.helpers import free_port, make_lf_folder, reseal, write_params
+from tests.helpers import free_port, make_lf_folder, peak_rss_of, reseal, write_params
 
 BACKENDS = ("hnsw", "exact")
 
@@ -129,18 +131,19 @@ def test_a_file_added_or_a_manifest_edited_in_place_is_refused_naming_it(copy_of
 
 @pytest.mark.parametrize(("part", "gone"), [("labels", ["label_records.jsonl"]),
                                             ("labels", ["label_records.jsonl", "label_offsets.npy"]),
-                                            ("search", ["inputs", "labels"]),
+                                            ("search", ["inputs", "labels"]), ("search", ["labels"]),
                                             ("encoder", ["encoder/tokenizer.json", "encoder/tokenizer_config.json"]),
                                             ("encoder", ["encoder"])])
 def test_a_folder_without_a_part_is_refused_even_where_its_manifest_was_written_again(copy_of, part, gone):
-    """Past the manifest (written again for what is left): a part's files are each required. Without its
-    tokenizer files transformers built a 5-token tokenizer from config.json and every text got the same labels."""
+    """Past the manifest (written again for what is left): a part's files are each required (a search, both
+    indexes). Without its tokenizer files transformers built a 5-token tokenizer from config.json and every text
+    got the same labels."""
     folder = copy_of("hnsw")
     for name in gone:
         (shutil.rmtree if (folder / name).is_dir() else Path.unlink)(folder / name)
     reseal(folder)
     line = refusal(folder)
-    first_needed = {"labels": "label_records.jsonl", "search": "inputs/meta.json",
+    first_needed = {"labels": "label_records.jsonl", "search": f"{gone[0]}/meta.json",
                     "encoder": "encoder/config.json" if gone == ["encoder"] else "encoder/tokenizer.json"}[part]
     assert line.startswith(f"DataError: {folder / first_needed}: missing, and not in manifest.json"), line
 
@@ -156,6 +159,14 @@ def test_values_out_of_range_are_refused_naming_values_npz(copy_of, fill, error)
     sp.save_npz(folder / "values.npz", values)
     reseal(folder)
     assert refusal(folder) == f"DataError: {folder / 'values.npz'}: {error}: rerun the package stage"
+
+
+def test_label_records_that_do_not_fit_the_values_are_refused(copy_of):
+    folder = copy_of("hnsw")
+    write_label_records(folder, [Text(f"l{row}", f"label {row}", "") for row in range(6)])
+    reseal(folder)
+    assert refusal(folder) == (f"DataError: {folder / 'label_records.jsonl'}: holds 6 labels, values.npz has 5: "
+                               "rerun the package stage")
 
 
 @pytest.mark.parametrize("key_set", ["inputs", "labels"])
@@ -204,6 +215,20 @@ def test_an_encoder_folder_without_tokenizer_files_is_refused(tiny_model, tmp_pa
         (folder / name).unlink()
     with pytest.raises(DataError, match=r"a tokenizer of \d tokens for an encoder of vocab_size 30,522"):
         TextEncoder.load(folder, "cpu", "fp32", 16, stage_output=True)
+
+
+PREDICT_ONE = """
+import sys
+from raexmc.rae.model import RaeModel
+RaeModel.load(sys.argv[1]).predict(["python unix compiler " * int(sys.argv[2])], k=3)
+"""
+
+
+def test_a_10_mb_query_costs_no_more_memory_than_a_short_one(packaged, tmp_path):
+    """The tokenizer never sees more than tokenize.input_max_len tokens' worth of characters."""
+    short, huge = (peak_rss_of([sys.executable, "-c", PREDICT_ONE, str(packaged["exact"]), str(repeats)], tmp_path)
+                   / 2**20 for repeats in (1, 500_000))  # 21 characters and 10.5 MB
+    assert huge - short < 50, f"peak RSS {short:.0f} MiB for a short query, {huge:.0f} MiB for a 10 MB one"
 
 
 @pytest.mark.slow

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import gzip
 import json
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,7 +23,6 @@ from typer.testing import CliRunner
 
 from raexmc.cli import app
 from raexmc.data.dataset import Dataset, Text
-from raexmc.data.label_records import write_label_records
 from raexmc.data.sources import build_dataset
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.model import load_tokenizer
@@ -33,7 +30,6 @@ from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache, build_token_cache, text_of
 from raexmc.encoder.vectors import load_embeddings
-from raexmc.errors import DataError
 from raexmc.evaluation.model_search import embedded_queries, measure_model
 from raexmc.evaluation.propensity import table_propensity
 from raexmc.evaluation.score_file import read_scores
@@ -44,11 +40,9 @@ from raexmc.memory.keys_values import memory_keys, training_values
 from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import saved_meta
 from raexmc.rae.model import RaeModel, RaeSettings
-from raexmc.rae.packaging import packaged_model
-from raexmc.rae.queries import parse_queries
+from raexmc.rae.packaging import package_model
 from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.ranking import top_k
-from raexmc.rae.scoring import rae_scores
 from raexmc.settings import load_settings
 from tests.helpers import REPO, local_server, memory_search, reseal, sh, write_params
 
@@ -81,14 +75,11 @@ def build_pipeline(root: Path, lf_folder: Path, tiny_model: Path, backend: str,
 
 def package(built: Path, settings: RaeSettings = RAE, memory: Path | None = None,
             input_fields: str = "title+content", precision: str = "fp32") -> None:
-    """Save built/predictor as the package stage does (rae.packaging.packaged_model), with `memory` (default:
-    the full one of built/memory) and RAE at `settings`."""
-    with tempfile.TemporaryDirectory() as scratch:
-        encoder = TextEncoder.load(built / "model", "cpu", precision, 16)
-        packaged_model(Dataset(built.parents[1] / "data" / "tiny"), encoder, built / "index",
-                       memory or built / "memory", built / "embeddings", settings, Path(scratch), relevance="binary",
-                       input_fields=input_fields, backend=backend_of(built), ef_search=50, about={"dataset": "tiny"},
-                       M=8, ef_construction=50).save(built / "predictor")
+    """Save built/predictor as the package stage does, with `memory` (default: built/memory) and RAE at `settings`."""
+    package_model(built / "predictor", Dataset(built.parents[1] / "data" / "tiny"),
+                  TextEncoder.load(built / "model", "cpu", precision, 16), built / "index", memory or built / "memory",
+                  built / "embeddings", settings, relevance="binary", input_fields=input_fields,
+                  backend=backend_of(built), ef_search=50, about={"dataset": "tiny"}, M=8, ef_construction=50)
 
 
 def backend_of(built: Path) -> str:
@@ -110,41 +101,36 @@ def expected_top3_of_first_test_input(built: Path) -> tuple[np.ndarray, np.ndarr
     ids, sims = make_index("exact", memory_keys(built / "embeddings")).search(queries, SETTINGS["b"])
     Y_train = Dataset(built.parents[1] / "data" / "tiny").label_matrix("train").copy()
     Y_train.data[:] = 1.0  # binary values, as the paper (t1's label 2 has relevance 0.5 in the data)
-    scores = rae_scores(ids, sims, Y_train, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
+    scores = RaeModel(Y_train, RAE).scores(ids, sims)
     top = top_k(scores, 3)[0]
     return top[top >= 0], scores[0, top[top >= 0]].toarray().ravel()
 
 
+def assert_answers(answers: list[dict], labels, scores, atol: float = 1e-4) -> None:
+    """An answer's labels are `labels`, in order, their scores `scores` within `atol`."""
+    assert [label["label"] for label in answers] == list(labels)
+    assert [label["score"] for label in answers] == pytest.approx(list(scores), abs=atol)
+
+
+def assert_same_answers(got: list[list[dict]], expected: list[list[dict]], atol: float) -> None:
+    """Answers (one list of labels per query) with the same labels, their scores within `atol`."""
+    assert [[label["label"] for label in labels] for labels in got] == [
+        [label["label"] for label in labels] for labels in expected]
+    np.testing.assert_allclose([label["score"] for labels in got for label in labels],
+                               [label["score"] for labels in expected for label in labels], rtol=0, atol=atol)
+
+
 def test_predictions_match_the_evaluate_path(built):
-    """Query texts tokenised on the fly must score exactly like the test set's cached embeddings."""
-    results, timing = predictor_of(built).predict([JYTHON, "a small unix"], k=3)
+    """Query texts tokenised on the fly must score exactly like the test set's cached embeddings; a query record
+    is joined by the training inputs' recipe (title + content here) into the same text."""
+    model = predictor_of(built)
+    results, timing = model.predict([JYTHON, "a small unix", JYTHON_RECORD], k=3)
     labels, scores = expected_top3_of_first_test_input(built)
-    assert [label["label"] for label in results[0]] == list(labels)
+    assert_answers(results[0], labels, scores)
     assert [label["text"] for label in results[0]] == [LABEL_TITLES[label] for label in labels]
-    assert [label["score"] for label in results[0]] == pytest.approx(list(scores), abs=1e-4)
     assert [r["score"] for r in results[0]] == sorted((r["score"] for r in results[0]), reverse=True)
-    assert timing.queries == 2 and timing.per_query_ms()["total"] > 0
-
-
-@pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
-def test_predictor_scores_a_split_retrieval_as_brute_force(built):
-    """retrieval split, label share 0.25 at b = 8: the 6 nearest training inputs and the 2 nearest labels
-    of the query, one softmax over the 8, p . V, computed densely from the cached test embedding."""
-    dataset = Dataset(built.parents[1] / "data" / "tiny")
-    package(built, RaeSettings(SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"], RaeRetrieval("split", 0.25)))
-    results, _ = predictor_of(built).predict([JYTHON], k=3)
-
-    query = np.asarray(load_embeddings(built / "embeddings", "test"))[0].astype(np.float64)
-    X, Z = (np.asarray(load_embeddings(built / "embeddings", split), dtype=np.float64) for split in ("train", "labels"))
-    top_x, top_z = np.argsort(-(X @ query))[:6], np.argsort(-(Z @ query))[:2]
-    weights = np.exp(np.concatenate([X[top_x] @ query, Z[top_z] @ query]) / SETTINGS["tau"])
-    weights /= weights.sum()
-    Y_train = dataset.label_matrix("train").toarray() > 0
-    scores = SETTINGS["lambda"] * weights[:len(top_x)] @ Y_train[top_x]
-    scores[top_z] += (1 - SETTINGS["lambda"]) * weights[len(top_x):]
-    expected = [label for label in np.argsort(-scores, kind="stable")[:3] if scores[label] > 0]
-    assert [label["label"] for label in results[0]] == expected
-    assert [label["score"] for label in results[0]] == pytest.approx(list(scores[expected]), abs=1e-4)
+    assert model.query_text(JYTHON_RECORD) == JYTHON and results[2] == results[0]
+    assert timing.queries == 3 and timing.per_query_ms()["total"] > 0
 
 
 def with_query_lambda(built: Path, model: QueryLambda) -> None:
@@ -178,50 +164,19 @@ def test_predictor_with_query_lambda_ranks_like_the_evaluation_path(built):
     scores = RaeModel(Y_train, RaeSettings(model, model.tau, SETTINGS["b"])).scores(*joint)
     top = top_k(scores, 3)[0]
     top = top[top >= 0]
-    at_memory_lambda = rae_scores(*joint, Y_train, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
+    at_memory_lambda = RaeModel(Y_train, RAE).scores(*joint)
     assert model.lambdas(*joint, Y_train)[0] != SETTINGS["lambda"]
     assert not np.allclose(scores[0, top].toarray(), at_memory_lambda[0, top].toarray(), atol=1e-3)
-    assert [label["label"] for label in results[0]] == list(top)
-    assert [label["score"] for label in results[0]] == pytest.approx(list(scores[0, top].toarray().ravel()), abs=1e-4)
+    assert_answers(results[0], top, scores[0, top].toarray().ravel())
 
 
-@pytest.mark.parametrize("input_fields", ["title", "title+content"])
-def test_a_query_record_is_built_by_the_training_inputs_recipe(tmp_path, lf_folder, tiny_model, input_fields):
+def test_a_titles_model_sees_only_a_query_records_title(tmp_path, lf_folder, tiny_model):
     """Train/serve skew: a Titles model must see only a query's title, as its training inputs did."""
-    built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", input_fields)
+    built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", "title")
     predictor = predictor_of(built)
-    assert predictor.query_text(JYTHON_RECORD) == ("jython" if input_fields == "title" else JYTHON)
+    assert predictor.query_text(JYTHON_RECORD) == "jython"
     results, _ = predictor.predict([JYTHON_RECORD], k=3)
-    labels, scores = expected_top3_of_first_test_input(built)
-    assert [label["label"] for label in results[0]] == list(labels)
-    assert [label["score"] for label in results[0]] == pytest.approx(list(scores), abs=1e-4)
-
-
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_label_records_that_do_not_fit_the_values_are_refused(built, tmp_path, lf_folder):
-    bigger = make_lf_folder_with_extra_label(tmp_path, lf_folder)
-    write_label_records(built / "predictor", bigger.texts("labels"))
-    reseal(built / "predictor")
-    with pytest.raises(DataError, match="holds 6 labels, values.npz has 5: rerun the package stage"):
-        predictor_of(built)
-
-
-def make_lf_folder_with_extra_label(tmp_path: Path, lf_folder: Path) -> Dataset:
-    with gzip.open(lf_folder / "lbl.json.gz", "at", encoding="utf-8") as handle:
-        handle.write(json.dumps({"uid": "l5", "title": "emacs", "content": "an editor"}) + "\n")
-    build_dataset("bigger", {"source": "local", "path": str(lf_folder)}, tmp_path / "bigger", "")
-    return Dataset(tmp_path / "bigger")
-
-
-def test_query_parsing_and_errors(tmp_path):
-    assert parse_queries(["perl\n", "\n", " awk  \n"], "q.txt", jsonl=False) == ["perl", "awk"]
-    lines = ['{"text": "perl"}\n', '{"title": "gcc", "content": "compiler"}\n']
-    assert parse_queries(lines, "q.jsonl", jsonl=True) == ["perl", Text(uid="2", title="gcc", content="compiler")]
-    with pytest.raises(DataError) as bad:
-        parse_queries(['{"text": "ok"}', "{oops"], "q.jsonl", jsonl=True)
-    assert bad.value.one_line().startswith("DataError: q.jsonl:2: not valid JSON")
-    with pytest.raises(DataError, match="q.jsonl:1"):
-        parse_queries(['{"id": 3}'], "q.jsonl", jsonl=True)
+    assert_answers(results[0], *expected_top3_of_first_test_input(built))
 
 
 @pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
@@ -242,10 +197,7 @@ def test_one_query_at_a_time_on_one_thread_answers_as_a_batch_on_two(built):
         alone = [model.predict([text], k=4)[0][0] for text in texts]
     finally:
         torch.set_num_threads(threads_before)
-    for one, in_batch in zip(alone, batched):
-        assert [label["label"] for label in one] == [label["label"] for label in in_batch]
-        np.testing.assert_allclose([label["score"] for label in one], [label["score"] for label in in_batch],
-                                   rtol=0, atol=2e-6)
+    assert_same_answers(alone, batched, 2e-6)
 
 
 @pytest.mark.parametrize("built", ["exact"], indirect=True)
@@ -283,11 +235,7 @@ def test_requests_that_wait_together_are_answered_in_one_call_as_each_alone(buil
         thread.join()
     assert call_sizes_seen == call_sizes
     for (queries, k), answer in zip(requests, answers):
-        alone, _ = model.predict(queries, k)
-        assert [[label["label"] for label in labels] for labels in answer] == [
-            [label["label"] for label in labels] for labels in alone]
-        np.testing.assert_allclose([label["score"] for labels in answer for label in labels],
-                                   [label["score"] for labels in alone for label in labels], rtol=0, atol=2e-6)
+        assert_same_answers(answer, model.predict(queries, k)[0], 2e-6)
 
 
 @pytest.fixture
@@ -319,10 +267,8 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
         assert result.exit_code == 0, result.output
         got = [json.loads(line) for line in result.stdout.splitlines()]
         assert [line["text"] for line in got] == [line["text"] for line in lines]
-        for answer, reference in zip(got, lines):  # batches pad differently: scores may move in the 6th decimal
-            assert [label["label"] for label in answer["labels"]] == [label["label"] for label in reference["labels"]]
-            assert [label["score"] for label in answer["labels"]] == pytest.approx(
-                [label["score"] for label in reference["labels"]], abs=1e-5)
+        # batches pad differently: scores may move in the 6th decimal
+        assert_same_answers([line["labels"] for line in got], [line["labels"] for line in lines], 1e-5)
     assert "ms/query" in from_stdin.stderr and "all 2 queries" in from_stdin.stderr
     scored = cli("--scores-out", str(tmp_path / "preds.npz"), JYTHON, "a small unix")
     assert scored.exit_code == 0 and scored.stdout == "", scored.output
@@ -334,22 +280,24 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predict_cli_errors_are_one_line(cli, tmp_path):
+def test_predict_cli_errors_are_one_line_and_the_default_k_is_every_label(cli, built, tmp_path):
+    """The tiny model has 5 labels: without -k the answer holds all 5 (10 would be refused as > L, as 6 is). A
+    query-λ model fitted at another τ than the folder's (a stale tune stage) is refused naming its file."""
     (tmp_path / "bad.jsonl").write_text('{"text": "perl"}\nnot json\n')
     bad = cli("--file", str(tmp_path / "bad.jsonl"))
     assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0
     assert f"{tmp_path / 'bad.jsonl'}:2" in bad.stderr
     missing = cli("perl", "--name", "nothing-built")
     assert missing.exit_code == 2 and "run the package stage" in missing.stderr
-
-
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predict_cli_default_k_is_every_label_of_a_small_model(cli):
-    """The tiny model has 5 labels: without -k the answer holds all 5 (10 would be refused as > L)."""
     result = cli("perl")
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.stdout)["labels"]) == 5
     assert cli("perl", "-k", "6").exit_code == 2
+    with_query_lambda(built, random_query_lambda(tau=0.1))
+    stale = cli("perl")
+    assert stale.exit_code == 2 and stale.stderr.strip().count("\n") == 0, stale.output
+    assert stale.stderr.startswith(f"DataError: artifacts/tiny/predictor/{QUERY_LAMBDA_FILE}: ")
+    assert "tau=0.1" in stale.stderr and "rerun the tune stage" in stale.stderr
 
 
 @pytest.mark.parametrize("built", ["exact"], indirect=True)
@@ -362,10 +310,17 @@ def test_a_model_encodes_queries_at_the_precision_its_keys_were_embedded_at(buil
         assert predictor_of(built).encoder.precision == precision
 
 
-def test_an_int8_model_encodes_queries_as_the_int8_embed_stage_did(tmp_path, lf_folder, tiny_model):
+def test_an_int8_model_encodes_and_serves_queries_as_the_int8_embed_stage_did(tmp_path, lf_folder, tiny_model,
+                                                                              monkeypatch):
     """embed.precision int8: the packaged model encodes a query text to the vector the embed stage's int8 encoder
-    wrote for it (the same quantised model, one text per call), so predict ranks as the evaluate path does; and
-    that vector is int8's, not fp32's."""
+    wrote for it (the same quantised model, one text per call), so predict ranks as the evaluate path does, and so
+    does the served model (logged, loaded back and answered through `raexmc serve`'s own app); that vector is
+    int8's, not fp32's."""
+    from mlflow.pyfunc import scoring_server
+    from starlette.testclient import TestClient
+
+    from raexmc.pipeline.server import CheckedRequests
+
     built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", precision="int8")
     model = predictor_of(built)
     assert model.encoder.precision == "int8"
@@ -373,29 +328,13 @@ def test_an_int8_model_encodes_queries_as_the_int8_embed_stage_did(tmp_path, lf_
     np.testing.assert_allclose(model.encoder.embed_texts([JYTHON])[0], cached, rtol=0, atol=1e-6)
     fp32 = TextEncoder.load(built / "model", "cpu", "fp32", 16).embed_texts([JYTHON])[0]
     assert np.abs(fp32 - cached).max() > 1e-4
-    results, _ = model.predict([JYTHON], k=3)
-    labels, scores = expected_top3_of_first_test_input(built)
-    assert [label["label"] for label in results[0]] == list(labels)
-    assert [label["score"] for label in results[0]] == pytest.approx(list(scores), abs=1e-4)
-
-
-def test_an_int8_model_is_served_as_the_int8_embed_stage_ranked(tmp_path, lf_folder, tiny_model, monkeypatch):
-    """The served int8 model (logged, loaded back and answered through `raexmc serve`'s own app) ranks a query as
-    the evaluate path ranks the int8 embed stage's vector of it."""
-    from mlflow.pyfunc import scoring_server
-    from starlette.testclient import TestClient
-
-    from raexmc.pipeline.server import CheckedRequests
-
-    built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", precision="int8")
+    expected = expected_top3_of_first_test_input(built)
+    assert_answers(model.predict([JYTHON], k=3)[0][0], *expected)
     _, served = logged_and_loaded(built, tmp_path, monkeypatch)
     answer = TestClient(CheckedRequests(scoring_server.init(served))).post(
         "/invocations", json={"dataframe_records": [{"text": JYTHON}], "params": {"k": 3}})
     assert answer.status_code == 200, answer.text
-    [served_labels] = [row["labels"] for row in answer.json()["predictions"]]
-    labels, scores = expected_top3_of_first_test_input(built)
-    assert [label["label"] for label in served_labels] == list(labels)
-    assert [label["score"] for label in served_labels] == pytest.approx(list(scores), abs=1e-4)
+    assert_answers(answer.json()["predictions"][0]["labels"], *expected)
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
@@ -439,16 +378,6 @@ def test_predict_refuses_bad_query_text_in_one_line(built, args, stdin, error):
     assert proc.returncode == 2
     assert proc.stderr.decode().splitlines() == [error]
     assert proc.stdout == b""
-
-
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predict_refuses_a_query_lambda_model_of_another_tau_in_one_line(cli, built):
-    with_query_lambda(built, random_query_lambda(tau=0.1))
-    result = cli("perl")
-    assert result.exit_code == 2 and result.stderr.strip().count("\n") == 0, result.output
-    assert result.stderr.startswith(f"DataError: artifacts/tiny/predictor/{QUERY_LAMBDA_FILE}: ")
-    assert "tau=0.1" in result.stderr
-    assert "rerun the tune stage" in result.stderr
 
 
 def post_json(url: str, body: dict) -> tuple[int, dict]:
@@ -565,41 +494,6 @@ def test_raexmc_serve_refuses_unknown_names_and_reads_top_k_as_k(built, tmp_path
 
 
 @pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
-def test_predictor_searches_a_smaller_memory_as_packaged(built, tmp_path, monkeypatch):
-    """memory.keep 0.5 with the prior: 2 merged keys of the 4 inputs beside the 5 labels (7 keys, all within
-    b = 8). The predictor's scores are a dense softmax over them with log(members) added to the merged keys'
-    logits, times [merged values; I], mixed by λ. The logged model carries the memory's input keys' index,
-    not the index stage's (which predict does not load), and answers alike."""
-    dataset = Dataset(built.parents[1] / "data" / "tiny")
-    Y = training_values(dataset.label_matrix("train"))
-    build_input_memory(load_embeddings(built / "embeddings", "train"), Y, MemorySettings(0.5, "kmeans", True, 0),
-                       tmp_path / "memory", backend_of(built), M=8, ef_construction=50)
-    memory = InputMemory(tmp_path / "memory")
-    own_keys = memory.own_keys()
-    labels = np.asarray(load_embeddings(built / "embeddings", "labels"))
-    package(built, memory=tmp_path / "memory")
-    results, _ = predictor_of(built).predict([JYTHON], k=5)
-
-    query = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
-    merged_keys = own_keys if own_keys is not None else np.asarray(
-        memory.indexes(load_joint_search(built / "index"), 50).inputs.graph.get_items(range(2)))
-    counts = np.load(tmp_path / "memory" / "counts.npy")
-    assert counts.tolist() in ([1, 3], [2, 2], [3, 1])
-    logits = np.concatenate([query @ merged_keys.T, query @ labels.T], axis=1)[0] / SETTINGS["tau"]
-    logits[:2] += np.log(counts)
-    p = np.exp(logits - logits.max())
-    p /= p.sum()
-    scores = 0.5 * p[:2] @ memory.values(Y).toarray() + 0.5 * p[2:]
-    expected = np.argsort(-scores, kind="stable")[:5]
-    assert [r["label"] for r in results[0]] == list(expected)
-    assert [r["score"] for r in results[0]] == pytest.approx(list(scores[expected]), abs=1e-4)
-
-    indexes, model = logged_and_loaded(built, tmp_path, monkeypatch)
-    assert indexes == {"predictor/inputs", "predictor/labels"}
-    assert model.predict(pd.DataFrame({"text": [JYTHON]}), params={"k": 5})["labels"].tolist() == results
-
-
-@pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
 def test_a_moved_model_scores_the_test_set_as_the_evaluate_stage_does(built, tmp_path):
     """Save, move the folder to another directory, delete the project, load: RAE's test-set scores are the
     evaluate stage's, computed its way (InputMemory.search over the index stage's and the memory's own indexes,
@@ -713,8 +607,7 @@ def test_predictor_searches_a_compressed_memory_as_evaluate_does(built, tmp_path
     queries = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
     joint, _, _, _ = memory_search(memory, load_joint_search(built / "index", ef_search=50), queries,
                                    SETTINGS["b"], 2, SETTINGS["tau"], ef_search=50)
-    scores = rae_scores(*joint, Y, SETTINGS["lambda"], SETTINGS["tau"], SETTINGS["b"])
-    top = top_k(scores, 3)[0]
+    top = top_k(RaeModel(Y, RAE).scores(*joint), 3)[0]
     assert [r["label"] for r in results[0]] == list(top[top >= 0])
 
     indexes, model = logged_and_loaded(built, tmp_path, monkeypatch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from raexmc.data.dataset import Text
 from raexmc.errors import DataError
 from raexmc.rae.queries import checked_text, parse_queries
 
@@ -37,3 +38,14 @@ def test_a_json_line_nested_too_deeply_is_one_line_naming_it():
         parse_queries(['{"text": "perl"}\n', "[" * 2000 + "]" * 2000 + "\n"], "q.jsonl", jsonl=True)
     assert refused.value.one_line() == "DataError: q.jsonl:2: JSON nested too deeply to read: a query is a " \
                                        'record such as {"text": "..."}'
+
+
+def test_query_parsing_and_errors():
+    assert parse_queries(["perl\n", "\n", " awk  \n"], "q.txt", jsonl=False) == ["perl", "awk"]
+    lines = ['{"text": "perl"}\n', '{"title": "gcc", "content": "compiler"}\n']
+    assert parse_queries(lines, "q.jsonl", jsonl=True) == ["perl", Text(uid="2", title="gcc", content="compiler")]
+    with pytest.raises(DataError) as bad:
+        parse_queries(['{"text": "ok"}', "{oops"], "q.jsonl", jsonl=True)
+    assert bad.value.one_line().startswith("DataError: q.jsonl:2: not valid JSON")
+    with pytest.raises(DataError, match="q.jsonl:1"):
+        parse_queries(['{"id": 3}'], "q.jsonl", jsonl=True)

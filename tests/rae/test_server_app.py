@@ -50,14 +50,19 @@ def client(served, max_body_bytes: int = MAX_BODY_BYTES) -> TestClient:
     return TestClient(CheckedRequests(served[2], max_body_bytes))
 
 
+def answered(served, texts: list[str], k: int) -> list[dict]:
+    """What the server answers for `texts`: each text with its labels as the model predicts them."""
+    expected, _ = predictor_of(served[0]).predict(texts, k=k)
+    return [{"text": text, "labels": labels} for text, labels in zip(texts, expected)]
+
+
 def test_json_with_a_charset_is_checked_too(served):
     """The request check used to run only for a Content-Type of exactly "application/json": with
     "; charset=utf-8" the scoring server still read the body as JSON, and dropped top_k unread."""
     top_k = client(served).post("/invocations", content=json.dumps({**PERL, "params": {"top_k": 2}}),
                                 headers=JSON_WITH_CHARSET)
-    expected, _ = predictor_of(served[0]).predict(["perl"], k=2)
     assert top_k.status_code == 200, top_k.text
-    assert top_k.json() == {"predictions": [{"text": "perl", "labels": expected[0]}]}
+    assert top_k.json() == {"predictions": answered(served, ["perl"], 2)}
     bogus = client(served).post("/invocations", content=json.dumps({**PERL, "bogus": 1}), headers=JSON_WITH_CHARSET)
     assert bogus.status_code == 400 and 'unknown field "bogus"' in bogus.json()["message"]
 
@@ -138,12 +143,6 @@ def test_the_command_line_defaults_are_the_documented_ones_and_the_servers():
     assert defaults == documented_limits() == (MAX_BODY_BYTES, MAX_RECORDS)
 
 
-def test_inputs_beside_dataframe_records_are_400_not_read_in_their_place(served):
-    """Two input fields: MLflow's server refuses the request; the texts of "inputs" must not replace the records."""
-    both = client(served).post("/invocations", json={**PERL, "inputs": ["a small unix"]})
-    assert both.status_code == 400 and "stack_trace" not in both.json(), both.text
-
-
 def test_a_damaged_model_folder_is_500_in_one_line_and_a_bad_request_stays_400(served):
     """The label records, read as each answer is built, overwritten in place (same size) after the model
     loaded: the request is fine, the model's files are not. That is the server's fault, 500, with one line
@@ -164,14 +163,18 @@ def test_a_damaged_model_folder_is_500_in_one_line_and_a_bad_request_stays_400(s
     assert "stack_trace" not in refused.json()
 
 
-def test_the_logged_model_declares_its_answer_and_carries_an_example_it_answers(served):
-    """The model used to declare its input only: a client could not read what an answer holds, nor a request to
-    start from. Its output schema now names the answer's columns and each label's fields, and the example
-    request logged with it is answered as `raexmc predict` answers that text."""
+def test_the_logged_model_is_its_code_declares_its_answer_and_carries_an_example_it_answers(served):
+    """The model was logged as a pickled object: MLflow warned of CloudPickle's risk on every log and unpickled it on
+    every load; it is now its code file, which MLflow runs to build it. It used to declare its input only: its
+    output schema now names the answer's columns and each label's fields, and the example request logged with it
+    is answered as `raexmc predict` answers that text."""
     from mlflow.models import Model
 
     folder = served[1].unwrap_python_model().folder.parent.parent  # <model>/artifacts/model
     logged = Model.load(folder)
+    flavor = logged.flavors["python_function"]
+    assert "python_model" not in flavor and flavor["model_code_path"].endswith("pyfunc_model.py"), flavor
+    assert not list(folder.rglob("*.pkl"))
     [text, labels] = logged.get_output_schema().inputs
     assert (text.name, text.type.name, labels.name) == ("text", "string", "labels")
     fields = labels.type.to_dict()["items"]["properties"]
@@ -181,63 +184,48 @@ def test_the_logged_model_declares_its_answer_and_carries_an_example_it_answers(
     assert list(example.columns) == ["text"] and len(example) == 1
     request = (folder / logged.saved_input_example_info["serving_input_path"]).read_text()
     answer = client(served).post("/invocations", content=request, headers={"Content-Type": "application/json"})
-    expected, _ = predictor_of(served[0]).predict(list(example["text"]), k=5)
     assert answer.status_code == 200, answer.text
-    assert answer.json() == {"predictions": [{"text": example["text"][0], "labels": expected[0]}]}
-    assert set(expected[0][0]) == {"label", "id", "text", "score"}
+    assert answer.json() == {"predictions": answered(served, list(example["text"]), 5)}
+    assert set(answer.json()["predictions"][0]["labels"][0]) == {"label", "id", "text", "score"}
 
 
-def test_a_list_of_texts_as_inputs_is_answered_as_the_same_records(served):
+TEXTS = ["perl", "a small unix"]
+
+
+@pytest.mark.parametrize("body, texts, k", [
+    ({"dataframe_records": [{"text": text} for text in TEXTS], "params": {"k": 2}}, TEXTS, 2),
+    ({"inputs": TEXTS, "params": {"top_k": 2}}, TEXTS, 2), ({"inputs": {"text": TEXTS}, "params": {"k": 2}}, TEXTS, 2),
+    ({"inputs": "perl", "params": {"k": 2}}, ["perl"], 2), ({"inputs": []}, [], 5), ({"dataframe_records": []}, [], 5)])
+def test_texts_in_any_form_are_answered_as_the_records_of_the_same_texts(served, body, texts, k):
     """{"inputs": ["text", ...]}, the common form for text models, was refused (400, "no query"): MLflow's server
-    makes it a one-column table without a "text" column. It is now answered as the dataframe_records of the
-    same texts, params included."""
-    texts = ["perl", "a small unix"]
-    as_records = client(served).post("/invocations", json={"dataframe_records": [{"text": text} for text in texts],
-                                                           "params": {"k": 2}})
-    as_inputs = client(served).post("/invocations", json={"inputs": texts, "params": {"top_k": 2}})
-    expected, _ = predictor_of(served[0]).predict(texts, k=2)
-    assert as_inputs.status_code == as_records.status_code == 200, as_inputs.text
-    assert as_inputs.json() == as_records.json() == {"predictions": [{"text": text, "labels": labels}
-                                                                     for text, labels in zip(texts, expected)]}
-    as_columns = client(served).post("/invocations", json={"inputs": {"text": texts}, "params": {"k": 2}})
-    assert as_columns.json() == as_records.json(), "records and columns under inputs are read as before"
+    makes it a one-column table without a "text" column; a single text (the inputs' string form) and no records
+    (which lack no text) were refused too. Each is answered as the dataframe_records of the same texts, params
+    included; records and columns under inputs are read as before."""
+    answer = client(served).post("/invocations", json=body)
+    assert (answer.status_code, answer.json()) == (200, {"predictions": answered(served, texts, k)}), answer.text
 
 
-def test_the_loaded_pyfunc_and_serve_answer_a_text_a_list_of_texts_and_a_table_alike(served):
+def test_the_loaded_pyfunc_answers_a_text_a_list_of_texts_and_a_table_alike(served):
     """`predict(["text"])` on the loaded pyfunc was refused ("no query"): the input schema made the list a table of
-    one unnamed column and dropped it. A single text, the inputs' string form, was refused by serve too. Now all
-    are the records of the same texts, in Python as over HTTP."""
+    one unnamed column and dropped it. Now a list, a table and a single text are the records of the same texts."""
     import pandas as pd
 
-    texts = ["perl", "a small unix"]
-    expected, _ = predictor_of(served[0]).predict(texts, k=2)
-    answers = {"list": served[1].predict(texts, params={"k": 2}),
-               "table": served[1].predict(pd.DataFrame({"text": texts}), params={"k": 2})}
-    for form, answer in answers.items():
-        assert answer.to_dict("records") == [{"text": text, "labels": labels}
-                                             for text, labels in zip(texts, expected)], form
-    one = served[1].predict("perl", params={"k": 2})
-    assert one.to_dict("records") == [{"text": "perl", "labels": expected[0]}]
-    served_one = client(served).post("/invocations", json={"inputs": "perl", "params": {"k": 2}})
-    assert served_one.status_code == 200, served_one.text
-    assert served_one.json() == {"predictions": one.to_dict("records")}
-
-
-def test_no_records_are_answered_with_none_in_the_pyfunc_and_serve_alike(served):
-    """An empty list was refused with "no query: each record needs a text", which it does not lack."""
+    expected = answered(served, TEXTS, 2)
+    for form in (TEXTS, pd.DataFrame({"text": TEXTS})):
+        assert served[1].predict(form, params={"k": 2}).to_dict("records") == expected
+    assert served[1].predict("perl", params={"k": 2}).to_dict("records") == expected[:1]
     assert len(served[1].predict([])) == 0
-    for request in ({"inputs": []}, {"dataframe_records": []}):
-        answer = client(served).post("/invocations", json=request)
-        assert (answer.status_code, answer.json()) == (200, {"predictions": []}), request
 
 
-@pytest.mark.parametrize("inputs, where", [(["perl", 7], "inputs[1]: not a text"),
-                                           ([{"text": "perl"}, "unix"], "inputs[1]: not a record"),
-                                           (7, "inputs: give texts")])
-def test_inputs_that_are_not_a_list_of_texts_are_400_naming_where(served, inputs, where):
-    answer = client(served).post("/invocations", json={"inputs": inputs})
-    assert answer.status_code == 400 and "stack_trace" not in answer.json()
-    assert answer.json()["message"].startswith(f"DataError: request: {where}"), answer.json()["message"]
+@pytest.mark.parametrize("body, where", [({"inputs": ["perl", 7]}, "inputs[1]: not a text"),
+                                         ({"inputs": [{"text": "perl"}, "unix"]}, "inputs[1]: not a record"),
+                                         ({"inputs": 7}, "inputs: give texts"),
+                                         ({**PERL, "inputs": ["a small unix"]}, None)])
+def test_inputs_that_are_not_a_list_of_texts_are_400_naming_where(served, body, where):
+    """Two input fields too: MLflow's server refuses the request; "inputs" must not replace the records."""
+    answer = client(served).post("/invocations", json=body)
+    assert answer.status_code == 400 and "stack_trace" not in answer.json(), answer.text
+    assert where is None or answer.json()["message"].startswith(f"DataError: request: {where}"), answer.json()
 
 
 def test_the_server_scores_more_requests_at_once_than_asyncios_default_threads():
@@ -294,14 +282,3 @@ def test_the_server_scores_more_requests_at_once_than_asyncios_default_threads()
         server.should_exit = True
         serving.join()
     assert statuses == [200] * together
-
-
-def test_the_model_is_logged_as_its_code_so_loading_it_unpickles_nothing(served):
-    """The model was logged as a pickled object: MLflow warned of CloudPickle's risk on every log (each package
-    stage run) and unpickled it on every load. It is now its code file, which MLflow runs to build it."""
-    from mlflow.models import Model
-
-    folder = served[1].unwrap_python_model().folder.parent.parent  # <model>/artifacts/model
-    flavor = Model.load(folder).flavors["python_function"]
-    assert "python_model" not in flavor and flavor["model_code_path"].endswith("pyfunc_model.py"), flavor
-    assert not list(folder.rglob("*.pkl"))

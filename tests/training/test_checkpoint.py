@@ -48,13 +48,6 @@ def test_a_damaged_checkpoint_stops_the_resume_in_one_line_naming_it(tmp_path, d
     assert "\n" not in line
 
 
-def test_a_whole_checkpoint_resumes_at_its_step(tmp_path):
-    path = tmp_path / "last.pt"
-    ckpt = checkpoint(path)
-    save_checkpoint(path, saved_state(ckpt, 3))
-    assert checkpoint(path).resume("cpu").step == 3
-
-
 _KILLED_SAVE = """
 import sys, time
 from pathlib import Path

@@ -20,6 +20,12 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def csr(labels: list, width: int = 20) -> sp.csr_matrix:
+    """The label rows of a batch, one list of label ids per input, as the label matrix's CSR rows."""
+    return sp.csr_matrix((np.ones(sum(map(len, labels))), np.concatenate([np.asarray(row, np.int64) for row in labels]),
+                          np.cumsum([0, *map(len, labels)])), shape=(len(labels), width))
+
+
 def reference_loss(x, z, positive_col, is_positive, share_label, tau):
     """Plain loop over inputs, in float64 with a max-shifted log-sum-exp."""
     x = x.double().tolist()
@@ -54,8 +60,8 @@ def random_batch(seed, batch=5, n_labels=7, dim=4, n_truth=10):
         others = rng.choice(n_truth, size=int(rng.integers(0, 3)), replace=False)
         labels.append(np.unique(np.concatenate([[batch_ids[sampled_col]], others])))
         positive_col.append(sampled_col)
-    is_positive = batch_label_masks(labels, batch_ids)
-    share = shared_label_mask(labels)
+    is_positive = batch_label_masks(csr(labels), batch_ids)
+    share = shared_label_mask(csr(labels))
     return x, z, torch.tensor(positive_col), is_positive, share
 
 
@@ -81,37 +87,30 @@ SHARE = torch.tensor([[True, False, True], [False, True, False], [True, False, T
 E = math.e
 
 
-def test_worked_example_label_negatives_only():
-    # loss0: numerator e^1; col 2 (L2) is another positive of input 0, so it is dropped;
-    #        denominator e^1 + e^0 (col 1) + e^-1 (col 3)          -> log(e + 1 + 1/e) - 1 = 0.4076
-    # loss1: numerator e^1; negatives cols 0, 2, 3: e^0 + e^1 + e^0 -> log(2e + 2) - 1    = 1.0064
-    # loss2: numerator e^-1; negatives cols 0, 1, 3: 1 + 1/e + 1     -> log(2 + 2/e) + 1   = 2.0064
-    # mean = (0.4076 + 1.0064 + 2.0064) / 3 = 1.1401
-    expected = ((math.log(E + 1 + 1 / E) - 1) + (math.log(2 * E + 2) - 1) + (math.log(2 + 2 / E) + 1)) / 3
-    loss = decoupled_infonce(X, Z, POSITIVE_COL, IS_POSITIVE, None, tau=1.0)
+# Label negatives only, tau 1:
+# loss0: numerator e^1; col 2 (L2) is another positive of input 0, so it is dropped;
+#        denominator e^1 + e^0 (col 1) + e^-1 (col 3)          -> log(e + 1 + 1/e) - 1 = 0.4076
+# loss1: numerator e^1; negatives cols 0, 2, 3: e^0 + e^1 + e^0 -> log(2e + 2) - 1    = 1.0064
+# loss2: numerator e^-1; negatives cols 0, 1, 3: 1 + 1/e + 1     -> log(2 + 2/e) + 1   = 2.0064
+# mean = (0.4076 + 1.0064 + 2.0064) / 3 = 1.1401
+# With instance negatives:
+# loss0: adds x1 (logit 0) only; x2 shares L2 with x0      -> log(e + 1 + 1/e + 1) - 1
+# loss1: adds x0 (0) and x2 (-1)                            -> log(2e + 2 + 1 + 1/e) - 1
+# loss2: adds x1 (-1) only; x0 shares L2                    -> log(2 + 2/e + 1/e) + 1
+# tau = 0.5 doubles every logit: loss0 = log(e^2 + 1 + e^-2) - 2, and so on.
+@pytest.mark.parametrize(("share", "tau", "expected"), [
+    (None, 1.0, ((math.log(E + 1 + 1 / E) - 1) + (math.log(2 * E + 2) - 1) + (math.log(2 + 2 / E) + 1)) / 3),
+    (SHARE, 1.0, ((math.log(E + 2 + 1 / E) - 1) + (math.log(2 * E + 3 + 1 / E) - 1) + (math.log(2 + 3 / E) + 1)) / 3),
+    (None, 0.5, ((math.log(E**2 + 1 + E**-2) - 2) + (math.log(2 * E**2 + 2) - 2) + (math.log(2 + 2 * E**-2) + 2)) / 3)])
+def test_worked_example(share, tau, expected):
+    loss = decoupled_infonce(X, Z, POSITIVE_COL, IS_POSITIVE, share, tau=tau)
     assert loss.item() == pytest.approx(expected, abs=1e-6)  # fp32 losses near 1: a few units of 1.2e-7
-    assert loss.item() == pytest.approx(1.1401, abs=1e-4)
-
-
-def test_worked_example_with_instance_negatives():
-    # loss0: adds x1 (logit 0) only; x2 shares L2 with x0      -> log(e + 1 + 1/e + 1) - 1
-    # loss1: adds x0 (0) and x2 (-1)                            -> log(2e + 2 + 1 + 1/e) - 1
-    # loss2: adds x1 (-1) only; x0 shares L2                    -> log(2 + 2/e + 1/e) + 1
-    expected = ((math.log(E + 2 + 1 / E) - 1) + (math.log(2 * E + 3 + 1 / E) - 1) + (math.log(2 + 3 / E) + 1)) / 3
-    loss = decoupled_infonce(X, Z, POSITIVE_COL, IS_POSITIVE, SHARE, tau=1.0)
-    assert loss.item() == pytest.approx(expected, abs=1e-6)
-
-
-def test_worked_example_half_temperature():
-    # tau = 0.5 doubles every logit: loss0 = log(e^2 + 1 + e^-2) - 2, and so on.
-    expected = ((math.log(E**2 + 1 + E**-2) - 2) + (math.log(2 * E**2 + 2) - 2)
-                + (math.log(2 + 2 * E**-2) + 2)) / 3
-    loss = decoupled_infonce(X, Z, POSITIVE_COL, IS_POSITIVE, None, tau=0.5)
-    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    if share is None and tau == 1.0:
+        assert loss.item() == pytest.approx(1.1401, abs=1e-4)
 
 
 def test_worked_example_masks_from_label_ids():
-    labels = [np.array([10, 12]), np.array([11]), np.array([12])]
+    labels = csr([[10, 12], [11], [12]])
     assert torch.equal(batch_label_masks(labels, np.array([10, 11, 12, 13])), IS_POSITIVE)
     assert torch.equal(shared_label_mask(labels), SHARE)
 
@@ -128,12 +127,15 @@ def test_matches_loop_reference(seed, instance_negatives):
                                          abs=1e-5)  # fp32 losses of 5 to 12: some 10 units of 1e-6
 
 
-def test_instance_negatives_change_the_loss_when_inputs_share_nothing():
+def test_instance_negatives_change_the_loss_when_inputs_share_nothing_and_self_is_never_one():
     x, z, positive_col, is_positive, _ = random_batch(3)
     nothing_shared = torch.eye(len(x), dtype=torch.bool)
     without = decoupled_infonce(x, z, positive_col, is_positive, None, tau=0.1)
     with_instances = decoupled_infonce(x, z, positive_col, is_positive, nothing_shared, tau=0.1)
     assert with_instances.item() > without.item()
+    all_false = torch.zeros(len(x), len(x), dtype=torch.bool)  # diagonal False by mistake
+    assert decoupled_infonce(x, z, positive_col, is_positive, all_false, 0.1).item() == pytest.approx(
+        with_instances.item(), abs=1e-5)  # fp32, near 6
 
 
 # --- decoupling --------------------------------------------------------------------------------
@@ -142,29 +144,17 @@ def single_loss(x, z, positive_col, is_positive, tau=0.5):
     return decoupled_infonce(x, z, torch.tensor([positive_col]), torch.tensor([is_positive]), None, tau).item()
 
 
-def test_another_positive_in_the_batch_does_not_change_the_loss():
+def test_another_positive_in_the_batch_leaves_the_loss_and_a_negative_raises_it():
     x = torch.tensor([[0.6, 0.8]])
-    # Input has positives {A, B}; batch labels [A (sampled), C] then [A, C, B].
-    a, b, c = [1.0, 0.0], [0.0, 1.0], [-0.6, 0.8]
+    # Input has positives {A, B}; batch labels [A (sampled), C] then [A, C, B]; D is no positive.
+    a, b, c, d = [1.0, 0.0], [0.0, 1.0], [-0.6, 0.8], [0.0, -1.0]
     base = single_loss(x, torch.tensor([a, c]), 0, [True, False])
-    with_b = single_loss(x, torch.tensor([a, c, b]), 0, [True, False, True])
-    assert with_b == pytest.approx(base, abs=1e-7)
+    assert single_loss(x, torch.tensor([a, c, b]), 0, [True, False, True]) == pytest.approx(base, abs=1e-7)
     # Not decoupling (B treated as a negative) would have changed it.
-    coupled = single_loss(x, torch.tensor([a, c, b]), 0, [True, False, False])
-    assert coupled > base
-
-
-def test_a_non_positive_label_increases_the_loss():
-    x = torch.tensor([[0.6, 0.8]])
-    a, c, d = [1.0, 0.0], [-0.6, 0.8], [0.0, -1.0]
-    base = single_loss(x, torch.tensor([a, c]), 0, [True, False])
-    with_d = single_loss(x, torch.tensor([a, c, d]), 0, [True, False, False])
-    assert with_d > base
-
-
-def test_the_positive_may_be_the_only_label():
-    x = torch.tensor([[0.6, 0.8]])
-    assert single_loss(x, torch.tensor([[1.0, 0.0]]), 0, [True]) == pytest.approx(0.0, abs=1e-7)
+    assert single_loss(x, torch.tensor([a, c, b]), 0, [True, False, False]) > base
+    assert single_loss(x, torch.tensor([a, c, d]), 0, [True, False, False]) > base
+    # The positive may be the only label.
+    assert single_loss(x, torch.tensor([a]), 0, [True]) == pytest.approx(0.0, abs=1e-7)
 
 
 def test_inputs_sharing_a_label_are_not_instance_negatives():
@@ -179,14 +169,6 @@ def test_inputs_sharing_a_label_are_not_instance_negatives():
     # Had they shared nothing, each would be the other's negative.
     apart = torch.eye(2, dtype=torch.bool)
     assert decoupled_infonce(x, z, positive_col, is_positive, apart, tau=0.5).item() > without.item()
-
-
-def test_self_is_never_an_instance_negative():
-    x, z, positive_col, is_positive, _ = random_batch(4)
-    all_false = torch.zeros(len(x), len(x), dtype=torch.bool)  # diagonal False by mistake
-    eye = torch.eye(len(x), dtype=torch.bool)
-    assert decoupled_infonce(x, z, positive_col, is_positive, all_false, 0.1).item() == pytest.approx(
-        decoupled_infonce(x, z, positive_col, is_positive, eye, 0.1).item(), abs=1e-5)  # fp32, near 6
 
 
 # --- gradients, stability, autocast -----------------------------------------------------------
@@ -238,18 +220,13 @@ def test_bf16_gradient_reaches_bf16_leaf():
     assert x.grad.dtype == torch.bfloat16 and torch.isfinite(x.grad.float()).all()
 
 
-def test_rejects_a_sampled_positive_not_marked_positive():
-    with pytest.raises(ValueError, match="sampled positive"):
-        decoupled_infonce(X, Z, POSITIVE_COL, torch.zeros(3, 4, dtype=torch.bool), None, tau=1.0)
-
-
-def test_rejects_bad_shapes_and_temperature():
-    with pytest.raises(ValueError, match="is_positive"):
-        decoupled_infonce(X, Z, POSITIVE_COL, IS_POSITIVE[:, :3], None, tau=1.0)
-    with pytest.raises(ValueError, match="share_label"):
-        decoupled_infonce(X, Z, POSITIVE_COL, IS_POSITIVE, SHARE[:2], tau=1.0)
-    with pytest.raises(ValueError, match="tau"):
-        decoupled_infonce(X, Z, POSITIVE_COL, IS_POSITIVE, None, tau=0.0)
+@pytest.mark.parametrize(("is_positive", "share", "tau", "error"), [
+    (torch.zeros(3, 4, dtype=torch.bool), None, 1.0, "sampled positive"),
+    (IS_POSITIVE[:, :3], None, 1.0, "is_positive"), (IS_POSITIVE, SHARE[:2], 1.0, "share_label"),
+    (IS_POSITIVE, None, 0.0, "tau")])
+def test_rejects_bad_masks_and_temperature(is_positive, share, tau, error):
+    with pytest.raises(ValueError, match=error):
+        decoupled_infonce(X, Z, POSITIVE_COL, is_positive, share, tau=tau)
 
 
 def test_does_not_modify_the_masks():
@@ -260,44 +237,21 @@ def test_does_not_modify_the_masks():
 
 # --- mask builders -----------------------------------------------------------------------------
 
-def test_batch_label_masks_small_example():
-    # Columns in z order: labels 7, 3, 9.  Label 5 of input 1 is not in the batch.
-    labels = [np.array([3, 7]), np.array([5, 9]), np.array([], dtype=np.int64)]
+def test_mask_builders_small_examples():
+    # Columns in z order: labels 7, 3, 9; label 5 of input 1 is not in the batch; a relevance of 0 is no label.
+    labels = csr([[3, 7], [5, 9], []])
     mask = batch_label_masks(labels, np.array([7, 3, 9]))
     assert mask.dtype == torch.bool
     assert mask.tolist() == [[True, True, False], [False, False, True], [False, False, False]]
-
-
-def test_mask_builders_accept_a_csr_slice():
-    y = sp.csr_matrix(np.array([[0, 1, 0, 1, 0],
-                                [1, 0, 0, 0, 0],
-                                [0, 0, 1, 1, 0],
-                                [0, 0, 0, 0, 1]], dtype=np.float32))
-    rows = y[[0, 2, 3]]
-    as_lists = [np.array([1, 3]), np.array([2, 3]), np.array([4])]
-    ids = np.array([3, 4, 2, 0])
-    assert torch.equal(batch_label_masks(rows, ids), batch_label_masks(as_lists, ids))
-    assert batch_label_masks(rows, ids).tolist() == [[True, False, False, False],
-                                                     [True, False, True, False],
-                                                     [False, True, False, False]]
-    assert torch.equal(shared_label_mask(rows), shared_label_mask(as_lists))
-
-
-def test_shared_label_mask_small_example():
-    labels = [np.array([1, 2]), np.array([2]), np.array([3]), np.array([], dtype=np.int64), np.array([3, 3])]
-    shared = shared_label_mask(labels)
+    weighted = sp.csr_matrix(([0.5, 0.0, 1.0, 2.0], [1, 3, 0, 3], [0, 2, 4]), shape=(2, 4))  # (0, 3) stored as 0
+    assert batch_label_masks(weighted, np.array([3, 1, 0])).tolist() == [[False, True, False], [True, False, True]]
+    assert batch_label_masks(labels, np.array([], dtype=np.int64)).shape == (3, 0)
+    shared = shared_label_mask(csr([[1, 2], [2], [3], [], [3, 3]]))
     assert shared.dtype == torch.bool
     assert shared.tolist() == [[True, True, False, False, False],
                                [True, True, False, False, False],
                                [False, False, True, False, True],
                                [False, False, False, True, False],
                                [False, False, True, False, True]]
-
-
-def test_batch_label_masks_rejects_repeated_columns():
     with pytest.raises(ValueError, match="distinct"):
-        batch_label_masks([np.array([1])], np.array([1, 2, 1]))
-
-
-def test_empty_batch_label_set():
-    assert batch_label_masks([np.array([1]), np.array([2])], np.array([], dtype=np.int64)).shape == (2, 0)
+        batch_label_masks(csr([[1]]), np.array([1, 2, 1]))

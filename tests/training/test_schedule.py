@@ -15,18 +15,14 @@ from ruamel.yaml import YAML
 from transformers import BertConfig, DistilBertConfig
 
 from raexmc.data.sources import build_dataset
-from raexmc.errors import ConfigError
 from raexmc.io.atomic import EMPTY_MARK
 from raexmc.pipeline.presets import preset_values, presets_path
-from raexmc.settings import load_settings, read_params_tree, settings_from
+from raexmc.settings import load_settings, settings_from
 from raexmc.training.graph_memory import grad_cache_chunk, graph_bytes_per_text, resolve_grad_cache
 from raexmc.training.schedule import Schedule, resolve
 from raexmc.training.settings import TrainSettings
+from test_train import UNUSED_N, fine_tuned_params, params_with, run_train_stage
 from tests.helpers import REPO
-
-
-def never_asked() -> int:
-    raise AssertionError("schedule: fixed must not read the data")
 
 
 # Worked by hand from the rule in docs/pipeline.md. N = 21,000: 21,000 / 80 = 262.5, log2 8.04, batch 256;
@@ -60,16 +56,10 @@ def test_chosen_numbers_win_and_the_rest_follow_them():
     assert resolve("auto", 21_000, 1, {"warmup_steps": 0}).warmup_steps == 0
 
 
-def params_with(**train_values) -> dict:
-    data = read_params_tree(REPO / "params.yaml")
-    data["train"].update(train_values)
-    return data
-
-
 def test_the_default_is_fixed_and_keeps_the_recipe_params_yaml_had():
     """Before train.schedule, params.yaml held batch_size 32, lr 1e-4, max_steps 300, warmup_steps 30 and
     hnm_steps 100: fixed must give them, without reading the data."""
-    settings = TrainSettings.from_section(load_settings(REPO / "params.yaml").train, never_asked, 4)
+    settings = TrainSettings.from_section(load_settings(REPO / "params.yaml").train, UNUSED_N, 4)
     assert settings.schedule == Schedule(32, 1e-4, 300, 30, 100)
 
 
@@ -84,14 +74,6 @@ def test_a_preset_runs_as_printed_under_auto():
     assert settings.schedule == Schedule(896, 3e-4, 3000, 300, 1000)  # warm-up: the rule's 10% of the steps
 
 
-@pytest.mark.parametrize("key, value", [("schedule", "grow"), ("lr", "fast"), ("max_steps", "Auto"),
-                                        ("hnm_steps", 0), ("batch_size", 2.5)])
-def test_a_bad_schedule_value_names_the_key(key, value):
-    with pytest.raises(ConfigError) as error:
-        settings_from(params_with(**{key: value}), "some/params.yaml")
-    assert error.value.one_line().startswith(f"ConfigError: some/params.yaml:train.{key}: ")
-
-
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(tiny_model, tmp_path):
     """A real fine-tuning run of the stage on 5,000 synthetic inputs with schedule: auto and max_steps chosen
@@ -100,21 +82,14 @@ def test_the_train_stage_hands_the_resolved_schedule_to_the_trainer_and_mlflow(t
     build_dataset("syn", {"source": "synthetic", "n_train": 5000, "n_test": 10, "n_labels": 300,
                           "labels_per_input": 2, "input_words": [4, 8], "label_words": [4, 6], "topic_size": 32,
                           "vocab_size": 2000, "seed": 0}, tmp_path / "data", "")
-    data = read_params_tree(REPO / "params.yaml")
-    data["encoder"].update(name=str(tiny_model), mode="fine-tuned")
+    data = fine_tuned_params(tiny_model, schedule="auto", max_steps=4, val_max_queries=0, validate_last=False,
+                             hnm_topk=5, checkpoint_every=4, embed_batch_size=512)
     data["tokenize"].update(input_fields="title", input_max_len=16, label_max_len=8)
-    data["train"].update(schedule="auto", max_steps=4, val_max_queries=0, validate_last=False, hnm_topk=5,
-                         checkpoint_every=4, embed_batch_size=512)
     YAML(typ="safe", pure=True).dump(data, tmp_path / "params.yaml")
-    python = [sys.executable]
-    subprocess.run([*python, "stages/tokenize_texts.py", "--dataset", str(tmp_path / "data"), "--out",
+    subprocess.run([sys.executable, "stages/tokenize_texts.py", "--dataset", str(tmp_path / "data"), "--out",
                     str(tmp_path / "tokens"), "--params", str(tmp_path / "params.yaml")],
                    cwd=REPO, check=True, capture_output=True, timeout=240)
-    proc = subprocess.run([*python, "stages/train.py", "--dataset", str(tmp_path / "data"), "--tokens",
-                           str(tmp_path / "tokens"), "--out", str(tmp_path / "model"), "--checkpoints",
-                           str(tmp_path / "checkpoints"), "--curves", str(tmp_path / "curves"),
-                           "--params", str(tmp_path / "params.yaml")],
-                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    proc = run_train_stage(tmp_path, data, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = ("train schedule (auto, N=5,000 training inputs): global batch 64 (64 x 1 process(es)), lr 0.000141, "
             "4 steps, warm-up 0, mining every 2 steps, no gradient caching")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from ruamel.yaml import YAML
 
 from raexmc.data.dataset import Dataset
 from raexmc.data.held_out import split_validation
@@ -25,9 +26,8 @@ from raexmc.encoder.tokens import TokenCache, build_token_cache
 from raexmc.errors import ConfigError
 from raexmc.process_group import DistContext
 from raexmc.settings import load_settings, read_params_tree, settings_from
-from raexmc.training.batches import BatchSampler, plan_batch
 from raexmc.training.settings import TrainSettings
-from raexmc.training.step import linear_schedule, training_step
+from raexmc.training.step import BatchSampler, linear_schedule, plan_batch, training_step
 from raexmc.training.train import train
 from tests.helpers import REPO, free_port, make_lf_folder
 
@@ -60,15 +60,16 @@ def settings(**overrides) -> TrainSettings:
     return replace(TrainSettings.from_section(load_settings(PARAMS).train, UNUSED_N), **{**base, **overrides})
 
 
-def run_training(tiny, tiny_model, checkpoint: Path, **overrides):
+def run_training(tiny, model_dir: Path, checkpoint: Path, log=None, fingerprint: str = "fp", **overrides):
+    """train() of the encoder in `model_dir` on the tiny problem: (its model, the rows `log` got, the history)."""
     dataset, cache = tiny
     torch.manual_seed(0)
-    model = load_encoder(str(tiny_model))
+    model = load_encoder(str(model_dir))
     logged = []
     history = train(TextEncoder(model, "cpu", "fp32"), cache, dataset.label_matrix("train"),
                     dataset.filter_matrix("train"), settings(**overrides), SINGLE, checkpoint, (0.55, 1.5),
-                    lambda step, values: logged.append((step, values)), "fp")
-    assert [row["step"] for row in history][-len(logged):] == [step for step, _ in logged]
+                    log or (lambda step, values: logged.append((step, values))), fingerprint)
+    assert [row["step"] for row in history][len(history) - len(logged):] == [step for step, _ in logged]
     return model, logged, history
 
 
@@ -138,10 +139,8 @@ def test_an_encoder_trained_with_its_pooling_and_dense_layer_is_saved_with_them(
 
     dataset, cache = tiny
     source = sentence_model("lasttoken", dense=1)
-    model = load_encoder(str(source))
-    before = model.dense[0].linear.weight.detach().clone()
-    train(TextEncoder(model, "cpu", "fp32"), cache, dataset.label_matrix("train"), dataset.filter_matrix("train"),
-          settings(max_steps=2), SINGLE, tmp_path / "ckpt.pt", (0.55, 1.5), lambda step, values: None, "fp")
+    before = load_encoder(str(source)).dense[0].linear.weight.detach()
+    model, _, _ = run_training(tiny, source, tmp_path / "ckpt.pt", max_steps=2)
     assert not torch.allclose(model.dense[0].linear.weight, before, rtol=0, atol=1e-6), \
         "the Dense layer must have been trained"
     model.save(tmp_path / "saved")
@@ -163,17 +162,13 @@ class Killed(Exception):
 
 def test_resume_reaches_the_same_weights_and_keeps_the_whole_curve(tiny, tiny_model, tmp_path):
     full, _, full_history = run_training(tiny, tiny_model, tmp_path / "full.pt")
-    dataset, cache = tiny
 
     def die_at_step_3(step, values):  # the round at step 3 comes after the checkpoint of step 2
         if step == 3:
             raise Killed
 
-    torch.manual_seed(0)
     with pytest.raises(Killed):
-        train(TextEncoder(load_encoder(str(tiny_model)), "cpu", "fp32"), cache, dataset.label_matrix("train"),
-              dataset.filter_matrix("train"), settings(), SINGLE, tmp_path / "part.pt", (0.55, 1.5), die_at_step_3,
-              "fp")
+        run_training(tiny, tiny_model, tmp_path / "part.pt", die_at_step_3)
     assert torch.load(tmp_path / "part.pt", weights_only=False)["step"] == 2
     resumed, logged, history = run_training(tiny, tiny_model, tmp_path / "part.pt")
     assert logged[0][0] == 3, "resumed from step 2, first round at step 3"
@@ -184,35 +179,37 @@ def test_resume_reaches_the_same_weights_and_keeps_the_whole_curve(tiny, tiny_mo
 
 def test_a_changed_fingerprint_starts_over(tiny, tiny_model, tmp_path):
     run_training(tiny, tiny_model, tmp_path / "ckpt.pt", max_steps=2)
-    dataset, cache = tiny
-    logged = []
-    train(TextEncoder(load_encoder(str(tiny_model)), "cpu", "fp32"), cache, dataset.label_matrix("train"),
-          dataset.filter_matrix("train"), settings(max_steps=2), SINGLE, tmp_path / "ckpt.pt", (0.55, 1.5),
-          lambda step, values: logged.append(step), "other settings")
-    assert logged[0] == 0
+    _, logged, _ = run_training(tiny, tiny_model, tmp_path / "ckpt.pt", fingerprint="other settings", max_steps=2)
+    assert logged[0][0] == 0
 
 
-WORKER = """
-import sys, torch
+PRELUDE = """
+import sys
+from dataclasses import replace
 from pathlib import Path
+
+import torch
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.encoder.tokens import TokenCache
-from raexmc.settings import load_settings
 from raexmc.process_group import init_distributed, shutdown
+from raexmc.settings import load_settings
 from raexmc.training.settings import TrainSettings
-from raexmc.training.train import train
-from dataclasses import replace
 
 params, data, tokens, model_dir, out = sys.argv[1:6]
+recipe = TrainSettings.from_section(load_settings(params).train, lambda: 0)
+"""
+WORKER = PRELUDE + """
+from raexmc.training.train import train
+
 ctx = init_distributed("cpu")
 torch.manual_seed(0)
 model = load_encoder(model_dir)
 dataset = Dataset(data)
-settings = replace(TrainSettings.from_section(load_settings(params).train, lambda: 0), batch_size=2, grad_cache_chunk=0,
-                   lr=1e-3, max_steps=4, warmup_steps=1, hnm_steps=2, hnm_topk=3, num_hard_negatives=1,
-                   val_fraction=0.25, val_b=10, checkpoint_every=2, embed_batch_size=3)
+settings = replace(recipe, batch_size=2, grad_cache_chunk=0, lr=1e-3, max_steps=4, warmup_steps=1, hnm_steps=2,
+                   hnm_topk=3, num_hard_negatives=1, val_fraction=0.25, val_b=10, checkpoint_every=2,
+                   embed_batch_size=3)
 train(TextEncoder(model, ctx.device, "fp32"), TokenCache(tokens), dataset.label_matrix("train"),
       dataset.filter_matrix("train"), settings, ctx, Path(out) / "ckpt.pt", (0.55, 1.5), lambda *a: None, "fp")
 torch.save(model.state_dict(), Path(out) / f"rank{ctx.rank}.pt")
@@ -220,16 +217,19 @@ shutdown(ctx)
 """
 
 
+def torchrun(script: Path, *args, nproc: int = 2) -> None:
+    """Run `script` (with `args`) in a real `nproc`-process gloo group, one CPU thread each."""
+    launcher = ["-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={free_port()}"]
+    proc = subprocess.run([sys.executable, *(launcher if nproc > 1 else []), str(script), *map(str, args)],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_two_process_gloo_training_keeps_ranks_identical(tiny, tiny_model, tmp_path):
     dataset, cache = tiny
     (tmp_path / "worker.py").write_text(WORKER)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                           f"--master_port={free_port()}",
-                           str(tmp_path / "worker.py"), str(PARAMS), str(dataset.folder), str(cache.folder),
-                           str(tiny_model), str(tmp_path)], capture_output=True, text=True, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    torchrun(tmp_path / "worker.py", PARAMS, dataset.folder, cache.folder, tiny_model, tmp_path)
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
     initial = load_encoder(str(tiny_model)).state_dict()
     changed = 0
@@ -241,23 +241,10 @@ def test_two_process_gloo_training_keeps_ranks_identical(tiny, tiny_model, tmp_p
 
 # --- One step: W processes and gradient caching against one plain process -------------------------
 
-STEP_WORKER = """
-import sys
-from dataclasses import replace
-from pathlib import Path
-
-import torch
-from raexmc.data.dataset import Dataset
-from raexmc.encoder.sentence import load_encoder
-from raexmc.encoder.text_encoder import TextEncoder
-from raexmc.encoder.tokens import TokenCache
-from raexmc.settings import load_settings
-from raexmc.process_group import init_distributed, shutdown
-from raexmc.training.settings import TrainSettings
+STEP_WORKER = PRELUDE + """
 from raexmc.training.step import apply_gradients, make_optimizer, training_step
 
-tests, params, data, tokens, model_dir, out = sys.argv[1:7]
-global_batch, chunks = int(sys.argv[7]), [int(c) for c in sys.argv[8:]]
+tests, global_batch, chunks = sys.argv[6], int(sys.argv[7]), [int(c) for c in sys.argv[8:]]
 sys.path[:0] = [tests, str(Path(tests).parents[1])]  # this test file, and the tests package it imports
 from test_train import gradients, the_batch
 
@@ -265,9 +252,8 @@ ctx = init_distributed("cpu")
 Y = Dataset(data).label_matrix("train")
 rows, positives, negatives = the_batch(Y, global_batch)
 for chunk in chunks:
-    settings = replace(TrainSettings.from_section(load_settings(params).train, lambda: 0),
-                       batch_size=global_batch // ctx.world_size, grad_cache_chunk=chunk, lr=1e-3, warmup_steps=0,
-                       max_steps=10, grad_clip=0.01)
+    settings = replace(recipe, batch_size=global_batch // ctx.world_size, grad_cache_chunk=chunk, lr=1e-3,
+                       warmup_steps=0, max_steps=10, grad_clip=0.01)
     model = load_encoder(model_dir).train()
     weights = [p for p in model.parameters() if p.requires_grad]
     optimizer, scheduler = make_optimizer(weights, settings)
@@ -310,12 +296,9 @@ def one_step(tiny_model, no_dropout_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("one-step")
     dataset, cache = build_tiny(folder, tiny_model)
     (folder / "step.py").write_text(STEP_WORKER)
-    args = [str(folder / "step.py"), str(Path(__file__).parent), str(PARAMS), str(dataset.folder), str(cache.folder),
-            str(no_dropout_model), str(folder), str(GLOBAL_BATCH), "0", str(CHUNK)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for launcher in ([], ["-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}"]):
-        proc = subprocess.run([sys.executable, *launcher, *args], capture_output=True, text=True, env=env, timeout=240)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    for nproc in (1, 2):
+        torchrun(folder / "step.py", PARAMS, dataset.folder, cache.folder, no_dropout_model, folder,
+                 Path(__file__).parent, GLOBAL_BATCH, 0, CHUNK, nproc=nproc)
     return {(w, chunk, rank): torch.load(folder / f"w{w}_chunk{chunk}_rank{rank}.pt")
             for w, rank in ((1, 0), (2, 0), (2, 1)) for chunk in (0, CHUNK)}
 
@@ -429,6 +412,7 @@ def test_every_setting_comes_from_params_yaml():
     ("val_lambda", 1.5), ("validate_last", "no"), ("seed", -1), ("embed_batch_size", 0), ("embed_batch_size", "max"),
     ("grad_cache_chunk", -8), ("grad_cache_chunk", "16"), ("nproc", 0), ("nproc", "all"),
     ("device", "gpu"), ("precision", "fp8"), ("torchrun_args", None), ("batchsize", 8),
+    ("schedule", "grow"), ("lr", "fast"), ("max_steps", "Auto"),
 ])
 def test_a_bad_or_unknown_train_value_names_the_file_and_key(key, value):
     with pytest.raises(ConfigError) as error:
@@ -444,44 +428,43 @@ def test_good_values_pass_and_ints_serve_as_floats():
     assert values.embed_batch_size == 512
 
 
+def run_train_stage(tmp_path: Path, params: dict, env: dict | None = None,
+                    timeout: int = 240) -> subprocess.CompletedProcess:
+    """stages/train.py as dvc.yaml runs it, with `params` written to tmp_path/params.yaml and its outputs there."""
+    YAML(typ="safe", pure=True).dump(params, tmp_path / "params.yaml")
+    return subprocess.run([sys.executable, "stages/train.py", "--dataset", str(tmp_path / "data"), "--tokens",
+                           str(tmp_path / "tokens"), "--out", str(tmp_path / "model"), "--checkpoints",
+                           str(tmp_path / "checkpoints"), "--curves", str(tmp_path / "curves"), "--params",
+                           str(tmp_path / "params.yaml")], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def fine_tuned_params(tiny_model: Path, **train_values) -> dict:
+    data = params_with(**train_values)
+    data["encoder"].update(name=str(tiny_model), mode="fine-tuned")
+    return data
+
+
+def refused_before_any_work(proc: subprocess.CompletedProcess, tmp_path: Path) -> list[str]:
+    """The lines of a train stage that exited 2 and wrote none of its outputs."""
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert not any((tmp_path / out).exists() for out in ("model", "checkpoints", "curves"))
+    return proc.stderr.strip().splitlines()
+
+
 @pytest.mark.parametrize("key, value", [("batch_size", "abc"), ("batchsize", 8),
                                         ("val_fraction", 0.0)])  # fine-tuning holds none out for the tune stage
 def test_the_train_stage_rejects_bad_train_params_in_one_line_before_any_work(key, value, tiny_model, tmp_path):
-    data = read_params_tree(PARAMS)
-    data["encoder"].update(name=str(tiny_model), mode="fine-tuned")
-    data["train"][key] = value
-    from ruamel.yaml import YAML
-
-    YAML(typ="safe", pure=True).dump(data, tmp_path / "params.yaml")
-    proc = subprocess.run([sys.executable, "stages/train.py", "--dataset", str(tmp_path / "data"),
-                           "--tokens", str(tmp_path / "tokens"), "--out", str(tmp_path / "model"),
-                           "--checkpoints", str(tmp_path / "checkpoints"), "--curves", str(tmp_path / "curves"),
-                           "--params", str(tmp_path / "params.yaml")],
-                          cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
+    lines = refused_before_any_work(run_train_stage(tmp_path, fine_tuned_params(tiny_model, **{key: value})), tmp_path)
     assert len(lines) == 1 and lines[0].startswith(f"ConfigError: {tmp_path / 'params.yaml'}:train.{key}: "), lines
-    assert not any((tmp_path / out).exists() for out in ("model", "checkpoints", "curves"))
 
 
 def test_the_train_stage_refuses_more_processes_than_gpus_in_one_line(tiny_model, tmp_path):
     """A preset's train.nproc=8 on a machine with fewer GPUs: one line naming train.nproc before torchrun starts
     ranks that would each fail on a GPU that is not there (CUDA_VISIBLE_DEVICES hides every GPU, so the machine
     has 0 whatever it is)."""
-    data = read_params_tree(PARAMS)
-    data["encoder"].update(name=str(tiny_model), mode="fine-tuned")
-    data["train"].update(nproc=2, device="cuda")
-    from ruamel.yaml import YAML
-
-    YAML(typ="safe", pure=True).dump(data, tmp_path / "params.yaml")
-    proc = subprocess.run([sys.executable, "stages/train.py", "--dataset", str(tmp_path / "data"),
-                           "--tokens", str(tmp_path / "tokens"), "--out", str(tmp_path / "model"),
-                           "--checkpoints", str(tmp_path / "checkpoints"), "--curves", str(tmp_path / "curves"),
-                           "--params", str(tmp_path / "params.yaml")],
-                          cwd=REPO, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines() == [
+    proc = run_train_stage(tmp_path, fine_tuned_params(tiny_model, nproc=2, device="cuda"),
+                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert refused_before_any_work(proc, tmp_path) == [
         f"ConfigError: {tmp_path / 'params.yaml'}:train.nproc: 2 processes, one per GPU, but no GPU is visible: "
         "run it where the GPUs are, or on the CPU (train.device: cpu)"]
-    assert not any((tmp_path / out).exists() for out in ("model", "checkpoints", "curves"))

@@ -1,11 +1,7 @@
 """RAE-XMC without DVC: `build_model` makes, in this process, the zero-shot model a `dvc repro` packages, from texts
-and their labels or from a dataset folder, by the stages' own steps (tokenize, embed, index, memory, package) at
-params.yaml's defaults (tests/rae/test_build.py holds them to the file).
-
-The work happens in a scratch folder beside `out`; the model comes back loaded from the folder it saved, the one
-`RaeModel.load`, `raexmc predict --model` and serve answer from. λ and τ are the paper's unless `settings` says
-otherwise: the pipeline's tune stage chooses them on held-out inputs (`dvc repro`); a memory that keeps some
-input keys, compression and label prototypes are the memory stage's (the defaults keep every key as it is)."""
+and their labels or from a dataset folder, by the stages' own steps at params.yaml's defaults (tests/rae/test_build.py
+holds them to the file). λ and τ are the paper's unless `settings` says otherwise (the tune stage chooses them); the
+memory keeps every input key as it is."""
 
 from __future__ import annotations
 
@@ -22,7 +18,7 @@ from ..memory.indexes import backend_for, build_memory_indexes
 from ..memory.input_memory import MemorySettings, build_input_memory
 from ..settings import TokenizeSettings
 from .model import RaeModel, RaeSettings
-from .packaging import packaged_model
+from .packaging import package_model
 
 # params.yaml's defaults, for the keys the build reads
 TOKENIZE = TokenizeSettings(input_fields="title+content", label_fields="title", input_max_len=128, label_max_len=32,
@@ -38,8 +34,7 @@ def record(item: str | Text, row: int) -> Text:
 def dataset_folder(target: Path, dataset: str | os.PathLike | None = None, inputs: Sequence[str | Text] = (),
                    labels_of_inputs: Sequence[Sequence[int]] = (), label_texts: Sequence[str | Text] = ()) -> Dataset:
     """`dataset` (the download stage's folder as it is; one in the LF or NGAME layout read into `target`), or the
-    texts (label rows of each input) written there; texts have a test split of their first labelled input, which
-    the build does not read."""
+    texts written there (with a test split of their first labelled input, which the build does not read)."""
     if dataset is not None:
         if not (Path(dataset) / "stats.json").is_file():
             build_dataset(Path(dataset).name, {"source": "local", "path": str(Path(dataset).resolve())}, target, "")
@@ -67,10 +62,9 @@ def build_model(encoder: str | os.PathLike, inputs: Sequence[str | Text] = (),
                 labels_of_inputs: Sequence[Sequence[int]] = (), label_texts: Sequence[str | Text] = (), *,
                 out: str | os.PathLike, dataset: str | os.PathLike | None = None,
                 settings: RaeSettings = RaeSettings(), device: str = "auto", threads: int = 0) -> RaeModel:
-    """The zero-shot RAE model of `encoder` (a Hugging Face name or folder, or fine_tune's output) over the inputs
-    (texts or Text records), the label rows of each (into `label_texts`) and the label texts, or over the training
-    inputs and labels of `dataset`; saved to `out` and loaded from there. Embeds on `device` (auto: the GPU if one
-    is visible); indexes and predicts on the CPU, `threads` of it (0: all)."""
+    """The zero-shot RAE model of `encoder` (a Hugging Face name or folder) over the inputs (texts or Text records),
+    the label rows of each and the label texts, or over `dataset`'s training inputs; saved to `out` and loaded from
+    there. Embeds on `device` (auto: a GPU if one is visible); indexes and predicts on `threads` CPU threads."""
     from ..encoder.device import embed_batch_size, pick_device
     from ..encoder.embedding import embed_splits
     from ..encoder.text_encoder import TextEncoder
@@ -88,8 +82,8 @@ def build_model(encoder: str | os.PathLike, inputs: Sequence[str | Text] = (),
                            MemorySettings(1.0, "kmeans-labels", False, 0), work / "memory", backend, threads=threads)
         if device != "cpu":
             text_encoder = TextEncoder.load(encoder, "cpu", PRECISION, TOKENIZE.input_max_len)
-        packaged_model(data, text_encoder, work / "index", work / "memory", work / "embeddings", settings, work,
-                       relevance=RELEVANCE, input_fields=TOKENIZE.input_fields, backend=backend, ef_search=EF_SEARCH,
-                       about={"dataset": data.names[-1] if dataset else "texts", "raexmc": __version__},
-                       threads=threads, **GRAPH).save(out)
+        package_model(out, data, text_encoder, work / "index", work / "memory", work / "embeddings", settings,
+                      relevance=RELEVANCE, input_fields=TOKENIZE.input_fields, backend=backend, ef_search=EF_SEARCH,
+                      about={"dataset": data.names[-1] if dataset else "texts", "raexmc": __version__},
+                      threads=threads, **GRAPH)
     return RaeModel.load(out, threads=threads)

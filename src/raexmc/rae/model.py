@@ -1,16 +1,9 @@
 """RAE-XMC as one object: the encoder, the memory's values and labels, its keys' prior, which keys it retrieves
 and its settings λ, τ, b.
 
-Every caller that turns retrieved keys into label scores goes through `RaeModel`: `raexmc predict`, the served
-model, the evaluate stage's RAE and its λ and b sweeps, the tune stage's validation curve and per-query λ fit,
-and training's validation. A change to how RAE scores lands here, once. `save(dir)` and `RaeModel.load(dir)`
-write and read one self-contained folder (its format: rae/model_folder.py, which handles the model's parts and
-never imports this module).
-
-The model scores RAE's keys as `keys` (from a search of its input keys and one of its label keys) or `retrieve`
-(from its own search) return them: the retrieval's keys at b, the prior's τ·log n already added to the merged
-input keys' similarities. `scores` then takes p = softmax(sims / τ) over the first b and mixes p · V at λ, a
-number or, per query, a λ model's choice (rae/query_lambda.py).
+Every caller that turns retrieved keys into label scores goes through `RaeModel` (predict, serve, evaluate and
+its sweeps, tune, training's validation), so a change to how RAE scores lands here, once. `save(dir)` and
+`RaeModel.load(dir)` write and read one self-contained folder (rae/model_folder.py).
 """
 
 from __future__ import annotations
@@ -41,16 +34,36 @@ from .scoring import (
     check_b,
     check_lambda,
     check_tau,
+    combine,
     combine_per_query,
-    mixed,
     score_parts,
 )
-from .timing import Timing
+
+PHASES = ("encode_s", "search_s", "score_s")
+
+
+@dataclass
+class Timing:
+    """Where a prediction's time goes: wall seconds per phase over `queries` queries."""
+
+    queries: int = 0
+    encode_s: float = 0.0
+    search_s: float = 0.0
+    score_s: float = 0.0
+
+    def add(self, other: Timing) -> None:
+        self.queries += other.queries
+        for phase in PHASES:
+            setattr(self, phase, getattr(self, phase) + getattr(other, phase))
+
+    def per_query_ms(self) -> dict[str, float]:
+        n = max(self.queries, 1)
+        parts = {phase[:-2]: 1000 * getattr(self, phase) / n for phase in PHASES}
+        return {"total": sum(parts.values()), **parts}
 
 
 class QueryLambdaModel(Protocol):
-    """What scoring needs of a per-query λ model (rae.query_lambda.QueryLambda; not imported here, so that
-    training's validation, which scores at a fixed λ, does not depend on the λ model's code)."""
+    """A per-query λ model (rae.query_lambda.QueryLambda, not imported: training's validation scores at a fixed λ)."""
 
     tau: float
     b: int | None
@@ -66,8 +79,8 @@ Lambda = Union[float, QueryLambdaModel]
 
 @dataclass(frozen=True)
 class RaeSettings:
-    """RAE's inference settings, checked: λ (a number in [0, 1], or a per-query λ model), τ > 0, b >= 1 (None:
-    every retrieved key) and the retrieval (joint, or split at a label share); by default the paper's."""
+    """RAE's inference settings, checked, by default the paper's: λ (or a per-query λ model), τ, b (None: every
+    retrieved key) and the retrieval (joint, or split at a label share)."""
 
     lam: Lambda = PAPER_LAMBDA
     tau: float = PAPER_TAU
@@ -82,18 +95,15 @@ class RaeSettings:
 
     @property
     def per_query(self) -> bool:
-        """Whether λ is a model that picks one per query."""
         return hasattr(self.lam, "lambdas")
 
 
 @dataclass(frozen=True)
 class RaeModel:
     """The memory's values V (its input keys' label rows; the label keys' are the identity), the log member count
-    of each input key when the prior is on (memory/prior.py: log_prior), the settings, and optionally a search
-    over the keys (input keys first, then labels), which `retrieve`, `scores_for` and `top_k` need. A model that
-    answers texts (`predict`, and a saved one) also has its encoder (encoder.text_encoder.TextEncoder), its
-    labels' ids and texts, the recipe `input_fields` that made its training inputs' texts, and `about`: what
-    the model card says of where it came from (dataset, metrics, params, commit)."""
+    of each input key when the prior is on, the settings, and optionally a search over the keys (input keys, then
+    labels). A model that answers texts also has its encoder (a TextEncoder), its labels' ids and texts, the
+    recipe `input_fields` of its training inputs' texts, and `about`: where it came from, for the model card."""
 
     values: sp.csr_matrix
     settings: RaeSettings
@@ -115,10 +125,9 @@ class RaeModel:
     @classmethod
     def load(cls, folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
              needs: tuple[str, ...] = PARTS) -> RaeModel:
-        """The model `save` wrote into `folder` (wherever it has been moved since), checked against its manifest,
-        its encoder (and an exact search) on `device`; with `threads` > 0 its encoder and search run on that many CPU
-        threads (torch's setting for the process). A folder without one of the parts `needs` names (by default all
-        that answer texts: encoder, labels, search) is refused: `needs=()` loads a bare scoring model too."""
+        """The model `save` wrote into `folder`, checked against its manifest, its encoder (and an exact search) on
+        `device`, on `threads` CPU threads (0: torch's setting). A folder without one of the parts `needs` is
+        refused: `needs=()` loads a bare scoring model too."""
         if threads:
             import torch
 
@@ -127,8 +136,7 @@ class RaeModel:
         return cls(settings=RaeSettings(**fields.pop("settings")), **fields)
 
     def save(self, folder: str | os.PathLike) -> None:
-        """Write this model, with its encoder, search and labels, into `folder` atomically: a self-contained
-        folder (no path inside it points out) with a model card README.md."""
+        """Write this model into `folder` atomically: self-contained (no path inside points out), with a model card."""
         save_model(self, folder)
 
     @property
@@ -144,50 +152,42 @@ class RaeModel:
         return dataclasses.replace(self, settings=dataclasses.replace(self.settings, **changes))
 
     def keys(self, inputs: Hits, labels: Hits) -> Hits:
-        """RAE's keys at b in joint ids, best first, from a search of the input keys and one of the label keys
-        (each `retrieval.depth(b)` deep): taken as the retrieval says, with the prior added."""
+        """RAE's keys at b in joint ids, best first, from searches of the input and the label keys (each
+        `retrieval.depth(b)` deep), with the prior added."""
         settings = self.settings
         return rae_keys(settings.retrieval, inputs, labels, self.num_inputs, settings.b, self.log_counts, settings.tau)
 
     def retrieve(self, queries: np.ndarray) -> Hits:
-        """RAE's keys at b for query embeddings, from this model's search."""
         if self.search is None:
             raise ValueError("this RAE model has no search: give it one, or load a saved model that holds its indexes")
         return self.keys(*self.search.search_parts(queries, self.settings.retrieval.depth(self.settings.b)))
 
     def parts(self, ids: np.ndarray, sims: np.ndarray) -> Parts:
-        """The two score halves (P_inputs · V, P_labels) of RAE's keys at (τ, b): they serve every λ."""
         return score_parts(ids, sims, self.values, self.settings.tau, self.settings.b)
 
     def mix(self, parts: Parts, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
-        """The label scores from the score halves of the keys (ids, sims), at λ (RaeSettings checked it) or at
-        each query's own λ (read off the same keys and halves, and checked)."""
+        """The label scores from the score halves of the keys (ids, sims) at λ, or at each query's own λ."""
         lam = self.settings.lam
         if self.settings.per_query:
             return combine_per_query(parts, lam.lambdas(ids, sims, self.values, parts))
-        return mixed(parts, lam)
+        return combine(parts, lam)
 
     def scores(self, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
-        """CSR (queries, labels) label scores of RAE's keys (as `keys` or `retrieve` return them)."""
         return self.mix(self.parts(ids, sims), ids, sims)
 
     def scores_for(self, queries: np.ndarray) -> sp.csr_matrix:
-        """Label scores of query embeddings: retrieve, then score."""
         return self.scores(*self.retrieve(queries))
 
     def top_k(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k best labels of each query embedding and their scores (best_labels)."""
         return best_labels(self.scores_for(queries), k)
 
     def query_text(self, query: Text | str) -> str:
-        """The text the encoder sees for a query: a record goes through the training inputs' recipe (title, or
-        title + content), so a Titles dataset's model sees only a query's title, as in training; a plain string
-        is taken as it is."""
+        """A record through the training inputs' recipe (a Titles model sees only a title, as in training); a
+        string as it is."""
         return query if isinstance(query, str) else text_of(query, self.input_fields)
 
     def predict(self, queries: list[Text | str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:
-        """Per query text, its top-k labels as {"label": row, "id": the label's id in its dataset, "text": label
-        text, "score": p.V}, best first; and where the time went."""
+        """Per query, its top-k labels best first (label_answer), and where the time went."""
         if self.encoder is None or self.labels is None:
             raise ValueError("this RAE model has no encoder or labels: RaeModel.load a saved one")
         k = checked_k(k, self.num_labels)
@@ -207,14 +207,13 @@ class RaeModel:
         return results, timing
 
     def label_answer(self, row: int, score: float) -> dict[str, Any]:
-        """One label of an answer: its row (column in the label matrices), its own id and text, its score."""
+        """One label of an answer: its row (column in the label matrices), its dataset's id, text and score."""
         label_id, text = self.labels[row]
         return {"label": int(row), "id": label_id, "text": text, "score": round(float(score), 6)}
 
 
 def best_labels(scores: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(labels, values), both (queries, k), best first: label ids (ties to the smaller id) and their scores;
-    label -1 and value 0 where a query scores fewer than k labels."""
+    """(labels, values), both (queries, k), best first (ties to the smaller id); -1 and 0 past a query's labels."""
     labels = top_k(scores, k)
     values = np.zeros(labels.shape)
     rows, ranks = np.nonzero(labels >= 0)

@@ -1,5 +1,5 @@
-"""The folder a RaeModel saves to and loads from (RaeModel.save / RaeModel.load), self-contained, so it loads
-the same after a move. It reads and writes the model's parts and imports no RaeModel (imports go one way).
+"""The self-contained folder a RaeModel saves to and loads from (it loads the same after a move); this module
+handles the model's parts and imports no RaeModel.
 
     settings.json        λ, τ, b, retrieval and label share, ef_search, prior, the encoder's text recipe, `about`
     values.npz           V: the input keys' label rows (the label keys' are the identity)
@@ -8,16 +8,16 @@ the same after a move. It reads and writes the model's parts and imports no RaeM
     inputs/, labels/     the two indexes (memory/persistence.py); an exact one holds its keys.npy
     label_records.jsonl, label_offsets.npy    the labels' own ids and texts (data/label_records.py)
     encoder/             the encoder, in the sentence-transformers layout
-    README.md            the model card
+    README.md            the model card: what it is, where it came from (`about`), how to load it
     manifest.json        the format, the parts (PARTS) and each file's size and sha256 (io/manifest.py)
 
-`read_model` checks the manifest first (a file missing, changed or added, a needed part lacking), then what a
-manifest cannot vouch for: values and exact keys finite, counts in range, index widths the encoder's, the
-tokenizer's vocabulary; a bad settings.json value is a DataError naming its key.
+`read_model` checks the manifest first, then what a manifest cannot vouch for (values and keys finite, counts in
+range, index widths the encoder's, the tokenizer's vocabulary); a bad settings.json value names its key.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,6 @@ from ..memory.merge import JointSearch, recorded_retrieval
 from ..memory.persistence import META_FILE, load_index, save_index
 from ..memory.prior import log_prior
 from ..settings import AtLeast1, EmbedPrecision, Positive, Share, TextFields, record_value
-from .model_card import model_card
 from .query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 FORMAT = 2  # manifest.json's "format": a folder of another format is refused rather than misread
@@ -66,7 +65,6 @@ PARTS = tuple(PART_FILES)  # what a model that answers texts needs: `raexmc pred
 
 
 def save_model(model: Any, folder: str | os.PathLike) -> None:
-    """Write `model` (a RaeModel) to `folder` atomically, with its search, encoder and labels where it has them."""
     settings = model.settings
     if settings.b is None:
         raise ValueError("a saved model needs its b (RaeSettings.b): a folder's model retrieves b keys")
@@ -97,7 +95,7 @@ def save_model(model: Any, folder: str | os.PathLike) -> None:
 
 
 def _save_search(search: JointSearch, folder: Path) -> int:
-    """Save both indexes of `search` (an exact one with its keys); returns the beam ef_search of its graphs."""
+    """Save both indexes (an exact one with its keys); returns the beam ef_search of its graphs."""
     parts = (search.inputs, search.labels)
     for name, part in zip(INDEXED_KEY_SETS, parts):
         save_index(part, folder / name)
@@ -108,8 +106,8 @@ def _save_search(search: JointSearch, folder: Path) -> int:
 
 def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
                needs: tuple[str, ...] = PARTS) -> dict[str, Any]:
-    """The RaeModel fields `save_model` wrote into `folder` ("settings": RaeSettings'), its encoder on `device`
-    and search on `threads`; a folder that lacks a part of `needs` or disagrees is a DataError naming the file."""
+    """The RaeModel fields `save_model` wrote into `folder` ("settings": RaeSettings'); a folder that lacks a part
+    of `needs` or disagrees is a DataError naming the file."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"model folder not found: {RERUN}", folder)
@@ -120,8 +118,7 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
     num_inputs, num_labels = values.shape
     lam = settings["lambda"]
     if settings["query_lambda"]:
-        path = folder / QUERY_LAMBDA_FILE
-        lam = read_query_lambda(path, settings["tau"], settings["b"])
+        lam = read_query_lambda(folder / QUERY_LAMBDA_FILE, settings["tau"], settings["b"])
     log_counts = None
     if settings["prior"]:
         counts = load_array(folder / COUNTS_FILE)
@@ -143,8 +140,7 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
 
 
 def _checked_parts(folder: Path, needs: tuple[str, ...]) -> list[str]:
-    """The parts the manifest lists, once it vouches for every file, the format is this code's, `needs` are
-    held and their files listed."""
+    """The parts the manifest lists, once it vouches for every file, its format and the files of `needs`."""
     manifest = checked_manifest(folder, RERUN)
     path = folder / MANIFEST_FILE
     if manifest.get("format") != FORMAT:
@@ -172,7 +168,6 @@ def _check_values(data: np.ndarray, path: Path) -> None:
 
 
 def _load_encoder(folder: Path, settings: dict[str, Any], device: str) -> Any:
-    """The folder's TextEncoder, at the precision the memory's keys were embedded at."""
     if settings["input_max_len"] is None:
         raise DataError(f"must be an integer >= 1 for the model's encoder, got null: {RERUN}",
                         folder / SETTINGS_FILE, "input_max_len")
@@ -181,16 +176,15 @@ def _load_encoder(folder: Path, settings: dict[str, Any], device: str) -> Any:
     from ..encoder.text_encoder import TextEncoder  # imports torch: only a model with an encoder needs it
 
     transformers_logging.disable_progress_bar()  # `raexmc predict` errors stay one line on stderr
-    # the precision the memory's keys were embedded at, so that queries are encoded as the keys were
-    # (int8 is ONNX Runtime's on the CPU, whatever device the caller asked for)
+    # queries are encoded at the precision the keys were embedded at (int8 is ONNX Runtime's, on the CPU)
     return TextEncoder.load(folder / ENCODER_FOLDER, "cpu" if settings["precision"] == "int8" else device,
                             settings["precision"] or "auto", settings["input_max_len"], stage_output=True)
 
 
 def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int,
                  dim: int | None, device: str = "cpu") -> JointSearch:
-    """Both indexes at `ef_search` (exact ones on `device`), each checked to hold the values' rows (inputs) or
-    columns (labels) of keys, of the encoder's width `dim` where it has one."""
+    """Both indexes at `ef_search`, each checked to hold the values' rows (inputs) or columns (labels) of keys, of
+    the encoder's width `dim` where it has one."""
     parts = []
     for name, count, kind in zip(INDEXED_KEY_SETS, shape, ("input", "label")):
         keys = folder / name / KEYS_FILE
@@ -210,7 +204,7 @@ def _check_count(held: int, expected: int, what: str, path: Path, against: str |
 
 
 def read_settings(path: Path) -> dict[str, Any]:
-    """settings.json's values, each checked (a DataError naming the file and key); `retrieval` a RaeRetrieval."""
+    """settings.json's values, each checked (a DataError naming the key); `retrieval` a RaeRetrieval."""
     raw = read_json(path)
     if not isinstance(raw, dict):
         raise DataError(f"not a JSON object: {RERUN}", path)
@@ -228,3 +222,51 @@ def read_settings(path: Path) -> dict[str, Any]:
     settings["retrieval"] = recorded_retrieval(value("retrieval", Any), value("label_share", Any), path, RERUN)
     return settings
 
+
+USAGE = """```python
+from raexmc import RaeModel
+
+model = RaeModel.load("{name}")
+answers, _ = model.predict(["a query text"], k=5)
+```
+
+or `raexmc predict --model {name} "a query text"`."""
+
+
+def model_card(model: Any, settings: dict[str, Any]) -> str:
+    """README.md of a saved RaeModel whose settings.json holds `settings`, readable without the project."""
+    about = dict(settings["about"])
+    dataset, metrics = about.pop("dataset", None), about.pop("metrics", None)
+    lines = [f"# RAE-XMC model{f': {dataset}' if dataset else ''}", "",
+             "Extreme multi-label classification by a retrieval-augmented encoder (RAE-XMC): a query's b nearest keys "
+             "among the training inputs and the labels, p = softmax(q.k / tau), label scores lambda * p.V + "
+             "(1 - lambda) * p (label keys).", "",
+             "## Use", "", USAGE.format(name="<this folder>"), "",
+             "## Model", "",
+             f"- {model.num_inputs} input keys, {model.num_labels} labels{_indexes(model.search, settings)}",
+             f"- lambda {'per query (query_lambda.json), fallback ' if settings['query_lambda'] else ''}"
+             f"{settings['lambda']}, tau {settings['tau']}, b {settings['b']}, retrieval {settings['retrieval']}"
+             + ("" if settings["label_share"] is None else f" (label share {settings['label_share']})"),
+             f"- prior (tau * log n on merged keys): {'on' if settings['prior'] else 'off'}",
+             "- encoder: none" if model.encoder is None else
+             f"- encoder: encoder/ (sentence-transformers layout), inputs as {settings['input_fields']}, "
+             f"max length {settings['input_max_len']} tokens"]
+    if metrics:
+        lines += ["", "## Metrics", "", "| metric | value |", "|---|---|",
+                  *(f"| {name} | {value} |" for name, value in metrics.items())]
+    if about:
+        lines += ["", "## Provenance", "", *(f"- {key}: {_text(value)}" for key, value in about.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _indexes(search: Any, settings: dict[str, Any]) -> str:
+    """The indexes' part of the card's first line (a graph's beam too)."""
+    if search is None:
+        return ""
+    backends = (search.inputs.backend, search.labels.backend)
+    beam = f", ef_search {settings['ef_search']}" if set(backends) - {"exact"} else ""
+    return f"; indexes: {backends[0]} (inputs), {backends[1]} (labels){beam}"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)

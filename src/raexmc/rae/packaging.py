@@ -1,9 +1,10 @@
-"""The package stage's model: `packaged_model` puts a RaeModel together from the pipeline's outputs.
+"""The package stage's model folder, put together from the pipeline's outputs and saved: `package_model`, which
+build_model (rae/build.py) runs too.
 
-Which indexes it searches: the memory stage's own (a smaller memory's input keys, a compressed
-or prototype memory's labels), else the index stage's. Predict and serve search on the CPU, so where the index
-stage kept exact indexes for a GPU's search (`search.device`) and `index.backend` would build graphs on the CPU,
-the package stage builds those HNSW graphs; an evaluation on the GPU never waits for them."""
+Which indexes it searches: the memory stage's own (a smaller memory's input keys, a compressed or prototype
+memory's labels), else the index stage's. Predict and serve search on the CPU, so where the index stage kept exact
+indexes for a GPU's search and `index.backend` would build graphs on the CPU, the package stage builds those HNSW
+graphs; an evaluation on the GPU never waits for them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from ..data.dataset import Dataset
 from ..data.label_records import LabelRecords, write_label_records
+from ..io import scratch_dir
 from ..memory.indexes import INDEXED_KEY_SETS, backend_for, build_memory_indexes, load_joint_search, memory_backend
 from ..memory.input_memory import InputMemory, own_index_folders
 from ..memory.keys_values import memory_keys, training_values
@@ -28,9 +30,8 @@ def index_key_sets_read(memory: str | os.PathLike) -> tuple[str, ...]:
 
 def graphs_to_build(index: str | os.PathLike, memory: str | os.PathLike, setting: str,
                     embeddings: str | os.PathLike) -> tuple[str, ...]:
-    """The index stage's key sets whose HNSW graph the package stage builds for a model over `memory`: those
-    it reads from the index stage (index_key_sets_read) when that stage kept exact indexes where
-    `index.backend` (`setting`) would build graphs on the CPU; none otherwise."""
+    """The key sets read from the index stage whose HNSW graph the package stage builds: all of them where that
+    stage kept exact indexes and `index.backend` (`setting`) would build graphs on the CPU; none otherwise."""
     if memory_backend(index) != "exact" or backend_for(setting, embeddings) != "hnsw":
         return ()
     return index_key_sets_read(memory)
@@ -38,8 +39,8 @@ def graphs_to_build(index: str | os.PathLike, memory: str | os.PathLike, setting
 
 def packaged_search(index: Path, memory: InputMemory, embeddings: Path, setting: str, scratch: Path, ef_search: int,
                     threads: int = 0, **graph_settings) -> JointSearch:
-    """RAE's two indexes as the packaged model searches them, at beam `ef_search`: the graphs `graphs_to_build`
-    names built under `scratch` (with `graph_settings`: M, ef_construction), an exact index given its keys."""
+    """RAE's two indexes at beam `ef_search`: the graphs `graphs_to_build` names built under `scratch` (with
+    `graph_settings`: M, ef_construction), an exact index given its keys."""
     graphs = graphs_to_build(index, memory.folder, setting, embeddings)
     if graphs:
         build_memory_indexes(embeddings, scratch, "hnsw", key_sets=graphs, threads=threads, **graph_settings)
@@ -50,18 +51,18 @@ def packaged_search(index: Path, memory: InputMemory, embeddings: Path, setting:
     return memory.indexes(baselines, ef_search, threads)
 
 
-def packaged_model(dataset: Dataset, encoder: Any, index: Path, memory: Path, embeddings: Path, settings: RaeSettings,
-                   scratch: Path, *, relevance: str, input_fields: str, backend: str, ef_search: int,
-                   about: dict[str, Any], threads: int = 0, **graph_settings) -> RaeModel:
-    """The model the package stage saves: the train stage's `encoder` (a TextEncoder on the CPU, at the embed stage's
-    precision, cutting texts where the tokenize stage did; queries made by the `input_fields` recipe), the memory
-    stage's memory with its values (`relevance`) and prior, searched by `packaged_search` (`backend`: index.backend;
-    graphs built under `scratch`, which must outlive the model's labels, read from there), RAE at `settings`.
-    `encoder` None: a model that scores query embeddings only (no text), as for made-up embeddings."""
+def package_model(out: Path, dataset: Dataset, encoder: Any, index: Path, memory: Path, embeddings: Path,
+                  settings: RaeSettings, *, relevance: str, input_fields: str, backend: str, ef_search: int,
+                  about: dict[str, Any], threads: int = 0, **graph_settings) -> None:
+    """Save to `out` the model of the train stage's `encoder` (a TextEncoder on the CPU at the embed stage's
+    precision; None: a model of query embeddings only), the memory stage's memory with its values (`relevance`)
+    and prior, searched by `packaged_search` (`backend`: index.backend), RAE at `settings`; queries are made by
+    the `input_fields` recipe."""
     rae_memory = InputMemory(memory)
     values = rae_memory.values(training_values(dataset.label_matrix("train"), relevance, copy=False))
-    search = packaged_search(index, rae_memory, embeddings, backend, scratch / "graphs", ef_search, threads,
-                             **graph_settings)
-    write_label_records(scratch, dataset.texts("labels"))
-    return RaeModel(values, settings, rae_memory.log_counts(), search, encoder, LabelRecords.open(scratch),
-                    input_fields, {**about, "memory": rae_memory.summary()})
+    with scratch_dir(out) as scratch:  # named as the output's temporaries: the next stage sweeps a killed one's
+        search = packaged_search(index, rae_memory, embeddings, backend, scratch / "graphs", ef_search, threads,
+                                 **graph_settings)
+        write_label_records(scratch, dataset.texts("labels"))
+        RaeModel(values, settings, rae_memory.log_counts(), search, encoder, LabelRecords.open(scratch),
+                 input_fields, {**about, "memory": rae_memory.summary()}).save(out)

@@ -42,8 +42,7 @@ QUERY_LAMBDA_FILE = "query_lambda.json"  # the tune stage writes it, the package
 def query_features(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix, tau: float,
                    b: int | None = None, parts: Parts | None = None) -> np.ndarray:
     """(n, len(FEATURES)) float64 features of n joint retrievals; a query without a valid key gets zeros.
-    The last two: whether each half of RAE's scores rates the other's favourite label (ties to the smaller id).
-    `parts`: the halves at (tau, b) where the caller has them (RaeModel does)."""
+    `parts`: the score halves at (tau, b) where the caller has them (RaeModel does)."""
     num_train, num_labels = Y_train.shape
     probs = key_probabilities(sims, ids, tau, num_train + num_labels, b)  # validates ids, sims, tau, b
     knn_part, label_part = score_parts(ids, sims, Y_train, tau, b) if parts is None else parts
@@ -114,30 +113,28 @@ class QueryLambda:
 
     def lambdas(self, ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix,
                 parts: Parts | None = None) -> np.ndarray:
-        """λ per query of a joint retrieval, from its features at this model's τ and b (`parts`: its halves)."""
+        """λ per query of a joint retrieval, from its features at this model's τ and b."""
         if not self.uses_model:
             return np.full(len(ids), self.fallback)
         return self.choose(query_features(ids, sims, Y_train, self.tau, self.b, parts))
 
     def check_settings(self, tau: float, b: int | None, origin: str | os.PathLike | None = None) -> QueryLambda:
-        """This model, if its features were fitted at the τ and b that score with it; else a DataError."""
+        """This model, if fitted at the τ and b that score with it."""
         if (self.tau, self.b) != (tau, b):
             raise DataError(f"query-λ model fitted at tau={self.tau}, b={self.b}, but RAE here runs at tau={tau}, "
                             f"b={b}: rerun the tune stage", origin)
         return self
 
     def to_json(self) -> dict[str, Any]:
-        """A plain dict for json.dump: feature names, grid, fallback, tau, b, means, scales, coefficients."""
-        def listed(array: np.ndarray | None) -> list | None:
-            return None if array is None else array.tolist()
-
+        """A plain dict for json.dump."""
+        arrays = {name: None if getattr(self, name) is None else getattr(self, name).tolist()
+                  for name in ("mean", "scale", "coef")}
         return {"features": list(FEATURES), "grid": self.grid.tolist(), "fallback": self.fallback,
-                "tau": self.tau, "b": self.b, "mean": listed(self.mean), "scale": listed(self.scale),
-                "coef": listed(self.coef)}
+                "tau": self.tau, "b": self.b, **arrays}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], origin: str | None = None) -> QueryLambda:
-        """The model of `to_json`'s dict; DataError naming `origin` when it does not fit this code."""
+        """The model of `to_json`'s dict; a DataError naming `origin` when it does not fit this code."""
         try:
             if list(data["features"]) != list(FEATURES):
                 raise DataError(f"query-λ model uses features {data['features']}, this code computes {list(FEATURES)}",
@@ -170,10 +167,9 @@ def read_query_lambda(path: str | os.PathLike, tau: float, b: int | None) -> Que
 def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray, tau: float, b: int | None,
                      folds: int = DEFAULT_FOLDS, ridge: float = DEFAULT_RIDGE,
                      seed: int = 0, fixed_lambda: float | None = None) -> tuple[QueryLambda, dict[str, Any]]:
-    """The model from validation features (n, F) and their target metric at each grid λ (n, G): kept only
-    when its `folds`-fold cross-validated target beats the fixed λ's (`fixed_lambda`, the tune stage's choice, by
-    default the best on all queries) by MARGIN_SE standard errors of the mean gain, so noise never wins a near tie.
-    Returns the model and a report of both scores."""
+    """The model from validation features (n, F) and their target metric at each grid λ (n, G), and a report of
+    both scores: kept only when its `folds`-fold cross-validated target beats the fixed λ's (`fixed_lambda`, by
+    default the best on all queries) by MARGIN_SE standard errors of the mean gain, so noise never wins a tie."""
     features, grid = _check_features(features), _check_grid(grid)
     targets = np.asarray(targets, dtype=np.float64)
     if targets.shape != (len(features), len(grid)) or not np.isfinite(targets).all():
@@ -205,8 +201,8 @@ def fit_query_lambda(features: np.ndarray, targets: np.ndarray, grid: np.ndarray
 
 
 def _fit_linear(features: np.ndarray, targets: np.ndarray, ridge: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, scale, coef): every target column's ridge regression on the standardised features at once,
-    intercept unpenalised, as least squares on rows augmented by sqrt(ridge)·I."""
+    """(mean, scale, coef): every target column's ridge regression on the standardised features at once
+    (intercept unpenalised), as least squares on rows augmented by sqrt(ridge)·I."""
     mean = features.mean(axis=0)
     scale = features.std(axis=0)
     scale[scale == 0] = 1.0

@@ -11,9 +11,7 @@ from .pairs import as_pattern, check_same_shape, in_pattern, row_chunks, row_ids
 _PAD_LIMIT = 4   # the padded matrix of wide rows may hold at most this many cells per candidate
 
 
-def top_k(
-    scores: sp.csr_matrix | np.ndarray, k: int, exclude: sp.csr_matrix | None = None
-) -> np.ndarray:
+def top_k(scores: sp.csr_matrix | np.ndarray, k: int, exclude: sp.csr_matrix | None = None) -> np.ndarray:
     """Top-k labels per row, best first, (N, k) int64 padded with -1; ties to the smaller label. For sparse
     scores only stored entries are candidates; `exclude`'s nonzeros are never returned; NaN ranks as -inf."""
     if k < 0:
@@ -40,9 +38,7 @@ def top_k(
     return out
 
 
-def _sparse_candidates(
-    block: sp.csr_matrix, banned: sp.csr_matrix | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _sparse_candidates(block: sp.csr_matrix, banned: sp.csr_matrix | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, label, score) of every stored score not in `banned`."""
     if not block.has_canonical_format:
         block.sum_duplicates()  # `block` is a row slice, hence a private copy
@@ -81,9 +77,8 @@ def _row_top_candidates(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_
     return rows[keep], cols[keep], vals[keep]
 
 
-def _dense_candidates(
-    block: np.ndarray, k: int, banned: sp.csr_matrix | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _dense_candidates(block: np.ndarray, k: int,
+                      banned: sp.csr_matrix | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, label, score) of the entries at or above their row's k-th best allowed score."""
     block = _nan_last(block)
     allowed = np.ones(block.shape, dtype=bool) if banned is None else banned.toarray() == 0

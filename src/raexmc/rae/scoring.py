@@ -3,9 +3,8 @@
 Key ids 0..N-1 are training inputs, N..N+L-1 labels; a search's (ids, sims) are padded with -1 / -inf.
 p = softmax(q . k / τ) over the first b valid keys, and scores = λ P[:, :N] @ Y_train + (1 − λ) P[:, N:].
 `score_parts` computes the two products once per (τ, b) and `combine` mixes them for any λ (a sweep's cost:
-one sparse addition); `combine_per_query` takes a λ per query. Probabilities are float64. The real dual encoder
-and kNN search their own key sets (`dual_encoder_scores`, `knn_scores`): λ = 0 or 1 on the joint top-b is a
-truncated baseline.
+one sparse addition). The real dual encoder and kNN search their own key sets: λ = 0 or 1 on the joint top-b
+is a truncated baseline.
 """
 
 from __future__ import annotations
@@ -31,21 +30,19 @@ def _number(value: object) -> float:
 
 
 def check_lambda(lam: float) -> float:
-    """λ as a float, or ValueError unless 0 <= λ <= 1."""
     if not 0.0 <= _number(lam) <= 1.0:  # also false for nan
         raise ValueError(f"infer.lambda must be a number in [0, 1], got {lam!r}")
     return float(lam)
 
 
 def check_tau(tau: float) -> float:
-    """τ as a float, or ValueError unless it is a finite number > 0."""
     if not 0.0 < _number(tau) < np.inf:
         raise ValueError(f"infer.tau must be a finite number > 0, got {tau!r}")
     return float(tau)
 
 
 def check_b(b: int | None) -> int | None:
-    """b as an int (None: every retrieved key), or ValueError unless it is >= 1."""
+    """b as an int (None: every retrieved key)."""
     return None if b is None else positive_int(b, "infer.b")
 
 
@@ -55,12 +52,9 @@ def _check_retrieval(ids: np.ndarray, sims: np.ndarray | None) -> tuple[np.ndarr
         raise DataError(f"retrieved ids must be 2-D (queries x keys), got shape {ids.shape}")
     if ids.size and not np.issubdtype(ids.dtype, np.integer):
         raise DataError(f"retrieved ids must be integers, got {ids.dtype}")
-    ids = ids.astype(np.int64, copy=False)
-    if sims is not None:
-        sims = np.asarray(sims)
-        if sims.shape != ids.shape:
-            raise DataError(f"retrieved sims have shape {sims.shape}, ids have {ids.shape}")
-    return ids, sims
+    if sims is not None and np.shape(sims) != ids.shape:
+        raise DataError(f"retrieved sims have shape {np.shape(sims)}, ids have {ids.shape}")
+    return ids.astype(np.int64, copy=False), None if sims is None else np.asarray(sims)
 
 
 def _as_labels(Y_train: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
@@ -68,8 +62,6 @@ def _as_labels(Y_train: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
     if Y.ndim != 2:
         raise DataError(f"Y_train must be 2-D, got shape {Y.shape}")
     return Y
-
-
 
 
 def kept_mask(ids: np.ndarray, sims: np.ndarray | None, b: int | None) -> np.ndarray:
@@ -82,9 +74,8 @@ def kept_mask(ids: np.ndarray, sims: np.ndarray | None, b: int | None) -> np.nda
     return valid
 
 
-def _softmax_entries(
-    sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int, b: int | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _softmax_entries(sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int,
+                     b: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, key id, probability) of every kept entry, row-major; the row maximum goes before exp, so nothing
     overflows however small τ is."""
     tau, b = check_tau(tau), check_b(b)
@@ -103,8 +94,7 @@ def _softmax_entries(
     weights = np.exp(logits - row_max)  # exp(-inf) = 0 outside the kept entries
     total = weights.sum(axis=1, keepdims=True)
     np.divide(weights, total, out=weights, where=total > 0)
-    rows = np.nonzero(kept)[0].astype(np.int64)
-    return rows, keys, weights[kept]
+    return np.nonzero(kept)[0].astype(np.int64), keys, weights[kept]
 
 
 def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
@@ -116,136 +106,86 @@ def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int,
     return matrix
 
 
-def key_probabilities(
-    sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int, b: int | None = None
-) -> sp.csr_matrix:
+def key_probabilities(sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int,
+                      b: int | None = None) -> sp.csr_matrix:
     """softmax(sims / τ) over each row's first b valid entries (None: all) as CSR (n, num_keys); a row
     without a valid key is zero."""
-    ids, sims = _check_retrieval(ids, sims)
     rows, keys, probs = _softmax_entries(sims, ids, tau, num_keys, b)
-    return _csr(rows, keys, probs, (ids.shape[0], int(num_keys)))
+    return _csr(rows, keys, probs, (np.shape(ids)[0], int(num_keys)))
 
 
-
-
-def score_parts(
-    ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float, b: int | None = None
-) -> Parts:
+def score_parts(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float,
+                b: int | None = None) -> Parts:
     """(knn_part, label_part), CSR (n, L): P[:, :N] @ Y_train and P[:, N:], for `combine` at any λ."""
     Y = _as_labels(Y_train)
     num_train, num_labels = Y.shape
-    ids, sims = _check_retrieval(ids, sims)
     rows, keys, probs = _softmax_entries(sims, ids, tau, num_train + num_labels, b)
-    is_train = keys < num_train
-    n = ids.shape[0]
+    is_train, n = keys < num_train, np.shape(ids)[0]
     p_train = _csr(rows[is_train], keys[is_train], probs[is_train], (n, num_train))
-    is_label = ~is_train
-    p_label = _csr(rows[is_label], keys[is_label] - num_train, probs[is_label], (n, num_labels))
+    p_label = _csr(rows[~is_train], keys[~is_train] - num_train, probs[~is_train], (n, num_labels))
     knn_part = sp.csr_matrix(p_train @ Y)
     knn_part.sum_duplicates()  # a product's indices come unsorted: sorted once here, every combine adds in order
     return knn_part, p_label
 
 
-def _checked_parts(parts: Parts) -> Parts:
+def combine(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
+    """lam * knn_part + (1 - lam) * label_part, storing exactly the labels with a nonzero score (ranking reads
+    the stored entries), for a lam already checked: a float in [0, 1] or one per query (combine_per_query)."""
     knn_part, label_part = parts
     if knn_part.shape != label_part.shape:
         raise DataError(f"score parts have shapes {knn_part.shape} and {label_part.shape}")
-    return knn_part, label_part
-
-
-def _nonzero_only(scores: sp.csr_matrix) -> sp.csr_matrix:
-    """The scores storing exactly the labels with a nonzero score (ranking reads the stored entries)."""
+    if np.ndim(lam) != 0:
+        scores = sp.csr_matrix(sp.diags(lam) @ knn_part + sp.diags(1.0 - lam) @ label_part)
+    elif lam in (0.0, 1.0):
+        scores = sp.csr_matrix(knn_part if lam == 1.0 else label_part, copy=True)
+    else:
+        scores = sp.csr_matrix(lam * knn_part + (1.0 - lam) * label_part)
     scores.sum_duplicates()
     scores.eliminate_zeros()
     return scores
 
 
-def mixed(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
-    """lam * knn_part + (1 - lam) * label_part, storing exactly the labels with a nonzero score, for a lam already
-    checked: a float in [0, 1] (check_lambda, RaeSettings) or one per query (combine_per_query checks them)."""
-    knn_part, label_part = _checked_parts(parts)
-    if np.ndim(lam) != 0:
-        return _nonzero_only(sp.csr_matrix(sp.diags(lam) @ knn_part + sp.diags(1.0 - lam) @ label_part))
-    if lam == 1.0:
-        return _nonzero_only(sp.csr_matrix(knn_part, copy=True))
-    if lam == 0.0:
-        return _nonzero_only(sp.csr_matrix(label_part, copy=True))
-    return _nonzero_only(sp.csr_matrix(lam * knn_part + (1.0 - lam) * label_part))
-
-
-def combine(parts: Parts, lam: float) -> sp.csr_matrix:
-    """lam * knn_part + (1 - lam) * label_part for any lam a caller gives (checked), as `mixed`."""
-    return mixed(parts, check_lambda(lam))
-
-
-def combine_per_query(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
-    """`combine` with a λ per query (an array of one value in [0, 1] per row), or a scalar λ."""
-    if np.ndim(lam) == 0:
-        return combine(parts, lam)
-    knn_part, _ = _checked_parts(parts)
+def combine_per_query(parts: Parts, lam: np.ndarray) -> sp.csr_matrix:
+    """`combine` with a λ per query, each checked to lie in [0, 1]."""
     lam = np.asarray(lam, dtype=np.float64)
-    if lam.shape != (knn_part.shape[0],):
-        raise DataError(f"per-query lambdas have shape {lam.shape}, the scores {knn_part.shape[0]} rows")
+    if lam.shape != (parts[0].shape[0],):
+        raise DataError(f"per-query lambdas have shape {lam.shape}, the scores {parts[0].shape[0]} rows")
     if not np.all((lam >= 0.0) & (lam <= 1.0)):  # also false for nan
         raise DataError("per-query lambdas must lie in [0, 1]")
-    return mixed(parts, lam)
-
-
-def rae_scores(
-    ids: np.ndarray,
-    sims: np.ndarray,
-    Y_train: sp.spmatrix | np.ndarray,
-    lam: float = PAPER_LAMBDA,
-    tau: float = PAPER_TAU,
-    b: int | None = None,
-) -> sp.csr_matrix:
-    """RAE-XMC label scores, CSR (n, L); for several λ on one retrieval, `score_parts` once and `combine` each."""
-    lam = check_lambda(lam)  # before the softmax's work; score_parts checks tau and b
-    return mixed(score_parts(ids, sims, Y_train, tau, b), lam)
-
-
+    return combine(parts, lam)
 
 
 def dual_encoder_scores(ids: np.ndarray, sims: np.ndarray, num_labels: int, tau: float = PAPER_TAU,
                         b: int | None = None) -> sp.csr_matrix:
-    """The dual encoder from its own search over the label keys alone (ids 0..L-1): softmax(q Z^T / tau)
-    over the first b valid labels, CSR (n, L). RAE with lam = 0 on a label-only memory."""
-    ids, sims = _check_retrieval(ids, sims)
+    """The dual encoder from its own search over the label keys alone (ids 0..L-1): RAE with λ = 0 on a
+    label-only memory."""
     return key_probabilities(sims, ids, tau, num_labels, b)
 
 
 def knn_scores(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float = PAPER_TAU,
                b: int | None = None) -> sp.csr_matrix:
-    """kNN from its own search over the training-input keys alone (ids 0..N-1): softmax(q X^T / tau)
-    over the first b valid inputs, times Y_train, CSR (n, L). RAE with lam = 1 on an input-only memory."""
+    """kNN from its own search over the training-input keys alone (ids 0..N-1): RAE with λ = 1 on an
+    input-only memory."""
     Y = _as_labels(Y_train)
-    ids, sims = _check_retrieval(ids, sims)
     return sp.csr_matrix(key_probabilities(sims, ids, tau, Y.shape[0], b) @ Y)
 
 
-def ova_knn_scores(
-    x_ids: np.ndarray,
-    x_sims: np.ndarray,
-    z_ids: np.ndarray,
-    z_sims: np.ndarray,
-    Y_train: sp.spmatrix | np.ndarray,
-    lam: float = PAPER_LAMBDA,
-    tau: float = PAPER_TAU,
-    b: int | None = None,
-) -> sp.csr_matrix:
-    """The paper's OvA+kNN ablation (Eq. 12): the kNN and dual-encoder scores of two separate searches,
-    each with its own softmax, mixed afterwards: lam * knn + (1 - lam) * dual encoder."""
+def ova_knn_scores(x_ids: np.ndarray, x_sims: np.ndarray, z_ids: np.ndarray, z_sims: np.ndarray,
+                   Y_train: sp.spmatrix | np.ndarray, lam: float = PAPER_LAMBDA, tau: float = PAPER_TAU,
+                   b: int | None = None) -> sp.csr_matrix:
+    """The paper's OvA+kNN ablation (Eq. 12): kNN and the dual encoder, each its own search and softmax,
+    mixed afterwards: lam * knn + (1 - lam) * dual encoder."""
     lam = check_lambda(lam)  # before the two softmaxes' work
     if np.shape(x_ids)[0] != np.shape(z_ids)[0]:
         raise DataError(f"the two searches have {np.shape(x_ids)[0]} and {np.shape(z_ids)[0]} queries")
     Y = _as_labels(Y_train)
-    return mixed((knn_scores(x_ids, x_sims, Y, tau, b), dual_encoder_scores(z_ids, z_sims, Y.shape[1], tau, b)), lam)
+    return combine((knn_scores(x_ids, x_sims, Y, tau, b), dual_encoder_scores(z_ids, z_sims, Y.shape[1], tau, b)),
+                   lam)
 
 
 def train_key_counts(ids: np.ndarray, num_train: int, b: int | None = None) -> np.ndarray:
     """[training-input keys, all valid keys] among every query's first b valid keys, pooled: sums, which add
     up over chunks of queries; their ratio is the b sweep's train_key_share."""
-    b = check_b(b)
     ids, _ = _check_retrieval(ids, None)
-    kept = kept_mask(ids, None, b)
+    kept = kept_mask(ids, None, check_b(b))
     return np.array([(kept & (ids < num_train)).sum(), kept.sum()], dtype=np.int64)

@@ -1,7 +1,5 @@
-"""The resumable state of a training run in one file, written by rank 0 every `checkpoint_every` steps:
-model, optimizer, scheduler, RNG, step, mined negatives, time and history; resumed only when its fingerprint
-matches.
-"""
+"""The resumable state of a training run in one file, written by rank 0 every `checkpoint_every` steps; resumed only
+when its fingerprint matches."""
 
 from __future__ import annotations
 
@@ -21,8 +19,8 @@ from ..io import atomic_file, checked_writes
 
 def run_fingerprint(encoder_name: str, recipe: Any, settings: Any, data_stats: dict[str, Any],
                     token_key: dict[str, Any], world_size: int) -> str:
-    """What a checkpoint must match to be resumed: encoder and pooling, the settings (grad_cache_chunk's auto
-    unresolved: it depends on the card, not the gradient), the dataset's stats, the token cache's key, the processes."""
+    """What a checkpoint must match to be resumed (grad_cache_chunk's auto unresolved: it depends on the card, not
+    the gradient)."""
     return hashlib.sha256(json.dumps([encoder_name, recipe, vars(settings), data_stats, token_key, world_size],
                                      sort_keys=True).encode()).hexdigest()
 
@@ -30,7 +28,6 @@ def run_fingerprint(encoder_name: str, recipe: Any, settings: Any, data_stats: d
 @dataclass
 class Resumed:
     """Where training picks up: step 0 with nothing mined, or what a matching checkpoint holds."""
-
     step: int = 0
     negatives: np.ndarray | None = None
     elapsed_s: float = 0.0
@@ -40,7 +37,6 @@ class Resumed:
 @dataclass
 class Checkpoint:
     """The checkpoint file of one training run and the objects whose state it holds."""
-
     path: Path
     fingerprint: str
     model: torch.nn.Module

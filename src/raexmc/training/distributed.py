@@ -34,9 +34,7 @@ class _GatherKeepingLocalGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
         ctx.start, ctx.rows = rank * tensor.shape[0], tensor.shape[0]
-        parts = [torch.empty_like(tensor) for _ in range(world_size)]
-        dist.all_gather(parts, tensor.contiguous())
-        return torch.cat(parts, dim=0)
+        return _all_gather(tensor, world_size)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -45,18 +43,18 @@ class _GatherKeepingLocalGradient(torch.autograd.Function):
 
 def gather_with_grad(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     """Every rank's equal `tensor` concatenated, gradients to the local part (a loss all ranks compute alike)."""
-    if not ctx.active:
-        return tensor
-    return _GatherKeepingLocalGradient.apply(tensor, ctx.rank, ctx.world_size)
+    return _GatherKeepingLocalGradient.apply(tensor, ctx.rank, ctx.world_size) if ctx.active else tensor
+
+
+def _all_gather(tensor: torch.Tensor, world_size: int) -> torch.Tensor:
+    parts = [torch.empty_like(tensor) for _ in range(world_size)]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.cat(parts, dim=0)
 
 
 def gather_array(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     """Concatenate every rank's equally sized `tensor` (no gradients)."""
-    if not ctx.active:
-        return tensor
-    parts = [torch.empty_like(tensor) for _ in range(ctx.world_size)]
-    dist.all_gather(parts, tensor.contiguous())
-    return torch.cat(parts, dim=0)
+    return _all_gather(tensor, ctx.world_size) if ctx.active else tensor
 
 
 def shard(rows, ctx: DistContext):

@@ -23,7 +23,7 @@ def graph_bytes_per_text(config, tokens: int, precision: str) -> int:
 
 
 def graph_budget_bytes(device: str) -> int:
-    """What a step's graph may hold: CPU_BUDGET_BYTES on a CPU, a share of the GPU's memory on a GPU."""
+    """What a step's graph may hold on `device`."""
     if device.startswith("cuda"):
         import torch
 

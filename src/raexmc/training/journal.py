@@ -1,6 +1,5 @@
-"""What the training loop reports: loss and throughput between rounds, the history (in the checkpoint, so
-a resumed run returns its interrupted start's rows too) and a progress bar; rank 0 only.
-"""
+"""What the training loop reports on rank 0: loss and throughput between rounds, the history (in the checkpoint,
+so a resumed run returns its interrupted start's rows too) and a progress bar."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ class Journal:
     def _open_window(self) -> None:
         self.window_start, self.window_loss, self.window_steps = time.perf_counter(), 0.0, 0
 
-    def elapsed_s(self) -> float:
-        """Seconds of training so far, those before a resume included."""
+    def elapsed_s(self) -> float:  # those before a resume included
         return time.perf_counter() - self.started
 
     def _record(self, step: int, values: dict[str, float]) -> None:
@@ -49,7 +47,6 @@ class Journal:
         self._open_window()
 
     def stepped(self, loss: float) -> None:
-        """One step done with this loss."""
         self.window_loss += loss
         self.window_steps += 1
         self.bar.update(1)

@@ -8,16 +8,12 @@ them, and an input sharing a positive with ``i`` is no instance negative of ``i`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import scipy.sparse as sp
 import torch
 from torch import Tensor
 
 from ..rae.scoring import PAPER_TAU
-
-LabelRows = Sequence[Sequence[int] | np.ndarray] | sp.spmatrix | sp.sparray
 
 
 def decoupled_infonce(
@@ -42,13 +38,10 @@ def decoupled_infonce(
     if x.dim() != 2 or z.dim() != 2 or x.shape[1] != z.shape[1]:
         raise ValueError(f"x and z must be (B, d) and (M, d), got {tuple(x.shape)} and {tuple(z.shape)}")
     batch, n_labels = x.shape[0], z.shape[0]
-    if tuple(is_positive.shape) != (batch, n_labels):
-        raise ValueError(f"is_positive must be ({batch}, {n_labels}), got {tuple(is_positive.shape)}")
-    if tuple(positive_col.shape) != (batch,):
-        raise ValueError(f"positive_col must be ({batch},), got {tuple(positive_col.shape)}")
-    if share_label is not None and tuple(share_label.shape) != (batch, batch):
-        raise ValueError(f"share_label must be ({batch}, {batch}), got {tuple(share_label.shape)}")
-
+    for name, tensor, shape in (("is_positive", is_positive, (batch, n_labels)), ("positive_col", positive_col,
+                                (batch,)), ("share_label", share_label, (batch, batch))):
+        if tensor is not None and tuple(tensor.shape) != shape:
+            raise ValueError(f"{name} must be {shape}, got {tuple(tensor.shape)}")
     device = x.device
     positive_col = positive_col.to(device=device, dtype=torch.long)
     is_positive = is_positive.to(device=device, dtype=torch.bool)
@@ -76,51 +69,26 @@ def decoupled_infonce(
         return (torch.logsumexp(scores, dim=1) - positive_logit).mean()
 
 
-def _rows_to_csr(batch_labels: LabelRows) -> tuple[np.ndarray, np.ndarray]:
-    """(indptr, label ids) of the batch rows, from a CSR slice or a list of id arrays."""
-    if sp.issparse(batch_labels):
-        csr = sp.csr_array(batch_labels)
-        csr.eliminate_zeros()
-        return csr.indptr.astype(np.int64), csr.indices.astype(np.int64)
-    arrays = [np.asarray(row, dtype=np.int64).reshape(-1) for row in batch_labels]
-    lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
-    indptr = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
-    return indptr, ids
+def _pattern(batch_labels: sp.spmatrix | sp.sparray) -> sp.csr_array:
+    """The batch's label rows (CSR) with 1 at every stored positive."""
+    pattern = sp.csr_array(batch_labels, dtype=np.float64)
+    pattern.eliminate_zeros()
+    pattern.data[:] = 1.0
+    return pattern
 
 
-def batch_label_masks(batch_labels: LabelRows, batch_label_ids: Sequence[int] | np.ndarray) -> Tensor:
-    """(B, M) bool: True where column m (label ``batch_label_ids[m]``) is any positive of input i;
-    ``batch_labels`` the batch's positive label ids (arrays, or CSR rows)."""
-    indptr, ids = _rows_to_csr(batch_labels)
+def batch_label_masks(batch_labels: sp.spmatrix | sp.sparray, batch_label_ids: np.ndarray) -> Tensor:
+    """(B, M) bool: True where column m (label ``batch_label_ids[m]``) is any positive of input i; ``batch_labels``
+    the batch's rows of the label matrix."""
     columns = np.asarray(batch_label_ids, dtype=np.int64).reshape(-1)
-    batch, n_labels = indptr.size - 1, columns.size
-    order = np.argsort(columns, kind="stable")
-    sorted_ids = columns[order]
-    if n_labels > 1 and bool((sorted_ids[1:] == sorted_ids[:-1]).any()):
+    if len(np.unique(columns)) != len(columns):
         raise ValueError("batch_label_ids must be distinct")
-
-    mask = np.zeros((batch, n_labels), dtype=bool)
-    if n_labels and ids.size:
-        row_of = np.repeat(np.arange(batch), np.diff(indptr))
-        where = np.minimum(np.searchsorted(sorted_ids, ids), n_labels - 1)
-        found = sorted_ids[where] == ids
-        mask[row_of[found], order[where[found]]] = True
-    return torch.from_numpy(mask)
+    return torch.from_numpy(_pattern(batch_labels)[:, columns].toarray() > 0)
 
 
-def shared_label_mask(batch_labels: LabelRows) -> Tensor:
-    """(B, B) bool: inputs i and j share a positive label (diagonal True): ``Y_b Y_bᵀ > 0`` on the labels present."""
-    indptr, ids = _rows_to_csr(batch_labels)
-    batch = indptr.size - 1
-    local, compact = np.unique(ids, return_inverse=True)
-    y = sp.csr_array(
-        (np.ones(ids.size, dtype=np.int32), compact.reshape(-1), indptr),
-        shape=(batch, local.size),
-    )
-    y.sum_duplicates()
-    y.data[:] = 1
-    shared = (y @ y.T).toarray() > 0
+def shared_label_mask(batch_labels: sp.spmatrix | sp.sparray) -> Tensor:
+    """(B, B) bool: inputs i and j share a positive label (diagonal True): ``Y_b Y_bᵀ > 0``."""
+    pattern = _pattern(batch_labels)
+    shared = (pattern @ pattern.T).toarray() > 0
     np.fill_diagonal(shared, True)
     return torch.from_numpy(np.ascontiguousarray(shared))

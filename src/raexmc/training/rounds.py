@@ -1,6 +1,6 @@
-"""A mining round every `hnm_steps`: re-embed the labels and the inputs the round needs, mine, validate.
-A round without validation (`val_max_queries: 0`) embeds at most hnm_steps x the global batch inputs.
-"""
+"""A mining round every `hnm_steps`: re-embed the labels and the inputs the round needs, mine (mining.py), validate
+(P@1 of RAE, the dual encoder and kNN on held-out training inputs). A round without validation
+(`val_max_queries: 0`) embeds at most hnm_steps x the global batch inputs."""
 
 from __future__ import annotations
 
@@ -13,18 +13,21 @@ import torch
 from ..encoder.device import embed_batch_size
 from ..encoder.text_encoder import TextEncoder, length_sorted_batches
 from ..encoder.tokens import TokenCache
+from ..evaluation.evaluator import Evaluator
+from ..evaluation.methods import method_scorers
+from ..evaluation.retrievals import Retrievals
+from ..memory.keys_values import training_values
 from ..memory.torch_index import top_k_search
 from ..process_group import DistContext
 from ..progress import progress_bar
 from .distributed import gather_array, pad_to_multiple, shard
 from .mining import mine_hard_negatives
 from .settings import TrainSettings
-from .validation import validate
 
 
 def embed_sharded(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, batch_size: int,
                   ctx: DistContext) -> np.ndarray:
-    """Embeddings of the given rows in their order, each rank encoding its share, gathered."""
+    """Embeddings of `rows` in their order, each rank encoding its share, gathered."""
     count = len(rows)
     padded = pad_to_multiple(np.arange(count), ctx.world_size)
     share = np.asarray(rows)[shard(padded, ctx)]
@@ -38,6 +41,22 @@ def embed_sharded(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, ro
     return out
 
 
+def validate(inputs: np.ndarray, labels: np.ndarray, Y: sp.csr_matrix, filters: sp.csr_matrix,
+             train_rows: np.ndarray, val_rows: np.ndarray, settings: TrainSettings, device: str,
+             propensity_ab: tuple[float, float]) -> dict[str, float]:
+    """Validation P@1 of RAE, the dual encoder and kNN (each its own exact search), and the inputs queried."""
+    queries, memory_inputs = inputs[val_rows], inputs[train_rows]
+    searches = {"joint": np.vstack([memory_inputs, labels]), "labels": labels, "inputs": memory_inputs}
+    retrievals = Retrievals(**{name: top_k_search(keys, device)(queries, settings.val_b)
+                               for name, keys in searches.items()})
+    values = training_values(Y[train_rows], copy=False)
+    evaluator = Evaluator(values, Y[val_rows], filters[val_rows], propensity_ab)
+    scorers = method_scorers(retrievals, values, settings.val_lambda, settings.tau, settings.val_b)
+    return {"val_queries": len(val_rows),
+            **{f"val_{name}_P@1": evaluator.summary(evaluator.rank(len(val_rows), scorer))[0]["P@1"]
+               for name, scorer in scorers.items()}}
+
+
 @dataclass
 class RoundResult:
     """Every training input's mined negatives (N, m; -1 where none) and the validation P@1s."""
@@ -49,8 +68,8 @@ class RoundResult:
 def mining_round(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix,
                  train_rows: np.ndarray, val_rows: np.ndarray, mine_rows: np.ndarray, settings: TrainSettings,
                  ctx: DistContext, round_no: int, propensity_ab: tuple[float, float]) -> RoundResult:
-    """Mine hard negatives for the inputs `mine_rows` (sorted; none: validation only) and validate P@1 on
-    `val_rows`, re-embedding the labels and the inputs those need (every one when validating: its memory)."""
+    """Mine hard negatives for `mine_rows` (sorted; none: validation only) and validate on `val_rows`, re-embedding
+    the labels and the inputs those need (every one when validating: its memory)."""
     negatives = np.full((Y.shape[0], settings.num_hard_negatives), -1, np.int64)
     if not len(mine_rows) and not len(val_rows):
         return RoundResult(negatives, {})

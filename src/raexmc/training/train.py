@@ -3,8 +3,8 @@ one GPU or many (torchrun).
 
 Every rank draws the same global batch, encodes its share and gathers the embeddings, so negatives span the
 global batch; each back-propagates the same loss through its own encodings, and one all-reduce sums the shares
-into one process's gradient. The loop reads top to bottom; its parts: batches.py, backward.py and step.py,
-rounds.py (mining.py, validation.py), checkpoint.py, journal.py.
+into one process's gradient. The loop reads top to bottom; its parts: step.py, rounds.py (mining.py),
+checkpoint.py, journal.py.
 """
 
 from __future__ import annotations
@@ -20,22 +20,20 @@ from ..data.held_out import query_sample, split_validation
 from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
 from ..process_group import DistContext
-from .batches import BatchSampler
 from .checkpoint import Checkpoint
 from .journal import Journal
 from .rounds import RoundResult, mining_round
 from .settings import TrainSettings
-from .step import apply_gradients, make_optimizer, training_step
+from .step import BatchSampler, apply_gradients, make_optimizer, training_step
 
 
 def train(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix, settings: TrainSettings,
           ctx: DistContext, checkpoint: Path, propensity_ab: tuple[float, float],
           log: Callable[[int, dict[str, float]], None], fingerprint: str = "") -> list[dict[str, float]]:
-    """Train `encoder.model` in place for settings.max_steps, resuming from `checkpoint` where its fingerprint
-    matches. `log(step, metrics)` gets each mining round's row on rank 0 (loss, lr, examples/s, validation P@1);
-    returns every row, an interrupted earlier run's included."""
-    if not isinstance(settings.grad_cache_chunk, int):
-        raise TypeError(f"grad_cache_chunk must be a number (auto: graph_memory.resolve_grad_cache), "
+    """Train `encoder.model` in place, resuming from `checkpoint` where its fingerprint matches. `log(step,
+    metrics)` gets each mining round's row on rank 0; returns every row, an interrupted earlier run's included."""
+    if not isinstance(settings.grad_cache_chunk, int):  # a programming error: the stage resolves auto first
+        raise ValueError(f"grad_cache_chunk must be resolved (graph_memory.resolve_grad_cache), "
                          f"got {settings.grad_cache_chunk!r}")
     torch.manual_seed(settings.seed)
     params = [p for p in encoder.model.parameters() if p.requires_grad]
