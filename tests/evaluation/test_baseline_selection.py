@@ -12,11 +12,11 @@ import scipy.sparse as sp
 from ruamel.yaml import YAML
 
 from raexmc.data.held_out import validation_folds
-from raexmc.evaluation.baseline_selection import select_knn
 from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.memory_choice import MemoryTuning
 from raexmc.evaluation.methods import evaluate_retrieval
-from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.retrievals import Retrievals
+from raexmc.evaluation.selection import select_knn
 from raexmc.evaluation.selection_file import read_selection
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_folds

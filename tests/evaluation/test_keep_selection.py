@@ -30,8 +30,7 @@ from ruamel.yaml import YAML
 
 from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError
-from raexmc.evaluation.keep_selection import choose_keep
-from raexmc.evaluation.prototype_selection import MemoryTuning
+from raexmc.evaluation.memory_choice import MemoryTuning, choose_keep
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_labels
 from raexmc.memory.input_memory import MemorySettings

@@ -10,8 +10,7 @@ import scipy.sparse as sp
 
 from raexmc.data.stats import SEGMENTS, segment_of
 from raexmc.errors import DataError
-from raexmc.evaluation.macro_f1 import macro_f1_by_segment
-from raexmc.evaluation.metrics import per_instance_metrics, summarize
+from raexmc.evaluation.metrics import macro_f1_by_segment, per_instance_metrics, summarize
 from raexmc.evaluation.propensity import propensities
 from raexmc.rae import pairs, ranking
 from raexmc.rae.pairs import remove_pairs

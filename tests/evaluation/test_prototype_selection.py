@@ -26,9 +26,8 @@ from ruamel.yaml import YAML
 
 from raexmc.data.held_out import query_sample, split_validation
 from raexmc.errors import ConfigError
-from raexmc.evaluation import prototype_selection
-from raexmc.evaluation.keep_selection import choose_keep
-from raexmc.evaluation.prototype_selection import MemoryTuning
+from raexmc.evaluation import memory_choice
+from raexmc.evaluation.memory_choice import MemoryTuning, choose_keep
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_labels
 from raexmc.memory.input_memory import MemorySettings
@@ -187,8 +186,8 @@ def test_with_auto_keep_each_keep_is_judged_at_its_own_alpha_and_each_alpha_sear
     the grid's edge, so 0.25 is tried (at α 0.5: 100 again) and the tie goes to the larger keep. The labels' search
     at an α does not depend on the keep: five α over three keeps (keep 1's at α 0) search the labels five times."""
     searched = []
-    real = prototype_selection.label_search
-    monkeypatch.setattr(prototype_selection, "label_search", lambda *args: searched.append(args[-1]) or real(*args))
+    real = memory_choice.label_search
+    monkeypatch.setattr(memory_choice, "label_search", lambda *args: searched.append(args[-1]) or real(*args))
     retrieval, chosen = choose_keep(tuning(tmp_path, tuple(GRID)).at, (1.0, 0.5), "P@1")
     assert [(r["keep"], r.get("prototypes"), r["P@1"]) for r in chosen.keep_curve] \
         == [(1.0, None, 50.0), (0.5, 0.5, 100.0), (0.25, 0.5, 100.0)]

@@ -84,7 +84,7 @@ def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict
     is (a constant nonzero difference gives -inf). Values are plain Python numbers for JSON.
     """
     if not 0.0 < confidence < 1.0:
-        raise ConfigError(f"confidence must be in (0, 1), got {confidence}")
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     a, b = _paired(a, b)
     diff = a - b
     n = diff.size

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .macro_f1 import f1_counts, macro_f1_from_counts
-from .metrics import over_mean_ideal, per_query_values, percent
+from .metrics import f1_counts, macro_f1_from_counts, over_mean_ideal, per_query_values, percent
 
 F1_K = 5
 # Every query's metric values are kept in float32: they lie in [0, 1] (PSP's over a mean ideal, near it), so 7
