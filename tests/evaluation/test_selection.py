@@ -186,23 +186,6 @@ def test_stage_bad_value_is_one_line_exit_2_before_reading_data_and_writes_nothi
     assert not (tmp_path / "tune").exists()
 
 
-def test_stage_reads_no_test_split_and_writes_the_choice(tmp_path):
-    X, Z, Y = memory(inputs_right=True)
-    write_training_split(tmp_path, X, Z, Y)
-    proc = run_stage(tmp_path, toy_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.5, "b": 6}))
-    assert proc.returncode == 0, proc.stderr
-    chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
-    rest_rows, val_rows = split_validation(Y, 0.5, 0)
-    curve, _ = brute_force(X, Z, Y, val_rows, rest_rows, b=6)
-    at_tau = {lam: p for (lam, tau), p in curve.items() if tau == 0.04}
-    assert chosen["tau"] == 0.04 and chosen["auto"] == {"lambda": True, "tau": False, "retrieval": False,
-                                                                  "label_share": False}
-    assert (chosen["retrieval"], chosen["label_share"]) == ("joint", None)
-    assert at_tau[chosen["lambda"]] == max(at_tau.values())
-    assert (chosen["val_queries"], chosen["memory_inputs"]) == (2, 2)
-    assert chosen["fixed_lambda"] == 0.5
-
-
 def test_query_sample_keeps_at_most_the_cap_seeded_in_order():
     held_out = np.arange(0, 3000, 3)
     sample = query_sample(held_out, 250, seed=4)
@@ -215,9 +198,10 @@ def test_query_sample_keeps_at_most_the_cap_seeded_in_order():
 
 
 @pytest.mark.parametrize("cap", [4, 10, 20000])
-def test_stage_queries_at_most_val_max_queries_of_the_held_out_inputs(tmp_path, cap):
+def test_stage_reads_no_test_split_and_queries_at_most_val_max_queries_of_the_held_out_inputs(tmp_path, cap):
     """A quarter of 40 inputs (10) is held out of the memory whatever the cap; min(10, cap) of them query,
-    and the curve is the brute force's on exactly those; from 10 up the cap changes nothing."""
+    and the curve is the brute force's on exactly those; from 10 up the cap changes nothing. λ auto at τ 0.04
+    chooses the curve's best there, on the joint retrieval, and records the fixed λ it was weighed against."""
     X, Z, Y = forty_inputs_five_labels()
     write_training_split(tmp_path, X, Z, Y)
     params = toy_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "val_max_queries": cap, "b": 45,
@@ -232,6 +216,10 @@ def test_stage_queries_at_most_val_max_queries_of_the_held_out_inputs(tmp_path, 
     assert (chosen["val_queries"], chosen["memory_inputs"], chosen["val_max_queries"]) == (min(10, cap), 30, cap)
     curve, _ = brute_force(X, Z, Y, query_rows, rest_rows, b=45)
     assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"]} == curve
+    at_tau = {lam: p for (lam, tau), p in curve.items() if tau == 0.04}
+    assert chosen["tau"] == 0.04 and at_tau[chosen["lambda"]] == max(at_tau.values())
+    assert chosen["auto"] == {"lambda": True, "tau": False, "retrieval": False, "label_share": False}
+    assert (chosen["retrieval"], chosen["label_share"], chosen["fixed_lambda"]) == ("joint", None, 0.5)
 
 
 def test_read_selection_checks_what_evaluate_and_package_will_use(tmp_path):
