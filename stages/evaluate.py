@@ -1,11 +1,8 @@
 """Score the packaged model, the folder `raexmc predict` and `raexmc serve` load, on the test set through its own
-search and scoring: RAE at the λ, τ, b and retrieval (joint, or split at a label share) it holds, with its memory's
-values and prior; its λ and b sweeps (each b the model's own retrieval at that b), RAE with the tune stage's per-query
-λ model (rae_query_lambda) and optionally the paper's OvA+kNN ablation. The two baselines search the index stage's
-indexes, each at its own depth: the dual encoder (label keys alone) and kNN (training-input keys alone, at its own τ
-where the tune stage chose one, metrics.json's knn.tau). A chunk of test inputs at a time is searched, scored and
-measured before the next, so memory does not grow with them. Writes metrics.json, per-instance metrics and plots
-(the λ sweep on test beside validation's), and with --scores each method's test-set top-100 scores (score files)."""
+search and scoring: RAE at the settings it holds, its λ and b sweeps, RAE with the tune stage's per-query λ and
+optionally OvA+kNN; the dual encoder and kNN (at its own τ where tune chose one) search the index stage's indexes,
+each at its own depth. A chunk of test inputs at a time is measured, so memory does not grow with them. Writes
+metrics.json, per-instance metrics and plots, and with --scores each method's top-100 scores (score files)."""
 
 from raexmc.numerics import pin_cpu_kernels
 

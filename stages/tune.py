@@ -1,22 +1,11 @@
-"""Choose RAE's λ and τ on training inputs held out from the memory (at most `infer.val_max_queries` of
-them query it; the memory keeps `memory.keep` of the remaining inputs' keys, selected as the memory
-stage selects them from all; with `infer.val_folds` above 1, several disjoint held-out sets do so in turn and
-their queries are pooled), never on the test set: with `infer.lambda` / `infer.tau` set to auto, the best of
-the grid by `infer.auto_metric` (a grid whose edge is chosen is widened past it); with numbers, those. With
-`infer.retrieval: split` and `infer.label_share: auto` it also chooses the label share, at the chosen τ; with
-`infer.retrieval: auto`, joint or split (ties to joint), from the same searches. It prints one line: the choice and
-the validation value of each alternative, named in full.
-Writes the choice and the whole validation curve (λ grid × τ grid, and × label shares) to selection.json,
-which the evaluate and package stages read, and beside it query_lambda.json: the per-query λ model fitted
-on the same validation retrieval at the chosen τ (or, when it does not beat the best fixed λ in
-cross-validation, that λ for every query; its "fit" report says which).
-With `memory.keep: auto` it also chooses the keep from `memory.keep_grid`, λ and τ chosen afresh at each
-(keep_selection.py), and adds the keep curve to selection.json; with `memory.prototypes: auto` below keep 1 the
-label prototypes' α from `memory.prototypes_grid` likewise (prototype_selection.py; at each keep tried), and adds
-the α curve. Where it chooses RAE's τ, it chooses kNN's on the same held-out queries for kNN alone, over every
-remaining input, and writes it under "baselines" (baseline_selection.py; with τ fixed, kNN's is that τ).
-memory_choice.json holds the keep and α the memory stage builds (`memory.keep` and `memory.prototypes` resolved
-where they are not auto)."""
+"""Choose RAE's λ and τ on training inputs held out from the memory, never on the test set: with `infer.lambda` /
+`infer.tau` auto, the best of the grid by `infer.auto_metric` (widened past a chosen edge); with numbers, those.
+It also chooses, where they say auto, the retrieval (joint or split) and a split's label share, the memory's keep
+(`memory.keep`) and its label prototypes' α (`memory.prototypes`), each with λ and τ chosen afresh, and kNN's own τ.
+Writes selection.json (the choice and every validation curve, which evaluate and package read), query_lambda.json
+(the per-query λ model fitted on the same validation retrieval, or the chosen λ where it does not beat it) and
+memory_choice.json (the keep and α the memory stage builds). It prints one line: the choice and the validation
+value of each alternative, named in full."""
 
 from raexmc.numerics import pin_cpu_kernels
 
@@ -27,12 +16,11 @@ from pathlib import Path
 import typer
 
 from raexmc.data.dataset import Dataset
-from raexmc.evaluation.baseline_selection import select_baselines
 from raexmc.evaluation.choice_report import choice_line, choice_metrics
-from raexmc.evaluation.keep_selection import choose_keep
+from raexmc.evaluation.memory_choice import MemoryTuning, choose_keep
 from raexmc.evaluation.propensity import chosen_propensity
-from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.query_lambda_fit import fit_on_selection
+from raexmc.evaluation.selection import select_knn
 from raexmc.evaluation.selection_file import SELECTION_FILE, write_selection
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_folds
@@ -73,9 +61,9 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         chosen = memory_at(keep if selection.keep is None else selection.keep, selection.prototypes)
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)
         # kNN searches every training input: the chosen memory's search is kNN's where it keeps them all, deep enough
-        selection = selection.with_(baselines=select_baselines(
+        selection = selection.with_(baselines={"knn": select_knn(
             lambda depth: retrieval if chosen.full and retrieval.b >= depth else tuning.full_memory(depth),
-            settings, propensity_ab))
+            settings, propensity_ab)})
         with atomic_dir(out) as folder:
             write_selection(folder, selection)
             write_json(folder / QUERY_LAMBDA_FILE, {**query_lambda.to_json(), "fit": fit})

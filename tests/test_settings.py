@@ -104,19 +104,50 @@ def test_a_field_s_python_name_is_no_params_key(section, name, field):
     ("infer", 3, "infer: must be a mapping of settings, got 3"),
     ("significance.metrics", [], "significance.metrics: must be a non-empty list, got []"),
     ("evaluate.propensity", [0.55], "evaluate.propensity: must be 'auto' or a list of at least 2 entries, got [0.55]"),
+    ("infer.lambda", "abc", "infer.lambda: must be 'auto' or a number, got 'abc'"),
+    ("infer.tau", 0, "infer.tau: must be 'auto' or greater than 0, got 0"),
+    ("infer.tau_grid", [0.04, -1], "infer.tau_grid: entry 1 must be greater than 0, got -1"),
+    ("infer.auto_metric", "P@2",
+     "infer.auto_metric: must be 'P@1', 'P@3', 'P@5', 'nDCG@5', 'PSP@5', 'R@10' or 'R@100', got 'P@2'"),
+    ("infer.val_fraction", 1.0, "infer.val_fraction: must be less than 1, got 1.0"),
+    ("infer.val_max_queries", 0, "infer.val_max_queries: must be greater than or equal to 1, got 0"),
+    ("infer.val_max_queries", 2.5, "infer.val_max_queries: must be an integer, got 2.5"),
+    ("infer.retrieval", "both", "infer.retrieval: must be 'auto' or 'joint' or 'split', got 'both'"),
+    ("infer.label_share", True, "infer.label_share: must be 'auto' or a number, got True"),
+    ("infer.label_share_grid", [0.5, 2], "infer.label_share_grid: entry 1 must be less than or equal to 1, got 2"),
+    ("memory.keep_grid", [0.5, 2], "memory.keep_grid: entry 1 must be less than or equal to 1, got 2"),
 ])
 def test_a_bad_value_is_one_line_naming_the_file_and_key(key, value, line):
     assert error_of(key, value).one_line() == f"ConfigError: runs/a.yaml:{line}"
 
 
-@pytest.mark.parametrize("value", [-1, 2.5, "3", True])
-def test_a_bounded_integer_refuses_what_is_not_one(value):
-    assert error_of("infer.ef_search", value).record == "infer.ef_search"
+UNIONS_WITH_AUTO = ("evaluate.propensity", "infer.val_folds")
 
 
-@pytest.mark.parametrize("values", [[2.7], [10, "abc"], [], [True], [0], "10"])
-def test_a_list_parameter_names_its_key_for_any_bad_entry(values):
-    assert error_of("infer.b_sweep", values).record == "infer.b_sweep"
+@pytest.mark.parametrize("key, value", [
+    *(("infer.ef_search", value) for value in (-1, 2.5, "3", True)),
+    *(("infer.b_sweep", value) for value in ([2.7], [10, "abc"], [], [True], [0], "10")),
+    *(("memory.prototypes_grid", value) for value in ([0.5, -1], [], "0.5", [True], [float("nan")])),
+    *(("evaluate.propensity", value) for value in (["a", 1.5], [-1, -2], [0, 1.5], [0.55, 0], [0.6, float("inf")],
+                                                    "0.6, 2.6")),
+    *(("infer.val_folds", value) for value in (0, 1.5, "some"))])
+def test_a_bad_value_of_any_kind_is_one_line_naming_its_key(key, value):
+    error = error_of(key, value)
+    assert error.record == key and "must be " in error.message and "\n" not in error.one_line()
+    assert ("must be 'auto' or " in error.message) == (key in UNIONS_WITH_AUTO)
+
+
+def test_more_than_one_fold_with_a_fine_tuned_encoder_is_refused_as_the_params_load():
+    """Training held out only the first fold: another would validate on inputs the encoder was trained on."""
+    tree = with_value("infer.val_folds", 2)
+    tree["encoder"]["mode"] = "fine-tuned"
+    with pytest.raises(ConfigError) as info:
+        settings_from(tree, "runs/a.yaml")
+    assert info.value.one_line() == (
+        "ConfigError: runs/a.yaml:infer.val_folds: infer.val_folds 2 with encoder.mode fine-tuned: the encoder was "
+        "trained on every input outside the first fold, so the others would validate on training inputs; use 1 or auto")
+    tree["infer"]["val_folds"] = "auto"
+    assert settings_from(tree).infer.val_folds == "auto"
 
 
 def test_a_number_may_be_written_as_an_integer():

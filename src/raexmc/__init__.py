@@ -16,7 +16,7 @@ _EXPORTS = {
     "score_files": "raexmc.evaluation.score_report",  # metrics (and paired t-tests) of score files on a dataset
     "per_instance_metrics": "raexmc.evaluation.metrics",
     "summarize": "raexmc.evaluation.metrics",
-    "macro_f1_by_segment": "raexmc.evaluation.macro_f1",
+    "macro_f1_by_segment": "raexmc.evaluation.metrics",
     "propensities": "raexmc.evaluation.propensity",
     "paired_ttest": "raexmc.evaluation.significance",
 }

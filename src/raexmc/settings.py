@@ -274,9 +274,15 @@ def settings_from(tree: dict[str, Any], path: str | os.PathLike = PARAMS_FILE) -
             raise ConfigError(f"the {home[0]} is no longer a section of the params: move {home[1]} beside it, then "
                               "delete the section", path, section)
     try:
-        return Settings.model_validate(tree)
+        settings = Settings.model_validate(tree)
     except ValidationError as exc:
         raise config_error(exc, path) from None
+    folds = settings.infer.val_folds
+    if settings.encoder.mode == "fine-tuned" and folds != AUTO and folds > 1:
+        raise ConfigError(f"infer.val_folds {folds} with encoder.mode fine-tuned: the encoder was trained on every "
+                          "input outside the first fold, so the others would validate on training inputs; use 1 or "
+                          "auto", path, "infer.val_folds")
+    return settings
 
 
 def section_from(model: type[SectionT], section: str, values: dict[str, Any]) -> SectionT:

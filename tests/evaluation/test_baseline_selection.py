@@ -6,37 +6,32 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
-from ruamel.yaml import YAML
 
+import tune_helpers
 from raexmc.data.held_out import validation_folds
-from raexmc.evaluation.baseline_selection import select_knn
 from raexmc.evaluation.evaluator import Evaluator
+from raexmc.evaluation.memory_choice import MemoryTuning
 from raexmc.evaluation.methods import evaluate_retrieval
-from raexmc.evaluation.prototype_selection import MemoryTuning
 from raexmc.evaluation.retrievals import Retrievals
+from raexmc.evaluation.selection import select_knn
 from raexmc.evaluation.selection_file import read_selection
-from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import held_out_folds
 from raexmc.memory.input_memory import MemorySettings
-from test_selection import run_stage, write_params, write_training_split
 from test_validation_folds import random_set
 from tests.helpers import dense_top_b_softmax, rae_on
+from tune_helpers import TAUS, exact_search, run_stage, save_embeddings, toy_params, tune_settings, write_training_split
 
 DIM = 32
 B = 13              # every key of the memory: 9 inputs and 4 labels
-TAUS = [0.02, 0.04, 0.1]
 FRACTION = 0.18     # round(11 x 0.18) = 2 of the 11 training inputs held out: the two queries
 A, B_RIGHT, C, D = range(4)   # the labels
 
 
-def unit(*parts: tuple[int, float]) -> np.ndarray:
-    v = np.zeros(DIM)
-    for axis, value in parts:
-        v[axis] = value
-    return v / np.linalg.norm(v)
+unit = partial(tune_helpers.unit, DIM)
 
 
 def near(axis: int, sim: float, own: int) -> np.ndarray:
@@ -73,19 +68,10 @@ def brute_knn_p_at_1(Q, X_keys, Y_keys, Y_true, tau: float) -> float:
     return round(100 * float(np.mean(Y_true.toarray()[np.arange(len(Q)), scores.argmax(axis=1)] > 0)), 2)
 
 
-def exact_top_b(Q, keys) -> tuple[np.ndarray, np.ndarray]:
-    """Every query's top-B keys by similarity (ties to the smaller id), padded with -1 / -inf."""
-    S = (Q @ keys.T).astype(np.float32)
-    order = np.argsort(-S, axis=1, kind="stable")[:, :B]
-    ids, sims = np.full((len(Q), B), -1, np.int64), np.full((len(Q), B), -np.inf, np.float32)
-    ids[:, :order.shape[1]], sims[:, :order.shape[1]] = order, np.take_along_axis(S, order, axis=1)
-    return ids, sims
-
-
 def test_knn_gets_its_own_tau_in_the_tune_output_and_is_scored_at_it(tmp_path):
     X, Z, Y, rest_rows, val_rows = two_queries_two_answers()
     write_training_split(tmp_path, X, Z, Y)
-    params = write_params(tmp_path, **{"tau": "auto", "tau_grid": TAUS, "val_fraction": FRACTION, "b": B})
+    params = toy_params(tmp_path, **{"tau": "auto", "tau_grid": TAUS, "val_fraction": FRACTION, "b": B})
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
     selection = json.loads((tmp_path / "tune" / "selection.json").read_text())
@@ -103,8 +89,8 @@ def test_knn_gets_its_own_tau_in_the_tune_output_and_is_scored_at_it(tmp_path):
 
     # the evaluate path, on these queries against this memory: kNN at its own τ, RAE at its own
     chosen = read_selection(tmp_path / "tune")
-    found = Retrievals(joint=exact_top_b(Q, np.vstack([X_rest, Z])), labels=exact_top_b(Q, Z),
-                       inputs=exact_top_b(Q, X_rest))
+    found = Retrievals(joint=exact_search(Q, np.vstack([X_rest, Z]), B), labels=exact_search(Q, Z, B),
+                       inputs=exact_search(Q, X_rest, B))
     evaluator = Evaluator(Y_rest, Y_val, sp.csr_matrix(Y_val.shape), (0.55, 1.5))
     methods = evaluate_retrieval(found.rows, evaluator, rae_on(evaluator, chosen.lam, chosen.tau, B),
                                  knn_tau=chosen.knn_tau)["methods"]
@@ -116,7 +102,7 @@ def test_knn_gets_its_own_tau_in_the_tune_output_and_is_scored_at_it(tmp_path):
 def test_a_fixed_tau_is_knn_s_too(tmp_path):
     X, Z, Y, _, _ = two_queries_two_answers()
     write_training_split(tmp_path, X, Z, Y)
-    proc = run_stage(tmp_path, write_params(tmp_path, **{"lambda": "auto", "tau": 0.04, "val_fraction": FRACTION,
+    proc = run_stage(tmp_path, toy_params(tmp_path, **{"lambda": "auto", "tau": 0.04, "val_fraction": FRACTION,
                                                          "b": B}))
     assert proc.returncode == 0, proc.stderr
     selection = read_selection(tmp_path / "tune")
@@ -129,10 +115,8 @@ def test_knn_searches_every_remaining_input_whatever_rae_s_memory_keeps(tmp_path
     brute force's over all of them."""
     X, Z, Y, rest_rows, val_rows = two_queries_two_answers()
     write_training_split(tmp_path, X, Z, Y)
-    params = write_params(tmp_path, **{"tau": "auto", "tau_grid": TAUS, "val_fraction": FRACTION, "b": B})
-    values = YAML().load(params.read_text())
-    values["memory"].update({"keep": 0.5, "method": "random", "seed": 7})
-    YAML().dump(values, params)
+    params = toy_params(tmp_path, **{"tau": "auto", "tau_grid": TAUS, "val_fraction": FRACTION, "b": B,
+                                     "memory.keep": 0.5, "memory.method": "random", "memory.seed": 7})
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
     selection = json.loads((tmp_path / "tune" / "selection.json").read_text())
@@ -146,13 +130,9 @@ def test_knn_curve_pools_every_fold_against_its_own_full_memory(tmp_path):
     """Four folds of 10 of 40 random inputs (val_folds 4): kNN's curve is the brute force's over all 40 queries,
     each fold's against the 30 others, all of them (kNN's own b, 200), whatever RAE's b (8)."""
     X, Z, Y = random_set()
-    (tmp_path / "emb").mkdir()
-    np.save(tmp_path / "emb" / "train.npy", X)
-    np.save(tmp_path / "emb" / "labels.npy", Z)
-    settings = TuneSettings(lam=0.5, tau=None, lambda_grid=(0.5,), tau_grid=tuple(TAUS), metric="P@1", b=8,
-                            val_fraction=0.25, val_max_queries=20000, val_seed=0, relevance="binary", val_folds=4)
+    settings = tune_settings(lam=0.5, lambda_grid=(0.5,), b=8, val_fraction=0.25, val_folds=4)
     folds = held_out_folds(Y, sp.csr_matrix(Y.shape), settings)
-    tuning = MemoryTuning(tmp_path / "emb", folds, settings, (0.55, 1.5),
+    tuning = MemoryTuning(save_embeddings(tmp_path / "emb", X, Z), folds, settings, (0.55, 1.5),
                           lambda keep, weight: MemorySettings(keep, "random", False, 0), "exact")
     knn = select_knn(tuning.full_memory, settings, (0.55, 1.5))
 

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from ruamel.yaml import YAML
 
 from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
@@ -28,7 +25,8 @@ from raexmc.evaluation.evaluator import chunk_queries
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
-from tests.helpers import REPO, made_up_predictor
+from tests.helpers import REPO, made_up_predictor, write_params
+from tune_helpers import stage_ok
 
 MEMORIES = ((1.0, False), (0.5, True))  # (memory.keep, memory.prior)
 OUTPUTS = ("metrics.json", "per_instance.npz", "lambda_sweep.json", "b_sweep.json", "segments_f1.json",
@@ -46,9 +44,7 @@ def foldoc_run(tmp_path_factory, tiny_model):
     (root / "emb").mkdir()
     for split in ("train", "labels", "test"):
         embed_split(TextEncoder(model, "cpu", "fp32"), tokens, split, root / "emb" / f"{split}.npy", 256)
-    params = YAML().load((REPO / "params.yaml").read_text())
-    params["infer"].update({"lambda": "auto", "b_sweep": [10, 50, 100], "ova_knn": True})
-    YAML().dump(params, root / "params.yaml")
+    write_params(root, **{"infer.lambda": "auto", "infer.b_sweep": [10, 50, 100], "infer.ova_knn": True})
     for backend in ("exact", "hnsw") + (("milvus",) if importlib.util.find_spec("milvus_lite") else ()):
         build_memory_indexes(root / "emb", root / f"index-{backend}", backend, M=16, ef_construction=100,
                              progress=False)
@@ -56,24 +52,21 @@ def foldoc_run(tmp_path_factory, tiny_model):
     for keep, prior in MEMORIES:  # RAE's input keys: all of them (the index stage's), or half, merged
         build_input_memory(np.load(root / "emb" / "train.npy"), values, MemorySettings(keep, "kmeans", prior, 0),
                            root / f"memory-{keep}", "hnsw", M=16, ef_construction=100)
-    stage(root, "tune", "--embeddings", root / "emb", "--out", root / "tune")
+    stage(root, "tune", embeddings=root / "emb", out=root / "tune")
     return root
 
 
-def stage(root, name, *args):
-    proc = subprocess.run([sys.executable, str(REPO / f"stages/{name}.py"), "--dataset", str(root / "foldoc"),
-                           "--params", str(root / "params.yaml"), *map(str, args)],
-                          capture_output=True, text=True, cwd=root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def stage(root, name, **options):
+    return stage_ok(root, root / "params.yaml", name, "foldoc", **options)
 
 
-def evaluate(root, backend: str, keep: float, chunk: int):
-    out = root / f"eval-{backend}-{keep}-{chunk}"
-    predictor = made_up_predictor(root / f"predictor-{backend}-{keep}", root / "foldoc", root / "emb",
-                                  root / f"index-{backend}", root / f"memory-{keep}", root / "tune",
+def evaluate(root, backend: str, keep: float, chunk: int, tune: str = "tune"):
+    out = root / f"eval-{backend}-{keep}-{chunk}-{tune}"
+    predictor = made_up_predictor(root / f"predictor-{backend}-{keep}-{tune}", root / "foldoc", root / "emb",
+                                  root / f"index-{backend}", root / f"memory-{keep}", root / tune,
                                   root / "params.yaml")
-    stage(root, "evaluate", "--embeddings", root / "emb", "--index", root / f"index-{backend}",
-          "--tune", root / "tune", "--predictor", predictor, "--out", out, "--chunk", chunk)
+    stage(root, "evaluate", embeddings=root / "emb", index=root / f"index-{backend}", tune=root / tune,
+          predictor=predictor, out=out, chunk=chunk)
     return out
 
 
@@ -138,14 +131,7 @@ def test_a_split_retrieval_in_chunks_writes_what_one_chunk_writes(foldoc_run):
         (split_tune / "selection.json").write_text(json.dumps({**selection, "retrieval": "split",
                                                                "label_share": 0.25}))
     n = Dataset(foldoc_run / "foldoc").stats["N_test"]
-    outs = []
-    for chunk in (n, 7):
-        outs.append(foldoc_run / f"eval-split-{chunk}")
-        predictor = made_up_predictor(foldoc_run / "predictor-split", foldoc_run / "foldoc", foldoc_run / "emb",
-                                      foldoc_run / "index-hnsw", foldoc_run / "memory-0.5", split_tune,
-                                      foldoc_run / "params.yaml")
-        stage(foldoc_run, "evaluate", "--embeddings", foldoc_run / "emb", "--index", foldoc_run / "index-hnsw",
-              "--tune", split_tune, "--predictor", predictor, "--out", outs[-1], "--chunk", chunk)
+    outs = [evaluate(foldoc_run, "hnsw", 0.5, chunk, "tune-split") for chunk in (n, 7)]
     metrics = [json.loads((folder / "metrics.json").read_text()) for folder in outs]
     assert metrics[0] == metrics[1]
     for name in OUTPUTS[2:6]:

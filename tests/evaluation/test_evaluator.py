@@ -12,6 +12,7 @@ from raexmc.evaluation.methods import evaluate_retrieval, method_scorers, segmen
 from raexmc.evaluation.retrievals import BlockSearch, Retrievals
 from raexmc.evaluation.significance import compare_runs
 from tests.helpers import dense_top_b_softmax, rae_on
+from tune_helpers import exact_search
 
 N_LABELS, N_TEST, DIM = 25, 20, 8
 
@@ -19,13 +20,6 @@ N_LABELS, N_TEST, DIM = 25, 20, 8
 def _unit(rng, n):
     v = rng.normal(size=(n, DIM))
     return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def _search(queries, keys, width):
-    """Brute-force top-`width` by inner product (ids, sims), ties by smaller id."""
-    sims = (queries @ keys.T).astype(np.float32)
-    order = np.argsort(-sims, axis=1, kind="stable")[:, :width]
-    return order.astype(np.int64), np.take_along_axis(sims, order, axis=1)
 
 
 def make_problem(n_train: int, crowd: bool, seed: int = 0):
@@ -47,8 +41,8 @@ def make_problem(n_train: int, crowd: bool, seed: int = 0):
 
 
 def retrievals_of(m, width):
-    return Retrievals(joint=_search(m["Q"], np.vstack([m["X"], m["Z"]]), width),
-                      labels=_search(m["Q"], m["Z"], width), inputs=_search(m["Q"], m["X"], width))
+    return Retrievals(joint=exact_search(m["Q"], np.vstack([m["X"], m["Z"]]), width),
+                      labels=exact_search(m["Q"], m["Z"], width), inputs=exact_search(m["Q"], m["X"], width))
 
 
 def dense_scores(m, method, lam, tau, b):
@@ -134,6 +128,16 @@ def test_significance_report_compares_rae_with_both_baselines():
     assert report["rae_vs_other"]["P@1"]["p_value"] == 1.0  # identical runs
 
 
+def assert_same_results(got, expected):
+    """Every summary, sweep row and per-query value of two evaluate_retrieval results."""
+    for key in ("methods", "lambda_sweep", "b_sweep"):
+        assert got[key] == expected[key], key
+    for method, arrays in expected["per_instance"].items():
+        assert arrays.keys() == got["per_instance"][method].keys()
+        for name, values in arrays.items():
+            np.testing.assert_array_equal(got["per_instance"][method][name], values, err_msg=f"{method}/{name}")
+
+
 @pytest.mark.parametrize("chunk, block", [(1, 1), (7, 4), (13, 8), (50, 16)])
 def test_chunks_of_queries_give_the_numbers_of_one_chunk(chunk, block):
     """Every summary, sweep row and per-query value, whatever the chunks (20 queries; 7 and 13 do not divide
@@ -149,12 +153,7 @@ def test_chunks_of_queries_give_the_numbers_of_one_chunk(chunk, block):
     chunked = evaluate_retrieval(BlockSearch(search, block, N_TEST), evaluator_of(m), rae, *SWEEPS, with_ova_knn=True,
                                  chunk=chunk)
     assert searched == [(start, min(start + block, N_TEST)) for start in range(0, N_TEST, block)]
-    for key in ("methods", "lambda_sweep", "b_sweep"):
-        assert chunked[key] == whole[key], key
-    for method, arrays in whole["per_instance"].items():
-        assert arrays.keys() == chunked["per_instance"][method].keys()
-        for name, values in arrays.items():
-            np.testing.assert_array_equal(chunked["per_instance"][method][name], values, err_msg=f"{method}/{name}")
+    assert_same_results(chunked, whole)
     # one chunk is the evaluator's whole-set summary of the same ranking
     ranked = evaluator_of(m).rank(N_TEST, method_scorers(retrievals, m["Y_train"], 0.3, 0.1, 12)["knn"])
     summary, per_instance = evaluator_of(m).summary(ranked)
@@ -169,11 +168,7 @@ def test_rankings_on_several_workers_give_the_numbers_of_one():
     rae = rae_on(evaluator_of(m), 0.3, 0.1, 12)
     one, three = (evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), rae, *SWEEPS, with_ova_knn=True,
                                      chunk=6, workers=workers) for workers in (1, 3))
-    for key in ("methods", "lambda_sweep", "b_sweep"):
-        assert three[key] == one[key], key
-    for method, arrays in one["per_instance"].items():
-        for name, values in arrays.items():
-            np.testing.assert_array_equal(three["per_instance"][method][name], values, err_msg=f"{method}/{name}")
+    assert_same_results(three, one)
     with pytest.raises(ValueError, match="workers"):
         evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), rae, workers=0)
 
@@ -193,8 +188,8 @@ def test_the_train_key_share_counts_the_memorys_input_keys_not_y_trains():
     Counted against Y_train's 60 rows every key would read as an input key (100 %)."""
     m = make_problem(60, crowd=False)
     kept = np.vstack([m["X"][:30], m["Z"]])
-    found = Retrievals(joint=_search(m["Q"], kept, 12), labels=_search(m["Q"], m["Z"], 12),
-                       inputs=_search(m["Q"], m["X"], 12))
+    found = Retrievals(joint=exact_search(m["Q"], kept, 12), labels=exact_search(m["Q"], m["Z"], 12),
+                       inputs=exact_search(m["Q"], m["X"], 12))
     evaluator = Evaluator(m["Y_train"], m["Y_test"], m["exclude"], (0.55, 1.5), memory_values=m["Y_train"][:30])
     result = evaluate_retrieval(found.rows, evaluator, rae_on(evaluator, 0.3, 0.1, 5), b_sweep=[5])
     top5 = np.argsort(-(m["Q"] @ kept.T).astype(np.float32), axis=1, kind="stable")[:, :5]

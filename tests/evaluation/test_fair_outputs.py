@@ -13,14 +13,13 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from ruamel.yaml import YAML
 
 from raexmc.data.dataset import Example, Text, write_dataset
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
-from test_propensity import stage
-from tests.helpers import REPO, made_up_predictor
+from tests.helpers import made_up_predictor, write_params
+from tune_helpers import stage_ok
 
 N_TRAIN, N_LABELS, N_TEST, DIM = 300, 240, 40, 8
 REPEATED = 60          # labels 0..59 share their text (and so their key) with labels 60..119
@@ -42,8 +41,7 @@ def build_small_project(root):
                   {"test": filtered}, {"source": "test"})
 
     def near_labels(rows):
-        keys = np.stack([labels[row].mean(axis=0) for row in rows]) + 0.7 * rng.normal(size=(len(rows), DIM))
-        return keys
+        return np.stack([labels[row].mean(axis=0) for row in rows]) + 0.7 * rng.normal(size=(len(rows), DIM))
 
     embeddings = root / "emb"
     embeddings.mkdir()
@@ -57,16 +55,14 @@ def build_small_project(root):
 
 def run_at(root, b: int):
     """tune and evaluate at infer.b = b (with score files), into root/b<b>; returns metrics.json."""
-    params = YAML().load((REPO / "params.yaml").read_text())
-    params["infer"].update({"b": b, "val_fraction": 0.2, "val_folds": 1})
-    params["index"]["backend"] = "exact"
-    YAML().dump(params, root / "params.yaml")
+    params = write_params(root, **{"infer.b": b, "infer.val_fraction": 0.2, "infer.val_folds": 1,
+                                   "index.backend": "exact"})
     out = root / f"b{b}"
-    stage(root, "tune", "--embeddings", root / "emb", "--out", out / "tune")
+    stage_ok(root, params, "tune", "data/tiny", embeddings=root / "emb", out=out / "tune")
     predictor = made_up_predictor(out / "predictor", root / "data" / "tiny", root / "emb", root / "index",
-                                  root / "memory", out / "tune", root / "params.yaml")
-    stage(root, "evaluate", "--embeddings", root / "emb", "--index", root / "index", "--tune", out / "tune",
-          "--predictor", predictor, "--out", out / "eval", "--scores", out / "scores")
+                                  root / "memory", out / "tune", params)
+    stage_ok(root, params, "evaluate", "data/tiny", embeddings=root / "emb", index=root / "index", tune=out / "tune",
+             predictor=predictor, out=out / "eval", scores=out / "scores")
     return json.loads((out / "eval" / "metrics.json").read_text())
 
 

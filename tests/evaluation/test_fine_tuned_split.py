@@ -8,28 +8,23 @@ import json
 import re
 
 import pytest
-from ruamel.yaml import YAML
 
 from raexmc.data.held_out import split_validation, tune_split
 from raexmc.errors import ConfigError
 from raexmc.settings import load_settings
 from raexmc.training.settings import TrainSettings
-from test_selection import LAMBDAS, TAUS, run_stage, write_params, write_training_split
 from test_validation_folds import N_INPUTS, assert_curves_match, curve_of, pooled_brute_force, random_set
+from tune_helpers import LAMBDAS, TAUS, run_stage, toy_params, write_training_split
 
 
 def fine_tuned_params(folder, train_fraction: float, train_seed: int, **infer):
     """params.yaml with encoder.mode fine-tuned, training's split as given and these infer keys."""
-    params = write_params(folder, **infer)
-    values = YAML().load(params.read_text())
-    values["encoder"]["mode"] = "fine-tuned"
-    values["train"].update({"val_fraction": train_fraction, "seed": train_seed})
-    YAML().dump(values, params)
-    return params
+    return toy_params(folder, **infer, **{"encoder.mode": "fine-tuned", "train.val_fraction": train_fraction,
+                                          "train.seed": train_seed})
 
 
 def test_the_split_follows_the_encoder_mode(tmp_path):
-    zero_shot = tune_split(load_settings(write_params(tmp_path, val_fraction=0.5, val_seed=4)))
+    zero_shot = tune_split(load_settings(toy_params(tmp_path, val_fraction=0.5, val_seed=4)))
     assert (zero_shot.fraction, zero_shot.seed, zero_shot.fraction_key) == (0.5, 4, "infer.val_fraction")
     fine_tuned = tune_split(load_settings(fine_tuned_params(tmp_path, 0.25, 3, val_fraction=0.5, val_seed=4)))
     assert (fine_tuned.fraction, fine_tuned.seed, fine_tuned.fraction_key) == (0.25, 3, "train.val_fraction")

@@ -18,33 +18,30 @@ At λ fixed at 0.5 every keep would score 0: the keep is found only because λ a
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from mlflow.tracking import MlflowClient
-from ruamel.yaml import YAML
 
-from raexmc.data.held_out import query_sample, split_validation
-from raexmc.errors import ConfigError
-from raexmc.evaluation.keep_selection import choose_keep
-from raexmc.evaluation.prototype_selection import MemoryTuning
-from raexmc.evaluation.tune_settings import TuneSettings
-from raexmc.evaluation.validation_memory import held_out_labels
-from raexmc.memory.input_memory import MemorySettings
+import tune_helpers
+from raexmc.data.held_out import split_validation
+from raexmc.evaluation.memory_choice import MemoryTuning, choose_keep
 from raexmc.memory.key_selection import kept_count
-from raexmc.settings import load_settings
-from test_selection import LAMBDAS, run_stage, write_training_split
-from tests.helpers import REPO
+from tests.helpers import write_params
+from tune_helpers import (
+    TAUS,
+    assert_test_split_unread,
+    memory_tuning,
+    run_stage,
+    tune_metrics,
+    unit_rows,
+    write_training_split,
+)
 
 N, FRACTION, SEED = 40, 0.25, 0
 CENTRE, OFFSET, A_KEY = 0, 41, 42   # axes; input i's own axis is 1 + i
 DIM = 48
 A, W = 0, 1
-TAUS = [0.02, 0.04, 0.1]
 
 
 def randomly_kept(keep: float, rest: int) -> set[int]:
@@ -69,40 +66,25 @@ def toy():
     labels = np.full(N, A)
     labels[outlier] = W
     Y = sp.csr_matrix((np.ones(N, dtype=np.float32), (np.arange(N), labels)), shape=(N, 2))
-    unit = lambda M: M / np.linalg.norm(M, axis=1, keepdims=True)  # noqa: E731
-    return unit(X).astype(np.float32), unit(Z).astype(np.float32), Y, outlier
+    return unit_rows(X).astype(np.float32), unit_rows(Z).astype(np.float32), Y, outlier
 
 
-def write_params(folder, keep="auto", **memory):
-    params = YAML().load((REPO / "params.yaml").read_text())
-    params["infer"].update({"lambda": "auto", "tau": "auto", "lambda_sweep": LAMBDAS, "tau_grid": TAUS, "b": 2,
-                            "val_fraction": FRACTION, "val_folds": 1})  # the toy holds out one set
-    params["memory"].update({"keep": keep, "method": "random", "seed": SEED, **memory})
-    YAML().dump(params, folder / "params.yaml")
-    return folder / "params.yaml"
+def toy_params(folder, keep="auto"):
+    return write_params(folder, **{"infer.lambda": "auto", "infer.tau": "auto", "infer.tau_grid": TAUS,
+                                   "infer.lambda_sweep": tune_helpers.LAMBDAS, "infer.b": 2,
+                                   "infer.val_fraction": FRACTION, "infer.val_folds": 1,  # the toy holds out one set
+                                   "memory.keep": keep, "memory.method": "random", "memory.seed": SEED})
 
 
 EXPECTED_CURVE = [(1.0, 30, 0.5, 0.04, 0.0), (0.5, 15, 0.5, 0.04, 0.0), (0.25, 8, 0.7, 0.2, 100.0),
                   (0.1, 3, 0.7, 0.2, 100.0)]   # keep, input keys, λ, τ, P@1: the module docstring's arithmetic
 
 
-def poison_test_split(tmp_path, Y):
-    """A test split that would choose the full memory, were it read: every test input is W's, and sits where the
-    outlier is the nearest key."""
-    n_test = 10
-    sp.save_npz(tmp_path / "data" / "Y_test.npz", sp.csr_matrix((np.ones(n_test), (np.arange(n_test), [W] * n_test)),
-                                                                shape=(n_test, Y.shape[1])))
-    sp.save_npz(tmp_path / "data" / "filter_test.npz", sp.csr_matrix((n_test, Y.shape[1]), dtype=bool))
-    test = np.zeros((n_test, DIM), dtype=np.float32)
-    test[:, CENTRE] = 1.0
-    np.save(tmp_path / "emb" / "test.npy", test)
-
-
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_curve(tmp_path):
     X, Z, Y, _ = toy()
     write_training_split(tmp_path, X, Z, Y)  # no test split at all: the stage must not need one
-    params = write_params(tmp_path)
+    params = toy_params(tmp_path)
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
     assert "tune chose keep 0.25 joint λ 0.7 τ 0.2 (validation" in proc.stderr
@@ -114,21 +96,14 @@ def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_c
     assert (chosen["memory_inputs"], chosen["memory_input_keys"], chosen["val_queries"]) == (30, 8, 10)
     assert json.loads((tmp_path / "tune" / "memory_choice.json").read_text()) == {"keep": 0.25, "prototypes": 0.0}
 
-    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-    [run] = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
-    metrics = run.data.metrics
+    metrics = tune_metrics()
     assert metrics["tune/keep"] == 0.25
     for keep, keys, lam, tau, p_at_1 in EXPECTED_CURVE:
         assert (metrics[f"tune/keep_curve.{keep:g}.input_keys"], metrics[f"tune/keep_curve.{keep:g}.lambda"],
                 metrics[f"tune/keep_curve.{keep:g}.tau"], metrics[f"tune/keep_curve.{keep:g}.P_at_1"]) \
             == (keys, lam, tau, p_at_1)
-    assert "selection.json" in [a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(run.info.run_id, "tune")]
-
-    written = {name: (tmp_path / "tune" / name).read_bytes() for name in ("selection.json", "memory_choice.json")}
-    poison_test_split(tmp_path, Y)
-    again = run_stage(tmp_path, params)
-    assert again.returncode == 0, again.stderr
-    assert {name: (tmp_path / "tune" / name).read_bytes() for name in written} == written, "the test split moved it"
+    # a test split that would choose the full memory, were it read: W's inputs where the outlier is the nearest key
+    assert_test_split_unread(tmp_path, params, [W] * 10, [np.eye(DIM)[CENTRE]] * 10)
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step
@@ -137,9 +112,9 @@ def test_the_chosen_keep_is_what_a_numeric_keep_chooses_there(tmp_path):
     a numeric keep's selection.json has no keep fields, and its memory_choice.json holds that number."""
     X, Z, Y, _ = toy()
     write_training_split(tmp_path, X, Z, Y)
-    assert run_stage(tmp_path, write_params(tmp_path)).returncode == 0
+    assert run_stage(tmp_path, toy_params(tmp_path)).returncode == 0
     auto = json.loads((tmp_path / "tune" / "selection.json").read_text())
-    proc = run_stage(tmp_path, write_params(tmp_path, keep=0.25))
+    proc = run_stage(tmp_path, toy_params(tmp_path, keep=0.25))
     assert proc.returncode == 0, proc.stderr
     fixed = json.loads((tmp_path / "tune" / "selection.json").read_text())
     assert {k: v for k, v in auto.items() if k not in ("keep", "keep_curve")} \
@@ -152,15 +127,8 @@ def toy_tuning(folder) -> tuple[MemoryTuning, int, int]:
     """The toy's memory tuning at a keep (λ and τ chosen afresh at each), its embeddings written under `folder`;
     the outlier's position among the memory inputs, and their count."""
     X, Z, Y, outlier = toy()
-    (folder / "emb").mkdir()
-    np.save(folder / "emb" / "train.npy", X)
-    np.save(folder / "emb" / "labels.npy", Z)
-    rest_rows, held_out = split_validation(Y, FRACTION, SEED)
-    held = held_out_labels(Y, sp.csr_matrix(Y.shape), rest_rows, query_sample(held_out, 20000, SEED))
-    settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=2,
-                            val_fraction=FRACTION, val_max_queries=20000, val_seed=SEED, relevance="binary")
-    tuning = MemoryTuning(folder / "emb", [held], settings, (0.55, 1.5),
-                          lambda keep, _: MemorySettings(keep, "random", False, SEED), "exact")
+    rest_rows, _ = split_validation(Y, FRACTION, SEED)
+    tuning = memory_tuning(folder, X, Z, Y, b=2, val_fraction=FRACTION, val_seed=SEED)
     return tuning, int(np.searchsorted(rest_rows, outlier)), len(rest_rows)
 
 
@@ -194,42 +162,20 @@ def test_the_memory_stage_builds_the_chosen_keep(tmp_path):
     10 keys); without that file it refuses in one line naming memory.keep, and writes nothing."""
     X, Z, Y, _ = toy()
     write_training_split(tmp_path, X, Z, Y)
-    params = write_params(tmp_path)
+    params = toy_params(tmp_path)
     (tmp_path / "memory_choice.json").write_text('{"keep": 0.25, "prototypes": 0.0}')
 
-    def memory_stage(*extra):
-        return subprocess.run([sys.executable, str(REPO / "stages/memory.py"), "--dataset", str(tmp_path / "data"),
-                               "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "memory"),
-                               "--params", str(params), *extra], capture_output=True, text=True, cwd=tmp_path)
+    def memory_stage(**choice):
+        return run_stage(tmp_path, params, "memory", embeddings=tmp_path / "emb", out=tmp_path / "memory", **choice)
 
     refused = memory_stage()
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {params}:memory.keep: memory.keep auto")
     assert not (tmp_path / "memory").exists()
     (tmp_path / "bad_keep.json").write_text('{"keep": 2}')
-    bad = memory_stage("--choice", str(tmp_path / "bad_keep.json"))
+    bad = memory_stage(choice=tmp_path / "bad_keep.json")
     assert bad.returncode == 2 and "bad_keep.json:keep: must be less than or equal to 1, got 2" in bad.stderr
-    built = memory_stage("--choice", str(tmp_path / "memory_choice.json"))
+    built = memory_stage(choice=tmp_path / "memory_choice.json")
     assert built.returncode == 0, built.stderr
     meta = json.loads((tmp_path / "memory" / "memory.json").read_text())
     assert (meta["keep"], meta["input_keys"], meta["num_inputs"]) == (0.25, 10, 40)
-
-
-@pytest.mark.parametrize(("memory", "key", "says"), [
-    ({"keep": "most"}, "memory.keep", "must be 'auto' or a number, got 'most'"),
-    ({"keep": 1.5}, "memory.keep", "must be 'auto' or less than or equal to 1, got 1.5"),
-    ({"keep_grid": [0.5, 2]}, "memory.keep_grid", "entry 1 must be less than or equal to 1, got 2"),
-    ({"keep_grid": []}, "memory.keep_grid", "must be a non-empty list, got []"),
-])
-def test_a_bad_keep_setting_names_its_key(tmp_path, memory, key, says):
-    with pytest.raises(ConfigError) as error:
-        load_settings(write_params(tmp_path, **memory))
-    assert says in str(error.value) and error.value.record == key
-
-
-def test_the_tune_stage_refuses_a_bad_keep_grid_in_one_line_before_reading_data(tmp_path):
-    params = write_params(tmp_path, keep_grid=[0.5, 2])
-    proc = run_stage(tmp_path, params)  # there is no dataset here
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {params}:memory.keep_grid: ")
-    assert not (tmp_path / "tune").exists()

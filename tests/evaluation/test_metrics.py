@@ -10,8 +10,7 @@ import scipy.sparse as sp
 
 from raexmc.data.stats import SEGMENTS, segment_of
 from raexmc.errors import DataError
-from raexmc.evaluation.macro_f1 import macro_f1_by_segment
-from raexmc.evaluation.metrics import per_instance_metrics, summarize
+from raexmc.evaluation.metrics import macro_f1_by_segment, per_instance_metrics, summarize
 from raexmc.evaluation.propensity import propensities
 from raexmc.rae import pairs, ranking
 from raexmc.rae.pairs import remove_pairs
@@ -39,46 +38,24 @@ def labels(rows: list[set[int]], width: int) -> sp.csr_matrix:
 # --------------------------------------------------------------------------- top_k
 
 
-def test_top_k_dense_breaks_ties_by_smaller_label():
-    scores = np.array([[0.5, 0.9, 0.5, 0.1], [0.2, 0.2, 0.2, 0.2]])
-    # row 0: 0.9 (label 1), then the 0.5 tie between labels 0 and 2; row 1: all tied.
-    assert top_k(scores, 3).tolist() == [[1, 0, 2], [0, 1, 2]]
+TIED = np.array([[0.5, 0.9, 0.5, 0.1], [0.2, 0.2, 0.2, 0.2]])
+SHORT = np.array([[0.1, 0.3, 0.2], [1.0, 2.0, 3.0]])
+# unsorted indices on purpose (the 0.7 tie goes to label 1); a row with no candidate; stored zeros are candidates
+SPARSE = csr([{4: 0.7, 3: 0.3, 1: 0.7}, {}, {2: 0.0, 5: -0.5, 0: 0.0}], 6)
+ZEROS = np.array([[3.0, 1.0, 2.0, 2.0], [0.0, -1.0, 5.0, 0.0]])
 
 
-def test_top_k_never_returns_excluded_pairs():
-    scores = np.array([[0.5, 0.9, 0.5, 0.1], [0.2, 0.2, 0.2, 0.2]])
-    exclude = labels([{1}, {0}], 4)
-    assert top_k(scores, 3, exclude=exclude).tolist() == [[0, 2, 3], [1, 2, 3]]
-
-
-def test_top_k_pads_when_k_exceeds_labels():
-    scores = np.array([[0.1, 0.3, 0.2], [1.0, 2.0, 3.0]])
-    assert top_k(scores, 5).tolist() == [[1, 2, 0, -1, -1], [2, 1, 0, -1, -1]]
-    # Two labels of row 1 filtered: one candidate left.
-    exclude = labels([set(), {1, 2}], 3)
-    assert top_k(scores, 5, exclude=exclude).tolist() == [[1, 2, 0, -1, -1], [0, -1, -1, -1, -1]]
-
-
-def test_top_k_sparse_uses_only_stored_entries():
-    scores = csr(
-        [
-            {4: 0.7, 3: 0.3, 1: 0.7},  # unsorted indices on purpose; the 0.7 tie goes to label 1
-            {},  # no candidate at all
-            {2: 0.0, 5: -0.5, 0: 0.0},  # stored zeros are candidates; 0.0 tie goes to label 0
-        ],
-        6,
-    )
-    assert top_k(scores, 3).tolist() == [[1, 4, 3], [-1, -1, -1], [0, 2, 5]]
-    exclude = labels([{1}, {3}, {0, 3}], 6)
-    assert top_k(scores, 3, exclude=exclude).tolist() == [[4, 3, -1], [-1, -1, -1], [2, 5, -1]]
-
-
-def test_top_k_sparse_from_dense_drops_zeros_dense_keeps_them():
-    dense = np.array([[3.0, 1.0, 2.0, 2.0], [0.0, -1.0, 5.0, 0.0]])
-    # csr_matrix(dense) stores no zeros: row 1 has only 5.0 (label 2) and -1.0 (label 1).
-    assert top_k(sp.csr_matrix(dense), 4).tolist() == [[0, 2, 3, 1], [2, 1, -1, -1]]
-    # Dense: every label is a candidate, so the two 0.0 of row 1 come in (label order) before -1.0.
-    assert top_k(dense, 4).tolist() == [[0, 2, 3, 1], [2, 0, 3, 1]]
+@pytest.mark.parametrize(("scores", "k", "exclude", "expected"), [
+    (TIED, 3, None, [[1, 0, 2], [0, 1, 2]]),                     # ties to the smaller label
+    (TIED, 3, [{1}, {0}], [[0, 2, 3], [1, 2, 3]]),               # filtered pairs never
+    (SHORT, 5, None, [[1, 2, 0, -1, -1], [2, 1, 0, -1, -1]]),    # k past the labels pads -1
+    (SHORT, 5, [set(), {1, 2}], [[1, 2, 0, -1, -1], [0, -1, -1, -1, -1]]),
+    (SPARSE, 3, None, [[1, 4, 3], [-1, -1, -1], [0, 2, 5]]),    # a sparse matrix's stored entries only
+    (SPARSE, 3, [{1}, {3}, {0, 3}], [[4, 3, -1], [-1, -1, -1], [2, 5, -1]]),
+    (sp.csr_matrix(ZEROS), 4, None, [[0, 2, 3, 1], [2, 1, -1, -1]]),  # csr_matrix(dense) stores no zeros
+    (ZEROS, 4, None, [[0, 2, 3, 1], [2, 0, 3, 1]])])           # dense: every label, zeros before -1.0
+def test_top_k_by_hand(scores, k, exclude, expected):
+    assert top_k(scores, k, exclude=None if exclude is None else labels(exclude, scores.shape[1])).tolist() == expected
 
 
 def test_top_k_rejects_exclude_of_other_shape():
@@ -314,16 +291,7 @@ def reference_macro_f1(ranked, truth, freq, k):
     for l in set(tp) | set(fp) | set(fn):
         f1 = 2 * tp.get(l, 0) / (2 * tp.get(l, 0) + fp.get(l, 0) + fn.get(l, 0))
         f = freq[l]
-        if f == 0:
-            name = "unseen"
-        elif f <= 10:
-            name = "xtail"
-        elif f <= 100:
-            name = "tail"
-        elif f <= 1000:
-            name = "torso"
-        else:
-            name = "head"
+        name = "unseen" if f == 0 else "xtail" if f <= 10 else "tail" if f <= 100 else "torso" if f <= 1000 else "head"
         by_segment.setdefault(name, []).append(f1)
         by_segment.setdefault("all", []).append(f1)
     return {name: sum(v) / len(v) for name, v in by_segment.items()}

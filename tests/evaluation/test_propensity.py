@@ -5,23 +5,20 @@ the pair it used in metrics.json and the MLflow run."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
-from ruamel.yaml import YAML
 
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
-from raexmc.errors import ConfigError
 from raexmc.evaluation.propensity import chosen_propensity, table_propensity
 from raexmc.memory.indexes import build_memory_indexes
 from raexmc.memory.input_memory import MemorySettings, build_input_memory
 from raexmc.memory.keys_values import training_values
 from raexmc.settings import read_params_tree, settings_from
-from tests.helpers import REPO, made_up_predictor, make_lf_folder
+from tests.helpers import REPO, made_up_predictor, make_lf_folder, write_params
+from tune_helpers import stage_ok
 
 # Typed in from the sources, not from the table: pyxclib's documented pairs (Amazon 0.6/2.6, Wikipedia 0.5/0.4,
 # else 0.55/1.5), pyxclib issue 7 (AmazonCat-13K 0.55/1.5), and the pairs the Extreme Classification
@@ -40,10 +37,13 @@ def test_each_standard_dataset_has_its_sourced_pair(name, A, B):
     assert (chosen.source, chosen.line()) == (f"table: {name}", f"PSP@k: A={A}, B={B} ({name} in the propensity table)")
 
 
-def test_a_name_matches_whole_with_case_aside():
-    assert table_propensity(["lf-amazontitles-131k"]).ab == (0.6, 2.6)
-    for name in ("AmazonCat-13K-v2", "my-amazon-data", "wikipedia", "LF-AmazonTitles"):  # a word is not a match
-        assert table_propensity([name]).ab == (0.55, 1.5), name
+@pytest.mark.parametrize(("names", "ab"), [
+    (["lf-amazontitles-131k"], (0.6, 2.6)),  # a name matches whole, letter case aside
+    *(([name], (0.55, 1.5)) for name in ("AmazonCat-13K-v2", "my-amazon-data", "wikipedia", "LF-AmazonTitles")),
+    (["mydata", "LF-Wikipedia-500K"], (0.5, 0.4)),  # a `local` dataset: its catalogue name, then its folder's
+    (["LF-Wikipedia-500K", "Amazon-670K"], (0.5, 0.4)), (["Amazon-670K", "LF-Wikipedia-500K"], (0.6, 2.6))])
+def test_a_name_matches_whole_never_by_a_word_and_the_first_known_one_wins(names, ab):
+    assert table_propensity(names).ab == ab
 
 
 def test_an_unknown_dataset_gets_the_default_and_says_so():
@@ -51,13 +51,6 @@ def test_an_unknown_dataset_gets_the_default_and_says_so():
     assert (chosen.ab, chosen.source) == ((0.55, 1.5), "default")
     assert chosen.line() == ("PSP@k: A=0.55, B=1.5 (the default: 'foldoc' is not in the propensity table; "
                              "set evaluate.propensity: [A, B] to choose)")
-
-
-def test_the_first_known_name_wins():
-    """A `local` dataset goes by its catalogue name and then by its source folder's name."""
-    assert table_propensity(["mydata", "LF-Wikipedia-500K"]).ab == (0.5, 0.4)
-    both = ["LF-Wikipedia-500K", "Amazon-670K"]  # two known names with different pairs: the first decides
-    assert table_propensity(both).ab == (0.5, 0.4) and table_propensity(both[::-1]).ab == (0.6, 2.6)
     assert "'mydata' or 'Wiki-stuff' is not in" in table_propensity(["mydata", "Wiki-stuff"]).line()
 
 
@@ -67,13 +60,6 @@ def test_a_local_dataset_goes_by_its_source_folder_name(tmp_path, lf_folder):
     assert Dataset(tmp_path / "data" / "mydata").names == ("mydata", "Amazon-670K")
     build_dataset("other", {"source": "local", "path": str(lf_folder)}, tmp_path / "data" / "other", "")
     assert Dataset(tmp_path / "data" / "other").names == ("other", "lf")
-
-
-@pytest.mark.parametrize("value", [[0.55], ["a", 1.5], [-1, -2], [0, 1.5], [0.55, 0], [0.6, float("inf")], "0.6, 2.6"])
-def test_evaluate_propensity_must_be_auto_or_two_positive_numbers(value):
-    with pytest.raises(ConfigError, match=r"params.yaml:evaluate.propensity: .*must be 'auto' or ") as refused:
-        propensity_setting(value)
-    assert "\n" not in str(refused.value)
 
 
 def test_evaluate_propensity_overrides_the_table():
@@ -89,15 +75,7 @@ def propensity_setting(value: object) -> object:
     return settings_from(tree).evaluate.propensity
 
 
-def stage(root, name, *args):
-    proc = subprocess.run([sys.executable, str(REPO / f"stages/{name}.py"), "--dataset", str(root / "data" / "tiny"),
-                           "--params", str(root / "params.yaml"), *map(str, args)],
-                          capture_output=True, text=True, cwd=root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
-def evaluate_tiny(tmp_path, *options, lf=None, infer=None):
+def evaluate_tiny(tmp_path, lf=None, infer=None, **options):
     """The tune and evaluate stages (with `options`, and params' `infer` section updated by `infer`) on a `local`
     dataset named `tiny` read from the LF folder `lf` (default: tests.helpers' tiny one, written to
     tmp_path/LF-AmazonTitles-131K), random unit embeddings, and HNSW indexes; the evaluate stage's process."""
@@ -112,15 +90,13 @@ def evaluate_tiny(tmp_path, *options, lf=None, infer=None):
     build_memory_indexes(tmp_path / "emb", tmp_path / "index", "hnsw", M=16, ef_construction=100, progress=False)
     build_input_memory(np.load(tmp_path / "emb" / "train.npy"), training_values(data.label_matrix("train")),
                        MemorySettings(1.0, "kmeans", False, 0), tmp_path / "memory", "hnsw", M=16, ef_construction=100)
-    params = YAML().load((REPO / "params.yaml").read_text())
-    params["infer"].update({"b": 4, "b_sweep": [2, 4], "val_fraction": 0.25, **(infer or {})})
-    YAML().dump(params, tmp_path / "params.yaml")
-    stage(tmp_path, "tune", "--embeddings", tmp_path / "emb", "--out", tmp_path / "tune")
-
+    infer = {"b": 4, "b_sweep": [2, 4], "val_fraction": 0.25, **(infer or {})}
+    params = write_params(tmp_path, **{f"infer.{key}": value for key, value in infer.items()})
+    stage_ok(tmp_path, params, "tune", "data/tiny", embeddings=tmp_path / "emb", out=tmp_path / "tune")
     predictor = made_up_predictor(tmp_path / "predictor", tmp_path / "data" / "tiny", tmp_path / "emb",
-                                  tmp_path / "index", tmp_path / "memory", tmp_path / "tune", tmp_path / "params.yaml")
-    return stage(tmp_path, "evaluate", "--embeddings", tmp_path / "emb", "--index", tmp_path / "index", "--tune",
-                 tmp_path / "tune", "--predictor", predictor, "--out", tmp_path / "eval", *options)
+                                  tmp_path / "index", tmp_path / "memory", tmp_path / "tune", params)
+    return stage_ok(tmp_path, params, "evaluate", "data/tiny", embeddings=tmp_path / "emb", index=tmp_path / "index",
+                    tune=tmp_path / "tune", predictor=predictor, out=tmp_path / "eval", **options)
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step

@@ -14,31 +14,20 @@ key retrieved and no input key ever it, every λ < 1 ranks alike, so λ and τ g
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from mlflow.tracking import MlflowClient
-from ruamel.yaml import YAML
 
-from raexmc.data.held_out import query_sample, split_validation
-from raexmc.errors import ConfigError
-from raexmc.evaluation import prototype_selection
-from raexmc.evaluation.keep_selection import choose_keep
-from raexmc.evaluation.prototype_selection import MemoryTuning
-from raexmc.evaluation.tune_settings import TuneSettings
-from raexmc.evaluation.validation_memory import held_out_labels
-from raexmc.memory.input_memory import MemorySettings
-from raexmc.settings import load_settings
-from test_selection import run_stage, write_training_split
-from tests.helpers import REPO
+from raexmc.data.held_out import split_validation
+from raexmc.evaluation import memory_choice
+from raexmc.evaluation.memory_choice import MemoryTuning, choose_keep
+from tests.helpers import write_params
+from tune_helpers import TAUS, assert_test_split_unread, memory_tuning, run_stage, tune_metrics, write_training_split
 
 N, FRACTION, SEED, DIM = 10, 0.2, 0, 16
 A, B, C, D, E = range(5)
-LAMBDAS, TAUS = [0.0, 0.5, 0.9], [0.02, 0.04, 0.1]   # 0.5 and 0.04 inside their grids: neither widens
+LAMBDAS = [0.0, 0.5, 0.9]   # 0.5 and TAUS' 0.04 inside their grids: neither widens
 GRID = [0, 0.25, 0.5, 1, 2]
 EXPECTED_CURVE = [(0.0, 50.0), (0.25, 50.0), (0.5, 100.0), (1.0, 50.0), (2.0, 50.0)]   # α, P@1: the docstring's
 
@@ -67,37 +56,25 @@ def toy():
     return X.astype(np.float32), Z.astype(np.float32), Y
 
 
-def write_params(folder, **memory):
-    params = YAML().load((REPO / "params.yaml").read_text())
-    params["infer"].update({"lambda": "auto", "tau": "auto", "lambda_sweep": LAMBDAS, "tau_grid": TAUS, "b": 1,
-                            "val_fraction": FRACTION, "val_seed": SEED, "val_folds": 1})  # the toy holds out one set
-    params["memory"].update({"keep": 0.5, "method": "random", "seed": SEED, "prototypes": "auto",
-                             "prototypes_grid": GRID, **memory})
-    params["index"]["backend"] = "hnsw"  # prototypes need graphs; auto would search these few keys exactly
-    YAML().dump(params, folder / "params.yaml")
-    return folder / "params.yaml"
+def toy_params(folder, **memory):
+    return write_params(folder, **{"infer.lambda": "auto", "infer.tau": "auto", "infer.lambda_sweep": LAMBDAS,
+                                   "infer.tau_grid": TAUS, "infer.b": 1, "infer.val_fraction": FRACTION,
+                                   "infer.val_seed": SEED, "infer.val_folds": 1,  # the toy holds out one set
+                                   "memory.keep": 0.5, "memory.method": "random", "memory.seed": SEED,
+                                   "memory.prototypes": "auto", "memory.prototypes_grid": GRID,
+                                   **{f"memory.{key}": value for key, value in memory.items()},
+                                   "index.backend": "hnsw"})  # prototypes need graphs; auto would search exactly
 
 
-def poison_test_split(tmp_path, Y):
-    """A test split that would choose α 0, were it read: query 1's twins, labelled B (its text's nearest label)."""
-    n_test = 4
-    sp.save_npz(tmp_path / "data" / "Y_test.npz", sp.csr_matrix((np.ones(n_test), (np.arange(n_test), [B] * n_test)),
-                                                                shape=(n_test, Y.shape[1])))
-    sp.save_npz(tmp_path / "data" / "filter_test.npz", sp.csr_matrix((n_test, Y.shape[1]), dtype=bool))
-    np.save(tmp_path / "emb" / "test.npy", np.tile(unit_of(e0=1).astype(np.float32), (n_test, 1)))
-
-
-def memory_stage(tmp_path, params, *extra):
-    return subprocess.run([sys.executable, str(REPO / "stages/memory.py"), "--dataset", str(tmp_path / "data"),
-                           "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "memory"),
-                           "--params", str(params), *extra], capture_output=True, text=True, cwd=tmp_path)
+def memory_stage(tmp_path, params, **choice):
+    return run_stage(tmp_path, params, "memory", embeddings=tmp_path / "emb", out=tmp_path / "memory", **choice)
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step
 def test_auto_prototypes_choose_alpha_on_validation_alone_and_the_memory_stage_builds_it(tmp_path):
     X, Z, Y = toy()
     write_training_split(tmp_path, X, Z, Y)  # no test split at all: the stage must not need one
-    params = write_params(tmp_path)
+    params = toy_params(tmp_path)
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
     assert "α 0.5 joint λ 0.5 τ 0.04 (validation" in proc.stderr and "tune chose " in proc.stderr
@@ -108,28 +85,23 @@ def test_auto_prototypes_choose_alpha_on_validation_alone_and_the_memory_stage_b
     assert {(r["lambda"], r["tau"], r["input_keys"]) for r in chosen["prototypes_curve"]} == {(0.5, 0.04, 4)}
     assert json.loads((tmp_path / "tune" / "memory_choice.json").read_text()) == {"keep": 0.5, "prototypes": 0.5}
 
-    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-    [run] = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
-    metrics = run.data.metrics
+    metrics = tune_metrics()
     assert metrics["tune/prototypes"] == 0.5
     for weight, p_at_1 in EXPECTED_CURVE:
         assert (metrics[f"tune/prototypes_curve.{weight:g}.P_at_1"],
                 metrics[f"tune/prototypes_curve.{weight:g}.lambda"]) == (p_at_1, 0.5)
 
-    written = {name: (tmp_path / "tune" / name).read_bytes() for name in ("selection.json", "memory_choice.json")}
-    poison_test_split(tmp_path, Y)
-    again = run_stage(tmp_path, params)
-    assert again.returncode == 0, again.stderr
-    assert {name: (tmp_path / "tune" / name).read_bytes() for name in written} == written, "the test split moved it"
+    # a test split that would choose α 0, were it read: query 1's twins, labelled B (its text's nearest label)
+    assert_test_split_unread(tmp_path, params, [B] * 4, [unit_of(e0=1)] * 4)
 
     refused = memory_stage(tmp_path, params)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {params}:memory.prototypes: ")
     (tmp_path / "no_alpha.json").write_text('{"keep": 0.5}')
-    bad = memory_stage(tmp_path, params, "--choice", str(tmp_path / "no_alpha.json"))
+    bad = memory_stage(tmp_path, params, choice=tmp_path / "no_alpha.json")
     assert bad.returncode == 2 and "no_alpha.json:prototypes: must be a number, got None" in bad.stderr
     assert not (tmp_path / "memory").exists()
-    built = memory_stage(tmp_path, params, "--choice", str(tmp_path / "tune" / "memory_choice.json"))
+    built = memory_stage(tmp_path, params, choice=tmp_path / "tune" / "memory_choice.json")
     assert built.returncode == 0, built.stderr
     meta = json.loads((tmp_path / "memory" / "memory.json").read_text())
     assert (meta["keep"], meta["prototypes"], meta["input_keys"]) == (0.5, 0.5, 5)
@@ -143,7 +115,7 @@ def test_a_numeric_alpha_and_auto_at_keep_1_are_not_searched(tmp_path, memory, c
     α 0: no input key is ever retrieved). selection.json has no α fields then."""
     X, Z, Y = toy()
     write_training_split(tmp_path, X, Z, Y)
-    proc = run_stage(tmp_path, write_params(tmp_path, **memory))
+    proc = run_stage(tmp_path, toy_params(tmp_path, **memory))
     assert proc.returncode == 0, proc.stderr
     chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
     assert "prototypes" not in chosen and "prototypes_curve" not in chosen and "prototypes" not in chosen["auto"]
@@ -152,17 +124,8 @@ def test_a_numeric_alpha_and_auto_at_keep_1_are_not_searched(tmp_path, memory, c
 
 
 def tuning(tmp_path, grid) -> MemoryTuning:
-    X, Z, Y = toy()
-    (tmp_path / "emb").mkdir()
-    np.save(tmp_path / "emb" / "train.npy", X)
-    np.save(tmp_path / "emb" / "labels.npy", Z)
-    rest_rows, held_out = split_validation(Y, FRACTION, SEED)
-    held = held_out_labels(Y, sp.csr_matrix(Y.shape), rest_rows, query_sample(held_out, 20000, SEED))
-    settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=1,
-                            val_fraction=FRACTION, val_max_queries=20000, val_seed=SEED, relevance="binary")
-    return MemoryTuning(tmp_path / "emb", [held], settings, (0.55, 1.5),
-                        lambda keep, weight: MemorySettings(keep, "random", False, SEED, prototypes=weight or 0.0),
-                        "hnsw", grid)
+    return memory_tuning(tmp_path, *toy(), "hnsw", grid, lambda_grid=tuple(LAMBDAS), b=1, val_fraction=FRACTION,
+                         val_seed=SEED)
 
 
 def test_an_alpha_chosen_at_the_grids_largest_point_widens_it_by_doubling(tmp_path):
@@ -187,27 +150,11 @@ def test_with_auto_keep_each_keep_is_judged_at_its_own_alpha_and_each_alpha_sear
     the grid's edge, so 0.25 is tried (at α 0.5: 100 again) and the tie goes to the larger keep. The labels' search
     at an α does not depend on the keep: five α over three keeps (keep 1's at α 0) search the labels five times."""
     searched = []
-    real = prototype_selection.label_search
-    monkeypatch.setattr(prototype_selection, "label_search", lambda *args: searched.append(args[-1]) or real(*args))
+    real = memory_choice.label_search
+    monkeypatch.setattr(memory_choice, "label_search", lambda *args: searched.append(args[-1]) or real(*args))
     retrieval, chosen = choose_keep(tuning(tmp_path, tuple(GRID)).at, (1.0, 0.5), "P@1")
     assert [(r["keep"], r.get("prototypes"), r["P@1"]) for r in chosen.keep_curve] \
         == [(1.0, None, 50.0), (0.5, 0.5, 100.0), (0.25, 0.5, 100.0)]
     assert (chosen.keep, chosen.prototypes, retrieval.input_keys) == (0.5, 0.5, 4)
     assert [(r["prototypes"], r["P@1"]) for r in chosen.prototypes_curve] == EXPECTED_CURVE
     assert sorted(searched) == [0, 0.25, 0.5, 1, 2]
-
-
-@pytest.mark.parametrize("grid", [[0.5, -1], [], "0.5", [True], [float("nan")]])
-def test_a_bad_grid_names_its_key(tmp_path, grid):
-    with pytest.raises(ConfigError) as error:
-        load_settings(write_params(tmp_path, prototypes_grid=grid))
-    assert error.value.record == "memory.prototypes_grid"
-    assert "must be " in str(error.value) and "\n" not in str(error.value)
-
-
-def test_the_tune_stage_refuses_a_bad_grid_in_one_line_before_reading_data(tmp_path):
-    params = write_params(tmp_path, prototypes_grid=[0.5, -1])
-    proc = run_stage(tmp_path, params)  # there is no dataset here
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {params}:memory.prototypes_grid: ")
-    assert not (tmp_path / "tune").exists()

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from raexmc.errors import ConfigError
 from raexmc.evaluation import evaluator as evaluator_module
 from raexmc.evaluation.evaluator import Evaluator
 from raexmc.evaluation.propensity import DEFAULT_AB
@@ -15,13 +14,13 @@ from raexmc.evaluation.query_lambda_fit import (
     fit_on_selection,
     fit_on_validation,
     metric_by_lambda,
-    per_query_lambda_scorer,
     per_query_metric,
 )
 from raexmc.evaluation.selection_file import Selection
 from raexmc.evaluation.tune_settings import TuneSettings
 from raexmc.evaluation.validation_memory import HeldOutLabels, ValidationRetrieval
 from raexmc.memory.search import sort_rows
+from raexmc.rae.model import RaeModel, RaeSettings
 from tests.helpers import selection_record
 
 NUM_LABELS, NUM_TRAIN = 10, 20  # training input i has the one label i % 10
@@ -64,7 +63,8 @@ def test_fitted_model_picks_lambda_per_kind_and_beats_every_fixed_lambda():
     assert fixed.max() < 0.6  # every fixed λ gets at most one kind right
     lambdas = model.lambdas(*joint, Y_TRAIN)
     np.testing.assert_array_equal(lambdas, kind.astype(float))
-    ranked = evaluator.rank(len(kind), per_query_lambda_scorer(joint, Y_TRAIN, lambdas, TAU, 3))
+    per_query = RaeModel(Y_TRAIN, RaeSettings(model, TAU, 3))  # each query at its own λ, as predict scores it
+    ranked = evaluator.rank(len(kind), lambda rows: per_query.scores(joint[0][rows], joint[1][rows]))
     assert per_query_metric(evaluator, ranked).mean() == 1.0
 
 
@@ -79,9 +79,9 @@ def test_fallback_to_the_best_fixed_lambda_when_features_cannot_tell_the_kinds()
     np.testing.assert_array_equal(model.lambdas(*joint, Y_TRAIN), np.full(200, best_fixed))
 
 
-def test_unknown_metric_is_a_config_error():
+def test_an_unknown_metric_is_a_programming_error():
     joint, evaluator, _ = _queries(np.random.default_rng(2), 20)
-    with pytest.raises(ConfigError, match="P@2"):
+    with pytest.raises(ValueError, match="P@2"):
         metric_by_lambda(joint, evaluator, GRID, TAU, 3, metric="P@2")
 
 

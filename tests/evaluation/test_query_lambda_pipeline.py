@@ -5,13 +5,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from ruamel.yaml import YAML
 
 from raexmc.data.held_out import split_validation
 from raexmc.errors import DataError
@@ -22,7 +19,8 @@ from raexmc.evaluation.retrievals import Retrievals
 from raexmc.evaluation.significance import compare_runs
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import QueryLambda, fit_query_lambda, query_features, read_query_lambda
-from tests.helpers import REPO, dense_top_b_softmax
+from tests.helpers import dense_top_b_softmax, write_params
+from tune_helpers import run_stage, write_training_split
 
 N_TRAIN, N_LABELS, FRACTION, B, TAU = 60, 10, 0.5, 10, 0.04
 GRID = [0.0, 0.5, 1.0]
@@ -55,27 +53,18 @@ def two_kinds_of_inputs():
     return X.astype(np.float32), Z.astype(np.float32), Y, rest_rows, val_rows
 
 
-def write_inputs(tmp_path, X, Z, Y) -> None:
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "stats.json").write_text("{}")
-    sp.save_npz(tmp_path / "data" / "Y_train.npz", Y)
-    sp.save_npz(tmp_path / "data" / "filter_train.npz", sp.csr_matrix(Y.shape, dtype=bool))
-    (tmp_path / "emb").mkdir()
-    np.save(tmp_path / "emb" / "train.npy", X)
-    np.save(tmp_path / "emb" / "labels.npy", Z)
-    params = YAML().load((REPO / "params.yaml").read_text())
-    params["infer"].update({"lambda": "auto", "tau": TAU, "lambda_sweep": GRID, "b": B, "val_fraction": FRACTION,
-                            "val_folds": 1})  # the toy holds out one set
-    YAML().dump(params, tmp_path / "params.yaml")
+def tune(tmp_path, X, Z, Y):
+    """The tune stage on the toy's training split: λ auto on GRID at τ TAU, one set held out."""
+    write_training_split(tmp_path, X, Z, Y)
+    params = write_params(tmp_path, **{"infer.lambda": "auto", "infer.tau": TAU, "infer.lambda_sweep": GRID,
+                                       "infer.b": B, "infer.val_fraction": FRACTION, "infer.val_folds": 1})
+    proc = run_stage(tmp_path, params)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_tune_stage_writes_the_model_a_fit_by_hand_gives(tmp_path):
     X, Z, Y, rest_rows, val_rows = two_kinds_of_inputs()
-    write_inputs(tmp_path, X, Z, Y)
-    proc = subprocess.run([sys.executable, str(REPO / "stages/tune.py"), "--dataset", str(tmp_path / "data"),
-                           "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "tune"),
-                           "--params", str(tmp_path / "params.yaml")], capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    tune(tmp_path, X, Z, Y)
     written = json.loads((tmp_path / "tune" / "query_lambda.json").read_text())
     model = QueryLambda.from_json(written)
 
@@ -106,11 +95,7 @@ def test_tune_stage_writes_the_model_a_fit_by_hand_gives(tmp_path):
 
 def test_tune_stage_with_too_few_held_out_inputs_writes_the_chosen_lambda(tmp_path):
     X, Z, Y, _, _ = two_kinds_of_inputs()
-    write_inputs(tmp_path, X[:12], Z, Y[:12])  # 6 held out: too few for 5 folds
-    proc = subprocess.run([sys.executable, str(REPO / "stages/tune.py"), "--dataset", str(tmp_path / "data"),
-                           "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "tune"),
-                           "--params", str(tmp_path / "params.yaml")], capture_output=True, text=True, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    tune(tmp_path, X[:12], Z, Y[:12])  # 6 held out: too few for 5 folds
     selection = json.loads((tmp_path / "tune" / "selection.json").read_text())
     model = read_query_lambda(tmp_path / "tune" / "query_lambda.json", selection["tau"], B)
     assert not model.uses_model and model.fallback == selection["lambda"]

@@ -39,7 +39,7 @@ def stage_run(tmp_path_factory):
     """The tiny dataset (from an LF folder named LF-AmazonTitles-131K, test pair (1, 3) filtered) through the tune
     and evaluate stages, the latter writing score files."""
     root = tmp_path_factory.mktemp("scored")
-    evaluate_tiny(root, "--scores", root / "scores")
+    evaluate_tiny(root, scores=root / "scores")
     return root
 
 
@@ -73,7 +73,7 @@ def wide_stage_run(tmp_path_factory):
                                     [int(x) for x in y], "target_rel": [1.0] * len(y)} for i, y in enumerate(rows)])
     filtered = {(0, int(test[0][0]))}
     (lf / "filter_labels_test.txt").write_text(f"0 {test[0][0]}\n")
-    evaluate_tiny(root, "--scores", root / "scores", lf=lf, infer={"b": WIDE_B, "b_sweep": [WIDE_B]})
+    evaluate_tiny(root, lf=lf, infer={"b": WIDE_B, "b_sweep": [WIDE_B]}, scores=root / "scores")
     return root, train, test, filtered
 
 

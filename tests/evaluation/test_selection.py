@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+from functools import partial
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from ruamel.yaml import YAML
 
+import tune_helpers
 from raexmc.data.held_out import query_sample, split_validation
-from raexmc.errors import ConfigError, DataError
+from raexmc.errors import DataError
 from raexmc.evaluation import evaluator
 from raexmc.evaluation.selection import choose, past_edge, select
 from raexmc.evaluation.selection_file import Selection, read_selection, write_selection
@@ -29,17 +29,18 @@ from raexmc.evaluation.validation_memory import (
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.settings import load_settings
 from tests.helpers import REPO, dense_top_b_softmax, selection_record
+from tune_helpers import (
+    LAMBDAS,
+    TAUS,
+    run_stage,
+    save_embeddings,
+    toy_params,
+    tune_settings,
+    unit_rows,
+    write_training_split,
+)
 
-LAMBDAS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]
-TAUS = [0.02, 0.04, 0.1]
-DIM = 32
-
-
-def unit(*parts: tuple[int, float]) -> np.ndarray:
-    v = np.zeros(DIM)
-    for axis, value in parts:
-        v[axis] = value
-    return v / np.linalg.norm(v)
+unit = partial(tune_helpers.unit, 32)
 
 
 def memory(inputs_right: bool):
@@ -64,14 +65,6 @@ def memory(inputs_right: bool):
     return X, Z, Y
 
 
-def saved(folder, X, Z):
-    """The embeddings folder of training inputs X and label keys Z, as the embed stage writes it."""
-    folder.mkdir()
-    np.save(folder / "train.npy", X)
-    np.save(folder / "labels.npy", Z)
-    return folder
-
-
 def brute_force(X, Z, Y, val_rows, rest_rows, b, taus=TAUS):
     """P@1 (percent) of every (λ, τ) from dense matrices, and the best by the documented tie rule."""
     Y = Y.toarray()
@@ -88,12 +81,6 @@ def brute_force(X, Z, Y, val_rows, rest_rows, b, taus=TAUS):
     return curve, best
 
 
-def settings(**changes) -> TuneSettings:
-    base = dict(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=6,
-                val_fraction=0.5, val_max_queries=20000, val_seed=0, relevance="binary")
-    return TuneSettings(**{**base, **changes})
-
-
 @pytest.mark.parametrize("inputs_right", [True, False])
 @pytest.mark.parametrize("chunk", [8192, 1])  # 1: each query's scores computed and ranked apart
 @pytest.mark.parametrize("workers", ["1", "3"])  # a chunk's λs ranked one after another, or on threads
@@ -103,9 +90,9 @@ def test_choice_matches_brute_force_where_one_side_of_the_values_is_right(inputs
     monkeypatch.setenv("RAEXMC_WORKERS", workers)
     X, Z, Y = memory(inputs_right)
     val_rows, rest_rows = np.array([0, 1]), np.array([2, 3])
-    retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z), held_out_labels(Y, sp.csr_matrix((4, 4)), rest_rows,
-                                                                                 val_rows), b=6)
-    chosen = select(retrieval, settings(), (0.55, 1.5)).record()
+    held = held_out_labels(Y, sp.csr_matrix((4, 4)), rest_rows, val_rows)
+    retrieval = validation_retrieval(save_embeddings(tmp_path / "emb", X, Z), held, b=6)
+    chosen = select(retrieval, tune_settings(), (0.55, 1.5)).record()
     tried = sorted({r["tau"] for r in chosen["validation"]})  # the grid, and what widening added past its edges
     curve, best = brute_force(X, Z, Y, val_rows, rest_rows, b=6, taus=tried)
 
@@ -122,27 +109,32 @@ def test_choice_matches_brute_force_where_one_side_of_the_values_is_right(inputs
 def test_a_fixed_value_keeps_it_and_chooses_the_other(tmp_path):
     X, Z, Y = memory(inputs_right=True)
     held = held_out_labels(Y, sp.csr_matrix((4, 4)), np.array([2, 3]), np.array([0, 1]))
-    retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z), held, b=6)
+    retrieval = validation_retrieval(save_embeddings(tmp_path / "emb", X, Z), held, b=6)
     curve, _ = brute_force(X, Z, Y, np.array([0, 1]), np.array([2, 3]), b=6)
-    fixed_tau = select(retrieval, settings(tau=0.02), (0.55, 1.5)).record()
+    fixed_tau = select(retrieval, tune_settings(tau=0.02), (0.55, 1.5)).record()
     best_at = -max((curve[lam, 0.02], -abs(lam - 0.5), -lam) for lam in LAMBDAS)[2]
     assert (fixed_tau["lambda"], fixed_tau["tau"]) == (best_at, 0.02)
-    both_fixed = select(retrieval, settings(lam=0.3, tau=0.04), (0.55, 1.5)).record()
+    both_fixed = select(retrieval, tune_settings(lam=0.3, tau=0.04), (0.55, 1.5)).record()
     assert (both_fixed["lambda"], both_fixed["tau"]) == (0.3, 0.04)
     assert len(both_fixed["validation"]) == len(LAMBDAS) * len(TAUS), "the curve is still computed"
 
 
-def test_ties_go_to_the_value_nearest_the_papers():
-    curve = [{"lambda": lam, "tau": tau, "P@1": 50.0} for lam in (0.1, 0.3, 0.9) for tau in (0.01, 0.05, 0.1)]
-    assert (choose(curve, "P@1")["lambda"], choose(curve, "P@1")["tau"]) == (0.3, 0.05)
+JOINT_TIE = [{"lambda": 0.5, "tau": 0.04, "label_share": 0.5, "P@1": 50.0},
+             {"lambda": 0.1, "tau": 0.2, "label_share": None, "P@1": 50.0}]
 
 
-def test_a_tau_tie_goes_to_the_nearer_by_ratio_not_by_difference():
-    """0.02 and 0.07 around the paper's 0.04: by difference 0.02 is nearer (0.02 against 0.03), by ratio 0.07 is
-    (x1.75 against x2); τ is a scale, so the ratio decides, whichever row comes first."""
-    rows = [{"lambda": 0.5, "tau": tau, "P@1": 50.0} for tau in (0.02, 0.07)]
-    assert choose(rows, "P@1")["tau"] == 0.07
-    assert choose(rows[::-1], "P@1")["tau"] == 0.07
+@pytest.mark.parametrize(("rows", "chosen"), [
+    # ties go to the value nearest the paper's λ 0.5, then τ 0.04
+    ([{"lambda": lam, "tau": tau, "P@1": 50.0} for lam in (0.1, 0.3, 0.9) for tau in (0.01, 0.05, 0.1)],
+     {"lambda": 0.3, "tau": 0.05}),
+    # 0.02 and 0.07 around 0.04: by difference 0.02 is nearer, by ratio (x1.75 against x2) 0.07; τ is a scale
+    ([{"lambda": 0.5, "tau": tau, "P@1": 50.0} for tau in (0.02, 0.07)], {"tau": 0.07}),
+    ([{"lambda": 0.5, "tau": tau, "P@1": 50.0} for tau in (0.07, 0.02)], {"tau": 0.07}),
+    (JOINT_TIE, {"label_share": None}),  # a tie between the retrievals goes to joint
+    ([{**JOINT_TIE[0], "P@1": 50.01}, JOINT_TIE[1]], {"label_share": 0.5})])
+def test_choose_breaks_ties_by_the_documented_rule(rows, chosen):
+    best = choose(rows, "P@1")
+    assert {key: best[key] for key in chosen} == chosen
 
 
 def forty_inputs_five_labels():
@@ -158,7 +150,7 @@ def test_held_out_queries_are_not_keys_of_their_memory(tmp_path):
     """Every training input is also a would-be key; a query that found itself would score 1.0."""
     X, Z, Y = forty_inputs_five_labels()
     rest_rows, val_rows = split_validation(Y, 0.25, 0)
-    retrieval = validation_retrieval(saved(tmp_path / "emb", X, Z),
+    retrieval = validation_retrieval(save_embeddings(tmp_path / "emb", X, Z),
                                      held_out_labels(Y, sp.csr_matrix((40, 5)), rest_rows, val_rows), b=45)
 
     assert len(val_rows) == 10 and sorted([*val_rows, *rest_rows]) == list(range(40))
@@ -169,38 +161,6 @@ def test_held_out_queries_are_not_keys_of_their_memory(tmp_path):
     assert not np.isin(found_rows, val_rows).any(), "a held-out input is a key of its own memory"
     assert sims[:, 0].max() < 0.999, "a query found itself"
     assert (retrieval.held.Y_val != Y[val_rows]).nnz == 0 and retrieval.held.Y_rest.shape == (30, 5)
-
-
-def write_params(folder, **infer):
-    """The project's params.yaml with these infer keys; one validation fold, τ 0.04 and the joint retrieval unless
-    given (the brute forces here hold out one set, test_validation_folds.py pools several, and most choose λ at one
-    τ of the joint retrieval)."""
-    params = YAML().load((REPO / "params.yaml").read_text())
-    for key, value in {"val_folds": 1, "tau": 0.04, "retrieval": "joint", "label_share": 0.5, **infer}.items():
-        params["infer"][key] = value
-    YAML().dump(params, folder / "params.yaml")
-    return folder / "params.yaml"
-
-
-@pytest.mark.parametrize(("key", "value", "says"), [
-    ("lambda", "abc", "must be 'auto' or a number, got 'abc'"),
-    ("lambda", 1.5, "must be 'auto' or less than or equal to 1, got 1.5"),
-    ("tau", 0, "must be 'auto' or greater than 0, got 0"),
-    ("tau_grid", [], "must be a non-empty list, got []"),
-    ("tau_grid", [0.04, -1], "entry 1 must be greater than 0, got -1"),
-    ("auto_metric", "P@2", "must be 'P@1', 'P@3', 'P@5', 'nDCG@5', 'PSP@5', 'R@10' or 'R@100', got 'P@2'"),
-    ("val_fraction", 1.0, "must be less than 1, got 1.0"),
-    ("val_max_queries", 0, "must be greater than or equal to 1, got 0"),
-    ("val_max_queries", 2.5, "must be an integer, got 2.5"),
-    ("retrieval", "both", "must be 'auto' or 'joint' or 'split', got 'both'"),
-    ("label_share", 1.5, "must be 'auto' or less than or equal to 1, got 1.5"),
-    ("label_share", True, "must be 'auto' or a number, got True"),
-    ("label_share_grid", [0.5, 2], "entry 1 must be less than or equal to 1, got 2"),
-])
-def test_bad_settings_name_their_key(tmp_path, key, value, says):
-    with pytest.raises(ConfigError) as error:
-        TuneSettings.from_settings(load_settings(write_params(tmp_path, **{key: value})))
-    assert says in str(error.value) and error.value.record == f"infer.{key}"
 
 
 def test_project_params_choose_lambda_and_tau_and_the_preset_fixes_the_papers(tmp_path):
@@ -217,46 +177,13 @@ def test_project_params_choose_lambda_and_tau_and_the_preset_fixes_the_papers(tm
     assert (fixed.lam, fixed.tau, fixed.retrieval) == (0.5, 0.04, "joint")
 
 
-def run_stage(tmp_path, params):
-    return subprocess.run([sys.executable, str(REPO / "stages/tune.py"), "--dataset", str(tmp_path / "data"),
-                           "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "tune"),
-                           "--params", str(params)], capture_output=True, text=True, cwd=tmp_path)
-
-
-@pytest.mark.parametrize(("key", "value"), [("lambda", "abc"), ("tau_grid", [])])
-def test_stage_bad_value_is_one_line_exit_2_and_writes_nothing(tmp_path, key, value):
-    proc = run_stage(tmp_path, write_params(tmp_path, **{key: value}))
+@pytest.mark.parametrize("key, value", [("infer.lambda", "abc"), ("memory.keep_grid", [0.5, 2])])
+def test_stage_bad_value_is_one_line_exit_2_before_reading_data_and_writes_nothing(tmp_path, key, value):
+    """An infer key and a memory key: the stage checks every key as it loads (test_settings.py has them all)."""
+    proc = run_stage(tmp_path, toy_params(tmp_path, **{key: value}))  # there is no dataset here
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {tmp_path / 'params.yaml'}:infer.{key}: ")
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {tmp_path / 'params.yaml'}:{key}: ")
     assert not (tmp_path / "tune").exists()
-
-
-def write_training_split(tmp_path, X, Z, Y):
-    """The dataset and embeddings folders with no test split at all: the stage must not need one."""
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "stats.json").write_text("{}")
-    sp.save_npz(tmp_path / "data" / "Y_train.npz", Y)
-    sp.save_npz(tmp_path / "data" / "filter_train.npz", sp.csr_matrix(Y.shape, dtype=bool))
-    (tmp_path / "emb").mkdir()
-    np.save(tmp_path / "emb" / "train.npy", X)
-    np.save(tmp_path / "emb" / "labels.npy", Z)
-
-
-def test_stage_reads_no_test_split_and_writes_the_choice(tmp_path):
-    X, Z, Y = memory(inputs_right=True)
-    write_training_split(tmp_path, X, Z, Y)
-    proc = run_stage(tmp_path, write_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.5, "b": 6}))
-    assert proc.returncode == 0, proc.stderr
-    chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
-    rest_rows, val_rows = split_validation(Y, 0.5, 0)
-    curve, _ = brute_force(X, Z, Y, val_rows, rest_rows, b=6)
-    at_tau = {lam: p for (lam, tau), p in curve.items() if tau == 0.04}
-    assert chosen["tau"] == 0.04 and chosen["auto"] == {"lambda": True, "tau": False, "retrieval": False,
-                                                                  "label_share": False}
-    assert (chosen["retrieval"], chosen["label_share"]) == ("joint", None)
-    assert at_tau[chosen["lambda"]] == max(at_tau.values())
-    assert (chosen["val_queries"], chosen["memory_inputs"]) == (2, 2)
-    assert chosen["fixed_lambda"] == 0.5
 
 
 def test_query_sample_keeps_at_most_the_cap_seeded_in_order():
@@ -271,12 +198,13 @@ def test_query_sample_keeps_at_most_the_cap_seeded_in_order():
 
 
 @pytest.mark.parametrize("cap", [4, 10, 20000])
-def test_stage_queries_at_most_val_max_queries_of_the_held_out_inputs(tmp_path, cap):
+def test_stage_reads_no_test_split_and_queries_at_most_val_max_queries_of_the_held_out_inputs(tmp_path, cap):
     """A quarter of 40 inputs (10) is held out of the memory whatever the cap; min(10, cap) of them query,
-    and the curve is the brute force's on exactly those; from 10 up the cap changes nothing."""
+    and the curve is the brute force's on exactly those; from 10 up the cap changes nothing. λ auto at τ 0.04
+    chooses the curve's best there, on the joint retrieval, and records the fixed λ it was weighed against."""
     X, Z, Y = forty_inputs_five_labels()
     write_training_split(tmp_path, X, Z, Y)
-    params = write_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "val_max_queries": cap, "b": 45,
+    params = toy_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "val_max_queries": cap, "b": 45,
                                        "lambda_sweep": LAMBDAS, "tau_grid": TAUS})
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
@@ -288,6 +216,10 @@ def test_stage_queries_at_most_val_max_queries_of_the_held_out_inputs(tmp_path, 
     assert (chosen["val_queries"], chosen["memory_inputs"], chosen["val_max_queries"]) == (min(10, cap), 30, cap)
     curve, _ = brute_force(X, Z, Y, query_rows, rest_rows, b=45)
     assert {(r["lambda"], r["tau"]): r["P@1"] for r in chosen["validation"]} == curve
+    at_tau = {lam: p for (lam, tau), p in curve.items() if tau == 0.04}
+    assert chosen["tau"] == 0.04 and at_tau[chosen["lambda"]] == max(at_tau.values())
+    assert chosen["auto"] == {"lambda": True, "tau": False, "retrieval": False, "label_share": False}
+    assert (chosen["retrieval"], chosen["label_share"], chosen["fixed_lambda"]) == ("joint", None, 0.5)
 
 
 def test_read_selection_checks_what_evaluate_and_package_will_use(tmp_path):
@@ -336,14 +268,7 @@ def test_the_written_record_is_the_read_one(tmp_path):
     assert Selection.model_validate(selection_record(tau=0.07)).knn_tau == 0.07, "no kNN choice: RAE's τ"
 
 
-def test_lambda_rows_of_a_split_choice_are_at_its_share():
-    selection = Selection.model_validate(selection_record(tau=0.1, retrieval="split", label_share=0.25, validation=[
-        {"lambda": 0.5, "tau": 0.1, "label_share": 0.5, "P@1": 10.0},
-        {"lambda": 0.5, "tau": 0.1, "label_share": 0.25, "P@1": 30.0}]))
-    assert selection.lambda_rows([{"lambda": 0.5, "P@1": 31.0}]) == [{"lambda": 0.5, "validation": 30.0, "test": 31.0}]
-
-
-def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau():
+def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau_and_share():
     selection = Selection.model_validate(selection_record(metric="P@5", tau=0.1, validation=[
         {"lambda": 0.0, "tau": 0.1, "P@5": 10.0}, {"lambda": 0.5, "tau": 0.1, "P@5": 30.0},
         {"lambda": 0.5, "tau": 0.04, "P@5": 99.0}, {"lambda": 0.7, "tau": 0.1, "P@5": 20.0}]))
@@ -352,8 +277,10 @@ def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau():
                                            {"lambda": 0.5, "validation": 30.0, "test": 31.0}]
 
 
-def unit_rows(rows: np.ndarray) -> np.ndarray:
-    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-30)
+    split = Selection.model_validate(selection_record(tau=0.1, retrieval="split", label_share=0.25, validation=[
+        {"lambda": 0.5, "tau": 0.1, "label_share": 0.5, "P@1": 10.0},
+        {"lambda": 0.5, "tau": 0.1, "label_share": 0.25, "P@1": 30.0}]))
+    assert split.lambda_rows([{"lambda": 0.5, "P@1": 31.0}]) == [{"lambda": 0.5, "validation": 30.0, "test": 31.0}]
 
 
 @pytest.mark.parametrize("prototypes", [0, 0.5])
@@ -364,12 +291,10 @@ def test_stage_chooses_on_a_memory_selected_from_the_remaining_inputs(tmp_path, 
     inputs are no part of them."""
     X, Z, Y = forty_inputs_five_labels()
     write_training_split(tmp_path, X, Z, Y)
-    params = write_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "b": 45,
-                                       "lambda_sweep": LAMBDAS, "tau_grid": TAUS})
-    values = YAML().load(params.read_text())
-    values["memory"].update({"keep": 0.5, "method": "random", "seed": 7, "prototypes": prototypes})
-    values["index"]["backend"] = "hnsw"  # prototypes need graphs; auto would search these 40 keys exactly
-    YAML().dump(values, params)
+    params = toy_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "b": 45, "lambda_sweep": LAMBDAS,
+                                     "tau_grid": TAUS, "memory.keep": 0.5, "memory.method": "random",
+                                     "memory.seed": 7, "memory.prototypes": prototypes,
+                                     "index.backend": "hnsw"})  # prototypes need graphs; auto would search exactly
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
     chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
@@ -413,7 +338,7 @@ def crossing_retrieval(crossings: list[float], truth: str) -> ValidationRetrieva
     ([0.003, 0.008, 0.015], "W", 0.0025)])
 def test_a_best_tau_off_the_grid_is_found_by_widening_it(crossings, truth, expected):
     chosen = select(crossing_retrieval(crossings, truth),
-                    settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5)).record()
+                    tune_settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5)).record()
 
     assert chosen["tau"] == expected and chosen["val_value"] == 100.0
     tried = sorted({r["tau"] for r in chosen["validation"]})
@@ -428,7 +353,7 @@ def test_widening_stops_at_its_bound():
     """P@1 grows with every doubling and beyond the third (the last query is right only above τ = 1): the grid
     grows by WIDEN_STEPS doublings, no more, and the choice is the last of them."""
     chosen = select(crossing_retrieval([0.09, 0.15, 0.3, 0.6, 1.0], "R"),
-                    settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5)).record()
+                    tune_settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5)).record()
     assert sorted({r["tau"] for r in chosen["validation"]}) == sorted([*GRID_TAUS, 0.2, 0.4, 0.8])
     assert chosen["tau"] == 0.8 and chosen["val_value"] == 80.0
 
@@ -465,9 +390,9 @@ def test_split_choice_of_the_label_share_matches_brute_force(tmp_path, retrieval
     rows are the joint brute force's too, measured from the same searches, and joint wins a tie."""
     X, Z, Y = forty_inputs_five_labels()
     rest_rows, val_rows = split_validation(Y, 0.25, 0)
-    retrieval_memory = validation_retrieval(saved(tmp_path / "emb", X, Z),
+    retrieval_memory = validation_retrieval(save_embeddings(tmp_path / "emb", X, Z),
                                             held_out_labels(Y, sp.csr_matrix((40, 5)), rest_rows, val_rows), b=8)
-    chosen = select(retrieval_memory, settings(b=8, retrieval=retrieval, label_share=None,
+    chosen = select(retrieval_memory, tune_settings(b=8, retrieval=retrieval, label_share=None,
                                                label_share_grid=(0.25, 0.75), lambda_grid=(0.1, 0.5, 0.9),
                                                tau_grid=(0.05, 0.1)), (0.55, 1.5)).record()
 
@@ -491,10 +416,3 @@ def test_split_choice_of_the_label_share_matches_brute_force(tmp_path, retrieval
     assert (chosen["lambda"], chosen["tau"], chosen["label_share"]) == (best["lambda"], best["tau"],
                                                                         best["label_share"])
     assert chosen["retrieval"] == ("joint" if best["label_share"] is None else "split")
-
-
-def test_a_tie_between_the_retrievals_goes_to_joint():
-    rows = [{"lambda": 0.5, "tau": 0.04, "label_share": 0.5, "P@1": 50.0},
-            {"lambda": 0.1, "tau": 0.2, "label_share": None, "P@1": 50.0}]
-    assert choose(rows, "P@1")["label_share"] is None
-    assert choose([{**rows[0], "P@1": 50.01}, rows[1]], "P@1")["label_share"] == 0.5

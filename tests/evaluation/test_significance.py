@@ -30,6 +30,7 @@ def test_known_example_by_hand():
     assert r["ci_low"] == pytest.approx(0.45439, abs=1e-5)
     assert r["ci_high"] == pytest.approx(2.04561, abs=1e-5)
     assert r["p_value"] == pytest.approx(0.01539, abs=1e-5)
+    assert r["log10_p"] == pytest.approx(math.log10(0.01539), abs=1e-3)
 
 
 def test_matches_scipy_on_random_data():
@@ -44,11 +45,7 @@ def test_matches_scipy_on_random_data():
     assert (r["ci_low"], r["ci_high"]) == pytest.approx((ci.low, ci.high), abs=1e-9)
 
 
-def test_log10_p_of_the_hand_worked_example():
-    assert paired_ttest(A, B)["log10_p"] == pytest.approx(math.log10(0.01539), abs=1e-3)
-
-
-def test_p_that_underflows_keeps_its_size_in_log10_p():
+def test_p_that_underflows_keeps_its_size_in_log10_p_and_prints_from_it_never_as_zero():
     # 1,000 paired differences with mean 1 and sample sd 0.25 exactly: t = 1 / (0.25 / sqrt(1000)) = 126.5
     # on 999 degrees of freedom, far below the smallest double as a p-value. The reference is the t
     # distribution's tail as a regularised incomplete beta function, evaluated in 50-digit arithmetic:
@@ -61,20 +58,10 @@ def test_p_that_underflows_keeps_its_size_in_log10_p():
     assert r["p_value"] == 0.0  # what float64 gives
     mpmath.mp.dps = 50
     t, v = mpmath.mpf(r["t"]), mpmath.mpf(999)
-    expected = mpmath.log10(mpmath.betainc(v / 2, mpmath.mpf(1) / 2, 0, v / (v + t ** 2), regularized=True))
+    p = mpmath.betainc(v / 2, mpmath.mpf(1) / 2, 0, v / (v + t ** 2), regularized=True)
+    expected = mpmath.log10(p)
     assert expected < -300
     assert r["log10_p"] == pytest.approx(float(expected), abs=1e-6 * abs(float(expected)))
-
-
-def test_an_underflowed_p_prints_from_the_mpmath_reference_never_as_zero():
-    """The same test as above: its text is the 50-digit reference's mantissa and exponent."""
-    import mpmath
-
-    z = np.random.default_rng(0).standard_normal(1000)
-    r = paired_ttest(1.0 + 0.25 * (z - z.mean()) / z.std(ddof=1), np.zeros(1000))
-    mpmath.mp.dps = 50
-    t, v = mpmath.mpf(r["t"]), mpmath.mpf(999)
-    p = mpmath.betainc(v / 2, mpmath.mpf(1) / 2, 0, v / (v + t ** 2), regularized=True)
     assert p_value_text(r) == mpmath.nstr(p, 2, min_fixed=0, max_fixed=0)
     assert float(p_value_text(r).split("e")[1]) < -300
 
@@ -93,17 +80,13 @@ def test_higher_confidence_gives_wider_interval():
     assert wide["ci_low"] < narrow["ci_low"] < narrow["ci_high"] < wide["ci_high"]
 
 
-def test_zero_differences_give_p_one_not_nan():
-    r = paired_ttest(A, A.copy())
-    assert (r["t"], r["p_value"], r["mean_diff"]) == (0.0, 1.0, 0.0)
-    assert (r["ci_low"], r["ci_high"]) == (0.0, 0.0)
-
-
-@pytest.mark.parametrize("shift", [1.0, -1.0])
-def test_constant_nonzero_difference_keeps_its_sign(shift):
-    """a = b + 1 beats b everywhere (t = +inf); a = b - 1 loses everywhere (t = -inf), not +inf."""
+@pytest.mark.parametrize(("shift", "t", "p", "log10_p"), [(0.0, 0.0, 1.0, 0.0), (1.0, math.inf, 0.0, -math.inf),
+                                                        (-1.0, -math.inf, 0.0, -math.inf)])
+def test_constant_differences_give_exact_values_not_nan(shift, t, p, log10_p):
+    """No difference: t 0, p 1; a = b + 1 beats b everywhere (t = +inf), a = b - 1 loses everywhere (-inf, not +inf);
+    each a zero-width interval at the difference."""
     r = paired_ttest(A + shift, A)  # every difference is exactly `shift`
-    assert r["t"] == math.copysign(math.inf, shift) and r["p_value"] == 0.0 and r["log10_p"] == -math.inf
+    assert (r["t"], r["p_value"], r["log10_p"], r["mean_diff"]) == (t, p, log10_p, shift)
     assert (r["ci_low"], r["ci_high"]) == (shift, shift)
 
 

@@ -9,7 +9,6 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from ruamel.yaml import YAML
 
 from raexmc.data.held_out import split_validation, validation_folds
 from raexmc.errors import ConfigError
@@ -24,8 +23,8 @@ from raexmc.evaluation.validation_memory import (
 )
 from raexmc.memory.input_memory import MemorySettings
 from raexmc.settings import load_settings
-from test_selection import LAMBDAS, TAUS, run_stage, write_params, write_training_split
 from tests.helpers import dense_top_b_softmax
+from tune_helpers import LAMBDAS, TAUS, run_stage, save_embeddings, toy_params, tune_settings, write_training_split
 
 N_INPUTS, N_LABELS, DIM = 40, 6, 16
 A, B = 0.55, 1.5  # the propensity pair every evaluator here is given
@@ -112,28 +111,15 @@ def test_folds_are_disjoint_the_first_is_training_validation_split_and_each_memo
     (10, 0.01, 20000, False, 1),      # nothing held out (the stage's own error says so)
 ])
 def test_auto_takes_enough_folds_for_2000_held_out_inputs(num_inputs, fraction, cap, trained, folds):
-    settings = TuneSettings(lam=None, tau=None, lambda_grid=(0.5,), tau_grid=(0.04,), metric="P@1", b=10,
-                            val_fraction=fraction, val_max_queries=cap, val_seed=0, relevance="binary", val_folds=None,
-                            encoder_trained=trained)
+    settings = tune_settings(val_fraction=fraction, val_max_queries=cap, val_folds=None, encoder_trained=trained)
     assert settings.folds_for(num_inputs) == folds
 
 
 def test_more_folds_than_fit_name_their_key(tmp_path):
-    settings = TuneSettings.from_settings(load_settings(write_params(tmp_path, val_fraction=0.25, val_folds=5)))
+    settings = TuneSettings.from_settings(load_settings(toy_params(tmp_path, val_fraction=0.25, val_folds=5)))
     with pytest.raises(ConfigError, match="at most 4") as error:
         settings.folds_for(N_INPUTS)
     assert error.value.record == "infer.val_folds"
-    params = write_params(tmp_path, val_fraction=0.25, val_folds=2)
-    values = YAML().load(params.read_text())
-    values["encoder"]["mode"] = "fine-tuned"
-    YAML().dump(values, params)
-    with pytest.raises(ConfigError, match="would validate on training inputs") as error:
-        TuneSettings.from_settings(load_settings(params)).folds_for(N_INPUTS)
-    assert error.value.record == "infer.val_folds"
-    for bad in (0, 1.5, "some"):
-        with pytest.raises(ConfigError, match="must be 'auto' or ") as error:
-            TuneSettings.from_settings(load_settings(write_params(tmp_path, val_folds=bad)))
-        assert error.value.record == "infer.val_folds"
 
 
 @pytest.mark.parametrize("b", [45, 8])  # every key retrieved; the top 8 of 36, so the joint merge truncates
@@ -141,11 +127,8 @@ def test_pooled_curve_is_every_folds_queries_against_its_own_memory(tmp_path, b)
     """Four folds of 10: the curve is the brute force's over all 40 queries, each against the 30 others, PSP with
     each fold's own label frequencies; the selection reports one fold's memory and every fold's queries."""
     X, Z, Y = random_set()
-    (tmp_path / "emb").mkdir()
-    np.save(tmp_path / "emb" / "train.npy", X)
-    np.save(tmp_path / "emb" / "labels.npy", Z)
-    settings = TuneSettings(lam=None, tau=None, lambda_grid=tuple(LAMBDAS), tau_grid=tuple(TAUS), metric="P@1", b=b,
-                            val_fraction=0.25, val_max_queries=20000, val_seed=0, relevance="binary", val_folds=4)
+    save_embeddings(tmp_path / "emb", X, Z)
+    settings = tune_settings(b=b, val_fraction=0.25, val_folds=4)
     folds = held_out_folds(Y, sp.csr_matrix(Y.shape), settings)
     full = MemorySettings(1.0, "random", False, 0)
     retrieval = pooled([validation_retrieval(tmp_path / "emb", fold, b, memory=full) for fold in folds],
@@ -166,11 +149,9 @@ def test_stage_with_auto_folds_pools_them_and_a_selected_memory_per_fold(tmp_pat
     remaining inputs as that seed draws them from that fold's rows; the curve is the brute force's over them."""
     X, Z, Y = random_set()
     write_training_split(tmp_path, X, Z, Y)
-    params = write_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "b": 45, "val_folds": "auto",
-                                       "lambda_sweep": LAMBDAS, "tau_grid": list(TAUS)})
-    values = YAML().load(params.read_text())
-    values["memory"].update({"keep": 0.5, "method": "random", "seed": 7, "prototypes": 0})
-    YAML().dump(values, params)
+    params = toy_params(tmp_path, **{"lambda": "auto", "val_fraction": 0.25, "b": 45, "val_folds": "auto",
+                                     "lambda_sweep": LAMBDAS, "tau_grid": list(TAUS), "memory.keep": 0.5,
+                                     "memory.method": "random", "memory.seed": 7, "memory.prototypes": 0})
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
     chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .point_choice import curve_metrics
 from .selection import choose
 from .selection_file import Selection
 
@@ -19,6 +18,11 @@ def choice_metrics(selection: Selection, fit: dict[str, Any]) -> dict[str, Any]:
     knn = selection.baselines.knn.model_dump(exclude_none=True, exclude={"validation"})
     return {**{k: v for k, v in record.items() if k not in ("validation", "baselines", *curves)}, **curves,
             "baselines": {"knn": knn}, "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}}
+
+
+def curve_metrics(curve: list[dict[str, Any]], axis: str) -> dict[str, dict[str, Any]]:
+    """A curve as MLflow metrics, one group per point ("keep_curve.0.25.P@1" and so on)."""
+    return {f"{row[axis]:g}": {k: v for k, v in row.items() if k != axis} for row in curve}
 
 
 def point_name(row: dict[str, Any]) -> str:

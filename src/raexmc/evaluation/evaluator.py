@@ -39,13 +39,9 @@ Ranking = tuple[Any, Callable[[], sp.csr_matrix]]  # what a ranking is reported 
 
 @dataclass
 class Evaluator:
-    """Rankings and metrics for one dataset split (test inputs against the training memory).
-
-    `Y_train` is the values' input part (see memory.keys_values.training_values); its pattern also gives the
-    label frequencies behind propensities and segments. `memory_values` are the values of RAE's input
-    keys when its memory keeps other keys than the training inputs (memory.input_memory); kNN and the
-    label frequencies keep `Y_train`. Of `Y_test` only its pairs that are not filtered are kept (`truth`).
-    """
+    """Rankings and metrics for one dataset split. `Y_train` is the values' input part, its pattern the label
+    frequencies behind propensities and segments; `memory_values` the values of RAE's input keys where the memory
+    keeps other keys than the training inputs. Of `Y_test` only the unfiltered pairs are kept (`truth`)."""
 
     Y_train: sp.csr_matrix
     Y_test: InitVar[sp.csr_matrix]
@@ -102,10 +98,8 @@ class Evaluator:
 
 @dataclass
 class FoldedEvaluator(Evaluator):
-    """The queries of several validation folds, pooled (validation_memory.pooled), ranked as one set (their filters
-    stacked; `Y_train` is the first fold's, `memory_values` every fold's memory side by side) but scored fold by
-    fold, each with its own evaluator (`folds`, in the pooled order): a fold's label frequencies, behind PSP's
-    propensities, are those of its own memory, which never holds the fold's queries."""
+    """Several validation folds' queries ranked as one set but scored fold by fold (`folds`, in pooled order), each
+    with its own memory's label frequencies, which never hold the fold's queries."""
 
     folds: tuple[Evaluator, ...] = ()
 
@@ -148,12 +142,9 @@ def chunk_queries(Y_train: sp.csr_matrix, depth: int, budget: int = CHUNK_BYTES)
 def rank_chunks(evaluator: Evaluator, size: int, rankings_of: Callable[[slice, ThreadPoolExecutor], list[Ranking]],
                 consume: Callable[[slice, Any, np.ndarray, sp.csr_matrix], None], workers: int = 1,
                 progress: str | None = None) -> None:
-    """The one sweep-and-rank loop, of the tune stage's validation curve and of the evaluate stage's methods and λ
-    and b sweeps: the queries `size` at a time; a chunk's rankings (`rankings_of(rows, pool)`, which may first run
-    the work they share on the pool, such as each τ's score halves) scored, ranked (filtered pairs never) and handed
-    to `consume(rows, key, ranked, scores)` on `workers` threads. numpy and scipy release the GIL in their loops, so
-    the rankings run side by side; a chunk ends before the next begins, so each key's chunks come in order and the
-    numbers do not depend on the thread count. With `progress`, a bar of that name."""
+    """The one sweep-and-rank loop (tune's curve, evaluate's methods and sweeps): `size` queries at a time, a chunk's
+    rankings (`rankings_of(rows, pool)`) scored, ranked and handed to `consume(rows, key, ranked, scores)` on
+    `workers` threads; a chunk ends before the next begins, so numbers do not depend on the thread count."""
     from ..progress import progress_bar
 
     def rank(rows: slice, ranking: Ranking) -> None:

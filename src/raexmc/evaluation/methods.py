@@ -1,12 +1,6 @@
 """Evaluate RAE-XMC and its baselines from one set of searches: the configured method, the dual encoder, kNN,
-RAE with a λ per query, and RAE's λ and b sweeps.
-
-Each method scores its own search (retrievals.Retrievals): RAE the top-b_max over the joint keys, the dual encoder
-every label of its own search over the label keys alone, kNN the top-KNN_B of its own search over the training-input
-keys alone. The baselines search to their own depth (`baseline_depth`), never RAE's b: no RAE setting (b,
-retrieval, keep) changes a baseline's number. The test queries go through search, scoring, ranking and metrics a
-chunk at a time (`evaluate_retrieval`).
-"""
+RAE with a λ per query, and RAE's λ and b sweeps. Each method scores its own search, the baselines at their own
+depth (`baseline_depth`), so that no RAE setting (b, retrieval, keep) changes a baseline's number."""
 
 from __future__ import annotations
 
@@ -56,13 +50,10 @@ def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, t
 def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lambda_sweep: Sequence[float],
                    b_sweep: Sequence[int], knn: tuple[float | None, int | None], with_ova_knn: bool,
                    query_lambda: QueryLambdaModel | None) -> list[Ranking]:
-    """Every distinct ranking of a chunk's retrievals, as the keys it is reported under (("method", name),
-    ("lambda", i) for lambda_sweep[i], ("b", i) for b_sweep[i]) and a function that computes its label scores
-    when called, so that a pool can score and rank them side by side, a few score matrices at a time.
-
-    RAE's halves at (τ, b) serve every λ; RAE at (λ, τ, b) is also the λ sweep's point at λ and the b sweep's
-    at b (the same scores), so it is ranked once for all three. Its input keys carry `rae.values` (Y_train
-    unless the memory keeps other keys), kNN's carry Y_train and are scored at `knn` (τ, b; None: RAE's)."""
+    """Every distinct ranking of a chunk's retrievals: the keys it is reported under (("method", name), ("lambda", i),
+    ("b", i)) and a function giving its label scores, for a pool to rank side by side. RAE's halves at (τ, b) serve
+    every λ, and RAE at its (λ, τ, b) is ranked once for the method and both sweeps. kNN is scored at `knn` (τ, b;
+    None: RAE's) on Y_train, RAE's input keys carry `rae.values`."""
     lam, tau, b = rae.settings.lam, rae.settings.tau, rae.settings.b
     keys = found.joint
     parts = rae.parts(*keys)
@@ -90,17 +81,12 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, rae: RaeModel, lamb
                        with_ova_knn: bool = False, query_lambda: QueryLambdaModel | None = None,
                        chunk: int | None = None, progress: bool = False, workers: int = 1,
                        keep_scores: bool = False) -> dict[str, Any]:
-    """Metrics of RAE (`rae`: its values and λ, τ, b; its keys are the search's), the dual encoder and kNN
-    (kNN at `knn_tau` and `knn_b`, None: RAE's; optionally OvA+kNN, and RAE with `query_lambda`'s λ per query), and
-    RAE's λ and b sweeps, from `search(rows)`'s
-    retrievals (at least max(b, b sweep) keys deep) of the test queries, `chunk` at a time (default: `chunk_queries`
-    for `workers`), with a progress bar when `progress`; a chunk's rankings (some 15) on `workers` threads
-    (evaluator.rank_chunks).
+    """Metrics of RAE (`rae`), the dual encoder and kNN (at `knn_tau`, `knn_b`; None: RAE's), optionally OvA+kNN and
+    RAE with `query_lambda`, and RAE's λ and b sweeps, from `search(rows)`'s retrievals (at least max(b, b sweep)
+    deep), `chunk` queries at a time (default `chunk_queries` for `workers`), on `workers` threads.
 
-    Returns {"methods": {name: summary}, "per_instance": {name: arrays}, "lambda_sweep": rows,
-    "b_sweep": rows}; with `keep_scores` also "scores": {name: each method's top-100 scores as a score file's
-    CSR matrix (score_file.py), gathered a chunk at a time}.
-    """
+    Returns {"methods": {name: summary}, "per_instance": {name: arrays}, "lambda_sweep": rows, "b_sweep": rows};
+    with `keep_scores` also "scores": {name: its top-100 scores as a score file's CSR matrix}."""
     Y, V = evaluator.Y_train, rae.values
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")

@@ -1,11 +1,6 @@
-"""Ranking metrics per test input, as the XC Repository (pyxclib) defines them: P@k, nDCG@k, R@k, PSP@k.
-
-Everything works from top-k label indices, never from a dense test-inputs x labels matrix, so that
-500k test inputs x 1M labels fit in memory. Work is done in chunks of rows, vectorised within each.
-
-The caller applies the filtered pairs before computing metrics: they are never ranked
-(`rae.ranking.top_k(..., exclude=...)`) and never positives (`rae.pairs.remove_pairs`).
-"""
+"""Ranking metrics per test input, as the XC Repository (pyxclib) defines them: P@k, nDCG@k, R@k, PSP@k, and
+macro-F1@k per label-frequency segment (the paper's Table 4). They work from top-k label indices, never a dense
+inputs x labels matrix (500k x 1M must fit). The caller drops the filtered pairs first (rae.pairs.remove_pairs)."""
 
 from __future__ import annotations
 
@@ -14,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from ..data.stats import SEGMENTS, UNSEEN, segment_of
 from ..errors import DataError
 from ..rae.pairs import as_pattern, in_pattern, row_chunks, row_ids
 
@@ -54,8 +50,7 @@ def _discounts(k: int) -> np.ndarray:
 
 
 def _dcg(gains: np.ndarray, k: int) -> np.ndarray:
-    """Each row's DCG@k of `gains` by rank. A row-wise sum, not a matrix-vector product: a BLAS product's
-    rounding depends on how many rows it gets, and a row's value must not depend on its chunk."""
+    """Each row's DCG@k of `gains`: a row-wise sum, as a BLAS product's rounding would depend on the chunk."""
     return (gains[:, :k] * _discounts(k)).sum(axis=1)
 
 
@@ -91,8 +86,7 @@ def over_mean_ideal(gain: np.ndarray, mean_ideal: float) -> np.ndarray:
 
 
 def propensity_ideals(truth: sp.csr_matrix, propensity: np.ndarray, ks: Sequence[int] = KS) -> dict[str, np.ndarray]:
-    """Per input, the denominators of PSP@k and PSnDCG@k (see `_propensity_gains`): what its best ranking would
-    score. They depend on the truth alone, so every system ranked on the same inputs shares them."""
+    """Per input, the denominators of PSP@k and PSnDCG@k: its best ranking's (the truth's alone, so shared)."""
     weight = _propensity_weights(truth, propensity)
     best = _best_weights(truth, weight, max(ks, default=0))
     n_pos = np.diff(truth.indptr)
@@ -115,17 +109,10 @@ def _propensity_gains(
     propensity: np.ndarray,
     ks: Sequence[int],
 ) -> dict[str, np.ndarray]:
-    """The numerators of PSP@k and PSnDCG@k as pyxclib (the XC Repository) defines them: ratios of means.
-
-    PSP@k = mean_i[sum of 1/p over the hits in i's top k] / mean_i[sum of i's k largest 1/p over
-    its positives] (the 1/k of both cancels). PSnDCG@k = mean_i[PSDCG_i@k / IDCG_i@k] /
-    mean_i[best PSDCG_i@k / IDCG_i@k], with 1/p as gains and IDCG_i@k the unit-gain one.
-    This is not the mean of per-input ratios. Each input's value is its numerator divided by the
-    test set's mean ideal (`propensity_ideals`), so that the plain mean over the test set is pyxclib's
-    number, and a paired t-test sees the per-input numerators scaled by a factor that is the same for every
-    system ranked on this test set (t and p are unchanged by it). The mean over a subset of the
-    inputs is not that subset's PSP@k: compute the metrics on the subset instead.
-    """
+    """The numerators of PSP@k and PSnDCG@k, which pyxclib defines as ratios of means, not means of ratios:
+    PSP@k = mean_i[1/p over i's hits in its top k] / mean_i[i's k largest 1/p over its positives]; PSnDCG@k
+    likewise of PSDCG_i@k / IDCG_i@k (IDCG with unit gains). Each input's value is divided by the test set's mean
+    ideal, so the plain mean is pyxclib's number and a paired t-test sees every system's numerators scaled alike."""
     weight = _propensity_weights(truth, propensity)
     gained = np.where(hits, weight[np.maximum(ranked, 0)], 0.0)
     n_pos = np.diff(truth.indptr)
@@ -137,8 +124,7 @@ def _propensity_gains(
 def per_query_values(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int] = KS,
                      recall_ks: Sequence[int] = RECALL_KS,
                      propensity: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """`per_instance_metrics` of some inputs, except that PSP@k and PSnDCG@k are each input's numerator, not yet
-    over the test set's mean ideal: values that need only these inputs, so a test set can be measured in chunks."""
+    """`per_instance_metrics` but PSP@k and PSnDCG@k not yet over the mean ideal: a chunk's own values."""
     truth = as_pattern(truth)
     ranked = _to_depth(check_ranked(ranked, truth), max((*ks, *recall_ks), default=0))
     hits = hit_matrix(ranked, truth)
@@ -162,14 +148,9 @@ def per_instance_metrics(
     recall_ks: Sequence[int] = RECALL_KS,
     propensity: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per test input: P@k, nDCG@k (PSP@k, PSnDCG@k given propensities) at `ks`, R@k at `recall_ks`.
-
-    Kept per input, not averaged, so that systems can be compared with paired tests; the mean of
-    every array over the whole test set is the XC Repository's metric (PSP@k and PSnDCG@k are
-    ratios of means, see `_propensity_gains`). `truth` must already be without filtered pairs
-    (see `remove_pairs`); nonzeros are positives. Ranking positions beyond `ranked`'s width, and
-    -1 padding, count as misses. Rows with no positive get 0.
-    """
+    """Per test input (kept for paired tests): P@k, nDCG@k (PSP@k, PSnDCG@k given propensities) at `ks`, R@k at
+    `recall_ks`; each array's mean over the test set is the XC Repository's metric. Positions beyond `ranked`'s
+    width and -1 padding are misses; rows with no positive get 0."""
     out = per_query_values(ranked, truth, ks, recall_ks, propensity)
     if propensity is not None:
         for name, ideal in propensity_ideals(as_pattern(truth), propensity, ks).items():
@@ -183,10 +164,45 @@ def percent(mean: float) -> float:
 
 
 def summarize(per_instance: dict[str, np.ndarray]) -> dict[str, float]:
-    """Mean of each metric over test inputs, as a percentage rounded to two decimals.
-
-    `per_instance` must hold whole-test-set arrays from `per_instance_metrics`: their plain means
-    are the XC Repository's metrics, PSP@k's ratio of means included.
-    """
+    """Mean of each metric of `per_instance_metrics`'s whole-test-set arrays, in percent rounded to 0.01."""
     return {name: percent(float(np.mean(values))) if np.size(values) else float("nan")
             for name, values in per_instance.items()}
+
+
+def macro_f1_by_segment(
+    ranked: np.ndarray, truth: sp.csr_matrix, train_label_freq: np.ndarray, k: int = 5
+) -> dict[str, float]:
+    """Macro-averaged F1 of the top-k, per label segment (head, torso, tail, xtail, and unseen: no training input)
+    and over all labels: F1_l = 2TP / (2TP + FP + FN) over the inputs, labels never predicted nor relevant left
+    out; a segment without a counted label gives nan."""
+    truth = as_pattern(truth)
+    tp, predicted = f1_counts(ranked, truth, k)
+    return macro_f1_from_counts(tp, predicted, np.bincount(truth.indices, minlength=truth.shape[1]), train_label_freq)
+
+
+def f1_counts(ranked: np.ndarray, truth: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per label, TP and TP + FP of these inputs' top k: sums, so a test set's add up over its chunks."""
+    truth = as_pattern(truth)
+    top = check_ranked(ranked, truth)[:, :k]
+    hits = hit_matrix(top, truth)
+    width = truth.shape[1]
+    return np.bincount(top[hits], minlength=width), np.bincount(top[top >= 0], minlength=width)
+
+
+def macro_f1_from_counts(tp: np.ndarray, predicted: np.ndarray, relevant: np.ndarray,
+                         train_label_freq: np.ndarray) -> dict[str, float]:
+    """`macro_f1_by_segment` from the test set's per-label TP, TP + FP (`f1_counts`) and TP + FN (`relevant`)."""
+    freq = np.asarray(train_label_freq)
+    if freq.shape != tp.shape:
+        raise DataError(f"train_label_freq has shape {freq.shape}, expected {tp.shape}")
+    denominator = predicted + relevant  # = 2TP + FP + FN
+    counted = denominator > 0
+    f1 = np.divide(2.0 * tp, denominator, out=np.zeros(len(tp)), where=counted)
+    segment = segment_of(freq)
+    out = {name: _mean_or_nan(f1[counted & (segment == name)]) for name in (*SEGMENTS, UNSEEN)}
+    out["all"] = _mean_or_nan(f1[counted])
+    return out
+
+
+def _mean_or_nan(values: np.ndarray) -> float:
+    return float(values.mean()) if values.size else float("nan")

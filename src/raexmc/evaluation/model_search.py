@@ -1,8 +1,7 @@
 """A packaged model measured on a dataset's test set: what the evaluate stage and `raexmc evaluate --model` both run
-(`measure_model`). RAE's keys come from the model's own indexes, taken as `raexmc predict` takes them (RaeModel.keys,
-at each b its own retrieval depth); the baselines' from a search of every training input and label text, each at
-its own depth. Where the evaluation searches otherwise than the folder as served (an exact index on a GPU), RAE is
-also scored through the served search on a fixed sample of the test queries (`served_sample`)."""
+(`measure_model`). RAE's keys come from the model's own indexes as `raexmc predict` takes them; the baselines' from
+a search of every training input and label, at their own depth. Where the evaluation searches otherwise than the
+folder as served (an exact index on a GPU), RAE is also scored through the served search on a sample."""
 
 from __future__ import annotations
 
@@ -68,12 +67,9 @@ def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settin
                   knn_tau: float, query_lambda: QueryLambdaModel | None = None, baselines: JointSearch | None = None,
                   served: RaeModel | None = None, chunk: int | None = None, progress: bool = False,
                   keep_scores: bool = False) -> tuple[dict[str, Any], dict[str, Any], float]:
-    """(metrics, result, queries/s) of `model` (loaded with its search) on `data`'s test set, whose embeddings are
-    `queries`: RAE at its settings, its λ and b sweeps (`p.infer`), RAE at the per-query `query_lambda`, the dual
-    encoder and kNN (at `knn_tau`) from `baselines` (default: the model's own indexes, where they hold every
-    training input and label), optionally OvA+kNN; scored as `p.evaluate` says. `served`: the model as served, where
-    it searches otherwise than `model`. `result` is evaluate_retrieval's; metrics are what metrics.json holds but
-    the tune stage's selection."""
+    """(metrics, result, queries/s) of `model` on `data`'s test set (embedded as `queries`): RAE, its sweeps, the
+    per-query λ, the dual encoder and kNN (at `knn_tau`) from `baselines` (default: the model's own indexes), as
+    `p` says. `served`: the model as served, where it searches otherwise. metrics are metrics.json's but selection."""
     rae = model.settings
     headline = model.at(lam=rae.lam.fallback) if rae.per_query else model  # the headline's λ: a number
     Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
@@ -96,10 +92,8 @@ def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settin
 
 def evaluate_folder(folder: str | os.PathLike, data: Dataset, p: Settings, propensity: Propensity | None = None,
                     keep_scores: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`raexmc evaluate --model`: measure_model of the model folder on `data`, as the evaluate stage measures it,
-    its baselines from the folder's own indexes, kNN at the τ the folder records, RAE with a λ per query where the
-    folder's is one, and the test texts encoded by the folder's encoder as the embed stage encodes them (`p`'s
-    embed.batch_size and dtype, on search.device, where the indexes search)."""
+    """`raexmc evaluate --model`: measure_model of the folder on `data`, as the evaluate stage measures it, the test
+    texts encoded by the folder's encoder as the embed stage encodes them."""
     from ..encoder.device import embed_batch_size
     from ..memory.indexes import search_device
 

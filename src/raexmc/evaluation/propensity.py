@@ -1,9 +1,5 @@
-"""Label propensities (Jain et al. 2016) for PSP@k: rare labels get small p_l, so predicting them counts more.
-
-The model's constants (A, B) were fitted per dataset, so they come from a table of the standard XMC
-datasets by exact name, never from a word in the name: "Wiki" is in Wiki10-31K and LF-WikiSeeAlso-320K,
-which use the default pair, and "Amazon" in AmazonCat-13K, which does too.
-"""
+"""Label propensities (Jain et al. 2016) for PSP@k. The (A, B) were fitted per dataset, so they come from a table by
+exact name, never from a word in it: "Wiki" is in Wiki10-31K, which takes the default pair."""
 
 from __future__ import annotations
 
@@ -69,10 +65,7 @@ class Propensity:
 def propensities(
     train_label_freq: np.ndarray, num_train: int, A: float = DEFAULT_AB[0], B: float = DEFAULT_AB[1]
 ) -> np.ndarray:
-    """Jain et al. (2016) propensities p_l = 1 / (1 + C (N_l + B)^-A), C = (ln N - 1)(B + 1)^A.
-
-    Rare labels get small p_l, so PSP@k rewards predicting them correctly.
-    """
+    """Jain et al. (2016) propensities p_l = 1 / (1 + C (N_l + B)^-A), C = (ln N - 1)(B + 1)^A."""
     freq = np.asarray(train_label_freq, dtype=np.float64)
     c = (np.log(num_train) - 1.0) * (B + 1.0) ** A
     return 1.0 / (1.0 + c * np.exp(-A * np.log(freq + B)))

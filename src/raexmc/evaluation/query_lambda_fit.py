@@ -1,24 +1,16 @@
-"""Fitting and evaluating the per-query λ model (rae/query_lambda.py) with the evaluator's metrics.
-
-The model's targets are per-query metric values of RAE at each grid λ, ranked and measured exactly
-as the evaluate stage does (filtered pairs never ranked, never positives). The tune stage fits it on
-the same validation retrieval that chooses λ and τ (`fit_on_selection`); the evaluate stage scores
-it on the test set as the method `rae_query_lambda` (`evaluator.evaluate_retrieval`).
-"""
+"""Fitting the per-query λ model (rae/query_lambda.py) on the tune stage's validation retrieval: its targets are
+each query's metric at each grid λ, ranked and measured as the evaluate stage measures the test set."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from ..errors import ConfigError
 from ..memory.search import Hits
 from ..rae.model import RaeModel, RaeSettings
 from ..rae.query_lambda import DEFAULT_FOLDS, DEFAULT_RIDGE, QueryLambda, fit_query_lambda, query_features
-from ..rae.scoring import combine_per_query
-from .evaluator import Evaluator, Scorer, query_chunks
+from .evaluator import Evaluator, query_chunks
 from .methods import rae_scorer
 from .selection_file import Selection
 from .tune_settings import TuneSettings
@@ -31,7 +23,7 @@ def per_query_metric(evaluator: Evaluator, ranked: np.ndarray, metric: str = DEF
     """Per-query values (fractions, not percent) of one metric of a ranking."""
     values = evaluator.per_query_values(ranked)
     if metric not in values:
-        raise ConfigError(f"unknown metric {metric!r}; known: {', '.join(values)}")
+        raise ValueError(f"unknown metric {metric!r}; known: {', '.join(values)}")
     return values[metric]
 
 
@@ -43,13 +35,6 @@ def metric_by_lambda(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: f
         per_query_metric(evaluator, evaluator.rank(num_queries, rae_scorer(RaeModel(
             evaluator.rae_values, RaeSettings(lam, tau, b)), joint)), metric)
         for lam in grid])
-
-
-def per_query_lambda_scorer(joint: Hits, Y_train: sp.csr_matrix, lambdas: np.ndarray, tau: float, b: int) -> Scorer:
-    """RAE on the joint retrieval with query i scored at lambdas[i] (given, as an oracle's: not a λ model's)."""
-    ids, sims = joint
-    rae = RaeModel(Y_train, RaeSettings(tau=tau, b=b))  # its λ goes unused: the halves serve any
-    return lambda rows: combine_per_query(rae.parts(ids[rows], sims[rows]), lambdas[rows])
 
 
 def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, selection: Selection,

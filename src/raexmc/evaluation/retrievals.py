@@ -1,12 +1,6 @@
-"""What the evaluation's searches found for the test queries: every query's top keys of RAE's joint retrieval, of
-the label keys alone (dual encoder) and of the training-input keys alone (kNN), and a search that answers chunks
-of queries of any size as one search over all of them would.
-
-One joint retrieval serves every λ and every b <= b_max, because the scores of a smaller b use a prefix of the same
-ranked keys. RAE's keys are taken from the inputs' and the labels' top-b_max as `infer.retrieval` says
-(memory.merge.RaeRetrieval: their merge, the joint top-b, or a split share of each; a split retrieval's smaller b
-are not prefixes, and come with their own keys).
-"""
+"""What the evaluation's searches found for the test queries (RAE's keys, the labels alone, the inputs alone), and
+a search that answers chunks of queries of any size as one search over all of them would. One joint retrieval
+serves every λ and every smaller b (a prefix of its keys), but a split retrieval's, which comes with its own."""
 
 from __future__ import annotations
 
@@ -20,10 +14,8 @@ from ..memory.search import Hits
 
 @dataclass
 class Retrievals:
-    """Every query's top keys from the three searches: RAE's keys (joint ids: memory.merge.RaeRetrieval),
-    label keys alone (dual encoder) and training-input keys alone (kNN); each holds ids within its own key
-    set. RAE at a smaller b scores the first b of `joint`, unless `other_b` holds its own keys for that b
-    (a split retrieval takes each b's share of each key set)."""
+    """Every query's top keys from the three searches, each in its own key set's ids; RAE at a smaller b scores the
+    first b of `joint` unless `other_b` holds that b's own keys."""
 
     joint: Hits
     labels: Hits
@@ -53,13 +45,9 @@ Search = Callable[[slice], Retrievals]  # the retrievals of a chunk of the test 
 
 
 class BlockSearch:
-    """A Search for consecutive chunks of queries whose answers come from searches of whole aligned blocks of
-    `block` queries (rows [i * block, (i + 1) * block)), one block kept at a time.
-
-    A search's answer for a query can depend on the other queries of its call (an exact block's BLAS rounding,
-    hnswlib's retries per batch: `JointSearch.query_block`), so chunks of any size get the answers that one
-    search over every query gives.
-    """
+    """A Search for consecutive chunks of queries answered from searches of whole aligned blocks of `block` queries,
+    one block kept at a time: a search's answer can depend on its call's other queries (BLAS rounding, hnswlib's
+    retries), so chunks of any size get what one search over every query gives."""
 
     def __init__(self, search: Search, block: int, num_queries: int):
         self.search, self.block, self.num_queries = search, block, num_queries

@@ -1,12 +1,7 @@
-"""Score files: one system's test-set top-k label scores as a sparse N_test x L CSR matrix of float32, saved with
-scipy.sparse.save_npz, the format pyxclib and PECOS read and write. The evaluate stage writes one per method
-(its own rankings, after the reciprocal-pair filter), and `raexmc evaluate --scores` scores any system's.
-
-A row holds at most k scores, its top k (k = 100: R@100 is the deepest cut-off the metrics need), so a file
-grows with the test set, never with the label count. A row's scores strictly decrease in the order
-`rae.ranking.top_k` ranked them (ties to the smaller label, broken in the file by an ulp or a few: `ranked_float32`),
-so every evaluator that sorts by descending score ranks the file alike.
-"""
+"""Score files: one system's test-set top-k label scores as an N_test x L float32 CSR (scipy.sparse.save_npz), the
+format pyxclib and PECOS read. The evaluate stage writes one per method; `raexmc evaluate --scores` scores any.
+A row holds its top k (100: R@100's depth) scores, strictly decreasing in the order `rae.ranking.top_k` ranked
+them (`ranked_float32`), so every evaluator that sorts by descending score ranks the file alike."""
 
 from __future__ import annotations
 
@@ -22,13 +17,9 @@ from ..rae.pairs import row_ids
 
 
 def ranked_values(scores: sp.csr_matrix | np.ndarray, ranked: np.ndarray) -> np.ndarray:
-    """The scores of each row's ranked labels (`ranked`: (N, k) label ids, -1 padded; pads get -inf). A sparse
-    matrix's duplicate entries of a label add up, as they do when it is ranked.
-
-    An elementwise product with the ranked pattern keeps the ranked entries alone (at most k a row; a zero it
-    drops reads as the 0 it was), then one binary search of int64 keys row * L + label places them. scipy's own
-    lookup scans a whole row per label where its indices are unsorted, as a product's are (on rows of 3,000
-    entries: 3 s a 2,000-query chunk, a third of ranking it)."""
+    """The scores of each row's ranked labels (`ranked`: (N, k), -1 padded; pads get -inf), duplicates added as
+    ranking adds them. A product with the ranked pattern and one binary search of row * L + label keys: scipy's own
+    lookup scans a whole unsorted row per label (3 s a 2,000-query chunk)."""
     rows, cols = np.nonzero(ranked >= 0)
     labels = ranked[rows, cols]
     values = np.full(ranked.shape, -np.inf)
@@ -48,11 +39,9 @@ def ranked_values(scores: sp.csr_matrix | np.ndarray, ranked: np.ndarray) -> np.
 
 
 def ranked_float32(ranked: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """`values` (in rank order) as float32 that strictly decrease along each row's ranking, so that any evaluator
-    that sorts a row by descending score (PECOS's, pyxclib's) ranks it as the stage did, whatever its own tie
-    rule. Where float32 rounding or an exact tie of the model's scores (ranked to the smaller label) leaves a
-    label level with the next, it moves up by the fewest ulps that put it above; the scores stay monotone in
-    the model's."""
+    """`values` (in rank order) as float32 strictly decreasing along each row, so that any evaluator's tie rule ranks
+    the row as the stage did: a label level with the next (float32 rounding, or an exact tie) moves up the fewest
+    ulps that put it above."""
     out = np.asarray(values, dtype=np.float32).copy()
     for j in range(ranked.shape[1] - 2, -1, -1):
         above_next = np.nextafter(out[:, j + 1], np.float32(np.inf))
@@ -94,10 +83,8 @@ def save_scores(path: str | os.PathLike, matrix: sp.csr_matrix) -> None:
 
 
 def read_scores(path: str | os.PathLike, num_queries: int, num_labels: int, k: int) -> sp.csr_matrix:
-    """The score file `path` for a test set of `num_queries` inputs and `num_labels` labels, as float64 CSR; a file
-    that is not one (not a scipy.sparse .npz, wrong shape, a label index out of range, NaN or inf, or more than
-    `k` scores in a row: a dense or full matrix) is one DataError naming it. Its scores keep their dtype (a float64
-    file's near ties are ranked as they are)."""
+    """The score file `path` for a test set of `num_queries` x `num_labels`, as CSR in its own dtype; one that is not
+    (not a sparse .npz, wrong shape, a label out of range, NaN or inf, more than `k` scores a row) is one DataError."""
     path = Path(path)
     if not path.is_file():
         raise DataError("score file not found", path)

@@ -1,10 +1,6 @@
-"""Any system's predictions scored as the evaluate stage scores its own: a score file (score_file.py) ranked on a
-dataset's test set, with its reciprocal-pair filter, into the stage's metrics table (P@k, nDCG@k, PSP@k and
-PSnDCG@k with the dataset's propensity pair, R@k, macro-F1@5 by segment), and paired t-tests against another.
-
-The dataset is the download stage's folder (data/<name>) or a folder in the LF or NGAME layout, which is read
-into a temporary dataset folder as the download stage writes it, so both are filtered and counted alike.
-"""
+"""Any system's predictions scored as the evaluate stage scores its own: a score file ranked on a dataset's test
+set (its filter applied) into the stage's metrics table, and paired t-tests against another. An LF or NGAME folder
+is read into a temporary dataset folder as the download stage writes one, so both are filtered and counted alike."""
 
 from __future__ import annotations
 

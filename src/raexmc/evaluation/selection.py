@@ -1,43 +1,22 @@
-"""Choosing RAE's λ and τ (and a split retrieval's label share) on held-out training inputs (`infer.lambda: auto`,
-`infer.tau: auto`, `infer.label_share: auto`), never on the test set.
+"""Choosing RAE's λ and τ (and a split retrieval's label share), and kNN's τ, on held-out training inputs
+(`infer.lambda`, `infer.tau`, `infer.label_share: auto`), never on the test set: the right λ moves with the data and
+with training.
 
-The right λ moves with the dataset and with training, so it is chosen on data the test never sees:
-the held-out training inputs (the split training's validation uses) query a memory built like the
-evaluation's from the training inputs that remain, keys [X_rest; Z] and values [λ·Y_rest; (1−λ)·I].
-The held-out inputs are not keys of that memory, so none can find itself (which would make kNN look
-perfect). A smaller memory (`memory.keep` < 1) is selected from the remaining inputs by the memory
-stage's method, so that λ and τ are chosen for the memory that evaluate and predict search. One
-exact top-b search of the input keys and one of the labels serve the whole grid: RAE's keys are taken from
-them as `infer.retrieval` says (memory.merge.RaeRetrieval), one softmax per (τ, label share)
-(`RaeModel.parts`), one sparse mix per λ (`RaeModel.mix`), each ranked and scored by the Evaluator as the test set
-is. The best (λ, τ) by `infer.auto_metric` wins; among equal values (metrics are rounded to 0.01 points)
-the joint retrieval, then the one nearest the paper's λ = 0.5, τ = 0.04 (τ by ratio), then the label share nearest
-0.5, wins. With `infer.retrieval: auto` the curve holds both retrievals, joint and split, scored from the same two
-searches: choosing between them costs rankings, not searches.
-
-A choice cannot fall off its grid: where the best value of a chosen λ, τ or label share sits on an edge of its
-grid, the grid gains a point past that edge (τ doubled or halved; λ and the share by the edge's gap, within
-[0, 1]) and the choice is made again, at most WIDEN_STEPS points past each edge; the curve keeps every point
-tried. A split retrieval with an automatic share is chosen in two rounds, so that the grid's cost adds up
-rather than multiplies: λ × τ at the fixed share (0.5 when auto), then λ × share at the τ chosen.
-
-At most `infer.val_max_queries` of the held-out inputs query (a seeded subset): the search costs
-queries x (memory inputs + labels) products, which at 5% of N held out would grow with N squared; a
-fixed number of queries makes it grow with N. The held-out inputs beyond the cap stay out of the
-memory all the same: the memory is the one every cap queries, so the cap only changes how many
-queries measure it (the estimate's noise), not what is measured.
-
-A small set holds out few inputs (FOLDOC: 411), and on so few the choice follows a query or two. So the
-validation may hold out several disjoint folds in turn (`infer.val_folds`; auto: as many as take the held-out
-inputs to VAL_MIN_QUERIES, one where a fold has that many), each querying a memory of all the other inputs, and
-the curve is measured on all their queries at once (`pooled`): the same memory size, K times the queries, each
-fold's queries scored with its own memory's label frequencies (FoldedEvaluator). Not with a fine-tuned encoder:
-training held out only the first fold (the split training validates on), and trained on the others.
+The held-out inputs query a memory built like the evaluation's from the inputs that remain, so none finds itself.
+One exact search of the input keys and one of the labels serve the whole grid (one softmax per τ and share, one mix
+per λ), each point ranked and scored by the Evaluator as the test set is. The best `infer.auto_metric` wins; ties
+(metrics are rounded to 0.01 points) go to the joint retrieval, then the paper's λ 0.5 and τ 0.04 (τ by ratio),
+then the share nearest 0.5. A chosen value on its grid's edge widens the grid past it (at most WIDEN_STEPS points)
+and is chosen again. A split retrieval's share is chosen in a second round at the chosen τ, so that the grids' costs
+add up rather than multiply. kNN (RAE at λ 1 on an input-only memory, at its own b) gets its own τ the same way, so
+that RAE's lead is measured against a kNN at its own best.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -45,27 +24,24 @@ from typing import Any
 import numpy as np
 
 from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, SPLIT, RaeRetrieval
-from ..memory.search import Hits
+from ..memory.search import Hits, empty_result
 from ..parallel import worker_count
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
 from .evaluator import CHUNK_BYTES, Ranking, chunk_queries, rank_chunks, stacked_rankings
-from .methods import HEADLINE
+from .methods import HEADLINE, KNN_B
 from .selection_file import Selection
 from .tune_settings import TuneSettings
 from .validation_memory import ValidationRetrieval
 
 WIDEN_STEPS = 3  # points a chosen value's grid may gain past each of its edges
+KNN_LAMBDA = 1.0   # kNN is RAE at λ = 1 on an input-only memory
 
 
 class ValidationCurve:
-    """The headline metrics (percent) of RAE at points (λ, τ, label share) on the held-out inputs, each point
-    measured once: rows {"lambda", "tau", "label_share" (None: joint retrieval), metric...}, in the order
-    measured. The score halves are computed a chunk of queries at a time and serve every λ: at 1.3M labels
-    those of all 20,000 queries would take some 0.7 GB. A chunk's τs (their keys and halves) and then its (τ, λ)
-    points (mixed and ranked) run on threads (numpy and scipy release the GIL there, as in evaluate), one a core up to
-    RAEXMC_WORKERS: at the 1.3M shape's 22 labels a key, that ranking is most of the stage's time, and kNN's curve,
-    one λ at many τs, gains as RAE's grid does; the rankings do not depend on the thread count, and the threads share
-    one chunk's memory budget (evaluator.CHUNK_BYTES), as evaluate's do."""
+    """The headline metrics (percent) of RAE at points (λ, τ, label share) on the held-out inputs, each measured
+    once: rows {"lambda", "tau", "label_share" (None: joint), metric...}. Score halves are made a chunk of queries at
+    a time (all 20,000 queries' take 0.7 GB at 1.3M labels); a chunk's τs, then its points, run on threads sharing
+    one chunk's budget (evaluator.CHUNK_BYTES), and the rankings do not depend on the thread count."""
 
     def __init__(self, retrieval: ValidationRetrieval, propensity_ab: tuple[float, float]):
         self.retrieval = retrieval
@@ -81,9 +57,7 @@ class ValidationCurve:
                 self._measure(points, rae)
 
     def _measure(self, points: list[tuple[float, float]], rae: RaeRetrieval) -> None:
-        """Measure the (τ, λ) `points`, a chunk of queries at a time (evaluator.rank_chunks): each τ's keys and score
-        halves once a chunk (on the threads, a τ each), then every point mixed and ranked (a point each), its rows
-        added in `points`' order."""
+        """Measure the (τ, λ) `points` a chunk at a time: each τ's keys and halves once, then each point mixed."""
         evaluator, inputs, labels = self.evaluator, self.retrieval.inputs, self.retrieval.labels
         models = {tau: self.retrieval.model(tau, rae) for tau, _ in points}
         ranked: dict[tuple[float, float], list[np.ndarray]] = {point: [] for point in points}
@@ -120,9 +94,8 @@ class ValidationCurve:
 
 
 def past_edge(axis: str, grid: list[float], value: float, original: list[float]) -> list[float]:
-    """The points past the edge of `grid` that the chosen `value` sits on (both edges for a grid of one point):
-    τ doubled or halved; λ and the label share one edge gap further (0.1 for a grid of one point), within
-    [0, 1]. None past an edge that already holds WIDEN_STEPS points beyond the `original` grid's."""
+    """The points past the edge of `grid` that `value` sits on (both edges for a grid of one point): τ doubled or
+    halved; λ and the share one edge gap further (0.1 for one point), within [0, 1]; none past WIDEN_STEPS."""
     grid = sorted(grid)
     points = []
     for edge, inner, sign, beyond in ((grid[-1], grid[-2:-1], 1, sum(v > max(original) for v in grid)),
@@ -139,9 +112,8 @@ def past_edge(axis: str, grid: list[float], value: float, original: list[float])
 
 def widen_and_choose(curve: ValidationCurve, grids: dict[str, list], auto: tuple[str, ...], metric: str,
                      fixed: dict[str, float | None]) -> dict[str, Any]:
-    """Measure the grid lambda x tau x label_share and choose (an axis not in `auto` at its `fixed` value); while
-    a chosen value of an `auto` axis sits on an edge of its grid, widen that grid past it (past_edge) and
-    choose again. Returns the best row; `grids` is left holding every point tried."""
+    """The best row of the grid lambda x tau x label_share (an axis not in `auto` at its `fixed` value), widened
+    past an edge an `auto` axis's choice sits on (past_edge) until none does; `grids` ends holding every point."""
     original = {axis: list(values) for axis, values in grids.items()}
     while True:
         curve.measure(grids["lambda"], grids["tau"], grids["label_share"])
@@ -175,13 +147,9 @@ def choose(curve: list[dict[str, Any]], metric: str, lam: float | None = None, t
 
 def select(retrieval: ValidationRetrieval, settings: TuneSettings,
            propensity_ab: tuple[float, float]) -> Selection:
-    """The chosen λ, τ and retrieval, the validation metric there and at the fixed values, and the whole curve.
-
-    For each retrieval tried (joint, split, or both where it is auto: one search serves both), a first round of
-    λ x τ (split at its fixed share, 0.5 when auto), widened past an edge where λ or τ is chosen there; then, for a
-    split retrieval with an automatic share, λ x share at split's chosen τ, widened likewise. The best row of the
-    curve wins, ties to joint. The cost is |λ| x |τ| ranked points per retrieval plus |λ| x |shares| where the share
-    is chosen, plus at most WIDEN_STEPS rows or columns past each edge of a chosen value."""
+    """The chosen λ, τ and retrieval, the validation metric there and at the fixed values, and the whole curve:
+    per retrieval tried λ x τ (split at its fixed share, 0.5 when auto), then for an automatic share λ x share at
+    split's chosen τ; the curve's best row wins, ties to joint."""
     curve, metric = ValidationCurve(retrieval, propensity_ab), settings.metric
     auto = tuple(axis for axis, value in (("lambda", settings.lam), ("tau", settings.tau)) if value is None)
     for mode in settings.retrievals:
@@ -208,3 +176,24 @@ def select(retrieval: ValidationRetrieval, settings: TuneSettings,
                      val_fraction=settings.val_fraction, val_max_queries=settings.val_max_queries,
                      val_seed=settings.val_seed, val_split_from=settings.fraction_key.split(".")[0], b=settings.b,
                      validation=rows)
+
+
+def select_knn(full_memory: Callable[[int], ValidationRetrieval], settings: TuneSettings,
+               propensity_ab: tuple[float, float]) -> dict[str, Any]:
+    """kNN's τ (selection.json's "baselines.knn"): with τ auto, the best of kNN's own curve on `full_memory(KNN_B)`
+    (every remaining input, no label key, no prior, at kNN's b), with its validation values and curve; else the
+    fixed τ (a user's τ applies to every method). The dual encoder has none: its ranking is the same at any τ."""
+    if settings.tau is not None:
+        return {"tau": settings.tau, "auto": {"tau": False}}
+    retrieval = full_memory(KNN_B)
+    if retrieval.b < KNN_B:
+        raise ValueError(f"kNN's validation search must be {KNN_B} deep, got {retrieval.b}")
+    retrieval = dataclasses.replace(retrieval, labels=empty_result(len(retrieval.held.val_rows), 0), log_counts=None,
+                                    b=KNN_B)
+    curve, metric = ValidationCurve(retrieval, propensity_ab), settings.metric
+    grids = {"lambda": [KNN_LAMBDA], "tau": settings.taus(), "label_share": [None]}
+    best = widen_and_choose(curve, grids, ("tau",), metric, {"lam": KNN_LAMBDA, "tau": None, "label_share": None})
+    fixed = choose(curve.curve(), metric, KNN_LAMBDA, settings.fixed_tau)
+    return {"tau": best["tau"], "auto": {"tau": True}, "val_value": best[metric], "fixed_tau": settings.fixed_tau,
+            "fixed_val_value": fixed[metric],
+            "validation": [{"tau": row["tau"], **{k: row[k] for k in HEADLINE}} for row in curve.curve()]}

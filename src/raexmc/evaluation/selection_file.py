@@ -25,7 +25,7 @@ class Record(BaseModel):
 
 
 class KnnChoice(Record):
-    """kNN's τ (baseline_selection.py): chosen on its own validation curve where τ is auto, else RAE's fixed τ."""
+    """kNN's τ (selection.select_knn): chosen on its own validation curve where τ is auto, else RAE's fixed τ."""
 
     tau: Positive
     auto: dict[str, bool]

@@ -1,8 +1,5 @@
-"""Paired significance tests: a t-test on per-input metric values, and RAE against its baselines with it.
-
-Per-input values of two systems are paired by test input (the same test set), so the tests look at
-their differences.
-"""
+"""Paired significance tests: a t-test on per-input metric values (paired by test input), and RAE against its
+baselines with it."""
 
 from __future__ import annotations
 
@@ -36,13 +33,9 @@ def _paired(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _log10_two_sided_p(t: float, dof: int) -> float:
-    """log10 of P(|T| > |t|) for Student's t with `dof` degrees of freedom, also where p underflows.
-
-    scipy's log survival function is the log of a float64 tail, so it reaches -inf near 1e-308. In
-    that range the tail is the regularised incomplete beta I_x(dof/2, 1/2) at x = dof / (dof + t^2),
-    with x far below its mean, where its continued fraction (DLMF 8.17.22) converges in a few terms;
-    it is evaluated here with its prefactor in log space.
-    """
+    """log10 of P(|T| > |t|) for Student's t with `dof` degrees of freedom, also where p underflows: there the tail
+    is the regularised incomplete beta I_x(dof/2, 1/2), x = dof / (dof + t^2), whose continued fraction (DLMF
+    8.17.22) converges in a few terms far below its mean."""
     import scipy.special  # here, not at the top: the track stage reads this module's reports without testing
     import scipy.stats
 
@@ -74,17 +67,11 @@ def _beta_continued_fraction(a: float, b: float, x: float, tiny: float = 1e-300,
 
 
 def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict[str, float | int]:
-    """Two-sided paired t-test of a against b, with a confidence interval for mean(a - b).
-
-    Per-input metric values of two systems are paired by test input, so the test looks at their
-    differences. Constant differences have no spread, where scipy would warn and return nan: all
-    zero gives t = 0 and p = 1; a nonzero constant gives t = +-inf and p = 0; both a zero-width CI.
-    On large test sets p underflows to 0.0 in floating point, which would read as "certain", so the
-    result also carries log10_p from the t distribution's log survival function: finite wherever t
-    is (a constant nonzero difference gives -inf). Values are plain Python numbers for JSON.
-    """
+    """Two-sided paired t-test of a against b, with a confidence interval for mean(a - b), as plain numbers for JSON.
+    Constant differences, where scipy gives nan, give t = 0 and p = 1 (all zero) or t = ±inf and p = 0; log10_p keeps
+    the size of a p that underflows to 0.0 on large test sets."""
     if not 0.0 < confidence < 1.0:
-        raise ConfigError(f"confidence must be in (0, 1), got {confidence}")
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     a, b = _paired(a, b)
     diff = a - b
     n = diff.size
@@ -171,10 +158,9 @@ def _test(a: dict[str, np.ndarray], a_method: str, b: dict[str, np.ndarray], b_m
 def compare_runs(run: dict[str, np.ndarray], metrics: list[str], other: dict[str, np.ndarray] | None = None,
                  run_origin: str | os.PathLike = "per_instance.npz",
                  other_origin: str | os.PathLike = "significance.compare_with") -> dict[str, Any]:
-    """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ..., "rae_query_lambda_vs_rae": ... (when the
-    run has that variant)}; with `other` also each method against the same method of the other run
-    ("rae_vs_other", "dual_encoder_vs_other", ...). A metric the run has no values of is refused as a
-    ConfigError about significance.metrics."""
+    """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ..., "rae_query_lambda_vs_rae": ... (where the run has
+    it)}; with `other`, each method against the other run's. A metric the run lacks is a ConfigError about
+    significance.metrics."""
     measured = sorted({key.split("/", 1)[1] for key in run if key.startswith(f"{METHOD}/")})
     unknown = [metric for metric in metrics if metric not in measured]
     if unknown:

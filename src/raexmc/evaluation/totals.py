@@ -1,10 +1,5 @@
-"""One ranking's metrics gathered over chunks of test queries, so that no stage holds every query's ranking.
-
-Every number is the same however the queries are chunked. A metric's mean is a running sum over the queries
-in their order (sequential additions, so chunk boundaries change no rounding) over their count; PSP@k and
-PSnDCG@k are the ratio of two such means (their numerators and the ideal rankings' denominators, see
-metrics._propensity_gains); macro-F1@k per segment needs only per-label counts, which add up over chunks.
-"""
+"""One ranking's metrics gathered over chunks of test queries, the same however they are chunked: a mean is a running
+sum in query order over the count; PSP@k and PSnDCG@k the ratio of two such means; macro-F1 per-label counts."""
 
 from __future__ import annotations
 
@@ -14,8 +9,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .macro_f1 import f1_counts, macro_f1_from_counts
-from .metrics import over_mean_ideal, per_query_values, percent
+from .metrics import f1_counts, macro_f1_from_counts, over_mean_ideal, per_query_values, percent
 
 F1_K = 5
 # Every query's metric values are kept in float32: they lie in [0, 1] (PSP's over a mean ideal, near it), so 7

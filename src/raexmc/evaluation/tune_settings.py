@@ -54,18 +54,13 @@ class TuneSettings:
     def folds_for(self, num_inputs: int) -> int:
         """The validation folds of `num_inputs` training inputs: `val_folds`, or where auto, enough that the
         held-out inputs reach VAL_MIN_QUERIES, at most 1 / val_fraction (and as many as are disjoint). One for a
-        fine-tuned encoder: training held out only the first fold, so any other would validate on inputs the
-        encoder was trained on."""
+        fine-tuned encoder (settings.py refuses more): training held out only the first fold."""
         per_fold = int(round(num_inputs * self.val_fraction))
         if per_fold == 0:
             return 1  # nothing held out: held_out_labels says so, naming fraction_key
         most = min(num_inputs // per_fold, int(1 / self.val_fraction))
         if self.val_folds is None:
             return 1 if self.encoder_trained else min(most, math.ceil(VAL_MIN_QUERIES / per_fold))
-        if self.val_folds > 1 and self.encoder_trained:
-            raise ConfigError(f"infer.val_folds {self.val_folds} with encoder.mode fine-tuned: the encoder was trained "
-                              "on every input outside the first fold, so the others would validate on training "
-                              "inputs; use 1 or auto", PARAMS_FILE, "infer.val_folds")
         if self.val_folds > most:
             raise ConfigError(f"infer.val_folds {self.val_folds}: at most {most} disjoint folds of {self.fraction_key} "
                               f"{self.val_fraction} fit {num_inputs} training inputs", PARAMS_FILE, "infer.val_folds")

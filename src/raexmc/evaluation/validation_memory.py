@@ -139,10 +139,8 @@ def pooled(folds: list[ValidationRetrieval], held: HeldOutLabels) -> ValidationR
 
 def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
                          memory: MemorySettings | None = None, labels: Hits | None = None) -> ValidationRetrieval:
-    """Exact top-b of the held-out inputs over the remaining ones, or the keys `memory` selects from
-    them, and over the labels (label_search; `labels` where already searched: they do not depend on which input
-    keys the memory keeps), from the embeddings folder. Its files are mapped only while the keys and queries
-    are copied out of them: the search holds those alone (the mapped pages count as the stage's memory)."""
+    """Exact top-b of the held-out inputs over the remaining ones (or the keys `memory` selects from them) and over
+    the labels (`labels` where already searched), from the embeddings folder, mapped only while copied out."""
     train_inputs = load_embeddings(embeddings, "train")
     input_keys, memory_values, log_counts = train_inputs[held.rest_rows], held.Y_rest, None
     if memory is not None and not memory.full:

@@ -1,0 +1,149 @@
+"""Choosing the memory on held-out training inputs, never on the test set: its share of training-input keys
+(`memory.keep: auto`) and the label prototypes' α (`memory.prototypes: auto` below keep 1).
+
+Where they do best moves with the data and the encoder (a smaller memory can beat the full one), so each point of
+the grid is judged at its own best λ and τ (and label share), chosen afresh on that memory by selection.select,
+never at another point's. The best `infer.auto_metric` wins, ties (metrics are rounded to 0.01 points) to the
+larger keep (the paper's full memory) or the smaller α (the label texts). A choice on an edge of its grid widens
+it, as τ widens (halved or doubled, a keep at most 1). Only the labels' side depends on α, so the input keys are
+selected and searched once per keep, the labels once per α (MemoryTuning).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from ..memory.input_memory import MemorySettings
+from ..memory.prototypes import searches_prototypes
+from ..memory.search import Hits, empty_result
+from ..settings import AUTO
+from .selection import choose, past_edge, select
+from .selection_file import Selection
+from .tune_settings import TuneSettings
+from .validation_memory import (
+    HeldOutLabels,
+    ValidationRetrieval,
+    label_search,
+    pooled,
+    pooled_held,
+    pooled_hits,
+    validation_retrieval,
+)
+
+Tuned = tuple[ValidationRetrieval, Selection]   # a memory's validation retrieval and select's choice on it
+
+
+def chosen_row(selection: Selection) -> dict[str, Any]:
+    """One point of a curve: the memory's input keys, its α where chosen on it, and the validation row (λ, τ,
+    label share, headline metrics) at the point `select` chose."""
+    row = choose(selection.validation, selection.metric, selection.lam, selection.tau,
+                 selection.label_share)  # all three fixed: the one row there
+    prototypes = {} if selection.prototypes is None else {"prototypes": selection.prototypes}
+    return {"input_keys": selection.memory_input_keys, **prototypes, **row}
+
+
+def choose_point(axis: str, grid: tuple[float, ...], tune_at: Callable[[float], Tuned], metric: str,
+                 ties_to_larger: bool, most: float | None = None
+                 ) -> tuple[float, ValidationRetrieval, Selection, list[dict[str, Any]]]:
+    """The chosen point, its retrieval and selection, and the curve ({axis: point, **chosen_row} per point tried,
+    ascending); a point on an edge widens the grid as τ widens, to at most `most`."""
+    original, rows = sorted(set(grid)), {}
+    chosen: tuple[float, ValidationRetrieval, Selection] | None = None
+
+    def rank(point: float) -> tuple[float, float]:
+        return rows[point][metric], point if ties_to_larger else -point
+
+    pending = original
+    while pending:
+        for point in sorted(pending, reverse=ties_to_larger):
+            retrieval, selection = tune_at(point)
+            rows[point] = {axis: point, **chosen_row(selection)}
+            if chosen is None or rank(point) > rank(chosen[0]):
+                chosen = point, retrieval, selection
+            del retrieval  # only the chosen one's is kept
+        wider = past_edge("tau", sorted(rows), chosen[0], original)
+        pending = [point for point in sorted({p if most is None else min(most, p) for p in wider}) if point not in rows]
+    point, retrieval, selection = chosen
+    return point, retrieval, selection, [rows[p] for p in sorted(rows)]
+
+
+def choose_keep(tune_at: Callable[[float], Tuned], grid: tuple[float, ...],
+                metric: str) -> tuple[ValidationRetrieval, Selection]:
+    """The chosen keep's validation retrieval and selection, with the keep, `auto.keep` and the keep curve (largest
+    first) added. `tune_at` judges the memory at a keep."""
+    keep, retrieval, selection, curve = choose_point("keep", grid, tune_at, metric, ties_to_larger=True, most=1.0)
+    return retrieval, selection.with_(keep=keep, auto={**selection.auto, "keep": True}, keep_curve=curve[::-1])
+
+
+def choose_prototypes(retrieval_at: Callable[[float], ValidationRetrieval], settings: TuneSettings,
+                      grid: tuple[float, ...], propensity_ab: tuple[float, float]) -> Tuned:
+    """The chosen α's validation retrieval and selection, with `prototypes`, `auto.prototypes` and the α curve
+    added. `retrieval_at` gives the memory's validation retrieval with the labels' prototypes at an α."""
+    def tune_at(weight: float) -> Tuned:
+        retrieval = retrieval_at(weight)
+        return retrieval, select(retrieval, settings, propensity_ab)
+
+    weight, retrieval, selection, curve = choose_point("prototypes", grid, tune_at, settings.metric,
+                                                       ties_to_larger=False)
+    return retrieval, selection.with_(prototypes=weight, auto={**selection.auto, "prototypes": True},
+                                      prototypes_curve=curve)
+
+
+@dataclass
+class MemoryTuning:
+    """The tune stage's measure of the memory at a keep: λ and τ (and the share) chosen on it by select, and α by
+    choose_prototypes where `prototypes_grid` (memory.prototypes auto) is searched there. Several `folds` are each
+    built and searched, then pooled into one retrieval (validation_memory.pooled)."""
+
+    embeddings: str | os.PathLike
+    folds: list[HeldOutLabels]
+    settings: TuneSettings
+    propensity_ab: tuple[float, float]
+    memory_at: Callable[[float, float | None], MemorySettings]   # the memory settings at a keep and α
+    backend: str
+    prototypes_grid: tuple[float, ...] | None = None
+    device: str = "cpu"
+    _labels: dict[float, list[Hits]] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def held(self) -> HeldOutLabels:
+        """Every fold's queries as one set."""
+        return pooled_held(self.folds)
+
+    def searches_prototypes(self, keep: float) -> bool:
+        return self.prototypes_grid is not None and searches_prototypes(AUTO, keep, self.backend)
+
+    def labels_at(self, weight: float) -> list[Hits]:
+        """Each fold's held-out inputs' top-b over the labels' prototypes at α `weight`: searched once per α."""
+        if weight not in self._labels:
+            self._labels[weight] = [label_search(self.embeddings, fold, self.settings.b, self.device, weight)
+                                    for fold in self.folds]
+        return self._labels[weight]
+
+    def retrieval(self, memory: MemorySettings, weight: float) -> ValidationRetrieval:
+        """Every fold's validation retrieval of `memory`, with the labels' prototypes at α `weight`, pooled."""
+        return pooled([validation_retrieval(self.embeddings, fold, self.settings.b, self.device, memory, labels=labels)
+                       for fold, labels in zip(self.folds, self.labels_at(weight))], self.held)
+
+    def full_memory(self, depth: int) -> ValidationRetrieval:
+        """Every fold's held-out inputs' top-`depth` over all its memory's inputs, no label search, pooled: kNN's
+        validation retrieval (selection.select_knn), whatever memory.keep keeps for RAE."""
+        return pooled([validation_retrieval(self.embeddings, fold, depth, self.device,
+                                            labels=empty_result(len(fold.val_rows), 0))
+                       for fold in self.folds], self.held)
+
+    def at(self, keep: float) -> Tuned:
+        """The validation retrieval at `keep` (at the chosen α where α is searched) and its selection."""
+        if not self.searches_prototypes(keep):
+            memory = self.memory_at(keep, None)
+            retrieval = self.retrieval(memory, memory.prototypes)
+            return retrieval, select(retrieval, self.settings, self.propensity_ab)
+        first = min(self.prototypes_grid)  # the input side of the memory is the same at every α
+        inputs = self.retrieval(self.memory_at(keep, first), first)
+        return choose_prototypes(lambda weight: dataclasses.replace(inputs, labels=pooled_hits(self.labels_at(weight))),
+                                 self.settings, self.prototypes_grid, self.propensity_ab)
