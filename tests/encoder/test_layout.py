@@ -16,8 +16,8 @@ import torch
 from mlflow.tracking import MlflowClient
 from sentence_transformers import SentenceTransformer
 
+from raexmc.encoder.layout import POOLING_MODES, Pooling
 from raexmc.encoder.model import load_tokenizer
-from raexmc.encoder.pooling import POOLING_MODES, Pooling
 from raexmc.encoder.sentence import load_encoder
 from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
 from raexmc.encoder.tokens import RightPaddedTokenizer

@@ -10,38 +10,15 @@ a band nests labels as category trees do.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, DataError
 from .catalogue import entry_file
-from .dataset import Example, Text, write_dataset
-from .entry_check import EntryCheck
-from .linked import LinkedEntry, seeded_split
+from .linked import LinkedEntry, write_split_corpus
 from .wordnet import read_wordnet
 
 HYPERNYM_POINTERS = frozenset({"@", "@i"})
-_KNOWN = ("package", "min_depth", "max_depth", "seed", "test_fraction")
-_DEFAULTS = {"seed": 0, "test_fraction": 0.2}
-
-
-@dataclass(frozen=True)
-class HypernymSettings:
-    """A dataset entry with source: wordnet-hypernyms, checked."""
-
-    min_depth: int
-    max_depth: int
-    seed: int
-    test_fraction: float
-
-
-def parse_hypernym_settings(name: str, spec: dict[str, Any]) -> HypernymSettings:
-    """Check the entry before anything is downloaded; a bad value is a ConfigError naming its key."""
-    check = EntryCheck(name, spec, "wordnet-hypernyms", _KNOWN, _DEFAULTS)
-    min_depth = check.integer("min_depth", 0)
-    max_depth = check.integer("max_depth", min_depth)
-    return HypernymSettings(min_depth, max_depth, check.integer("seed", 0), check.fraction("test_fraction"))
 
 
 def _topological_order(parents: dict[int, list[int]], entries: Sequence[LinkedEntry], origin: Path) -> list[int]:
@@ -96,17 +73,12 @@ def read_hypernym_corpus(dict_dir: str | Path, min_depth: int,
     return labels, inputs
 
 
-def write_hypernym_dataset(dict_dir: str | Path, settings: HypernymSettings, target: str | Path,
-                           source: dict[str, Any], name: str) -> dict[str, Any]:
-    """Build the corpus from `dict_dir`, split it by the seed and write the dataset folder."""
-    labels, inputs = read_hypernym_corpus(dict_dir, settings.min_depth, settings.max_depth)
+def write_hypernym_dataset(dict_dir: str | Path, target: str | Path, name: str,
+                           source: dict[str, Any]) -> dict[str, Any]:
+    """Build the corpus from `dict_dir` at the `source`'s checked min_depth and max_depth and write it split by its
+    seed and test_fraction."""
+    labels, inputs = read_hypernym_corpus(dict_dir, source["min_depth"], source["max_depth"])
     if not inputs:
-        raise ConfigError(f"no noun synset has hypernym ancestors at depths {settings.min_depth}.."
-                          f"{settings.max_depth}", entry_file(name), "min_depth")
-    train_rows, test_rows = seeded_split(len(inputs), settings.seed, settings.test_fraction)
-
-    def examples(rows: Sequence[int]) -> list[Example]:
-        return [Example(inputs[r].uid, inputs[r].title, inputs[r].content, labels=inputs[r].links) for r in rows]
-
-    return write_dataset(target, [Text(e.uid, e.title, e.content) for e in labels], examples(train_rows),
-                         examples(test_rows), {}, {**source, **asdict(settings)})
+        raise ConfigError(f"no noun synset has hypernym ancestors at depths {source['min_depth']}.."
+                          f"{source['max_depth']}", entry_file(name), "min_depth")
+    return write_split_corpus(target, labels, inputs, source)

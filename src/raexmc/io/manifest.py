@@ -1,6 +1,6 @@
-"""A folder's manifest.json: each file's size and sha256, what the writer says of the folder, and the sha256
-of all that, so a folder changed, cut, emptied or added to is refused, naming the file, before it is read
-(docs/reliability.md: the cost).
+"""Checksums: a file's digest against its pin (downloads), and a folder's manifest.json: each file's size and
+sha256, what the writer says of the folder, and the sha256 of all that, so a folder changed, cut, emptied or added
+to is refused, naming the file, before it is read (docs/reliability.md: the cost).
 """
 
 from __future__ import annotations
@@ -11,15 +11,23 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
+from ..errors import ChecksumError, DataError
 from .atomic import write_json
 
 MANIFEST_FILE = "manifest.json"
 
 
-def file_sha256(path: Path) -> str:
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        return hashlib.file_digest(handle, algorithm).hexdigest()
+
+
+def verify(path: str | os.PathLike, expected: str | None, algorithm: str, origin: str | None = None) -> str:
+    """The file's digest, or ChecksumError when a pinned `expected` differs (`origin` names the download)."""
+    actual = file_digest(path, algorithm)
+    if expected and actual.lower() != expected.lower():
+        raise ChecksumError(f"{algorithm} {actual} does not match the pinned {expected}", origin or path)
+    return actual
 
 
 def _files(folder: Path) -> list[str]:
@@ -31,7 +39,7 @@ def _files(folder: Path) -> list[str]:
 def write_manifest(folder: str | os.PathLike, header: dict[str, Any]) -> None:
     """Write `folder`'s manifest: `header` and the size and sha256 of every file it holds (written last)."""
     folder = Path(folder)
-    files = {name: {"size": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)}
+    files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)}
              for name in _files(folder)}
     body = {**header, "files": files}
     write_json(folder / MANIFEST_FILE, {**body, "sha256": _seal(body)})
@@ -80,5 +88,5 @@ def _check_file(folder: Path, name: str, entry: dict[str, Any], files: dict[str,
     if size != entry["size"]:
         raise DataError(f"{size:,} bytes, {MANIFEST_FILE} says {entry['size']:,}: changed since the folder was "
                         f"written: {rerun}", path)
-    if file_sha256(path) != entry["sha256"]:
+    if file_digest(path) != entry["sha256"]:
         raise DataError(f"its sha256 is not {MANIFEST_FILE}'s: changed since the folder was written: {rerun}", path)
