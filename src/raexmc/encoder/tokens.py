@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from itertools import chain, islice
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
@@ -21,8 +21,10 @@ from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import atomic_dir, load_array, new_memmap, read_json, write_json
 from ..parallel import ordered_map, worker_count
 from ..progress import progress_bar
+from ..settings import TextFields
 from .model import id_setting, tokenizer_fingerprint
 
+FIELDS = get_args(TextFields)
 NO_LENGTH_LIMIT = int(1e20)  # a tokenizer's model_max_length from here up (transformers uses 1e20, 1e30) means none
 CHARS_PER_TOKEN = 128  # see tokenizer_input
 PADDING = "right"  # every row; a cache without this mark may hold a left-padding tokenizer's rows, so it is rebuilt
@@ -183,8 +185,8 @@ def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: 
                       batch_size: int = 2048, workers: int | None = None) -> tuple[dict[str, Any], bool]:
     """Tokenise `dataset` into `target` on `workers` processes (default: worker_count()); (meta, reused). A
     cache at `target` with the same key is reused. The settings are the checked `tokenize` section's."""
-    if {input_fields, label_fields} - {"title", "title+content"}:
-        raise ValueError(f"text fields are title or title+content, not {input_fields!r} and {label_fields!r}")
+    if {input_fields, label_fields} - set(FIELDS):
+        raise ValueError(f"text fields are {' or '.join(FIELDS)}, not {input_fields!r} and {label_fields!r}")
     check_tokenizer(tokenizer, input_max_len=input_max_len, label_max_len=label_max_len)
     key = CacheKey(tokenizer_name, tokenizer_fingerprint(tokenizer), input_max_len, label_max_len, input_fields,
                    label_fields)
