@@ -10,7 +10,7 @@ import pytest
 from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
-from raexmc.data.wordnet_hypernyms import read_hypernym_corpus, write_hypernym_dataset
+from raexmc.data.wordnet import read_hypernym_corpus, write_hypernym_dataset
 from raexmc.errors import ConfigError, DataError
 from test_linked_corpora import WORDNET_HEADER
 from tests.helpers import REPO

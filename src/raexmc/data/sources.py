@@ -21,8 +21,7 @@ from .foldoc import read_foldoc
 from .layouts import read_layout
 from .linked import write_linked_corpus
 from .synthetic import write_synthetic
-from .wordnet import read_wordnet
-from .wordnet_hypernyms import write_hypernym_dataset
+from .wordnet import read_wordnet, write_hypernym_dataset
 
 SOURCES = ("foldoc", "wordnet", "wordnet-hypernyms", "local", "xc-repo", "synthetic")
 WORDNET_DIR = "usr/share/wordnet"  # inside the wordnet-base package
