@@ -24,18 +24,6 @@ from raexmc.errors import ConfigError, DataError
 from tests.helpers import REPO, free_port, write_params
 
 
-def test_a_plain_models_vector_is_a_normalised_masked_mean(tiny_model):
-    model = load_encoder(str(tiny_model))
-    ids = torch.tensor([[101, 2000, 2001, 102, 0, 0]])
-    mask = torch.tensor([[1, 1, 1, 1, 0, 0]])
-    with torch.inference_mode():
-        hidden = model.transformer(input_ids=ids[:, :4], attention_mask=mask[:, :4]).last_hidden_state
-        expected = torch.nn.functional.normalize(hidden.mean(dim=1), dim=-1)
-        got = model(ids, mask)
-    assert torch.allclose(got, expected, atol=1e-5)
-    assert torch.allclose(got.norm(dim=-1), torch.ones(1), rtol=0, atol=1e-5)
-
-
 def test_encode_runs_the_encoder_without_cudnn_attention_and_restores_the_flags(tiny_model):
     """cuDNN's attention re-plans each new shape (1.7x slower MiniLM training steps, 3.5x slower embedding
     on an H200); the flags torch reads when it picks a kernel must say so inside the encoder, keep the
