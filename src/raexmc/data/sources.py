@@ -23,7 +23,6 @@ from .linked import write_linked_corpus
 from .synthetic import write_synthetic
 from .wordnet import read_wordnet, write_hypernym_dataset
 
-SOURCES = ("foldoc", "wordnet", "wordnet-hypernyms", "local", "xc-repo", "synthetic")
 WORDNET_DIR = "usr/share/wordnet"  # inside the wordnet-base package
 
 
@@ -54,6 +53,7 @@ def _extract_download(archive: Path, target: Path) -> Path:
 DEBIAN_KEYS = {"foldoc": ("package", "seed", "test_fraction"),
                "wordnet": ("package", "pointers", "seed", "test_fraction"),
                "wordnet-hypernyms": ("package", "min_depth", "max_depth", "seed", "test_fraction")}
+SOURCES = (*DEBIAN_KEYS, "local", "xc-repo", "synthetic")
 
 
 def _write_debian_built(name: str, spec: dict[str, Any], target: Path, workdir: Path, mirror: str) -> dict[str, Any]:
