@@ -77,7 +77,7 @@ def build_model(name: str, device: str):
         return load_encoder(name, device).train()
     from transformers import DistilBertConfig, DistilBertModel
 
-    from raexmc.encoder.pooling import Pooling
+    from raexmc.encoder.layout import Pooling
     from raexmc.encoder.sentence import SentenceEncoder
 
     return SentenceEncoder(DistilBertModel(DistilBertConfig()), Pooling("mean")).to(device).train()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -117,36 +119,23 @@ def cut_in_half(path):
     return path
 
 
-def test_a_cut_or_foreign_array_file_is_one_error_naming_it(tmp_path):
-    np.save(tmp_path / "keys.npy", np.ones((100, 8), np.float32))
-    with pytest.raises(DataError, match=r"keys.npy: unreadable array"):
-        load_array(cut_in_half(tmp_path / "keys.npy"), mmap_mode="r")
-    (tmp_path / "text.npy").write_bytes(b"hello")
-    with pytest.raises(DataError, match=r"text.npy: unreadable array"):
-        load_array(tmp_path / "text.npy")
-    with pytest.raises(DataError, match=r"absent.npy: file not found"):
-        load_array(tmp_path / "absent.npy")
-
-
 @pytest.mark.parametrize("mmap_mode", [None, "r"])
-def test_a_zero_byte_array_file_is_one_error_naming_it(tmp_path, mmap_mode):
-    """What a write cut off before its first byte leaves: numpy reads it as an EOFError."""
+def test_a_missing_cut_zero_byte_or_foreign_file_is_one_error_naming_it(tmp_path, mmap_mode):
+    """A zero-byte file is what a write cut off before its first byte leaves (numpy: an EOFError)."""
+    np.save(tmp_path / "keys.npy", np.ones((100, 8), np.float32))
     (tmp_path / "train.npy").write_bytes(b"")
-    with pytest.raises(DataError) as error:
-        load_array(tmp_path / "train.npy", mmap_mode=mmap_mode)
-    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'train.npy'}: unreadable array")
-
-
-def test_a_cut_sparse_matrix_or_archive_is_one_error_naming_it(tmp_path):
+    (tmp_path / "text.npy").write_bytes(b"hello")
+    for name, says in (("keys.npy", "unreadable array"), ("train.npy", "unreadable array"),
+                       ("text.npy", "unreadable array"), ("absent.npy", "file not found")):
+        with pytest.raises(DataError) as error:
+            load_array(cut_in_half(tmp_path / name) if name == "keys.npy" else tmp_path / name, mmap_mode=mmap_mode)
+        assert error.value.one_line().startswith(f"DataError: {tmp_path / name}: {says}")
     sp.save_npz(tmp_path / "Y.npz", sp.random(200, 50, density=0.2, format="csr", random_state=0))
     with pytest.raises(DataError, match=r"Y.npz: unreadable sparse matrix"):
         load_sparse(cut_in_half(tmp_path / "Y.npz"))
     np.savez(tmp_path / "per_instance.npz", a=np.arange(1000.0), b=np.arange(1000.0))
     with pytest.raises(DataError, match=r"per_instance.npz: unreadable archive"):
         load_arrays(cut_in_half(tmp_path / "per_instance.npz"))
-
-
-def test_malformed_json_names_the_file_and_line(tmp_path):
     (tmp_path / "memory.json").write_text('{\n  "keep": 1.0\n')
     with pytest.raises(DataError, match=r"memory.json:3: not valid JSON"):
         read_json(tmp_path / "memory.json")
@@ -196,33 +185,27 @@ def assert_one_line_and_nothing_left(proc, out, error: str, fix: str) -> None:
     assert os.listdir(out.parent) == [], "no output folder and no temporary"
 
 
+def limited_file_size():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
 @pytest.mark.parametrize("library", sorted(_UNCHECKED_WRITERS))
-def test_an_output_cut_by_the_file_size_limit_is_one_line_and_is_not_kept(tmp_path, library):
+@pytest.mark.parametrize("cut_by", ["file size limit", "full disk"])
+def test_an_output_cut_short_is_one_line_and_is_not_kept(tmp_path, library, cut_by):
     """Under `ulimit -f`, hnswlib writes a short graph and says nothing, faiss prints a failed fclose (or raises its
     own error), numpy raises an OSError with no errno and torch a RuntimeError ('unexpected pos'). Each output is
     checked against what its library wrote before it is renamed into place: one line naming the file, exit 2, no
-    output folder and no temporary left."""
-    import resource
-    import signal
-    import subprocess
-
-    def limited():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
-        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-
-    proc = subprocess.run(unchecked_write(library, tmp_path / "out"), capture_output=True, text=True,
-                          preexec_fn=limited)
-    assert_one_line_and_nothing_left(proc, tmp_path / "out", os.strerror(errno.EFBIG), "ulimit -f")
-
-
-@pytest.mark.parametrize("library", sorted(_UNCHECKED_WRITERS))
-def test_an_output_cut_by_a_full_disk_is_one_line_and_is_not_kept(tmp_path, library):
-    """The same on a 200 KB disk (a tmpfs, or the file-size limit where the kernel forbids mounting one): a short
-    file below the file-size limit is named a full disk."""
-    small = tmp_path / "small"
-    done = run_on_small_disk(small, 200_000, unchecked_write(library, small / "out"), tmp_path)
+    output folder and no temporary left. The same on a 200 KB disk (a tmpfs, or the file-size limit where the kernel
+    forbids mounting one), where a short file below the file-size limit is named a full disk."""
+    if cut_by == "file size limit":
+        proc = subprocess.run(unchecked_write(library, tmp_path / "out"), capture_output=True, text=True,
+                              preexec_fn=limited_file_size)
+        return assert_one_line_and_nothing_left(proc, tmp_path / "out", os.strerror(errno.EFBIG), "ulimit -f")
+    done = run_on_small_disk(tmp_path / "small", 200_000, unchecked_write(library, tmp_path / "small" / "out"),
+                             tmp_path)
     fix = "ulimit -f" if done.error == os.strerror(errno.EFBIG) else "free some space and rerun"
-    assert_one_line_and_nothing_left(done.proc, small / "out", done.error, fix)
+    assert_one_line_and_nothing_left(done.proc, tmp_path / "small" / "out", done.error, fix)
     assert done.left == []
 
 

@@ -34,24 +34,19 @@ def write_split(folder: Path, name: str, rows, without_labels: set[str]) -> None
     write_jsonl_gz(folder / name, records)
 
 
-def test_a_relevance_that_is_not_a_number_is_one_line(lf_folder, tmp_path):
+def test_bad_input_is_one_line_and_exit_2_with_nothing_written(lf_folder, tmp_path):
+    """A relevance that is not a number; a test split without any label (there is nothing to evaluate)."""
     rows = [{"uid": u, "title": t, "content": c, "target_ind": i, "target_rel": r} for u, t, c, i, r in TRAIN]
     rows[2]["target_rel"] = [1.0, "abc"]
     write_jsonl_gz(lf_folder / "trn.json.gz", rows)
-    proc = run_download(lf_folder, tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    assert error_lines(proc) == [f"DataError: {lf_folder / 'trn.json.gz'}:3: target_rel must be a finite number "
-                                 ">= 0, got 'abc'"], proc.stderr
-    assert not (tmp_path / "data" / "tiny").exists() and list((tmp_path / "data").iterdir()) == []
-
-
-def test_a_test_split_without_labels_is_refused(lf_folder, tmp_path):
-    write_split(lf_folder, "tst.json.gz", TEST, {"s0", "s1"})
-    proc = run_download(lf_folder, tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    assert error_lines(proc) == [f"DataError: {lf_folder / 'tst.json.gz'}: none of the 2 test inputs has a label: "
-                                 "there is nothing to evaluate"], proc.stderr
-    assert list((tmp_path / "data").iterdir()) == []
+    for expected in (f"DataError: {lf_folder / 'trn.json.gz'}:3: target_rel must be a finite number >= 0, got 'abc'",
+                     f"DataError: {lf_folder / 'tst.json.gz'}: none of the 2 test inputs has a label: there is "
+                     "nothing to evaluate"):
+        proc = run_download(lf_folder, tmp_path)
+        assert proc.returncode == 2 and error_lines(proc) == [expected], proc.stderr
+        assert list((tmp_path / "data").iterdir()) == []
+        write_split(lf_folder, "trn.json.gz", TRAIN, set())
+        write_split(lf_folder, "tst.json.gz", TEST, {"s0", "s1"})
 
 
 def test_inputs_without_labels_are_kept_counted_and_reported(lf_folder, tmp_path):

@@ -6,8 +6,9 @@ import gzip
 
 import pytest
 
+from raexmc.data.dataset import Dataset
 from raexmc.data.foldoc import read_foldoc
-from raexmc.data.linked import LinkedEntry, split_linked_corpus
+from raexmc.data.linked import LinkedEntry, write_linked_corpus
 from raexmc.data.wordnet import read_wordnet
 from raexmc.errors import DataError
 
@@ -46,35 +47,29 @@ FOLDOC = [
 ]
 
 
-def test_foldoc_links_resolve_case_insensitively_through_aliases(tmp_path):
-    entries = {e.uid: e for e in read_foldoc(*write_dictd(tmp_path, FOLDOC))}
-    titles = {i: e.title for i, e in enumerate(read_foldoc(*write_dictd(tmp_path, FOLDOC)))}
-    assert set(entries) == {"awk", "unix", "perl", "gawk"}
+def test_foldoc_links_resolve_case_insensitively_through_aliases_and_content_has_no_markup(tmp_path):
+    entries = read_foldoc(*write_dictd(tmp_path, FOLDOC))
+    titles, by_uid = [e.title for e in entries], {e.uid: e for e in entries}
+    assert set(by_uid) == {"awk", "unix", "perl", "gawk"}
     # {Unix} and {PERL} by case, {gnu awk} through an alias; {awk} is a self-link; the dangling
     # {missing entry} and the external {netlib (url)} are dropped
-    assert sorted(titles[i] for i in entries["awk"].links) == ["Perl", "Unix", "gawk"]
-    assert [titles[i] for i in entries["perl"].links] == ["Unix"]  # alias spelled in the entry header
-    assert [titles[i] for i in entries["gawk"].links] == ["awk"]
-    assert entries["unix"].links == []
+    assert sorted(titles[i] for i in by_uid["awk"].links) == ["Perl", "Unix", "gawk"]
+    assert [titles[i] for i in by_uid["perl"].links] == ["Unix"]  # alias spelled in the entry header
+    assert [titles[i] for i in by_uid["gawk"].links] == ["awk"]
+    assert by_uid["unix"].links == []
+    assert (by_uid["awk"].title, by_uid["awk"].content) == (
+        "awk", "A language for Unix text, like PERL and awk. See gnu awk and missing entry, netlib.")
 
 
-def test_foldoc_content_has_no_markup(tmp_path):
-    awk = next(e for e in read_foldoc(*write_dictd(tmp_path, FOLDOC)) if e.uid == "awk")
-    assert awk.title == "awk"
-    assert awk.content == "A language for Unix text, like PERL and awk. See gnu awk and missing entry, netlib."
-
-
-def test_foldoc_bad_index_line(tmp_path):
+@pytest.mark.parametrize("damage, match", [("index", r"foldoc.index:8: .*headword"),
+                                           ("dict", "foldoc.dict.dz.*corrupt")])
+def test_a_bad_foldoc_index_line_or_dictzip_names_the_file(tmp_path, damage, match):
     index, dict_path = write_dictd(tmp_path, FOLDOC)
-    index.write_text(index.read_text() + "broken line without tabs\n")
-    with pytest.raises(DataError, match=r"foldoc.index:8: .*headword"):
-        read_foldoc(index, dict_path)
-
-
-def test_foldoc_corrupt_dictzip(tmp_path):
-    index, dict_path = write_dictd(tmp_path, FOLDOC)
-    dict_path.write_bytes(b"not gzip at all")
-    with pytest.raises(DataError, match="foldoc.dict.dz.*corrupt"):
+    if damage == "index":
+        index.write_text(index.read_text() + "broken line without tabs\n")
+    else:
+        dict_path.write_bytes(b"not gzip at all")
+    with pytest.raises(DataError, match=match):
         read_foldoc(index, dict_path)
 
 
@@ -120,12 +115,19 @@ def test_wordnet_malformed_line(tmp_path):
         read_wordnet(tmp_path)
 
 
-def test_split_is_seeded_and_filters_own_label():
+def test_split_is_seeded_and_filters_own_label(tmp_path):
     entries = [LinkedEntry(f"e{i}", f"t{i}", "", links=[(i + 1) % 10] if i < 8 else []) for i in range(10)]
-    a, b = split_linked_corpus(entries, seed=3, test_fraction=0.25), split_linked_corpus(entries, 3, 0.25)
-    assert [x.uid for x in a.test] == [x.uid for x in b.test]
-    assert len(a.labels) == 10 and len(a.train) + len(a.test) == 8 and len(a.test) == 2
-    for split, examples in (("train", a.train), ("test", a.test)):
-        assert [(row, int(ex.uid[1:])) for row, ex in enumerate(examples)] == a.filters[split]
-    splits = {tuple(x.uid for x in split_linked_corpus(entries, seed, 0.25).test) for seed in range(10)}
+
+    def split(seed, folder):
+        write_linked_corpus(tmp_path / folder, entries, {"seed": seed, "test_fraction": 0.25})
+        return Dataset(tmp_path / folder)
+
+    a, b = split(3, "a"), split(3, "b")
+    assert [x.uid for x in a.texts("test")] == [x.uid for x in b.texts("test")]
+    assert (a.size("labels"), a.size("train"), a.size("test")) == (10, 6, 2)
+    for name in ("train", "test"):  # each input's own label filtered, its link its label
+        own = [int(x.uid[1:]) for x in a.texts(name)]
+        assert a.filter_matrix(name).nonzero()[1].tolist() == own
+        assert a.label_matrix(name).indices.tolist() == [(i + 1) % 10 for i in own]
+    splits = {tuple(x.uid for x in split(seed, f"s{seed}").texts("test")) for seed in range(10)}
     assert len(splits) > 1, "the seed must change the split"

@@ -40,28 +40,20 @@ def build(tmp_path, name="synthetic-small", **changes):
     return build_dataset(name, {**SMALL, **changes}, tmp_path / name, "")
 
 
-def test_same_params_give_the_same_bytes_and_another_seed_other_data(tmp_path):
-    build(tmp_path / "a")
-    build(tmp_path / "b")
-    build(tmp_path / "c", seed=1)
-    a, b, c = (tmp_path / run / "synthetic-small" for run in "abc")
-    for name in FILES:
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
-    assert (a / "train.jsonl").read_bytes() != (c / "train.jsonl").read_bytes()
-
-
-def test_one_worker_and_two_give_the_same_bytes(tmp_path, monkeypatch):
+def test_one_worker_and_two_give_the_same_bytes_and_another_seed_other_data(tmp_path, monkeypatch):
     """Each chunk's rows come from its own random stream, made in whichever process: with chunks of 700
     rows (several per split, so the order of their results is tested too), RAEXMC_WORKERS=1 and 2 write
-    the same files."""
+    the same files; the seed changes them."""
     monkeypatch.setattr(synthetic, "CHUNK", 700)
     for workers in ("1", "2"):
         monkeypatch.setenv("RAEXMC_WORKERS", workers)
         build(tmp_path / workers)
-    one, two = (tmp_path / workers / "synthetic-small" for workers in "12")
+    build(tmp_path / "seed1", seed=1)
+    one, two, seed1 = (tmp_path / run / "synthetic-small" for run in ("1", "2", "seed1"))
     for name in FILES:
         assert (one / name).read_bytes() == (two / name).read_bytes(), name
     assert len((one / "train.jsonl").read_text().splitlines()) == SMALL["n_train"] > 2 * 700
+    assert (one / "train.jsonl").read_bytes() != (seed1 / "train.jsonl").read_bytes()
 
 
 def test_shape_and_statistics_are_the_requested_ones(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from raexmc.data.catalogue import catalogue, catalogue_dir
 from raexmc.data.dataset import Dataset
 from raexmc.data.sources import build_dataset
-from raexmc.data.wordnet_hypernyms import HypernymSettings, read_hypernym_corpus, write_hypernym_dataset
+from raexmc.data.wordnet import read_hypernym_corpus, write_hypernym_dataset
 from raexmc.errors import ConfigError, DataError
 from test_linked_corpora import WORDNET_HEADER
 from tests.helpers import REPO
@@ -83,11 +83,13 @@ def test_inputs_are_labelled_by_their_ancestors_in_the_depth_band(tmp_path, band
     assert first.uid == f"n{NOUNS[first.title][0]:08d}" and first.content == f"the gloss of {first.title}"
 
 
+def settings(min_depth=1, max_depth=2, seed=5, test_fraction=0.3):
+    return {"min_depth": min_depth, "max_depth": max_depth, "seed": seed, "test_fraction": test_fraction}
+
+
 def test_dataset_folder_holds_the_seeded_split_of_the_inputs(tmp_path):
-    (tmp_path / "wndb").mkdir()
-    folder = write_hypernym_wordnet(tmp_path / "wndb")
-    settings = HypernymSettings(min_depth=1, max_depth=2, seed=5, test_fraction=0.3)
-    stats = write_hypernym_dataset(folder, settings, tmp_path / "out", {"name": "tiny"}, "tiny")
+    folder = write_hypernym_wordnet(tmp_path)
+    stats = write_hypernym_dataset(folder, tmp_path / "out", "tiny", {"name": "tiny", **settings()})
     dataset = Dataset(tmp_path / "out")
     label_titles = [t.title for t in dataset.texts("labels")]
     seen = {}
@@ -98,11 +100,10 @@ def test_dataset_folder_holds_the_seeded_split_of_the_inputs(tmp_path):
         assert dataset.filter_matrix(split).nnz == 0, "no input is a label, so nothing to filter"
     assert seen == EXPECTED[(1, 2)]
     assert (stats["N_train"], stats["N_test"], stats["L"]) == (5, 2, 5)  # A B C D G; round(7 * 0.3) = 2 test inputs
-    source = json.loads((tmp_path / "out" / "source.json").read_text())
-    assert source == {"name": "tiny", "min_depth": 1, "max_depth": 2, "seed": 5, "test_fraction": 0.3}
+    assert json.loads((tmp_path / "out" / "source.json").read_text()) == {"name": "tiny", **settings()}
     tests = set()
     for seed in range(8):
-        write_hypernym_dataset(folder, HypernymSettings(1, 2, seed, 0.3), tmp_path / f"s{seed}", {}, "tiny")
+        write_hypernym_dataset(folder, tmp_path / f"s{seed}", "tiny", settings(seed=seed))
         tests.add(tuple(t.uid for t in Dataset(tmp_path / f"s{seed}").texts("test")))
     assert len(tests) > 1, "the seed must change the split"
 
@@ -117,7 +118,7 @@ def test_band_below_every_synset_fails_naming_min_depth_without_output(tmp_path)
     folder = write_hypernym_wordnet(tmp_path)
     with pytest.raises(ConfigError, match=r"datasets/tiny.yaml:min_depth: no noun synset has hypernym "
                                           r"ancestors at depths 4..6"):
-        write_hypernym_dataset(folder, HypernymSettings(4, 6, 0, 0.2), tmp_path / "out", {}, "tiny")
+        write_hypernym_dataset(folder, tmp_path / "out", "tiny", settings(4, 6))
     assert not (tmp_path / "out").exists()
 
 

@@ -14,28 +14,14 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch.nn.attention import SDPBackend
 
-from raexmc.data.dataset import Dataset
-from raexmc.data.sources import build_dataset
 from raexmc.encoder.device import embed_batch_size, pick_device
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import attention_without_cudnn, load_encoder
 from raexmc.encoder.text_encoder import TextEncoder, length_sorted_batches
-from raexmc.encoder.tokens import TokenCache, build_token_cache
+from raexmc.encoder.tokens import TokenCache
 from raexmc.errors import ConfigError, DataError
 from tests.helpers import REPO, free_port, write_params
-
-
-def test_a_plain_models_vector_is_a_normalised_masked_mean(tiny_model):
-    model = load_encoder(str(tiny_model))
-    ids = torch.tensor([[101, 2000, 2001, 102, 0, 0]])
-    mask = torch.tensor([[1, 1, 1, 1, 0, 0]])
-    with torch.inference_mode():
-        hidden = model.transformer(input_ids=ids[:, :4], attention_mask=mask[:, :4]).last_hidden_state
-        expected = torch.nn.functional.normalize(hidden.mean(dim=1), dim=-1)
-        got = model(ids, mask)
-    assert torch.allclose(got, expected, atol=1e-5)
-    assert torch.allclose(got.norm(dim=-1), torch.ones(1), rtol=0, atol=1e-5)
 
 
 def test_encode_runs_the_encoder_without_cudnn_attention_and_restores_the_flags(tiny_model):
@@ -79,11 +65,8 @@ def test_batches_are_length_sorted_and_cover_every_row():
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_embed_split_matches_one_text_at_a_time(lf_folder, tiny_model, tmp_path, precision):
-    build_dataset("tiny", {"source": "local", "path": str(lf_folder)}, tmp_path / "tiny", "")
-    build_token_cache(Dataset(tmp_path / "tiny"), load_tokenizer(str(tiny_model)), "tiny", tmp_path / "tokens",
-                      16, 8, "title+content", "title")
-    cache, model = TokenCache(tmp_path / "tokens"), load_encoder(str(tiny_model))
+def test_embed_split_matches_one_text_at_a_time(token_cache, tiny_model, tmp_path, precision):
+    cache, model = TokenCache(token_cache), load_encoder(str(tiny_model))
     report = embed_split(TextEncoder(model, "cpu", precision), cache, "train", tmp_path / "train.npy", batch_size=3)
     assert report["texts"] == 4 and report["texts_per_s"] > 0
     got = np.load(tmp_path / "train.npy")
@@ -166,53 +149,36 @@ def test_two_processes_write_the_bytes_one_process_writes(tmp_path, tiny_model, 
     assert [run.data.metrics["embed/processes"] for run in runs] == [1, 2]
 
 
-def test_a_user_error_on_the_ranks_of_a_torchrun_group_is_one_line_and_exit_2(tmp_path, token_cache):
-    """The model folder is read in the workers only, after the relaunch: every rank fails on a missing one, and the
-    user sees our one line once, not torchrun's failure report and its traceback, and exit status 2, not 1."""
-    model = tmp_path / "model"
-    stage = run_embed_stage(tmp_path, model, token_cache, nproc=2, torchrun_args=f"--master_port={free_port()}")
-    assert stage.returncode == 2, stage.stderr
-    line = last_line_only_error(stage.stderr)
-    assert line.startswith(f"DataError: {model}: ") and line.endswith("rerun the stage that writes it"), line
-    assert stage.stderr.count(line) == 1 and "ChildFailedError" not in stage.stderr, stage.stderr
-    assert not (tmp_path / "embeddings").exists()
-
-
-@pytest.mark.parametrize(("nproc", "reason"), [("0", "greater than or equal to 1, got 0"),
-                                              ("all", "an integer, got 'all'"), ("1.5", "an integer, got 1.5"),
-                                              ("true", "an integer, got True")])
-def test_embed_stage_refuses_a_bad_nproc_in_one_line(tmp_path, tiny_model, token_cache, nproc, reason):
-    stage = run_embed_stage(tmp_path, tiny_model, token_cache, nproc=nproc)
-    assert stage.returncode == 2, stage.stderr
-    assert last_line_only_error(stage.stderr) == f"ConfigError: params.yaml:embed.nproc: must be 'auto' or {reason}"
-    assert not (tmp_path / "embeddings").exists()
-
-
-@pytest.mark.parametrize(("batch_size", "dtype", "key", "reason"), [
-    (0, "float32", "batch_size", "must be 'auto' or greater than or equal to 1, got 0"),
-    (-1, "float32", "batch_size", "must be 'auto' or greater than or equal to 1, got -1"),
-    ("max", "float32", "batch_size", "must be 'auto' or an integer, got 'max'"),
-    (2, "int8", "dtype", "must be 'float32' or 'float16', got 'int8'")])
-def test_embed_stage_refuses_a_bad_batch_size_or_dtype_in_one_line(tmp_path, tiny_model, token_cache,
-                                                                    batch_size, dtype, key, reason):
-    """0 used to end in a traceback; -1 and int8 used to exit 0 with all-zero embeddings."""
-    stage = run_embed_stage(tmp_path, tiny_model, token_cache, batch_size, dtype)
+@pytest.mark.parametrize(("values", "key", "reason"), [
+    *(({"nproc": nproc}, "nproc", f"must be 'auto' or {reason}") for nproc, reason in (
+        ("0", "greater than or equal to 1, got 0"), ("all", "an integer, got 'all'"), ("1.5", "an integer, got 1.5"),
+        ("true", "an integer, got True"))),
+    ({"batch_size": 0}, "batch_size", "must be 'auto' or greater than or equal to 1, got 0"),
+    ({"batch_size": -1}, "batch_size", "must be 'auto' or greater than or equal to 1, got -1"),
+    ({"batch_size": "max"}, "batch_size", "must be 'auto' or an integer, got 'max'"),
+    ({"dtype": "int8"}, "dtype", "must be 'float32' or 'float16', got 'int8'")])
+def test_embed_stage_refuses_a_bad_setting_in_one_line(tmp_path, tiny_model, token_cache, values, key, reason):
+    """A batch size of 0 used to end in a traceback; -1 and int8 used to exit 0 with all-zero embeddings."""
+    stage = run_embed_stage(tmp_path, tiny_model, token_cache, **values)
     assert stage.returncode == 2, stage.stderr
     assert last_line_only_error(stage.stderr) == f"ConfigError: params.yaml:embed.{key}: {reason}"
     assert not (tmp_path / "embeddings").exists()
 
 
-@pytest.mark.parametrize("broken", ["missing", "empty"])
-def test_embed_stage_names_a_missing_or_broken_model_folder(tmp_path, tiny_model, token_cache, broken):
-    """--model is the train stage's output: a missing or empty folder is a DataError naming it, not an error
-    about encoder.name (which embed does not read)."""
+@pytest.mark.parametrize("broken, nproc", [("missing", 1), ("empty", 1), ("missing", 2)])
+def test_embed_stage_names_a_missing_or_broken_model_folder(tmp_path, tiny_model, token_cache, broken, nproc):
+    """--model is the train stage's output: a missing or empty folder is a DataError naming it, not an error about
+    encoder.name (which embed does not read). Under torchrun it is read in the workers, after the relaunch: every
+    rank fails, and the user sees the one line once (not torchrun's failure report), exit status 2, not 1."""
     model = tmp_path / "model"
     if broken == "empty":
         model.mkdir()
-    stage = run_embed_stage(tmp_path, model, token_cache)
+    port = f"--master_port={free_port()}" if nproc > 1 else ""
+    stage = run_embed_stage(tmp_path, model, token_cache, nproc=nproc, torchrun_args=port)
     assert stage.returncode == 2, stage.stderr
     line = last_line_only_error(stage.stderr)
     assert line.startswith(f"DataError: {model}: ") and line.endswith("rerun the stage that writes it"), line
+    assert stage.stderr.count(line) == 1 and "ChildFailedError" not in stage.stderr, stage.stderr
     assert not (tmp_path / "embeddings").exists()
 
 

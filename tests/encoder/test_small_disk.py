@@ -51,34 +51,24 @@ def last_run_status() -> str:
     return run.info.status
 
 
-def test_tokenize_on_a_disk_too_small_for_its_token_ids(dataset, tiny_model, tmp_path):
-    params = tiny_params(tmp_path, tiny_model)
-    small = tmp_path / "small"
-    out = small / "tokens"
-    done = run_on_small_disk(small, DISK, [sys.executable, str(REPO / "stages/tokenize_texts.py"), "--dataset",
-                                           str(dataset.folder), "--out", str(out), "--params", str(params)], tmp_path)
+@pytest.mark.parametrize("stage", ["tokenize", "embed"])
+def test_a_stage_on_a_disk_too_small_for_its_arrays(dataset, tiny_model, tmp_path, stage):
+    """The tokenize stage's uint16 token ids (MiniLM's vocabulary has 30,522 tokens) and the embed stage's float32
+    vectors (the tiny encoder's 32 dimensions) of the train split."""
+    params, small, tokens = tiny_params(tmp_path, tiny_model), tmp_path / "small", tmp_path / "tokens"
+    if stage == "tokenize":
+        out, needed, file = small / "tokens", TRAIN_TEXTS * INPUT_MAX_LEN * 2, "train.ids.npy"
+        command = ["stages/tokenize_texts.py", "--dataset", str(dataset.folder), "--out", str(out)]
+    else:
+        build_token_cache(dataset, load_tokenizer(str(tiny_model)), str(tiny_model), tokens, INPUT_MAX_LEN, 16,
+                          "title", "title")
+        out, needed, file = small / "embeddings", TRAIN_TEXTS * 32 * 4, "train.npy"
+        command = ["stages/embed.py", "--model", str(tiny_model), "--tokens", str(tokens), "--out", str(out)]
+    command = [sys.executable, str(REPO / command[0]), *command[1:], "--params", str(params)]
+    done = run_on_small_disk(small, DISK, command, tmp_path)
     assert done.proc.returncode == 2, done.proc.stderr
-    needed = TRAIN_TEXTS * INPUT_MAX_LEN * 2  # uint16 ids: MiniLM's vocabulary has 30,522 tokens
     assert the_one_line(done.proc.stderr).startswith(
-        f"StorageError: {out / 'train.ids.npy'}: {done.error} (the array needs {needed:,} bytes) while writing: ")
+        f"StorageError: {out / file}: {done.error} (the array needs {needed:,} bytes) while writing: ")
     assert HINT in done.proc.stderr
-    assert done.left == [], "no output and no temporary folder"
-    assert last_run_status() == "FAILED"
-
-
-def test_embed_on_a_disk_too_small_for_its_embeddings(dataset, tiny_model, tmp_path):
-    params = tiny_params(tmp_path, tiny_model)
-    tokens = tmp_path / "tokens"
-    build_token_cache(dataset, load_tokenizer(str(tiny_model)), str(tiny_model), tokens, INPUT_MAX_LEN, 16,
-                      "title", "title")
-    small = tmp_path / "small"
-    out = small / "embeddings"
-    done = run_on_small_disk(small, DISK, [sys.executable, str(REPO / "stages/embed.py"), "--model", str(tiny_model),
-                                           "--tokens", str(tokens), "--out", str(out), "--params", str(params)],
-                             tmp_path)
-    assert done.proc.returncode == 2, done.proc.stderr
-    needed = TRAIN_TEXTS * 32 * 4  # the tiny encoder's 32 dimensions, float32
-    assert the_one_line(done.proc.stderr).startswith(
-        f"StorageError: {out / 'train.npy'}: {done.error} (the array needs {needed:,} bytes) while writing: ")
     assert done.left == [], "no output and no temporary folder"
     assert last_run_status() == "FAILED"

@@ -84,14 +84,12 @@ def _write_examples(folder: Path, split: str, examples: Iterable[Example], num_l
         for example in examples:
             cols = np.asarray(example.labels, dtype=np.int64)
             bad = cols[(cols < 0) | (cols >= num_labels)]
-            if len(bad):
-                path, record = example.origin or (TEXT_FILES[split], example.uid)
-                raise DataError(f"label index {int(bad[0])} outside [0, {num_labels})", path, record)
             rel = (np.ones(len(cols), np.float32) if example.relevance is None
                    else np.asarray(example.relevance, np.float32))
-            if len(rel) != len(cols):
-                path, record = example.origin or (TEXT_FILES[split], example.uid)
-                raise DataError(f"{len(cols)} labels but {len(rel)} relevance values", path, record)
+            if len(bad) or len(rel) != len(cols):
+                problem = (f"label index {int(bad[0])} outside [0, {num_labels})" if len(bad)
+                           else f"{len(cols)} labels but {len(rel)} relevance values")
+                raise DataError(problem, *(example.origin or (TEXT_FILES[split], example.uid)))
             builder.add_row(cols, rel)
             _write_text(handle, example)
     return builder.build(num_labels)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..errors import ConfigError, SourceError
-from .checksum import file_digest, verify
+from ..io import file_digest, verify
 
 DISTRIBUTION = "distribution"
 DEBIAN_MIRROR = "https://deb.debian.org/debian"

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 from ..errors import DataError
+from .layouts import read_lines, require_file
 from .linked import LinkedEntry
-from .textfile import read_lines, require_file
 
 _B64 = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
 _LINK = re.compile(r"\{([^{}]*)\}")

@@ -5,13 +5,17 @@
 - NGAME text: trn_X.txt, tst_X.txt, Y.txt (a text a line), trn_X_Y.txt and tst_X_Y.txt (an optional "rows
   cols" header, checked, then "label:value ..." a line), the same filters.
 
-Records stream; every relevance is checked, the label indices by the dataset writer.
+Records stream; every relevance is checked, the label indices by the dataset writer. Text files are read with
+errors that name the file and line (FOLDOC's and WordNet's too).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -22,10 +26,34 @@ import numpy as np
 
 from ..errors import DataError
 from .dataset import Example, Text
-from .textfile import read_lines, require_file
 
 FILTER_FILES = {"train": "filter_labels_train.txt", "test": "filter_labels_test.txt"}
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def require_file(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("file not found", path)
+    return path
+
+
+def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a UTF-8 text file, gzipped if it ends in .gz; an invalid byte or a corrupt gzip
+    stream is reported with its line."""
+    path = require_file(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    line_no = 0
+    try:
+        with opener(path, "rb") as handle:
+            for line_no, raw in enumerate(handle, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DataError(f"invalid UTF-8 at byte {exc.start}", path, line_no) from None
+                yield line_no, text.rstrip("\r\n")
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise DataError(f"corrupt gzip data ({exc})", path, line_no + 1) from None
 
 
 @dataclass

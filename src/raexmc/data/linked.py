@@ -1,15 +1,18 @@
-"""A corpus whose entries link to others as an XMC dataset: every entry is a label, and one with links an
-input whose labels are its links' targets; since an input is its own label, the reciprocal-pair filter drops it.
+"""A corpus whose entries link to others as an XMC dataset: a seeded train/test split of its inputs, each labelled
+by its links. In a linked corpus (FOLDOC, WordNet) every entry is a label and one with links an input; since an
+input is its own label, the reciprocal-pair filter drops it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from .dataset import Example, Text
+from .dataset import Example, Text, write_dataset
 
 
 @dataclass
@@ -18,14 +21,6 @@ class LinkedEntry:
     title: str
     content: str
     links: list[int] = field(default_factory=list)
-
-
-@dataclass
-class SplitCorpus:
-    labels: list[Text]
-    train: list[Example]
-    test: list[Example]
-    filters: dict[str, list[tuple[int, int]]]
 
 
 def seeded_split(count: int, seed: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -37,20 +32,21 @@ def seeded_split(count: int, seed: int, test_fraction: float) -> tuple[np.ndarra
     return np.sort(order[n_test:]), np.sort(order[:n_test])
 
 
-def split_linked_corpus(entries: Sequence[LinkedEntry], seed: int, test_fraction: float) -> SplitCorpus:
-    """Seeded train/test split of the entries that have links; all entries are labels."""
-    inputs = np.array([i for i, entry in enumerate(entries) if entry.links], dtype=np.int64)
-    train_rows, test_rows = seeded_split(len(inputs), seed, test_fraction)
-    train_ids, test_ids = inputs[train_rows], inputs[test_rows]
+def write_split_corpus(target: str | os.PathLike, labels: Sequence[LinkedEntry], inputs: Sequence[LinkedEntry],
+                       source: dict[str, Any], own_labels: Sequence[int] | None = None) -> dict[str, Any]:
+    """Write `inputs` (their links index `labels`) split by the source's seed and test_fraction; `own_labels`: each
+    input's own label, which the filters hold."""
+    rows = dict(zip(("train", "test"), seeded_split(len(inputs), source["seed"], source["test_fraction"])))
+    examples = {split: [Example(inputs[r].uid, inputs[r].title, inputs[r].content, labels=sorted(set(inputs[r].links)))
+                        for r in picked] for split, picked in rows.items()}
+    filters = {} if own_labels is None else {split: [(row, int(own_labels[r])) for row, r in enumerate(picked)]
+                                             for split, picked in rows.items()}
+    return write_dataset(target, [Text(e.uid, e.title, e.content) for e in labels], examples["train"],
+                         examples["test"], filters, source)
 
-    def examples(ids: np.ndarray) -> list[Example]:
-        return [Example(entries[i].uid, entries[i].title, entries[i].content, labels=sorted(set(entries[i].links)))
-                for i in ids]
 
-    return SplitCorpus(
-        labels=[Text(e.uid, e.title, e.content) for e in entries],
-        train=examples(train_ids),
-        test=examples(test_ids),
-        filters={"train": [(row, int(i)) for row, i in enumerate(train_ids)],
-                 "test": [(row, int(i)) for row, i in enumerate(test_ids)]},
-    )
+def write_linked_corpus(target: str | os.PathLike, entries: Sequence[LinkedEntry],
+                        source: dict[str, Any]) -> dict[str, Any]:
+    """Every entry a label, each with links an input filtered from its own label."""
+    own = [number for number, entry in enumerate(entries) if entry.links]
+    return write_split_corpus(target, entries, [entries[number] for number in own], source, own)

@@ -1,5 +1,6 @@
 """Build the normalised dataset folder of a named dataset from its source: foldoc and wordnet (pinned
-Debian packages), wordnet-hypernyms, local (LF or NGAME layout), xc-repo (the paper's archives) and synthetic.
+Debian packages), wordnet-hypernyms, local (LF or NGAME layout), xc-repo (the paper's archives from Google Drive,
+with gdown, which passes the confirmation page and resumes a partial file) and synthetic.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, SourceError
+from ..io import verify
 from .archive import extract
 from .catalogue import entry_file
 from .dataset import write_dataset
@@ -17,13 +19,10 @@ from .debian import DEBIAN_MIRROR, deb_pin, fetch_deb
 from .entry_check import EntryCheck
 from .foldoc import read_foldoc
 from .layouts import read_layout
-from .linked import LinkedEntry, split_linked_corpus
+from .linked import write_linked_corpus
 from .synthetic import write_synthetic
-from .wordnet import read_wordnet
-from .wordnet_hypernyms import parse_hypernym_settings, write_hypernym_dataset
-from .xcrepo import fetch_archive
+from .wordnet import read_wordnet, write_hypernym_dataset
 
-SOURCES = ("foldoc", "wordnet", "wordnet-hypernyms", "local", "xc-repo", "synthetic")
 WORDNET_DIR = "usr/share/wordnet"  # inside the wordnet-base package
 
 
@@ -50,45 +49,36 @@ def _extract_download(archive: Path, target: Path) -> Path:
         raise
 
 
-def _unpack_package(name: str, spec: dict[str, Any], workdir: Path, mirror: str) -> tuple[Path, dict[str, Any]]:
-    """The entry's pinned Debian package fetched (from `mirror` without apt-get) and unpacked; (folder, provenance)."""
+# The keys of each Debian-built source's entry (seed and test_fraction split it: linked.seeded_split).
+DEBIAN_KEYS = {"foldoc": ("package", "seed", "test_fraction"),
+               "wordnet": ("package", "pointers", "seed", "test_fraction"),
+               "wordnet-hypernyms": ("package", "min_depth", "max_depth", "seed", "test_fraction")}
+SOURCES = (*DEBIAN_KEYS, "local", "xc-repo", "synthetic")
+
+
+def _write_debian_built(name: str, spec: dict[str, Any], target: Path, workdir: Path, mirror: str) -> dict[str, Any]:
+    """A corpus from the entry's pinned Debian package, fetched (from `mirror` without apt-get) once its settings
+    are checked."""
+    kind = spec["source"]
+    check = EntryCheck(name, spec, kind, DEBIAN_KEYS[kind], {"seed": 0, "test_fraction": 0.2})
+    settings = {}
+    if kind == "wordnet-hypernyms":
+        settings["min_depth"] = check.integer("min_depth", 0)
+        settings["max_depth"] = check.integer("max_depth", settings["min_depth"])
+    settings.update(seed=check.integer("seed", 0), test_fraction=check.fraction("test_fraction"))
     pin = deb_pin(_require(spec, "package", name), entry_file(name), "package")
     deb = fetch_deb(pin, cache_dir() / "debs", mirror)
-    return _extract_download(deb.path, workdir / "deb"), {"package": deb.provenance()}
-
-
-def _linked_entries(name: str, spec: dict[str, Any], workdir: Path,
-                    mirror: str) -> tuple[list[LinkedEntry], dict[str, Any]]:
-    unpacked, provenance = _unpack_package(name, spec, workdir, mirror)
-    if spec["source"] == "foldoc":
+    unpacked = _extract_download(deb.path, workdir / "deb")
+    source = {"name": name, "source": kind, **settings, "package": deb.provenance()}
+    if kind == "wordnet-hypernyms":
+        return write_hypernym_dataset(unpacked / WORDNET_DIR, target, name, source)
+    if kind == "foldoc":
         dictd = unpacked / "usr/share/dictd"
         entries = read_foldoc(dictd / "foldoc.index", dictd / "foldoc.dict.dz")
     else:
         pointers = spec.get("pointers", "semantic")
         entries = read_wordnet(unpacked / WORDNET_DIR, None if pointers == "semantic" else set(pointers))
-    return entries, provenance
-
-
-# The keys of a linked corpus's entry (seed and test_fraction split it: linked.seeded_split).
-LINKED_KEYS = {"foldoc": ("package", "seed", "test_fraction"),
-               "wordnet": ("package", "pointers", "seed", "test_fraction")}
-
-
-def _write_linked(name: str, spec: dict[str, Any], target: Path, workdir: Path, mirror: str) -> dict[str, Any]:
-    check = EntryCheck(name, spec, spec["source"], LINKED_KEYS[spec["source"]], {"seed": 0, "test_fraction": 0.2})
-    seed, fraction = check.integer("seed", 0), check.fraction("test_fraction")  # before the download
-    entries, provenance = _linked_entries(name, spec, workdir, mirror)
-    corpus = split_linked_corpus(entries, seed, fraction)
-    source = {"name": name, "source": spec["source"], "seed": seed, "test_fraction": fraction, **provenance}
-    return write_dataset(target, corpus.labels, corpus.train, corpus.test, corpus.filters, source)
-
-
-def _write_wordnet_hypernyms(name: str, spec: dict[str, Any], target: Path, workdir: Path,
-                             mirror: str) -> dict[str, Any]:
-    settings = parse_hypernym_settings(name, spec)  # before the download
-    unpacked, provenance = _unpack_package(name, spec, workdir, mirror)
-    return write_hypernym_dataset(unpacked / WORDNET_DIR, settings, target,
-                                  {"name": name, "source": spec["source"], **provenance}, name)
+    return write_linked_corpus(target, entries, source)
 
 
 def _write_layout(name: str, folder: Path, target: Path, provenance: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +87,26 @@ def _write_layout(name: str, folder: Path, target: Path, provenance: dict[str, A
               **{f"{role}_file": path for role, path in reader.files.items()}}
     origins = {split: str(folder / f"filter_labels_{split}.txt") for split in reader.filters}
     return write_dataset(target, reader.labels, reader.train, reader.test, reader.filters, source, origins)
+
+
+def fetch_archive(url: str, target: Path, sha256: str | None) -> str:
+    """Download `url` to `target` (resuming) and return its sha256, checked against a pinned `sha256`: a match is
+    reused, a mismatch removed."""
+    import gdown
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.is_file():
+        try:
+            result = gdown.download(url, str(target), quiet=False, resume=True, retries=2)
+        except Exception as exc:  # gdown raises several unrelated types for network failures
+            raise SourceError(f"download failed ({type(exc).__name__}: {exc})", url) from None
+        if result is None or not target.is_file():
+            raise SourceError("download failed (no file received)", url)
+    try:
+        return verify(target, sha256, "sha256")
+    except Exception:
+        target.unlink(missing_ok=True)
+        raise
 
 
 def _find_dataset_folder(root: Path) -> Path:
@@ -120,16 +130,14 @@ def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_u
         return write_synthetic(name, spec, target)
     with tempfile.TemporaryDirectory(prefix="raexmc-download-") as tmp:
         workdir = Path(tmp)
-        if source in ("foldoc", "wordnet"):
-            return _write_linked(name, spec, target, workdir, debian_mirror)
-        if source == "wordnet-hypernyms":
-            return _write_wordnet_hypernyms(name, spec, target, workdir, debian_mirror)
+        if source in DEBIAN_KEYS:
+            return _write_debian_built(name, spec, target, workdir, debian_mirror)
         if source == "local":
             folder = EntryCheck(name, spec, "local", ("path",), {}).path("path")
             return _write_layout(name, folder, target, {"source": "local", "path": str(folder)})
-        archive = fetch_archive(xc_repo_url + str(_require(spec, "archive_id", name)),
-                                cache_dir() / "xc-repo" / f"{name}{spec.get('archive_suffix', '.zip')}",
-                                spec.get("sha256"))
-        unpacked = _extract_download(archive.path, workdir / "archive")
+        url = xc_repo_url + str(_require(spec, "archive_id", name))
+        archive = cache_dir() / "xc-repo" / f"{name}{spec.get('archive_suffix', '.zip')}"
+        sha256 = fetch_archive(url, archive, spec.get("sha256"))
+        unpacked = _extract_download(archive, workdir / "archive")
         return _write_layout(name, _find_dataset_folder(unpacked), target,
-                             {"source": "xc-repo", "url": archive.url, "sha256": archive.sha256})
+                             {"source": "xc-repo", "url": url, "sha256": sha256})

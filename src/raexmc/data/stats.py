@@ -31,22 +31,11 @@ def segment_of(train_label_freq: np.ndarray) -> np.ndarray:
     return np.select(in_segment, list(SEGMENTS), default=UNSEEN)
 
 
-def segment_counts(train_freq: np.ndarray) -> dict[str, int]:
-    """Labels per frequency segment (head, torso, tail, xtail), plus labels no training input has."""
-    segment = segment_of(train_freq)
-    return {name: int((segment == name).sum()) for name in (*SEGMENTS, UNSEEN)}
-
-
-def rows_without_labels(Y: sp.csr_matrix) -> int:
-    """Inputs with no positive label. They are kept: by the XC convention an evaluated input without
-    labels still counts in the metrics' denominators (it can only score 0)."""
-    return int((np.diff(Y.indptr) == 0).sum())
-
-
 def dataset_stats(Y_train: sp.csr_matrix, Y_test: sp.csr_matrix) -> dict[str, Any]:
-    """stats.json: sizes, averages, segment sizes, inputs without labels and test labels never seen
-    in training."""
+    """stats.json: sizes, averages, labels per frequency segment, inputs without labels (kept: by the XC
+    convention they count in the metrics' denominators) and test labels never seen in training."""
     train_freq = label_frequency(Y_train)
+    segment = segment_of(train_freq)
     test_freq = label_frequency(Y_test)
     n_train, num_labels = Y_train.shape
     return {
@@ -56,7 +45,8 @@ def dataset_stats(Y_train: sp.csr_matrix, Y_test: sp.csr_matrix) -> dict[str, An
         "avg_labels_per_input": round(float(Y_train.nnz / max(n_train, 1)), 4),
         "avg_inputs_per_label": round(float(Y_train.nnz / max(num_labels, 1)), 4),
         "avg_labels_per_test_input": round(float(Y_test.nnz / max(Y_test.shape[0], 1)), 4),
-        "labels_per_segment": segment_counts(train_freq),
-        "inputs_without_labels": {"train": rows_without_labels(Y_train), "test": rows_without_labels(Y_test)},
+        "labels_per_segment": {name: int((segment == name).sum()) for name in (*SEGMENTS, UNSEEN)},
+        "inputs_without_labels": {split: int((np.diff(Y.indptr) == 0).sum())
+                                  for split, Y in (("train", Y_train), ("test", Y_test))},
         "test_labels_unseen_in_train": int(((test_freq > 0) & (train_freq == 0)).sum()),
     }

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import get_args
 
 import numpy as np
 import torch
@@ -18,11 +17,8 @@ from ..data.dataset import SPLITS
 from ..errors import DataError
 from ..io import new_memmap
 from ..progress import progress_bar
-from ..settings import StorageDtype
 from .text_encoder import TextEncoder, length_sorted_batches
 from .tokens import TokenCache
-
-STORAGE_DTYPES = get_args(StorageDtype)  # embed.dtype: how the .npy files store the vectors
 
 
 def embed_splits(encoder: TextEncoder, cache: TokenCache, folder: Path | None, batch_size: int,

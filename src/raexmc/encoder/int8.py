@@ -37,18 +37,6 @@ def export_onnx(model: SentenceEncoder, path: Path) -> None:
                           dynamic_axes={**free, "vectors": {0: "batch"}})
 
 
-@contextlib.contextmanager
-def _quiet_root_logger():
-    """quantize_dynamic advises on the root logger (pre-processing we do not need); errors stay one line."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        root.setLevel(level)
-
-
 def quantized_bytes(model: SentenceEncoder) -> bytes:
     """The ONNX model of `model` with its linear layers' weights in int8 (per channel, 7 bits)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -57,8 +45,14 @@ def quantized_bytes(model: SentenceEncoder) -> bytes:
         fp32, int8 = Path(scratch) / "fp32.onnx", Path(scratch) / "int8.onnx"
         with _writing(fp32):
             export_onnx(model, fp32)
-        with _quiet_root_logger(), _writing(int8):
-            quantize_dynamic(fp32, int8, per_channel=True, reduce_range=True, weight_type=QuantType.QInt8)
+        root = logging.getLogger()  # quantize_dynamic advises on it (pre-processing we do not need): errors only
+        level = root.level
+        root.setLevel(logging.ERROR)
+        try:
+            with _writing(int8):
+                quantize_dynamic(fp32, int8, per_channel=True, reduce_range=True, weight_type=QuantType.QInt8)
+        finally:
+            root.setLevel(level)
         return int8.read_bytes()
 
 

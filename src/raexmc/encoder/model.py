@@ -10,7 +10,7 @@ import json
 import pickle
 from pathlib import Path
 
-from ..errors import PARAMS_FILE, ConfigError, DataError, first_line
+from ..errors import PARAMS_FILE, ConfigError, DataError, RaexmcError, first_line
 
 PACKAGED_MODELS = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 
@@ -59,11 +59,17 @@ def load_tokenizer(name: str, stage_output: bool = False):
                              stage_output)
     if not getattr(tokenizer, "is_fast", False):
         problem = f"{type(tokenizer).__name__} has no fast (Rust) tokenizer, which rae-xmc needs"
-        if stage_output:
-            raise DataError(f"the tokenizer: {problem}: rerun the stage that writes it", name)
-        raise ConfigError(f"the tokenizer of '{name}': {problem}; choose an encoder that ships a tokenizer.json",
-                          PARAMS_FILE, "encoder.name")
+        raise refused(stage_output, f"the tokenizer: {problem}", name,
+                      f"the tokenizer of '{name}': {problem}; choose an encoder that ships a tokenizer.json")
     return tokenizer
+
+
+def refused(stage_output: bool, problem: str, folder: str | Path, configured: str) -> RaexmcError:
+    """The error of an encoder that fails to load: with `stage_output` (a folder a stage wrote) a DataError naming
+    `folder`, else a ConfigError about encoder.name saying `configured`."""
+    if stage_output:
+        return DataError(f"{problem}: rerun the stage that writes it", folder)
+    return ConfigError(configured, PARAMS_FILE, "encoder.name")
 
 
 # Embedding tables are often padded to a multiple of this many rows past the tokenizer's vocabulary (Qwen, GPT-NeoX)
@@ -77,10 +83,8 @@ def check_vocabulary(tokenizer, vocab_size: int, name: str, stage_output: bool =
     if tokens == vocab_size or (tokens < vocab_size and vocab_size % PADDED_ROWS == 0):
         return
     problem = f"a tokenizer of {tokens:,} tokens for an encoder of vocab_size {vocab_size:,} (its config.json)"
-    if stage_output:
-        raise DataError(f"{problem}: not this encoder's tokenizer: rerun the stage that writes it",
-                        Path(name) / "tokenizer.json")
-    raise ConfigError(f"'{name}' has {problem}", PARAMS_FILE, "encoder.name")
+    raise refused(stage_output, f"{problem}: not this encoder's tokenizer", Path(name) / "tokenizer.json",
+                  f"'{name}' has {problem}")
 
 
 def load_checked(loader, name: str, what: str, stage_output: bool, reads_weights: bool = False):
@@ -94,17 +98,12 @@ def load_checked(loader, name: str, what: str, stage_output: bool, reads_weights
         return loader(resolve_encoder(name))
     except damaged as exc:
         weights, reason = weights_file(resolve_encoder(name)), first_line(exc).split(". ")[0]
-        if stage_output:
-            raise DataError(f"cannot read the encoder's weights ({reason}): rerun the stage that writes it",
-                            weights) from None
-        raise ConfigError(f"cannot read the encoder's weights {weights} ({reason}): copy or download the model "
-                          "again", PARAMS_FILE, "encoder.name") from None
+        raise refused(stage_output, f"cannot read the encoder's weights ({reason})", weights,
+                      f"cannot read the encoder's weights {weights} ({reason}): copy or download the model again"
+                      ) from None
     except (OSError, ValueError) as exc:
-        if stage_output:
-            raise DataError(f"cannot load the {what} ({first_line(exc)}): rerun the stage that writes it",
-                            name) from None
-        raise ConfigError(f"cannot load the {what} of '{name}': {first_line(exc)}", PARAMS_FILE,
-                          "encoder.name") from None
+        raise refused(stage_output, f"cannot load the {what} ({first_line(exc)})", name,
+                      f"cannot load the {what} of '{name}': {first_line(exc)}") from None
 
 
 def unreadable_weights() -> tuple[type[Exception], ...]:

@@ -14,9 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .layout import read_modules, write_modules
+from .layout import Dense, Pooling, read_modules, write_modules
 from .model import load_checked, resolve_encoder
-from .pooling import Dense, Pooling
 
 # Attention kernels without cuDNN's, which plans every new input shape anew (1.8 ms of CPU a layer call on an H200),
 # and our shapes change at every step and embed batch: on that H200 MiniLM's training step went 7,058 -> 12,005

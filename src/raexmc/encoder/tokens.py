@@ -21,7 +21,7 @@ from ..errors import PARAMS_FILE, ConfigError, DataError
 from ..io import atomic_dir, load_array, new_memmap, read_json, write_json
 from ..parallel import ordered_map, worker_count
 from ..progress import progress_bar
-from ..settings import TextFields, TokenizeSettings, section_from
+from ..settings import TextFields
 from .model import id_setting, tokenizer_fingerprint
 
 FIELDS = get_args(TextFields)
@@ -42,13 +42,12 @@ class CacheKey:
     label_fields: str
 
 
-def check_tokenizer(settings: TokenizeSettings, tokenizer) -> None:
+def check_tokenizer(tokenizer, **max_lens: int) -> None:
     """Each max length must hold the tokenizer's special tokens plus one text token, and fit the longest input the
     model takes (when the tokenizer knows it)."""
     shortest = tokenizer.num_special_tokens_to_add() + 1
     longest = tokenizer.model_max_length if tokenizer.model_max_length < NO_LENGTH_LIMIT else None
-    for key in ("input_max_len", "label_max_len"):
-        value = getattr(settings, key)
+    for key, value in max_lens.items():
         if value < shortest or (longest is not None and value > longest):
             allowed = f"{shortest} to {longest}" if longest is not None else f"at least {shortest}"
             raise ConfigError(f"'tokenize.{key}' is {value}, but the tokenizer takes {allowed} tokens",
@@ -185,11 +184,10 @@ def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: 
                       input_max_len: int, label_max_len: int, input_fields: str, label_fields: str,
                       batch_size: int = 2048, workers: int | None = None) -> tuple[dict[str, Any], bool]:
     """Tokenise `dataset` into `target` on `workers` processes (default: worker_count()); (meta, reused). A
-    cache at `target` with the same key is reused."""
-    settings = section_from(TokenizeSettings, "tokenize", {
-        "input_max_len": input_max_len, "label_max_len": label_max_len, "input_fields": input_fields,
-        "label_fields": label_fields, "batch_size": batch_size})
-    check_tokenizer(settings, tokenizer)
+    cache at `target` with the same key is reused. The settings are the checked `tokenize` section's."""
+    if {input_fields, label_fields} - set(FIELDS):
+        raise ValueError(f"text fields are {' or '.join(FIELDS)}, not {input_fields!r} and {label_fields!r}")
+    check_tokenizer(tokenizer, input_max_len=input_max_len, label_max_len=label_max_len)
     key = CacheKey(tokenizer_name, tokenizer_fingerprint(tokenizer), input_max_len, label_max_len, input_fields,
                    label_fields)
     target = Path(target)

@@ -1,22 +1,6 @@
-"""Stage files, one module an idea: atomic outputs (atomic.py), checked writes (checked_writes.py), reads
-that fail as one DataError (checked_reads.py) and a folder's manifest (manifest.py), imported from here.
+"""Stage files, imported from here: outputs whole or not at all, their writes checked (atomic.py); reads that fail
+as one DataError, checksums and a folder's manifest (reads.py).
 """
 
-from .atomic import (
-    atomic_dir,
-    atomic_file,
-    mark_empty,
-    remove_dead_temps,
-    remove_leftovers,
-    scratch_dir,
-    write_json,
-    writer_gone,
-)
-from .checked_reads import load_array, load_arrays, load_sparse, read_json
-from .checked_writes import NO_ROOM, checked_writes, new_memmap, require_size, save_array, written_through
-from .manifest import MANIFEST_FILE, checked_manifest, write_manifest
-
-__all__ = ["atomic_dir", "atomic_file", "mark_empty", "remove_dead_temps", "remove_leftovers", "scratch_dir",
-           "write_json", "load_array", "load_arrays", "load_sparse", "read_json", "NO_ROOM", "checked_writes",
-           "new_memmap", "require_size", "save_array", "written_through", "MANIFEST_FILE", "checked_manifest",
-           "write_manifest", "writer_gone"]
+from .atomic import *  # noqa: F403  (each module's __all__)
+from .reads import *  # noqa: F403

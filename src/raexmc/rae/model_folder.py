@@ -9,7 +9,7 @@ handles the model's parts and imports no RaeModel.
     label_records.jsonl, label_offsets.npy    the labels' own ids and texts (data/label_records.py)
     encoder/             the encoder, in the sentence-transformers layout
     README.md            the model card: what it is, where it came from (`about`), how to load it
-    manifest.json        the format, the parts (PARTS) and each file's size and sha256 (io/manifest.py)
+    manifest.json        the format, the parts (PARTS) and each file's size and sha256 (io/reads.py)
 
 `read_model` checks the manifest first, then what a manifest cannot vouch for (values and keys finite, counts in
 range, index widths the encoder's, the tokenizer's vocabulary); a bad settings.json value names its key.

@@ -1,6 +1,7 @@
-"""A folder's manifest.json: each file's size and sha256, what the writer says of the folder, and the sha256
-of all that, so a folder changed, cut, emptied or added to is refused, naming the file, before it is read
-(docs/reliability.md: the cost).
+"""Stage files read back checked: a missing, truncated or foreign file is one DataError naming it, not a
+traceback; a download is checked against its pinned digest; a folder's manifest.json holds each file's size and
+sha256, what the writer says of the folder, and the sha256 of all that, so a folder changed, cut, emptied or added
+to is refused, naming the file, before it is read (docs/reliability.md: the cost).
 """
 
 from __future__ import annotations
@@ -8,18 +9,82 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import ChecksumError, DataError
 from .atomic import write_json
+
+__all__ = ["MANIFEST_FILE", "checked_manifest", "file_digest", "load_array", "load_arrays", "load_sparse", "read_json",
+           "verify", "write_manifest"]
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file's value, or DataError naming the file (and the line) when it is missing or not JSON."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise DataError("file not found: rerun the stage that writes it", path) from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"not valid JSON ({exc.msg}): rerun the stage that writes it", path, exc.lineno) from None
+    except UnicodeDecodeError:
+        raise DataError("not UTF-8 text: rerun the stage that writes it", path) from None
+
+
+# What numpy and scipy raise on a truncated or foreign .npy/.npz file (a zip that is not one: BadZipFile).
+_UNREADABLE = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
+
+
+@contextmanager
+def _reading(path: Path, what: str) -> Iterator[None]:
+    """Reading `path` as `what`: a missing file, or one numpy or scipy cannot read, is one DataError naming it."""
+    if not path.is_file():
+        raise DataError("file not found: rerun the stage that writes it", path)
+    try:
+        yield
+    except _UNREADABLE as exc:
+        raise DataError(f"unreadable {what} ({exc}): rerun the stage that writes it", path) from None
+
+
+def load_array(path: str | os.PathLike, mmap_mode: str | None = None) -> np.ndarray:
+    """A .npy array (memory-mapped with `mmap_mode`); pickled objects are refused."""
+    with _reading(Path(path), "array"):
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+
+
+def load_sparse(path: str | os.PathLike) -> sp.csr_matrix:
+    """A scipy .npz sparse matrix, as CSR."""
+    with _reading(Path(path), "sparse matrix"):
+        return sp.load_npz(path).tocsr()
+
+
+def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every array of a .npz archive, read into memory."""
+    with _reading(Path(path), "archive"), np.load(path, allow_pickle=False) as archive:
+        return {key: archive[key] for key in archive.files}
+
 
 MANIFEST_FILE = "manifest.json"
 
 
-def file_sha256(path: Path) -> str:
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        return hashlib.file_digest(handle, algorithm).hexdigest()
+
+
+def verify(path: str | os.PathLike, expected: str | None, algorithm: str, origin: str | None = None) -> str:
+    """The file's digest, or ChecksumError when a pinned `expected` differs (`origin` names the download)."""
+    actual = file_digest(path, algorithm)
+    if expected and actual.lower() != expected.lower():
+        raise ChecksumError(f"{algorithm} {actual} does not match the pinned {expected}", origin or path)
+    return actual
 
 
 def _files(folder: Path) -> list[str]:
@@ -31,7 +96,7 @@ def _files(folder: Path) -> list[str]:
 def write_manifest(folder: str | os.PathLike, header: dict[str, Any]) -> None:
     """Write `folder`'s manifest: `header` and the size and sha256 of every file it holds (written last)."""
     folder = Path(folder)
-    files = {name: {"size": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)}
+    files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)}
              for name in _files(folder)}
     body = {**header, "files": files}
     write_json(folder / MANIFEST_FILE, {**body, "sha256": _seal(body)})
@@ -80,5 +145,5 @@ def _check_file(folder: Path, name: str, entry: dict[str, Any], files: dict[str,
     if size != entry["size"]:
         raise DataError(f"{size:,} bytes, {MANIFEST_FILE} says {entry['size']:,}: changed since the folder was "
                         f"written: {rerun}", path)
-    if file_sha256(path) != entry["sha256"]:
+    if file_digest(path) != entry["sha256"]:
         raise DataError(f"its sha256 is not {MANIFEST_FILE}'s: changed since the folder was written: {rerun}", path)
