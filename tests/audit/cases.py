@@ -308,12 +308,7 @@ def serve_requests(project: Project) -> dict[str, Outcome]:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("raexmc serve did not come up")
                 time.sleep(0.5)
-        bodies = {"serve-no-text": {"dataframe_records": [{"content": "no title, no text"}]},
-                  "serve-empty-text": {"dataframe_records": [{"text": ""}]},
-                  "serve-k-zero": {"dataframe_records": [{"text": "python"}], "params": {"k": 0}},
-                  "serve-k-huge": {"dataframe_records": [{"text": "python"}], "params": {"k": 200000000}},
-                  **REQUEST_SCHEMA_BODIES, **LIMIT_BODIES}
-        return {name: post(base + "/invocations", body) for name, body in bodies.items()}
+        return {name: post(base + "/invocations", body) for name, body in LIMIT_BODIES.items()}
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
@@ -330,27 +325,6 @@ def post(url: str, body: dict) -> Outcome:
         message = json.loads(text).get("message", text) if text.startswith("{") else text
         return Outcome(error.code, message.splitlines()[0] if message else "", "Traceback" in message,
                        detail={"message_lines": len(message.splitlines())})
-
-
-SERVE_NAMES = {"serve-no-text": "text", "serve-empty-text": "empty", "serve-k-zero": "k",
-               "serve-k-huge": "k"}
-
-
-# Names MLflow's scoring server alone drops are refused, top_k is read as k; a --file of blank lines
-REQUEST_SCHEMA_BODIES = {
-    "serve-params-unknown": {"dataframe_records": [{"text": "python"}], "params": {"topk": 2}},
-    "serve-field-unknown": {"dataframe_records": [{"text": "python"}], "bogus": 1},
-    "serve-top-k-alias": {"dataframe_records": [{"text": "python"}], "params": {"top_k": 2}}}
-
-
-LAST_FAULT_CASES = [
-    Case("serve-params-unknown", "serve", 'serve params {"topk": 2}', None, "topk"),
-    Case("serve-field-unknown", "serve", 'serve with a top-level "bogus": 1', None, "bogus"),
-    Case("serve-top-k-alias", "serve", 'serve params {"top_k": 2} (read as k: 2 labels)', None, "[2] labels",
-         expect_failure=False),
-    Case("predict-blank-file", "predict", "predict --file of blank lines only",
-         predict_file("blank.txt", b"\n  \n\t\n"), "blank.txt")]
-
 
 
 # Issue 50, causes 2 to 6: JSON nested too deeply, a query with no visible character, a validation share that
@@ -524,7 +498,7 @@ def nan_score(matrix):
     return matrix
 
 
-LAST_FAULT_CASES += [
+SCORE_FILE_CASES = [
     Case("scores-nan", "raexmc evaluate", "evaluate --scores: a score file with a NaN score",
          lambda p: evaluate_broken_scores(p, "scores-nan", nan_score), "scores-nan/rae.npz:row 2"),
     Case("scores-wrong-shape", "raexmc evaluate", "evaluate --scores: a score file with one test row too few",
@@ -656,12 +630,6 @@ def cases() -> list[Case]:
         stage_case("embed-int8", "embed", "embed.dtype int8", "embed.dtype", **{"embed.dtype": "int8"}),
         Case("mlflow-corrupt", "download", "mlflow.db is not a database", corrupt_store, "mlflow.db"),
         Case("disk-full", "download", "download onto a full disk (8 KiB tmpfs)", disk_full, "small"),
-        Case("predict-non-utf8-file", "predict", "predict --file with invalid UTF-8 on line 2",
-             predict_file("queries.txt", b"python\n\xff\xfe bad bytes\n"), "queries.txt:2"),
-        Case("predict-non-utf8-stdin", "predict", "predict from stdin with invalid UTF-8 on line 2",
-             lambda p: predict(p, stdin=b"python\n\xff\xfe\n"), "<stdin>:2"),
-        Case("predict-empty-query", "predict", "predict \"\"", lambda p: predict(p, ""), "query"),
-        Case("predict-blank-query", "predict", "predict \"   \"", lambda p: predict(p, "   "), "query"),
         Case("leftover-tmp", "download", "a killed stage's .tmp folder is removed by the next run",
              stale_leftover, "", expect_failure=False),
         stage_case("params-lambda-2", "tune", "infer.lambda 2 (outside 0..1)", "infer.lambda", **{"infer.lambda": 2}),
@@ -732,8 +700,7 @@ def cases() -> list[Case]:
         Case("killed-package-run-cache", "dvc repro", "package killed (kill -9) mid-write, then restored from DVC's "
              "run cache: no temp or scratch may stay", lambda p: killed_then_restored(p, "package", "predictor"), "",
              expect_failure=False),
-    ] + [Case(name, "serve", name.replace("-", " "), None, key)  # type: ignore[arg-type]
-         for name, key in SERVE_NAMES.items()] + LAST_FAULT_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES \
+    ] + SCORE_FILE_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES \
         + PROBE_60_CASES + MODEL_FOLDER_CASES + (MILVUS_CASES if importlib.util.find_spec("pymilvus") else [])
 
 

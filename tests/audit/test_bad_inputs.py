@@ -26,7 +26,7 @@ CASES = cases()
 # test_a_killed_stage_restored_from_the_run_cache_leaves_no_temporary.
 AUDIT_SAMPLE = {"rel-abc", "tokenizer-python-only", "embed-batch-0", "embeddings-truncated",
                 "memory-seed-negative", "params-lambda-2", "b-sweep-float", "per-instance-truncated",
-                "package-b-zero", "predict-empty-query", "alias-unknown", "val-fraction-all", "preset-not-mapping",
+                "package-b-zero", "predict-device-bad", "alias-unknown", "val-fraction-all", "preset-not-mapping",
                 "scores-nan"}
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import oracle
 from raexmc.data.stats import SEGMENTS, segment_of
 from raexmc.errors import DataError
 from raexmc.evaluation.metrics import macro_f1_by_segment, per_instance_metrics, summarize
@@ -246,55 +247,14 @@ def test_macro_f1_by_segment_top1_leaves_empty_segment_nan(f1_example):
 
 
 def reference_top_k(scores, k, exclude):
-    """Plain loop: candidates are the stored entries (all entries when dense) not excluded."""
-    dense = not sp.issparse(scores)
-    banned = set(zip(*exclude.nonzero()))
-    out = []
-    for i in range(scores.shape[0]):
-        if dense:
-            cands = [(scores[i, l], l) for l in range(scores.shape[1])]
-        else:
-            lo, hi = scores.indptr[i], scores.indptr[i + 1]
-            cands = list(zip(scores.data[lo:hi], scores.indices[lo:hi]))
-        cands = sorted((-s, int(l)) for s, l in cands if (i, l) not in banned)
-        row = [l for _, l in cands[:k]]
-        out.append(row + [-1] * (k - len(row)))
-    return out
+    """The oracle's ranking of each row, cut at k and padded with -1."""
+    banned = {(int(i), int(label)) for i, label in zip(*exclude.nonzero())}
+    return [(oracle.ranking(scores, i, banned) + [-1] * k)[:k] for i in range(scores.shape[0])]
 
 
-def reference_metrics(ranked, truth, ks, recall_ks):
-    out = {}
-    for i, row in enumerate(ranked.tolist()):
-        pos = set(truth[i].indices.tolist())
-        hit = [r in pos for r in row] + [False] * 200
-        for k in ks:
-            out.setdefault(f"P@{k}", []).append(sum(hit[:k]) / k)
-            dcg = sum(1 / math.log2(j + 2) for j in range(k) if hit[j])
-            idcg = sum(1 / math.log2(j + 2) for j in range(min(k, len(pos))))
-            out.setdefault(f"nDCG@{k}", []).append(dcg / idcg if pos else 0.0)
-        for k in recall_ks:
-            out.setdefault(f"R@{k}", []).append(sum(hit[:k]) / max(len(pos), 1))
-    return out
-
-
-def reference_macro_f1(ranked, truth, freq, k):
-    tp, fp, fn = {}, {}, {}
-    for i, row in enumerate(ranked[:, :k].tolist()):
-        pos = set(truth[i].indices.tolist())
-        for l in row:
-            if l >= 0:
-                bucket = tp if l in pos else fp
-                bucket[l] = bucket.get(l, 0) + 1
-        for l in pos - set(row):
-            fn[l] = fn.get(l, 0) + 1
-    by_segment = {}
-    for l in set(tp) | set(fp) | set(fn):
-        f1 = 2 * tp.get(l, 0) / (2 * tp.get(l, 0) + fp.get(l, 0) + fn.get(l, 0))
-        f = freq[l]
-        name = "unseen" if f == 0 else "xtail" if f <= 10 else "tail" if f <= 100 else "torso" if f <= 1000 else "head"
-        by_segment.setdefault(name, []).append(f1)
-        by_segment.setdefault("all", []).append(f1)
-    return {name: sum(v) / len(v) for name, v in by_segment.items()}
+def truth_and_rankings(ranked, truth):
+    return [set(truth[i].indices.tolist()) for i in range(truth.shape[0])], [[label for label in row if label >= 0]
+                                                                                for row in ranked.tolist()]
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -315,47 +275,21 @@ def test_matches_reference_loops_on_random_data(sparse):
     assert ranked.tolist() == reference_top_k(scores, k, exclude)
 
     ks, recall_ks = (1, 3, 5), (10, 15)
+    positives, rankings = truth_and_rankings(ranked, truth)
     got = per_instance_metrics(ranked, truth, ks, recall_ks)
-    want = reference_metrics(ranked, truth, ks, recall_ks)
+    want = oracle.per_input(rankings, positives, ks=ks, recall_ks=recall_ks)
     assert got.keys() == want.keys()
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12, err_msg=name)
 
     got_f1 = macro_f1_by_segment(ranked, truth, freq, k=5)
-    want_f1 = reference_macro_f1(ranked, truth, freq, k=5)
+    want_f1 = oracle.macro_f1(rankings, positives, freq, k=5)
+    assert got_f1.keys() == want_f1.keys()
     for name, value in got_f1.items():
-        if name in want_f1:
-            assert value == pytest.approx(want_f1[name], abs=1e-9), name
-        else:
+        if want_f1[name] is None:
             assert math.isnan(value), name
-
-
-def reference_pyxclib_propensity_scored(ranked, truth, propensity, k):
-    """pyxclib's psprecision and psndcg at k, re-derived with plain loops over a dense truth.
-
-    pyxclib weighs each hit of the top k by 1/p and the ideal top k by the same weights (the
-    row's positives sorted by 1/p, padded with weight 0); nDCG's normaliser is min(IDCG over all
-    positives, IDCG@k), i.e. IDCG over min(k, #positives) unit gains, and IDCG@k for a row
-    without positives. Returns {name: (per-input numerators, per-input ideals)}; the metric is
-    mean(numerators) / mean(ideals).
-    """
-    dense = truth.toarray() != 0
-    inv_psp = 1.0 / propensity
-    out = {"PSP": ([], []), "PSnDCG": ([], [])}
-    for i in range(dense.shape[0]):
-        top = [int(label) for label in ranked[i][:k]] + [-1] * (k - min(k, len(ranked[i])))
-        flags = [inv_psp[label] if label >= 0 and dense[i, label] else 0.0 for label in top]
-        ideal = sorted((inv_psp[label] for label in range(dense.shape[1]) if dense[i, label]), reverse=True)
-        ideal = (ideal + [0.0] * k)[:k]
-        n_pos = int(dense[i].sum())
-        idcg_k = sum(1 / math.log2(j + 2) for j in range(k))
-        idcg_all = sum(1 / math.log2(j + 2) for j in range(n_pos))
-        norm = min(idcg_all, idcg_k) if n_pos else idcg_k
-        out["PSP"][0].append(sum(flags) / k)
-        out["PSP"][1].append(sum(ideal) / k)
-        out["PSnDCG"][0].append(sum(f / math.log2(j + 2) for j, f in enumerate(flags)) / norm)
-        out["PSnDCG"][1].append(sum(f / math.log2(j + 2) for j, f in enumerate(ideal)) / norm)
-    return out
+        else:
+            assert value == pytest.approx(want_f1[name], abs=1e-9), name
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -371,8 +305,9 @@ def test_propensity_scored_metrics_match_pyxclib_semantics_on_random_data(sparse
     ks = (1, 3, 5)
     ranked = top_k(scores, 8)
     got = per_instance_metrics(ranked, truth, ks, recall_ks=(), propensity=propensity)
+    positives, rankings = truth_and_rankings(ranked, truth)
     for k in ks:
-        for name, (numerators, ideals) in reference_pyxclib_propensity_scored(ranked, truth, propensity, k).items():
+        for name, (numerators, ideals) in oracle.propensity_scored(rankings, positives, 1 / propensity, k).items():
             key = f"{name}@{k}"
             value = np.mean(numerators) / np.mean(ideals)
             assert np.mean(got[key]) == pytest.approx(value, abs=1e-9), key

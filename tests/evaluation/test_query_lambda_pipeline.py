@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import oracle
 from raexmc.data.held_out import split_validation
 from raexmc.errors import DataError
 from raexmc.evaluation.evaluator import Evaluator
@@ -135,7 +136,7 @@ def test_rae_query_lambda_equals_a_dense_per_query_loop():
 
     lambdas = model.lambdas(ids[:, :b], sims[:, :b], Y_train)
     assert set(lambdas) == {0.0, 1.0}
-    expected_p1, expected_r10, expected_scores = [], [], np.zeros((n, n_labels))
+    expected_scores = np.zeros((n, n_labels))
     for q in range(n):
         weights = np.exp((sims[q, :b].astype(np.float64) - sims[q, 0]) / tau)
         weights /= weights.sum()
@@ -146,12 +147,11 @@ def test_rae_query_lambda_equals_a_dense_per_query_loop():
             else:
                 scores[key - n_train] += (1 - lambdas[q]) * weight
         expected_scores[q] = scores
-        scores = scores.copy()
-        scores[exclude[q].indices] = -np.inf
-        positives = set(Y_test[q].indices) - set(exclude[q].indices)
-        ranked = [label for label in np.argsort(-scores, kind="stable") if scores[label] > 0][:10]
-        expected_p1.append(float(bool(ranked) and ranked[0] in positives))
-        expected_r10.append(len(positives & set(ranked)) / max(len(positives), 1))
+    filtered = {(0, int(right[0]))}  # the oracle ranks the labels of positive score, the filtered pair left out
+    rankings = [oracle.ranking(sp.csr_matrix(expected_scores), q, filtered) for q in range(n)]
+    positives = [set() if q == 0 else {int(right[q])} for q in range(n)]  # row 0's one positive is filtered
+    expected = oracle.per_input(rankings, positives, ks=(1,), recall_ks=(10,))
+    expected_p1, expected_r10 = expected["P@1"], expected["R@10"]
     np.testing.assert_allclose(scored, expected_scores, atol=1e-12)
     np.testing.assert_array_equal(per_instance["P@1"], expected_p1)
     np.testing.assert_allclose(per_instance["R@10"], expected_r10, rtol=0, atol=1e-9)

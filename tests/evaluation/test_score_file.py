@@ -5,7 +5,6 @@ definitions (/work/shared/design.md) says, and a matrix that is not a score file
 from __future__ import annotations
 
 import json
-import math
 import re
 import subprocess
 import sys
@@ -15,8 +14,8 @@ import pytest
 import scipy.sparse as sp
 import scipy.stats
 
+from oracle import brute_force
 from raexmc.data.dataset import Example, Text, write_dataset
-from raexmc.data.stats import SEGMENTS
 from raexmc.errors import DataError
 from raexmc.evaluation.propensity import Propensity
 from raexmc.evaluation.score_file import TopScores, ranked_values, read_scores
@@ -141,55 +140,6 @@ def hand_made(tmp_path_factory):
         sp.save_npz(root / f"{name}.npz", matrix)
         scores.append(matrix)
     return root, train, test, set(filtered), scores
-
-
-def brute_force(train, test, filtered, scores: sp.csr_matrix, A: float, B: float) -> tuple[dict, dict]:
-    """The metrics (percent) and per-input values from the definitions, one input and one label at a time."""
-    (N_TEST, N_LABELS), N_TRAIN = scores.shape, len(train)  # noqa: N806 (the definitions' names)
-    freq = [sum(label in y for y in train) for label in range(N_LABELS)]
-    C = (math.log(N_TRAIN) - 1) * (B + 1) ** A
-    inv_p = [1 + C * math.exp(-A * math.log(f + B)) for f in freq]
-    per_input = {}
-    psp_num, psp_den = {k: [] for k in (1, 3, 5)}, {k: [] for k in (1, 3, 5)}
-    tp, fp, fn = np.zeros(N_LABELS), np.zeros(N_LABELS), np.zeros(N_LABELS)
-    for i in range(N_TEST):
-        row = scores[i]
-        candidates = [(-float(v), int(l)) for l, v in zip(row.indices, row.data) if (i, int(l)) not in filtered]
-        ranking = [label for _, label in sorted(candidates)][:100]
-        positives = {int(l) for l in test[i] if (i, int(l)) not in filtered}
-        hit = [label in positives for label in ranking] + [False] * (100 - len(ranking))
-        for k in (1, 3, 5):
-            dcg = sum(hit[j] / math.log2(j + 2) for j in range(k))
-            idcg = sum(1 / math.log2(j + 2) for j in range(min(k, len(positives))))
-            per_input.setdefault(f"P@{k}", []).append(sum(hit[:k]) / k)
-            per_input.setdefault(f"nDCG@{k}", []).append(dcg / idcg if idcg else 0.0)
-            gains = [inv_p[ranking[j]] if hit[j] else 0.0 for j in range(min(k, len(ranking)))]
-            best = sorted((inv_p[label] for label in positives), reverse=True)[:k]
-            for gain, kept in ((gains, psp_num[k]), (best, psp_den[k])):  # (PSP@k's, PSnDCG@k's) of each input
-                dcg_of_gain = sum(g / math.log2(j + 2) for j, g in enumerate(gain))
-                kept.append((sum(gain), dcg_of_gain / idcg if idcg else 0.0))
-        for k in (10, 100):
-            per_input.setdefault(f"R@{k}", []).append(sum(hit[:k]) / max(len(positives), 1))
-        top5 = set(ranking[:5])
-        for label in range(N_LABELS):
-            tp[label] += label in top5 and label in positives
-            fp[label] += label in top5 and label not in positives
-            fn[label] += label not in top5 and label in positives
-    for k in (1, 3, 5):
-        for part, name in ((0, f"PSP@{k}"), (1, f"PSnDCG@{k}")):
-            mean_ideal = np.mean([den[part] for den in psp_den[k]])
-            per_input[name] = [num[part] / mean_ideal for num in psp_num[k]]
-    table = {name: round(100 * float(np.mean(values)), 2) for name, values in per_input.items()}
-    counted = tp + fp + fn > 0
-    f1 = np.divide(2 * tp, 2 * tp + fp + fn, out=np.zeros(N_LABELS), where=counted)
-    segment = {label: next((name for name, (low, high) in SEGMENTS.items() if low < freq[label] <= high), "unseen")
-               for label in range(N_LABELS)}
-    macro = {}
-    for name in (*SEGMENTS, "unseen", "all"):
-        chosen = [f1[label] for label in range(N_LABELS) if counted[label] and name in ("all", segment[label])]
-        macro[name] = round(100 * float(np.mean(chosen)), 2) if chosen else None
-    table["macro-F1@5"] = macro
-    return table, {name: np.asarray(values) for name, values in per_input.items()}
 
 
 def test_a_hand_made_matrix_scores_as_the_definitions_say(hand_made):

@@ -329,33 +329,26 @@ def crossing_retrieval(crossings: list[float], truth: str) -> ValidationRetrieva
     return ValidationRetrieval(inputs, labels, COPIES + 1, held, Y_rest)
 
 
-@pytest.mark.parametrize(("crossings", "truth", "expected"), [
+@pytest.mark.parametrize(("crossings", "truth", "expected", "widened", "best"), [
     # right above t_j: on the grid the top, 0.1, is best (1 of 3 right); past it come 0.2 (2 of 3), 0.4 (all)
     # and 0.8 (all, farther from 0.04): 0.4, the first doubling above 0.3
-    ([0.08, 0.15, 0.3], "R", 0.4),
+    ([0.08, 0.15, 0.3], "R", 0.4, [0.2, 0.4, 0.8], 100.0),
     # right below t_j: on the grid the bottom, 0.01, is best (1 of 3); past it come 0.005 (2 of 3), 0.0025
     # (all) and 0.00125 (all, farther): 0.0025, the first halving below 0.003
-    ([0.003, 0.008, 0.015], "W", 0.0025)])
-def test_a_best_tau_off_the_grid_is_found_by_widening_it(crossings, truth, expected):
+    ([0.003, 0.008, 0.015], "W", 0.0025, [0.00125, 0.0025, 0.005], 100.0),
+    # P@1 grows with every doubling and beyond the third (the last query is right only above τ = 1): the grid
+    # grows by WIDEN_STEPS doublings, no more, and the choice is the last of them
+    ([0.09, 0.15, 0.3, 0.6, 1.0], "R", 0.8, [0.2, 0.4, 0.8], 80.0)])
+def test_a_best_tau_off_the_grid_is_found_by_widening_it_up_to_its_bound(crossings, truth, expected, widened, best):
     chosen = select(crossing_retrieval(crossings, truth),
                     tune_settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5)).record()
 
-    assert chosen["tau"] == expected and chosen["val_value"] == 100.0
+    assert chosen["tau"] == expected and chosen["val_value"] == best
     tried = sorted({r["tau"] for r in chosen["validation"]})
-    widened = [0.2, 0.4, 0.8] if truth == "R" else [0.00125, 0.0025, 0.005]
     assert tried == sorted([*GRID_TAUS, *widened]), "the curve keeps every τ tried"
     for row in chosen["validation"]:  # P@1 at every τ tried, from the crossings alone
         right = [(row["tau"] > t) if truth == "R" else (row["tau"] < t) for t in crossings]
         assert row["P@1"] == round(100 * sum(right) / len(right), 2)
-
-
-def test_widening_stops_at_its_bound():
-    """P@1 grows with every doubling and beyond the third (the last query is right only above τ = 1): the grid
-    grows by WIDEN_STEPS doublings, no more, and the choice is the last of them."""
-    chosen = select(crossing_retrieval([0.09, 0.15, 0.3, 0.6, 1.0], "R"),
-                    tune_settings(lam=0.5, lambda_grid=(0.5,), tau_grid=GRID_TAUS, b=COPIES + 1), (0.55, 1.5)).record()
-    assert sorted({r["tau"] for r in chosen["validation"]}) == sorted([*GRID_TAUS, 0.2, 0.4, 0.8])
-    assert chosen["tau"] == 0.8 and chosen["val_value"] == 80.0
 
 
 @pytest.mark.parametrize(("axis", "grid", "value", "expected"), [

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from oracle import inverse_propensity
 from raexmc.data.held_out import split_validation, validation_folds
 from raexmc.errors import ConfigError
 from raexmc.evaluation.selection import select
@@ -42,12 +43,6 @@ def random_set(seed: int = 3):
     return X.astype(np.float32), Z.astype(np.float32), Y
 
 
-def inverse_propensities(Y_memory: np.ndarray) -> np.ndarray:
-    """1/p_l of Jain et al. (2016), written out: 1 + C (N_l + B)^-A, C = (ln N - 1)(B + 1)^A, N_l the memory's
-    inputs with label l."""
-    return 1 + (np.log(len(Y_memory)) - 1) * (B + 1) ** A * (Y_memory.sum(axis=0) + B) ** -A
-
-
 def pooled_brute_force(X, Z, Y, folds, b, kept=None):
     """P@1 and PSP@5 (percent) at every (λ, τ) over all folds' (memory rows, query rows), from dense matrices: each
     fold's queries against [X_kept; Z] (`kept[i]` the rows fold i's memory keeps, all its memory rows by default),
@@ -58,7 +53,7 @@ def pooled_brute_force(X, Z, Y, folds, b, kept=None):
     right, gained, ideal = {}, {}, {}
     for (memory_rows, val_rows), rest_rows in zip(folds, kept or [rows for rows, _ in folds]):
         S = X[val_rows] @ np.vstack([X[rest_rows], Z]).T
-        weight = inverse_propensities(Y[memory_rows])
+        weight = np.asarray(inverse_propensity(Y[memory_rows].sum(axis=0), len(memory_rows), A, B))
         best = np.sort(np.where(Y[val_rows] > 0, weight, 0.0), axis=1)[:, ::-1][:, :5].sum(axis=1)
         for tau in TAUS:
             P = dense_top_b_softmax(S, b, tau)
