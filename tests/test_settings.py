@@ -68,10 +68,6 @@ def test_the_settings_are_read_only():
         settings.memory.keep_grid.append(0.05)
 
 
-def test_a_missing_key_is_named():
-    assert error_of("infer.b", ...).one_line() == "ConfigError: runs/a.yaml:infer.b: missing parameter"
-
-
 def test_a_key_with_a_default_may_be_left_out():
     assert settings_from(with_value("infer.val_folds", ...)).infer.val_folds == 1
 
@@ -93,6 +89,7 @@ def test_a_field_s_python_name_is_no_params_key(section, name, field):
 
 
 @pytest.mark.parametrize("key, value, line", [
+    ("infer.b", ..., "infer.b: missing parameter"),
     ("tokenize.input_max_len", "ten", "tokenize.input_max_len: must be an integer, got 'ten'"),
     ("infer.lambda", 2, "infer.lambda: must be 'auto' or less than or equal to 1, got 2"),
     ("embed.batch_size", 0, "embed.batch_size: must be 'auto' or greater than or equal to 1, got 0"),
