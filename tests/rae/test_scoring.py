@@ -79,7 +79,7 @@ def test_b_smaller_than_retrieved_width():
         np.testing.assert_allclose(rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, b=b).toarray(), full, rtol=0, atol=1e-9)
 
 
-def test_padding_anywhere_is_ignored_and_b_counts_valid_keys():
+def test_padding_anywhere_is_ignored_and_b_counts_valid_keys_and_all_padding_scores_nothing():
     # A -1 id (whatever its sim) and a -inf sim are both padding, even in the middle of a row.
     ids = np.array([[2, -1, 0, 4, 3]], dtype=np.int64)
     sims = np.array([[2, 5, NEG, 1, 0]], dtype=np.float32)
@@ -88,10 +88,7 @@ def test_padding_anywhere_is_ignored_and_b_counts_valid_keys():
                                [[0, 0, 4 / 7, 1 / 7, 2 / 7]], rtol=0, atol=1e-9)
     np.testing.assert_allclose(key_probabilities(sims, ids, TAU2, num_keys=5, b=2).toarray(),
                                [[0, 0, 2 / 3, 0, 1 / 3]], rtol=0, atol=1e-9)
-
-
-def test_all_padding_and_empty_batch():
-    ids = np.full((2, 3), -1, dtype=np.int64)
+    ids = np.full((2, 3), -1, dtype=np.int64)  # all padding, then an empty batch
     scores = rae_scores(ids, np.full((2, 3), NEG, dtype=np.float32), Y_HAND, tau=0.04)
     assert scores.shape == (2, 3) and scores.nnz == 0
     assert rae_scores(np.zeros((0, 4), np.int64), np.zeros((0, 4), np.float32), Y_HAND, tau=0.04).shape == (0, 3)
@@ -245,7 +242,7 @@ def test_per_query_lambda_matches_a_dense_loop_over_queries_and_is_checked(memor
 
 @pytest.mark.parametrize("lam", [0.0, 0.3, 1.0])
 @pytest.mark.parametrize("b", [None, 4])
-def test_ova_knn_scores_match_dense_reference(memory, lam, b):
+def test_ova_knn_scores_match_dense_reference_and_differ_from_the_joint_softmax(memory, lam, b):
     m, tau = memory, 0.05
     x_ids, x_sims = _search(m["Q"], m["X"], width=12)
     z_ids, z_sims = _search(m["Q"], m["Z"], width=20)  # wider than L = 15: padded
@@ -253,11 +250,6 @@ def test_ova_knn_scores_match_dense_reference(memory, lam, b):
     expected = lam * dense_top_b_softmax(m["Q"] @ m["X"].T, b or 12, tau) @ m["Y"].toarray() + (
         1 - lam) * dense_top_b_softmax(m["Q"] @ m["Z"].T, b or 15, tau)
     np.testing.assert_allclose(got.toarray(), expected, rtol=1e-9, atol=1e-12)
-
-
-def test_ova_differs_from_joint_softmax(memory):
-    # The joint memory normalises over both kinds of keys together, OvA+kNN over each separately.
-    m = memory
-    ova = ova_knn_scores(*_search(m["Q"], m["X"], 40), *_search(m["Q"], m["Z"], 15), m["Y"], lam=0.5, tau=0.04)
-    joint = rae_scores(*_search(m["Q"], np.vstack([m["X"], m["Z"]]), 55), m["Y"], lam=0.5, tau=0.04)
-    assert not np.allclose(ova.toarray(), joint.toarray(), rtol=0, atol=1e-6)
+    if 0 < lam < 1:  # the joint memory normalises over both kinds of keys together, OvA+kNN over each separately
+        joint = rae_scores(*_search(m["Q"], np.vstack([m["X"], m["Z"]]), 55), m["Y"], lam=lam, tau=tau, b=b)
+        assert not np.allclose(got.toarray(), joint.toarray(), rtol=0, atol=1e-6)

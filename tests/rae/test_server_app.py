@@ -67,7 +67,7 @@ def test_json_with_a_charset_is_checked_too(served):
     assert bogus.status_code == 400 and 'unknown field "bogus"' in bogus.json()["message"]
 
 
-def test_a_body_over_the_limit_is_413_naming_it(served):
+def test_a_body_over_the_limit_is_413_naming_it_and_more_records_than_the_limit_400(served, monkeypatch):
     body = json.dumps({"dataframe_records": [{"text": "perl " * 40}]})
     answer = client(served, max_body_bytes=100).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
     assert answer.status_code == 413
@@ -76,6 +76,12 @@ def test_a_body_over_the_limit_is_413_naming_it(served):
                                         "per request")
     exactly = client(served, max_body_bytes=len(body)).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
     assert exactly.status_code == 200
+    monkeypatch.setattr(served[1].unwrap_python_model(), "max_records", 2)
+    three = client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 3})
+    assert three.status_code == 400
+    assert three.json()["message"] == ("DataError: request: 3 records, over the limit of 2 per request (raexmc serve "
+                                       "--max-records): send them in smaller requests")
+    assert client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 2}).status_code == 200
 
 
 def call(app, chunks: list[bytes]) -> tuple[int, dict, int]:
@@ -112,15 +118,6 @@ def test_a_chunked_body_is_read_only_up_to_the_limit(served):
     body = json.dumps({**PERL, "params": {"top_k": 1}}).encode()
     status, answer, read = call(CheckedRequests(served[2], len(body)), [body[:10], body[10:20], body[20:]])
     assert (status, read, len(answer["predictions"][0]["labels"])) == (200, 3, 1)
-
-
-def test_more_records_than_the_limit_is_400_naming_it(served, monkeypatch):
-    monkeypatch.setattr(served[1].unwrap_python_model(), "max_records", 2)
-    three = client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 3})
-    assert three.status_code == 400
-    assert three.json()["message"] == ("DataError: request: 3 records, over the limit of 2 per request (raexmc serve "
-                                       "--max-records): send them in smaller requests")
-    assert client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 2}).status_code == 200
 
 
 def documented_limits() -> tuple[int, int]:
