@@ -51,26 +51,8 @@ def readme_lines(problems):
     return [line for line in problems if line.startswith("README.md")]
 
 
-def test_every_table_in_the_docs_equals_what_its_records_give(docs_tables):
+def test_every_table_in_the_docs_equals_what_its_records_give_and_goes_stale_when_they_change(docs_tables, tmp_path):
     assert docs_tables.check(REPO) == []
-
-
-def test_a_changed_number_in_a_record_makes_its_table_stale_and_a_rewrite_takes_it(docs_tables, tmp_path):
-    toy_repo(tmp_path, knn_p1=45.5)
-    (tmp_path / "README.md").write_text(readme(HEADLINE))
-    assert readme_lines(docs_tables.check(tmp_path)) == [], "the table rendered from the default run's rows"
-    toy_repo_knn = tmp_path / "metrics" / "toy" / "knn.json"
-    row = json.loads(toy_repo_knn.read_text())
-    toy_repo_knn.write_text(json.dumps({**row, "P@1": 53.0}))  # now kNN leads P@1
-    assert readme_lines(docs_tables.check(tmp_path)) == [STALE]
-    docs_tables.rewrite(tmp_path)
-    expected = HEADLINE.replace("| kNN (τ 0.07) | 45.50 |", "| kNN (τ 0.07) | **53.00** |").replace(
-        "| **52.21** |", "| 52.21 |")
-    assert (tmp_path / "README.md").read_text() == readme(expected)
-    assert readme_lines(docs_tables.check(tmp_path)) == []
-
-
-def test_the_real_readme_goes_stale_when_its_committed_metrics_change(docs_tables, tmp_path):
     for path in ("README.md", "params.yaml", "metrics/foldoc", "artifacts/foldoc/significance.json",
                  "bench/results/results_table.json"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -83,14 +65,24 @@ def test_the_real_readme_goes_stale_when_its_committed_metrics_change(docs_table
     assert readme_lines(docs_tables.check(tmp_path)) == [STALE]
 
 
-def test_check_exits_1_with_one_line_per_stale_table(tmp_path):
-    toy_repo(tmp_path)
-    (tmp_path / "README.md").write_text(readme(HEADLINE.replace("45.50", "45.51")))
+def test_a_changed_number_makes_its_table_stale_a_rewrite_takes_it_and_check_exits_1(docs_tables, tmp_path):
+    toy_repo(tmp_path, knn_p1=45.5)
+    (tmp_path / "README.md").write_text(readme(HEADLINE))
+    assert readme_lines(docs_tables.check(tmp_path)) == [], "the table rendered from the default run's rows"
+    toy_repo_knn = tmp_path / "metrics" / "toy" / "knn.json"
+    row = json.loads(toy_repo_knn.read_text())
+    toy_repo_knn.write_text(json.dumps({**row, "P@1": 53.0}))  # now kNN leads P@1
+    assert readme_lines(docs_tables.check(tmp_path)) == [STALE]
+    docs_tables.rewrite(tmp_path)
+    expected = HEADLINE.replace("| kNN (τ 0.07) | 45.50 |", "| kNN (τ 0.07) | **53.00** |").replace(
+        "| **52.21** |", "| 52.21 |")
+    assert (tmp_path / "README.md").read_text() == readme(expected)
+    assert readme_lines(docs_tables.check(tmp_path)) == []
+    (tmp_path / "README.md").write_text(readme(expected.replace("52.21", "52.22")))
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "docs_tables.py"), "--check", "--root",
                            str(tmp_path)], capture_output=True, text=True, env={"PYTHONPATH": str(REPO / "src")})
-    assert done.returncode == 1
-    assert STALE in done.stdout.splitlines()
-    assert "45.51" in (tmp_path / "README.md").read_text()  # --check changes nothing
+    assert done.returncode == 1 and STALE in done.stdout.splitlines(), "--check exits 1, a line a stale table"
+    assert "52.22" in (tmp_path / "README.md").read_text()  # --check changes nothing
 
 
 def test_an_unknown_table_name_is_a_data_error_naming_the_document(docs_tables, tmp_path):
@@ -104,11 +96,8 @@ def test_an_unknown_table_name_is_a_data_error_naming_the_document(docs_tables, 
                                      ("1.0e+00", "1"), ("1.2e-3830", "1.2e-3830"), (2.2053e-19, "2.2e-19"),
                                      ({"p_value": 0.0}, "<1e-300"),
                                      ({"p_value": 0.0, "log10_p": -616.4}, "4.0e-617")])
-def test_p_values_read_as_the_docs_print_them(docs_tables, p, text):
+def test_p_values_read_as_the_docs_print_them_and_a_difference_has_its_sign(docs_tables, p, text):
     assert docs_tables.p_cell(p) == text
-
-
-def test_a_difference_has_its_sign_and_a_minus_sign(docs_tables):
     assert [docs_tables.signed(d) for d in (0.2449, -0.114, 0.001, -0.004)] == ["+0.24", "−0.11", "0.00", "0.00"]
 
 
