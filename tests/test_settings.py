@@ -51,13 +51,16 @@ def test_the_shipped_params_load_as_written():
     assert settings.evaluate.propensity == "auto" and settings.package.registers is True
     assert settings.significance.metrics == ("P@1", "P@5", "R@100") and settings.significance.compare_with is None
     assert settings.data.name == "foldoc"
+    assert settings_from(with_value("infer.val_folds", ...)).infer.val_folds == 1, "a default: may be left out"
 
 
-def test_yaml_1_2_floats(tmp_path):
+def test_yaml_1_2_floats_and_numbers_written_as_integers(tmp_path):
     text = (REPO / "params.yaml").read_text().replace("  lr: auto", "  lr: 1e-4", 1)
     (tmp_path / "params.yaml").write_text(text)
     lr = load_settings(tmp_path / "params.yaml").train.lr
     assert isinstance(lr, float) and abs(lr - 1e-4) < 1e-15
+    assert settings_from(with_value("train.grad_clip", 2)).train.grad_clip == 2.0  # a number written as an integer
+    assert settings_from(with_value("train.grad_clip", float("inf"))).train.grad_clip == float("inf")
 
 
 def test_the_settings_are_read_only():
@@ -66,10 +69,6 @@ def test_the_settings_are_read_only():
         settings.infer.b = 10
     with pytest.raises(AttributeError):
         settings.memory.keep_grid.append(0.05)
-
-
-def test_a_key_with_a_default_may_be_left_out():
-    assert settings_from(with_value("infer.val_folds", ...)).infer.val_folds == 1
 
 
 def test_a_typo_is_refused_with_its_key():
@@ -145,11 +144,6 @@ def test_more_than_one_fold_with_a_fine_tuned_encoder_is_refused_as_the_params_l
         "trained on every input outside the first fold, so the others would validate on training inputs; use 1 or auto")
     tree["infer"]["val_folds"] = "auto"
     assert settings_from(tree).infer.val_folds == "auto"
-
-
-def test_a_number_may_be_written_as_an_integer():
-    assert settings_from(with_value("train.grad_clip", 2)).train.grad_clip == 2.0
-    assert settings_from(with_value("train.grad_clip", float("inf"))).train.grad_clip == float("inf")
 
 
 def test_invalid_yaml_names_the_line(tmp_path):
