@@ -67,23 +67,6 @@ def test_json_with_a_charset_is_checked_too(served):
     assert bogus.status_code == 400 and 'unknown field "bogus"' in bogus.json()["message"]
 
 
-def test_a_body_over_the_limit_is_413_naming_it_and_more_records_than_the_limit_400(served, monkeypatch):
-    body = json.dumps({"dataframe_records": [{"text": "perl " * 40}]})
-    answer = client(served, max_body_bytes=100).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
-    assert answer.status_code == 413
-    assert answer.json()["message"] == (f"BodyTooLarge: request: the body is {len(body):,} bytes, over the limit of "
-                                        "100 bytes per request (raexmc serve --max-body-bytes): send fewer records "
-                                        "per request")
-    exactly = client(served, max_body_bytes=len(body)).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
-    assert exactly.status_code == 200
-    monkeypatch.setattr(served[1].unwrap_python_model(), "max_records", 2)
-    three = client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 3})
-    assert three.status_code == 400
-    assert three.json()["message"] == ("DataError: request: 3 records, over the limit of 2 per request (raexmc serve "
-                                       "--max-records): send them in smaller requests")
-    assert client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 2}).status_code == 200
-
-
 def call(app, chunks: list[bytes]) -> tuple[int, dict, int]:
     """POST `chunks` to /invocations as a body without a Content-Length (chunked transfer): the answer's status,
     its JSON, and how many chunks the app read."""
@@ -109,9 +92,24 @@ def call(app, chunks: list[bytes]) -> tuple[int, dict, int]:
     return answer["status"], json.loads(answer["body"]), len(read)
 
 
-def test_a_chunked_body_is_read_only_up_to_the_limit(served):
-    """With no Content-Length to check first, the bytes are counted as they come: reading stops at the first
-    chunk past the limit (of 100 chunks of 64 bytes, the second passes 100 bytes)."""
+def test_a_body_over_the_limit_chunked_or_not_is_413_naming_it_and_more_records_than_the_limit_400(served,
+                                                                                                     monkeypatch):
+    body = json.dumps({"dataframe_records": [{"text": "perl " * 40}]})
+    answer = client(served, max_body_bytes=100).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
+    assert answer.status_code == 413
+    assert answer.json()["message"] == (f"BodyTooLarge: request: the body is {len(body):,} bytes, over the limit of "
+                                        "100 bytes per request (raexmc serve --max-body-bytes): send fewer records "
+                                        "per request")
+    exactly = client(served, max_body_bytes=len(body)).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
+    assert exactly.status_code == 200
+    monkeypatch.setattr(served[1].unwrap_python_model(), "max_records", 2)
+    three = client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 3})
+    assert three.status_code == 400
+    assert three.json()["message"] == ("DataError: request: 3 records, over the limit of 2 per request (raexmc serve "
+                                       "--max-records): send them in smaller requests")
+    assert client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 2}).status_code == 200
+    # a chunked body, with no Content-Length to check first: the bytes are counted as they come, reading stops at
+    # the first chunk past the limit (of 100 chunks of 64 bytes, the second passes 100 bytes)
     status, answer, read = call(CheckedRequests(served[2], 100), [b" " * 64] * 100)
     assert (status, read) == (413, 2)
     assert answer["message"].startswith("BodyTooLarge: request: the body is over 100 bytes, over the limit of 100 ")
