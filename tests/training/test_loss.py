@@ -129,17 +129,6 @@ def test_matches_loop_reference(seed, instance_negatives):
                                          abs=1e-5)  # fp32 losses of 5 to 12: some 10 units of 1e-6
 
 
-def test_instance_negatives_change_the_loss_when_inputs_share_nothing_and_self_is_never_one():
-    x, z, positive_col, is_positive, _ = random_batch(3)
-    nothing_shared = torch.eye(len(x), dtype=torch.bool)
-    without = decoupled_infonce(x, z, positive_col, is_positive, None, tau=0.1)
-    with_instances = decoupled_infonce(x, z, positive_col, is_positive, nothing_shared, tau=0.1)
-    assert with_instances.item() > without.item()
-    all_false = torch.zeros(len(x), len(x), dtype=torch.bool)  # diagonal False by mistake
-    assert decoupled_infonce(x, z, positive_col, is_positive, all_false, 0.1).item() == pytest.approx(
-        with_instances.item(), abs=1e-5)  # fp32, near 6
-
-
 # --- decoupling --------------------------------------------------------------------------------
 
 def single_loss(x, z, positive_col, is_positive, tau=0.5):
@@ -159,7 +148,7 @@ def test_another_positive_in_the_batch_leaves_the_loss_and_a_negative_raises_it(
     assert single_loss(x, torch.tensor([a]), 0, [True]) == pytest.approx(0.0, abs=1e-7)
 
 
-def test_inputs_sharing_a_label_are_not_instance_negatives():
+def test_inputs_sharing_a_label_are_not_instance_negatives_but_inputs_sharing_none_are():
     x = torch.tensor([[1.0, 0.0], [0.8, 0.6]])
     z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     positive_col = torch.tensor([0, 1])
@@ -171,6 +160,15 @@ def test_inputs_sharing_a_label_are_not_instance_negatives():
     # Had they shared nothing, each would be the other's negative.
     apart = torch.eye(2, dtype=torch.bool)
     assert decoupled_infonce(x, z, positive_col, is_positive, apart, tau=0.5).item() > without.item()
+    # on a random batch too, and the diagonal (self) is never a negative, set or not
+    x, z, positive_col, is_positive, _ = random_batch(3)
+    nothing_shared = torch.eye(len(x), dtype=torch.bool)
+    without = decoupled_infonce(x, z, positive_col, is_positive, None, tau=0.1)
+    with_instances = decoupled_infonce(x, z, positive_col, is_positive, nothing_shared, tau=0.1)
+    assert with_instances.item() > without.item()
+    all_false = torch.zeros(len(x), len(x), dtype=torch.bool)  # diagonal False by mistake
+    assert decoupled_infonce(x, z, positive_col, is_positive, all_false, 0.1).item() == pytest.approx(
+        with_instances.item(), abs=1e-5)  # fp32, near 6
 
 
 # --- gradients, stability, autocast -----------------------------------------------------------
