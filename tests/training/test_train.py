@@ -73,7 +73,9 @@ def run_training(tiny, model_dir: Path, checkpoint: Path, log=None, fingerprint:
     return model, logged, history
 
 
-def test_sampler_is_deterministic_per_step_and_skips_unlabelled_inputs():
+def test_sampler_schedule_and_validation_split():
+    """The sampler is deterministic per step and skips unlabelled inputs; the schedule warms up then decays to zero;
+    validation is carved from the training inputs."""
     Y = sp.csr_matrix(np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0]], dtype=np.float32))
     sampler = BatchSampler(Y, np.arange(3), seed=1)
     rows, positives = sampler.batch(5, 8)
@@ -81,9 +83,6 @@ def test_sampler_is_deterministic_per_step_and_skips_unlabelled_inputs():
     assert (rows == again[0]).all() and (positives == again[1]).all()
     assert 1 not in rows
     assert all(Y[r, p] == 1 for r, p in zip(rows, positives))
-
-
-def test_schedule_warms_up_then_decays_to_zero_and_validation_is_carved_from_training_inputs():
     factor = linear_schedule(2, 10)
     assert [round(factor(s), 3) for s in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]
     train_rows, val_rows = split_validation(sp.csr_matrix(np.eye(20, dtype=np.float32)), 0.25, 0)
