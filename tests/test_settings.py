@@ -146,13 +146,11 @@ def test_more_than_one_fold_with_a_fine_tuned_encoder_is_refused_as_the_params_l
     assert settings_from(tree).infer.val_folds == "auto"
 
 
-def test_invalid_yaml_names_the_line(tmp_path):
+def test_invalid_yaml_names_the_line_and_a_section_built_in_code_its_key(tmp_path):
     (tmp_path / "params.yaml").write_text("a: 1\nb: [unclosed\n")
     with pytest.raises(ConfigError, match=r"params.yaml:\d+: invalid YAML"):
         load_settings(tmp_path / "params.yaml")
-
-
-def test_a_section_built_in_code_names_its_params_key():
+    # a section built in code names its params key
     values = {"input_max_len": 0, "label_max_len": 8, "input_fields": "title", "label_fields": "title",
               "batch_size": 4}
     with pytest.raises(ConfigError) as info:

@@ -251,7 +251,7 @@ def metrics_entry(base: float) -> dict:
     return {**headline, "P@3": 1.0, "macro-F1@5": {"tail": 2.0}}
 
 
-def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_rae_s_with_lambda_and_tau_knn_s_with_its_tau():
+def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_and_of_p_values_as_text(tmp_path):
     metrics = {"rae": metrics_entry(50), "dual_encoder": metrics_entry(30), "knn": {**metrics_entry(40), "tau": 0.2},
                "rae_query_lambda": metrics_entry(51), "selection": {"lambda": 0.3, "tau": 0.04, "metric": "P@1"},
                "retrieval": {"depth": 200}, "memory": {"keep": 1.0}}
@@ -261,9 +261,7 @@ def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_rae_s_with_lambda_
         "knn": {"P@1": 40, "P@5": 41, "nDCG@5": 42, "PSP@5": 43, "R@100": 44, "tau": 0.2}}
     metrics["knn"] = metrics_entry(40)  # an older metrics.json: kNN was scored at RAE's τ
     assert method_rows(metrics)["knn"]["tau"] == 0.04
-
-
-def test_rae_against_each_baseline_gets_a_row_of_p_values_as_text(tmp_path):
+    # and RAE against each baseline gets a row of p-values as text
     report = {"rae_vs_dual_encoder": {"P@1": {"p_value": 3.14e-12, "log10_p": -11.503},
                                       "R@100": {"p_value": 0.0, "log10_p": -616.4}},
               "rae_vs_knn": {"P@1": {"p_value": 0.5, "log10_p": -0.301}, "R@100": {"p_value": 1.0, "log10_p": 0.0}},

@@ -65,7 +65,7 @@ def test_rae_scores_hand_example(lam, expected, stored):
     assert [list(scores[i].indices) for i in range(3)] == stored
 
 
-def test_b_smaller_than_retrieved_width():
+def test_b_smaller_than_retrieved_width_and_the_baselines_hand_example():
     # Row 0 keeps keys 2, 0 with weights 4, 2 -> 2/3, 1/3: kNN [1/3, 0, 1/3], label [2/3, 0, 0]
     #        -> 0.5 * [1, 0, 1/3] = [1/2, 0, 1/6].
     # Row 1 keeps keys 1, 3 with weights 2, 2 -> 1/2 each: kNN [0, 1/2, 0], label [0, 1/2, 0] -> [0, 1/2, 0].
@@ -77,6 +77,12 @@ def test_b_smaller_than_retrieved_width():
     full = rae_scores(IDS_HAND, SIMS_HAND, Y_HAND).toarray()
     for b in (4, 100):  # b at or above the width changes nothing
         np.testing.assert_allclose(rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, b=b).toarray(), full, rtol=0, atol=1e-9)
+    # label-only search of one query: labels 2 and 0 at similarities 1 and 0 -> weights 2/3, 1/3
+    de = dual_encoder_scores(np.array([[2, 0, -1]]), np.array([[1, 0, NEG]], np.float32), 3, tau=TAU2)
+    np.testing.assert_allclose(de.toarray(), [[1 / 3, 0, 2 / 3]], rtol=0, atol=1e-9)
+    # input-only search: inputs 1 and 0 at similarities 2 and 0 -> weights 4/5, 1/5
+    knn = knn_scores(np.array([[1, 0]]), np.array([[2, 0]], np.float32), Y_HAND, tau=TAU2)
+    np.testing.assert_allclose(knn.toarray(), [[1 / 5, 4 / 5, 1 / 5]], rtol=0, atol=1e-9)
 
 
 def test_padding_anywhere_is_ignored_and_b_counts_valid_keys_and_all_padding_scores_nothing():
@@ -116,15 +122,6 @@ def test_large_tau_gives_uniform_weights_and_tiny_tau_is_stable():
     ([[0, 5, 1, -1], [4, 3, -1, -1]], 2, [1, 4]), ([[2, 1, 0]], None, [2, 3]), ([[2, 1, 0]], 1, [0, 1])])
 def test_train_key_counts_hand_example(ids, b, expected):
     assert train_key_counts(np.array(ids, dtype=np.int64), num_train=2, b=b).tolist() == expected
-
-
-def test_baselines_hand_example():
-    # Label-only search of one query: labels 2 and 0 at similarities 1 and 0 -> weights 2/3, 1/3.
-    de = dual_encoder_scores(np.array([[2, 0, -1]]), np.array([[1, 0, NEG]], np.float32), 3, tau=TAU2)
-    np.testing.assert_allclose(de.toarray(), [[1 / 3, 0, 2 / 3]], rtol=0, atol=1e-9)
-    # Input-only search: inputs 1 and 0 at similarities 2 and 0 -> weights 4/5, 1/5.
-    knn = knn_scores(np.array([[1, 0]]), np.array([[2, 0]], np.float32), Y_HAND, tau=TAU2)
-    np.testing.assert_allclose(knn.toarray(), [[1 / 5, 4 / 5, 1 / 5]], rtol=0, atol=1e-9)
 
 
 ONE_KEY, ONE_SIM = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.float32)

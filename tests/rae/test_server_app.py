@@ -21,6 +21,7 @@ from test_predictor import BAD_REQUESTS, build_pipeline, logged_and_loaded, pred
 from tests.helpers import REPO
 
 PERL = {"dataframe_records": [{"text": "perl"}]}
+TEXTS = ["perl", "a small unix"]
 JSON_WITH_CHARSET = {"Content-Type": "application/json; charset=utf-8"}
 
 
@@ -158,7 +159,7 @@ def test_a_damaged_model_folder_is_500_in_one_line_and_a_bad_request_stays_400(s
     assert "stack_trace" not in refused.json()
 
 
-def test_the_logged_model_is_its_code_declares_its_answer_and_carries_an_example_it_answers(served):
+def test_the_logged_model_is_its_code_declares_its_answer_carries_an_example_and_reads_any_form(served):
     """The model was logged as a pickled object: MLflow warned of CloudPickle's risk on every log and unpickled it on
     every load; it is now its code file, which MLflow runs to build it. It used to declare its input only: its
     output schema now names the answer's columns and each label's fields, and the example request logged with it
@@ -182,9 +183,16 @@ def test_the_logged_model_is_its_code_declares_its_answer_and_carries_an_example
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"predictions": answered(served, list(example["text"]), 5)}
     assert set(answer.json()["predictions"][0]["labels"][0]) == {"label", "id", "text", "score"}
+    # `predict(["text"])` on the loaded pyfunc was refused ("no query"): the input schema made the list a table of
+    # one unnamed column and dropped it. Now a list, a table and a single text are the records of the same texts.
+    import pandas as pd
 
+    expected = answered(served, TEXTS, 2)
+    for form in (TEXTS, pd.DataFrame({"text": TEXTS})):
+        assert served[1].predict(form, params={"k": 2}).to_dict("records") == expected
+    assert served[1].predict("perl", params={"k": 2}).to_dict("records") == expected[:1]
+    assert len(served[1].predict([])) == 0
 
-TEXTS = ["perl", "a small unix"]
 
 
 @pytest.mark.parametrize("body, texts, k", [
@@ -198,18 +206,6 @@ def test_texts_in_any_form_are_answered_as_the_records_of_the_same_texts(served,
     included; records and columns under inputs are read as before."""
     answer = client(served).post("/invocations", json=body)
     assert (answer.status_code, answer.json()) == (200, {"predictions": answered(served, texts, k)}), answer.text
-
-
-def test_the_loaded_pyfunc_answers_a_text_a_list_of_texts_and_a_table_alike(served):
-    """`predict(["text"])` on the loaded pyfunc was refused ("no query"): the input schema made the list a table of
-    one unnamed column and dropped it. Now a list, a table and a single text are the records of the same texts."""
-    import pandas as pd
-
-    expected = answered(served, TEXTS, 2)
-    for form in (TEXTS, pd.DataFrame({"text": TEXTS})):
-        assert served[1].predict(form, params={"k": 2}).to_dict("records") == expected
-    assert served[1].predict("perl", params={"k": 2}).to_dict("records") == expected[:1]
-    assert len(served[1].predict([])) == 0
 
 
 @pytest.mark.parametrize("body, where", [({"inputs": ["perl", 7]}, "inputs[1]: not a text"),

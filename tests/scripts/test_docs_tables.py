@@ -101,7 +101,8 @@ def test_p_values_read_as_the_docs_print_them_and_a_difference_has_its_sign(docs
     assert [docs_tables.signed(d) for d in (0.2449, -0.114, 0.001, -0.004)] == ["+0.24", "−0.11", "0.00", "0.00"]
 
 
-def test_a_stage_table_merges_a_columns_records_and_leaves_a_missing_stage_blank(docs_tables, tmp_path):
+def test_stage_and_tests_tables_and_the_renderer_s_numbers_and_bold(docs_tables, tmp_path):
+    """A stage table merges a column's records and leaves a missing stage blank."""
     results = tmp_path / "bench" / "results"
     results.mkdir(parents=True)
     records = {"a": {"embed": {"wall_s": 93.44, "cpu_s": 150.0, "peak_rss_mb": 1389.1, "output_bytes": 144_000_000},
@@ -116,10 +117,7 @@ def test_a_stage_table_merges_a_columns_records_and_leaves_a_missing_stage_blank
     assert text == ("| stage | A | B | output |\n|---|---|---|---|\n"
                     "| embed | 93.4 s, 1,389 MB | 1,279 s, – | 144 MB / 199 B |\n"
                     "| tune (twice) | 44.6 s, 1,934 MB |  | 8.9 KB |\n")
-
-
-def test_a_tests_table_gives_the_difference_the_interval_and_p(docs_tables, tmp_path):
-    (tmp_path / "bench" / "results").mkdir(parents=True)
+    # a tests table gives the difference, the interval and p
     test = {"P@1": {"mean_diff": -1.3612, "ci_low": -2.5958, "ci_high": -0.1266, "p_value": 0.0307},
             "P@5": {"mean_diff": 8.6048, "ci_low": 7.7, "ci_high": 9.5, "p_value": 5.276e-76},
             "R@100": {"mean_diff": 0.0001, "ci_low": -0.3, "ci_high": 0.3, "p_value": 0.9973}}
@@ -129,9 +127,7 @@ def test_a_tests_table_gives_the_difference_the_interval_and_p(docs_tables, tmp_
     row = "−1.36 [−2.60, −0.13], p=0.031 | +8.60, p=5.3e-76 | 0.00, p=1 |"
     assert text == ("| paired t-test | P@1 [95% CI] | P@5 | R@100 |\n|---|---|---|---|\n"
                     f"| nested | {row}\n| by name | {row}\n")
-
-
-def test_the_renderer_formats_numbers_and_bolds_each_columns_best_from_its_start_column(docs_tables, tmp_path):
+    # the renderer formats numbers and bolds each column's best from its start column
     table = docs_tables.Table(["x", "a", "b"], lambda r: [["one", 1.234, 12345], ["two", 1.2349, None],
                                                           ["three", 0.5, "text"]], best=1)
     assert docs_tables.render(table, tmp_path) == ("| x | a | b |\n|---|---|---|\n| one | **1.23** | **12,345** |\n"

@@ -67,7 +67,8 @@ def test_rae_is_tested_against_the_best_non_rae_row_by_p1(results_table, tmp_pat
     assert rae["vs_peer"]["p"]["P@1"]["p_value"] == pytest.approx(expected, abs=1e-9)
 
 
-def test_tables_are_written_as_markdown_and_json(results_table, tmp_path, monkeypatch):
+def test_tables_are_written_as_markdown_and_json_and_a_run_of_unknown_dataset_is_refused(results_table, tmp_path,
+                                                                                           monkeypatch):
     results = tmp_path / "results"
     write_run(tmp_path / "artifacts" / "toy" / "eval", {"rae": RAE_P1}, params=False)  # dataset from the layout
     write_peer(results, PEER_P1)
@@ -80,10 +81,7 @@ def test_tables_are_written_as_markdown_and_json(results_table, tmp_path, monkey
     assert "| toy: RAE | 75.00 | 75.00 | 75.00 | 75.00 | 75.00 | — | 0.500 | — | vs a tree peer:" in table
     saved = json.loads((results / "results_table.json").read_text())
     assert [row["name"] for row in saved["toy"]] == ["toy: RAE", "a tree peer"]
-
-
-def test_a_run_folder_of_unknown_dataset_is_a_data_error(results_table, tmp_path):
-    write_run(tmp_path / "somewhere", {"rae": RAE_P1}, params=False)
+    write_run(tmp_path / "somewhere", {"rae": RAE_P1}, params=False)  # neither params nor a layout to tell by
     with pytest.raises(DataError, match="cannot tell the dataset"):
         results_table.build_tables([tmp_path / "somewhere"], tmp_path / "results")
 
