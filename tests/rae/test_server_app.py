@@ -164,6 +164,7 @@ def test_the_logged_model_is_its_code_declares_its_answer_carries_an_example_and
     every load; it is now its code file, which MLflow runs to build it. It used to declare its input only: its
     output schema now names the answer's columns and each label's fields, and the example request logged with it
     is answered as `raexmc predict` answers that text."""
+    import pandas as pd
     from mlflow.models import Model
 
     folder = served[1].unwrap_python_model().folder.parent.parent  # <model>/artifacts/model
@@ -185,14 +186,11 @@ def test_the_logged_model_is_its_code_declares_its_answer_carries_an_example_and
     assert set(answer.json()["predictions"][0]["labels"][0]) == {"label", "id", "text", "score"}
     # `predict(["text"])` on the loaded pyfunc was refused ("no query"): the input schema made the list a table of
     # one unnamed column and dropped it. Now a list, a table and a single text are the records of the same texts.
-    import pandas as pd
-
     expected = answered(served, TEXTS, 2)
     for form in (TEXTS, pd.DataFrame({"text": TEXTS})):
         assert served[1].predict(form, params={"k": 2}).to_dict("records") == expected
     assert served[1].predict("perl", params={"k": 2}).to_dict("records") == expected[:1]
     assert len(served[1].predict([])) == 0
-
 
 
 @pytest.mark.parametrize("body, texts, k", [
