@@ -65,17 +65,14 @@ def _two_kinds(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray
     return features, targets, kind
 
 
-def test_ridge_model_picks_the_lambda_of_each_kind():
+def test_ridge_model_picks_the_lambda_of_each_kind_or_falls_back_without_a_signal():
     rng = np.random.default_rng(0)
     features, targets, _ = _two_kinds(rng, 300)
     model, report = fit_query_lambda(features, targets, np.array([0.0, 0.5, 1.0]), tau=0.04, b=200)
     assert report["uses_model"] and report["model_cv_mean"] > report["fixed_mean"]
     held_features, _, held_kind = _two_kinds(rng, 200)
     np.testing.assert_array_equal(model.choose(held_features), held_kind.astype(float))
-
-
-def test_fallback_when_features_carry_no_signal():
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(1)  # the fallback where the features carry no signal
     _, targets, _ = _two_kinds(rng, 300)
     noise = rng.standard_normal((300, len(FEATURES)))
     model, report = fit_query_lambda(noise, targets, np.array([0.0, 0.5, 1.0]), tau=0.04, b=200)

@@ -212,7 +212,7 @@ def test_rae_scores_match_a_loop_and_dense_brute_force(memory, tau, b):
         assert got.nnz == np.count_nonzero(got.toarray()), "stored entries are the labels with a nonzero score"
 
 
-def test_parts_combine_linearly_and_probabilities_sum_to_one(memory):
+def test_parts_combine_linearly_probabilities_sum_to_one_and_a_per_query_lambda_is_a_dense_loop_s(memory):
     m = memory
     knn, labels = score_parts(m["ids"], m["sims"], m["Y"], 0.04, 10)
     for lam in (0.1, 0.5):
@@ -220,10 +220,7 @@ def test_parts_combine_linearly_and_probabilities_sum_to_one(memory):
                                    rtol=0, atol=1e-12)
     P = key_probabilities(m["sims"], m["ids"], 0.04, m["X"].shape[0] + m["Z"].shape[0], 10)
     np.testing.assert_allclose(np.asarray(P.sum(axis=1)).ravel(), 1.0, rtol=0, atol=1e-12)
-
-
-def test_per_query_lambda_matches_a_dense_loop_over_queries_and_is_checked(memory):
-    m = memory
+    # a per-query λ matches a dense loop over the queries, and is checked
     keep = np.arange(m["Q"].shape[0]) != 2  # query 2 had truncated results
     Q, ids, sims = m["Q"][keep], m["ids"][keep], m["sims"][keep]
     lams = np.array([0.0, 1.0, 0.25, 0.5, 0.9, 0.01, 0.7, 1.0])

@@ -13,7 +13,7 @@ from raexmc.training.mining import mine_hard_negatives, positive_mask, sample_ne
 Y = sp.csr_matrix(np.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 0, 1]], dtype=np.float32))
 
 
-def test_positives_are_masked_and_samples_are_distinct_non_positive_candidates():
+def test_positives_are_masked_and_samples_are_distinct_non_positive_candidates_seeded_and_uniform():
     candidates = np.array([[2, 1, 0, -1], [1, 3, -1, -1], [4, 4, 0, 2]])
     assert positive_mask(candidates, Y).tolist() == [[True, False, True, False], [True, False, False, False],
                                                       [True, True, False, False]]
@@ -22,9 +22,7 @@ def test_positives_are_masked_and_samples_are_distinct_non_positive_candidates()
     assert set(got[0]) <= {1, 3, 4} and len(set(got[0])) == 2
     assert set(got[1]) <= {0, 2, 3, 4} and len(set(got[1])) == 2
     assert got[2].tolist() == [3, -1], "one usable candidate (label 4 is a positive): pad with -1"
-
-
-def test_sampling_is_seeded_and_roughly_uniform():
+    # sampling is seeded and roughly uniform
     candidates = np.tile(np.arange(5), (3000, 1))
     Y_many = sp.csr_matrix((3000, 5), dtype=np.float32)
     a = sample_negatives(candidates, np.arange(3000), Y_many, 1, np.random.default_rng(7))
