@@ -51,13 +51,16 @@ def test_the_shipped_params_load_as_written():
     assert settings.evaluate.propensity == "auto" and settings.package.registers is True
     assert settings.significance.metrics == ("P@1", "P@5", "R@100") and settings.significance.compare_with is None
     assert settings.data.name == "foldoc"
+    assert settings_from(with_value("infer.val_folds", ...)).infer.val_folds == 1, "a default: may be left out"
 
 
-def test_yaml_1_2_floats(tmp_path):
+def test_yaml_1_2_floats_and_numbers_written_as_integers(tmp_path):
     text = (REPO / "params.yaml").read_text().replace("  lr: auto", "  lr: 1e-4", 1)
     (tmp_path / "params.yaml").write_text(text)
     lr = load_settings(tmp_path / "params.yaml").train.lr
     assert isinstance(lr, float) and abs(lr - 1e-4) < 1e-15
+    assert settings_from(with_value("train.grad_clip", 2)).train.grad_clip == 2.0  # a number written as an integer
+    assert settings_from(with_value("train.grad_clip", float("inf"))).train.grad_clip == float("inf")
 
 
 def test_the_settings_are_read_only():
@@ -66,14 +69,6 @@ def test_the_settings_are_read_only():
         settings.infer.b = 10
     with pytest.raises(AttributeError):
         settings.memory.keep_grid.append(0.05)
-
-
-def test_a_missing_key_is_named():
-    assert error_of("infer.b", ...).one_line() == "ConfigError: runs/a.yaml:infer.b: missing parameter"
-
-
-def test_a_key_with_a_default_may_be_left_out():
-    assert settings_from(with_value("infer.val_folds", ...)).infer.val_folds == 1
 
 
 def test_a_typo_is_refused_with_its_key():
@@ -93,6 +88,7 @@ def test_a_field_s_python_name_is_no_params_key(section, name, field):
 
 
 @pytest.mark.parametrize("key, value, line", [
+    ("infer.b", ..., "infer.b: missing parameter"),
     ("tokenize.input_max_len", "ten", "tokenize.input_max_len: must be an integer, got 'ten'"),
     ("infer.lambda", 2, "infer.lambda: must be 'auto' or less than or equal to 1, got 2"),
     ("embed.batch_size", 0, "embed.batch_size: must be 'auto' or greater than or equal to 1, got 0"),
@@ -150,18 +146,11 @@ def test_more_than_one_fold_with_a_fine_tuned_encoder_is_refused_as_the_params_l
     assert settings_from(tree).infer.val_folds == "auto"
 
 
-def test_a_number_may_be_written_as_an_integer():
-    assert settings_from(with_value("train.grad_clip", 2)).train.grad_clip == 2.0
-    assert settings_from(with_value("train.grad_clip", float("inf"))).train.grad_clip == float("inf")
-
-
-def test_invalid_yaml_names_the_line(tmp_path):
+def test_invalid_yaml_names_the_line_and_a_section_built_in_code_its_key(tmp_path):
     (tmp_path / "params.yaml").write_text("a: 1\nb: [unclosed\n")
     with pytest.raises(ConfigError, match=r"params.yaml:\d+: invalid YAML"):
         load_settings(tmp_path / "params.yaml")
-
-
-def test_a_section_built_in_code_names_its_params_key():
+    # a section built in code names its params key
     values = {"input_max_len": 0, "label_max_len": 8, "input_fields": "title", "label_fields": "title",
               "batch_size": 4}
     with pytest.raises(ConfigError) as info:

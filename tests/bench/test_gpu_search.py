@@ -12,7 +12,7 @@ import numpy as np
 from tests.helpers import REPO, load_module
 
 
-def test_a_run_appends_a_row_whose_search_agrees_with_the_cpu(tmp_path):
+def test_a_run_appends_a_row_whose_search_agrees_with_the_cpu_by_a_measure_that_sees_a_difference(tmp_path):
     out = tmp_path / "gpu_search.json"
     for _ in range(2):
         proc = subprocess.run([sys.executable, str(REPO / "bench/gpu_search.py"), "--out", str(out), "--device", "cpu",
@@ -24,9 +24,7 @@ def test_a_run_appends_a_row_whose_search_agrees_with_the_cpu(tmp_path):
     for part in ("inputs", "labels", "joint"):
         assert rows[0]["check"][part]["id_mismatch_where_untied"] == 0.0
         assert rows[0]["check"][part]["recall_of_cpu_top_b"] == 1.0
-
-
-def test_agreement_sees_a_swapped_id_and_a_shifted_score():
+    # the agreement measure sees a swapped id and a shifted score
     agreement = load_module(REPO / "bench/gpu_search.py").agreement
     ids, sims = np.array([[3, 1, 2]]), np.array([[0.9, 0.5, 0.1]], dtype=np.float32)
     same = agreement((ids, sims), (ids, sims))

@@ -27,7 +27,8 @@ def write_toy_dataset(folder):
     return folder
 
 
-def test_peer_result_ranks_with_the_filter_and_writes_json_and_per_instance_arrays(peer_eval, tmp_path):
+def test_peer_result_ranks_with_the_filter_writes_json_and_per_instance_arrays_and_refuses_bad_scores(peer_eval,
+                                                                                                       tmp_path):
     split = peer_eval.load_split("toy", write_toy_dataset(tmp_path / "toy"))
     assert split.predict_depth == 101  # 100 left after the one filtered label per input
     # input 0 scores its filtered label 0 highest: it must not count; then 1 (hit), 3 (miss)
@@ -48,19 +49,12 @@ def test_peer_result_ranks_with_the_filter_and_writes_json_and_per_instance_arra
     with np.load(results / "toy_peer_toy.npz") as arrays:
         np.testing.assert_array_equal(arrays["toy_peer/P@1"], [1.0, 0.0])
         np.testing.assert_array_equal(arrays["toy_peer/R@100"], [0.5, 1.0])
-
-
-def test_scores_from_pairs_rejects_labels_outside_the_label_set(peer_eval):
-    with pytest.raises(DataError, match="outside"):
+    with pytest.raises(DataError, match="outside"):  # a label outside the label set
         peer_eval.scores_from_pairs([[(4, 1.0)]], 4)
-
-
-def test_peer_result_rejects_scores_of_another_shape(peer_eval, tmp_path):
-    split = peer_eval.load_split("toy", write_toy_dataset(tmp_path / "toy"))
-    with pytest.raises(DataError, match="shape"):
+    with pytest.raises(DataError, match="shape"):  # scores of another shape: nothing written
         peer_eval.write_peer_result(split, "p", "p", sp.csr_matrix((3, 4)), 0.0, 0.0, tmp_path, {},
-                                    results=tmp_path / "results")
-    assert not (tmp_path / "results").exists()
+                                    results=tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
 
 
 def test_the_grid_takes_typed_values_from_its_arguments_and_names_a_bad_axis(peer_eval):

@@ -59,21 +59,6 @@ def real_store(project: Path, tmp_path: Path, monkeypatch) -> Path:
     return tmp_path / "whole.db"
 
 
-@pytest.mark.parametrize("broken, reason", [("random bytes", "(file is not a database)"), ("a folder", ""),
-                                            ("truncated", "")])
-def test_a_store_that_is_no_database_is_one_line(project, tmp_path, monkeypatch, broken, reason):
-    """Truncated: the first pages of a real store, where SQLite finds its header but not its tables' pages."""
-    store = project / "mlflow.db"
-    if broken == "random bytes":
-        store.write_bytes(bytes(range(256)) * 16)
-    elif broken == "a folder":
-        store.mkdir()
-    else:
-        store.write_bytes(real_store(project, tmp_path, monkeypatch).read_bytes()[:8192])
-    store_at(store, monkeypatch)
-    assert reason in assert_store_refused(project, store)
-
-
 def as_owner_without_privileges() -> tuple[str, ...]:
     """Root reads a file whatever its mode; in a user namespace of its own it keeps owning its files
     but loses that privilege, so mode 000 stops it as it stops anyone else."""
@@ -84,14 +69,22 @@ def as_owner_without_privileges() -> tuple[str, ...]:
     return ("unshare", "-U")
 
 
-def test_an_unreadable_store_is_one_line(project, tmp_path, monkeypatch):
-    prefix = as_owner_without_privileges()
-    store = real_store(project, tmp_path, monkeypatch)
-    store.chmod(0)
-    try:
-        assert "(Permission denied)" in assert_store_refused(project, store, prefix)
-    finally:
-        store.chmod(0o644)
+@pytest.mark.parametrize("broken, reason", [("random bytes", "(file is not a database)"), ("a folder", ""),
+                                            ("truncated", ""), ("unreadable", "(Permission denied)")])
+def test_a_store_that_is_no_database_or_unreadable_is_one_line(project, tmp_path, monkeypatch, broken, reason):
+    """Truncated: the first pages of a real store, where SQLite finds its header but not its tables' pages."""
+    store, prefix = project / "mlflow.db", as_owner_without_privileges() if broken == "unreadable" else ()
+    if broken == "random bytes":
+        store.write_bytes(bytes(range(256)) * 16)
+    elif broken == "a folder":
+        store.mkdir()
+    elif broken == "truncated":
+        store.write_bytes(real_store(project, tmp_path, monkeypatch).read_bytes()[:8192])
+    else:
+        store = real_store(project, tmp_path, monkeypatch)
+        store.chmod(0)
+    store_at(store, monkeypatch)
+    assert reason in assert_store_refused(project, store, prefix)
 
 
 def on_small_disk(size: str) -> tuple[str, ...]:
@@ -101,18 +94,15 @@ def on_small_disk(size: str) -> tuple[str, ...]:
     return prefix
 
 
-def test_a_full_disk_is_one_line_naming_the_output(project):
+def test_a_full_disk_is_one_line_naming_the_output_or_the_store(project, monkeypatch):
     full = project / "full"
     full.mkdir()
     proc = subprocess.run([*on_small_disk("16k"), str(full), *download_command(full / "tiny")], cwd=project,
                           capture_output=True, text=True)
     line = one_line(proc)
     assert line.startswith(f"StorageError: {full / 'tiny'}") and "No space left on device while writing" in line
-
-
-def test_a_store_on_a_full_disk_is_one_line(project, monkeypatch):
-    """MLflow cannot even create its tables in 64 KiB: SQLite's "database or disk is full"."""
-    prefix, full = on_small_disk("64k"), project / "full"
+    # MLflow cannot even create its tables in 64 KiB: SQLite's "database or disk is full"
+    prefix, full = on_small_disk("64k"), project / "full64k"
     full.mkdir()
     store = full / "mlflow.db"
     store_at(store, monkeypatch)

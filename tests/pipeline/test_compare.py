@@ -16,7 +16,8 @@ from raexmc.pipeline.tracking.run import stage_run
 from tests.helpers import write_params
 
 
-def test_a_path_is_used_as_it_is_and_a_run_id_fetches_what_the_evaluate_stage_logged(project):
+def test_a_path_is_used_as_it_is_a_run_id_fetches_what_evaluate_logged_and_values_not_finite_are_refused(
+        project):
     saved = project / "eval" / "per_instance.npz"
     saved.parent.mkdir()
     np.savez_compressed(saved, **{"rae/P@1": np.array([1.0, 0.0]), "knn/P@1": np.array([0.0, 0.0])})
@@ -26,6 +27,9 @@ def test_a_path_is_used_as_it_is_and_a_run_id_fetches_what_the_evaluate_stage_lo
     fetched = local_copy(run.run_id, PER_INSTANCE_ARTIFACT)
     assert fetched != saved and fetched.read_bytes() == saved.read_bytes()
     assert load_per_instance(fetched)["rae/P@1"].tolist() == [1.0, 0.0]
+    np.savez(saved, **{"rae/P@1": np.array([1.0, np.nan]), "knn/P@1": np.array([0.0, 1.0])})
+    with pytest.raises(DataError, match=r"per_instance.npz:rae/P@1: per-instance 'rae/P@1' is not a row of finite"):
+        load_per_instance(saved)
 
 
 @pytest.mark.parametrize("source, line", [
@@ -34,13 +38,6 @@ def test_a_path_is_used_as_it_is_and_a_run_id_fetches_what_the_evaluate_stage_lo
 def test_an_unknown_run_or_a_missing_path_is_one_data_error(project, source, line):
     with pytest.raises(DataError, match=line):
         local_copy(source, PER_INSTANCE_ARTIFACT)
-
-
-def test_per_instance_values_that_are_not_finite_are_refused(project):
-    path = project / "per_instance.npz"
-    np.savez(path, **{"rae/P@1": np.array([1.0, np.nan]), "knn/P@1": np.array([0.0, 1.0])})
-    with pytest.raises(DataError, match=r"per_instance.npz:rae/P@1: per-instance 'rae/P@1' is not a row of finite"):
-        load_per_instance(path)
 
 
 def test_serve_refuses_an_alias_no_version_carries_in_one_line(project):

@@ -71,30 +71,23 @@ def test_the_ui_serves_each_run_under_its_experiments_name_with_its_p_at_1(ui):
 
 
 @pytest.mark.slow
-def test_compare_view_shows_both_runs_p_at_1(ui, tmp_path):
-    view = compare_url(list(RUNS), ui[0])  # the link `raexmc sweep` prints
-    page = browser("--dump-dom", view, profile=tmp_path / "profile").stdout
-    assert "Comparing 2 Runs" in page
-    assert "sweep-lambda-0.3" in page and "sweep-lambda-0.7" in page
-    assert "evaluate/rae.P_at_1" in page and "41.37" in page and "63.52" in page
-    screenshot = tmp_path / "mlflow-compare.png"
-    browser(f"--screenshot={screenshot}", view, profile=tmp_path / "profile")
-    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
-
-
-@pytest.mark.slow
-def test_the_headline_view_shows_settings_and_metrics_with_the_best_rae_first(ui, tmp_path):
-    """The link `raexmc results` prints: the runs table (not MLflow 3's GenAI overview), sorted by RAE's P@1, with
-    the chosen settings and the headline metrics as columns (MLflow's own table shows no metric)."""
-    base, runs = ui
+def test_the_compare_and_headline_views_show_the_runs_with_the_best_rae_first(ui, tmp_path):
+    """The links `raexmc sweep` and `raexmc results` print. The headline view is the runs table (not MLflow 3's
+    GenAI overview), sorted by RAE's P@1, with the chosen settings and the headline metrics as columns (MLflow's
+    own table shows no metric)."""
+    base, _ = ui
     experiment = MlflowClient(tracking_uri()).get_experiment_by_name(EXPERIMENT).experiment_id
-    view = f"{base}/{view_path(experiment)}"
-    page = browser("--dump-dom", view, profile=tmp_path / "profile").stdout
+    views = {"compare": compare_url(list(RUNS), base), "headline": f"{base}/{view_path(experiment)}"}
+    compare, page = (browser("--dump-dom", view, profile=tmp_path / "profile").stdout for view in views.values())
+    assert "Comparing 2 Runs" in compare
+    assert "sweep-lambda-0.3" in compare and "sweep-lambda-0.7" in compare
+    assert "evaluate/rae.P_at_1" in compare and "41.37" in compare and "63.52" in compare
     for column in ("selection.lambda", "selection.retrieval", "evaluate/knn.tau", "evaluate/rae.P_at_1",
                    "evaluate/dual_encoder.P_at_1"):
         assert column in page, column
     assert "30.25" in page and "63.52" in page
     assert page.index("sweep-lambda-0.7") < page.index("sweep-lambda-0.3")  # P@1 63.52 above 41.37
-    screenshot = tmp_path / "mlflow-headline.png"
-    browser(f"--screenshot={screenshot}", view, profile=tmp_path / "profile")
-    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
+    for name, view in views.items():
+        screenshot = tmp_path / f"mlflow-{name}.png"
+        browser(f"--screenshot={screenshot}", view, profile=tmp_path / "profile")
+        assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000

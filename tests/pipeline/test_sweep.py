@@ -19,14 +19,11 @@ Worker status: 1 active, 0 idle
 """
 
 
-def test_swept_keys_need_key_equals_values():
+def test_swept_keys_need_key_equals_values_and_the_queue_status_table_is_read_by_name():
     assert swept_keys(["infer.lambda=0,0.5", "train.lr=1e-4"]) == ["infer.lambda", "train.lr"]
     for bad in ("infer.lambda", "=1", "infer.b="):
         with pytest.raises(ConfigError):
             swept_keys([bad])
-
-
-def test_queue_status_table_is_read_by_name():
     assert task_states(STATUS) == {"stray-amie": "Success", "taunt-rubs": "Running", "erect-lava": "Queued"}
 
 

@@ -131,29 +131,26 @@ def test_a_killed_stage_marks_the_run_killed_and_exits_143(project, mode):
     assert found[0].info.status == "KILLED"
 
 
-def in_temp_copy(project, monkeypatch, copy=None):
+def in_temp_copy(project, monkeypatch, copy):
     """Run in the copy a `--temp` or queued experiment runs in, as DVC sets it up."""
-    copy = copy or project / ".dvc" / "tmp" / "exps" / "tmp123"
     (copy / ".dvc").mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(copy)
     monkeypatch.setenv("DVC_ROOT", str(project))
 
 
-def test_default_store_is_at_the_parent_project_of_temp_experiments(project, monkeypatch, tmp_path):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
-    in_temp_copy(project, monkeypatch)
-    assert project_root() == project
-    assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
-
-
-def test_a_temp_experiment_keeps_one_run_when_the_parent_commits_meanwhile(project, monkeypatch):
+def test_a_temp_experiment_logs_into_its_parent_s_store_one_run_when_the_parent_commits_meanwhile(project,
+                                                                                                  monkeypatch):
     """The run key holds the commit the experiment's copy runs, not the parent's moving HEAD."""
     sh("git", "init", "-q", cwd=project)
     commit_all(project, "baseline")
     baseline = sh("git", "rev-parse", "HEAD", cwd=project).stdout.strip()
     copy = project / ".dvc" / "tmp" / "exps" / "tmp123"
     sh("git", "clone", "-q", str(project), str(copy), cwd=project)
+    with monkeypatch.context() as default_store:
+        default_store.delenv("MLFLOW_TRACKING_URI")
+        assert tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
+        in_temp_copy(project, default_store, copy)
+        assert project_root() == project and tracking_uri() == f"sqlite:///{project / 'mlflow.db'}"
     in_temp_copy(project, monkeypatch, copy)
     monkeypatch.setenv("DVC_EXP_NAME", "ablation")
     with stage_run("download"):

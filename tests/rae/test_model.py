@@ -134,10 +134,20 @@ def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieva
         np.testing.assert_allclose(loaded.scores_for(Q).toarray(), expected, rtol=0, atol=SCORE_ERROR)
 
 
-def test_a_bare_scoring_model_saves_without_search_encoder_or_labels(tmp_path):
+def test_a_bare_scoring_model_saves_without_search_encoder_or_labels_with_its_model_card(tmp_path):
     """It loads where the caller needs no part, and is refused where it needs those that answer texts (the default,
-    as predict and serve load), or where its format is another."""
-    RaeModel(Y, RaeSettings(LAM, TAU, B)).save(tmp_path / "model")
+    as predict and serve load), or where its format is another. Its card says where it came from, how it scores."""
+    RaeModel(Y, RaeSettings(LAM, TAU, B), about={"dataset": "tiny", "commit": "0123abc", "metrics": {"P@1": 0.75}}
+             ).save(tmp_path / "model")
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert card.startswith("# RAE-XMC model: tiny\n")
+    assert "| P@1 | 0.75 |" in card and "- commit: 0123abc" in card
+    assert f"- lambda {LAM}, tau {TAU}, b {B}, retrieval joint\n" in card and "RaeModel.load(" in card
+    code = card.split("```python\n")[1].split("```")[0]
+    imports = [line for line in code.splitlines() if line.startswith(("from ", "import "))]
+    assert imports == ["from raexmc import RaeModel"], "the public import, not rae/model.py's path"
+    exec(imports[0], namespace := {})
+    assert namespace["RaeModel"] is RaeModel
     loaded = RaeModel.load(tmp_path / "model", needs=())
     assert loaded.search is None and loaded.encoder is None and loaded.labels is None
     with pytest.raises(ValueError, match="no search"):
@@ -191,28 +201,26 @@ def test_a_bad_settings_value_is_one_line_naming_settings_json_and_its_key(tmp_p
     assert line.endswith("rerun the package stage")
 
 
+def reindexed(folder, key_set: str, dim: int, one_more: bool = False) -> None:
+    """The model folder's `key_set` index rebuilt on its keys (and a copy of the first) padded with zeros to `dim`
+    dimensions."""
+    keys = {"inputs": X, "labels": Z}[key_set]
+    keys = np.vstack([keys, keys[:1]]) if one_more else keys
+    shutil.rmtree(folder / key_set)
+    padded = np.hstack([keys, np.zeros((len(keys), dim - keys.shape[1]), np.float32)])
+    save_index(build_hnsw(padded, M=8, ef_construction=50, threads=1, progress=False), folder / key_set)
+    reseal(folder)  # the manifest would refuse the changed index first
+
+
 @pytest.mark.parametrize("key_set", ["inputs", "labels"])
 def test_an_index_that_does_not_fit_the_values_is_refused_naming_it(tmp_path, key_set):
     """Blind spot: one index (the labels' too, not only the inputs') holding one key more than V has rows
     (inputs) or columns (labels) is refused at load, not answered with ids past the values."""
     model(search=hnsw_search()).save(tmp_path / "model")
-    keys = {"inputs": X, "labels": Z}[key_set]
-    shutil.rmtree(tmp_path / "model" / key_set)
-    save_index(build_hnsw(np.vstack([keys, keys[:1]]), M=8, ef_construction=50, threads=1, progress=False),
-               tmp_path / "model" / key_set)
-    reseal(tmp_path / "model")
+    reindexed(tmp_path / "model", key_set, 3, one_more=True)
     with pytest.raises(DataError, match="rerun the package stage") as error:
         RaeModel.load(tmp_path / "model", needs=())
     assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / key_set}: holds")
-
-
-def reindexed(folder, key_set: str, dim: int) -> None:
-    """The model folder's `key_set` index rebuilt on its keys padded with zeros to `dim` dimensions."""
-    keys = {"inputs": X, "labels": Z}[key_set]
-    shutil.rmtree(folder / key_set)
-    padded = np.hstack([keys, np.zeros((len(keys), dim - keys.shape[1]), np.float32)])
-    save_index(build_hnsw(padded, M=8, ef_construction=50, threads=1, progress=False), folder / key_set)
-    reseal(folder)  # the manifest would refuse the changed index first
 
 
 def test_indexes_and_queries_of_other_dimensions_are_refused_naming_the_index(tmp_path):
@@ -227,17 +235,3 @@ def test_indexes_and_queries_of_other_dimensions_are_refused_naming_the_index(tm
     with pytest.raises(DataError, match="queries have dimension 3, the index has 4") as error:
         RaeModel.load(tmp_path / "model", needs=()).scores_for(Q)
     assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / 'inputs'}: ")
-
-
-def test_the_model_card_says_where_the_model_came_from_and_how_it_scores(tmp_path):
-    about = {"dataset": "tiny", "commit": "0123abc", "metrics": {"P@1": 0.75}}
-    RaeModel(Y, RaeSettings(LAM, TAU, B), about=about).save(tmp_path / "model")
-    card = (tmp_path / "model" / "README.md").read_text()
-    assert card.startswith("# RAE-XMC model: tiny\n")
-    assert "| P@1 | 0.75 |" in card and "- commit: 0123abc" in card
-    assert f"- lambda {LAM}, tau {TAU}, b {B}, retrieval joint\n" in card and "RaeModel.load(" in card
-    code = card.split("```python\n")[1].split("```")[0]
-    imports = [line for line in code.splitlines() if line.startswith(("from ", "import "))]
-    assert imports == ["from raexmc import RaeModel"], "the public import, not rae/model.py's path"
-    exec(imports[0], namespace := {})
-    assert namespace["RaeModel"] is RaeModel

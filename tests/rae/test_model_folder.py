@@ -148,63 +148,58 @@ def test_a_folder_without_a_part_is_refused_even_where_its_manifest_was_written_
     assert line.startswith(f"DataError: {folder / first_needed}: missing, and not in manifest.json"), line
 
 
-@pytest.mark.parametrize(("fill", "error"), [(np.nan, "holds NaN or infinite values"),
-                                             (np.inf, "holds NaN or infinite values"),
-                                             (-1e6, "holds negative values (a relevance is >= 0, found -1e+06)")])
-def test_values_out_of_range_are_refused_naming_values_npz(copy_of, fill, error):
-    """Cause 2: every value NaN or -1e6 was answered with exit 0, the input keys' half of each score gone."""
-    folder = copy_of("hnsw")
+def fill_values(folder: Path, fill: float) -> None:
     values = sp.load_npz(folder / "values.npz")
     values.data[:] = fill
     sp.save_npz(folder / "values.npz", values)
-    reseal(folder)
-    assert refusal(folder) == f"DataError: {folder / 'values.npz'}: {error}: rerun the package stage"
 
 
-def test_label_records_that_do_not_fit_the_values_are_refused(copy_of):
-    folder = copy_of("hnsw")
+def six_label_records(folder: Path, _) -> None:
     write_label_records(folder, [Text(f"l{row}", f"label {row}", "") for row in range(6)])
-    reseal(folder)
-    assert refusal(folder) == (f"DataError: {folder / 'label_records.jsonl'}: holds 6 labels, values.npz has 5: "
-                               "rerun the package stage")
 
 
-@pytest.mark.parametrize("key_set", ["inputs", "labels"])
-def test_exact_keys_that_are_not_finite_are_refused_naming_their_file(copy_of, key_set):
-    folder = copy_of("exact")
+def nan_last_key(folder: Path, key_set: str) -> None:
     keys = np.load(folder / key_set / "keys.npy")
     keys[-1, 0] = np.nan
     np.save(folder / key_set / "keys.npy", keys)
-    reseal(folder)
-    assert refusal(folder) == (f"DataError: {folder / key_set / 'keys.npy'}:row {len(keys) - 1}: this key holds NaN "
-                               "or infinite values: rerun the package stage")
 
 
-@pytest.mark.parametrize("key_set", ["inputs", "labels"])
-def test_an_index_of_another_width_than_the_encoders_is_refused_naming_it(copy_of, key_set):
-    """Cause 3: "queries have dimension 384, the index has 768" came at the first query and named no file."""
-    folder = copy_of("hnsw")
-    count = json.loads((folder / key_set / "meta.json").read_text())["count"]
-    keys = np.random.default_rng(0).normal(size=(count, 16)).astype(np.float32)
+def keys_16_wide(folder: Path, key_set: str) -> None:
+    keys = np.random.default_rng(0).normal(size=(json.loads((folder / key_set / "meta.json").read_text())["count"], 16))
     shutil.rmtree(folder / key_set)
-    save_index(build_hnsw(keys / np.linalg.norm(keys, axis=1, keepdims=True), M=8, ef_construction=50, threads=1,
-                          progress=False), folder / key_set)
-    reseal(folder)
-    assert refusal(folder) == (f"DataError: {folder / key_set}: holds keys of dimension 16, the encoder's vectors "
-                               "have 32: rerun the package stage")
+    save_index(build_hnsw((keys / np.linalg.norm(keys, axis=1, keepdims=True)).astype(np.float32), M=8,
+                          ef_construction=50, threads=1, progress=False), folder / key_set)
 
 
-def test_a_tokenizer_of_another_vocabulary_is_refused_naming_it(copy_of):
-    folder = copy_of("hnsw")
+def a_token_more(folder: Path, _) -> None:
     tokenizer = load_tokenizer(str(folder / "encoder"))
     tokenizer.add_tokens(["zzznotinthevocabulary"])
     tokenizer.save_pretrained(folder / "encoder")
+
+
+WIDTH, RERUN = ": holds keys of dimension 16, the encoder's vectors have 32", ": rerun the package stage"
+
+
+@pytest.mark.parametrize(("backend", "damage", "arg", "file", "error"), [
+    ("hnsw", fill_values, np.nan, "values.npz", ": holds NaN or infinite values"),
+    ("hnsw", fill_values, np.inf, "values.npz", ": holds NaN or infinite values"),
+    ("hnsw", fill_values, -1e6, "values.npz", ": holds negative values (a relevance is >= 0, found -1e+06)"),
+    ("hnsw", six_label_records, None, "label_records.jsonl", ": holds 6 labels, values.npz has 5"),
+    ("exact", nan_last_key, "inputs", "inputs/keys.npy", ":row 3: this key holds NaN or infinite values"),
+    ("exact", nan_last_key, "labels", "labels/keys.npy", ":row 4: this key holds NaN or infinite values"),
+    ("hnsw", keys_16_wide, "inputs", "inputs", WIDTH), ("hnsw", keys_16_wide, "labels", "labels", WIDTH),
+    ("hnsw", a_token_more, None, "encoder/tokenizer.json", ": a tokenizer of 30,523 tokens for an encoder of "
+     "vocab_size 30,522 (its config.json): not this encoder's tokenizer: rerun the stage that writes it")])
+def test_bad_contents_under_a_manifest_written_again_are_refused_naming_their_file(copy_of, backend, damage, arg,
+                                                                                   file, error):
+    """Cause 2 of issue 60: every value NaN or -1e6 was answered with exit 0, the input keys' half of each score
+    gone; cause 3: "queries have dimension 384, the index has 768" came at the first query and named no file."""
+    folder = copy_of(backend)
+    damage(folder, arg)
     reseal(folder)
-    with pytest.raises(DataError) as error:
+    with pytest.raises(DataError) as refused:
         RaeModel.load(folder)
-    assert error.value.one_line() == (f"DataError: {folder / 'encoder' / 'tokenizer.json'}: a tokenizer of 30,523 "
-                                      "tokens for an encoder of vocab_size 30,522 (its config.json): not this "
-                                      "encoder's tokenizer: rerun the stage that writes it")
+    assert refused.value.one_line() == f"DataError: {folder / file}{error}" + ("" if "rerun" in error else RERUN)
 
 
 def test_an_encoder_folder_without_tokenizer_files_is_refused(tiny_model, tmp_path):

@@ -150,7 +150,7 @@ def random_query_lambda(tau: float = SETTINGS["tau"], b: int = SETTINGS["b"]) ->
 
 
 @pytest.mark.parametrize("built", ["exact"], indirect=True)
-def test_predictor_with_query_lambda_ranks_like_the_evaluation_path(built):
+def test_predictor_with_query_lambda_ranks_like_the_evaluation_path_and_encodes_at_the_embed_precision(built):
     """infer.query_lambda true: a query text gets the λ and the ranking that evaluate's rae_query_lambda
     gives its cached test embedding in the same memory."""
     model = random_query_lambda()
@@ -168,6 +168,11 @@ def test_predictor_with_query_lambda_ranks_like_the_evaluation_path(built):
     assert model.lambdas(*joint, Y_train)[0] != SETTINGS["lambda"]
     assert not np.allclose(scores[0, top].toarray(), at_memory_lambda[0, top].toarray(), atol=1e-3)
     assert_answers(results[0], top, scores[0, top].toarray().ravel())
+    # the package stage saves the embed stage's precision and load uses it, whatever the CPU would pick for auto
+    for precision in ("bf16", "fp32"):
+        package(built, precision=precision)
+        assert json.loads((built / "predictor" / "settings.json").read_text())["precision"] == precision
+        assert predictor_of(built).encoder.precision == precision
 
 
 def test_a_titles_model_sees_only_a_query_records_title(tmp_path, lf_folder, tiny_model):
@@ -281,8 +286,9 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_predict_cli_errors_are_one_line_and_the_default_k_is_every_label(cli, built, tmp_path):
-    """The tiny model has 5 labels: without -k the answer holds all 5 (10 would be refused as > L, as 6 is). A
-    query-λ model fitted at another τ than the folder's (a stale tune stage) is refused naming its file."""
+    """The tiny model has 5 labels: without -k the answer holds all 5 (10 would be refused as > L, as 6 is).
+    Encoder weights cut short (a copy or a save that stopped) were a traceback from safetensors. A query-λ model
+    fitted at another τ than the folder's (a stale tune stage) is refused naming its file."""
     (tmp_path / "bad.jsonl").write_text('{"text": "perl"}\nnot json\n')
     bad = cli("--file", str(tmp_path / "bad.jsonl"))
     assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0
@@ -293,21 +299,19 @@ def test_predict_cli_errors_are_one_line_and_the_default_k_is_every_label(cli, b
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.stdout)["labels"]) == 5
     assert cli("perl", "-k", "6").exit_code == 2
-    with_query_lambda(built, random_query_lambda(tau=0.1))
+    weights = built / "predictor" / "encoder" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:4096])
+    reseal(built / "predictor")  # past the manifest's check of its size: the weights' reader names it too
+    cut = cli("perl")
+    assert cut.exit_code == 2 and "Traceback" not in cut.output
+    [line] = cut.stderr.strip().splitlines()
+    assert line.startswith(f"DataError: {weights}: cannot read the encoder's weights (Error while deserializing "), line
+    assert line.endswith("): rerun the stage that writes it"), line
+    with_query_lambda(built, random_query_lambda(tau=0.1))  # repackaged: whole weights again
     stale = cli("perl")
     assert stale.exit_code == 2 and stale.stderr.strip().count("\n") == 0, stale.output
     assert stale.stderr.startswith(f"DataError: artifacts/tiny/predictor/{QUERY_LAMBDA_FILE}: ")
     assert "tau=0.1" in stale.stderr and "rerun the tune stage" in stale.stderr
-
-
-@pytest.mark.parametrize("built", ["exact"], indirect=True)
-def test_a_model_encodes_queries_at_the_precision_its_keys_were_embedded_at(built):
-    """The package stage saves the embed stage's precision and load uses it, whatever the CPU would pick for
-    auto: queries are encoded as the memory's keys were (fp32 by default, the same on every CPU)."""
-    for precision in ("bf16", "fp32"):
-        package(built, precision=precision)
-        assert json.loads((built / "predictor" / "settings.json").read_text())["precision"] == precision
-        assert predictor_of(built).encoder.precision == precision
 
 
 def test_an_int8_model_encodes_and_serves_queries_as_the_int8_embed_stage_did(tmp_path, lf_folder, tiny_model,
@@ -335,20 +339,6 @@ def test_an_int8_model_encodes_and_serves_queries_as_the_int8_embed_stage_did(tm
         "/invocations", json={"dataframe_records": [{"text": JYTHON}], "params": {"k": 3}})
     assert answer.status_code == 200, answer.text
     assert_answers(answer.json()["predictions"][0]["labels"], *expected)
-
-
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predict_names_cut_encoder_weights_in_one_line(cli, built):
-    """A model folder whose weights were cut short (a copy or a save that stopped) was a traceback from
-    safetensors: now exit 2, one line naming the file and what writes it."""
-    weights = built / "predictor" / "encoder" / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:4096])
-    reseal(built / "predictor")  # past the manifest's check of its size: the weights' reader names it too
-    result = cli("perl")
-    assert result.exit_code == 2 and "Traceback" not in result.output
-    [line] = result.stderr.strip().splitlines()
-    assert line.startswith(f"DataError: {weights}: cannot read the encoder's weights (Error while deserializing "), line
-    assert line.endswith("): rerun the stage that writes it"), line
 
 
 NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text has

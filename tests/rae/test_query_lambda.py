@@ -21,7 +21,7 @@ def _entropy(probs: list[float]) -> float:
     return -sum(p * math.log(p) for p in probs)
 
 
-def test_features_hand_example():
+def test_features_hand_example_and_a_query_without_keys():
     # Memory: 2 training inputs (key ids 0, 1), 3 labels (ids 2, 3, 4); input 0 has labels {0, 2},
     # input 1 label {1}; b = 3.
     Y = sp.csr_matrix(np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]))
@@ -48,12 +48,9 @@ def test_features_hand_example():
     assert got.shape == (2, len(FEATURES)) and set(FEATURES) == set(expected)
     for column, name in enumerate(FEATURES):
         np.testing.assert_allclose(got[:, column], expected[name], rtol=0, atol=1e-6, err_msg=name)
-
-
-def test_a_query_without_keys_has_zero_features():
-    ids = np.array([[-1, -1], [0, 2]], dtype=np.int64)
-    sims = np.array([[NEG, NEG], [0.5, 0.25]], dtype=np.float32)
-    got = query_features(ids, sims, sp.csr_matrix(np.array([[1.0, 0.0]])), tau=0.1)
+    # a query without keys has zero features
+    got = query_features(np.array([[-1, -1], [0, 2]]), np.array([[NEG, NEG], [0.5, 0.25]], np.float32),
+                         sp.csr_matrix(np.array([[1.0, 0.0]])), tau=0.1)
     np.testing.assert_array_equal(got[0], np.zeros(len(FEATURES)))
     assert np.isfinite(got).all()
 
@@ -68,17 +65,14 @@ def _two_kinds(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray
     return features, targets, kind
 
 
-def test_ridge_model_picks_the_lambda_of_each_kind():
+def test_ridge_model_picks_the_lambda_of_each_kind_or_falls_back_without_a_signal():
     rng = np.random.default_rng(0)
     features, targets, _ = _two_kinds(rng, 300)
     model, report = fit_query_lambda(features, targets, np.array([0.0, 0.5, 1.0]), tau=0.04, b=200)
     assert report["uses_model"] and report["model_cv_mean"] > report["fixed_mean"]
     held_features, _, held_kind = _two_kinds(rng, 200)
     np.testing.assert_array_equal(model.choose(held_features), held_kind.astype(float))
-
-
-def test_fallback_when_features_carry_no_signal():
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(1)  # the fallback where the features carry no signal
     _, targets, _ = _two_kinds(rng, 300)
     noise = rng.standard_normal((300, len(FEATURES)))
     model, report = fit_query_lambda(noise, targets, np.array([0.0, 0.5, 1.0]), tau=0.04, b=200)
@@ -117,17 +111,14 @@ def test_model_round_trips_through_json(signal):
     np.testing.assert_array_equal(loaded.choose(features), model.choose(features))
 
 
-def test_bad_model_json_is_a_data_error():
+def test_bad_model_json_and_bad_fit_inputs_are_data_errors():
     model, _ = fit_query_lambda(*_two_kinds(np.random.default_rng(3), 100)[:2], np.array([0.0, 0.5, 1.0]), 0.04, 200)
     good = model.to_json()
     for bad in ({**good, "features": ["input_share"]}, {**good, "coef": good["coef"][:2]},
                 {k: v for k, v in good.items() if k != "grid"}, {**good, "fallback": 2.0}, {**good, "tau": 0}):
         with pytest.raises(DataError, match="query_lambda.json"):
             QueryLambda.from_json(bad, origin="query_lambda.json")
-
-
-def test_fit_checks_its_inputs():
-    features, targets, _ = _two_kinds(np.random.default_rng(4), 100)
+    features, targets, _ = _two_kinds(np.random.default_rng(4), 100)  # the fit checks its inputs
     grid = np.array([0.0, 0.5, 1.0])
     with pytest.raises(DataError, match="targets"):
         fit_query_lambda(features, targets[:, :2], grid, 0.04, 200)

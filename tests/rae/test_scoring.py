@@ -65,7 +65,7 @@ def test_rae_scores_hand_example(lam, expected, stored):
     assert [list(scores[i].indices) for i in range(3)] == stored
 
 
-def test_b_smaller_than_retrieved_width():
+def test_b_smaller_than_retrieved_width_and_the_baselines_hand_example():
     # Row 0 keeps keys 2, 0 with weights 4, 2 -> 2/3, 1/3: kNN [1/3, 0, 1/3], label [2/3, 0, 0]
     #        -> 0.5 * [1, 0, 1/3] = [1/2, 0, 1/6].
     # Row 1 keeps keys 1, 3 with weights 2, 2 -> 1/2 each: kNN [0, 1/2, 0], label [0, 1/2, 0] -> [0, 1/2, 0].
@@ -77,9 +77,15 @@ def test_b_smaller_than_retrieved_width():
     full = rae_scores(IDS_HAND, SIMS_HAND, Y_HAND).toarray()
     for b in (4, 100):  # b at or above the width changes nothing
         np.testing.assert_allclose(rae_scores(IDS_HAND, SIMS_HAND, Y_HAND, b=b).toarray(), full, rtol=0, atol=1e-9)
+    # label-only search of one query: labels 2 and 0 at similarities 1 and 0 -> weights 2/3, 1/3
+    de = dual_encoder_scores(np.array([[2, 0, -1]]), np.array([[1, 0, NEG]], np.float32), 3, tau=TAU2)
+    np.testing.assert_allclose(de.toarray(), [[1 / 3, 0, 2 / 3]], rtol=0, atol=1e-9)
+    # input-only search: inputs 1 and 0 at similarities 2 and 0 -> weights 4/5, 1/5
+    knn = knn_scores(np.array([[1, 0]]), np.array([[2, 0]], np.float32), Y_HAND, tau=TAU2)
+    np.testing.assert_allclose(knn.toarray(), [[1 / 5, 4 / 5, 1 / 5]], rtol=0, atol=1e-9)
 
 
-def test_padding_anywhere_is_ignored_and_b_counts_valid_keys():
+def test_padding_anywhere_is_ignored_and_b_counts_valid_keys_and_all_padding_scores_nothing():
     # A -1 id (whatever its sim) and a -inf sim are both padding, even in the middle of a row.
     ids = np.array([[2, -1, 0, 4, 3]], dtype=np.int64)
     sims = np.array([[2, 5, NEG, 1, 0]], dtype=np.float32)
@@ -88,10 +94,7 @@ def test_padding_anywhere_is_ignored_and_b_counts_valid_keys():
                                [[0, 0, 4 / 7, 1 / 7, 2 / 7]], rtol=0, atol=1e-9)
     np.testing.assert_allclose(key_probabilities(sims, ids, TAU2, num_keys=5, b=2).toarray(),
                                [[0, 0, 2 / 3, 0, 1 / 3]], rtol=0, atol=1e-9)
-
-
-def test_all_padding_and_empty_batch():
-    ids = np.full((2, 3), -1, dtype=np.int64)
+    ids = np.full((2, 3), -1, dtype=np.int64)  # all padding, then an empty batch
     scores = rae_scores(ids, np.full((2, 3), NEG, dtype=np.float32), Y_HAND, tau=0.04)
     assert scores.shape == (2, 3) and scores.nnz == 0
     assert rae_scores(np.zeros((0, 4), np.int64), np.zeros((0, 4), np.float32), Y_HAND, tau=0.04).shape == (0, 3)
@@ -119,15 +122,6 @@ def test_large_tau_gives_uniform_weights_and_tiny_tau_is_stable():
     ([[0, 5, 1, -1], [4, 3, -1, -1]], 2, [1, 4]), ([[2, 1, 0]], None, [2, 3]), ([[2, 1, 0]], 1, [0, 1])])
 def test_train_key_counts_hand_example(ids, b, expected):
     assert train_key_counts(np.array(ids, dtype=np.int64), num_train=2, b=b).tolist() == expected
-
-
-def test_baselines_hand_example():
-    # Label-only search of one query: labels 2 and 0 at similarities 1 and 0 -> weights 2/3, 1/3.
-    de = dual_encoder_scores(np.array([[2, 0, -1]]), np.array([[1, 0, NEG]], np.float32), 3, tau=TAU2)
-    np.testing.assert_allclose(de.toarray(), [[1 / 3, 0, 2 / 3]], rtol=0, atol=1e-9)
-    # Input-only search: inputs 1 and 0 at similarities 2 and 0 -> weights 4/5, 1/5.
-    knn = knn_scores(np.array([[1, 0]]), np.array([[2, 0]], np.float32), Y_HAND, tau=TAU2)
-    np.testing.assert_allclose(knn.toarray(), [[1 / 5, 4 / 5, 1 / 5]], rtol=0, atol=1e-9)
 
 
 ONE_KEY, ONE_SIM = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.float32)
@@ -218,7 +212,7 @@ def test_rae_scores_match_a_loop_and_dense_brute_force(memory, tau, b):
         assert got.nnz == np.count_nonzero(got.toarray()), "stored entries are the labels with a nonzero score"
 
 
-def test_parts_combine_linearly_and_probabilities_sum_to_one(memory):
+def test_parts_combine_linearly_probabilities_sum_to_one_and_a_per_query_lambda_is_a_dense_loop_s(memory):
     m = memory
     knn, labels = score_parts(m["ids"], m["sims"], m["Y"], 0.04, 10)
     for lam in (0.1, 0.5):
@@ -226,10 +220,7 @@ def test_parts_combine_linearly_and_probabilities_sum_to_one(memory):
                                    rtol=0, atol=1e-12)
     P = key_probabilities(m["sims"], m["ids"], 0.04, m["X"].shape[0] + m["Z"].shape[0], 10)
     np.testing.assert_allclose(np.asarray(P.sum(axis=1)).ravel(), 1.0, rtol=0, atol=1e-12)
-
-
-def test_per_query_lambda_matches_a_dense_loop_over_queries_and_is_checked(memory):
-    m = memory
+    # a per-query λ matches a dense loop over the queries, and is checked
     keep = np.arange(m["Q"].shape[0]) != 2  # query 2 had truncated results
     Q, ids, sims = m["Q"][keep], m["ids"][keep], m["sims"][keep]
     lams = np.array([0.0, 1.0, 0.25, 0.5, 0.9, 0.01, 0.7, 1.0])
@@ -245,7 +236,7 @@ def test_per_query_lambda_matches_a_dense_loop_over_queries_and_is_checked(memor
 
 @pytest.mark.parametrize("lam", [0.0, 0.3, 1.0])
 @pytest.mark.parametrize("b", [None, 4])
-def test_ova_knn_scores_match_dense_reference(memory, lam, b):
+def test_ova_knn_scores_match_dense_reference_and_differ_from_the_joint_softmax(memory, lam, b):
     m, tau = memory, 0.05
     x_ids, x_sims = _search(m["Q"], m["X"], width=12)
     z_ids, z_sims = _search(m["Q"], m["Z"], width=20)  # wider than L = 15: padded
@@ -253,11 +244,6 @@ def test_ova_knn_scores_match_dense_reference(memory, lam, b):
     expected = lam * dense_top_b_softmax(m["Q"] @ m["X"].T, b or 12, tau) @ m["Y"].toarray() + (
         1 - lam) * dense_top_b_softmax(m["Q"] @ m["Z"].T, b or 15, tau)
     np.testing.assert_allclose(got.toarray(), expected, rtol=1e-9, atol=1e-12)
-
-
-def test_ova_differs_from_joint_softmax(memory):
-    # The joint memory normalises over both kinds of keys together, OvA+kNN over each separately.
-    m = memory
-    ova = ova_knn_scores(*_search(m["Q"], m["X"], 40), *_search(m["Q"], m["Z"], 15), m["Y"], lam=0.5, tau=0.04)
-    joint = rae_scores(*_search(m["Q"], np.vstack([m["X"], m["Z"]]), 55), m["Y"], lam=0.5, tau=0.04)
-    assert not np.allclose(ova.toarray(), joint.toarray(), rtol=0, atol=1e-6)
+    if 0 < lam < 1:  # the joint memory normalises over both kinds of keys together, OvA+kNN over each separately
+        joint = rae_scores(*_search(m["Q"], np.vstack([m["X"], m["Z"]]), 55), m["Y"], lam=lam, tau=tau, b=b)
+        assert not np.allclose(got.toarray(), joint.toarray(), rtol=0, atol=1e-6)

@@ -21,6 +21,7 @@ from test_predictor import BAD_REQUESTS, build_pipeline, logged_and_loaded, pred
 from tests.helpers import REPO
 
 PERL = {"dataframe_records": [{"text": "perl"}]}
+TEXTS = ["perl", "a small unix"]
 JSON_WITH_CHARSET = {"Content-Type": "application/json; charset=utf-8"}
 
 
@@ -67,17 +68,6 @@ def test_json_with_a_charset_is_checked_too(served):
     assert bogus.status_code == 400 and 'unknown field "bogus"' in bogus.json()["message"]
 
 
-def test_a_body_over_the_limit_is_413_naming_it(served):
-    body = json.dumps({"dataframe_records": [{"text": "perl " * 40}]})
-    answer = client(served, max_body_bytes=100).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
-    assert answer.status_code == 413
-    assert answer.json()["message"] == (f"BodyTooLarge: request: the body is {len(body):,} bytes, over the limit of "
-                                        "100 bytes per request (raexmc serve --max-body-bytes): send fewer records "
-                                        "per request")
-    exactly = client(served, max_body_bytes=len(body)).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
-    assert exactly.status_code == 200
-
-
 def call(app, chunks: list[bytes]) -> tuple[int, dict, int]:
     """POST `chunks` to /invocations as a body without a Content-Length (chunked transfer): the answer's status,
     its JSON, and how many chunks the app read."""
@@ -103,24 +93,30 @@ def call(app, chunks: list[bytes]) -> tuple[int, dict, int]:
     return answer["status"], json.loads(answer["body"]), len(read)
 
 
-def test_a_chunked_body_is_read_only_up_to_the_limit(served):
-    """With no Content-Length to check first, the bytes are counted as they come: reading stops at the first
-    chunk past the limit (of 100 chunks of 64 bytes, the second passes 100 bytes)."""
-    status, answer, read = call(CheckedRequests(served[2], 100), [b" " * 64] * 100)
-    assert (status, read) == (413, 2)
-    assert answer["message"].startswith("BodyTooLarge: request: the body is over 100 bytes, over the limit of 100 ")
-    body = json.dumps({**PERL, "params": {"top_k": 1}}).encode()
-    status, answer, read = call(CheckedRequests(served[2], len(body)), [body[:10], body[10:20], body[20:]])
-    assert (status, read, len(answer["predictions"][0]["labels"])) == (200, 3, 1)
-
-
-def test_more_records_than_the_limit_is_400_naming_it(served, monkeypatch):
+def test_a_body_over_the_limit_chunked_or_not_is_413_naming_it_and_more_records_than_the_limit_400(served,
+                                                                                                     monkeypatch):
+    body = json.dumps({"dataframe_records": [{"text": "perl " * 40}]})
+    answer = client(served, max_body_bytes=100).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
+    assert answer.status_code == 413
+    assert answer.json()["message"] == (f"BodyTooLarge: request: the body is {len(body):,} bytes, over the limit of "
+                                        "100 bytes per request (raexmc serve --max-body-bytes): send fewer records "
+                                        "per request")
+    exactly = client(served, max_body_bytes=len(body)).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
+    assert exactly.status_code == 200
     monkeypatch.setattr(served[1].unwrap_python_model(), "max_records", 2)
     three = client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 3})
     assert three.status_code == 400
     assert three.json()["message"] == ("DataError: request: 3 records, over the limit of 2 per request (raexmc serve "
                                        "--max-records): send them in smaller requests")
     assert client(served).post("/invocations", json={"dataframe_records": [{"text": "perl"}] * 2}).status_code == 200
+    # a chunked body, with no Content-Length to check first: the bytes are counted as they come, reading stops at
+    # the first chunk past the limit (of 100 chunks of 64 bytes, the second passes 100 bytes)
+    status, answer, read = call(CheckedRequests(served[2], 100), [b" " * 64] * 100)
+    assert (status, read) == (413, 2)
+    assert answer["message"].startswith("BodyTooLarge: request: the body is over 100 bytes, over the limit of 100 ")
+    body = json.dumps({**PERL, "params": {"top_k": 1}}).encode()
+    status, answer, read = call(CheckedRequests(served[2], len(body)), [body[:10], body[10:20], body[20:]])
+    assert (status, read, len(answer["predictions"][0]["labels"])) == (200, 3, 1)
 
 
 def documented_limits() -> tuple[int, int]:
@@ -163,11 +159,12 @@ def test_a_damaged_model_folder_is_500_in_one_line_and_a_bad_request_stays_400(s
     assert "stack_trace" not in refused.json()
 
 
-def test_the_logged_model_is_its_code_declares_its_answer_and_carries_an_example_it_answers(served):
+def test_the_logged_model_is_its_code_declares_its_answer_carries_an_example_and_reads_any_form(served):
     """The model was logged as a pickled object: MLflow warned of CloudPickle's risk on every log and unpickled it on
     every load; it is now its code file, which MLflow runs to build it. It used to declare its input only: its
     output schema now names the answer's columns and each label's fields, and the example request logged with it
     is answered as `raexmc predict` answers that text."""
+    import pandas as pd
     from mlflow.models import Model
 
     folder = served[1].unwrap_python_model().folder.parent.parent  # <model>/artifacts/model
@@ -187,9 +184,13 @@ def test_the_logged_model_is_its_code_declares_its_answer_and_carries_an_example
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"predictions": answered(served, list(example["text"]), 5)}
     assert set(answer.json()["predictions"][0]["labels"][0]) == {"label", "id", "text", "score"}
-
-
-TEXTS = ["perl", "a small unix"]
+    # `predict(["text"])` on the loaded pyfunc was refused ("no query"): the input schema made the list a table of
+    # one unnamed column and dropped it. Now a list, a table and a single text are the records of the same texts.
+    expected = answered(served, TEXTS, 2)
+    for form in (TEXTS, pd.DataFrame({"text": TEXTS})):
+        assert served[1].predict(form, params={"k": 2}).to_dict("records") == expected
+    assert served[1].predict("perl", params={"k": 2}).to_dict("records") == expected[:1]
+    assert len(served[1].predict([])) == 0
 
 
 @pytest.mark.parametrize("body, texts, k", [
@@ -203,18 +204,6 @@ def test_texts_in_any_form_are_answered_as_the_records_of_the_same_texts(served,
     included; records and columns under inputs are read as before."""
     answer = client(served).post("/invocations", json=body)
     assert (answer.status_code, answer.json()) == (200, {"predictions": answered(served, texts, k)}), answer.text
-
-
-def test_the_loaded_pyfunc_answers_a_text_a_list_of_texts_and_a_table_alike(served):
-    """`predict(["text"])` on the loaded pyfunc was refused ("no query"): the input schema made the list a table of
-    one unnamed column and dropped it. Now a list, a table and a single text are the records of the same texts."""
-    import pandas as pd
-
-    expected = answered(served, TEXTS, 2)
-    for form in (TEXTS, pd.DataFrame({"text": TEXTS})):
-        assert served[1].predict(form, params={"k": 2}).to_dict("records") == expected
-    assert served[1].predict("perl", params={"k": 2}).to_dict("records") == expected[:1]
-    assert len(served[1].predict([])) == 0
 
 
 @pytest.mark.parametrize("body, where", [({"inputs": ["perl", 7]}, "inputs[1]: not a text"),

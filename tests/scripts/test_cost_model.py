@@ -16,7 +16,7 @@ from tests.helpers import REPO, load_module
 cost_model = load_module(REPO / "scripts/cost_model.py")
 
 
-def test_the_cost_model_resolves_the_schedule_as_the_train_stage_does():
+def test_the_cost_model_resolves_the_schedule_as_the_train_stage_does_and_its_work_by_hand():
     # FOLDOC's 8,227 inputs under auto, by hand from the rule (docs/pipeline.md): 102.8 -> batch 128, lr 2e-4,
     # 12 x 8,227 / 128 = 771 -> 800 steps, warm-up 80, mining every ceil(800 / 3) = 267
     assert cost_model.train_settings("auto", 8_227).schedule == Schedule(128, pytest.approx(2e-4, abs=1e-12), 800, 80,
@@ -26,10 +26,8 @@ def test_the_cost_model_resolves_the_schedule_as_the_train_stage_does():
     # values): none for 32 inputs of 128 tokens, chunks of 75 for auto's 128
     assert cost_model.train_settings("fixed", 8_227).grad_cache_chunk == 0
     assert cost_model.train_settings("auto", 8_227).grad_cache_chunk == 75
-
-
-def test_train_work_by_hand():
-    """Width 2, one layer, every text 1 token: a text's work is 1 x 1 x (24 x 2² + 4 x 1 x 2) = 104."""
+    # the train work by hand. Width 2, one layer, every text 1 token: a text's work is 1 x 1 x (24 x 2² + 4 x 1 x 2)
+    # = 104
     tiny = cost_model.Encoder(width=2, layers=1)
     one_token = {"mean_tokens": 1.0, "batch_longest": {"32": 1.0}}
     data = {"N": 10, "L": 5, "train": one_token, "labels": one_token}

@@ -51,26 +51,8 @@ def readme_lines(problems):
     return [line for line in problems if line.startswith("README.md")]
 
 
-def test_every_table_in_the_docs_equals_what_its_records_give(docs_tables):
+def test_every_table_in_the_docs_equals_what_its_records_give_and_goes_stale_when_they_change(docs_tables, tmp_path):
     assert docs_tables.check(REPO) == []
-
-
-def test_a_changed_number_in_a_record_makes_its_table_stale_and_a_rewrite_takes_it(docs_tables, tmp_path):
-    toy_repo(tmp_path, knn_p1=45.5)
-    (tmp_path / "README.md").write_text(readme(HEADLINE))
-    assert readme_lines(docs_tables.check(tmp_path)) == [], "the table rendered from the default run's rows"
-    toy_repo_knn = tmp_path / "metrics" / "toy" / "knn.json"
-    row = json.loads(toy_repo_knn.read_text())
-    toy_repo_knn.write_text(json.dumps({**row, "P@1": 53.0}))  # now kNN leads P@1
-    assert readme_lines(docs_tables.check(tmp_path)) == [STALE]
-    docs_tables.rewrite(tmp_path)
-    expected = HEADLINE.replace("| kNN (τ 0.07) | 45.50 |", "| kNN (τ 0.07) | **53.00** |").replace(
-        "| **52.21** |", "| 52.21 |")
-    assert (tmp_path / "README.md").read_text() == readme(expected)
-    assert readme_lines(docs_tables.check(tmp_path)) == []
-
-
-def test_the_real_readme_goes_stale_when_its_committed_metrics_change(docs_tables, tmp_path):
     for path in ("README.md", "params.yaml", "metrics/foldoc", "artifacts/foldoc/significance.json",
                  "bench/results/results_table.json"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -83,14 +65,24 @@ def test_the_real_readme_goes_stale_when_its_committed_metrics_change(docs_table
     assert readme_lines(docs_tables.check(tmp_path)) == [STALE]
 
 
-def test_check_exits_1_with_one_line_per_stale_table(tmp_path):
-    toy_repo(tmp_path)
-    (tmp_path / "README.md").write_text(readme(HEADLINE.replace("45.50", "45.51")))
+def test_a_changed_number_makes_its_table_stale_a_rewrite_takes_it_and_check_exits_1(docs_tables, tmp_path):
+    toy_repo(tmp_path, knn_p1=45.5)
+    (tmp_path / "README.md").write_text(readme(HEADLINE))
+    assert readme_lines(docs_tables.check(tmp_path)) == [], "the table rendered from the default run's rows"
+    toy_repo_knn = tmp_path / "metrics" / "toy" / "knn.json"
+    row = json.loads(toy_repo_knn.read_text())
+    toy_repo_knn.write_text(json.dumps({**row, "P@1": 53.0}))  # now kNN leads P@1
+    assert readme_lines(docs_tables.check(tmp_path)) == [STALE]
+    docs_tables.rewrite(tmp_path)
+    expected = HEADLINE.replace("| kNN (τ 0.07) | 45.50 |", "| kNN (τ 0.07) | **53.00** |").replace(
+        "| **52.21** |", "| 52.21 |")
+    assert (tmp_path / "README.md").read_text() == readme(expected)
+    assert readme_lines(docs_tables.check(tmp_path)) == []
+    (tmp_path / "README.md").write_text(readme(expected.replace("52.21", "52.22")))
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "docs_tables.py"), "--check", "--root",
                            str(tmp_path)], capture_output=True, text=True, env={"PYTHONPATH": str(REPO / "src")})
-    assert done.returncode == 1
-    assert STALE in done.stdout.splitlines()
-    assert "45.51" in (tmp_path / "README.md").read_text()  # --check changes nothing
+    assert done.returncode == 1 and STALE in done.stdout.splitlines(), "--check exits 1, a line a stale table"
+    assert "52.22" in (tmp_path / "README.md").read_text()  # --check changes nothing
 
 
 def test_an_unknown_table_name_is_a_data_error_naming_the_document(docs_tables, tmp_path):
@@ -104,15 +96,13 @@ def test_an_unknown_table_name_is_a_data_error_naming_the_document(docs_tables, 
                                      ("1.0e+00", "1"), ("1.2e-3830", "1.2e-3830"), (2.2053e-19, "2.2e-19"),
                                      ({"p_value": 0.0}, "<1e-300"),
                                      ({"p_value": 0.0, "log10_p": -616.4}, "4.0e-617")])
-def test_p_values_read_as_the_docs_print_them(docs_tables, p, text):
+def test_p_values_read_as_the_docs_print_them_and_a_difference_has_its_sign(docs_tables, p, text):
     assert docs_tables.p_cell(p) == text
-
-
-def test_a_difference_has_its_sign_and_a_minus_sign(docs_tables):
     assert [docs_tables.signed(d) for d in (0.2449, -0.114, 0.001, -0.004)] == ["+0.24", "−0.11", "0.00", "0.00"]
 
 
-def test_a_stage_table_merges_a_columns_records_and_leaves_a_missing_stage_blank(docs_tables, tmp_path):
+def test_stage_and_tests_tables_and_the_renderer_s_numbers_and_bold(docs_tables, tmp_path):
+    """A stage table merges a column's records and leaves a missing stage blank."""
     results = tmp_path / "bench" / "results"
     results.mkdir(parents=True)
     records = {"a": {"embed": {"wall_s": 93.44, "cpu_s": 150.0, "peak_rss_mb": 1389.1, "output_bytes": 144_000_000},
@@ -127,10 +117,7 @@ def test_a_stage_table_merges_a_columns_records_and_leaves_a_missing_stage_blank
     assert text == ("| stage | A | B | output |\n|---|---|---|---|\n"
                     "| embed | 93.4 s, 1,389 MB | 1,279 s, – | 144 MB / 199 B |\n"
                     "| tune (twice) | 44.6 s, 1,934 MB |  | 8.9 KB |\n")
-
-
-def test_a_tests_table_gives_the_difference_the_interval_and_p(docs_tables, tmp_path):
-    (tmp_path / "bench" / "results").mkdir(parents=True)
+    # a tests table gives the difference, the interval and p
     test = {"P@1": {"mean_diff": -1.3612, "ci_low": -2.5958, "ci_high": -0.1266, "p_value": 0.0307},
             "P@5": {"mean_diff": 8.6048, "ci_low": 7.7, "ci_high": 9.5, "p_value": 5.276e-76},
             "R@100": {"mean_diff": 0.0001, "ci_low": -0.3, "ci_high": 0.3, "p_value": 0.9973}}
@@ -140,9 +127,7 @@ def test_a_tests_table_gives_the_difference_the_interval_and_p(docs_tables, tmp_
     row = "−1.36 [−2.60, −0.13], p=0.031 | +8.60, p=5.3e-76 | 0.00, p=1 |"
     assert text == ("| paired t-test | P@1 [95% CI] | P@5 | R@100 |\n|---|---|---|---|\n"
                     f"| nested | {row}\n| by name | {row}\n")
-
-
-def test_the_renderer_formats_numbers_and_bolds_each_columns_best_from_its_start_column(docs_tables, tmp_path):
+    # the renderer formats numbers and bolds each column's best from its start column
     table = docs_tables.Table(["x", "a", "b"], lambda r: [["one", 1.234, 12345], ["two", 1.2349, None],
                                                           ["three", 0.5, "text"]], best=1)
     assert docs_tables.render(table, tmp_path) == ("| x | a | b |\n|---|---|---|\n| one | **1.23** | **12,345** |\n"

@@ -19,7 +19,7 @@ def make(out, *args):
                           capture_output=True, text=True)
 
 
-def test_the_model_has_the_asked_shape_loads_through_raexmc_and_tokenizes_as_minilm(tmp_path):
+def test_the_model_has_the_asked_shape_loads_through_raexmc_and_tokenizes_as_minilm_or_is_refused(tmp_path):
     out = tmp_path / "tiny"
     proc = make(out, "--hidden", "48", "--layers", "3", "--heads", "3", "--intermediate", "80", "--max-len", "64")
     assert proc.returncode == 0, proc.stderr
@@ -34,6 +34,9 @@ def test_the_model_has_the_asked_shape_loads_through_raexmc_and_tokenizes_as_min
     with torch.no_grad():
         hidden = model.transformer(**batch).last_hidden_state
     assert hidden.shape == (2, batch["input_ids"].shape[1], 48)
+    proc = make(tmp_path / "odd", "--hidden", "64", "--heads", "3")  # a width the heads do not divide: nothing written
+    assert proc.returncode == 2 and "--hidden 64 is not a multiple of --heads 3" in proc.stderr
+    assert not (tmp_path / "odd").exists()
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step
@@ -44,9 +47,3 @@ def test_defaults_are_64_wide_2_layers_and_a_seed_fixes_the_weights(tmp_path):
     assert (a.transformer.config.hidden_size, a.transformer.config.num_hidden_layers,
             a.transformer.config.num_attention_heads, a.transformer.config.intermediate_size) == (64, 2, 2, 256)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-
-
-def test_a_width_that_the_heads_do_not_divide_is_a_usage_error_and_writes_nothing(tmp_path):
-    proc = make(tmp_path / "tiny", "--hidden", "64", "--heads", "3")
-    assert proc.returncode == 2 and "--hidden 64 is not a multiple of --heads 3" in proc.stderr
-    assert not (tmp_path / "tiny").exists()

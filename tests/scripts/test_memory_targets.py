@@ -20,7 +20,7 @@ def verdicts(rows):
     return {r["target"]: r for r in targets.checks(rows)}
 
 
-def test_each_target_met_and_missed_by_hand():
+def test_each_target_met_and_missed_by_hand_and_modes_checked_apart():
     rows = [FULL,
             row("full", 1.0, "sq8", 250, 49.95, latency=0.8),       # 1/4 of the bytes, -0.05, faster: quarter met
             row("kmeans", 0.5, "sq8", 200, 50.5, latency=1.2),      # better P@1 but slower: not the quarter's pick
@@ -34,9 +34,7 @@ def test_each_target_met_and_missed_by_hand():
     assert not found["eighth"]["met"] and found["eighth"]["best"] == "keep 0.25 kmeans sq4"
     assert found["eighth"]["delta_P@1"] == -0.6 and found["eighth"]["of_full"] == 0.125
     assert found["selection"]["met"] and found["selection"]["over_random"] == 5.1
-
-
-def test_selection_needs_both_margins_and_modes_are_checked_apart():
+    # selection needs both margins, and the modes are checked apart
     close_to_random = [FULL, row("kmeans", 0.1, "none", 700, 49.5), row("random", 0.1, "none", 700, 45.0)]
     assert not verdicts(close_to_random)["selection"]["met"], "4.5 over random is under 5"
     fine_tuned = [row(r["method"], r["keep"], r["compression"], r["bytes"], r["P@1"] + 10, mode="fine-tuned")

@@ -67,18 +67,8 @@ def test_rae_is_tested_against_the_best_non_rae_row_by_p1(results_table, tmp_pat
     assert rae["vs_peer"]["p"]["P@1"]["p_value"] == pytest.approx(expected, abs=1e-9)
 
 
-def test_a_zero_shot_run_has_no_train_time(results_table, tmp_path):
-    """Its train stage only exported the pre-trained encoder; that time is not training."""
-    results = tmp_path / "results"
-    write_run(results / "runs" / "toy_zero", {"rae": RAE_P1}, mode="zero-shot")
-    (results / "stage_resources_toy_zero.json").write_text(json.dumps({"train": {"wall_s": 8.0}}))
-
-    (rae,) = results_table.build_tables([results / "runs" / "toy_zero"], results)["toy"]
-
-    assert rae["train_s"] is None and rae["predict_s_per_1k"] == 0.5
-
-
-def test_tables_are_written_as_markdown_and_json(results_table, tmp_path, monkeypatch):
+def test_tables_are_written_as_markdown_and_json_and_a_run_of_unknown_dataset_is_refused(results_table, tmp_path,
+                                                                                           monkeypatch):
     results = tmp_path / "results"
     write_run(tmp_path / "artifacts" / "toy" / "eval", {"rae": RAE_P1}, params=False)  # dataset from the layout
     write_peer(results, PEER_P1)
@@ -91,10 +81,7 @@ def test_tables_are_written_as_markdown_and_json(results_table, tmp_path, monkey
     assert "| toy: RAE | 75.00 | 75.00 | 75.00 | 75.00 | 75.00 | — | 0.500 | — | vs a tree peer:" in table
     saved = json.loads((results / "results_table.json").read_text())
     assert [row["name"] for row in saved["toy"]] == ["toy: RAE", "a tree peer"]
-
-
-def test_a_run_folder_of_unknown_dataset_is_a_data_error(results_table, tmp_path):
-    write_run(tmp_path / "somewhere", {"rae": RAE_P1}, params=False)
+    write_run(tmp_path / "somewhere", {"rae": RAE_P1}, params=False)  # neither params nor a layout to tell by
     with pytest.raises(DataError, match="cannot tell the dataset"):
         results_table.build_tables([tmp_path / "somewhere"], tmp_path / "results")
 
@@ -146,16 +133,21 @@ def test_a_new_runs_predict_time_comes_from_the_mlflow_run_that_logged_its_metri
     assert rae["predict_s_per_1k"] == 0.4  # 1000 queries at 2,500 a second
 
 
-def test_a_bench_runs_predict_time_comes_from_its_stage_resources_record(results_table, tmp_path):
+def test_a_bench_runs_predict_time_comes_from_its_stage_resources_record_and_a_zero_shot_run_has_no_train_time(
+        results_table, tmp_path):
     """bench/stage_resources.py copies the figure from MLflow into its record: a run folder made on another
-    machine, whose MLflow store is not here, keeps it. Without it anywhere the row says it does not know."""
+    machine, whose MLflow store is not here, keeps it. Without it anywhere the row says it does not know. A zero-shot
+    run's train stage only exported the pre-trained encoder; that time is not training."""
     results = tmp_path / "results"
     write_run(results / "runs" / "toy_recorded", {"rae": RAE_P1}, queries_per_s=None)
     (results / "stage_resources_toy_recorded.json").write_text(json.dumps({"evaluate": {"queries_per_s": 4000.0}}))
     write_run(results / "runs" / "toy_unknown", {"rae": RAE_P1}, queries_per_s=None)
+    write_run(results / "runs" / "toy_zero", {"rae": RAE_P1}, mode="zero-shot")
+    (results / "stage_resources_toy_zero.json").write_text(json.dumps({"train": {"wall_s": 8.0}}))
 
-    rows = results_table.build_tables([results / "runs" / "toy_recorded", results / "runs" / "toy_unknown"],
+    rows = results_table.build_tables([results / "runs" / name for name in ("toy_recorded", "toy_unknown", "toy_zero")],
                                       results)["toy"]
 
-    assert {row["name"]: row["predict_s_per_1k"] for row in rows} == {"toy_recorded: RAE λ=0.5": 0.25,
-                                                                      "toy_unknown: RAE λ=0.5": None}
+    assert {row["name"]: (row["predict_s_per_1k"], row["train_s"]) for row in rows} == {
+        "toy_recorded: RAE λ=0.5": (0.25, None), "toy_unknown: RAE λ=0.5": (None, None),
+        "toy_zero: RAE λ=0.5": (0.5, None)}

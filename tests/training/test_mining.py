@@ -13,21 +13,16 @@ from raexmc.training.mining import mine_hard_negatives, positive_mask, sample_ne
 Y = sp.csr_matrix(np.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 0, 1]], dtype=np.float32))
 
 
-def test_positive_mask_marks_positives_only():
+def test_positives_are_masked_and_samples_are_distinct_non_positive_candidates_seeded_and_uniform():
     candidates = np.array([[2, 1, 0, -1], [1, 3, -1, -1], [4, 4, 0, 2]])
     assert positive_mask(candidates, Y).tolist() == [[True, False, True, False], [True, False, False, False],
                                                       [True, True, False, False]]
-
-
-def test_samples_are_distinct_non_positive_candidates():
     candidates = np.array([[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [4, 3, -1, -1, -1]])
     got = sample_negatives(candidates, np.arange(3), Y, m=2, rng=np.random.default_rng(0))
     assert set(got[0]) <= {1, 3, 4} and len(set(got[0])) == 2
     assert set(got[1]) <= {0, 2, 3, 4} and len(set(got[1])) == 2
     assert got[2].tolist() == [3, -1], "one usable candidate (label 4 is a positive): pad with -1"
-
-
-def test_sampling_is_seeded_and_roughly_uniform():
+    # sampling is seeded and roughly uniform
     candidates = np.tile(np.arange(5), (3000, 1))
     Y_many = sp.csr_matrix((3000, 5), dtype=np.float32)
     a = sample_negatives(candidates, np.arange(3000), Y_many, 1, np.random.default_rng(7))
@@ -48,7 +43,7 @@ def test_sampling_keys_are_rows_of_one_stream_in_any_order_and_any_block():
             sampling_keys(np.random.default_rng(3), 1000, np.array([5, outside]), 6, 500)
 
 
-def test_mining_a_subset_gives_those_inputs_the_negatives_of_mining_all():
+def test_mining_a_subset_gives_those_inputs_the_negatives_of_mining_all_and_they_are_hard_non_positives():
     rng = np.random.default_rng(1)
     labels = rng.normal(size=(300, 16)).astype(np.float32)
     inputs = rng.normal(size=(200, 16)).astype(np.float32)
@@ -58,10 +53,7 @@ def test_mining_a_subset_gives_those_inputs_the_negatives_of_mining_all():
     some = np.array([3, 77, 150, 199])
     assert np.array_equal(mine_hard_negatives(inputs[some], some, search, Y_in, 20, 3, np.random.default_rng(5)),
                           everyone[some])
-
-
-def test_mining_with_a_real_search_returns_hard_non_positives():
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(0)  # inputs near their one positive label: the negatives are the next nearest
     labels = rng.normal(size=(50, 8)).astype(np.float32)
     labels /= np.linalg.norm(labels, axis=1, keepdims=True)
     inputs = labels[:10] + 0.05 * rng.normal(size=(10, 8)).astype(np.float32)

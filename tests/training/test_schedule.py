@@ -30,21 +30,19 @@ from tests.helpers import REPO
 # 100; mining every ceil(1,000 / 3) = 334. FOLDOC's 8,227: 102.8 -> 2^6.68 -> 128; 771.3 -> 800. 5,000: 62.5 ->
 # 2^5.97 -> 64; lr 1e-4 x sqrt(2); 937.5 -> 900. 500: 6.25 -> 8, raised to 32; 187.5 -> 200, raised to 300.
 # 2,248,619 (LF-AmazonTitles-1.3M): 28,108 -> 32,768, cut to 512; 52,702 steps, cut to 20,000.
-@pytest.mark.parametrize("n_train, expected", [
-    (21_000, Schedule(256, 2e-4, 1000, 100, 334)),
-    (8_227, Schedule(128, 2e-4, 800, 80, 267)),
-    (5_000, Schedule(64, 1.4142135623730951e-4, 900, 90, 300)),
-    (500, Schedule(32, 1e-4, 300, 30, 100)),
-    (2_248_619, Schedule(512, 2e-4, 20_000, 2_000, 6_667)),
+# On 8 processes the global batch of 256 is split: 32 each.
+@pytest.mark.parametrize("n_train, processes, expected", [
+    (21_000, 1, Schedule(256, 2e-4, 1000, 100, 334)),
+    (8_227, 1, Schedule(128, 2e-4, 800, 80, 267)),
+    (5_000, 1, Schedule(64, 1.4142135623730951e-4, 900, 90, 300)),
+    (500, 1, Schedule(32, 1e-4, 300, 30, 100)),
+    (2_248_619, 1, Schedule(512, 2e-4, 20_000, 2_000, 6_667)),
+    (21_000, 8, Schedule(32, 2e-4, 1000, 100, 334)),
 ])
-def test_the_auto_rule_gives_the_hand_worked_schedule(n_train, expected):
-    resolved = resolve("auto", n_train, 1, {})
+def test_the_auto_rule_gives_the_hand_worked_schedule(n_train, processes, expected):
+    resolved = resolve("auto", n_train, processes, {})
     assert resolved == Schedule(expected.batch_size, pytest.approx(expected.lr, abs=1e-12), expected.max_steps,
                                 expected.warmup_steps, expected.hnm_steps)
-
-
-def test_auto_splits_the_global_batch_over_the_processes():
-    assert resolve("auto", 21_000, 8, {}) == Schedule(32, pytest.approx(2e-4, abs=1e-12), 1000, 100, 334)
 
 
 def test_chosen_numbers_win_and_the_rest_follow_them():
@@ -56,16 +54,13 @@ def test_chosen_numbers_win_and_the_rest_follow_them():
     assert resolve("auto", 21_000, 1, {"warmup_steps": 0}).warmup_steps == 0
 
 
-def test_the_default_is_fixed_and_keeps_the_recipe_params_yaml_had():
+def test_the_default_is_fixed_and_keeps_the_recipe_params_yaml_had_and_a_preset_runs_as_printed_under_auto():
     """Before train.schedule, params.yaml held batch_size 32, lr 1e-4, max_steps 300, warmup_steps 30 and
     hnm_steps 100: fixed must give them, without reading the data."""
     settings = TrainSettings.from_section(load_settings(REPO / "params.yaml").train, UNUSED_N, 4)
     assert settings.schedule == Schedule(32, 1e-4, 300, 30, 100)
-
-
-def test_a_preset_runs_as_printed_under_auto():
-    """The paper's LF-AmazonTitles-131K row (8 GPUs x 896, lr 3e-4, 3K steps, mining every 1K), applied as
-    `raexmc preset` applies it, with schedule: auto and that set's 294,805 training inputs."""
+    # a preset runs as printed under auto: the paper's LF-AmazonTitles-131K row (8 GPUs x 896, lr 3e-4, 3K steps,
+    # mining every 1K), applied as `raexmc preset` applies it, with that set's 294,805 training inputs
     data = params_with(schedule="auto")
     for key, value in preset_values(presets_path(REPO / "params.yaml"), "LF-AmazonTitles-131K").items():
         section, _, name = key.partition(".")
@@ -119,7 +114,7 @@ MINILM = BertConfig(hidden_size=384, num_attention_heads=12, num_hidden_layers=6
 INPUT_FP32, LABEL_FP32 = 56_623_104, 8_847_360
 
 
-def test_auto_caches_only_a_batch_over_the_budget():
+def test_auto_caches_only_a_batch_over_the_budget_and_the_paper_preset_fits_an_h100():
     budget = 4 * 2**30
     # FOLDOC's default recipe: 32 inputs and 96 labels, 2,661,285,888 bytes, fit: no caching, as before
     assert grad_cache_chunk("auto", MINILM, "fp32", (32, 128), (96, 32), budget) == 0
@@ -130,11 +125,9 @@ def test_auto_caches_only_a_batch_over_the_budget():
     assert grad_cache_chunk("auto", MINILM, "bf16", (128, 128), (384, 32), budget) == 151
     assert grad_cache_chunk(16, MINILM, "fp32", (512, 128), (1536, 32), budget) == 16, "a number is used as it is"
     assert grad_cache_chunk(0, MINILM, "fp32", (512, 128), (1536, 32), budget) == 0
-
-
-def test_the_paper_preset_fits_an_h100_as_it_ran():
-    """DistilBERT at 896 inputs of 32 tokens and 2,688 labels, bf16: 3,584 x 6 x 32 x (24 x 768 + 6 x 12 x 32) x 2
-    = 28,538,044,416 bytes, under 60% of 80 GB (it ran uncached, peaking at 24.3 GB: docs/gpu.md)."""
+    # the paper preset fits an H100 as it ran: DistilBERT at 896 inputs of 32 tokens and 2,688 labels, bf16:
+    # 3,584 x 6 x 32 x (24 x 768 + 6 x 12 x 32) x 2 = 28,538,044,416 bytes, under 60% of 80 GB (it ran uncached,
+    # peaking at 24.3 GB: docs/gpu.md)
     distilbert = DistilBertConfig()
     assert graph_bytes_per_text(distilbert, 32, "bf16") * 3584 == 28_538_044_416
     assert grad_cache_chunk("auto", distilbert, "bf16", (896, 32), (2688, 32), int(0.6 * 80e9)) == 0

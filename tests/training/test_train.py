@@ -73,7 +73,9 @@ def run_training(tiny, model_dir: Path, checkpoint: Path, log=None, fingerprint:
     return model, logged, history
 
 
-def test_sampler_is_deterministic_per_step_and_skips_unlabelled_inputs():
+def test_sampler_schedule_and_validation_split():
+    """The sampler is deterministic per step and skips unlabelled inputs; the schedule warms up then decays to zero;
+    validation is carved from the training inputs."""
     Y = sp.csr_matrix(np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0]], dtype=np.float32))
     sampler = BatchSampler(Y, np.arange(3), seed=1)
     rows, positives = sampler.batch(5, 8)
@@ -81,16 +83,9 @@ def test_sampler_is_deterministic_per_step_and_skips_unlabelled_inputs():
     assert (rows == again[0]).all() and (positives == again[1]).all()
     assert 1 not in rows
     assert all(Y[r, p] == 1 for r, p in zip(rows, positives))
-
-
-def test_schedule_warms_up_then_decays_to_zero():
     factor = linear_schedule(2, 10)
     assert [round(factor(s), 3) for s in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]
-
-
-def test_validation_is_carved_from_training_inputs():
-    Y = sp.csr_matrix(np.eye(20, dtype=np.float32))
-    train_rows, val_rows = split_validation(Y, 0.25, 0)
+    train_rows, val_rows = split_validation(sp.csr_matrix(np.eye(20, dtype=np.float32)), 0.25, 0)
     assert len(val_rows) == 5 and not set(train_rows) & set(val_rows) and len(train_rows) + 5 == 20
 
 
@@ -160,7 +155,7 @@ class Killed(Exception):
     pass
 
 
-def test_resume_reaches_the_same_weights_and_keeps_the_whole_curve(tiny, tiny_model, tmp_path):
+def test_resume_reaches_the_same_weights_and_keeps_the_whole_curve_but_not_across_settings(tiny, tiny_model, tmp_path):
     full, _, full_history = run_training(tiny, tiny_model, tmp_path / "full.pt")
 
     def die_at_step_3(step, values):  # the round at step 3 comes after the checkpoint of step 2
@@ -175,12 +170,8 @@ def test_resume_reaches_the_same_weights_and_keeps_the_whole_curve(tiny, tiny_mo
     assert [row["step"] for row in history] == [row["step"] for row in full_history] == [0, 3, 6]
     for (name, a), (_, b) in zip(full.state_dict().items(), resumed.state_dict().items()):
         assert torch.allclose(a, b, atol=1e-6), name
-
-
-def test_a_changed_fingerprint_starts_over(tiny, tiny_model, tmp_path):
-    run_training(tiny, tiny_model, tmp_path / "ckpt.pt", max_steps=2)
-    _, logged, _ = run_training(tiny, tiny_model, tmp_path / "ckpt.pt", fingerprint="other settings", max_steps=2)
-    assert logged[0][0] == 0
+    _, logged, _ = run_training(tiny, tiny_model, tmp_path / "part.pt", fingerprint="other settings", max_steps=2)
+    assert logged[0][0] == 0, "a checkpoint of other settings is not resumed"
 
 
 PRELUDE = """
@@ -397,12 +388,16 @@ def params_with(**train_values) -> dict:
     return data
 
 
-def test_every_setting_comes_from_params_yaml():
+def test_every_setting_comes_from_params_yaml_and_ints_serve_as_floats():
     data = read_params_tree(PARAMS)
     assert TrainSettings.from_section(settings_from(data).train, UNUSED_N).tau == data["train"]["tau"]
     del data["train"]["tau"]
     with pytest.raises(ConfigError, match="train.tau: missing parameter"):
         settings_from(data)
+    values = TrainSettings.from_section(settings_from(params_with(lr=1, grad_clip=float("inf"), nproc=2,
+                                                                  device="cuda:1", embed_batch_size=512)).train,
+                                        UNUSED_N)
+    assert values.lr == 1.0 and isinstance(values.lr, float) and values.embed_batch_size == 512
 
 
 @pytest.mark.parametrize("key, value", [
@@ -418,14 +413,6 @@ def test_a_bad_or_unknown_train_value_names_the_file_and_key(key, value):
     with pytest.raises(ConfigError) as error:
         settings_from(params_with(**{key: value}), "some/params.yaml")
     assert error.value.one_line().startswith(f"ConfigError: some/params.yaml:train.{key}: ")
-
-
-def test_good_values_pass_and_ints_serve_as_floats():
-    values = TrainSettings.from_section(settings_from(params_with(lr=1, grad_clip=float("inf"), nproc=2,
-                                                                  device="cuda:1", embed_batch_size=512)).train,
-                                        UNUSED_N)
-    assert values.lr == 1.0 and isinstance(values.lr, float)
-    assert values.embed_batch_size == 512
 
 
 def run_train_stage(tmp_path: Path, params: dict, env: dict | None = None,
