@@ -61,9 +61,10 @@ class TorchIndex(Index):
         self.keys = exact_keys.half() if self.half else exact_keys
         self.exact_keys = exact_keys if self.half else None   # the rescoring's
         if free_bytes is None:  # what a block may take: DEVICE_SHARE of a GPU's free memory, the CPU's BLOCK_BYTES
-            on_gpu = device.startswith("cuda")
+            on_gpu = device.startswith("cuda")  # (however little is free, a block of one query)
             free_bytes = int(torch.cuda.mem_get_info(torch.device(device))[0] * DEVICE_SHARE) if on_gpu else BLOCK_BYTES
-        free_bytes = positive_int(free_bytes, "free_bytes")
+        else:
+            free_bytes = positive_int(free_bytes, "free_bytes")
         self.query_block = block_rows_for(free_bytes, self.count, self.dim, self.keys.element_size())
 
     def _search(self, queries, k, ids, sims, progress):
