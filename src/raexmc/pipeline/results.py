@@ -24,10 +24,10 @@ from ruamel.yaml.error import YAMLError
 from ..errors import PARAMS_FILE, DataError, first_line
 from ..evaluation.significance import BASELINES, METHOD, p_value_text
 from ..io import write_json
+from .tracking.run import HEADLINE_METHODS as METHOD_ROWS  # rae.json, dual_encoder.json, knn.json
 from .tracking.run import HEADLINE_METRICS as KEY_METRICS
 
 METHODS = ("rae", "rae_query_lambda", "dual_encoder", "knn")
-METHOD_ROWS = (METHOD, *BASELINES)                                   # rae.json, dual_encoder.json, knn.json
 TEST_ROWS = tuple(f"{METHOD}_vs_{baseline}" for baseline in BASELINES)  # rae_vs_dual_encoder.json, rae_vs_knn.json
 WORKSPACE = "workspace"  # the working tree, as `dvc exp show` calls it
 FileReader = Callable[[str], "str | None"]  # a path relative to the project -> its text, or None where it is absent
