@@ -8,7 +8,7 @@ ceiling each reaches (torch.mm of the encoder's linear layers' shapes at the sam
   raexmc.encoder.int8) and by PyTorch's dynamic quantisation (the option int8 was chosen over).
 - Predict's path: `RaeModel.predict`'s encoder call, TextEncoder.embed_texts, in fp32, on requests of the batch
   size (the texts in their order, lengths mixed), each tokenised and encoded in its own length-sorted batches of
-  TEXT_BATCH. encode(), the anchor of both, gets the same requests, each at batch_size ST_BATCH (encode sorts a
+  TEXT_TOKENS. encode(), the anchor of both, gets the same requests, each at batch_size ST_BATCH (encode sorts a
   request by length itself).
 
     python bench/cpu_encoder_speed.py run --dataset data/foldoc --rounds 3 --out bench/results/cpu_encoder_speed.json

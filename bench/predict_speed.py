@@ -15,7 +15,8 @@ query (rae/model.py's Timing, the split of predict).
 
 With --latency it appends one row to bench/results/predict_latency_<name>.json: per variant (fp32 and int8, each
 with 1 and 2 torch threads) the p50/p90/p99 milliseconds of RaeModel.predict on one
-query, the test texts cut to --tokens tokens, and on one thread the cost per query of 1 against 16 queries a
+query, the test texts cut to --tokens tokens; on one thread, its split into encode, search and score beside
+the floor (the encoder at the CPU's matrix-multiply ceiling), and the cost per query of 1 against 16 queries a
 call; then `raexmc serve`'s own server (serve_model, on 127.0.0.1 only) answering --clients threads that each
 post one such query at a time for --seconds: requests/s, errors, and the latency percentiles the clients saw.
 A server runs per precision (the packaged fp32 model, and the same model with its encoder at int8) and per
@@ -45,6 +46,7 @@ import numpy as np
 import typer
 
 from common import ROOT, append_row, machine, rerun_command
+from cpu_encoder_speed import ceiling
 from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.rae.model import RaeModel, Timing
@@ -114,6 +116,23 @@ def batch_one_latency(model: RaeModel, texts: list[str], k: int) -> dict[str, di
         measured.update({f"{precision} {threads} thread": percentiles(seconds[1:])
                          for precision, seconds in times.items()})
     return measured
+
+
+def one_thread_floor(model: RaeModel, texts: list[str], k: int, tokens: int) -> dict[str, float]:
+    """Where a one-query call's time goes on one thread (median ms of predict's encode, search and score over the
+    texts), beside the floor: the encoder's linear layers at this CPU's torch.mm speed for one `tokens`-token
+    text (cpu_encoder_speed.ceiling, attention left out) plus the search and score as measured."""
+    import torch
+
+    torch.set_num_threads(1)
+    model.predict(texts[:1], k)  # warm-up
+    phases = np.array([list(model.predict([text], k)[1].per_query_ms().values()) for text in texts])
+    total, encode, search, score = np.median(phases, axis=0)
+    encoder_ceiling_ms = 1000 / ceiling(model.encoder.model, 1, tokens, seconds=3.0)
+    floor = encoder_ceiling_ms + search + score
+    return {"total_ms": round(total, 2), "encode_ms": round(encode, 2), "search_ms": round(search, 2),
+            "score_ms": round(score, 2), "encoder_matmul_ceiling_ms": round(encoder_ceiling_ms, 2),
+            "floor_ms": round(floor, 2), "total_over_floor": round(total / floor, 3)}
 
 
 def shared_batch_cost(model: RaeModel, texts: list[str], k: int, size: int = 16, repeats: int = 3) -> dict[str, float]:
@@ -242,6 +261,7 @@ def latency(model: RaeModel, root: Path, name: str, texts: list[str], tokens: in
     short = cut_to_tokens(model, texts, tokens)
     before = machine()
     predict = batch_one_latency(model, short, k)
+    floor = one_thread_floor(model, short, k, tokens)
     batched = shared_batch_cost(model, short[:48], k)
     with tempfile.TemporaryDirectory(prefix="raexmc-serve-bench-") as scratch:
         at_int8(model).save(Path(scratch) / "int8")
@@ -251,6 +271,7 @@ def latency(model: RaeModel, root: Path, name: str, texts: list[str], tokens: in
     append_row(ROOT / "bench" / "results" / f"predict_latency_{name}.json", {
         "tag": tag, "command": rerun_command(), "dataset": name, "queries": len(short), "tokens": tokens, "k": k,
         "machine_before": before, "machine_after": machine(), "predict_batch_1": predict,
+        "fp32_1_thread_breakdown": floor,
         "predict_one_thread_batched": batched, "serve": serve})
 
 

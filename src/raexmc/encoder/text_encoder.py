@@ -16,16 +16,32 @@ from .model import check_vocabulary, load_tokenizer
 from .sentence import SentenceEncoder, load_encoder
 from .tokens import RightPaddedTokenizer, tokenizer_input
 
-# Texts per encoder call for raw texts (predict, serve). CPU: on 384 FOLDOC test texts (MiniLM fp32, 1 thread) sorted
-# batches of 8, 16, 32, 64 and 128 ran at 35, 34, 30, 31 and 26 texts/s, one batch of all at 18; 16 pads least but
-# for 8, whose calls cost more. GPU: the embed stage's auto batch (few large calls).
-TEXT_BATCH = {"cpu": 16, "cuda": AUTO_EMBED_BATCH["cuda"]}
+# Token positions per encoder call for raw texts (predict, serve). CPU: 16 texts of 128 tokens, the size that ran
+# fastest on 384 FOLDOC test texts (MiniLM fp32, 1 thread: sorted batches of 8, 16, 32, 64 and 128 at 35, 34, 30, 31
+# and 26 texts/s, one batch of all at 18), which lets 64 title-length texts (32 tokens) share one call as
+# sentence-transformers' encode(batch_size=64) does. GPU: the embed stage's auto batch, at 128 tokens.
+TEXT_TOKENS = {"cpu": 16 * 128, "cuda": AUTO_EMBED_BATCH["cuda"] * 128}
 
 
 def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """Row indices grouped into batches of similar length, longest first."""
     order = np.argsort(-lengths, kind="stable")
     return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def token_budget_batches(lengths: np.ndarray, tokens: int) -> list[np.ndarray]:
+    """Row indices, longest first, in batches of at most `tokens` token positions (rows x the batch's longest
+    text; one row at least). A batch also ends before a text of at most half its longest, so padding never more
+    than doubles a text."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    batches, start = [], 0
+    while start < len(order):
+        width, end = max(int(lengths[order[start]]), 1), start + 1
+        while end < len(order) and (end - start + 1) * width <= tokens and 2 * lengths[order[end]] > width:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    return batches
 
 
 def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
@@ -102,10 +118,10 @@ class TextEncoder:
             return self.encode(ids, lengths, rows).cpu().numpy()
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors of raw texts in their order, in length-sorted batches each cut to its longest text."""
+        """Vectors of raw texts in their order, in length-sorted batches of TEXT_TOKENS, each cut to its longest."""
         ids, lengths = self.tokenize(texts)
         vectors = np.empty((len(texts), self.dim), np.float32)
-        for rows in length_sorted_batches(lengths, TEXT_BATCH["cuda" if self.device.startswith("cuda") else "cpu"]):
+        for rows in token_budget_batches(lengths, TEXT_TOKENS["cuda" if self.device.startswith("cuda") else "cpu"]):
             vectors[rows] = self.embed(ids, lengths, rows)
         return vectors
 
