@@ -127,11 +127,11 @@ def one_thread_floor(model: RaeModel, texts: list[str], k: int, tokens: int) -> 
     torch.set_num_threads(1)
     model.predict(texts[:1], k)  # warm-up
     phases = np.array([list(model.predict([text], k)[1].per_query_ms().values()) for text in texts])
-    total, encode, search, score = np.median(phases, axis=0)
-    encoder_ceiling_ms = 1000 / ceiling(model.encoder.model, 1, tokens, seconds=3.0)
-    floor = encoder_ceiling_ms + search + score
+    total, encode, search, score = (float(ms) for ms in np.median(phases, axis=0))
+    encoder_ceiling = 1000 / ceiling(model.encoder.model, 1, tokens, seconds=3.0)
+    floor = encoder_ceiling + search + score
     return {"total_ms": round(total, 2), "encode_ms": round(encode, 2), "search_ms": round(search, 2),
-            "score_ms": round(score, 2), "encoder_matmul_ceiling_ms": round(encoder_ceiling_ms, 2),
+            "score_ms": round(score, 2), "encoder_matmul_ceiling_ms": round(encoder_ceiling, 2),
             "floor_ms": round(floor, 2), "total_over_floor": round(total / floor, 3)}
 
 
