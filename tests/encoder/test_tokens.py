@@ -31,12 +31,6 @@ from raexmc.errors import ConfigError, DataError
 from tests.helpers import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
 
 
-@pytest.fixture
-def tiny_dataset(lf_folder, tmp_path) -> Dataset:
-    build_dataset("tiny", {"source": "local", "path": str(lf_folder)}, tmp_path / "tiny", "")
-    return Dataset(tmp_path / "tiny")
-
-
 def build(dataset, tokenizer, out, **overrides):
     settings = dict(input_max_len=8, label_max_len=4, input_fields="title+content", label_fields="title",
                     batch_size=3)
