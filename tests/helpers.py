@@ -99,6 +99,12 @@ def make_ngame_folder(folder: Path) -> Path:
     return folder
 
 
+def raexmc(*args, cwd=None, env=None, timeout=300):
+    """`python -m raexmc.cli ARGS` (paths as text) in `cwd`, its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "raexmc.cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def sh(*args, cwd, check=True, env=None):
     env = {**(os.environ if env is None else env),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
