@@ -99,6 +99,12 @@ def make_ngame_folder(folder: Path) -> Path:
     return folder
 
 
+def raexmc(*args, cwd=None, env=None, timeout=300):
+    """`python -m raexmc.cli ARGS` (paths as text) in `cwd`, its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "raexmc.cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def sh(*args, cwd, check=True, env=None):
     env = {**(os.environ if env is None else env),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -290,18 +296,6 @@ def dense_top_b_softmax(S, b: int, tau: float):
         w = np.exp((S[q, top] - S[q, top].max()) / tau)
         P[q, top] = w / w.sum()
     return P
-
-
-def fp32_dot_error(A, B) -> float:
-    """A bound on how far two fp32 products A @ B.T may differ, entry by entry, when they sum in different orders
-    (BLAS kernels differ between AVX2 and AVX-512 CPUs, and between one product over stacked keys and one per key
-    set). An fp32 dot product of length d is off by at most γ_d·Σ|a_i·b_i| ≈ d·u·‖a‖·‖b‖ (Higham's bound, u = eps/2,
-    fp32's unit roundoff); two of them differ by at most twice that, d·eps·‖a‖·‖b‖, taken at the largest norms of
-    A's and B's rows."""
-    import numpy as np
-
-    norm_a, norm_b = (float(np.linalg.norm(np.asarray(M, dtype=np.float64), axis=1).max()) for M in (A, B))
-    return A.shape[1] * float(np.finfo(np.float32).eps) * norm_a * norm_b
 
 
 def softmax_error(sim_error: float, tau: float) -> float:

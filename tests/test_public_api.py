@@ -9,7 +9,7 @@ import sys
 import zipfile
 from importlib.metadata import version
 
-from tests.helpers import REPO
+from tests.helpers import REPO, raexmc
 
 LOADS_EVERY_NAME = """
 import sys
@@ -34,8 +34,7 @@ def test_import_raexmc_is_cheap_and_every_public_name_resolves():
 
 
 def test_raexmc_version_prints_the_installed_version():
-    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "--version"], capture_output=True, text=True,
-                          timeout=120)
+    proc = raexmc("--version", timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == f"raexmc {version('raexmc')}", proc.stderr
 
 

@@ -90,6 +90,11 @@ def test_a_field_s_python_name_is_no_params_key(section, name, field):
 @pytest.mark.parametrize("key, value, line", [
     ("infer.b", ..., "infer.b: missing parameter"),
     ("tokenize.input_max_len", "ten", "tokenize.input_max_len: must be an integer, got 'ten'"),
+    ("tokenize.label_max_len", True, "tokenize.label_max_len: must be an integer, got True"),
+    ("tokenize.batch_size", 2.5, "tokenize.batch_size: must be an integer, got 2.5"),
+    ("tokenize.label_max_len", 0, "tokenize.label_max_len: must be greater than or equal to 1, got 0"),
+    ("tokenize.input_fields", "body", "tokenize.input_fields: must be 'title' or 'title+content', got 'body'"),
+    ("tokenize.label_fields", None, "tokenize.label_fields: must be 'title' or 'title+content', got None"),
     ("infer.lambda", 2, "infer.lambda: must be 'auto' or less than or equal to 1, got 2"),
     ("embed.batch_size", 0, "embed.batch_size: must be 'auto' or greater than or equal to 1, got 0"),
     ("embed.dtype", "int8", "embed.dtype: must be 'float32' or 'float16', got 'int8'"),

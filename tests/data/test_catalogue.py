@@ -4,8 +4,6 @@ chosen one alone, `dvc exp show` shows that one only, and a bad or missing entry
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -13,7 +11,7 @@ from raexmc.data.catalogue import catalogue, catalogue_dir, dataset_spec
 from raexmc.data.sources import build_dataset
 from raexmc.errors import ConfigError
 from raexmc.settings import load_settings, read_mapping, read_params_tree, settings_from
-from tests.helpers import REPO, commit_all, dvc, new_project, set_dataset, set_params, write_params
+from tests.helpers import REPO, commit_all, dvc, new_project, raexmc, set_dataset, set_params, write_params
 
 
 def test_the_projects_catalogue_holds_the_chosen_dataset_and_every_source():
@@ -89,8 +87,7 @@ def test_raexmc_datasets_lists_the_files_of_the_catalogue(tmp_path):
     set_dataset(tmp_path, "a", {"source": "local", "path": "/x"})
     (tmp_path / "data" / "a").mkdir(parents=True)
     (tmp_path / "data" / "a" / "stats.json").write_text(json.dumps({"N_train": 3, "N_test": 2, "L": 5}))
-    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "datasets", "--params", str(tmp_path / "params.yaml"),
-                           "--data-dir", str(tmp_path / "data")], capture_output=True, text=True)
+    proc = raexmc("datasets", "--params", tmp_path / "params.yaml", "--data-dir", tmp_path / "data")
     assert proc.returncode == 0, proc.stderr
     # columns as wide as their longest entry ("synthetic"), two spaces apart
     assert proc.stdout.splitlines() == ["a  local      N_train=3 N_test=2 L=5", "b  synthetic  not built"]

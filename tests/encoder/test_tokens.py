@@ -28,14 +28,7 @@ from raexmc.encoder.tokens import (
     tokenizer_input,
 )
 from raexmc.errors import ConfigError, DataError
-from raexmc.settings import read_params_tree, settings_from
 from tests.helpers import REPO, TRAIN, make_lf_folder, peak_rss_of, write_jsonl_gz
-
-
-@pytest.fixture
-def tiny_dataset(lf_folder, tmp_path) -> Dataset:
-    build_dataset("tiny", {"source": "local", "path": str(lf_folder)}, tmp_path / "tiny", "")
-    return Dataset(tmp_path / "tiny")
 
 
 def build(dataset, tokenizer, out, **overrides):
@@ -231,28 +224,6 @@ def test_a_tokenizer_setting_that_changes_the_ids_rebuilds_the_cache(tiny_datase
 def test_text_fields_the_settings_would_refuse_are_a_programming_error(tiny_dataset, tiny_model, tmp_path):
     with pytest.raises(ValueError, match="title or title\\+content, not 'title\\+content' and 'body'"):
         build(tiny_dataset, load_tokenizer(str(tiny_model)), tmp_path / "tokens", label_fields="body")
-
-
-BAD_SETTINGS = [
-    ("input_max_len", -5, "must be greater than or equal to 1, got -5"),
-    ("label_max_len", 0, "must be greater than or equal to 1, got 0"),
-    ("batch_size", 0, "must be greater than or equal to 1, got 0"),
-    ("input_max_len", "64", "must be an integer, got '64'"),
-    ("batch_size", 2.5, "must be an integer, got 2.5"),
-    ("label_max_len", True, "must be an integer, got True"),
-    ("input_fields", "body", "must be 'title' or 'title+content', got 'body'"),
-    ("label_fields", None, "must be 'title' or 'title+content', got None"),
-    ("input_max_length", 64, "unknown parameter"),
-]
-
-
-@pytest.mark.parametrize("key, value, fragment", BAD_SETTINGS)
-def test_every_tokenize_value_is_checked_before_any_work(key, value, fragment):
-    tree = read_params_tree(REPO / "params.yaml")
-    with pytest.raises(ConfigError) as info:
-        settings_from({**tree, "tokenize": {**tree["tokenize"], key: value}})
-    assert (info.value.path, info.value.record) == ("params.yaml", f"tokenize.{key}")
-    assert fragment in str(info.value)
 
 
 @pytest.mark.parametrize("key, value", [("input_max_len", 2), ("label_max_len", 513)])

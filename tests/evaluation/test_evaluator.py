@@ -132,10 +132,11 @@ def assert_same_results(got, expected):
             np.testing.assert_array_equal(got["per_instance"][method][name], values, err_msg=f"{method}/{name}")
 
 
-@pytest.mark.parametrize("chunk, block", [(1, 1), (7, 4), (13, 8), (50, 16)])
-def test_chunks_of_queries_give_the_numbers_of_one_chunk(chunk, block):
+@pytest.mark.parametrize("chunk, block, workers", [(1, 1, 1), (7, 4, 1), (13, 8, 1), (50, 16, 1), (6, 40, 3)])
+def test_chunks_of_queries_and_workers_give_the_numbers_of_one_chunk(chunk, block, workers):
     """Every summary, sweep row and per-query value, whatever the chunks (20 queries; 7 and 13 do not divide
-    it) and the aligned search blocks they are served from."""
+    it), the aligned search blocks they are served from, and the threads that score and rank a chunk's rankings
+    side by side (each ranking's tally still takes its chunks in order)."""
     m = make_problem(60, crowd=False)
     rae, retrievals, searched = rae_on(evaluator_of(m), 0.3, 0.1, 12), retrievals_of(m, 40), []
 
@@ -145,7 +146,7 @@ def test_chunks_of_queries_give_the_numbers_of_one_chunk(chunk, block):
 
     whole = evaluate_retrieval(retrievals.rows, evaluator_of(m), rae, *SWEEPS, with_ova_knn=True, chunk=N_TEST)
     chunked = evaluate_retrieval(BlockSearch(search, block, N_TEST), evaluator_of(m), rae, *SWEEPS, with_ova_knn=True,
-                                 chunk=chunk)
+                                 chunk=chunk, workers=workers)
     assert searched == [(start, min(start + block, N_TEST)) for start in range(0, N_TEST, block)]
     assert_same_results(chunked, whole)
     # one chunk is the evaluator's whole-set summary of the same ranking
@@ -153,18 +154,8 @@ def test_chunks_of_queries_give_the_numbers_of_one_chunk(chunk, block):
     summary, per_instance = evaluator_of(m).summary(ranked)
     assert summary == whole["methods"]["knn"]
     np.testing.assert_array_equal(per_instance["PSP@5"], whole["per_instance"]["knn"]["PSP@5"])
-
-
-def test_rankings_on_several_workers_give_the_numbers_of_one():
-    """Threads score and rank a chunk's rankings side by side; every summary, sweep row and per-query value is
-    the one worker's (each ranking's tally still takes its chunks in order)."""
-    m = make_problem(60, crowd=False)
-    rae = rae_on(evaluator_of(m), 0.3, 0.1, 12)
-    one, three = (evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), rae, *SWEEPS, with_ova_knn=True,
-                                     chunk=6, workers=workers) for workers in (1, 3))
-    assert_same_results(three, one)
     with pytest.raises(ValueError, match="workers"):
-        evaluate_retrieval(retrievals_of(m, 40).rows, evaluator_of(m), rae, workers=0)
+        evaluate_retrieval(retrievals.rows, evaluator_of(m), rae, workers=0)
 
 
 def test_a_hit_at_rank_100_counts_in_r_at_100():

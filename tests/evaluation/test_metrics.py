@@ -73,14 +73,26 @@ def test_remove_pairs_drops_filtered_positives():
     assert remove_pairs(truth, exclude).toarray().tolist() == [[1, 0, 0, 0], [0, 1, 0, 0]]
 
 
-def test_remove_pairs_works_through_chunks_of_rows_as_through_one(monkeypatch):
+def test_filtered_pairs_work_through_chunks_of_rows_as_through_one(monkeypatch):
+    """remove_pairs, and the rankings and metrics that drop filtered pairs, with a chunk of one to a few rows."""
     rng = np.random.default_rng(5)
     truth = sp.random(50, 30, density=0.3, random_state=rng, format="csr")
     exclude = sp.random(50, 30, density=0.2, random_state=rng, format="csr")
-    monkeypatch.setattr(pairs, "_CHUNK_ENTRIES", 7)  # a chunk of one to a few rows
+    scores = sp.random(50, 30, density=0.3, random_state=rng, format="csr")
+
+    def run():
+        ranked = top_k(scores, 4, exclude=exclude)
+        return ranked, top_k(scores.toarray(), 4, exclude=exclude), per_instance_metrics(ranked, truth)
+
+    whole = run()
+    monkeypatch.setattr(pairs, "_CHUNK_ENTRIES", 7)
     kept = remove_pairs(truth, exclude)
     np.testing.assert_array_equal(kept.toarray(), np.where(exclude.toarray() != 0, 0.0, truth.toarray()))
     assert kept.nnz == ((truth.toarray() != 0) & (exclude.toarray() == 0)).sum()
+    sparse_chunked, dense_chunked, metrics_chunked = run()
+    assert sparse_chunked.tolist() == whole[0].tolist() and dense_chunked.tolist() == whole[1].tolist()
+    for name, values in whole[2].items():
+        assert metrics_chunked[name].tolist() == values.tolist(), name
 
 
 def test_filtered_pair_neither_predicted_nor_positive():
@@ -317,26 +329,6 @@ def test_propensity_scored_metrics_match_pyxclib_semantics_on_random_data(sparse
                                        err_msg=key)
             mean_of_ratios = np.mean(np.divide(numerators, ideals, out=np.zeros(n), where=np.array(ideals) > 0))
             assert abs(mean_of_ratios - value) > 1e-3, f"{key}: the data does not tell the definitions apart"
-
-
-def test_chunked_processing_matches_single_pass(monkeypatch):
-    rng = np.random.default_rng(3)
-    scores = sp.random(50, 30, density=0.3, random_state=rng, format="csr")
-    exclude = sp.random(50, 30, density=0.1, random_state=rng, format="csr")
-    truth = sp.random(50, 30, density=0.1, random_state=rng, format="csr")
-
-    def run():
-        ranked = top_k(scores, 4, exclude=exclude)
-        dense = top_k(scores.toarray(), 4, exclude=exclude)
-        return ranked, dense, per_instance_metrics(ranked, truth)
-
-    sparse_whole, dense_whole, metrics_whole = run()
-    monkeypatch.setattr("raexmc.rae.pairs._CHUNK_ENTRIES", 7)  # a few rows per chunk
-    sparse_chunked, dense_chunked, metrics_chunked = run()
-    assert sparse_chunked.tolist() == sparse_whole.tolist()
-    assert dense_chunked.tolist() == dense_whole.tolist()
-    for name, values in metrics_whole.items():
-        assert metrics_chunked[name].tolist() == values.tolist(), name
 
 
 @pytest.mark.parametrize("outlier", [False, True])

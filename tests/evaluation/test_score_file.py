@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,15 +20,10 @@ from raexmc.evaluation.score_file import TopScores, ranked_values, read_scores
 from raexmc.evaluation.score_report import report_table, score_files
 from raexmc.rae.ranking import top_k
 from test_propensity import evaluate_tiny
-from tests.helpers import REPO, make_ngame_folder, write_jsonl_gz
+from tests.helpers import make_ngame_folder, raexmc, write_jsonl_gz
 
 METHODS = ("rae", "dual_encoder", "knn", "rae_query_lambda")
 TESTED = ("P@1", "P@5", "PSP@5", "R@100")
-
-
-def raexmc(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "raexmc.cli", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")

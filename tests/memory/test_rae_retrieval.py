@@ -1,6 +1,6 @@
 """Which keys RAE scores (memory.merge.RaeRetrieval), through the real searches: split takes the top b_x input keys
-and the top b_z label keys, each of its own key set; joint the top-b of the stacked keys. (The scores of both
-against the paper's dense formula: tests/rae/test_reference.py.)"""
+and the top b_z label keys, each of its own key set. (Joint, the top-b of the stacked keys: tests/memory/test_merge.py;
+the scores of both against the paper's dense formula: tests/rae/test_reference.py.)"""
 
 from __future__ import annotations
 
@@ -31,16 +31,6 @@ def test_split_takes_the_top_keys_of_each_key_set_in_its_share(b, share, num_x, 
     for row, query in zip(ids, Q):
         assert set(row) == set(brute_top_k(query[None], X, num_x)[0][0]) | set(
             N_INPUTS + brute_top_k(query[None], Z, num_z)[0][0])
-
-
-@pytest.mark.parametrize("b", [1, 7, 25])
-def test_joint_is_the_top_b_of_the_stacked_keys(b):
-    rng = np.random.default_rng(1)
-    X, Z, Q = (rng.integers(-3, 4, size=(n, DIM)).astype(np.float32) for n in (N_INPUTS, N_LABELS, 9))
-    ids, sims = rae_search(JointSearch(ExactIndex(X), ExactIndex(Z)), Q, b, RaeRetrieval())
-    want_ids, want_sims = brute_top_k(Q, np.vstack([X, Z]), b)  # integer vectors: every product exact
-    np.testing.assert_array_equal(ids, want_ids)
-    np.testing.assert_array_equal(sims, want_sims)
 
 
 def test_split_keeps_label_keys_the_joint_top_b_crowds_out():

@@ -3,9 +3,6 @@ model's alias, checked in that store before a server starts."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -13,7 +10,7 @@ from raexmc.errors import DataError
 from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, load_per_instance
 from raexmc.pipeline.compare import local_copy
 from raexmc.pipeline.tracking.run import stage_run
-from tests.helpers import write_params
+from tests.helpers import raexmc, write_params
 
 
 def test_a_path_is_used_as_it_is_a_run_id_fetches_what_evaluate_logged_and_values_not_finite_are_refused(
@@ -42,8 +39,7 @@ def test_an_unknown_run_or_a_missing_path_is_one_data_error(project, source, lin
 
 def test_serve_refuses_an_alias_no_version_carries_in_one_line(project):
     write_params(project, **{"data.name": "tiny"})  # package.model_name null, alias candidate
-    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", "5999"],
-                          capture_output=True, text=True, timeout=300)
+    proc = raexmc("serve", "--alias", "nope", "--port", "5999")
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]  # after MLflow's own lines on creating a new store
     assert "Traceback" not in proc.stderr and last.startswith("DataError: ") and "raexmc-tiny@nope" in last

@@ -7,8 +7,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 
 import pytest
 from ruamel.yaml import YAML
@@ -18,7 +16,7 @@ from raexmc.encoder.model import weights_on_disk
 from raexmc.pipeline.presets import presets_path
 from raexmc.settings import Settings, load_settings, read_mapping
 from test_requirements import pip_installs
-from tests.helpers import REPO, add_wheel, make_lf_folder
+from tests.helpers import REPO, add_wheel, make_lf_folder, raexmc
 
 # The paper's tables (RAE-XMC, Appendix; /work/shared/design.md "The paper's hyper-parameters"), typed in here,
 # not read from params.yaml: per dataset max_len, batch per GPU (of 8), LR, max_steps, hnm_steps, hnm_topk, λ.
@@ -37,8 +35,7 @@ EVERY_DATASET = {"encoder.name": "distilbert-base-uncased", "encoder.mode": "fin
 
 
 def preset(name, cwd, *args, env=None):
-    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "preset", name, "--params", str(REPO / "params.yaml"),
-                           *args], cwd=cwd, capture_output=True, text=True, env=env)
+    proc = raexmc("preset", name, "--params", REPO / "params.yaml", *args, cwd=cwd, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
-import sys
 
 import pytest
 
 from raexmc.errors import DataError
 from raexmc.pipeline.results import RunResults, method_rows, p_value_rows, run_results, side_by_side, write_rows
-from tests.helpers import REPO, commit_all, dvc, sh
+from tests.helpers import REPO, commit_all, dvc, raexmc, sh
 
 ROW = {"P@1": 52.21, "P@5": 24.13, "nDCG@5": 40.5, "PSP@5": 30.0, "R@100": 79.8, "macro-F1@5": {"tail": 21.17}}
 
@@ -32,8 +30,7 @@ def write_run(folder, p_value, log10_p, knn_tau=0.04, tau_auto=False, retrieval=
 
 
 def results(tmp_path):
-    return subprocess.run([sys.executable, "-m", "raexmc.cli", "results", "--name", "run",
-                           "--artifacts", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    return raexmc("results", "--name", "run", "--artifacts", tmp_path, cwd=REPO)
 
 
 def test_table_rows_and_tests_knn_s_own_tau_a_split_retrieval_s_label_share_and_an_underflowed_p(tmp_path):
@@ -135,8 +132,7 @@ def toy_repo(tmp_path_factory):
 
 
 def results_of(repo, *args):
-    return subprocess.run([sys.executable, "-m", "raexmc.cli", "results", *args], cwd=repo, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    return raexmc("results", *args, cwd=repo, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from test_predictor import JYTHON, LABEL_TITLES, build_pipeline, logged_predictor, post_json, predictor_of
-from tests.helpers import LABELS, local_server, write_jsonl_gz
+from tests.helpers import LABELS, local_server, raexmc, write_jsonl_gz
 
 # lbl.json.gz's uid of each row: large integers (one past 2**53, which a float would round) and small ones
 # that are other labels' rows, so an answer that gave a row, or another row's id, would show.
@@ -27,8 +27,7 @@ def own_ids_built(tmp_path, lf_folder, tiny_model) -> Path:
 
 
 def raexmc_predict(project: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "raexmc.cli", "predict", "--name", "tiny", *args], cwd=project,
-                          capture_output=True, text=True)
+    return raexmc("predict", "--name", "tiny", *args, cwd=project)
 
 
 def assert_own_ids(labels: list[dict]) -> None:

@@ -1,5 +1,5 @@
-"""RaeModel on a hand-built memory: its scores are the dense softmax(q·K/τ) over the top-b keys times V, computed
-here with numpy alone, for the joint and the split retrieval and with the prior; a saved model loads back
+"""RaeModel on a hand-built memory: its scores are the dense softmax(q·K/τ) over the top-b keys times V of
+rae/reference.py, for the joint and the split retrieval and with the prior; a saved model loads back
 scoring identically, wherever its folder has moved, with its beam; a folder whose parts disagree, or whose
 settings.json holds a bad value, is refused in one line naming the file and the key."""
 
@@ -19,6 +19,7 @@ from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.query_lambda import FEATURES, QueryLambda
+from raexmc.rae.reference import reference_scores
 from tests.helpers import reseal, softmax_error
 
 # 4 training inputs and 3 labels in 3 dimensions; V's input rows are Y (inputs x labels), its label rows I.
@@ -28,34 +29,17 @@ Y = sp.csr_matrix(np.array([[1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 1, 1]], dtype=n
 Q = np.array([[0.9, 0.3, 0.1], [0.1, 0.2, 0.95], [0.3, 0.9, 0.3]], dtype=np.float32)
 LAM, TAU, B = 0.3, 0.5, 4
 COUNTS = np.array([3, 1, 2, 5])
-# The model's similarities are fp32, brute_force's float64 from the same fp32 vectors: a 3-term dot product of unit
+# The model's similarities are fp32, the reference's float64 from the same fp32 vectors: a 3-term dot product of unit
 # or shorter vectors is within 3u of it (u = eps/2, fp32's unit roundoff), and adding the prior's τ·log n (below
 # 0.81, itself rounded) to it costs 3u more: within 8u = 4 eps in all. The scores, a softmax at τ mixed with
-# weights in [0, 1], are then within softmax_error of brute_force's (some 2e-6, of scores up to 1).
+# weights in [0, 1], are then within softmax_error of the reference's (some 2e-6, of scores up to 1).
 SCORE_ERROR = softmax_error(4 * float(np.finfo(np.float32).eps), TAU)
 
 
-def brute_force(num_x: int, num_z: int, joint_b: int | None = None, counts: np.ndarray | None = None,
-                lam: float = LAM) -> np.ndarray:
-    """Dense (queries, labels) scores: per query the joint top-`joint_b` keys of [X; Z] (or the top num_x inputs
-    and top num_z labels), p = softmax(q·k/τ (+ log n for an input key)) over them, λ p_X Y + (1 - λ) p_Z."""
-    K, V = np.vstack([X, Z]).astype(np.float64), np.vstack([Y.toarray(), np.eye(3)])
-    out = np.zeros((len(Q), 3))
-    for q, query in enumerate(Q.astype(np.float64)):
-        sims = K @ query
-        if joint_b is not None:
-            kept = np.argsort(-sims, kind="stable")[:joint_b]
-        else:
-            kept = np.concatenate([np.argsort(-sims[:4], kind="stable")[:num_x],
-                                   4 + np.argsort(-sims[4:], kind="stable")[:num_z]])
-        logits = sims[kept] / TAU
-        if counts is not None:
-            logits[kept < 4] += np.log(counts[kept[kept < 4]])
-        p = np.exp(logits - logits.max())
-        p /= p.sum()
-        weights = np.where(kept < 4, lam, 1 - lam) * p
-        out[q] = weights @ V[kept]
-    return out
+def expected(lam: float = LAM, counts: np.ndarray | None = None, label_share: float | None = None) -> np.ndarray:
+    """rae/reference.py's dense scores of Q on this memory, at b = B."""
+    log_counts = None if counts is None else np.log(counts.astype(np.float64))
+    return reference_scores(Q, X, Z, Y.toarray(), lam, TAU, B, label_share, log_counts)
 
 
 def model(retrieval: RaeRetrieval = RaeRetrieval(), log_counts: np.ndarray | None = None,
@@ -67,26 +51,25 @@ def model(retrieval: RaeRetrieval = RaeRetrieval(), log_counts: np.ndarray | Non
 @pytest.mark.parametrize("prior", [False, True])
 def test_scores_of_the_joint_top_b_are_the_dense_softmax_times_v(prior):
     rae = model(log_counts=np.log(COUNTS.astype(np.float64)) if prior else None)
-    expected = brute_force(0, 0, joint_b=B, counts=COUNTS if prior else None)
-    np.testing.assert_allclose(rae.scores_for(Q).toarray(), expected, rtol=0, atol=SCORE_ERROR)
+    want = expected(counts=COUNTS if prior else None)
+    np.testing.assert_allclose(rae.scores_for(Q).toarray(), want, rtol=0, atol=SCORE_ERROR)
     inputs, labels = ExactIndex(X).search(Q, B), ExactIndex(Z).search(Q, B)  # keys from searches made elsewhere
-    np.testing.assert_allclose(rae.scores(*rae.keys(inputs, labels)).toarray(), expected, rtol=0, atol=SCORE_ERROR)
+    np.testing.assert_allclose(rae.scores(*rae.keys(inputs, labels)).toarray(), want, rtol=0, atol=SCORE_ERROR)
     top = np.argsort(-(Q @ np.vstack([X, Z]).T), axis=1, kind="stable")[:, :B]
     assert ((top < 4).any(axis=1) & (top >= 4).any(axis=1)).all(), "each query's top 4 mixes the two halves"
 
 
-@pytest.mark.parametrize(("share", "num_x", "num_z"), [(0.25, 3, 1), (0.5, 2, 2), (1.0, 0, 3)])
-def test_scores_of_a_split_retrieval_are_the_dense_softmax_over_each_share(share, num_x, num_z):
+@pytest.mark.parametrize("share", [0.25, 0.5, 1.0])
+def test_scores_of_a_split_retrieval_are_the_dense_softmax_over_each_share(share):
     """label_share x b label keys (rounded half up; at most the 3 there are) and the rest input keys."""
     rae = model(RaeRetrieval("split", share))
-    np.testing.assert_allclose(rae.scores_for(Q).toarray(), brute_force(num_x, num_z), rtol=0, atol=SCORE_ERROR)
+    np.testing.assert_allclose(rae.scores_for(Q).toarray(), expected(label_share=share), rtol=0, atol=SCORE_ERROR)
 
 
 def test_top_k_ranks_the_scores_best_first_and_pads_what_no_key_reaches():
     rae = model(lam=0.0)  # λ 0: only the label keys among the top 4 score, fewer than 3 for some query
-    expected = brute_force(0, 0, joint_b=B, lam=0.0)
     labels, values = rae.top_k(Q, 3)
-    for row, scores in enumerate(expected):
+    for row, scores in enumerate(expected(lam=0.0)):
         scored = np.flatnonzero(scores > 0)
         order = scored[np.argsort(-scores[scored], kind="stable")]
         assert labels[row].tolist() == [*order.tolist(), *[-1] * (3 - len(order))]
@@ -130,8 +113,8 @@ def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieva
     if lam != LAM:  # each query mixed at the λ the model picks from its keys' features
         chosen = lam.lambdas(*saved.retrieve(Q), Y)
         assert len(set(chosen)) > 1, "the λ model picks different λ for these queries"
-        expected = [brute_force(0, 0, joint_b=B, counts=COUNTS, lam=value)[q] for q, value in enumerate(chosen)]
-        np.testing.assert_allclose(loaded.scores_for(Q).toarray(), expected, rtol=0, atol=SCORE_ERROR)
+        want = [expected(value, COUNTS)[q] for q, value in enumerate(chosen)]
+        np.testing.assert_allclose(loaded.scores_for(Q).toarray(), want, rtol=0, atol=SCORE_ERROR)
 
 
 def test_a_bare_scoring_model_saves_without_search_encoder_or_labels_with_its_model_card(tmp_path):

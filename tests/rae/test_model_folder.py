@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.persistence import save_index
 from raexmc.rae.model import RaeModel
 from test_predictor import build_pipeline, logged_predictor
-from tests.helpers import free_port, make_lf_folder, peak_rss_of, reseal, write_params
+from tests.helpers import free_port, make_lf_folder, peak_rss_of, raexmc, reseal, write_params
 
 BACKENDS = ("hnsw", "exact")
 
@@ -234,8 +233,7 @@ def test_raexmc_serve_refuses_a_damaged_registered_model_at_start_in_one_line(pa
     [manifest] = (tmp_path / "mlartifacts").rglob("manifest.json")
     one_byte_changed(manifest.parent / "values.npz")
     write_params(tmp_path, **{"data.name": "tiny"})
-    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "serve", "--params", str(tmp_path / "params.yaml"),
-                           "--port", str(free_port())], capture_output=True, text=True, timeout=300)
+    proc = raexmc("serve", "--params", tmp_path / "params.yaml", "--port", free_port())
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (f"DataError: {manifest.parent / 'values.npz'}: its sha256 is "
                                                     "not manifest.json's: changed since the folder was written: rerun "

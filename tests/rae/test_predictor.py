@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
@@ -95,13 +96,18 @@ def predictor_of(folder: Path) -> RaeModel:
     return RaeModel.load(folder / "predictor")
 
 
-def expected_top3_of_first_test_input(built: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The evaluate path: the cached embedding of test input s0 searched exactly, RAE scores, top 3."""
+def first_test_input_scores(built: Path, settings: RaeSettings = RAE) -> sp.csr_matrix:
+    """The evaluate path: the cached embedding of test input s0 searched exactly, RAE's scores at `settings`."""
     queries = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
-    ids, sims = make_index("exact", memory_keys(built / "embeddings")).search(queries, SETTINGS["b"])
-    Y_train = Dataset(built.parents[1] / "data" / "tiny").label_matrix("train").copy()
-    Y_train.data[:] = 1.0  # binary values, as the paper (t1's label 2 has relevance 0.5 in the data)
-    scores = RaeModel(Y_train, RAE).scores(ids, sims)
+    joint = make_index("exact", memory_keys(built / "embeddings")).search(queries, SETTINGS["b"])
+    # binary values, as the paper (t1's label 2 has relevance 0.5 in the data)
+    return RaeModel(training_values(Dataset(built.parents[1] / "data" / "tiny").label_matrix("train")),
+                    settings).scores(*joint)
+
+
+def expected_top3_of_first_test_input(built: Path, settings: RaeSettings = RAE) -> tuple[np.ndarray, np.ndarray]:
+    """The top 3 labels of first_test_input_scores, and their scores."""
+    scores = first_test_input_scores(built, settings)
     top = top_k(scores, 3)[0]
     return top[top >= 0], scores[0, top[top >= 0]].toarray().ravel()
 
@@ -156,18 +162,10 @@ def test_predictor_with_query_lambda_ranks_like_the_evaluation_path_and_encodes_
     model = random_query_lambda()
     with_query_lambda(built, model)
     results, _ = predictor_of(built).predict([JYTHON], k=3)
-
-    queries = np.asarray(load_embeddings(built / "embeddings", "test"))[:1]
-    joint = make_index("exact", memory_keys(built / "embeddings")).search(queries, SETTINGS["b"])
-    Y_train = Dataset(built.parents[1] / "data" / "tiny").label_matrix("train").copy()
-    Y_train.data[:] = 1.0
-    scores = RaeModel(Y_train, RaeSettings(model, model.tau, SETTINGS["b"])).scores(*joint)
-    top = top_k(scores, 3)[0]
-    top = top[top >= 0]
-    at_memory_lambda = RaeModel(Y_train, RAE).scores(*joint)
-    assert model.lambdas(*joint, Y_train)[0] != SETTINGS["lambda"]
-    assert not np.allclose(scores[0, top].toarray(), at_memory_lambda[0, top].toarray(), atol=1e-3)
-    assert_answers(results[0], top, scores[0, top].toarray().ravel())
+    top, scores = expected_top3_of_first_test_input(built, RaeSettings(model, model.tau, SETTINGS["b"]))
+    at_memory_lambda = first_test_input_scores(built)[0, top].toarray().ravel()
+    assert not np.allclose(scores, at_memory_lambda, atol=1e-3), "the λ model's λ is not the memory's 0.5"
+    assert_answers(results[0], top, scores)
     # the package stage saves the embed stage's precision and load uses it, whatever the CPU would pick for auto
     for precision in ("bf16", "fp32"):
         package(built, precision=precision)

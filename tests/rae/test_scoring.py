@@ -21,6 +21,7 @@ from raexmc.rae.scoring import (
     score_parts,
     train_key_counts,
 )
+from tests.evaluation.tune_helpers import exact_search
 from tests.helpers import dense_top_b_softmax, unit_rows
 
 # With tau = 1 / ln 2, exp(s / tau) = 2 ** s, so integer similarities give power-of-two weights.
@@ -155,22 +156,13 @@ def test_bad_retrieval_is_a_data_error():
         knn_scores(np.array([[2]]), np.array([[1.0]], np.float32), Y_HAND)  # only inputs 0 and 1 exist
 
 
-def _search(queries: np.ndarray, keys: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-`width` search, padded with -1 / -inf where there are fewer keys."""
-    sims = (queries @ keys.T).astype(np.float32)
-    order = np.argsort(-sims, axis=1, kind="stable")[:, :width]
-    pad = ((0, 0), (0, width - order.shape[1]))
-    return (np.pad(order.astype(np.int64), pad, constant_values=-1),
-            np.pad(np.take_along_axis(sims, order, axis=1), pad, constant_values=NEG))
-
-
 @pytest.fixture(scope="module")
 def memory():
     rng = np.random.default_rng(7)
     X, Z, Q = (unit_rows(rng, n, 6, np.float64) for n in (40, 15, 9))
     Y = sp.random(40, 15, density=0.2, random_state=3, format="csr")
     Y.data[:] = 1.0
-    ids, sims = _search(Q, np.vstack([X, Z]), width=30)
+    ids, sims = exact_search(Q, np.vstack([X, Z]), width=30)
     ids[2, 20:], sims[2, 20:] = -1, NEG  # one query got fewer results back from its index
     return {"X": X, "Z": Z, "Q": Q, "Y": Y, "ids": ids, "sims": sims}
 
@@ -238,12 +230,12 @@ def test_parts_combine_linearly_probabilities_sum_to_one_and_a_per_query_lambda_
 @pytest.mark.parametrize("b", [None, 4])
 def test_ova_knn_scores_match_dense_reference_and_differ_from_the_joint_softmax(memory, lam, b):
     m, tau = memory, 0.05
-    x_ids, x_sims = _search(m["Q"], m["X"], width=12)
-    z_ids, z_sims = _search(m["Q"], m["Z"], width=20)  # wider than L = 15: padded
+    x_ids, x_sims = exact_search(m["Q"], m["X"], width=12)
+    z_ids, z_sims = exact_search(m["Q"], m["Z"], width=20)  # wider than L = 15: padded
     got = ova_knn_scores(x_ids, x_sims, z_ids, z_sims, m["Y"], lam=lam, tau=tau, b=b)
     expected = lam * dense_top_b_softmax(m["Q"] @ m["X"].T, b or 12, tau) @ m["Y"].toarray() + (
         1 - lam) * dense_top_b_softmax(m["Q"] @ m["Z"].T, b or 15, tau)
     np.testing.assert_allclose(got.toarray(), expected, rtol=1e-9, atol=1e-12)
     if 0 < lam < 1:  # the joint memory normalises over both kinds of keys together, OvA+kNN over each separately
-        joint = rae_scores(*_search(m["Q"], np.vstack([m["X"], m["Z"]]), 55), m["Y"], lam=lam, tau=tau, b=b)
+        joint = rae_scores(*exact_search(m["Q"], np.vstack([m["X"], m["Z"]]), 55), m["Y"], lam=lam, tau=tau, b=b)
         assert not np.allclose(got.toarray(), joint.toarray(), rtol=0, atol=1e-6)

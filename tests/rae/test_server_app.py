@@ -18,7 +18,7 @@ from raexmc.data.label_records import RECORDS_FILE
 from raexmc.pipeline.server import MAX_BODY_BYTES, CheckedRequests
 from raexmc.pipeline.serving import MAX_RECORDS
 from test_predictor import BAD_REQUESTS, build_pipeline, logged_and_loaded, predictor_of
-from tests.helpers import REPO
+from tests.helpers import REPO, make_lf_folder
 
 PERL = {"dataframe_records": [{"text": "perl"}]}
 TEXTS = ["perl", "a small unix"]
@@ -26,7 +26,7 @@ JSON_WITH_CHARSET = {"Content-Type": "application/json; charset=utf-8"}
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, lf_folder_module, tiny_model):
+def served(tmp_path_factory, tiny_model):
     """(the built pipeline's folder, the loaded model, MLflow's scoring app for it)."""
     from mlflow.environment_variables import _MLFLOW_IS_IN_SERVING_ENVIRONMENT
     from mlflow.pyfunc import scoring_server
@@ -35,16 +35,9 @@ def served(tmp_path_factory, lf_folder_module, tiny_model):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
         patch.setenv(_MLFLOW_IS_IN_SERVING_ENVIRONMENT.name, "false")  # init sets it; undone with the rest
-        built = build_pipeline(root, lf_folder_module, tiny_model, "hnsw")
+        built = build_pipeline(root, make_lf_folder(root / "lf"), tiny_model, "hnsw")
         _, model = logged_and_loaded(built, root, patch)
         yield built, model, scoring_server.init(model)
-
-
-@pytest.fixture(scope="module")
-def lf_folder_module(tmp_path_factory):
-    from tests.helpers import make_lf_folder
-
-    return make_lf_folder(tmp_path_factory.mktemp("lf"))
 
 
 def client(served, max_body_bytes: int = MAX_BODY_BYTES) -> TestClient:

@@ -1,11 +1,6 @@
-"""The normalised dataset folder that the download stage writes and every later stage reads.
-
-    labels.jsonl  train.jsonl  test.jsonl      one {"uid", "title", "content"} object a line (uid as its source has it)
-    Y_train.npz   Y_test.npz                   CSR label matrices (inputs x labels, relevance)
-    filter_train.npz  filter_test.npz          CSR reciprocal-pair filters (pairs never predicted)
-    stats.json    source.json                  counts; where the data came from
-
-Texts stay JSON lines for the tokeniser to stream; nothing dense of shape inputs x labels is ever built.
+"""The normalised dataset folder that the download stage writes and every later stage reads (its files:
+docs/pipeline.md#datasets). Texts stay JSON lines for the tokeniser to stream; nothing dense of shape inputs x
+labels is ever built.
 """
 
 from __future__ import annotations

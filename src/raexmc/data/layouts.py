@@ -1,12 +1,7 @@
-"""Readers for the two public on-disk layouts of XMC datasets with label texts.
-
-- LF (the Extreme Classification Repository): trn.json.gz, tst.json.gz, lbl.json.gz of records {uid, title,
-  content, target_ind, target_rel}, and filter_labels_{train,test}.txt.
-- NGAME text: trn_X.txt, tst_X.txt, Y.txt (a text a line), trn_X_Y.txt and tst_X_Y.txt (an optional "rows
-  cols" header, checked, then "label:value ..." a line), the same filters.
-
-Records stream; every relevance is checked, the label indices by the dataset writer. Text files are read with
-errors that name the file and line (FOLDOC's and WordNet's too).
+"""Readers for the two public on-disk layouts of XMC datasets with label texts: LF (the Extreme Classification
+Repository's json.gz records) and NGAME text (a text a line; "label:value" rows after an optional "rows cols"
+header, checked), with the same filter files (docs/pipeline.md#datasets). Records stream; every relevance is
+checked, the label indices by the dataset writer. Text files are read with errors that name the file and line.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""A seeded synthetic dataset of any shape (N_train, N_test, L, labels per input, words per text), written
-through the same writer as every source, to measure time and memory offline at the paper's scale.
-
-- Words are pseudo-words drawn by Zipf's law (frequent words short).
-- Labels fall into topics of `topic_size` consecutive ids, topics and labels popular by power laws, so label
-  frequencies are heavy-tailed like XC data.
-- An input picks a topic and a geometric number of its labels by popularity (Gumbel top-k).
-- Titles hold the topic's word and signature words (a label's two, three of an input's labels'), the rest Zipf
-  words; content is empty, as in the Titles benchmarks.
-
-Every chunk has its own random stream (seed, split, chunk), so the output depends on the parameters alone,
-however many processes make it.
+"""A seeded synthetic dataset of any shape, written through the same writer as every source, to measure time and
+memory offline at the paper's scale (docs/pipeline.md#datasets: Zipf words, topics of power-law popularity). Every
+chunk has its own random stream (seed, split, chunk), so the output depends on the parameters alone, however many
+processes make it.
 """
 
 from __future__ import annotations

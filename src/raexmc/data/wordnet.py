@@ -1,12 +1,8 @@
 """WordNet 3.0 database files (wndb) as a linked corpus: a synset's title is its lemmas, content its gloss,
-labels the synsets its semantic pointers lead to (`pointer_symbols` narrows them, e.g. "@" hypernyms).
-
-The wordnet-hypernyms source: noun synsets labelled by their hypernym ancestors within a band of depths, for few
-labels and many inputs (EURLex-4K's and AmazonCat-13K's regime), where a joint top-b holds few label keys. In the
-noun hypernym DAG ("@", "@i") a synset may sit at several depths. Labels: the synsets at a depth in [min_depth,
-max_depth] that are an ancestor of some synset; inputs: the synsets with such ancestors that are no labels (so the
-filters stay empty), labelled by all of them. One depth gives about 1.25 labels an input; a band nests labels as
-category trees do.
+labels the synsets its semantic pointers lead to (`pointer_symbols` narrows them, e.g. "@" hypernyms); and the
+wordnet-hypernyms source, noun synsets labelled by their hypernym ancestors within a band of depths (which
+synsets are labels, which inputs, and the shapes: docs/pipeline.md#datasets). In the noun hypernym DAG ("@", "@i")
+a synset may sit at several depths.
 """
 
 from __future__ import annotations

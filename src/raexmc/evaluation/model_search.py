@@ -73,7 +73,7 @@ def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settin
     rae = model.settings
     headline = model.at(lam=rae.lam.fallback) if rae.per_query else model  # the headline's λ: a number
     Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
-    evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), propensity.ab, model.values)
+    evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), propensity.ab)
     search = ModelSearch(model, baselines or model.search, queries, p.infer.b_sweep,
                          baseline_depth(evaluator.exclude))
     result = evaluate_retrieval(search.in_blocks(), evaluator, headline, p.infer.lambda_sweep, p.infer.b_sweep,
@@ -153,8 +153,7 @@ def served_sample(model: RaeModel, served: RaeModel | None, queries: np.ndarray,
     if served is None:
         return {"same_search": 1}
     rows = np.unique(np.linspace(0, len(queries) - 1, min(size, len(queries))).astype(np.int64))
-    sample = Evaluator(evaluator.Y_train, evaluator.truth[rows], evaluator.exclude[rows], evaluator.propensity_ab,
-                       evaluator.memory_values)
+    sample = Evaluator(evaluator.Y_train, evaluator.truth[rows], evaluator.exclude[rows], evaluator.propensity_ab)
     sampled = queries[rows]  # gathered once, for both searches and every chunk
 
     def headline(scored: RaeModel) -> dict[str, float]:

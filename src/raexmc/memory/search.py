@@ -83,24 +83,20 @@ def power_of_two_rows(budget: int, row_bytes: int, max_rows: int) -> int:
     return 1 << (rows.bit_length() - 1)
 
 
-def query_blocks(n_queries: int, rows_per_block: int, progress: bool, desc: str = "exact search") -> Iterator[int]:
-    """The first query of each block, with a progress bar when `progress` (a mining round at scale takes hours)."""
+def query_blocks(n: int, rows: int, progress: bool, desc: str = "exact search", unit: str = "query") -> Iterator[int]:
+    """The first of each block of `rows` of `n`, with a progress bar when `progress` (a mining round at scale takes
+    hours)."""
     from ..progress import progress_bar
 
-    with progress_bar(total=n_queries, desc=desc, unit="query", disable=not progress) as bar:
-        for start in range(0, n_queries, rows_per_block):
+    with progress_bar(total=n, desc=desc, unit=unit, disable=not progress) as bar:
+        for start in range(0, n, rows):
             yield start
-            bar.update(min(rows_per_block, n_queries - start))
+            bar.update(min(rows, n - start))
 
 
 def key_blocks(keys: np.ndarray, rows: int, desc: str, progress: bool) -> Iterator[tuple[int, np.ndarray]]:
     """(first id, block) of `keys`, `rows` at a time, with a progress bar of the keys inserted."""
-    from ..progress import progress_bar
-
-    with progress_bar(total=len(keys), desc=desc, unit="key", disable=not progress) as bar:
-        for start in range(0, len(keys), rows):
-            yield start, keys[start:start + rows]
-            bar.update(len(keys[start:start + rows]))
+    return ((start, keys[start:start + rows]) for start in query_blocks(len(keys), rows, progress, desc, "key"))
 
 
 def empty_result(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -17,8 +17,8 @@ from .tracking.run import EXPERIMENT, metric_name, readable_store, stage_metrics
 RUN_ID = r"[0-9a-f]{32}"  # how MLflow names its runs
 
 
-def compare_url(experiment_names: list[str], ui: str = "http://127.0.0.1:5000") -> str:
-    """The MLflow UI's compare view of the newest run of each named DVC experiment."""
+def compare_url(experiment_names: list[str], ui: str) -> str:
+    """The compare view, in the MLflow UI at `ui`, of the newest run of each named DVC experiment."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri())

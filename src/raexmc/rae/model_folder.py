@@ -1,16 +1,5 @@
-"""The self-contained folder a RaeModel saves to and loads from (it loads the same after a move); this module
-handles the model's parts and imports no RaeModel.
-
-    settings.json        λ, τ, b, retrieval and label share, ef_search, prior, the encoder's text recipe, `about`
-    values.npz           V: the input keys' label rows (the label keys' are the identity)
-    counts.npy           each input key's member count, where the prior is on (memory/prior.py)
-    query_lambda.json    the per-query λ model, where λ is one (rae/query_lambda.py)
-    inputs/, labels/     the two indexes (memory/persistence.py); an exact one holds its keys.npy
-    label_records.jsonl, label_offsets.npy    the labels' own ids and texts (data/label_records.py)
-    encoder/             the encoder, in the sentence-transformers layout
-    README.md            the model card: what it is, where it came from (`about`), how to load it
-    manifest.json        the format, the parts (PARTS) and each file's size and sha256 (io/reads.py)
-
+"""The self-contained folder a RaeModel saves to and loads from (it loads the same after a move; its files:
+docs/pipeline.md#the-dag, the package stage); this module handles the model's parts and imports no RaeModel.
 `read_model` checks the manifest first, then what a manifest cannot vouch for (values and keys finite, counts in
 range, index widths the encoder's, the tokenizer's vocabulary); a bad settings.json value names its key.
 """

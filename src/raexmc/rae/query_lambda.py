@@ -1,11 +1,7 @@
-"""A λ per query: a small model that reads a query's joint retrieval and picks its λ from a grid.
-
-One fixed λ suits the average query; one whose input neighbours are close and agree may want more. Per grid
-point λ_j a closed-form ridge regression predicts the query's target metric from standardised retrieval
-features, and the query gets the λ_j predicted best. It is fitted on validation queries
-(evaluation/query_lambda_fit.py) and kept only when its cross-validated metric beats the best fixed λ by
-MARGIN_SE standard errors; else it is that fixed λ. It travels as a small JSON dict. WordNet zero-shot:
-+1.9 P@1 (bench/results/query_lambda_wordnet.json); FOLDOC's 411 validation queries fall back to the fixed λ.
+"""A λ per query: a small model that reads a query's joint retrieval and picks its λ from a grid, by one ridge
+regression per grid point of the query's target metric on standardised retrieval features. Fitted on validation
+queries (evaluation/query_lambda_fit.py), it is kept only when it beats the best fixed λ by MARGIN_SE standard
+errors, else it is that λ (docs/pipeline.md, the tune stage: what it gains where); it travels as a small JSON dict.
 """
 
 from __future__ import annotations
