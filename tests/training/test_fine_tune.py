@@ -12,12 +12,10 @@ from raexmc.encoder.text_encoder import TextEncoder
 from raexmc.errors import ConfigError
 from raexmc.settings import load_settings
 from raexmc.training.fine_tune import TRAIN
-from tests.helpers import LABELS, REPO
+from tests.helpers import LABELS, REPO, TINY_TRAIN
 from tests.helpers import TRAIN as TRAINING_INPUTS
 
-# params.yaml's recipe shrunk to the tiny problem (test_train.py's), in fp32 on every CPU
-TINY = dict(precision="fp32", batch_size=4, grad_cache_chunk=0, lr=1e-3, max_steps=4, warmup_steps=1, hnm_steps=2,
-            hnm_topk=3, num_hard_negatives=1, val_fraction=0.25, val_b=10, embed_batch_size=4)
+TINY = {**TINY_TRAIN, "max_steps": 4, "hnm_steps": 2, "precision": "fp32"}  # fp32 on every CPU
 
 
 def test_the_fine_tune_defaults_are_params_yaml_s_train_section():
