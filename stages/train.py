@@ -13,21 +13,17 @@ import typer
 
 from raexmc.data.dataset import Dataset
 from raexmc.data.held_out import tune_split
-from raexmc.encoder.device import embed_batch_size, resolve_precision
-from raexmc.encoder.text_encoder import TextEncoder
+from raexmc.encoder.device import embed_batch_size
 from raexmc.encoder.tokens import TokenCache
-from raexmc.evaluation.propensity import table_propensity
 from raexmc.io import atomic_dir, mark_empty, write_json
 from raexmc.pipeline.tracking.stage import process_count, relaunch_under_torchrun, stage_cli, tracked_stage, user_errors
 from raexmc.process_group import process_group
 from raexmc.settings import load_settings
-from raexmc.training.checkpoint import run_fingerprint
 from raexmc.training.distributed import check_gpu_count
-from raexmc.training.graph_memory import resolve_grad_cache
 from raexmc.training.journal import as_table
 from raexmc.training.schedule import describe
 from raexmc.training.settings import TrainSettings
-from raexmc.training.train import train
+from raexmc.training.train import train_on, trainee
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
@@ -53,19 +49,11 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         relaunch_under_torchrun(nproc, p.train.torchrun_args)
 
     with process_group(p.train.device) as ctx, tracked_stage("train", params, ctx.is_main) as (p, run):
-        settings = TrainSettings.from_section(p.train, n_train, ctx.world_size)  # the schedule of every process
-        name = p.encoder.name
-        precision = resolve_precision(p.train.precision, ctx.device, params, "train.precision")
-        # its tokenizer too, saved with the model beside the max length the token cache cut inputs at
-        # (sentence_bert_config.json: sentence-transformers then cuts a text where this project does)
-        encoder = TextEncoder.load(name, ctx.device, precision,
-                                   max_len=int(TokenCache(tokens).meta["key"]["input_max_len"]))
-        trained = settings  # with gradient caching resolved for this encoder, device and token lengths
-        if mode == "fine-tuned":
-            data, cache = Dataset(dataset), TokenCache(tokens)
-            trained = resolve_grad_cache(settings, encoder.model.transformer.config, encoder.precision,
-                                         cache.meta["key"], ctx.device)
-        used = embed_batch_size(settings.embed_batch_size, ctx.device)
+        name, data, cache = p.encoder.name, Dataset(dataset), TokenCache(tokens)
+        # the recipe of every process; the encoder is saved with its tokenizer and the max length the token cache cut
+        # inputs at (sentence_bert_config.json: sentence-transformers then cuts a text where this project does)
+        encoder, trained = trainee(name, p.train, cache, ctx, n_train)
+        used = embed_batch_size(trained.embed_batch_size, ctx.device)
         run.params({"encoder.name": name, "encoder.mode": mode, "encoder.pooling": encoder.recipe,
                     "train": {**p.train.model_dump(), "embed_batch_size_used": used, "encoder": encoder.describe(),
                               "resolved": {**asdict(trained.schedule), "grad_cache_chunk": trained.grad_cache_chunk}}})
@@ -75,15 +63,13 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             if ctx.is_main:
                 typer.echo(describe(p.train.schedule, data.stats["N_train"], ctx.world_size,
                                     trained.schedule, trained.grad_cache_chunk), err=True)
-            fingerprint = run_fingerprint(name, encoder.recipe, settings, data.stats, cache.meta["key"], ctx.world_size)
-            curve = train(encoder, cache, data.label_matrix("train"), data.filter_matrix("train"), trained, ctx,
-                          checkpoints / "last.pt", table_propensity(data.names).ab,
-                          lambda step, values: run.metrics(values, step=step), fingerprint)
+            curve = train_on(encoder, name, data, cache, trained, ctx, checkpoints / "last.pt",
+                             lambda step, values: run.metrics(values, step=step))
         if ctx.is_main:
             # DVC draws a plot per file in `curves` and nothing for an empty folder, where an empty file would be
             # an empty panel, and one without validation points a missing-field error: the curve is written only
             # where the run trained and validated (MLflow has the loss of every run that trained).
-            validated = bool(curve) and settings.validates
+            validated = bool(curve) and trained.validates
             with atomic_dir(out) as folder:
                 encoder.save(folder)  # the sentence-transformers layout: the files carry the pooling
                 write_json(folder / "raexmc.json", {"base": name, "mode": mode})

@@ -45,6 +45,9 @@ TRAIN = [("t0", "cpython", "the reference python implementation", [0, 4], [1.0, 
          ("t3", "gcc", "the gnu compiler collection", [4], [1.0])]
 TEST = [("s0", "jython", "python on the jvm", [0], [1.0]),
         ("s1", "minix", "a small unix", [2, 3], [1.0, 1.0])]
+# params.yaml's train keys shrunk to that tiny problem (the training tests' recipe)
+TINY_TRAIN = dict(batch_size=4, grad_cache_chunk=0, lr=1e-3, max_steps=6, warmup_steps=1, hnm_steps=3, hnm_topk=3,
+                  num_hard_negatives=1, val_fraction=0.25, val_b=10, checkpoint_every=2, embed_batch_size=4)
 
 
 def reseal(folder: Path) -> None:

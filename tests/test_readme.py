@@ -139,7 +139,8 @@ def python_blocks(text: str) -> list[str]:
 def test_the_readme_python_blocks_run_on_a_packaged_model(tmp_path, monkeypatch, capsys, lf_folder, tiny_model):
     """Each block runs as written, in a project whose artifacts/foldoc is a tiny pipeline packaged the way the
     stages package one (tests/rae/test_predictor.py's build_pipeline): it prints each of the 5 labels' ids, and
-    build_model's block builds a model of MiniLM from 24 texts whose first answer is the label they say."""
+    build_model's block builds a model of MiniLM from 24 texts, and fine_tune one of MiniLM trained on them for 2 steps,
+    whose first answer is the label they say."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("predictor_tests", REPO / "tests" / "rae" / "test_predictor.py")
@@ -155,8 +156,9 @@ def test_the_readme_python_blocks_run_on_a_packaged_model(tmp_path, monkeypatch,
         assert block.count("\n") <= 10, f"a README Python example is longer than 10 lines:\n{block}"
         exec(compile(block, "README.md", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
-    built = [line for line in printed if line.startswith("build_model:")]  # MiniLM ranks the language label first
-    assert len(built) == 1 and built[0].startswith("build_model: ['programming language', "), printed
-    assert (tmp_path / "my-model" / "manifest.json").is_file()
-    printed.remove(built[0])
+    for call, folder in (("build_model", "my-model"), ("fine_tune", "my-tuned")):
+        built = [line for line in printed if line.startswith(f"{call}:")]  # MiniLM ranks the language label first
+        assert len(built) == 1 and built[0].startswith(f"{call}: ['programming language', "), printed
+        assert (tmp_path / folder / "manifest.json").is_file()
+        printed.remove(built[0])
     assert sorted(line.split()[0] for line in printed) == ["l0", "l1", "l2", "l3", "l4"], printed  # tests/helpers.py's

@@ -1,8 +1,8 @@
 """rae-xmc: extreme multi-label classification with Retrieval-augmented Encoders.
 
-The public API is __all__ (RaeModel, build_model: a model from texts without DVC, score_files, the metrics and
-tests), each loaded on first use (PEP 562), so `import raexmc` imports neither torch nor numpy. Imports flow one
-way, down LAYERS, with no circles (tests/test_layers.py).
+The public API is __all__ (RaeModel, build_model and fine_tune: a model from texts without DVC, score_files, the
+metrics and tests), each loaded on first use (PEP 562), so `import raexmc` imports neither torch nor numpy. Imports
+flow one way, down LAYERS, with no circles (tests/test_layers.py).
 """
 
 from importlib import import_module
@@ -13,6 +13,7 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "RaeModel": "raexmc.rae.model",                   # a packaged model: RaeModel.load(folder), .predict(texts, k)
     "build_model": "raexmc.rae.build",                # a zero-shot model from texts or a dataset folder, no DVC
+    "fine_tune": "raexmc.training.fine_tune",         # that model of an encoder fine-tuned on them first
     "score_files": "raexmc.evaluation.score_report",  # metrics (and paired t-tests) of score files on a dataset
     "per_instance_metrics": "raexmc.evaluation.metrics",
     "summarize": "raexmc.evaluation.metrics",
@@ -20,8 +21,8 @@ _EXPORTS = {
     "propensities": "raexmc.evaluation.propensity",
     "paired_ttest": "raexmc.evaluation.significance",
 }
-__all__ = ["RaeModel", "build_model", "score_files", "per_instance_metrics", "summarize", "macro_f1_by_segment",
-           "propensities", "paired_ttest", "__version__"]
+__all__ = ["RaeModel", "build_model", "fine_tune", "score_files", "per_instance_metrics", "summarize",
+           "macro_f1_by_segment", "propensities", "paired_ttest", "__version__"]
 
 
 def __getattr__(name: str) -> object:

@@ -29,7 +29,7 @@ from raexmc.settings import load_settings, read_params_tree, settings_from
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import BatchSampler, linear_schedule, plan_batch, training_step
 from raexmc.training.train import train
-from tests.helpers import REPO, free_port, make_lf_folder
+from tests.helpers import REPO, TINY_TRAIN, free_port, make_lf_folder
 
 SINGLE = DistContext(0, 1, "cpu")
 PARAMS = REPO / "params.yaml"
@@ -55,9 +55,7 @@ def tiny(tiny_model, tmp_path):
 
 def settings(**overrides) -> TrainSettings:
     """params.yaml's recipe, shrunk to the tiny problem."""
-    base = dict(batch_size=4, grad_cache_chunk=0, lr=1e-3, max_steps=6, warmup_steps=1, hnm_steps=3, hnm_topk=3,
-                num_hard_negatives=1, val_fraction=0.25, val_b=10, checkpoint_every=2, embed_batch_size=4)
-    return replace(TrainSettings.from_section(load_settings(PARAMS).train, UNUSED_N), **{**base, **overrides})
+    return replace(TrainSettings.from_section(load_settings(PARAMS).train, UNUSED_N), **{**TINY_TRAIN, **overrides})
 
 
 def run_training(tiny, model_dir: Path, checkpoint: Path, log=None, fingerprint: str = "fp", **overrides):

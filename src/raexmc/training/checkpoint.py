@@ -19,9 +19,10 @@ from ..io import atomic_file, checked_writes
 
 def run_fingerprint(encoder_name: str, recipe: Any, settings: Any, data_stats: dict[str, Any],
                     token_key: dict[str, Any], world_size: int) -> str:
-    """What a checkpoint must match to be resumed (grad_cache_chunk's auto unresolved: it depends on the card, not
-    the gradient)."""
-    return hashlib.sha256(json.dumps([encoder_name, recipe, vars(settings), data_stats, token_key, world_size],
+    """What a checkpoint must match to be resumed (grad_cache_chunk left out: it changes a step's memory, as the
+    card's size resolves it, not the step)."""
+    recipe_keys = {key: value for key, value in vars(settings).items() if key != "grad_cache_chunk"}
+    return hashlib.sha256(json.dumps([encoder_name, recipe, recipe_keys, data_stats, token_key, world_size],
                                      sort_keys=True).encode()).hexdigest()
 
 

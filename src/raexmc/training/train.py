@@ -1,5 +1,5 @@
 """Fine-tune the shared encoder with decoupled InfoNCE, hard and in-batch instance negatives, on one CPU,
-one GPU or many (torchrun).
+one GPU or many (torchrun); `trainee` and `train_on` are the recipe around it that the train stage and fine_tune run.
 
 Every rank draws the same global batch, encodes its share and gathers the embeddings, so negatives span the
 global batch; each back-propagates the same loss through its own encodings, and one all-reduce sums the shares
@@ -16,11 +16,15 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..data.dataset import Dataset
 from ..data.held_out import query_sample, split_validation
 from ..encoder.text_encoder import TextEncoder
 from ..encoder.tokens import TokenCache
+from ..evaluation.propensity import table_propensity
 from ..process_group import DistContext
-from .checkpoint import Checkpoint
+from ..settings import TrainSection
+from .checkpoint import Checkpoint, run_fingerprint
+from .graph_memory import resolve_grad_cache
 from .journal import Journal
 from .rounds import RoundResult, mining_round
 from .settings import TrainSettings
@@ -70,3 +74,22 @@ def train(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp
         mined = mine(settings.max_steps, settings.max_steps)
         journal.finished(settings.max_steps, mined.validation)
     return journal.history
+
+
+def trainee(name: str, section: TrainSection, cache: TokenCache, ctx: DistContext,
+            n_train: Callable[[], int]) -> tuple[TextEncoder, TrainSettings]:
+    """The encoder `name` on this process's device at train.precision, cutting inputs where `cache` did, and the
+    recipe: the schedule resolved for the world size, gradient caching for this encoder at the cache's lengths."""
+    encoder = TextEncoder.load(name, ctx.device, section.precision, max_len=int(cache.meta["key"]["input_max_len"]))
+    settings = TrainSettings.from_section(section, n_train, ctx.world_size)
+    return encoder, resolve_grad_cache(settings, encoder.model.transformer.config, encoder.precision,
+                                       cache.meta["key"], ctx.device)
+
+
+def train_on(encoder: TextEncoder, name: str, data: Dataset, cache: TokenCache, settings: TrainSettings,
+             ctx: DistContext, checkpoint: Path, log: Callable[[int, dict[str, float]], None]) -> list[dict]:
+    """The training loop on `data`'s training labels and filters, resuming `checkpoint` only where it is this run's
+    (the same encoder, recipe, data, token lengths and world size)."""
+    fingerprint = run_fingerprint(name, encoder.recipe, settings, data.stats, cache.meta["key"], ctx.world_size)
+    return train(encoder, cache, data.label_matrix("train"), data.filter_matrix("train"), settings, ctx,
+                 checkpoint, table_propensity(data.names).ab, log, fingerprint)
