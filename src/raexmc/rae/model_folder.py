@@ -130,7 +130,7 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
     if "labels" in parts:
         labels = LabelRecords.open(folder)
         _check_count(len(labels), num_labels, "labels", folder / RECORDS_FILE)
-    encoder = _load_encoder(folder, settings, device) if "encoder" in parts else None
+    encoder = _load_encoder(folder, settings, device) if "encoder" in needs else None
     search = None
     if "search" in parts:
         search = _load_search(folder, values.shape, settings["ef_search"], threads, encoder and encoder.dim, device)
