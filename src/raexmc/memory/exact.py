@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import torch
 
 from ..checks import positive_int
 from .search import Index, as_matrix, power_of_two_rows, query_blocks
@@ -49,8 +50,6 @@ class ExactIndex(Index):
 
     def _scores(self, queries: np.ndarray) -> np.ndarray:
         """A block's similarities to every key through torch's MKL (which numerics pins), not NumPy's OpenBLAS."""
-        import torch  # here, not at the top: the stages that never search (index, memory) do not load it
-
         with warnings.catch_warnings():  # read-only memmaps are only read here
             warnings.simplefilter("ignore", UserWarning)
             keys, block = torch.from_numpy(self.keys), torch.from_numpy(queries)

@@ -82,9 +82,7 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
     max_records = MAX_RECORDS  # `raexmc serve --max-records` sets it for the model it serves
 
     def load_context(self, context) -> None:
-        from ..rae.model import RaeModel  # torch: the track stage, which logs the model, need not import it
-        from ..rae.shared_batches import SharedBatches
-
+        from ..rae.shared_batches import RaeModel, SharedBatches  # torch: track, logging the model, need not load it
         self.folder = Path(context.artifacts["model"])
         self.model = RaeModel.load(self.folder)
         self.batches = SharedBatches(self.model)  # the server's worker threads answer their requests together
@@ -169,8 +167,7 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
     code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
     client = mlflow.MlflowClient()
     fail_interrupted_logs(client, client.get_run(run_id).info.experiment_id)
-    # MLflow would load the logged model and answer its input example, only to warn where that fails: torch, the
-    # encoder and a search (some 5 CPU s of the track stage) for the folder the evaluate stage has loaded and measured.
+    # unchecked: MLflow would load the model (torch, the encoder; 7 CPU s of track) to answer the example, warn if not
     with mlflow.start_run(run_id=run_id), mock.patch("mlflow.models.utils._validate_serving_input"):
         info = mlflow.pyfunc.log_model(
             name="predictor", python_model=str(code / "pipeline" / "pyfunc_model.py"),  # the model as code
