@@ -508,6 +508,9 @@ def test_a_moved_model_scores_the_test_set_as_the_evaluate_stage_does(built, tmp
 
     model = RaeModel.load(moved)
     np.testing.assert_allclose(model.scores_for(queries).toarray(), evaluated.toarray(), rtol=0, atol=1e-6)
+    searched = RaeModel.load(moved, needs=("search",))  # as evaluate loads it: for the embed stage's vectors
+    assert searched.encoder is None
+    np.testing.assert_array_equal(searched.scores_for(queries).toarray(), model.scores_for(queries).toarray())
     # the texts encoded afresh, in another batch than the embed stage's: their vectors differ from the cached ones by
     # about 2.5e-5 a coordinate (padding and batch shape), which τ = 0.05 turns into about 1.3e-5 in a score
     from_texts = model.scores_for(model.encoder.embed_texts(texts))

@@ -15,6 +15,7 @@ import socket
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import mlflow
 import numpy as np
@@ -29,9 +30,7 @@ import raexmc
 
 from ..errors import DataError, RaexmcError
 from ..io import read_json, writer_gone
-from ..rae.model import RaeModel
 from ..rae.queries import checked_k, query_of
-from ..rae.shared_batches import SharedBatches
 from ..settings import PackageSettings
 from .tracking.run import from_the_store, readable_store, tracking_uri
 
@@ -83,6 +82,7 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
     max_records = MAX_RECORDS  # `raexmc serve --max-records` sets it for the model it serves
 
     def load_context(self, context) -> None:
+        from ..rae.shared_batches import RaeModel, SharedBatches  # torch: track, logging the model, need not load it
         self.folder = Path(context.artifacts["model"])
         self.model = RaeModel.load(self.folder)
         self.batches = SharedBatches(self.model)  # the server's worker threads answer their requests together
@@ -167,7 +167,8 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
     code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
     client = mlflow.MlflowClient()
     fail_interrupted_logs(client, client.get_run(run_id).info.experiment_id)
-    with mlflow.start_run(run_id=run_id):
+    # unchecked: MLflow would load the model (torch, the encoder; 7 CPU s of track) to answer the example, warn if not
+    with mlflow.start_run(run_id=run_id), mock.patch("mlflow.models.utils._validate_serving_input"):
         info = mlflow.pyfunc.log_model(
             name="predictor", python_model=str(code / "pipeline" / "pyfunc_model.py"),  # the model as code
             signature=SIGNATURE, input_example=INPUT_EXAMPLE, artifacts={"model": str(model)},

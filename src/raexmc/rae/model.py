@@ -125,9 +125,9 @@ class RaeModel:
     @classmethod
     def load(cls, folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
              needs: tuple[str, ...] = PARTS) -> RaeModel:
-        """The model `save` wrote into `folder`, checked against its manifest, its encoder (and an exact search) on
-        `device`, on `threads` CPU threads (0: torch's setting). A folder without one of the parts `needs` is
-        refused: `needs=()` loads a bare scoring model too."""
+        """The model `save` wrote into `folder`, checked against its manifest, its encoder (where `needs` names it)
+        and an exact search on `device`, on `threads` CPU threads (0: torch's setting). A folder without one of the
+        parts `needs` is refused: `needs=()` loads a bare scoring model too."""
         if threads:
             import torch
 

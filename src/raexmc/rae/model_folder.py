@@ -119,10 +119,9 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
     if "labels" in parts:
         labels = LabelRecords.open(folder)
         _check_count(len(labels), num_labels, "labels", folder / RECORDS_FILE)
-    encoder = _load_encoder(folder, settings, device) if "encoder" in parts else None
-    search = None
-    if "search" in parts:
-        search = _load_search(folder, values.shape, settings["ef_search"], threads, encoder and encoder.dim, device)
+    encoder = _load_encoder(folder, settings, device) if "encoder" in needs else None
+    search = (_load_search(folder, values.shape, settings["ef_search"], threads, encoder and encoder.dim, device)
+              if "search" in parts else None)
     return {"values": values, "log_counts": log_counts, "encoder": encoder, "labels": labels,
             "settings": {"lam": lam, "tau": settings["tau"], "b": settings["b"], "retrieval": settings["retrieval"]},
             "search": search, "input_fields": settings["input_fields"], "about": settings["about"]}
