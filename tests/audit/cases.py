@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 import urllib.error
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.audit.project import PYTHON, Outcome, Project
+from tests.audit.project import PYTHON, Outcome, Project, seen
 from tests.helpers import free_port, garble_milvus_lite, json_edited, reseal, write_jsonl_gz
 
 
@@ -556,20 +557,67 @@ def int8_on_full_tmpdir(project: Project) -> Outcome:
     return on_small_tmpfs(small, "1m", run)
 
 
-def milvus_labels(*edits: Callable[[Path], None]) -> Callable[[Path], None]:
-    """The model's exact labels' index rebuilt as a Milvus Lite collection of the same keys, then each of `edits`
-    applied to that index's folder."""
+def milvus_labels(*edits: Callable[[Path], None], uri: str = "milvus.db") -> Callable[[Path], None]:
+    """The model's exact labels' index rebuilt as a Milvus collection of the same keys (Milvus Lite in the folder, or
+    on the server at `uri`), then each of `edits` applied to that index's folder."""
     def rebuild(folder: Path) -> None:
         from raexmc.memory.indexes import make_index
         from raexmc.memory.persistence import save_index
 
         keys = np.load(folder / "labels" / "keys.npy")
         shutil.rmtree(folder / "labels")
-        save_index(make_index("milvus", keys, M=8, ef_construction=16, progress=False), folder / "labels")
+        save_index(make_index("milvus", keys, uri=uri, M=8, ef_construction=16, progress=False), folder / "labels")
         for edit in edits:
             edit(folder / "labels")
         reseal(folder)  # past the manifest: the collection's own checks
     return rebuild
+
+
+def milvus_server_dies(project: Project) -> Outcome:
+    """predict --scores-out of 4,000 queries, one a request, with the labels on a Milvus Lite server process that is
+    SIGKILLed a second after the model has loaded (its collection checked): mid-search, no score file may be left."""
+    folder = project.fresh("milvus-server-dies")
+    port = free_port()
+    server = subprocess.Popen([PYTHON, "-m", "milvus_lite", "server", "--data-dir", str(folder / "server"),
+                               "--port", str(port)], start_new_session=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while socket.socket().connect_ex(("127.0.0.1", port)):
+            if server.poll() is not None or time.monotonic() > deadline:
+                return Outcome(1, "the Milvus Lite server did not start", False)
+            time.sleep(0.2)
+        model, queries, scores = folder / "model", folder / "queries.txt", folder / "scores.npz"
+        shutil.copytree(project.root / "artifacts" / "tiny" / "predictor", model)
+        milvus_labels(uri=f"http://127.0.0.1:{port}")(model)
+        queries.write_text("".join(f"query {i} about unix\n" for i in range(4000)))
+        run = subprocess.Popen([PYTHON, "-m", "raexmc.cli", "predict", "--model", str(model), "--file", str(queries),
+                                "--batch-size", "1", "--verbose", "--scores-out", str(scores)], cwd=project.root,
+                               env=project.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stderr = b""
+        while b"loaded " not in stderr and (line := run.stderr.readline()):
+            stderr += line
+        time.sleep(1.0)
+        os.killpg(server.pid, 9)
+        stderr += run.stderr.read()
+        return seen(run.wait(timeout=900), stderr, scores)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, 9)
+        server.wait()
+
+
+def milvus_lite_disk_full(project: Project, where: str) -> Outcome:
+    """The index stage at index.backend milvus with its output (`where` "out") or TMPDIR, where the Lite server
+    writes while the stage builds, on an 8 KiB tmpfs."""
+    folder = project.fresh(f"milvus-full-{where}")
+    small = folder / "small"
+    params = project.params(folder, **{"index.backend": "milvus"})
+    inputs = [f"--{key}={project.root / ARTIFACTS[key]}" for key in STAGE_INPUTS["index"]]
+    out = small / "index" if where == "out" else folder / "index"
+    return on_small_tmpfs(small, "8k", lambda: project.run(
+        [PYTHON, "stages/index.py", "--params", str(params), *inputs, "--out", str(out)],
+        env={"TMPDIR": str(small)} if where == "tmpdir" else {}, output=out))
 
 
 MILVUS_CASES = [
@@ -586,7 +634,13 @@ MILVUS_CASES = [
     model_case("milvus-other-dimension", "predict with a Milvus labels' index whose reference says another dim",
                milvus_labels(json_edited("meta.json", dim=40)), "labels:collection"),
     model_case("milvus-corrupt-lite", "predict with a Milvus labels' index whose Lite manifests are garbled",
-               milvus_labels(garble_milvus_lite), "labels/milvus.db")]
+               milvus_labels(garble_milvus_lite), "labels/milvus.db"),
+    Case("milvus-server-dies", "predict", "predict --scores-out with the labels on a Milvus Lite server process "
+         "killed (SIGKILL) mid-search", milvus_server_dies, "labels:uri"),
+    Case("milvus-lite-disk-full", "index", "index.backend milvus writing its Lite folder onto an 8 KiB tmpfs",
+         lambda p: milvus_lite_disk_full(p, "out"), "index/inputs/milvus.db"),
+    Case("milvus-lite-full-tmpdir", "index", "index.backend milvus with TMPDIR, where Milvus Lite builds, on an "
+         "8 KiB tmpfs", lambda p: milvus_lite_disk_full(p, "tmpdir"), "index.uri")]
 
 PROBE_60_CASES = [
     stage_case("catalogue-path-number", "download", "a local catalogue entry with path: 5", "datasets/tiny.yaml:path",

@@ -54,17 +54,21 @@ class Project:
             output: Path | None = None) -> Outcome:
         proc = subprocess.run(args, cwd=self.root, env={**self.env, **(env or {})}, input=stdin,
                               capture_output=True, timeout=900)
-        stderr = proc.stderr.decode("utf-8", "replace")
-        lines = [line for line in stderr.replace("\r", "\n").splitlines() if line.strip()]
-        return Outcome(proc.returncode, lines[-1] if lines else "", "Traceback" in stderr,
-                       output is not None and output.exists() and proc.returncode != 0,
-                       {"stderr_lines": len(lines)})
+        return seen(proc.returncode, proc.stderr, output)
 
     def stage(self, script: str, params: Path, **options: str | Path) -> Outcome:
         args = [PYTHON, f"stages/{script}.py", "--params", str(params)]
         for key, value in options.items():
             args += [f"--{key}", str(value)]
         return self.run(args, output=Path(options["out"]) if "out" in options else None)
+
+
+def seen(code: int, stderr: bytes, output: Path | None = None) -> Outcome:
+    """The Outcome of a command that ended with `code` and wrote `stderr`, failing with `output` left or not."""
+    text = stderr.decode("utf-8", "replace")
+    lines = [line for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    return Outcome(code, lines[-1] if lines else "", "Traceback" in text,
+                   output is not None and output.exists() and code != 0, {"stderr_lines": len(lines)})
 
 
 def build_project(workdir: Path) -> Project:

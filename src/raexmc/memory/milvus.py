@@ -48,6 +48,27 @@ def keys_hash(keys: np.ndarray) -> str:
     return digest.hexdigest()
 
 
+def reason(exc: BaseException) -> str:
+    """What a Milvus failure says: a MilvusException's message (its str wraps it in its code and type)."""
+    return getattr(exc, "message", None) or first_line(exc)
+
+
+def copy_lite(source: Path, target: Path) -> Path:
+    """Copy a Lite data folder (not its LOCK) a file at a time, so a full disk is the OSError of the file it stopped
+    at (shutil.copytree gathers every failure into one shutil.Error, which keeps neither errno nor a path)."""
+    target.mkdir(parents=True)
+    for path in sorted(source.rglob("*")):
+        copied = target / path.relative_to(source)
+        if path.is_dir():
+            copied.mkdir()
+        elif path.name != "LOCK":
+            try:
+                shutil.copy2(path, copied)
+            except OSError as exc:  # named by the file it reads from
+                raise OSError(exc.errno, exc.strerror, str(copied)) from None
+    return target
+
+
 def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str | None = "index.uri",
             shown: str | None = None):
     """A MilvusClient for `uri` (a Lite folder or a server, its token read from the environment variable
@@ -55,7 +76,8 @@ def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str | 
     `shown`, for a private copy) else."""
     from pymilvus import MilvusClient
 
-    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # its retries log tracebacks; ours is one line
+    for library in ("pymilvus", "milvus_lite"):  # their retries and Lite's failed requests log tracebacks; ours is
+        logging.getLogger(library).setLevel(logging.CRITICAL)  # one line
     if token_env and token_env not in os.environ:
         raise ConfigError(f"the Milvus token's environment variable {token_env} is not set", where, "token_env")
     token = os.environ[token_env] if token_env else ""
@@ -67,7 +89,7 @@ def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str | 
         except Exception as exc:  # pymilvus raises its own and grpc's types
             if attempt == tries - 1:
                 raise DataError(f"cannot open Milvus at {shown or uri} ({tries} tries, {CONNECT_TIMEOUT_S:g} s each): "
-                                f"{first_line(exc)}", where, key) from None
+                                f"{reason(exc)}", where, key) from None
             time.sleep(1.0)
 
 
@@ -99,8 +121,8 @@ class MilvusIndex(Index):
                 self._client = connect(self.meta["uri"], self.meta["token_env"], self.source, "uri")
             else:
                 scratch = Path(tempfile.mkdtemp(prefix="raexmc-milvus-"))
-                copy = shutil.copytree(self.lite, scratch / LITE_FOLDER, ignore=shutil.ignore_patterns("LOCK"))
-                weakref.finalize(self, release_lite, str(copy), scratch)
+                weakref.finalize(self, release_lite, str(scratch / LITE_FOLDER), scratch)  # a copy cut short too
+                copy = copy_lite(self.lite, scratch / LITE_FOLDER)
                 self._client = connect(str(copy), where=self.lite, key=None, shown="this Milvus Lite folder")
             self.check(self._client)
         return self._client
@@ -117,7 +139,7 @@ class MilvusIndex(Index):
         except DataError:
             raise
         except Exception as exc:
-            raise DataError(f"cannot read {self.where} ({first_line(exc)})", self.source, "uri") from None
+            raise DataError(f"cannot read {self.where} ({reason(exc)})", self.source, "uri") from None
         dim = next((int(f["params"]["dim"]) for f in about["fields"] if f["name"] == FIELD), None)
         held = (count, dim, about.get("properties", {}).get(HASH_PROPERTY))
         if held != (self.count, self.dim, self.meta["sha256"]):
@@ -142,7 +164,7 @@ class MilvusIndex(Index):
                                       anns_field=FIELD, output_fields=[], search_params=params,
                                       timeout=REQUEST_TIMEOUT_S)
             except Exception as exc:
-                raise DataError(f"search failed at {self.where} ({first_line(exc)})", self.source, "uri") from None
+                raise DataError(f"search failed at {self.where} ({reason(exc)})", self.source, "uri") from None
             for row, hits in enumerate(found, start):
                 ids[row, :len(hits)] = [hit["id"] for hit in hits]
                 sims[row, :len(hits)] = [hit["distance"] for hit in hits]
@@ -185,6 +207,25 @@ def build_milvus(keys: np.ndarray, uri: str = LITE_FOLDER, token_env: str = "", 
             return index
         except DataError:
             client.drop_collection(name)  # a build cut short: its keys again
+    try:
+        fill(client, name, keys, index_type, graph, sha, progress, progress_label)
+    except Exception as exc:  # pymilvus raises its own and grpc's types, and the in-process Lite server its OSErrors
+        if not server:
+            client.close()
+            release_lite(str(scratch), scratch.parent)
+        raise DataError(f"building collection {name} at {uri if server else 'Milvus Lite (in TMPDIR)'} failed: "
+                        f"{reason(exc)}", PARAMS_FILE, "index.uri") from None
+    if not server:  # closed and kept as the folder a save copies; searched through a copy like a loaded one
+        client.close()
+        release_lite(str(scratch))
+        index = MilvusIndex(meta, lite=scratch, ef_search=ef_search)
+        weakref.finalize(index, shutil.rmtree, scratch.parent, True)
+    return index
+
+
+def fill(client, name: str, keys: np.ndarray, index_type: str, graph: dict, sha: str, progress: bool,
+         progress_label: str) -> None:
+    """Create collection `name` (its index by inner product, the keys' hash a property), insert `keys`, load it."""
     from pymilvus import DataType
 
     schema = client.create_schema(auto_id=False)
@@ -199,12 +240,6 @@ def build_milvus(keys: np.ndarray, uri: str = LITE_FOLDER, token_env: str = "", 
         client.insert(name, [{"id": start + i, FIELD: row} for i, row in enumerate(block)], timeout=REQUEST_TIMEOUT_S)
     client.flush(name, timeout=REQUEST_TIMEOUT_S)
     client.load_collection(name, timeout=REQUEST_TIMEOUT_S)
-    if not server:  # closed and kept as the folder a save copies; searched through a copy like a loaded one
-        client.close()
-        release_lite(str(scratch))
-        index = MilvusIndex(meta, lite=scratch, ef_search=ef_search)
-        weakref.finalize(index, shutil.rmtree, scratch.parent, True)
-    return index
 
 
 def open_milvus(folder: Path, meta: dict[str, Any], ef_search: int) -> MilvusIndex:

@@ -6,7 +6,6 @@ The exact backend keeps no keys on disk: reopening it needs them. A reopened gra
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from .compression import parse_compression
 from .exact import ExactIndex
 from .faiss_index import FaissIndex
 from .hnsw import PAPER_EF_SEARCH, SPACE, HnswIndex
-from .milvus import LITE_FOLDER, MilvusIndex, open_milvus
+from .milvus import LITE_FOLDER, MilvusIndex, copy_lite, open_milvus
 from .search import BACKENDS
 from .torch_index import TorchIndex, exact_index
 
@@ -51,7 +50,7 @@ def save_index(index: ExactIndex | HnswIndex | FaissIndex, folder: str | os.Path
             with written_through(tmp / FAISS_FILE) as handle:  # through Python, which checks every write
                 faiss.write_index(index.index, faiss.PyCallbackIOWriter(handle.write))
         elif isinstance(index, MilvusIndex) and index.lite is not None:  # a server's index: its reference alone
-            shutil.copytree(index.lite, tmp / LITE_FOLDER, ignore=shutil.ignore_patterns("LOCK"))
+            copy_lite(index.lite, tmp / LITE_FOLDER)
         write_json(tmp / META_FILE, meta)
     return folder
 
