@@ -137,7 +137,7 @@ def significance_lines(report: dict[str, Any]) -> list[str]:
     """Each pair's tests on one line, "rae vs knn: P@1 +1.23 (p 4.5e-06), ..." (`raexmc results`, `raexmc evaluate`)."""
     return [f"{pair.replace('_vs_', ' vs ')}: " + ", ".join(f"{m} {difference_text(t)}" for m, t in tests.items()
                                                             if isinstance(t, dict))
-            for pair, tests in sorted(report.items()) if isinstance(tests, dict) and tests]
+            for pair, tests in report.items() if isinstance(tests, dict) and tests]
 
 
 def load_per_instance(path: str | os.PathLike) -> dict[str, np.ndarray]:

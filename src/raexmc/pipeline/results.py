@@ -83,7 +83,7 @@ def summary(eval_dir: Path, significance_path: Path, selection_path: Path,
         cells = "  ".join(f"{row[m]:>7.2f}" if m in row else f"{'-':>7}" for m in metrics)
         tail = row.get("macro-F1@5", {}).get("tail")
         lines.append(f"{method:<{width}}  {cells}  {'-' if tail is None else f'{tail:.2f}':>9}")
-    return "\n".join(lines + significance_lines(tests))
+    return "\n".join(lines + significance_lines(dict(sorted(tests.items()))))
 
 
 def settings_line(selection: dict[str, Any], tuned: dict[str, Any], knn: dict[str, Any]) -> str:
