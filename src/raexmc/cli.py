@@ -321,8 +321,8 @@ def _evaluate_model(folder: Path, dataset: Path, compare: Path | None, scores_ou
     import numpy as np
 
     from .evaluation.model_search import evaluate_folder, per_instance_arrays
-    from .evaluation.score_report import opened_dataset, report_table, significance_lines
-    from .evaluation.significance import compare_runs, load_per_instance
+    from .evaluation.score_report import opened_dataset, report_table
+    from .evaluation.significance import compare_runs, load_per_instance, significance_lines
     from .io import atomic_file
     from .pipeline.evaluation_folder import write_scores
 

@@ -70,8 +70,8 @@ class WorkerError(RaexmcError):
     """A worker process of block-parallel work died (killed, out of memory)."""
 
 
-def first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException, typed: bool = False) -> str:
     """The first line of an exception's message (transformers' and SQLAlchemy's run to many lines; the first
-    says what is wrong), or its type's name where it has none."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    says what is wrong), after its type's name when `typed` (serve's answers), or that name where it has none."""
+    lines = str(exc).strip().splitlines()
+    return type(exc).__name__ if not lines else f"{type(exc).__name__}: {lines[0]}" if typed else lines[0]

@@ -44,7 +44,8 @@ def model_scores(X, Z, Q, values, lam, tau, b, label_share=None, log_counts=None
 
 @pytest.mark.parametrize(("lam", "tau", "b", "label_share"), [
     (0.5, 0.04, 10, None), (0.3, 0.1, 7, None), (0.0, 0.07, 5, None), (1.0, 0.07, 74, None),  # 74: every key
-    (0.5, 0.04, 10, 0.5), (0.5, 0.04, 5, 0.5), (0.7, 0.1, 9, 0.25), (0.5, 0.04, 6, 1.0)])  # 5: 2.5 rounds up
+    (0.5, 0.04, 10, 0.5), (0.5, 0.04, 5, 0.5), (0.7, 0.1, 9, 0.25), (0.5, 0.04, 6, 1.0),  # 5: 2.5 rounds up
+    (0.5, 0.04, 20, 1.0)])  # share x b = 20 label keys asked of 14: every label key, no input key
 def test_the_model_scores_as_the_reference(memory, lam, tau, b, label_share):
     X, Z, Q, Y = memory
     expected = reference_scores(Q, X, Z, Y.toarray(), lam, tau, b, label_share)

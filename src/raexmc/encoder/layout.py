@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, first_line
 from ..io import read_json, write_json
 
 # sentence-transformers' pooling modes, each one text vector from the token states under the mask
@@ -194,7 +194,7 @@ def _dense(model: str, folder: str, in_features: int) -> Dense:
     try:
         layer.linear.load_state_dict(_dense_weights(model, folder))
     except RuntimeError as exc:  # missing, unexpected or misshapen tensors
-        raise ConfigError(f"the Dense weights do not fit its config.json: {str(exc).splitlines()[0]}",
+        raise ConfigError(f"the Dense weights do not fit its config.json: {first_line(exc)}",
                           Path(str(model)) / folder) from None
     return layer
 

@@ -78,18 +78,19 @@ class Evaluator:
         truth = self.truth[rows]
         return QueryChunk(rows, truth, self.exclude[rows], propensity_ideals(truth, self.propensity))
 
-    def totals(self, per_instance: bool = False) -> RankingTotals:
-        """An empty tally of one ranking of every query."""
-        return RankingTotals(self.num_queries, self.propensity, per_instance)
+    def totals(self, per_instance: bool = False, ranked: np.ndarray | None = None) -> RankingTotals:
+        """A tally of one ranking of every query: empty, or holding `ranked` (every query's ranking)."""
+        totals = RankingTotals(self.num_queries, self.propensity, per_instance)
+        if ranked is not None:
+            totals.add(self.chunk(slice(0, self.num_queries)), ranked)
+        return totals
 
     def result(self, totals: RankingTotals) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return totals.result(self.relevant, self.train_freq)
 
     def summary(self, ranked: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """Averaged metrics (percent) with macro-F1@5 per segment, and the per-instance arrays."""
-        totals = self.totals(per_instance=True)
-        totals.add(self.chunk(slice(0, self.num_queries)), ranked)
-        return self.result(totals)
+        return self.result(self.totals(True, ranked))
 
     def per_query_values(self, ranked: np.ndarray) -> dict[str, np.ndarray]:
         """Every metric's value (a fraction) for each query of a ranking of all of them."""
@@ -110,11 +111,7 @@ class FoldedEvaluator(Evaluator):
 
     def summary(self, ranked: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The averaged metrics (percent) over every fold's queries; no per-instance arrays or macro-F1."""
-        parts = []
-        for fold, part in self.fold_rankings(ranked):
-            totals = fold.totals()
-            totals.add(fold.chunk(slice(0, fold.num_queries)), part)
-            parts.append(totals)
+        parts = [fold.totals(ranked=part) for fold, part in self.fold_rankings(ranked)]
         return RankingTotals.pooled(parts).result(self.relevant, self.train_freq)
 
     def per_query_values(self, ranked: np.ndarray) -> dict[str, np.ndarray]:

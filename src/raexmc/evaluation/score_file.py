@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import DataError
+from ..errors import DataError, first_line
 from ..rae.pairs import row_ids
 
 
@@ -91,8 +91,8 @@ def read_scores(path: str | os.PathLike, num_queries: int, num_labels: int, k: i
     try:
         matrix = sp.load_npz(path)
     except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"not a scipy.sparse .npz matrix ({why}): write one with scipy.sparse.save_npz", path) from None
+        raise DataError(f"not a scipy.sparse .npz matrix ({first_line(exc)}): write one with scipy.sparse.save_npz",
+                        path) from None
     if matrix.shape != (num_queries, num_labels):
         raise DataError(f"shape {matrix.shape[0]} x {matrix.shape[1]}, but the test set has {num_queries} inputs "
                         f"and {num_labels} labels: give one row per test input, one column per label", path)

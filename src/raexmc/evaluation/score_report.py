@@ -22,7 +22,7 @@ from ..memory.keys_values import training_values
 from .evaluator import RANK_DEPTH, Evaluator
 from .propensity import Propensity, table_propensity
 from .score_file import read_scores
-from .significance import p_value_text, paired_ttest
+from .significance import difference_text, paired_ttest
 from .totals import F1_K
 
 
@@ -109,12 +109,6 @@ def report_table(report: dict[str, Any], columns: Sequence[str] = ("scores", "co
              + ("  difference (p)" if tests else "")]
     for name, cells, test in rows:
         line = f"{name:<{width}}  " + "  ".join(f"{'-' if v is None else f'{v:.2f}':>{cell}}" for v in cells)
-        lines.append(line + ("" if test is None else f"  {test['mean_diff']:+.2f} (p {p_value_text(test)})"))
+        lines.append(line + ("" if test is None else f"  {difference_text(test)}"))
     return "\n".join(lines)
 
-
-def significance_lines(report: dict[str, dict[str, Any]]) -> list[str]:
-    """A significance report (significance.compare_runs) as one line per pair: each metric's mean difference
-    (percentage points) and p-value."""
-    return [f"{pair}: " + ", ".join(f"{metric} {test['mean_diff']:+.2f} (p {p_value_text(test)})"
-                                    for metric, test in tests.items()) for pair, tests in report.items()]

@@ -128,6 +128,18 @@ def p_value_text(test: dict[str, Any]) -> str:
     return f"{mantissa:.1f}e{exponent:+03d}"
 
 
+def difference_text(test: dict[str, Any]) -> str:
+    """A test as every report writes it: the mean difference (percentage points) and its p, "+1.23 (p 4.5e-06)"."""
+    return f"{test['mean_diff']:+.2f} (p {p_value_text(test)})"
+
+
+def significance_lines(report: dict[str, Any]) -> list[str]:
+    """Each pair's tests on one line, "rae vs knn: P@1 +1.23 (p 4.5e-06), ..." (`raexmc results`, `raexmc evaluate`)."""
+    return [f"{pair.replace('_vs_', ' vs ')}: " + ", ".join(f"{m} {difference_text(t)}" for m, t in tests.items()
+                                                            if isinstance(t, dict))
+            for pair, tests in report.items() if isinstance(tests, dict) and tests]
+
+
 def load_per_instance(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Per-instance arrays ("method/metric" -> values) from a per_instance.npz."""
     arrays = load_arrays(path)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..checks import positive_int
-from .search import Index, as_matrix, power_of_two_rows, query_blocks
+from .search import Index, as_matrix, power_of_two_rows
 
 # Elements (not bytes) of scratch space the exact top-k selection may use beside the similarity block.
 SELECT_BUDGET = 1 << 20
@@ -55,19 +55,10 @@ class ExactIndex(Index):
             keys, block = torch.from_numpy(self.keys), torch.from_numpy(queries)
         return block.matmul(keys.T).numpy()
 
-    def _search(self, queries, k, ids, sims, progress):
-        width, rows_per_block = min(k, self.count), self.query_block
-        step = max(1, SELECT_BUDGET // self.count)
-        for start in query_blocks(queries.shape[0], rows_per_block, progress):
-            block = self._scores(queries[start:start + rows_per_block])
-            for row in range(0, block.shape[0], step):
-                part = block[row:row + step]
-                top_ids = self._select(part, width)
-                rows = slice(start + row, start + row + part.shape[0])
-                ids[rows, :width] = top_ids
-                sims[rows, :width] = np.take_along_axis(part, top_ids, axis=1)
-            del block
-        return ids, sims
+    def _block(self, queries, width, k):
+        scores, step = self._scores(queries), max(1, SELECT_BUDGET // self.count)
+        top_ids = np.vstack([self._select(scores[row:row + step], width) for row in range(0, len(scores), step)])
+        return top_ids, np.take_along_axis(scores, top_ids, axis=1)
 
     @staticmethod
     def _select(scores: np.ndarray, width: int) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import PARAMS_FILE, ConfigError
 from .compression import Compression
 from .hnsw import INSERT_BATCH, PAPER_EF_SEARCH, QUERY_BATCH, resolve_threads
-from .search import Index, key_blocks, keys_to_index, query_blocks, sort_rows
+from .search import Index, key_blocks, keys_to_index
 
 # Keys (a seeded sample) that fit the quantiser's ranges and the projection: enough for 384-768 dims.
 TRAIN_SAMPLE = 200_000
@@ -29,6 +29,7 @@ class FaissIndex(Index):
     backend = "faiss"
     count = property(lambda self: int(self.index.ntotal))
     dim = property(lambda self: int(self.index.d))
+    query_block, sorts_after = QUERY_BATCH, True
 
     def __init__(self, index, compression: str, M: int, ef_construction: int, ef_search: int = PAPER_EF_SEARCH,
                  threads: int = 0):
@@ -39,19 +40,14 @@ class FaissIndex(Index):
         self.compression, self.M, self.ef_construction = compression, int(M), int(ef_construction)
         self.ef_search, self.threads = int(ef_search), resolve_threads(threads)
 
-    def _search(self, queries, k, ids, sims, progress, ef_search: int | None = None):
+    def _block(self, queries, width, k, ef_search: int | None = None):
         """By inner product with the decoded keys."""
         import faiss
 
-        width = min(k, self.count)
         faiss.omp_set_num_threads(self.threads)
         self.graph.hnsw.efSearch = max(int(self.ef_search if ef_search is None else ef_search), k)
-        for start in query_blocks(queries.shape[0], QUERY_BATCH, progress, "faiss search"):
-            found_sims, found_ids = self.index.search(queries[start:start + QUERY_BATCH], width)
-            rows = slice(start, start + len(found_ids))
-            ids[rows, :width] = found_ids
-            sims[rows, :width] = np.where(found_ids >= 0, found_sims, -np.inf)
-        return sort_rows(ids, sims)
+        found_sims, found_ids = self.index.search(queries, width)
+        return found_ids, np.where(found_ids >= 0, found_sims, -np.inf)
 
 
 def principal_directions(keys: np.ndarray, dim: int, seed: int = 0) -> np.ndarray:

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from .search import Index, empty_result, key_blocks, keys_to_index, query_blocks, sort_rows
+from .search import Index, empty_result, key_blocks, keys_to_index
 
 SPACE = "ip"
 PAPER_M, PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH = 64, 500, 300  # the paper's graph and search beam
@@ -42,7 +42,7 @@ class HnswIndex(Index):
     count = property(lambda self: int(self.graph.element_count))
     dim = property(lambda self: int(self.graph.dim))
     # Queries searched together: the retries of a batch hnswlib cannot fill change its other queries' beam.
-    query_block = QUERY_BATCH
+    query_block, sorts_after = QUERY_BATCH, True
 
     def __init__(self, graph, M: int, ef_construction: int, ef_search: int = PAPER_EF_SEARCH, threads: int = 0):
         self.graph, self.M, self.ef_construction, self.ef_search = graph, int(M), int(ef_construction), int(ef_search)
@@ -50,15 +50,16 @@ class HnswIndex(Index):
         self.graph.set_num_threads(self.threads)
         self.graph.set_ef(self.ef_search)
 
-    def _search(self, queries, k, ids, sims, progress, ef_search: int | None = None):
-        ef, width = max(int(self.ef_search if ef_search is None else ef_search), k), min(k, self.count)
+    def search(self, queries: np.ndarray, k: int, progress: bool = False, **options):
         try:
-            for start in query_blocks(queries.shape[0], QUERY_BATCH, progress, "hnsw search"):
-                rows = slice(start, start + QUERY_BATCH)
-                ids[rows, :width], sims[rows, :width] = self._search_batch(queries[rows], width, ef)
-        finally:
+            return super().search(queries, k, progress, **options)
+        finally:  # the beam a search set (a wider one on retries) goes back to ef_search
             self.graph.set_ef(max(self.ef_search, 1))
-        return sort_rows(ids, sims)
+
+    def _block(self, queries, width, k, ef_search: int | None = None):
+        ef = max(int(self.ef_search if ef_search is None else ef_search), k)
+        found = self._query(queries, width, ef)
+        return found if found is not None else self._retried(queries, width, ef * EF_RETRY_FACTOR)
 
     def _query(self, queries: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray] | None:
         """hnswlib's answer, or None when it found fewer than k keys for some query."""
@@ -71,10 +72,6 @@ class HnswIndex(Index):
             raise
         # Space "ip" reports the distance 1 - <q, key>.
         return labels.astype(np.int64), (1.0 - distances).astype(np.float32)
-
-    def _search_batch(self, batch: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
-        found = self._query(batch, k, ef)
-        return found if found is not None else self._retried(batch, k, ef * EF_RETRY_FACTOR)
 
     def _retried(self, batch: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
         """Some query reached fewer than k keys: the batch at a wider beam, else each half of it, down to single

@@ -49,11 +49,15 @@ def keys_to_index(keys: Any) -> np.ndarray:
 
 class Index:
     """What every backend's index shares: the folder `load_index` read it from (None: built here), which
-    its errors about queries name, and `search`'s checks and padded result (`_search` fills it)."""
+    its errors about queries name, and `search`: the checks, the blocks of `query_block` queries, the padded result.
+    A backend brings its kernel, `_block`, whose rows come sorted as sort_rows leaves them unless `sorts_after`."""
 
     source: Path | None = None
     count: int
     dim: int
+    query_block: int
+    backend: str
+    sorts_after = False
     shown: tuple[str, ...] = ("dim",)
 
     def __repr__(self) -> str:
@@ -70,9 +74,14 @@ class Index:
         ids, sims = empty_result(queries.shape[0], k)
         if self.count == 0 or queries.shape[0] == 0:
             return ids, sims
-        return self._search(queries, k, ids, sims, progress, **options)
+        width = min(k, self.count)
+        for start in query_blocks(queries.shape[0], self.query_block, progress, f"{self.backend} search"):
+            rows = slice(start, start + self.query_block)
+            ids[rows, :width], sims[rows, :width] = self._block(queries[rows], width, k, **options)
+        return sort_rows(ids, sims) if self.sorts_after else (ids, sims)
 
-    def _search(self, queries: np.ndarray, k: int, ids: np.ndarray, sims: np.ndarray, progress: bool) -> Hits:
+    def _block(self, queries: np.ndarray, width: int, k: int) -> Hits:
+        """The `width` best keys of each of a block of queries (k: what the caller asked, which sets a beam)."""
         raise NotImplementedError
 
 

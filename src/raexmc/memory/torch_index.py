@@ -16,7 +16,7 @@ import numpy as np
 
 from ..checks import positive_int
 from .exact import BLOCK_BYTES, ExactIndex
-from .search import Hits, Index, as_matrix, power_of_two_rows, query_blocks
+from .search import Hits, Index, as_matrix, power_of_two_rows
 
 # Share of the device's free memory (after the keys are uploaded) that one block's tensors may take: the rest
 # is slack for the caching allocator and for the other key set's index, uploaded after this one.
@@ -67,21 +67,17 @@ class TorchIndex(Index):
             free_bytes = positive_int(free_bytes, "free_bytes")
         self.query_block = block_rows_for(free_bytes, self.count, self.dim, self.keys.element_size())
 
-    def _search(self, queries, k, ids, sims, progress):
+    def _block(self, queries, width, k):
         import torch
 
-        width, pool = min(k, self.count), pool_size(k, self.count, self.half)
         with torch.inference_mode():
-            for start in query_blocks(queries.shape[0], self.query_block, progress):
-                block = torch.from_numpy(queries[start:start + self.query_block]).to(self.device)
-                scores = block.to(self.keys.dtype) @ self.keys.T
-                top = torch.topk(scores, pool, dim=1, sorted=False)
-                del scores
-                top_sims = self._rescored(block, top.indices) if self.half else top.values
-                top_ids, top_sims = _by_score_then_id(top.indices, top_sims.float(), width)
-                rows = slice(start, start + block.shape[0])
-                ids[rows, :width], sims[rows, :width] = top_ids.cpu().numpy(), top_sims.cpu().numpy()
-        return ids, sims
+            block = torch.from_numpy(queries).to(self.device)
+            scores = block.to(self.keys.dtype) @ self.keys.T
+            top = torch.topk(scores, pool_size(k, self.count, self.half), dim=1, sorted=False)
+            del scores
+            top_sims = self._rescored(block, top.indices) if self.half else top.values
+            top_ids, top_sims = _by_score_then_id(top.indices, top_sims.float(), width)
+            return top_ids.cpu().numpy(), top_sims.cpu().numpy()
 
     def _rescored(self, block, candidates):
         """The fp32 similarities of each query to its candidate keys, a slice of rows at a time."""

@@ -22,7 +22,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from ..errors import PARAMS_FILE, DataError, first_line
-from ..evaluation.significance import BASELINES, METHOD, p_value_text
+from ..evaluation.significance import BASELINES, METHOD, p_value_text, significance_lines
 from ..io import write_json
 from .tracking.run import HEADLINE_METHODS as METHOD_ROWS  # rae.json, dual_encoder.json, knn.json
 from .tracking.run import HEADLINE_METRICS as KEY_METRICS
@@ -83,13 +83,7 @@ def summary(eval_dir: Path, significance_path: Path, selection_path: Path,
         cells = "  ".join(f"{row[m]:>7.2f}" if m in row else f"{'-':>7}" for m in metrics)
         tail = row.get("macro-F1@5", {}).get("tail")
         lines.append(f"{method:<{width}}  {cells}  {'-' if tail is None else f'{tail:.2f}':>9}")
-    for name, by_metric in sorted(tests.items()):
-        if not isinstance(by_metric, dict) or not by_metric:
-            continue
-        parts = [f"{m} {t['mean_diff']:+.2f} (p {p_value_text(t)})"
-                 for m, t in by_metric.items() if isinstance(t, dict)]
-        lines.append(f"{name.replace('_vs_', ' vs ')}: " + ", ".join(parts))
-    return "\n".join(lines)
+    return "\n".join(lines + significance_lines(dict(sorted(tests.items()))))
 
 
 def settings_line(selection: dict[str, Any], tuned: dict[str, Any], knn: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ from packaging.version import Version
 
 import raexmc
 
-from ..errors import DataError, RaexmcError
+from ..errors import DataError, RaexmcError, first_line
 from ..io import read_json, writer_gone
 from ..rae.queries import checked_k, query_of
 from ..settings import PackageSettings
@@ -102,8 +102,8 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
             raise RequestRefused(error, INTERNAL_ERROR) from None
         except Exception as error:  # the server's boundary: the traceback goes to its log, not to the client
             logging.getLogger(__name__).exception("scoring failed")
-            fault = DataError(f"the model failed while scoring ({_first_line(error)}): its files may be damaged: "
-                              "rerun the package stage", self.folder)
+            fault = DataError(f"the model failed while scoring ({first_line(error, typed=True)}): its files may be "
+                              "damaged: rerun the package stage", self.folder)
             raise RequestRefused(fault, INTERNAL_ERROR) from None
         return pd.DataFrame({"text": [self.model.query_text(query) for query in queries], "labels": results})
 
@@ -135,12 +135,8 @@ def request_table(model_input: object) -> pd.DataFrame:
             return pd.DataFrame({"text": items})
         return pd.DataFrame(items)
     except (TypeError, ValueError) as error:  # not iterable, columns of different lengths, a list mixing kinds
-        raise DataError(f"not texts, records or columns of texts ({_first_line(error)})", "request") from None
-
-
-def _first_line(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+        raise DataError(f"not texts, records or columns of texts ({first_line(error, typed=True)})",
+                        "request") from None
 
 
 def registered_name(package: PackageSettings, dataset: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import DataError
+from ..errors import DataError, first_line
 from ..io import atomic_file, checked_writes
 
 
@@ -67,7 +67,7 @@ class Checkpoint:
         except OSError:
             raise
         except Exception as exc:
-            raise _damaged(self.path, str(exc).splitlines()[0].split(". ")[0] or type(exc).__name__) from None
+            raise _damaged(self.path, first_line(exc).split(". ")[0]) from None
         if not isinstance(state, dict):
             raise _damaged(self.path, f"it holds a {type(state).__name__}, not a training state")
         return state
