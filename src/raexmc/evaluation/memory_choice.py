@@ -2,11 +2,13 @@
 (`memory.keep: auto`) and the label prototypes' α (`memory.prototypes: auto` below keep 1).
 
 Where they do best moves with the data and the encoder (a smaller memory can beat the full one), so each point of
-the grid is judged at its own best λ and τ (and label share), chosen afresh on that memory by selection.select,
-never at another point's. The best `infer.auto_metric` wins, ties (metrics are rounded to 0.01 points) to the
-larger keep (the paper's full memory) or the smaller α (the label texts). A choice on an edge of its grid widens
-it, as τ widens (halved or doubled, a keep at most 1). Only the labels' side depends on α, so the input keys are
-selected and searched once per keep, the labels once per α (MemoryTuning).
+the grid is judged at its own best λ, chosen afresh on that memory by selection.select, never at another point's.
+A keep below the grid's largest is judged at the largest's retrieval, label share and τ (select's λ line alone; the
+winner is then tuned in full), so that keep auto costs the FOLDOC tune stage under twice keep 1's CPU
+(bench/results/defaults_choice.json). The best `infer.auto_metric` wins, ties (metrics are rounded to 0.01 points)
+to the larger keep (the paper's full memory) or the smaller α (the label texts). A choice on an edge of its grid
+widens it, as τ widens (halved or doubled, a keep at most 1). Only the labels' side depends on α, so the input keys
+are selected and searched once per keep, the labels once per α (MemoryTuning).
 """
 
 from __future__ import annotations
@@ -72,11 +74,22 @@ def choose_point(axis: str, grid: tuple[float, ...], tune_at: Callable[[float], 
     return point, retrieval, selection, [rows[p] for p in sorted(rows)]
 
 
-def choose_keep(tune_at: Callable[[float], Tuned], grid: tuple[float, ...],
-                metric: str) -> tuple[ValidationRetrieval, Selection]:
+def choose_keep(tuning: MemoryTuning, grid: tuple[float, ...]) -> tuple[ValidationRetrieval, Selection]:
     """The chosen keep's validation retrieval and selection, with the keep, `auto.keep` and the keep curve (largest
-    first) added. `tune_at` judges the memory at a keep."""
-    keep, retrieval, selection, curve = choose_point("keep", grid, tune_at, metric, ties_to_larger=True, most=1.0)
+    first) added: the grid's largest keep tuned as a numeric keep is, a smaller one at the largest's retrieval, share
+    and τ, and a smaller winner tuned in full once more on its own retrieval (its curve row then that tuning's)."""
+    top, settings = max(grid), tuning.settings
+    largest = tuning.at(top)
+    chosen = largest[1]  # a joint retrieval leaves the share as it is
+    narrow = dataclasses.replace(settings, retrieval=chosen.retrieval, tau=chosen.tau, tau_grid=(chosen.tau,),
+                                 label_share=settings.label_share if chosen.label_share is None else chosen.label_share)
+    def tune_at(point: float) -> Tuned:
+        return largest if point == top else tuning.at(point, narrow)
+
+    keep, retrieval, selection, curve = choose_point("keep", grid, tune_at, settings.metric, True, 1.0)
+    if keep != top:
+        retrieval, selection = tuning.at(keep, retrieval=retrieval)
+        curve = [{"keep": keep, **chosen_row(selection)} if row["keep"] == keep else row for row in curve]
     return retrieval, selection.with_(keep=keep, auto={**selection.auto, "keep": True}, keep_curve=curve[::-1])
 
 
@@ -137,13 +150,15 @@ class MemoryTuning:
                                             labels=empty_result(len(fold.val_rows), 0))
                        for fold in self.folds], self.held)
 
-    def at(self, keep: float) -> Tuned:
-        """The validation retrieval at `keep` (at the chosen α where α is searched) and its selection."""
-        if not self.searches_prototypes(keep):
-            memory = self.memory_at(keep, None)
-            retrieval = self.retrieval(memory, memory.prototypes)
-            return retrieval, select(retrieval, self.settings, self.propensity_ab)
-        first = min(self.prototypes_grid)  # the input side of the memory is the same at every α
-        inputs = self.retrieval(self.memory_at(keep, first), first)
-        return choose_prototypes(lambda weight: dataclasses.replace(inputs, labels=pooled_hits(self.labels_at(weight))),
-                                 self.settings, self.prototypes_grid, self.propensity_ab)
+    def at(self, keep: float, settings: TuneSettings | None = None,
+           retrieval: ValidationRetrieval | None = None) -> Tuned:
+        """The validation retrieval at `keep` (at the chosen α where α is searched) and its selection by `settings`
+        (the stage's where None); `retrieval`, one at this keep already made, spares its k-means and search."""
+        settings, searched = settings or self.settings, self.searches_prototypes(keep)
+        memory = self.memory_at(keep, min(self.prototypes_grid) if searched else None)  # the inputs' side at any α
+        retrieval = retrieval or self.retrieval(memory, memory.prototypes)
+        if not searched:
+            return retrieval, select(retrieval, settings, self.propensity_ab)
+        def at_alpha(alpha: float) -> ValidationRetrieval:
+            return dataclasses.replace(retrieval, labels=pooled_hits(self.labels_at(alpha)))
+        return choose_prototypes(at_alpha, settings, self.prototypes_grid, self.propensity_ab)
