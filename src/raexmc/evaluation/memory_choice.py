@@ -1,14 +1,13 @@
 """Choosing the memory on held-out training inputs, never on the test set: its share of training-input keys
 (`memory.keep: auto`) and the label prototypes' α (`memory.prototypes: auto` below keep 1).
 
-Where they do best moves with the data and the encoder (a smaller memory can beat the full one), so each point of
-the grid is judged at its own best λ, chosen afresh on that memory by selection.select, never at another point's.
-A keep below the grid's largest is judged at the largest's retrieval, label share and τ (select's λ line alone; the
-winner is then tuned in full), so that keep auto costs the FOLDOC tune stage under twice keep 1's CPU
-(bench/results/defaults_choice.json). The best `infer.auto_metric` wins, ties (metrics are rounded to 0.01 points)
-to the larger keep (the paper's full memory) or the smaller α (the label texts). A choice on an edge of its grid
-widens it, as τ widens (halved or doubled, a keep at most 1). Only the labels' side depends on α, so the input keys
-are selected and searched once per keep, the labels once per α (MemoryTuning).
+Where they do best moves with the data and the encoder (a smaller memory can beat the full one), so each point is
+judged at its own best λ (chosen afresh by selection.select), a keep below the grid's largest at the largest's
+retrieval, share and τ (λ alone: under 2x keep 1's tune CPU on FOLDOC, defaults_choice.json). The best
+`infer.auto_metric` wins, ties (metrics are rounded to 0.01 points) to the larger keep (the paper's full memory) or
+the smaller α (the label texts). A choice on an edge of its grid widens it, as τ widens (halved or doubled, a keep
+at most 1). Only the labels' side depends on α, so the input keys are selected and searched once per keep, the
+labels once per α (MemoryTuning).
 """
 
 from __future__ import annotations
@@ -76,11 +75,10 @@ def choose_point(axis: str, grid: tuple[float, ...], tune_at: Callable[[float], 
 
 def choose_keep(tuning: MemoryTuning, grid: tuple[float, ...]) -> tuple[ValidationRetrieval, Selection]:
     """The chosen keep's validation retrieval and selection, with the keep, `auto.keep` and the keep curve (largest
-    first) added: the grid's largest keep tuned as a numeric keep is, a smaller one at the largest's retrieval, share
-    and τ, and a smaller winner tuned in full once more on its own retrieval (its curve row then that tuning's)."""
+    first) added; a keep below the grid's largest is judged narrowly (the module's docstring), and a smaller winner
+    then tuned in full on its own retrieval (its curve row that tuning's)."""
     top, settings = max(grid), tuning.settings
-    largest = tuning.at(top)
-    chosen = largest[1]  # a joint retrieval leaves the share as it is
+    largest = (_, chosen) = tuning.at(top)  # a joint retrieval leaves the share as it is
     narrow = dataclasses.replace(settings, retrieval=chosen.retrieval, tau=chosen.tau, tau_grid=(chosen.tau,),
                                  label_share=settings.label_share if chosen.label_share is None else chosen.label_share)
     def tune_at(point: float) -> Tuned:
@@ -93,12 +91,12 @@ def choose_keep(tuning: MemoryTuning, grid: tuple[float, ...]) -> tuple[Validati
     return retrieval, selection.with_(keep=keep, auto={**selection.auto, "keep": True}, keep_curve=curve[::-1])
 
 
-def choose_prototypes(retrieval_at: Callable[[float], ValidationRetrieval], settings: TuneSettings,
+def choose_prototypes(inputs: ValidationRetrieval, labels_at: Callable[[float], Hits], settings: TuneSettings,
                       grid: tuple[float, ...], propensity_ab: tuple[float, float]) -> Tuned:
     """The chosen α's validation retrieval and selection, with `prototypes`, `auto.prototypes` and the α curve
-    added. `retrieval_at` gives the memory's validation retrieval with the labels' prototypes at an α."""
+    added: `inputs`' retrieval with the labels' hits at an α (`labels_at`) in its place."""
     def tune_at(weight: float) -> Tuned:
-        retrieval = retrieval_at(weight)
+        retrieval = dataclasses.replace(inputs, labels=labels_at(weight))
         return retrieval, select(retrieval, settings, propensity_ab)
 
     weight, retrieval, selection, curve = choose_point("prototypes", grid, tune_at, settings.metric,
@@ -159,6 +157,5 @@ class MemoryTuning:
         retrieval = retrieval or self.retrieval(memory, memory.prototypes)
         if not searched:
             return retrieval, select(retrieval, settings, self.propensity_ab)
-        def at_alpha(alpha: float) -> ValidationRetrieval:
-            return dataclasses.replace(retrieval, labels=pooled_hits(self.labels_at(alpha)))
-        return choose_prototypes(at_alpha, settings, self.prototypes_grid, self.propensity_ab)
+        return choose_prototypes(retrieval, lambda alpha: pooled_hits(self.labels_at(alpha)), settings,
+                                 self.prototypes_grid, self.propensity_ab)
