@@ -57,7 +57,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         del Y_train  # the search's keys take its place
         propensity_ab = chosen_propensity(p.evaluate.propensity, data.names).ab
         tuning = MemoryTuning(embeddings, folds, settings, propensity_ab, memory_at, backend, prototypes, device)
-        retrieval, selection = tuning.at(keep) if grid is None else choose_keep(tuning.at, grid, settings.metric)
+        retrieval, selection = tuning.at(keep) if grid is None else choose_keep(tuning, grid)
         chosen = memory_at(keep if selection.keep is None else selection.keep, selection.prototypes)
         query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)
         # kNN searches every training input: the chosen memory's search is kNN's where it keeps them all, deep enough

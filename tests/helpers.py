@@ -199,7 +199,8 @@ def new_project(root: Path, tiny_model: Path) -> Path:
     set_dataset(repo, "tiny", {"source": "local", "path": str(make_lf_folder(root / "lf"))})
     set_params(repo, **{"data.name": "tiny", "encoder.name": str(tiny_model), "tokenize.input_max_len": 16,
                         "infer.lambda": "auto", "infer.val_fraction": 0.25,  # tune holds out 1 of the 4 inputs
-                        "infer.tau": 0.04})  # fixed, so a sweep of τ finds this value in the run cache
+                        "infer.tau": 0.04,  # fixed, so a sweep of τ finds this value in the run cache
+                        "memory.keep": 1.0})  # 3 memory inputs: keep auto has its own test (test_pipeline.py)
     commit_all(repo, "tiny")
     return repo
 

@@ -59,7 +59,9 @@ def keep_toy():
       widened to τ 0.2 from λ 0.66 (λ 0.7), and at τ 0.4 from λ 0.58 (λ 0.7 again: τ 0.2 is nearer 0.04).
     memory.method random keeps a seeded sample, so the outlier is placed where the seed's sample keeps it at 0.5 and
     drops it at 0.25 and 0.1: P@1 0, 0, 100, 100 at keep 1, 0.5, 0.25, 0.1, and the tie goes to the larger keep,
-    0.25. At λ fixed at 0.5 every keep would score 0: the keep is found only because λ and τ are chosen at each."""
+    0.25. The smaller keeps are judged at keep 1's τ 0.04, where A is first from λ 0.96 (λ 1), and the winner is then
+    tuned in full (λ 0.7, τ 0.2). At λ fixed at 0.5 every keep would score 0: the keep is found only because λ is
+    chosen at each."""
     rest_rows, _ = split_validation(sp.csr_matrix((KEEP_N, 2)), KEEP_FRACTION, SEED)
     position = min(randomly_kept(0.5, len(rest_rows)) - randomly_kept(0.25, len(rest_rows))
                    - randomly_kept(0.1, len(rest_rows)))
@@ -85,7 +87,7 @@ def keep_params(folder, keep="auto"):
 
 
 KEEP_CURVE = [(1.0, 30, 0.5, 0.04, 0.0), (0.5, 15, 0.5, 0.04, 0.0), (0.25, 8, 0.7, 0.2, 100.0),
-                  (0.1, 3, 0.7, 0.2, 100.0)]   # keep, input keys, λ, τ, P@1: keep_toy's arithmetic
+                  (0.1, 3, 1.0, 0.04, 100.0)]   # keep, input keys, λ, τ, P@1: keep_toy's arithmetic
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step
@@ -145,11 +147,14 @@ def test_a_keep_chosen_at_the_grids_smallest_point_widens_it_by_halving(tmp_path
     the seed's draw drops the outlier, 0 where it keeps it); 0.25 still wins (a tie goes to the larger keep), off
     the edge now, so nothing more is tried."""
     tuning, position, rest = keep_tuning(tmp_path)
-    retrieval, chosen = choose_keep(tuning.at, (1.0, 0.5, 0.25), "P@1")
+    retrieval, chosen = choose_keep(tuning, (1.0, 0.5, 0.25))
     eighth = 0.0 if position in randomly_kept(0.125, rest) else 100.0
     assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen.keep_curve] \
         == [(1.0, 30, 0.0), (0.5, 15, 0.0), (0.25, 8, 100.0), (0.125, 4, eighth)]
     assert chosen.keep == 0.25 and retrieval.input_keys == 8
+    # the others at keep 1's τ and joint retrieval, the winner tuned in full on its own retrieval (keep_toy)
+    assert [(r["keep"], r["tau"], r["label_share"]) for r in chosen.keep_curve] \
+        == [(1.0, 0.04, None), (0.5, 0.04, None), (0.25, 0.2, None), (0.125, 0.04, None)]
 
 
 def test_a_keep_chosen_at_the_grids_largest_point_widens_it_by_doubling_at_most_to_the_full_memory(tmp_path):
@@ -158,7 +163,7 @@ def test_a_keep_chosen_at_the_grids_largest_point_widens_it_by_doubling_at_most_
     again and wins, and its own double is the full memory once more: nothing past 1 is ever tried."""
     tuning, position, rest = keep_tuning(tmp_path)
     assert all(position in randomly_kept(keep, rest) for keep in (0.6, 0.5))
-    retrieval, chosen = choose_keep(tuning.at, (0.6, 0.5), "P@1")
+    retrieval, chosen = choose_keep(tuning, (0.6, 0.5))
     assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen.keep_curve] \
         == [(1.0, 30, 0.0), (0.6, 18, 0.0), (0.5, 15, 0.0)]
     assert chosen.keep == 1.0 and retrieval.input_keys == 30
@@ -312,7 +317,7 @@ def test_with_auto_keep_each_keep_is_judged_at_its_own_alpha_and_each_alpha_sear
     searched = []
     real = memory_choice.label_search
     monkeypatch.setattr(memory_choice, "label_search", lambda *args: searched.append(args[-1]) or real(*args))
-    retrieval, chosen = choose_keep(alpha_tuning(tmp_path, tuple(ALPHA_GRID)).at, (1.0, 0.5), "P@1")
+    retrieval, chosen = choose_keep(alpha_tuning(tmp_path, tuple(ALPHA_GRID)), (1.0, 0.5))
     assert [(r["keep"], r.get("prototypes"), r["P@1"]) for r in chosen.keep_curve] \
         == [(1.0, None, 50.0), (0.5, 0.5, 100.0), (0.25, 0.5, 100.0)]
     assert (chosen.keep, chosen.prototypes, retrieval.input_keys) == (0.5, 0.5, 4)

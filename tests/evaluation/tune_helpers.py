@@ -61,9 +61,10 @@ def write_training_split(root, X, Z, Y) -> None:
 
 def toy_params(folder, **keys):
     """The project's params.yaml with `keys` set (tests.helpers.write_params' dotted keys; a bare key is infer's),
-    one validation fold, τ 0.04 and the joint retrieval unless they say otherwise: most toys hold out one set and
-    choose λ at one τ."""
-    base = {"infer.val_folds": 1, "infer.tau": 0.04, "infer.retrieval": "joint", "infer.label_share": 0.5}
+    one validation fold, τ 0.04, the joint retrieval and the full memory unless they say otherwise: most toys hold out
+    one set and choose λ at one τ."""
+    base = {"infer.val_folds": 1, "infer.tau": 0.04, "infer.retrieval": "joint", "infer.label_share": 0.5,
+            "memory.keep": 1.0}
     return write_params(folder, **{**base, **{key if "." in key else f"infer.{key}": v for key, v in keys.items()}})
 
 

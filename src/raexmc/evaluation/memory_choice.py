@@ -1,12 +1,13 @@
 """Choosing the memory on held-out training inputs, never on the test set: its share of training-input keys
 (`memory.keep: auto`) and the label prototypes' α (`memory.prototypes: auto` below keep 1).
 
-Where they do best moves with the data and the encoder (a smaller memory can beat the full one), so each point of
-the grid is judged at its own best λ and τ (and label share), chosen afresh on that memory by selection.select,
-never at another point's. The best `infer.auto_metric` wins, ties (metrics are rounded to 0.01 points) to the
-larger keep (the paper's full memory) or the smaller α (the label texts). A choice on an edge of its grid widens
-it, as τ widens (halved or doubled, a keep at most 1). Only the labels' side depends on α, so the input keys are
-selected and searched once per keep, the labels once per α (MemoryTuning).
+Where they do best moves with the data and the encoder (a smaller memory can beat the full one), so each point is
+judged at its own best λ (chosen afresh by selection.select), a keep below the grid's largest at the largest's
+retrieval, share and τ (λ alone: under 2x keep 1's tune CPU on FOLDOC, defaults_choice.json). The best
+`infer.auto_metric` wins, ties (metrics are rounded to 0.01 points) to the larger keep (the paper's full memory) or
+the smaller α (the label texts). A choice on an edge of its grid widens it, as τ widens (halved or doubled, a keep
+at most 1). Only the labels' side depends on α, so the input keys are selected and searched once per keep, the
+labels once per α (MemoryTuning).
 """
 
 from __future__ import annotations
@@ -72,20 +73,30 @@ def choose_point(axis: str, grid: tuple[float, ...], tune_at: Callable[[float], 
     return point, retrieval, selection, [rows[p] for p in sorted(rows)]
 
 
-def choose_keep(tune_at: Callable[[float], Tuned], grid: tuple[float, ...],
-                metric: str) -> tuple[ValidationRetrieval, Selection]:
+def choose_keep(tuning: MemoryTuning, grid: tuple[float, ...]) -> tuple[ValidationRetrieval, Selection]:
     """The chosen keep's validation retrieval and selection, with the keep, `auto.keep` and the keep curve (largest
-    first) added. `tune_at` judges the memory at a keep."""
-    keep, retrieval, selection, curve = choose_point("keep", grid, tune_at, metric, ties_to_larger=True, most=1.0)
+    first) added; a keep below the grid's largest is judged narrowly (the module's docstring), and a smaller winner
+    then tuned in full on its own retrieval (its curve row that tuning's)."""
+    top, settings = max(grid), tuning.settings
+    largest = (_, chosen) = tuning.at(top)  # a joint retrieval leaves the share as it is
+    narrow = dataclasses.replace(settings, retrieval=chosen.retrieval, tau=chosen.tau, tau_grid=(chosen.tau,),
+                                 label_share=settings.label_share if chosen.label_share is None else chosen.label_share)
+    def tune_at(point: float) -> Tuned:
+        return largest if point == top else tuning.at(point, narrow)
+
+    keep, retrieval, selection, curve = choose_point("keep", grid, tune_at, settings.metric, True, 1.0)
+    if keep != top:
+        retrieval, selection = tuning.at(keep, retrieval=retrieval)
+        curve = [{"keep": keep, **chosen_row(selection)} if row["keep"] == keep else row for row in curve]
     return retrieval, selection.with_(keep=keep, auto={**selection.auto, "keep": True}, keep_curve=curve[::-1])
 
 
-def choose_prototypes(retrieval_at: Callable[[float], ValidationRetrieval], settings: TuneSettings,
+def choose_prototypes(inputs: ValidationRetrieval, labels_at: Callable[[float], Hits], settings: TuneSettings,
                       grid: tuple[float, ...], propensity_ab: tuple[float, float]) -> Tuned:
     """The chosen α's validation retrieval and selection, with `prototypes`, `auto.prototypes` and the α curve
-    added. `retrieval_at` gives the memory's validation retrieval with the labels' prototypes at an α."""
+    added: `inputs`' retrieval with the labels' hits at an α (`labels_at`) in its place."""
     def tune_at(weight: float) -> Tuned:
-        retrieval = retrieval_at(weight)
+        retrieval = dataclasses.replace(inputs, labels=labels_at(weight))
         return retrieval, select(retrieval, settings, propensity_ab)
 
     weight, retrieval, selection, curve = choose_point("prototypes", grid, tune_at, settings.metric,
@@ -137,13 +148,14 @@ class MemoryTuning:
                                             labels=empty_result(len(fold.val_rows), 0))
                        for fold in self.folds], self.held)
 
-    def at(self, keep: float) -> Tuned:
-        """The validation retrieval at `keep` (at the chosen α where α is searched) and its selection."""
-        if not self.searches_prototypes(keep):
-            memory = self.memory_at(keep, None)
-            retrieval = self.retrieval(memory, memory.prototypes)
-            return retrieval, select(retrieval, self.settings, self.propensity_ab)
-        first = min(self.prototypes_grid)  # the input side of the memory is the same at every α
-        inputs = self.retrieval(self.memory_at(keep, first), first)
-        return choose_prototypes(lambda weight: dataclasses.replace(inputs, labels=pooled_hits(self.labels_at(weight))),
-                                 self.settings, self.prototypes_grid, self.propensity_ab)
+    def at(self, keep: float, settings: TuneSettings | None = None,
+           retrieval: ValidationRetrieval | None = None) -> Tuned:
+        """The validation retrieval at `keep` (at the chosen α where α is searched) and its selection by `settings`
+        (the stage's where None); `retrieval`, one at this keep already made, spares its k-means and search."""
+        settings, searched = settings or self.settings, self.searches_prototypes(keep)
+        memory = self.memory_at(keep, min(self.prototypes_grid) if searched else None)  # the inputs' side at any α
+        retrieval = retrieval or self.retrieval(memory, memory.prototypes)
+        if not searched:
+            return retrieval, select(retrieval, settings, self.propensity_ab)
+        return choose_prototypes(retrieval, lambda alpha: pooled_hits(self.labels_at(alpha)), settings,
+                                 self.prototypes_grid, self.propensity_ab)

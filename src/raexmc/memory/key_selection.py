@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-CELL_SIZE = 8_192          # inputs per coarse cell: the fine k-means costs about keep · N · CELL_SIZE · d per iteration
+CELL_SIZE = 2_048          # inputs per coarse cell: the fine k-means costs about keep · N · CELL_SIZE · d per iteration
 COARSE_SAMPLE = 64         # inputs sampled per coarse cell to fit the cells
 ITERATIONS = 10            # Lloyd iterations per level
 ASSIGN_BYTES = 64 << 20    # scratch of one chunk of similarities (inputs x centroids, float32)
