@@ -20,7 +20,7 @@ N_TRAIN, DIM = 20_000, 32  # a 32-d graph of 20,000 keys (M 16) takes 5.4 MB; ha
 LIMIT = 2 << 20  # bytes: room for the MLflow store, not for the graph
 EDITS = {"  backend: auto ": "  backend: hnsw ", "  M: 64": "  M: 16",
          "  ef_construction: 500\n": "  ef_construction: 40\n",
-         "  keep: 1.0 ": "  keep: 0.5 ", "  method: kmeans-labels ": "  method: random ",
+         "  keep: auto ": "  keep: 0.5 ", "  method: kmeans-labels ": "  method: random ",
          "  prototypes: auto ": "  prototypes: 0 "}
 
 

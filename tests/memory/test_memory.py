@@ -119,10 +119,10 @@ def metrics(memory_data, memory_folder):
 
 
 def test_keep_one_records_the_index_stage_inputs_and_copies_nothing(memory_data, tmp_path):
-    """The project's memory section (keep 1, compression none), with the prior on: memory.json alone, saying so."""
+    """The project's memory section at keep 1 (compression none), with the prior on: memory.json alone, saying so."""
     embeddings, index, Y, _ = memory_data
-    settings = dataclasses.replace(MemorySettings.from_section(load_settings(REPO / "params.yaml").memory, "hnsw"),
-                                   prior=True)
+    section = load_settings(REPO / "params.yaml").memory.model_copy(update={"keep": 1.0})
+    settings = dataclasses.replace(MemorySettings.from_section(section, "hnsw"), prior=True)
     meta = build_input_memory(np.load(embeddings / "train.npy"), Y, settings, tmp_path / "memory", "hnsw",
                               labels=np.load(embeddings / "labels.npy"))
     assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == ["memory.json"]
@@ -224,9 +224,9 @@ def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep, random_
 
 
 @pytest.mark.parametrize("edits, key, named", [
-    ({"  compression: none ": "  compression: zip9 "}, "memory.compression", "zip9"),
-    ({"  compression: none ": "  compression: sq8 ", "  backend: auto ": "  backend: exact "}, "memory.compression",
-     "needs an hnsw index"),
+    ({"  keep: auto ": "  keep: 1.0 ", "  compression: none ": "  compression: zip9 "}, "memory.compression", "zip9"),
+    ({"  keep: auto ": "  keep: 1.0 ", "  compression: none ": "  compression: sq8 ",
+      "  backend: auto ": "  backend: exact "}, "memory.compression", "needs an hnsw index"),
     ({"  relevance: binary ": "  relevance: graded2 "}, "infer.relevance", "graded2")])
 def test_the_memory_stage_refuses_what_it_cannot_build_in_one_line(tmp_path, edits, key, named):
     """An unknown compression, one with the exact backend (no graph to compress), or an unknown relevance

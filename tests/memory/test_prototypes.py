@@ -80,8 +80,9 @@ def memory_with(**memory) -> dict:
 def test_the_project_default_keeps_today_s_full_memory(tmp_path):
     """keep 1 with prototypes auto is the label texts' keys: today's memory, the same numbers, with no choice of the
     tune stage needed; below keep 1 the memory stage builds the α the tune stage chose."""
-    memory = load_settings(REPO / "params.yaml").memory
-    assert memory.prototypes == "auto" and chosen_memory(memory, "hnsw").prototypes == 0.0
+    assert load_settings(REPO / "params.yaml").memory.prototypes == "auto"
+    memory = settings_from(memory_with(keep=1.0)).memory
+    assert chosen_memory(memory, "hnsw").prototypes == 0.0
     smaller = settings_from(memory_with(keep=0.1)).memory
     (tmp_path / "choice.json").write_text('{"keep": 0.1, "prototypes": 0.25}')
     assert chosen_memory(smaller, "hnsw", tmp_path / "choice.json").prototypes == 0.25

@@ -544,7 +544,7 @@ def test_raexmc_evaluate_scores_a_model_folder_as_the_evaluate_stage_does(built)
     for name in ("rae", "dual_encoder", "knn", "memory", "propensity", "retrieval", "served"):
         assert ours[name] == stage[name], name
     assert stage["served"] == {"same_search": 1}
-    assert re.search(rf"^P@1 +{stage['rae']['P@1']:.2f} ", cli.stdout, re.M) and "rae_vs_knn: P@1 " in cli.stdout
+    assert re.search(rf"^P@1 +{stage['rae']['P@1']:.2f} ", cli.stdout, re.M) and "rae vs knn: P@1 " in cli.stdout
     stage_values, our_values = np.load(built / "eval" / "per_instance.npz"), np.load(root / "p.npz")
     for key in our_values:
         np.testing.assert_array_equal(our_values[key], stage_values[key])
