@@ -16,14 +16,11 @@ def scaled_with_pid(factor: int, block: int) -> tuple[int, int]:
     return factor * block, os.getpid()
 
 
-def fail_at_seven(_, block: int) -> int:
-    if block == 7:
+def misbehave(how: str, block: int) -> int:
+    """Raises at block 7 (`how` "raise") or is killed at block 3 ("die")."""
+    if how == "raise" and block == 7:
         raise DataError("not a text record", "data/train.jsonl", 8)
-    return block
-
-
-def die_at_three(_, block: int) -> int:
-    if block == 3:
+    if how == "die" and block == 3:
         os.kill(os.getpid(), signal.SIGKILL)
     return block
 
@@ -39,14 +36,14 @@ def test_results_come_in_the_blocks_order_from_the_workers(workers):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_an_error_in_a_worker_is_raised_here_as_the_same_one_line_error(workers):
     with pytest.raises(DataError) as raised:
-        list(ordered_map(fail_at_seven, None, range(20), workers))
+        list(ordered_map(misbehave, "raise", range(20), workers))
     assert str(raised.value) == "DataError: data/train.jsonl:8: not a text record"
     assert (raised.value.path, raised.value.record) == ("data/train.jsonl", 8)
 
 
 def test_a_worker_that_dies_is_a_one_line_worker_error():
     with pytest.raises(WorkerError, match="a worker process died .* RAEXMC_WORKERS=1"):
-        list(ordered_map(die_at_three, None, range(10), 2))
+        list(ordered_map(misbehave, "die", range(10), 2))
 
 
 def test_the_worker_count_comes_from_the_environment_or_the_cores(monkeypatch):

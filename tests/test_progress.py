@@ -14,7 +14,7 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_in_a_log_each_redraw_is_a_line_checked_at_every_update(monkeypatch):
+def test_in_a_log_each_redraw_is_a_line_checked_at_every_update_and_on_a_terminal_the_bar_is_tqdm_s(monkeypatch):
     """tqdm redraws in place ("\\r", no newline): a log file got one endless line, so an embed stage showed nothing
     for 48 minutes. In a log, a redraw is a line; the time is checked at every update (no skipped updates)."""
     monkeypatch.setattr(sys, "stderr", log := io.StringIO())
@@ -26,9 +26,6 @@ def test_in_a_log_each_redraw_is_a_line_checked_at_every_update(monkeypatch):
     lines = log.getvalue().splitlines()
     assert lines[0].startswith("embed train:   0%") and "0/3" in lines[0]
     assert lines[-1].startswith("embed train: 100%") and "3/3" in lines[-1] and len(lines) == 2
-
-
-def test_on_a_terminal_the_bar_is_tqdm_s_own(monkeypatch):
     monkeypatch.setattr(sys, "stderr", terminal := Terminal())
     with progress_bar(total=3, desc="embed train", unit="text", mininterval=2.0) as bar:
         assert bar.mininterval == 2.0 and bar.fp is not None

@@ -42,7 +42,7 @@ def error_of(key: str, value: object) -> ConfigError:
     return info.value
 
 
-def test_the_shipped_params_load_as_written():
+def test_the_shipped_params_load_as_written_and_read_only():
     settings = load_settings(REPO / "params.yaml")
     assert (settings.infer.lam, settings.infer.tau, settings.infer.b, settings.infer.val_folds) == ("auto", "auto", 200,
                                                                                                   "auto")
@@ -52,6 +52,10 @@ def test_the_shipped_params_load_as_written():
     assert settings.significance.metrics == ("P@1", "P@5", "R@100") and settings.significance.compare_with is None
     assert settings.data.name == "foldoc"
     assert settings_from(with_value("infer.val_folds", ...)).infer.val_folds == 1, "a default: may be left out"
+    with pytest.raises(ValidationError, match="frozen"):  # read-only
+        settings.infer.b = 10
+    with pytest.raises(AttributeError):
+        settings.memory.keep_grid.append(0.05)
 
 
 def test_yaml_1_2_floats_and_numbers_written_as_integers(tmp_path):
@@ -61,14 +65,6 @@ def test_yaml_1_2_floats_and_numbers_written_as_integers(tmp_path):
     assert isinstance(lr, float) and abs(lr - 1e-4) < 1e-15
     assert settings_from(with_value("train.grad_clip", 2)).train.grad_clip == 2.0  # a number written as an integer
     assert settings_from(with_value("train.grad_clip", float("inf"))).train.grad_clip == float("inf")
-
-
-def test_the_settings_are_read_only():
-    settings = load_settings(REPO / "params.yaml")
-    with pytest.raises(ValidationError, match="frozen"):
-        settings.infer.b = 10
-    with pytest.raises(AttributeError):
-        settings.memory.keep_grid.append(0.05)
 
 
 def test_a_typo_is_refused_with_its_key():

@@ -1,5 +1,4 @@
-"""The library's one check of a count it is handed: a bad one is a programming error, a ValueError (the settings
-loader checks what users set)."""
+"""The library's check of a count it is handed: a bad one is a programming error (users' values: settings.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ import numpy as np
 
 
 def positive_int(value: object, name: str) -> int:
-    """`value` as an int, or ValueError unless it is an integer >= 1 (True is not one)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)

@@ -1,14 +1,11 @@
-"""The few error types the pipeline raises on bad input or configuration, each carrying the file and the
-record (line, member, key), so the command line prints one line and exits with status 2.
-"""
+"""The error types of bad input or configuration, each carrying the file and the record (line, member, key), so
+the command line prints one line and exits with status 2."""
 
 from __future__ import annotations
 
 from os import PathLike
 
-PARAMS_FILE = "params.yaml"
-"""The path library code gives an error about a parameter when it does not know which parameters file is
-in use; a stage or command run with another --params file names that file in its place (`in_params_file`)."""
+PARAMS_FILE = "params.yaml"  # what library code names; a stage run with --params names its file (in_params_file)
 
 
 class RaexmcError(Exception):

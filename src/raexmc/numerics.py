@@ -24,8 +24,7 @@ PINNED_KERNELS = {
 
 
 def cpu_has_avx2(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether this is an x86-64 CPU with AVX2, read from the kernel's CPU flags (without importing the
-    libraries whose kernels are being pinned); False where there is no /proc/cpuinfo to read."""
+    """Whether this is an x86-64 CPU with AVX2, from the kernel's CPU flags (importing none of the pinned libraries)."""
     if platform.machine().lower() not in ("x86_64", "amd64") or not cpuinfo.is_file():
         return False
     flags = next((line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), "")
@@ -33,8 +32,7 @@ def cpu_has_avx2(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
 
 
 def pin_cpu_kernels() -> bool:
-    """Set PINNED_KERNELS here and for child processes; call it before NumPy and PyTorch are imported. Returns
-    whether it came in time for this process. A CPU without AVX2 keeps its own kernels."""
+    """Set PINNED_KERNELS here and for child processes (no AVX2: none); whether it came before NumPy and PyTorch."""
     if not cpu_has_avx2():
         return False
     os.environ.update(PINNED_KERNELS)

@@ -1,7 +1,5 @@
-"""Work split into independent blocks, run on every core with the results kept in order, so the data stages'
-outputs do not depend on how many processes ran. `RAEXMC_WORKERS` sets them (default: every core this process
-may use): no output changes with it, so it is no params key.
-"""
+"""Independent blocks of work run on every core, results in order, so no output depends on how many processes ran;
+`RAEXMC_WORKERS` sets them (default: every core this process may use), and so is no params key."""
 
 from __future__ import annotations
 
@@ -40,8 +38,7 @@ _worker_shared: Any = None  # in a worker process: the `shared` value it was sta
 
 
 def _start_worker(shared: Any) -> None:
-    """Each worker is one of as many processes as cores: the Rust tokenizer's own thread pool would
-    oversubscribe them (and warn that the process was forked), so it is off in workers."""
+    """The Rust tokenizer's own thread pool would oversubscribe the cores (and warn of the fork): off in workers."""
     global _worker_shared
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _worker_shared = shared
@@ -53,12 +50,10 @@ def _run_block(function: Callable[[Any, Any], Any], block: Any) -> Any:
 
 def ordered_map(function: Callable[[Shared, Block], Result], shared: Shared, blocks: Iterable[Block],
                 workers: int) -> Iterator[Result]:
-    """`function(shared, block)` for each block, yielded in order, over `workers` processes.
-
-    `shared` reaches each process once, when it starts; `function` is pickled by name (module level or a class
-    body, no lambda), and blocks and results are pickled. One worker runs here, pickling nothing. A few blocks per
-    worker are queued, so a generator streams; a worker's exception is raised here and drops the queue, a worker
-    that dies is a WorkerError."""
+    """`function(shared, block)` for each block, yielded in order, over `workers` processes (one: here, pickling
+    nothing). `shared` reaches each process once, at its start; `function` is pickled by name (no lambda). A few
+    blocks per worker are queued, so a generator streams; a worker's exception is raised here, a dead worker is a
+    WorkerError."""
     if workers == 1:
         for block in blocks:
             yield function(shared, block)

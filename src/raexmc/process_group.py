@@ -1,6 +1,4 @@
-"""The torch.distributed process group of a stage torchrun launched (or one plain process): NCCL on GPUs,
-gloo on CPU; the train and embed stages run under it.
-"""
+"""The torch.distributed group of a stage torchrun launched (or one plain process): NCCL on GPUs, gloo on CPU."""
 
 from __future__ import annotations
 
@@ -51,8 +49,7 @@ def shutdown(ctx: DistContext) -> None:
 
 @contextmanager
 def process_group(device: str = "auto", as_given: bool = False) -> Iterator[DistContext]:
-    """This process in torchrun's group, left when the `with` body ends; with `as_given`, one process outside
-    torchrun runs on `device` as it is."""
+    """This process in torchrun's group until the `with` ends; with `as_given`, one process runs on `device` as is."""
     ctx = DistContext(0, 1, device) if as_given and "LOCAL_RANK" not in os.environ else init_distributed(device)
     yield ctx
     shutdown(ctx)

@@ -1,6 +1,5 @@
-"""The one progress bar of every loop that may run long: tqdm's on a terminal; elsewhere (a log file) a line
-of its own at most every LOG_INTERVAL_S seconds, since a redraw in place never ends its line.
-"""
+"""The progress bar of every long loop: tqdm's on a terminal; in a log file a line of its own at most every
+LOG_INTERVAL_S seconds, since a redraw in place never ends its line."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ class LogLines:
 
 
 def progress_bar(iterable: Iterable | None = None, **options: Any) -> tqdm:
-    """tqdm(iterable, **options) on stderr; where stderr is no terminal, one line every LOG_INTERVAL_S seconds
-    (checked at every update, so a slow loop is not skipped over) in place of the redraws."""
+    """tqdm on stderr; where that is no terminal, a line every LOG_INTERVAL_S seconds (checked at every update)."""
     stderr = sys.stderr
     if not stderr.isatty():
         options.update(file=LogLines(stderr), mininterval=LOG_INTERVAL_S, miniters=1)

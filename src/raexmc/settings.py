@@ -1,10 +1,6 @@
-"""params.yaml as typed, frozen settings: one model per section, built and checked by one loader.
-
-Every value is checked for type and range at load, before any stage works; a bad one is one ConfigError naming
-the file and dotted key. The file is read as YAML 1.2, as `dvc exp run -S` writes it (`1e-4` a float).
-params.yaml holds the defaults (here only data.debian_mirror and infer.val_folds). The catalogue and presets
-files are read with the same reader (read_mapping); `Settings.model_json_schema()` is params.schema.json.
-"""
+"""params.yaml as typed, frozen settings, each value checked at load: a bad one is one ConfigError naming the file
+and dotted key. Read as YAML 1.2, as `dvc exp run -S` writes it (`1e-4` a float); defaults live in params.yaml (here
+only data.debian_mirror and infer.val_folds); `Settings.model_json_schema()` is params.schema.json."""
 
 from __future__ import annotations
 
@@ -46,8 +42,7 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-def grid(item: Any) -> Any:
-    """A non-empty list of `item`, held as a tuple (so the settings stay frozen)."""
+def grid(item: Any) -> Any:  # a non-empty list, held as a tuple (so the settings stay frozen)
     return Annotated[tuple[item, ...], Strict(False), Field(min_length=1)]
 
 
@@ -219,18 +214,16 @@ class Settings(Section):
 
 
 def schema_text() -> str:
-    """The JSON Schema of params.yaml (params.schema.json), from the types above."""
+    """params.schema.json, from the types above."""
     return json.dumps(Settings.model_json_schema(by_alias=True), indent=2, ensure_ascii=False) + "\n"
 
 
 def read_params_tree(path: str | os.PathLike = PARAMS_FILE) -> dict[str, Any]:
-    """The params file as plain dicts and lists (YAML 1.2), or ConfigError naming the file (and line)."""
     return read_mapping(path, "params file")
 
 
 def read_mapping(path: str | os.PathLike, what: str) -> dict[str, Any]:
-    """The YAML 1.2 mapping in file `path` (`what` it is, for the error when it is missing) as plain dicts and
-    lists; the ConfigError of a bad file names its line where it has one."""
+    """The YAML 1.2 mapping in file `path` (`what` it is) as plain dicts and lists, or a ConfigError (and line)."""
     from ruamel.yaml import YAML  # not at import: the GPU machines that only embed lack it
     from ruamel.yaml.error import YAMLError
 
@@ -249,7 +242,6 @@ def read_mapping(path: str | os.PathLike, what: str) -> dict[str, Any]:
 
 
 def _plain(node: Any) -> Any:
-    """ruamel's containers to plain dicts and lists."""
     if isinstance(node, dict):
         return {str(k): _plain(v) for k, v in node.items()}
     if isinstance(node, list):
@@ -258,7 +250,6 @@ def _plain(node: Any) -> Any:
 
 
 def load_settings(path: str | os.PathLike = PARAMS_FILE) -> Settings:
-    """params.yaml checked and typed, or one ConfigError naming the file and the first bad key."""
     return settings_from(read_params_tree(path), path)
 
 
@@ -268,7 +259,6 @@ MOVED_SECTIONS = {"datasets": ("dataset catalogue", "each entry to datasets/<nam
 
 
 def settings_from(tree: dict[str, Any], path: str | os.PathLike = PARAMS_FILE) -> Settings:
-    """The settings of a params tree (as read_params_tree gives it), or one ConfigError naming `path`."""
     for section, home in MOVED_SECTIONS.items():
         if section in tree:
             raise ConfigError(f"the {home[0]} is no longer a section of the params: move {home[1]} beside it, then "
@@ -294,8 +284,7 @@ def section_from(model: type[SectionT], section: str, values: dict[str, Any]) ->
 
 
 def record_value(kind: Any, value: Any, path: str | os.PathLike, key: str, fix: str = "") -> Any:
-    """`value`, the `key` of a file the pipeline wrote (tune's choices, a model folder's settings), checked
-    against a settings type, or one DataError naming the file and key and saying `fix` (bad data, not a bad param)."""
+    """`value` at `key` of a file the pipeline wrote, checked against a settings type, or a DataError saying `fix`."""
     try:
         return TypeAdapter(kind).validate_python(value, strict=True)
     except ValidationError as exc:
@@ -304,8 +293,7 @@ def record_value(kind: Any, value: Any, path: str | os.PathLike, key: str, fix: 
 
 
 def record_error(exc: ValidationError, path: str | os.PathLike, fix: str = "") -> DataError:
-    """The first error of validating a record the pipeline wrote (a pydantic model of a file's content) as one
-    DataError naming the file and the dotted key, and saying `fix`."""
+    """The first error of validating a record the pipeline wrote as one DataError naming its key, saying `fix`."""
     error = exc.errors()[0]
     key = ".".join(str(part) for part in error["loc"])
     if error["type"] == "missing":
@@ -319,8 +307,8 @@ def record_error(exc: ValidationError, path: str | os.PathLike, fix: str = "") -
 
 def config_error(exc: ValidationError, path: str | os.PathLike = PARAMS_FILE,
                  within: tuple[str, ...] = ()) -> ConfigError:
-    """The first error of a validation (of Settings, or of the section at `within`) as one ConfigError: the dotted
-    key, and what the value must be (every alternative of a union: `must be 'auto' or greater than or equal to 1`)."""
+    """The first error of validating Settings (or the section at `within`) as one ConfigError: the dotted key and
+    every alternative of a union (`must be 'auto' or greater than or equal to 1`)."""
     errors = [{**error, "loc": (*within, *error["loc"])} for error in exc.errors()]
     key, entry = _key(errors[0]["loc"])
     if errors[0]["type"] == "missing":
@@ -347,7 +335,6 @@ _WANTED = {"model_type": "a mapping of settings", "dict_type": "a mapping", "tup
 
 
 def _wanted(error: dict[str, Any]) -> str:
-    """What one error says a value must be."""
     if error["type"] in _WANTED:
         return _WANTED[error["type"]]
     if error["type"] == "too_short":
@@ -359,8 +346,7 @@ def _wanted(error: dict[str, Any]) -> str:
 
 
 def _key(loc: tuple) -> tuple[str, int | None]:
-    """(the dotted params key, the list entry or None) of an error's location: the parts that name fields of the
-    models, then the first list index; the tags pydantic adds for a union's branches are no keys."""
+    """(dotted params key, first list index or None) of an error's location; a union's branch tags are no keys."""
     model: Any = Settings
     parts, entry = [], None
     for part in loc:
@@ -375,13 +361,11 @@ def _key(loc: tuple) -> tuple[str, int | None]:
     return ".".join(parts), entry
 
 
-def _fields(model: type[BaseModel]) -> dict[str, Any]:
-    """A model's fields by the names params.yaml gives them."""
+def _fields(model: type[BaseModel]) -> dict[str, Any]:  # by the names params.yaml gives them
     return {field.alias or name: field for name, field in model.model_fields.items()}
 
 
-def _model_at(key: str) -> type[BaseModel]:
-    """The model of the section at dotted `key` ("" is the whole file)."""
+def _model_at(key: str) -> type[BaseModel]:  # of the section at dotted `key` ("": the whole file)
     model: Any = Settings
     for part in filter(None, key.split(".")):
         model = _fields(model)[part].annotation

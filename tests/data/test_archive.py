@@ -90,10 +90,14 @@ def test_tar_extracts_files_dirs_and_inner_links(tmp_path, name, mode):
     assert sorted(p.name for p in target.parent.iterdir()) == ["out"]  # no temp folder left
 
 
-def test_zip_extracts_and_replaces_an_existing_target_whole(tmp_path):
+def test_a_failed_extraction_leaves_an_existing_target_untouched_and_a_zip_replaces_it_whole(tmp_path):
     target = tmp_path / "dest" / "out"
     target.mkdir(parents=True)
     (target / "stale.txt").write_text("old")
+    with pytest.raises(UnsafeArchiveError):
+        extract(write(tmp_path, "evil.tar.gz", tar_bytes([("file", "ok.txt", SAFE), ("file", "../x", SAFE)])), target)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out"]
+    assert sorted(p.name for p in target.iterdir()) == ["stale.txt"]
     extract(write(tmp_path, "data.zip", zip_bytes([("file", "LF-Tiny/trn.txt", b"train\n"),
                                                    ("file", "LF-Tiny/deep/tst.txt", b"test\n")])), target)
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()) == [
@@ -156,16 +160,6 @@ def test_an_unsafe_member_rejects_the_whole_archive(tmp_path, container, case):
     assert str(archive) in str(info.value) and info.value.record == member
     assert container != "deb" or f"{archive}:data.tar.xz" in str(info.value)
     assert_nothing_written(tmp_path, archive, target)
-
-
-def test_failed_extraction_leaves_existing_target_untouched(tmp_path):
-    target = tmp_path / "dest" / "out"
-    target.mkdir(parents=True)
-    (target / "keep.txt").write_text("keep")
-    with pytest.raises(UnsafeArchiveError):
-        extract(write(tmp_path, "evil.tar.gz", tar_bytes([("file", "ok.txt", SAFE), ("file", "../x", SAFE)])), target)
-    assert sorted(p.name for p in target.parent.iterdir()) == ["out"]
-    assert sorted(p.name for p in target.iterdir()) == ["keep.txt"]
 
 
 # --- corrupt and missing -------------------------------------------------------------------------

@@ -150,7 +150,8 @@ def test_without_apt_the_default_dataset_comes_from_the_mirror(tmp_path, downloa
     assert hashlib.sha256(cached.read_bytes()).hexdigest() == CATALOGUE["foldoc"]["package"]["sha256"]
 
 
-def test_a_mirror_package_is_checked_and_then_reused_from_the_cache(tmp_path, without_apt):
+def test_a_mirror_package_is_checked_then_reused_from_the_cache_and_one_it_lacks_is_a_source_error(tmp_path,
+                                                                                                    without_apt):
     mirror_root = tmp_path / "mirror"
     pin = tiny_pin(sha256=hashlib.sha256(TINY).hexdigest(), md5=hashlib.md5(TINY).hexdigest())
     package = fetch_deb(pin, tmp_path / "cache", mirror_with(mirror_root, {TINY_POOL: TINY}) + "/")
@@ -158,6 +159,12 @@ def test_a_mirror_package_is_checked_and_then_reused_from_the_cache(tmp_path, wi
     assert (package.sha256, package.md5) == (pin.sha256, pin.md5)
     shutil.rmtree(mirror_root)  # gone: the cached copy must serve
     assert fetch_deb(pin, tmp_path / "cache", mirror_root.as_uri()).path.read_bytes() == TINY
+    mirror = mirror_with(tmp_path / "empty", {})
+    with pytest.raises(SourceError, match=f"{mirror}/{TINY_POOL}: download failed"):
+        fetch_deb(tiny_pin(), tmp_path / "cache2", mirror)
+    with pytest.raises(SourceError, match="libtiny-data: version 'distribution' needs apt-get"):
+        fetch_deb(DebPin("libtiny-data", "distribution"), tmp_path / "cache2", mirror)
+    assert list((tmp_path / "cache2").iterdir()) == []
 
 
 def test_the_dataset_refuses_a_mirror_package_of_another_sha256_in_one_line_leaving_nothing(tmp_path, without_apt,
@@ -171,15 +178,6 @@ def test_the_dataset_refuses_a_mirror_package_of_another_sha256_in_one_line_leav
                                         f"{CATALOGUE['foldoc']['package']['sha256']}")
     assert not (tmp_path / "foldoc").exists()
     assert list((tmp_path / "cache" / "debs").iterdir()) == []
-
-
-def test_a_package_the_mirror_lacks_is_a_source_error_naming_its_url(tmp_path, without_apt):
-    mirror = mirror_with(tmp_path / "mirror", {})
-    with pytest.raises(SourceError, match=f"{mirror}/{TINY_POOL}: download failed"):
-        fetch_deb(tiny_pin(), tmp_path / "cache", mirror)
-    with pytest.raises(SourceError, match="libtiny-data: version 'distribution' needs apt-get"):
-        fetch_deb(DebPin("libtiny-data", "distribution"), tmp_path / "cache", mirror)
-    assert list((tmp_path / "cache").iterdir()) == []
 
 
 def test_a_package_entry_with_an_unknown_key_is_refused():

@@ -26,12 +26,10 @@ def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
 
 def write_split(folder: Path, name: str, rows, without_labels: set[str]) -> None:
     """tests/helpers.py's TRAIN or TEST rows as an LF split, the inputs named in `without_labels` given none."""
-    records = []
-    for uid, title, content, labels, _ in rows:
-        labels = [] if uid in without_labels else labels
-        records.append({"uid": uid, "title": title, "content": content, "target_ind": labels,
-                        "target_rel": [1.0] * len(labels)})
-    write_jsonl_gz(folder / name, records)
+    write_jsonl_gz(folder / name, [{"uid": uid, "title": title, "content": content,
+                                    "target_ind": [] if uid in without_labels else labels,
+                                    "target_rel": [] if uid in without_labels else [1.0] * len(labels)}
+                                   for uid, title, content, labels, _ in rows])
 
 
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(lf_folder, tmp_path):
@@ -49,21 +47,16 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(lf_folder, tmp_pa
         write_split(lf_folder, "tst.json.gz", TEST, {"s0", "s1"})
 
 
-def test_inputs_without_labels_are_kept_counted_and_reported(lf_folder, tmp_path):
+def test_inputs_without_labels_are_kept_counted_and_reported_and_a_killed_runs_leftover_cleared(lf_folder, tmp_path):
     # training input t1 and test input s1 lose their labels; they stay (the XC convention: an
     # input without labels still counts in the evaluation's denominator)
     write_split(lf_folder, "trn.json.gz", TRAIN, {"t1"})
     write_split(lf_folder, "tst.json.gz", TEST, {"s1"})
+    leftover = leftover_of_killed_writer(tmp_path / "data" / "tiny")
     proc = run_download(lf_folder, tmp_path)
     assert proc.returncode == 0, proc.stderr
     stats = json.loads((tmp_path / "data/tiny/stats.json").read_text())
     assert (stats["N_train"], stats["N_test"]) == (4, 2)
     assert stats["inputs_without_labels"] == {"train": 1, "test": 1}
     assert "inputs without labels (kept): 1 of 4 train, 1 of 2 test" in proc.stderr
-
-
-def test_a_rerun_clears_what_a_killed_run_left(lf_folder, tmp_path):
-    leftover = leftover_of_killed_writer(tmp_path / "data" / "tiny")
-    proc = run_download(lf_folder, tmp_path)
-    assert proc.returncode == 0, proc.stderr
     assert not leftover.exists() and [p.name for p in (tmp_path / "data").iterdir()] == ["tiny"]

@@ -29,17 +29,16 @@ def test_every_label_reads_back_with_its_own_id_and_text(tmp_path):
     assert len(lines) == 4, "a newline inside a text is escaped: one line per label"
 
 
-@pytest.mark.parametrize("damage", ["no offsets", "no records", "cut records", "other offsets"])
+DAMAGE = {"no offsets": lambda folder: (folder / OFFSETS_FILE).unlink(),
+          "no records": lambda folder: (folder / RECORDS_FILE).unlink(),
+          "cut records": lambda folder: (folder / RECORDS_FILE).write_bytes((folder / RECORDS_FILE).read_bytes()[:-1]),
+          "other offsets": lambda folder: np.save(folder / OFFSETS_FILE, np.array([0, 10, 20]))}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
 def test_records_that_disagree_with_their_offsets_are_refused(tmp_path, damage):
     write_label_records(tmp_path, LABELS)
-    if damage == "no offsets":
-        (tmp_path / OFFSETS_FILE).unlink()
-    elif damage == "no records":
-        (tmp_path / RECORDS_FILE).unlink()
-    elif damage == "cut records":
-        (tmp_path / RECORDS_FILE).write_bytes((tmp_path / RECORDS_FILE).read_bytes()[:-1])
-    else:
-        np.save(tmp_path / OFFSETS_FILE, np.array([0, 10, 20]))
+    DAMAGE[damage](tmp_path)
     with pytest.raises(DataError, match="rerun the package stage|rerun the stage that writes it") as info:
         LabelRecords.open(tmp_path)
     assert str(tmp_path) in str(info.value)

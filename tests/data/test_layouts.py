@@ -58,18 +58,20 @@ def test_local_layouts_give_the_same_matrices(layout, request, tmp_path):
 OWN_IDS = [7_340_012_553, "B00X4WHP5E", 12, 9_007_199_254_740_993, "l0"]  # big ints (one past 2**53), strings
 
 
-def test_lf_keeps_content_and_uids_of_the_type_the_file_gives(lf_folder, tmp_path):
+def test_lf_keeps_content_uids_of_the_type_the_file_gives_and_numeric_string_and_zero_relevance(lf_folder,
+                                                                                                  tmp_path):
     """A label's uid is its id in the user's data: an integer stays an integer (a string "12" would not
     join with the user's 12), however large, and a string stays a string."""
-    build(lf_folder, tmp_path / "first")
-    first = next(Dataset(tmp_path / "first").texts("train"))
-    assert (first.uid, first.title, first.content) == TRAIN[0][:3]
     write_jsonl_gz(lf_folder / "lbl.json.gz", [{"uid": uid, "title": title, "content": content}
                                                for uid, (_, title, content) in zip(OWN_IDS, LABELS)])
-    build(lf_folder, tmp_path / "out")
-    assert [t.uid for t in Dataset(tmp_path / "out").texts("labels")] == OWN_IDS
+    build(edit(lf_folder, {"trn.json.gz": with_relevance(["2.5", 0])}), tmp_path / "out")
+    dataset = Dataset(tmp_path / "out")
+    first = next(dataset.texts("train"))
+    assert (first.uid, first.title, first.content) == TRAIN[0][:3]
+    assert [t.uid for t in dataset.texts("labels")] == OWN_IDS
     lines = (tmp_path / "out" / "labels.jsonl").read_text().splitlines()
     assert json.loads(lines[3])["uid"] == 9_007_199_254_740_993 and '"uid": 9007199254740993,' in lines[3]
+    assert dataset.label_matrix("train")[1].toarray().tolist() == [[0, 2.5, 0, 0, 0]]
 
 
 def test_ngame_label_id_is_its_line_in_y_txt_and_a_label_without_a_value_has_relevance_one(ngame_folder, tmp_path):
@@ -88,11 +90,6 @@ def with_relevance(relevance) -> list[dict]:
     rows = [{"uid": u, "title": t, "content": c, "target_ind": i, "target_rel": r} for u, t, c, i, r in TRAIN]
     rows[1]["target_rel"] = relevance
     return rows
-
-
-def test_lf_numeric_strings_and_zero_are_relevance_values(lf_folder, tmp_path):
-    build(edit(lf_folder, {"trn.json.gz": with_relevance(["2.5", 0])}), tmp_path / "out")
-    assert Dataset(tmp_path / "out").label_matrix("train")[1].toarray().tolist() == [[0, 2.5, 0, 0, 0]]
 
 
 def rows(*targets) -> list[dict]:

@@ -91,7 +91,7 @@ def write_wordnet(folder):
     return folder
 
 
-def test_wordnet_semantic_pointers_by_default(tmp_path):
+def test_wordnet_semantic_pointers_by_default_pointer_symbols_select_types_and_a_malformed_line(tmp_path):
     entries = read_wordnet(write_wordnet(tmp_path))
     by_uid = {e.uid: e for e in entries}
     index = {e.uid: i for i, e in enumerate(entries)}
@@ -101,15 +101,8 @@ def test_wordnet_semantic_pointers_by_default(tmp_path):
     assert by_uid["n00000100"].links == [index["n00000200"]]  # the lexical "+" pointer does not count
     assert by_uid["v00000300"].links == [index["n00000100"]]
     assert by_uid["a00000400"].links == [index["n00000100"]]
-
-
-def test_wordnet_pointer_symbols_select_types(tmp_path):
-    entries = read_wordnet(write_wordnet(tmp_path), pointer_symbols={"@"})
+    entries = read_wordnet(tmp_path, pointer_symbols={"@"})
     assert [bool(e.links) for e in entries] == [False, True, False, False]
-
-
-def test_wordnet_malformed_line(tmp_path):
-    write_wordnet(tmp_path)
     (tmp_path / "data.verb").write_text(WORDNET_HEADER + "00000300 42 v 01 exist 0 005 $ 00000100 n | gloss\n")
     with pytest.raises(DataError, match=r"data.verb:2: malformed synset"):
         read_wordnet(tmp_path)

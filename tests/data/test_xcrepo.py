@@ -35,7 +35,6 @@ def lf_tiny_zip(folder: Path, extra: dict[str, str] | None = None) -> bytes:
     return buffer.getvalue()
 
 
-
 class _RangeHandler(BaseHTTPRequestHandler):
     """Serves `server.files` (path -> bytes), `Range: bytes=N-` as 206 unless If-Range names another ETag."""
 
@@ -77,17 +76,13 @@ def archive(lf) -> bytes:
 def server(archive):
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _RangeHandler)
     httpd.daemon_threads, httpd.files, httpd.requests = True, {"/tiny.zip": archive}, []
+    httpd.url = f"http://127.0.0.1:{httpd.server_address[1]}/"
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield httpd
     httpd.shutdown()
     httpd.server_close()
     thread.join(timeout=5)
-
-
-@pytest.fixture
-def base_url(server) -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}/"
 
 
 @pytest.fixture
@@ -103,60 +98,60 @@ def spec(sha256: str | None) -> dict:
     return {"source": "xc-repo", "archive_id": "tiny.zip", "sha256": sha256}
 
 
-def test_build_dataset_from_xc_repo(server, base_url, cache, tmp_path, lf, archive):
+def test_build_dataset_from_xc_repo(server, cache, tmp_path, lf, archive):
     """The dataset is the one the same files give as a local folder (test_layouts.py checks that one by hand);
     source.json says where it came from; a second build reuses the verified cached archive, off the network."""
     sha256 = hashlib.sha256(archive).hexdigest()
-    stats = build_dataset("LF-Tiny", spec(sha256), tmp_path / "xc", base_url)
+    stats = build_dataset("LF-Tiny", spec(sha256), tmp_path / "xc", server.url)
     assert stats == build_dataset("LF-Tiny", {"source": "local", "path": str(lf)}, tmp_path / "local", "")
     for path in (tmp_path / "local").iterdir():
         if path.name != "source.json":
             assert (tmp_path / "xc" / path.name).read_bytes() == path.read_bytes(), path.name
     source = json.loads((tmp_path / "xc" / "source.json").read_text())
     assert (source["source"], source["url"], source["sha256"], source["layout"]) == (
-        "xc-repo", base_url + "tiny.zip", sha256, "xc-lf")
+        "xc-repo", server.url + "tiny.zip", sha256, "xc-lf")
     assert [(p.name, p.read_bytes()) for p in cache.iterdir()] == [("LF-Tiny.zip", archive)]  # no partial file
     assert server.requests == [("/tiny.zip", None)]
-    build_dataset("LF-Tiny", spec(sha256), tmp_path / "again", base_url)
+    build_dataset("LF-Tiny", spec(sha256), tmp_path / "again", server.url)
     assert len(server.requests) == 1
     assert (tmp_path / "again" / "Y_train.npz").read_bytes() == (tmp_path / "xc" / "Y_train.npz").read_bytes()
 
 
-def test_wrong_pinned_sha256_raises_and_removes_the_download(server, base_url, cache, tmp_path, archive):
+def test_wrong_pinned_sha256_raises_and_removes_the_download(server, cache, tmp_path, archive):
     out, wrong, right = tmp_path / "data" / "LF-Tiny", "0" * 64, hashlib.sha256(archive).hexdigest()
     with pytest.raises(ChecksumError) as info:
-        build_dataset("LF-Tiny", spec(wrong), out, base_url)
+        build_dataset("LF-Tiny", spec(wrong), out, server.url)
     assert wrong in str(info.value) and right in str(info.value) and "LF-Tiny.zip" in str(info.value)
     assert not out.exists() and (not out.parent.exists() or list(out.parent.iterdir()) == [])
     assert list(cache.iterdir()) == [] and len(server.requests) == 1  # neither the bad archive nor a partial file
-    build_dataset("LF-Tiny", spec(right), out, base_url)  # the next run downloads again and succeeds
+    build_dataset("LF-Tiny", spec(right), out, server.url)  # the next run downloads again and succeeds
     assert (out / "stats.json").is_file() and len(server.requests) == 2
 
 
-def test_bad_cached_archive_is_removed_then_fetched_again(server, base_url, cache, tmp_path, archive):
+def test_bad_cached_archive_is_removed_then_fetched_again(server, cache, tmp_path, archive):
     cache.mkdir(parents=True)
     (cache / "LF-Tiny.zip").write_bytes(archive[:-10] + b"corrupted!")
     with pytest.raises(ChecksumError):
-        build_dataset("LF-Tiny", spec(hashlib.sha256(archive).hexdigest()), tmp_path / "out", base_url)
+        build_dataset("LF-Tiny", spec(hashlib.sha256(archive).hexdigest()), tmp_path / "out", server.url)
     assert not (cache / "LF-Tiny.zip").exists()
     assert server.requests == []  # a cached file is checked, not re-downloaded blindly
-    build_dataset("LF-Tiny", spec(hashlib.sha256(archive).hexdigest()), tmp_path / "out", base_url)
+    build_dataset("LF-Tiny", spec(hashlib.sha256(archive).hexdigest()), tmp_path / "out", server.url)
     assert (cache / "LF-Tiny.zip").read_bytes() == archive
 
 
-def test_unsafe_archive_is_not_kept_in_the_cache(server, base_url, cache, tmp_path, lf, archive):
+def test_unsafe_archive_is_not_kept_in_the_cache(server, cache, tmp_path, lf, archive):
     server.files["/tiny.zip"] = lf_tiny_zip(lf, {"../escaped.txt": "pwned\n"})
     out = tmp_path / "data" / "LF-Tiny"
     with pytest.raises(UnsafeArchiveError, match="LF-Tiny.zip:../escaped.txt"):
-        build_dataset("LF-Tiny", spec(None), out, base_url)
+        build_dataset("LF-Tiny", spec(None), out, server.url)
     assert list(cache.iterdir()) == [], "a rejected archive must not stay cached"
     assert not out.exists() and not (tmp_path / "data" / "escaped.txt").exists()
     server.files["/tiny.zip"] = archive  # the next run downloads the good archive instead of reusing the bad one
-    build_dataset("LF-Tiny", spec(None), out, base_url)
+    build_dataset("LF-Tiny", spec(None), out, server.url)
     assert (out / "stats.json").is_file() and server.requests == [("/tiny.zip", None), ("/tiny.zip", None)]
 
 
-def test_resume_sends_a_range_request_from_the_partial_file(server, base_url, cache, tmp_path, archive):
+def test_resume_sends_a_range_request_from_the_partial_file(server, cache, tmp_path, archive):
     target = tmp_path / "downloads" / "tiny.zip"
     target.parent.mkdir(parents=True)
     half = len(archive) // 2
@@ -164,17 +159,17 @@ def test_resume_sends_a_range_request_from_the_partial_file(server, base_url, ca
     # i.e. <basename> + 8 random characters + ".part"; a resumed run picks up the single such file.
     partial = target.parent / f"{target.name}abcd1234.part"
     partial.write_bytes(archive[:half])
-    assert fetch_archive(base_url + "tiny.zip", target, hashlib.sha256(archive).hexdigest()) == (
+    assert fetch_archive(server.url + "tiny.zip", target, hashlib.sha256(archive).hexdigest()) == (
         hashlib.sha256(archive).hexdigest())
     assert target.read_bytes() == archive
     assert [r for _, r in server.requests if r is not None] == [f"bytes={half}-"]
     assert [p.name for p in target.parent.iterdir()] == ["tiny.zip"]
 
 
-def test_404_raises_source_error_naming_the_url(server, base_url, cache, tmp_path):
+def test_404_raises_source_error_naming_the_url(server, cache, tmp_path):
     out = tmp_path / "data" / "LF-Missing"
     with pytest.raises(SourceError) as info:
-        build_dataset("LF-Missing", {"source": "xc-repo", "archive_id": "missing.zip", "sha256": None}, out, base_url)
-    assert base_url + "missing.zip" in str(info.value) and "404" in str(info.value)
+        build_dataset("LF-Missing", {"source": "xc-repo", "archive_id": "missing.zip", "sha256": None}, out, server.url)
+    assert server.url + "missing.zip" in str(info.value) and "404" in str(info.value)
     assert not out.exists() and list(cache.iterdir()) == []
     assert server.requests == [("/missing.zip", None)]

@@ -1,6 +1,5 @@
-"""Safe extraction of tar, zip and Debian (.deb) archives: an absolute path, a `..` out of the target, a
-link out of it or a device file rejects the whole archive before anything is written.
-"""
+"""Safe extraction of tar, zip and .deb archives: an absolute path, a `..` or link out of the target, or a device
+file rejects the whole archive before anything is written."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from ..errors import DataError, UnsafeArchiveError
 from ..io import atomic_dir
 
 
-def _inside(name: str) -> bool:
-    """Whether a relative POSIX path stays inside the folder it is resolved against."""
+def _inside(name: str) -> bool:  # whether a relative POSIX path stays inside its folder
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         return False
     normal = posixpath.normpath(name.replace("\\", "/"))
@@ -55,8 +53,7 @@ def _extract_tar_bytes(fileobj: io.BufferedIOBase, origin: str, folder: Path) ->
 
 def ar_members(path: str | os.PathLike) -> dict[str, bytes]:
     """Members of a Unix `ar` archive (the container of a .deb)."""
-    path = Path(path)
-    data = path.read_bytes()
+    path, data = Path(path), Path(path).read_bytes()
     if not data.startswith(b"!<arch>\n"):
         raise DataError("not an ar archive (bad magic)", path)
     members, pos = {}, 8

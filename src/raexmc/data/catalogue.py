@@ -1,7 +1,5 @@
-"""The dataset catalogue: datasets/<name>.yaml beside params.yaml, one file an entry; `data.name` picks one,
-so the download stage depends on that entry alone (a params key could not: DVC splits keys at dots, and
-dataset names have them).
-"""
+"""The dataset catalogue: datasets/<name>.yaml beside params.yaml, one file an entry; `data.name` picks one, so the
+download stage depends on that entry alone (no params key could: DVC splits keys at dots, dataset names hold them)."""
 
 from __future__ import annotations
 
@@ -18,23 +16,19 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def entry_file(name: str) -> str:
-    """Dataset `name`'s file as errors about its entry name it (relative, as they name params.yaml)."""
     return f"{CATALOGUE_DIR}/{name}.yaml"
 
 
 def catalogue_dir(params_path: str | os.PathLike) -> Path:
-    """The catalogue of the project whose params file is `params_path`: its sibling folder datasets/."""
     return Path(params_path).parent / CATALOGUE_DIR
 
 
 def catalogue(folder: Path) -> dict[str, dict[str, Any]]:
-    """Every entry of the catalogue in `folder`, by name; a file that is not a mapping is a ConfigError naming it."""
     return {path.stem: read_mapping(path, "dataset entry") for path in sorted(folder.glob("*.yaml"))}
 
 
 def dataset_spec(settings: Settings, params_path: str | os.PathLike) -> tuple[str, dict[str, Any]]:
-    """The selected dataset's name and its entry (the file datasets/<data.name>.yaml beside `params_path`); a
-    params file that still holds the `datasets` section is refused when its settings load (settings_from)."""
+    """The selected dataset's name and its entry (datasets/<data.name>.yaml beside `params_path`)."""
     name = settings.data.name
     if not _SAFE_NAME.match(name):
         raise ConfigError(f"dataset name '{name}' must be a plain folder name", params_path, "data.name")

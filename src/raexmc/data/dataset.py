@@ -1,7 +1,5 @@
-"""The normalised dataset folder that the download stage writes and every later stage reads (its files:
-docs/pipeline.md#datasets). Texts stay JSON lines for the tokeniser to stream; nothing dense of shape inputs x
-labels is ever built.
-"""
+"""The normalised dataset folder the download stage writes and every later stage reads (docs/pipeline.md#datasets):
+texts as JSON lines for the tokeniser to stream; nothing dense of shape inputs x labels is ever built."""
 
 from __future__ import annotations
 
@@ -27,7 +25,7 @@ SPLITS = tuple(TEXT_FILES)  # a dataset's texts: training inputs, test inputs, l
 
 @dataclass
 class Text:
-    """A text record: an input or a label; `uid` is its id in the source it came from."""
+    """An input or a label; `uid` is its id in the source it came from."""
 
     uid: str | int
     title: str
@@ -44,8 +42,7 @@ class Example(Text):
 
 
 class _CsrBuilder:
-    """Accumulates CSR rows in growable typed buffers (4 bytes an entry), not a numpy array per row:
-    at the 1.3M-label scale the per-row arrays and their concatenation dominated the download's memory."""
+    """CSR rows in growable typed buffers, not a numpy array per row (at 1.3M labels those dominated memory)."""
 
     def __init__(self) -> None:
         self.indptr = array("q", [0])
@@ -59,11 +56,8 @@ class _CsrBuilder:
 
     def build(self, num_cols: int) -> sp.csr_matrix:
         """The matrix, sharing the buffers' memory (nothing is added after this)."""
-        matrix = sp.csr_matrix(
-            (np.frombuffer(self.data, np.float32), np.frombuffer(self.indices, np.int32),
-             np.frombuffer(self.indptr, np.int64)),
-            shape=(len(self.indptr) - 1, num_cols),
-        )
+        matrix = sp.csr_matrix((np.frombuffer(self.data, np.float32), np.frombuffer(self.indices, np.int32),
+                                np.frombuffer(self.indptr, np.int64)), shape=(len(self.indptr) - 1, num_cols))
         matrix.sum_duplicates()
         return matrix
 
@@ -103,17 +97,10 @@ def pairs_to_csr(pairs: Iterable[tuple[int, int]], shape: tuple[int, int], origi
     return matrix
 
 
-def write_dataset(
-    target: str | os.PathLike,
-    labels: Iterable[Text],
-    train: Iterable[Example],
-    test: Iterable[Example],
-    filters: dict[str, Iterable[tuple[int, int]]],
-    source: dict[str, Any],
-    filter_origin: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """Write a normalised dataset folder atomically and return its stats; `labels` first (it fixes L), then
-    `train` and `test`, streamed."""
+def write_dataset(target: str | os.PathLike, labels: Iterable[Text], train: Iterable[Example],
+                  test: Iterable[Example], filters: dict[str, Iterable[tuple[int, int]]], source: dict[str, Any],
+                  filter_origin: dict[str, str] | None = None) -> dict[str, Any]:
+    """Write a dataset folder atomically, streamed, `labels` first (it fixes L); its stats."""
     filter_origin = filter_origin or {}
     with atomic_dir(target) as folder:
         num_labels = 0
@@ -131,8 +118,7 @@ def write_dataset(
                 raise DataError(f"none of the {matrix.shape[0]} test inputs has a label: there is nothing to evaluate",
                                 source.get("test_labels_file", source.get("test_file", split)))
             sp.save_npz(folder / f"Y_{split}.npz", matrix)
-            pairs = filters.get(split, ())
-            filt = pairs_to_csr(pairs, matrix.shape, filter_origin.get(split, f"filter_{split}"))
+            filt = pairs_to_csr(filters.get(split, ()), matrix.shape, filter_origin.get(split, f"filter_{split}"))
             sp.save_npz(folder / f"filter_{split}.npz", filt)
         stats = dataset_stats(matrices["train"], matrices["test"])
         write_json(folder / "stats.json", stats)
@@ -141,8 +127,6 @@ def write_dataset(
 
 
 class Dataset:
-    """Read access to a normalised dataset folder."""
-
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder)
         if not (self.folder / "stats.json").is_file():
@@ -154,14 +138,12 @@ class Dataset:
         return int(self.stats["L"])
 
     @property
-    def source(self) -> dict[str, Any]:
-        """source.json: where the data came from."""
+    def source(self) -> dict[str, Any]:  # source.json: where the data came from
         return read_json(self.folder / "source.json")
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The names this data goes by: its folder's, then for a `local` source the folder it was read from (which
-        may be a benchmark's: the propensity table's key)."""
+        """Its folder's name, then for a `local` source the folder it was read from (maybe a benchmark's)."""
         names = [self.folder.resolve().name]
         source = self.source if (self.folder / "source.json").is_file() else {}
         if source.get("source") == "local":
@@ -169,7 +151,6 @@ class Dataset:
         return tuple(names)
 
     def size(self, split: str) -> int:
-        """Number of records of a split: "train", "test" or "labels"."""
         return {"train": self.stats["N_train"], "test": self.stats["N_test"], "labels": self.stats["L"]}[split]
 
     def label_matrix(self, split: str) -> sp.csr_matrix:
@@ -182,15 +163,13 @@ class Dataset:
         return self.folder / TEXT_FILES[split]
 
     def texts(self, split: str) -> Iterator[Text]:
-        """Stream the text records of "train", "test" or "labels". Each line is parsed inside `map`,
-        so a long one is not kept alive beside its record while the caller holds the record."""
+        """Stream a split's records; parsed inside `map`, so a long line is not kept alive beside its record."""
         path = self.text_path(split)
         with open(path, encoding="utf-8") as handle:
             yield from map(text_record, handle, repeat(path), count(1))
 
 
 def text_record(line: str, path: str | os.PathLike, number: int) -> Text:
-    """The record of line `number` of the text file `path`; a line that is not one is a DataError naming it."""
     try:
         obj = json.loads(line)
         return Text(obj["uid"], obj["title"], obj["content"])

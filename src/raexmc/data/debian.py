@@ -1,6 +1,5 @@
-"""Fetch a pinned Debian package and check it against its checksums: with apt-get where it is installed
-and offers the version, else over HTTP(S) from a Debian mirror's pool, so the Debian-built datasets need no Debian.
-"""
+"""Fetch a pinned Debian package, checked: with apt-get where it offers the version, else from a Debian mirror's pool
+over HTTP(S), so the Debian-built datasets need no Debian."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ class DebPin:
     arch: str = "all"
 
     @property
-    def spec(self) -> str:
-        """The package as apt-get names it."""
+    def spec(self) -> str:  # as apt-get names it
         return self.name if self.version == DISTRIBUTION else f"{self.name}={self.version}"
 
     def pool_path(self) -> str:
@@ -46,7 +44,6 @@ class DebPin:
 
 
 def deb_pin(entry: object, path: str, key: str) -> DebPin:
-    """The pin the value at `key` of file `path` describes; ConfigError naming both when it is not one."""
     known = [field.name for field in fields(DebPin)]
     if not isinstance(entry, dict) or not entry.get("name") or not entry.get("version"):
         raise ConfigError("needs a mapping with a package name and version", path, key)
@@ -88,14 +85,8 @@ def _mirror_download(url: str, folder: Path) -> Path:
     return target
 
 
-def _matches(path: Path, pin: DebPin) -> bool:
-    return all(not expected or file_digest(path, algorithm) == expected.lower()
-               for algorithm, expected in (("sha256", pin.sha256), ("md5", pin.md5)))
-
-
 def _download(pin: DebPin, folder: Path, mirror: str) -> tuple[str, Path]:
-    """(origin, file) of the package: apt-get where it offers the version, else for a pinned version `mirror`,
-    whose pool keeps every version (checksums are checked either way)."""
+    """(origin, file) of the package: apt-get where it offers the version, else (pinned) `mirror`'s pool."""
     apt_failed = None
     if shutil.which("apt-get") is not None:
         try:
@@ -116,13 +107,14 @@ def _download(pin: DebPin, folder: Path, mirror: str) -> tuple[str, Path]:
 
 
 def fetch_deb(pin: DebPin, cache: Path, mirror: str = DEBIAN_MIRROR) -> DebPackage:
-    """Download the pinned package into `cache`. A pinned version is verified against its sha256 and md5 (a
-    mismatch leaves nothing) and reused while it matches; `version: distribution` records what apt gave."""
+    """The package downloaded into `cache`: a pinned version verified (a mismatch leaves nothing) and reused while
+    it matches; `version: distribution` records what apt gave."""
     cache.mkdir(parents=True, exist_ok=True)
     pinned = pin.version != DISTRIBUTION
     if pinned:
         cached = cache / f"{pin.name}_{urllib.parse.quote(pin.version, safe='')}.deb"
-        if cached.is_file() and _matches(cached, pin):
+        if cached.is_file() and all(not expected or file_digest(cached, algorithm) == expected.lower()
+                                    for algorithm, expected in (("sha256", pin.sha256), ("md5", pin.md5))):
             return DebPackage(cached, pin.name, pin.version, file_digest(cached, "md5"), file_digest(cached, "sha256"))
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         origin, downloaded = _download(pin, Path(tmp), mirror)

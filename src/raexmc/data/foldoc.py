@@ -1,7 +1,5 @@
-"""FOLDOC (the Free On-line Dictionary of Computing) in dictd format, as a linked corpus: an entry's labels
-are the entries its `{...}` cross-references resolve to (case-insensitively, by headword or alias), self-links
-and dangling references dropped.
-"""
+"""FOLDOC (the Free On-line Dictionary of Computing) in dictd format as a linked corpus: an entry's labels are the
+entries its `{...}` cross-references resolve to (by headword or alias, any case), less self-links and dangling ones."""
 
 from __future__ import annotations
 
@@ -42,9 +40,7 @@ def _link_text(raw: str) -> str | None:
 
 def _plain_text(body: str) -> str:
     """A definition without dictd markup: link braces, category tags and the date line go."""
-    body = _DATE_LINE.sub(" ", body)
-    body = _LINK.sub(lambda m: _URL_SUFFIX.sub("", m.group(1)), body)
-    body = _CATEGORY.sub(" ", body)
+    body = _CATEGORY.sub(" ", _LINK.sub(lambda m: _URL_SUFFIX.sub("", m.group(1)), _DATE_LINE.sub(" ", body)))
     return _SPACE.sub(" ", body).strip()
 
 
@@ -63,7 +59,7 @@ def _read_index(index_path: Path) -> dict[tuple[int, int], list[str]]:
 
 
 def read_foldoc(index_path: str | Path, dict_path: str | Path) -> list[LinkedEntry]:
-    """Parse foldoc.index + foldoc.dict.dz into linked entries (uid = entry's first headword)."""
+    """foldoc.index + foldoc.dict.dz as linked entries (uid: the entry's first headword)."""
     index_path, dict_path = require_file(index_path), require_file(dict_path)
     try:
         with gzip.open(dict_path, "rb") as handle:
@@ -72,9 +68,7 @@ def read_foldoc(index_path: str | Path, dict_path: str | Path) -> list[LinkedEnt
         raise DataError(f"corrupt dictzip data ({exc})", dict_path) from None
 
     located = sorted(_read_index(index_path).items())
-    entries: list[LinkedEntry] = []
-    bodies: list[str] = []
-    by_name: dict[str, int] = {}
+    entries, bodies, by_name = [], [], {}
     for number, ((offset, length), headwords) in enumerate(located):
         if offset + length > len(blob):
             raise DataError(f"entry '{headwords[0]}' points past the end of the dictionary", index_path, headwords[0])

@@ -14,19 +14,16 @@ from ..settings import Settings
 
 
 @dataclass(frozen=True)
-class SplitSource:
-    """The fraction and seed of the tune stage's split, and the params key the fraction came from (for errors)."""
-
+class SplitSource:  # the tune stage's split, and the params key its fraction came from (for errors)
     fraction: float
     seed: int
     fraction_key: str
 
 
 def tune_split(settings: Settings, num_inputs: Callable[[], int] | None = None) -> SplitSource:
-    """The split the tune stage validates on: for a fine-tuned encoder exactly the inputs training held out
-    (any other would choose λ, τ and the memory on inputs it learnt); for a zero-shot one, `infer.val_fraction`
-    and `infer.val_seed`. ConfigError when fine-tuning holds none out or (given `num_inputs`) all of them; the
-    train stage calls it too, so the user hears it before training."""
+    """The split the tune stage validates on: for a fine-tuned encoder the inputs training held out (others would
+    choose λ, τ and the memory on inputs it learnt), else infer.val_*. ConfigError when fine-tuning holds none or
+    (given `num_inputs`) all of them out; the train stage calls it too, so the user hears it before training."""
     if settings.encoder.mode != "fine-tuned":
         return SplitSource(settings.infer.val_fraction, settings.infer.val_seed, "infer.val_fraction")
     fraction = settings.train.val_fraction
@@ -45,13 +42,11 @@ def tune_split(settings: Settings, num_inputs: Callable[[], int] | None = None) 
 
 
 def split_validation(Y: sp.csr_matrix, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train rows, validation rows) of the training inputs: validation is never the test set."""
     return validation_folds(Y.shape[0], fraction, seed, 1)[0]
 
 
 def validation_folds(num_inputs: int, fraction: float, seed: int, folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(memory rows, validation rows) of `folds` disjoint validation sets of `fraction` each, each with every
-    other input as its memory; the first is split_validation's."""
+    """(memory rows, validation rows) of `folds` disjoint validation sets of `fraction`, every other input memory."""
     if folds < 1 or folds * int(round(num_inputs * fraction)) > num_inputs:
         raise ValueError(f"{folds} disjoint folds of {fraction} of {num_inputs} inputs do not fit")
     order = np.random.default_rng([seed, 7]).permutation(num_inputs)

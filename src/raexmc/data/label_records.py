@@ -1,9 +1,6 @@
-"""The labels a predictor answers with: each label's id in its dataset (labels.jsonl's `uid`) beside its
-text, so users can join answers with their data.
-
-One JSON line {"id", "text"} per label in row order, and each line's byte offset: the predictor maps the lines
-and decodes only the labels it returns (1.3M labels cost 8 bytes each, not a list of strings).
-"""
+"""The labels a predictor answers with, each its dataset id (labels.jsonl's `uid`) beside its text: one JSON line
+{"id", "text"} per label and each line's byte offset, so the predictor maps the lines and decodes only the labels it
+returns (1.3M labels cost 8 bytes each, not a list of strings)."""
 
 from __future__ import annotations
 
@@ -27,7 +24,6 @@ LabelId = str | int | None
 
 
 def write_label_records(folder: str | os.PathLike, labels: Iterable[Text]) -> None:
-    """Write the records and offsets files of `labels` into `folder`."""
     folder = Path(folder)
     offsets = array("q", [0])
     with open(folder / RECORDS_FILE, "wb") as handle:
@@ -46,7 +42,6 @@ class LabelRecords:
 
     @classmethod
     def open(cls, folder: str | os.PathLike) -> LabelRecords:
-        """The labels of model folder `folder` (every folder of this format has its records)."""
         folder = Path(folder)
         path = folder / RECORDS_FILE
         offsets = load_array(folder / OFFSETS_FILE)
@@ -61,15 +56,15 @@ class LabelRecords:
         return len(self.offsets) - 1
 
     def __getitem__(self, row: int) -> tuple[LabelId, str]:
-        """Label `row`'s id and text; a garbled record (its offsets agree, its bytes do not) is a DataError naming
-        the file and the line: in serve that is a damaged model folder, not a bad request."""
+        """Label `row`'s id and text; a garbled record is a DataError naming the line (in serve: a damaged folder)."""
         try:
             record = json.loads(self.lines[int(self.offsets[row]):int(self.offsets[row + 1])])
         except UnicodeDecodeError:
             raise self._garbled(row, "not UTF-8 text") from None
         except json.JSONDecodeError as exc:
             raise self._garbled(row, f"not valid JSON: {exc.msg}") from None
-        if not (isinstance(record, dict) and "id" in record and _is_label_id(record["id"])
+        label_id = record.get("id", ...) if isinstance(record, dict) else ...
+        if not ((label_id is None or isinstance(label_id, (str, int))) and not isinstance(label_id, bool)
                 and isinstance(record.get("text"), str)):
             raise self._garbled(row, 'not an object with an "id" string, number or null, and a "text" string')
         return record["id"], record["text"]
@@ -77,6 +72,3 @@ class LabelRecords:
     def _garbled(self, row: int, reason: str) -> DataError:
         return DataError(f"garbled label record ({reason}): rerun the package stage", self.path, int(row) + 1)
 
-
-def _is_label_id(value: object) -> bool:
-    return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))

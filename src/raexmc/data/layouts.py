@@ -1,8 +1,6 @@
-"""Readers for the two public on-disk layouts of XMC datasets with label texts: LF (the Extreme Classification
-Repository's json.gz records) and NGAME text (a text a line; "label:value" rows after an optional "rows cols"
-header, checked), with the same filter files (docs/pipeline.md#datasets). Records stream; every relevance is
-checked, the label indices by the dataset writer. Text files are read with errors that name the file and line.
-"""
+"""Readers of the two public layouts of XMC datasets with label texts (docs/pipeline.md#datasets): LF (the Extreme
+Classification Repository's json.gz records) and NGAME text ("label:value" rows after an optional "rows cols"
+header), with the same filter files. Records stream; errors name the file and line."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ def require_file(path: str | os.PathLike) -> Path:
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a UTF-8 text file, gzipped if it ends in .gz; an invalid byte or a corrupt gzip
-    stream is reported with its line."""
+    """(line number, line) of a UTF-8 text file, gzipped if it ends in .gz."""
     path = require_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     line_no = 0
@@ -53,7 +50,7 @@ def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
 
 @dataclass
 class LayoutReader:
-    """Everything `write_dataset` needs, as lazy iterators over the files of one folder."""
+    """What `write_dataset` needs, as lazy iterators over one folder's files."""
 
     layout: str
     labels: Iterator[Text]
@@ -64,7 +61,6 @@ class LayoutReader:
 
 
 def read_filter(path: Path) -> Iterator[tuple[int, int]]:
-    """Pairs "input label" (whitespace separated) of a reciprocal-pair filter file."""
     for line_no, line in read_lines(path):
         if not line.strip():
             continue
@@ -79,8 +75,7 @@ def _filters(folder: Path) -> dict[str, Iterator[tuple[int, int]]]:
 
 
 def _relevance(raw: object, name: str, path: Path, line_no: int) -> float:
-    """`raw` as a relevance: a number or numeric string, finite and >= 0 as float32 (NaN, inf or a negative
-    would poison every score and metric)."""
+    """`raw` as a relevance, finite and >= 0 as float32 (NaN, inf or a negative would poison every metric)."""
     try:
         value = float(raw) if not isinstance(raw, bool) else math.nan  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -89,8 +84,6 @@ def _relevance(raw: object, name: str, path: Path, line_no: int) -> float:
         raise DataError(f"{name} must be a finite number >= 0, got {raw!r}", path, line_no)
     return value
 
-
-# --- LF layout ---------------------------------------------------------------------------------
 
 def _json_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for line_no, line in read_lines(path):
@@ -113,22 +106,15 @@ def _field(record: dict[str, Any], key: str, kind: type, path: Path, line_no: in
 
 
 def _uid(record: dict[str, Any], path: Path, line_no: int) -> str | int:
-    """A record's "uid" as the file gives it (a string or an integer: a label's id in the user's own data,
-    returned beside its predictions); its 0-based line number when it has none."""
+    """A record's "uid" (a string or an integer, returned beside predictions), or its 0-based line number."""
     uid = record.get("uid", line_no - 1)
     if isinstance(uid, bool) or not isinstance(uid, (str, int)):
         raise DataError(f"field 'uid' must be a string or an integer, got {uid!r}", path, line_no)
     return uid
 
 
-def _lf_labels(path: Path) -> Iterator[Text]:
-    for line_no, record in _json_records(path):
-        yield Text(_uid(record, path, line_no), _field(record, "title", str, path, line_no),
-                   record.get("content") or "")
-
-
 def _refuse_repeats(labels: list[int], path: Path, line_no: int) -> None:
-    """A user's row that lists a label twice is a broken export: the label matrix would add its relevances up."""
+    """A row listing a label twice is a broken export: the label matrix would add its relevances up."""
     if len(set(labels)) != len(labels):
         twice = next(label for i, label in enumerate(labels) if label in labels[:i])
         raise DataError(f"label index {twice} listed twice", path, line_no)
@@ -154,11 +140,11 @@ def read_lf(folder: Path) -> LayoutReader:
     files = {"labels": folder / "lbl.json.gz", "train": folder / "trn.json.gz", "test": folder / "tst.json.gz"}
     for path in files.values():
         require_file(path)
-    return LayoutReader("xc-lf", _lf_labels(files["labels"]), _lf_examples(files["train"]),
+    labels = (Text(_uid(record, files["labels"], line_no), _field(record, "title", str, files["labels"], line_no),
+                   record.get("content") or "") for line_no, record in _json_records(files["labels"]))
+    return LayoutReader("xc-lf", labels, _lf_examples(files["train"]),
                         _lf_examples(files["test"]), _filters(folder), {k: str(v) for k, v in files.items()})
 
-
-# --- NGAME layout ------------------------------------------------------------------------------
 
 def _sparse_rows(path: Path, num_labels: int) -> Iterator[tuple[int, list[int], list[float]]]:
     """(line number, label indices, values) per row; a leading "rows cols" header must agree with the file."""
@@ -197,26 +183,19 @@ def _ngame_examples(text_path: Path, label_path: Path, num_labels: int) -> Itera
         yield Example(count - 1, text[1], "", labels=labels, relevance=values, origin=(str(label_path), line_no))
 
 
-def _ngame_labels(path: Path) -> Iterator[Text]:
-    """A label's id is its 0-based line in Y.txt: the number trn_X_Y.txt and tst_X_Y.txt refer to it by."""
-    for line_no, text in read_lines(path):
-        yield Text(line_no - 1, text, "")
-
-
 def read_ngame(folder: Path) -> LayoutReader:
     names = {"labels": "Y.txt", "train": "trn_X.txt", "test": "tst_X.txt",
              "train_labels": "trn_X_Y.txt", "test_labels": "tst_X_Y.txt"}
     files = {key: require_file(folder / name) for key, name in names.items()}
     num_labels = sum(1 for _ in read_lines(files["labels"]))  # counted first, to check the label files' headers
-    return LayoutReader(
-        "ngame", _ngame_labels(files["labels"]),
-        _ngame_examples(files["train"], files["train_labels"], num_labels),
-        _ngame_examples(files["test"], files["test_labels"], num_labels),
-        _filters(folder), {k: str(v) for k, v in files.items()})
+    # a label's id is its 0-based line in Y.txt: the number trn_X_Y.txt and tst_X_Y.txt refer to it by
+    return LayoutReader("ngame", (Text(line_no - 1, text, "") for line_no, text in read_lines(files["labels"])),
+                        _ngame_examples(files["train"], files["train_labels"], num_labels),
+                        _ngame_examples(files["test"], files["test_labels"], num_labels),
+                        _filters(folder), {k: str(v) for k, v in files.items()})
 
 
 def read_layout(folder: str | Path) -> LayoutReader:
-    """Detect the layout of `folder` (LF json.gz or NGAME text) and return its reader."""
     folder = Path(folder)
     if (folder / "trn.json.gz").exists():
         return read_lf(folder)

@@ -1,7 +1,5 @@
 """A corpus whose entries link to others as an XMC dataset: a seeded train/test split of its inputs, each labelled
-by its links. In a linked corpus (FOLDOC, WordNet) every entry is a label and one with links an input; since an
-input is its own label, the reciprocal-pair filter drops it.
-"""
+by its links. Every entry is a label and one with links an input; the reciprocal-pair filter drops its own label."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ def seeded_split(count: int, seed: int, test_fraction: float) -> tuple[np.ndarra
 
 def write_split_corpus(target: str | os.PathLike, labels: Sequence[LinkedEntry], inputs: Sequence[LinkedEntry],
                        source: dict[str, Any], own_labels: Sequence[int] | None = None) -> dict[str, Any]:
-    """Write `inputs` (their links index `labels`) split by the source's seed and test_fraction; `own_labels`: each
-    input's own label, which the filters hold."""
+    """Write `inputs` (their links index `labels`) split by the seed and test_fraction, `own_labels` filtered."""
     rows = dict(zip(("train", "test"), seeded_split(len(inputs), source["seed"], source["test_fraction"])))
     examples = {split: [Example(inputs[r].uid, inputs[r].title, inputs[r].content, labels=sorted(set(inputs[r].links)))
                         for r in picked] for split, picked in rows.items()}

@@ -1,7 +1,6 @@
-"""Build the normalised dataset folder of a named dataset from its source: foldoc and wordnet (pinned
-Debian packages), wordnet-hypernyms, local (LF or NGAME layout), xc-repo (the paper's archives from Google Drive,
-with gdown, which passes the confirmation page and resumes a partial file) and synthetic.
-"""
+"""The dataset folder of a named dataset from its source: foldoc, wordnet and wordnet-hypernyms (pinned Debian
+packages), local (LF or NGAME layout), xc-repo (the paper's archives from Google Drive, with gdown, which passes the
+confirmation page and resumes a partial file) and synthetic."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ WORDNET_DIR = "usr/share/wordnet"  # inside the wordnet-base package
 
 
 def cache_dir() -> Path:
-    """Downloads kept across runs (Debian packages, archives): $RAEXMC_CACHE or ~/.cache/raexmc."""
+    """Downloads kept across runs: $RAEXMC_CACHE or ~/.cache/raexmc."""
     folder = Path(os.environ.get("RAEXMC_CACHE") or Path.home() / ".cache" / "raexmc")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -40,8 +39,7 @@ def _require(spec: dict[str, Any], key: str, name: str) -> Any:
 
 
 def _extract_download(archive: Path, target: Path) -> Path:
-    """Extract a cached download; one rejected as unsafe or corrupt is removed from the cache, so
-    the next run fetches it again instead of reusing it as if it were good."""
+    """Extract a cached download; one rejected as unsafe or corrupt is removed, so the next run fetches it again."""
     try:
         return extract(archive, target)
     except DataError:
@@ -57,8 +55,7 @@ SOURCES = (*DEBIAN_KEYS, "local", "xc-repo", "synthetic")
 
 
 def _write_debian_built(name: str, spec: dict[str, Any], target: Path, workdir: Path, mirror: str) -> dict[str, Any]:
-    """A corpus from the entry's pinned Debian package, fetched (from `mirror` without apt-get) once its settings
-    are checked."""
+    """A corpus from the entry's pinned Debian package, fetched once its settings are checked."""
     kind = spec["source"]
     check = EntryCheck(name, spec, kind, DEBIAN_KEYS[kind], {"seed": 0, "test_fraction": 0.2})
     settings = {}
@@ -90,8 +87,7 @@ def _write_layout(name: str, folder: Path, target: Path, provenance: dict[str, A
 
 
 def fetch_archive(url: str, target: Path, sha256: str | None) -> str:
-    """Download `url` to `target` (resuming) and return its sha256, checked against a pinned `sha256`: a match is
-    reused, a mismatch removed."""
+    """Download `url` to `target` (resuming); its sha256, checked against a pinned one (a mismatch removed)."""
     import gdown
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +106,6 @@ def fetch_archive(url: str, target: Path, sha256: str | None) -> str:
 
 
 def _find_dataset_folder(root: Path) -> Path:
-    """The folder inside an unpacked archive that holds the dataset files."""
     for marker in ("trn.json.gz", "trn_X.txt"):
         hits = sorted(root.rglob(marker))
         if hits:

@@ -1,6 +1,4 @@
-"""Label frequencies: the head/torso/tail/xtail segments (one definition for stats.json and macro-F1)
-and the dataset counts of stats.json.
-"""
+"""Label frequencies: the head/torso/tail/xtail segments (for stats.json and macro-F1) and stats.json's counts."""
 
 from __future__ import annotations
 
@@ -10,22 +8,16 @@ import numpy as np
 import scipy.sparse as sp
 
 # Label segments by training frequency, each a half-open range (low, high], head first.
-SEGMENTS: dict[str, tuple[float, float]] = {
-    "head": (1000, np.inf),
-    "torso": (100, 1000),
-    "tail": (10, 100),
-    "xtail": (0, 10),
-}
+SEGMENTS: dict[str, tuple[float, float]] = {"head": (1000, np.inf), "torso": (100, 1000), "tail": (10, 100),
+                                           "xtail": (0, 10)}
 UNSEEN = "unseen"  # labels with no training input: reported on their own, never as xtail
 
 
 def label_frequency(Y: sp.csr_matrix) -> np.ndarray:
-    """Number of inputs that have each label (non-zero entries per column)."""
     return np.bincount(Y.indices, minlength=Y.shape[1]).astype(np.int64)
 
 
 def segment_of(train_label_freq: np.ndarray) -> np.ndarray:
-    """Segment name of each label by training frequency (see SEGMENTS); "unseen" for none."""
     freq = np.asarray(train_label_freq)
     in_segment = [(freq > low) & (freq <= high) for low, high in SEGMENTS.values()]
     return np.select(in_segment, list(SEGMENTS), default=UNSEEN)

@@ -1,8 +1,6 @@
-"""A seeded synthetic dataset of any shape, written through the same writer as every source, to measure time and
-memory offline at the paper's scale (docs/pipeline.md#datasets: Zipf words, topics of power-law popularity). Every
-chunk has its own random stream (seed, split, chunk), so the output depends on the parameters alone, however many
-processes make it.
-"""
+"""A seeded synthetic dataset of any shape, to measure time and memory offline at the paper's scale
+(docs/pipeline.md#datasets). Every chunk has its own random stream (seed, split, chunk), so the output depends on
+the parameters alone, however many processes make it."""
 
 from __future__ import annotations
 
@@ -42,9 +40,7 @@ class Chunk(NamedTuple):
 
 
 @dataclass(frozen=True)
-class SyntheticShape:
-    """The parameters of a synthetic dataset (a dataset entry with source: synthetic)."""
-
+class SyntheticShape:  # a dataset entry with source: synthetic
     n_train: int
     n_test: int
     n_labels: int
@@ -58,7 +54,6 @@ class SyntheticShape:
 
 def parse_shape(name: str, spec: dict[str, Any]) -> SyntheticShape:
     """Check a dataset entry; a bad value is a ConfigError naming its key."""
-
     check = EntryCheck(name, spec, "synthetic", (*_REQUIRED, *_DEFAULTS), _DEFAULTS)
     values, fail, integer = check.values, check.fail, check.integer
     for key in _REQUIRED:
@@ -79,11 +74,9 @@ def parse_shape(name: str, spec: dict[str, Any]) -> SyntheticShape:
     if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not 1 <= mean <= topic_size:
         raise fail("labels_per_input", f"'labels_per_input' must be a number in [1, topic_size={topic_size}], "
                                        f"got {mean!r}")
-    return SyntheticShape(
-        n_train=integer("n_train", 1), n_test=integer("n_test", 1), n_labels=n_labels,
-        labels_per_input=float(mean), input_words=word_range("input_words"), label_words=word_range("label_words"),
-        seed=integer("seed", 0), vocab_size=integer("vocab_size", len(SYLLABLES) * 10), topic_size=topic_size,
-    )
+    return SyntheticShape(integer("n_train", 1), integer("n_test", 1), n_labels, float(mean), word_range("input_words"),
+                          word_range("label_words"), integer("seed", 0), integer("vocab_size", len(SYLLABLES) * 10),
+                          topic_size)
 
 
 def pseudo_word(rank: int) -> str:
@@ -98,8 +91,7 @@ def pseudo_word(rank: int) -> str:
 
 def _power_cdf(size: int, exponent: float) -> np.ndarray:
     """Cumulative probabilities of ranks 1..size weighted rank**-exponent, for searchsorted draws."""
-    weights = np.arange(1, size + 1, dtype=np.float64) ** -exponent
-    cdf = np.cumsum(weights)
+    cdf = np.cumsum(np.arange(1, size + 1, dtype=np.float64) ** -exponent)
     return cdf / cdf[-1]
 
 
@@ -133,7 +125,6 @@ class SyntheticGenerator:
                 progress.update(chunk.stop - chunk.start)
 
     def _titles(self, rng: np.random.Generator, words: np.ndarray, lengths: tuple[int, int]) -> list[str]:
-        """Join each row's leading words (a count in `lengths`) into a title."""
         counts = rng.integers(lengths[0], lengths[1] + 1, size=len(words))
         vocab = self.vocab
         return [" ".join([vocab[w] for w in row[:n]]) for row, n in zip(words.tolist(), counts.tolist())]
@@ -142,7 +133,6 @@ class SyntheticGenerator:
         return np.searchsorted(self.word_cdf, rng.random((rows, columns)), side="right")
 
     def label_titles(self, chunk: Chunk) -> list[str]:
-        """The titles of a chunk of labels."""
         rng, ids = self._rng(chunk.split, chunk.number), np.arange(chunk.start, chunk.stop)
         words = self._zipf_words(rng, len(ids), self.shape.label_words[1])
         words[:, 0] = self.topic_word[ids // self.shape.topic_size]

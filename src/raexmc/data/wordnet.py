@@ -1,12 +1,11 @@
-"""WordNet 3.0 database files (wndb) as a linked corpus: a synset's title is its lemmas, content its gloss,
-labels the synsets its semantic pointers lead to (`pointer_symbols` narrows them, e.g. "@" hypernyms); and the
-wordnet-hypernyms source, noun synsets labelled by their hypernym ancestors within a band of depths (which
-synsets are labels, which inputs, and the shapes: docs/pipeline.md#datasets). In the noun hypernym DAG ("@", "@i")
-a synset may sit at several depths.
-"""
+"""WordNet 3.0 database files (wndb) as a linked corpus: a synset's title is its lemmas, content its gloss, labels
+the synsets its semantic pointers lead to (`pointer_symbols` narrows them); and the wordnet-hypernyms source, noun
+synsets labelled by their hypernym ancestors within a band of depths (docs/pipeline.md#datasets). In the noun
+hypernym DAG ("@", "@i") a synset may sit at several depths."""
 
 from __future__ import annotations
 
+import graphlib
 import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -37,11 +36,9 @@ def _parse_synset(line: str) -> tuple[str, list[str], list[tuple[str, str, str, 
 
 
 def read_wordnet(dict_dir: str | Path, pointer_symbols: Collection[str] | None = None) -> list[LinkedEntry]:
-    """Parse data.{noun,verb,adj,adv}; uid "<pos><offset>"; `pointer_symbols` None: every semantic pointer."""
+    """data.{noun,verb,adj,adv}; uid "<pos><offset>"; `pointer_symbols` None: every semantic pointer."""
     dict_dir = Path(dict_dir)
-    entries: list[LinkedEntry] = []
-    raw_pointers: list[list[tuple[str, str, str, str]]] = []
-    number_of: dict[str, int] = {}
+    entries, raw_pointers, number_of = [], [], {}
     for file_pos, name in DATA_FILES.items():
         path = dict_dir / name
         for line_no, line in read_lines(path):
@@ -72,21 +69,11 @@ HYPERNYM_POINTERS = frozenset({"@", "@i"})
 
 def _topological_order(parents: dict[int, list[int]], entries: Sequence[LinkedEntry], origin: Path) -> list[int]:
     """Nodes with every parent before them; a cycle (not a DAG) is a DataError."""
-    children: dict[int, list[int]] = {node: [] for node in parents}
-    waiting = {node: len(ups) for node, ups in parents.items()}
-    for node, ups in parents.items():
-        for up in ups:
-            children[up].append(node)
-    order = [node for node, count in waiting.items() if count == 0]
-    for node in order:  # grows while it is walked
-        for child in children[node]:
-            waiting[child] -= 1
-            if waiting[child] == 0:
-                order.append(child)
-    if len(order) < len(parents):
-        stuck = next(node for node, count in waiting.items() if count > 0)
-        raise DataError(f"hypernym pointers form a cycle through synset {entries[stuck].uid}", origin)
-    return order
+    try:
+        return list(graphlib.TopologicalSorter(parents).static_order())
+    except graphlib.CycleError as exc:
+        raise DataError(f"hypernym pointers form a cycle through synset {entries[exc.args[1][0]].uid}",
+                        origin) from None
 
 
 def band_ancestors(parents: dict[int, list[int]], min_depth: int, max_depth: int,
@@ -124,8 +111,7 @@ def read_hypernym_corpus(dict_dir: str | Path, min_depth: int,
 
 def write_hypernym_dataset(dict_dir: str | Path, target: str | Path, name: str,
                            source: dict[str, Any]) -> dict[str, Any]:
-    """Build the corpus from `dict_dir` at the `source`'s checked min_depth and max_depth and write it split by its
-    seed and test_fraction."""
+    """The corpus of `dict_dir` at the `source`'s depths, written split by its seed and test_fraction."""
     labels, inputs = read_hypernym_corpus(dict_dir, source["min_depth"], source["max_depth"])
     if not inputs:
         raise ConfigError(f"no noun synset has hypernym ancestors at depths {source['min_depth']}.."

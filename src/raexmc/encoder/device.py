@@ -17,8 +17,7 @@ AUTO_EMBED_BATCH = {"cuda": 1024, "cpu": 256}
 
 
 def pick_device(requested: str = "auto", path: str | os.PathLike | None = None, key: str | None = None) -> str:
-    """The torch device for `requested` (auto: the GPU if one is visible), or ConfigError naming where the value
-    was set (`path`, `key`) when it is no device name or names a GPU this machine lacks."""
+    """The torch device for `requested` (auto: a visible GPU), or ConfigError naming `path` and `key`."""
     if not isinstance(requested, str) or not re.fullmatch(DEVICE_PATTERN, requested):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {requested!r}", path, key)
     if requested == "auto":
@@ -28,16 +27,9 @@ def pick_device(requested: str = "auto", path: str | os.PathLike | None = None, 
     return requested
 
 
-def _cpu_has_bf16() -> bool:
-    """AVX512-BF16 or AMX: bf16 matrix work in hardware (torch exposes no public check)."""
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
-
-
 def resolve_precision(precision: str, device: str, path: str | os.PathLike | None = None,
                       key: str | None = None) -> str:
-    """'auto' -> bf16 where the hardware runs it natively, else fp32; int8 on a GPU is a ConfigError naming
-    `path` and `key`."""
+    """'auto' -> bf16 where the hardware runs it natively, else fp32 (fp16 on a GPU); int8 on a GPU is refused."""
     if precision == "int8" and device != "cpu":
         raise ConfigError(f"precision 'int8' runs on the CPU only, the device is {device}: set the device to cpu",
                           path, key)
@@ -45,11 +37,12 @@ def resolve_precision(precision: str, device: str, path: str | os.PathLike | Non
         return precision
     if device.startswith("cuda"):
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "bf16" if _cpu_has_bf16() else "fp32"
+    # AVX512-BF16 or AMX: bf16 matrix work in hardware (torch exposes no public check)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return "bf16" if any(getattr(torch.cpu, name, lambda: False)() for name in checks) else "fp32"
 
 
 def embed_batch_size(setting: int | str, device: str) -> int:
-    """Texts per encoder call when embedding: `setting`, or for auto AUTO_EMBED_BATCH of the device's kind."""
     return AUTO_EMBED_BATCH["cuda" if device.startswith("cuda") else "cpu"] if setting == "auto" else setting
 
 

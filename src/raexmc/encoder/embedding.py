@@ -1,8 +1,5 @@
-"""Embedding every text of a token cache with the encoder (text_encoder.TextEncoder).
-
-`embed_split` streams a split into a .npy memmap, texts sorted by length so each batch is cut to its longest;
-under torchrun the batches are dealt out and rank 0 writes them. A row all zero or not finite stops the split.
-"""
+"""Embedding a token cache: each split streamed into a .npy memmap in length-sorted batches (dealt out under
+torchrun, rank 0 writing them); a row all zero or not finite stops the split."""
 
 from __future__ import annotations
 
@@ -23,16 +20,13 @@ from .tokens import TokenCache
 
 def embed_splits(encoder: TextEncoder, cache: TokenCache, folder: Path | None, batch_size: int,
                  dtype: str = "float32", rank: int = 0, world_size: int = 1) -> dict[str, dict[str, float]]:
-    """embed_split of every split of the cache into `folder`/<split>.npy (rank 0; the other ranks of a group pass
-    folder=None and only compute their share); the throughput of each."""
+    """embed_split of every split into `folder`/<split>.npy (None on ranks other than 0); each one's throughput."""
     return {split: embed_split(encoder, cache, split, None if folder is None else Path(folder) / f"{split}.npy",
                                batch_size, dtype, rank, world_size) for split in SPLITS}
 
 
 def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str | os.PathLike | None,
                 batch_size: int, dtype: str = "float32", rank: int = 0, world_size: int = 1) -> dict[str, float]:
-    """Write the embeddings of one split to `target` (.npy; rank 0, the other ranks pass None): embed_tokens of the
-    cache's rows. Return its throughput."""
     lengths = cache.lengths(split)
     out = new_memmap(target, np.dtype(dtype), (len(lengths), encoder.dim)) if rank == 0 else None
     throughput = embed_tokens(encoder, cache.ids(split), lengths, out, batch_size, dtype,
@@ -45,11 +39,9 @@ def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str
 def embed_tokens(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, out: np.ndarray | None,
                  batch_size: int, dtype: str, source: Path, desc: str, rank: int = 0,
                  world_size: int = 1) -> dict[str, float]:
-    """Write the vectors of token rows (ids, lengths), as `dtype`, into `out` (rank 0) in length-sorted batches,
-    checked (a bad row named by its row of `source`); return the throughput. The embed stage's one path, which
-    `raexmc evaluate --model` runs on test texts too. Under torch.distributed batch i goes to rank i % world_size
-    and rank 0 writes: every text is embedded in the batch one process would use, so the file is one process's
-    to the bit."""
+    """Write the vectors of token rows, as `dtype`, into `out` (rank 0) in length-sorted batches, checked (a bad
+    row named by its row of `source`); the throughput. Batch i goes to rank i % world_size: every text is embedded
+    in the batch one process would use, so the file is one process's to the bit."""
     batches = length_sorted_batches(lengths, batch_size)
     started = time.perf_counter()
     with progress_bar(total=len(lengths), desc=desc, unit="text", mininterval=2.0, disable=rank != 0) as progress:
@@ -68,7 +60,7 @@ def embed_tokens(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, out
 
 
 def gather_to_first(item: object, rank: int, world_size: int) -> list:
-    """Every rank's `item`, in rank order, on rank 0 (other ranks get []); [item] in one process."""
+    """Every rank's `item`, in rank order, on rank 0 (other ranks get [])."""
     if world_size == 1:
         return [item]
     items = [None] * world_size if rank == 0 else None
@@ -77,8 +69,7 @@ def gather_to_first(item: object, rank: int, world_size: int) -> list:
 
 
 def check_vectors(vectors: np.ndarray, rows: np.ndarray, source: Path) -> None:
-    """DataError naming the first row of `source` whose vector is not finite or all zero: a unit
-    vector is neither, so the encoder (or its precision) broke, and search on it would be noise."""
+    """DataError naming the first row whose vector is not finite or all zero: the encoder (or its precision) broke."""
     finite = np.isfinite(vectors).all(axis=1)
     nonzero = vectors.any(axis=1)
     bad = np.flatnonzero(~finite | ~nonzero)

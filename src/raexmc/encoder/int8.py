@@ -24,7 +24,7 @@ OPSET = 17
 
 
 def export_onnx(model: SentenceEncoder, path: Path) -> None:
-    """The encoder's fp32 graph, from token ids and mask to unit vectors, with batch and width left free."""
+    """The encoder's fp32 graph, token ids and mask to unit vectors, batch and width left free."""
     ids = torch.ones((2, 8), dtype=torch.int64)
     free = {name: {0: "batch", 1: "tokens"} for name in INPUTS}
     with warnings.catch_warnings():  # the tracer's notes on Python control flow: the graph is checked by tests
@@ -55,8 +55,7 @@ def quantized_bytes(model: SentenceEncoder) -> bytes:
 
 @contextlib.contextmanager
 def _writing(path: Path):
-    """Writing `path` (in TMPDIR): an OSError that names no file (torch.onnx.export's and onnx's writes name none)
-    names `path`, so a full TMPDIR is one line saying where."""
+    """An OSError naming no file (torch.onnx.export's and onnx's writes) names `path`: a full TMPDIR says where."""
     try:
         yield
     except OSError as exc:
@@ -80,13 +79,11 @@ class Int8Encoder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = 1
         options.log_severity_level = 3  # errors only: its notes on unused initialisers are not the user's
-        self.session = onnxruntime.InferenceSession(quantized, options,
-                                                    providers=["CPUExecutionProvider"])
+        self.session = onnxruntime.InferenceSession(quantized, options, providers=["CPUExecutionProvider"])
         self.threads = threads or torch.get_num_threads()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="raexmc-int8") if self.threads > 1 else None
 
     def _one(self, ids: np.ndarray) -> np.ndarray:
-        """The vector of one text's ids, with no padding (a session runs calls from several threads at once)."""
         return self.session.run(None, {"input_ids": ids[None], "attention_mask": np.ones((1, len(ids)), np.int64)})[0]
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:

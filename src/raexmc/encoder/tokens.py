@@ -1,9 +1,6 @@
-"""Tokenisation: the text recipe of inputs and labels (`text_of`), and the cache of their token ids.
-
-Per split, memory-mapped `<split>.ids.npy` (right-padded) and `<split>.len.npy`; `meta.json` holds the cache
-key. Texts stream in batches into the memmaps, each cut to a character budget first, so memory stays flat
-however many or long; batches are tokenised on RAEXMC_WORKERS processes, the cache the same for any number.
-"""
+"""Tokenisation: the text recipe of inputs and labels (`text_of`), and the cache of their token ids: per split,
+memory-mapped `<split>.ids.npy` (right-padded) and `<split>.len.npy`, the key in `meta.json`. Texts stream in
+batches, each cut to a character budget first (memory stays flat), on RAEXMC_WORKERS processes (same cache for any)."""
 
 from __future__ import annotations
 
@@ -43,8 +40,7 @@ class CacheKey:
 
 
 def check_tokenizer(tokenizer, **max_lens: int) -> None:
-    """Each max length must hold the tokenizer's special tokens plus one text token, and fit the longest input the
-    model takes (when the tokenizer knows it)."""
+    """Each max length must hold the special tokens plus one, and fit the model's longest input (where known)."""
     shortest = tokenizer.num_special_tokens_to_add() + 1
     longest = tokenizer.model_max_length if tokenizer.model_max_length < NO_LENGTH_LIMIT else None
     for key, value in max_lens.items():
@@ -62,34 +58,28 @@ def text_of(record: Text, fields: str) -> str:
 
 def tokenizer_input(text: str, max_len: int) -> str:
     """`text` cut to CHARS_PER_TOKEN x max_len characters: the tokenizer builds tokens and offsets for all it is
-    given before it truncates (one 10 MB text: +1.2 GB).
-
-    The cut keeps a text's ids when its first max_len words lie before it: tokenizers split at whitespace and
-    punctuation first, each word gives at least one token, and the word the cut splits only adds tokens that
-    truncation drops. 128 characters a word hold WordPiece's longest word (100) and 28 of whitespace; only texts
-    such as runs of whitespace lose tokens, and cutting those is the point."""
+    given before it truncates (one 10 MB text: +1.2 GB). The cut keeps the ids when the first max_len words lie
+    before it (each word gives a token at least; the word cut only adds tokens truncation drops): 128 characters
+    hold WordPiece's longest word (100) and 28 of whitespace."""
     limit = CHARS_PER_TOKEN * max_len
     return text if len(text) <= limit else text[:limit]
 
 
 def record_input(record: Text, fields: str, max_len: int) -> str:
-    """`tokenizer_input` of the record's `text_of`, each field cut to twice the budget before they are joined
-    (which keeps the joined text's first budget characters unless a field has a budget's worth of edge whitespace)."""
+    """`tokenizer_input` of the record's `text_of`, each field cut to twice the budget before they are joined."""
     limit = 2 * CHARS_PER_TOKEN * max_len
     short = Text(record.uid, record.title[:limit], record.content[:limit])
     return tokenizer_input(text_of(short, fields), max_len)
 
 
 def pad_id_of(tokenizer) -> int:
-    """The id the cache's rows are padded with: the tokenizer's pad token, or 0 where it has none."""
     return int(tokenizer.pad_token_id or 0)
 
 
 class RightPaddedTokenizer:
-    """Token ids of texts, cut at max_len and right-padded whatever the tokenizer's padding_side (the encoder
-    reads a row's first `length` ids), and their lengths: the recipe of the token cache and of queries. It calls the
-    Rust tokenizer directly (transformers' conversion to lists took half of the stage's time); truncation follows
-    the tokenizer's truncation_side."""
+    """Token ids and lengths of texts, cut at max_len (on the truncation_side) and right-padded whatever the
+    padding_side (the encoder reads a row's first `length` ids): the token cache's recipe and the queries'. It calls
+    the Rust tokenizer directly (transformers' conversion to lists took half of the stage's time)."""
 
     def __init__(self, tokenizer, max_len: int):
         from tokenizers import Tokenizer
@@ -106,7 +96,7 @@ class RightPaddedTokenizer:
         self.dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.int32
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled for worker processes with the backend as its JSON and the one setting that JSON leaves out."""
+        """Pickled with the backend as its JSON and the one setting that JSON leaves out."""
         return {**self.__dict__, "backend": (self.backend.to_str(), self.backend.encode_special_tokens)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -117,8 +107,7 @@ class RightPaddedTokenizer:
         self.backend.encode_special_tokens = encode_special_tokens
 
     def __call__(self, texts: Sequence[str], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, lengths): ids (len(texts), width) padded with the pad id, width = max_len for a cache, or by
-        default the longest text's length; lengths int32."""
+        """(ids, lengths): `width` (default: the longest text's) ids a row, padded with the pad id."""
         encodings = self.backend.encode_batch(list(texts))
         lengths = np.fromiter((len(encoding) for encoding in encodings), np.int32, len(encodings))
         width = int(lengths.max(initial=0)) if width is None else width
@@ -129,8 +118,8 @@ class RightPaddedTokenizer:
 
 
 class TokenRows:
-    """Writes blocks (first row, JSON lines) of a split's text file, tokenised, into their rows of the cache's
-    memmaps: what each worker runs. Blocks never overlap, so any process may write any."""
+    """What each worker runs: blocks (first row, JSON lines) of a split's text file, tokenised into their rows of
+    the memmaps (no two overlap)."""
 
     def __init__(self, tokenize: RightPaddedTokenizer, fields: str, text_path: Path, ids_path: Path,
                  lengths_path: Path):
@@ -142,7 +131,6 @@ class TokenRows:
         return {**self.__dict__, "_arrays": None}  # each process maps the arrays itself
 
     def write(self, block: tuple[int, list[str]]) -> int:
-        """Tokenise a block's lines into its rows; return how many."""
         start, lines = block
         texts = [record_input(text_record(line, self.text_path, start + offset), self.fields, self.tokenize.max_len)
                  for offset, line in enumerate(lines, start=1)]
@@ -165,7 +153,8 @@ def _line_blocks(path: Path, size: int, count: int) -> Iterator[tuple[int, list[
 
 
 def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, fields: str, folder: Path,
-                    batch_size: int, workers: int) -> None:
+                    batch_size: int, workers: int) -> float:
+    """Tokenise a split into `folder`; the share of its texts that filled max_len (probably cut), for the run log."""
     count, path = dataset.size(split), dataset.text_path(split)
     rows = TokenRows(RightPaddedTokenizer(tokenizer, max_len), fields, path, folder / f"{split}.ids.npy",
                      folder / f"{split}.len.npy")
@@ -178,13 +167,14 @@ def _tokenize_split(dataset: Dataset, split: str, tokenizer, max_len: int, field
             progress.update(done)
     if written != count:
         raise DataError(f"{written} records, but stats.json says {count}", path)
+    lengths = load_array(rows.paths[1], mmap_mode="r")
+    return round(float((lengths >= max_len).mean()) if len(lengths) else 0.0, 4)
 
 
 def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: str | os.PathLike,
                       input_max_len: int, label_max_len: int, input_fields: str, label_fields: str,
                       batch_size: int = 2048, workers: int | None = None) -> tuple[dict[str, Any], bool]:
-    """Tokenise `dataset` into `target` on `workers` processes (default: worker_count()); (meta, reused). A
-    cache at `target` with the same key is reused. The settings are the checked `tokenize` section's."""
+    """(meta, reused): `dataset` tokenised into `target` on `workers` processes, or the cache there of this key."""
     if {input_fields, label_fields} - set(FIELDS):
         raise ValueError(f"text fields are {' or '.join(FIELDS)}, not {input_fields!r} and {label_fields!r}")
     check_tokenizer(tokenizer, input_max_len=input_max_len, label_max_len=label_max_len)
@@ -198,24 +188,17 @@ def build_token_cache(dataset: Dataset, tokenizer, tokenizer_name: str, target: 
     plan = {"train": (input_max_len, input_fields), "test": (input_max_len, input_fields),
             "labels": (label_max_len, label_fields)}
     with atomic_dir(target) as folder:
-        for split, (max_len, fields) in plan.items():
-            _tokenize_split(dataset, split, tokenizer, max_len, fields, folder, batch_size,
-                            worker_count() if workers is None else workers)
+        truncated = {split: _tokenize_split(dataset, split, tokenizer, max_len, fields, folder, batch_size,
+                                            worker_count() if workers is None else workers)
+                     for split, (max_len, fields) in plan.items()}
         meta = {"key": asdict(key), "padding": PADDING, "pad_token_id": pad_id_of(tokenizer),
-                "counts": {split: dataset.size(split) for split in SPLITS},
-                "truncated": {split: _truncated_share(folder, split, plan[split][0]) for split in SPLITS}}
+                "counts": {split: dataset.size(split) for split in SPLITS}, "truncated": truncated}
         write_json(folder / "meta.json", meta)
     return meta, False
 
 
-def _truncated_share(folder: Path, split: str, max_len: int) -> float:
-    """Share of texts that filled max_len (and so were probably cut), for the run log."""
-    lengths = load_array(folder / f"{split}.len.npy", mmap_mode="r")
-    return round(float((lengths >= max_len).mean()) if len(lengths) else 0.0, 4)
-
-
 class TokenCache:
-    """Read access to a token cache; arrays are memory-mapped, not loaded."""
+    """A token cache's arrays, memory-mapped, each opened once (training reads them at every step)."""
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = Path(folder)
@@ -231,7 +214,6 @@ class TokenCache:
         return self._open(f"{split}.len.npy")
 
     def _open(self, name: str) -> np.ndarray:
-        """Each memmap is opened once: training reads the cache on every step."""
         if name not in self._arrays:
             self._arrays[name] = load_array(self.folder / name, mmap_mode="r")
         return self._arrays[name]

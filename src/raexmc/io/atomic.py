@@ -1,8 +1,6 @@
-"""Outputs written atomically and checked: a stage's results appear whole or not at all, what a killed writer left
-beside an output is removed, and a write error names the output, not its temporary. A library's unchecked file is
-checked for its size before it is renamed into place, and a memory-mapped output is reserved on disk first (a full
-disk an error, not a SIGBUS).
-"""
+"""Outputs written atomically and checked: whole or not at all, a killed writer's leftovers removed, a write error
+naming the output (not its temporary), a library's unchecked file checked for its size, a memory-mapped output
+reserved on disk first (a full disk an error, not a SIGBUS)."""
 
 from __future__ import annotations
 
@@ -43,8 +41,8 @@ def require_size(path: str | os.PathLike, expected: int) -> None:
 
 
 class _CountedWrites:
-    """A binary file for a library to write through: it counts the bytes written and keeps the first write
-    error, which some libraries replace with their own (torch.save: a RuntimeError 'unexpected pos')."""
+    """A binary file that counts the bytes written and keeps the first write error, which some libraries replace
+    with their own (torch.save: a RuntimeError 'unexpected pos')."""
 
     def __init__(self, handle: BinaryIO):
         self._handle = handle
@@ -66,8 +64,7 @@ class _CountedWrites:
 
 @contextmanager
 def checked_writes(handle: BinaryIO) -> Iterator[_CountedWrites]:
-    """`handle`, a new binary file for a library that writes to a file object, every write through Python,
-    which checks it; once flushed it must hold every byte (require_size)."""
+    """`handle` (a new binary file) for a library to write to, every write checked, then every byte (require_size)."""
     writes = _CountedWrites(handle)
     try:
         try:
@@ -86,14 +83,12 @@ def checked_writes(handle: BinaryIO) -> Iterator[_CountedWrites]:
 
 @contextmanager
 def written_through(path: str | os.PathLike) -> Iterator[_CountedWrites]:
-    """A new file at `path` with checked writes (checked_writes)."""
     with open(path, "wb") as handle, checked_writes(handle) as writes:
         yield writes
 
 
 def save_array(path: str | os.PathLike, array: np.ndarray) -> None:
-    """np.save with checked writes: numpy writes a real file with fwrite and reports a short write with no errno
-    (so not as a full disk), and leaves a failed final flush unreported."""
+    """np.save with checked writes: numpy reports a short fwrite with no errno and a failed final flush not at all."""
     with written_through(path) as handle:
         np.save(handle, array, allow_pickle=False)
 
@@ -114,8 +109,7 @@ def new_memmap(path: str | os.PathLike, dtype: DTypeLike, shape: tuple[int, ...]
 
 
 def _reserve(handle: BinaryIO, start: int, end: int) -> None:
-    """Allocate bytes [start, end) of an open file: with posix_fallocate where the system and the
-    filesystem have it, else by writing them (as zeros, which a new file holds there anyway)."""
+    """Allocate bytes [start, end) of an open file: posix_fallocate where there is one, else written zeros."""
     if end <= start:
         return
     fallocate = getattr(os, "posix_fallocate", None)  # not on macOS
@@ -133,17 +127,22 @@ def _reserve(handle: BinaryIO, start: int, end: int) -> None:
     handle.flush()
 
 
-def _umask() -> int:
-    """The process umask (temp files are created private; outputs should not be)."""
+def _umask() -> int:  # temporaries are created private; outputs should not be
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
-def _temp_prefix(target: Path) -> str:
-    """Temporaries are named `.<name>.<pid>-<random>.tmp`: the writer's process id tells a
-    leftover of a killed writer from the temporary of one still running."""
-    return f".{target.name}.{os.getpid()}-"
+def _temp_beside(target: Path, folder: bool) -> Path:
+    """A new temporary folder or file `.<name>.<pid>-<random>.tmp` beside `target`: the writer's process id tells
+    a leftover of a killed writer from the temporary of one still running."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    names = {"prefix": f".{target.name}.{os.getpid()}-", "suffix": ".tmp", "dir": target.parent}
+    if folder:
+        return Path(tempfile.mkdtemp(**names))
+    fd, name = tempfile.mkstemp(**names)
+    os.close(fd)
+    return Path(name)
 
 
 def _stale_temp(name: str, prefix: str) -> bool:
@@ -166,7 +165,7 @@ def writer_gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     except PermissionError:
-        pass
+        pass  # it runs, as another user
     return False
 
 
@@ -178,8 +177,7 @@ def _remove(path: Path) -> None:
 
 
 def remove_leftovers(target: Path) -> None:
-    """Remove what a killed writer of `target` left: its temporary and the `.<name>.old` it set aside;
-    a temporary whose writer still runs is kept."""
+    """Remove a killed writer's temporary and the `.<name>.old` it set aside beside `target` (a running one's stays)."""
     if not target.parent.is_dir():
         return
     prefix = f".{target.name}."
@@ -188,7 +186,7 @@ def remove_leftovers(target: Path) -> None:
             _remove(sibling)
 
 
-# `.<target>.<pid>-<random>.tmp`: what _temp_prefix and tempfile's random names (a-z, 0-9, _) make.
+# `.<target>.<pid>-<random>.tmp`: what _temp_beside and tempfile's random names (a-z, 0-9, _) make.
 _TEMP_NAME = re.compile(r"\..+\.(?P<pid>\d+)-[a-z0-9_]+\.tmp")
 
 
@@ -205,12 +203,10 @@ def remove_dead_temps(folder: str | os.PathLike) -> None:
 
 @contextmanager
 def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
-    """An empty temporary folder beside `target`, renamed to `target` on success; on an exception removed,
-    `target` left as it was."""
+    """An empty temporary folder beside `target`, renamed to `target` on success; on an exception removed."""
     target = Path(target)
     remove_leftovers(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent))
+    tmp = _temp_beside(target, folder=True)
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
@@ -230,11 +226,8 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
 
 @contextmanager
 def scratch_dir(target: str | os.PathLike) -> Iterator[Path]:
-    """Yield an empty folder beside `target` for the work of writing it, named as its temporaries are, and remove
-    it on leaving: what a killed writer leaves there is swept with them (remove_leftovers, remove_dead_temps)."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent))
+    """An empty folder beside `target` for the work of writing it, removed on leaving, swept as its temporaries are."""
+    tmp = _temp_beside(Path(target), folder=True)
     try:
         yield tmp
     finally:
@@ -243,27 +236,23 @@ def scratch_dir(target: str | os.PathLike) -> Iterator[Path]:
 
 @contextmanager
 def atomic_file(target: str | os.PathLike, mode: str = "w", **open_kwargs: Any) -> Iterator[Any]:
-    """Open a temporary file beside `target` for writing; rename it over `target` on success.
-    What a killed earlier run left beside `target` is removed first."""
+    """A temporary file beside `target` open for writing, renamed over `target` on success."""
     target = Path(target)
     remove_leftovers(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    os.chmod(tmp_name, 0o666 & ~_umask())
+    tmp = _temp_beside(target, folder=False)
+    os.chmod(tmp, 0o666 & ~_umask())
     try:
-        with open(tmp_name, mode, **open_kwargs) as handle:
+        with open(tmp, mode, **open_kwargs) as handle:
             yield handle
-        os.replace(tmp_name, target)
+        os.replace(tmp, target)
     except BaseException as exc:
-        Path(tmp_name).unlink(missing_ok=True)
-        _name_the_output(exc, Path(tmp_name), target)
+        tmp.unlink(missing_ok=True)
+        _name_the_output(exc, tmp, target)
         raise
 
 
 def _name_the_output(exc: BaseException, tmp: Path, target: Path) -> None:
-    """A write error names the output, not the temporary name it was written under; a full disk,
-    which write() reports with no file name, names the output too."""
+    """A write error names the output, not its temporary; a full disk (write() names no file) names it too."""
     if not isinstance(exc, OSError):
         return
     if exc.filename is None:
@@ -276,7 +265,6 @@ def _name_the_output(exc: BaseException, tmp: Path, target: Path) -> None:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write `obj` as indented JSON, atomically."""
     with atomic_file(path, "w", encoding="utf-8") as handle:
         json.dump(obj, handle, indent=2, sort_keys=True)
         handle.write("\n")
@@ -287,8 +275,7 @@ EMPTY_TEXT = "This run left this DVC output empty; DVC ignores this file (.dvcig
 
 
 def mark_empty(folder: str | os.PathLike) -> None:
-    """Leave EMPTY_MARK in `folder` where nothing else is (DVC warns of an empty output folder; it ignores the
-    mark, so the lock records the empty folder as before)."""
+    """Leave EMPTY_MARK in `folder` where nothing else is (DVC warns of an empty output folder, ignores the mark)."""
     mark = Path(folder) / EMPTY_MARK
     if any(path != mark for path in Path(folder).iterdir()):
         mark.unlink(missing_ok=True)

@@ -1,8 +1,6 @@
-"""Stage files read back checked: a missing, truncated or foreign file is one DataError naming it, not a
-traceback; a download is checked against its pinned digest; a folder's manifest.json holds each file's size and
-sha256, what the writer says of the folder, and the sha256 of all that, so a folder changed, cut, emptied or added
-to is refused, naming the file, before it is read (docs/reliability.md: the cost).
-"""
+"""Stage files read back checked: a missing, cut or foreign file is one DataError naming it; a download is checked
+against its pinned digest; a folder's manifest.json (each file's size and sha256, the writer's header, and the sha256
+of all that) refuses a folder changed, cut or added to before it is read (docs/reliability.md: the cost)."""
 
 from __future__ import annotations
 
@@ -44,7 +42,6 @@ _UNREADABLE = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
 
 @contextmanager
 def _reading(path: Path, what: str) -> Iterator[None]:
-    """Reading `path` as `what`: a missing file, or one numpy or scipy cannot read, is one DataError naming it."""
     if not path.is_file():
         raise DataError("file not found: rerun the stage that writes it", path)
     try:
@@ -54,19 +51,16 @@ def _reading(path: Path, what: str) -> Iterator[None]:
 
 
 def load_array(path: str | os.PathLike, mmap_mode: str | None = None) -> np.ndarray:
-    """A .npy array (memory-mapped with `mmap_mode`); pickled objects are refused."""
     with _reading(Path(path), "array"):
         return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
 
 
 def load_sparse(path: str | os.PathLike) -> sp.csr_matrix:
-    """A scipy .npz sparse matrix, as CSR."""
     with _reading(Path(path), "sparse matrix"):
         return sp.load_npz(path).tocsr()
 
 
 def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Every array of a .npz archive, read into memory."""
     with _reading(Path(path), "archive"), np.load(path, allow_pickle=False) as archive:
         return {key: archive[key] for key in archive.files}
 
@@ -88,13 +82,12 @@ def verify(path: str | os.PathLike, expected: str | None, algorithm: str, origin
 
 
 def _files(folder: Path) -> list[str]:
-    """Every file under `folder` but its manifest, as a sorted relative POSIX path."""
     found = [path.relative_to(folder).as_posix() for path in folder.rglob("*") if not path.is_dir()]
     return sorted(name for name in found if name != MANIFEST_FILE)
 
 
 def write_manifest(folder: str | os.PathLike, header: dict[str, Any]) -> None:
-    """Write `folder`'s manifest: `header` and the size and sha256 of every file it holds (written last)."""
+    """Write `folder`'s manifest (last): `header` and the size and sha256 of every file it holds."""
     folder = Path(folder)
     files = {name: {"size": (folder / name).stat().st_size, "sha256": file_digest(folder / name)}
              for name in _files(folder)}
