@@ -82,8 +82,10 @@ def test_the_sweep_removes_dead_writers_temporaries_at_any_depth_and_only_those(
 
 
 @pytest.mark.parametrize("reserve", ["posix_fallocate", "written zeros"])
-def test_a_new_memmap_has_its_bytes_on_disk_before_it_is_written(tmp_path, monkeypatch, reserve):
-    """numpy's own memory-mapped file is a hole its first stores fill; ours is the same file, reserved."""
+def test_a_new_memmap_has_its_bytes_on_disk_before_it_is_written_or_is_an_oserror_naming_it(tmp_path, monkeypatch,
+                                                                                            reserve):
+    """numpy's own memory-mapped file is a hole its first stores fill; ours is the same file, reserved. On a disk
+    that cannot hold it, in a process of its own: were the reservation missing, the stores would be SIGBUS."""
     if reserve == "written zeros":
         monkeypatch.delattr(os, "posix_fallocate")  # as on macOS
     array = new_memmap(tmp_path / "ours.npy", np.float32, (1000, 64))
@@ -95,11 +97,6 @@ def test_a_new_memmap_has_its_bytes_on_disk_before_it_is_written(tmp_path, monke
     array[:], reference[:] = values, values
     array.flush(), reference.flush()
     assert (tmp_path / "ours.npy").read_bytes() == (tmp_path / "numpy.npy").read_bytes()
-
-
-@pytest.mark.parametrize("reserve", ["posix_fallocate", "written zeros"])
-def test_a_new_memmap_the_disk_cannot_hold_is_an_oserror_naming_it(tmp_path, reserve):
-    """In a process of its own: were the reservation missing, the stores below would be SIGBUS."""
     small, path = tmp_path / "small", tmp_path / "small" / "keys.npy"
     script = ("import os, sys; from raexmc.io import new_memmap\n"
               f"if {reserve == 'written zeros'}: del os.posix_fallocate\n"

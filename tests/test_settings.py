@@ -42,7 +42,7 @@ def error_of(key: str, value: object) -> ConfigError:
     return info.value
 
 
-def test_the_shipped_params_load_as_written_and_read_only():
+def test_the_shipped_params_load_as_written_read_only_and_yaml_1_2_floats_and_integers_as_numbers(tmp_path):
     settings = load_settings(REPO / "params.yaml")
     assert (settings.infer.lam, settings.infer.tau, settings.infer.b, settings.infer.val_folds) == ("auto", "auto", 200,
                                                                                                   "auto")
@@ -56,9 +56,6 @@ def test_the_shipped_params_load_as_written_and_read_only():
         settings.infer.b = 10
     with pytest.raises(AttributeError):
         settings.memory.keep_grid.append(0.05)
-
-
-def test_yaml_1_2_floats_and_numbers_written_as_integers(tmp_path):
     text = (REPO / "params.yaml").read_text().replace("  lr: auto", "  lr: 1e-4", 1)
     (tmp_path / "params.yaml").write_text(text)
     lr = load_settings(tmp_path / "params.yaml").train.lr
