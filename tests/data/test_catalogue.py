@@ -14,7 +14,7 @@ from raexmc.settings import load_settings, read_mapping, read_params_tree, setti
 from tests.helpers import REPO, commit_all, dvc, new_project, raexmc, set_dataset, set_params, write_params
 
 
-def test_the_projects_catalogue_holds_the_chosen_dataset_and_every_source():
+def test_the_projects_catalogue_holds_every_source_and_the_chosen_entry_is_read_from_its_file(tmp_path):
     entries = catalogue(catalogue_dir(REPO / "params.yaml"))
     assert load_settings(REPO / "params.yaml").data.name in entries
     assert {"foldoc", "wordnet", "wordnet-hyper", "synthetic-small", "LF-AmazonTitles-1.3M"} <= set(entries)
@@ -22,9 +22,6 @@ def test_the_projects_catalogue_holds_the_chosen_dataset_and_every_source():
                                                                "synthetic"}
     assert entries["LF-AmazonTitles-1.3M"] == {"source": "xc-repo", "archive_id": "12zH4mL2RX8iSvH0VCNnd3QxO4DzuHWnK",
                                                "sha256": None}
-
-
-def test_the_chosen_entry_is_read_from_its_file(tmp_path):
     set_dataset(tmp_path, "mine", {"source": "local", "path": "/x"})
     set_dataset(tmp_path, "other", {"source": "foldoc"})
     params = write_params(tmp_path, **{"data.name": "mine"})

@@ -59,13 +59,11 @@ def test_unsafe_cached_package_is_removed_from_the_cache(tmp_path, monkeypatch):
     assert not (tmp_path / "foldoc").exists()
 
 
-def test_distribution_version_is_recorded(tmp_path, download_cache):
+def test_distribution_version_is_recorded_and_one_neither_apt_nor_the_mirror_has_is_an_error_naming_both(
+        tmp_path, download_cache):
     package = fetch_deb(DebPin("dict-foldoc", "distribution"), download_cache / "debs")
     assert package.version and len(package.md5) == 32 and len(package.sha256) == 64
     assert package.path.is_file()
-
-
-def test_a_version_neither_apt_nor_the_mirror_has_is_one_source_error_naming_both(tmp_path, download_cache):
     mirror = mirror_with(tmp_path / "mirror", {})
     with pytest.raises(SourceError) as refused:
         fetch_deb(DebPin("dict-foldoc", "0.0-nonexistent"), download_cache / "debs", mirror)
