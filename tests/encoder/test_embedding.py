@@ -14,7 +14,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch.nn.attention import SDPBackend
 
-from raexmc.encoder.device import embed_batch_size, pick_device
+from raexmc.encoder.device import embed_batch_size, pick_device, resolve_precision
 from raexmc.encoder.embedding import embed_split
 from raexmc.encoder.model import load_tokenizer
 from raexmc.encoder.sentence import attention_without_cudnn, load_encoder
@@ -237,14 +237,13 @@ def test_embed_stage_refuses_degenerate_embeddings_and_commits_nothing(tmp_path,
     assert not (tmp_path / "embeddings").exists()
 
 
-@pytest.mark.parametrize("name", ["gpu0", "cuda:x", "CPU", ""])
-def test_a_device_name_that_is_none_names_where_it_was_set(name):
-    with pytest.raises(ConfigError, match=r"params.yaml:embed.device: device must be auto, cpu, cuda or cuda:N"):
-        pick_device(name, "params.yaml", "embed.device")
-
-
-def test_an_auto_embed_batch_is_1024_texts_on_a_gpu_and_256_on_cpu():
-    """The sizes bench/results/embed_speed.json measured (1024: 2.4x the texts/s of 256 on one H200); a number
-    set by the user stays, whatever the device."""
+def test_a_bad_device_names_where_it_was_set_int8_is_refused_on_a_gpu_and_an_auto_embed_batch_is_1024_or_256():
+    """The batch sizes bench/results/embed_speed.json measured (1024: 2.4x the texts/s of 256 on one H200), on a GPU
+    and on a CPU; a number set by the user stays, whatever the device."""
+    for name in ("gpu0", "cuda:x", "CPU", ""):
+        with pytest.raises(ConfigError, match=r"params.yaml:embed.device: device must be auto, cpu, cuda or cuda:N"):
+            pick_device(name, "params.yaml", "embed.device")
+    with pytest.raises(ConfigError, match="int8' runs on the CPU only, the device is cuda: set the device to cpu"):
+        resolve_precision("int8", "cuda")
     assert [embed_batch_size("auto", device) for device in ("cuda", "cuda:1", "cpu")] == [1024, 1024, 256]
     assert embed_batch_size(64, "cuda") == 64 and embed_batch_size(64, "cpu") == 64

@@ -1,5 +1,5 @@
 """embed.precision int8 (raexmc.encoder.int8): MiniLM's int8 vectors stay near its fp32 ones, a text's vector does
-not depend on the texts batched with it, and int8 is refused where it cannot run."""
+not depend on the texts batched with it (int8 on a GPU is refused: test_embedding.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
-from raexmc.encoder.device import resolve_precision
 from raexmc.encoder.int8 import Int8Encoder, quantized_bytes
 from raexmc.encoder.text_encoder import TextEncoder, batch_tensors
-from raexmc.errors import ConfigError
 from tests.helpers import run_on_small_disk
 
 # FOLDOC-like inputs of a few to some fifty tokens (a title, or a title and the first words of its definition)
@@ -45,28 +43,20 @@ def test_int8_vectors_are_unit_vectors_near_fp32s(minilm):
     assert cosines.max() < 0.99999, "int8 gave fp32's vectors: the quantised model did not run"
 
 
-def test_a_texts_int8_vector_is_the_same_alone_and_in_a_batch(minilm):
+def test_a_texts_int8_vector_is_the_same_alone_and_in_a_batch_and_at_any_thread_count(minilm):
     """Dynamic quantisation scales a call's activations together: encoded one text per call, the embed stage's
     batches and predict's single queries give each text the same vector, to the bit (texts of equal length
-    batched in one call differed by up to 0.04 in a coordinate on FOLDOC titles)."""
+    batched in one call differed by up to 0.04 in a coordinate on FOLDOC titles). Each text runs on one thread
+    however many run at once: one thread and three give the same bits."""
     batched = minilm["int8"].embed_texts(TEXTS)
     alone = np.concatenate([minilm["int8"].embed_texts([text]) for text in reversed(TEXTS)])[::-1]
     np.testing.assert_array_equal(batched, alone)
-
-
-def test_a_texts_int8_vector_does_not_depend_on_the_thread_count(minilm):
-    """Each text runs on one thread however many run at once: one thread and three give the same bits."""
     quantized = quantized_bytes(minilm["fp32"].model)
     ids, lengths = minilm["fp32"].tokenize(TEXTS * 2)
     tensors = batch_tensors(ids, lengths, np.arange(len(lengths)), "cpu")
     one, three = (Int8Encoder(quantized, threads)(*tensors) for threads in (1, 3))
     np.testing.assert_array_equal(one, three)
     np.testing.assert_array_equal(one[:len(TEXTS)], one[len(TEXTS):])
-
-
-def test_int8_is_refused_on_a_gpu():
-    with pytest.raises(ConfigError, match="int8' runs on the CPU only, the device is cuda: set the device to cpu"):
-        resolve_precision("int8", "cuda")
 
 
 # AVX2's u8 x s8 product (vpmaddubsw) adds two products of an activation in 0..255 and a weight into a signed 16-bit

@@ -53,26 +53,24 @@ def test_each_pooling_mode_alone_or_before_a_dense_layer_gives_the_vectors_sente
     np.testing.assert_allclose(ours(folder), theirs(folder), atol=1e-5)
 
 
-def test_dense_layers_give_the_vectors_sentence_transformers_gives(sentence_model):
+def test_dense_layers_and_one_without_a_bias_setting_give_the_vectors_sentence_transformers_gives(sentence_model,
+                                                                                                   tmp_path):
+    """sentence-transformers' Dense takes bias=True where its config.json has no `bias` key."""
     folder = sentence_model("cls", dense=2)
     model = load_encoder(str(folder))
     assert (model.dim, model.recipe) == (8, "cls pooling, Dense 32->16 Tanh, Dense 16->8 Tanh, normalised")
     got = ours(folder)
     assert got.shape == (len(TEXTS), 8)
     np.testing.assert_allclose(got, theirs(folder), atol=1e-5)
-
-
-def test_a_dense_layer_without_a_bias_setting_has_one_as_in_sentence_transformers(sentence_model, tmp_path):
-    """sentence-transformers' Dense takes bias=True where its config.json has no `bias` key."""
     folder = edited_copy(sentence_model("cls", dense=1), tmp_path / "model", "2_Dense/config.json",
                          lambda c: {k: v for k, v in c.items() if k != "bias"})
     assert load_encoder(str(folder)).dense[0].linear.bias is not None
     np.testing.assert_allclose(ours(folder), theirs(folder), atol=1e-5)
 
 
-def test_a_plain_model_is_mean_pooled_and_says_so_once(tiny_model):
+def test_a_plain_model_and_the_default_minilm_folder_are_mean_pooled_and_say_so_once(tiny_model):
     """sentence-transformers gives a folder without modules.json mean pooling too (and no Normalize: ours
-    normalises all the same, as RAE compares unit vectors)."""
+    normalises all the same, as RAE compares unit vectors); MiniLM's folder is mean pooled and normalised."""
     reference = theirs(tiny_model)
     np.testing.assert_allclose(ours(tiny_model), reference / np.linalg.norm(reference, axis=1, keepdims=True),
                                atol=1e-5)
@@ -82,11 +80,7 @@ def test_a_plain_model_is_mean_pooled_and_says_so_once(tiny_model):
     assert proc.returncode == 0, proc.stderr
     notes = [line for line in proc.stderr.splitlines() if "modules.json" in line]
     assert notes == [f"encoder '{tiny_model}' has no sentence-transformers modules.json: mean pooling, as the paper"]
-
-
-def test_the_default_minilm_folder_is_mean_pooled_and_normalised_as_sentence_transformers_does():
-    model = load_encoder("all-MiniLM-L6-v2")
-    assert model.recipe == "mean pooling, normalised"
+    assert load_encoder("all-MiniLM-L6-v2").recipe == "mean pooling, normalised"
     folder = load_tokenizer("all-MiniLM-L6-v2").name_or_path
     np.testing.assert_allclose(ours("all-MiniLM-L6-v2"), theirs(folder), atol=1e-5)
 
@@ -137,8 +131,10 @@ def test_what_cannot_be_reproduced_is_refused_in_one_line_naming_it(sentence_mod
     assert "\n" not in message and expected in message and str(folder) in message, message
 
 
-def test_a_saved_encoder_carries_its_pooling_and_loads_back_alike_here_and_in_sentence_transformers(
+def test_a_saved_encoder_carries_its_pooling_and_loads_back_alike_and_gradients_flow_as_in_sentence_transformers(
         sentence_model, tmp_path):
+    """The same loss on our module's vectors and on sentence-transformers' (eval mode: no dropout) gives the same
+    gradient in the Dense layer and in the transformer's embeddings."""
     source = sentence_model("lasttoken", dense=1)
     load_encoder(str(source)).save(tmp_path / "saved")
     load_tokenizer(str(source)).save_pretrained(tmp_path / "saved")
@@ -149,6 +145,18 @@ def test_a_saved_encoder_carries_its_pooling_and_loads_back_alike_here_and_in_se
     expected = theirs(source)
     np.testing.assert_allclose(ours(tmp_path / "saved"), expected, atol=1e-5)
     np.testing.assert_allclose(theirs(tmp_path / "saved"), expected, atol=1e-5)
+    probe = torch.randn(16, generator=torch.Generator().manual_seed(0))
+    model = load_encoder(str(source))
+    model(*batch_tensors(*tokens(source), np.arange(len(TEXTS)), "cpu")).matmul(probe).square().sum().backward()
+    reference = SentenceTransformer(str(source), device="cpu")
+    features = reference.tokenize(TEXTS)
+    reference(features)["sentence_embedding"].matmul(probe).square().sum().backward()
+    dense, their_dense = model.dense[0].linear.weight.grad, reference[2].linear.weight.grad
+    words = model.transformer.embeddings.word_embeddings.weight.grad
+    their_words = reference[0].auto_model.embeddings.word_embeddings.weight.grad
+    assert dense.abs().sum() > 0 and words.abs().sum() > 0
+    torch.testing.assert_close(dense, their_dense, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(words, their_words, atol=1e-5, rtol=1e-4)
 
 
 def test_a_saved_encoder_cuts_long_inputs_where_sentence_transformers_does(tiny_model, tmp_path):
@@ -164,24 +172,6 @@ def test_a_saved_encoder_cuts_long_inputs_where_sentence_transformers_does(tiny_
     got = SentenceTransformer(str(tmp_path / "saved"), device="cpu").encode(texts, batch_size=len(texts))
     cosine = (expected * got).sum(axis=1) / np.linalg.norm(expected, axis=1) / np.linalg.norm(got, axis=1)
     assert cosine.min() >= 0.9999, cosine
-
-
-def test_gradients_flow_through_pooling_and_dense_as_in_sentence_transformers(sentence_model):
-    """The same loss on our module's vectors and on sentence-transformers' (eval mode: no dropout) gives the same
-    gradient in the Dense layer and in the transformer's embeddings."""
-    folder = sentence_model("lasttoken", dense=1)
-    probe = torch.randn(16, generator=torch.Generator().manual_seed(0))
-    model = load_encoder(str(folder))
-    model(*batch_tensors(*tokens(folder), np.arange(len(TEXTS)), "cpu")).matmul(probe).square().sum().backward()
-    reference = SentenceTransformer(str(folder), device="cpu")
-    features = reference.tokenize(TEXTS)
-    reference(features)["sentence_embedding"].matmul(probe).square().sum().backward()
-    dense, their_dense = model.dense[0].linear.weight.grad, reference[2].linear.weight.grad
-    words = model.transformer.embeddings.word_embeddings.weight.grad
-    their_words = reference[0].auto_model.embeddings.word_embeddings.weight.grad
-    assert dense.abs().sum() > 0 and words.abs().sum() > 0
-    torch.testing.assert_close(dense, their_dense, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(words, their_words, atol=1e-5, rtol=1e-4)
 
 
 def test_the_embed_stage_pools_as_the_folder_says_and_records_the_pooling(sentence_model, token_cache, tmp_path):

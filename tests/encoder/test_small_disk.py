@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -32,30 +31,14 @@ def dataset(tmp_path_factory) -> Dataset:
     return Dataset(folder)
 
 
-def tiny_params(folder: Path, tiny_model: Path) -> Path:
-    return write_params(folder, **{"encoder.name": str(tiny_model), "tokenize.input_max_len": INPUT_MAX_LEN,
-                                   "tokenize.label_max_len": 16, "tokenize.input_fields": "title",
-                                   "embed.device": "cpu", "embed.batch_size": 256, "embed.threads": 1})
-
-
-def the_one_line(stderr: str) -> str:
-    """The error line, last on stderr after the progress bars, with no traceback and no second error."""
-    assert "Traceback" not in stderr and stderr.count("Error: ") == 1, stderr
-    return stderr.strip().splitlines()[-1]
-
-
-def last_run_status() -> str:
-    # the test's own store, named: another test in this worker may have set mlflow's process-wide URI
-    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
-    (run,) = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
-    return run.info.status
-
-
 @pytest.mark.parametrize("stage", ["tokenize", "embed"])
 def test_a_stage_on_a_disk_too_small_for_its_arrays(dataset, tiny_model, tmp_path, stage):
     """The tokenize stage's uint16 token ids (MiniLM's vocabulary has 30,522 tokens) and the embed stage's float32
     vectors (the tiny encoder's 32 dimensions) of the train split."""
-    params, small, tokens = tiny_params(tmp_path, tiny_model), tmp_path / "small", tmp_path / "tokens"
+    params = write_params(tmp_path, **{"encoder.name": str(tiny_model), "tokenize.input_max_len": INPUT_MAX_LEN,
+                                       "tokenize.label_max_len": 16, "tokenize.input_fields": "title",
+                                       "embed.device": "cpu", "embed.batch_size": 256, "embed.threads": 1})
+    small, tokens = tmp_path / "small", tmp_path / "tokens"
     if stage == "tokenize":
         out, needed, file = small / "tokens", TRAIN_TEXTS * INPUT_MAX_LEN * 2, "train.ids.npy"
         command = ["stages/tokenize_texts.py", "--dataset", str(dataset.folder), "--out", str(out)]
@@ -66,9 +49,13 @@ def test_a_stage_on_a_disk_too_small_for_its_arrays(dataset, tiny_model, tmp_pat
         command = ["stages/embed.py", "--model", str(tiny_model), "--tokens", str(tokens), "--out", str(out)]
     command = [sys.executable, str(REPO / command[0]), *command[1:], "--params", str(params)]
     done = run_on_small_disk(small, DISK, command, tmp_path)
-    assert done.proc.returncode == 2, done.proc.stderr
-    assert the_one_line(done.proc.stderr).startswith(
+    stderr = done.proc.stderr
+    assert done.proc.returncode == 2 and "Traceback" not in stderr and stderr.count("Error: ") == 1, stderr
+    assert stderr.strip().splitlines()[-1].startswith(  # the error line, last after the progress bars
         f"StorageError: {out / file}: {done.error} (the array needs {needed:,} bytes) while writing: ")
-    assert HINT in done.proc.stderr
+    assert HINT in stderr
     assert done.left == [], "no output and no temporary folder"
-    assert last_run_status() == "FAILED"
+    # the test's own store, named: another test in this worker may have set mlflow's process-wide URI
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    (run,) = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
+    assert run.info.status == "FAILED"

@@ -38,7 +38,9 @@ def build(dataset, tokenizer, out, **overrides):
     return build_token_cache(dataset, tokenizer, "tiny", out, **settings)
 
 
-def test_ids_and_lengths_match_the_tokenizer(tiny_dataset, tiny_model, tmp_path):
+def test_ids_match_the_tokenizer_and_the_same_key_reuses_the_cache_and_a_changed_key_or_no_padding_mark_rebuilds(
+        tiny_dataset, tiny_model, tmp_path):
+    """Caches from before rows were always right-padded (no padding mark) may hold a left-padding tokenizer's rows."""
     tokenizer = load_tokenizer(str(tiny_model))
     meta, reused = build(tiny_dataset, tokenizer, tmp_path / "tokens")
     assert not reused and meta["counts"] == {"train": 4, "test": 2, "labels": 5}
@@ -51,6 +53,16 @@ def test_ids_and_lengths_match_the_tokenizer(tiny_dataset, tiny_model, tmp_path)
         assert cache.ids(split).dtype == np.uint16  # a 30k vocabulary fits 16 bits
     # "cpython the reference python implementation" fills 8 tokens: it was truncated
     assert meta["truncated"]["train"] > 0
+    stamp = (tmp_path / "tokens" / "train.ids.npy").stat().st_mtime_ns
+    _, reused = build(tiny_dataset, tokenizer, tmp_path / "tokens")
+    assert reused and (tmp_path / "tokens" / "train.ids.npy").stat().st_mtime_ns == stamp
+    assert meta.pop("padding") == "right"
+    (tmp_path / "tokens" / "meta.json").write_text(json.dumps(meta))
+    meta, reused = build(tiny_dataset, tokenizer, tmp_path / "tokens")
+    assert not reused and meta["padding"] == "right"
+    meta, reused = build(tiny_dataset, tokenizer, tmp_path / "tokens", input_max_len=16)
+    assert not reused and TokenCache(tmp_path / "tokens").ids("train").shape == (4, 16)
+    assert meta["key"]["input_max_len"] == 16
 
 
 def cache_files(folder: Path) -> dict[str, bytes]:
@@ -183,23 +195,6 @@ def test_a_record_is_cut_as_its_joined_text_would_be(tiny_model):
                 == [tokenizer_input(text_of(r, recipe), 8) for r in records])
 
 
-def test_same_key_reuses_the_cache_and_a_changed_key_or_no_padding_mark_rebuilds_it(tiny_dataset, tiny_model,
-                                                                                     tmp_path):
-    """Caches from before rows were always right-padded (no padding mark) may hold a left-padding tokenizer's rows."""
-    tokenizer = load_tokenizer(str(tiny_model))
-    meta, _ = build(tiny_dataset, tokenizer, tmp_path / "tokens")
-    stamp = (tmp_path / "tokens" / "train.ids.npy").stat().st_mtime_ns
-    _, reused = build(tiny_dataset, tokenizer, tmp_path / "tokens")
-    assert reused and (tmp_path / "tokens" / "train.ids.npy").stat().st_mtime_ns == stamp
-    assert meta.pop("padding") == "right"
-    (tmp_path / "tokens" / "meta.json").write_text(json.dumps(meta))
-    meta, reused = build(tiny_dataset, tokenizer, tmp_path / "tokens")
-    assert not reused and meta["padding"] == "right"
-    meta, reused = build(tiny_dataset, tokenizer, tmp_path / "tokens", input_max_len=16)
-    assert not reused and TokenCache(tmp_path / "tokens").ids("train").shape == (4, 16)
-    assert meta["key"]["input_max_len"] == 16
-
-
 @pytest.mark.parametrize("name, value", [("truncation_side", "left"), ("split_special_tokens", True)])
 def test_a_tokenizer_setting_that_changes_the_ids_rebuilds_the_cache(tiny_dataset, tiny_model, tmp_path, name, value):
     """Both settings live in tokenizer_config.json, outside the backend's definition; a cache built before one changed
@@ -221,17 +216,16 @@ def test_a_tokenizer_setting_that_changes_the_ids_rebuilds_the_cache(tiny_datase
     assert (changed != before).any() or name == "split_special_tokens"  # no special-token text in the tiny data
 
 
-def test_text_fields_the_settings_would_refuse_are_a_programming_error(tiny_dataset, tiny_model, tmp_path):
-    with pytest.raises(ValueError, match="title or title\\+content, not 'title\\+content' and 'body'"):
-        build(tiny_dataset, load_tokenizer(str(tiny_model)), tmp_path / "tokens", label_fields="body")
-
-
-@pytest.mark.parametrize("key, value", [("input_max_len", 2), ("label_max_len", 513)])
-def test_max_len_must_fit_the_tokenizer(tiny_dataset, tiny_model, tmp_path, key, value):
-    # BERT's tokenizer adds [CLS] and [SEP] (so 2 tokens hold no text) and takes at most 512 tokens
-    with pytest.raises(ConfigError, match=f"tokenize.{key}: 'tokenize.{key}' is {value}, but the tokenizer takes "
-                                          "3 to 512 tokens"):
-        build(tiny_dataset, load_tokenizer(str(tiny_model)), tmp_path / "tokens", **{key: value})
+# BERT's tokenizer adds [CLS] and [SEP] (so 2 tokens hold no text) and takes at most 512 tokens; text fields the
+# settings would refuse are a programming error
+@pytest.mark.parametrize("overrides, error, says", [
+    ({"label_fields": "body"}, ValueError, "title or title\\+content, not 'title\\+content' and 'body'"),
+    *(({key: value}, ConfigError, f"tokenize.{key}: 'tokenize.{key}' is {value}, but the tokenizer takes 3 to 512 "
+                                  "tokens") for key, value in (("input_max_len", 2), ("label_max_len", 513)))])
+def test_text_fields_or_a_max_len_the_tokenizer_cannot_take_are_refused(tiny_dataset, tiny_model, tmp_path,
+                                                                         overrides, error, says):
+    with pytest.raises(error, match=says):
+        build(tiny_dataset, load_tokenizer(str(tiny_model)), tmp_path / "tokens", **overrides)
     assert not (tmp_path / "tokens").exists()
 
 
@@ -255,16 +249,15 @@ def failed_stage_lines(dataset: Dataset, folder: Path) -> list[str]:
     return [line for line in proc.stderr.splitlines() if " INFO mlflow." not in line]
 
 
-def test_stage_rejects_a_negative_max_len_in_one_line(tiny_dataset, tiny_model, tmp_path):
+def test_the_stage_refuses_a_negative_max_len_or_a_tokenizer_without_a_fast_version_in_one_line(
+        tiny_dataset, tiny_model, tmp_path):
+    """ByT5's tokenizer exists only in Python; the cache calls the Rust backend, which it lacks."""
+    from transformers import ByT5Tokenizer
+
     stage_params(tmp_path, tiny_model, -5)
     assert failed_stage_lines(tiny_dataset, tmp_path) == [
         f"ConfigError: {tmp_path / 'params.yaml'}:tokenize.input_max_len: must be greater than or equal to 1, got -5"]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
-
-
-def test_a_tokenizer_without_a_fast_version_is_refused_in_one_line(tiny_dataset, tmp_path):
-    """ByT5's tokenizer exists only in Python; the cache calls the Rust backend, which it lacks."""
-    from transformers import ByT5Tokenizer
 
     folder = tmp_path / "byt5"
     ByT5Tokenizer().save_pretrained(folder)
@@ -276,12 +269,9 @@ def test_a_tokenizer_without_a_fast_version_is_refused_in_one_line(tiny_dataset,
         "fast (Rust) tokenizer, which rae-xmc needs; choose an encoder that ships a tokenizer.json"]
 
 
-def test_packaged_minilm_resolves_offline():
+def test_packaged_minilm_resolves_offline_and_an_unknown_encoder_is_a_config_error(tmp_path):
     folder = resolve_encoder("all-MiniLM-L6-v2")
     assert folder.endswith("model") and load_tokenizer("all-MiniLM-L6-v2").vocab_size == 30522
-
-
-def test_unknown_encoder_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="encoder.name.*cannot load the tokenizer of"):
         load_tokenizer(str(tmp_path / "no-such-model"))
 
