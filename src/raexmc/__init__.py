@@ -1,9 +1,6 @@
-"""rae-xmc: extreme multi-label classification with Retrieval-augmented Encoders.
-
-The public API is __all__ (RaeModel, build_model and fine_tune: a model from texts without DVC, score_files, the
-metrics and tests), each loaded on first use (PEP 562), so `import raexmc` imports neither torch nor numpy. Imports
-flow one way, down LAYERS, with no circles (tests/test_layers.py).
-"""
+"""rae-xmc: extreme multi-label classification with Retrieval-augmented Encoders. The public API is __all__, each
+name loaded on first use (PEP 562), so `import raexmc` imports neither torch nor numpy. Imports flow one way, down
+LAYERS, with no circles (tests/test_layers.py)."""
 
 from importlib import import_module
 

@@ -1,10 +1,7 @@
-"""One set of CPU kernels for every stage, so that a run's floats do not depend on the CPU it ran on.
-
-PyTorch's vector kernels, MKL (the encoder's and exact search's products) and NumPy (float64 exp and log) pick
-kernels by the CPU's widest instructions, each rounding otherwise: a lock made on an AVX-512 CPU did not hold
-on an AVX2 one. Pinned to AVX2, MKL in strict mode, they give the same bits on any Intel x86-64 CPU with AVX2 at
-any thread count (docs/reproducibility.md: the cost, and AMD, where MKL keeps its own dispatch).
-"""
+"""One set of CPU kernels for every stage, so a run's floats do not depend on its CPU: PyTorch, MKL and NumPy pick
+kernels by the CPU's widest instructions, each rounding otherwise (a lock made on an AVX-512 CPU did not hold on an
+AVX2 one). Pinned to AVX2, MKL in strict mode, they give the same bits on any Intel x86-64 CPU with AVX2 at any thread
+count (docs/reproducibility.md: the cost, and AMD, where MKL keeps its own dispatch)."""
 
 from __future__ import annotations
 

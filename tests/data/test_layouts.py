@@ -150,18 +150,15 @@ def expect_error(folder, out, *fragments):
     assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], "temp folder left behind"
 
 
-def test_a_corrupt_gzip_or_no_layout_at_all_is_one_line(lf_folder, tmp_path):
+def test_a_corrupt_gzip_or_no_layout_at_all_is_one_line_and_a_failed_rebuild_keeps_the_previous_output(lf_folder,
+                                                                                                        tmp_path):
+    build(lf_folder, tmp_path / "kept")
     data = (lf_folder / "trn.json.gz").read_bytes()
     (lf_folder / "trn.json.gz").write_bytes(data[: len(data) // 2])
     expect_error(lf_folder, tmp_path / "out", "trn.json.gz", "corrupt gzip")
+    with pytest.raises(DataError):
+        build(lf_folder, tmp_path / "kept")
+    assert Dataset(tmp_path / "kept").stats["L"] == 5
     (tmp_path / "empty").mkdir()
     expect_error(tmp_path / "empty", tmp_path / "out", "no dataset found")
-
-
-def test_previous_output_survives_a_failed_rebuild(lf_folder, tmp_path):
-    out = tmp_path / "out"
-    build(lf_folder, out)
-    with pytest.raises(DataError):
-        build(edit(lf_folder, {"lbl.json.gz": []}), out)
-    assert Dataset(out).stats["L"] == 5
 

@@ -2,8 +2,7 @@
 per output channel, run by ONNX Runtime. PyTorch's dynamic quantisation gave 0.92-1.14x fp32's speed on 2 AVX2 cores
 (bench/results/cpu_encoder_speed.json); a scale per channel keeps MiniLM's vectors at cosine 0.99 with fp32's (per
 tensor: 0.95); 7-bit weights (`reduce_range`) cannot overflow a CPU's 16-bit pair sums without VNNI. The model is
-exported whenever an encoder loads at int8 (about 3 s for MiniLM), so a model folder carries only the fp32 weights.
-"""
+exported whenever an encoder loads at int8 (about 3 s for MiniLM), so a model folder carries only the fp32 weights."""
 
 from __future__ import annotations
 
