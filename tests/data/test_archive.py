@@ -90,8 +90,11 @@ def test_tar_extracts_files_dirs_and_inner_links(tmp_path, name, mode):
     assert sorted(p.name for p in target.parent.iterdir()) == ["out"]  # no temp folder left
 
 
-def test_a_failed_extraction_leaves_an_existing_target_untouched_and_a_zip_replaces_it_whole(tmp_path):
+def test_a_missing_or_failed_extraction_leaves_the_target_as_it_was_and_a_zip_replaces_it_whole(tmp_path):
     target = tmp_path / "dest" / "out"
+    with pytest.raises(DataError, match=f"{tmp_path / 'nowhere.tar.gz'}: file not found"):
+        extract(tmp_path / "nowhere.tar.gz", target)
+    assert not target.exists()
     target.mkdir(parents=True)
     (target / "stale.txt").write_text("old")
     with pytest.raises(UnsafeArchiveError):
@@ -185,8 +188,3 @@ def test_a_corrupt_archive_is_a_data_error_naming_it_and_leaves_nothing(tmp_path
     assert not isinstance(info.value, UnsafeArchiveError) and str(archive) in str(info.value)
     assert_nothing_written(tmp_path, archive, target)
 
-
-def test_missing_archive_is_a_data_error(tmp_path):
-    with pytest.raises(DataError, match=f"{tmp_path / 'nowhere.tar.gz'}: file not found"):
-        extract(tmp_path / "nowhere.tar.gz", tmp_path / "dest" / "out")
-    assert not (tmp_path / "dest" / "out").exists()
