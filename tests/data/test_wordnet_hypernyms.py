@@ -108,18 +108,15 @@ def test_dataset_folder_holds_the_seeded_split_of_the_inputs(tmp_path):
     assert len(tests) > 1, "the seed must change the split"
 
 
-def test_cycle_in_the_hypernym_graph_is_a_data_error(tmp_path):
-    cyclic = {**NOUNS, "A": (2, [("@", "C")])}  # A -> C -> A
-    with pytest.raises(DataError, match=r"data.noun: hypernym pointers form a cycle through synset n0000000[25]"):
-        read_hypernym_corpus(write_hypernym_wordnet(tmp_path, cyclic), 1, 2)
-
-
-def test_band_below_every_synset_fails_naming_min_depth_without_output(tmp_path):
+def test_a_band_below_every_synset_fails_naming_min_depth_without_output_and_a_cycle_is_a_data_error(tmp_path):
     folder = write_hypernym_wordnet(tmp_path)
     with pytest.raises(ConfigError, match=r"datasets/tiny.yaml:min_depth: no noun synset has hypernym "
                                           r"ancestors at depths 4..6"):
         write_hypernym_dataset(folder, tmp_path / "out", "tiny", settings(4, 6))
     assert not (tmp_path / "out").exists()
+    cyclic = {**NOUNS, "A": (2, [("@", "C")])}  # A -> C -> A
+    with pytest.raises(DataError, match=r"data.noun: hypernym pointers form a cycle through synset n0000000[25]"):
+        read_hypernym_corpus(write_hypernym_wordnet(tmp_path, cyclic), 1, 2)
 
 
 @pytest.mark.parametrize("change, key", [
