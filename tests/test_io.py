@@ -66,19 +66,43 @@ def test_a_temporary_whose_writer_still_runs_is_kept(tmp_path):
     assert (target / "done").is_file()
 
 
-def test_the_sweep_removes_dead_writers_temporaries_at_any_depth_and_only_those(tmp_path):
-    tree = tmp_path / "artifacts" / "tiny"
+SCRATCH_WRITER = """
+import sys, time
+from raexmc.io import scratch_dir
+with scratch_dir(sys.argv[1]) as folder:
+    (folder / "graphs.bin").write_bytes(bytes(4096))
+    print(folder, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_the_sweep_removes_dead_writers_temporaries_and_scratch_at_any_depth_and_only_those(tmp_path):
+    """Cause 6 of issue 60: the package stage's scratch was tempfile's tmpXXXXXXXX beside the predictor, which no
+    sweep knew; `kill -9` left it for good. Named as the output's temporaries, the next sweep removes it."""
+    tree, target = tmp_path / "artifacts" / "tiny", tmp_path / "artifacts" / "tiny" / "predictor"
     dead = [leftover_of_killed_writer(tree / "index"), tree / "eval" / ".metrics.json.99999999-ab_1.tmp"]
     kept = [tree / ".gitignore", tree / ".stats.abcd1234.tmp",  # no process id: whose it is cannot be told
             tree / "eval" / "run.1-abc.tmp", tree / "eval" / ".a.tmp", tree / "eval" / ".x.12.tmp"]
     for path in dead[1:] + kept:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
+    scratch_writer = subprocess.Popen([sys.executable, "-c", SCRATCH_WRITER, str(target)], stdout=subprocess.PIPE,
+                                      text=True)
+    scratch = Path(scratch_writer.stdout.readline().strip())
     with writer_in_progress(tree / "memory") as (writer, live):
         remove_dead_temps(tmp_path)
         assert writer.poll() is None and (live / "half-written.bin").is_file(), "a running writer's temporary stays"
     assert [path.exists() for path in dead] == [False, False]
     assert all(path.exists() for path in kept)
+    assert (scratch / "graphs.bin").is_file(), "a running writer's scratch stays"
+    scratch_writer.kill()
+    scratch_writer.wait()
+    scratch_writer.stdout.close()
+    remove_dead_temps(tmp_path)
+    assert not scratch.exists() and scratch.parent == target.parent
+    with scratch_dir(target) as folder:
+        (folder / "x").write_text("")
+    assert not folder.exists(), "a scratch is removed when its work ends"
 
 
 @pytest.mark.parametrize("reserve", ["posix_fallocate", "written zeros"])
@@ -213,31 +237,3 @@ def test_an_empty_output_folder_holds_the_placeholder_dvc_ignores_and_a_filled_o
     (tmp_path / "last.pt").write_bytes(b"a checkpoint")
     mark_empty(tmp_path)
     assert [path.name for path in tmp_path.iterdir()] == ["last.pt"], "a folder with a file is not empty"
-
-
-SCRATCH_WRITER = """
-import sys, time
-from raexmc.io import scratch_dir
-with scratch_dir(sys.argv[1]) as folder:
-    (folder / "graphs.bin").write_bytes(bytes(4096))
-    print(folder, flush=True)
-    time.sleep(600)
-"""
-
-
-def test_a_killed_writers_scratch_is_swept_with_its_temporaries(tmp_path):
-    """Cause 6 of issue 60: the package stage's scratch was tempfile's tmpXXXXXXXX beside the predictor, which no
-    sweep knew; `kill -9` left it for good. Named as the output's temporaries, the next sweep removes it."""
-    target = tmp_path / "artifacts" / "tiny" / "predictor"
-    writer = subprocess.Popen([sys.executable, "-c", SCRATCH_WRITER, str(target)], stdout=subprocess.PIPE, text=True)
-    scratch = Path(writer.stdout.readline().strip())
-    remove_dead_temps(tmp_path)
-    assert (scratch / "graphs.bin").is_file(), "a running writer's scratch stays"
-    writer.kill()
-    writer.wait()
-    writer.stdout.close()
-    remove_dead_temps(tmp_path)
-    assert not scratch.exists() and scratch.parent == target.parent
-    with scratch_dir(target) as folder:
-        (folder / "x").write_text("")
-    assert not folder.exists(), "a scratch is removed when its work ends"
