@@ -38,19 +38,16 @@ def test_foldoc_dataset_from_the_pinned_package(tmp_path):
     assert filt.nnz == stats["N_test"]
 
 
-def test_checksum_mismatch_fails_without_output(tmp_path):
+def test_a_checksum_mismatch_or_an_unsafe_cached_package_fails_without_output(tmp_path, monkeypatch):
+    # an unpinned (no md5) package found in the cache is reused without downloading; one whose
+    # data part escapes the extraction folder must be thrown out, not reused on every run
+    monkeypatch.setenv("RAEXMC_CACHE", str(tmp_path / "cache"))
     spec = {**CATALOGUE["foldoc"], "package": {**CATALOGUE["foldoc"]["package"], "md5": "0" * 32}}
     with pytest.raises(ChecksumError, match="dict-foldoc=20230119-1.*does not match the pinned 0000"):
         build_dataset("foldoc", spec, tmp_path / "foldoc", "")
     assert not (tmp_path / "foldoc").exists()
-
-
-def test_unsafe_cached_package_is_removed_from_the_cache(tmp_path, monkeypatch):
-    # an unpinned (no md5) package found in the cache is reused without downloading; one whose
-    # data part escapes the extraction folder must be thrown out, not reused on every run
-    monkeypatch.setenv("RAEXMC_CACHE", str(tmp_path / "cache"))
     cached = tmp_path / "cache" / "debs" / "dict-foldoc_20230119-1.deb"
-    cached.parent.mkdir(parents=True)
+    cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_bytes(deb_bytes([("file", "./usr/ok.txt", SAFE), ("file", "../escaped.txt", SAFE)]))
     spec = {**CATALOGUE["foldoc"], "package": {"name": "dict-foldoc", "version": "20230119-1"}}
     with pytest.raises(UnsafeArchiveError, match="data.tar.xz:../escaped.txt"):
