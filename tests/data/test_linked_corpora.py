@@ -47,8 +47,9 @@ FOLDOC = [
 ]
 
 
-def test_foldoc_links_resolve_case_insensitively_through_aliases_and_content_has_no_markup(tmp_path):
-    entries = read_foldoc(*write_dictd(tmp_path, FOLDOC))
+def test_foldoc_links_resolve_through_aliases_content_has_no_markup_and_a_bad_index_or_dictzip_is_named(tmp_path):
+    index, dict_path = write_dictd(tmp_path, FOLDOC)
+    entries = read_foldoc(index, dict_path)
     titles, by_uid = [e.title for e in entries], {e.uid: e for e in entries}
     assert set(by_uid) == {"awk", "unix", "perl", "gawk"}
     # {Unix} and {PERL} by case, {gnu awk} through an alias; {awk} is a self-link; the dangling
@@ -59,17 +60,12 @@ def test_foldoc_links_resolve_case_insensitively_through_aliases_and_content_has
     assert by_uid["unix"].links == []
     assert (by_uid["awk"].title, by_uid["awk"].content) == (
         "awk", "A language for Unix text, like PERL and awk. See gnu awk and missing entry, netlib.")
-
-
-@pytest.mark.parametrize("damage, match", [("index", r"foldoc.index:8: .*headword"),
-                                           ("dict", "foldoc.dict.dz.*corrupt")])
-def test_a_bad_foldoc_index_line_or_dictzip_names_the_file(tmp_path, damage, match):
+    index.write_text(index.read_text() + "broken line without tabs\n")
+    with pytest.raises(DataError, match=r"foldoc.index:8: .*headword"):
+        read_foldoc(index, dict_path)
     index, dict_path = write_dictd(tmp_path, FOLDOC)
-    if damage == "index":
-        index.write_text(index.read_text() + "broken line without tabs\n")
-    else:
-        dict_path.write_bytes(b"not gzip at all")
-    with pytest.raises(DataError, match=match):
+    dict_path.write_bytes(b"not gzip at all")
+    with pytest.raises(DataError, match="foldoc.dict.dz.*corrupt"):
         read_foldoc(index, dict_path)
 
 
