@@ -32,8 +32,9 @@ def write_split(folder: Path, name: str, rows, without_labels: set[str]) -> None
                                    for uid, title, content, labels, _ in rows])
 
 
-def test_bad_input_is_one_line_and_exit_2_with_nothing_written(lf_folder, tmp_path):
-    """A relevance that is not a number; a test split without any label (there is nothing to evaluate)."""
+def test_bad_input_is_one_line_and_exit_2_with_nothing_written_and_inputs_without_labels_are_kept(lf_folder, tmp_path):
+    """A relevance that is not a number; a test split without any label (there is nothing to evaluate). Then a
+    good run, which clears what a killed run left."""
     rows = [{"uid": u, "title": t, "content": c, "target_ind": i, "target_rel": r} for u, t, c, i, r in TRAIN]
     rows[2]["target_rel"] = [1.0, "abc"]
     write_jsonl_gz(lf_folder / "trn.json.gz", rows)
@@ -45,9 +46,6 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(lf_folder, tmp_pa
         assert list((tmp_path / "data").iterdir()) == []
         write_split(lf_folder, "trn.json.gz", TRAIN, set())
         write_split(lf_folder, "tst.json.gz", TEST, {"s0", "s1"})
-
-
-def test_inputs_without_labels_are_kept_counted_and_reported_and_a_killed_runs_leftover_cleared(lf_folder, tmp_path):
     # training input t1 and test input s1 lose their labels; they stay (the XC convention: an
     # input without labels still counts in the evaluation's denominator)
     write_split(lf_folder, "trn.json.gz", TRAIN, {"t1"})
