@@ -13,8 +13,7 @@ LOG_INTERVAL_S = 30.0  # between two lines of a bar written to a log: two a minu
 
 
 class LogLines:
-    """A text stream for tqdm that writes each redraw as a line: tqdm starts a redraw with "\\r" and ends it with
-    none; a clearing redraw (blanks only) writes nothing."""
+    """tqdm's stream in a log: each redraw ("\\r" first, no newline) a line; a clearing redraw (blanks) nothing."""
 
     def __init__(self, stream: TextIO):
         self.stream = stream

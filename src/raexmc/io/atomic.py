@@ -94,8 +94,7 @@ def save_array(path: str | os.PathLike, array: np.ndarray) -> None:
 
 
 def new_memmap(path: str | os.PathLike, dtype: DTypeLike, shape: tuple[int, ...]) -> np.memmap:
-    """A new .npy memmap of `dtype` and `shape`, every byte reserved first: a store into space the disk lacks is
-    a SIGBUS, not an exception; reserved, it is an OSError naming the file before any work."""
+    """A new .npy memmap, every byte reserved first: past the disk's space a store is a SIGBUS, a reserve an OSError."""
     path = Path(path)
     dtype = np.dtype(dtype)
     try:
@@ -191,8 +190,7 @@ _TEMP_NAME = re.compile(r"\..+\.(?P<pid>\d+)-[a-z0-9_]+\.tmp")
 
 
 def remove_dead_temps(folder: str | os.PathLike) -> None:
-    """Remove every temporary under `folder` whose writer no longer runs: a killed stage whose output DVC
-    restores from its run cache never writes it again, so its temporary would stay."""
+    """Remove every dead writer's temporary under `folder` (a killed stage's output DVC restores is never rewritten)."""
     for parent, folders, files in os.walk(folder):
         for name in (*folders, *files):
             temp = _TEMP_NAME.fullmatch(name)
