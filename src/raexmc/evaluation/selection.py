@@ -29,7 +29,7 @@ from ..parallel import worker_count
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
 from .evaluator import CHUNK_BYTES, Ranking, chunk_queries, rank_chunks, stacked_rankings
 from .methods import HEADLINE, KNN_B
-from .selection_file import Selection
+from .selection_file import KnnChoice, Selection
 from .tune_settings import TuneSettings
 from .validation_memory import ValidationRetrieval
 
@@ -179,12 +179,12 @@ def select(retrieval: ValidationRetrieval, settings: TuneSettings,
 
 
 def select_knn(full_memory: Callable[[int], ValidationRetrieval], settings: TuneSettings,
-               propensity_ab: tuple[float, float]) -> dict[str, Any]:
+               propensity_ab: tuple[float, float]) -> KnnChoice:
     """kNN's τ (selection.json's "baselines.knn"): with τ auto, the best of kNN's own curve on `full_memory(KNN_B)`
     (every remaining input, no label key, no prior, at kNN's b), with its validation values and curve; else the
     fixed τ (a user's τ applies to every method). The dual encoder has none: its ranking is the same at any τ."""
     if settings.tau is not None:
-        return {"tau": settings.tau, "auto": {"tau": False}}
+        return KnnChoice(tau=settings.tau, auto={"tau": False})
     retrieval = full_memory(KNN_B)
     if retrieval.b < KNN_B:
         raise ValueError(f"kNN's validation search must be {KNN_B} deep, got {retrieval.b}")
@@ -194,6 +194,6 @@ def select_knn(full_memory: Callable[[int], ValidationRetrieval], settings: Tune
     grids = {"lambda": [KNN_LAMBDA], "tau": settings.taus(), "label_share": [None]}
     best = widen_and_choose(curve, grids, ("tau",), metric, {"lam": KNN_LAMBDA, "tau": None, "label_share": None})
     fixed = choose(curve.curve(), metric, KNN_LAMBDA, settings.fixed_tau)
-    return {"tau": best["tau"], "auto": {"tau": True}, "val_value": best[metric], "fixed_tau": settings.fixed_tau,
-            "fixed_val_value": fixed[metric],
-            "validation": [{"tau": row["tau"], **{k: row[k] for k in HEADLINE}} for row in curve.curve()]}
+    return KnnChoice(tau=best["tau"], auto={"tau": True}, val_value=best[metric], fixed_tau=settings.fixed_tau,
+                     fixed_val_value=fixed[metric],
+                     validation=[{"tau": row["tau"], **{k: row[k] for k in HEADLINE}} for row in curve.curve()])
