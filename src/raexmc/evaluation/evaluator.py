@@ -1,5 +1,7 @@
 """Rankings and metrics of one evaluation set (test inputs against the training memory), a chunk of queries at
-a time: what grows with the number of queries is only each ranking's per-query metric values."""
+a time: what grows with the number of queries is only each ranking's per-query metric values. The metrics come out
+the same however the queries are chunked: a mean is a running sum in query order over the count, PSP@k and
+PSnDCG@k the ratio of two such means, macro-F1 from per-label counts."""
 
 from __future__ import annotations
 
@@ -15,17 +17,19 @@ import scipy.sparse as sp
 from ..data.stats import label_frequency
 from ..rae.pairs import remove_pairs
 from ..rae.ranking import top_k
-from .metrics import per_instance_metrics, propensity_ideals
+from .metrics import (
+    f1_counts,
+    macro_f1_from_counts,
+    over_mean_ideal,
+    per_instance_metrics,
+    per_query_values,
+    percent,
+    propensity_ideals,
+)
 from .propensity import propensities
-from .totals import QueryChunk, RankingTotals
 
 RANK_DEPTH = 100  # deep enough for R@100
-
-
-def unfiltered_depth(exclude: sp.csr_matrix) -> int:
-    """How many labels a ranking must hold for RANK_DEPTH to remain in every row once the filtered pairs of
-    `exclude` are dropped."""
-    return RANK_DEPTH + int(np.diff(sp.csr_matrix(exclude).indptr).max(initial=0))
+F1_K = 5
 QUERY_CHUNK = 8192  # queries scored at once: bounds the sparse score matrices' memory
 # Bytes a chunk of test queries may take while it is scored and ranked, shared by the workers that rank it
 # side by side: about SCORE_ENTRY_BYTES for each of the b_max x (1 + labels per training input) label scores
@@ -35,6 +39,90 @@ SCORE_ENTRY_BYTES = 48
 
 Scorer = Callable[[slice], sp.csr_matrix]  # label scores of a chunk of queries
 Ranking = tuple[Any, Callable[[], sp.csr_matrix]]  # what a ranking is reported under, and its scores when called
+
+
+def unfiltered_depth(exclude: sp.csr_matrix) -> int:
+    """Labels a ranking must hold for RANK_DEPTH to remain in every row once `exclude`'s pairs are dropped."""
+    return RANK_DEPTH + int(np.diff(sp.csr_matrix(exclude).indptr).max(initial=0))
+
+
+# Every query's metric values are kept in float32: they lie in [0, 1] (PSP's over a mean ideal, near it), so 7
+# significant digits serve the paired t-tests, and at 970K test queries x 4 methods x 14 metrics float64 would
+# hold 0.43 GB. The means are summed from each chunk's float64 values, never from these.
+PER_QUERY_DTYPE = np.float32
+
+
+@dataclass
+class QueryChunk:
+    """Some consecutive test queries: their rows in the test set, truth (without filtered pairs), filtered
+    pairs, and the PSP@k and PSnDCG@k denominators of their ideal rankings (metrics.propensity_ideals)."""
+
+    rows: slice
+    truth: sp.csr_matrix
+    exclude: sp.csr_matrix
+    ideals: dict[str, np.ndarray]
+
+
+def running_sum(total: float, values: np.ndarray) -> float:
+    """total + values[0] + values[1] + ..., added one at a time in order: any split of the values into
+    consecutive chunks gives the same float."""
+    return float(np.add.accumulate(np.concatenate(([total], values)))[-1])
+
+
+class RankingTotals:
+    """Sums of one ranking's per-query metrics over the chunks added so far; with `per_instance`, also every
+    query's values (kept in (num_queries,) arrays) and the macro-F1@5 counts."""
+
+    def __init__(self, num_queries: int, propensity: np.ndarray, per_instance: bool = False):
+        self.num_queries, self.propensity = num_queries, propensity
+        self.count, self.sums, self.ideal_sums = 0, {}, {}
+        self.values: dict[str, np.ndarray] | None = {} if per_instance else None
+        self.tp = self.predicted = None
+
+    def add(self, chunk: QueryChunk, ranked: np.ndarray) -> None:
+        """Add the ranking (top labels, -1 padded) of the chunk's queries."""
+        values = per_query_values(ranked, chunk.truth, propensity=self.propensity)
+        for sums, new in ((self.sums, values), (self.ideal_sums, chunk.ideals)):
+            for name, array in new.items():
+                sums[name] = running_sum(sums.get(name, 0.0), array)
+        self.count += len(ranked)
+        if self.values is None:
+            return
+        for name, array in values.items():
+            self.values.setdefault(name, np.empty(self.num_queries, PER_QUERY_DTYPE))[chunk.rows] = array
+        tp, predicted = f1_counts(ranked, chunk.truth, F1_K)
+        self.tp, self.predicted = (tp, predicted) if self.tp is None else (self.tp + tp, self.predicted + predicted)
+
+    @classmethod
+    def pooled(cls, parts: list[RankingTotals]) -> RankingTotals:
+        """The totals of several sets of queries, each scored with its own propensities, as of one set: its means
+        are over all their queries (PSP@k the ratio of the pooled numerator's and ideal's means). Sums only: no
+        per-query values or macro-F1 counts."""
+        pooled = cls(sum(part.num_queries for part in parts), np.empty(0))
+        pooled.count = sum(part.count for part in parts)
+        for name in ("sums", "ideal_sums"):
+            setattr(pooled, name, {key: sum(getattr(part, name)[key] for part in parts)
+                                   for key in getattr(parts[0], name)})
+        return pooled
+
+    def result(self, relevant: np.ndarray, train_freq: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The summary (percent; macro-F1@5 per segment given every test label's count of positives `relevant`)
+        and the per-query arrays (empty without `per_instance`), once every query was added."""
+        if self.count != self.num_queries:
+            raise ValueError(f"{self.count} of {self.num_queries} queries were added")
+        n = max(self.count, 1)
+        means = {name: total / n for name, total in self.sums.items()}
+        per_instance = self.values or {}
+        for name, ideal_total in self.ideal_sums.items():
+            mean_ideal = ideal_total / n
+            means[name] = means[name] / mean_ideal if mean_ideal > 0 else 0.0
+            if name in per_instance:
+                per_instance[name] = over_mean_ideal(per_instance[name], mean_ideal)
+        summary: dict[str, Any] = {name: percent(mean) if self.count else float("nan") for name, mean in means.items()}
+        if self.tp is not None:
+            f1 = macro_f1_from_counts(self.tp, self.predicted, relevant, train_freq)
+            summary[f"macro-F1@{F1_K}"] = {k: (round(100 * v, 2) if np.isfinite(v) else None) for k, v in f1.items()}
+        return summary, per_instance
 
 
 @dataclass
@@ -51,7 +139,6 @@ class Evaluator:
 
     @property
     def rae_values(self) -> sp.csr_matrix:
-        """The values RAE's input keys carry."""
         return self.Y_train if self.memory_values is None else self.memory_values
 
     def __post_init__(self, Y_test: sp.csr_matrix) -> None:
@@ -66,12 +153,10 @@ class Evaluator:
         return self.truth.shape[0]
 
     def rank(self, num_queries: int, scores_of: Scorer) -> np.ndarray:
-        """Top-100 labels from `scores_of(rows)`, called on chunks of queries to bound memory;
-        filtered pairs are never ranked."""
+        """Top-100 labels from `scores_of(rows)`, a chunk of queries at a time; filtered pairs never ranked."""
         return stacked_rankings([self.rank_rows(rows, scores_of(rows)) for rows in query_chunks(num_queries)])
 
     def rank_rows(self, rows: slice, scores: sp.csr_matrix) -> np.ndarray:
-        """Top-100 labels of the queries `rows` from their scores; filtered pairs are never ranked."""
         return top_k(scores, RANK_DEPTH, exclude=self.exclude[rows])
 
     def chunk(self, rows: slice) -> QueryChunk:
@@ -79,7 +164,7 @@ class Evaluator:
         return QueryChunk(rows, truth, self.exclude[rows], propensity_ideals(truth, self.propensity))
 
     def totals(self, per_instance: bool = False, ranked: np.ndarray | None = None) -> RankingTotals:
-        """A tally of one ranking of every query: empty, or holding `ranked` (every query's ranking)."""
+        """A tally of one ranking of every query: empty, or holding `ranked`."""
         totals = RankingTotals(self.num_queries, self.propensity, per_instance)
         if ranked is not None:
             totals.add(self.chunk(slice(0, self.num_queries)), ranked)
@@ -105,7 +190,6 @@ class FoldedEvaluator(Evaluator):
     folds: tuple[Evaluator, ...] = ()
 
     def fold_rankings(self, ranked: np.ndarray) -> list[tuple[Evaluator, np.ndarray]]:
-        """Each fold's evaluator with the rows of `ranked` that are its queries."""
         bounds = np.cumsum([0] + [fold.num_queries for fold in self.folds])
         return [(fold, ranked[start:stop]) for fold, start, stop in zip(self.folds, bounds[:-1], bounds[1:])]
 
@@ -120,13 +204,11 @@ class FoldedEvaluator(Evaluator):
 
 
 def query_chunks(num_queries: int, size: int | None = None) -> list[slice]:
-    """The chunks of `size` queries (default QUERY_CHUNK) that scores are computed and ranked in."""
     size = size or QUERY_CHUNK
     return [slice(start, start + size) for start in range(0, num_queries, size)]
 
 
 def stacked_rankings(chunks: list[np.ndarray]) -> np.ndarray:
-    """The rankings of consecutive chunks of queries as one (queries, 100) array."""
     return np.vstack(chunks) if chunks else np.zeros((0, RANK_DEPTH), np.int64)
 
 

@@ -14,10 +14,20 @@ import scipy.sparse as sp
 from ..memory.search import Hits
 from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
 from ..rae.scoring import PAPER_B, dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
-from .evaluator import CHUNK_BYTES, Evaluator, Ranking, Scorer, chunk_queries, rank_chunks, unfiltered_depth
+from .evaluator import (
+    CHUNK_BYTES,
+    F1_K,
+    Evaluator,
+    QueryChunk,
+    Ranking,
+    RankingTotals,
+    Scorer,
+    chunk_queries,
+    rank_chunks,
+    unfiltered_depth,
+)
 from .retrievals import Retrievals, Search
 from .score_file import TopScores
-from .totals import F1_K, QueryChunk, RankingTotals
 
 QUERY_LAMBDA_METHOD = "rae_query_lambda"  # its name beside rae, dual_encoder and knn in metrics.json, per_instance.npz
 KNN_B = PAPER_B  # kNN's own b, the inputs its softmax weighs: the paper's, whatever RAE's infer.b

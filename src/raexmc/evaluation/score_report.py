@@ -19,11 +19,10 @@ from ..data.dataset import Dataset, write_dataset
 from ..data.layouts import FILTER_FILES, read_layout
 from ..errors import DataError
 from ..memory.keys_values import training_values
-from .evaluator import RANK_DEPTH, Evaluator
+from .evaluator import F1_K, RANK_DEPTH, Evaluator
 from .propensity import Propensity, table_propensity
 from .score_file import read_scores
 from .significance import difference_text, paired_ttest
-from .totals import F1_K
 
 
 @dataclass
