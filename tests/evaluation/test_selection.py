@@ -275,8 +275,6 @@ def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau_and_share():
     test = [{"lambda": 0.0, "P@5": 11.0}, {"lambda": 0.5, "P@5": 31.0}, {"lambda": 1.0, "P@5": 5.0}]
     assert selection.lambda_rows(test) == [{"lambda": 0.0, "validation": 10.0, "test": 11.0},
                                            {"lambda": 0.5, "validation": 30.0, "test": 31.0}]
-
-
     split = Selection.model_validate(selection_record(tau=0.1, retrieval="split", label_share=0.25, validation=[
         {"lambda": 0.5, "tau": 0.1, "label_share": 0.5, "P@1": 10.0},
         {"lambda": 0.5, "tau": 0.1, "label_share": 0.25, "P@1": 30.0}]))

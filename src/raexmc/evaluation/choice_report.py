@@ -38,9 +38,8 @@ def memory_name(row: dict[str, Any]) -> str:
 
 
 def alternatives(selection: Selection) -> list[tuple[str, float]]:
-    """What the choice was weighed against, named in full, with its validation value: at the chosen memory, the best
-    point of the other retrieval where both were measured; every other keep or α tried, at its own best; the fixed
-    point (the hand-set λ, τ and retrieval)."""
+    """What the choice was weighed against, named, with its validation value: the other retrieval's best, every
+    other keep or α tried, the fixed point."""
     metric, rows = selection.metric, selection.validation
     lam, tau = (None if selection.auto[axis] else value for axis, value in (("lambda", selection.lam),
                                                                            ("tau", selection.tau)))
@@ -58,8 +57,7 @@ def alternatives(selection: Selection) -> list[tuple[str, float]]:
 
 
 def choice_line(selection: Selection, fit: dict[str, Any], fallback: float) -> str:
-    """One line: what was chosen (the keep and α too where they were chosen) at which validation value, each
-    alternative weighed with its own, kNN's τ, and whether the per-query λ is a model or falls back to `fallback`."""
+    """One line: what was chosen at which validation value, the alternatives, kNN's τ and the per-query λ."""
     chosen = {"lambda": selection.lam, "tau": selection.tau, "label_share": selection.label_share,
               "keep": selection.keep, "prototypes": selection.prototypes}
     others = "; ".join(f"{name}: {value}" for name, value in alternatives(selection))

@@ -54,8 +54,8 @@ PER_QUERY_DTYPE = np.float32
 
 @dataclass
 class QueryChunk:
-    """Some consecutive test queries: their rows in the test set, truth (without filtered pairs), filtered
-    pairs, and the PSP@k and PSnDCG@k denominators of their ideal rankings (metrics.propensity_ideals)."""
+    """Some consecutive test queries: their rows, truth (without filtered pairs), filtered pairs, and their ideal
+    rankings' PSP@k and PSnDCG@k denominators."""
 
     rows: slice
     truth: sp.csr_matrix
@@ -64,14 +64,13 @@ class QueryChunk:
 
 
 def running_sum(total: float, values: np.ndarray) -> float:
-    """total + values[0] + values[1] + ..., added one at a time in order: any split of the values into
-    consecutive chunks gives the same float."""
+    """total + values[0] + values[1] + ..., in order: any split into consecutive chunks gives the same float."""
     return float(np.add.accumulate(np.concatenate(([total], values)))[-1])
 
 
 class RankingTotals:
     """Sums of one ranking's per-query metrics over the chunks added so far; with `per_instance`, also every
-    query's values (kept in (num_queries,) arrays) and the macro-F1@5 counts."""
+    query's values and the macro-F1@5 counts."""
 
     def __init__(self, num_queries: int, propensity: np.ndarray, per_instance: bool = False):
         self.num_queries, self.propensity = num_queries, propensity
@@ -80,7 +79,6 @@ class RankingTotals:
         self.tp = self.predicted = None
 
     def add(self, chunk: QueryChunk, ranked: np.ndarray) -> None:
-        """Add the ranking (top labels, -1 padded) of the chunk's queries."""
         values = per_query_values(ranked, chunk.truth, propensity=self.propensity)
         for sums, new in ((self.sums, values), (self.ideal_sums, chunk.ideals)):
             for name, array in new.items():
@@ -95,9 +93,8 @@ class RankingTotals:
 
     @classmethod
     def pooled(cls, parts: list[RankingTotals]) -> RankingTotals:
-        """The totals of several sets of queries, each scored with its own propensities, as of one set: its means
-        are over all their queries (PSP@k the ratio of the pooled numerator's and ideal's means). Sums only: no
-        per-query values or macro-F1 counts."""
+        """The sums of several sets of queries, each scored with its own propensities, as of one set (no per-query
+        values or macro-F1 counts)."""
         pooled = cls(sum(part.num_queries for part in parts), np.empty(0))
         pooled.count = sum(part.count for part in parts)
         for name in ("sums", "ideal_sums"):
@@ -106,8 +103,8 @@ class RankingTotals:
         return pooled
 
     def result(self, relevant: np.ndarray, train_freq: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The summary (percent; macro-F1@5 per segment given every test label's count of positives `relevant`)
-        and the per-query arrays (empty without `per_instance`), once every query was added."""
+        """The summary (percent; macro-F1@5 per segment from each label's positives `relevant`) and the per-query
+        arrays (empty without `per_instance`), once every query was added."""
         if self.count != self.num_queries:
             raise ValueError(f"{self.count} of {self.num_queries} queries were added")
         n = max(self.count, 1)
@@ -127,9 +124,8 @@ class RankingTotals:
 
 @dataclass
 class Evaluator:
-    """Rankings and metrics for one dataset split. `Y_train` is the values' input part, its pattern the label
-    frequencies behind propensities and segments; `memory_values` the values of RAE's input keys where the memory
-    keeps other keys than the training inputs. Of `Y_test` only the unfiltered pairs are kept (`truth`)."""
+    """Rankings and metrics for one dataset split. `Y_train`'s pattern gives the label frequencies behind
+    propensities and segments; `memory_values` RAE's input keys' values where the memory keeps other keys."""
 
     Y_train: sp.csr_matrix
     Y_test: InitVar[sp.csr_matrix]
@@ -174,18 +170,15 @@ class Evaluator:
         return totals.result(self.relevant, self.train_freq)
 
     def summary(self, ranked: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """Averaged metrics (percent) with macro-F1@5 per segment, and the per-instance arrays."""
         return self.result(self.totals(True, ranked))
 
     def per_query_values(self, ranked: np.ndarray) -> dict[str, np.ndarray]:
-        """Every metric's value (a fraction) for each query of a ranking of all of them."""
         return per_instance_metrics(ranked, self.truth, propensity=self.propensity)
 
 
 @dataclass
 class FoldedEvaluator(Evaluator):
-    """Several validation folds' queries ranked as one set but scored fold by fold (`folds`, in pooled order), each
-    with its own memory's label frequencies, which never hold the fold's queries."""
+    """Several validation folds' queries ranked as one set but scored fold by fold (`folds`, in pooled order)."""
 
     folds: tuple[Evaluator, ...] = ()
 
@@ -194,7 +187,6 @@ class FoldedEvaluator(Evaluator):
         return [(fold, ranked[start:stop]) for fold, start, stop in zip(self.folds, bounds[:-1], bounds[1:])]
 
     def summary(self, ranked: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The averaged metrics (percent) over every fold's queries; no per-instance arrays or macro-F1."""
         parts = [fold.totals(ranked=part) for fold, part in self.fold_rankings(ranked)]
         return RankingTotals.pooled(parts).result(self.relevant, self.train_freq)
 
@@ -213,7 +205,7 @@ def stacked_rankings(chunks: list[np.ndarray]) -> np.ndarray:
 
 
 def chunk_queries(Y_train: sp.csr_matrix, depth: int, budget: int = CHUNK_BYTES) -> int:
-    """Test queries per chunk: as many as `budget` bytes of label scores hold (see CHUNK_BYTES), at least one."""
+    """Test queries per chunk: as many as `budget` bytes of label scores hold, at least one."""
     per_query = depth * (1 + Y_train.nnz / max(Y_train.shape[0], 1)) * SCORE_ENTRY_BYTES
     return int(max(1, min(QUERY_CHUNK, budget // per_query)))
 
@@ -222,8 +214,8 @@ def rank_chunks(evaluator: Evaluator, size: int, rankings_of: Callable[[slice, T
                 consume: Callable[[slice, Any, np.ndarray, sp.csr_matrix], None], workers: int = 1,
                 progress: str | None = None) -> None:
     """The one sweep-and-rank loop (tune's curve, evaluate's methods and sweeps): `size` queries at a time, a chunk's
-    rankings (`rankings_of(rows, pool)`) scored, ranked and handed to `consume(rows, key, ranked, scores)` on
-    `workers` threads; a chunk ends before the next begins, so numbers do not depend on the thread count."""
+    `rankings_of(rows, pool)` scored, ranked and handed to `consume(rows, key, ranked, scores)` on `workers`
+    threads; a chunk ends before the next begins, so numbers do not depend on the thread count."""
     from ..progress import progress_bar
 
     def rank(rows: slice, ranking: Ranking) -> None:

@@ -46,12 +46,11 @@ def hit_matrix(ranked: np.ndarray, truth: sp.csr_matrix) -> np.ndarray:
 
 
 def _discounts(k: int) -> np.ndarray:
-    """DCG weights 1/log2(j + 1) of ranking positions j = 1..k."""
     return 1.0 / np.log2(np.arange(2, k + 2))
 
 
 def _dcg(gains: np.ndarray, k: int) -> np.ndarray:
-    """Each row's DCG@k of `gains`: a row-wise sum, as a BLAS product's rounding would depend on the chunk."""
+    """Each row's DCG@k: a row-wise sum, as a BLAS product's rounding would depend on the chunk."""
     return (gains[:, :k] * _discounts(k)).sum(axis=1)
 
 
@@ -79,7 +78,6 @@ def _best_weights(truth: sp.csr_matrix, weight: np.ndarray, depth: int) -> np.nd
 
 
 def over_mean_ideal(gain: np.ndarray, mean_ideal: float) -> np.ndarray:
-    """gain / mean_ideal: values whose mean over the test set is mean(gain) / mean(ideal)."""
     return gain / mean_ideal if mean_ideal > 0 else np.zeros_like(gain)
 
 
@@ -131,9 +129,8 @@ def per_query_values(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int]
 def per_instance_metrics(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int] = KS,
                          recall_ks: Sequence[int] = RECALL_KS,
                          propensity: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Per test input (kept for paired tests): P@k, nDCG@k (PSP@k, PSnDCG@k given propensities) at `ks`, R@k at
-    `recall_ks`; each array's mean over the test set is the XC Repository's metric. Positions beyond `ranked`'s
-    width and -1 padding are misses; rows with no positive get 0."""
+    """Per test input: P@k, nDCG@k (PSP@k, PSnDCG@k given propensities) at `ks`, R@k at `recall_ks`, each array's
+    mean the XC Repository's metric; positions past `ranked`'s width and -1 are misses, rows without positives 0."""
     out = per_query_values(ranked, truth, ks, recall_ks, propensity)
     if propensity is not None:
         for name, ideal in propensity_ideals(as_pattern(truth), propensity, ks).items():
@@ -142,7 +139,6 @@ def per_instance_metrics(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[
 
 
 def percent(mean: float) -> float:
-    """A metric's mean as a percentage rounded to two decimals (nan stays nan)."""
     return round(100.0 * mean, 2) if np.isfinite(mean) else float("nan")
 
 
@@ -154,9 +150,8 @@ def summarize(per_instance: dict[str, np.ndarray]) -> dict[str, float]:
 
 def macro_f1_by_segment(ranked: np.ndarray, truth: sp.csr_matrix, train_label_freq: np.ndarray,
                         k: int = 5) -> dict[str, float]:
-    """Macro-averaged F1 of the top-k, per label segment (head, torso, tail, xtail, and unseen: no training input)
-    and over all labels: F1_l = 2TP / (2TP + FP + FN) over the inputs, labels never predicted nor relevant left
-    out; a segment without a counted label gives nan."""
+    """Macro-averaged F1 of the top-k per label segment (and unseen) and over all labels: F1_l = 2TP / (2TP + FP +
+    FN), labels never predicted nor relevant left out; a segment without a counted label gives nan."""
     truth = as_pattern(truth)
     tp, predicted = f1_counts(ranked, truth, k)
     return macro_f1_from_counts(tp, predicted, np.bincount(truth.indices, minlength=truth.shape[1]), train_label_freq)

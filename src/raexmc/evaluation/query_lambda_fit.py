@@ -19,29 +19,23 @@ from .validation_memory import ValidationRetrieval
 DEFAULT_METRIC = "P@1"
 
 
-def per_query_metric(evaluator: Evaluator, ranked: np.ndarray, metric: str = DEFAULT_METRIC) -> np.ndarray:
-    """Per-query values (fractions, not percent) of one metric of a ranking."""
-    values = evaluator.per_query_values(ranked)
-    if metric not in values:
-        raise ValueError(f"unknown metric {metric!r}; known: {', '.join(values)}")
-    return values[metric]
-
-
 def metric_by_lambda(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: float, b: int,
                      metric: str = DEFAULT_METRIC) -> np.ndarray:
     """(n, G): each query's `metric` under RAE at each λ of `grid` on the joint retrieval."""
-    num_queries = len(joint[0])
-    return np.column_stack([
-        per_query_metric(evaluator, evaluator.rank(num_queries, rae_scorer(RaeModel(
-            evaluator.rae_values, RaeSettings(lam, tau, b)), joint)), metric)
-        for lam in grid])
+    columns = []
+    for lam in grid:
+        model = RaeModel(evaluator.rae_values, RaeSettings(lam, tau, b))
+        values = evaluator.per_query_values(evaluator.rank(len(joint[0]), rae_scorer(model, joint)))  # fractions
+        if metric not in values:
+            raise ValueError(f"unknown metric {metric!r}; known: {', '.join(values)}")
+        columns.append(values[metric])
+    return np.column_stack(columns)
 
 
 def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, selection: Selection,
                      propensity_ab: tuple[float, float]) -> tuple[QueryLambda, dict[str, Any]]:
-    """The per-query λ model of the tune stage's validation retrieval, at the chosen τ, retrieval, b and metric,
-    over its λ grid. With too few held-out queries to cross-validate it is the chosen λ for every
-    query; the report says so (`uses_model` false, `reason`)."""
+    """The per-query λ model of the tune stage's validation retrieval at the chosen point, over its λ grid; with too
+    few held-out queries to cross-validate, the chosen λ for every query (`uses_model` false, `reason`)."""
     grid = np.array(settings.lambdas())
     tau, metric = selection.tau, settings.metric
     if len(retrieval.held.val_rows) < 2 * DEFAULT_FOLDS:
@@ -56,9 +50,8 @@ def fit_on_validation(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: 
                       metric: str = DEFAULT_METRIC, folds: int = DEFAULT_FOLDS,
                       ridge: float = DEFAULT_RIDGE,
                       fixed_lambda: float | None = None) -> tuple[QueryLambda, dict[str, Any]]:
-    """The per-query λ model of validation queries: their joint retrieval against a memory that does not
-    hold them, and an evaluator of their labels; `fixed_lambda` is the λ it must beat and else falls
-    back to (default: the best on these queries). Returns the model and the fit's report."""
+    """The per-query λ model and fit report of validation queries (their joint retrieval and evaluator);
+    `fixed_lambda` is the λ it must beat and else falls back to (default: the best on these queries)."""
     # features a chunk of queries at a time: all 20,000 queries' score halves at once took 1.5 GB at 1.3M
     ids, sims = joint
     features = np.vstack([query_features(ids[rows], sims[rows], evaluator.rae_values, tau, b)
