@@ -266,9 +266,7 @@ def test_the_written_record_is_the_read_one(tmp_path):
     assert not {"keep", "keep_curve", "prototypes", "prototypes_curve"} & set(written)
     assert written["label_share"] is None and selection.knn_tau == 0.04
     assert Selection.model_validate(selection_record(tau=0.07)).knn_tau == 0.07, "no kNN choice: RAE's τ"
-
-
-def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau_and_share():
+    # lambda_rows put validation beside test at the chosen τ and share
     selection = Selection.model_validate(selection_record(metric="P@5", tau=0.1, validation=[
         {"lambda": 0.0, "tau": 0.1, "P@5": 10.0}, {"lambda": 0.5, "tau": 0.1, "P@5": 30.0},
         {"lambda": 0.5, "tau": 0.04, "P@5": 99.0}, {"lambda": 0.7, "tau": 0.1, "P@5": 20.0}]))
