@@ -210,12 +210,14 @@ def chunk_queries(Y_train: sp.csr_matrix, depth: int, budget: int = CHUNK_BYTES)
     return int(max(1, min(QUERY_CHUNK, budget // per_query)))
 
 
-def rank_chunks(evaluator: Evaluator, size: int, rankings_of: Callable[[slice, ThreadPoolExecutor], list[Ranking]],
+def rank_chunks(evaluator: Evaluator, size: int | None,
+                rankings_of: Callable[[slice, ThreadPoolExecutor], list[Ranking]],
                 consume: Callable[[slice, Any, np.ndarray, sp.csr_matrix], None], workers: int = 1,
                 progress: str | None = None) -> None:
-    """The one sweep-and-rank loop (tune's curve, evaluate's methods and sweeps): `size` queries at a time, a chunk's
-    `rankings_of(rows, pool)` scored, ranked and handed to `consume(rows, key, ranked, scores)` on `workers`
-    threads; a chunk ends before the next begins, so numbers do not depend on the thread count."""
+    """The one sweep-and-rank loop (tune's curve, the per-query λ's targets, evaluate's methods and sweeps): `size`
+    (default QUERY_CHUNK) queries at a time, a chunk's `rankings_of(rows, pool)` scored, ranked and handed to
+    `consume(rows, key, ranked, scores)` on `workers` threads; a chunk ends before the next begins, so numbers do not
+    depend on the thread count."""
     from ..progress import progress_bar
 
     def rank(rows: slice, ranking: Ranking) -> None:
@@ -223,7 +225,7 @@ def rank_chunks(evaluator: Evaluator, size: int, rankings_of: Callable[[slice, T
         scores = scores_of()
         consume(rows, key, evaluator.rank_rows(rows, scores), scores)
 
-    n = evaluator.num_queries
+    n, size = evaluator.num_queries, size or QUERY_CHUNK
     with ThreadPoolExecutor(workers) as pool, \
             progress_bar(total=n, desc=progress, unit="query", disable=progress is None) as bar:
         for start in range(0, max(n, 1), size):  # one chunk, empty, when there is no query

@@ -3,6 +3,7 @@ each query's metric at each grid λ, ranked and measured as the evaluate stage m
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,7 @@ import numpy as np
 from ..memory.search import Hits
 from ..rae.model import RaeModel, RaeSettings
 from ..rae.query_lambda import DEFAULT_FOLDS, DEFAULT_RIDGE, QueryLambda, fit_query_lambda, query_features
-from .evaluator import Evaluator, query_chunks
+from .evaluator import Evaluator, query_chunks, rank_chunks, stacked_rankings
 from .methods import rae_scorer
 from .selection_file import Selection
 from .tune_settings import TuneSettings
@@ -21,15 +22,16 @@ DEFAULT_METRIC = "P@1"
 
 def metric_by_lambda(joint: Hits, evaluator: Evaluator, grid: np.ndarray, tau: float, b: int,
                      metric: str = DEFAULT_METRIC) -> np.ndarray:
-    """(n, G): each query's `metric` under RAE at each λ of `grid` on the joint retrieval."""
-    columns = []
-    for lam in grid:
-        model = RaeModel(evaluator.rae_values, RaeSettings(lam, tau, b))
-        values = evaluator.per_query_values(evaluator.rank(len(joint[0]), rae_scorer(model, joint)))  # fractions
-        if metric not in values:
-            raise ValueError(f"unknown metric {metric!r}; known: {', '.join(values)}")
-        columns.append(values[metric])
-    return np.column_stack(columns)
+    """(n, G): each query's `metric` (a fraction) under RAE at each λ of `grid` on the joint retrieval, every λ
+    ranked in one sweep (evaluator.rank_chunks)."""
+    scorers = [rae_scorer(RaeModel(evaluator.rae_values, RaeSettings(lam, tau, b)), joint) for lam in grid]
+    ranked: list[list[np.ndarray]] = [[] for _ in scorers]
+    rank_chunks(evaluator, None, lambda rows, _pool: [(i, partial(scorer, rows)) for i, scorer in enumerate(scorers)],
+                lambda _rows, i, rows_ranked, _scores: ranked[i].append(rows_ranked))
+    values = [evaluator.per_query_values(stacked_rankings(chunks)) for chunks in ranked]
+    if metric not in values[0]:
+        raise ValueError(f"unknown metric {metric!r}; known: {', '.join(values[0])}")
+    return np.column_stack([value[metric] for value in values])
 
 
 def fit_on_selection(retrieval: ValidationRetrieval, settings: TuneSettings, selection: Selection,
