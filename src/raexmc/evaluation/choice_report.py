@@ -14,15 +14,12 @@ CURVES = (("keep_curve", "keep"), ("prototypes_curve", "prototypes"))  # a selec
 def choice_metrics(selection: Selection, fit: dict[str, Any]) -> dict[str, Any]:
     """The choice and each of its curves a point at a time; kNN's τ without its validation rows; the fit's report."""
     record = selection.record()  # the file's names, which the MLflow metrics keep
-    curves = {name: curve_metrics(record[name], axis) for name, axis in CURVES if name in record}
+    # a curve one group per point ("keep_curve.0.25.P@1" and so on)
+    curves = {name: {f"{row[axis]:g}": {k: v for k, v in row.items() if k != axis} for row in record[name]}
+              for name, axis in CURVES if name in record}
     knn = selection.baselines.knn.model_dump(exclude_none=True, exclude={"validation"})
     return {**{k: v for k, v in record.items() if k not in ("validation", "baselines", *curves)}, **curves,
             "baselines": {"knn": knn}, "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}}
-
-
-def curve_metrics(curve: list[dict[str, Any]], axis: str) -> dict[str, dict[str, Any]]:
-    """A curve as MLflow metrics, one group per point ("keep_curve.0.25.P@1" and so on)."""
-    return {f"{row[axis]:g}": {k: v for k, v in row.items() if k != axis} for row in curve}
 
 
 def point_name(row: dict[str, Any]) -> str:
