@@ -22,7 +22,7 @@ import typer
 from common import evaluator_of, rae_summary
 from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
-from raexmc.evaluation.recall import recall_at_k
+from raexmc.evaluation.metrics import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import PAPER_EF_CONSTRUCTION, PAPER_EF_SEARCH, PAPER_M, build_hnsw
 from raexmc.memory.keys_values import memory_keys

@@ -45,8 +45,8 @@ from raexmc.data.dataset import Dataset
 from raexmc.encoder.vectors import load_embeddings
 from raexmc.evaluation.evaluator import Evaluator
 from raexmc.evaluation.methods import rae_scorer
+from raexmc.evaluation.metrics import recall_at_k
 from raexmc.evaluation.propensity import table_propensity
-from raexmc.evaluation.recall import recall_at_k
 from raexmc.evaluation.selection_file import read_selection
 from raexmc.io import read_json, write_json
 from raexmc.memory.exact import ExactIndex

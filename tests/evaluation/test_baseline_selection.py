@@ -143,6 +143,6 @@ def test_knn_curve_pools_every_fold_against_its_own_full_memory(tmp_path):
             right.extend(Y[val].toarray()[np.arange(len(val)), scores.argmax(axis=1)] > 0)
         return round(100 * float(np.mean(right)), 2)
 
-    curve = {row["tau"]: row["P@1"] for row in knn["validation"]}
+    curve = {row["tau"]: row["P@1"] for row in knn.validation}
     assert set(TAUS) <= set(curve) and curve == {tau: pooled_p_at_1(tau) for tau in curve}
-    assert knn["tau"] == min(curve, key=lambda tau: (-curve[tau], abs(math.log(tau / 0.04))))
+    assert knn.tau == min(curve, key=lambda tau: (-curve[tau], abs(math.log(tau / 0.04))))

@@ -21,16 +21,13 @@ SELECTION = Selection.model_validate(RECORD)
 FIT = {"uses_model": False, "cv_gain": -0.01}
 
 
-def test_the_metrics_hold_the_choice_its_curve_by_point_and_knns_tau_without_rows():
+def test_the_metrics_hold_the_choice_its_curve_by_point_and_knns_tau_and_the_line_names_each_alternative():
     assert choice_metrics(SELECTION, FIT) == {
         **{k: v for k, v in RECORD.items() if k not in ("validation", "keep_curve", "baselines")},
         "keep_curve": {"0.5": {k: v for k, v in KEEP_CURVE[0].items() if k != "keep"},
                        "1": {k: v for k, v in KEEP_CURVE[1].items() if k != "keep"}},
         "baselines": {"knn": {"tau": 0.02, "auto": {"tau": True}}},
         "query_lambda": {"uses_model": 0, "cv_gain": -0.01}}
-
-
-def test_the_line_names_the_choice_and_each_alternative_in_full():
     assert choice_line(SELECTION, FIT, 0.5) == (
         "tune chose keep 0.5 joint λ 0.5 τ 0.04 (validation P@1 0.61; split share 0.25 λ 0.3 τ 0.04: 0.59; "
         "keep 1 split share 0.25 λ 0.3 τ 0.1: 0.6; fixed joint λ 0.5 τ 0.04: 0.58); kNN τ 0.02; "

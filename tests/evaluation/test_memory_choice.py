@@ -91,14 +91,17 @@ KEEP_CURVE = [(1.0, 30, 0.5, 0.04, 0.0), (0.5, 15, 0.5, 0.04, 0.0), (0.25, 8, 0.
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step
-def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_curve(tmp_path):
+def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_the_memory_stage_builds_it(tmp_path):
+    """The choice and its logged curve; it is the selection a run at memory.keep 0.25 writes, plus the keep and its
+    curve (a numeric keep's selection.json has no keep fields). With keep auto the memory stage builds the keep in
+    memory_choice.json (of all 40 inputs: 10 keys); without that file it refuses in one line and writes nothing."""
     X, Z, Y, _ = keep_toy()
     write_training_split(tmp_path, X, Z, Y)  # no test split at all: the stage must not need one
     params = keep_params(tmp_path)
     proc = run_stage(tmp_path, params)
     assert proc.returncode == 0, proc.stderr
     assert "tune chose keep 0.25 joint λ 0.7 τ 0.2 (validation" in proc.stderr
-    chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
+    auto = chosen = json.loads((tmp_path / "tune" / "selection.json").read_text())
     assert (chosen["keep"], chosen["lambda"], chosen["tau"], chosen["val_value"]) == (0.25, 0.7, 0.2, 100.0)
     assert chosen["auto"] == {"lambda": True, "tau": True, "retrieval": True, "label_share": True, "keep": True}
     assert [(r["keep"], r["input_keys"], r["lambda"], r["tau"], r["P@1"]) for r in chosen["keep_curve"]] \
@@ -115,15 +118,6 @@ def test_auto_keep_chooses_the_smaller_memory_on_validation_alone_and_logs_its_c
     # a test split that would choose the full memory, were it read: W's inputs where the outlier is the nearest key
     assert_test_split_unread(tmp_path, params, [W] * 10, [np.eye(KEEP_DIM)[CENTRE]] * 10)
 
-
-@pytest.mark.slow  # several stage or torchrun processes: CI's second step
-def test_the_chosen_keep_is_what_a_numeric_keep_chooses_there(tmp_path):
-    """The choice at keep auto is the selection a run at memory.keep 0.25 writes, plus the keep and its curve;
-    a numeric keep's selection.json has no keep fields, and its memory_choice.json holds that number."""
-    X, Z, Y, _ = keep_toy()
-    write_training_split(tmp_path, X, Z, Y)
-    assert run_stage(tmp_path, keep_params(tmp_path)).returncode == 0
-    auto = json.loads((tmp_path / "tune" / "selection.json").read_text())
     proc = run_stage(tmp_path, keep_params(tmp_path, keep=0.25))
     assert proc.returncode == 0, proc.stderr
     fixed = json.loads((tmp_path / "tune" / "selection.json").read_text())
@@ -131,6 +125,19 @@ def test_the_chosen_keep_is_what_a_numeric_keep_chooses_there(tmp_path):
         == {**fixed, "auto": {**fixed["auto"], "keep": True}}
     assert "keep" not in fixed and "keep" not in fixed["auto"]
     assert json.loads((tmp_path / "tune" / "memory_choice.json").read_text()) == {"keep": 0.25, "prototypes": 0.0}
+
+    params = keep_params(tmp_path)
+    refused = memory_stage(tmp_path, params)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {params}:memory.keep: memory.keep auto")
+    assert not (tmp_path / "memory").exists()
+    (tmp_path / "bad_keep.json").write_text('{"keep": 2}')
+    bad = memory_stage(tmp_path, params, choice=tmp_path / "bad_keep.json")
+    assert bad.returncode == 2 and "bad_keep.json:keep: must be less than or equal to 1, got 2" in bad.stderr
+    built = memory_stage(tmp_path, params, choice=tmp_path / "tune" / "memory_choice.json")
+    assert built.returncode == 0, built.stderr
+    meta = json.loads((tmp_path / "memory" / "memory.json").read_text())
+    assert (meta["keep"], meta["input_keys"], meta["num_inputs"]) == (0.25, 10, 40)
 
 
 def keep_tuning(folder) -> tuple[MemoryTuning, int, int]:
@@ -167,31 +174,6 @@ def test_a_keep_chosen_at_the_grids_largest_point_widens_it_by_doubling_at_most_
     assert [(r["keep"], r["input_keys"], r["P@1"]) for r in chosen.keep_curve] \
         == [(1.0, 30, 0.0), (0.6, 18, 0.0), (0.5, 15, 0.0)]
     assert chosen.keep == 1.0 and retrieval.input_keys == 30
-
-
-@pytest.mark.slow  # several stage or torchrun processes: CI's second step
-def test_the_memory_stage_builds_the_chosen_keep(tmp_path):
-    """With keep auto the memory stage builds the keep in the tune stage's memory_choice.json (of all 40 inputs:
-    10 keys); without that file it refuses in one line naming memory.keep, and writes nothing."""
-    X, Z, Y, _ = keep_toy()
-    write_training_split(tmp_path, X, Z, Y)
-    params = keep_params(tmp_path)
-    (tmp_path / "memory_choice.json").write_text('{"keep": 0.25, "prototypes": 0.0}')
-
-    refused = memory_stage(tmp_path, params)
-    assert refused.returncode == 2, refused.stderr
-    assert refused.stderr.strip().splitlines()[-1].startswith(f"ConfigError: {params}:memory.keep: memory.keep auto")
-    assert not (tmp_path / "memory").exists()
-    (tmp_path / "bad_keep.json").write_text('{"keep": 2}')
-    bad = memory_stage(tmp_path, params, choice=tmp_path / "bad_keep.json")
-    assert bad.returncode == 2 and "bad_keep.json:keep: must be less than or equal to 1, got 2" in bad.stderr
-    built = memory_stage(tmp_path, params, choice=tmp_path / "memory_choice.json")
-    assert built.returncode == 0, built.stderr
-    meta = json.loads((tmp_path / "memory" / "memory.json").read_text())
-    assert (meta["keep"], meta["input_keys"], meta["num_inputs"]) == (0.25, 10, 40)
-
-
-# --------------------------------------------------------------------------- prototypes' α
 
 
 def unit_of(**axes: float) -> np.ndarray:

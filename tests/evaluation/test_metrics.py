@@ -36,9 +36,6 @@ def labels(rows: list[set[int]], width: int) -> sp.csr_matrix:
     return csr([{label: 1.0 for label in sorted(row)} for row in rows], width)
 
 
-# --------------------------------------------------------------------------- top_k
-
-
 TIED = np.array([[0.5, 0.9, 0.5, 0.1], [0.2, 0.2, 0.2, 0.2]])
 SHORT = np.array([[0.1, 0.3, 0.2], [1.0, 2.0, 3.0]])
 # unsorted indices on purpose (the 0.7 tie goes to label 1); a row with no candidate; stored zeros are candidates
@@ -59,15 +56,9 @@ def test_top_k_by_hand(scores, k, exclude, expected):
     assert top_k(scores, k, exclude=None if exclude is None else labels(exclude, scores.shape[1])).tolist() == expected
 
 
-def test_top_k_rejects_exclude_of_other_shape():
+def test_top_k_rejects_exclude_of_other_shape_and_remove_pairs_drops_filtered_positives():
     with pytest.raises(DataError):
         top_k(np.zeros((2, 3)), 1, exclude=labels([set()], 3))
-
-
-# --------------------------------------------------------------------------- remove_pairs
-
-
-def test_remove_pairs_drops_filtered_positives():
     truth = labels([{0, 2}, {1}], 4)
     exclude = labels([{2}, {3}], 4)  # (1, 3) is not a positive: nothing to drop there
     assert remove_pairs(truth, exclude).toarray().tolist() == [[1, 0, 0, 0], [0, 1, 0, 0]]
@@ -110,9 +101,6 @@ def test_filtered_pair_neither_predicted_nor_positive():
     assert m["R@3"].tolist() == [1.0]
 
 
-# --------------------------------------------------------------------------- per-instance metrics
-
-
 @pytest.fixture
 def worked_example():
     truth = labels([{0, 2, 5}, {3}, set()], 6)  # row 2 has no positive
@@ -142,8 +130,9 @@ def test_precision_ndcg_recall_by_hand(worked_example):
     assert "PSP@1" not in m
 
 
-def test_psp_is_a_ratio_of_means_over_the_test_set(worked_example):
-    """pyxclib's psprecision: mean of propensity-scored hits over mean of the best achievable."""
+def test_psp_and_psndcg_are_ratios_of_means_over_the_test_set(worked_example):
+    """pyxclib's psprecision: mean of propensity-scored hits over mean of the best achievable; psndcg: mean of
+    PSDCG/IDCG over mean of best PSDCG/IDCG, IDCG with unit gains."""
     ranked, truth, propensity = worked_example
     m = per_instance_metrics(ranked, truth, ks=(1, 3, 5), recall_ks=(), propensity=propensity)
     # Weights 1/p: row 0's positives {0: 2, 2: 4, 5: 1.25}, row 1's {3: 2}, row 2 has none.
@@ -160,12 +149,6 @@ def test_psp_is_a_ratio_of_means_over_the_test_set(worked_example):
     summary = summarize(m)
     assert summary["PSP@1"] == 66.67
     assert summary["PSP@3"] == summary["PSP@5"] == 86.49
-
-
-def test_psndcg_is_a_ratio_of_means_over_the_test_set(worked_example):
-    """pyxclib's psndcg: mean of PSDCG/IDCG over mean of best PSDCG/IDCG, IDCG with unit gains."""
-    ranked, truth, propensity = worked_example
-    m = per_instance_metrics(ranked, truth, ks=(1, 3), recall_ks=(), propensity=propensity)
     # k = 1: IDCG@1 = 1 for rows 0 and 1; PSDCG [2, 2, 0], best [4, 2, 0] -> 4/6, per input [1, 1, 0].
     # k = 3: row 0: IDCG@3 = D1 + D2 + D3 = 2.1309297535714578 (3 positives);
     #   PSDCG = 2*D1 + 4*D3 = 4 -> 4 / 2.1309297535714578 = 1.8771149040910258;
@@ -179,34 +162,22 @@ def test_psndcg_is_a_ratio_of_means_over_the_test_set(worked_example):
     assert summarize(m)["PSnDCG@3"] == 81.41
 
 
-def test_propensity_scored_metrics_without_any_positive_are_zero():
+def test_k_larger_than_number_of_labels_and_no_positive_at_all():
     m = per_instance_metrics(np.array([[0], [1]]), labels([set(), set()], 2), ks=(1,), recall_ks=(),
                              propensity=np.array([0.5, 0.5]))
-    assert m["PSP@1"].tolist() == m["PSnDCG@1"].tolist() == [0.0, 0.0]
-
-
-def test_k_larger_than_number_of_labels():
+    assert m["PSP@1"].tolist() == m["PSnDCG@1"].tolist() == [0.0, 0.0], "propensity-scored, without positives"
     truth = labels([{0, 1, 2}], 3)
     ranked = top_k(np.array([[0.3, 0.2, 0.1]]), 5)
     m = per_instance_metrics(ranked, truth, ks=(5,), recall_ks=(5,))
     assert m["P@5"].tolist() == [3 / 5]  # at most 3 hits in 5 slots
     assert m["nDCG@5"] == pytest.approx([1.0], abs=1e-9)  # IDCG over min(5, 3) positions
     assert m["R@5"].tolist() == [1.0]
-
-
-def test_ranked_with_unknown_label_is_rejected():
-    with pytest.raises(DataError):
+    with pytest.raises(DataError):  # a ranked label that is none
         per_instance_metrics(np.array([[3]]), labels([{0}], 3))
 
 
 def test_summarize_gives_rounded_percentages():
-    assert summarize({"P@1": np.array([1.0, 0.0, 0.5]), "R@10": np.array([1 / 3] * 3)}) == {
-        "P@1": 50.0,
-        "R@10": 33.33,
-    }
-
-
-# --------------------------------------------------------------------------- propensity
+    assert summarize({"P@1": np.array([1.0, 0.0, 0.5]), "R@10": np.array([1 / 3] * 3)}) == {"P@1": 50.0, "R@10": 33.33}
 
 
 def test_propensities_by_hand():
@@ -216,9 +187,6 @@ def test_propensities_by_hand():
     # p(99) = 1 / (1 + 5.9675 * 100.5^-0.55) = 1 / (1 + 5.9675 * 0.07931) = 0.67902
     p = propensities(np.array([0, 9, 99]), num_train=100, A=0.55, B=1.5)
     assert p == pytest.approx([0.17317, 0.37917, 0.67902], abs=5e-6)  # the hand values, to 5 decimals
-
-
-# --------------------------------------------------------------------------- segments and macro-F1
 
 
 def test_segment_bounds():
@@ -237,25 +205,18 @@ def f1_example():
     return ranked, truth, freq
 
 
-def test_macro_f1_by_segment_top2(f1_example):
+def test_macro_f1_by_segment_top2_and_top1_leaves_an_empty_segment_nan(f1_example):
     ranked, truth, freq = f1_example
     # label 0: predicted for rows 0, 1; relevant for rows 0, 2 -> TP 1, FP 1, FN 1 -> 2/4 = 0.5
     # label 1: FP 1 -> 0.  label 2: FN 1 -> 0.  label 3: TP 1 -> 1.  label 4: TP 1 -> 1.
     # label 5: TP + FP + FN = 0 -> left out (else xtail would be 0.5).
     f1 = macro_f1_by_segment(ranked, truth, freq, k=2)
     assert f1 == {"head": 0.5, "torso": 0.0, "tail": 0.0, "xtail": 1.0, "unseen": 1.0, "all": 0.5}
-
-
-def test_macro_f1_by_segment_top1_leaves_empty_segment_nan(f1_example):
-    ranked, truth, freq = f1_example
     # top 1: [0], [0], [3]. label 0 as before 0.5; label 1 not counted -> torso nan;
     # label 2 FN -> 0; label 3 TP -> 1; label 4 FN -> 0 (unseen); all = (0.5 + 0 + 1 + 0) / 4.
     f1 = macro_f1_by_segment(ranked, truth, freq, k=1)
     assert math.isnan(f1.pop("torso"))
     assert f1 == {"head": 0.5, "tail": 0.0, "xtail": 1.0, "unseen": 0.0, "all": 0.375}
-
-
-# --------------------------------------------------------------------------- random cross-check
 
 
 def reference_top_k(scores, k, exclude):

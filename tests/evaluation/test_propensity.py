@@ -46,12 +46,15 @@ def test_a_name_matches_whole_never_by_a_word_and_the_first_known_one_wins(names
     assert table_propensity(names).ab == ab
 
 
-def test_an_unknown_dataset_gets_the_default_and_says_so():
+def test_an_unknown_dataset_gets_the_default_and_says_so_and_evaluate_propensity_overrides_the_table():
     chosen = table_propensity(["foldoc"])
     assert (chosen.ab, chosen.source) == ((0.55, 1.5), "default")
     assert chosen.line() == ("PSP@k: A=0.55, B=1.5 (the default: 'foldoc' is not in the propensity table; "
                              "set evaluate.propensity: [A, B] to choose)")
     assert "'mydata' or 'Wiki-stuff' is not in" in table_propensity(["mydata", "Wiki-stuff"]).line()
+    chosen = chosen_propensity(propensity_setting([0.6, 2]), ["LF-Wikipedia-500K"])  # evaluate.propensity overrides
+    assert (chosen.ab, chosen.source) == ((0.6, 2.0), "evaluate.propensity")
+    assert chosen_propensity(propensity_setting("auto"), ["LF-Wikipedia-500K"]).ab == (0.5, 0.4)
 
 
 def test_a_local_dataset_goes_by_its_source_folder_name(tmp_path, lf_folder):
@@ -60,12 +63,6 @@ def test_a_local_dataset_goes_by_its_source_folder_name(tmp_path, lf_folder):
     assert Dataset(tmp_path / "data" / "mydata").names == ("mydata", "Amazon-670K")
     build_dataset("other", {"source": "local", "path": str(lf_folder)}, tmp_path / "data" / "other", "")
     assert Dataset(tmp_path / "data" / "other").names == ("other", "lf")
-
-
-def test_evaluate_propensity_overrides_the_table():
-    chosen = chosen_propensity(propensity_setting([0.6, 2]), ["LF-Wikipedia-500K"])
-    assert (chosen.ab, chosen.source) == ((0.6, 2.0), "evaluate.propensity")
-    assert chosen_propensity(propensity_setting("auto"), ["LF-Wikipedia-500K"]).ab == (0.5, 0.4)
 
 
 def propensity_setting(value: object) -> object:

@@ -35,15 +35,6 @@ def stage_run(tmp_path_factory):
     return root
 
 
-@pytest.mark.slow  # several stage or torchrun processes: CI's second step
-def test_the_evaluate_stage_writes_a_top_k_float32_csr_per_method_without_filtered_pairs(stage_run):
-    for method in METHODS:
-        matrix = sp.load_npz(stage_run / "scores" / f"{method}.npz")
-        assert matrix.format == "csr" and matrix.dtype == np.float32 and matrix.shape == (2, 5), method
-        assert np.diff(matrix.indptr).max() <= 100 and matrix.nnz > 0
-        assert matrix[1, 3] == 0 and 3 not in matrix[1].indices, f"{method} stores the filtered pair (1, 3)"
-
-
 # A wide test set: 130 labels, so that a dual encoder's row (its top-120 label keys) is cut at rank 100.
 WIDE_LABELS, WIDE_TRAIN, WIDE_TEST, WIDE_B = 130, 24, 6, 120
 
@@ -100,7 +91,11 @@ def test_raexmc_evaluate_reads_a_score_file_in_every_layout_as_the_stage_does(st
     assert written["propensity"] == stage["propensity"] == {"A": 0.6, "B": 2.6, "source": "table: LF-AmazonTitles-131K"}
     assert re.search(rf"^P@1 +{stage['rae']['P@1']:.2f}$", proc.stdout, re.M), proc.stdout
     ngame = make_ngame_folder(stage_run / "ngame" / "LF-AmazonTitles-131K")  # the same data in the NGAME layout
-    for method in METHODS:
+    for method in METHODS:  # the stage wrote a top-k float32 CSR per method, without the filtered pair (1, 3)
+        matrix = sp.load_npz(stage_run / "scores" / f"{method}.npz")
+        assert matrix.format == "csr" and matrix.dtype == np.float32 and matrix.shape == (2, 5), method
+        assert np.diff(matrix.indptr).max() <= 100 and matrix.nnz > 0
+        assert matrix[1, 3] == 0 and 3 not in matrix[1].indices, f"{method} stores the filtered pair (1, 3)"
         for dataset in (stage_run / "data" / "tiny", stage_run / "LF-AmazonTitles-131K", ngame):
             report = score_files(dataset, stage_run / "scores" / f"{method}.npz", None, TESTED)
             # the stage's row also records the setting a method was scored at (kNN's own tau), which a file lacks
@@ -264,14 +259,11 @@ def test_a_bad_matrix_is_one_line_naming_the_file(tmp_path, case):
     assert "\n" not in line and line.startswith(f"DataError: {path}") and expected in line, line
 
 
-def test_a_row_of_exactly_k_scores_is_a_score_file(tmp_path):
-    """What the evaluate stage writes wherever 100 or more labels are scored: each row's top 100."""
+def test_a_row_of_exactly_k_scores_is_a_score_file_and_more_is_refused_with_k(tmp_path):
+    """Exactly k: what the evaluate stage writes wherever 100 or more labels are scored (each row's top 100)."""
     path = tmp_path / "top100.npz"
     sp.save_npz(path, sp.csr_matrix(np.ones((3, 120), np.float32)[:, :100], shape=(3, 120)))
     assert np.diff(read_scores(path, 3, 120, 100).indptr).tolist() == [100, 100, 100]
-
-
-def test_more_than_k_scores_a_row_is_refused_with_k(tmp_path):
     path = tmp_path / "full.npz"
     sp.save_npz(path, sp.csr_matrix(np.ones((3, 120), np.float32)))
     with pytest.raises(DataError, match=r"full.npz:row 0: 120 scores in a row, more than k = 100"):

@@ -266,17 +266,13 @@ def test_the_written_record_is_the_read_one(tmp_path):
     assert not {"keep", "keep_curve", "prototypes", "prototypes_curve"} & set(written)
     assert written["label_share"] is None and selection.knn_tau == 0.04
     assert Selection.model_validate(selection_record(tau=0.07)).knn_tau == 0.07, "no kNN choice: RAE's τ"
-
-
-def test_lambda_rows_put_validation_beside_test_at_the_chosen_tau_and_share():
+    # lambda_rows put validation beside test at the chosen τ and share
     selection = Selection.model_validate(selection_record(metric="P@5", tau=0.1, validation=[
         {"lambda": 0.0, "tau": 0.1, "P@5": 10.0}, {"lambda": 0.5, "tau": 0.1, "P@5": 30.0},
         {"lambda": 0.5, "tau": 0.04, "P@5": 99.0}, {"lambda": 0.7, "tau": 0.1, "P@5": 20.0}]))
     test = [{"lambda": 0.0, "P@5": 11.0}, {"lambda": 0.5, "P@5": 31.0}, {"lambda": 1.0, "P@5": 5.0}]
     assert selection.lambda_rows(test) == [{"lambda": 0.0, "validation": 10.0, "test": 11.0},
                                            {"lambda": 0.5, "validation": 30.0, "test": 31.0}]
-
-
     split = Selection.model_validate(selection_record(tau=0.1, retrieval="split", label_share=0.25, validation=[
         {"lambda": 0.5, "tau": 0.1, "label_share": 0.5, "P@1": 10.0},
         {"lambda": 0.5, "tau": 0.1, "label_share": 0.25, "P@1": 30.0}]))

@@ -23,14 +23,14 @@ def test_known_example_by_hand():
     # Two-sided p for t = 5, df = 3: 0.01539 (t tables).
     r = paired_ttest(A, B)
     assert r["n"] == 4
-    assert r["mean_a"] == pytest.approx(2.75, abs=1e-9)
-    assert r["mean_b"] == pytest.approx(1.5, abs=1e-9)
-    assert r["mean_diff"] == pytest.approx(1.25, abs=1e-9)
-    assert r["t"] == pytest.approx(5.0, abs=1e-9)
-    assert r["ci_low"] == pytest.approx(0.45439, abs=1e-5)
-    assert r["ci_high"] == pytest.approx(2.04561, abs=1e-5)
-    assert r["p_value"] == pytest.approx(0.01539, abs=1e-5)
+    assert [r[k] for k in ("mean_a", "mean_b", "mean_diff", "t")] == pytest.approx([2.75, 1.5, 1.25, 5.0], abs=1e-9)
+    assert [r[k] for k in ("ci_low", "ci_high", "p_value")] == pytest.approx([0.45439, 2.04561, 0.01539], abs=1e-5)
     assert r["log10_p"] == pytest.approx(math.log10(0.01539), abs=1e-3)
+    # the result is plain JSON, and a higher confidence gives a wider interval
+    assert all(type(v) is float for k, v in r.items() if k != "n") and type(r["n"]) is int
+    assert json.loads(json.dumps(r)) == r
+    narrow, wide = paired_ttest(A, B, 0.9), paired_ttest(A, B, 0.99)
+    assert wide["ci_low"] < narrow["ci_low"] < narrow["ci_high"] < wide["ci_high"]
 
 
 def test_matches_scipy_on_random_data():
@@ -75,11 +75,6 @@ def test_p_value_text_has_two_significant_digits(p_value, log10_p, text):
     assert p_value_text({"p_value": p_value, "log10_p": log10_p}) == text
 
 
-def test_higher_confidence_gives_wider_interval():
-    narrow, wide = paired_ttest(A, B, 0.9), paired_ttest(A, B, 0.99)
-    assert wide["ci_low"] < narrow["ci_low"] < narrow["ci_high"] < wide["ci_high"]
-
-
 @pytest.mark.parametrize(("shift", "t", "p", "log10_p"), [(0.0, 0.0, 1.0, 0.0), (1.0, math.inf, 0.0, -math.inf),
                                                         (-1.0, -math.inf, 0.0, -math.inf)])
 def test_constant_differences_give_exact_values_not_nan(shift, t, p, log10_p):
@@ -88,12 +83,6 @@ def test_constant_differences_give_exact_values_not_nan(shift, t, p, log10_p):
     r = paired_ttest(A + shift, A)  # every difference is exactly `shift`
     assert (r["t"], r["p_value"], r["log10_p"], r["mean_diff"]) == (t, p, log10_p, shift)
     assert (r["ci_low"], r["ci_high"]) == (shift, shift)
-
-
-def test_result_is_plain_json():
-    r = paired_ttest(A, B)
-    assert all(type(v) is float for k, v in r.items() if k != "n") and type(r["n"]) is int
-    assert json.loads(json.dumps(r)) == r
 
 
 @pytest.mark.parametrize("a, b", [(A, B[:3]), (np.array([]), np.array([])), (A[:1], B[:1])])
@@ -107,14 +96,11 @@ def per_instance(n: int, metrics=("P@1", "P@5")) -> dict[str, np.ndarray]:
     return {f"{method}/{metric}": rng.random(n) for method in ("rae", "dual_encoder", "knn") for metric in metrics}
 
 
-def test_a_metric_the_run_did_not_measure_is_an_error_about_significance_metrics():
+def test_an_unmeasured_metric_is_an_error_about_significance_metrics_and_another_test_set_names_its_file():
     with pytest.raises(ConfigError) as caught:
         compare_runs(per_instance(5), ["P@1", "P@7"], run_origin="eval/per_instance.npz")
     assert caught.value.one_line() == ("ConfigError: params.yaml:significance.metrics: no per-instance values of "
                                        "'P@7' in eval/per_instance.npz (it has P@1, P@5)")
-
-
-def test_a_compared_run_of_another_test_set_is_refused_naming_its_file():
     with pytest.raises(DataError) as caught:
         compare_runs(per_instance(5), ["P@1"], per_instance(6), other_origin="runs/b/per_instance.npz")
     assert caught.value.one_line() == ("DataError: runs/b/per_instance.npz: 6 test queries, but this run has 5: "

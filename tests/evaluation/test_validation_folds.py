@@ -110,11 +110,15 @@ def test_auto_takes_enough_folds_for_2000_held_out_inputs(num_inputs, fraction, 
     assert settings.folds_for(num_inputs) == folds
 
 
-def test_more_folds_than_fit_name_their_key(tmp_path):
+def test_more_folds_than_fit_and_a_split_that_leaves_the_memory_empty_name_their_keys(tmp_path):
     settings = TuneSettings.from_settings(load_settings(toy_params(tmp_path, val_fraction=0.25, val_folds=5)))
     with pytest.raises(ConfigError, match="at most 4") as error:
         settings.folds_for(N_INPUTS)
     assert error.value.record == "infer.val_folds"
+    # held-out inputs with no memory input left: tune would carry on with zero input keys
+    with pytest.raises(ConfigError, match="leaves 4 held-out and 0 memory inputs of 4") as error:
+        held_out_labels(sp.csr_matrix(np.eye(4)), sp.csr_matrix((4, 4)), np.array([], np.int64), np.arange(4))
+    assert error.value.one_line().startswith("ConfigError: params.yaml:infer.val_fraction: ")
 
 
 @pytest.mark.parametrize("b", [45, 8])  # every key retrieved; the top 8 of 36, so the joint merge truncates
@@ -156,10 +160,3 @@ def test_stage_with_auto_folds_pools_them_and_a_selected_memory_per_fold(tmp_pat
     assert (chosen["val_queries"], chosen["val_folds"], chosen["memory_input_keys"]) == (40, 4, 15)
     assert_curves_match(curve_of(chosen), pooled_brute_force(X, Z, Y, folds, b=45, kept=kept))
 
-
-def test_a_split_that_leaves_the_memory_empty_is_refused_naming_the_fraction():
-    """Held-out inputs with no memory input left: tune would carry on with zero input keys."""
-    Y = sp.csr_matrix(np.eye(4))
-    with pytest.raises(ConfigError, match="leaves 4 held-out and 0 memory inputs of 4") as error:
-        held_out_labels(Y, sp.csr_matrix((4, 4)), np.array([], np.int64), np.arange(4))
-    assert error.value.one_line().startswith("ConfigError: params.yaml:infer.val_fraction: ")

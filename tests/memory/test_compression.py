@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from raexmc.errors import ConfigError, DataError
-from raexmc.evaluation.recall import recall_at_k
+from raexmc.evaluation.metrics import recall_at_k
 from raexmc.memory.compression import Compression, parse_compression
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.faiss_index import FaissIndex, principal_directions

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from raexmc.errors import ConfigError, DataError
-from raexmc.evaluation.recall import recall_at_k
+from raexmc.evaluation.metrics import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import HnswIndex, build_hnsw, hnsw_disk_bytes, hnsw_resident_bytes
 from raexmc.memory.indexes import backend_for, build_memory_indexes, make_index, resolve_backend, search_device

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from raexmc.errors import DataError
-from raexmc.evaluation.recall import recall_at_k
+from raexmc.evaluation.metrics import recall_at_k
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.merge import JointSearch, merge_top_k

@@ -14,15 +14,12 @@ CURVES = (("keep_curve", "keep"), ("prototypes_curve", "prototypes"))  # a selec
 def choice_metrics(selection: Selection, fit: dict[str, Any]) -> dict[str, Any]:
     """The choice and each of its curves a point at a time; kNN's τ without its validation rows; the fit's report."""
     record = selection.record()  # the file's names, which the MLflow metrics keep
-    curves = {name: curve_metrics(record[name], axis) for name, axis in CURVES if name in record}
+    # a curve one group per point ("keep_curve.0.25.P@1" and so on)
+    curves = {name: {f"{row[axis]:g}": {k: v for k, v in row.items() if k != axis} for row in record[name]}
+              for name, axis in CURVES if name in record}
     knn = selection.baselines.knn.model_dump(exclude_none=True, exclude={"validation"})
     return {**{k: v for k, v in record.items() if k not in ("validation", "baselines", *curves)}, **curves,
             "baselines": {"knn": knn}, "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}}
-
-
-def curve_metrics(curve: list[dict[str, Any]], axis: str) -> dict[str, dict[str, Any]]:
-    """A curve as MLflow metrics, one group per point ("keep_curve.0.25.P@1" and so on)."""
-    return {f"{row[axis]:g}": {k: v for k, v in row.items() if k != axis} for row in curve}
 
 
 def point_name(row: dict[str, Any]) -> str:
@@ -38,9 +35,8 @@ def memory_name(row: dict[str, Any]) -> str:
 
 
 def alternatives(selection: Selection) -> list[tuple[str, float]]:
-    """What the choice was weighed against, named in full, with its validation value: at the chosen memory, the best
-    point of the other retrieval where both were measured; every other keep or α tried, at its own best; the fixed
-    point (the hand-set λ, τ and retrieval)."""
+    """What the choice was weighed against, named, with its validation value: the other retrieval's best, every
+    other keep or α tried, the fixed point."""
     metric, rows = selection.metric, selection.validation
     lam, tau = (None if selection.auto[axis] else value for axis, value in (("lambda", selection.lam),
                                                                            ("tau", selection.tau)))
@@ -58,8 +54,7 @@ def alternatives(selection: Selection) -> list[tuple[str, float]]:
 
 
 def choice_line(selection: Selection, fit: dict[str, Any], fallback: float) -> str:
-    """One line: what was chosen (the keep and α too where they were chosen) at which validation value, each
-    alternative weighed with its own, kNN's τ, and whether the per-query λ is a model or falls back to `fallback`."""
+    """One line: what was chosen at which validation value, the alternatives, kNN's τ and the per-query λ."""
     chosen = {"lambda": selection.lam, "tau": selection.tau, "label_share": selection.label_share,
               "keep": selection.keep, "prototypes": selection.prototypes}
     others = "; ".join(f"{name}: {value}" for name, value in alternatives(selection))

@@ -1,14 +1,8 @@
-"""Choosing the memory on held-out training inputs, never on the test set: its share of training-input keys
-(`memory.keep: auto`) and the label prototypes' α (`memory.prototypes: auto` below keep 1).
-
-Where they do best moves with the data and the encoder (a smaller memory can beat the full one), so each point is
-judged at its own best λ (chosen afresh by selection.select), a keep below the grid's largest at the largest's
-retrieval, share and τ (λ alone: under 2x keep 1's tune CPU on FOLDOC, defaults_choice.json). The best
-`infer.auto_metric` wins, ties (metrics are rounded to 0.01 points) to the larger keep (the paper's full memory) or
-the smaller α (the label texts). A choice on an edge of its grid widens it, as τ widens (halved or doubled, a keep
-at most 1). Only the labels' side depends on α, so the input keys are selected and searched once per keep, the
-labels once per α (MemoryTuning).
-"""
+"""Choosing the memory on held-out training inputs: its share of training-input keys (`memory.keep: auto`) and the
+label prototypes' α (`memory.prototypes: auto` below keep 1). Each point is judged at its own best λ (selection.select),
+a keep below the grid's largest at the largest's retrieval, share and τ (under 2x keep 1's tune CPU on FOLDOC). The
+best `infer.auto_metric` wins, ties to the larger keep or the smaller α; a choice on an edge widens its grid as τ's
+widens. The input keys are searched once per keep, the labels once per α (MemoryTuning)."""
 
 from __future__ import annotations
 
@@ -40,8 +34,7 @@ Tuned = tuple[ValidationRetrieval, Selection]   # a memory's validation retrieva
 
 
 def chosen_row(selection: Selection) -> dict[str, Any]:
-    """One point of a curve: the memory's input keys, its α where chosen on it, and the validation row (λ, τ,
-    label share, headline metrics) at the point `select` chose."""
+    """One point of a curve: the memory's input keys, its α where chosen, and the validation row `select` chose."""
     row = choose(selection.validation, selection.metric, selection.lam, selection.tau,
                  selection.label_share)  # all three fixed: the one row there
     prototypes = {} if selection.prototypes is None else {"prototypes": selection.prototypes}
@@ -51,8 +44,8 @@ def chosen_row(selection: Selection) -> dict[str, Any]:
 def choose_point(axis: str, grid: tuple[float, ...], tune_at: Callable[[float], Tuned], metric: str,
                  ties_to_larger: bool, most: float | None = None
                  ) -> tuple[float, ValidationRetrieval, Selection, list[dict[str, Any]]]:
-    """The chosen point, its retrieval and selection, and the curve ({axis: point, **chosen_row} per point tried,
-    ascending); a point on an edge widens the grid as τ widens, to at most `most`."""
+    """The chosen point, its retrieval and selection, and the curve (a chosen_row per point, ascending); a point
+    on an edge widens the grid as τ widens, to at most `most`."""
     original, rows = sorted(set(grid)), {}
     chosen: tuple[float, ValidationRetrieval, Selection] | None = None
 
@@ -74,9 +67,8 @@ def choose_point(axis: str, grid: tuple[float, ...], tune_at: Callable[[float], 
 
 
 def choose_keep(tuning: MemoryTuning, grid: tuple[float, ...]) -> tuple[ValidationRetrieval, Selection]:
-    """The chosen keep's validation retrieval and selection, with the keep, `auto.keep` and the keep curve (largest
-    first) added; a keep below the grid's largest is judged narrowly (the module's docstring), and a smaller winner
-    then tuned in full on its own retrieval (its curve row that tuning's)."""
+    """The chosen keep's retrieval and selection, with the keep and its curve (largest first); a keep below the
+    grid's largest is judged narrowly (the module's docstring), a smaller winner then tuned in full."""
     top, settings = max(grid), tuning.settings
     largest = (_, chosen) = tuning.at(top)  # a joint retrieval leaves the share as it is
     narrow = dataclasses.replace(settings, retrieval=chosen.retrieval, tau=chosen.tau, tau_grid=(chosen.tau,),
@@ -93,8 +85,7 @@ def choose_keep(tuning: MemoryTuning, grid: tuple[float, ...]) -> tuple[Validati
 
 def choose_prototypes(inputs: ValidationRetrieval, labels_at: Callable[[float], Hits], settings: TuneSettings,
                       grid: tuple[float, ...], propensity_ab: tuple[float, float]) -> Tuned:
-    """The chosen α's validation retrieval and selection, with `prototypes`, `auto.prototypes` and the α curve
-    added: `inputs`' retrieval with the labels' hits at an α (`labels_at`) in its place."""
+    """The chosen α's retrieval (`inputs`' with the labels' hits at α) and selection, with α and its curve."""
     def tune_at(weight: float) -> Tuned:
         retrieval = dataclasses.replace(inputs, labels=labels_at(weight))
         return retrieval, select(retrieval, settings, propensity_ab)
@@ -107,9 +98,8 @@ def choose_prototypes(inputs: ValidationRetrieval, labels_at: Callable[[float], 
 
 @dataclass
 class MemoryTuning:
-    """The tune stage's measure of the memory at a keep: λ and τ (and the share) chosen on it by select, and α by
-    choose_prototypes where `prototypes_grid` (memory.prototypes auto) is searched there. Several `folds` are each
-    built and searched, then pooled into one retrieval (validation_memory.pooled)."""
+    """The tune stage's measure of the memory at a keep: λ, τ (and the share) chosen by select, α by
+    choose_prototypes where `prototypes_grid` is searched; several `folds` are each searched, then pooled."""
 
     embeddings: str | os.PathLike
     folds: list[HeldOutLabels]
@@ -123,35 +113,32 @@ class MemoryTuning:
 
     @cached_property
     def held(self) -> HeldOutLabels:
-        """Every fold's queries as one set."""
         return pooled_held(self.folds)
 
     def searches_prototypes(self, keep: float) -> bool:
         return self.prototypes_grid is not None and searches_prototypes(AUTO, keep, self.backend)
 
     def labels_at(self, weight: float) -> list[Hits]:
-        """Each fold's held-out inputs' top-b over the labels' prototypes at α `weight`: searched once per α."""
+        """Each fold's top-b over the labels' prototypes at α `weight`, searched once per α."""
         if weight not in self._labels:
             self._labels[weight] = [label_search(self.embeddings, fold, self.settings.b, self.device, weight)
                                     for fold in self.folds]
         return self._labels[weight]
 
     def retrieval(self, memory: MemorySettings, weight: float) -> ValidationRetrieval:
-        """Every fold's validation retrieval of `memory`, with the labels' prototypes at α `weight`, pooled."""
         return pooled([validation_retrieval(self.embeddings, fold, self.settings.b, self.device, memory, labels=labels)
                        for fold, labels in zip(self.folds, self.labels_at(weight))], self.held)
 
     def full_memory(self, depth: int) -> ValidationRetrieval:
-        """Every fold's held-out inputs' top-`depth` over all its memory's inputs, no label search, pooled: kNN's
-        validation retrieval (selection.select_knn), whatever memory.keep keeps for RAE."""
+        """kNN's validation retrieval (selection.select_knn): top-`depth` over every input, no label search."""
         return pooled([validation_retrieval(self.embeddings, fold, depth, self.device,
                                             labels=empty_result(len(fold.val_rows), 0))
                        for fold in self.folds], self.held)
 
     def at(self, keep: float, settings: TuneSettings | None = None,
            retrieval: ValidationRetrieval | None = None) -> Tuned:
-        """The validation retrieval at `keep` (at the chosen α where α is searched) and its selection by `settings`
-        (the stage's where None); `retrieval`, one at this keep already made, spares its k-means and search."""
+        """The validation retrieval at `keep` and its selection by `settings` (default the stage's); `retrieval`, one
+        at this keep already made, spares its k-means and search."""
         settings, searched = settings or self.settings, self.searches_prototypes(keep)
         memory = self.memory_at(keep, min(self.prototypes_grid) if searched else None)  # the inputs' side at any α
         retrieval = retrieval or self.retrieval(memory, memory.prototypes)

@@ -1,6 +1,5 @@
-"""Evaluate RAE-XMC and its baselines from one set of searches: the configured method, the dual encoder, kNN,
-RAE with a λ per query, and RAE's λ and b sweeps. Each method scores its own search, the baselines at their own
-depth (`baseline_depth`), so that no RAE setting (b, retrieval, keep) changes a baseline's number."""
+"""RAE-XMC and its baselines (dual encoder, kNN, OvA+kNN, RAE with a λ per query) and RAE's λ and b sweeps, from one
+set of searches; the baselines at their own depth, so that no RAE setting changes a baseline's number."""
 
 from __future__ import annotations
 
@@ -14,18 +13,27 @@ import scipy.sparse as sp
 from ..memory.search import Hits
 from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
 from ..rae.scoring import PAPER_B, dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
-from .evaluator import CHUNK_BYTES, Evaluator, Ranking, Scorer, chunk_queries, rank_chunks, unfiltered_depth
+from .evaluator import (
+    CHUNK_BYTES,
+    F1_K,
+    Evaluator,
+    QueryChunk,
+    Ranking,
+    RankingTotals,
+    Scorer,
+    chunk_queries,
+    rank_chunks,
+    unfiltered_depth,
+)
 from .retrievals import Retrievals, Search
 from .score_file import TopScores
-from .totals import F1_K, QueryChunk, RankingTotals
 
 QUERY_LAMBDA_METHOD = "rae_query_lambda"  # its name beside rae, dual_encoder and knn in metrics.json, per_instance.npz
 KNN_B = PAPER_B  # kNN's own b, the inputs its softmax weighs: the paper's, whatever RAE's infer.b
 
 
 def baseline_depth(exclude: sp.csr_matrix) -> int:
-    """How deep the baselines search: kNN's KNN_B inputs, and for the dual encoder enough labels that RANK_DEPTH
-    remain in every row after its filtered pairs are dropped (R@100 ranks 100 labels)."""
+    """How deep the baselines search: kNN's KNN_B inputs, and the dual encoder's unfiltered_depth labels."""
     return max(KNN_B, unfiltered_depth(exclude))
 
 
@@ -37,9 +45,8 @@ def rae_scorer(model: RaeModel, hits: Hits) -> Scorer:
 
 def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, tau: float,
                    b: int, knn_tau: float | None = None, knn_b: int | None = None) -> dict[str, Scorer]:
-    """RAE at (λ, τ, b), and the dual encoder and kNN, each from its own search: the dual encoder over every label
-    its search returned, kNN over its first `knn_b` inputs (default b) at `knn_tau` (default τ). The dual encoder's
-    ranking is the same at any τ: a softmax over its own labels rises with similarity."""
+    """RAE at (λ, τ, b), the dual encoder (every label its search returned) and kNN (its first `knn_b` inputs, default
+    b, at `knn_tau`, default τ), each from its own search."""
     (z_ids, z_sims), (x_ids, x_sims) = retrievals.labels, retrievals.inputs
     knn_tau, knn_b = tau if knn_tau is None else knn_tau, b if knn_b is None else knn_b
     return {"rae": rae_scorer(RaeModel(Y_train, RaeSettings(lam, tau, b)), retrievals.rae_at(b)),
@@ -51,9 +58,8 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lam
                    b_sweep: Sequence[int], knn: tuple[float | None, int | None], with_ova_knn: bool,
                    query_lambda: QueryLambdaModel | None) -> list[Ranking]:
     """Every distinct ranking of a chunk's retrievals: the keys it is reported under (("method", name), ("lambda", i),
-    ("b", i)) and a function giving its label scores, for a pool to rank side by side. RAE's halves at (τ, b) serve
-    every λ, and RAE at its (λ, τ, b) is ranked once for the method and both sweeps. kNN is scored at `knn` (τ, b;
-    None: RAE's) on Y_train, RAE's input keys carry `rae.values`."""
+    ("b", i)) and its label scores when called. RAE's halves at (τ, b) serve every λ, and RAE at its own point is
+    ranked once for the method and both sweeps; kNN is scored at `knn` (τ, b; None: RAE's)."""
     lam, tau, b = rae.settings.lam, rae.settings.tau, rae.settings.b
     keys = found.joint
     parts = rae.parts(*keys)
@@ -81,12 +87,9 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, rae: RaeModel, lamb
                        with_ova_knn: bool = False, query_lambda: QueryLambdaModel | None = None,
                        chunk: int | None = None, progress: bool = False, workers: int = 1,
                        keep_scores: bool = False) -> dict[str, Any]:
-    """Metrics of RAE (`rae`), the dual encoder and kNN (at `knn_tau`, `knn_b`; None: RAE's), optionally OvA+kNN and
-    RAE with `query_lambda`, and RAE's λ and b sweeps, from `search(rows)`'s retrievals (at least max(b, b sweep)
-    deep), `chunk` queries at a time (default `chunk_queries` for `workers`), on `workers` threads.
-
-    Returns {"methods": {name: summary}, "per_instance": {name: arrays}, "lambda_sweep": rows, "b_sweep": rows};
-    with `keep_scores` also "scores": {name: its top-100 scores as a score file's CSR matrix}."""
+    """Metrics of chunk_rankings' methods and sweeps from `search(rows)`'s retrievals, `chunk` queries at a time
+    (default `chunk_queries` for `workers`) on `workers` threads: {"methods": {name: summary}, "per_instance":
+    {name: arrays}, "lambda_sweep": rows, "b_sweep": rows}, with `keep_scores` "scores": {name: score file}."""
     Y, V = evaluator.Y_train, rae.values
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")

@@ -1,6 +1,7 @@
 """Ranking metrics per test input, as the XC Repository (pyxclib) defines them: P@k, nDCG@k, R@k, PSP@k, and
-macro-F1@k per label-frequency segment (the paper's Table 4). They work from top-k label indices, never a dense
-inputs x labels matrix (500k x 1M must fit). The caller drops the filtered pairs first (rae.pairs.remove_pairs)."""
+macro-F1@k per label-frequency segment (the paper's Table 4), from top-k label indices, never a dense inputs x labels
+matrix (500k x 1M must fit); the caller drops the filtered pairs first (rae.pairs.remove_pairs). Also an approximate
+search's recall of the exact one."""
 
 from __future__ import annotations
 
@@ -45,12 +46,11 @@ def hit_matrix(ranked: np.ndarray, truth: sp.csr_matrix) -> np.ndarray:
 
 
 def _discounts(k: int) -> np.ndarray:
-    """DCG weights 1/log2(j + 1) of ranking positions j = 1..k."""
     return 1.0 / np.log2(np.arange(2, k + 2))
 
 
 def _dcg(gains: np.ndarray, k: int) -> np.ndarray:
-    """Each row's DCG@k of `gains`: a row-wise sum, as a BLAS product's rounding would depend on the chunk."""
+    """Each row's DCG@k: a row-wise sum, as a BLAS product's rounding would depend on the chunk."""
     return (gains[:, :k] * _discounts(k)).sum(axis=1)
 
 
@@ -59,13 +59,10 @@ def _idcg(n_pos: np.ndarray, k: int) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(_discounts(k))])[np.minimum(n_pos, k)]
 
 
-def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    """numerator / denominator elementwise, 0 where the denominator is 0."""
-    return np.divide(numerator, denominator, out=np.zeros_like(numerator), where=denominator > 0)
-
-
-def _ndcg(hits: np.ndarray, n_pos: np.ndarray, k: int) -> np.ndarray:
-    return _ratio(_dcg(hits, k), _idcg(n_pos, k))
+def _ndcg(gains: np.ndarray, n_pos: np.ndarray, k: int) -> np.ndarray:
+    """Each row's DCG@k of `gains` over its IDCG@k with unit gains, 0 where that is 0."""
+    idcg = _idcg(n_pos, k)
+    return np.divide(_dcg(gains, k), idcg, out=np.zeros_like(idcg), where=idcg > 0)
 
 
 def _best_weights(truth: sp.csr_matrix, weight: np.ndarray, depth: int) -> np.ndarray:
@@ -81,18 +78,19 @@ def _best_weights(truth: sp.csr_matrix, weight: np.ndarray, depth: int) -> np.nd
 
 
 def over_mean_ideal(gain: np.ndarray, mean_ideal: float) -> np.ndarray:
-    """gain / mean_ideal: values whose mean over the test set is mean(gain) / mean(ideal)."""
     return gain / mean_ideal if mean_ideal > 0 else np.zeros_like(gain)
+
+
+def _ps_values(gains: np.ndarray, n_pos: np.ndarray, ks: Sequence[int]) -> dict[str, np.ndarray]:
+    """PSP@k's and PSnDCG@k's per-input sums of propensity-weighted `gains` (a ranking's, or the ideal one's)."""
+    return {**{f"PSP@{k}": gains[:, :k].sum(axis=1) for k in ks},
+            **{f"PSnDCG@{k}": _ndcg(gains, n_pos, k) for k in ks}}
 
 
 def propensity_ideals(truth: sp.csr_matrix, propensity: np.ndarray, ks: Sequence[int] = KS) -> dict[str, np.ndarray]:
     """Per input, the denominators of PSP@k and PSnDCG@k: its best ranking's (the truth's alone, so shared)."""
-    weight = _propensity_weights(truth, propensity)
-    best = _best_weights(truth, weight, max(ks, default=0))
-    n_pos = np.diff(truth.indptr)
-    ideals = {f"PSP@{k}": best[:, :k].sum(axis=1) for k in ks}
-    ideals.update({f"PSnDCG@{k}": _ratio(_dcg(best, k), _idcg(n_pos, k)) for k in ks})
-    return ideals
+    best = _best_weights(truth, _propensity_weights(truth, propensity), max(ks, default=0))
+    return _ps_values(best, np.diff(truth.indptr), ks)
 
 
 def _propensity_weights(truth: sp.csr_matrix, propensity: np.ndarray) -> np.ndarray:
@@ -102,23 +100,14 @@ def _propensity_weights(truth: sp.csr_matrix, propensity: np.ndarray) -> np.ndar
     return 1.0 / propensity
 
 
-def _propensity_gains(
-    ranked: np.ndarray,
-    hits: np.ndarray,
-    truth: sp.csr_matrix,
-    propensity: np.ndarray,
-    ks: Sequence[int],
-) -> dict[str, np.ndarray]:
+def _propensity_gains(ranked: np.ndarray, hits: np.ndarray, truth: sp.csr_matrix, propensity: np.ndarray,
+                      ks: Sequence[int]) -> dict[str, np.ndarray]:
     """The numerators of PSP@k and PSnDCG@k, which pyxclib defines as ratios of means, not means of ratios:
     PSP@k = mean_i[1/p over i's hits in its top k] / mean_i[i's k largest 1/p over its positives]; PSnDCG@k
     likewise of PSDCG_i@k / IDCG_i@k (IDCG with unit gains). Each input's value is divided by the test set's mean
     ideal, so the plain mean is pyxclib's number and a paired t-test sees every system's numerators scaled alike."""
     weight = _propensity_weights(truth, propensity)
-    gained = np.where(hits, weight[np.maximum(ranked, 0)], 0.0)
-    n_pos = np.diff(truth.indptr)
-    gains = {f"PSP@{k}": gained[:, :k].sum(axis=1) for k in ks}
-    gains.update({f"PSnDCG@{k}": _ratio(_dcg(gained, k), _idcg(n_pos, k)) for k in ks})
-    return gains
+    return _ps_values(np.where(hits, weight[np.maximum(ranked, 0)], 0.0), np.diff(truth.indptr), ks)
 
 
 def per_query_values(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int] = KS,
@@ -129,11 +118,7 @@ def per_query_values(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int]
     ranked = _to_depth(check_ranked(ranked, truth), max((*ks, *recall_ks), default=0))
     hits = hit_matrix(ranked, truth)
     n_pos = np.diff(truth.indptr)
-    out: dict[str, np.ndarray] = {}
-    for k in ks:
-        out[f"P@{k}"] = hits[:, :k].sum(axis=1) / k
-    for k in ks:
-        out[f"nDCG@{k}"] = _ndcg(hits, n_pos, k)
+    out = {**{f"P@{k}": hits[:, :k].sum(axis=1) / k for k in ks}, **{f"nDCG@{k}": _ndcg(hits, n_pos, k) for k in ks}}
     if propensity is not None:
         out.update(_propensity_gains(ranked, hits, truth, propensity, ks))
     for k in recall_ks:
@@ -141,16 +126,11 @@ def per_query_values(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int]
     return out
 
 
-def per_instance_metrics(
-    ranked: np.ndarray,
-    truth: sp.csr_matrix,
-    ks: Sequence[int] = KS,
-    recall_ks: Sequence[int] = RECALL_KS,
-    propensity: np.ndarray | None = None,
-) -> dict[str, np.ndarray]:
-    """Per test input (kept for paired tests): P@k, nDCG@k (PSP@k, PSnDCG@k given propensities) at `ks`, R@k at
-    `recall_ks`; each array's mean over the test set is the XC Repository's metric. Positions beyond `ranked`'s
-    width and -1 padding are misses; rows with no positive get 0."""
+def per_instance_metrics(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int] = KS,
+                         recall_ks: Sequence[int] = RECALL_KS,
+                         propensity: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per test input: P@k, nDCG@k (PSP@k, PSnDCG@k given propensities) at `ks`, R@k at `recall_ks`, each array's
+    mean the XC Repository's metric; positions past `ranked`'s width and -1 are misses, rows without positives 0."""
     out = per_query_values(ranked, truth, ks, recall_ks, propensity)
     if propensity is not None:
         for name, ideal in propensity_ideals(as_pattern(truth), propensity, ks).items():
@@ -159,7 +139,6 @@ def per_instance_metrics(
 
 
 def percent(mean: float) -> float:
-    """A metric's mean as a percentage rounded to two decimals (nan stays nan)."""
     return round(100.0 * mean, 2) if np.isfinite(mean) else float("nan")
 
 
@@ -169,12 +148,10 @@ def summarize(per_instance: dict[str, np.ndarray]) -> dict[str, float]:
             for name, values in per_instance.items()}
 
 
-def macro_f1_by_segment(
-    ranked: np.ndarray, truth: sp.csr_matrix, train_label_freq: np.ndarray, k: int = 5
-) -> dict[str, float]:
-    """Macro-averaged F1 of the top-k, per label segment (head, torso, tail, xtail, and unseen: no training input)
-    and over all labels: F1_l = 2TP / (2TP + FP + FN) over the inputs, labels never predicted nor relevant left
-    out; a segment without a counted label gives nan."""
+def macro_f1_by_segment(ranked: np.ndarray, truth: sp.csr_matrix, train_label_freq: np.ndarray,
+                        k: int = 5) -> dict[str, float]:
+    """Macro-averaged F1 of the top-k per label segment (and unseen) and over all labels: F1_l = 2TP / (2TP + FP +
+    FN), labels never predicted nor relevant left out; a segment without a counted label gives nan."""
     truth = as_pattern(truth)
     tp, predicted = f1_counts(ranked, truth, k)
     return macro_f1_from_counts(tp, predicted, np.bincount(truth.indices, minlength=truth.shape[1]), train_label_freq)
@@ -206,3 +183,23 @@ def macro_f1_from_counts(tp: np.ndarray, predicted: np.ndarray, relevant: np.nda
 
 def _mean_or_nan(values: np.ndarray) -> float:
     return float(values.mean()) if values.size else float("nan")
+
+
+def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
+    """How much of an exact search an approximate one (HNSW) finds: the mean over queries of the share of exact
+    top-k ids it also found; -1 padding ignored, queries without an exact id not counted (1.0 when none has one)."""
+    approx_ids = np.asarray(approx_ids, dtype=np.int64)
+    exact_ids = np.asarray(exact_ids, dtype=np.int64)
+    if approx_ids.ndim != 2 or exact_ids.ndim != 2 or approx_ids.shape[0] != exact_ids.shape[0]:
+        raise DataError(f"id matrices must be 2-D with the same rows, got {approx_ids.shape} and {exact_ids.shape}")
+    valid = exact_ids >= 0
+    wanted = valid.sum(axis=1)
+    if not wanted.any():
+        return 1.0
+    # Tag each id with its row so one set test covers all queries.
+    span = int(max(exact_ids.max(initial=-1), approx_ids.max(initial=-1))) + 2
+    rows = np.arange(exact_ids.shape[0], dtype=np.int64)[:, None] * span
+    approx_tags = (rows + approx_ids)[approx_ids >= 0]
+    hits = valid & np.isin(rows + exact_ids, approx_tags)
+    counted = wanted > 0
+    return float(np.mean(hits.sum(axis=1)[counted] / wanted[counted]))

@@ -1,7 +1,6 @@
-"""A packaged model measured on a dataset's test set: what the evaluate stage and `raexmc evaluate --model` both run
-(`measure_model`). RAE's keys come from the model's own indexes as `raexmc predict` takes them; the baselines' from
-a search of every training input and label, at their own depth. Where the evaluation searches otherwise than the
-folder as served (an exact index on a GPU), RAE is also scored through the served search on a sample."""
+"""A packaged model measured on a dataset's test set, by the evaluate stage and `raexmc evaluate --model`: RAE's keys
+from the model's own indexes as `raexmc predict` takes them, the baselines' from a search of every training input and
+label. Where the evaluation searches otherwise than the folder as served, RAE is also scored as served on a sample."""
 
 from __future__ import annotations
 
@@ -27,8 +26,8 @@ SERVED_SAMPLE = 1000  # test queries the served search is scored on, where it is
 
 
 class ModelSearch:
-    """A Search (retrievals.Search) of `queries` for RAE at its b and at every b of `b_sweep`, and for the baselines
-    `baseline_depth` deep (methods.baseline_depth) in `baselines`; `seconds` the time it took."""
+    """A Search of `queries` for RAE at its b and every b of `b_sweep`, and for the baselines `baseline_depth` deep
+    in `baselines`; `seconds` the time it took."""
 
     def __init__(self, model: RaeModel, baselines: JointSearch, queries: np.ndarray, b_sweep: list[int],
                  baseline_depth: int):
@@ -55,7 +54,6 @@ class ModelSearch:
         return found
 
     def in_blocks(self) -> BlockSearch:
-        """This search a block of the indexes' query_block rows at a time: the answers of one whole search."""
         block = max(self.model.search.query_block, self.baselines.query_block)
         return BlockSearch(self, block, len(self.queries))
 
@@ -67,9 +65,8 @@ def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settin
                   knn_tau: float, query_lambda: QueryLambdaModel | None = None, baselines: JointSearch | None = None,
                   served: RaeModel | None = None, chunk: int | None = None, progress: bool = False,
                   keep_scores: bool = False) -> tuple[dict[str, Any], dict[str, Any], float]:
-    """(metrics, result, queries/s) of `model` on `data`'s test set (embedded as `queries`): RAE, its sweeps, the
-    per-query λ, the dual encoder and kNN (at `knn_tau`) from `baselines` (default: the model's own indexes), as
-    `p` says. `served`: the model as served, where it searches otherwise. metrics are metrics.json's but selection."""
+    """(metrics.json's metrics but selection, evaluate_retrieval's result, queries/s) of `model` on `data`'s test
+    set (`queries`), the baselines from `baselines` (default: the model's own indexes), as `p` says."""
     rae = model.settings
     headline = model.at(lam=rae.lam.fallback) if rae.per_query else model  # the headline's λ: a number
     Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
@@ -92,8 +89,7 @@ def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settin
 
 def evaluate_folder(folder: str | os.PathLike, data: Dataset, p: Settings, propensity: Propensity | None = None,
                     keep_scores: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`raexmc evaluate --model`: measure_model of the folder on `data`, as the evaluate stage measures it, the test
-    texts encoded by the folder's encoder as the embed stage encodes them."""
+    """`raexmc evaluate --model`: measure_model of the folder on `data`, its encoder embedding the test texts."""
     from ..encoder.device import embed_batch_size
     from ..memory.indexes import search_device
 
@@ -118,9 +114,7 @@ def evaluate_folder(folder: str | os.PathLike, data: Dataset, p: Settings, prope
 
 
 def embedded_queries(model: RaeModel, data: Dataset, batch_size: int, dtype: str) -> np.ndarray:
-    """The vectors of `data`'s test inputs (float32): their texts by the model's recipe and tokenizer as the token
-    cache holds them, embedded as the embed stage embeds them (embed_tokens, in batches of `batch_size`, stored as
-    `dtype`)."""
+    """`data`'s test inputs (float32), tokenized and embedded by the model's encoder as the embed stage does it."""
     from ..encoder.embedding import embed_tokens
     from ..encoder.tokens import record_input
 
@@ -139,17 +133,15 @@ def per_instance_arrays(per_instance: dict[str, dict[str, np.ndarray]]) -> dict[
 
 
 def served_model(folder: str | os.PathLike, model: RaeModel, device: str) -> RaeModel | None:
-    """The model of `folder` as served, on the CPU, where it searches otherwise than `model` on `device` (an exact
-    index on a GPU); None where it is the same search (a graph searches on the CPU anyway)."""
+    """The model of `folder` as served (on the CPU) where `model` on `device` searches otherwise (exact on a GPU)."""
     exact = "exact" in (model.search.inputs.backend, model.search.labels.backend)
     return RaeModel.load(folder, needs=("search",)) if device != "cpu" and exact else None
 
 
 def served_sample(model: RaeModel, served: RaeModel | None, queries: np.ndarray, evaluator: Evaluator,
                   size: int = SERVED_SAMPLE) -> dict[str, Any]:
-    """RAE's headline metrics on a fixed sample of `size` test queries (evenly spaced) through the evaluated search
-    of `model` and through the `served` one's; {"same_search": 1} alone where the served search is the evaluated
-    one (`served` None)."""
+    """RAE's headline metrics on `size` evenly spaced test queries through `model`'s search and the `served` one's;
+    {"same_search": 1} where `served` is None."""
     if served is None:
         return {"same_search": 1}
     rows = np.unique(np.linspace(0, len(queries) - 1, min(size, len(queries))).astype(np.int64))

@@ -54,17 +54,14 @@ class Propensity:
         return self.A, self.B
 
     def line(self) -> str:
-        """One line for the stage's output."""
         return f"PSP@k: A={self.A:g}, B={self.B:g} ({self.explanation})"
 
     def record(self) -> dict[str, float | str]:
-        """What metrics.json and the MLflow run record."""
         return {"A": self.A, "B": self.B, "source": self.source}
 
 
-def propensities(
-    train_label_freq: np.ndarray, num_train: int, A: float = DEFAULT_AB[0], B: float = DEFAULT_AB[1]
-) -> np.ndarray:
+def propensities(train_label_freq: np.ndarray, num_train: int, A: float = DEFAULT_AB[0],
+                  B: float = DEFAULT_AB[1]) -> np.ndarray:
     """Jain et al. (2016) propensities p_l = 1 / (1 + C (N_l + B)^-A), C = (ln N - 1)(B + 1)^A."""
     freq = np.asarray(train_label_freq, dtype=np.float64)
     c = (np.log(num_train) - 1.0) * (B + 1.0) ** A
@@ -84,8 +81,7 @@ def table_propensity(names: Sequence[str]) -> Propensity:
 
 
 def chosen_propensity(setting: str | tuple[float, ...], names: Sequence[str]) -> Propensity:
-    """`evaluate.propensity` (as the settings loader checked it): "auto" looks the dataset's `names` up in the
-    table; else the [A, B] it gives."""
+    """`evaluate.propensity`: "auto" looks the dataset's `names` up in the table; else the [A, B] it gives."""
     if setting == "auto":
         return table_propensity(names)
     A, B = setting

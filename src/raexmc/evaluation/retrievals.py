@@ -1,6 +1,5 @@
 """What the evaluation's searches found for the test queries (RAE's keys, the labels alone, the inputs alone), and
-a search that answers chunks of queries of any size as one search over all of them would. One joint retrieval
-serves every λ and every smaller b (a prefix of its keys), but a split retrieval's, which comes with its own."""
+a search that answers chunks of queries of any size as one search over all of them would."""
 
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ from ..memory.search import Hits
 
 @dataclass
 class Retrievals:
-    """Every query's top keys from the three searches, each in its own key set's ids; RAE at a smaller b scores the
-    first b of `joint` unless `other_b` holds that b's own keys."""
+    """Every query's top keys from the three searches; RAE at a smaller b scores the first b of `joint` unless
+    `other_b` holds that b's own keys (a split retrieval's)."""
 
     joint: Hits
     labels: Hits
@@ -23,17 +22,14 @@ class Retrievals:
     other_b: dict[int, Hits] = field(default_factory=dict)
 
     def rows(self, rows: slice) -> Retrievals:
-        """These retrievals of some queries only."""
         return Retrievals(*((ids[rows], sims[rows]) for ids, sims in (self.joint, self.labels, self.inputs)),
                           other_b={b: (ids[rows], sims[rows]) for b, (ids, sims) in self.other_b.items()})
 
     def rae_at(self, b: int) -> Hits:
-        """RAE's keys at b (the first b valid of them are scored)."""
         return self.other_b.get(b, self.joint)
 
 
 def concatenated(pieces: list[Retrievals]) -> Retrievals:
-    """The retrievals of consecutive groups of queries as one."""
     def stacked(hits: list[Hits]) -> Hits:
         return tuple(np.concatenate(arrays) for arrays in zip(*hits))
 
@@ -45,9 +41,8 @@ Search = Callable[[slice], Retrievals]  # the retrievals of a chunk of the test 
 
 
 class BlockSearch:
-    """A Search for consecutive chunks of queries answered from searches of whole aligned blocks of `block` queries,
-    one block kept at a time: a search's answer can depend on its call's other queries (BLAS rounding, hnswlib's
-    retries), so chunks of any size get what one search over every query gives."""
+    """A Search for consecutive chunks answered from searches of whole aligned blocks of `block` queries, one kept
+    at a time: a search's answer can depend on its call's other queries (BLAS rounding, hnswlib's retries)."""
 
     def __init__(self, search: Search, block: int, num_queries: int):
         self.search, self.block, self.num_queries = search, block, num_queries

@@ -1,7 +1,6 @@
-"""Score files: one system's test-set top-k label scores as an N_test x L float32 CSR (scipy.sparse.save_npz), the
-format pyxclib and PECOS read. The evaluate stage writes one per method; `raexmc evaluate --scores` scores any.
-A row holds its top k (100: R@100's depth) scores, strictly decreasing in the order `rae.ranking.top_k` ranked
-them (`ranked_float32`), so every evaluator that sorts by descending score ranks the file alike."""
+"""Score files: one system's test-set top-k (100) label scores as an N_test x L float32 CSR (scipy.sparse.save_npz),
+as pyxclib and PECOS read them; a row's scores strictly decrease in `rae.ranking.top_k`'s order (`ranked_float32`),
+so every evaluator that sorts by descending score ranks the file alike."""
 
 from __future__ import annotations
 
@@ -17,9 +16,8 @@ from ..rae.pairs import row_ids
 
 
 def ranked_values(scores: sp.csr_matrix | np.ndarray, ranked: np.ndarray) -> np.ndarray:
-    """The scores of each row's ranked labels (`ranked`: (N, k), -1 padded; pads get -inf), duplicates added as
-    ranking adds them. A product with the ranked pattern and one binary search of row * L + label keys: scipy's own
-    lookup scans a whole unsorted row per label (3 s a 2,000-query chunk)."""
+    """The scores of each row's ranked labels (-1 pads get -inf), duplicates added as ranking adds them: one binary
+    search of row * L + label keys, as scipy's own lookup scans a whole unsorted row per label."""
     rows, cols = np.nonzero(ranked >= 0)
     labels = ranked[rows, cols]
     values = np.full(ranked.shape, -np.inf)
@@ -39,9 +37,8 @@ def ranked_values(scores: sp.csr_matrix | np.ndarray, ranked: np.ndarray) -> np.
 
 
 def ranked_float32(ranked: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """`values` (in rank order) as float32 strictly decreasing along each row, so that any evaluator's tie rule ranks
-    the row as the stage did: a label level with the next (float32 rounding, or an exact tie) moves up the fewest
-    ulps that put it above."""
+    """`values` (in rank order) as float32 strictly decreasing along each row: a label level with the next (float32
+    rounding, or a tie) moves up the fewest ulps that put it above."""
     out = np.asarray(values, dtype=np.float32).copy()
     for j in range(ranked.shape[1] - 2, -1, -1):
         above_next = np.nextafter(out[:, j + 1], np.float32(np.inf))
@@ -50,8 +47,7 @@ def ranked_float32(ranked: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 class TopScores:
-    """One method's top-k label scores, gathered over consecutive chunks of test queries (8 bytes a ranked label:
-    the ids and float32 scores, never a dense matrix) until `matrix` stacks them."""
+    """One method's top-k label scores over consecutive chunks of test queries (ids and float32 scores)."""
 
     def __init__(self, num_labels: int):
         self.num_labels = num_labels
@@ -60,14 +56,12 @@ class TopScores:
         self.values: list[np.ndarray] = []
 
     def add(self, ranked: np.ndarray, scores: sp.csr_matrix | np.ndarray) -> None:
-        """The next chunk's ranking (`ranked`, -1 padded at the end of a row) and the scores it was ranked from."""
         kept = ranked >= 0
         self.counts.append(kept.sum(axis=1))
         self.ids.append(ranked[kept].astype(np.int32))
         self.values.append(ranked_float32(ranked, ranked_values(scores, ranked))[kept])
 
     def matrix(self) -> sp.csr_matrix:
-        """Every chunk's rows as one CSR matrix (labels sorted within a row)."""
         counts = np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64)
         indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         matrix = sp.csr_matrix((np.concatenate(self.values or [np.zeros(0, np.float32)]),
@@ -78,13 +72,12 @@ class TopScores:
 
 
 def save_scores(path: str | os.PathLike, matrix: sp.csr_matrix) -> None:
-    """A score file (float32 CSR, scipy.sparse.save_npz) at `path`; the caller writes it inside an atomic folder."""
     sp.save_npz(path, sp.csr_matrix(matrix, dtype=np.float32))
 
 
 def read_scores(path: str | os.PathLike, num_queries: int, num_labels: int, k: int) -> sp.csr_matrix:
-    """The score file `path` for a test set of `num_queries` x `num_labels`, as CSR in its own dtype; one that is not
-    (not a sparse .npz, wrong shape, a label out of range, NaN or inf, more than `k` scores a row) is one DataError."""
+    """The score file `path` for a `num_queries` x `num_labels` test set, as CSR in its own dtype; a bad one (not a
+    sparse .npz, wrong shape, a label out of range, NaN or inf, over `k` scores a row) is one DataError."""
     path = Path(path)
     if not path.is_file():
         raise DataError("score file not found", path)

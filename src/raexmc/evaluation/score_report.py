@@ -1,6 +1,5 @@
-"""Any system's predictions scored as the evaluate stage scores its own: a score file ranked on a dataset's test
-set (its filter applied) into the stage's metrics table, and paired t-tests against another. An LF or NGAME folder
-is read into a temporary dataset folder as the download stage writes one, so both are filtered and counted alike."""
+"""Any system's score file scored on a dataset's test set as the evaluate stage scores its own, and paired t-tests
+against another; an LF or NGAME folder is read into a temporary dataset folder as the download stage writes one."""
 
 from __future__ import annotations
 
@@ -19,16 +18,14 @@ from ..data.dataset import Dataset, write_dataset
 from ..data.layouts import FILTER_FILES, read_layout
 from ..errors import DataError
 from ..memory.keys_values import training_values
-from .evaluator import RANK_DEPTH, Evaluator
+from .evaluator import F1_K, RANK_DEPTH, Evaluator
 from .propensity import Propensity, table_propensity
 from .score_file import read_scores
 from .significance import difference_text, paired_ttest
-from .totals import F1_K
 
 
 @dataclass
 class EvalData:
-    """What scoring needs of a dataset: its label matrices, the test filter and the names it goes by."""
 
     Y_train: sp.csr_matrix
     Y_test: sp.csr_matrix
@@ -36,14 +33,10 @@ class EvalData:
     names: tuple[str, ...]
 
 
-def _eval_data(data: Dataset) -> EvalData:
-    return EvalData(data.label_matrix("train"), data.label_matrix("test"), data.filter_matrix("test"), data.names)
-
-
 @contextmanager
 def opened_dataset(folder: str | os.PathLike) -> Iterator[Dataset]:
-    """A download stage's dataset folder, or an LF or NGAME folder read into a temporary one (named as the folder
-    is, so the propensity table knows a benchmark's) for as long as the context lasts."""
+    """A dataset folder, or an LF or NGAME folder read into a temporary one named as it is (for the propensity
+    table)."""
     folder = Path(folder)
     if (folder / "stats.json").is_file():
         yield Dataset(folder)
@@ -61,8 +54,7 @@ def opened_dataset(folder: str | os.PathLike) -> Iterator[Dataset]:
 
 def score_metrics(test: EvalData, scores: sp.csr_matrix, propensity: Propensity) -> tuple[dict[str, Any],
                                                                                           dict[str, np.ndarray]]:
-    """The metrics table (percent) and per-query values of `scores` ranked as the evaluate stage ranks (top 100,
-    filtered pairs never ranked), with the stage's label frequencies (Y_train's stored pairs)."""
+    """The metrics table (percent) and per-query values of `scores` ranked as the evaluate stage ranks them."""
     evaluator = Evaluator(training_values(test.Y_train), test.Y_test, test.exclude, propensity.ab)
     ranked = evaluator.rank(evaluator.num_queries, lambda rows: scores[rows])
     return evaluator.summary(ranked)
@@ -70,11 +62,11 @@ def score_metrics(test: EvalData, scores: sp.csr_matrix, propensity: Propensity)
 
 def score_files(dataset: str | os.PathLike, scores: str | os.PathLike, compare: str | os.PathLike | None,
                 tested: Sequence[str], propensity: Propensity | None = None) -> dict[str, Any]:
-    """{"scores": metrics, "compare": metrics (with `compare`), "scores_vs_compare": {metric: paired t-test in
-    percentage points} for the `tested` metrics, "propensity": the pair used (the table's for the dataset's names
-    unless given), "files": the paths}."""
+    """{"scores": metrics, "compare": metrics, "scores_vs_compare": {metric: paired t-test in percentage points}
+    (with `compare`), "propensity": the pair used (default the table's), "files": the paths}."""
     with opened_dataset(dataset) as data:
-        test = _eval_data(data)
+        test = EvalData(data.label_matrix("train"), data.label_matrix("test"), data.filter_matrix("test"),
+                        data.names)
     propensity = propensity or table_propensity(test.names)
     shape = test.Y_test.shape
     files = {"scores": scores, **({} if compare is None else {"compare": compare})}
@@ -92,8 +84,7 @@ def score_files(dataset: str | os.PathLike, scores: str | os.PathLike, compare: 
 def report_table(report: dict[str, Any], columns: Sequence[str] = ("scores", "compare"),
                  tests: dict[str, Any] | None = None) -> str:
     """The report as aligned text: a row per metric (macro-F1@5 per segment last), a column per file (or method) of
-    `columns` that it has, and with `tests` (default: the comparison's) each tested metric's paired t-test mean
-    difference and p-value."""
+    `columns`, and with `tests` (default: the comparison's) each tested metric's difference and p."""
     columns = [name for name in columns if name in report]
     tests = report.get("scores_vs_compare", {}) if tests is None else tests
     first = report[columns[0]]

@@ -1,16 +1,13 @@
 """Choosing RAE's λ and τ (and a split retrieval's label share), and kNN's τ, on held-out training inputs
-(`infer.lambda`, `infer.tau`, `infer.label_share: auto`), never on the test set: the right λ moves with the data and
-with training.
+(`infer.lambda`, `infer.tau`, `infer.label_share: auto`), never on the test set.
 
-The held-out inputs query a memory built like the evaluation's from the inputs that remain, so none finds itself.
-One exact search of the input keys and one of the labels serve the whole grid (one softmax per τ and share, one mix
-per λ), each point ranked and scored by the Evaluator as the test set is. The best `infer.auto_metric` wins; ties
-(metrics are rounded to 0.01 points) go to the joint retrieval, then the paper's λ 0.5 and τ 0.04 (τ by ratio),
-then the share nearest 0.5. A chosen value on its grid's edge widens the grid past it (at most WIDEN_STEPS points)
-and is chosen again. A split retrieval's share is chosen in a second round at the chosen τ, so that the grids' costs
-add up rather than multiply. kNN (RAE at λ 1 on an input-only memory, at its own b) gets its own τ the same way, so
-that RAE's lead is measured against a kNN at its own best.
-"""
+The held-out inputs query a memory built like the evaluation's from the inputs that remain. One exact search of the
+input keys and one of the labels serve the whole grid, each point ranked and scored by the Evaluator as the test set
+is. The best `infer.auto_metric` wins; ties (metrics are rounded to 0.01 points) go to the joint retrieval, then the
+paper's λ 0.5 and τ 0.04 (τ by ratio), then the share nearest 0.5. A chosen value on its grid's edge widens the grid
+past it (at most WIDEN_STEPS points). A split retrieval's share is chosen in a second round at the chosen τ, so that
+the grids' costs add up rather than multiply. kNN (RAE at λ 1 on an input-only memory, at its own b) gets its own τ
+the same way, so that RAE's lead is measured against a kNN at its own best."""
 
 from __future__ import annotations
 
@@ -29,7 +26,7 @@ from ..parallel import worker_count
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
 from .evaluator import CHUNK_BYTES, Ranking, chunk_queries, rank_chunks, stacked_rankings
 from .methods import HEADLINE, KNN_B
-from .selection_file import Selection
+from .selection_file import KnnChoice, Selection
 from .tune_settings import TuneSettings
 from .validation_memory import ValidationRetrieval
 
@@ -39,9 +36,7 @@ KNN_LAMBDA = 1.0   # kNN is RAE at λ = 1 on an input-only memory
 
 class ValidationCurve:
     """The headline metrics (percent) of RAE at points (λ, τ, label share) on the held-out inputs, each measured
-    once: rows {"lambda", "tau", "label_share" (None: joint), metric...}. Score halves are made a chunk of queries at
-    a time (all 20,000 queries' take 0.7 GB at 1.3M labels); a chunk's τs, then its points, run on threads sharing
-    one chunk's budget (evaluator.CHUNK_BYTES), and the rankings do not depend on the thread count."""
+    once: rows {"lambda", "tau", "label_share" (None: joint), metric...}, a chunk of queries at a time."""
 
     def __init__(self, retrieval: ValidationRetrieval, propensity_ab: tuple[float, float]):
         self.retrieval = retrieval
@@ -49,7 +44,7 @@ class ValidationCurve:
         self.rows: dict[tuple, dict[str, Any]] = {}
 
     def measure(self, lambdas: list[float], taus: list[float], shares: list[float | None]) -> None:
-        """Add the points of the grid lambdas x taus x shares (None: the joint retrieval) not measured yet."""
+        """Add the points of lambdas x taus x shares (None: joint) not measured yet."""
         for share in shares:
             rae = RaeRetrieval(JOINT if share is None else SPLIT, share)
             points = [(tau, lam) for tau in taus for lam in lambdas if (lam, tau, rae.label_share) not in self.rows]
@@ -57,7 +52,7 @@ class ValidationCurve:
                 self._measure(points, rae)
 
     def _measure(self, points: list[tuple[float, float]], rae: RaeRetrieval) -> None:
-        """Measure the (τ, λ) `points` a chunk at a time: each τ's keys and halves once, then each point mixed."""
+        """Each τ's keys and halves once a chunk, then each (τ, λ) point mixed."""
         evaluator, inputs, labels = self.evaluator, self.retrieval.inputs, self.retrieval.labels
         models = {tau: self.retrieval.model(tau, rae) for tau, _ in points}
         ranked: dict[tuple[float, float], list[np.ndarray]] = {point: [] for point in points}
@@ -94,8 +89,8 @@ class ValidationCurve:
 
 
 def past_edge(axis: str, grid: list[float], value: float, original: list[float]) -> list[float]:
-    """The points past the edge of `grid` that `value` sits on (both edges for a grid of one point): τ doubled or
-    halved; λ and the share one edge gap further (0.1 for one point), within [0, 1]; none past WIDEN_STEPS."""
+    """The points past the edge of `grid` that `value` sits on: τ doubled or halved; λ and the share one edge gap
+    further (0.1 for one point), within [0, 1]; none past WIDEN_STEPS."""
     grid = sorted(grid)
     points = []
     for edge, inner, sign, beyond in ((grid[-1], grid[-2:-1], 1, sum(v > max(original) for v in grid)),
@@ -112,8 +107,8 @@ def past_edge(axis: str, grid: list[float], value: float, original: list[float])
 
 def widen_and_choose(curve: ValidationCurve, grids: dict[str, list], auto: tuple[str, ...], metric: str,
                      fixed: dict[str, float | None]) -> dict[str, Any]:
-    """The best row of the grid lambda x tau x label_share (an axis not in `auto` at its `fixed` value), widened
-    past an edge an `auto` axis's choice sits on (past_edge) until none does; `grids` ends holding every point."""
+    """The best row of the grids (an axis not in `auto` at its `fixed` value), widened past an edge an `auto`
+    axis's choice sits on until none does; `grids` ends holding every point."""
     original = {axis: list(values) for axis, values in grids.items()}
     while True:
         curve.measure(grids["lambda"], grids["tau"], grids["label_share"])
@@ -129,8 +124,7 @@ def widen_and_choose(curve: ValidationCurve, grids: dict[str, list], auto: tuple
 
 def choose(curve: list[dict[str, Any]], metric: str, lam: float | None = None, tau: float | None = None,
            label_share: float | None = None) -> dict[str, Any]:
-    """The curve's best row by `metric` among those at the fixed λ / τ / label share (None: free); ties go to
-    the joint retrieval, then to the row nearest the paper's λ, then τ, then the share nearest 0.5."""
+    """The curve's best row by `metric` at the fixed λ / τ / label share (None: free), ties as the module says."""
     fixed = {"lambda": lam, "tau": tau, "label_share": label_share}
     rows = [r for r in curve if all(value is None or r.get(axis) == value for axis, value in fixed.items())]
     if not rows:
@@ -147,9 +141,8 @@ def choose(curve: list[dict[str, Any]], metric: str, lam: float | None = None, t
 
 def select(retrieval: ValidationRetrieval, settings: TuneSettings,
            propensity_ab: tuple[float, float]) -> Selection:
-    """The chosen λ, τ and retrieval, the validation metric there and at the fixed values, and the whole curve:
-    per retrieval tried λ x τ (split at its fixed share, 0.5 when auto), then for an automatic share λ x share at
-    split's chosen τ; the curve's best row wins, ties to joint."""
+    """The chosen λ, τ and retrieval, the metric there and at the fixed values, and the curve: per retrieval λ x τ
+    (split at its fixed share, 0.5 when auto), then for an auto share λ x share at split's chosen τ."""
     curve, metric = ValidationCurve(retrieval, propensity_ab), settings.metric
     auto = tuple(axis for axis, value in (("lambda", settings.lam), ("tau", settings.tau)) if value is None)
     for mode in settings.retrievals:
@@ -179,12 +172,11 @@ def select(retrieval: ValidationRetrieval, settings: TuneSettings,
 
 
 def select_knn(full_memory: Callable[[int], ValidationRetrieval], settings: TuneSettings,
-               propensity_ab: tuple[float, float]) -> dict[str, Any]:
-    """kNN's τ (selection.json's "baselines.knn"): with τ auto, the best of kNN's own curve on `full_memory(KNN_B)`
-    (every remaining input, no label key, no prior, at kNN's b), with its validation values and curve; else the
-    fixed τ (a user's τ applies to every method). The dual encoder has none: its ranking is the same at any τ."""
+               propensity_ab: tuple[float, float]) -> KnnChoice:
+    """kNN's τ: with τ auto, the best of kNN's own curve on `full_memory(KNN_B)` (no label key, no prior); else the
+    fixed τ (a user's τ is every method's). The dual encoder has none: its ranking is the same at any τ."""
     if settings.tau is not None:
-        return {"tau": settings.tau, "auto": {"tau": False}}
+        return KnnChoice(tau=settings.tau, auto={"tau": False})
     retrieval = full_memory(KNN_B)
     if retrieval.b < KNN_B:
         raise ValueError(f"kNN's validation search must be {KNN_B} deep, got {retrieval.b}")
@@ -194,6 +186,6 @@ def select_knn(full_memory: Callable[[int], ValidationRetrieval], settings: Tune
     grids = {"lambda": [KNN_LAMBDA], "tau": settings.taus(), "label_share": [None]}
     best = widen_and_choose(curve, grids, ("tau",), metric, {"lam": KNN_LAMBDA, "tau": None, "label_share": None})
     fixed = choose(curve.curve(), metric, KNN_LAMBDA, settings.fixed_tau)
-    return {"tau": best["tau"], "auto": {"tau": True}, "val_value": best[metric], "fixed_tau": settings.fixed_tau,
-            "fixed_val_value": fixed[metric],
-            "validation": [{"tau": row["tau"], **{k: row[k] for k in HEADLINE}} for row in curve.curve()]}
+    return KnnChoice(tau=best["tau"], auto={"tau": True}, val_value=best[metric], fixed_tau=settings.fixed_tau,
+                     fixed_val_value=fixed[metric],
+                     validation=[{"tau": row["tau"], **{k: row[k] for k in HEADLINE}} for row in curve.curve()])

@@ -40,10 +40,8 @@ class Baselines(Record):
 
 
 class Selection(Record):
-    """RAE's λ, τ, b and retrieval (a split one's label share) chosen on held-out training inputs, the memory's
-    keep and label prototypes' α where chosen, kNN's τ, and the validation they were chosen on: the metric's value
-    there and at the fixed values, the held-out split and the whole curve (rows {"lambda", "tau", "label_share",
-    metric...})."""
+    """RAE's λ, τ, b and retrieval chosen on held-out training inputs, the memory's keep and α where chosen, kNN's τ,
+    and the validation: the metric there and at the fixed values, the held-out split and the whole curve."""
 
     lam: Share = Field(alias="lambda")
     tau: Positive
@@ -88,20 +86,17 @@ class Selection(Record):
         return self.tau if self.baselines is None else self.baselines.knn.tau
 
     def with_(self, **changes: Any) -> Selection:
-        """This selection with some fields changed (by their Python names), checked again."""
         return type(self).model_validate({**self.model_dump(), **changes})
 
     def record(self) -> dict[str, Any]:
-        """selection.json's content: the fields under their file names; the memory's choices, their curves, the
-        baselines and kNN's validation only where there are some."""
+        """selection.json's content: the fields under their file names, the OPTIONAL ones only where set."""
         record = self.model_dump(by_alias=True)
         if self.baselines is not None:
             record["baselines"]["knn"] = self.baselines.knn.model_dump(exclude_none=True)
         return {key: value for key, value in record.items() if value is not None or key not in OPTIONAL}
 
     def lambda_rows(self, test_sweep: list[dict[str, float]]) -> list[dict[str, float]]:
-        """The chosen metric against λ at the chosen τ (and share), on validation beside test: rows
-        {"lambda", "validation", "test"}."""
+        """The chosen metric against λ at the chosen τ and share: rows {"lambda", "validation", "test"}."""
         validation = {row["lambda"]: row[self.metric] for row in self.validation
                       if row["tau"] == self.tau and row.get("label_share") == self.label_share}
         return [{"lambda": row["lambda"], "validation": validation[row["lambda"]], "test": row[self.metric]}

@@ -21,8 +21,7 @@ PER_INSTANCE_ARTIFACT = "evaluate/per_instance.npz"  # as the evaluate stage log
 
 def _paired(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Both inputs as float arrays, checked to be paired: 1-D, same length, at least two pairs."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.ndim != 1 or b.ndim != 1:
         raise DataError(f"paired scores must be 1-D, got shapes {a.shape} and {b.shape}")
     if a.size != b.size:
@@ -89,34 +88,24 @@ def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict
         log10_p = _log10_two_sided_p(t, n - 1)
         std_err = float(diff.std(ddof=1)) / math.sqrt(n)
         half_width = float(scipy.stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * std_err
-    return {
-        "mean_a": float(a.mean()),
-        "mean_b": float(b.mean()),
-        "mean_diff": mean_diff,
-        "ci_low": mean_diff - half_width,
-        "ci_high": mean_diff + half_width,
-        "t": t,
-        "p_value": p_value,
-        "log10_p": log10_p,
-        "n": n,
-    }
+    return {"mean_a": float(a.mean()), "mean_b": float(b.mean()), "mean_diff": mean_diff,
+            "ci_low": mean_diff - half_width, "ci_high": mean_diff + half_width, "t": t, "p_value": p_value,
+            "log10_p": log10_p, "n": n}
 
 
 LOGGED_FIELDS = ("mean_diff", "ci_low", "ci_high", "log10_p")
 
 
 def logged_summary(report: dict[str, Any]) -> dict[str, Any]:
-    """What the MLflow run keeps of a significance report: each test's mean difference, its confidence interval
-    and log10 p (p itself underflows on large test sets). The two means, t, p and n stay in significance.json:
-    logged, they were a third of a run's metrics."""
+    """What the MLflow run keeps of a significance report (LOGGED_FIELDS; p itself underflows on large test sets);
+    the rest stays in significance.json: logged, it was a third of a run's metrics."""
     return {pair: {metric: {field: test[field] for field in LOGGED_FIELDS} for metric, test in tests.items()}
             for pair, tests in report.items()}
 
 
 def p_value_text(test: dict[str, Any]) -> str:
-    """A test's p-value as a reader should see it, in two significant digits: "3.1e-12", or from log10_p where
-    p underflowed to 0.0 in floating point ("4.0e-617", never "0.0"). Only a constant nonzero difference,
-    whose p is 0 exactly (log10_p -inf), reads "0"."""
+    """A test's p-value in two significant digits: "3.1e-12", or from log10_p where p underflowed ("4.0e-617");
+    only a constant nonzero difference (log10_p -inf) reads "0"."""
     if test["p_value"] >= sys.float_info.min:
         return f"{test['p_value']:.1e}"
     if test["log10_p"] == -math.inf:

@@ -52,9 +52,8 @@ class TuneSettings:
                    label_share=_or_none(infer.label_share), label_share_grid=infer.label_share_grid)
 
     def folds_for(self, num_inputs: int) -> int:
-        """The validation folds of `num_inputs` training inputs: `val_folds`, or where auto, enough that the
-        held-out inputs reach VAL_MIN_QUERIES, at most 1 / val_fraction (and as many as are disjoint). One for a
-        fine-tuned encoder (settings.py refuses more): training held out only the first fold."""
+        """`val_folds`, or where auto, enough that the held-out inputs reach VAL_MIN_QUERIES, at most 1 / val_fraction
+        (and as many as are disjoint); one for a fine-tuned encoder: training held out only the first fold."""
         per_fold = int(round(num_inputs * self.val_fraction))
         if per_fold == 0:
             return 1  # nothing held out: held_out_labels says so, naming fraction_key
@@ -68,7 +67,7 @@ class TuneSettings:
 
     @property
     def fixed_lambda(self) -> float:
-        """The hand-set λ (the paper's when λ is auto): what the choice is compared with."""
+        """The hand-set λ (the paper's when auto): what the choice is compared with; likewise τ."""
         return PAPER_LAMBDA if self.lam is None else self.lam
 
     @property
@@ -76,7 +75,7 @@ class TuneSettings:
         return PAPER_TAU if self.tau is None else self.tau
 
     def lambdas(self) -> list[float]:
-        """The λ of the validation curve: the grid and the fixed value."""
+        """The λ of the validation curve: the grid and the fixed value; likewise τ."""
         return sorted({*self.lambda_grid, self.fixed_lambda})
 
     def taus(self) -> list[float]:
@@ -84,22 +83,20 @@ class TuneSettings:
 
     @property
     def retrievals(self) -> tuple[str, ...]:
-        """The retrievals the curve measures: joint and split where the retrieval is auto (joint wins ties)."""
         return (JOINT, SPLIT) if self.retrieval is None else (self.retrieval,)
 
     @property
     def split_share(self) -> float:
-        """A split retrieval's hand-set label share, 0.5 where it is auto: the first round's."""
+        """A split retrieval's hand-set label share, 0.5 where auto: the first round's."""
         return DEFAULT_LABEL_SHARE if self.label_share is None else self.label_share
 
     @property
     def fixed_share(self) -> float | None:
-        """The label share of the hand-set point the choice is compared with: None (the joint retrieval, the paper's)
-        unless the retrieval is split."""
+        """The hand-set point's label share: None (joint, the paper's) unless the retrieval is split."""
         return self.split_share if self.retrieval == SPLIT else None
 
     def shares(self) -> list[float]:
-        """The label shares of a split retrieval's second round: the grid and the first round's share."""
+        """A split retrieval's second round: the grid and the first round's share."""
         return sorted({*self.label_share_grid, self.split_share})
 
     @property
@@ -108,5 +105,4 @@ class TuneSettings:
 
 
 def _or_none(setting: Any) -> Any:
-    """A setting that may say auto, with None for auto."""
     return None if setting == AUTO else setting

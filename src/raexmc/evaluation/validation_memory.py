@@ -28,8 +28,7 @@ from .tune_settings import TuneSettings
 
 @dataclass(frozen=True)
 class HeldOutLabels:
-    """What the tune stage takes of Y_train: taken before the memory's keys are built, so that the stage
-    can drop Y_train (0.6 GB at 1.3M inputs) before the search."""
+    """What the tune stage takes of Y_train before the memory's keys are built, so that it can drop Y_train."""
 
     Y_val: sp.csr_matrix        # the held-out inputs' labels
     Y_rest: sp.csr_matrix       # training_values of the remaining inputs
@@ -45,8 +44,8 @@ class HeldOutLabels:
 
 @dataclass
 class ValidationRetrieval:
-    """The held-out training inputs' top-b over the memory's input keys (ids 0..K-1) and over the labels
-    (ids 0..L-1), and what scoring them needs; a per-query λ model is fitted on the same retrieval."""
+    """The held-out training inputs' top-b over the memory's input keys and over the labels, and what scoring
+    them needs."""
 
     inputs: Hits
     labels: Hits
@@ -62,11 +61,9 @@ class ValidationRetrieval:
 
     @property
     def keys_per_fold(self) -> int:
-        """The input keys of one fold's memory (every fold's memory has as many)."""
-        return self.input_keys // self.held.folds
+        return self.input_keys // self.held.folds  # every fold's memory has as many
 
     def evaluator(self, propensity_ab: tuple[float, float]) -> Evaluator:
-        """Ranks and scores the held-out inputs as the test set is ranked and scored."""
         held = self.held
         if not held.parts:
             return Evaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values)
@@ -74,7 +71,7 @@ class ValidationRetrieval:
         return FoldedEvaluator(held.Y_rest, held.Y_val, held.exclude, propensity_ab, self.memory_values, folds)
 
     def model(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> RaeModel:
-        """RAE on this memory at τ and b with the retrieval `rae` (at the paper's λ: the curve sets each)."""
+        """RAE on this memory at τ, b and retrieval `rae` (at the paper's λ: the curve sets each)."""
         return RaeModel(self.memory_values, RaeSettings(tau=tau, b=self.b, retrieval=rae), self.log_counts)
 
     def hits(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> Hits:
@@ -94,8 +91,7 @@ def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_r
 
 
 def held_out_folds(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, settings: TuneSettings) -> list[HeldOutLabels]:
-    """The held-out labels of each validation fold (data.held_out.validation_folds; the first is the split training
-    validates on), at most `val_max_queries` of each fold's inputs querying."""
+    """Each validation fold's held-out labels (data.held_out.validation_folds), at most `val_max_queries` querying."""
     folds = validation_folds(Y_train.shape[0], settings.val_fraction, settings.val_seed,
                              settings.folds_for(Y_train.shape[0]))
     return [held_out_labels(Y_train, filters_train, rest_rows,
@@ -105,9 +101,8 @@ def held_out_folds(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, setting
 
 
 def pooled_held(folds: list[HeldOutLabels]) -> HeldOutLabels:
-    """The queries of every fold as one set: their labels and filters stacked, each fold kept in `parts` so that
-    its queries are scored with its own label frequencies (FoldedEvaluator). `Y_rest` and `rest_rows` are the
-    first fold's: the memory's size, the same at every fold."""
+    """Every fold's queries as one set, each fold kept in `parts` to score its queries (FoldedEvaluator); `Y_rest`
+    and `rest_rows` the first fold's (the memory's size, the same at every fold)."""
     if len(folds) == 1:
         return folds[0]
     first = folds[0]
@@ -124,9 +119,8 @@ def pooled_hits(hits: list[Hits], offsets: list[int] | None = None) -> Hits:
 
 
 def pooled(folds: list[ValidationRetrieval], held: HeldOutLabels) -> ValidationRetrieval:
-    """Several folds' validation retrievals as one, `held` their pooled_held: the queries stacked, and the folds'
-    memories side by side as one set of input keys (a fold's ids shifted past the folds before it), so that each
-    query's RAE scores its own fold's memory, and one curve measures every fold's queries at once."""
+    """Several folds' validation retrievals as one (`held` their pooled_held): the queries stacked, the folds'
+    memories side by side as one set of input keys, so that each query's RAE scores its own fold's memory."""
     if len(folds) == 1:
         return folds[0]
     offsets = np.cumsum([0] + [fold.input_keys for fold in folds[:-1]]).tolist()
@@ -140,7 +134,7 @@ def pooled(folds: list[ValidationRetrieval], held: HeldOutLabels) -> ValidationR
 def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
                          memory: MemorySettings | None = None, labels: Hits | None = None) -> ValidationRetrieval:
     """Exact top-b of the held-out inputs over the remaining ones (or the keys `memory` selects from them) and over
-    the labels (`labels` where already searched), from the embeddings folder, mapped only while copied out."""
+    the labels (`labels` where already searched)."""
     train_inputs = load_embeddings(embeddings, "train")
     input_keys, memory_values, log_counts = train_inputs[held.rest_rows], held.Y_rest, None
     if memory is not None and not memory.full:
@@ -160,9 +154,8 @@ def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: 
 
 def label_search(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, device: str = "cpu",
                  prototypes: float = 0.0) -> Hits:
-    """Exact top-b of the held-out inputs over the labels' keys, or over their prototypes at α `prototypes`,
-    made from the remaining inputs only (all of them, whatever the memory keeps), as the memory stage makes
-    them from all."""
+    """Exact top-b of the held-out inputs over the labels' keys, or their prototypes at α `prototypes` made from all
+    the remaining inputs (whatever the memory keeps)."""
     train_inputs, labels = (load_embeddings(embeddings, split) for split in ("train", "labels"))
     if prototypes > 0:
         labels = label_prototypes(train_inputs, held.Y_rest, labels, prototypes, rows=held.rest_rows)
