@@ -115,8 +115,7 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
 
 
 def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> list:
-    """The queries of the arguments, the file or stdin; files and stdin are read as bytes and decoded
-    here, so a line that is not UTF-8 is named by its number whatever the locale."""
+    """The queries of the arguments, the file or stdin (read as bytes: a line not UTF-8 is named in any locale)."""
     from .errors import DataError
     from .rae.queries import checked_text, parse_queries, utf8_lines
 
@@ -187,8 +186,7 @@ def predict(texts: list[str] = typer.Argument(None, metavar="TEXT", hidden=True)
 
 
 def _write_text_scores(rae, queries: list, batch_size: int, out: Path) -> None:
-    """The score file of the queries (score_file.py: each row's top-100 labels, strictly decreasing), written
-    atomically: the format the evaluate stage writes its test set's in."""
+    """The queries' score file (each row's top-100 labels), written atomically as the evaluate stage writes its own."""
     from .evaluation.evaluator import RANK_DEPTH
     from .evaluation.score_file import TopScores, save_scores
     from .io import atomic_file
@@ -316,8 +314,7 @@ def evaluate(dataset: Path = typer.Option(..., help="Dataset: the download stage
 
 def _evaluate_model(folder: Path, dataset: Path, compare: Path | None, scores_out: Path | None,
                     per_instance: Path | None, pair: Propensity | None, params: Path) -> dict:
-    """`raexmc evaluate --model`: the folder measured (model_search.evaluate_folder), its table and tests printed,
-    its score files and per-instance metrics written where asked; the report."""
+    """`raexmc evaluate --model`: the folder measured, its table and tests printed, files written where asked."""
     import numpy as np
 
     from .evaluation.model_search import evaluate_folder, per_instance_arrays

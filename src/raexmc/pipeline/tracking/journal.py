@@ -1,9 +1,6 @@
-"""What stages log, kept in a file of JSON lines until one process writes it to the MLflow store (run.py).
-
-Importing MLflow and opening its store costs a stage process some 2.7 CPU s; a stage DVC runs therefore only
-appends here, and the track stage, which DVC runs last, writes the journal into the store once (as does a stage
-that fails, is killed, needs the run itself, or runs outside DVC). An artifact is kept as a hard link (a copy
-across file systems): outputs are replaced by renames, so the link holds the bytes the stage logged."""
+"""What stages log, as JSON lines until one process writes them to the MLflow store (run.py): importing MLflow costs
+a stage some 2.7 CPU s, so a stage DVC runs only appends, and track (run last) writes the journal once. An artifact
+is kept as a hard link (outputs are replaced by renames, so it holds the bytes the stage logged)."""
 
 from __future__ import annotations
 
@@ -29,7 +26,6 @@ class Journal:
             handle.write(json.dumps(entry) + "\n")
 
     def keep(self, path: str | os.PathLike) -> str:
-        """A journal's own name for the file at `path` now, under its own file name."""
         self.folder.mkdir(parents=True, exist_ok=True)
         kept = Path(tempfile.mkdtemp(dir=self.folder)) / Path(path).name
         try:
