@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import tempfile
@@ -25,10 +26,10 @@ from urllib.parse import urlparse
 from ...errors import StorageError, first_line
 from .guard import ParamsGuard, dvc_command, dvc_targets
 from .identity import PIPELINE_TAG, pipeline_params, project_root, run_identity, working_copy
-from .journal import JOURNAL, Journal
 
 EXPERIMENT = "rae-xmc"
 WRITER = "track"  # the stage that writes the journal: DVC runs it last, every time
+JOURNAL = Path(".dvc", "tmp", "raexmc-journal")  # a working copy's, which its stages share one at a time
 HEADLINE_METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")  # the headline's: the summary's and the UI view's
 HEADLINE_METHODS = ("rae", "dual_encoder", "knn")              # RAE, then its baselines
 VIEW = "headline"  # the UI's runs table that `raexmc results` links (view_path)
@@ -171,6 +172,44 @@ def one_opener_at_a_time() -> Iterator[None]:
     with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
+
+
+class Journal:
+    """What stages log, as JSON lines in `folder` until one process writes them to the store: importing MLflow costs
+    a stage some 2.7 CPU s, so a stage DVC runs only appends, and track (run last) writes the journal once. An
+    artifact is kept as a hard link (outputs are replaced by renames, so it holds the bytes the stage logged)."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.lines = folder, folder / "entries.jsonl"
+
+    def append(self, entry: dict[str, Any]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.lines, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+
+    def keep(self, path: str | os.PathLike) -> str:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        kept = Path(tempfile.mkdtemp(dir=self.folder)) / Path(path).name
+        try:
+            os.link(path, kept)
+        except OSError:
+            shutil.copy2(path, kept)
+        return str(kept)
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.lines.is_file():
+            return []
+        entries = []
+        for line in self.lines.read_text(encoding="utf-8").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # the last line, cut short by a kill (-9) while it was written
+        return entries
+
+    def clear(self) -> None:
+        """Forget what was written to the store, the kept files with it."""
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class StageRun:
