@@ -60,8 +60,7 @@ def datasets(params: Path = PARAMS, data_dir: Path = DATA_DIR) -> None:
 
         rows = []
         for name, spec in catalogue(catalogue_dir(params)).items():
-            stats_path = data_dir / name / "stats.json"
-            built = "not built"
+            stats_path, built = data_dir / name / "stats.json", "not built"
             if stats_path.is_file():
                 stats = json.loads(stats_path.read_text())
                 built = f"N_train={stats['N_train']} N_test={stats['N_test']} L={stats['L']}"

@@ -157,14 +157,12 @@ def revision_commit(root: Path, rev: str) -> str:
 
 def files_of(root: Path, commit: str | None) -> FileReader:
     """A reader of `commit`'s files (of the working tree where it is None)."""
-    def committed(path: str) -> str | None:
+    def read(path: str) -> str | None:
+        if commit is None:
+            return (root / path).read_text(encoding="utf-8") if (root / path).is_file() else None
         proc = _git(root, "show", f"{commit}:{path}")
         return proc.stdout if proc.returncode == 0 else None
-
-    def working(path: str) -> str | None:
-        file = root / path
-        return file.read_text(encoding="utf-8") if file.is_file() else None
-    return working if commit is None else committed
+    return read
 
 
 def run_results(name: str, commit: str | None, read: FileReader, artifacts: str = "artifacts",
