@@ -161,7 +161,8 @@ class CheckedRequests:
             return
         try:
             body = await bounded_body(scope, receive, self.max_body_bytes)
-            if media_type(scope) == "application/json":  # as the scoring server reads it
+            content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+            if content_type.split(";")[0].strip() == "application/json":  # with a charset too, as MLflow reads it
                 body = checked_request(body)
         except RaexmcError as error:
             refused = RequestRefused(error)
@@ -172,11 +173,6 @@ class CheckedRequests:
                    if name not in (b"content-length", b"transfer-encoding")]
         scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
         await self.app(scope, replay(body, receive), send)
-
-
-def media_type(scope: dict[str, Any]) -> str:
-    content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
-    return content_type.split(";")[0].strip()
 
 
 async def bounded_body(scope: dict[str, Any], receive: Receive, limit: int) -> bytes:
