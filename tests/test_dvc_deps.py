@@ -1,18 +1,9 @@
 """dvc.yaml's deps cover the raexmc code each stage runs, so that editing it reruns the stage.
 
-"The code a stage runs" is the union of two views, each of which misses what the other sees:
-- dynamic: the raexmc modules in sys.modules after a fresh interpreter imports the stage script
-  (also catches imports the AST cannot see, e.g. through importlib);
-- static: the import statements, at any depth (inside functions too, where lazy imports live:
-  the package stage's raexmc.serving, significance's raexmc.tracking), of the script and,
-  transitively, of every raexmc module either view reaches.
-Neither sees a module named only in a string (`importlib.import_module(name)` on a computed name,
-`python -m raexmc.x` in a subprocess); the one today is raexmc/__init__.py's public names, loaded by
-name when a caller reads them, which no stage does.
-
-Modules map to files by their dotted names, and a dep covers a file when it is that file or a
-folder holding it, so the test holds whether deps name modules or the sub-packages they move to.
-"""
+"The code a stage runs" is the union of the raexmc modules a fresh interpreter loads importing the stage script
+(dynamic: imports through importlib too) and the modules its import statements name at any depth, lazy ones inside
+functions included, transitively (static). Neither sees a module named only in a computed string (raexmc/__init__.py's
+public names, which no stage reads). A dep covers a file when it is that file or a folder holding it."""
 
 from __future__ import annotations
 
@@ -63,11 +54,8 @@ def module_file(name: str, src: Path) -> Path | None:
 
 
 def imported_names(path: Path, module: str | None) -> set[str]:
-    """Dotted names every import statement of `path` may load, wherever it stands in the file.
-
-    `module` is the file's own dotted name (None for a script), to resolve relative imports.
-    `from a import b` yields both a and a.b: b may be a submodule.
-    """
+    """Dotted names every import statement of `path` may load, anywhere in the file (`from a import b`: a and a.b,
+    as b may be a submodule); `module` is the file's own dotted name (None for a script), for relative imports."""
     package = None
     if module is not None:
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]

@@ -34,7 +34,21 @@ def changed_stages(repo: Path) -> set[str]:
 
 
 @pytest.mark.slow
-def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_model):
+def test_repro_runs_the_whole_dag_warns_of_nothing_and_ends_with_its_headline(reproduced_once, reproduced_project,
+                                                                             tiny_model):
+    """A zero-shot `dvc repro` printed DVC's "'artifacts/tiny/checkpoints' is empty" (and curves) and MLflow's
+    CloudPickle warning, and ended without its numbers. The track stage, last, now prints the headline."""
+    printed = reproduced_once.output
+    assert "is empty" not in printed and "CloudPickle" not in printed, printed
+    track = printed.split("> python stages/track.py")[1].split("Updating lock file")[0].splitlines()[1:]
+    headline = [line for line in track if line.strip()]
+    assert 3 <= len(headline) <= 12 and headline[0].startswith("λ = "), track
+    assert headline[1].split()[:6] == ["method", "P@1", "P@5", "nDCG@5", "PSP@5", "R@100"]
+    assert {line.split()[0] for line in headline[2:]} >= {"rae", "dual_encoder", "knn"}
+    lock = (reproduced_once.repo / "dvc.lock").read_text()
+    empty = "md5: d751713988987e9331980363e24189ce.dir"  # an empty folder's: the placeholders are ignored
+    for output in ("checkpoints", "curves"):
+        assert f"path: artifacts/tiny/{output}\n      hash: md5\n      {empty}" in lock, output
     project = reproduced_project
     for path in ("data/tiny/stats.json", "artifacts/tiny/tokens/train.ids.npy", "artifacts/tiny/embeddings/test.npy",
                  "artifacts/tiny/index/inputs/meta.json", "artifacts/tiny/index/labels/meta.json",
@@ -133,23 +147,6 @@ def test_repro_runs_the_whole_dag(reproduced_once, reproduced_project, tiny_mode
 
 
 @pytest.mark.slow
-def test_a_zero_shot_repro_warns_of_nothing_and_ends_with_its_headline(reproduced_once):
-    """A zero-shot `dvc repro` printed DVC's "'artifacts/tiny/checkpoints' is empty" (and curves) and MLflow's
-    CloudPickle warning, and ended without its numbers. The track stage, last, now prints the headline."""
-    printed = reproduced_once.output
-    assert "is empty" not in printed and "CloudPickle" not in printed, printed
-    track = printed.split("> python stages/track.py")[1].split("Updating lock file")[0].splitlines()[1:]
-    headline = [line for line in track if line.strip()]
-    assert 3 <= len(headline) <= 12 and headline[0].startswith("λ = "), track
-    assert headline[1].split()[:6] == ["method", "P@1", "P@5", "nDCG@5", "PSP@5", "R@100"]
-    assert {line.split()[0] for line in headline[2:]} >= {"rae", "dual_encoder", "knn"}
-    lock = (reproduced_once.repo / "dvc.lock").read_text()
-    empty = "md5: d751713988987e9331980363e24189ce.dir"  # an empty folder's: the placeholders are ignored
-    for output in ("checkpoints", "curves"):
-        assert f"path: artifacts/tiny/{output}\n      hash: md5\n      {empty}" in lock, output
-
-
-@pytest.mark.slow
 def test_repro_with_keep_auto_builds_the_keep_tune_chose(project):
     """memory.keep auto on a small synthetic dataset: tune chooses the keep from the grid on held-out training
     inputs and writes the curve, the memory stage (after tune: it depends on tune's memory_choice.json) builds that
@@ -230,9 +227,8 @@ def test_killed_training_resumes_from_its_checkpoint(project):
 
 @pytest.mark.slow
 def test_a_killed_stage_restored_from_the_run_cache_leaves_no_temporary(reproduced_project):
-    """SIGKILL evaluate while it writes its output (as the OOM killer would); a plain `dvc repro` then restores
-    evaluate from DVC's run cache without running it, so it is the next stage that runs (track, every time)
-    that must remove the killed run's temporary folder."""
+    """SIGKILL evaluate while it writes its output; `dvc repro` then restores evaluate from the run cache without
+    running it, so the next stage that runs (track, every time) must remove the killed run's temporary folder."""
     project, artifacts = reproduced_project, reproduced_project / "artifacts" / "tiny"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     rerun = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--force", "--single-item", "evaluate"],
@@ -254,9 +250,8 @@ def test_a_killed_stage_restored_from_the_run_cache_leaves_no_temporary(reproduc
 
 @pytest.mark.slow
 def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch):
-    """`raexmc sweep` queues a grid, runs it with DVC's queue workers and waits; every experiment
-    lands in the project's MLflow store with the numbers `dvc exp show` has. The project was
-    reproduced, so the run cache serves the unchanged stages of every experiment."""
+    """`raexmc sweep` queues a grid, runs it with DVC's queue workers and waits; every experiment lands in the
+    project's MLflow store with the numbers `dvc exp show` has (the run cache serves the unchanged stages)."""
     project = reproduced_project
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     # YAML 1.2 exponents are floats for DVC and for our params loader alike. tau=0.04 is the
@@ -287,10 +282,8 @@ def test_sweep_runs_a_queued_grid_into_one_store(reproduced_project, monkeypatch
 
 @pytest.mark.slow
 def test_an_experiments_track_stage_names_the_alias_that_serves_it(reproduced_project):
-    """An experiment registers the predictor under its own name as alias, so a plain `raexmc serve` (package.alias,
-    `candidate`) would not serve it: the line the track stage prints, where the package stage ran in its execution,
-    must name `--alias <experiment>`, and that alias must be the one `raexmc serve` looks up. A `dvc repro` of the
-    workspace keeps the plain command."""
+    """An experiment registers the predictor under its own name as alias: the track stage's line must name
+    `--alias <experiment>`, the alias `raexmc serve` looks up; a `dvc repro` of the workspace keeps the plain one."""
     project, stages = reproduced_project, YAML(typ="safe").load(reproduced_project / "dvc.yaml")["stages"]
     package, track = (stages[name]["cmd"].replace("${data.name}", "tiny").split() for name in ("package", "track"))
     experiment = {**os.environ, "DVC_EXP_NAME": "tiny-exp"}
@@ -459,23 +452,19 @@ def test_a_teammate_pulls_the_outputs_from_a_shared_remote_and_predicts_without_
     assert pulled == RaeModel.load(reproduced_project / "artifacts/tiny/predictor").predict(texts, k=3)[0]
 
 
-# What DVC's own views show of a reproduced project: `dvc metrics show` of the headline rows within 120 columns,
-# p-values as text that reads as the number it is (never 0.0), and `dvc plots show` with the templates dvc.yaml
-# names (the measured points of a sweep joined by straight lines, bars per method for the label segments).
-def widest_line(text: str) -> int:
-    return max(len(line.rstrip()) for line in text.splitlines())
-
-
 @pytest.mark.slow
-def test_metrics_show_is_a_row_per_method_and_test_within_120_columns(reproduced_project):
+def test_dvc_s_metrics_and_plots_views_of_a_reproduced_project(reproduced_project, tmp_path):
+    """`dvc metrics show`: the headline rows within 120 columns, p-values as text that reads as the number it is
+    (never 0.0). `dvc plots show`: dvc.yaml's templates (a sweep's points joined by straight lines, bars per method
+    for the label segments), and no training-curve panel (nor error) for the zero-shot run's empty curves folder.
+    Fine-tuned, a diff against the zero-shot commit draws the train stage's validation P@1 for the trained run."""
     project = reproduced_project
     shown = dvc("metrics", "show", cwd=project).stdout
-    assert widest_line(shown) <= 120, shown
+    assert max(len(line.rstrip()) for line in shown.splitlines()) <= 120, shown
     rows = {line.split()[0]: line.split()[1:] for line in shown.splitlines()[1:]}
     assert set(rows) == {f"metrics/tiny/{row}.json"
                          for row in ("rae", "dual_encoder", "knn", "rae_vs_dual_encoder", "rae_vs_knn")}
     assert shown.splitlines()[0].split() == ["Path", "P@1", "P@5", "PSP@5", "R@100", "lambda", "nDCG@5", "tau"]
-
     data = json.loads(dvc("metrics", "show", "--json", cwd=project).stdout)[""]["data"]
     report = json.loads((project / "artifacts/tiny/significance.json").read_text())
     full = json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())
@@ -487,10 +476,9 @@ def test_metrics_show_is_a_row_per_method_and_test_within_120_columns(reproduced
             mantissa, exponent = text.split("e")
             assert math.log10(float(mantissa)) + int(exponent) == pytest.approx(test["log10_p"], abs=0.03), text
 
-
-@pytest.mark.slow
-def test_plots_show_renders_lines_and_bars_per_method(reproduced_project, tmp_path):
-    plots = json.loads(dvc("plots", "show", "--json", cwd=reproduced_project).stdout)
+    plots = json.loads(dvc("plots", "show", "--json", cwd=project).stdout)
+    assert "errors" not in plots, plots["errors"]
+    assert [path for path in plots["data"] if "curves" in path] == []
     specs = {path: renderers[0]["content"] for path, renderers in plots["data"].items() if renderers}
     for sweep in ("lambda_sweep", "b_sweep", "lambda_selection"):
         spec = specs[f"artifacts/tiny/eval/{sweep}.json"]
@@ -501,19 +489,8 @@ def test_plots_show_renders_lines_and_bars_per_method(reproduced_project, tmp_pa
     assert bars["mark"]["type"] == "bar" and bars["encoding"]["x"]["type"] == "nominal"
     assert bars["encoding"]["color"]["field"] == bars["encoding"]["xOffset"]["field"] == "method"
     assert {row["method"] for row in bars["data"]["values"]} == {"rae", "dual_encoder", "knn", "rae_query_lambda"}
-    dvc("plots", "show", "--out", str(tmp_path / "html"), cwd=reproduced_project)
+    dvc("plots", "show", "--out", str(tmp_path / "html"), cwd=project)
     assert "segments_f1" in (tmp_path / "html" / "index.html").read_text()
-
-
-@pytest.mark.slow
-def test_plots_show_draws_the_training_curve_only_where_the_run_trained(reproduced_project):
-    """The reproduced project is zero-shot: its curves folder is empty, so DVC draws no training-curve panel
-    and reports no error. Fine-tuned, the panel holds the validation P@1 the train stage wrote, and a diff
-    against the zero-shot commit draws it for the trained run alone, again without an error."""
-    project = reproduced_project
-    zero_shot = json.loads(dvc("plots", "show", "--json", cwd=project).stdout)
-    assert "errors" not in zero_shot, zero_shot["errors"]
-    assert [path for path in zero_shot["data"] if "curves" in path] == []
 
     set_params(project, **{"encoder.mode": "fine-tuned", "train.batch_size": 2, "train.max_steps": 4,
                            "train.hnm_steps": 2, "train.hnm_topk": 3, "train.val_fraction": 0.25, "train.val_b": 10,
@@ -522,9 +499,8 @@ def test_plots_show_draws_the_training_curve_only_where_the_run_trained(reproduc
     diff = json.loads(dvc("plots", "diff", "HEAD", "--json", cwd=project).stdout)
     assert "errors" not in diff, diff["errors"]
     [renderer] = diff["data"]["artifacts/tiny/curves/training_curve.json"]
-    rows = renderer["content"]["data"]["values"]
     drawn = [(row["rev"], row["elapsed_s"], row["dvc_inferred_y_value"])
-             for row in rows if row["field"] == "val_rae_P@1"]
+             for row in renderer["content"]["data"]["values"] if row["field"] == "val_rae_P@1"]
     written = json.loads((project / "artifacts/tiny/curves/training_curve.json").read_text())
     assert [row["step"] for row in written] == [0, 2, 4], "validation at each mining round and after the last step"
     assert drawn == [("workspace", row["elapsed_s"], row["val_rae_P@1"]) for row in written]

@@ -12,7 +12,6 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = REPO / "docs"
 MAX_README_LINES = 250
-# Pages that other branches add; listed so that a link to one fails once they are merged without it.
 TRACKER_REFERENCE = re.compile(r"\b(?:issue|session)s?\s+#?\d+|(?<![\w/`-])#\d+\b", re.IGNORECASE)
 RESULT_PATH = re.compile(r"bench/results/[\w.{},/*-]*[\w}*]")
 
@@ -39,13 +38,10 @@ def module_map() -> str:
     return blocks[0].split("\nstages/")[0]
 
 
-def test_readme_is_short():
+def test_readme_is_short_and_keeps_the_commands_ci_runs():
+    """.ci/run's first pytest line is the README's test command, its second the slow set's, both in the README."""
     lines = read(README).count("\n")
     assert lines <= MAX_README_LINES, f"README.md has {lines} lines, at most {MAX_README_LINES}"
-
-
-def test_readme_keeps_the_commands_ci_runs():
-    """.ci/run's first pytest line is the README's test command, its second the slow set's, both in the README."""
     ci_lines = read(REPO / ".ci" / "run").splitlines()
     commands = [line for line in ci_lines if "pytest" in line and not line.startswith("#")]
     assert len(commands) == 2, f".ci/run should run pytest on two lines, the test command and the slow set: {commands}"
@@ -72,13 +68,10 @@ def test_docs_links_between_pages_resolve():
     assert not broken, f"broken links in docs/: {broken}"
 
 
-def test_no_tracker_references():
+def test_no_tracker_or_release_references():
     found = [f"{path.relative_to(REPO)}: {match.group(0)!r}"
              for path in documents() for match in TRACKER_REFERENCE.finditer(read(path))]
     assert not found, f"tracker issue/session numbers a reader cannot resolve: {found}"
-
-
-def test_no_release_references_without_a_changelog():
     found = [f"{path.relative_to(REPO)}: {match.group(0)!r}" for path in documents()
              for match in re.finditer(r"\b(?:this|previous|last|earlier) release\b", read(path), re.IGNORECASE)]
     assert not found, f"'this/previous release' has no tag to resolve it; date it against CHANGELOG.md: {found}"
@@ -103,37 +96,22 @@ def cited_records(text: str) -> list[str]:
     return cited
 
 
-def test_every_cited_record_exists():
-    missing = []
-    for path in documents():
-        for name in cited_records(read(path)):
-                if not any(REPO.glob(name)):
-                    missing.append(f"{path.relative_to(REPO)}: {name}")
+def test_every_cited_record_exists_read_as_the_shell_reads_paths():
+    missing = [f"{path.relative_to(REPO)}: {name}" for path in documents() for name in cited_records(read(path))
+               if not any(REPO.glob(name))]
     assert not missing, f"cited records that do not exist: {missing}"
-
-
-def test_cited_records_reads_paths_as_the_shell_does():
     text = ("see `bench/results/a_{x,y}-full.json`, bench/results/b.json. Templates: "
             "`bench/results/stage_resources_<name>_gpu.json`, bench/results/runs/foldoc_ablation-VARIANT")
     assert cited_records(text) == ["bench/results/a_x-full.json", "bench/results/a_y-full.json", "bench/results/b.json"]
 
 
-def test_every_module_is_in_the_map():
+def test_the_module_map_names_every_module_and_no_other():
     names = set(re.findall(r"[\w]+\.py", module_map()))
-    modules = sorted({path.name for path in (REPO / "src" / "raexmc").rglob("*.py") if path.name != "__init__.py"})
-    missing = [name for name in modules if name not in names]
-    assert not missing, f"docs/development.md's module map lacks {missing}"
-
-
-def test_every_name_in_the_map_exists():
     modules = {path.name for path in (REPO / "src" / "raexmc").rglob("*.py")}
-    stale = sorted(set(re.findall(r"[\w]+\.py", module_map())) - modules)
+    missing = sorted(modules - names - {"__init__.py"})
+    assert not missing, f"docs/development.md's module map lacks {missing}"
+    stale = sorted(names - modules)
     assert not stale, f"docs/development.md's module map names modules that do not exist: {stale}"
-
-
-def python_blocks(text: str) -> list[str]:
-    """The code of every ```python block of a Markdown text."""
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
 def test_the_readme_python_blocks_run_on_a_packaged_model(tmp_path, monkeypatch, capsys, lf_folder, tiny_model):
@@ -150,7 +128,7 @@ def test_the_readme_python_blocks_run_on_a_packaged_model(tmp_path, monkeypatch,
     built.rename(built.parent / "foldoc")
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()  # what building it printed
-    blocks = python_blocks(read(README))
+    blocks = re.findall(r"```python\n(.*?)```", read(README), flags=re.S)
     assert blocks, "README.md has no ```python block"
     for block in blocks:
         assert block.count("\n") <= 10, f"a README Python example is longer than 10 lines:\n{block}"

@@ -23,16 +23,12 @@ def test_the_version_and_date_agree_across_the_package_citation_and_changelog():
     released, date = newest_release((REPO / "CHANGELOG.md").read_text())
     assert (citation["version"], str(citation["date-released"])) == (version, date)
     assert released == version
-
-
-def test_a_release_heading_is_found_only_in_its_own_form():
     assert newest_release("# Changelog\n\n## Unreleased\n\n## 0.2.0 (2026-11-28)\n") == ("0.2.0", "2026-11-28")
     assert newest_release("## 0.3.0 (2027-01-02)\n## 0.2.0 (2026-11-28)\n")[0] == "0.3.0"
 
 
 def test_the_preferred_citation_is_the_paper_the_readme_cites():
-    """CITATION.cff had the paper only among its references: GitHub's "Cite this repository" and Zenodo offer the
-    preferred-citation, which it lacked. Its authors and arXiv id are the README's BibTeX's."""
+    """GitHub's "Cite this repository" and Zenodo offer the preferred-citation: the README's BibTeX's paper."""
     bibtex = re.search(r"@misc\{wang2025raexmc,(.*?)\n\}", (REPO / "README.md").read_text(), re.S).group(1)
     fields = dict(re.findall(r"(\w+)\s*=\s*\{(.*?)\}", bibtex, re.S))
     authors = [name.split(", ") for name in re.split(r"\s+and\s+", " ".join(fields["author"].split()))]

@@ -60,8 +60,7 @@ def datasets(params: Path = PARAMS, data_dir: Path = DATA_DIR) -> None:
 
         rows = []
         for name, spec in catalogue(catalogue_dir(params)).items():
-            stats_path = data_dir / name / "stats.json"
-            built = "not built"
+            stats_path, built = data_dir / name / "stats.json", "not built"
             if stats_path.is_file():
                 stats = json.loads(stats_path.read_text())
                 built = f"N_train={stats['N_train']} N_test={stats['N_test']} L={stats['L']}"
@@ -115,8 +114,7 @@ def preset(name: str = typer.Argument(..., help="Preset name, e.g. LF-AmazonTitl
 
 
 def _read_queries(texts: list[str] | None, file: Path | None, jsonl: bool) -> list:
-    """The queries of the arguments, the file or stdin; files and stdin are read as bytes and decoded
-    here, so a line that is not UTF-8 is named by its number whatever the locale."""
+    """The queries of the arguments, the file or stdin (read as bytes: a line not UTF-8 is named in any locale)."""
     from .errors import DataError
     from .rae.queries import checked_text, parse_queries, utf8_lines
 
@@ -187,8 +185,7 @@ def predict(texts: list[str] = typer.Argument(None, metavar="TEXT", hidden=True)
 
 
 def _write_text_scores(rae, queries: list, batch_size: int, out: Path) -> None:
-    """The score file of the queries (score_file.py: each row's top-100 labels, strictly decreasing), written
-    atomically: the format the evaluate stage writes its test set's in."""
+    """The queries' score file (each row's top-100 labels), written atomically as the evaluate stage writes its own."""
     from .evaluation.evaluator import RANK_DEPTH
     from .evaluation.score_file import TopScores, save_scores
     from .io import atomic_file
@@ -316,8 +313,7 @@ def evaluate(dataset: Path = typer.Option(..., help="Dataset: the download stage
 
 def _evaluate_model(folder: Path, dataset: Path, compare: Path | None, scores_out: Path | None,
                     per_instance: Path | None, pair: Propensity | None, params: Path) -> dict:
-    """`raexmc evaluate --model`: the folder measured (model_search.evaluate_folder), its table and tests printed,
-    its score files and per-instance metrics written where asked; the report."""
+    """`raexmc evaluate --model`: the folder measured, its table and tests printed, files written where asked."""
     import numpy as np
 
     from .evaluation.model_search import evaluate_folder, per_instance_arrays

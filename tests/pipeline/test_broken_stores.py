@@ -135,8 +135,8 @@ def test_a_store_that_fills_the_disk_while_logging_is_one_line(project, tmp_path
         "rerun; the pipeline's outputs do not depend on it")
 
 
-@pytest.mark.parametrize("content", [bytes(range(256)) * 16, b"SQLite format 3\x00" + bytes(range(256)) * 16])
-def test_serve_on_a_broken_store_is_one_line(tmp_path, monkeypatch, content):
+@pytest.mark.parametrize("content", [None, bytes(range(256)) * 16, b"SQLite format 3\x00" + bytes(range(256)) * 16])
+def test_serve_on_a_broken_store_or_of_an_alias_no_version_carries_is_one_line(tmp_path, monkeypatch, content):
     """`raexmc serve` looked the alias up outside the store check the stages use: a store that is not a
     database (its header, or past a good header) was a 276-line traceback."""
     from typer.testing import CliRunner
@@ -144,11 +144,17 @@ def test_serve_on_a_broken_store_is_one_line(tmp_path, monkeypatch, content):
     from raexmc.cli import app
 
     store = tmp_path / "mlflow.db"
-    store.write_bytes(content)
+    if content is not None:
+        store.write_bytes(content)
     store_at(store, monkeypatch)
     write_params(tmp_path, **{"data.name": "tiny"})  # package.model_name null, alias candidate
-    result = CliRunner().invoke(app, ["serve", "--params", str(tmp_path / "params.yaml")])
+    alias = ["--alias", "nope", "--port", "5999"] if content is None else []
+    result = CliRunner().invoke(app, ["serve", "--params", str(tmp_path / "params.yaml"), *alias])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    if content is None:  # a new store, holding no such alias: the last line, after MLflow's on creating the store
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("DataError: ") and "raexmc-tiny@nope" in last, result.stderr
+        return
     [line] = [line for line in result.stderr.strip().splitlines() if " INFO mlflow." not in line]
     assert line.startswith(f"StorageError: {store}: the MLflow store cannot be used (file is not a database): "), line
     assert f"mv {store} {store}.broken" in line

@@ -1,5 +1,4 @@
-"""Another run's per-instance results, by path or by MLflow run id, on a real SQLite store; and a served
-model's alias, checked in that store before a server starts."""
+"""Another run's per-instance results, by path or by MLflow run id, on a real SQLite store."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from raexmc.errors import DataError
 from raexmc.evaluation.significance import PER_INSTANCE_ARTIFACT, load_per_instance
 from raexmc.pipeline.compare import local_copy
 from raexmc.pipeline.tracking.run import stage_run
-from tests.helpers import raexmc, write_params
 
 
 def test_a_path_is_used_as_it_is_a_run_id_fetches_what_evaluate_logged_and_values_not_finite_are_refused(
@@ -27,19 +25,9 @@ def test_a_path_is_used_as_it_is_a_run_id_fetches_what_evaluate_logged_and_value
     np.savez(saved, **{"rae/P@1": np.array([1.0, np.nan]), "knn/P@1": np.array([0.0, 1.0])})
     with pytest.raises(DataError, match=r"per_instance.npz:rae/P@1: per-instance 'rae/P@1' is not a row of finite"):
         load_per_instance(saved)
+    # an unknown run or a missing path is one DataError
+    for source, line in (("0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef: cannot fetch"),
+                         ("other/per_instance.npz", "other/per_instance.npz: neither an existing file nor an MLflow")):
+        with pytest.raises(DataError, match=line):
+            local_copy(source, PER_INSTANCE_ARTIFACT)
 
-
-@pytest.mark.parametrize("source, line", [
-    ("0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef: cannot fetch"),
-    ("other/per_instance.npz", "other/per_instance.npz: neither an existing file nor an MLflow run id")])
-def test_an_unknown_run_or_a_missing_path_is_one_data_error(project, source, line):
-    with pytest.raises(DataError, match=line):
-        local_copy(source, PER_INSTANCE_ARTIFACT)
-
-
-def test_serve_refuses_an_alias_no_version_carries_in_one_line(project):
-    write_params(project, **{"data.name": "tiny"})  # package.model_name null, alias candidate
-    proc = raexmc("serve", "--alias", "nope", "--port", "5999")
-    assert proc.returncode == 2, proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]  # after MLflow's own lines on creating a new store
-    assert "Traceback" not in proc.stderr and last.startswith("DataError: ") and "raexmc-tiny@nope" in last

@@ -1,7 +1,5 @@
-"""The MLflow UI's compare view puts two pipeline runs side by side: a real `mlflow ui` on
-127.0.0.1 against a project store, asked over its REST API (what the view reads) and, in the slow test, read by
-headless Chromium (Debian's chromium package, which `scripts/setup.sh --test` installs). The screenshot is kept
-in the test's output folder."""
+"""The MLflow UI's compare view puts two pipeline runs side by side: a real `mlflow ui` against a project store, asked
+over its REST API and, in the slow test, read by headless Chromium (`scripts/setup.sh --test` installs it)."""
 
 from __future__ import annotations
 

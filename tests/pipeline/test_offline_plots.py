@@ -6,21 +6,19 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import dvc, sh
+from tests.helpers import REPO, dvc, sh
 from tests.pipeline.test_mlflow_ui import BROWSER_FLAGS
 
-ROOT = Path(__file__).resolve().parents[2]
 NO_NETWORK = "--host-resolver-rules=MAP * ~NOTFOUND"  # any host name fails to resolve, a CDN's included
 
 
 @pytest.mark.slow
 def test_a_plots_page_draws_its_plot_with_no_network(tmp_path):
-    named = dvc("config", "plots.html_template", cwd=ROOT).stdout.strip()
-    template = (ROOT / ".dvc" / named).resolve()
+    named = dvc("config", "plots.html_template", cwd=REPO).stdout.strip()
+    template = (REPO / ".dvc" / named).resolve()
     assert template.is_file(), f"{template} is missing: run `scripts/setup.sh --test` (it needs npm)"
     repo = tmp_path / "repo"
     repo.mkdir()

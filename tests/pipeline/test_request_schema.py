@@ -16,19 +16,17 @@ def checked(request: dict) -> dict:
     return json.loads(checked_request(json.dumps(request).encode()))
 
 
-def test_top_k_is_passed_on_as_k_and_the_rest_and_bodies_not_json_objects_unchanged():
+def test_top_k_is_passed_on_as_k_inputs_as_records_and_the_rest_and_bodies_not_json_objects_unchanged():
     assert checked({**RECORDS, "params": {"top_k": 2}}) == {**RECORDS, "params": {"k": 2}}
     assert checked({**RECORDS, "params": {"k": 2}}) == {**RECORDS, "params": {"k": 2}}
     assert checked({"inputs": {"text": ["perl"]}}) == {"inputs": {"text": ["perl"]}}
     assert checked({**RECORDS, "params": None}) == {**RECORDS, "params": None}
     for body in (b"{not json", b"[1, 2]", b"\xff"):  # not a JSON object: left to the scoring server
         assert checked_request(body) == body
-
-
-@pytest.mark.parametrize(("inputs", "records"), [("perl", [{"text": "perl"}]), ([], []),
-                                                 ([{"title": "a", "content": "b"}], [{"title": "a", "content": "b"}])])
-def test_a_text_no_texts_and_records_under_inputs_are_passed_on_as_records(inputs, records):
-    assert checked({"inputs": inputs, "params": {"k": 2}}) == {"params": {"k": 2}, "dataframe_records": records}
+    # a text, no texts and records under inputs are passed on as records
+    for inputs, records in (("perl", [{"text": "perl"}]), ([], []),
+                            ([{"title": "a", "content": "b"}], [{"title": "a", "content": "b"}])):
+        assert checked({"inputs": inputs, "params": {"k": 2}}) == {"params": {"k": 2}, "dataframe_records": records}
 
 
 @pytest.mark.parametrize(("request_", "error", "line"), [

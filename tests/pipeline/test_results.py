@@ -33,7 +33,7 @@ def results(tmp_path):
     return raexmc("results", "--name", "run", "--artifacts", tmp_path, cwd=REPO)
 
 
-def test_table_rows_and_tests_knn_s_own_tau_a_split_retrieval_s_label_share_and_an_underflowed_p(tmp_path):
+def test_table_rows_and_tests_knn_s_own_tau_a_split_s_label_share_an_underflowed_p_and_missing_outputs(tmp_path):
     write_run(tmp_path / "a" / "run", 3.95e-16, -15.4)
     proc = results(tmp_path / "a")
     assert proc.returncode == 0, proc.stderr
@@ -49,19 +49,18 @@ def test_table_rows_and_tests_knn_s_own_tau_a_split_retrieval_s_label_share_and_
     assert lines[0] == ("λ = 0.5, τ = 0.04 (lambda and tau chosen on validation P@1); retrieval split, label_share "
                         "0.25; kNN τ = 0.1")
     assert lines[-1] == "rae vs dual_encoder: P@1 +15.46 (p 4.0e-617)"  # 10^-616.4 = 10^0.6 * 10^-617, not 0
-
-
-@pytest.mark.parametrize("metrics, line", [
-    (None, "not found: run `dvc repro` (or the evaluate and significance stages) first"),
-    ({"retrieval": {"depth": 200}}, "holds none of the methods rae, rae_query_lambda, dual_encoder, knn")])
-def test_missing_outputs_or_methods_are_one_line(tmp_path, metrics, line):
-    if metrics is not None:
-        (tmp_path / "run" / "eval").mkdir(parents=True)
-        (tmp_path / "run" / "eval" / "metrics.json").write_text(json.dumps(metrics))
-        (tmp_path / "run" / "significance.json").write_text("{}")
-    proc = results(tmp_path)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [f"DataError: {tmp_path}/run/eval/metrics.json: {line}"]
+    # missing outputs, or outputs of no method, are one line
+    for metrics, line in ((None, "not found: run `dvc repro` (or the evaluate and significance stages) first"),
+                          ({"retrieval": {"depth": 200}},
+                           "holds none of the methods rae, rae_query_lambda, dual_encoder, knn")):
+        folder = tmp_path / ("c" if metrics is None else "d")
+        if metrics is not None:
+            (folder / "run" / "eval").mkdir(parents=True)
+            (folder / "run" / "eval" / "metrics.json").write_text(json.dumps(metrics))
+            (folder / "run" / "significance.json").write_text("{}")
+        proc = results(folder)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines() == [f"DataError: {folder}/run/eval/metrics.json: {line}"]
 
 
 # A pipeline of one stage that writes the headline files of the toy dataset as the significance stage would, from
@@ -135,8 +134,17 @@ def results_of(repo, *args):
     return raexmc("results", *args, cwd=repo, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
 
 
+def readme_exp_show() -> list[str]:
+    """The README's `dvc exp show` recipe, as its words."""
+    [line] = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("dvc exp show ")]
+    return shlex.split(line.split("  #")[0])
+
+
 @pytest.mark.slow
-def test_experiments_and_revisions_side_by_side(toy_repo):
+def test_runs_side_by_side_as_json_refused_in_one_line_and_the_readme_s_exp_show(toy_repo):
+    """Experiments and revisions side by side; the JSON has the p-values as numbers with their log10; a run that
+    cannot be read is one line. The README's `dvc exp show` filter dropped kNN's τ, the retrieval, label_share and
+    keep: run on real experiments, it keeps them (and RAE's λ and τ as used), and no grid."""
     proc = results_of(toy_repo, "--exp", "low", "--exp", "high", "--rev", "HEAD", "--rev", "workspace")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -152,9 +160,6 @@ def test_experiments_and_revisions_side_by_side(toy_repo):
     assert rows["rae vs knn P@1 Δ"] == ["+6.00"] * 4
     assert len(lines) == 1 + 4 + 15 + 4 and max(len(line) for line in lines) <= 120
 
-
-@pytest.mark.slow
-def test_the_json_has_the_p_values_as_numbers_with_their_log10(toy_repo):
     proc = results_of(toy_repo, "--exp", "high", "--rev", "HEAD", "--json")
     assert proc.returncode == 0, proc.stderr
     high, head = json.loads(proc.stdout)["runs"]
@@ -165,19 +170,26 @@ def test_the_json_has_the_p_values_as_numbers_with_their_log10(toy_repo):
     assert high["tests"]["rae_vs_dual_encoder"]["P@1"] == {"mean_diff": 19.0, "p_value": 0.0, "log10_p": -400.3}
     assert head["tests"]["rae_vs_knn"]["P@1"] == {"mean_diff": 6.0, "p_value": 4.0e-16, "log10_p": -15.39794}
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("args, line", [
-    (["--exp", "nope"], "DataError: {repo}: no DVC experiment named 'nope' (`dvc exp list -A` lists them)"),
-    (["--rev", "no-such-branch"], "DataError: {repo}: 'no-such-branch' is no git revision of this project"),
-    (["--rev", "HEAD~1"], "DataError: metrics/toy/rae.json: not in HEAD~1 ({first}): run the pipeline there first "
-                          "(dvc repro, dvc exp run)"),
-])
-def test_a_run_that_cannot_be_read_is_one_line(toy_repo, args, line):
-    proc = results_of(toy_repo, *args)
     first = sh("git", "rev-parse", "--short=7", "HEAD~1", cwd=toy_repo).stdout.strip()
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [line.format(repo=toy_repo, first=first)]
+    for args, line in ((["--exp", "nope"], f"{toy_repo}: no DVC experiment named 'nope' (`dvc exp list -A` lists "
+                                           "them)"),
+                       (["--rev", "no-such-branch"], f"{toy_repo}: 'no-such-branch' is no git revision of this "
+                                                     "project"),
+                       (["--rev", "HEAD~1"], f"metrics/toy/rae.json: not in HEAD~1 ({first}): run the pipeline there "
+                                             "first (dvc repro, dvc exp run)")):
+        proc = results_of(toy_repo, *args)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines() == [f"DataError: {line}"]
+
+    shown = sh(*readme_exp_show(), cwd=toy_repo).stdout
+    header, _, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in shown.splitlines()
+                        if line.startswith("|")]
+    # DVC heads a metric by its file only where several files have it: RAE's λ is "lambda"
+    assert header == ["Experiment", "metrics/toy/knn.json:tau", "metrics/toy/rae.json:P@1", "metrics/toy/rae.json:P@5",
+                      "metrics/toy/rae.json:R@100", "lambda", "metrics/toy/rae.json:tau", "encoder.mode",
+                      "memory.keep", "infer.lambda", "infer.b", "infer.retrieval", "infer.label_share", "infer.tau"]
+    [low] = [row for row in rows if row[0].endswith("[low]")]
+    assert low[1:] == ["0.1", "51", "24", "80", "0.1", "0.04", "zero-shot", "1", "0.1", "200", "joint", "0.5", "0.04"]
 
 
 def test_many_runs_wrap_into_blocks_within_120_columns():
@@ -217,27 +229,6 @@ def test_a_bad_headline_file_is_one_line_naming_it(path, text, line):
     with pytest.raises(DataError) as caught:
         run_results("workspace", None, files.get)
     assert caught.value.one_line().startswith(line), caught.value.one_line()
-
-
-def readme_exp_show() -> list[str]:
-    """The README's `dvc exp show` recipe, as its words."""
-    [line] = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("dvc exp show ")]
-    return shlex.split(line.split("  #")[0])
-
-
-@pytest.mark.slow
-def test_the_readme_s_exp_show_keeps_the_chosen_settings_beside_rae_s_numbers(toy_repo):
-    """The README's filter dropped kNN's τ, the retrieval, label_share and keep: comparing the experiments that
-    differ in them needed an edit. Run on real experiments, it keeps them (and RAE's λ and τ as used), and no grid."""
-    shown = sh(*readme_exp_show(), cwd=toy_repo).stdout
-    header, _, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in shown.splitlines()
-                        if line.startswith("|")]
-    # DVC heads a metric by its file only where several files have it: RAE's λ is "lambda"
-    assert header == ["Experiment", "metrics/toy/knn.json:tau", "metrics/toy/rae.json:P@1", "metrics/toy/rae.json:P@5",
-                      "metrics/toy/rae.json:R@100", "lambda", "metrics/toy/rae.json:tau", "encoder.mode",
-                      "memory.keep", "infer.lambda", "infer.b", "infer.retrieval", "infer.label_share", "infer.tau"]
-    [low] = [row for row in rows if row[0].endswith("[low]")]
-    assert low[1:] == ["0.1", "51", "24", "80", "0.1", "0.04", "zero-shot", "1", "0.1", "200", "joint", "0.5", "0.04"]
 
 
 # The headline rows the significance stage writes

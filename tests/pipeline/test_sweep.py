@@ -19,15 +19,13 @@ Worker status: 1 active, 0 idle
 """
 
 
-def test_swept_keys_need_key_equals_values_and_the_queue_status_table_is_read_by_name():
+def test_swept_keys_the_queue_status_table_and_the_exp_show_filter():
     assert swept_keys(["infer.lambda=0,0.5", "train.lr=1e-4"]) == ["infer.lambda", "train.lr"]
     for bad in ("infer.lambda", "=1", "infer.b="):
         with pytest.raises(ConfigError):
             swept_keys([bad])
     assert task_states(STATUS) == {"stray-amie": "Success", "taunt-rubs": "Running", "erect-lava": "Queued"}
-
-
-def test_show_keeps_exactly_the_swept_params_and_key_metrics():
+    # the `dvc exp show` filter keeps exactly the swept params and key metrics
     pattern = re.compile(show_columns(["infer.b"]))
     columns = ("Experiment", "infer.b", "infer.bx", "metrics/foldoc/rae.json:P@1", "lambda",
                "metrics/foldoc/rae.json:P@10", "metrics/foldoc/knn.json:P@1", "metrics/foldoc/rae_vs_knn.json:P@1",

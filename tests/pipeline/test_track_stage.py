@@ -15,9 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from raexmc.pipeline.results import KEY_METRICS
 from raexmc.pipeline.tracking.run import EXPERIMENT, tracking_uri
-from tests.helpers import commit_all, sh, write_params
+from tests.helpers import REPO, commit_all, sh, write_params
 
-REPO = Path(__file__).resolve().parents[2]
 TEST = {"mean_a": 52.3, "mean_b": 36.8, "mean_diff": 15.5, "ci_low": 12.9, "ci_high": 18.1, "t": 11.7,
         "p_value": 7.2e-31, "log10_p": -30.14, "n": 2057}
 METRICS = {"rae": {"P@1": 52.3, "P@5": 24.1, "nDCG@5": 40.5, "PSP@5": 30.25, "R@100": 79.8},

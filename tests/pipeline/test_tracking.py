@@ -30,7 +30,7 @@ def mode(request, monkeypatch):
     return request.param
 
 
-def test_stages_of_one_execution_share_a_run(project, mode):
+def test_stages_of_one_execution_share_a_run_which_a_failing_stage_marks_failed(project, mode):
     with stage_run("download") as run:
         run.params({"data": {"name": "tiny"}})
         run.metrics({"N_train": 4, "segments": {"head": 1}})
@@ -57,6 +57,10 @@ def test_stages_of_one_execution_share_a_run(project, mode):
     assert Path(logged).read_text() == '{"N_train": 4}'
     assert found[0].info.status == "FINISHED"
     assert not (project / ".dvc" / "tmp" / "raexmc-journal").exists(), "the journal is emptied once written"
+    with pytest.raises(RuntimeError):
+        with stage_run("download"):
+            raise RuntimeError("boom")
+    assert [run.info.status for run in runs()[1]] == ["FAILED"]
 
 
 _STAGE_UNDER_DVC = """
@@ -75,14 +79,15 @@ def test_a_stage_dvc_runs_imports_no_mlflow(project):
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
-def test_changed_params_dataset_entry_or_experiment_start_a_new_run(project, monkeypatch):
-    """The catalogue is no longer in params.yaml: a new value in the chosen dataset's file, params.yaml the same,
-    is another execution (it downloads other data), so another run, not a clash of param values in the old one."""
+def test_changed_params_dataset_entry_or_experiment_start_a_new_run_which_holds_every_param(project, monkeypatch):
+    """A new value in the chosen dataset's file, params.yaml the same, is another execution (it downloads other
+    data), so another run. Each run holds every param and the chosen dataset's entry, even where a stage logs none."""
+    (project / "params.yaml").write_text("data:\n  name: tiny\ninfer:\n  lambda: 0.3\n")
     set_dataset(project, "tiny", {"source": "local", "seed": 0})
-    set_dataset(project, "other", {"source": "local", "seed": 0})
+    set_dataset(project, "other", {"source": "foldoc", "seed": 0})
     with stage_run("download") as run:
         run.params({"datasets.tiny": {"seed": 0}})
-    set_dataset(project, "other", {"source": "local", "seed": 1})  # not the chosen one: the same execution
+    set_dataset(project, "other", {"source": "foldoc", "seed": 1})  # not the chosen one: the same execution
     with stage_run("download") as run:
         run.params({"datasets.tiny": {"seed": 0}})
     set_dataset(project, "tiny", {"source": "local", "seed": 1})
@@ -98,14 +103,11 @@ def test_changed_params_dataset_entry_or_experiment_start_a_new_run(project, mon
     assert len(found) == 4 and {r.info.run_name for r in found} >= {"sleek-gnus"}
     assert sorted(r.data.params["datasets.tiny.seed"] for r in found if "datasets.tiny.seed" in r.data.params) == \
         ["0", "1"]
-
-
-def test_a_failing_stage_marks_the_run_failed(project, mode):
-    with pytest.raises(RuntimeError):
-        with stage_run("download"):
-            raise RuntimeError("boom")
-    _, found = runs()
-    assert found[0].info.status == "FAILED"
+    for params in (r.data.params for r in found):
+        chosen, other = ("tiny", "other") if "infer.lambda" in params else ("other", "tiny")
+        assert params[f"datasets.{chosen}.source"] == ("local" if chosen == "tiny" else "foldoc")
+        assert not any(key.startswith(f"datasets.{other}") for key in params)
+    assert sorted(r.data.params.get("infer.lambda", "-") for r in found) == ["-", "-", "0.3", "0.3"]
 
 
 STAGE_UNTIL_KILLED = """
@@ -161,18 +163,6 @@ def test_a_temp_experiment_logs_into_its_parent_s_store_one_run_when_the_parent_
     _, found = runs()
     assert len(found) == 1
     assert found[0].data.tags["mlflow.source.git.commit"] == baseline
-
-
-def test_a_run_holds_every_param_even_when_dvc_reran_one_stage(project):
-    (project / "params.yaml").write_text("data:\n  name: tiny\ninfer:\n  lambda: 0.3\n")
-    set_dataset(project, "tiny", {"source": "local"})
-    set_dataset(project, "other", {"source": "foldoc"})
-    with stage_run("evaluate") as run:
-        run.metrics({"rae": {"P@1": 50.0}})
-    _, found = runs()
-    params = found[0].data.params
-    assert params["infer.lambda"] == "0.3" and params["datasets.tiny.source"] == "local"
-    assert not any(key.startswith("datasets.other") for key in params)
 
 
 _OPEN_RUN = """

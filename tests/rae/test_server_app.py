@@ -1,6 +1,5 @@
 """`raexmc serve`'s request checks and limits, fast: the real ASGI app it runs (our middleware around MLflow's
-scoring server, the tiny predictor logged and loaded back as a server loads it), called in this process through
-starlette's TestClient or, for a body that comes in chunks, through the ASGI interface directly."""
+scoring server and the tiny predictor, logged and loaded back), called in this process."""
 
 from __future__ import annotations
 
@@ -50,17 +49,6 @@ def answered(served, texts: list[str], k: int) -> list[dict]:
     return [{"text": text, "labels": labels} for text, labels in zip(texts, expected)]
 
 
-def test_json_with_a_charset_is_checked_too(served):
-    """The request check used to run only for a Content-Type of exactly "application/json": with
-    "; charset=utf-8" the scoring server still read the body as JSON, and dropped top_k unread."""
-    top_k = client(served).post("/invocations", content=json.dumps({**PERL, "params": {"top_k": 2}}),
-                                headers=JSON_WITH_CHARSET)
-    assert top_k.status_code == 200, top_k.text
-    assert top_k.json() == {"predictions": answered(served, ["perl"], 2)}
-    bogus = client(served).post("/invocations", content=json.dumps({**PERL, "bogus": 1}), headers=JSON_WITH_CHARSET)
-    assert bogus.status_code == 400 and 'unknown field "bogus"' in bogus.json()["message"]
-
-
 def call(app, chunks: list[bytes]) -> tuple[int, dict, int]:
     """POST `chunks` to /invocations as a body without a Content-Length (chunked transfer): the answer's status,
     its JSON, and how many chunks the app read."""
@@ -86,8 +74,14 @@ def call(app, chunks: list[bytes]) -> tuple[int, dict, int]:
     return answer["status"], json.loads(answer["body"]), len(read)
 
 
-def test_a_body_over_the_limit_chunked_or_not_is_413_naming_it_and_more_records_than_the_limit_400(served,
-                                                                                                     monkeypatch):
+def test_json_with_a_charset_is_checked_a_body_over_the_limit_is_413_and_records_over_it_400(served, monkeypatch):
+    """JSON with "; charset=utf-8" was read as JSON by the scoring server but not checked: top_k dropped unread."""
+    top_k = client(served).post("/invocations", content=json.dumps({**PERL, "params": {"top_k": 2}}),
+                                headers=JSON_WITH_CHARSET)
+    assert top_k.status_code == 200, top_k.text
+    assert top_k.json() == {"predictions": answered(served, ["perl"], 2)}
+    bogus = client(served).post("/invocations", content=json.dumps({**PERL, "bogus": 1}), headers=JSON_WITH_CHARSET)
+    assert bogus.status_code == 400 and 'unknown field "bogus"' in bogus.json()["message"]
     body = json.dumps({"dataframe_records": [{"text": "perl " * 40}]})
     answer = client(served, max_body_bytes=100).post("/invocations", content=body, headers=JSON_WITH_CHARSET)
     assert answer.status_code == 413
@@ -112,16 +106,6 @@ def test_a_body_over_the_limit_chunked_or_not_is_413_naming_it_and_more_records_
     assert (status, read, len(answer["predictions"][0]["labels"])) == (200, 3, 1)
 
 
-def documented_limits() -> tuple[int, int]:
-    """The request limits docs/reliability.md states: "`--max-body-bytes` (default 1 MiB)" and "`--max-records`
-    records (default 1,000)"."""
-    text = " ".join((REPO / "docs" / "reliability.md").read_text().split())
-    mib = re.search(r"`--max-body-bytes` \(default (\d+) MiB\)", text)
-    records = re.search(r"`--max-records` records \(default ([\d,]+)\)", text)
-    assert mib and records, "docs/reliability.md no longer states the two defaults"
-    return int(mib[1]) * 2**20, int(records[1].replace(",", ""))
-
-
 def test_the_command_line_defaults_are_the_documented_ones_and_the_servers():
     """What `raexmc serve --help` says, what the docs say, and the limits a server started without the options
     (CheckedRequests', serving's) applies."""
@@ -129,13 +113,17 @@ def test_the_command_line_defaults_are_the_documented_ones_and_the_servers():
                            env={**os.environ, "COLUMNS": "250"}, check=True).stdout
     defaults = tuple(int(re.search(rf"--{option} .*\[default: (\d+)[;\]]", shown)[1])  # "; x>=1]" may follow
                      for option in ("max-body-bytes", "max-records"))
-    assert defaults == documented_limits() == (MAX_BODY_BYTES, MAX_RECORDS)
+    text = " ".join((REPO / "docs" / "reliability.md").read_text().split())
+    mib = re.search(r"`--max-body-bytes` \(default (\d+) MiB\)", text)
+    records = re.search(r"`--max-records` records \(default ([\d,]+)\)", text)
+    assert mib and records, "docs/reliability.md no longer states the two defaults"
+    documented = int(mib[1]) * 2**20, int(records[1].replace(",", ""))
+    assert defaults == documented == (MAX_BODY_BYTES, MAX_RECORDS)
 
 
 def test_a_damaged_model_folder_is_500_in_one_line_and_a_bad_request_stays_400(served):
-    """The label records, read as each answer is built, overwritten in place (same size) after the model
-    loaded: the request is fine, the model's files are not. That is the server's fault, 500, with one line
-    and no stack trace; it used to be 400 with MLflow's stack trace, as if the client had erred."""
+    """The label records overwritten in place after the model loaded: the server's fault, 500 in one line (it was
+    400 with MLflow's stack trace, as if the client had erred)."""
     [records] = served[1].unwrap_python_model().folder.rglob(RECORDS_FILE)
     whole = records.read_bytes()
     records.write_bytes(bytes(b if b == ord("\n") else ord("#") for b in whole))
@@ -153,10 +141,8 @@ def test_a_damaged_model_folder_is_500_in_one_line_and_a_bad_request_stays_400(s
 
 
 def test_the_logged_model_is_its_code_declares_its_answer_carries_an_example_and_reads_any_form(served):
-    """The model was logged as a pickled object: MLflow warned of CloudPickle's risk on every log and unpickled it on
-    every load; it is now its code file, which MLflow runs to build it. It used to declare its input only: its
-    output schema now names the answer's columns and each label's fields, and the example request logged with it
-    is answered as `raexmc predict` answers that text."""
+    """No pickle (MLflow warned of CloudPickle on every log): the model is its code file; its output schema names
+    the answer's fields, and its logged example request is answered as `raexmc predict` answers it."""
     import pandas as pd
     from mlflow.models import Model
 
@@ -186,35 +172,29 @@ def test_the_logged_model_is_its_code_declares_its_answer_carries_an_example_and
     assert len(served[1].predict([])) == 0
 
 
-@pytest.mark.parametrize("body, texts, k", [
-    ({"dataframe_records": [{"text": text} for text in TEXTS], "params": {"k": 2}}, TEXTS, 2),
-    ({"inputs": TEXTS, "params": {"top_k": 2}}, TEXTS, 2), ({"inputs": {"text": TEXTS}, "params": {"k": 2}}, TEXTS, 2),
-    ({"inputs": "perl", "params": {"k": 2}}, ["perl"], 2), ({"inputs": []}, [], 5), ({"dataframe_records": []}, [], 5)])
-def test_texts_in_any_form_are_answered_as_the_records_of_the_same_texts(served, body, texts, k):
-    """{"inputs": ["text", ...]}, the common form for text models, was refused (400, "no query"): MLflow's server
-    makes it a one-column table without a "text" column; a single text (the inputs' string form) and no records
-    (which lack no text) were refused too. Each is answered as the dataframe_records of the same texts, params
-    included; records and columns under inputs are read as before."""
-    answer = client(served).post("/invocations", json=body)
-    assert (answer.status_code, answer.json()) == (200, {"predictions": answered(served, texts, k)}), answer.text
-
-
-@pytest.mark.parametrize("body, where", [({"inputs": ["perl", 7]}, "inputs[1]: not a text"),
-                                         ({"inputs": [{"text": "perl"}, "unix"]}, "inputs[1]: not a record"),
-                                         ({"inputs": 7}, "inputs: give texts"),
-                                         ({**PERL, "inputs": ["a small unix"]}, None)])
-def test_inputs_that_are_not_a_list_of_texts_are_400_naming_where(served, body, where):
-    """Two input fields too: MLflow's server refuses the request; "inputs" must not replace the records."""
-    answer = client(served).post("/invocations", json=body)
-    assert answer.status_code == 400 and "stack_trace" not in answer.json(), answer.text
-    assert where is None or answer.json()["message"].startswith(f"DataError: request: {where}"), answer.json()
+@pytest.mark.parametrize("body, answer", [
+    ({"dataframe_records": [{"text": text} for text in TEXTS], "params": {"k": 2}}, (TEXTS, 2)),
+    ({"inputs": TEXTS, "params": {"top_k": 2}}, (TEXTS, 2)), ({"inputs": {"text": TEXTS}, "params": {"k": 2}},
+                                                              (TEXTS, 2)),
+    ({"inputs": "perl", "params": {"k": 2}}, (["perl"], 2)), ({"inputs": []}, ([], 5)),
+    ({"dataframe_records": []}, ([], 5)), ({"inputs": ["perl", 7]}, "inputs[1]: not a text"),
+    ({"inputs": [{"text": "perl"}, "unix"]}, "inputs[1]: not a record"), ({"inputs": 7}, "inputs: give texts"),
+    ({**PERL, "inputs": ["a small unix"]}, None)])
+def test_texts_in_any_form_are_answered_as_records_and_other_inputs_are_400_naming_where(served, body, answer):
+    """{"inputs": ["text", ...]}, a single text and no records were refused ("no query": MLflow's server makes a
+    list a table without a "text" column): each is answered as the records of the same texts. Other inputs, and
+    two input fields (MLflow's server refuses them: "inputs" must not replace the records), are 400."""
+    got = client(served).post("/invocations", json=body)
+    if isinstance(answer, tuple):
+        assert (got.status_code, got.json()) == (200, {"predictions": answered(served, *answer)}), got.text
+        return
+    assert got.status_code == 400 and "stack_trace" not in got.json(), got.text
+    assert answer is None or got.json()["message"].startswith(f"DataError: request: {answer}"), got.json()
 
 
 def test_the_server_scores_more_requests_at_once_than_asyncios_default_threads():
-    """MLflow's scoring server scores each request on the event loop's default executor: asyncio's holds at most
-    32 threads (6 on 2 cores), so concurrent requests beyond that never reached the model together to share a
-    batch. Here 33 requests each hold a scoring thread until all 33 hold one: they are all answered only where
-    the server gives them 33 threads at once."""
+    """MLflow scores each request on asyncio's default executor (at most 32 threads, 6 on 2 cores): here 33
+    requests each hold a scoring thread until all 33 hold one, so all are answered only with 33 threads at once."""
     import http.client
     import threading
 

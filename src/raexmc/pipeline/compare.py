@@ -25,11 +25,9 @@ def compare_url(experiment_names: list[str], ui: str) -> str:
     experiment = client.get_experiment_by_name(EXPERIMENT)
     if experiment is None:
         return ui
-    runs = []
-    for name in experiment_names:
-        found = client.search_runs([experiment.experiment_id], filter_string=f"tags.dvc_experiment = '{name}'",
-                                   order_by=["attributes.start_time DESC"], max_results=1)
-        runs += [run.info.run_id for run in found]
+    runs = [run.info.run_id for name in experiment_names  # the newest of each
+            for run in client.search_runs([experiment.experiment_id], filter_string=f"tags.dvc_experiment = '{name}'",
+                                          order_by=["attributes.start_time DESC"], max_results=1)]
     query = urlencode({"runs": json.dumps(runs), "experiments": json.dumps([experiment.experiment_id])})
     return f"{ui.rstrip('/')}/#/compare-runs?{query}"
 

@@ -19,14 +19,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 LOGGED = ("metrics.json", "per_instance.npz", "lambda_sweep.png", "b_sweep.png", "segments_f1.png",
-          "lambda_selection.png")
-"""The files of the folder that the stage also logs to MLflow as artifacts."""
+          "lambda_selection.png")  # the files the stage also logs to MLflow
 
 
 def write_evaluation(out: str | os.PathLike, metrics: dict[str, Any], result: dict[str, Any],
                      selection: Selection) -> None:
-    """Write the folder `out` whole or not at all: metrics.json, per_instance.npz, the λ and b sweeps, macro-F1
-    by segment and the validation and test curves (`selection`), as rows (.json, for `dvc plots`) and plots (.png)."""
+    """Write the folder `out` whole or not at all: metrics, per-instance metrics, and the sweeps, segments and
+    selection curves as rows (.json, for `dvc plots`) and plots (.png)."""
     with atomic_dir(out) as folder:
         write_json(folder / "metrics.json", metrics)
         np.savez_compressed(folder / "per_instance.npz", **per_instance_arrays(result["per_instance"]))
@@ -44,8 +43,7 @@ def write_evaluation(out: str | os.PathLike, metrics: dict[str, Any], result: di
 
 
 def write_scores(out: str | os.PathLike, scores: dict[str, Any]) -> None:
-    """Each method's test-set scores as the score file <method>.npz in the folder `out` (whole or not at all), or
-    RAE's alone where `out` ends .npz."""
+    """Each method's test-set scores as <method>.npz in the folder `out`, or RAE's alone where `out` ends .npz."""
     from ..evaluation.score_file import save_scores  # only an evaluate run asked for scores loads it
 
     if Path(out).suffix == ".npz":
@@ -59,7 +57,6 @@ def write_scores(out: str | os.PathLike, scores: dict[str, Any]) -> None:
 
 def line_plot(rows: list[dict[str, Any]], x: str, ys: list[str], title: str, target: str | os.PathLike,
               log_x: bool = False) -> None:
-    """One line per metric in `ys` against `x`."""
     figure, axes = plt.subplots(figsize=(5, 3.5), dpi=120)
     for y in ys:
         axes.plot([r[x] for r in rows], [r[y] for r in rows], marker="o", label=y)

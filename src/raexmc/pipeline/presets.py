@@ -1,6 +1,5 @@
-"""The paper's settings for its benchmarks (presets.yaml, a file of its own: no stage reads it): the `dvc exp
-run` command that applies one, and what that run needs that this machine lacks.
-"""
+"""The paper's settings for its benchmarks (presets.yaml, which no stage reads): the `dvc exp run` command that
+applies one, and what that run needs that this machine lacks."""
 
 from __future__ import annotations
 
@@ -21,13 +20,11 @@ WIDTH = 100     # the printed command wraps (with shell line continuations) to f
 
 
 def presets_path(params_path: str | os.PathLike) -> Path:
-    """The presets of the project whose params file is `params_path`: its sibling presets.yaml."""
     return Path(params_path).parent / PRESETS_FILE
 
 
 def preset_values(path: Path, name: str) -> dict[str, Any]:
-    """Preset `name` of the presets file `path` as dotted keys and values, or a ConfigError naming the file and
-    the presets known."""
+    """Preset `name` as dotted keys and values, or a ConfigError naming the presets known."""
     presets = read_mapping(path, "presets file")
     if name not in presets:
         raise ConfigError(f"unknown preset '{name}' (known: {', '.join(presets)})", path)
@@ -38,7 +35,6 @@ def preset_values(path: Path, name: str) -> dict[str, Any]:
 
 
 def command(values: dict[str, Any]) -> str:
-    """The `dvc exp run` command setting `values`, wrapped between settings with shell line continuations."""
     lines, line = [], "dvc exp run"
     for setting in (f"-S '{key}={value}'" for key, value in values.items()):
         if len(line) + 1 + len(setting) > WIDTH - 2:
@@ -59,8 +55,7 @@ def batch_note(values: dict[str, Any]) -> str:
 
 
 def on_gpus(values: dict[str, Any], gpus: int, path: Path, name: str) -> dict[str, Any]:
-    """The preset on `gpus` GPUs with the paper's global batch: train.nproc = gpus, train.batch_size = the global
-    batch / gpus (gradient caching, train.grad_cache_chunk auto, fits each process's batch into its GPU's memory)."""
+    """The preset on `gpus` GPUs with the paper's global batch (gradient caching fits each GPU's part)."""
     per_gpu, nproc = values.get("train.batch_size"), values.get("train.nproc")
     if per_gpu is None or nproc is None:
         raise ConfigError("--gpus needs a preset that trains (train.nproc and train.batch_size)", path, name)
@@ -72,8 +67,7 @@ def on_gpus(values: dict[str, Any], gpus: int, path: Path, name: str) -> dict[st
 
 
 def missing(values: dict[str, Any], params_path: Path, data_dir: Path) -> list[str]:
-    """What a run of the preset lacks here: the encoder's weights (looked up on disk, never the network) and
-    the dataset under `data_dir` (with a word on its catalogue entry where that has no archive to download)."""
+    """What a run of the preset lacks here: the encoder's weights (on disk, never the network), the dataset."""
     needs = []
     encoder = values.get("encoder.name")
     if encoder is not None and not weights_on_disk(str(encoder)):

@@ -1,11 +1,6 @@
-"""A run's headline: the rows `dvc metrics show` and `dvc metrics diff` read, a file each under
-metrics/<dataset>/ (RAE's and its baselines' key metrics, RAE's p-values against each), which the significance
-stage writes; a readable summary of one run; and runs side by side from the files git holds of each.
-
-A file a row, since DVC shows a row per file and a column per key: three methods' five metrics in one file are
-fifteen columns. A p-value is text of two digits ("3.1e-12"): DVC prints 5 significant digits, so one that
-underflowed would read 0.0. The price: `dvc exp show` heads a shared column with the path.
-"""
+"""A run's headline: the rows `dvc metrics show` reads, a file each under metrics/<dataset>/ (DVC shows a row per
+file: one file would be fifteen columns); p-values as text ("3.1e-12"), since DVC's 5 significant digits would show
+an underflowed one as 0.0. Also a run's readable summary, and runs side by side from the files git holds."""
 
 from __future__ import annotations
 
@@ -34,8 +29,7 @@ FileReader = Callable[[str], "str | None"]  # a path relative to the project -> 
 
 
 def method_rows(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """From metrics.json: RAE's and each baseline's headline metrics, RAE's with its λ and τ, kNN's with its
-    τ (RAE's in an older metrics.json); the dual encoder ranks alike at any τ: none."""
+    """Each method's headline metrics; RAE's with λ and τ, kNN's with its τ (RAE's in an older metrics.json)."""
     rows = {method: {name: metrics[method][name] for name in KEY_METRICS} for method in METHOD_ROWS}
     rows[METHOD].update({"lambda": metrics["selection"]["lambda"], "tau": metrics["selection"]["tau"]})
     rows["knn"]["tau"] = metrics["knn"].get("tau", metrics["selection"]["tau"])
@@ -43,12 +37,10 @@ def method_rows(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def p_value_rows(report: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """From the significance stage's report: RAE against each baseline, its p-value per metric, as text."""
     return {test: {metric: p_value_text(result) for metric, result in report[test].items()} for test in TEST_ROWS}
 
 
 def write_rows(folder: str | os.PathLike, rows: dict[str, dict[str, Any]]) -> None:
-    """<row>.json in `folder` for each row (each written atomically)."""
     Path(folder).mkdir(parents=True, exist_ok=True)
     for name, row in rows.items():
         write_json(Path(folder) / f"{name}.json", row)
@@ -65,8 +57,7 @@ def _read(path: Path) -> dict:
 
 def summary(eval_dir: Path, significance_path: Path, selection_path: Path,
             metrics: tuple[str, ...] = KEY_METRICS) -> str:
-    """The summary as aligned text: the run's settings (`selection_path`), a row per method, the tests; the
-    track stage prints it, as `raexmc results` does."""
+    """The run's settings, a row per method and the tests, as aligned text (track and `raexmc results` print it)."""
     results = _read(eval_dir / "metrics.json")
     tests = _read(significance_path)
     methods = [m for m in METHODS if m in results]
@@ -87,8 +78,7 @@ def summary(eval_dir: Path, significance_path: Path, selection_path: Path,
 
 
 def settings_line(selection: dict[str, Any], tuned: dict[str, Any], knn: dict[str, Any]) -> str:
-    """"λ = 0.1, τ = 0.2 (lambda and tau chosen on validation P@1); retrieval joint; kNN τ = 0.07": from
-    `selection`, the record `tuned` and kNN's τ (RAE's in an older metrics.json)."""
+    """"λ = 0.1, τ = 0.2 (lambda and tau chosen on validation P@1); retrieval joint; kNN τ = 0.07"."""
     auto = [name for name, on in selection.get("auto", {}).items() if on]
     share = tuned.get("label_share")
     return (f"λ = {selection['lambda']}, τ = {selection['tau']}"
@@ -99,7 +89,6 @@ def settings_line(selection: dict[str, Any], tuned: dict[str, Any], knn: dict[st
 
 @dataclass(frozen=True)
 class RunResults:
-    """One run's headline as its committed files hold it: metrics/<dataset>/'s rows and significance.json's tests."""
 
     name: str                 # as the user gave it: an experiment, a git revision, or workspace
     commit: str | None        # None for the working tree
@@ -108,7 +97,6 @@ class RunResults:
     tests: dict[str, dict[str, dict[str, Any]]]
 
     def as_json(self) -> dict[str, Any]:
-        """The run as plain JSON, p-values with their log10 beside them (null where p is exactly 0)."""
         rae = self.rows[METHOD]
         return {"name": self.name, "commit": self.commit, "dataset": self.dataset, "lambda": rae.get("lambda"),
                 "tau": rae.get("tau"), "knn_tau": self.rows["knn"].get("tau"),
@@ -121,7 +109,6 @@ class RunResults:
 
 
 def _parsed(read: FileReader, path: str, where: str, parse: Callable[[str], Any]) -> dict[str, Any]:
-    """The mapping file `path` of the run holds, or a DataError naming it and the run."""
     text = read(path)
     if text is None:
         raise DataError(f"not in {where}: run the pipeline there first (dvc repro, dvc exp run)", path)
@@ -135,7 +122,7 @@ def _parsed(read: FileReader, path: str, where: str, parse: Callable[[str], Any]
 
 
 def _tests(report: dict[str, Any], path: str, where: str) -> dict[str, dict[str, dict[str, Any]]]:
-    """RAE's tests against the baselines in a significance report, each result checked for what the table shows."""
+    """RAE's tests against the baselines, each checked for the numbers the table shows."""
     tests = {test: report[test] for test in TEST_ROWS if test in report}
     for test, by_metric in tests.items():
         for metric, result in by_metric.items() if isinstance(by_metric, dict) else [(None, None)]:
@@ -151,7 +138,6 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def experiment_commit(root: Path, name: str) -> str:
-    """The commit of DVC experiment `name`, or a DataError saying that there is none, or several."""
     refs = _git(root, "for-each-ref", "--format=%(objectname) %(refname)", "refs/exps/").stdout.split("\n")
     found = sorted({line.split()[0] for line in refs if line.endswith(f"/{name}") and line.count("/") == 4})
     if not found:
@@ -163,7 +149,6 @@ def experiment_commit(root: Path, name: str) -> str:
 
 
 def revision_commit(root: Path, rev: str) -> str:
-    """The commit that git revision `rev` (a sha, branch, tag, HEAD~1...) names, or a DataError."""
     proc = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     if proc.returncode != 0:
         raise DataError(f"'{rev}' is no git revision of this project", root)
@@ -171,15 +156,13 @@ def revision_commit(root: Path, rev: str) -> str:
 
 
 def files_of(root: Path, commit: str | None) -> FileReader:
-    """A reader of the files of `commit` in the project at `root`, or of its working tree where `commit` is None."""
-    def committed(path: str) -> str | None:
+    """A reader of `commit`'s files (of the working tree where it is None)."""
+    def read(path: str) -> str | None:
+        if commit is None:
+            return (root / path).read_text(encoding="utf-8") if (root / path).is_file() else None
         proc = _git(root, "show", f"{commit}:{path}")
         return proc.stdout if proc.returncode == 0 else None
-
-    def working(path: str) -> str | None:
-        file = root / path
-        return file.read_text(encoding="utf-8") if file.is_file() else None
-    return working if commit is None else committed
+    return read
 
 
 def run_results(name: str, commit: str | None, read: FileReader, artifacts: str = "artifacts",
@@ -197,14 +180,13 @@ def run_results(name: str, commit: str | None, read: FileReader, artifacts: str 
     return RunResults(name, commit, dataset, rows, tests)
 
 
-
 def runs_of(root: Path, experiments: list[str], revisions: list[str], artifacts: Path,
             dataset: str | None) -> list[RunResults]:
-    """The headlines of the project at `root`'s DVC experiments, then its git revisions (or WORKSPACE)."""
     wanted = [(e, experiment_commit(root, e)) for e in experiments]
     wanted += [(r, None if r == WORKSPACE else revision_commit(root, r)) for r in revisions]
     return [run_results(label, commit, files_of(root, commit), artifacts.as_posix(), dataset)
             for label, commit in wanted]
+
 
 WIDTH = 120  # the side-by-side table wraps its columns to fit a terminal this wide
 
@@ -214,7 +196,6 @@ def _number(value: Any, spec: str) -> str:
 
 
 def _table_rows(runs: list[RunResults]) -> list[tuple[str, list[str]]]:
-    """(label, a cell per run) for each line of the side-by-side table."""
     lines = [("dataset", [run.dataset for run in runs]),
              ("λ (RAE)", [_number(run.rows[METHOD].get("lambda"), "g") for run in runs]),
              ("τ (RAE)", [_number(run.rows[METHOD].get("tau"), "g") for run in runs]),
@@ -232,7 +213,7 @@ def _table_rows(runs: list[RunResults]) -> list[tuple[str, list[str]]]:
 
 
 def side_by_side(runs: list[RunResults], width: int = WIDTH) -> str:
-    """The runs as columns of aligned text, in blocks that fit `width`, each headed by its name (14 characters)."""
+    """The runs as columns of aligned text, in blocks that fit `width`, headed by their names (14 characters)."""
     lines = _table_rows(runs)
     label_width = max(len(label) for label, _ in lines)
     names = [run.name if len(run.name) <= 14 else run.name[:13] + "…" for run in runs]

@@ -1,9 +1,6 @@
-"""`raexmc serve`: MLflow's scoring server for a registered predictor, loaded into this process (this environment's
-raexmc, as `raexmc predict`). A request's body size (413) and records (400) are bounded, so it stays inside MLflow's
-scoring timeout. Each JSON request is checked against the request declared here first, as MLflow's server drops
-unknown fields and params keys (a misspelt `"params": {"topk": 2}` got the default k): its names, its params'
-types and the shape of "inputs"; the records' content and k's range are the model's to check, as for predict.
-"""
+"""`raexmc serve`: MLflow's scoring server for a registered predictor, in this process. Body size (413) and records
+(400) are bounded to stay inside MLflow's scoring timeout; each JSON request's names, params' types and "inputs" shape
+are checked first, as MLflow drops unknown fields and params keys (a misspelt "topk" got the default k)."""
 
 from __future__ import annotations
 
@@ -39,7 +36,7 @@ JSON_TERMS = {"model_type": "Input should be a JSON object", "dict_type": "Input
 
 
 class QueryParams(BaseModel):
-    """The request's "params": k, the labels per query (top_k, as many serving APIs call it, reads as k)."""
+    """The request's "params": k, the labels per query (top_k, as many serving APIs call it)."""
 
     model_config = ConfigDict(extra="forbid")
     k: StrictInt | None = Field(None, validation_alias=AliasChoices("k", "top_k"))
@@ -57,8 +54,7 @@ class PredictRequest(BaseModel):
 
 
 def checked_request(body: bytes) -> bytes:
-    """`body` with its params under their own names (top_k as k), or the error that refuses it; a body that is
-    no JSON object passes on as it is, JSON nested past the recursion limit is refused (it would be a 500)."""
+    """`body` with top_k as k, or the error refusing it; a body that is no JSON object passes on as it is."""
     try:
         return _checked(body)
     except RecursionError:
@@ -86,8 +82,7 @@ def _checked(body: bytes) -> bytes:
 
 
 def texts_as_records(inputs: Any) -> bool:
-    """Whether "inputs" reads as records: a text or a list of texts one {"text": ...} each, a list of records as
-    they are; columns pass on as MLflow reads them; anything else is refused naming where."""
+    """Whether "inputs" reads as records (a text, texts, records; columns pass on as they are), else refused."""
     if inputs is None or isinstance(inputs, dict):
         return False
     if isinstance(inputs, str):
@@ -103,7 +98,6 @@ def texts_as_records(inputs: Any) -> bool:
 
 
 def refusal(error: dict[str, Any]) -> RaexmcError:
-    """One line for pydantic's first error: an unknown name with the names accepted, else where and why."""
     *parents, name = error["loc"]
     in_params = parents[:1] == ["params"] or (not parents and name == "params")
     kind = ConfigError if in_params else DataError
@@ -117,25 +111,19 @@ def refusal(error: dict[str, Any]) -> RaexmcError:
 
 
 def accepted(model: type[BaseModel]) -> str:
-    """The names `model` reads, each with its other spellings: "k or its alias top_k"."""
     return ", ".join(name + "".join(f" or its alias {alias}" for alias in spellings(field) if alias != name)
                      for name, field in model.model_fields.items())
 
 
 def spellings(field: FieldInfo) -> list[str]:
-    """The names a field is read under (its validation aliases)."""
     return list(getattr(field.validation_alias, "choices", []))
 
 
-MAX_BODY_BYTES = 1 << 20
-"""The largest request body `raexmc serve` reads by default: 1 MiB, about 1 KiB for each of MAX_RECORDS records
-(a query longer than the encoder's token limit is cut there anyway)."""
+MAX_BODY_BYTES = 1 << 20  # about 1 KiB for each of MAX_RECORDS records (the encoder cuts longer queries anyway)
 
 
 def serve_model(model_uri: str, host: str, port: int, max_body_bytes: int = MAX_BODY_BYTES,
                 max_records: int = MAX_RECORDS, threads: int = QUERY_THREADS) -> None:
-    """Serve `model_uri` on host:port until interrupted, refusing bodies over `max_body_bytes` (413) and more than
-    `max_records` records (400); scores on `threads` CPU threads, concurrent requests together."""
     import torch
     import uvicorn
 
@@ -149,9 +137,8 @@ def serve_model(model_uri: str, host: str, port: int, max_body_bytes: int = MAX_
 
 
 async def answer_requests(server: uvicorn.Server) -> None:
-    """Run the uvicorn `server` with MAX_BATCH_QUERIES threads to score requests on. MLflow's scoring server scores
-    each request on the event loop's default executor, which holds min(32, CPUs + 4) threads: on 2 cores, 6
-    requests at most reached the model at once to share its next batch, and one core stayed idle under 16 clients."""
+    """Run `server` with MAX_BATCH_QUERIES scoring threads: MLflow scores on the default executor, min(32, CPUs + 4)
+    threads, so on 2 cores at most 6 requests shared a batch."""
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(MAX_BATCH_QUERIES,
                                                                        thread_name_prefix="raexmc-request"))
     await server.serve()
@@ -162,8 +149,8 @@ class BodyTooLarge(DataError):
 
 
 class CheckedRequests:
-    """ASGI middleware: a POST to /invocations is read up to `max_body_bytes` (413 beyond), and a JSON one reaches
-    `app` as `checked_request` rewrites it or is answered 400 with its one line."""
+    """ASGI middleware: a POST to /invocations is read up to `max_body_bytes` (413 beyond); a JSON one reaches `app`
+    as `checked_request` rewrites it, or is answered 400."""
 
     def __init__(self, app: Callable[..., Awaitable[None]], max_body_bytes: int = MAX_BODY_BYTES):
         self.app, self.max_body_bytes = app, max_body_bytes
@@ -174,7 +161,8 @@ class CheckedRequests:
             return
         try:
             body = await bounded_body(scope, receive, self.max_body_bytes)
-            if media_type(scope) == "application/json":  # as the scoring server reads it
+            content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+            if content_type.split(";")[0].strip() == "application/json":  # with a charset too, as MLflow reads it
                 body = checked_request(body)
         except RaexmcError as error:
             refused = RequestRefused(error)
@@ -187,15 +175,8 @@ class CheckedRequests:
         await self.app(scope, replay(body, receive), send)
 
 
-def media_type(scope: dict[str, Any]) -> str:
-    """The request's media type, without its parameters: "application/json; charset=utf-8" is JSON too."""
-    content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
-    return content_type.split(";")[0].strip()
-
-
 async def bounded_body(scope: dict[str, Any], receive: Receive, limit: int) -> bytes:
-    """The request body, or BodyTooLarge as soon as it is known to exceed `limit` bytes: from its
-    Content-Length before reading any, or while reading a body that comes in chunks without one."""
+    """The body, or BodyTooLarge once known to exceed `limit`: by its Content-Length, or while reading chunks."""
     declared = dict(scope["headers"]).get(b"content-length", b"")
     if declared.isdigit() and int(declared) > limit:
         raise too_large(f"{int(declared):,} bytes", limit)
@@ -216,7 +197,6 @@ def too_large(size: str, limit: int) -> BodyTooLarge:
 
 
 def replay(body: bytes, receive: Receive) -> Receive:
-    """A receive channel that gives `body` whole, then whatever `receive` gives (a disconnect)."""
     pending = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive_again() -> dict[str, Any]:

@@ -1,11 +1,7 @@
-"""The packaged RAE model as an MLflow pyfunc model: its saved folder (RaeModel.save) and this package's code,
-registered under a name and alias, so `mlflow models serve -m models:/<name>@<alias>` answers with labels.
-
-Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or "inputs" as {"text": [...]}, a list
-of texts or one); a record may give "title" and "content". Answer: {"predictions": [{"text": "...", "labels":
-[{"label": row, "id": its dataset's id, "text": "...", "score": s}, ...]}]}. A bad request is a 400 with the
-line `raexmc predict` would print; a model whose files fail while it scores, a 500 with one line.
-"""
+"""The packaged RAE model as an MLflow pyfunc model (its folder and this package's code), registered under a name
+and alias. Request: {"dataframe_records": [{"text": "..."}], "params": {"k": 5}} (or "inputs"); answer:
+{"predictions": [{"text": "...", "labels": [{"label", "id", "text", "score"}, ...]}]}. A bad request is a 400
+with `raexmc predict`'s line; a model whose files fail while it scores, a 500 with one line."""
 
 from __future__ import annotations
 
@@ -58,9 +54,8 @@ WRITER_TAG = "raexmc.writer"  # a logged model's tag: host:pid of the process th
 
 
 class RequestRefused(MlflowException):
-    """A request answered with our one line as its "message": 400 (INVALID_PARAMETER_VALUE) or 500
-    (INTERNAL_ERROR). MLflow prefixes an MlflowException's message with the whole input table, and answers other
-    exceptions with a stack trace; this keeps the line it was made with."""
+    """A 400 or 500 whose "message" is our one line: MLflow prefixes an MlflowException's message with the whole
+    input table, and answers other exceptions with a stack trace."""
 
     def __init__(self, error: RaexmcError, error_code: int = INVALID_PARAMETER_VALUE):
         self.reason = error.one_line()
@@ -76,8 +71,7 @@ class RequestRefused(MlflowException):
 
 
 class RaexmcModel(mlflow.pyfunc.PythonModel):
-    """Loads the artifact's RaeModel and answers a table of texts with labels: a bad request 400, a failure
-    after its checks (a damaged file) 500 in one line, the traceback in the server's log only."""
+    """The artifact's RaeModel answering texts with labels (a damaged file: 500, the traceback in the log only)."""
 
     max_records = MAX_RECORDS  # `raexmc serve --max-records` sets it for the model it serves
 
@@ -121,8 +115,7 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
 
 
 def request_table(model_input: object) -> pd.DataFrame:
-    """The request as a table of records: a text, or each text of a list, is one {"text": ...} record; a dict is
-    columns (a scalar value one row), a list of dicts records, as pandas reads them."""
+    """The request as records: a text or each text of a list one {"text": ...}; a dict columns, dicts records."""
     if isinstance(model_input, pd.DataFrame):
         return model_input
     if isinstance(model_input, str):
@@ -140,7 +133,6 @@ def request_table(model_input: object) -> pd.DataFrame:
 
 
 def registered_name(package: PackageSettings, dataset: str) -> str:
-    """The registered model's name: package.model_name, or raexmc-<dataset> when that is null."""
     return package.model_name or f"raexmc-{dataset}"
 
 
@@ -158,7 +150,7 @@ def registered_uri(model_name: str, alias: str) -> str:
 
 
 def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
-    """Log model folder `model` into run `run_id`, register it under `model_name`, point `alias` at it: its URI."""
+    """Log folder `model` into run `run_id`, register it as `model_name`, point `alias` at it: its URI."""
     mlflow.set_tracking_uri(tracking_uri())
     code = Path(raexmc.__file__).resolve().parent  # the whole package travels with the model
     client = mlflow.MlflowClient()
@@ -176,8 +168,7 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
 
 
 def fail_interrupted_logs(client: mlflow.MlflowClient, experiment_id: str) -> None:
-    """Mark FAILED each model a killed package stage left PENDING (its writer, on this host, no longer runs);
-    a log under way keeps its PENDING."""
+    """Mark FAILED each model left PENDING by a writer on this host that no longer runs (a killed package stage)."""
     from mlflow.entities import LoggedModelStatus
 
     page_token = None
@@ -194,14 +185,12 @@ def fail_interrupted_logs(client: mlflow.MlflowClient, experiment_id: str) -> No
 
 
 def on_milvus(model: Path) -> bool:
-    """Whether the model folder's indexes are Milvus collections (its served environment then needs the client)."""
     return any(read_json(meta).get("backend") == "milvus" for meta in model.glob("*/meta.json"))
 
 
 def pinned_requirements(torch_version: str | None = None, milvus: bool = False) -> list[str]:
-    """REQUIREMENTS (and MILVUS_REQUIREMENTS where `milvus`) pinned to the releases here, without local labels
-    (torch's +cpu, which no public index serves); with a CPU torch the CPU wheels' index comes first, since PyPI's
-    Linux torch pulls GBs of CUDA."""
+    """REQUIREMENTS (and Milvus's) pinned to the releases here without local labels (+cpu); with a CPU torch, the
+    CPU wheels' index first, since PyPI's Linux torch pulls GBs of CUDA."""
     names = (*REQUIREMENTS, *(MILVUS_REQUIREMENTS if milvus else ()))
     pins = [f"{name}=={Version(version(name)).public}" for name in names]
     if Version(torch_version or version("torch")).local == "cpu":

@@ -1,6 +1,5 @@
-"""Grid sweeps as queued DVC experiments: each combination of `-S key=v1,v2` values is queued, run by N queue
-workers, waited for and shown with `dvc exp show`; each is one MLflow run of the same name.
-"""
+"""Grid sweeps as queued DVC experiments, run by N queue workers, waited for and shown with `dvc exp show`; each is
+one MLflow run of the same name."""
 
 from __future__ import annotations
 
@@ -34,7 +33,6 @@ def _dvc(args: list[str], cwd: Path) -> str:
 
 
 def swept_keys(overrides: list[str]) -> list[str]:
-    """The param names of `key=value[,value...]` overrides (ConfigError for anything else)."""
     keys = []
     for override in overrides:
         key, sep, values = override.partition("=")
@@ -45,13 +43,12 @@ def swept_keys(overrides: list[str]) -> list[str]:
 
 
 def queue(overrides: list[str], cwd: Path) -> list[str]:
-    """Queue the grid of `overrides` (checked by swept_keys); the names DVC gave the experiments."""
+    """Queue the grid of `overrides`; the names DVC gave the experiments."""
     output = _dvc(["exp", "run", "--queue", *[arg for o in overrides for arg in ("-S", o)]], cwd)
     return _QUEUED.findall(output)
 
 
 def task_states(status_output: str) -> dict[str, str]:
-    """{experiment name: status} from `dvc queue status`'s table."""
     states = {}
     for line in status_output.splitlines():
         fields = line.split()

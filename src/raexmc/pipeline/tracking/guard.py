@@ -44,13 +44,16 @@ class ParamsGuard:
                                      f"so its results are not logged or kept; {PARALLEL_HINT}", self.path)
 
     def check_dvc_overrides(self, tree: dict[str, Any]) -> None:
-        """ConcurrentRunError if the params `tree` (as read at the stage's start) lacks a `-S` value of the
-        `dvc exp run` running this stage."""
+        """ConcurrentRunError if `tree` lacks a `-S` value of the `dvc exp run` running this stage."""
         for file, key, text in set_params(dvc_command() or []):
             if Path(file).resolve() != self.path.resolve():
                 continue
-            wanted, found = _yaml_value(text), _dotted(tree, key)
-            if wanted is not _MISSING and wanted != found:
+            try:
+                wanted = YAML(typ="safe", pure=True).load(text)  # as DVC writes it into the params file
+            except YAMLError:
+                continue
+            found = _dotted(tree, key)
+            if wanted != found:
                 held = "nothing" if found is _MISSING else repr(found)
                 raise ConcurrentRunError(
                     f"holds {held}, but the `dvc exp run` running this stage set {key}={text}: another "
@@ -67,18 +70,10 @@ def _dotted(tree: dict[str, Any], key: str) -> Any:
     return node
 
 
-def _yaml_value(text: str) -> Any:
-    """An override's value as DVC writes it into the params file (YAML 1.2); _MISSING if unparsable."""
-    try:
-        return YAML(typ="safe", pure=True).load(text)
-    except YAMLError:
-        return _MISSING
-
-
 @contextmanager
 def one_stage_at_a_time(params_path: str | os.PathLike, stage: str) -> Iterator[None]:
-    """Hold the working copy's stage lock while the body runs (nothing to hold outside a DVC project): DVC runs
-    one execution's stages one after another, so another stage running here belongs to a second execution."""
+    """Hold the working copy's stage lock: DVC runs an execution's stages one at a time, so another here is a
+    second execution's."""
     root = working_copy(Path(params_path).resolve().parent)
     if root is None:
         yield
@@ -109,9 +104,7 @@ def _proc(pid: int, name: str) -> bytes | None:
 
 
 def dvc_command() -> list[str] | None:
-    """The arguments after `dvc` of the `dvc` process this stage runs under (its parent, or an ancestor a few
-    processes up; `dvc ARGS`, which runs as `python .../bin/dvc ARGS`, or `python -m dvc ARGS`); None outside DVC
-    or where /proc is not there."""
+    """The arguments after `dvc` of the `dvc` process a few processes above this stage; None outside DVC or /proc."""
     if not os.environ.get("DVC_STAGE"):
         return None
     pid = os.getppid()
@@ -154,8 +147,7 @@ def set_params(args: list[str]) -> list[tuple[str, str, str]]:
 
 
 def dvc_targets(args: list[str]) -> list[str] | None:
-    """The stage names a `dvc repro` or `dvc exp run` command line may name as its targets: each word that is not
-    an option (an option's value too, which is harmless where it only has a stage write its journal), less its
-    dvc.yaml's path; None for another command (a queued experiment's `dvc exp exec-run`)."""
+    """The words of a `dvc repro` or `dvc exp run` that are no option (an option's value too: harmless), less their
+    dvc.yaml's path; None for another command (`dvc exp exec-run`)."""
     words = args[1:] if args[:1] == ["repro"] else args[2:] if args[:2] == ["exp", "run"] else None
     return None if words is None else [word.rpartition(":")[2] for word in words if not word.startswith("-")]

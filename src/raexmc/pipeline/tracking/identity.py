@@ -16,9 +16,8 @@ OUTPUT_FOLDERS = ("data", "artifacts")  # where dvc.yaml's stages write: data/<d
 
 
 def project_root(start: str | os.PathLike | None = None) -> Path:
-    """The DVC project that owns this run: `dvc exp run --temp` and queued experiments run in a copy under
-    `.dvc/tmp/exps/`, with DVC_ROOT naming the parent project, so their runs land in the workspace's store.
-    Outside DVC the nearest folder holding `.dvc/` (or the start folder)."""
+    """The DVC project owning this run: DVC_ROOT for experiments run in copies, else the nearest folder holding
+    `.dvc/` (or the start folder)."""
     if os.environ.get("DVC_ROOT"):
         return Path(os.environ["DVC_ROOT"]).resolve()
     here = Path(start or os.getcwd()).resolve()
@@ -26,14 +25,12 @@ def project_root(start: str | os.PathLike | None = None) -> Path:
 
 
 def working_copy(start: str | os.PathLike) -> Path | None:
-    """The nearest folder at or above `start` holding `.dvc/` (an experiment's copy, not the project DVC_ROOT
-    names); None outside a DVC project."""
+    """The nearest folder at or above `start` holding `.dvc/`; None outside a DVC project."""
     here = Path(start).resolve()
     return next((folder for folder in (here, *here.parents) if (folder / ".dvc").is_dir()), None)
 
 
 def output_folders(params_path: str | os.PathLike) -> list[Path]:
-    """The folders the pipeline's stages write into, in the working copy of `params_path` (none outside one)."""
     root = working_copy(Path(params_path).resolve().parent)
     return [] if root is None else [root / name for name in OUTPUT_FOLDERS]
 
@@ -45,13 +42,11 @@ def git_commit(folder: Path) -> str:
 
 
 def experiment_name() -> str:
-    """The DVC experiment being run, or "workspace" for a plain `dvc repro`."""
     return os.environ.get("DVC_EXP_NAME") or "workspace"
 
 
 def pipeline_key(params_path: Path, params: bytes, commit: str, exp_name: str) -> str:
-    """The run's key: the params file's bytes `params`, the chosen dataset's entry (its file's bytes: the catalogue
-    is no part of the params file), the commit and the experiment."""
+    """The run's key: the params file's bytes, the chosen dataset's entry file's, the commit and the experiment."""
     digest = hashlib.sha256(params)
     entry = dataset_entry(params_path)
     if entry is not None:
@@ -61,7 +56,6 @@ def pipeline_key(params_path: Path, params: bytes, commit: str, exp_name: str) -
 
 
 def run_identity(params_path: Path, params: bytes) -> tuple[str, dict[str, str], str]:
-    """The key, tags and name of the run of this execution, whose params file holds `params`."""
     commit, exp_name = git_commit(Path.cwd()), experiment_name()
     key = pipeline_key(params_path, params, commit, exp_name)
     tags = {PIPELINE_TAG: key, "dvc_experiment": exp_name}
@@ -71,8 +65,8 @@ def run_identity(params_path: Path, params: bytes) -> tuple[str, dict[str, str],
 
 
 def pipeline_params(params_path: Path) -> dict[str, Any]:
-    """Every param of the execution, the chosen dataset's catalogue entry included (as `datasets.<name>`), so
-    that runs in which DVC reran only the last stages still compare side by side on all of them."""
+    """Every param of the execution, the chosen dataset's entry as `datasets.<name>` (so that runs where DVC reran
+    only the last stages compare on all of them)."""
     from ...settings import read_mapping, read_params_tree
 
     picked = read_params_tree(params_path)
@@ -83,8 +77,7 @@ def pipeline_params(params_path: Path) -> dict[str, Any]:
 
 
 def dataset_entry(params_path: Path) -> Path | None:
-    """The chosen dataset's catalogue file (datasets/<data.name>.yaml beside the params file); None where the params
-    file, its data.name or that file is missing (the stage that needs it says so)."""
+    """datasets/<data.name>.yaml beside the params file; None where any of them is missing."""
     from ...data.catalogue import catalogue_dir
     from ...errors import ConfigError
     from ...settings import read_mapping

@@ -1,8 +1,6 @@
-"""Logging a stage into the pipeline's MLflow run: one per `dvc repro` or `dvc exp run`, found by its key
-(identity.py), which every stage logs its params, metrics, duration and artifacts into through the journal that one
-process writes to the store (stage_journal says which). The store defaults to SQLite at the project root, so that
-`--temp` and queued experiments (run in copies) land in it too; MLFLOW_TRACKING_URI overrides it.
-"""
+"""Logging a stage into the pipeline's MLflow run (one per `dvc repro` or `dvc exp run`, keyed in identity.py)
+through the journal one process writes to the store. The store is SQLite at the project root, so that `--temp` and
+queued experiments (run in copies) land in it too; MLFLOW_TRACKING_URI overrides it."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import tempfile
@@ -27,10 +26,10 @@ from urllib.parse import urlparse
 from ...errors import StorageError, first_line
 from .guard import ParamsGuard, dvc_command, dvc_targets
 from .identity import PIPELINE_TAG, pipeline_params, project_root, run_identity, working_copy
-from .journal import JOURNAL, Journal
 
 EXPERIMENT = "rae-xmc"
 WRITER = "track"  # the stage that writes the journal: DVC runs it last, every time
+JOURNAL = Path(".dvc", "tmp", "raexmc-journal")  # a working copy's, which its stages share one at a time
 HEADLINE_METRICS = ("P@1", "P@5", "nDCG@5", "PSP@5", "R@100")  # the headline's: the summary's and the UI view's
 HEADLINE_METHODS = ("rae", "dual_encoder", "knn")              # RAE, then its baselines
 VIEW = "headline"  # the UI's runs table that `raexmc results` links (view_path)
@@ -89,16 +88,14 @@ _SQLITE_HEADER = b"SQLite format 3\0"
 
 @contextmanager
 def readable_store() -> Iterator[None]:
-    """A store SQLite cannot open or read (not a database, truncated, unreadable) as one line
-    naming the file, instead of SQLAlchemy's traceback (and MLflow's minutes of retries)."""
+    """A store that cannot be opened or read as one line naming it (not SQLAlchemy's traceback, MLflow's retries)."""
     check_store()
     with store_errors():
         yield
 
 
 def check_store() -> None:
-    """A SQLite store that cannot be opened or read, as one line naming the file, without importing MLflow: its
-    header (an unreadable file, a folder or another kind of file fails there), then SQLite's check of its pages."""
+    """check_store without importing MLflow: the SQLite header, then SQLite's check of its pages."""
     path = Path(store_file())
     if urlparse(tracking_uri()).scheme != "sqlite" or not path.exists():
         return  # MLflow creates it
@@ -119,9 +116,8 @@ def check_store() -> None:
 
 @contextmanager
 def store_errors() -> Iterator[None]:
-    """SQLAlchemy's error, opening the store or writing to it (a full disk), as one line: raised as it is, or
-    as MLflow raises it again (an MlflowException caused by it). MLflow's own log of it, a traceback on
-    stderr, is held back meanwhile: the one line says it all."""
+    """SQLAlchemy's error (raised as it is, or as the cause of an MlflowException) as one line; MLflow's own
+    traceback of it on stderr is held back meanwhile."""
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -140,16 +136,14 @@ def store_errors() -> Iterator[None]:
 
 
 def from_the_store(exc: BaseException) -> bool:
-    """Whether MLflow raised `exc` because the store failed (SQLAlchemy's error is its cause), not to say
-    what the store holds or lacks."""
+    """Whether MLflow raised `exc` because the store failed, not to say what the store holds or lacks."""
     from sqlalchemy.exc import SQLAlchemyError
 
     return isinstance(exc.__cause__, SQLAlchemyError)
 
 
 def _database_message(exc: BaseException) -> str:
-    """The first line of SQLAlchemy's error: the database's own message ("database or disk is full")."""
-    return first_line(getattr(exc, "orig", None) or exc)
+    return first_line(getattr(exc, "orig", None) or exc)  # the database's own ("database or disk is full")
 
 
 def _store_error(reason: str) -> StorageError:
@@ -166,9 +160,8 @@ def _store_error(reason: str) -> StorageError:
 
 @contextmanager
 def one_opener_at_a_time() -> Iterator[None]:
-    """Hold a lock beside a SQLite store while opening it and finding or creating the experiment and
-    the pipeline's run: queue workers that start together on a new store would otherwise each create
-    MLflow's tables (all but one fail) or the same experiment twice."""
+    """Lock a SQLite store while opening it: queue workers starting together on a new store would otherwise
+    each create MLflow's tables (all but one fail) or the experiment."""
     if urlparse(tracking_uri()).scheme != "sqlite":
         yield
         return
@@ -181,9 +174,46 @@ def one_opener_at_a_time() -> Iterator[None]:
         yield
 
 
+class Journal:
+    """What stages log, as JSON lines in `folder` until one process writes them to the store: importing MLflow costs
+    a stage some 2.7 CPU s, so a stage DVC runs only appends, and track (run last) writes the journal once. An
+    artifact is kept as a hard link (outputs are replaced by renames, so it holds the bytes the stage logged)."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.lines = folder, folder / "entries.jsonl"
+
+    def append(self, entry: dict[str, Any]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.lines, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+
+    def keep(self, path: str | os.PathLike) -> str:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        kept = Path(tempfile.mkdtemp(dir=self.folder)) / Path(path).name
+        try:
+            os.link(path, kept)
+        except OSError:
+            shutil.copy2(path, kept)
+        return str(kept)
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.lines.is_file():
+            return []
+        entries = []
+        for line in self.lines.read_text(encoding="utf-8").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # the last line, cut short by a kill (-9) while it was written
+        return entries
+
+    def clear(self) -> None:
+        """Forget what was written to the store, the kept files with it."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 class StageRun:
-    """Journals one stage's params, metrics and artifacts for the pipeline's MLflow run, each only after checking
-    that the params file is still the one the stage ran with."""
+    """Journals a stage's params, metrics and artifacts, each after checking the params file is unchanged."""
 
     def __init__(self, journal: Journal, opening: dict[str, Any], stage: str, guard: ParamsGuard):
         self.journal, self.opening, self.stage, self.guard = journal, opening, stage, guard
@@ -194,7 +224,7 @@ class StageRun:
 
     @property
     def run_id(self) -> str:
-        """The run's id, for logging done elsewhere (the model registry): the journal is written to the store first."""
+        """The run's id (for the model registry), after writing the journal to the store."""
         self.guard.check()
         return write_journal(self.journal, self.opening)
 
@@ -209,7 +239,7 @@ class StageRun:
         self._log(artifact=self.journal.keep(path), under=self.stage)
 
     def dataset(self, folder: Path, name: str, context: str) -> None:
-        """Log the dataset folder the run used as its dataset input (once: the store keeps one of each)."""
+        """The dataset folder as the run's dataset input (the store keeps one of each)."""
         self._log(dataset={"uri": str(folder.resolve()), "name": name, "digest": folder_digest(folder),
                            "context": context})
 
@@ -221,15 +251,8 @@ class StageRun:
         return {name.split("/")[0] for name in metrics if name.endswith("/duration_s")}
 
     def for_stage(self, stage: str) -> StageRun:
-        """The same run, logging under another stage's names (for outputs DVC restored from its
-        run cache, whose stage did not run and so logged nothing)."""
+        """The run under another stage's names (for outputs DVC restored from its run cache)."""
         return StageRun(self.journal, self.opening, stage, self.guard)
-
-
-def _opening(guard: ParamsGuard) -> dict[str, Any]:
-    """The entry that finds the pipeline's run, or creates it with its tags, name and every param."""
-    key, tags, name = run_identity(guard.path, guard.content or b"")
-    return {"run": key, "open": {"tags": tags, "name": name, "params": param_texts(pipeline_params(guard.path))}}
 
 
 def _client():
@@ -239,10 +262,9 @@ def _client():
 
 
 def experiment_tags() -> dict[str, str]:
-    """MLflow 3 opens an experiment on its GenAI overview, and its runs table with no metric column, so the
-    experiment says it is a model-training one and carries a shared view (applied where the UI's link names it):
-    the chosen settings and the headline metrics of RAE and its baselines as the first columns, the best RAE P@1
-    on top."""
+    """MLflow 3 opens an experiment on its GenAI overview, with no metric column: the experiment says it is a
+    model-training one and carries a shared view, the chosen settings and headline metrics first, best RAE P@1 on
+    top."""
     settings = ("selection.retrieval", "selection.label_share", "selection.lambda", "selection.tau")  # evaluate's
     metrics = [f"metrics.`evaluate/{metric_name(f'{method}.{name}')}`"
                for method in HEADLINE_METHODS for name in HEADLINE_METRICS]
@@ -252,12 +274,10 @@ def experiment_tags() -> dict[str, str]:
 
 
 def view_path(experiment_id: str) -> str:
-    """The link of experiment_tags' view, after the UI's address."""
     return f"#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW}"
 
 
 def view_url(ui: str = "http://127.0.0.1:5000") -> str:
-    """The view's link in the UI that `mlflow ui` serves by default, once the store holds the experiment."""
     with store_errors():
         experiment = _client().get_experiment_by_name(EXPERIMENT)
     return f"{ui}/{view_path(experiment.experiment_id)}" if experiment else ui
@@ -290,8 +310,7 @@ def _log_params(client, run_id: str, params: dict[str, str]) -> None:
 
 
 def _dataset_input(uri: str, name: str, digest: str, context: str):
-    """The dataset folder at `uri` as an mlflow DatasetInput used as `context`: described, never loaded (a
-    MetaDataset holds a name, a source and a digest only)."""
+    """The folder at `uri` as a DatasetInput: described, never loaded (a MetaDataset)."""
     from mlflow.data import get_dataset_source_from_json
     from mlflow.data.meta_dataset import MetaDataset
     from mlflow.entities import DatasetInput, InputTag
@@ -303,8 +322,7 @@ def _dataset_input(uri: str, name: str, digest: str, context: str):
 
 
 def write_journal(journal: Journal, opening: dict[str, Any]) -> str:
-    """Write the journal's entries into their runs, found or created (`opening`'s among them), in the order the
-    stages logged them; empty the journal and return the id of `opening`'s run."""
+    """Write the journal's entries, in order, into their runs (found or created); empty it; `opening`'s run id."""
     from mlflow.entities import Metric
 
     entries = journal.entries()
@@ -330,10 +348,9 @@ def write_journal(journal: Journal, opening: dict[str, Any]) -> str:
 
 
 def stage_journal(stage: str) -> tuple[Journal, bool]:
-    """The journal `stage` appends to, and whether the stage writes it to the store itself: a stage DVC runs
-    appends to its working copy's, which the last stage of its command writes (track, which a whole pipeline ends
-    with, or a stage the command names; every stage of a command not read here); a stage run by hand has one of
-    its own. Where no `dvc` process is found above the stage, it runs as in a whole pipeline."""
+    """The journal `stage` appends to, and whether it writes it to the store: under DVC the working copy's, which
+    the command's last stage writes (track, a stage the command names, or every stage of a command not read here);
+    by hand one of its own."""
     root = working_copy(Path.cwd()) if os.environ.get("DVC_STAGE") else None
     if root is None:  # nothing runs after it to write its journal
         return Journal(Path(tempfile.mkdtemp(prefix="raexmc-journal-"))), True
@@ -366,12 +383,13 @@ def sigterm_raises() -> Iterator[None]:
 @contextmanager
 def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
               guard: ParamsGuard | None = None) -> Iterator[StageRun]:
-    """The pipeline's MLflow run for `stage` (for the params file as `guard` read it); log its duration and final
-    status on exit: FINISHED, FAILED on an error, KILLED on Ctrl-C or SIGTERM (then exit status 143, as if the
-    signal had not been caught). A store that cannot be used ends the stage before its work."""
+    """The pipeline's run for `stage`; on exit its duration and status: FINISHED, FAILED, or KILLED on Ctrl-C or
+    SIGTERM (exit 143). A store that cannot be used ends the stage before its work."""
     guard = guard or ParamsGuard(params_path)
     journal, writes = stage_journal(stage)
-    run = StageRun(journal, _opening(guard), stage, guard)
+    key, tags, name = run_identity(guard.path, guard.content or b"")
+    opening = {"run": key, "open": {"tags": tags, "name": name, "params": param_texts(pipeline_params(guard.path))}}
+    run = StageRun(journal, opening, stage, guard)
     if writes:
         write_journal(journal, run.opening)
     else:
@@ -398,9 +416,8 @@ def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
 
 
 def _mark_ended(run: StageRun, status: str, write: bool) -> None:
-    """Journal the end of a stage that ends by an error and, with `write`, write the journal to the store, unless
-    the store cannot take it (the error that is on its way out, such as that very store's, is the one to report).
-    A killed stage DVC runs leaves it to the next writer: importing MLflow would hold up its exit by seconds."""
+    """Journal a failed or killed stage's end and, with `write`, write it, unless the store fails (the error on its
+    way out is the one to report). A killed stage under DVC leaves it to the next writer (MLflow's import is slow)."""
     with suppress(StorageError, OSError):
         run.journal.append({"run": run.opening["run"], "status": status})
         if write:

@@ -30,9 +30,8 @@ RANK_ERRORS = "RAEXMC_RANK_ERRORS"
 
 @contextmanager
 def user_errors(params_path: str | os.PathLike | None = None) -> Iterator[None]:
-    """Turn a RaexmcError, a write with no room (full disk, file-size limit) or a write refused (permissions, a
-    read-only file system) into one line on stderr and exit status 2; an error about a parameter names
-    `params_path`, the parameters file in use."""
+    """A RaexmcError, a write with no room or a write refused as one line on stderr, exit status 2; an error about
+    a parameter names `params_path`."""
     try:
         try:
             yield
@@ -50,12 +49,10 @@ def user_errors(params_path: str | os.PathLike | None = None) -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
-"""A write the file system refuses: the folder's permissions, or a file system mounted read-only."""
+DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)  # permissions, or a file system mounted read-only
 
 
 def _storage_error(exc: OSError) -> StorageError:
-    """One line for an OSError of NO_ROOM or DENIED: what happened to which path, and what to do."""
     path = exc.filename or "(file not reported)"
     if exc.errno in DENIED:  # reading an input may be refused too; a read-only file system refuses writes only
         return StorageError(f"{exc.strerror}: give this user access to it, or write the outputs where this user may "
@@ -69,12 +66,9 @@ def _storage_error(exc: OSError) -> StorageError:
 @contextmanager
 def tracked_stage(name: str, params_path: str | os.PathLike = "params.yaml",
                   is_main: bool = True) -> Iterator[tuple[Settings, StageRun | RankRun]]:
-    """The settings (loaded and checked once) and the pipeline's MLflow run of stage `name`, run alone in its
-    working copy with the params its DVC command set (guard.py); errors end it in one line, exit status 2.
-
-    First it removes the temporaries killed stages left in the output folders (a stage DVC restores from its run
-    cache never runs again to clean up its own). With `is_main` false (a torchrun rank other than 0) it only loads
-    the settings and the run logs nothing: one MLflow run, one lock and one output for the whole group."""
+    """The settings and the MLflow run of stage `name`, run alone in its working copy with the params its DVC
+    command set (guard.py), after removing killed stages' temporaries (a stage DVC restores never cleans up its
+    own). A torchrun rank other than 0 (`is_main` false) only loads the settings and logs nothing."""
     with user_errors(params_path):
         if not is_main:
             yield load_settings(params_path), RankRun()
@@ -101,7 +95,7 @@ class RankRun:
 
 
 def process_count(setting: int | str) -> int:
-    """A `*.nproc` setting as a number of processes: 'auto' is one per visible GPU (1 where there is none)."""
+    """A `*.nproc` setting as a number: 'auto' is one per visible GPU (at least 1)."""
     if setting == "auto":
         import torch  # only the stages that can start processes pay for it
 
@@ -110,18 +104,15 @@ def process_count(setting: int | str) -> int:
 
 
 def relaunch_under_torchrun(nproc: int, torchrun_args: str) -> None:
-    """Run this very command again as `nproc` torchrun workers per node and exit, when there are several
-    processes (or nodes, in `torchrun_args`) and this is not already a worker; return otherwise, in the one
-    process or the worker that goes on. The exit status is 0, or 2 with the first failed rank's one-line user
-    error, or else 1 with torchrun's failure report."""
+    """Rerun this command as `nproc` torchrun workers per node and exit (0, 2 with the first failed rank's one line,
+    else 1), where there are several processes or nodes and this is no worker yet; else return."""
     extra = torchrun_args.split()
     if (nproc > 1 or extra) and "LOCAL_RANK" not in os.environ:
         raise typer.Exit(torchrun([f"--nproc_per_node={nproc}", *extra, *sys.argv]))
 
 
 def torchrun(args: list[str]) -> int:
-    """torchrun's launcher with these arguments, in this process, so that a rank's user error ends it as any
-    stage's does: one line, status 2 (torchrun itself would add its traceback and exit 1)."""
+    """torchrun's launcher in this process, so a rank's user error ends it in one line, status 2 (not a traceback)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
@@ -142,8 +133,7 @@ def torchrun(args: list[str]) -> int:
 
 
 def stage_cli(main: Callable[..., None], description: str) -> None:
-    """Run a stage script's `main` as a command whose --help is the script's docstring. The script must have
-    pinned its CPU kernels first (raexmc.numerics), or its floats would depend on the CPU."""
+    """Run a stage's `main` with the script's docstring as --help, once it has pinned its CPU kernels."""
     if not kernels_pinned():
         raise RuntimeError("a stage script must call raexmc.numerics.pin_cpu_kernels() before anything else")
     app = typer.Typer(add_completion=False, rich_markup_mode=None)  # as raexmc's: a flag without "<bool>"
