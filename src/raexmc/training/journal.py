@@ -20,12 +20,15 @@ class Journal:
         self.global_batch = settings.batch_size * ctx.world_size
         self.history, self.log = history, log
         self.bar = progress_bar(total=settings.max_steps, initial=start_step, desc="train", unit="step",
-                        disable=not ctx.is_main, mininterval=2.0)
+                                disable=not ctx.is_main, mininterval=2.0)
         self.started = time.perf_counter() - elapsed_s
         self._open_window()
 
     def _open_window(self) -> None:
         self.window_start, self.window_loss, self.window_steps = time.perf_counter(), 0.0, 0
+
+    def _window_loss(self) -> float:
+        return self.window_loss / max(self.window_steps, 1)
 
     def elapsed_s(self) -> float:  # those before a resume included
         return time.perf_counter() - self.started
@@ -37,13 +40,11 @@ class Journal:
 
     def mined(self, step: int, validation: dict[str, float], lr: float) -> None:
         """A mining round ran before `step`: log the window it closes (none at the start) and open the next."""
-        if step > self.start_step:
-            seconds = time.perf_counter() - self.window_start
-            self._record(step, {"loss": self.window_loss / max(self.window_steps, 1), "lr": lr,
-                                "examples_per_s": self.window_steps * self.global_batch / max(seconds, 1e-9),
-                                "elapsed_s": self.elapsed_s(), **validation})
-        else:
-            self._record(step, {"elapsed_s": self.elapsed_s(), **validation})
+        seconds = time.perf_counter() - self.window_start
+        window = {"loss": self._window_loss(), "lr": lr,
+                  "examples_per_s": self.window_steps * self.global_batch / max(seconds, 1e-9)}
+        self._record(step, {**(window if step > self.start_step else {}), "elapsed_s": self.elapsed_s(),
+                            **validation})
         self._open_window()
 
     def stepped(self, loss: float) -> None:
@@ -57,8 +58,7 @@ class Journal:
 
     def finished(self, step: int, validation: dict[str, float]) -> None:
         """The round after the last step: log the last window's loss with its validation."""
-        self._record(step, {"loss": self.window_loss / max(self.window_steps, 1), "elapsed_s": self.elapsed_s(),
-                            **validation})
+        self._record(step, {"loss": self._window_loss(), "elapsed_s": self.elapsed_s(), **validation})
 
 
 def as_table(history: list[dict[str, float]]) -> list[dict[str, float | None]]:

@@ -53,6 +53,5 @@ def sample_negatives(candidates: np.ndarray, input_rows: np.ndarray, Y: sp.csr_m
 
 
 def mine_hard_negatives(embeddings: np.ndarray, input_rows: np.ndarray, search: Search, Y: sp.csr_matrix,
-                        topk: int, m: int, rng: np.random.Generator) -> np.ndarray:
-    """(len(input_rows), m) hard negatives of those inputs of Y from `search` over the label embeddings."""
+                        topk: int, m: int, rng: np.random.Generator) -> np.ndarray:  # from `search` over the labels
     return sample_negatives(search(embeddings, topk)[0], input_rows, Y, m, rng)

@@ -28,16 +28,15 @@ from .settings import TrainSettings
 def embed_sharded(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, batch_size: int,
                   ctx: DistContext) -> np.ndarray:
     """Embeddings of `rows` in their order, each rank encoding its share, gathered."""
-    count = len(rows)
-    padded = pad_to_multiple(np.arange(count), ctx.world_size)
+    padded = pad_to_multiple(np.arange(len(rows)), ctx.world_size)
     share = np.asarray(rows)[shard(padded, ctx)]
     local = np.zeros((len(share), encoder.dim), np.float32)
     for batch in progress_bar(length_sorted_batches(np.asarray(lengths)[share], batch_size), desc="re-embed",
                               unit="batch", disable=not ctx.is_main, mininterval=2.0, leave=False):
         local[batch] = encoder.embed(ids, lengths, share[batch])
-    gathered = gather_array(torch.from_numpy(local).to(ctx.device), ctx).cpu().numpy()
-    out = np.zeros((count, local.shape[1]), np.float32)
-    out[padded] = gathered  # shards are contiguous slices of `padded`, gathered in rank order
+    out = np.zeros((len(rows), local.shape[1]), np.float32)
+    # shards are contiguous slices of `padded`, gathered in rank order
+    out[padded] = gather_array(torch.from_numpy(local).to(ctx.device), ctx).cpu().numpy()
     return out
 
 
@@ -60,7 +59,6 @@ def validate(inputs: np.ndarray, labels: np.ndarray, Y: sp.csr_matrix, filters: 
 @dataclass
 class RoundResult:
     """Every training input's mined negatives (N, m; -1 where none) and the validation P@1s."""
-
     negatives: np.ndarray
     validation: dict[str, float]
 
@@ -85,7 +83,5 @@ def mining_round(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filt
             inputs[np.searchsorted(embedded_rows, mine_rows)], mine_rows,
             top_k_search(labels, ctx.device, progress=ctx.is_main), Y, settings.hnm_topk,
             settings.num_hard_negatives, np.random.default_rng([settings.seed, 1000 + round_no]))
-    validation = {}
-    if len(val_rows):
-        validation = validate(inputs, labels, Y, filters, train_rows, val_rows, settings, ctx.device, propensity_ab)
-    return RoundResult(negatives, validation)
+    return RoundResult(negatives, validate(inputs, labels, Y, filters, train_rows, val_rows, settings, ctx.device,
+                                           propensity_ab) if len(val_rows) else {})

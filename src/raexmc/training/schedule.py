@@ -45,8 +45,7 @@ class Schedule:
 FIXED = Schedule(batch_size=32, lr=1.0e-4, max_steps=300, warmup_steps=30, hnm_steps=100)  # a short CPU recipe
 
 
-def auto_global_batch(n_train: int) -> int:
-    """The power of two nearest N / 80 (in log scale), clipped to BATCH_RANGE."""
+def auto_global_batch(n_train: int) -> int:  # the power of two nearest N / 80 (in log scale), clipped
     low, high = BATCH_RANGE
     return min(max(2 ** round(math.log2(max(n_train, 1) / INPUTS_PER_BATCH)), low), high)
 
@@ -78,8 +77,6 @@ def resolve(mode: str, n_train: int, world_size: int, chosen: dict[str, int | fl
 def describe(mode: str, n_train: int, world_size: int, schedule: Schedule, grad_cache_chunk: int) -> str:
     """The one line the train stage prints."""
     caching = f"gradient caching {grad_cache_chunk} texts a pass" if grad_cache_chunk else "no gradient caching"
-    return (f"train schedule ({mode}, N={n_train:,} training inputs): global batch "
-            f"{schedule.batch_size * world_size} ({schedule.batch_size} x {world_size} process(es)), "
-            f"lr {schedule.lr:.3g}, "
-            f"{schedule.max_steps} steps, warm-up {schedule.warmup_steps}, mining every {schedule.hnm_steps} steps, "
-            f"{caching}")
+    return (f"train schedule ({mode}, N={n_train:,} training inputs): global batch {schedule.batch_size * world_size}"
+            f" ({schedule.batch_size} x {world_size} process(es)), lr {schedule.lr:.3g}, {schedule.max_steps} steps, "
+            f"warm-up {schedule.warmup_steps}, mining every {schedule.hnm_steps} steps, {caching}")
