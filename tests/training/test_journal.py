@@ -1,6 +1,6 @@
 """The training history as the table DVC plots."""
 
-from raexmc.training.journal import as_table
+from raexmc.training.train import as_table
 
 
 def test_as_table_gives_every_row_every_column_with_none_where_a_round_had_no_value():

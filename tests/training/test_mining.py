@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.memory.exact import ExactIndex
-from raexmc.training.mining import mine_hard_negatives, positive_mask, sample_negatives, sampling_keys
+from raexmc.training.rounds import mine_hard_negatives, positive_mask, sample_negatives, sampling_keys
 
 Y = sp.csr_matrix(np.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 0, 1]], dtype=np.float32))
 

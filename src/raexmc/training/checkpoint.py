@@ -82,7 +82,6 @@ class Checkpoint:
                                         "elapsed_s": elapsed_s, "history": history})
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write `state` atomically over `path`: a killed run leaves the previous one whole."""
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:  # atomically: a killed run leaves the last whole
     with atomic_file(path, "wb") as handle, checked_writes(handle) as checked:
         torch.save(state, checked)
