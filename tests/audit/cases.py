@@ -37,13 +37,10 @@ class Case:
     http_status: int = 400    # what a failing server case must be answered with
 
 
-Row = tuple  # (name, through, what, must name[, change]): a Case that the one runner below makes of its change
-
-
-def case_of(row: Case | Row) -> Case:
-    """A row as its Case: through download with a function of the LF folder (download_with), through predict with
-    one of a model folder (damaged_model), else through that stage with params.yaml updates and inputs broken by
-    the functions they map to (stage_with), each in a folder of the case's name."""
+def case_of(row: Case | tuple) -> Case:
+    """A row (name, through, what, must name[, change]) as its Case, in a folder of its name: download with a change
+    of the LF folder (download_with), predict with one of a model folder (damaged_model), else that stage with
+    params.yaml updates and inputs broken by the functions they map to (stage_with)."""
     if isinstance(row, Case):
         return row
     name, through, what, names, *change = row

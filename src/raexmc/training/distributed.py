@@ -55,8 +55,7 @@ def gather_array(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:  # eve
     return _all_gather(tensor, ctx.world_size) if ctx.active else tensor
 
 
-def shard(rows, ctx: DistContext):
-    """This rank's equal share of `rows` (length divisible by world_size)."""
+def shard(rows, ctx: DistContext):  # this rank's equal share of `rows` (length divisible by world_size)
     size = len(rows) // ctx.world_size
     return rows[ctx.rank * size:(ctx.rank + 1) * size]
 

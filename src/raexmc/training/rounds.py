@@ -7,9 +7,6 @@ an input gets the negatives it would get if every input were mined."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -26,8 +23,6 @@ from ..process_group import DistContext
 from ..progress import progress_bar
 from .distributed import gather_array, pad_to_multiple, shard
 from .settings import TrainSettings
-
-Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
 def positive_mask(candidates: np.ndarray, Y: sp.csr_matrix) -> np.ndarray:
@@ -66,11 +61,6 @@ def sample_negatives(candidates: np.ndarray, input_rows: np.ndarray, Y: sp.csr_m
     return np.where(np.take_along_axis(usable, order, axis=1), chosen, -1)
 
 
-def mine_hard_negatives(embeddings: np.ndarray, input_rows: np.ndarray, search: Search, Y: sp.csr_matrix,
-                        topk: int, m: int, rng: np.random.Generator) -> np.ndarray:  # from `search` over the labels
-    return sample_negatives(search(embeddings, topk)[0], input_rows, Y, m, rng)
-
-
 def embed_sharded(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray, batch_size: int,
                   ctx: DistContext) -> np.ndarray:
     """Embeddings of `rows` in their order, each rank encoding its share, gathered."""
@@ -102,21 +92,16 @@ def validate(inputs: np.ndarray, labels: np.ndarray, Y: sp.csr_matrix, filters: 
                for name, scorer in scorers.items()}}
 
 
-@dataclass
-class RoundResult:
-    """Every training input's mined negatives (N, m; -1 where none) and the validation P@1s."""
-    negatives: np.ndarray
-    validation: dict[str, float]
-
-
 def mining_round(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp.csr_matrix,
                  train_rows: np.ndarray, val_rows: np.ndarray, mine_rows: np.ndarray, settings: TrainSettings,
-                 ctx: DistContext, round_no: int, propensity_ab: tuple[float, float]) -> RoundResult:
-    """Mine hard negatives for `mine_rows` (sorted; none: validation only) and validate on `val_rows`, re-embedding
-    the labels and the inputs those need (every one when validating: its memory)."""
+                 ctx: DistContext, round_no: int, propensity_ab: tuple[float, float]
+                 ) -> tuple[np.ndarray, dict[str, float]]:
+    """Every training input's negatives (N, m; -1 where none) mined for `mine_rows` (sorted; none: validation only)
+    and the validation P@1s on `val_rows`, re-embedding the labels and the inputs those need (every one when
+    validating: its memory)."""
     negatives = np.full((Y.shape[0], settings.num_hard_negatives), -1, np.int64)
     if not len(mine_rows) and not len(val_rows):
-        return RoundResult(negatives, {})
+        return negatives, {}
     embedded_rows = np.arange(Y.shape[0]) if len(val_rows) else mine_rows
     batch_size = embed_batch_size(settings.embed_batch_size, ctx.device)
     encoder.model.eval()
@@ -125,9 +110,9 @@ def mining_round(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filt
     inputs = embed_sharded(encoder, cache.ids("train"), cache.lengths("train"), embedded_rows, batch_size, ctx)
     encoder.model.train()
     if len(mine_rows):
-        negatives[mine_rows] = mine_hard_negatives(
-            inputs[np.searchsorted(embedded_rows, mine_rows)], mine_rows,
-            top_k_search(labels, ctx.device, progress=ctx.is_main), Y, settings.hnm_topk,
+        search = top_k_search(labels, ctx.device, progress=ctx.is_main)  # the labels the encoder ranks highest
+        negatives[mine_rows] = sample_negatives(
+            search(inputs[np.searchsorted(embedded_rows, mine_rows)], settings.hnm_topk)[0], mine_rows, Y,
             settings.num_hard_negatives, np.random.default_rng([settings.seed, 1000 + round_no]))
-    return RoundResult(negatives, validate(inputs, labels, Y, filters, train_rows, val_rows, settings, ctx.device,
-                                           propensity_ab) if len(val_rows) else {})
+    return negatives, (validate(inputs, labels, Y, filters, train_rows, val_rows, settings, ctx.device, propensity_ab)
+                       if len(val_rows) else {})

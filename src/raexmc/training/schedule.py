@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import get_args
 
+import numpy as np
+
 from ..settings import ScheduleMode
 
 MODES = get_args(ScheduleMode)
@@ -45,10 +47,6 @@ class Schedule:
 FIXED = Schedule(batch_size=32, lr=1.0e-4, max_steps=300, warmup_steps=30, hnm_steps=100)  # a short CPU recipe
 
 
-def clipped(value: int, bounds: tuple[int, int]) -> int:
-    return min(max(value, bounds[0]), bounds[1])
-
-
 def resolve(mode: str, n_train: int, world_size: int, chosen: dict[str, int | float]) -> Schedule:
     """The schedule of `mode` for `n_train` inputs on `world_size` processes; `chosen` keys (numbers) win,
     the others come from FIXED or the rule, each from the values before it."""
@@ -57,10 +55,10 @@ def resolve(mode: str, n_train: int, world_size: int, chosen: dict[str, int | fl
     if mode == "fixed":
         return Schedule(**{key: chosen.get(key, getattr(FIXED, key)) for key in KEYS})
     # the power of two nearest N / 80 (in log scale)
-    auto_batch = clipped(2 ** round(math.log2(max(n_train, 1) / INPUTS_PER_BATCH)), BATCH_RANGE)
+    auto_batch = int(np.clip(2 ** round(math.log2(max(n_train, 1) / INPUTS_PER_BATCH)), *BATCH_RANGE))
     per_process = chosen.get("batch_size", math.ceil(auto_batch / world_size))
     global_batch = per_process * world_size
-    steps = chosen.get("max_steps", clipped(100 * round(EPOCHS * n_train / global_batch / 100), STEPS_RANGE))
+    steps = chosen.get("max_steps", int(np.clip(100 * round(EPOCHS * n_train / global_batch / 100), *STEPS_RANGE)))
     lr = chosen.get("lr", FIXED.lr * min(math.sqrt(global_batch / FIXED.batch_size), LR_GROWTH_CAP))
     return Schedule(batch_size=per_process, lr=lr, max_steps=steps,
                     warmup_steps=chosen.get("warmup_steps", round(steps * WARMUP_SHARE)),

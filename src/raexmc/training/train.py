@@ -27,7 +27,7 @@ from ..progress import progress_bar
 from ..settings import TrainSection
 from .checkpoint import Checkpoint, run_fingerprint
 from .graph_memory import resolve_grad_cache
-from .rounds import RoundResult, mining_round
+from .rounds import mining_round
 from .settings import TrainSettings
 from .step import BatchSampler, apply_gradients, make_optimizer, training_step
 
@@ -109,7 +109,7 @@ def train(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp
     start = saved.resume(ctx.device)
     journal = Journal(settings, ctx, start.step, start.elapsed_s, start.history, log)
 
-    def mine(step: int, last: int) -> RoundResult:
+    def mine(step: int, last: int) -> tuple[np.ndarray, dict[str, float]]:
         """The round at `step`: negatives for the rows that steps step..last-1 draw, and validation."""
         drawn = sampler.rows_drawn(step, last, global_batch) if settings.mines_negatives else np.zeros(0, np.int64)
         return mining_round(encoder, cache, Y, filters, train_rows, val_queries, drawn, settings, ctx,
@@ -119,9 +119,9 @@ def train(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp
     negatives = start.negatives
     for step in range(start.step, settings.max_steps):
         if negatives is None or step % settings.hnm_steps == 0:
-            mined = mine(step, min((step // settings.hnm_steps + 1) * settings.hnm_steps, settings.max_steps))
-            negatives = mined.negatives
-            journal.mined(step, mined.validation, scheduler.get_last_lr()[0])
+            negatives, validation = mine(step, min((step // settings.hnm_steps + 1) * settings.hnm_steps,
+                                                   settings.max_steps))
+            journal.mined(step, validation, scheduler.get_last_lr()[0])
         rows, positives = sampler.batch(step, global_batch)
         loss = training_step(encoder, cache, Y, rows, positives, negatives, settings, ctx)
         apply_gradients(params, optimizer, scheduler, settings.grad_clip)
@@ -129,8 +129,7 @@ def train(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp
         saved.save_if_due(step + 1, negatives, journal.elapsed_s(), journal.history)
     journal.close()
     if settings.validate_last and settings.max_steps > start.step:  # on every rank: it gathers across ranks
-        mined = mine(settings.max_steps, settings.max_steps)
-        journal.finished(settings.max_steps, mined.validation)
+        journal.finished(settings.max_steps, mine(settings.max_steps, settings.max_steps)[1])
     return journal.history
 
 
