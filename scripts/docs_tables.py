@@ -10,12 +10,9 @@ A generated table sits between two marker comments in the Markdown:
     | ... |
     <!-- /table -->
 
-TABLES is the spec: per NAME a `Table`, its header and a function from the records (`Records`: the files under
-bench/results/, metrics/, the committed artifacts/<name>/significance.json) to its rows. One renderer (`render`)
-turns any of them into Markdown: a float cell in two decimals, an int with thousands separators, None as "—",
-text as it is, and from the column `best` on each column's highest number in bold (ties too). To change a number,
-change or remake its record, then run this script. The README's headline table reads the committed
-metrics/<data.name>/ rows of the default run, so after `dvc repro` with new defaults this script alone updates it.
+TABLES is the spec: per NAME a `Table` (header, a function of the `Records` to its rows); one renderer (`render`)
+writes any of them. To change a number, change or remake its record, then run this script (the headline table
+reads the default run's metrics/<data.name>/ rows, so after `dvc repro` this script alone updates it).
 """
 
 from __future__ import annotations
@@ -48,9 +45,7 @@ BLOCK = re.compile(r"<!-- table: (?P<name>[\w.-]+) [^\n]*-->\n(?P<body>.*?)<!-- 
 
 def num(value: Any, digits: int = 2) -> str:
     """A metric in `digits` decimals, an int with thousands separators, "—" for a missing value."""
-    if value is None:
-        return "—"
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.{digits}f}"
+    return "—" if value is None else f"{value:,}" if isinstance(value, int) else f"{value:,.{digits}f}"
 
 
 def p_cell(p: Any) -> str:
@@ -66,31 +61,26 @@ def p_cell(p: Any) -> str:
     return f"{float(p):.2g}" if not exponent or int(exponent) >= -3 else f"{float(mantissa):.1f}e{int(exponent)}"
 
 
-def signed(diff: float) -> str:
-    """A difference in points: "+0.24", "−0.11" (a minus sign), "0.00"."""
+def signed(diff: float) -> str:  # "+0.24", "−0.11" (a minus sign), "0.00"
     rounded = round(diff, 2)
     return f"{'+' if rounded > 0 else '−' if rounded < 0 else ''}{abs(rounded):.2f}"
 
 
-def diff_cell(diff: float, p: Any) -> str:
-    """A paired test: "+0.24, p=0.34" (or "p<1e-300" where the record says no more)."""
+def diff_cell(diff: float, p: Any) -> str:  # "+0.24, p=0.34" (or "p<1e-300")
     text = p_cell(p)
     return f"{signed(diff)}, p{'' if text.startswith('<') else '='}{text}"
 
 
-def test_cell(test: dict[str, Any]) -> str:
-    """A paired test with its 95% CI: "−1.36 [−2.60, −0.13], p=0.031"."""
+def test_cell(test: dict[str, Any]) -> str:  # with its 95% CI: "−1.36 [−2.60, −0.13], p=0.031"
     low, high = (f"{test[end]:.2f}".replace("-", "−") for end in ("ci_low", "ci_high"))
     return diff_cell(test["mean_diff"], test).replace(", p", f" [{low}, {high}], p", 1)
 
 
 def seconds(value: float | None) -> str:
-    """A stage's seconds ("–" where the record has none)."""
     return "–" if value is None else f"{value:.1f} s" if value < 100 else f"{value:,.0f} s"
 
 
-def size(n_bytes: int) -> str:
-    """Bytes in units of 10^3: "199 B", "12 KB", "9.5 MB", "1,158 MB"."""
+def size(n_bytes: int) -> str:  # in units of 10^3: "199 B", "12 KB", "9.5 MB", "1,158 MB"
     for unit, scale in (("MB", 1e6), ("KB", 1e3)):
         if n_bytes >= scale:
             return f"{n_bytes / scale:.1f} {unit}" if n_bytes / scale < 10 else f"{n_bytes / scale:,.0f} {unit}"
@@ -98,7 +88,6 @@ def size(n_bytes: int) -> str:
 
 
 def hours(value: float) -> str:
-    """Hours in two significant digits below 10, whole hours above."""
     return f"{value:#.2g} h" if value < 10 else f"{value:,.0f} h"
 
 
@@ -109,14 +98,12 @@ def gpu_seconds(value: float | None) -> str:
     return f"{value / 3600:.1f} h" if value >= 7200 else f"{value / 60:.1f} min" if value >= 100 else f"{value:.2g} s"
 
 
-def one_digit(value: float) -> str:
-    """A small positive number to one significant digit, written out: 0.00001, 0.0003, 0.04."""
+def one_digit(value: float) -> str:  # to one significant digit, written out: 0.00001, 0.0003, 0.04
     rounded = float(f"{value:.1g}")
     return f"{rounded:.{max(0, -math.floor(math.log10(rounded)))}f}"
 
 
-def power_of_ten(value: float) -> str:
-    """A learning rate as the docs write it: 2e-4."""
+def power_of_ten(value: float) -> str:  # 2e-4
     mantissa, exponent = f"{value:.0e}".split("e")
     return f"{mantissa}e{int(exponent)}"
 
@@ -126,12 +113,10 @@ def g(value: float) -> str:
 
 
 def blank(value: Any) -> str:
-    """A number, or an empty cell where there is none."""
     return "" if value is None else num(value)
 
 
-def dig(data: Any, *keys: Any) -> Any:
-    """data[k1][k2]... where a key is missing: None."""
+def dig(data: Any, *keys: Any) -> Any:  # data[k1][k2]..., None where a key is missing
     for key in keys:
         if not isinstance(data, dict) or key not in data:
             return None
@@ -164,13 +149,11 @@ class Records:
     def run(self, run: str, *keys: Any) -> Any:
         return self(RESULTS / "runs" / run / "metrics.json", *keys)
 
-    def rows(self, *names: str, **match: Any) -> list[dict[str, Any]]:
-        """The rows of bench/results/<name>.json records ({"rows": [...]}) with these values."""
+    def rows(self, *names: str, **match: Any) -> list[dict[str, Any]]:  # of bench/results/<name>.json {"rows": []}
         return [row for name in names for row in self.result(name, "rows")
                 if all(row.get(key) == value for key, value in match.items())]
 
     def row(self, name: str, **match: Any) -> dict[str, Any]:
-        """The one such row of a record."""
         found = self.rows(name, **match)
         if len(found) != 1:
             raise DataError(f"{len(found)} rows with {match} (expected 1)", RESULTS / f"{name}.json")
@@ -184,8 +167,7 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def bold_best(rows: list[list[Any]], start: int = 1) -> list[list[Any]]:
-    """The rows with each column's highest number from `start` on in bold (ties too), as text."""
+def bold_best(rows: list[list[Any]], start: int = 1) -> list[list[Any]]:  # each column's best from `start`, ties too
     best = [max((round(row[j], 2) for row in rows if j < len(row) and is_number(row[j])), default=None)
             for j in range(max(map(len, rows), default=0))]
     return [[f"**{num(v)}**" if j >= start and is_number(v) and round(v, 2) == best[j] else v
@@ -194,8 +176,7 @@ def bold_best(rows: list[list[Any]], start: int = 1) -> list[list[Any]]:
 
 @dataclass(frozen=True)
 class Table:
-    """A generated table: its header (or a function of the records giving it), a function of the records giving
-    its rows, and the first column whose best numbers are bold (None: none)."""
+    """A table's header (or a function of the records giving it), rows, and first column to bold the best of."""
 
     header: Sequence[str] | Callable[[Records], Sequence[str]]
     rows: Callable[[Records], Iterable[Sequence[Any]]]
@@ -203,7 +184,7 @@ class Table:
 
 
 def render(table: Table, root: Path) -> str:
-    """The Markdown table, one line per row, newline-terminated."""
+    """The Markdown table: a float in two decimals, an int with thousands separators, None as "—", text as is."""
     records = Records(root)
     header = table.header(records) if callable(table.header) else table.header
     rows = [list(row) for row in table.rows(records)]

@@ -20,10 +20,9 @@ from raexmc.pipeline.tracking.stage import process_count, relaunch_under_torchru
 from raexmc.process_group import process_group
 from raexmc.settings import load_settings
 from raexmc.training.distributed import check_gpu_count
-from raexmc.training.journal import as_table
 from raexmc.training.schedule import describe
 from raexmc.training.settings import TrainSettings
-from raexmc.training.train import train_on, trainee
+from raexmc.training.train import as_table, train_on, trainee
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),

@@ -8,6 +8,7 @@ import errno
 import gzip
 import importlib.util
 import json
+import math
 import os
 import shutil
 import signal
@@ -16,10 +17,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from ruamel.yaml import YAML
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,8 +131,6 @@ def set_in_files(repo: Path, updates: list[tuple[Path, tuple[str, ...], object]]
     """Set each (YAML file relative to `repo`, key path, value) of `updates`, keeping the rest of the file (a new
     file starts empty); an empty key path makes the value the whole file. The one writer of the project's
     params and catalogue files in tests."""
-    from ruamel.yaml import YAML
-
     yaml = YAML()
     trees: dict[Path, object] = {}
     for file, keys, value in updates:
@@ -144,11 +148,6 @@ def set_in_files(repo: Path, updates: list[tuple[Path, tuple[str, ...], object]]
         yaml.dump(tree, repo / file)
 
 
-def dataset_file(name: str) -> Path:
-    """Where a project keeps catalogue entry `name` (dots and all), relative to its root."""
-    return Path("datasets") / f"{name}.yaml"
-
-
 def set_params(repo: Path, **updates) -> None:
     """Apply `updates` (dotted keys) to the project's files: `datasets.<name>[.<key>]` to datasets/<name>.yaml,
     `presets.<key>` to presets.yaml, any other key to params.yaml (a name with dots: set_dataset)."""
@@ -156,7 +155,7 @@ def set_params(repo: Path, **updates) -> None:
     for dotted, value in updates.items():
         first, *keys = dotted.split(".")
         if first == "datasets":
-            routed.append((dataset_file(keys[0]), tuple(keys[1:]), value))
+            routed.append((Path("datasets") / f"{keys[0]}.yaml", tuple(keys[1:]), value))
         elif first == "presets":
             routed.append((Path("presets.yaml"), tuple(keys), value))
         else:
@@ -174,7 +173,7 @@ def write_params(folder: Path, **updates) -> Path:
 
 def set_dataset(folder: Path, name: str, entry: dict) -> None:
     """Catalogue entry `name` (dots and all) of the project (or params file's folder) `folder`, whole."""
-    set_in_files(folder, [(dataset_file(name), (), entry)])
+    set_in_files(folder, [(Path("datasets") / f"{name}.yaml", (), entry)])
 
 
 def commit_all(repo: Path, message: str) -> None:
@@ -237,8 +236,6 @@ def local_server(command: Callable[[int], list[str]], health_path: str, timeout:
 
 def unit_rows(rng, n: int, dim: int, dtype=None):
     """`n` random unit rows of `dim` (float32 unless `dtype` says otherwise)."""
-    import numpy as np
-
     rows = rng.standard_normal((n, dim)).astype(dtype or np.float32)
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
@@ -246,8 +243,6 @@ def unit_rows(rng, n: int, dim: int, dtype=None):
 def brute_top_k(queries, keys, k: int):
     """The exact top-k of every index backend by a float64 product and a full sort: each row by descending
     similarity, ties by ascending id, padded with -1 / -inf past the keys."""
-    import numpy as np
-
     sims = np.asarray(queries, dtype=np.float64) @ np.asarray(keys, dtype=np.float64).T
     order = np.lexsort((np.broadcast_to(np.arange(len(keys)), sims.shape), -sims), axis=1)[:, :k]
     ids, top = np.full((len(queries), k), -1, np.int64), np.full((len(queries), k), -np.inf, np.float32)
@@ -291,8 +286,6 @@ def rae_on(evaluator, lam: float, tau: float, b: int):
 def dense_top_b_softmax(S, b: int, tau: float):
     """Brute-force reference: softmax over the b largest entries of each row of the similarity matrix S
     (cast to float32 first, as an index returns sims), zero elsewhere; ties go to the smaller column."""
-    import numpy as np
-
     S = np.asarray(S).astype(np.float32).astype(np.float64)
     P = np.zeros_like(S)
     for q in range(S.shape[0]):
@@ -306,8 +299,6 @@ def softmax_error(sim_error: float, tau: float) -> float:
     """A bound on how far Σ_k w_k·c_k (w the softmax at τ of the similarities, each c_k in [0, 1]: RAE's scores)
     moves when every similarity moves by at most `sim_error`: each weight moves by a factor within
     exp(±2·sim_error/τ), so the sum by at most expm1(2·sim_error/τ)."""
-    import math
-
     return math.expm1(2 * sim_error / tau)
 
 
@@ -400,9 +391,6 @@ def run_under_file_size_limit(folder: Path, size: int, command: list[str], cwd: 
 def small_project(root, n_train: int = 80, n_test: int = 12, n_labels: int = 20):
     """A made-up project of random unit embeddings (d = 8) and labels, as the embed stage lays them out, with the
     repository's params.yaml: data/tiny and artifacts/tiny/embeddings."""
-    import numpy as np
-    import scipy.sparse as sp
-
     rng = np.random.default_rng(0)
     data, embeddings = root / "data" / "tiny", root / "artifacts" / "tiny" / "embeddings"
     for folder in (data, embeddings, root / "bench" / "results"):
@@ -423,8 +411,6 @@ def small_project(root, n_train: int = 80, n_test: int = 12, n_labels: int = 20)
 def add_wheel(index: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
     """A minimal pure-Python wheel of `name` `version` in `index`/<name>/, listed in that folder's index.html: the
     layout of a simple index (PEP 503), which pip reads from file:// as from https://."""
-    import zipfile
-
     dist = f"{name.replace('-', '_')}-{version}"
     (index / name).mkdir(parents=True, exist_ok=True)
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"

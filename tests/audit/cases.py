@@ -37,17 +37,20 @@ class Case:
     http_status: int = 400    # what a failing server case must be answered with
 
 
-def download_case(name: str, what: str, edit: Callable[[Path], None], names: str) -> Case:
-    return Case(name, "download", what, lambda p: download_with(p, name, edit), names)
-
-
-def stage_case(name: str, stage: str, what: str, names: str, broken: dict | None = None, **updates) -> Case:
-    """A case of `stage` on the built project's inputs (stage_with), in a folder of the case's name."""
-    return Case(name, stage, what, lambda p: stage_with(p, stage, name, broken, **updates), names)
-
-
-def model_case(name: str, what: str, damage: Callable[[Path], None], names: str) -> Case:
-    return Case(name, "predict", what, lambda p: damaged_model(p, name, damage), names)
+def case_of(row: Case | tuple) -> Case:
+    """A row (name, through, what, must name[, change]) as its Case, in a folder of its name: download with a change
+    of the LF folder (download_with), predict with one of a model folder (damaged_model), else that stage with
+    params.yaml updates and inputs broken by the functions they map to (stage_with)."""
+    if isinstance(row, Case):
+        return row
+    name, through, what, names, *change = row
+    change = change[0] if change else {}
+    if callable(change):
+        return Case(name, through, what, (lambda p: download_with(p, name, change)) if through == "download"
+                    else lambda p: damaged_model(p, name, change), names)
+    broken = {key: value for key, value in change.items() if callable(value)} or None
+    updates = {key: value for key, value in change.items() if not callable(value)}
+    return Case(name, through, what, lambda p: stage_with(p, through, name, broken, **updates), names)
 
 
 def read_jsonl_gz(path: Path) -> list[dict]:
@@ -382,24 +385,26 @@ def values_filled(value: float) -> Callable[[Path], None]:
 
 
 MODEL_FOLDER_CASES = [
-    model_case("model-no-encoder", "predict with a model folder without encoder/", removed("encoder"),
-               "model/encoder: missing"),
-    model_case("model-no-label-records", "predict with a model folder without label_records.jsonl",
-               removed("label_records.jsonl"), "label_records.jsonl: missing"),
-    model_case("model-no-label-files", "predict with a model folder without label_records.jsonl and label_offsets.npy",
-               removed("label_records.jsonl", "label_offsets.npy"), "label_offsets.npy: missing"),
-    model_case("model-no-indexes", "predict with a model folder without inputs/ and labels/",
-               removed("inputs", "labels"), "model/inputs: missing"),
-    model_case("values-all-nan", "predict with every value of values.npz NaN", values_filled(float("nan")),
-               "values.npz"),
-    model_case("values-all-negative", "predict with every value of values.npz -1e6", values_filled(-1e6), "values.npz"),
-    model_case("encoder-no-tokenizer", "predict with encoder/ lacking tokenizer.json and tokenizer_config.json",
-               removed("encoder/tokenizer.json", "encoder/tokenizer_config.json"), "encoder/tokenizer.json: missing"),
-    model_case("values-nan-resealed", "predict with values.npz all NaN under a manifest written for it",
-               lambda f: (values_filled(float("nan"))(f), reseal(f)), "values.npz: holds NaN"),
-    model_case("encoder-no-tokenizer-resealed", "predict with encoder/ lacking its tokenizer files under a manifest "
-               "written for it", lambda f: (removed("encoder/tokenizer.json", "encoder/tokenizer_config.json")(f),
-                                           reseal(f)), "encoder/tokenizer.json: missing")]
+    ("model-no-encoder", "predict", "predict with a model folder without encoder/", "model/encoder: missing",
+     removed("encoder")),
+    ("model-no-label-records", "predict", "predict with a model folder without label_records.jsonl",
+     "label_records.jsonl: missing", removed("label_records.jsonl")),
+    ("model-no-label-files", "predict", "predict with a model folder without label_records.jsonl and label_offsets.npy",
+     "label_offsets.npy: missing", removed("label_records.jsonl", "label_offsets.npy")),
+    ("model-no-indexes", "predict", "predict with a model folder without inputs/ and labels/", "model/inputs: missing",
+     removed("inputs", "labels")),
+    ("values-all-nan", "predict", "predict with every value of values.npz NaN", "values.npz",
+     values_filled(float("nan"))),
+    ("values-all-negative", "predict", "predict with every value of values.npz -1e6", "values.npz",
+     values_filled(-1e6)),
+    ("encoder-no-tokenizer", "predict", "predict with encoder/ lacking tokenizer.json and tokenizer_config.json",
+     "encoder/tokenizer.json: missing", removed("encoder/tokenizer.json", "encoder/tokenizer_config.json")),
+    ("values-nan-resealed", "predict", "predict with values.npz all NaN under a manifest written for it",
+     "values.npz: holds NaN", lambda f: (values_filled(float("nan"))(f), reseal(f))),
+    ("encoder-no-tokenizer-resealed", "predict",
+     "predict with encoder/ lacking its tokenizer files under a manifest written for it",
+     "encoder/tokenizer.json: missing",
+     lambda f: (removed("encoder/tokenizer.json", "encoder/tokenizer_config.json")(f), reseal(f)))]
 
 
 PROBE_50_CASES = [
@@ -416,8 +421,8 @@ PROBE_50_CASES = [
     Case("label-records-garbled", "predict", "predict with line 3 of label_records.jsonl garbled, its size kept",
          garbled_label_record, "label_records.jsonl:3"),
     # hand-edited, or damaged, and resealed: past the manifest (which names the file alone), the setting's own check
-    model_case("model-setting-bad", "predict with a model folder whose settings.json has tau -1",
-               lambda f: (json_edited("settings.json", tau=-1)(f), reseal(f)), "settings.json:tau")]
+    ("model-setting-bad", "predict", "predict with a model folder whose settings.json has tau -1", "settings.json:tau",
+     lambda f: (json_edited("settings.json", tau=-1)(f), reseal(f)))]
 # Faults that were a traceback (encoder weights cut short, a preset that is not a mapping, an output folder this
 # user may not write, serve on a corrupt store, the store filling the disk while a stage logs), and serve's limits
 # on one request: a body over 1 MiB (413) and more than 1,000 records (400).
@@ -466,8 +471,8 @@ LIMIT_BODIES = {"serve-body-too-large": {"dataframe_records": [{"text": "python 
                 "serve-too-many-records": {"dataframe_records": [{"text": "python"}] * 1001}}
 
 ONE_LINE_FAULT_CASES = [
-    stage_case("encoder-weights-cut", "embed", "the model folder's model.safetensors cut in half (embed)",
-               "model.safetensors", {"model": truncate("model.safetensors")}),
+    ("encoder-weights-cut", "embed", "the model folder's model.safetensors cut in half (embed)", "model.safetensors",
+     {"model": truncate("model.safetensors")}),
     Case("preset-not-mapping", "preset", "raexmc preset of a preset written as a list", lambda p: p.run(
         [PYTHON, "-m", "raexmc.cli", "preset", "mine", "--params",
          str(p.params(p.fresh("preset-list"), **{"presets.mine": ["a", "b"]}))]), "presets.yaml:mine"),
@@ -625,16 +630,16 @@ MILVUS_CASES = [
          lambda p: stage_with(p, "index", "milvus-unreachable", **{"index.backend": "milvus",
                                                                    "index.uri": f"http://127.0.0.1:{free_port()}"}),
          "index.uri"),
-    stage_case("milvus-lite-elsewhere", "index", "index.uri a path outside the index folder", "index.uri",
-               **{"index.backend": "milvus", "index.uri": "/tmp/elsewhere"}),
-    model_case("milvus-missing-collection", "predict with a Milvus labels' index whose collection is not there",
-               milvus_labels(json_edited("meta.json", collection="raexmc_gone")), "labels:collection"),
-    model_case("milvus-other-count", "predict with a Milvus labels' index whose reference says another count",
-               milvus_labels(json_edited("meta.json", count=99)), "labels:collection"),
-    model_case("milvus-other-dimension", "predict with a Milvus labels' index whose reference says another dim",
-               milvus_labels(json_edited("meta.json", dim=40)), "labels:collection"),
-    model_case("milvus-corrupt-lite", "predict with a Milvus labels' index whose Lite manifests are garbled",
-               milvus_labels(garble_milvus_lite), "labels/milvus.db"),
+    ("milvus-lite-elsewhere", "index", "index.uri a path outside the index folder", "index.uri",
+     {"index.backend": "milvus", "index.uri": "/tmp/elsewhere"}),
+    ("milvus-missing-collection", "predict", "predict with a Milvus labels' index whose collection is not there",
+     "labels:collection", milvus_labels(json_edited("meta.json", collection="raexmc_gone"))),
+    ("milvus-other-count", "predict", "predict with a Milvus labels' index whose reference says another count",
+     "labels:collection", milvus_labels(json_edited("meta.json", count=99))),
+    ("milvus-other-dimension", "predict", "predict with a Milvus labels' index whose reference says another dim",
+     "labels:collection", milvus_labels(json_edited("meta.json", dim=40))),
+    ("milvus-corrupt-lite", "predict", "predict with a Milvus labels' index whose Lite manifests are garbled",
+     "labels/milvus.db", milvus_labels(garble_milvus_lite)),
     Case("milvus-server-dies", "predict", "predict --scores-out with the labels on a Milvus Lite server process "
          "killed (SIGKILL) mid-search", milvus_server_dies, "labels:uri"),
     Case("milvus-lite-disk-full", "index", "index.backend milvus writing its Lite folder onto an 8 KiB tmpfs",
@@ -643,103 +648,99 @@ MILVUS_CASES = [
          "8 KiB tmpfs", lambda p: milvus_lite_disk_full(p, "tmpdir"), "index.uri")]
 
 PROBE_60_CASES = [
-    stage_case("catalogue-path-number", "download", "a local catalogue entry with path: 5", "datasets/tiny.yaml:path",
-               **{"datasets.tiny": {"source": "local", "path": 5}}),
+    ("catalogue-path-number", "download", "a local catalogue entry with path: 5", "datasets/tiny.yaml:path",
+     {"datasets.tiny": {"source": "local", "path": 5}}),
     Case("catalogue-test-fraction", "download", "a foldoc catalogue entry with test_fraction: 1.5",
          lambda p: stage_with(p, "download", "catalogue-test-fraction",
                               **{"datasets.tiny": {**foldoc_entry(p), "test_fraction": 1.5}}),
          "datasets/tiny.yaml:test_fraction"),
-    model_case("model-key-nan", "predict with a model folder whose inputs/keys.npy holds a NaN", nan_key,
-               "inputs/keys.npy"),
-    model_case("model-index-dimension", "predict with both of the model's indexes 8 dimensions wider",
-               wider_index("inputs", "labels"), "model/inputs"),
-    model_case("model-labels-index-dimension", "predict with the model's labels' index 8 dimensions wider",
-               wider_index("labels"), "model/labels"),
+    ("model-key-nan", "predict", "predict with a model folder whose inputs/keys.npy holds a NaN", "inputs/keys.npy",
+     nan_key),
+    ("model-index-dimension", "predict", "predict with both of the model's indexes 8 dimensions wider", "model/inputs",
+     wider_index("inputs", "labels")),
+    ("model-labels-index-dimension", "predict", "predict with the model's labels' index 8 dimensions wider",
+     "model/labels", wider_index("labels")),
     Case("embed-int8-full-tmpdir", "embed", "embed.precision int8 with TMPDIR on a 1 MiB tmpfs",
          int8_on_full_tmpdir, "fp32.onnx")]
 
 
 def cases() -> list[Case]:
-    return [
-        download_case("rel-abc", "LF target_rel \"abc\"", edit_record("trn.json.gz", 1, target_rel=["abc", 0.5]),
-                      "trn.json.gz:2"),
-        download_case("rel-nan", "LF target_rel NaN", edit_record("trn.json.gz", 1, target_rel=[float("nan"), 0.5]),
-                      "trn.json.gz:2"),
-        download_case("rel-inf", "LF target_rel inf", edit_record("trn.json.gz", 1, target_rel=[float("inf"), 0.5]),
-                      "trn.json.gz:2"),
-        download_case("rel-negative", "LF target_rel -1", edit_record("tst.json.gz", 0, target_rel=[-1.0]),
-                      "tst.json.gz:1"),
+    return [case_of(row) for row in [
+        ("rel-abc", "download", "LF target_rel \"abc\"", "trn.json.gz:2",
+         edit_record("trn.json.gz", 1, target_rel=["abc", 0.5])),
+        ("rel-nan", "download", "LF target_rel NaN", "trn.json.gz:2",
+         edit_record("trn.json.gz", 1, target_rel=[float("nan"), 0.5])),
+        ("rel-inf", "download", "LF target_rel inf", "trn.json.gz:2",
+         edit_record("trn.json.gz", 1, target_rel=[float("inf"), 0.5])),
+        ("rel-negative", "download", "LF target_rel -1", "tst.json.gz:1",
+         edit_record("tst.json.gz", 0, target_rel=[-1.0])),
         Case("ngame-rel-abc", "download", "NGAME j:v with v = abc", ngame_bad_value, "trn_X_Y.txt:"),
-        download_case("test-no-positives", "every test row has no target_ind", empty_test_split, "tst.json.gz"),
-        download_case("target-out-of-range", "a target_ind beyond the label count",
-                      edit_record("trn.json.gz", 2, target_ind=[99], target_rel=[1.0]), "trn.json.gz:3"),
-        download_case("json-broken-line", "a line of trn.json.gz that is not JSON",
-                      lambda lf: (lf / "trn.json.gz").write_bytes(gzip.compress(b'{"uid": "t0", \n')), "trn.json.gz:1"),
-        download_case("labels-missing", "lbl.json.gz missing", lambda lf: (lf / "lbl.json.gz").unlink(), "lbl.json.gz"),
+        ("test-no-positives", "download", "every test row has no target_ind", "tst.json.gz", empty_test_split),
+        ("target-out-of-range", "download", "a target_ind beyond the label count", "trn.json.gz:3",
+         edit_record("trn.json.gz", 2, target_ind=[99], target_rel=[1.0])),
+        ("json-broken-line", "download", "a line of trn.json.gz that is not JSON", "trn.json.gz:1",
+         lambda lf: (lf / "trn.json.gz").write_bytes(gzip.compress(b'{"uid": "t0", \n'))),
+        ("labels-missing", "download", "lbl.json.gz missing", "lbl.json.gz", lambda lf: (lf / "lbl.json.gz").unlink()),
         Case("tokenize-10mb-input", "tokenize", "one 10 MB input (must succeed within 50 MB of the clean peak)",
              tokenize_rss, "", expect_failure=False),
-        stage_case("embed-batch-0", "embed", "embed.batch_size 0", "embed.batch_size", **{"embed.batch_size": 0}),
-        stage_case("embed-batch-negative", "embed", "embed.batch_size -1", "embed.batch_size",
-                   **{"embed.batch_size": -1}),
-        stage_case("embed-int8", "embed", "embed.dtype int8", "embed.dtype", **{"embed.dtype": "int8"}),
+        ("embed-batch-0", "embed", "embed.batch_size 0", "embed.batch_size", {"embed.batch_size": 0}),
+        ("embed-batch-negative", "embed", "embed.batch_size -1", "embed.batch_size", {"embed.batch_size": -1}),
+        ("embed-int8", "embed", "embed.dtype int8", "embed.dtype", {"embed.dtype": "int8"}),
         Case("mlflow-corrupt", "download", "mlflow.db is not a database", corrupt_store, "mlflow.db"),
         Case("disk-full", "download", "download onto a full disk (8 KiB tmpfs)", disk_full, "small"),
         Case("leftover-tmp", "download", "a killed stage's .tmp folder is removed by the next run",
              stale_leftover, "", expect_failure=False),
-        stage_case("params-lambda-2", "tune", "infer.lambda 2 (outside 0..1)", "infer.lambda", **{"infer.lambda": 2}),
-        stage_case("params-unknown-dataset", "download", "data.name names no dataset", "nope", **{"data.name": "nope"}),
-        download_case("target-twice", "a target_ind listing one label twice",
-                      edit_record("trn.json.gz", 2, target_ind=[2, 2], target_rel=[1.0, 1.0]), "trn.json.gz:3"),
-        stage_case("params-unknown-key", "download", "infer.lamda (a typo) in params.yaml", "infer.lamda",
-                   **{"infer.lamda": 0.3}),
-        stage_case("b-sweep-float", "evaluate", "infer.b_sweep [2.7]", "infer.b_sweep", **{"infer.b_sweep": [2.7]}),
-        stage_case("b-sweep-text", "evaluate", "infer.b_sweep [4, abc]", "infer.b_sweep",
-                   **{"infer.b_sweep": [4, "abc"]}),
-        stage_case("lambda-sweep-text", "evaluate", "infer.lambda_sweep [0, abc] in evaluate", "infer.lambda_sweep",
-                   **{"infer.lambda_sweep": [0, "abc"]}),
-        stage_case("ef-search-negative", "evaluate", "infer.ef_search -1 in evaluate", "infer.ef_search",
-                   **{"infer.ef_search": -1}),
-        stage_case("package-ef-search-negative", "package", "infer.ef_search -1 in package", "infer.ef_search",
-                   **{"infer.ef_search": -1, "package.register": False}),
-        stage_case("propensity-one-number", "evaluate", "evaluate.propensity [0.55]", "evaluate.propensity",
-                   **{"evaluate.propensity": [0.55]}),
-        stage_case("propensity-negative", "tune", "evaluate.propensity [-1, -2] in tune", "evaluate.propensity",
-                   **{"evaluate.propensity": [-1, -2]}),
-        stage_case("memory-seed-negative", "memory", "memory.seed -1 (keep 0.5, random)", "memory.seed",
-                   **{"memory.seed": -1, "memory.keep": 0.5, "memory.method": "random"}),
-        stage_case("val-seed-negative", "tune", "infer.val_seed -1", "infer.val_seed", **{"infer.val_seed": -1}),
-        stage_case("embed-threads-negative", "embed", "embed.threads -2", "embed.threads", **{"embed.threads": -2}),
-        stage_case("embed-device-bad", "embed", "embed.device gpu0", "embed.device", **{"embed.device": "gpu0"}),
+        ("params-lambda-2", "tune", "infer.lambda 2 (outside 0..1)", "infer.lambda", {"infer.lambda": 2}),
+        ("params-unknown-dataset", "download", "data.name names no dataset", "nope", {"data.name": "nope"}),
+        ("target-twice", "download", "a target_ind listing one label twice", "trn.json.gz:3",
+         edit_record("trn.json.gz", 2, target_ind=[2, 2], target_rel=[1.0, 1.0])),
+        ("params-unknown-key", "download", "infer.lamda (a typo) in params.yaml", "infer.lamda", {"infer.lamda": 0.3}),
+        ("b-sweep-float", "evaluate", "infer.b_sweep [2.7]", "infer.b_sweep", {"infer.b_sweep": [2.7]}),
+        ("b-sweep-text", "evaluate", "infer.b_sweep [4, abc]", "infer.b_sweep", {"infer.b_sweep": [4, "abc"]}),
+        ("lambda-sweep-text", "evaluate", "infer.lambda_sweep [0, abc] in evaluate", "infer.lambda_sweep",
+         {"infer.lambda_sweep": [0, "abc"]}),
+        ("ef-search-negative", "evaluate", "infer.ef_search -1 in evaluate", "infer.ef_search",
+         {"infer.ef_search": -1}),
+        ("package-ef-search-negative", "package", "infer.ef_search -1 in package", "infer.ef_search",
+         {"infer.ef_search": -1, "package.register": False}),
+        ("propensity-one-number", "evaluate", "evaluate.propensity [0.55]", "evaluate.propensity",
+         {"evaluate.propensity": [0.55]}),
+        ("propensity-negative", "tune", "evaluate.propensity [-1, -2] in tune", "evaluate.propensity",
+         {"evaluate.propensity": [-1, -2]}),
+        ("memory-seed-negative", "memory", "memory.seed -1 (keep 0.5, random)", "memory.seed",
+         {"memory.seed": -1, "memory.keep": 0.5, "memory.method": "random"}),
+        ("val-seed-negative", "tune", "infer.val_seed -1", "infer.val_seed", {"infer.val_seed": -1}),
+        ("embed-threads-negative", "embed", "embed.threads -2", "embed.threads", {"embed.threads": -2}),
+        ("embed-device-bad", "embed", "embed.device gpu0", "embed.device", {"embed.device": "gpu0"}),
         Case("predict-device-bad", "predict", "raexmc predict --device gpu0",
              lambda p: predict(p, "--device", "gpu0", "python"), "--device"),
-        stage_case("embeddings-truncated", "index", "embeddings train.npy cut in half (index)", "train.npy",
-                   {"embeddings": truncate("train.npy")}),
-        stage_case("embeddings-pickle", "index", "embeddings labels.npy holding text (index)", "labels.npy",
-                   {"embeddings": overwrite("labels.npy", b"hello")}),
-        stage_case("tokens-truncated", "embed", "token cache train.ids.npy cut in half (embed)", "train.ids.npy",
-                   {"tokens": truncate("train.ids.npy")}),
-        stage_case("labels-matrix-truncated", "tune", "data Y_train.npz cut in half (tune)", "Y_train.npz",
-                   {"dataset": truncate("Y_train.npz")}),
-        stage_case("memory-json-broken", "package", "memory.json not valid JSON (package; evaluate reads its folder)",
-                   "memory.json", {"memory": overwrite("memory.json", b'{"keep": 1.0')}),
-        stage_case("predictor-manifest-broken", "evaluate", "the package's manifest.json not valid JSON (evaluate)",
-                   "manifest.json", {"predictor": overwrite("manifest.json", b'{"f')}),
-        stage_case("per-instance-truncated", "significance", "eval per_instance.npz cut in half (significance)",
-                   "per_instance.npz", {"eval": truncate("per_instance.npz")}),
+        ("embeddings-truncated", "index", "embeddings train.npy cut in half (index)", "train.npy",
+         {"embeddings": truncate("train.npy")}),
+        ("embeddings-pickle", "index", "embeddings labels.npy holding text (index)", "labels.npy",
+         {"embeddings": overwrite("labels.npy", b"hello")}),
+        ("tokens-truncated", "embed", "token cache train.ids.npy cut in half (embed)", "train.ids.npy",
+         {"tokens": truncate("train.ids.npy")}),
+        ("labels-matrix-truncated", "tune", "data Y_train.npz cut in half (tune)", "Y_train.npz",
+         {"dataset": truncate("Y_train.npz")}),
+        ("memory-json-broken", "package", "memory.json not valid JSON (package; evaluate reads its folder)",
+         "memory.json", {"memory": overwrite("memory.json", b'{"keep": 1.0')}),
+        ("predictor-manifest-broken", "evaluate", "the package's manifest.json not valid JSON (evaluate)",
+         "manifest.json", {"predictor": overwrite("manifest.json", b'{"f')}),
+        ("per-instance-truncated", "significance", "eval per_instance.npz cut in half (significance)",
+         "per_instance.npz", {"eval": truncate("per_instance.npz")}),
         Case("compare-with-nan", "significance", "significance.compare_with: a per_instance.npz of NaN",
              lambda p: compare_with(p, "compare-nan", per_instance_edited(lambda a: np.full_like(a, np.nan))),
              "per_instance.npz"),
         Case("compare-with-shorter", "significance", "significance.compare_with: a run with one test query fewer",
              lambda p: compare_with(p, "compare-shorter", per_instance_edited(lambda a: a[:-1])),
              "other/per_instance.npz"),
-        stage_case("significance-metric-unknown", "significance", "significance.metrics [P@7] (evaluate has no P@7)",
-                   "significance.metrics", **{"significance.metrics": ["P@7"]}),
-        stage_case("embed-model-missing", "embed", "embed --model: the train stage's folder missing", "model",
-                   {"model": shutil.rmtree}),
-        stage_case("package-b-zero", "package", "infer.b 0 in package", "infer.b",
-                   **{"infer.b": 0, "package.register": False}),
-        stage_case("compare-with-missing", "significance", "significance.compare_with: a path that does not exist",
-                   "/nonexistent/per_instance.npz", **{"significance.compare_with": "/nonexistent/per_instance.npz"}),
+        ("significance-metric-unknown", "significance", "significance.metrics [P@7] (evaluate has no P@7)",
+         "significance.metrics", {"significance.metrics": ["P@7"]}),
+        ("embed-model-missing", "embed", "embed --model: the train stage's folder missing", "model",
+         {"model": shutil.rmtree}),
+        ("package-b-zero", "package", "infer.b 0 in package", "infer.b", {"infer.b": 0, "package.register": False}),
+        ("compare-with-missing", "significance", "significance.compare_with: a path that does not exist",
+         "/nonexistent/per_instance.npz", {"significance.compare_with": "/nonexistent/per_instance.npz"}),
         Case("alias-unknown", "serve", "raexmc serve --alias nope",  # one line before any server starts
              lambda p: p.run([PYTHON, "-m", "raexmc.cli", "serve", "--alias", "nope", "--port", str(free_port())]),
              "nope"),
@@ -755,7 +756,7 @@ def cases() -> list[Case]:
              "run cache: no temp or scratch may stay", lambda p: killed_then_restored(p, "package", "predictor"), "",
              expect_failure=False),
     ] + SCORE_FILE_CASES + PROBE_50_CASES + ONE_LINE_FAULT_CASES \
-        + PROBE_60_CASES + MODEL_FOLDER_CASES + (MILVUS_CASES if importlib.util.find_spec("pymilvus") else [])
+        + PROBE_60_CASES + MODEL_FOLDER_CASES + (MILVUS_CASES if importlib.util.find_spec("pymilvus") else [])]
 
 
 def verdict(case: Case, outcome: Outcome) -> str:

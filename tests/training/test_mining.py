@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.memory.exact import ExactIndex
-from raexmc.training.mining import mine_hard_negatives, positive_mask, sample_negatives, sampling_keys
+from raexmc.training.rounds import positive_mask, sample_negatives, sampling_keys
 
 Y = sp.csr_matrix(np.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 0, 1]], dtype=np.float32))
 
@@ -49,9 +49,9 @@ def test_mining_a_subset_gives_those_inputs_the_negatives_of_mining_all_and_they
     inputs = rng.normal(size=(200, 16)).astype(np.float32)
     Y_in = sp.random(200, 300, density=0.02, format="csr", random_state=2, dtype=np.float32)
     search = ExactIndex(labels).search
-    everyone = mine_hard_negatives(inputs, np.arange(200), search, Y_in, 20, 3, np.random.default_rng(5))
+    everyone = sample_negatives(search(inputs, 20)[0], np.arange(200), Y_in, 3, np.random.default_rng(5))
     some = np.array([3, 77, 150, 199])
-    assert np.array_equal(mine_hard_negatives(inputs[some], some, search, Y_in, 20, 3, np.random.default_rng(5)),
+    assert np.array_equal(sample_negatives(search(inputs[some], 20)[0], some, Y_in, 3, np.random.default_rng(5)),
                           everyone[some])
     rng = np.random.default_rng(0)  # inputs near their one positive label: the negatives are the next nearest
     labels = rng.normal(size=(50, 8)).astype(np.float32)
@@ -59,7 +59,7 @@ def test_mining_a_subset_gives_those_inputs_the_negatives_of_mining_all_and_they
     inputs = labels[:10] + 0.05 * rng.normal(size=(10, 8)).astype(np.float32)
     inputs /= np.linalg.norm(inputs, axis=1, keepdims=True)
     Y_in = sp.csr_matrix((np.ones(10, np.float32), (np.arange(10), np.arange(10))), shape=(10, 50))
-    negatives = mine_hard_negatives(inputs, np.arange(10), ExactIndex(labels).search, Y_in, topk=5, m=2, rng=rng)
+    negatives = sample_negatives(ExactIndex(labels).search(inputs, 5)[0], np.arange(10), Y_in, m=2, rng=rng)
     top5, _ = ExactIndex(labels).search(inputs, 5)
     for i in range(10):
         assert i not in negatives[i] and set(negatives[i]) <= set(top5[i])

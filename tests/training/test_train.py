@@ -1,6 +1,6 @@
 """Training: the loss goes down on a tiny problem, checkpoints resume to the same weights, a real
 2-process gloo group takes the step one process takes on the same global batch, gradient caching
-takes the plain step, and every train.* value is checked before any work."""
+takes the plain step, the history is the table DVC plots, and every train.* value is checked before any work."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from raexmc.process_group import DistContext
 from raexmc.settings import load_settings, read_params_tree, settings_from
 from raexmc.training.settings import TrainSettings
 from raexmc.training.step import BatchSampler, linear_schedule, plan_batch, training_step
-from raexmc.training.train import train
+from raexmc.training.train import as_table, train
 from tests.helpers import REPO, TINY_TRAIN, free_port, make_lf_folder
 
 SINGLE = DistContext(0, 1, "cpu")
@@ -125,6 +125,17 @@ def test_a_mining_round_mines_only_the_inputs_its_steps_draw(tiny, tiny_model, t
     assert np.flatnonzero((negatives >= 0).any(axis=1)).tolist() == drawn.tolist()
 
 
+def test_as_table_gives_every_row_every_column_with_none_where_a_round_had_no_value():
+    history = [{"step": 0, "elapsed_s": 1.0, "val_rae_P@1": 40.0},
+               {"step": 2, "elapsed_s": 3.0, "loss": 1.5, "lr": 1e-4, "val_rae_P@1": 45.0},
+               {"step": 4, "elapsed_s": 5.0, "loss": 1.2, "val_rae_P@1": 50.0}]
+    assert as_table(history) == [
+        {"elapsed_s": 1.0, "loss": None, "lr": None, "step": 0, "val_rae_P@1": 40.0},
+        {"elapsed_s": 3.0, "loss": 1.5, "lr": 1e-4, "step": 2, "val_rae_P@1": 45.0},
+        {"elapsed_s": 5.0, "loss": 1.2, "lr": None, "step": 4, "val_rae_P@1": 50.0}]
+    assert as_table([]) == []
+
+
 def test_an_encoder_trained_with_its_pooling_and_dense_layer_is_saved_with_them(tiny, sentence_model, tmp_path):
     """Training moves the Dense layer too (the gradient flows through pooling and Dense); the saved folder gives
     the trained vectors back, here and in sentence-transformers (the independent reader of its layout)."""
@@ -190,7 +201,7 @@ params, data, tokens, model_dir, out = sys.argv[1:6]
 recipe = TrainSettings.from_section(load_settings(params).train, lambda: 0)
 """
 WORKER = PRELUDE + """
-from raexmc.training.train import train
+from raexmc.training.train import as_table, train
 
 ctx = init_distributed("cpu")
 torch.manual_seed(0)
@@ -315,21 +326,15 @@ def assert_same_gradients(got: dict, expected: dict, what: str) -> None:
 
 
 @pytest.mark.slow  # several stage or torchrun processes: CI's second step
-def test_two_processes_take_the_step_of_one_process_on_the_same_global_batch(one_step):
+def test_two_processes_and_gradient_caching_take_the_step_of_one_plain_process_on_the_same_global_batch(one_step):
     reference = one_step[(1, 0, 0)]
     assert reference["norm"] > 10 * 0.01, "clipping must bite for the weights to test it"
-    for rank in (0, 1):
-        assert_same_step(one_step[(2, 0, rank)], reference, f"2 processes, rank {rank}")
-    for name, weight in one_step[(2, 0, 0)]["weights"].items():
-        assert torch.equal(weight, one_step[(2, 0, 1)]["weights"][name]), f"ranks differ in {name}"
-
-
-@pytest.mark.slow  # several stage or torchrun processes: CI's second step
-def test_gradient_caching_takes_the_plain_step_in_one_process_and_in_two(one_step):
-    reference = one_step[(1, 0, 0)]
     assert_same_step(one_step[(1, CHUNK, 0)], reference, "1 process, gradient caching")
     for rank in (0, 1):
+        assert_same_step(one_step[(2, 0, rank)], reference, f"2 processes, rank {rank}")
         assert_same_step(one_step[(2, CHUNK, rank)], reference, f"2 processes, gradient caching, rank {rank}")
+    for name, weight in one_step[(2, 0, 0)]["weights"].items():
+        assert torch.equal(weight, one_step[(2, 0, 1)]["weights"][name]), f"ranks differ in {name}"
 
 
 def step_gradients(model, tiny, chunk: int, seed: int, device: str = "cpu") -> dict[str, torch.Tensor]:

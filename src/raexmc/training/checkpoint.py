@@ -64,12 +64,13 @@ class Checkpoint:
         """The file's state, or one DataError naming it when it is damaged (whatever unpickling raises)."""
         try:
             state = torch.load(self.path, map_location=device, weights_only=False)
+            reason = None if isinstance(state, dict) else f"it holds a {type(state).__name__}, not a training state"
         except OSError:
             raise
         except Exception as exc:
-            raise _damaged(self.path, first_line(exc).split(". ")[0]) from None
-        if not isinstance(state, dict):
-            raise _damaged(self.path, f"it holds a {type(state).__name__}, not a training state")
+            reason = first_line(exc).split(". ")[0]
+        if reason is not None:
+            raise DataError(f"damaged checkpoint ({reason}): delete it to restart training from step 0", self.path)
         return state
 
     def save_if_due(self, done: int, negatives: np.ndarray, elapsed_s: float, history: list[dict[str, float]]) -> None:
@@ -81,11 +82,6 @@ class Checkpoint:
                                         "elapsed_s": elapsed_s, "history": history})
 
 
-def _damaged(path: Path, reason: str) -> DataError:
-    return DataError(f"damaged checkpoint ({reason}): delete it to restart training from step 0", path)
-
-
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write `state` atomically over `path`: a killed run leaves the previous one whole."""
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:  # atomically: a killed run leaves the last whole
     with atomic_file(path, "wb") as handle, checked_writes(handle) as checked:
         torch.save(state, checked)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -25,11 +26,9 @@ def check_gpu_count(nproc: int, device: str, path: str | os.PathLike, key: str) 
 
 
 class _GatherKeepingLocalGradient(torch.autograd.Function):
-    """All-gather whose backward hands each rank only its own slice of the incoming gradient.
-
-    Every rank computes the same loss from the same gathered tensor, so the local slice is dL/d(this rank's part)
-    and the all-reduce of parameter gradients sums the shares into one process's gradient. (torch.distributed.nn's
-    all_gather reduce-scatters, summing W identical gradients: W times too large.)"""
+    """All-gather whose backward hands each rank only its own slice of the gradient: every rank computes the same
+    loss, so that slice is dL/d(this rank's part). (torch.distributed.nn's all_gather reduce-scatters, summing W
+    identical gradients: W times too large.)"""
 
     @staticmethod
     def forward(ctx, tensor: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
@@ -52,21 +51,17 @@ def _all_gather(tensor: torch.Tensor, world_size: int) -> torch.Tensor:
     return torch.cat(parts, dim=0)
 
 
-def gather_array(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:
-    """Concatenate every rank's equally sized `tensor` (no gradients)."""
+def gather_array(tensor: torch.Tensor, ctx: DistContext) -> torch.Tensor:  # every rank's equal `tensor`, no grad
     return _all_gather(tensor, ctx.world_size) if ctx.active else tensor
 
 
-def shard(rows, ctx: DistContext):
-    """This rank's equal share of `rows` (length divisible by world_size)."""
+def shard(rows, ctx: DistContext):  # this rank's equal share of `rows` (length divisible by world_size)
     size = len(rows) // ctx.world_size
     return rows[ctx.rank * size:(ctx.rank + 1) * size]
 
 
 def pad_to_multiple(rows, multiple: int):
     """`rows` padded by repeating its first element up to a multiple of `multiple` (for equal shards)."""
-    import numpy as np
-
     missing = (-len(rows)) % multiple
     return np.concatenate([rows, np.repeat(rows[:1], missing)]) if missing else rows
 
@@ -78,7 +73,5 @@ def all_reduce_gradients(model, ctx: DistContext) -> None:
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat)
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
+    for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+        g.copy_(part.view_as(g))

@@ -38,9 +38,8 @@ def grad_cache_chunk(setting: int | str, config, precision: str, inputs: tuple[i
     if setting != "auto":
         return int(setting)
     per_input, per_label = (graph_bytes_per_text(config, tokens, precision) for _, tokens in (inputs, labels))
-    if inputs[0] * per_input + labels[0] * per_label <= budget_bytes:
-        return 0
-    return max(1, budget_bytes // max(per_input, per_label))
+    fits = inputs[0] * per_input + labels[0] * per_label <= budget_bytes
+    return 0 if fits else max(1, budget_bytes // max(per_input, per_label))
 
 
 def resolve_grad_cache(settings: TrainSettings, config, precision: str, token_key: dict, device: str) -> TrainSettings:

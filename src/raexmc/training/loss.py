@@ -16,14 +16,8 @@ from torch import Tensor
 from ..rae.scoring import PAPER_TAU
 
 
-def decoupled_infonce(
-    x: Tensor,
-    z: Tensor,
-    positive_col: Tensor,
-    is_positive: Tensor,
-    share_label: Tensor | None = None,
-    tau: float = PAPER_TAU,
-) -> Tensor:
+def decoupled_infonce(x: Tensor, z: Tensor, positive_col: Tensor, is_positive: Tensor,
+                      share_label: Tensor | None = None, tau: float = PAPER_TAU) -> Tensor:
     """Mean decoupled InfoNCE loss of a batch. For input ``i`` with sampled positive column ``p_i``::
 
             loss_i = logsumexp({s_i,p_i} ∪ {s_i,m : m not a positive of i}
@@ -52,25 +46,18 @@ def decoupled_infonce(
     with torch.autocast(device_type=device.type, enabled=False):
         xf = x.float()
         label_logits = (xf @ z.float().T) / tau  # (B, M)
-        positive_logit = label_logits[rows, positive_col]  # (B,)
-
-        # Negatives: every column that is not a positive of i; plus the sampled positive itself.
-        keep = ~is_positive
+        keep = ~is_positive  # negatives: every column that is not a positive of i; plus the sampled positive
         keep[rows, positive_col] = True
         scores = label_logits.masked_fill(~keep, float("-inf"))
-
         if share_label is not None:
-            share_label = share_label.to(device=device, dtype=torch.bool)
-            instance_logits = (xf @ xf.T) / tau  # (B, B)
-            instance_keep = ~share_label
+            instance_keep = ~share_label.to(device=device, dtype=torch.bool)
             instance_keep[rows, rows] = False
-            scores = torch.cat([scores, instance_logits.masked_fill(~instance_keep, float("-inf"))], dim=1)
-
+            scores = torch.cat([scores, ((xf @ xf.T) / tau).masked_fill(~instance_keep, float("-inf"))], dim=1)
+        positive_logit = label_logits[rows, positive_col]  # (B,)
         return (torch.logsumexp(scores, dim=1) - positive_logit).mean()
 
 
-def _pattern(batch_labels: sp.spmatrix | sp.sparray) -> sp.csr_array:
-    """The batch's label rows (CSR) with 1 at every stored positive."""
+def _pattern(batch_labels: sp.spmatrix | sp.sparray) -> sp.csr_array:  # 1 at every stored positive
     pattern = sp.csr_array(batch_labels, dtype=np.float64)
     pattern.eliminate_zeros()
     pattern.data[:] = 1.0

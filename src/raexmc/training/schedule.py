@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import get_args
 
+import numpy as np
+
 from ..settings import ScheduleMode
 
 MODES = get_args(ScheduleMode)
@@ -45,21 +47,6 @@ class Schedule:
 FIXED = Schedule(batch_size=32, lr=1.0e-4, max_steps=300, warmup_steps=30, hnm_steps=100)  # a short CPU recipe
 
 
-def auto_global_batch(n_train: int) -> int:
-    """The power of two nearest N / 80 (in log scale), clipped to BATCH_RANGE."""
-    low, high = BATCH_RANGE
-    return min(max(2 ** round(math.log2(max(n_train, 1) / INPUTS_PER_BATCH)), low), high)
-
-
-def auto_lr(global_batch: int) -> float:
-    return FIXED.lr * min(math.sqrt(global_batch / FIXED.batch_size), LR_GROWTH_CAP)
-
-
-def auto_steps(n_train: int, global_batch: int) -> int:
-    low, high = STEPS_RANGE
-    return min(max(100 * round(EPOCHS * n_train / global_batch / 100), low), high)
-
-
 def resolve(mode: str, n_train: int, world_size: int, chosen: dict[str, int | float]) -> Schedule:
     """The schedule of `mode` for `n_train` inputs on `world_size` processes; `chosen` keys (numbers) win,
     the others come from FIXED or the rule, each from the values before it."""
@@ -67,10 +54,13 @@ def resolve(mode: str, n_train: int, world_size: int, chosen: dict[str, int | fl
         raise ValueError(f"schedule must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "fixed":
         return Schedule(**{key: chosen.get(key, getattr(FIXED, key)) for key in KEYS})
-    per_process = chosen.get("batch_size", math.ceil(auto_global_batch(n_train) / world_size))
+    # the power of two nearest N / 80 (in log scale)
+    auto_batch = int(np.clip(2 ** round(math.log2(max(n_train, 1) / INPUTS_PER_BATCH)), *BATCH_RANGE))
+    per_process = chosen.get("batch_size", math.ceil(auto_batch / world_size))
     global_batch = per_process * world_size
-    steps = chosen.get("max_steps", auto_steps(n_train, global_batch))
-    return Schedule(batch_size=per_process, lr=chosen.get("lr", auto_lr(global_batch)), max_steps=steps,
+    steps = chosen.get("max_steps", int(np.clip(100 * round(EPOCHS * n_train / global_batch / 100), *STEPS_RANGE)))
+    lr = chosen.get("lr", FIXED.lr * min(math.sqrt(global_batch / FIXED.batch_size), LR_GROWTH_CAP))
+    return Schedule(batch_size=per_process, lr=lr, max_steps=steps,
                     warmup_steps=chosen.get("warmup_steps", round(steps * WARMUP_SHARE)),
                     hnm_steps=chosen.get("hnm_steps", math.ceil(steps / MINING_ROUNDS)))
 
@@ -78,8 +68,6 @@ def resolve(mode: str, n_train: int, world_size: int, chosen: dict[str, int | fl
 def describe(mode: str, n_train: int, world_size: int, schedule: Schedule, grad_cache_chunk: int) -> str:
     """The one line the train stage prints."""
     caching = f"gradient caching {grad_cache_chunk} texts a pass" if grad_cache_chunk else "no gradient caching"
-    return (f"train schedule ({mode}, N={n_train:,} training inputs): global batch "
-            f"{schedule.batch_size * world_size} ({schedule.batch_size} x {world_size} process(es)), "
-            f"lr {schedule.lr:.3g}, "
-            f"{schedule.max_steps} steps, warm-up {schedule.warmup_steps}, mining every {schedule.hnm_steps} steps, "
-            f"{caching}")
+    return (f"train schedule ({mode}, N={n_train:,} training inputs): global batch {schedule.batch_size * world_size}"
+            f" ({schedule.batch_size} x {world_size} process(es)), lr {schedule.lr:.3g}, {schedule.max_steps} steps, "
+            f"warm-up {schedule.warmup_steps}, mining every {schedule.hnm_steps} steps, {caching}")

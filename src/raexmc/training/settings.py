@@ -37,18 +37,15 @@ class TrainSettings:
     seed: int
 
     @property
-    def mines_negatives(self) -> bool:
-        """Whether mining rounds mine hard negatives (they may still validate)."""
+    def mines_negatives(self) -> bool:  # mining rounds may still validate without
         return self.hard_negatives and self.num_hard_negatives > 0
 
     @property
-    def validates(self) -> bool:
-        """Whether mining rounds validate: a split held out and queries drawn from it."""
+    def validates(self) -> bool:  # a split held out and queries drawn from it
         return self.val_fraction > 0 and self.val_max_queries > 0
 
     @property
-    def schedule(self) -> Schedule:
-        """The resolved schedule keys (batch_size per process)."""
+    def schedule(self) -> Schedule:  # batch_size per process
         return Schedule(**{key: getattr(self, key) for key in SCHEDULE_KEYS})
 
     @classmethod

@@ -1,11 +1,9 @@
-"""One optimisation step: the global batch (the same on every rank, the sampler seeded by step, so a resume needs
-no sampler state) and this rank's share of it, its full gradient on every rank (plain, or with gradient caching:
-each rank back-propagates through its own encodings only), then AdamW on a linear schedule."""
+"""One optimisation step: the global batch (the same on every rank, seeded by step: a resume needs no sampler
+state), this rank's share, its full gradient on every rank (plain or gradient caching), then AdamW."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +35,7 @@ class BatchSampler:
         return rows, self.Y.indices[picks].astype(np.int64)
 
     def rows_drawn(self, first: int, last: int, size: int) -> np.ndarray:
-        """The distinct rows steps first..last-1 draw, sorted (through a mask: the draws outnumber the rows)."""
+        """The distinct rows steps first..last-1 draw, sorted."""
         drawn = np.zeros(self.Y.shape[0], bool)
         for step in range(first, last):
             drawn[self.batch(step, size)[0]] = True
@@ -55,8 +53,7 @@ class BatchPlan:
     share: torch.Tensor | None
     tau: float
 
-    def loss(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """Decoupled InfoNCE of the gathered input and (padded) label embeddings."""
+    def loss(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # of the gathered (padded) embeddings
         return decoupled_infonce(x, z[: self.n_labels], self.positive_col, self.is_positive, self.share, self.tau)
 
 
@@ -66,73 +63,56 @@ def plan_batch(Y: sp.csr_matrix, rows: np.ndarray, positives: np.ndarray, negati
     chosen = negatives[rows].ravel()
     label_ids = np.unique(np.concatenate([positives, chosen[chosen >= 0]]))
     batch_labels = Y[rows]
-    return BatchPlan(
-        input_rows=shard(rows, ctx), label_rows=shard(pad_to_multiple(label_ids, ctx.world_size), ctx),
-        n_labels=len(label_ids),
-        positive_col=torch.from_numpy(np.searchsorted(label_ids, positives)).to(ctx.device),
-        is_positive=batch_label_masks(batch_labels, label_ids).to(ctx.device),
-        share=shared_label_mask(batch_labels).to(ctx.device) if settings.instance_negatives else None,
-        tau=settings.tau)
+    return BatchPlan(shard(rows, ctx), shard(pad_to_multiple(label_ids, ctx.world_size), ctx), len(label_ids),
+                     torch.from_numpy(np.searchsorted(label_ids, positives)).to(ctx.device),
+                     batch_label_masks(batch_labels, label_ids).to(ctx.device),
+                     shared_label_mask(batch_labels).to(ctx.device) if settings.instance_negatives else None,
+                     settings.tau)
 
 
 def split_encoder(encoder: TextEncoder, cache: TokenCache, split: str) -> Callable[[np.ndarray], torch.Tensor]:
-    """Rows of a token-cache split -> their embeddings, with graph."""
     return lambda rows: encoder.encode(cache.ids(split), cache.lengths(split), rows)
 
 
 def plain_backward(encoder: TextEncoder, cache: TokenCache, plan: BatchPlan, ctx: DistContext) -> torch.Tensor:
     """Encode this rank's share with graph, gather, and back-propagate the loss through it."""
-    x = gather_with_grad(split_encoder(encoder, cache, "train")(plan.input_rows), ctx)
-    z = gather_with_grad(split_encoder(encoder, cache, "labels")(plan.label_rows), ctx)
-    loss = plan.loss(x, z)
+    loss = plan.loss(gather_with_grad(split_encoder(encoder, cache, "train")(plan.input_rows), ctx),
+                     gather_with_grad(split_encoder(encoder, cache, "labels")(plan.label_rows), ctx))
     loss.backward()
     return loss
 
 
-class RngSnapshot:
-    """The RNG state dropout draws from (CPU, and the GPU's on a GPU), to replay a pass's masks."""
-
-    def __init__(self, device: str):
-        self.gpu = torch.device(device) if device.startswith("cuda") else None
-        self.cpu_state = torch.get_rng_state()
-        self.gpu_state = None if self.gpu is None else torch.cuda.get_rng_state(self.gpu)
-
-    @contextmanager
-    def replay(self) -> Iterator[None]:
-        """Run the block from this state; afterwards the RNG is where it was before."""
-        with torch.random.fork_rng(devices=[] if self.gpu is None else [self.gpu], device_type="cuda"):
-            torch.set_rng_state(self.cpu_state)
-            if self.gpu is not None:
-                torch.cuda.set_rng_state(self.gpu_state, self.gpu)
-            yield
-
-
 class ChunkedEncoding:
-    """One split's share of the batch encoded `chunk` texts at a time, first without graph (keeping each chunk's
-    RNG state), later again with graph under that state (the same dropout, so the same embeddings)."""
+    """One split's share of the batch encoded `chunk` texts at a time, first without graph (keeping the RNG state
+    each chunk's dropout draws from: CPU, and the GPU's on a GPU), later again with graph under that state (the
+    same dropout, so the same embeddings)."""
 
     def __init__(self, encode_rows: Callable[[np.ndarray], torch.Tensor], rows: np.ndarray, chunk: int, device: str):
         self.encode_rows, self.chunk = encode_rows, chunk
+        self.gpu = torch.device(device) if device.startswith("cuda") else None
         self.chunks = [rows[start:start + chunk] for start in range(0, len(rows), chunk)]
-        self.snapshots, pieces = [], []
+        self.states, pieces = [], []
         with torch.no_grad():
-            for part in self.chunks:
-                self.snapshots.append(RngSnapshot(device))  # before this pass draws its dropout masks
+            for part in self.chunks:  # the state before this pass draws its dropout masks
+                self.states.append((torch.get_rng_state(),
+                                    None if self.gpu is None else torch.cuda.get_rng_state(self.gpu)))
                 pieces.append(encode_rows(part))
         self.embeddings = torch.cat(pieces)
 
     def backward(self, gradient: torch.Tensor) -> None:
-        for part, snapshot, part_gradient in zip(self.chunks, self.snapshots, gradient.split(self.chunk), strict=True):
-            with snapshot.replay():
+        for part, (cpu, gpu), part_gradient in zip(self.chunks, self.states, gradient.split(self.chunk), strict=True):
+            with torch.random.fork_rng(devices=[] if self.gpu is None else [self.gpu], device_type="cuda"):
+                torch.set_rng_state(cpu)  # replayed; afterwards the RNG is where it was before
+                if self.gpu is not None:
+                    torch.cuda.set_rng_state(gpu, self.gpu)
                 embedded = self.encode_rows(part)
             embedded.backward(part_gradient)
 
 
 def cached_backward(encoder: TextEncoder, cache: TokenCache, plan: BatchPlan, chunk: int,
                     ctx: DistContext) -> torch.Tensor:
-    """Gradient caching (Gao et al. 2021): `plain_backward`'s gradient with the graph of `chunk` texts at a
-    time. Encode without graph, gather, take the loss's gradient with respect to the embeddings (this rank's
-    slice), then re-encode chunk by chunk with graph and back-propagate the slices: one more forward pass."""
+    """Gradient caching (Gao et al. 2021): `plain_backward`'s gradient with the graph of `chunk` texts at a time:
+    encode without graph, gather, the loss's gradient at the embeddings, then re-encode chunk by chunk with graph."""
     inputs = ChunkedEncoding(split_encoder(encoder, cache, "train"), plan.input_rows, chunk, ctx.device)
     labels = ChunkedEncoding(split_encoder(encoder, cache, "labels"), plan.label_rows, chunk, ctx.device)
     x = gather_array(inputs.embeddings, ctx).requires_grad_()
@@ -149,10 +129,8 @@ def training_step(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, row
     """The loss of one global batch (the same on every rank), its full gradient left in every .grad."""
     encoder.model.zero_grad(set_to_none=True)
     plan = plan_batch(Y, rows, positives, negatives, settings, ctx)
-    if settings.grad_cache_chunk:
-        loss = cached_backward(encoder, cache, plan, settings.grad_cache_chunk, ctx)
-    else:
-        loss = plain_backward(encoder, cache, plan, ctx)
+    loss = (cached_backward(encoder, cache, plan, settings.grad_cache_chunk, ctx) if settings.grad_cache_chunk
+            else plain_backward(encoder, cache, plan, ctx))
     all_reduce_gradients(encoder.model, ctx)
     return loss.detach()
 
@@ -166,8 +144,8 @@ def make_optimizer(params: list[torch.nn.Parameter], settings: TrainSettings
                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """AdamW with linear warm-up, then linear decay to zero at max_steps."""
     optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                                        linear_schedule(settings.warmup_steps, settings.max_steps))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(settings.warmup_steps,
+                                                                                   settings.max_steps))
 
 
 def apply_gradients(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer,
