@@ -151,25 +151,25 @@ class MilvusIndex(Index):
     def search(self, queries: np.ndarray, k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The top-k keys of each query, QUERY_BATCH queries a request; ties by id as every backend's (up to
         TIE_MARGIN keys tied at the k-th similarity)."""
-        k = positive_int(k, "k")
-        if k > MAX_TOP_K:
+        if positive_int(k, "k") > MAX_TOP_K:
             raise ConfigError(f"Milvus returns at most {MAX_TOP_K} keys a query, asked for {k}")
-        queries = self.checked_queries(queries)
-        client, width = self.client(), min(k + TIE_MARGIN, self.count, MAX_TOP_K)
-        ids, sims = empty_result(len(queries), max(k, width))
-        params = {"metric_type": "IP", "params": {"ef": max(self.ef_search, width)}}
-        for start in range(0, len(queries) if width else 0, QUERY_BATCH):
-            try:
-                found = client.search(self.meta["collection"], data=queries[start:start + QUERY_BATCH], limit=width,
-                                      anns_field=FIELD, output_fields=[], search_params=params,
-                                      timeout=REQUEST_TIMEOUT_S)
-            except Exception as exc:
-                raise DataError(f"search failed at {self.where} ({reason(exc)})", self.source, "uri") from None
-            for row, hits in enumerate(found, start):
-                ids[row, :len(hits)] = [hit["id"] for hit in hits]
-                sims[row, :len(hits)] = [hit["distance"] for hit in hits]
+        self.client()
+        return super().search(queries, k, progress)
+
+    def _block(self, queries, width, k):
+        limit = min(k + TIE_MARGIN, self.count, MAX_TOP_K)
+        ids, sims = empty_result(len(queries), limit)
+        params = {"metric_type": "IP", "params": {"ef": max(self.ef_search, limit)}}
+        try:
+            found = self.client().search(self.meta["collection"], data=queries, limit=limit, anns_field=FIELD,
+                                         output_fields=[], search_params=params, timeout=REQUEST_TIMEOUT_S)
+        except Exception as exc:
+            raise DataError(f"search failed at {self.where} ({reason(exc)})", self.source, "uri") from None
+        for row, hits in enumerate(found):
+            ids[row, :len(hits)] = [hit["id"] for hit in hits]
+            sims[row, :len(hits)] = [hit["distance"] for hit in hits]
         ids, sims = sort_rows(ids, sims)
-        return ids[:, :k], sims[:, :k]
+        return ids[:, :width], sims[:, :width]
 
 
 def release_lite(path: str, scratch: Path | None = None) -> None:
