@@ -66,17 +66,14 @@ def test_exact_blocks_follow_the_budget_and_keep_ids_and_scores(tied, budget, ch
     np.testing.assert_array_equal(ids[1, :10], np.arange(20, 30))
 
 
-def test_block_rows_is_the_budget_in_rows_at_least_one_at_most_chunk_rows_a_power_of_two():
+def test_block_rows_is_the_budget_in_rows_at_least_one_at_most_chunk_rows_a_power_of_two(tied):
     assert block_rows(1000, 4000 * 7 + 3) == 4
     assert block_rows(1000, 4000 * 8) == 8
     assert block_rows(1000, 1) == 1
     assert block_rows(10, 1 << 30, max_rows=64) == 64
     assert block_rows(10, 1 << 30, max_rows=100) == 64
     assert block_rows(0, 100) == 16
-
-
-def test_a_budget_that_is_no_positive_integer_is_refused(tied):
-    with pytest.raises(ValueError, match="block_bytes must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="block_bytes must be an integer >= 1, got 0"):  # a budget of no bytes
         ExactIndex(tied[0], block_bytes=0)
     with pytest.raises(ValueError, match="free_bytes must be an integer >= 1, got 0"):
         TorchIndex(tied[0], "cpu", free_bytes=0)
@@ -137,7 +134,7 @@ def test_torch_ties_go_to_the_smaller_id_and_rows_are_sorted():
     np.testing.assert_array_equal(ids, sort_rows(ids, sims)[0])
 
 
-def test_block_rows_are_the_largest_power_of_two_the_free_memory_holds():
+def test_block_rows_are_the_largest_power_of_two_the_free_memory_holds_and_the_pool_k_plus_a_margin():
     # by hand: 1,000 keys at 2 bytes, twice (product and topk scratch) = 4,000 bytes, plus the query
     # (10 dims in fp32 and fp16, 60 bytes): 4,060 bytes a query
     assert block_rows_for(4060 * 5, 1000, 10, 2) == 4
@@ -145,6 +142,11 @@ def test_block_rows_are_the_largest_power_of_two_the_free_memory_holds():
     assert block_rows_for(4060 * 8 - 1, 1000, 10, 2) == 4
     assert block_rows_for(1, 1000, 10, 2) == 1
     assert block_rows_for(1 << 40, 1000, 10, 2, max_rows=100) == 64
+    # the rescored pool is k plus a margin
+    assert pool_size(200, 10**6, rescored=True) == 250
+    assert pool_size(10, 10**6, rescored=True) == 26
+    assert pool_size(200, 10**6, rescored=False) == 200
+    assert pool_size(200, 210, rescored=True) == 210
 
 
 @pytest.mark.parametrize("free", [10**6, 10**9, 6 * 10**10])
@@ -156,13 +158,6 @@ def test_a_block_stays_within_the_free_memory(free, n_keys, dim):
     per_row = 2 * n_keys * 2 + dim * 6
     assert rows == 1 or rows * per_row <= free
     assert rows == 1 << 14 or 2 * rows * per_row > free
-
-
-def test_the_rescored_pool_is_k_plus_a_margin():
-    assert pool_size(200, 10**6, rescored=True) == 250
-    assert pool_size(10, 10**6, rescored=True) == 26
-    assert pool_size(200, 10**6, rescored=False) == 200
-    assert pool_size(200, 210, rescored=True) == 210
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU visible")
