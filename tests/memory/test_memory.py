@@ -63,15 +63,12 @@ def test_every_key_is_indexed_once_and_the_joint_search_merges(embeddings, tmp_p
         np.testing.assert_array_equal(hits[0], brute_top_k(queries, key_set, 5)[0])  # each in its own ids
 
 
-def test_values_are_binary_unless_graded_is_asked_for():
+def test_values_are_binary_unless_graded_is_asked_for_and_take_over_a_matrix_handed_to_them():
     Y = sp.csr_matrix(np.array([[1.0, 0.0, 0.5], [0.0, 2.0, 0.0]]))
     np.testing.assert_array_equal(training_values(Y).toarray(), [[1, 0, 1], [0, 1, 0]])
     np.testing.assert_array_equal(training_values(Y, "graded").toarray(), Y.toarray())
     assert Y.data.tolist() == [1.0, 0.5, 2.0]  # the dataset's matrix is left as it was
-
-
-def test_values_take_over_the_matrix_handed_to_them():
-    """copy=False: a float64 matrix's arrays become the values' (the stages hand over the 0.6 GB Y_train)."""
+    # copy=False: a float64 matrix's arrays become the values' (the stages hand over the 0.6 GB Y_train)
     Y = sp.csr_matrix((np.array([1.0, 0.0, 0.5, 2.0]), np.array([0, 1, 2, 1]), np.array([0, 3, 4])), shape=(2, 3))
     values = training_values(Y, copy=False)  # with a stored zero, which the values drop
     np.testing.assert_array_equal(values.toarray(), [[1, 0, 1], [0, 1, 0]])
@@ -188,17 +185,14 @@ def test_the_prior_is_added_at_the_chosen_tau(memory_data, tmp_path):
     np.testing.assert_allclose(sims, expected_sims, rtol=0, atol=1e-6)
 
 
-def test_keep_zero_is_the_labels_alone(memory_data, tmp_path):
+def test_keep_zero_is_the_labels_alone_and_a_folder_without_memory_json_one_data_error(memory_data, tmp_path):
     build(memory_data, tmp_path / "memory", 0.0, backend="hnsw")
     joint, _, labels, _ = searches(memory_data, tmp_path / "memory", k=5)
     np.testing.assert_array_equal(joint[0], labels[0])  # label j is joint id 0 + j: no input keys before it
     assert InputMemory(tmp_path / "memory").values(memory_data[2]).shape == (0, N_LABELS)
-
-
-def test_a_folder_without_memory_json_is_one_data_error(tmp_path):
-    (tmp_path / "memory").mkdir()
-    with pytest.raises(DataError, match="memory stage"):
-        InputMemory(tmp_path / "memory")
+    (tmp_path / "no memory").mkdir()
+    with pytest.raises(DataError, match="memory stage"):  # a folder without memory.json
+        InputMemory(tmp_path / "no memory")
 
 
 @pytest.mark.parametrize("keep", [1.0, 0.5])
