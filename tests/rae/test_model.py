@@ -188,20 +188,17 @@ def reindexed(folder, key_set: str, dim: int, one_more: bool = False) -> None:
     reseal(folder)  # the manifest would refuse the changed index first
 
 
-@pytest.mark.parametrize("key_set", ["inputs", "labels"])
-def test_an_index_that_does_not_fit_the_values_is_refused_naming_it(tmp_path, key_set):
+def test_indexes_that_do_not_fit_the_values_or_the_queries_are_refused_naming_the_index(tmp_path):
     """Blind spot: one index (the labels' too, not only the inputs') holding one key more than V has rows
-    (inputs) or columns (labels) is refused at load, not answered with ids past the values."""
-    model(search=hnsw_search()).save(tmp_path / "model")
-    reindexed(tmp_path / "model", key_set, 3, one_more=True)
-    with pytest.raises(DataError, match="rerun the package stage") as error:
-        RaeModel.load(tmp_path / "model", needs=())
-    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / key_set}: holds")
-
-
-def test_indexes_and_queries_of_other_dimensions_are_refused_naming_the_index(tmp_path):
-    """Issue 60, cause 3: "queries have dimension 3, the index has 4" named no index. A labels' index of another
-    width than the inputs' is refused at load; both of another width than the queries, at the first query."""
+    (inputs) or columns (labels) is refused at load, not answered with ids past the values. Issue 60, cause 3:
+    "queries have dimension 3, the index has 4" named no index. A labels' index of another width than the
+    inputs' is refused at load; both of another width than the queries, at the first query."""
+    for key_set in ("inputs", "labels"):
+        model(search=hnsw_search()).save(tmp_path / key_set)
+        reindexed(tmp_path / key_set, key_set, 3, one_more=True)
+        with pytest.raises(DataError, match="rerun the package stage") as error:
+            RaeModel.load(tmp_path / key_set, needs=())
+        assert error.value.one_line().startswith(f"DataError: {tmp_path / key_set / key_set}: holds")
     model(search=hnsw_search()).save(tmp_path / "model")
     reindexed(tmp_path / "model", "labels", 4)
     with pytest.raises(DataError, match="the inputs' index has dimension 3, the labels' 4") as error:
