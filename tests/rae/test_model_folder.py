@@ -23,26 +23,15 @@ from raexmc.errors import DataError
 from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.persistence import save_index
 from raexmc.rae.model import RaeModel
-from test_predictor import build_pipeline, logged_predictor
-from tests.helpers import free_port, make_lf_folder, peak_rss_of, raexmc, reseal, write_params
+from test_predictor import logged_predictor
+from tests.helpers import free_port, peak_rss_of, raexmc, reseal, write_params
 
 BACKENDS = ("hnsw", "exact")
 
 
-@pytest.fixture(scope="module")
-def packaged(tmp_path_factory, tiny_model) -> dict[str, Path]:
-    """The tiny pipeline's predictor folder for each index backend, built once."""
-    lf = make_lf_folder(tmp_path_factory.mktemp("lf"))
-    return {backend: build_pipeline(tmp_path_factory.mktemp(backend), lf, tiny_model, backend) / "predictor"
-            for backend in BACKENDS}
-
-
 @pytest.fixture
-def copy_of(packaged, tmp_path):
-    def copy(backend: str) -> Path:
-        return Path(shutil.copytree(packaged[backend], tmp_path / "model"))
-
-    return copy
+def copy_of(pipelines, tmp_path):
+    return lambda backend: pipelines(tmp_path, backend) / "predictor"
 
 
 def files_of(folder: Path) -> list[str]:
@@ -218,18 +207,19 @@ RaeModel.load(sys.argv[1]).predict(["python unix compiler " * int(sys.argv[2])],
 """
 
 
-def test_a_10_mb_query_costs_no_more_memory_than_a_short_one(packaged, tmp_path):
+def test_a_10_mb_query_costs_no_more_memory_than_a_short_one(copy_of, tmp_path):
     """The tokenizer never sees more than tokenize.input_max_len tokens' worth of characters."""
-    short, huge = (peak_rss_of([sys.executable, "-c", PREDICT_ONE, str(packaged["exact"]), str(repeats)], tmp_path)
+    folder = copy_of("exact")
+    short, huge = (peak_rss_of([sys.executable, "-c", PREDICT_ONE, str(folder), str(repeats)], tmp_path)
                    / 2**20 for repeats in (1, 500_000))  # 21 characters and 10.5 MB
     assert huge - short < 50, f"peak RSS {short:.0f} MiB for a short query, {huge:.0f} MiB for a 10 MB one"
 
 
 @pytest.mark.slow
-def test_raexmc_serve_refuses_a_damaged_registered_model_at_start_in_one_line(packaged, tmp_path):
+def test_raexmc_serve_refuses_a_damaged_registered_model_at_start_in_one_line(copy_of, tmp_path):
     """What it would serve is the logged copy: one changed byte there stops the server before it listens, with
     one line naming the file, exit 2 (a file damaged after the start is a 500: test_server_app.py)."""
-    logged_predictor(packaged["hnsw"].parent, tmp_path)
+    logged_predictor(copy_of("hnsw").parent, tmp_path)
     [manifest] = (tmp_path / "mlartifacts").rglob("manifest.json")
     one_byte_changed(manifest.parent / "values.npz")
     write_params(tmp_path, **{"data.name": "tiny"})

@@ -88,8 +88,8 @@ def backend_of(built: Path) -> str:
 
 
 @pytest.fixture(params=["hnsw", "exact"])
-def built(request, tmp_path, lf_folder, tiny_model) -> Path:
-    return build_pipeline(tmp_path, lf_folder, tiny_model, request.param)
+def built(request, tmp_path, pipelines) -> Path:
+    return pipelines(tmp_path, request.param)
 
 
 def predictor_of(folder: Path) -> RaeModel:
@@ -126,9 +126,14 @@ def assert_same_answers(got: list[list[dict]], expected: list[list[dict]], atol:
                                [label["score"] for labels in expected for label in labels], rtol=0, atol=atol)
 
 
-def test_predictions_match_the_evaluate_path(built):
+def test_predictions_match_the_evaluate_path_one_at_a_time_as_in_a_batch(built):
     """Query texts tokenised on the fly must score exactly like the test set's cached embeddings; a query record
-    is joined by the training inputs' recipe (title + content here) into the same text."""
+    is joined by the training inputs' recipe (title + content here) into the same text. `raexmc predict` and each
+    served request run one short query on one CPU thread (QUERY_THREADS): load(threads=1) must set that, and the
+    answers must be a batch's on two threads: the same labels, the scores within 2e-6 (a batch pads the shorter
+    texts, which moves a vector in the 7th decimal; answers are rounded to the 6th)."""
+    import torch
+
     model = predictor_of(built)
     results, timing = model.predict([JYTHON, "a small unix", JYTHON_RECORD], k=3)
     labels, scores = expected_top3_of_first_test_input(built)
@@ -137,6 +142,18 @@ def test_predictions_match_the_evaluate_path(built):
     assert [r["score"] for r in results[0]] == sorted((r["score"] for r in results[0]), reverse=True)
     assert model.query_text(JYTHON_RECORD) == JYTHON and results[2] == results[0]
     assert timing.queries == 3 and timing.per_query_ms()["total"] > 0
+
+    texts = [JYTHON, "a small unix", "perl", "a compiler for linux written in python on the jvm"]
+    threads_before = torch.get_num_threads()
+    try:
+        batched, _ = RaeModel.load(built / "predictor", threads=2).predict(texts, k=4)
+        assert torch.get_num_threads() == 2
+        model = RaeModel.load(built / "predictor", threads=1)
+        assert torch.get_num_threads() == 1
+        alone = [model.predict([text], k=4)[0][0] for text in texts]
+    finally:
+        torch.set_num_threads(threads_before)
+    assert_same_answers(alone, batched, 2e-6)
 
 
 def with_query_lambda(built: Path, model: QueryLambda) -> None:
@@ -173,39 +190,17 @@ def test_predictor_with_query_lambda_ranks_like_the_evaluation_path_and_encodes_
         assert predictor_of(built).encoder.precision == precision
 
 
-def test_a_titles_model_sees_only_a_query_records_title(tmp_path, lf_folder, tiny_model):
+def test_a_titles_model_sees_only_a_query_records_title(tmp_path, pipelines):
     """Train/serve skew: a Titles model must see only a query's title, as its training inputs did."""
-    built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", "title")
+    built = pipelines(tmp_path, "exact", "title")
     predictor = predictor_of(built)
     assert predictor.query_text(JYTHON_RECORD) == "jython"
     results, _ = predictor.predict([JYTHON_RECORD], k=3)
     assert_answers(results[0], *expected_top3_of_first_test_input(built))
 
 
-@pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
-def test_one_query_at_a_time_on_one_thread_answers_as_a_batch_on_two(built):
-    """`raexmc predict` and each served request run one short query on one CPU thread by default (QUERY_THREADS):
-    load(threads=1) must set that, and the answers must be a batch's on two threads: the same labels, the scores
-    within 2e-6 (a batch pads the shorter texts, which moves a vector in the 7th decimal; answers are rounded
-    to the 6th)."""
-    import torch
-
-    texts = [JYTHON, "a small unix", "perl", "a compiler for linux written in python on the jvm"]
-    threads_before = torch.get_num_threads()
-    try:
-        batched, _ = RaeModel.load(built / "predictor", threads=2).predict(texts, k=4)
-        assert torch.get_num_threads() == 2
-        model = RaeModel.load(built / "predictor", threads=1)
-        assert torch.get_num_threads() == 1
-        alone = [model.predict([text], k=4)[0][0] for text in texts]
-    finally:
-        torch.set_num_threads(threads_before)
-    assert_same_answers(alone, batched, 2e-6)
-
-
 @pytest.mark.parametrize("built", ["exact"], indirect=True)
-@pytest.mark.parametrize("max_queries, call_sizes", [(64, [5]), (2, [1, 2, 2])])
-def test_requests_that_wait_together_are_answered_in_one_call_as_each_alone(built, max_queries, call_sizes):
+def test_requests_that_wait_together_are_answered_in_one_call_as_each_alone(built):
     """SharedBatches, as serve's worker threads use it: the requests that wait while a call runs are answered by
     the next call, up to max_queries queries a call (the oldest first), each with its own k, as the model answers
     each alone: the same labels, the scores within 2e-6."""
@@ -215,30 +210,23 @@ def test_requests_that_wait_together_are_answered_in_one_call_as_each_alone(buil
 
     model = predictor_of(built)
     requests = [([JYTHON], 3), (["a small unix", "perl"], 5), (["linux compiler"], 1), ([JYTHON], 5)]
-    call_sizes_seen = []
-
-    class CountedCalls:
-        def predict(self, queries, k):
-            call_sizes_seen.append(len(queries))
-            return model.predict(queries, k)
-
-    batches = SharedBatches(CountedCalls(), max_queries)
-    answers = [None] * len(requests)
-
-    def ask(number: int) -> None:
-        answers[number] = batches.predict(*requests[number])
-
-    threads = [threading.Thread(target=ask, args=(number,)) for number in range(len(requests))]
-    with batches._running:  # as if a call were running: every request waits, in this order
-        for number, thread in enumerate(threads):
-            thread.start()
-            while len(batches._waiting) <= number:
-                thread.join(0.01)
-    for thread in threads:
-        thread.join()
-    assert call_sizes_seen == call_sizes
-    for (queries, k), answer in zip(requests, answers):
-        assert_same_answers(answer, model.predict(queries, k)[0], 2e-6)
+    for max_queries, call_sizes in ((64, [5]), (2, [1, 2, 2])):
+        seen = []
+        batches = SharedBatches(type("Counted", (), {"predict": lambda _, queries, k: (
+            seen.append(len(queries)), model.predict(queries, k))[1]})(), max_queries)
+        answers = [None] * len(requests)
+        threads = [threading.Thread(target=lambda n=number, b=batches, a=answers: a.__setitem__(n, b.predict(
+            *requests[n]))) for number in range(len(requests))]
+        with batches._running:  # as if a call were running: every request waits, in this order
+            for number, thread in enumerate(threads):
+                thread.start()
+                while len(batches._waiting) <= number:
+                    thread.join(0.01)
+        for thread in threads:
+            thread.join()
+        assert seen == call_sizes
+        for (queries, k), answer in zip(requests, answers):
+            assert_same_answers(answer, model.predict(queries, k)[0], 2e-6)
 
 
 @pytest.fixture
@@ -252,7 +240,7 @@ def cli(built, monkeypatch):
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
+def test_predict_cli_reads_arguments_files_and_stdin_alike_and_its_errors_are_one_line(cli, built, tmp_path):
     by_argument = cli(JYTHON, "a small unix", "-k", "2")
     assert by_argument.exit_code == 0, by_argument.output
     lines = [json.loads(line) for line in by_argument.stdout.splitlines()]
@@ -281,12 +269,9 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
         assert list(ranked[:2]) == [label["label"] for label in line["labels"]]
         assert (np.diff(np.sort(row.data)) > 0).all(), "strictly decreasing: every tool ranks it alike"
 
-
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predict_cli_errors_are_one_line_and_the_default_k_is_every_label(cli, built, tmp_path):
-    """The tiny model has 5 labels: without -k the answer holds all 5 (10 would be refused as > L, as 6 is).
-    Encoder weights cut short (a copy or a save that stopped) were a traceback from safetensors. A query-λ model
-    fitted at another τ than the folder's (a stale tune stage) is refused naming its file."""
+    # errors: the tiny model has 5 labels, without -k the answer holds all 5 (10 would be refused as > L, as 6 is);
+    # encoder weights cut short (a copy or a save that stopped) were a traceback from safetensors; a query-λ model
+    # fitted at another τ than the folder's (a stale tune stage) is refused naming its file
     (tmp_path / "bad.jsonl").write_text('{"text": "perl"}\nnot json\n')
     bad = cli("--file", str(tmp_path / "bad.jsonl"))
     assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0
@@ -312,8 +297,7 @@ def test_predict_cli_errors_are_one_line_and_the_default_k_is_every_label(cli, b
     assert "tau=0.1" in stale.stderr and "rerun the tune stage" in stale.stderr
 
 
-def test_an_int8_model_encodes_and_serves_queries_as_the_int8_embed_stage_did(tmp_path, lf_folder, tiny_model,
-                                                                              monkeypatch):
+def test_an_int8_model_encodes_and_serves_queries_as_the_int8_embed_stage_did(tmp_path, pipelines, monkeypatch):
     """embed.precision int8: the packaged model encodes a query text to the vector the embed stage's int8 encoder
     wrote for it (the same quantised model, one text per call), so predict ranks as the evaluate path does, and so
     does the served model (logged, loaded back and answered through `raexmc serve`'s own app); that vector is
@@ -323,7 +307,7 @@ def test_an_int8_model_encodes_and_serves_queries_as_the_int8_embed_stage_did(tm
 
     from raexmc.pipeline.server import CheckedRequests
 
-    built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", precision="int8")
+    built = pipelines(tmp_path, "exact", "title+content", "int8")
     model = predictor_of(built)
     assert model.encoder.precision == "int8"
     cached = np.asarray(load_embeddings(built / "embeddings", "test"))[0]
