@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union
+from typing import Any, Union
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,6 +25,7 @@ from ..memory.merge import JointSearch, RaeRetrieval, rae_keys
 from ..memory.search import Hits
 from .model_folder import PARTS, read_model, save_model
 from .queries import checked_k
+from .query_lambda import QueryLambda
 from .ranking import top_k
 from .scoring import (
     PAPER_B,
@@ -62,19 +63,7 @@ class Timing:
         return {"total": sum(parts.values()), **parts}
 
 
-class QueryLambdaModel(Protocol):
-    """A per-query λ model (rae.query_lambda.QueryLambda, not imported: training's validation scores at a fixed λ)."""
-
-    tau: float
-    b: int | None
-    fallback: float  # the scalar λ it falls back to, saved as the folder's λ
-
-    def lambdas(self, ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix, parts: Any = None) -> np.ndarray: ...
-
-    def to_json(self) -> dict[str, Any]: ...
-
-
-Lambda = Union[float, QueryLambdaModel]
+Lambda = Union[float, QueryLambda]  # a per-query λ model: its `fallback` is saved as the folder's λ
 
 
 @dataclass(frozen=True)
