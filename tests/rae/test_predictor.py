@@ -229,18 +229,14 @@ def test_requests_that_wait_together_are_answered_in_one_call_as_each_alone(buil
             assert_same_answers(answer, model.predict(queries, k)[0], 2e-6)
 
 
-@pytest.fixture
-def cli(built, monkeypatch):
+@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
+def test_predict_cli_reads_arguments_files_and_stdin_alike_and_its_errors_are_one_line(built, tmp_path, monkeypatch):
     monkeypatch.chdir(built.parents[1])
     runner = CliRunner()
 
-    def invoke(*args, input=None):
+    def cli(*args, input=None):
         return runner.invoke(app, ["predict", "--name", "tiny", *args], input=input)
-    return invoke
 
-
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predict_cli_reads_arguments_files_and_stdin_alike_and_its_errors_are_one_line(cli, built, tmp_path):
     by_argument = cli(JYTHON, "a small unix", "-k", "2")
     assert by_argument.exit_code == 0, by_argument.output
     lines = [json.loads(line) for line in by_argument.stdout.splitlines()]
@@ -399,9 +395,21 @@ def logged_and_loaded(built: Path, tmp_path: Path, monkeypatch) -> tuple[set[str
     return indexes, mlflow.pyfunc.load_model(str(folder))
 
 
+PERL = {"dataframe_records": [{"text": "perl"}]}
+SCHEMA_REFUSALS = [  # (request, the one line the answer's message must be)
+    ({**PERL, "params": {"topk": 2}},
+     'ConfigError: request: unknown params key "topk" (accepted: k or its alias top_k)'),
+    ({**PERL, "bogus": 1}, 'DataError: request: unknown field "bogus" '
+                           '(accepted: dataframe_records, dataframe_split, inputs, instances, params)'),
+    ({**PERL, "params": {"k": 2, "top_k": 3}},
+     'ConfigError: request: params give k twice, as "k" and "top_k": give one'),
+    ({**PERL, "params": {"k": "2"}}, "ConfigError: request: params.k: Input should be a valid integer"),
+    ({**PERL, "params": [2]}, "ConfigError: request: params: Input should be a JSON object")]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(built, tmp_path):
+def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line_in_both_servers(built, tmp_path):
     """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP.
     A bad request used to be answered 200 with nothing (no text, k=0), with labels (an empty text),
     by allocating k slots per query (a huge k), or 400 with a generic message and a stack trace."""
@@ -429,26 +437,9 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(
         assert (status, refusal["message"]) == (400, line)
         assert "stack_trace" not in refusal
 
-
-PERL = {"dataframe_records": [{"text": "perl"}]}
-SCHEMA_REFUSALS = [  # (request, the one line the answer's message must be)
-    ({**PERL, "params": {"topk": 2}},
-     'ConfigError: request: unknown params key "topk" (accepted: k or its alias top_k)'),
-    ({**PERL, "bogus": 1}, 'DataError: request: unknown field "bogus" '
-                           '(accepted: dataframe_records, dataframe_split, inputs, instances, params)'),
-    ({**PERL, "params": {"k": 2, "top_k": 3}},
-     'ConfigError: request: params give k twice, as "k" and "top_k": give one'),
-    ({**PERL, "params": {"k": "2"}}, "ConfigError: request: params.k: Input should be a valid integer"),
-    ({**PERL, "params": [2]}, "ConfigError: request: params: Input should be a JSON object")]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_raexmc_serve_refuses_unknown_names_and_reads_top_k_as_k(built, tmp_path):
-    """A real `raexmc serve` process. MLflow's scoring server drops a top-level field or params key it does
-    not know: {"top_k": 2} and {"bogus": 1} were answered 200 with the default k. Now an unknown name is 400
-    naming it and the names accepted, top_k is read as k, and the model's own refusals still come through."""
-    logged_predictor(built, tmp_path)
+    # A real `raexmc serve` process. MLflow's scoring server drops a top-level field or params key it does not know:
+    # {"top_k": 2} and {"bogus": 1} were answered 200 with the default k. Now an unknown name is 400 naming it and
+    # the names accepted, top_k is read as k, and the model's own refusals still come through.
     write_params(tmp_path, **{"data.name": "tiny"})  # package.model_name null, alias candidate
     serve = [sys.executable, "-m", "raexmc.cli", "serve", "--params", str(tmp_path / "params.yaml"), "--port"]
     with local_server(lambda port: [*serve, str(port)], "/ping") as base:
@@ -538,10 +529,13 @@ def test_raexmc_evaluate_scores_a_model_folder_as_the_evaluate_stage_does(built)
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_where_the_served_search_differs_both_are_scored_on_a_sample(built):
+def test_a_served_search_that_differs_and_a_compressed_memory_score_as_evaluated(built, tmp_path, monkeypatch):
     """A model searched by its HNSW graphs, served (made up here: on a GPU it is a CPU's exact search) by an exact
     search with its first key left out: metrics.json's `served` holds RAE's headline through each on the sample,
-    the tiny test set whole, each what score_report gives of that search's own scores."""
+    the tiny test set whole, each what score_report gives of that search's own scores.
+    memory.compression sq8-m4 at keep 1: the packaged folder carries both faiss indexes and records the
+    compression; the predictor's top labels are those of evaluating that memory (its own search, RAE's scores).
+    The logged model carries none of the index stage's indexes, and answers alike."""
     root, model = built.parents[1], RaeModel.load(built / "predictor")
     dataset, queries = Dataset(root / "data" / "tiny"), np.asarray(load_embeddings(built / "embeddings", "test"))
     keys = memory_keys(built / "embeddings").copy()
@@ -560,13 +554,6 @@ def test_where_the_served_search_differs_both_are_scored_on_a_sample(built):
         assert metrics["served"][name] == {k: expected[name][k] for k in metrics["served"][name]}, name
     assert metrics["served"]["evaluated"]["P@1"] == metrics["rae"]["P@1"]
 
-
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predictor_searches_a_compressed_memory_as_evaluate_does(built, tmp_path, monkeypatch):
-    """memory.compression sq8-m4 at keep 1: the packaged folder carries both faiss indexes and records the
-    compression; the predictor's top labels are those of evaluating that memory (its own search, RAE's scores).
-    The logged model carries none of the index stage's indexes, and answers alike."""
-    dataset = Dataset(built.parents[1] / "data" / "tiny")
     Y = training_values(dataset.label_matrix("train"))
     build_input_memory(load_embeddings(built / "embeddings", "train"), Y,
                        MemorySettings(1.0, "kmeans", False, 0, "sq8-m4"), tmp_path / "memory", "hnsw",
