@@ -33,13 +33,6 @@ from tests.helpers import REPO, brute_top_k, memory_search, rae_on, search_all
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 
 
-def test_key_sets_stack_in_key_id_order(embeddings):
-    train, labels = np.load(embeddings / "train.npy"), np.load(embeddings / "labels.npy")
-    np.testing.assert_array_equal(memory_keys(embeddings), np.vstack([train, labels]))
-    np.testing.assert_array_equal(memory_keys(embeddings, "labels"), labels)
-    np.testing.assert_array_equal(memory_keys(embeddings, "inputs"), train)
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_stacked_rows_are_the_chosen_rows_of_each_part_in_turn(monkeypatch, dtype):
     rng = np.random.default_rng(4)
@@ -51,12 +44,16 @@ def test_stacked_rows_are_the_chosen_rows_of_each_part_in_turn(monkeypatch, dtyp
 
 
 @pytest.mark.parametrize("backend", ["exact", "hnsw"])
-def test_every_key_is_indexed_once_and_the_joint_search_merges(embeddings, tmp_path, backend):
+def test_key_sets_stack_in_key_id_order_each_indexed_once_and_the_joint_search_merges(embeddings, tmp_path, backend):
     built = build_memory_indexes(embeddings, tmp_path / "index", backend, M=16, ef_construction=100, threads=1)
     assert {name: values["keys"] for name, values in built.items()} == {"inputs": 40, "labels": 15}
     assert sorted(p.name for p in (tmp_path / "index").iterdir()) == ["inputs", "labels"]
     assert memory_backend(tmp_path / "index") == backend
     queries, keys = np.load(embeddings / "test.npy"), memory_keys(embeddings)
+    train, labels = np.load(embeddings / "train.npy"), np.load(embeddings / "labels.npy")  # key sets in key-id order
+    np.testing.assert_array_equal(keys, np.vstack([train, labels]))
+    np.testing.assert_array_equal(memory_keys(embeddings, "labels"), labels)
+    np.testing.assert_array_equal(memory_keys(embeddings, "inputs"), train)
     memory = load_joint_search(tmp_path / "index", keys if backend == "exact" else None, ef_search=100)
     for hits, key_set in ((memory.search(queries, 5), keys), *zip(memory.search_parts(queries, 5),
                                                                    (keys[:40], keys[40:]))):
