@@ -8,15 +8,13 @@ except where half precision moves a key across that margin. On the CPU the produ
 
 from __future__ import annotations
 
-import functools
 import warnings
-from collections.abc import Callable
 
 import numpy as np
 
 from ..checks import positive_int
 from .exact import BLOCK_BYTES, ExactIndex
-from .search import Hits, Index, as_matrix, power_of_two_rows
+from .search import Index, as_matrix, power_of_two_rows
 
 # Share of the device's free memory (after the keys are uploaded) that one block's tensors may take: the rest
 # is slack for the caching allocator and for the other key set's index, uploaded after this one.
@@ -101,7 +99,3 @@ def _by_score_then_id(ids, sims, width: int):
 def exact_index(keys: np.ndarray, device: str = "cpu") -> TorchIndex | ExactIndex:
     """Exact top-k on `device`: TorchIndex on a GPU, ExactIndex on the CPU."""
     return TorchIndex(keys, device) if device.startswith("cuda") else ExactIndex(keys)
-
-
-def top_k_search(keys: np.ndarray, device: str, progress: bool = False) -> Callable[[np.ndarray, int], Hits]:
-    return functools.partial(exact_index(keys, device).search, progress=progress)

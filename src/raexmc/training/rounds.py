@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ from ..evaluation.evaluator import Evaluator
 from ..evaluation.methods import method_scorers
 from ..evaluation.retrievals import Retrievals
 from ..memory.keys_values import training_values
-from ..memory.torch_index import top_k_search
+from ..memory.torch_index import exact_index
 from ..process_group import DistContext
 from ..progress import progress_bar
 from .distributed import gather_array, pad_to_multiple, shard
@@ -47,7 +48,7 @@ def validate(inputs: np.ndarray, labels: np.ndarray, Y: sp.csr_matrix, filters: 
     """Validation P@1 of RAE, the dual encoder and kNN (each its own exact search), and the inputs queried."""
     queries, memory_inputs = inputs[val_rows], inputs[train_rows]
     searches = {"joint": np.vstack([memory_inputs, labels]), "labels": labels, "inputs": memory_inputs}
-    retrievals = Retrievals(**{name: top_k_search(keys, device)(queries, settings.val_b)
+    retrievals = Retrievals(**{name: exact_index(keys, device).search(queries, settings.val_b)
                                for name, keys in searches.items()})
     values = training_values(Y[train_rows], copy=False)
     evaluator = Evaluator(values, Y[val_rows], filters[val_rows], propensity_ab)
@@ -83,7 +84,7 @@ def mining_round(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filt
     if len(mine_rows):
         negatives[mine_rows] = mine_hard_negatives(
             inputs[np.searchsorted(embedded_rows, mine_rows)], mine_rows,
-            top_k_search(labels, ctx.device, progress=ctx.is_main), Y, settings.hnm_topk,
+            functools.partial(exact_index(labels, ctx.device).search, progress=ctx.is_main), Y, settings.hnm_topk,
             settings.num_hard_negatives, np.random.default_rng([settings.seed, 1000 + round_no]))
     validation = {}
     if len(val_rows):
