@@ -114,13 +114,6 @@ def test_torch_search_is_the_cpu_exact_search(toy_memory, half, free_bytes):
     assert_same_search(got, ExactIndex(keys).search(queries, K), tolerance=1e-5)
 
 
-def test_half_precision_alone_would_not_be_the_exact_search(toy_memory):
-    """What the fp32 rescoring buys: fp16 similarities are off by far more than the tolerance above."""
-    keys, queries = toy_memory
-    half = torch.from_numpy(queries).half() @ torch.from_numpy(keys).half().T
-    assert np.abs(half.float().numpy() - queries @ keys.T).max() > 1e-4
-
-
 def test_torch_ties_go_to_the_smaller_id_and_rows_are_sorted():
     """Eleven copies of one integer key tie at the top of query 0; all fit in k, so their order is defined."""
     rng = np.random.default_rng(2)
@@ -170,7 +163,7 @@ def test_gpu_search_is_the_cpu_exact_search_on_a_sample():
     assert_same_search(index.search(queries, 200), ExactIndex(keys).search(queries, 200), tolerance=1e-5)
 
 
-def test_each_rescored_slice_is_scored_against_its_own_queries(toy_memory, monkeypatch):
+def test_each_rescored_slice_is_scored_against_its_own_queries_which_fp16_alone_is_not(toy_memory, monkeypatch):
     """A block's fp32 rescoring goes through its rows in slices (RESCORE_BYTES): with the byte budget shrunk to
     four rows' candidates, a 64-query block is rescored in 16 slices, each against its own queries."""
     keys, queries = toy_memory
@@ -178,3 +171,6 @@ def test_each_rescored_slice_is_scored_against_its_own_queries(toy_memory, monke
     index = TorchIndex(keys, "cpu", half=True, free_bytes=1 << 20)
     assert index.query_block == 64   # 1 MiB over (2 x 3,000 keys x 2 bytes + 48 x 6) bytes a query, to a power of 2
     assert_same_search(index.search(queries, K), ExactIndex(keys).search(queries, K), tolerance=1e-5)
+    # what the fp32 rescoring buys: fp16 similarities alone are off by far more than that tolerance
+    half = torch.from_numpy(queries).half() @ torch.from_numpy(keys).half().T
+    assert np.abs(half.float().numpy() - queries @ keys.T).max() > 1e-4
