@@ -127,11 +127,8 @@ def assert_same_answers(got: list[list[dict]], expected: list[list[dict]], atol:
 
 
 def test_predictions_match_the_evaluate_path_one_at_a_time_as_in_a_batch(built):
-    """Query texts tokenised on the fly must score exactly like the test set's cached embeddings; a query record
-    is joined by the training inputs' recipe (title + content here) into the same text. `raexmc predict` and each
-    served request run one short query on one CPU thread (QUERY_THREADS): load(threads=1) must set that, and the
-    answers must be a batch's on two threads: the same labels, the scores within 2e-6 (a batch pads the shorter
-    texts, which moves a vector in the 7th decimal; answers are rounded to the 6th)."""
+    """Query texts tokenised on the fly score like the test set's cached embeddings; one query on one CPU thread
+    (load(threads=1)) answers as a batch on two: the same labels, scores within 2e-6 (a batch pads its texts)."""
     import torch
 
     model = predictor_of(built)
@@ -157,8 +154,7 @@ def test_predictions_match_the_evaluate_path_one_at_a_time_as_in_a_batch(built):
 
 
 def with_query_lambda(built: Path, model: QueryLambda) -> None:
-    """Repackage the model with `model` as its per-query λ (infer.query_lambda true), written as it is: a
-    model of another τ or b than the folder's too, as a stale tune stage would leave it."""
+    """Repackage the model with `model` as its per-query λ, written as it is (a stale one too)."""
     package(built, RaeSettings(random_query_lambda(), SETTINGS["tau"], SETTINGS["b"]))
     (built / "predictor" / QUERY_LAMBDA_FILE).write_text(json.dumps(model.to_json()))
     reseal(built / "predictor")
@@ -201,9 +197,8 @@ def test_a_titles_model_sees_only_a_query_records_title(tmp_path, pipelines):
 
 @pytest.mark.parametrize("built", ["exact"], indirect=True)
 def test_requests_that_wait_together_are_answered_in_one_call_as_each_alone(built):
-    """SharedBatches, as serve's worker threads use it: the requests that wait while a call runs are answered by
-    the next call, up to max_queries queries a call (the oldest first), each with its own k, as the model answers
-    each alone: the same labels, the scores within 2e-6."""
+    """SharedBatches: requests waiting while a call runs are answered by the next call, up to max_queries a call
+    (oldest first), each with its own k, as the model answers each alone (scores within 2e-6)."""
     import threading
 
     from raexmc.rae.shared_batches import SharedBatches
@@ -294,10 +289,8 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike_and_its_errors_are_on
 
 
 def test_an_int8_model_encodes_and_serves_queries_as_the_int8_embed_stage_did(tmp_path, pipelines, monkeypatch):
-    """embed.precision int8: the packaged model encodes a query text to the vector the embed stage's int8 encoder
-    wrote for it (the same quantised model, one text per call), so predict ranks as the evaluate path does, and so
-    does the served model (logged, loaded back and answered through `raexmc serve`'s own app); that vector is
-    int8's, not fp32's."""
+    """embed.precision int8: the packaged model encodes a query to the embed stage's int8 vector (not fp32's), so
+    predict and the served model (through `raexmc serve`'s own app) rank as the evaluate path does."""
     from mlflow.pyfunc import scoring_server
     from starlette.testclient import TestClient
 
@@ -334,9 +327,7 @@ NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text ha
     ([], b"\n \n", "DataError: <stdin>: no query: the input has no non-blank line")])
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_predict_refuses_bad_query_text_in_one_line(built, args, stdin, error):
-    """`raexmc predict` as a process (stdin decodes as the locale says there): text that is not UTF-8
-    used to end in a UnicodeDecodeError or, on stdin, a TypeError from the tokenizer; an empty text
-    was answered with labels; a file or stdin with no query exited 0 with no output."""
+    """`raexmc predict` as a process: non-UTF-8 text, an empty text and no query at all are one-line errors."""
     project = built.parents[1]
     (project / "q.txt").write_bytes(NOT_UTF8)
     (project / "blank.txt").write_bytes(b"\n  \n\t\n")
@@ -410,9 +401,8 @@ SCHEMA_REFUSALS = [  # (request, the one line the answer's message must be)
 @pytest.mark.slow
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line_in_both_servers(built, tmp_path):
-    """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP.
-    A bad request used to be answered 200 with nothing (no text, k=0), with labels (an empty text),
-    by allocating k slots per query (a huge k), or 400 with a generic message and a stack trace."""
+    """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP; a bad request
+    (no text, k=0, an empty text, a huge k) is a 400 with a one-line message."""
     from mlflow.tracking import MlflowClient
 
     from raexmc.pipeline.tracking.run import tracking_uri
@@ -458,11 +448,9 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line_
 
 @pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
 def test_a_moved_model_scores_the_test_set_as_the_evaluate_stage_does(built, tmp_path):
-    """Save, move the folder to another directory, delete the project, load: RAE's test-set scores are the
-    evaluate stage's, computed its way (InputMemory.search over the index stage's and the memory's own indexes,
-    the prior added there, then RaeModel.scores of the memory's values), to 1e-6 from the cached test embeddings
-    (to 1e-4 from the test texts encoded by the loaded encoder). A smaller memory with the prior, a split
-    retrieval and λ, τ, b other than the defaults, so that each must travel in the folder."""
+    """Save, move the folder, delete the project, load: RAE's test-set scores are the evaluate stage's to 1e-6
+    (1e-4 from texts), with a smaller memory, the prior, a split retrieval and non-default λ, τ, b, so each must
+    travel in the folder."""
     dataset = Dataset(built.parents[1] / "data" / "tiny")
     Y = training_values(dataset.label_matrix("train"))
     build_input_memory(load_embeddings(built / "embeddings", "train"), Y, MemorySettings(0.5, "kmeans", True, 0),
@@ -501,10 +489,8 @@ def stage_command(name: str, *args: str) -> list[str]:
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_raexmc_evaluate_scores_a_model_folder_as_the_evaluate_stage_does(built):
-    """The embed, tune, package and evaluate stages as dvc.yaml runs them, then `raexmc evaluate --model` on the
-    folder and the dataset alone: the folder's encoder gives the test texts the embed stage's vectors to the bit,
-    and every method's metrics are metrics.json's to every digit; the served search is the evaluated one, on the
-    CPU, and metrics.json says so."""
+    """The stages as dvc.yaml runs them, then `raexmc evaluate --model` on the folder and dataset alone: the
+    embed stage's vectors to the bit and metrics.json's metrics to every digit."""
     root = built.parents[1]
     write_params(root, **{"data.name": "tiny", "tokenize.input_max_len": 16, "embed.batch_size": 4,
                           "infer.val_fraction": 0.25, "infer.b": 8, "infer.b_sweep": [4, 8], "infer.ef_search": 50,
@@ -530,12 +516,9 @@ def test_raexmc_evaluate_scores_a_model_folder_as_the_evaluate_stage_does(built)
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_a_served_search_that_differs_and_a_compressed_memory_score_as_evaluated(built, tmp_path, monkeypatch):
-    """A model searched by its HNSW graphs, served (made up here: on a GPU it is a CPU's exact search) by an exact
-    search with its first key left out: metrics.json's `served` holds RAE's headline through each on the sample,
-    the tiny test set whole, each what score_report gives of that search's own scores.
-    memory.compression sq8-m4 at keep 1: the packaged folder carries both faiss indexes and records the
-    compression; the predictor's top labels are those of evaluating that memory (its own search, RAE's scores).
-    The logged model carries none of the index stage's indexes, and answers alike."""
+    """A served search that differs (exact, its first key left out): metrics.json's `served` holds RAE's headline
+    through each search. memory.compression sq8-m4: the folder carries both faiss indexes and predicts as that
+    memory evaluates; the logged model carries none of the index stage's indexes, and answers alike."""
     root, model = built.parents[1], RaeModel.load(built / "predictor")
     dataset, queries = Dataset(root / "data" / "tiny"), np.asarray(load_embeddings(built / "embeddings", "test"))
     keys = memory_keys(built / "embeddings").copy()
@@ -634,9 +617,8 @@ def model_requirements(folder: Path) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_logged_model_requires_public_releases_pinned_to_what_runs_and_all_it_imports(built, tmp_path):
-    """MLflow installs the served model's environment from these files (`mlflow models serve` without
-    --env-manager local): a local build label such as torch's +cpu is on no public index, so none may
-    appear; each pin is the release running here; and the model's code imports nothing they leave out."""
+    """MLflow installs the served model's environment from these pins: no local build label (+cpu is on no public
+    index), each the release running here, and the model's code imports nothing they leave out."""
     from importlib.metadata import packages_distributions, version
 
     import mlflow
