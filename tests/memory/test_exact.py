@@ -1,9 +1,5 @@
-"""Exact search on the CPU (ExactIndex) and by torch (TorchIndex, the GPU's backend, run here on the CPU): blocks
-sized by a byte budget or the free device memory give the ids and scores of one block over all queries, ties
-included; fp16 products rescored in fp32 are the fp32 search.
-
-Integer vectors make every inner product exact in float32 whatever order the BLAS adds it in: any difference
-between budgets is the blocking's, not rounding."""
+"""Exact search (ExactIndex; TorchIndex run on the CPU): any block size gives one block's ids and scores, ties
+included. Integer vectors make every product exact in float32, so a difference is the blocking's, not rounding."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The knowledge memory: key sets, the index stage's two indexes merged into the joint search, binary values, and
-the memory stage's folder: keep = 1 is the index stage's inputs' index itself (no copy, the same search and
-scores), a smaller memory is searched beside the labels while kNN and the dual encoder keep theirs."""
+"""The knowledge memory: key sets, the joint search of two indexes, values, and the memory stage's folder."""
 
 from __future__ import annotations
 
@@ -220,10 +218,8 @@ def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep, random_
       "  backend: auto ": "  backend: exact "}, "memory.compression", "needs an hnsw index"),
     ({"  relevance: binary ": "  relevance: graded2 "}, "infer.relevance", "graded2")])
 def test_the_memory_stage_refuses_what_it_cannot_build_in_one_line(tmp_path, edits, key, named):
-    """An unknown compression, one with the exact backend (no graph to compress), or an unknown relevance
-    (at keep 1 too, where the stage reads no values; evaluate would fail on it later): refused before the
-    stage reads anything (there is no dataset here), so not after minutes of key selection. The line names
-    the parameters file the stage was given, not the default params.yaml."""
+    """A bad compression or relevance (at keep 1 too) is refused before the stage reads anything (there is no
+    dataset here), naming the parameters file the stage was given."""
     params = (REPO / "params.yaml").read_text()
     for old, new in edits.items():
         assert old in params
@@ -258,9 +254,8 @@ def test_a_kmeans_labels_memory_selects_with_the_labels_keys(memory_data, tmp_pa
 
 
 def test_a_split_retrieval_is_evaluated_at_each_b_with_its_own_share(memory_data, tmp_path):
-    """evaluate's path with infer.retrieval split: RAE at b = 5 and the b sweep's b = 2 each score their own
-    split (3 label keys and 2 input keys; 1 and 1), not a prefix of another b's keys: their metrics are those
-    of the dense brute-force scores."""
+    """infer.retrieval split: RAE at b = 5 and the b sweep's b = 2 each score their own split (3 + 2; 1 + 1), not a
+    prefix of another b's keys: their metrics are the dense brute-force scores'."""
     embeddings, _, Y, Y_test = memory_data
     build(memory_data, tmp_path / "memory")
     joint, inputs, labels, other_b = searches(memory_data, tmp_path / "memory", retrieval=RaeRetrieval("split", 0.5),
