@@ -37,9 +37,10 @@ def test_merged_key_with_prior_reproduces_its_members_mass_and_scores():
                                rtol=0, atol=1e-6)
 
 
-def test_prior_can_reorder_and_leaves_labels_and_padding():
+def test_prior_can_reorder_and_leaves_labels_and_padding_and_is_on_only_where_set_and_keys_were_merged():
     """A key of 3 members at 0.40 passes a single input at 0.45 (0.40 + 0.1·log 3 = 0.5099); the label key
-    (joint id 2 >= 2 input keys) and the padding keep their similarity."""
+    (joint id 2 >= 2 input keys) and the padding keep their similarity. The one rule: memory.prior on and member
+    counts (a merged memory); a full memory has none."""
     ids = np.array([[1, 0, 2, -1]])
     sims = np.array([[0.45, 0.40, 0.30, -np.inf]], np.float32)
     new_ids, new_sims = add_log_prior((ids, sims), np.log([3.0, 1.0]), TAU)
@@ -48,10 +49,6 @@ def test_prior_can_reorder_and_leaves_labels_and_padding():
     assert new_sims[0, 3] == -np.inf
     hits = (ids, sims)
     assert add_log_prior(hits, None, TAU) is hits, "no prior: the retrieval as it is"
-
-
-def test_the_prior_is_on_only_where_it_is_set_and_keys_were_merged():
-    """The one rule: memory.prior on and member counts (a merged memory); a full memory has none."""
     assert log_prior(False, np.array([2, 4])) is None
     assert log_prior(True, None) is None
     np.testing.assert_allclose(log_prior(True, np.array([1, 2, 4])), [0.0, 0.6931471805599453, 1.3862943611198906],
