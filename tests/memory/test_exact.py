@@ -1,9 +1,5 @@
-"""Exact search on the CPU (ExactIndex) and by torch (TorchIndex, the GPU's backend, run here on the CPU): blocks
-sized by a byte budget or the free device memory give the ids and scores of one block over all queries, ties
-included; fp16 products rescored in fp32 are the fp32 search.
-
-Integer vectors make every inner product exact in float32 whatever order the BLAS adds it in: any difference
-between budgets is the blocking's, not rounding."""
+"""Exact search (ExactIndex; TorchIndex run on the CPU): any block size gives one block's ids and scores, ties
+included. Integer vectors make every product exact in float32, so a difference is the blocking's, not rounding."""
 
 from __future__ import annotations
 
@@ -66,17 +62,14 @@ def test_exact_blocks_follow_the_budget_and_keep_ids_and_scores(tied, budget, ch
     np.testing.assert_array_equal(ids[1, :10], np.arange(20, 30))
 
 
-def test_block_rows_is_the_budget_in_rows_at_least_one_at_most_chunk_rows_a_power_of_two():
+def test_block_rows_is_the_budget_in_rows_at_least_one_at_most_chunk_rows_a_power_of_two(tied):
     assert block_rows(1000, 4000 * 7 + 3) == 4
     assert block_rows(1000, 4000 * 8) == 8
     assert block_rows(1000, 1) == 1
     assert block_rows(10, 1 << 30, max_rows=64) == 64
     assert block_rows(10, 1 << 30, max_rows=100) == 64
     assert block_rows(0, 100) == 16
-
-
-def test_a_budget_that_is_no_positive_integer_is_refused(tied):
-    with pytest.raises(ValueError, match="block_bytes must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="block_bytes must be an integer >= 1, got 0"):  # a budget of no bytes
         ExactIndex(tied[0], block_bytes=0)
     with pytest.raises(ValueError, match="free_bytes must be an integer >= 1, got 0"):
         TorchIndex(tied[0], "cpu", free_bytes=0)
@@ -117,13 +110,6 @@ def test_torch_search_is_the_cpu_exact_search(toy_memory, half, free_bytes):
     assert_same_search(got, ExactIndex(keys).search(queries, K), tolerance=1e-5)
 
 
-def test_half_precision_alone_would_not_be_the_exact_search(toy_memory):
-    """What the fp32 rescoring buys: fp16 similarities are off by far more than the tolerance above."""
-    keys, queries = toy_memory
-    half = torch.from_numpy(queries).half() @ torch.from_numpy(keys).half().T
-    assert np.abs(half.float().numpy() - queries @ keys.T).max() > 1e-4
-
-
 def test_torch_ties_go_to_the_smaller_id_and_rows_are_sorted():
     """Eleven copies of one integer key tie at the top of query 0; all fit in k, so their order is defined."""
     rng = np.random.default_rng(2)
@@ -137,7 +123,7 @@ def test_torch_ties_go_to_the_smaller_id_and_rows_are_sorted():
     np.testing.assert_array_equal(ids, sort_rows(ids, sims)[0])
 
 
-def test_block_rows_are_the_largest_power_of_two_the_free_memory_holds():
+def test_block_rows_are_the_largest_power_of_two_the_free_memory_holds_and_the_pool_k_plus_a_margin():
     # by hand: 1,000 keys at 2 bytes, twice (product and topk scratch) = 4,000 bytes, plus the query
     # (10 dims in fp32 and fp16, 60 bytes): 4,060 bytes a query
     assert block_rows_for(4060 * 5, 1000, 10, 2) == 4
@@ -145,6 +131,11 @@ def test_block_rows_are_the_largest_power_of_two_the_free_memory_holds():
     assert block_rows_for(4060 * 8 - 1, 1000, 10, 2) == 4
     assert block_rows_for(1, 1000, 10, 2) == 1
     assert block_rows_for(1 << 40, 1000, 10, 2, max_rows=100) == 64
+    # the rescored pool is k plus a margin
+    assert pool_size(200, 10**6, rescored=True) == 250
+    assert pool_size(10, 10**6, rescored=True) == 26
+    assert pool_size(200, 10**6, rescored=False) == 200
+    assert pool_size(200, 210, rescored=True) == 210
 
 
 @pytest.mark.parametrize("free", [10**6, 10**9, 6 * 10**10])
@@ -158,13 +149,6 @@ def test_a_block_stays_within_the_free_memory(free, n_keys, dim):
     assert rows == 1 << 14 or 2 * rows * per_row > free
 
 
-def test_the_rescored_pool_is_k_plus_a_margin():
-    assert pool_size(200, 10**6, rescored=True) == 250
-    assert pool_size(10, 10**6, rescored=True) == 26
-    assert pool_size(200, 10**6, rescored=False) == 200
-    assert pool_size(200, 210, rescored=True) == 210
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU visible")
 def test_gpu_search_is_the_cpu_exact_search_on_a_sample():
     """On a GPU (fp16 product, fp32 rescoring, blocks sized by its free memory): the CPU exact search's answers."""
@@ -175,7 +159,7 @@ def test_gpu_search_is_the_cpu_exact_search_on_a_sample():
     assert_same_search(index.search(queries, 200), ExactIndex(keys).search(queries, 200), tolerance=1e-5)
 
 
-def test_each_rescored_slice_is_scored_against_its_own_queries(toy_memory, monkeypatch):
+def test_each_rescored_slice_is_scored_against_its_own_queries_which_fp16_alone_is_not(toy_memory, monkeypatch):
     """A block's fp32 rescoring goes through its rows in slices (RESCORE_BYTES): with the byte budget shrunk to
     four rows' candidates, a 64-query block is rescored in 16 slices, each against its own queries."""
     keys, queries = toy_memory
@@ -183,3 +167,6 @@ def test_each_rescored_slice_is_scored_against_its_own_queries(toy_memory, monke
     index = TorchIndex(keys, "cpu", half=True, free_bytes=1 << 20)
     assert index.query_block == 64   # 1 MiB over (2 x 3,000 keys x 2 bytes + 48 x 6) bytes a query, to a power of 2
     assert_same_search(index.search(queries, K), ExactIndex(keys).search(queries, K), tolerance=1e-5)
+    # what the fp32 rescoring buys: fp16 similarities alone are off by far more than that tolerance
+    half = torch.from_numpy(queries).half() @ torch.from_numpy(keys).half().T
+    assert np.abs(half.float().numpy() - queries @ keys.T).max() > 1e-4

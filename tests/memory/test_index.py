@@ -48,14 +48,11 @@ def test_every_backend_is_the_brute_force_top_k_padded_past_its_keys(data, backe
 
 
 @pytest.mark.parametrize("backend", ["exact", "torch"])
-def test_no_keys_or_no_queries(backend):
+def test_no_keys_or_no_queries_and_exact_keeps_a_reference_to_float32_keys(data, backend):
     ids, sims = BACKENDS[backend](np.zeros((0, 4), np.float32)).search(np.ones((2, 4), np.float32), 3)
     assert (ids == -1).all() and np.isneginf(sims).all()
     ids, sims = BACKENDS[backend](np.eye(4, dtype=np.float32)).search(np.zeros((0, 4), np.float32), 3)
     assert ids.shape == sims.shape == (0, 3)
-
-
-def test_exact_keeps_a_reference_to_float32_keys(data):
     assert ExactIndex(data[0]).keys is data[0]
 
 
@@ -81,14 +78,15 @@ def duplicate_keys() -> tuple[np.ndarray, np.ndarray]:
     return keys, unit_rows(rng, 20, 8)
 
 
-def test_duplicate_keys_raise_in_raw_hnswlib_but_not_in_search():
+def test_duplicate_keys_raise_in_raw_hnswlib_but_not_in_search_which_restores_its_beam():
     keys, queries = duplicate_keys()
-    index = hnsw(keys, M=4, ef_construction=10)
+    index = hnsw(keys, M=4, ef_construction=10, ef_search=25)
     index.graph.set_ef(10)
     with pytest.raises(RuntimeError, match="contiguous 2D array"):
         index.graph.knn_query(queries, k=200, num_threads=1)
 
     ids, sims = index.search(queries, 200, ef_search=10)
+    assert index.graph.ef == 25, "the beam a search set (a wider one on retries) goes back to ef_search"
     found = ids >= 0
     assert ids.shape == (20, 200) and found[:, 0].all(), "every query keeps the neighbours hnswlib did find"
     assert (np.isneginf(sims) == ~found).all()
@@ -106,13 +104,6 @@ def test_duplicate_keys_raise_in_raw_hnswlib_but_not_in_search():
         index.graph.knn_query(queries[row:row + 1], k=count, num_threads=1)
         with pytest.raises(RuntimeError):
             index.graph.knn_query(queries[row:row + 1], k=count + 1, num_threads=1)
-
-
-def test_search_restores_configured_ef():
-    keys, queries = duplicate_keys()
-    index = hnsw(keys, M=4, ef_construction=10, ef_search=25)
-    index.search(queries, 200)
-    assert index.graph.ef == 25
 
 
 @pytest.mark.parametrize(("count", "dim", "M"), [(4000, 16, 8), (3000, 48, 32)])
@@ -242,12 +233,8 @@ def test_auto_counts_the_joint_keys_of_the_embeddings(tmp_path):
     assert backend_for("auto", tmp_path, "cuda") == "exact"
 
 
-@pytest.mark.parametrize("setting", ["tpu", 3, pytest.param("cuda", marks=pytest.mark.skipif(
-    torch.cuda.is_available(), reason="a GPU is visible"))])
-def test_a_search_device_that_is_none_or_absent_is_a_config_error_naming_the_key(setting):
-    with pytest.raises(ConfigError, match="search.device"):
-        search_device(section_from(SearchSettings, "search", {"device": setting}))
-
-
-def test_search_device_auto_is_the_gpu_where_one_is_visible():
+def test_search_device_auto_is_the_gpu_where_one_is_visible_and_a_bad_one_a_config_error_naming_the_key():
     assert search_device(SearchSettings(device="auto")) == ("cuda" if torch.cuda.is_available() else "cpu")
+    for setting in ("tpu", 3, *(() if torch.cuda.is_available() else ("cuda",))):
+        with pytest.raises(ConfigError, match="search.device"):
+            search_device(section_from(SearchSettings, "search", {"device": setting}))

@@ -89,24 +89,18 @@ def test_kmeans_labels_keeps_look_alikes_with_different_labels_apart():
     np.testing.assert_allclose(selected.keys, inputs[:2], atol=1e-6)
 
 
-def test_the_same_seed_gives_the_same_memory():
+def test_the_same_seed_gives_the_same_memory_and_value_rows_of_other_inputs_are_refused():
     inputs, values = unit_rows(60), label_rows(60)
     a, b = (select_keys(inputs, values, 0.2, "kmeans", seed=5, cell_size=16) for _ in range(2))
     np.testing.assert_array_equal(a.keys, b.keys)
     np.testing.assert_array_equal(a.counts, b.counts)
-
-
-def test_value_rows_of_other_inputs_are_refused():
     with pytest.raises(ValueError, match="10 input keys but 9 value rows"):
         select_keys(unit_rows(10), label_rows(9), 0.5, "kmeans")
 
 
-def test_an_empty_cluster_takes_the_worst_fitting_point():
+def test_an_empty_cluster_takes_the_worst_fitting_point_and_shares_go_to_the_largest_remainders():
     # Cluster 1 is empty; point 1 fits its cluster 0 worst (0.1 < 0.5 < 0.9), and cluster 0 keeps two members.
     assert _fill_empty(np.array([0, 0, 0]), np.array([0.9, 0.1, 0.5]), 2).tolist() == [0, 1, 0]
-
-
-def test_shares_go_to_the_largest_remainders():
     # One key per cell, the other 2 over the inputs beyond the first (0, 4, 3): exactly 0, 8/7, 6/7, so
     # floors 0, 1, 0 and the last one to the largest remainder, 6/7 (cell 2): 1, 2, 2.
     assert _shares(np.array([1, 5, 4]), 5).tolist() == [1, 2, 2]

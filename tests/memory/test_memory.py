@@ -1,6 +1,4 @@
-"""The knowledge memory: key sets, the index stage's two indexes merged into the joint search, binary values, and
-the memory stage's folder: keep = 1 is the index stage's inputs' index itself (no copy, the same search and
-scores), a smaller memory is searched beside the labels while kNN and the dual encoder keep theirs."""
+"""The knowledge memory: key sets, the joint search of two indexes, values, and the memory stage's folder."""
 
 from __future__ import annotations
 
@@ -33,13 +31,6 @@ from tests.helpers import REPO, brute_top_k, memory_search, rae_on, search_all
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 
 
-def test_key_sets_stack_in_key_id_order(embeddings):
-    train, labels = np.load(embeddings / "train.npy"), np.load(embeddings / "labels.npy")
-    np.testing.assert_array_equal(memory_keys(embeddings), np.vstack([train, labels]))
-    np.testing.assert_array_equal(memory_keys(embeddings, "labels"), labels)
-    np.testing.assert_array_equal(memory_keys(embeddings, "inputs"), train)
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_stacked_rows_are_the_chosen_rows_of_each_part_in_turn(monkeypatch, dtype):
     rng = np.random.default_rng(4)
@@ -51,27 +42,28 @@ def test_stacked_rows_are_the_chosen_rows_of_each_part_in_turn(monkeypatch, dtyp
 
 
 @pytest.mark.parametrize("backend", ["exact", "hnsw"])
-def test_every_key_is_indexed_once_and_the_joint_search_merges(embeddings, tmp_path, backend):
+def test_key_sets_stack_in_key_id_order_each_indexed_once_and_the_joint_search_merges(embeddings, tmp_path, backend):
     built = build_memory_indexes(embeddings, tmp_path / "index", backend, M=16, ef_construction=100, threads=1)
     assert {name: values["keys"] for name, values in built.items()} == {"inputs": 40, "labels": 15}
     assert sorted(p.name for p in (tmp_path / "index").iterdir()) == ["inputs", "labels"]
     assert memory_backend(tmp_path / "index") == backend
     queries, keys = np.load(embeddings / "test.npy"), memory_keys(embeddings)
+    train, labels = np.load(embeddings / "train.npy"), np.load(embeddings / "labels.npy")  # key sets in key-id order
+    np.testing.assert_array_equal(keys, np.vstack([train, labels]))
+    np.testing.assert_array_equal(memory_keys(embeddings, "labels"), labels)
+    np.testing.assert_array_equal(memory_keys(embeddings, "inputs"), train)
     memory = load_joint_search(tmp_path / "index", keys if backend == "exact" else None, ef_search=100)
     for hits, key_set in ((memory.search(queries, 5), keys), *zip(memory.search_parts(queries, 5),
                                                                    (keys[:40], keys[40:]))):
         np.testing.assert_array_equal(hits[0], brute_top_k(queries, key_set, 5)[0])  # each in its own ids
 
 
-def test_values_are_binary_unless_graded_is_asked_for():
+def test_values_are_binary_unless_graded_is_asked_for_and_take_over_a_matrix_handed_to_them():
     Y = sp.csr_matrix(np.array([[1.0, 0.0, 0.5], [0.0, 2.0, 0.0]]))
     np.testing.assert_array_equal(training_values(Y).toarray(), [[1, 0, 1], [0, 1, 0]])
     np.testing.assert_array_equal(training_values(Y, "graded").toarray(), Y.toarray())
     assert Y.data.tolist() == [1.0, 0.5, 2.0]  # the dataset's matrix is left as it was
-
-
-def test_values_take_over_the_matrix_handed_to_them():
-    """copy=False: a float64 matrix's arrays become the values' (the stages hand over the 0.6 GB Y_train)."""
+    # copy=False: a float64 matrix's arrays become the values' (the stages hand over the 0.6 GB Y_train)
     Y = sp.csr_matrix((np.array([1.0, 0.0, 0.5, 2.0]), np.array([0, 1, 2, 1]), np.array([0, 3, 4])), shape=(2, 3))
     values = training_values(Y, copy=False)  # with a stored zero, which the values drop
     np.testing.assert_array_equal(values.toarray(), [[1, 0, 1], [0, 1, 0]])
@@ -188,17 +180,14 @@ def test_the_prior_is_added_at_the_chosen_tau(memory_data, tmp_path):
     np.testing.assert_allclose(sims, expected_sims, rtol=0, atol=1e-6)
 
 
-def test_keep_zero_is_the_labels_alone(memory_data, tmp_path):
+def test_keep_zero_is_the_labels_alone_and_a_folder_without_memory_json_one_data_error(memory_data, tmp_path):
     build(memory_data, tmp_path / "memory", 0.0, backend="hnsw")
     joint, _, labels, _ = searches(memory_data, tmp_path / "memory", k=5)
     np.testing.assert_array_equal(joint[0], labels[0])  # label j is joint id 0 + j: no input keys before it
     assert InputMemory(tmp_path / "memory").values(memory_data[2]).shape == (0, N_LABELS)
-
-
-def test_a_folder_without_memory_json_is_one_data_error(tmp_path):
-    (tmp_path / "memory").mkdir()
-    with pytest.raises(DataError, match="memory stage"):
-        InputMemory(tmp_path / "memory")
+    (tmp_path / "no memory").mkdir()
+    with pytest.raises(DataError, match="memory stage"):  # a folder without memory.json
+        InputMemory(tmp_path / "no memory")
 
 
 @pytest.mark.parametrize("keep", [1.0, 0.5])
@@ -229,10 +218,8 @@ def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep, random_
       "  backend: auto ": "  backend: exact "}, "memory.compression", "needs an hnsw index"),
     ({"  relevance: binary ": "  relevance: graded2 "}, "infer.relevance", "graded2")])
 def test_the_memory_stage_refuses_what_it_cannot_build_in_one_line(tmp_path, edits, key, named):
-    """An unknown compression, one with the exact backend (no graph to compress), or an unknown relevance
-    (at keep 1 too, where the stage reads no values; evaluate would fail on it later): refused before the
-    stage reads anything (there is no dataset here), so not after minutes of key selection. The line names
-    the parameters file the stage was given, not the default params.yaml."""
+    """A bad compression or relevance (at keep 1 too) is refused before the stage reads anything (there is no
+    dataset here), naming the parameters file the stage was given."""
     params = (REPO / "params.yaml").read_text()
     for old, new in edits.items():
         assert old in params
@@ -267,9 +254,8 @@ def test_a_kmeans_labels_memory_selects_with_the_labels_keys(memory_data, tmp_pa
 
 
 def test_a_split_retrieval_is_evaluated_at_each_b_with_its_own_share(memory_data, tmp_path):
-    """evaluate's path with infer.retrieval split: RAE at b = 5 and the b sweep's b = 2 each score their own
-    split (3 label keys and 2 input keys; 1 and 1), not a prefix of another b's keys: their metrics are those
-    of the dense brute-force scores."""
+    """infer.retrieval split: RAE at b = 5 and the b sweep's b = 2 each score their own split (3 + 2; 1 + 1), not a
+    prefix of another b's keys: their metrics are the dense brute-force scores'."""
     embeddings, _, Y, Y_test = memory_data
     build(memory_data, tmp_path / "memory")
     joint, inputs, labels, other_b = searches(memory_data, tmp_path / "memory", retrieval=RaeRetrieval("split", 0.5),

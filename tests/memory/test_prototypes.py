@@ -21,7 +21,7 @@ INPUTS = np.array([[0.0, 1.0], [0.6, 0.8], [-1.0, 0.0]], dtype=np.float32)
 VALUES = sp.csr_matrix(np.array([[1, 0, 0], [1, 1, 0], [0, 0, 0]], dtype=np.float64))
 
 
-def test_prototypes_worked_by_hand():
+def test_prototypes_worked_by_hand_of_graded_values_and_of_a_subset_of_rows():
     """Label 0: its inputs sum to (0.6, 1.8), unit (0.31623, 0.94868); z + 0.5 of that = (1.15811, 0.47434),
     unit (0.92539, 0.37902). Label 1: its one input's unit key (0.6, 0.8); z + 0.5 of it = (0.3, 1.4), unit
     (0.20953, 0.97780). Label 2 has no input and keeps its key."""
@@ -29,16 +29,9 @@ def test_prototypes_worked_by_hand():
     want = np.array([[0.92539, 0.37902], [0.20953, 0.97780], [0.6, -0.8]])
     np.testing.assert_allclose(got, want, atol=1e-5)
     np.testing.assert_allclose(label_prototypes(INPUTS, VALUES, LABELS, 0.0), LABELS, atol=1e-7)
-
-
-def test_graded_values_count_only_which_labels_an_input_has():
-    graded = VALUES.multiply(np.array([[3.0], [0.5], [1.0]])).tocsr()
-    np.testing.assert_allclose(label_prototypes(INPUTS, graded, LABELS, 0.5),
-                               label_prototypes(INPUTS, VALUES, LABELS, 0.5), atol=1e-7)
-
-
-def test_a_subset_of_rows_needs_no_copy_and_gives_the_copy_s_prototypes():
-    """The tune stage's memory inputs are rows of the training inputs: rows 1 and 2 here."""
+    graded = VALUES.multiply(np.array([[3.0], [0.5], [1.0]])).tocsr()  # graded values: only which labels count
+    np.testing.assert_allclose(label_prototypes(INPUTS, graded, LABELS, 0.5), got, atol=1e-7)
+    # the tune stage's memory inputs are rows of the training inputs (1 and 2 here): no copy, the copy's prototypes
     rows = np.array([1, 2])
     np.testing.assert_allclose(label_prototypes(INPUTS, VALUES[rows], LABELS, 0.5, rows=rows),
                                label_prototypes(INPUTS[rows], VALUES[rows], LABELS, 0.5), atol=1e-7)

@@ -1,7 +1,5 @@
-"""RaeModel on a hand-built memory: its scores are the dense softmax(q·K/τ) over the top-b keys times V of
-rae/reference.py, with and without the prior (the split retrieval: test_reference.py); a saved model loads back
-scoring identically, wherever its folder has moved, with its beam; a folder whose parts disagree, or whose
-settings.json holds a bad value, is refused in one line naming the file and the key."""
+"""RaeModel on a hand-built memory: rae/reference.py's scores, with and without the prior; a saved model loads back
+scoring identically after a move; a folder whose parts disagree is refused in one line naming file and key."""
 
 from __future__ import annotations
 
@@ -87,8 +85,7 @@ def hnsw_search() -> JointSearch:
                                                          (RaeRetrieval("split", 0.25), True, LAM),
                                                          (RaeRetrieval(), True, "per-query")])
 def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieval, prior, lam):
-    """Wherever it moved, at its saved beam (a load that ignored the saved ef_search would search at hnswlib's
-    default)."""
+    """Wherever it moved, at its saved beam."""
     lam = per_query_lambda() if lam == "per-query" else lam
     saved = model(retrieval, np.log(COUNTS.astype(np.float64)) if prior else None, lam,
                   hnsw_search() if search == "hnsw" else None)
@@ -188,20 +185,15 @@ def reindexed(folder, key_set: str, dim: int, one_more: bool = False) -> None:
     reseal(folder)  # the manifest would refuse the changed index first
 
 
-@pytest.mark.parametrize("key_set", ["inputs", "labels"])
-def test_an_index_that_does_not_fit_the_values_is_refused_naming_it(tmp_path, key_set):
-    """Blind spot: one index (the labels' too, not only the inputs') holding one key more than V has rows
-    (inputs) or columns (labels) is refused at load, not answered with ids past the values."""
-    model(search=hnsw_search()).save(tmp_path / "model")
-    reindexed(tmp_path / "model", key_set, 3, one_more=True)
-    with pytest.raises(DataError, match="rerun the package stage") as error:
-        RaeModel.load(tmp_path / "model", needs=())
-    assert error.value.one_line().startswith(f"DataError: {tmp_path / 'model' / key_set}: holds")
-
-
-def test_indexes_and_queries_of_other_dimensions_are_refused_naming_the_index(tmp_path):
-    """Issue 60, cause 3: "queries have dimension 3, the index has 4" named no index. A labels' index of another
-    width than the inputs' is refused at load; both of another width than the queries, at the first query."""
+def test_indexes_that_do_not_fit_the_values_or_the_queries_are_refused_naming_the_index(tmp_path):
+    """An index (either) with one key more than V's rows or columns, or a labels' index of another width, is refused
+    at load; both of another width than the queries, at the first query, naming the index."""
+    for key_set in ("inputs", "labels"):
+        model(search=hnsw_search()).save(tmp_path / key_set)
+        reindexed(tmp_path / key_set, key_set, 3, one_more=True)
+        with pytest.raises(DataError, match="rerun the package stage") as error:
+            RaeModel.load(tmp_path / key_set, needs=())
+        assert error.value.one_line().startswith(f"DataError: {tmp_path / key_set / key_set}: holds")
     model(search=hnsw_search()).save(tmp_path / "model")
     reindexed(tmp_path / "model", "labels", 4)
     with pytest.raises(DataError, match="the inputs' index has dimension 3, the labels' 4") as error:

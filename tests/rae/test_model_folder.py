@@ -1,8 +1,5 @@
-"""A packaged tiny model's folder, damaged file by file (deleted, cut short, one byte changed, NaN written where
-it holds floats), is refused at load in one line naming that file; a folder whose manifest was written again over
-bad contents (as a save of a bad model would write it) is refused for what the manifest cannot vouch for: values
-and keys not finite or out of range, index widths other than the encoder's, a tokenizer of another vocabulary;
-and `raexmc serve` refuses a damaged registered model at start-up in one line."""
+"""A damaged model folder is refused at load in one line naming the file, also past a manifest written again over
+bad contents; `raexmc serve` refuses a damaged registered model at start-up."""
 
 from __future__ import annotations
 
@@ -23,26 +20,15 @@ from raexmc.errors import DataError
 from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.persistence import save_index
 from raexmc.rae.model import RaeModel
-from test_predictor import build_pipeline, logged_predictor
-from tests.helpers import free_port, make_lf_folder, peak_rss_of, raexmc, reseal, write_params
+from test_predictor import logged_predictor
+from tests.helpers import free_port, peak_rss_of, raexmc, reseal, write_params
 
 BACKENDS = ("hnsw", "exact")
 
 
-@pytest.fixture(scope="module")
-def packaged(tmp_path_factory, tiny_model) -> dict[str, Path]:
-    """The tiny pipeline's predictor folder for each index backend, built once."""
-    lf = make_lf_folder(tmp_path_factory.mktemp("lf"))
-    return {backend: build_pipeline(tmp_path_factory.mktemp(backend), lf, tiny_model, backend) / "predictor"
-            for backend in BACKENDS}
-
-
 @pytest.fixture
-def copy_of(packaged, tmp_path):
-    def copy(backend: str) -> Path:
-        return Path(shutil.copytree(packaged[backend], tmp_path / "model"))
-
-    return copy
+def copy_of(pipelines, tmp_path):
+    return lambda backend: pipelines(tmp_path, backend) / "predictor"
 
 
 def files_of(folder: Path) -> list[str]:
@@ -88,9 +74,7 @@ def nan_floats(path: Path) -> bool:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_each_damaged_file_is_refused_naming_it(copy_of, backend):
-    """Cause 1 and 2 of issue 60: a folder missing a part, or with NaN values, loaded and then answered with a
-    traceback or silently. Every file, every damage: one line naming the file (a folder emptied of a whole part:
-    that part's folder). The untouched folder loads: the refusals are the damage's."""
+    """Every file, every damage: one line naming the file (or the part's folder); the untouched folder loads."""
     folder = copy_of(backend)
     intact = {name: (folder / name).read_bytes() for name in files_of(folder)}
     assert {"manifest.json", "values.npz", "encoder/model.safetensors", "label_records.jsonl"} <= set(intact)
@@ -111,8 +95,7 @@ def test_each_damaged_file_is_refused_naming_it(copy_of, backend):
 
 
 def test_a_file_added_or_a_manifest_edited_in_place_is_refused_naming_it(copy_of):
-    """An exact index's keys.npy added beside an HNSW graph would be searched in its place; a manifest whose listed
-    sha256 was changed (still valid JSON) would otherwise blame the file it lists."""
+    """An unlisted keys.npy beside an HNSW graph, and a manifest whose listed sha256 was changed, are refused."""
     folder = copy_of("hnsw")
     added = folder / "inputs" / "keys.npy"
     np.save(added, np.zeros((4, 32), dtype=np.float32))
@@ -135,8 +118,7 @@ def test_a_file_added_or_a_manifest_edited_in_place_is_refused_naming_it(copy_of
                                             ("encoder", ["encoder"])])
 def test_a_folder_without_a_part_is_refused_even_where_its_manifest_was_written_again(copy_of, part, gone):
     """Past the manifest (written again for what is left): a part's files are each required (a search, both
-    indexes). Without its tokenizer files transformers built a 5-token tokenizer from config.json and every text
-    got the same labels."""
+    indexes, the tokenizer files)."""
     folder = copy_of("hnsw")
     for name in gone:
         (shutil.rmtree if (folder / name).is_dir() else Path.unlink)(folder / name)
@@ -191,8 +173,7 @@ WIDTH, RERUN = ": holds keys of dimension 16, the encoder's vectors have 32", ":
      "vocab_size 30,522 (its config.json): not this encoder's tokenizer: rerun the stage that writes it")])
 def test_bad_contents_under_a_manifest_written_again_are_refused_naming_their_file(copy_of, backend, damage, arg,
                                                                                    file, error):
-    """Cause 2 of issue 60: every value NaN or -1e6 was answered with exit 0, the input keys' half of each score
-    gone; cause 3: "queries have dimension 384, the index has 768" came at the first query and named no file."""
+    """Values NaN or out of range, and index widths other than the encoder's, are refused at load naming the file."""
     folder = copy_of(backend)
     damage(folder, arg)
     reseal(folder)
@@ -202,8 +183,7 @@ def test_bad_contents_under_a_manifest_written_again_are_refused_naming_their_fi
 
 
 def test_an_encoder_folder_without_tokenizer_files_is_refused(tiny_model, tmp_path):
-    """The train stage's folder too (no manifest there): transformers' stand-in tokenizer of config.json holds 5
-    tokens (the special ones), far from the encoder's 30,522."""
+    """The train stage's folder too (no manifest there): a stand-in tokenizer of 5 tokens is refused."""
     folder = Path(shutil.copytree(tiny_model, tmp_path / "model"))
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (folder / name).unlink()
@@ -218,18 +198,18 @@ RaeModel.load(sys.argv[1]).predict(["python unix compiler " * int(sys.argv[2])],
 """
 
 
-def test_a_10_mb_query_costs_no_more_memory_than_a_short_one(packaged, tmp_path):
+def test_a_10_mb_query_costs_no_more_memory_than_a_short_one(copy_of, tmp_path):
     """The tokenizer never sees more than tokenize.input_max_len tokens' worth of characters."""
-    short, huge = (peak_rss_of([sys.executable, "-c", PREDICT_ONE, str(packaged["exact"]), str(repeats)], tmp_path)
+    folder = copy_of("exact")
+    short, huge = (peak_rss_of([sys.executable, "-c", PREDICT_ONE, str(folder), str(repeats)], tmp_path)
                    / 2**20 for repeats in (1, 500_000))  # 21 characters and 10.5 MB
     assert huge - short < 50, f"peak RSS {short:.0f} MiB for a short query, {huge:.0f} MiB for a 10 MB one"
 
 
 @pytest.mark.slow
-def test_raexmc_serve_refuses_a_damaged_registered_model_at_start_in_one_line(packaged, tmp_path):
-    """What it would serve is the logged copy: one changed byte there stops the server before it listens, with
-    one line naming the file, exit 2 (a file damaged after the start is a 500: test_server_app.py)."""
-    logged_predictor(packaged["hnsw"].parent, tmp_path)
+def test_raexmc_serve_refuses_a_damaged_registered_model_at_start_in_one_line(copy_of, tmp_path):
+    """One changed byte in the logged copy stops the server before it listens: one line naming the file, exit 2."""
+    logged_predictor(copy_of("hnsw").parent, tmp_path)
     [manifest] = (tmp_path / "mlartifacts").rglob("manifest.json")
     one_byte_changed(manifest.parent / "values.npz")
     write_params(tmp_path, **{"data.name": "tiny"})

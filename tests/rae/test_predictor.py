@@ -88,8 +88,8 @@ def backend_of(built: Path) -> str:
 
 
 @pytest.fixture(params=["hnsw", "exact"])
-def built(request, tmp_path, lf_folder, tiny_model) -> Path:
-    return build_pipeline(tmp_path, lf_folder, tiny_model, request.param)
+def built(request, tmp_path, pipelines) -> Path:
+    return pipelines(tmp_path, request.param)
 
 
 def predictor_of(folder: Path) -> RaeModel:
@@ -126,9 +126,11 @@ def assert_same_answers(got: list[list[dict]], expected: list[list[dict]], atol:
                                [label["score"] for labels in expected for label in labels], rtol=0, atol=atol)
 
 
-def test_predictions_match_the_evaluate_path(built):
-    """Query texts tokenised on the fly must score exactly like the test set's cached embeddings; a query record
-    is joined by the training inputs' recipe (title + content here) into the same text."""
+def test_predictions_match_the_evaluate_path_one_at_a_time_as_in_a_batch(built):
+    """Query texts tokenised on the fly score like the test set's cached embeddings; one query on one CPU thread
+    (load(threads=1)) answers as a batch on two: the same labels, scores within 2e-6 (a batch pads its texts)."""
+    import torch
+
     model = predictor_of(built)
     results, timing = model.predict([JYTHON, "a small unix", JYTHON_RECORD], k=3)
     labels, scores = expected_top3_of_first_test_input(built)
@@ -138,10 +140,21 @@ def test_predictions_match_the_evaluate_path(built):
     assert model.query_text(JYTHON_RECORD) == JYTHON and results[2] == results[0]
     assert timing.queries == 3 and timing.per_query_ms()["total"] > 0
 
+    texts = [JYTHON, "a small unix", "perl", "a compiler for linux written in python on the jvm"]
+    threads_before = torch.get_num_threads()
+    try:
+        batched, _ = RaeModel.load(built / "predictor", threads=2).predict(texts, k=4)
+        assert torch.get_num_threads() == 2
+        model = RaeModel.load(built / "predictor", threads=1)
+        assert torch.get_num_threads() == 1
+        alone = [model.predict([text], k=4)[0][0] for text in texts]
+    finally:
+        torch.set_num_threads(threads_before)
+    assert_same_answers(alone, batched, 2e-6)
+
 
 def with_query_lambda(built: Path, model: QueryLambda) -> None:
-    """Repackage the model with `model` as its per-query λ (infer.query_lambda true), written as it is: a
-    model of another τ or b than the folder's too, as a stale tune stage would leave it."""
+    """Repackage the model with `model` as its per-query λ, written as it is (a stale one too)."""
     package(built, RaeSettings(random_query_lambda(), SETTINGS["tau"], SETTINGS["b"]))
     (built / "predictor" / QUERY_LAMBDA_FILE).write_text(json.dumps(model.to_json()))
     reseal(built / "predictor")
@@ -173,86 +186,52 @@ def test_predictor_with_query_lambda_ranks_like_the_evaluation_path_and_encodes_
         assert predictor_of(built).encoder.precision == precision
 
 
-def test_a_titles_model_sees_only_a_query_records_title(tmp_path, lf_folder, tiny_model):
+def test_a_titles_model_sees_only_a_query_records_title(tmp_path, pipelines):
     """Train/serve skew: a Titles model must see only a query's title, as its training inputs did."""
-    built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", "title")
+    built = pipelines(tmp_path, "exact", "title")
     predictor = predictor_of(built)
     assert predictor.query_text(JYTHON_RECORD) == "jython"
     results, _ = predictor.predict([JYTHON_RECORD], k=3)
     assert_answers(results[0], *expected_top3_of_first_test_input(built))
 
 
-@pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
-def test_one_query_at_a_time_on_one_thread_answers_as_a_batch_on_two(built):
-    """`raexmc predict` and each served request run one short query on one CPU thread by default (QUERY_THREADS):
-    load(threads=1) must set that, and the answers must be a batch's on two threads: the same labels, the scores
-    within 2e-6 (a batch pads the shorter texts, which moves a vector in the 7th decimal; answers are rounded
-    to the 6th)."""
-    import torch
-
-    texts = [JYTHON, "a small unix", "perl", "a compiler for linux written in python on the jvm"]
-    threads_before = torch.get_num_threads()
-    try:
-        batched, _ = RaeModel.load(built / "predictor", threads=2).predict(texts, k=4)
-        assert torch.get_num_threads() == 2
-        model = RaeModel.load(built / "predictor", threads=1)
-        assert torch.get_num_threads() == 1
-        alone = [model.predict([text], k=4)[0][0] for text in texts]
-    finally:
-        torch.set_num_threads(threads_before)
-    assert_same_answers(alone, batched, 2e-6)
-
-
 @pytest.mark.parametrize("built", ["exact"], indirect=True)
-@pytest.mark.parametrize("max_queries, call_sizes", [(64, [5]), (2, [1, 2, 2])])
-def test_requests_that_wait_together_are_answered_in_one_call_as_each_alone(built, max_queries, call_sizes):
-    """SharedBatches, as serve's worker threads use it: the requests that wait while a call runs are answered by
-    the next call, up to max_queries queries a call (the oldest first), each with its own k, as the model answers
-    each alone: the same labels, the scores within 2e-6."""
+def test_requests_that_wait_together_are_answered_in_one_call_as_each_alone(built):
+    """SharedBatches: requests waiting while a call runs are answered by the next call, up to max_queries a call
+    (oldest first), each with its own k, as the model answers each alone (scores within 2e-6)."""
     import threading
 
     from raexmc.rae.shared_batches import SharedBatches
 
     model = predictor_of(built)
     requests = [([JYTHON], 3), (["a small unix", "perl"], 5), (["linux compiler"], 1), ([JYTHON], 5)]
-    call_sizes_seen = []
-
-    class CountedCalls:
-        def predict(self, queries, k):
-            call_sizes_seen.append(len(queries))
-            return model.predict(queries, k)
-
-    batches = SharedBatches(CountedCalls(), max_queries)
-    answers = [None] * len(requests)
-
-    def ask(number: int) -> None:
-        answers[number] = batches.predict(*requests[number])
-
-    threads = [threading.Thread(target=ask, args=(number,)) for number in range(len(requests))]
-    with batches._running:  # as if a call were running: every request waits, in this order
-        for number, thread in enumerate(threads):
-            thread.start()
-            while len(batches._waiting) <= number:
-                thread.join(0.01)
-    for thread in threads:
-        thread.join()
-    assert call_sizes_seen == call_sizes
-    for (queries, k), answer in zip(requests, answers):
-        assert_same_answers(answer, model.predict(queries, k)[0], 2e-6)
-
-
-@pytest.fixture
-def cli(built, monkeypatch):
-    monkeypatch.chdir(built.parents[1])
-    runner = CliRunner()
-
-    def invoke(*args, input=None):
-        return runner.invoke(app, ["predict", "--name", "tiny", *args], input=input)
-    return invoke
+    for max_queries, call_sizes in ((64, [5]), (2, [1, 2, 2])):
+        seen = []
+        batches = SharedBatches(type("Counted", (), {"predict": lambda _, queries, k: (
+            seen.append(len(queries)), model.predict(queries, k))[1]})(), max_queries)
+        answers = [None] * len(requests)
+        threads = [threading.Thread(target=lambda n=number, b=batches, a=answers: a.__setitem__(n, b.predict(
+            *requests[n]))) for number in range(len(requests))]
+        with batches._running:  # as if a call were running: every request waits, in this order
+            for number, thread in enumerate(threads):
+                thread.start()
+                while len(batches._waiting) <= number:
+                    thread.join(0.01)
+        for thread in threads:
+            thread.join()
+        assert seen == call_sizes
+        for (queries, k), answer in zip(requests, answers):
+            assert_same_answers(answer, model.predict(queries, k)[0], 2e-6)
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
+def test_predict_cli_reads_arguments_files_and_stdin_alike_and_its_errors_are_one_line(built, tmp_path, monkeypatch):
+    monkeypatch.chdir(built.parents[1])
+    runner = CliRunner()
+
+    def cli(*args, input=None):
+        return runner.invoke(app, ["predict", "--name", "tiny", *args], input=input)
+
     by_argument = cli(JYTHON, "a small unix", "-k", "2")
     assert by_argument.exit_code == 0, by_argument.output
     lines = [json.loads(line) for line in by_argument.stdout.splitlines()]
@@ -281,12 +260,9 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike(cli, tmp_path):
         assert list(ranked[:2]) == [label["label"] for label in line["labels"]]
         assert (np.diff(np.sort(row.data)) > 0).all(), "strictly decreasing: every tool ranks it alike"
 
-
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predict_cli_errors_are_one_line_and_the_default_k_is_every_label(cli, built, tmp_path):
-    """The tiny model has 5 labels: without -k the answer holds all 5 (10 would be refused as > L, as 6 is).
-    Encoder weights cut short (a copy or a save that stopped) were a traceback from safetensors. A query-λ model
-    fitted at another τ than the folder's (a stale tune stage) is refused naming its file."""
+    # errors: the tiny model has 5 labels, without -k the answer holds all 5 (10 would be refused as > L, as 6 is);
+    # encoder weights cut short (a copy or a save that stopped) were a traceback from safetensors; a query-λ model
+    # fitted at another τ than the folder's (a stale tune stage) is refused naming its file
     (tmp_path / "bad.jsonl").write_text('{"text": "perl"}\nnot json\n')
     bad = cli("--file", str(tmp_path / "bad.jsonl"))
     assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0
@@ -312,18 +288,15 @@ def test_predict_cli_errors_are_one_line_and_the_default_k_is_every_label(cli, b
     assert "tau=0.1" in stale.stderr and "rerun the tune stage" in stale.stderr
 
 
-def test_an_int8_model_encodes_and_serves_queries_as_the_int8_embed_stage_did(tmp_path, lf_folder, tiny_model,
-                                                                              monkeypatch):
-    """embed.precision int8: the packaged model encodes a query text to the vector the embed stage's int8 encoder
-    wrote for it (the same quantised model, one text per call), so predict ranks as the evaluate path does, and so
-    does the served model (logged, loaded back and answered through `raexmc serve`'s own app); that vector is
-    int8's, not fp32's."""
+def test_an_int8_model_encodes_and_serves_queries_as_the_int8_embed_stage_did(tmp_path, pipelines, monkeypatch):
+    """embed.precision int8: the packaged model encodes a query to the embed stage's int8 vector (not fp32's), so
+    predict and the served model (through `raexmc serve`'s own app) rank as the evaluate path does."""
     from mlflow.pyfunc import scoring_server
     from starlette.testclient import TestClient
 
     from raexmc.pipeline.server import CheckedRequests
 
-    built = build_pipeline(tmp_path, lf_folder, tiny_model, "exact", precision="int8")
+    built = pipelines(tmp_path, "exact", "title+content", "int8")
     model = predictor_of(built)
     assert model.encoder.precision == "int8"
     cached = np.asarray(load_embeddings(built / "embeddings", "test"))[0]
@@ -354,9 +327,7 @@ NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text ha
     ([], b"\n \n", "DataError: <stdin>: no query: the input has no non-blank line")])
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_predict_refuses_bad_query_text_in_one_line(built, args, stdin, error):
-    """`raexmc predict` as a process (stdin decodes as the locale says there): text that is not UTF-8
-    used to end in a UnicodeDecodeError or, on stdin, a TypeError from the tokenizer; an empty text
-    was answered with labels; a file or stdin with no query exited 0 with no output."""
+    """`raexmc predict` as a process: non-UTF-8 text, an empty text and no query at all are one-line errors."""
     project = built.parents[1]
     (project / "q.txt").write_bytes(NOT_UTF8)
     (project / "blank.txt").write_bytes(b"\n  \n\t\n")
@@ -415,12 +386,23 @@ def logged_and_loaded(built: Path, tmp_path: Path, monkeypatch) -> tuple[set[str
     return indexes, mlflow.pyfunc.load_model(str(folder))
 
 
+PERL = {"dataframe_records": [{"text": "perl"}]}
+SCHEMA_REFUSALS = [  # (request, the one line the answer's message must be)
+    ({**PERL, "params": {"topk": 2}},
+     'ConfigError: request: unknown params key "topk" (accepted: k or its alias top_k)'),
+    ({**PERL, "bogus": 1}, 'DataError: request: unknown field "bogus" '
+                           '(accepted: dataframe_records, dataframe_split, inputs, instances, params)'),
+    ({**PERL, "params": {"k": 2, "top_k": 3}},
+     'ConfigError: request: params give k twice, as "k" and "top_k": give one'),
+    ({**PERL, "params": {"k": "2"}}, "ConfigError: request: params.k: Input should be a valid integer"),
+    ({**PERL, "params": [2]}, "ConfigError: request: params: Input should be a JSON object")]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(built, tmp_path):
-    """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP.
-    A bad request used to be answered 200 with nothing (no text, k=0), with labels (an empty text),
-    by allocating k slots per query (a huge k), or 400 with a generic message and a stack trace."""
+def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line_in_both_servers(built, tmp_path):
+    """Log and register the predictor, serve it with a real `mlflow models serve`, ask over HTTP; a bad request
+    (no text, k=0, an empty text, a huge k) is a 400 with a one-line message."""
     from mlflow.tracking import MlflowClient
 
     from raexmc.pipeline.tracking.run import tracking_uri
@@ -445,26 +427,9 @@ def test_served_model_answers_like_predict_and_refuses_bad_requests_in_one_line(
         assert (status, refusal["message"]) == (400, line)
         assert "stack_trace" not in refusal
 
-
-PERL = {"dataframe_records": [{"text": "perl"}]}
-SCHEMA_REFUSALS = [  # (request, the one line the answer's message must be)
-    ({**PERL, "params": {"topk": 2}},
-     'ConfigError: request: unknown params key "topk" (accepted: k or its alias top_k)'),
-    ({**PERL, "bogus": 1}, 'DataError: request: unknown field "bogus" '
-                           '(accepted: dataframe_records, dataframe_split, inputs, instances, params)'),
-    ({**PERL, "params": {"k": 2, "top_k": 3}},
-     'ConfigError: request: params give k twice, as "k" and "top_k": give one'),
-    ({**PERL, "params": {"k": "2"}}, "ConfigError: request: params.k: Input should be a valid integer"),
-    ({**PERL, "params": [2]}, "ConfigError: request: params: Input should be a JSON object")]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_raexmc_serve_refuses_unknown_names_and_reads_top_k_as_k(built, tmp_path):
-    """A real `raexmc serve` process. MLflow's scoring server drops a top-level field or params key it does
-    not know: {"top_k": 2} and {"bogus": 1} were answered 200 with the default k. Now an unknown name is 400
-    naming it and the names accepted, top_k is read as k, and the model's own refusals still come through."""
-    logged_predictor(built, tmp_path)
+    # A real `raexmc serve` process. MLflow's scoring server drops a top-level field or params key it does not know:
+    # {"top_k": 2} and {"bogus": 1} were answered 200 with the default k. Now an unknown name is 400 naming it and
+    # the names accepted, top_k is read as k, and the model's own refusals still come through.
     write_params(tmp_path, **{"data.name": "tiny"})  # package.model_name null, alias candidate
     serve = [sys.executable, "-m", "raexmc.cli", "serve", "--params", str(tmp_path / "params.yaml"), "--port"]
     with local_server(lambda port: [*serve, str(port)], "/ping") as base:
@@ -483,11 +448,9 @@ def test_raexmc_serve_refuses_unknown_names_and_reads_top_k_as_k(built, tmp_path
 
 @pytest.mark.parametrize("built", ["exact", "hnsw"], indirect=True)
 def test_a_moved_model_scores_the_test_set_as_the_evaluate_stage_does(built, tmp_path):
-    """Save, move the folder to another directory, delete the project, load: RAE's test-set scores are the
-    evaluate stage's, computed its way (InputMemory.search over the index stage's and the memory's own indexes,
-    the prior added there, then RaeModel.scores of the memory's values), to 1e-6 from the cached test embeddings
-    (to 1e-4 from the test texts encoded by the loaded encoder). A smaller memory with the prior, a split
-    retrieval and λ, τ, b other than the defaults, so that each must travel in the folder."""
+    """Save, move the folder, delete the project, load: RAE's test-set scores are the evaluate stage's to 1e-6
+    (1e-4 from texts), with a smaller memory, the prior, a split retrieval and non-default λ, τ, b, so each must
+    travel in the folder."""
     dataset = Dataset(built.parents[1] / "data" / "tiny")
     Y = training_values(dataset.label_matrix("train"))
     build_input_memory(load_embeddings(built / "embeddings", "train"), Y, MemorySettings(0.5, "kmeans", True, 0),
@@ -526,10 +489,8 @@ def stage_command(name: str, *args: str) -> list[str]:
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_raexmc_evaluate_scores_a_model_folder_as_the_evaluate_stage_does(built):
-    """The embed, tune, package and evaluate stages as dvc.yaml runs them, then `raexmc evaluate --model` on the
-    folder and the dataset alone: the folder's encoder gives the test texts the embed stage's vectors to the bit,
-    and every method's metrics are metrics.json's to every digit; the served search is the evaluated one, on the
-    CPU, and metrics.json says so."""
+    """The stages as dvc.yaml runs them, then `raexmc evaluate --model` on the folder and dataset alone: the
+    embed stage's vectors to the bit and metrics.json's metrics to every digit."""
     root = built.parents[1]
     write_params(root, **{"data.name": "tiny", "tokenize.input_max_len": 16, "embed.batch_size": 4,
                           "infer.val_fraction": 0.25, "infer.b": 8, "infer.b_sweep": [4, 8], "infer.ef_search": 50,
@@ -554,10 +515,10 @@ def test_raexmc_evaluate_scores_a_model_folder_as_the_evaluate_stage_does(built)
 
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_where_the_served_search_differs_both_are_scored_on_a_sample(built):
-    """A model searched by its HNSW graphs, served (made up here: on a GPU it is a CPU's exact search) by an exact
-    search with its first key left out: metrics.json's `served` holds RAE's headline through each on the sample,
-    the tiny test set whole, each what score_report gives of that search's own scores."""
+def test_a_served_search_that_differs_and_a_compressed_memory_score_as_evaluated(built, tmp_path, monkeypatch):
+    """A served search that differs (exact, its first key left out): metrics.json's `served` holds RAE's headline
+    through each search. memory.compression sq8-m4: the folder carries both faiss indexes and predicts as that
+    memory evaluates; the logged model carries none of the index stage's indexes, and answers alike."""
     root, model = built.parents[1], RaeModel.load(built / "predictor")
     dataset, queries = Dataset(root / "data" / "tiny"), np.asarray(load_embeddings(built / "embeddings", "test"))
     keys = memory_keys(built / "embeddings").copy()
@@ -576,13 +537,6 @@ def test_where_the_served_search_differs_both_are_scored_on_a_sample(built):
         assert metrics["served"][name] == {k: expected[name][k] for k in metrics["served"][name]}, name
     assert metrics["served"]["evaluated"]["P@1"] == metrics["rae"]["P@1"]
 
-
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predictor_searches_a_compressed_memory_as_evaluate_does(built, tmp_path, monkeypatch):
-    """memory.compression sq8-m4 at keep 1: the packaged folder carries both faiss indexes and records the
-    compression; the predictor's top labels are those of evaluating that memory (its own search, RAE's scores).
-    The logged model carries none of the index stage's indexes, and answers alike."""
-    dataset = Dataset(built.parents[1] / "data" / "tiny")
     Y = training_values(dataset.label_matrix("train"))
     build_input_memory(load_embeddings(built / "embeddings", "train"), Y,
                        MemorySettings(1.0, "kmeans", False, 0, "sq8-m4"), tmp_path / "memory", "hnsw",
@@ -663,9 +617,8 @@ def model_requirements(folder: Path) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("built", ["hnsw"], indirect=True)
 def test_logged_model_requires_public_releases_pinned_to_what_runs_and_all_it_imports(built, tmp_path):
-    """MLflow installs the served model's environment from these files (`mlflow models serve` without
-    --env-manager local): a local build label such as torch's +cpu is on no public index, so none may
-    appear; each pin is the release running here; and the model's code imports nothing they leave out."""
+    """MLflow installs the served model's environment from these pins: no local build label (+cpu is on no public
+    index), each the release running here, and the model's code imports nothing they leave out."""
     from importlib.metadata import packages_distributions, version
 
     import mlflow

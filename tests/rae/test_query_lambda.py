@@ -65,13 +65,20 @@ def _two_kinds(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray
     return features, targets, kind
 
 
-def test_ridge_model_picks_the_lambda_of_each_kind_or_falls_back_without_a_signal():
+def _round_trips(model: QueryLambda, features: np.ndarray) -> None:
+    loaded = QueryLambda.from_json(json.loads(json.dumps(model.to_json())))
+    assert loaded.to_json() == model.to_json()
+    np.testing.assert_array_equal(loaded.choose(features), model.choose(features))
+
+
+def test_ridge_model_picks_the_lambda_of_each_kind_or_falls_back_without_a_signal_and_both_round_trip_json():
     rng = np.random.default_rng(0)
     features, targets, _ = _two_kinds(rng, 300)
     model, report = fit_query_lambda(features, targets, np.array([0.0, 0.5, 1.0]), tau=0.04, b=200)
     assert report["uses_model"] and report["model_cv_mean"] > report["fixed_mean"]
     held_features, _, held_kind = _two_kinds(rng, 200)
     np.testing.assert_array_equal(model.choose(held_features), held_kind.astype(float))
+    _round_trips(model, held_features)
     rng = np.random.default_rng(1)  # the fallback where the features carry no signal
     _, targets, _ = _two_kinds(rng, 300)
     noise = rng.standard_normal((300, len(FEATURES)))
@@ -80,6 +87,7 @@ def test_ridge_model_picks_the_lambda_of_each_kind_or_falls_back_without_a_signa
     assert not report["uses_model"] and not model.uses_model
     assert model.fallback == report["fixed_lambda"] == best_fixed
     np.testing.assert_array_equal(model.choose(noise[:7]), np.full(7, best_fixed))
+    _round_trips(model, noise)
 
 
 def test_a_given_fixed_lambda_is_the_bar_and_the_fallback_even_in_a_tie():
@@ -96,19 +104,6 @@ def test_a_given_fixed_lambda_is_the_bar_and_the_fallback_even_in_a_tie():
     assert not report["uses_model"] and report["fixed_mean"] == 0.5
     with pytest.raises(DataError, match="not on the grid"):
         fit_query_lambda(noise, targets, grid, 0.04, 200, fixed_lambda=0.7)
-
-
-@pytest.mark.parametrize("signal", [True, False])
-def test_model_round_trips_through_json(signal):
-    rng = np.random.default_rng(2)
-    features, targets, _ = _two_kinds(rng, 100)
-    if not signal:
-        features = rng.standard_normal(features.shape)
-    model, _ = fit_query_lambda(features, targets, np.array([0.0, 0.5, 1.0]), tau=0.04, b=200)
-    assert model.uses_model == signal
-    loaded = QueryLambda.from_json(json.loads(json.dumps(model.to_json())))
-    assert loaded.to_json() == model.to_json()
-    np.testing.assert_array_equal(loaded.choose(features), model.choose(features))
 
 
 def test_bad_model_json_and_bad_fit_inputs_are_data_errors():

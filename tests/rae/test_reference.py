@@ -1,10 +1,5 @@
-"""`RaeModel`, through its own search and scoring, gives the scores of rae/reference.py, the paper's inference
-written out in dense numpy: joint and split retrieval, a memory that keeps fewer keys than inputs (merged keys,
-their averaged values) and the prior on their member counts.
-
-Every key and query lies on a grid of multiples of 1/64 with |x| <= 1 in 8 dimensions, so every similarity is
-exact in float32 whatever the summation order; the scores then agree to float64 rounding, and 1e-6 absolute is
-far from both. The coarse grid also makes similarities tie often: both sides break ties to the smaller key id."""
+"""`RaeModel` gives rae/reference.py's scores: joint and split retrieval, merged keys, the prior. Keys and queries
+lie on a 1/64 grid, so similarities are exact in float32 and tie often (both sides break ties to the smaller id)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..memory.search import Hits
-from ..rae.model import QueryLambdaModel, RaeModel, RaeSettings
+from ..rae.model import RaeModel, RaeSettings
+from ..rae.query_lambda import QueryLambda
 from ..rae.scoring import PAPER_B, dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
 from .evaluator import (
     CHUNK_BYTES,
@@ -56,7 +57,7 @@ def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, t
 
 def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lambda_sweep: Sequence[float],
                    b_sweep: Sequence[int], knn: tuple[float | None, int | None], with_ova_knn: bool,
-                   query_lambda: QueryLambdaModel | None) -> list[Ranking]:
+                   query_lambda: QueryLambda | None) -> list[Ranking]:
     """Every distinct ranking of a chunk's retrievals: the keys it is reported under (("method", name), ("lambda", i),
     ("b", i)) and its label scores when called. RAE's halves at (τ, b) serve every λ, and RAE at its own point is
     ranked once for the method and both sweeps; kNN is scored at `knn` (τ, b; None: RAE's)."""
@@ -84,7 +85,7 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lam
 
 def evaluate_retrieval(search: Search, evaluator: Evaluator, rae: RaeModel, lambda_sweep: Sequence[float] = (),
                        b_sweep: Sequence[int] = (), knn_tau: float | None = None, knn_b: int | None = None,
-                       with_ova_knn: bool = False, query_lambda: QueryLambdaModel | None = None,
+                       with_ova_knn: bool = False, query_lambda: QueryLambda | None = None,
                        chunk: int | None = None, progress: bool = False, workers: int = 1,
                        keep_scores: bool = False) -> dict[str, Any]:
     """Metrics of chunk_rankings' methods and sweeps from `search(rows)`'s retrievals, `chunk` queries at a time

@@ -15,7 +15,8 @@ from ..errors import DataError
 from ..memory.hnsw import resolve_threads
 from ..memory.keys_values import training_values
 from ..memory.merge import JointSearch, prefix
-from ..rae.model import QueryLambdaModel, RaeModel
+from ..rae.model import RaeModel
+from ..rae.query_lambda import QueryLambda
 from ..settings import Settings
 from .evaluator import Evaluator
 from .methods import HEADLINE, KNN_B, baseline_depth, evaluate_retrieval
@@ -62,7 +63,7 @@ class ModelSearch:
 
 
 def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settings, propensity: Propensity, *,
-                  knn_tau: float, query_lambda: QueryLambdaModel | None = None, baselines: JointSearch | None = None,
+                  knn_tau: float, query_lambda: QueryLambda | None = None, baselines: JointSearch | None = None,
                   served: RaeModel | None = None, chunk: int | None = None, progress: bool = False,
                   keep_scores: bool = False) -> tuple[dict[str, Any], dict[str, Any], float]:
     """(metrics.json's metrics but selection, evaluate_retrieval's result, queries/s) of `model` on `data`'s test

@@ -20,7 +20,7 @@ from ..memory.merge import RaeRetrieval
 from ..memory.prior import log_prior
 from ..memory.prototypes import label_prototypes
 from ..memory.search import Hits
-from ..memory.torch_index import top_k_search
+from ..memory.torch_index import exact_index
 from ..rae.model import RaeModel, RaeSettings
 from .evaluator import Evaluator, FoldedEvaluator
 from .tune_settings import TuneSettings
@@ -145,7 +145,7 @@ def validation_retrieval(embeddings: str | os.PathLike, held: HeldOutLabels, b: 
     input_keys = np.ascontiguousarray(input_keys, dtype=np.float32)
     queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
     del train_inputs
-    found = top_k_search(input_keys, device, progress=True)(queries, b)
+    found = exact_index(input_keys, device).search(queries, b, progress=True)
     del input_keys
     if labels is None:
         labels = label_search(embeddings, held, b, device, 0.0 if memory is None else memory.prototypes)
@@ -162,4 +162,4 @@ def label_search(embeddings: str | os.PathLike, held: HeldOutLabels, b: int, dev
     labels = np.ascontiguousarray(labels, dtype=np.float32)
     queries = np.ascontiguousarray(train_inputs[held.val_rows], dtype=np.float32)
     del train_inputs
-    return top_k_search(labels, device, progress=True)(queries, b)
+    return exact_index(labels, device).search(queries, b, progress=True)

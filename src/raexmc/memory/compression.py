@@ -1,7 +1,5 @@
-"""The names of `memory.compression`, parsed in one place: none (hnswlib, float32 keys); fp16 | sq8 | sq4
-(faiss HNSW over scalar-quantised keys: 2, 1 or half a byte a dimension); pca<d>-<codec> (projected on the top
-d uncentred principal directions first); ...-m<M> (the graph's degree; default index.M). hnswlib's graph at
-M=64 (512 bytes a key) outweighs a quantised key, so a small memory needs both fewer bytes and a sparser graph.
+"""`memory.compression`'s names parsed in one place: none, fp16 | sq8 | sq4, pca<d>-<codec>, ...-m<M> (the graph's
+degree: hnswlib's at M=64 outweighs a quantised key, so a small memory needs a sparser graph too).
 """
 
 from __future__ import annotations

@@ -26,12 +26,8 @@ def block_rows(n_keys: int, block_bytes: int = BLOCK_BYTES, max_rows: int = CHUN
 
 
 class ExactIndex(Index):
-    """Exact inner-product top-k: a matrix product per block of queries, sized by a byte budget.
-
-    The keys are referenced, not copied, when they already are C-contiguous float32. One similarity block
-    (`query_block` queries x n_keys) exists at a time, and the top-k selection reads it a few rows at a time
-    (SELECT_BUDGET). Among equal similarities the smaller id wins, so results are deterministic with duplicate
-    keys; the blocking changes nothing beyond the BLAS's rounding by block shape."""
+    """Exact inner-product top-k, a matrix product per block of queries sized by a byte budget (one similarity
+    block at a time); ties to the smaller id, so duplicate keys give deterministic results."""
 
     backend = "exact"
     shown = ("count", "dim", "chunk_rows", "block_bytes")  # what repr() says

@@ -1,8 +1,5 @@
-"""A compressed memory index: a faiss HNSW graph over scalar-quantised keys, optionally projected first.
-
-hnswlib keeps float32 keys (1,536 bytes at d=384); faiss's IndexHNSWSQ keeps 2, 1 or half a byte a dimension
-and a graph of any degree, which a memory with a size budget needs. Its scores are inner products with the
-decoded keys, close to the original scale that RAE's softmax needs (bench/memory_budget.py measures the error).
+"""A compressed memory index: faiss HNSW over scalar-quantised (optionally projected) keys, since hnswlib keeps
+float32 keys and a memory with a size budget needs 2, 1 or half a byte a dimension.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ _QUANTISERS = {"fp16": ("QT_fp16", "RS_minmax"), "sq8": ("QT_8bit", "RS_minmax")
 
 
 class FaissIndex(Index):
-    """A faiss HNSW index over compressed keys (`build_faiss`, `load_index`); `search` sets efSearch =
-    max(ef_search, k) every time, as HnswIndex does."""
+    """A faiss HNSW index over compressed keys; efSearch = max(ef_search, k), as HnswIndex's."""
 
     shown = ("count", "dim", "compression", "M", "ef_construction", "ef_search")  # what repr() says
     backend = "faiss"
@@ -51,8 +47,7 @@ class FaissIndex(Index):
 
 
 def principal_directions(keys: np.ndarray, dim: int, seed: int = 0) -> np.ndarray:
-    """The (dim, d) top `dim` uncentred principal directions of a seeded sample of the keys: uncentred, since
-    centring would add a per-key term mu·k and change the ranking by inner product."""
+    """The top `dim` uncentred principal directions of a key sample (centring changes the inner products' order)."""
     sample = _sample(keys, seed).astype(np.float64)
     _, vectors = np.linalg.eigh(sample.T @ sample)  # ascending eigenvalues
     return np.ascontiguousarray(vectors[:, ::-1][:, :dim].T, dtype=np.float32)
@@ -68,8 +63,7 @@ def _sample(keys: np.ndarray, seed: int) -> np.ndarray:
 def build_faiss(keys: np.ndarray, compression: Compression, M: int, ef_construction: int, threads: int = 0,
                 seed: int = 0, ef_search: int = PAPER_EF_SEARCH, progress: bool = True,
                 progress_label: str = "keys") -> FaissIndex:
-    """Fit the projection (if any) and the quantiser's ranges on a seeded sample, then insert every key (ids
-    0..n-1) into a faiss HNSW graph of degree `compression.M or M`."""
+    """Fit the projection and quantiser on a seeded sample, then insert every key into a faiss HNSW graph."""
     import faiss
 
     keys = keys_to_index(keys)

@@ -1,7 +1,5 @@
-"""Approximate nearest-key search on an hnswlib graph (space "ip"), for large data.
-
-hnswlib raises when it finds fewer than k keys for a query (typical with many identical keys): `search`
-retries with a wider beam, then halves of the batch, then a smaller k, and pads, so no query is dropped.
+"""Search on an hnswlib graph (space "ip"). hnswlib raises when it finds fewer than k keys (many identical keys):
+`search` retries with a wider beam, halves of the batch, a smaller k, and pads, so no query is dropped.
 """
 
 from __future__ import annotations
@@ -74,8 +72,7 @@ class HnswIndex(Index):
         return labels.astype(np.int64), (1.0 - distances).astype(np.float32)
 
     def _retried(self, batch: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
-        """Some query reached fewer than k keys: the batch at a wider beam, else each half of it, down to single
-        queries at a smaller k."""
+        """Some query reached fewer than k keys: a wider beam, else each half, down to one query at a smaller k."""
         found = self._query(batch, k, ef)
         if found is not None:
             return found

@@ -1,10 +1,6 @@
-"""The memory stage's folder: which training-input keys RAE searches (memory.keep of them, key_selection.py).
-
-At keep 1 it holds memory.json alone: RAE searches the index stage's inputs' index with the values Y_train.
-Otherwise also the selected keys' index (inputs/), values (values.npz: each merged key's members' mean row),
-member counts (counts.npy, the prior's n) and, for the exact backend, the keys (keys.npy). A compressed memory
-always has its own inputs' and labels' (labels/) indexes, faiss graphs; with prototypes labels/ holds those.
-The dual encoder and kNN never read it. keep and prototypes auto are the tune stage's choice (CHOICE_FILE).
+"""The memory stage's folder: which training-input keys RAE searches. At keep 1 it holds memory.json alone (RAE
+searches the index stage's index); otherwise also its own index, values.npz, counts.npy (the prior's n) and, for
+exact, keys.npy; a compressed or prototype memory has its own labels/ too. kNN and the dual encoder never read it.
 """
 
 from __future__ import annotations
@@ -59,8 +55,7 @@ class MemorySettings:
     @classmethod
     def from_section(cls, memory: MemorySection, backend: str, keep: float | None = None,
                      prototypes: float | None = None) -> MemorySettings:
-        """The section for the resolved backend, at `keep` and α `prototypes` where given (their auto's choice);
-        a compression the backend cannot build fails here, before any key is selected."""
+        """The section for the resolved backend: a compression it cannot build fails here, before any selection."""
         keep = resolved_keep(memory) if keep is None else keep
         checked_compression(memory.compression, backend)
         return cls(keep, memory.method, memory.prior, memory.seed, memory.compression,
@@ -110,8 +105,7 @@ def _chosen(choice: str | os.PathLike | None, key: str, kind: Any) -> float:
 def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, settings: MemorySettings,
                        out: str | os.PathLike, backend: str, labels: np.ndarray | None = None,
                        **index_settings) -> dict[str, Any]:
-    """Select and index the input keys (and the labels, compressed or as prototypes), write the folder
-    atomically and return memory.json's record; only `settings.needs_values` reads `values`."""
+    """Select and index the keys, write the folder atomically and return memory.json's record."""
     meta: dict[str, Any] = {**asdict(settings), "num_inputs": len(train_inputs),
                             "input_keys": kept_count(settings.keep, len(train_inputs))}
     compressed = parse_compression(settings.compression) is not None

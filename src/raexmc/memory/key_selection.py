@@ -1,14 +1,8 @@
-"""Choosing a share `keep` of the training-input keys for a smaller memory: exactly round(keep · N) keys.
-
-* random (the control): a seeded sample, each input with its own value row.
-* kmeans: spherical k-means into that many clusters; a key is its members' unit mean direction, its value their
-  mean value row, with its member count (the prior, prior.py). Near-duplicate inputs retrieve and vote together,
-  so one key with their averaged labels scores nearly alike, and no input's labels leave the memory.
-* kmeans-labels: the k-means clusters unit(x + unit(z̄)), z̄ the mean key of the input's labels, so inputs that
-  look alike but carry other labels stay apart; the keys stay in the inputs' space.
-
-Two levels, so it scales: coarse cells of about `cell_size` inputs, then a k-means inside each cell with its
-share of the budget; the largest array is a chunk of inputs by one cell's centroids.
+"""A share `keep` of the training-input keys for a smaller memory: a seeded sample (random, the control), or
+spherical k-means centroids with their mean value rows and member counts (kmeans; kmeans-labels clusters
+unit(x + unit(mean label key)) so look-alike inputs with other labels stay apart): near-duplicate inputs vote
+together anyway, so merging them keeps every input's labels. Two levels (coarse cells, then k-means per cell) so
+the largest array is a chunk of inputs by one cell's centroids.
 """
 
 from __future__ import annotations
@@ -41,8 +35,7 @@ def kept_count(keep: float, num_inputs: int) -> int:
 
 def select_keys(inputs: np.ndarray, values: sp.csr_matrix, keep: float, method: str, seed: int = 0,
                 cell_size: int = CELL_SIZE, progress: bool = False, labels: np.ndarray | None = None) -> SelectedKeys:
-    """kept_count(keep, N) input keys from the N unit rows of `inputs` with their `values` rows, by `method`
-    (keep 1: every input as it is); kmeans-labels also needs the `labels`' keys."""
+    """kept_count(keep, N) keys by `method` (keep 1: every input as it is); kmeans-labels needs `labels`' keys."""
     count = kept_count(keep, len(inputs))
     values = sp.csr_matrix(values)
     if len(inputs) != values.shape[0]:
@@ -122,8 +115,7 @@ def two_level_kmeans(inputs: np.ndarray, count: int, rng: np.random.Generator, c
 
 
 def _shares(sizes: np.ndarray, count: int) -> np.ndarray:
-    """`count` split over cells: one per non-empty cell, the rest by their inputs beyond the first (largest
-    remainders), each share at most its cell's size."""
+    """`count` split over cells: one per non-empty cell, the rest by largest remainders, none over its size."""
     base = (sizes > 0).astype(np.int64)
     rest = sizes - base
     exact = rest * ((count - base.sum()) / max(1, rest.sum()))
@@ -135,8 +127,7 @@ def _shares(sizes: np.ndarray, count: int) -> np.ndarray:
 
 def spherical_kmeans_centroids(points: np.ndarray, k: int, rng: np.random.Generator,
                                iterations: int = ITERATIONS) -> np.ndarray:
-    """k unit centroids by Lloyd's iterations on cosine similarity from k distinct points; an emptied cluster
-    restarts at the point its centroid fits worst."""
+    """k unit centroids by Lloyd's iterations on cosine similarity; an emptied cluster takes the worst-fit point."""
     centroids = points[rng.choice(len(points), k, replace=False)].copy()
     for _ in range(iterations):
         clusters, fit = assign(points, centroids)
@@ -157,8 +148,7 @@ def assign(points: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def _fill_empty(clusters: np.ndarray, fit: np.ndarray, k: int) -> np.ndarray:
-    """Clusters with every one of 0..k-1 non-empty: each empty one takes the worst-fitting point of a
-    cluster with two or more members."""
+    """Each empty cluster takes the worst-fitting point of a cluster with two or more members."""
     sizes = np.bincount(clusters, minlength=k)
     empty = np.nonzero(sizes == 0)[0]
     if not len(empty):

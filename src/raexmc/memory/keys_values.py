@@ -1,8 +1,5 @@
-"""The knowledge memory: keys K = [X_train; Z_labels] (ids 0..N-1 inputs, N..N+L-1 labels) and values.
-
-Only the two key sets are indexed (the joint top-b is their merge, merge.py), so the dual encoder and kNN
-search their own; the values' input part is Y_train, the label part the implicit identity.
-"""
+"""The knowledge memory: keys [X_train; Z_labels] (ids 0..N-1 inputs, then labels) and values, whose label part is
+the implicit identity."""
 
 from __future__ import annotations
 
@@ -53,8 +50,7 @@ def stack_rows(parts: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
 
 
 def training_values(Y_train: sp.spmatrix, relevance: str = "binary", copy: bool = True) -> sp.csr_matrix:
-    """The values' input part: binary Y_train as in the paper, or its relevance when "graded". `copy=False`
-    hands Y_train over (a float64 CSR's arrays become the values'): the caller must not use it afterwards."""
+    """Binary Y_train as in the paper, or its relevance when "graded"; `copy=False` hands Y_train over."""
     values = sp.csr_matrix(Y_train, dtype=np.float64, copy=copy)
     values.eliminate_zeros()
     if relevance == "binary":

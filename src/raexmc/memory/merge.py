@@ -1,10 +1,6 @@
-"""The joint search without a joint index: the top-k over K = [X_train; Z_labels] is the merge of the
-top-k over each, since every joint top-k key is among the k best of its own key set.
-
-So two indexes, each key stored once, serve RAE (the merge), the dual encoder (labels) and kNN (inputs); the
-merge breaks ties by the smaller joint id, as ExactIndex over the stacked keys does. `RaeRetrieval` says which
-keys RAE scores: the paper's joint top-b, or split, the top label and input keys in a set proportion (where
-inputs outnumber labels the joint top-b holds few label keys: 0.8 % of the top-200 at 593 labels / 21k inputs).
+"""The joint search without a joint index: the top-k over [X_train; Z_labels] is the merge of each set's top-k, so
+two indexes, each key stored once, serve RAE, the dual encoder and kNN. Split retrieval exists because where inputs
+outnumber labels the joint top-b holds few label keys (0.8 % of the top-200 at 593 labels / 21k inputs).
 """
 
 from __future__ import annotations
@@ -123,8 +119,7 @@ class RaeRetrieval:
         return max(self.counts(b)) if self.mode == SPLIT else positive_int(b, "b")
 
     def hits(self, inputs: Hits, labels: Hits, num_inputs: int, b: int) -> Hits:
-        """RAE's keys at b in joint ids, best first. Joint: the merge as deep as the searches (so a smaller b is a
-        prefix, and a prior may reorder it first); split: b keys from the two prefixes. Searches `depth(b)` deep."""
+        """RAE's keys at b in joint ids, best first; joint merges as deep as the searches, so a prior may reorder."""
         if self.mode == JOINT:
             return merge_top_k(inputs, 0, labels, num_inputs, max(b, inputs[0].shape[1], labels[0].shape[1]))
         num_x, num_z = self.counts(b)

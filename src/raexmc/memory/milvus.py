@@ -1,10 +1,6 @@
-"""The memory on Milvus (`index.backend: milvus`), through pymilvus's MilvusClient: Milvus Lite embedded in the
-process for tests and small runs, a Milvus server or cluster (`index.uri: http(s)://host:port`) past one machine.
-
-A Lite index keeps its data folder (`milvus.db`) in the index's own folder; every process searches a private copy
-of it, so the stage outputs and the shared DVC cache are only ever read. A server's index folder holds only the
-reference: the URI, the collection, the keys' sha256, their count and dimension, which a reopening checks against the
-collection (named by that hash and the graph settings, so equal keys built alike are one collection).
+"""The memory on Milvus: Milvus Lite in the process, or a server (`index.uri`) past one machine. Every process
+searches a private copy of a Lite folder, so stage outputs and the DVC cache are only read; a server's index folder
+holds only the reference (a collection named by the keys' sha256 and graph settings, so equal builds share it).
 """
 
 from __future__ import annotations
@@ -54,8 +50,8 @@ def reason(exc: BaseException) -> str:
 
 
 def copy_lite(source: Path, target: Path) -> Path:
-    """Copy a Lite data folder (not its LOCK) a file at a time, so a full disk is the OSError of the file it stopped
-    at (shutil.copytree gathers every failure into one shutil.Error, which keeps neither errno nor a path)."""
+    """Copy a Lite folder (not its LOCK) a file at a time: a full disk is then one file's OSError (copytree's
+    shutil.Error keeps neither errno nor path)."""
     target.mkdir(parents=True)
     for path in sorted(source.rglob("*")):
         copied = target / path.relative_to(source)
@@ -71,9 +67,7 @@ def copy_lite(source: Path, target: Path) -> Path:
 
 def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str | None = "index.uri",
             shown: str | None = None):
-    """A MilvusClient for `uri` (a Lite folder or a server, its token read from the environment variable
-    `token_env`), tried CONNECT_TRIES times with a timeout; one DataError naming `where`:`key` and the URI (or
-    `shown`, for a private copy) else."""
+    """A MilvusClient for `uri`, tried CONNECT_TRIES times; else one DataError naming `where`:`key`."""
     from pymilvus import MilvusClient
 
     for library in ("pymilvus", "milvus_lite"):  # their retries and Lite's failed requests log tracebacks; ours is
@@ -94,8 +88,7 @@ def connect(uri: str, token_env: str = "", where: Any = PARAMS_FILE, key: str | 
 
 
 class MilvusIndex(Index):
-    """One Milvus collection of keys (ids 0..n-1, inner product). `lite` is an immutable Lite data folder (saved
-    as is; searched through a private copy opened at the first search), None for a server at `uri`."""
+    """One Milvus collection of keys (ids 0..n-1, inner product); `lite`: the Lite folder, None for a server."""
 
     backend = "milvus"
 
@@ -149,27 +142,25 @@ class MilvusIndex(Index):
         client.load_collection(name, timeout=REQUEST_TIMEOUT_S)
 
     def search(self, queries: np.ndarray, k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """The top-k keys of each query, QUERY_BATCH queries a request; ties by id as every backend's (up to
-        TIE_MARGIN keys tied at the k-th similarity)."""
-        k = positive_int(k, "k")
-        if k > MAX_TOP_K:
+        if positive_int(k, "k") > MAX_TOP_K:
             raise ConfigError(f"Milvus returns at most {MAX_TOP_K} keys a query, asked for {k}")
-        queries = self.checked_queries(queries)
-        client, width = self.client(), min(k + TIE_MARGIN, self.count, MAX_TOP_K)
-        ids, sims = empty_result(len(queries), max(k, width))
-        params = {"metric_type": "IP", "params": {"ef": max(self.ef_search, width)}}
-        for start in range(0, len(queries) if width else 0, QUERY_BATCH):
-            try:
-                found = client.search(self.meta["collection"], data=queries[start:start + QUERY_BATCH], limit=width,
-                                      anns_field=FIELD, output_fields=[], search_params=params,
-                                      timeout=REQUEST_TIMEOUT_S)
-            except Exception as exc:
-                raise DataError(f"search failed at {self.where} ({reason(exc)})", self.source, "uri") from None
-            for row, hits in enumerate(found, start):
-                ids[row, :len(hits)] = [hit["id"] for hit in hits]
-                sims[row, :len(hits)] = [hit["distance"] for hit in hits]
+        self.client()
+        return super().search(queries, k, progress)
+
+    def _block(self, queries, width, k):
+        limit = min(k + TIE_MARGIN, self.count, MAX_TOP_K)
+        ids, sims = empty_result(len(queries), limit)
+        params = {"metric_type": "IP", "params": {"ef": max(self.ef_search, limit)}}
+        try:
+            found = self.client().search(self.meta["collection"], data=queries, limit=limit, anns_field=FIELD,
+                                         output_fields=[], search_params=params, timeout=REQUEST_TIMEOUT_S)
+        except Exception as exc:
+            raise DataError(f"search failed at {self.where} ({reason(exc)})", self.source, "uri") from None
+        for row, hits in enumerate(found):
+            ids[row, :len(hits)] = [hit["id"] for hit in hits]
+            sims[row, :len(hits)] = [hit["distance"] for hit in hits]
         ids, sims = sort_rows(ids, sims)
-        return ids[:, :k], sims[:, :k]
+        return ids[:, :width], sims[:, :width]
 
 
 def release_lite(path: str, scratch: Path | None = None) -> None:
@@ -184,9 +175,7 @@ def release_lite(path: str, scratch: Path | None = None) -> None:
 def build_milvus(keys: np.ndarray, uri: str = LITE_FOLDER, token_env: str = "", index_type: str = "HNSW",
                  M: int = 64, ef_construction: int = 500, ef_search: int = 300, progress: bool = True,
                  progress_label: str = "keys") -> MilvusIndex:
-    """Insert every key into a collection at `uri` (a server) or in a new Lite folder (any other value), with a
-    `index_type` index by inner product (HNSW at M and efConstruction); a server's collection of the same keys built
-    alike is reused as it is."""
+    """Every key in a collection at `uri` (a server) or a new Lite folder; a server's equal build is reused."""
     server = is_server(uri)
     if not server and uri != LITE_FOLDER:
         raise ConfigError(f"must be {LITE_FOLDER} (Milvus Lite, in the index folder) or http(s)://host:port, got "

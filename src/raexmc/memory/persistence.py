@@ -1,7 +1,4 @@
-"""An index saved to a folder and reopened: meta.json, plus hnsw.bin (HNSW) or faiss.bin (compressed).
-
-The exact backend keeps no keys on disk: reopening it needs them. A reopened graph gets its ef_search set again.
-"""
+"""An index saved to a folder (meta.json, plus hnsw.bin or faiss.bin) and reopened; exact keeps no keys on disk."""
 
 from __future__ import annotations
 
@@ -94,8 +91,7 @@ def _names_a_compression(name: Any) -> bool:
 def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
                threads: int = 0,
                device: str = "cpu") -> ExactIndex | TorchIndex | HnswIndex | FaissIndex | MilvusIndex:
-    """Reopen an index `save_index` wrote; the exact backend needs `keys` (of the saved shape) and searches on
-    `device` (TorchIndex on a GPU). The index names `folder` in its errors about queries."""
+    """Reopen an index `save_index` wrote; exact needs `keys` of the saved shape (TorchIndex on a GPU)."""
     folder = Path(folder)
     meta = saved_meta(folder)
     if keys is not None and (np.ndim(keys) != 2 or np.shape(keys) != (meta["count"], meta["dim"])):

@@ -1,8 +1,5 @@
-"""A merged key's member count as a prior: p = softmax(q·k/τ + log n), so a key standing for n
-near-identical inputs gets the mass they had together.
-
-It is added to the retrieved keys at scoring time, not baked into the index as an extra coordinate, which
-would fix τ before the tune stage chooses it: one index serves every τ.
+"""A merged key's member count as a prior, p = softmax(q·k/τ + log n), so a key for n inputs gets their mass;
+added at scoring time, not as an index coordinate, so one index serves every τ the tune stage tries.
 """
 
 from __future__ import annotations
@@ -13,8 +10,7 @@ from .search import Hits, sort_rows
 
 
 def add_log_prior(hits: Hits, log_counts: np.ndarray | None, tau: float) -> Hits:
-    """`hits` with τ·log n added to every input key's similarity (joint ids below len(log_counts)), rows
-    re-sorted; `log_counts` None: as they are."""
+    """`hits` with τ·log n added to every input key's similarity, rows re-sorted."""
     if log_counts is None:
         return hits
     ids, sims = hits
@@ -25,8 +21,7 @@ def add_log_prior(hits: Hits, log_counts: np.ndarray | None, tau: float) -> Hits
 
 
 def log_prior(prior: bool, counts: np.ndarray | None) -> np.ndarray | None:
-    """The one rule for whether RAE adds the prior: log n of the input keys where `memory.prior` is on and the
-    memory merged keys (`counts`); else None."""
+    """The one rule for whether RAE adds the prior: log n where `memory.prior` is on and keys merged, else None."""
     if not prior or counts is None:
         return None
     return np.log(np.asarray(counts, dtype=np.float64))

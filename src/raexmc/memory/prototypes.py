@@ -1,9 +1,5 @@
-"""Label keys that carry the training inputs: label l's key becomes unit(z_l + α · unit(x̄_l)), x̄_l the
-mean key of the inputs labelled l (a label without inputs keeps z_l).
-
-A smaller memory (memory.keep < 1) drops most input keys and what they say about their labels; a prototype
-puts that into the label's key at no extra bytes. With every input kept they only pull label keys off the
-texts, so `auto` uses them below keep 1 alone, at the α the tune stage chooses. The dual encoder keeps z_l.
+"""Label keys unit(z_l + α · unit(mean key of l's inputs)): a smaller memory drops input keys, and a prototype keeps
+what they said about their labels at no extra bytes (at keep 1 they only pull label keys off, so auto skips them).
 """
 
 from __future__ import annotations

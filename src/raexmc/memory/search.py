@@ -1,9 +1,5 @@
-"""What every index backend shares: the result `(ids, sims)` and the checks of what goes in.
-
-ids int64 (n, k), -1 where fewer than k keys were found; sims float32 (n, k) inner products, -inf there; each
-row by descending similarity, ties by ascending id. Backends: ExactIndex (exact.py, the ground truth),
-TorchIndex (torch_index.py, exact on a GPU), HnswIndex (hnsw.py) and FaissIndex (faiss_index.py, compressed keys).
-"""
+"""What every index backend shares: ids int64 (n, k), -1 where fewer than k keys were found; sims float32 inner
+products, -inf there; rows by descending similarity, ties by ascending id, so every backend reads alike."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ Hits = tuple[np.ndarray, np.ndarray]  # (ids, sims) of one search
 
 
 def as_matrix(array: Any, what: str, dim: int | None = None, index: Path | None = None) -> np.ndarray:
-    """`array` as a C-contiguous float32 matrix (no copy when it is one); a dimension other than the
-    `dim` of the index saved in `index` is a DataError naming that folder."""
+    """`array` as a C-contiguous float32 matrix (no copy when it is one); a wrong `dim` names the folder `index`."""
     matrix = np.ascontiguousarray(array, dtype=np.float32)
     if matrix.ndim != 2:
         raise DataError(f"{what} must be a 2-D matrix, got shape {matrix.shape}")
@@ -48,9 +43,8 @@ def keys_to_index(keys: Any) -> np.ndarray:
 
 
 class Index:
-    """What every backend's index shares: the folder `load_index` read it from (None: built here), which
-    its errors about queries name, and `search`: the checks, the blocks of `query_block` queries, the padded result.
-    A backend brings its kernel, `_block`, whose rows come sorted as sort_rows leaves them unless `sorts_after`."""
+    """`search`'s checks, blocks and padding, one loop for every backend; a backend brings its kernel, `_block`
+    (rows sorted as sort_rows leaves them unless `sorts_after`). `source`: the folder its errors name."""
 
     source: Path | None = None
     count: int
@@ -67,8 +61,7 @@ class Index:
         return as_matrix(queries, "queries", self.dim, self.source)
 
     def search(self, queries: np.ndarray, k: int, progress: bool = False, **options) -> Hits:
-        """The top-k keys of each query (`options`: the backend's own, hnsw's ef_search); rows it cannot fill are
-        padded, never dropped."""
+        """The top-k keys of each query; rows it cannot fill are padded, never dropped."""
         k = positive_int(k, "k")
         queries = self.checked_queries(queries)
         ids, sims = empty_result(queries.shape[0], k)
@@ -86,15 +79,13 @@ class Index:
 
 
 def power_of_two_rows(budget: int, row_bytes: int, max_rows: int) -> int:
-    """The rows of `row_bytes` that `budget` holds, in [1, max_rows], as a power of two: the blocks of the two
-    key sets' searches then align (merge.JointSearch.query_block)."""
+    """The rows `budget` holds, in [1, max_rows], as a power of two: the two key sets' blocks then align."""
     rows = max(1, min(max_rows, budget // max(row_bytes, 1)))
     return 1 << (rows.bit_length() - 1)
 
 
 def query_blocks(n: int, rows: int, progress: bool, desc: str = "exact search", unit: str = "query") -> Iterator[int]:
-    """The first of each block of `rows` of `n`, with a progress bar when `progress` (a mining round at scale takes
-    hours)."""
+    """The first of each block of `rows` of `n`, with a progress bar (a mining round at scale takes hours)."""
     from ..progress import progress_bar
 
     with progress_bar(total=n, desc=desc, unit=unit, disable=not progress) as bar:

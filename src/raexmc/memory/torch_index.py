@@ -1,22 +1,16 @@
-"""Exact inner-product top-k by torch on a device: the exact backend where the search runs on a GPU.
-
-The keys are uploaded once, the queries a block at a time (sized by the device's free memory); a block's
-product and torch.topk run on the device. On a GPU the product is fp16 (unit-norm keys' products are far inside
-its range) and each query's best `pool_size(k)` keys are rescored in fp32, so the answers are an fp32 search's
-except where half precision moves a key across that margin. On the CPU the product is fp32.
+"""The exact backend on a GPU: the product in fp16 (unit keys' products are far inside its range), each query's
+best `pool_size(k)` keys rescored in fp32, so answers are an fp32 search's unless fp16 moves a key past that margin.
 """
 
 from __future__ import annotations
 
-import functools
 import warnings
-from collections.abc import Callable
 
 import numpy as np
 
 from ..checks import positive_int
 from .exact import BLOCK_BYTES, ExactIndex
-from .search import Hits, Index, as_matrix, power_of_two_rows
+from .search import Index, as_matrix, power_of_two_rows
 
 # Share of the device's free memory (after the keys are uploaded) that one block's tensors may take: the rest
 # is slack for the caching allocator and for the other key set's index, uploaded after this one.
@@ -36,14 +30,12 @@ def pool_size(k: int, n_keys: int, rescored: bool) -> int:
 
 def block_rows_for(free_bytes: int, n_keys: int, dim: int, score_bytes: int,
                    max_rows: int = MAX_BLOCK_ROWS) -> int:
-    """Queries per block whose tensors fit in `free_bytes`: the similarities twice over (for torch.topk's
-    scratch) and the queries."""
+    """Queries per block that fit in `free_bytes`: the similarities twice (torch.topk's scratch) and the queries."""
     return power_of_two_rows(free_bytes, 2 * n_keys * score_bytes + dim * (4 + score_bytes), max_rows)
 
 
 class TorchIndex(Index):
-    """Exact inner-product top-k by torch on `device`, with ExactIndex's results: ties by ascending id among the keys
-    torch.topk took (which of several keys tied at the k-th place it takes is its own choice)."""
+    """Exact top-k by torch on `device`: ties by ascending id among the keys torch.topk took."""
 
     shown = ("count", "dim", "device", "half", "query_block")  # what repr() says
     backend = "exact"
@@ -101,7 +93,3 @@ def _by_score_then_id(ids, sims, width: int):
 def exact_index(keys: np.ndarray, device: str = "cpu") -> TorchIndex | ExactIndex:
     """Exact top-k on `device`: TorchIndex on a GPU, ExactIndex on the CPU."""
     return TorchIndex(keys, device) if device.startswith("cuda") else ExactIndex(keys)
-
-
-def top_k_search(keys: np.ndarray, device: str, progress: bool = False) -> Callable[[np.ndarray, int], Hits]:
-    return functools.partial(exact_index(keys, device).search, progress=progress)

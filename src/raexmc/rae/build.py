@@ -1,7 +1,5 @@
-"""RAE-XMC without DVC: `build_model` makes, in this process, the zero-shot model a `dvc repro` packages, from texts
-and their labels or from a dataset folder, by the stages' own steps at params.yaml's defaults (tests/rae/test_build.py
-holds them to the file). λ and τ are the paper's unless `settings` says otherwise (the tune stage chooses them); the
-memory keeps every input key as it is."""
+"""RAE-XMC without DVC: `build_model` makes the zero-shot model `dvc repro` packages, by the stages' own steps at
+params.yaml's defaults, from texts and labels or a dataset folder."""
 
 from __future__ import annotations
 
@@ -62,9 +60,8 @@ def build_model(encoder: str | os.PathLike, inputs: Sequence[str | Text] = (),
                 labels_of_inputs: Sequence[Sequence[int]] = (), label_texts: Sequence[str | Text] = (), *,
                 out: str | os.PathLike, dataset: str | os.PathLike | None = None,
                 settings: RaeSettings = RaeSettings(), device: str = "auto", threads: int = 0) -> RaeModel:
-    """The zero-shot RAE model of `encoder` (a Hugging Face name or folder) over the inputs (texts or Text records),
-    the label rows of each and the label texts, or over `dataset`'s training inputs; saved to `out` and loaded from
-    there. Embeds on `device` (auto: a GPU if one is visible); indexes and predicts on `threads` CPU threads."""
+    """The zero-shot RAE model of `encoder` over the inputs and labels, or `dataset`'s; saved to `out` and loaded
+    from there (device auto: a GPU if one is visible)."""
     from ..encoder.device import embed_batch_size, pick_device
     from ..encoder.embedding import embed_splits
     from ..encoder.text_encoder import TextEncoder

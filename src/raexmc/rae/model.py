@@ -1,10 +1,5 @@
-"""RAE-XMC as one object: the encoder, the memory's values and labels, its keys' prior, which keys it retrieves
-and its settings λ, τ, b.
-
-Every caller that turns retrieved keys into label scores goes through `RaeModel` (predict, serve, evaluate and
-its sweeps, tune, training's validation), so a change to how RAE scores lands here, once. `save(dir)` and
-`RaeModel.load(dir)` write and read one self-contained folder (rae/model_folder.py).
-"""
+"""RAE-XMC as one object. Every caller that turns retrieved keys into label scores (predict, serve, evaluate,
+tune, training's validation) goes through `RaeModel`, so a change to how RAE scores lands here, once."""
 
 from __future__ import annotations
 
@@ -13,7 +8,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Union
+from typing import Any, Union
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,6 +20,7 @@ from ..memory.merge import JointSearch, RaeRetrieval, rae_keys
 from ..memory.search import Hits
 from .model_folder import PARTS, read_model, save_model
 from .queries import checked_k
+from .query_lambda import QueryLambda
 from .ranking import top_k
 from .scoring import (
     PAPER_B,
@@ -62,25 +58,12 @@ class Timing:
         return {"total": sum(parts.values()), **parts}
 
 
-class QueryLambdaModel(Protocol):
-    """A per-query λ model (rae.query_lambda.QueryLambda, not imported: training's validation scores at a fixed λ)."""
-
-    tau: float
-    b: int | None
-    fallback: float  # the scalar λ it falls back to, saved as the folder's λ
-
-    def lambdas(self, ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix, parts: Any = None) -> np.ndarray: ...
-
-    def to_json(self) -> dict[str, Any]: ...
-
-
-Lambda = Union[float, QueryLambdaModel]
+Lambda = Union[float, QueryLambda]  # a per-query λ model: its `fallback` is saved as the folder's λ
 
 
 @dataclass(frozen=True)
 class RaeSettings:
-    """RAE's inference settings, checked, by default the paper's: λ (or a per-query λ model), τ, b (None: every
-    retrieved key) and the retrieval (joint, or split at a label share)."""
+    """RAE's inference settings, by default the paper's; b None: every retrieved key."""
 
     lam: Lambda = PAPER_LAMBDA
     tau: float = PAPER_TAU
@@ -100,10 +83,9 @@ class RaeSettings:
 
 @dataclass(frozen=True)
 class RaeModel:
-    """The memory's values V (its input keys' label rows; the label keys' are the identity), the log member count
-    of each input key when the prior is on, the settings, and optionally a search over the keys (input keys, then
-    labels). A model that answers texts also has its encoder (a TextEncoder), its labels' ids and texts, the
-    recipe `input_fields` of its training inputs' texts, and `about`: where it came from, for the model card."""
+    """The memory's values V (input keys' label rows; the label keys' are the identity), the prior's log member
+    counts, optionally a search over the keys; a model that answers texts also has its encoder and labels.
+    `about`: where it came from, for the model card."""
 
     values: sp.csr_matrix
     settings: RaeSettings
@@ -125,9 +107,8 @@ class RaeModel:
     @classmethod
     def load(cls, folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
              needs: tuple[str, ...] = PARTS) -> RaeModel:
-        """The model `save` wrote into `folder`, checked against its manifest, its encoder (where `needs` names it)
-        and an exact search on `device`, on `threads` CPU threads (0: torch's setting). A folder without one of the
-        parts `needs` is refused: `needs=()` loads a bare scoring model too."""
+        """The model `save` wrote into `folder`; a folder without one of the parts `needs` is refused (`needs=()`
+        loads a bare scoring model too). threads 0: torch's setting."""
         if threads:
             import torch
 
@@ -152,8 +133,7 @@ class RaeModel:
         return dataclasses.replace(self, settings=dataclasses.replace(self.settings, **changes))
 
     def keys(self, inputs: Hits, labels: Hits) -> Hits:
-        """RAE's keys at b in joint ids, best first, from searches of the input and the label keys (each
-        `retrieval.depth(b)` deep), with the prior added."""
+        """RAE's keys at b in joint ids, best first, from the input and label searches, with the prior added."""
         settings = self.settings
         return rae_keys(settings.retrieval, inputs, labels, self.num_inputs, settings.b, self.log_counts, settings.tau)
 
@@ -182,8 +162,7 @@ class RaeModel:
         return best_labels(self.scores_for(queries), k)
 
     def query_text(self, query: Text | str) -> str:
-        """A record through the training inputs' recipe (a Titles model sees only a title, as in training); a
-        string as it is."""
+        """A record through the training inputs' recipe (a Titles model sees only a title, as in training)."""
         return query if isinstance(query, str) else text_of(query, self.input_fields)
 
     def predict(self, queries: list[Text | str], k: int = 10) -> tuple[list[list[dict[str, Any]]], Timing]:

@@ -1,7 +1,5 @@
-"""The self-contained folder a RaeModel saves to and loads from (it loads the same after a move; its files:
-docs/pipeline.md#the-dag, the package stage); this module handles the model's parts and imports no RaeModel.
-`read_model` checks the manifest first, then what a manifest cannot vouch for (values and keys finite, counts in
-range, index widths the encoder's, the tokenizer's vocabulary); a bad settings.json value names its key.
+"""The self-contained folder a RaeModel saves to and loads from (no RaeModel import here). `read_model` checks the
+manifest, then what a manifest cannot vouch for (finite values, widths, the tokenizer's vocabulary).
 """
 
 from __future__ import annotations
@@ -95,8 +93,7 @@ def _save_search(search: JointSearch, folder: Path) -> int:
 
 def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
                needs: tuple[str, ...] = PARTS) -> dict[str, Any]:
-    """The RaeModel fields `save_model` wrote into `folder` ("settings": RaeSettings'); a folder that lacks a part
-    of `needs` or disagrees is a DataError naming the file."""
+    """The RaeModel fields `save_model` wrote; a folder that lacks a part of `needs` is a DataError naming it."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"model folder not found: {RERUN}", folder)
@@ -171,8 +168,7 @@ def _load_encoder(folder: Path, settings: dict[str, Any], device: str) -> Any:
 
 def _load_search(folder: Path, shape: tuple[int, int], ef_search: int, threads: int,
                  dim: int | None, device: str = "cpu") -> JointSearch:
-    """Both indexes at `ef_search`, each checked to hold the values' rows (inputs) or columns (labels) of keys, of
-    the encoder's width `dim` where it has one."""
+    """Both indexes, checked to hold the values' rows (inputs) or columns (labels) of keys of width `dim`."""
     parts = []
     for name, count, kind in zip(INDEXED_KEY_SETS, shape, ("input", "label")):
         keys = folder / name / KEYS_FILE

@@ -1,10 +1,5 @@
-"""The package stage's model folder, put together from the pipeline's outputs and saved: `package_model`, which
-build_model (rae/build.py) runs too.
-
-Which indexes it searches: the memory stage's own (a smaller memory's input keys, a compressed or prototype
-memory's labels), else the index stage's. Predict and serve search on the CPU, so where the index stage kept exact
-indexes for a GPU's search and `index.backend` would build graphs on the CPU, the package stage builds those HNSW
-graphs; an evaluation on the GPU never waits for them."""
+"""The package stage's model folder (also build_model's). Predict and serve search on the CPU, so where the index
+stage kept exact indexes for a GPU, the package stage builds the HNSW graphs: an evaluation never waits for them."""
 
 from __future__ import annotations
 
@@ -30,8 +25,8 @@ def index_key_sets_read(memory: str | os.PathLike) -> tuple[str, ...]:
 
 def graphs_to_build(index: str | os.PathLike, memory: str | os.PathLike, setting: str,
                     embeddings: str | os.PathLike) -> tuple[str, ...]:
-    """The key sets read from the index stage whose HNSW graph the package stage builds: all of them where that
-    stage kept exact indexes and `index.backend` (`setting`) would build graphs on the CPU; none otherwise."""
+    """The index stage's key sets whose HNSW graph the package stage builds: all where that stage kept exact
+    indexes and `index.backend` (`setting`) would build graphs on the CPU."""
     if memory_backend(index) != "exact" or backend_for(setting, embeddings) != "hnsw":
         return ()
     return index_key_sets_read(memory)
@@ -39,8 +34,7 @@ def graphs_to_build(index: str | os.PathLike, memory: str | os.PathLike, setting
 
 def packaged_search(index: Path, memory: InputMemory, embeddings: Path, setting: str, scratch: Path, ef_search: int,
                     threads: int = 0, **graph_settings) -> JointSearch:
-    """RAE's two indexes at beam `ef_search`: the graphs `graphs_to_build` names built under `scratch` (with
-    `graph_settings`: M, ef_construction), an exact index given its keys."""
+    """RAE's two indexes: the graphs `graphs_to_build` names built under `scratch`, an exact index given its keys."""
     graphs = graphs_to_build(index, memory.folder, setting, embeddings)
     if graphs:
         build_memory_indexes(embeddings, scratch, "hnsw", key_sets=graphs, threads=threads, **graph_settings)
@@ -54,10 +48,8 @@ def packaged_search(index: Path, memory: InputMemory, embeddings: Path, setting:
 def package_model(out: Path, dataset: Dataset, encoder: Any, index: Path, memory: Path, embeddings: Path,
                   settings: RaeSettings, *, relevance: str, input_fields: str, backend: str, ef_search: int,
                   about: dict[str, Any], threads: int = 0, **graph_settings) -> None:
-    """Save to `out` the model of the train stage's `encoder` (a TextEncoder on the CPU at the embed stage's
-    precision; None: a model of query embeddings only), the memory stage's memory with its values (`relevance`)
-    and prior, searched by `packaged_search` (`backend`: index.backend), RAE at `settings`; queries are made by
-    the `input_fields` recipe."""
+    """Save to `out` the model of `encoder` (None: query embeddings only), the memory stage's memory with its
+    values and prior, searched by `packaged_search`, RAE at `settings`."""
     rae_memory = InputMemory(memory)
     values = rae_memory.values(training_values(dataset.label_matrix("train"), relevance, copy=False))
     with scratch_dir(out) as scratch:  # named as the output's temporaries: the next stage sweeps a killed one's

@@ -1,7 +1,5 @@
-"""(input, label) pairs in sparse label matrices: patterns, membership, filtered-pair removal, row chunks.
-
-A filtered ("reciprocal") pair is never predicted (`ranking.top_k(..., exclude=...)`) nor a positive
-(`remove_pairs`); large matrices go in chunks of rows (`row_chunks`), vectorised within each.
+"""(input, label) pairs in sparse label matrices: a filtered ("reciprocal") pair is never predicted nor a positive;
+large matrices go in chunks of rows, vectorised within each.
 """
 
 from __future__ import annotations

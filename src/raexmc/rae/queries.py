@@ -19,8 +19,7 @@ DEEP_JSON = "JSON nested too deeply to read"  # json.loads past the interpreter'
 
 
 def checked_text(text: str, source: str, number: int) -> str:
-    """`text`, or DataError if it is blank, shows no character (the encoder would see special tokens only) or
-    holds a lone surrogate (bytes that were not UTF-8, on which the tokenizer fails)."""
+    """`text`, or DataError if it is blank, shows no character or holds a lone surrogate (not UTF-8)."""
     if not text.strip():
         raise DataError("empty query", source, number)
     if all(unicodedata.category(char) in INVISIBLE for char in text):

@@ -50,17 +50,15 @@ def _sparse_candidates(block: sp.csr_matrix, banned: sp.csr_matrix | None) -> tu
 
 
 def _nan_last(scores: np.ndarray) -> np.ndarray:
-    """`scores` with NaN as -inf (a copy where there is any): NaN compares false with everything, so the
-    k-th score's threshold and the sorts would otherwise drop or misplace candidates around it."""
+    """`scores` with NaN as -inf: NaN compares false, so the k-th threshold and sorts would misplace candidates."""
     nan = np.isnan(scores)
     return np.where(nan, -np.inf, scores) if nan.any() else scores
 
 
 def _row_top_candidates(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_rows: int,
                         k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The candidates that can reach their row's top k (ties included), in order: np.partition of a padded
-    matrix cuts each row at its k-th best, since sorting every candidate was most of evaluate's time; when a few
-    very wide rows would make the padding far larger than the candidates, every candidate stays."""
+    """The candidates that can reach their row's top k (ties included), cut by np.partition of a padded matrix
+    (sorting every candidate was most of evaluate's time); all stay where padding would outgrow them."""
     widths = np.bincount(rows, minlength=n_rows)   # rows arrive sorted, so each row's candidates are contiguous
     wide = widths > k
     n_wide, width = int(wide.sum()), int(widths.max(initial=0))
@@ -93,9 +91,7 @@ def _dense_candidates(block: np.ndarray, k: int,
 
 
 def _fill_ranking(out: np.ndarray, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
-    """Write each row's best labels into `out`, score descending, label ascending: candidates arrive in (row,
-    label) order and a stable argsort of a padded matrix keeps ties by label (all together where padding would
-    outgrow the candidates)."""
+    """Write each row's best labels into `out`, score descending, label ascending (a stable argsort keeps ties)."""
     n, k = out.shape
     widths = np.bincount(rows, minlength=n)
     width = int(widths.max(initial=0))

@@ -1,10 +1,6 @@
-"""Retrieved memory keys to label scores: RAE-XMC's inference (rae/reference.py) sparse and batched.
-
-Key ids 0..N-1 are training inputs, N..N+L-1 labels; a search's (ids, sims) are padded with -1 / -inf.
-p = softmax(q . k / τ) over the first b valid keys, and scores = λ P[:, :N] @ Y_train + (1 − λ) P[:, N:].
-`score_parts` computes the two products once per (τ, b) and `combine` mixes them for any λ (a sweep's cost:
-one sparse addition). The real dual encoder and kNN search their own key sets: λ = 0 or 1 on the joint top-b
-is a truncated baseline.
+"""Retrieved keys to label scores: RAE-XMC's inference (rae/reference.py) sparse and batched. Key ids 0..N-1 are
+training inputs, N..N+L-1 labels. `score_parts` computes the two products once per (τ, b), so a λ sweep costs one
+sparse addition per point; the real dual encoder and kNN search their own key sets (λ 0 or 1 here is truncated).
 """
 
 from __future__ import annotations
@@ -76,8 +72,7 @@ def kept_mask(ids: np.ndarray, sims: np.ndarray | None, b: int | None) -> np.nda
 
 def _softmax_entries(sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int,
                      b: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, key id, probability) of every kept entry, row-major; the row maximum goes before exp, so nothing
-    overflows however small τ is."""
+    """(row, key id, probability) of every kept entry; the row maximum goes before exp, so nothing overflows."""
     tau, b = check_tau(tau), check_b(b)
     ids, sims = _check_retrieval(ids, sims)
     if ids.size and np.isnan(sims[ids >= 0]).any():
@@ -108,8 +103,7 @@ def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int,
 
 def key_probabilities(sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int,
                       b: int | None = None) -> sp.csr_matrix:
-    """softmax(sims / τ) over each row's first b valid entries (None: all) as CSR (n, num_keys); a row
-    without a valid key is zero."""
+    """softmax(sims / τ) over each row's first b valid entries as CSR (n, num_keys)."""
     rows, keys, probs = _softmax_entries(sims, ids, tau, num_keys, b)
     return _csr(rows, keys, probs, (np.shape(ids)[0], int(num_keys)))
 
@@ -129,8 +123,8 @@ def score_parts(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.nda
 
 
 def combine(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
-    """lam * knn_part + (1 - lam) * label_part, storing exactly the labels with a nonzero score (ranking reads
-    the stored entries), for a lam already checked: a float in [0, 1] or one per query (combine_per_query)."""
+    """lam * knn_part + (1 - lam) * label_part for a checked lam, storing exactly the nonzero scores (ranking reads
+    the stored entries)."""
     knn_part, label_part = parts
     if knn_part.shape != label_part.shape:
         raise DataError(f"score parts have shapes {knn_part.shape} and {label_part.shape}")
@@ -157,15 +151,13 @@ def combine_per_query(parts: Parts, lam: np.ndarray) -> sp.csr_matrix:
 
 def dual_encoder_scores(ids: np.ndarray, sims: np.ndarray, num_labels: int, tau: float = PAPER_TAU,
                         b: int | None = None) -> sp.csr_matrix:
-    """The dual encoder from its own search over the label keys alone (ids 0..L-1): RAE with λ = 0 on a
-    label-only memory."""
+    """The dual encoder from its own search of the label keys (ids 0..L-1)."""
     return key_probabilities(sims, ids, tau, num_labels, b)
 
 
 def knn_scores(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float = PAPER_TAU,
                b: int | None = None) -> sp.csr_matrix:
-    """kNN from its own search over the training-input keys alone (ids 0..N-1): RAE with λ = 1 on an
-    input-only memory."""
+    """kNN from its own search of the training-input keys (ids 0..N-1)."""
     Y = _as_labels(Y_train)
     return sp.csr_matrix(key_probabilities(sims, ids, tau, Y.shape[0], b) @ Y)
 
@@ -173,8 +165,7 @@ def knn_scores(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndar
 def ova_knn_scores(x_ids: np.ndarray, x_sims: np.ndarray, z_ids: np.ndarray, z_sims: np.ndarray,
                    Y_train: sp.spmatrix | np.ndarray, lam: float = PAPER_LAMBDA, tau: float = PAPER_TAU,
                    b: int | None = None) -> sp.csr_matrix:
-    """The paper's OvA+kNN ablation (Eq. 12): kNN and the dual encoder, each its own search and softmax,
-    mixed afterwards: lam * knn + (1 - lam) * dual encoder."""
+    """The paper's OvA+kNN ablation (Eq. 12): kNN and the dual encoder, each its own search, mixed afterwards."""
     lam = check_lambda(lam)  # before the two softmaxes' work
     if np.shape(x_ids)[0] != np.shape(z_ids)[0]:
         raise DataError(f"the two searches have {np.shape(x_ids)[0]} and {np.shape(z_ids)[0]} queries")
@@ -184,8 +175,7 @@ def ova_knn_scores(x_ids: np.ndarray, x_sims: np.ndarray, z_ids: np.ndarray, z_s
 
 
 def train_key_counts(ids: np.ndarray, num_train: int, b: int | None = None) -> np.ndarray:
-    """[training-input keys, all valid keys] among every query's first b valid keys, pooled: sums, which add
-    up over chunks of queries; their ratio is the b sweep's train_key_share."""
+    """[training-input keys, all valid keys] among the queries' first b valid keys: sums add up over chunks."""
     ids, _ = _check_retrieval(ids, None)
     kept = kept_mask(ids, None, check_b(b))
     return np.array([(kept & (ids < num_train)).sum(), kept.sum()], dtype=np.int64)

@@ -1,10 +1,6 @@
-"""Queries that callers on several threads send at once, answered together in one `RaeModel.predict` call.
-
-One short query keeps a CPU's kernels mostly idle: 32-token FOLDOC queries cost 6.9 ms each 16 a call against
-18.1 ms one a call, and 16 clients got 74.8 requests/s against 35.8 (bench/results/predict_latency_foldoc.json).
-No thread of its own and no wait: a caller whose queries are not answered takes the lock and answers every
-request waiting, its own among them. A batch pads to its longest text, which moves a score in the 7th decimal;
-each request gets the top k it asked for.
+"""Queries sent at once from several threads, answered in one `RaeModel.predict` call: one short query leaves a
+CPU's kernels idle (16 clients: 74.8 requests/s against 35.8, bench/results/predict_latency_foldoc.json). No thread
+or wait of its own: a caller takes the lock and answers every waiting request, its own among them.
 """
 
 from __future__ import annotations

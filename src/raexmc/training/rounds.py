@@ -18,7 +18,7 @@ from ..evaluation.evaluator import Evaluator
 from ..evaluation.methods import method_scorers
 from ..evaluation.retrievals import Retrievals
 from ..memory.keys_values import training_values
-from ..memory.torch_index import top_k_search
+from ..memory.torch_index import exact_index
 from ..process_group import DistContext
 from ..progress import progress_bar
 from .distributed import gather_array, pad_to_multiple, shard
@@ -82,7 +82,7 @@ def validate(inputs: np.ndarray, labels: np.ndarray, Y: sp.csr_matrix, filters: 
     """Validation P@1 of RAE, the dual encoder and kNN (each its own exact search), and the inputs queried."""
     queries, memory_inputs = inputs[val_rows], inputs[train_rows]
     searches = {"joint": np.vstack([memory_inputs, labels]), "labels": labels, "inputs": memory_inputs}
-    retrievals = Retrievals(**{name: top_k_search(keys, device)(queries, settings.val_b)
+    retrievals = Retrievals(**{name: exact_index(keys, device).search(queries, settings.val_b)
                                for name, keys in searches.items()})
     values = training_values(Y[train_rows], copy=False)
     evaluator = Evaluator(values, Y[val_rows], filters[val_rows], propensity_ab)
@@ -110,9 +110,9 @@ def mining_round(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filt
     inputs = embed_sharded(encoder, cache.ids("train"), cache.lengths("train"), embedded_rows, batch_size, ctx)
     encoder.model.train()
     if len(mine_rows):
-        search = top_k_search(labels, ctx.device, progress=ctx.is_main)  # the labels the encoder ranks highest
-        negatives[mine_rows] = sample_negatives(
-            search(inputs[np.searchsorted(embedded_rows, mine_rows)], settings.hnm_topk)[0], mine_rows, Y,
-            settings.num_hard_negatives, np.random.default_rng([settings.seed, 1000 + round_no]))
+        ranked = exact_index(labels, ctx.device).search(  # the labels the encoder ranks highest
+            inputs[np.searchsorted(embedded_rows, mine_rows)], settings.hnm_topk, progress=ctx.is_main)[0]
+        negatives[mine_rows] = sample_negatives(ranked, mine_rows, Y, settings.num_hard_negatives,
+                                                np.random.default_rng([settings.seed, 1000 + round_no]))
     return negatives, (validate(inputs, labels, Y, filters, train_rows, val_rows, settings, ctx.device, propensity_ab)
                        if len(val_rows) else {})
