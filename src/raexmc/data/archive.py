@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..errors import DataError, UnsafeArchiveError
 from ..io import atomic_dir
+from .layouts import require_file
 
 
 def _inside(name: str) -> bool:  # whether a relative POSIX path stays inside its folder
@@ -74,9 +75,7 @@ def ar_members(path: str | os.PathLike) -> dict[str, bytes]:
 
 def extract(path: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Extract a .tar(.gz/.xz/.bz2), .zip or .deb (its data part) into `target`, atomically."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("file not found", path)
+    path = require_file(path)
     with atomic_dir(target) as folder:
         if path.suffix == ".deb":
             members = ar_members(path)

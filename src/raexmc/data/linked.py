@@ -23,8 +23,6 @@ class LinkedEntry:
 
 def seeded_split(count: int, seed: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
     """Positions 0..count-1 shuffled by `seed` into sorted (train, test), round(count x test_fraction) tested."""
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     order = np.random.default_rng(seed).permutation(count)
     n_test = int(round(count * test_fraction))
     return np.sort(order[n_test:]), np.sort(order[:n_test])

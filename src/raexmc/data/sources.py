@@ -12,10 +12,9 @@ from typing import Any
 from ..errors import ConfigError, DataError, SourceError
 from ..io import verify
 from .archive import extract
-from .catalogue import entry_file
+from .catalogue import EntryCheck, entry_file
 from .dataset import write_dataset
 from .debian import DEBIAN_MIRROR, deb_pin, fetch_deb
-from .entry_check import EntryCheck
 from .foldoc import read_foldoc
 from .layouts import read_layout
 from .linked import write_linked_corpus

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..parallel import ordered_map, worker_count
 from ..progress import progress_bar
+from .catalogue import EntryCheck
 from .dataset import Example, Text, write_dataset
-from .entry_check import EntryCheck
 
 CHUNK = 32_768                 # inputs or labels generated at once
 SYLLABLES = [c + v for c in "bdfghjklmnprstvz" for v in "aeiou"]
