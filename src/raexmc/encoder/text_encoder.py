@@ -55,8 +55,6 @@ class TextEncoder:
 
     def __init__(self, model: SentenceEncoder, device: str, precision: str, tokenizer=None,
                  max_len: int | None = None):
-        if max_len is not None and tokenizer is None:
-            raise ValueError("a max_len without a tokenizer: raw texts need both")
         self.model, self.device, self.precision = model, device, precision
         self.tokenizer, self.max_len = tokenizer, max_len
         self._tokenize = None if max_len is None else RightPaddedTokenizer(tokenizer, max_len)

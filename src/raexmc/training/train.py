@@ -94,9 +94,6 @@ def train(encoder: TextEncoder, cache: TokenCache, Y: sp.csr_matrix, filters: sp
           log: Callable[[int, dict[str, float]], None], fingerprint: str = "") -> list[dict[str, float]]:
     """Train `encoder.model` in place, resuming from `checkpoint` where its fingerprint matches. `log(step,
     metrics)` gets each mining round's row on rank 0; returns every row, an interrupted earlier run's included."""
-    if not isinstance(settings.grad_cache_chunk, int):  # a programming error: the stage resolves auto first
-        raise ValueError(f"grad_cache_chunk must be resolved (graph_memory.resolve_grad_cache), "
-                         f"got {settings.grad_cache_chunk!r}")
     torch.manual_seed(settings.seed)
     params = [p for p in encoder.model.parameters() if p.requires_grad]
     optimizer, scheduler = make_optimizer(params, settings)
