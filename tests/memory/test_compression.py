@@ -12,7 +12,7 @@ from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation.metrics import recall_at_k
 from raexmc.memory.compression import Compression, parse_compression
 from raexmc.memory.exact import ExactIndex
-from raexmc.memory.faiss_index import FaissIndex, principal_directions
+from raexmc.memory.faiss_index import principal_directions
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index, memory_backend
 from raexmc.memory.persistence import index_bytes, load_index, save_index, saved_meta
 
@@ -98,18 +98,6 @@ def test_projection_keeps_inner_products_in_the_keys_span():
     ids, sims = build(keys, "pca8-fp16").search(queries, 20)
     np.testing.assert_allclose(sims, np.einsum("qd,qkd->qk", queries, keys[ids]), atol=2e-3)
     assert recall_at_k(ids, ExactIndex(keys).search(queries, 20)[0]) >= 0.95
-
-
-def test_save_load_round_trip_gives_identical_results(clustered, tmp_path):
-    keys, queries = clustered
-    index = build(keys, "pca32-sq8-m8")
-    save_index(index, tmp_path / "index")
-    assert saved_meta(tmp_path / "index") == {"backend": "faiss", "dim": DIM, "count": N_KEYS, "M": 8,
-                                              "ef_construction": 100, "compression": "pca32-sq8-m8"}
-    loaded = load_index(tmp_path / "index", ef_search=100, threads=1)
-    assert isinstance(loaded, FaissIndex) and loaded.M == 8 and loaded.compression == "pca32-sq8-m8"
-    for got, want in zip(loaded.search(queries, B), index.search(queries, B)):
-        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("name, M, code_bytes", [("sq8", 16, DIM), ("sq4-m8", 8, DIM // 2),

@@ -9,6 +9,7 @@ import torch
 
 from raexmc.memory import torch_index
 from raexmc.memory.exact import ExactIndex, block_rows
+from raexmc.memory.persistence import load_index, save_index
 from raexmc.memory.search import sort_rows
 from raexmc.memory.torch_index import TorchIndex, block_rows_for, pool_size
 from tests.helpers import brute_top_k, unit_rows
@@ -150,12 +151,13 @@ def test_a_block_stays_within_the_free_memory(free, n_keys, dim):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU visible")
-def test_gpu_search_is_the_cpu_exact_search_on_a_sample():
-    """On a GPU (fp16 product, fp32 rescoring, blocks sized by its free memory): the CPU exact search's answers."""
+def test_gpu_search_is_the_cpu_exact_search_on_a_sample(tmp_path):
+    """A saved exact index reopens on the GPU it searches on (fp16 product, fp32 rescoring, blocks sized by its free
+    memory) as a TorchIndex: the CPU exact search's answers."""
     rng = np.random.default_rng(7)
     keys, queries = unit_rows(rng, 200_000, 384), unit_rows(rng, 2_000, 384)
-    index = TorchIndex(keys, "cuda")
-    assert index.half and index.query_block >= 1
+    index = load_index(save_index(ExactIndex(keys), tmp_path / "exact"), keys=keys, device="cuda")
+    assert isinstance(index, TorchIndex) and index.half and index.query_block >= 1
     assert_same_search(index.search(queries, 200), ExactIndex(keys).search(queries, 200), tolerance=1e-5)
 
 

@@ -12,7 +12,7 @@ import torch
 from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation.metrics import recall_at_k
 from raexmc.memory.exact import ExactIndex
-from raexmc.memory.hnsw import HnswIndex, build_hnsw, hnsw_disk_bytes, hnsw_resident_bytes
+from raexmc.memory.hnsw import build_hnsw, hnsw_disk_bytes, hnsw_resident_bytes
 from raexmc.memory.indexes import backend_for, build_memory_indexes, make_index, resolve_backend, search_device
 from raexmc.memory.persistence import load_index, save_index
 from raexmc.memory.search import EXACT_MAX_KEYS
@@ -57,19 +57,6 @@ def test_no_keys_or_no_queries_and_exact_keeps_a_reference_to_float32_keys(data,
 
 
 # --- HNSW backend ------------------------------------------------------------------------------
-
-def test_hnsw_agrees_with_exact():
-    rng = np.random.default_rng(3)
-    keys, queries = unit_rows(rng, 2000, 32), unit_rows(rng, 100, 32)
-    index = build_hnsw(keys, M=16, ef_construction=100, threads=2, progress=False)
-    assert isinstance(index, HnswIndex) and index.count == 2000 and index.dim == 32
-    ids, sims = index.search(queries, 10, ef_search=100)
-    exact_ids, exact_sims = ExactIndex(keys).search(queries, 10)
-    assert recall_at_k(ids, exact_ids) >= 0.99
-    found = ids == exact_ids
-    np.testing.assert_allclose(sims[found], exact_sims[found], atol=1e-5)
-    assert (np.diff(sims, axis=1) <= 0).all()
-
 
 def duplicate_keys() -> tuple[np.ndarray, np.ndarray]:
     """Hundreds of identical keys plus a few distinct ones: hnswlib's graph cannot reach k of them."""
@@ -132,10 +119,14 @@ def test_index_stage_says_the_bytes_it_will_write(tmp_path, capsys):
 # --- persistence -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("backend", "files", "graph"), [
-    ("hnsw", ["hnsw.bin", "meta.json"], {"M": 12, "ef_construction": 80, "space": "ip"}), ("exact", ["meta.json"], {})])
+    ("hnsw", ["hnsw.bin", "meta.json"], {"M": 12, "ef_construction": 80, "space": "ip"}),
+    ("faiss", ["faiss.bin", "meta.json"], {"M": 8, "ef_construction": 80, "compression": "pca8-sq8-m8"}),
+    ("exact", ["meta.json"], {})])
 def test_save_load_round_trip(tmp_path, data, backend, files, graph):
+    """faiss: a compressed memory's index (projected, quantised, its own degree), which index.backend hnsw builds."""
     keys, queries = data
-    index = make_index(backend, keys, M=12, ef_construction=80, threads=1, progress=False)
+    index = make_index("hnsw" if backend == "faiss" else backend, keys, M=12, ef_construction=80, threads=1,
+                       progress=False, compression=graph.get("compression", "none"))
     before = index.search(queries, 15, **({"ef_search": 60} if graph else {}))
     folder = save_index(index, tmp_path / "index")
     assert sorted(p.name for p in folder.iterdir()) == files
@@ -145,22 +136,14 @@ def test_save_load_round_trip(tmp_path, data, backend, files, graph):
     for got, want in zip(loaded.search(queries, 15), before):
         np.testing.assert_array_equal(got, want)
     if graph:
-        assert (loaded.M, loaded.ef_construction, loaded.graph.ef, loaded.ef_search) == (12, 80, 60, 60)
-        assert load_index(folder, ef_search=123, threads=1).graph.ef == 123
+        assert (loaded.M, loaded.ef_construction, loaded.ef_search) == (graph["M"], 80, 60)
+    if backend == "faiss":
+        assert loaded.compression == "pca8-sq8-m8"
+    if backend == "hnsw":
+        assert loaded.graph.ef == 60 and load_index(folder, ef_search=123, threads=1).graph.ef == 123
     # Saving again replaces the folder whole, leaving no temporary folders behind.
     save_index(loaded, folder)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no GPU visible"))])
-def test_an_exact_index_reopens_on_the_device_it_searches_on(tmp_path, data, device):
-    """The CPU's ExactIndex on the CPU, TorchIndex on a GPU: the same answers."""
-    keys, queries = data
-    save_index(make_index("exact", keys), tmp_path / "exact")
-    index = load_index(tmp_path / "exact", keys=keys, device=device)
-    assert isinstance(index, TorchIndex if device == "cuda" else ExactIndex)
-    np.testing.assert_array_equal(index.search(queries, 5)[0], ExactIndex(keys).search(queries, 5)[0])
 
 
 # --- helpers and errors ------------------------------------------------------------------------

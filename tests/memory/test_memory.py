@@ -18,15 +18,16 @@ from raexmc.evaluation.retrievals import Retrievals
 from raexmc.memory import keys_values
 from raexmc.memory.exact import ExactIndex
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, memory_backend
-from raexmc.memory.input_memory import InputMemory, MemorySettings, build_input_memory
+from raexmc.memory.input_memory import LABELS_FOLDER, InputMemory, MemorySettings, build_input_memory
 from raexmc.memory.key_selection import select_keys
 from raexmc.memory.keys_values import KEYS_FILE, memory_keys, training_values
-from raexmc.memory.merge import RaeRetrieval
+from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
+from raexmc.memory.prototypes import label_prototypes
 from raexmc.memory.search import sort_rows
 from raexmc.rae.reference import reference_scores
 from raexmc.settings import load_settings
-from tests.helpers import REPO, brute_top_k, memory_search, rae_on, search_all
+from tests.helpers import REPO, brute_top_k, memory_search, rae_on, search_all, unit_rows
 
 N_TRAIN, N_LABELS, N_TEST, TAU = 40, 15, 12, 0.04
 
@@ -191,23 +192,39 @@ def test_keep_zero_is_the_labels_alone_and_a_folder_without_memory_json_one_data
 
 
 @pytest.mark.parametrize("keep", [1.0, 0.5])
-def test_a_compressed_memory_finds_the_exact_joint_top_k(tmp_path, keep, random_memory):
-    """sq8 keys in faiss graphs of degree 12 (600 inputs, 200 labels, 16 dims): the joint top-20 of the
-    memory's own two indexes holds at least 90% of the exact top-20 over [kept keys; labels] (the kept
-    keys: the same seeded selection, float32); kNN and the dual encoder keep the index stage's indexes."""
-    train, labels, queries, Y, baselines = random_memory(5, 600, 200, 50, 0.02)
-    meta = build_input_memory(train, Y, MemorySettings(keep, "kmeans", False, 0, "sq8-m12"),
-                              tmp_path / "memory", "hnsw", labels=labels, M=32, ef_construction=100, threads=1)
+@pytest.mark.parametrize(("own", "sizes", "ef"), [
+    ({"method": "kmeans", "compression": "sq8-m12"}, (5, 600, 200, 50, 0.02), (100, 64)),
+    ({"method": "random", "prototypes": 0.5}, (7, 300, 100, 40, 0.03), (200, 200))], ids=["sq8", "prototypes"])
+def test_a_memory_searches_its_own_labels_index_and_the_baselines_the_index_stage_s(tmp_path, keep, own, sizes, ef):
+    """16-dim unit keys. sq8 keys in faiss graphs of degree 12 (600 inputs, 200 labels): the joint top-20 of the
+    memory's own two indexes holds at least 90% of the exact top-20 over [kept keys; labels]; label prototypes at
+    α 0.5 (300 inputs, 100 labels; HNSW at these sizes is exact here): RAE's joint top-20 is the exact top-20 over
+    [kept keys; prototypes] (the kept keys: the same seeded selection, float32). kNN and the dual encoder keep the
+    index stage's indexes."""
+    seed, n_inputs, n_labels, n_queries, density = sizes
+    rng = np.random.default_rng(seed)
+    train, labels, queries = (unit_rows(rng, n, 16) for n in (n_inputs, n_labels, n_queries))
+    Y = training_values(sp.csr_matrix((rng.random((n_inputs, n_labels)) < density).astype(np.float64)))
+    baselines = JointSearch(ExactIndex(train), ExactIndex(labels))
+    meta = build_input_memory(train, Y, MemorySettings(keep=keep, prior=False, seed=0, **own), tmp_path / "memory",
+                              "hnsw", labels=labels, M=32, ef_construction=ef[0], threads=1)
     memory = InputMemory(tmp_path / "memory")
-    assert meta["compression"] == memory.compression == "sq8-m12"
-    assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == sorted(
-        ["memory.json", "inputs", "labels", *(["values.npz", "counts.npy"] if keep < 1 else [])])
-    joint, _, inputs, dual = memory_search(memory, baselines, queries, 20, 5, TAU, ef_search=64)
-    kept = train if keep == 1.0 else select_keys(train, Y, keep, "kmeans", 0).keys
-    exact = ExactIndex(np.vstack([kept, labels])).search(queries, 20)[0]
-    recall = np.mean([len(set(got) & set(want)) / 20 for got, want in zip(joint[0], exact)])
-    assert recall >= 0.9, recall
-    assert {memory.indexes(baselines, 64).inputs.backend, memory.indexes(baselines, 64).labels.backend} == {"faiss"}
+    _, at_b, inputs, dual = memory_search(memory, baselines, queries, 20, 5, TAU, ef_search=ef[1], other_b=(20,))
+    joint = at_b[20]  # RAE's joint top-20; the baselines' top-5
+    kept = train if keep == 1.0 else select_keys(train, Y, keep, own["method"], 0).keys
+    label_keys = label_prototypes(train, Y, labels, 0.5) if "prototypes" in own else labels
+    exact_ids, exact_sims = ExactIndex(np.vstack([kept, label_keys])).search(queries, 20)
+    if "compression" in own:
+        assert meta["compression"] == memory.compression == "sq8-m12"
+        assert sorted(p.name for p in (tmp_path / "memory").iterdir()) == sorted(
+            ["memory.json", "inputs", "labels", *(["values.npz", "counts.npy"] if keep < 1 else [])])
+        recall = np.mean([len(set(got) & set(want)) / 20 for got, want in zip(joint[0], exact_ids)])
+        assert recall >= 0.9, recall
+        assert {memory.indexes(baselines, 64).inputs.backend, memory.indexes(baselines, 64).labels.backend} == {"faiss"}
+    else:
+        assert meta["prototypes"] == 0.5 and (tmp_path / "memory" / LABELS_FOLDER).is_dir()
+        np.testing.assert_array_equal(joint[0], exact_ids)
+        np.testing.assert_allclose(joint[1], exact_sims, atol=1e-5)
     np.testing.assert_array_equal(inputs[0], ExactIndex(train).search(queries, 5)[0])
     np.testing.assert_array_equal(dual[0], ExactIndex(labels).search(queries, 5)[0])
 

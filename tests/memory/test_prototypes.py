@@ -1,5 +1,5 @@
 """Label prototypes: RAE's label keys unit(z + α·unit(mean of the label's inputs)), worked by hand, and a
-memory that searches them while the dual encoder keeps the label texts' keys."""
+memory's weight from its settings (a memory that searches them: tests/memory/test_memory.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import pytest
 import scipy.sparse as sp
 
 from raexmc.errors import ConfigError
-from raexmc.memory.exact import ExactIndex
-from raexmc.memory.input_memory import LABELS_FOLDER, InputMemory, MemorySettings, build_input_memory, chosen_memory
-from raexmc.memory.key_selection import select_keys
+from raexmc.memory.input_memory import MemorySettings, chosen_memory
 from raexmc.memory.prototypes import label_prototypes, prototype_weight
 from raexmc.settings import load_settings, read_params_tree, settings_from
-from tests.helpers import REPO, memory_search
+from tests.helpers import REPO
 
 LABELS = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, -0.8]], dtype=np.float32)
 INPUTS = np.array([[0.0, 1.0], [0.6, 0.8], [-1.0, 0.0]], dtype=np.float32)
@@ -81,23 +79,3 @@ def test_the_project_default_keeps_today_s_full_memory(tmp_path):
     assert chosen_memory(smaller, "hnsw", tmp_path / "choice.json").prototypes == 0.25
     assert MemorySettings.from_section(smaller, "hnsw", prototypes=1).prototypes == 1.0
     assert chosen_memory(smaller, "exact").prototypes == 0.0, "auto at a size auto searches exactly"
-
-
-@pytest.mark.parametrize("keep", [1.0, 0.5])
-def test_a_memory_with_prototypes_searches_them_and_the_dual_encoder_keeps_the_texts(tmp_path, keep, random_memory):
-    """300 inputs, 100 labels, 16 dims: RAE's joint top-20 is the exact top-20 over [kept keys; prototypes]
-    (HNSW at these sizes is exact here); kNN and the dual encoder search the index stage's keys."""
-    train, labels, queries, Y, baselines = random_memory(7, 300, 100, 40, 0.03)
-    meta = build_input_memory(train, Y, MemorySettings(keep, "random", False, 0, prototypes=0.5), tmp_path / "memory",
-                              "hnsw", labels=labels, M=32, ef_construction=200, threads=1)
-    assert meta["prototypes"] == 0.5 and (tmp_path / "memory" / LABELS_FOLDER).is_dir()
-    memory = InputMemory(tmp_path / "memory")
-    _, at_b, inputs, dual = memory_search(memory, baselines, queries, 20, 5, 0.04, ef_search=200, other_b=(20,))
-    joint = at_b[20]  # RAE's joint top-20; the baselines' top-5
-    kept = train if keep == 1.0 else select_keys(train, Y, keep, "random", 0).keys
-    prototypes = label_prototypes(train, Y, labels, 0.5)
-    exact_ids, exact_sims = ExactIndex(np.vstack([kept, prototypes])).search(queries, 20)
-    np.testing.assert_array_equal(joint[0], exact_ids)
-    np.testing.assert_allclose(joint[1], exact_sims, atol=1e-5)
-    np.testing.assert_array_equal(inputs[0], ExactIndex(train).search(queries, 5)[0])
-    np.testing.assert_array_equal(dual[0], ExactIndex(labels).search(queries, 5)[0])
