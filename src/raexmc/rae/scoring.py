@@ -103,7 +103,8 @@ def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int,
 
 def key_probabilities(sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int,
                       b: int | None = None) -> sp.csr_matrix:
-    """softmax(sims / τ) over each row's first b valid entries as CSR (n, num_keys)."""
+    """softmax(sims / τ) over each row's first b valid entries as CSR (n, num_keys); over a search of the label
+    keys alone (ids 0..L-1), the dual encoder's scores."""
     rows, keys, probs = _softmax_entries(sims, ids, tau, num_keys, b)
     return _csr(rows, keys, probs, (np.shape(ids)[0], int(num_keys)))
 
@@ -123,12 +124,17 @@ def score_parts(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.nda
 
 
 def combine(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
-    """lam * knn_part + (1 - lam) * label_part for a checked lam, storing exactly the nonzero scores (ranking reads
-    the stored entries)."""
+    """lam * knn_part + (1 - lam) * label_part for a checked lam, or a λ per query (an array, each checked to lie in
+    [0, 1]), storing exactly the nonzero scores (ranking reads the stored entries)."""
     knn_part, label_part = parts
     if knn_part.shape != label_part.shape:
         raise DataError(f"score parts have shapes {knn_part.shape} and {label_part.shape}")
     if np.ndim(lam) != 0:
+        lam = np.asarray(lam, dtype=np.float64)
+        if lam.shape != (knn_part.shape[0],):
+            raise DataError(f"per-query lambdas have shape {lam.shape}, the scores {knn_part.shape[0]} rows")
+        if not np.all((lam >= 0.0) & (lam <= 1.0)):  # also false for nan
+            raise DataError("per-query lambdas must lie in [0, 1]")
         scores = sp.csr_matrix(sp.diags(lam) @ knn_part + sp.diags(1.0 - lam) @ label_part)
     elif lam in (0.0, 1.0):
         scores = sp.csr_matrix(knn_part if lam == 1.0 else label_part, copy=True)
@@ -137,22 +143,6 @@ def combine(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
     scores.sum_duplicates()
     scores.eliminate_zeros()
     return scores
-
-
-def combine_per_query(parts: Parts, lam: np.ndarray) -> sp.csr_matrix:
-    """`combine` with a λ per query, each checked to lie in [0, 1]."""
-    lam = np.asarray(lam, dtype=np.float64)
-    if lam.shape != (parts[0].shape[0],):
-        raise DataError(f"per-query lambdas have shape {lam.shape}, the scores {parts[0].shape[0]} rows")
-    if not np.all((lam >= 0.0) & (lam <= 1.0)):  # also false for nan
-        raise DataError("per-query lambdas must lie in [0, 1]")
-    return combine(parts, lam)
-
-
-def dual_encoder_scores(ids: np.ndarray, sims: np.ndarray, num_labels: int, tau: float = PAPER_TAU,
-                        b: int | None = None) -> sp.csr_matrix:
-    """The dual encoder from its own search of the label keys (ids 0..L-1)."""
-    return key_probabilities(sims, ids, tau, num_labels, b)
 
 
 def knn_scores(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float = PAPER_TAU,
@@ -170,7 +160,7 @@ def ova_knn_scores(x_ids: np.ndarray, x_sims: np.ndarray, z_ids: np.ndarray, z_s
     if np.shape(x_ids)[0] != np.shape(z_ids)[0]:
         raise DataError(f"the two searches have {np.shape(x_ids)[0]} and {np.shape(z_ids)[0]} queries")
     Y = _as_labels(Y_train)
-    return combine((knn_scores(x_ids, x_sims, Y, tau, b), dual_encoder_scores(z_ids, z_sims, Y.shape[1], tau, b)),
+    return combine((knn_scores(x_ids, x_sims, Y, tau, b), key_probabilities(z_sims, z_ids, tau, Y.shape[1], b)),
                    lam)
 
 
