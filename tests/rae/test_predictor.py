@@ -325,18 +325,22 @@ NOT_UTF8 = b"perl\n\xff\xfe bad\n"  # line 2 starts with a byte no UTF-8 text ha
     (["--file", "blank.txt"], None, "DataError: blank.txt: no query: the input has no non-blank line"),
     (["--file", "empty.jsonl"], None, "DataError: empty.jsonl: no query: the input has no non-blank line"),
     ([], b"\n \n", "DataError: <stdin>: no query: the input has no non-blank line")])
-@pytest.mark.parametrize("built", ["hnsw"], indirect=True)
-def test_predict_refuses_bad_query_text_in_one_line(built, args, stdin, error):
-    """`raexmc predict` as a process: non-UTF-8 text, an empty text and no query at all are one-line errors."""
-    project = built.parents[1]
-    (project / "q.txt").write_bytes(NOT_UTF8)
-    (project / "blank.txt").write_bytes(b"\n  \n\t\n")
-    (project / "empty.jsonl").write_bytes(b"")
-    proc = subprocess.run([sys.executable, "-m", "raexmc.cli", "predict", "--name", "tiny", *args], cwd=project,
-                          input=stdin or b"", capture_output=True)
-    assert proc.returncode == 2
-    assert proc.stderr.decode().splitlines() == [error]
-    assert proc.stdout == b""
+def test_predict_refuses_bad_query_text_in_one_line(tmp_path, monkeypatch, args, stdin, error):
+    """`raexmc predict`: non-UTF-8 text, an empty text and no query at all are one-line errors, before any model
+    loads; run in this process, and as a process for the undecodable argument (its stderr holds that line alone)."""
+    (tmp_path / "q.txt").write_bytes(NOT_UTF8)
+    (tmp_path / "blank.txt").write_bytes(b"\n  \n\t\n")
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    command = ["predict", "--name", "tiny", *args]
+    if any(isinstance(arg, bytes) for arg in args):
+        proc = subprocess.run([sys.executable, "-m", "raexmc.cli", *command], cwd=tmp_path, input=b"",
+                              capture_output=True)
+        got = proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+    else:
+        monkeypatch.chdir(tmp_path)
+        result = CliRunner().invoke(app, command, input=stdin or b"")
+        got = result.exit_code, result.stdout, result.stderr
+    assert (got[0], got[1], got[2].splitlines()) == (2, "", [error])
 
 
 def post_json(url: str, body: dict) -> tuple[int, dict]:
