@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 from raexmc.data.label_records import RECORDS_FILE
 from raexmc.pipeline.server import MAX_BODY_BYTES, CheckedRequests
 from raexmc.pipeline.serving import MAX_RECORDS
-from test_predictor import BAD_REQUESTS, build_pipeline, logged_and_loaded, predictor_of
-from tests.helpers import REPO, make_lf_folder
+from test_predictor import BAD_REQUESTS, logged_and_loaded, predictor_of
+from tests.helpers import REPO
 
 PERL = {"dataframe_records": [{"text": "perl"}]}
 TEXTS = ["perl", "a small unix"]
@@ -25,7 +25,7 @@ JSON_WITH_CHARSET = {"Content-Type": "application/json; charset=utf-8"}
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, tiny_model):
+def served(tmp_path_factory, pipelines):
     """(the built pipeline's folder, the loaded model, MLflow's scoring app for it)."""
     from mlflow.environment_variables import _MLFLOW_IS_IN_SERVING_ENVIRONMENT
     from mlflow.pyfunc import scoring_server
@@ -34,7 +34,7 @@ def served(tmp_path_factory, tiny_model):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
         patch.setenv(_MLFLOW_IS_IN_SERVING_ENVIRONMENT.name, "false")  # init sets it; undone with the rest
-        built = build_pipeline(root, make_lf_folder(root / "lf"), tiny_model, "hnsw")
+        built = pipelines(root, "hnsw")
         _, model = logged_and_loaded(built, root, patch)
         yield built, model, scoring_server.init(model)
 
