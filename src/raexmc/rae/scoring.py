@@ -53,13 +53,6 @@ def _check_retrieval(ids: np.ndarray, sims: np.ndarray | None) -> tuple[np.ndarr
     return ids.astype(np.int64, copy=False), None if sims is None else np.asarray(sims)
 
 
-def _as_labels(Y_train: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
-    Y = sp.csr_matrix(Y_train, dtype=np.float64)
-    if Y.ndim != 2:
-        raise DataError(f"Y_train must be 2-D, got shape {Y.shape}")
-    return Y
-
-
 def kept_mask(ids: np.ndarray, sims: np.ndarray | None, b: int | None) -> np.ndarray:
     """Mask of the first b valid entries of each row (valid: id >= 0 and, given sims, sim > -inf)."""
     valid = ids >= 0
@@ -112,7 +105,7 @@ def key_probabilities(sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: i
 def score_parts(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float,
                 b: int | None = None) -> Parts:
     """(knn_part, label_part), CSR (n, L): P[:, :N] @ Y_train and P[:, N:], for `combine` at any λ."""
-    Y = _as_labels(Y_train)
+    Y = sp.csr_matrix(Y_train, dtype=np.float64)
     num_train, num_labels = Y.shape
     rows, keys, probs = _softmax_entries(sims, ids, tau, num_train + num_labels, b)
     is_train, n = keys < num_train, np.shape(ids)[0]
@@ -148,7 +141,7 @@ def combine(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
 def knn_scores(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float = PAPER_TAU,
                b: int | None = None) -> sp.csr_matrix:
     """kNN from its own search of the training-input keys (ids 0..N-1)."""
-    Y = _as_labels(Y_train)
+    Y = sp.csr_matrix(Y_train, dtype=np.float64)
     return sp.csr_matrix(key_probabilities(sims, ids, tau, Y.shape[0], b) @ Y)
 
 
@@ -159,7 +152,7 @@ def ova_knn_scores(x_ids: np.ndarray, x_sims: np.ndarray, z_ids: np.ndarray, z_s
     lam = check_lambda(lam)  # before the two softmaxes' work
     if np.shape(x_ids)[0] != np.shape(z_ids)[0]:
         raise DataError(f"the two searches have {np.shape(x_ids)[0]} and {np.shape(z_ids)[0]} queries")
-    Y = _as_labels(Y_train)
+    Y = sp.csr_matrix(Y_train, dtype=np.float64)
     return combine((knn_scores(x_ids, x_sims, Y, tau, b), key_probabilities(z_sims, z_ids, tau, Y.shape[1], b)),
                    lam)
 
