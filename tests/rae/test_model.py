@@ -46,17 +46,6 @@ def model(retrieval: RaeRetrieval = RaeRetrieval(), log_counts: np.ndarray | Non
                     JointSearch(ExactIndex(X), ExactIndex(Z)) if search is None else search)
 
 
-@pytest.mark.parametrize("prior", [False, True])
-def test_scores_of_the_joint_top_b_are_the_dense_softmax_times_v(prior):
-    rae = model(log_counts=np.log(COUNTS.astype(np.float64)) if prior else None)
-    want = expected(counts=COUNTS if prior else None)
-    np.testing.assert_allclose(rae.scores_for(Q).toarray(), want, rtol=0, atol=SCORE_ERROR)
-    inputs, labels = ExactIndex(X).search(Q, B), ExactIndex(Z).search(Q, B)  # keys from searches made elsewhere
-    np.testing.assert_allclose(rae.scores(*rae.keys(inputs, labels)).toarray(), want, rtol=0, atol=SCORE_ERROR)
-    top = np.argsort(-(Q @ np.vstack([X, Z]).T), axis=1, kind="stable")[:, :B]
-    assert ((top < 4).any(axis=1) & (top >= 4).any(axis=1)).all(), "each query's top 4 mixes the two halves"
-
-
 def test_top_k_ranks_the_scores_best_first_and_pads_what_no_key_reaches():
     rae = model(lam=0.0)  # λ 0: only the label keys among the top 4 score, fewer than 3 for some query
     labels, values = rae.top_k(Q, 3)

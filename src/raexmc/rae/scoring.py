@@ -53,13 +53,6 @@ def _check_retrieval(ids: np.ndarray, sims: np.ndarray | None) -> tuple[np.ndarr
     return ids.astype(np.int64, copy=False), None if sims is None else np.asarray(sims)
 
 
-def _as_labels(Y_train: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
-    Y = sp.csr_matrix(Y_train, dtype=np.float64)
-    if Y.ndim != 2:
-        raise DataError(f"Y_train must be 2-D, got shape {Y.shape}")
-    return Y
-
-
 def kept_mask(ids: np.ndarray, sims: np.ndarray | None, b: int | None) -> np.ndarray:
     """Mask of the first b valid entries of each row (valid: id >= 0 and, given sims, sim > -inf)."""
     valid = ids >= 0
@@ -103,7 +96,8 @@ def _csr(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int,
 
 def key_probabilities(sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: int,
                       b: int | None = None) -> sp.csr_matrix:
-    """softmax(sims / τ) over each row's first b valid entries as CSR (n, num_keys)."""
+    """softmax(sims / τ) over each row's first b valid entries as CSR (n, num_keys); over a search of the label
+    keys alone (ids 0..L-1), the dual encoder's scores."""
     rows, keys, probs = _softmax_entries(sims, ids, tau, num_keys, b)
     return _csr(rows, keys, probs, (np.shape(ids)[0], int(num_keys)))
 
@@ -111,7 +105,7 @@ def key_probabilities(sims: np.ndarray, ids: np.ndarray, tau: float, num_keys: i
 def score_parts(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float,
                 b: int | None = None) -> Parts:
     """(knn_part, label_part), CSR (n, L): P[:, :N] @ Y_train and P[:, N:], for `combine` at any λ."""
-    Y = _as_labels(Y_train)
+    Y = sp.csr_matrix(Y_train, dtype=np.float64)
     num_train, num_labels = Y.shape
     rows, keys, probs = _softmax_entries(sims, ids, tau, num_train + num_labels, b)
     is_train, n = keys < num_train, np.shape(ids)[0]
@@ -123,12 +117,17 @@ def score_parts(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.nda
 
 
 def combine(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
-    """lam * knn_part + (1 - lam) * label_part for a checked lam, storing exactly the nonzero scores (ranking reads
-    the stored entries)."""
+    """lam * knn_part + (1 - lam) * label_part for a checked lam, or a λ per query (an array, each checked to lie in
+    [0, 1]), storing exactly the nonzero scores (ranking reads the stored entries)."""
     knn_part, label_part = parts
     if knn_part.shape != label_part.shape:
         raise DataError(f"score parts have shapes {knn_part.shape} and {label_part.shape}")
     if np.ndim(lam) != 0:
+        lam = np.asarray(lam, dtype=np.float64)
+        if lam.shape != (knn_part.shape[0],):
+            raise DataError(f"per-query lambdas have shape {lam.shape}, the scores {knn_part.shape[0]} rows")
+        if not np.all((lam >= 0.0) & (lam <= 1.0)):  # also false for nan
+            raise DataError("per-query lambdas must lie in [0, 1]")
         scores = sp.csr_matrix(sp.diags(lam) @ knn_part + sp.diags(1.0 - lam) @ label_part)
     elif lam in (0.0, 1.0):
         scores = sp.csr_matrix(knn_part if lam == 1.0 else label_part, copy=True)
@@ -139,26 +138,10 @@ def combine(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
     return scores
 
 
-def combine_per_query(parts: Parts, lam: np.ndarray) -> sp.csr_matrix:
-    """`combine` with a λ per query, each checked to lie in [0, 1]."""
-    lam = np.asarray(lam, dtype=np.float64)
-    if lam.shape != (parts[0].shape[0],):
-        raise DataError(f"per-query lambdas have shape {lam.shape}, the scores {parts[0].shape[0]} rows")
-    if not np.all((lam >= 0.0) & (lam <= 1.0)):  # also false for nan
-        raise DataError("per-query lambdas must lie in [0, 1]")
-    return combine(parts, lam)
-
-
-def dual_encoder_scores(ids: np.ndarray, sims: np.ndarray, num_labels: int, tau: float = PAPER_TAU,
-                        b: int | None = None) -> sp.csr_matrix:
-    """The dual encoder from its own search of the label keys (ids 0..L-1)."""
-    return key_probabilities(sims, ids, tau, num_labels, b)
-
-
 def knn_scores(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.ndarray, tau: float = PAPER_TAU,
                b: int | None = None) -> sp.csr_matrix:
     """kNN from its own search of the training-input keys (ids 0..N-1)."""
-    Y = _as_labels(Y_train)
+    Y = sp.csr_matrix(Y_train, dtype=np.float64)
     return sp.csr_matrix(key_probabilities(sims, ids, tau, Y.shape[0], b) @ Y)
 
 
@@ -169,8 +152,8 @@ def ova_knn_scores(x_ids: np.ndarray, x_sims: np.ndarray, z_ids: np.ndarray, z_s
     lam = check_lambda(lam)  # before the two softmaxes' work
     if np.shape(x_ids)[0] != np.shape(z_ids)[0]:
         raise DataError(f"the two searches have {np.shape(x_ids)[0]} and {np.shape(z_ids)[0]} queries")
-    Y = _as_labels(Y_train)
-    return combine((knn_scores(x_ids, x_sims, Y, tau, b), dual_encoder_scores(z_ids, z_sims, Y.shape[1], tau, b)),
+    Y = sp.csr_matrix(Y_train, dtype=np.float64)
+    return combine((knn_scores(x_ids, x_sims, Y, tau, b), key_probabilities(z_sims, z_ids, tau, Y.shape[1], b)),
                    lam)
 
 
