@@ -310,13 +310,11 @@ def config_error(exc: ValidationError, path: str | os.PathLike = PARAMS_FILE,
     """The first error of validating Settings (or the section at `within`) as one ConfigError: the dotted key and
     every alternative of a union (`must be 'auto' or greater than or equal to 1`)."""
     errors = [{**error, "loc": (*within, *error["loc"])} for error in exc.errors()]
-    key, entry = _key(errors[0]["loc"])
+    key, entry, section = _key(errors[0]["loc"])
     if errors[0]["type"] == "missing":
         return ConfigError("missing parameter", path, key)
     if errors[0]["type"] == "extra_forbidden":
-        section, _, _ = key.rpartition(".")
-        known = ", ".join(_fields(_model_at(section)))
-        return ConfigError(f"unknown parameter (known here: {known})", path, key)
+        return ConfigError(f"unknown parameter (known here: {', '.join(_fields(section))})", path, key)
     wanted = dict.fromkeys(_wanted(error) for error in errors if _key(error["loc"])[0] == key and not _echo(error))
     where = "" if entry is None else f"entry {entry} "
     return ConfigError(f"{where}must be {' or '.join(wanted)}, got {errors[0]['input']!r}", path, key)
@@ -345,28 +343,23 @@ def _wanted(error: dict[str, Any]) -> str:
     return error["msg"].removeprefix("Input should be ")
 
 
-def _key(loc: tuple) -> tuple[str, int | None]:
-    """(dotted params key, first list index or None) of an error's location; a union's branch tags are no keys."""
+def _key(loc: tuple) -> tuple[str, int | None, type[BaseModel]]:
+    """(dotted params key, first list index or None, the section holding the key's last part) of an error's
+    location; a union's branch tags are no keys."""
     model: Any = Settings
-    parts, entry = [], None
+    parts, entry, section = [], None, Settings
     for part in loc:
         if model is None:
             if isinstance(part, int) and entry is None:
                 entry = part
             continue
         parts.append(str(part))
+        section = model
         field = _fields(model).get(part)
         annotation = None if field is None else field.annotation
         model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-    return ".".join(parts), entry
+    return ".".join(parts), entry, section
 
 
 def _fields(model: type[BaseModel]) -> dict[str, Any]:  # by the names params.yaml gives them
     return {field.alias or name: field for name, field in model.model_fields.items()}
-
-
-def _model_at(key: str) -> type[BaseModel]:  # of the section at dotted `key` ("": the whole file)
-    model: Any = Settings
-    for part in filter(None, key.split(".")):
-        model = _fields(model)[part].annotation
-    return model

@@ -147,12 +147,10 @@ def _temp_beside(target: Path, folder: bool) -> Path:
 def _stale_temp(name: str, prefix: str) -> bool:
     """Whether `name` is a temporary of the target (`prefix` `.<name>.`) whose writer no longer runs; its tag
     holds no dot, so `<name>.json`'s is not `<name>`'s."""
-    if not (name.startswith(prefix) and name.endswith(".tmp")):
+    temp = re.fullmatch(rf"{re.escape(prefix)}(?P<tag>[^.]+)\.tmp", name)
+    if temp is None:
         return False
-    tag = name[len(prefix):-len(".tmp")]
-    if not tag or "." in tag:
-        return False
-    pid = tag.partition("-")[0]
+    pid = temp["tag"].partition("-")[0]
     # a tag without a process id was named before temporaries carried one: its writer is long gone
     return not pid.isdigit() or writer_gone(int(pid))
 
