@@ -17,6 +17,9 @@ from raexmc.rae import pairs, ranking
 from raexmc.rae.pairs import remove_pairs
 from raexmc.rae.ranking import top_k
 
+# Discounts 1/log2(j + 1) for positions j = 1, 2, 3.
+D1, D2, D3 = 1.0, 0.6309297535714575, 0.5
+
 
 def csr(rows: list[dict[int, float]], width: int) -> sp.csr_matrix:
     """CSR from {label: value} per row; values stored even when 0.0, in the given order."""
@@ -83,19 +86,92 @@ def test_filtered_pairs_work_through_chunks_of_rows_as_through_one(monkeypatch):
         assert metrics_chunked[name].tolist() == values.tolist(), name
 
 
-def test_a_short_ranking_and_a_row_without_positives_score_as_the_oracle_says():
-    """Positions past the ranking's 3 columns are misses, row 2 has no positive; PSP@k and PSnDCG@k per input are
-    over the test set's mean ideal (pyxclib's ratio of means, 66.67 at PSP@1 where the mean of ratios is 50)."""
-    ranked, truth = np.array([[0, 1, 2], [3, -1, -1], [0, 1, 2]]), labels([{0, 2, 5}, {3}, set()], 6)
+def test_filtered_pair_neither_predicted_nor_positive():
+    # Label 0 is the input's reciprocal pair: it would be the top prediction and a positive.
+    scores = np.array([[0.9, 0.8, 0.1, 0.05]])
+    truth = labels([{0, 2}], 4)
+    exclude = labels([{0}], 4)
+    ranked = top_k(scores, 3, exclude=exclude)
+    assert ranked.tolist() == [[1, 2, 3]]
+    m = per_instance_metrics(ranked, remove_pairs(truth, exclude), ks=(1, 3), recall_ks=(3,))
+    # Truth is {2} after filtering, hit at position 2 only.
+    assert m["P@1"].tolist() == [0.0]
+    assert m["P@3"] == pytest.approx([1 / 3], abs=1e-9)
+    assert m["nDCG@3"] == pytest.approx([D2 / D1], abs=1e-9)  # DCG = 1/log2(3), IDCG = 1 (one positive)
+    assert m["R@3"].tolist() == [1.0]
+
+
+@pytest.fixture
+def worked_example():
+    truth = labels([{0, 2, 5}, {3}, set()], 6)  # row 2 has no positive
+    # Only 3 columns: positions 4 and 5 count as misses for @5.
+    ranked = np.array([[0, 1, 2], [3, -1, -1], [0, 1, 2]])
+    # 1/p = [2, 1, 4, 2, 1, 1.25]
     propensity = np.array([0.5, 1.0, 0.25, 0.5, 1.0, 0.8])
-    assert_as_oracle(ranked, truth, (1, 3, 5), (1, 3), propensity)
-    assert summarize(per_instance_metrics(ranked, truth, propensity=propensity))["PSP@1"] == 66.67
+    return ranked, truth, propensity
 
 
-def test_no_positive_at_all_scores_0_and_a_label_past_the_last_is_refused():
+def test_precision_ndcg_recall_by_hand(worked_example):
+    ranked, truth, _ = worked_example
+    m = per_instance_metrics(ranked, truth, ks=(1, 3, 5), recall_ks=(1, 3))
+    # hits: row 0 [1, 0, 1], row 1 [1, -, -], row 2 none.
+    assert m["P@1"] == pytest.approx([1, 1, 0], abs=1e-9)
+    assert m["P@3"] == pytest.approx([2 / 3, 1 / 3, 0], abs=1e-9)
+    assert m["P@5"] == pytest.approx([2 / 5, 1 / 5, 0], abs=1e-9)
+    # row 0: DCG@1 = 1 = IDCG@1; DCG@3 = DCG@5 = 1 + 0.5;
+    # IDCG@3 = IDCG@5 = 1 + 0.6309 + 0.5 (3 positives)
+    # -> 1.5 / 2.1309297535714575 = 0.7039180890341347. row 1: one positive at rank 1 -> 1.
+    assert m["nDCG@1"] == pytest.approx([1, 1, 0], abs=1e-9)
+    assert m["nDCG@3"] == pytest.approx([0.7039180890341347, 1, 0], abs=1e-9)
+    assert m["nDCG@5"] == pytest.approx([0.7039180890341347, 1, 0], abs=1e-9)
+    # row 0 has 3 positives, row 1 one, row 2 none (divided by 1, still 0).
+    assert m["R@1"] == pytest.approx([1 / 3, 1, 0], abs=1e-9)
+    assert m["R@3"] == pytest.approx([2 / 3, 1, 0], abs=1e-9)
+    assert "PSP@1" not in m
+
+
+def test_psp_and_psndcg_are_ratios_of_means_over_the_test_set(worked_example):
+    """pyxclib's psprecision: mean of propensity-scored hits over mean of the best achievable; psndcg: mean of
+    PSDCG/IDCG over mean of best PSDCG/IDCG, IDCG with unit gains."""
+    ranked, truth, propensity = worked_example
+    m = per_instance_metrics(ranked, truth, ks=(1, 3, 5), recall_ks=(), propensity=propensity)
+    # Weights 1/p: row 0's positives {0: 2, 2: 4, 5: 1.25}, row 1's {3: 2}, row 2 has none.
+    # Gains of the rankings: row 0 [0, 1, 2] -> [2, 0, 4]; row 1 [3] -> [2]; row 2 -> nothing.
+    # k = 1: gains [2, 2, 0], best [4, 2, 0] -> PSP@1 = (4/3) / (6/3) = 2/3.
+    #   (The mean of per-input ratios would be (2/4 + 2/2 + 0) / 3 = 0.5.)
+    # k = 3 (and 5: no more hits, no more positives): gains [6, 2, 0], best [7.25, 2, 0]
+    #   -> PSP@3 = 8 / 9.25 = 0.8648648648648649 (mean of ratios: (6/7.25 + 1 + 0)/3 = 0.6092).
+    # Per input: the gain over the mean best, so the plain mean is the ratio of means:
+    #   k = 1: mean best 2 -> [1, 1, 0];  k = 3: mean best 9.25/3 -> [6, 2, 0] * 3/9.25.
+    assert m["PSP@1"] == pytest.approx([1, 1, 0], abs=1e-9)
+    assert m["PSP@3"] == pytest.approx([1.9459459459459458, 0.6486486486486486, 0], abs=1e-9)
+    assert m["PSP@5"] == pytest.approx(m["PSP@3"], abs=1e-9)
+    summary = summarize(m)
+    assert summary["PSP@1"] == 66.67
+    assert summary["PSP@3"] == summary["PSP@5"] == 86.49
+    # k = 1: IDCG@1 = 1 for rows 0 and 1; PSDCG [2, 2, 0], best [4, 2, 0] -> 4/6, per input [1, 1, 0].
+    # k = 3: row 0: IDCG@3 = D1 + D2 + D3 = 2.1309297535714578 (3 positives);
+    #   PSDCG = 2*D1 + 4*D3 = 4 -> 4 / 2.1309297535714578 = 1.8771149040910258;
+    #   best = 4*D1 + 2*D2 + 1.25*D3 = 5.8868595071429155 -> / IDCG = 2.7625779297869792.
+    #   row 1: IDCG@3 = 1 (one positive); PSDCG = best = 2. row 2: 0.
+    #   PSnDCG@3 = (1.8771149 + 2) / (2.7625779 + 2) = 0.8140790473667779 (mean of ratios: 0.5598);
+    #   mean best = 4.7625779297869792 / 3 = 1.5875259765956597
+    #   -> per input [1.8771149 / 1.5875260, 2 / 1.5875260, 0] = [1.1824152, 1.2598219, 0].
+    assert m["PSnDCG@1"] == pytest.approx([1, 1, 0], abs=1e-9)
+    assert m["PSnDCG@3"] == pytest.approx([1.1824152371455172, 1.2598219049548167, 0], abs=1e-9)
+    assert summarize(m)["PSnDCG@3"] == 81.41
+
+
+def test_k_larger_than_number_of_labels_and_no_positive_at_all():
     m = per_instance_metrics(np.array([[0], [1]]), labels([set(), set()], 2), ks=(1,), recall_ks=(),
                              propensity=np.array([0.5, 0.5]))
     assert m["PSP@1"].tolist() == m["PSnDCG@1"].tolist() == [0.0, 0.0], "propensity-scored, without positives"
+    truth = labels([{0, 1, 2}], 3)
+    ranked = top_k(np.array([[0.3, 0.2, 0.1]]), 5)
+    m = per_instance_metrics(ranked, truth, ks=(5,), recall_ks=(5,))
+    assert m["P@5"].tolist() == [3 / 5]  # at most 3 hits in 5 slots
+    assert m["nDCG@5"] == pytest.approx([1.0], abs=1e-9)  # IDCG over min(5, 3) positions
+    assert m["R@5"].tolist() == [1.0]
     with pytest.raises(DataError):  # a ranked label that is none
         per_instance_metrics(np.array([[3]]), labels([{0}], 3))
 
@@ -120,13 +196,27 @@ def test_segment_bounds():
     assert segment_of(freq).tolist() == expected
 
 
-def test_macro_f1_leaves_out_a_label_never_predicted_nor_relevant_and_an_empty_segment_is_nan():
+@pytest.fixture
+def f1_example():
     # labels: 0 head, 1 torso, 2 tail, 3 xtail, 4 unseen, 5 xtail but never predicted nor relevant
-    ranked, truth = np.array([[0, 1], [0, 4], [3, -1]]), labels([{0, 2}, {4}, {0, 3}], 6)
     freq = np.array([2000, 500, 50, 5, 0, 3])
-    f1 = assert_f1_as_oracle(ranked, truth, freq, 2)
-    assert f1["xtail"] == 1.0, "label 5 left out: else xtail would be 0.5"
-    assert math.isnan(assert_f1_as_oracle(ranked, truth, freq, 1)["torso"]), "label 1 is not in any top 1"
+    ranked = np.array([[0, 1], [0, 4], [3, -1]])
+    truth = labels([{0, 2}, {4}, {0, 3}], 6)
+    return ranked, truth, freq
+
+
+def test_macro_f1_by_segment_top2_and_top1_leaves_an_empty_segment_nan(f1_example):
+    ranked, truth, freq = f1_example
+    # label 0: predicted for rows 0, 1; relevant for rows 0, 2 -> TP 1, FP 1, FN 1 -> 2/4 = 0.5
+    # label 1: FP 1 -> 0.  label 2: FN 1 -> 0.  label 3: TP 1 -> 1.  label 4: TP 1 -> 1.
+    # label 5: TP + FP + FN = 0 -> left out (else xtail would be 0.5).
+    f1 = macro_f1_by_segment(ranked, truth, freq, k=2)
+    assert f1 == {"head": 0.5, "torso": 0.0, "tail": 0.0, "xtail": 1.0, "unseen": 1.0, "all": 0.5}
+    # top 1: [0], [0], [3]. label 0 as before 0.5; label 1 not counted -> torso nan;
+    # label 2 FN -> 0; label 3 TP -> 1; label 4 FN -> 0 (unseen); all = (0.5 + 0 + 1 + 0) / 4.
+    f1 = macro_f1_by_segment(ranked, truth, freq, k=1)
+    assert math.isnan(f1.pop("torso"))
+    assert f1 == {"head": 0.5, "tail": 0.0, "xtail": 1.0, "unseen": 0.0, "all": 0.375}
 
 
 def reference_top_k(scores, k, exclude):
@@ -138,26 +228,6 @@ def reference_top_k(scores, k, exclude):
 def truth_and_rankings(ranked, truth):
     return [set(truth[i].indices.tolist()) for i in range(truth.shape[0])], [[label for label in row if label >= 0]
                                                                                 for row in ranked.tolist()]
-
-
-def assert_as_oracle(ranked, truth, ks, recall_ks, propensity=None):
-    """Every per-input metric of `ranked` is the oracle's (PSP@k and PSnDCG@k too, given propensities)."""
-    got = per_instance_metrics(ranked, truth, ks, recall_ks, propensity)
-    want = oracle.per_input(*truth_and_rankings(ranked, truth)[::-1], None if propensity is None else 1 / propensity,
-                            ks, recall_ks)
-    assert got.keys() == want.keys()
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12, err_msg=name)
-
-
-def assert_f1_as_oracle(ranked, truth, freq, k):
-    """Macro-F1@k per segment is the oracle's, NaN where it has no label; returns it."""
-    got = macro_f1_by_segment(ranked, truth, freq, k=k)
-    want = oracle.macro_f1(*truth_and_rankings(ranked, truth)[::-1], freq, k=k)
-    assert got.keys() == want.keys()
-    for name, value in got.items():
-        assert math.isnan(value) if want[name] is None else value == pytest.approx(want[name], abs=1e-9), name
-    return got
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -177,8 +247,22 @@ def test_matches_reference_loops_on_random_data(sparse):
     ranked = top_k(scores, k, exclude=exclude)
     assert ranked.tolist() == reference_top_k(scores, k, exclude)
 
-    assert_as_oracle(ranked, truth, (1, 3, 5), (10, 15))
-    assert_f1_as_oracle(ranked, truth, freq, 5)
+    ks, recall_ks = (1, 3, 5), (10, 15)
+    positives, rankings = truth_and_rankings(ranked, truth)
+    got = per_instance_metrics(ranked, truth, ks, recall_ks)
+    want = oracle.per_input(rankings, positives, ks=ks, recall_ks=recall_ks)
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12, err_msg=name)
+
+    got_f1 = macro_f1_by_segment(ranked, truth, freq, k=5)
+    want_f1 = oracle.macro_f1(rankings, positives, freq, k=5)
+    assert got_f1.keys() == want_f1.keys()
+    for name, value in got_f1.items():
+        if want_f1[name] is None:
+            assert math.isnan(value), name
+        else:
+            assert value == pytest.approx(want_f1[name], abs=1e-9), name
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -208,11 +292,29 @@ def test_propensity_scored_metrics_match_pyxclib_semantics_on_random_data(sparse
             assert abs(mean_of_ratios - value) > 1e-3, f"{key}: the data does not tell the definitions apart"
 
 
+@pytest.mark.parametrize("outlier", [False, True])
+def test_sparse_rows_wider_than_k_match_the_reference(outlier):
+    """Rows of 0 to 5k candidates with ties at the k-th score (the cut keeps them all); with an outlier row
+    of every label the padding would exceed 4 cells per candidate, so every candidate is sorted instead."""
+    rng = np.random.default_rng(11)
+    n, width, k = 40, 400, 10
+    dense = np.zeros((n, width))
+    for i in range(n):
+        cols = rng.choice(width, size=rng.integers(0, 5 * k), replace=False)
+        dense[i, cols] = rng.integers(0, 4, size=cols.size) / 4 + 0.25  # four scores: ties at every cut
+    if outlier:
+        dense[0] = rng.integers(1, 4, size=width)
+    scores = sp.csr_matrix(dense)
+    exclude = sp.random(n, width, density=0.05, random_state=rng, format="csr")
+    assert (np.diff(scores.indptr) > k).sum() > n // 2
+    assert top_k(scores, k, exclude=exclude).tolist() == reference_top_k(scores, k, exclude)
+
+
 @pytest.mark.parametrize("pad_limit", [0, 4, 1000])
 def test_every_sorting_path_matches_the_reference(monkeypatch, pad_limit):
     """0: no row is padded, every candidate is sorted together; 1000: every row is padded and sorted on its
     own, its widest rows included; 4: the default, where the sparse scores here (rows of 0 to 60 candidates, one
-    of 300) take the joint sort and the dense ones the padded; most rows hold more than k, tied at the k-th."""
+    of 300) take the joint sort and the dense ones the padded."""
     monkeypatch.setattr(ranking, "_PAD_LIMIT", pad_limit)
     rng = np.random.default_rng(5)
     n, width, k = 60, 300, 7
@@ -222,7 +324,6 @@ def test_every_sorting_path_matches_the_reference(monkeypatch, pad_limit):
         dense[i, cols] = rng.integers(0, 5, size=cols.size) / 5 - 0.5  # ties everywhere, negative scores too
     scores = sp.csr_matrix(dense)
     exclude = sp.random(n, width, density=0.1, random_state=rng, format="csr")
-    assert (np.diff(scores.indptr) > k).sum() > n // 2
     assert top_k(scores, k, exclude=exclude).tolist() == reference_top_k(scores, k, exclude)
     assert top_k(dense, k, exclude=exclude).tolist() == reference_top_k(dense, k, exclude)
 
