@@ -247,3 +247,20 @@ def test_a_bad_device_names_where_it_was_set_int8_is_refused_on_a_gpu_and_an_aut
         resolve_precision("int8", "cuda")
     assert [embed_batch_size("auto", device) for device in ("cuda", "cuda:1", "cpu")] == [1024, 1024, 256]
     assert embed_batch_size(64, "cuda") == 64 and embed_batch_size(64, "cpu") == 64
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the driver files are Linux's")
+def test_auto_device_without_a_gpu_driver_is_the_cpu_before_torch_is_imported(tmp_path):
+    """A stage that only asks for the device (index, memory) must not pay torch's import where no driver is; where
+    one is, the answer is torch's own."""
+    probe = ("import sys\nfrom raexmc.encoder import device\ndevice.GPU_DRIVER_FILES = (sys.argv[1],)\n"
+             "print(device.pick_device('auto'), 'torch' in sys.modules)\n"
+             "import torch\nprint(torch.cuda.is_available())")
+    answers = {}
+    for name, driver in (("none", tmp_path / "missing"), ("present", tmp_path)):
+        run = subprocess.run([sys.executable, "-c", probe, str(driver)], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        answers[name] = run.stdout.split()
+    assert answers["none"][:2] == ["cpu", "False"]
+    torch_sees_a_gpu = answers["present"][2] == "True"
+    assert answers["present"][:2] == ["cuda" if torch_sees_a_gpu else "cpu", "True"]

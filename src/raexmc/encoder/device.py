@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-
-import torch
+import sys
 
 from ..errors import ConfigError
 from ..settings import DEVICE_PATTERN
@@ -14,6 +13,18 @@ from ..settings import DEVICE_PATTERN
 # texts per gradient-free encoder call for `auto`: on one H200, 1024 gave 2.4x the texts/s of 256 on 8-32-token
 # texts (bench/results/embed_speed.json), as fewer, larger calls keep the GPU busy; a CPU gains nothing from it
 AUTO_EMBED_BATCH = {"cuda": 1024, "cpu": 256}
+# What a GPU driver leaves on Linux (NVIDIA's, also in containers; ROCm's; WSL2's bridge): where none is, torch.cuda
+# cannot see a GPU, so a stage that only asks need not import torch (1.5-2.5 s of a small pipeline's stages).
+GPU_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_visible() -> bool:
+    """torch.cuda.is_available(), importing torch only where a GPU driver is present."""
+    if sys.platform == "linux" and not any(os.path.exists(path) for path in GPU_DRIVER_FILES):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def pick_device(requested: str = "auto", path: str | os.PathLike | None = None, key: str | None = None) -> str:
@@ -21,8 +32,8 @@ def pick_device(requested: str = "auto", path: str | os.PathLike | None = None, 
     if not isinstance(requested, str) or not re.fullmatch(DEVICE_PATTERN, requested):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {requested!r}", path, key)
     if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda") and not torch.cuda.is_available():
+        return "cuda" if gpu_visible() else "cpu"
+    if requested.startswith("cuda") and not gpu_visible():
         raise ConfigError(f"device '{requested}' requested but no GPU is visible", path, key)
     return requested
 
@@ -35,6 +46,8 @@ def resolve_precision(precision: str, device: str, path: str | os.PathLike | Non
                           path, key)
     if precision != "auto":
         return precision
+    import torch
+
     if device.startswith("cuda"):
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     # AVX512-BF16 or AMX: bf16 matrix work in hardware (torch exposes no public check)
@@ -49,5 +62,7 @@ def embed_batch_size(setting: int | str, device: str) -> int:
 def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
     if precision == "fp32":
         return contextlib.nullcontext()
+    import torch
+
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=dtype)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import InitVar, dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -159,11 +159,16 @@ class Evaluator:
         truth = self.truth[rows]
         return QueryChunk(rows, truth, self.exclude[rows], propensity_ideals(truth, self.propensity))
 
+    @cached_property
+    def every_query(self) -> QueryChunk:
+        """All queries as one chunk, built once: the tune stage scores hundreds of rankings of the same queries."""
+        return self.chunk(slice(0, self.num_queries))
+
     def totals(self, per_instance: bool = False, ranked: np.ndarray | None = None) -> RankingTotals:
         """A tally of one ranking of every query: empty, or holding `ranked`."""
         totals = RankingTotals(self.num_queries, self.propensity, per_instance)
         if ranked is not None:
-            totals.add(self.chunk(slice(0, self.num_queries)), ranked)
+            totals.add(self.every_query, ranked)
         return totals
 
     def result(self, totals: RankingTotals) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import torch
 
 from ..checks import positive_int
 from .search import Index, as_matrix, power_of_two_rows
@@ -46,6 +45,8 @@ class ExactIndex(Index):
 
     def _scores(self, queries: np.ndarray) -> np.ndarray:
         """A block's similarities to every key through torch's MKL (which numerics pins), not NumPy's OpenBLAS."""
+        import torch  # here: a stage that only builds or loads an index never pays for it
+
         with warnings.catch_warnings():  # read-only memmaps are only read here
             warnings.simplefilter("ignore", UserWarning)
             keys, block = torch.from_numpy(self.keys), torch.from_numpy(queries)
