@@ -119,12 +119,9 @@ def test_the_readme_python_blocks_run_on_a_packaged_model(tmp_path, monkeypatch,
     stages package one (tests/rae/test_predictor.py's build_pipeline): it prints each of the 5 labels' ids, and
     build_model's block builds a model of MiniLM from 24 texts, and fine_tune one of MiniLM trained on them for 2 steps,
     whose first answer is the label they say."""
-    import importlib.util
+    from tests.rae.test_predictor import build_pipeline
 
-    spec = importlib.util.spec_from_file_location("predictor_tests", REPO / "tests" / "rae" / "test_predictor.py")
-    predictor_tests = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(predictor_tests)
-    built = predictor_tests.build_pipeline(tmp_path, lf_folder, tiny_model, "hnsw")
+    built = build_pipeline(tmp_path, lf_folder, tiny_model, "hnsw")
     built.rename(built.parent / "foldoc")
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()  # what building it printed

@@ -12,26 +12,19 @@ import scipy.sparse as sp
 
 from raexmc.memory.indexes import build_memory_indexes
 from tests.helpers import REPO, selection_record
+from tests.helpers import small_project as made_up_project
 
 COLUMNS = ["dataset", "mode", "method", "keep", "compression", "bytes", "P@1", "P@5", "R@100", "latency_ms"]
 
 
 def small_project(root):
-    rng = np.random.default_rng(0)
-    data, artifacts = root / "data" / "tiny", root / "artifacts" / "tiny"
-    for folder in (data, artifacts / "embeddings", artifacts / "tune", root / "bench" / "results"):
-        folder.mkdir(parents=True)
-    (data / "stats.json").write_text(json.dumps({"N_train": 60, "N_test": 10, "L": 20}))
-    sp.save_npz(data / "Y_train.npz", sp.csr_matrix((rng.random((60, 20)) < 0.15).astype(np.float64)))
-    Y_test = sp.csr_matrix((rng.random((10, 20)) < 0.2).astype(np.float64))
-    sp.save_npz(data / "Y_test.npz", Y_test)
-    sp.save_npz(data / "filter_test.npz", sp.csr_matrix((10, 20), dtype=bool))
-    for split, n in (("train", 60), ("labels", 20), ("test", 10)):
-        v = rng.normal(size=(n, 8)).astype(np.float32)
-        np.save(artifacts / "embeddings" / f"{split}.npy", v / np.linalg.norm(v, axis=1, keepdims=True))
-    build_memory_indexes(artifacts / "embeddings", artifacts / "index", "hnsw", M=64, ef_construction=100)
+    """helpers.small_project at 60 inputs and 10 queries, with the index stage's indexes and the tune stage's choice."""
+    data, embeddings = made_up_project(root, n_train=60, n_test=10)
+    artifacts = embeddings.parent
+    build_memory_indexes(embeddings, artifacts / "index", "hnsw", M=64, ef_construction=100)
+    (artifacts / "tune").mkdir()
     (artifacts / "tune" / "selection.json").write_text(json.dumps(selection_record()))
-    return data, artifacts, Y_test
+    return data, artifacts, sp.load_npz(data / "Y_test.npz")
 
 
 def nearest_label_p1(artifacts, Y_test) -> float:

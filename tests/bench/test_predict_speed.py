@@ -3,7 +3,6 @@ given back, the rates the inverse of the per-query times, and the record a run w
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,19 +11,13 @@ from raexmc.data.dataset import Dataset
 from raexmc.memory.merge import RaeRetrieval
 from raexmc.rae.model import RaeModel
 from tests.helpers import REPO, load_module
+from tests.rae.test_predictor import build_pipeline
 
 bench = load_module(REPO / "bench/predict_speed.py")
 
 
-def packaged_project(root, lf_folder, tiny_model):
-    spec = importlib.util.spec_from_file_location("predictor_tests", REPO / "tests/rae/test_predictor.py")
-    predictor_tests = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(predictor_tests)
-    return predictor_tests.build_pipeline(root, lf_folder, tiny_model, "exact")
-
-
 def test_each_variant_is_timed_with_its_own_retrieval_and_recorded(tmp_path, lf_folder, tiny_model, monkeypatch):
-    folder = packaged_project(tmp_path, lf_folder, tiny_model)
+    folder = build_pipeline(tmp_path, lf_folder, tiny_model, "exact")
     packaged, seen = RaeModel.load(folder / "predictor"), []
     original = RaeModel.predict
 
