@@ -27,8 +27,7 @@ def main(out: Path = typer.Option(..., help="Dataset folder to write, e.g. data/
                    f"inputs without labels (kept): {empty['train']} of {stats['N_train']} train, "
                    f"{empty['test']} of {stats['N_test']} test", err=True)
         run.metrics(stats)
-        run.artifact(out / "stats.json")
-        run.artifact(out / "source.json")
+        run.artifact(out / "stats.json", out / "source.json")
 
 
 if __name__ == "__main__":

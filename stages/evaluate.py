@@ -69,8 +69,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             write_scores(scores, result["scores"])
         # a timing goes to MLflow alone: in an output file it would change the file, and dvc.lock, every run
         run.metrics({**metrics, "retrieval": {**metrics["retrieval"], "queries_per_s": queries_per_s}})
-        for name in LOGGED:
-            run.artifact(out / name)
+        run.artifact(*(out / name for name in LOGGED))
 
 if __name__ == "__main__":
     stage_cli(main, __doc__)

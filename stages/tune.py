@@ -69,8 +69,7 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
             write_json(folder / QUERY_LAMBDA_FILE, {**query_lambda.to_json(), "fit": fit})
             write_json(folder / CHOICE_FILE, {"keep": chosen.keep, "prototypes": chosen.prototypes})
         run.metrics(choice_metrics(selection, fit))
-        for name in (SELECTION_FILE, QUERY_LAMBDA_FILE, CHOICE_FILE):
-            run.artifact(out / name)
+        run.artifact(*(out / name for name in (SELECTION_FILE, QUERY_LAMBDA_FILE, CHOICE_FILE)))
         typer.echo(choice_line(selection, fit, query_lambda.fallback), err=True)
 
 

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterable
+from modulefinder import ModuleFinder
 from pathlib import Path
 
 import pytest
@@ -44,15 +45,7 @@ def stage_script(stage: dict) -> Path:
     return REPO / match.group(0)
 
 
-def module_file(name: str, src: Path) -> Path | None:
-    """The file of module `name` under `src` (a module file or a package's __init__.py)."""
-    base = src.joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
+# test_layers.py reads the import statements of each module with it
 def imported_names(path: Path, module: str | None) -> set[str]:
     """Dotted names every import statement of `path` may load, anywhere in the file (`from a import b`: a and a.b,
     as b may be a submodule); `module` is the file's own dotted name (None for a script), for relative imports."""
@@ -74,33 +67,15 @@ def imported_names(path: Path, module: str | None) -> set[str]:
     return names
 
 
-def with_parents(name: str) -> list[str]:
-    """`name` and the packages that importing it loads first: a.b.c -> a, a.b, a.b.c."""
-    parts = name.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
-
-
 def static_files(script: Path, src: Path, package: str = PACKAGE, start: Iterable[str] = ()) -> set[Path]:
-    """Files of the `package` modules that `script` (and the modules `start`) import, transitively."""
-    seen_modules = set(start)
-    pending = [(script, None)] + [(module_file(name, src), name) for name in seen_modules]
-    files = set()
-    while pending:
-        path, module = pending.pop()
-        files.add(path)
-        for name in imported_names(path, module):
-            if name.split(".")[0] != package:
-                continue
-            for part in with_parents(name):
-                found = module_file(part, src)
-                if found is None:  # an attribute (`from pkg.mod import function`), not a module
-                    assert part != package, f"package {package} not found under {src}"
-                    continue
-                if part not in seen_modules:
-                    seen_modules.add(part)
-                    pending.append((found, part))
-    files.discard(script)
-    return files
+    """Files of the `package` modules under `src` that `script` (and the modules `start`) import, transitively: the
+    stdlib's modulefinder reads every import statement, lazy and relative ones too, and runs none."""
+    finder = ModuleFinder(path=[str(src)])
+    finder.run_script(str(script))
+    for name in start:
+        finder.import_hook(name)
+    return {Path(module.__file__) for name, module in finder.modules.items()
+            if name.split(".")[0] == package and module.__file__}
 
 
 def loaded_modules(script: Path) -> dict[str, Path]:

@@ -13,15 +13,19 @@ import pytest
 from tests.helpers import REPO, make_lf_folder, small_filesystem, write_params
 
 
-@pytest.fixture
-def project(tmp_path) -> Path:
+def new_project(root: Path) -> Path:
     """A DVC project folder whose params point the download stage at the tiny LF dataset."""
-    folder = tmp_path / "project"
+    folder = root / "project"
     (folder / ".dvc").mkdir(parents=True)
-    lf = make_lf_folder(tmp_path / "lf")
+    lf = make_lf_folder(root / "lf")
     write_params(folder, **{"data.name": "tiny", "data.xc_repo_url": "unused",
                             "datasets.tiny": {"source": "local", "path": str(lf)}})
     return folder
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    return new_project(tmp_path)
 
 
 def download_command(out: Path) -> list[str]:
@@ -52,11 +56,13 @@ def assert_store_refused(project: Path, store: Path, prefix: tuple[str, ...] = (
     return line
 
 
-def real_store(project: Path, tmp_path: Path, monkeypatch) -> Path:
-    """A store the real stage made, with its tables."""
-    store_at(tmp_path / "whole.db", monkeypatch)
-    assert download(project, tmp_path / "first").returncode == 0
-    return tmp_path / "whole.db"
+@pytest.fixture(scope="module")
+def whole_store(tmp_path_factory) -> Path:
+    """A store the real stage made, with its tables (a test breaks a copy of it)."""
+    root = tmp_path_factory.mktemp("whole")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'whole.db'}"}
+    subprocess.run(download_command(root / "first"), cwd=new_project(root), env=env, check=True, capture_output=True)
+    return root / "whole.db"
 
 
 def as_owner_without_privileges() -> tuple[str, ...]:
@@ -71,7 +77,7 @@ def as_owner_without_privileges() -> tuple[str, ...]:
 
 @pytest.mark.parametrize("broken, reason", [("random bytes", "(file is not a database)"), ("a folder", ""),
                                             ("truncated", ""), ("unreadable", "(Permission denied)")])
-def test_a_store_that_is_no_database_or_unreadable_is_one_line(project, tmp_path, monkeypatch, broken, reason):
+def test_a_store_that_is_no_database_or_unreadable_is_one_line(project, whole_store, monkeypatch, broken, reason):
     """Truncated: the first pages of a real store, where SQLite finds its header but not its tables' pages."""
     store, prefix = project / "mlflow.db", as_owner_without_privileges() if broken == "unreadable" else ()
     if broken == "random bytes":
@@ -79,9 +85,9 @@ def test_a_store_that_is_no_database_or_unreadable_is_one_line(project, tmp_path
     elif broken == "a folder":
         store.mkdir()
     elif broken == "truncated":
-        store.write_bytes(real_store(project, tmp_path, monkeypatch).read_bytes()[:8192])
+        store.write_bytes(whole_store.read_bytes()[:8192])
     else:
-        store = real_store(project, tmp_path, monkeypatch)
+        shutil.copy(whole_store, store)
         store.chmod(0)
     store_at(store, monkeypatch)
     assert reason in assert_store_refused(project, store, prefix)
@@ -114,18 +120,17 @@ def test_a_full_disk_is_one_line_naming_the_output_or_the_store(project, monkeyp
     assert not (project / "data" / "tiny").exists()
 
 
-def test_a_store_that_fills_the_disk_while_logging_is_one_line(project, tmp_path, monkeypatch):
+def test_a_store_that_fills_the_disk_while_logging_is_one_line(project, whole_store, monkeypatch):
     """A real store with its tables, copied onto a small disk that is then filled: the stage runs, and the
     store fails when the metrics are logged. MLflow logs the SQLAlchemy error with its traceback and raises
     it again as an MlflowException, which went past the store check: 589 lines."""
     prefix = on_small_disk("2m")
-    whole = real_store(project, tmp_path, monkeypatch)
     full = project / "full"
     full.mkdir()
     store = full / "mlflow.db"
     store_at(store, monkeypatch)
     fill = 'cp "$1" "$0/mlflow.db" && { dd if=/dev/zero of="$0/filler" bs=4k 2>/dev/null; shift; exec "$@"; }'
-    proc = subprocess.run([*prefix, str(full), "sh", "-c", fill, str(full), str(whole),
+    proc = subprocess.run([*prefix, str(full), "sh", "-c", fill, str(full), str(whole_store),
                            *download_command(project / "data" / "tiny")], cwd=project, capture_output=True,
                           text=True)
     assert "Traceback" not in proc.stderr and " ERROR mlflow." not in proc.stderr, proc.stderr[-3000:]

@@ -67,12 +67,7 @@ def test_the_run_logs_of_each_t_test_its_difference_interval_and_log10_p_and_the
     assert json.loads((tmp_path / "significance.json").read_text())["rae_vs_knn"]["P@1"] == TEST, "the file keeps all"
     assert len(lines) <= 12, lines
     assert lines[0] == "λ = 0.1, τ = 0.2 (lambda and tau chosen on validation P@1); retrieval joint; kNN τ = 0.07"
-    rows = {line.split()[0]: line.split()[1:] for line in lines[1:5]}
-    assert rows["method"][:5] == ["P@1", "P@5", "nDCG@5", "PSP@5", "R@100"]
-    assert rows["rae"][:5] == ["52.30", "24.10", "40.50", "30.25", "79.80"]
-    assert rows["dual_encoder"][:5] == ["36.80", "15.50", "32.90", "29.40", "59.00"]
-    assert rows["knn"][:5] == ["48.40", "22.60", "40.40", "21.40", "71.20"]
-    assert lines[-2] == "rae vs knn: P@1 +15.50 (p 7.2e-31)"
+    # the table's rows and tests, as summary() writes them: test_results.py's `raexmc results` test
     experiment = MlflowClient(tracking_uri()).get_experiment_by_name(EXPERIMENT).experiment_id
     view = f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?viewStateShareKey=headline"
     assert lines[-1] == f"MLflow (`mlflow ui`): {view}"  # the view the UI test opens

@@ -235,8 +235,9 @@ class StageRun:
         now = int(time.time() * 1000)  # when the stage had them, not when the journal is written
         self._log(metrics=[[name, value, now, step] for name, value in stage_metrics(self.stage, values).items()])
 
-    def artifact(self, path: str | os.PathLike) -> None:
-        self._log(artifact=self.journal.keep(path), under=self.stage)
+    def artifact(self, *paths: str | os.PathLike) -> None:
+        for path in paths:
+            self._log(artifact=self.journal.keep(path), under=self.stage)
 
     def dataset(self, folder: Path, name: str, context: str) -> None:
         """The dataset folder as the run's dataset input (the store keeps one of each)."""
