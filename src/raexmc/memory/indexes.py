@@ -36,7 +36,7 @@ def resolve_backend(setting: str, key_count: int, device: str = "cpu") -> str:
 
 def search_device(search: SearchSettings) -> str:
     """`search.device` as a torch device (auto: the GPU if one is visible), or ConfigError naming the key."""
-    from ..encoder.device import pick_device  # imports torch: only the stages that search need it
+    from ..encoder.device import pick_device  # torch only where a GPU driver is (device.gpu_visible)
 
     return pick_device(search.device, PARAMS_FILE, "search.device")
 
