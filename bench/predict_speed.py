@@ -294,7 +294,7 @@ def main(name: str = "foldoc", root: Path = Path("."), queries: int = 1024, batc
         "dataset": name, "command": rerun_command(),
         "queries": len(texts), "batch_size": batch_size, "repeats": repeats, "cpus": os.cpu_count(),
         "packaged": {"retrieval": settings.retrieval.mode, "label_share": settings.retrieval.label_share,
-                     "lambda": settings.lam if not settings.per_query else "per query", "tau": settings.tau,
+                     "lambda": settings.lam, "tau": settings.tau,
                      "b": settings.b},
         "variants": measure(model, texts, [float(s) for s in shares.split(",")], batch_size, repeats),
     }

@@ -347,8 +347,6 @@ PEER_ROWS = (  # (label, {dataset: the start of a results_table.json row's name,
                                                 "wordnet-hyper": "wordnet-hyper_fine-tuned-gpu: RAE λ=0.5"}),
     ("fine-tuned RAE, auto λ, trained on a 2-core CPU", {d: f"{d}_fine-tuned-auto-cpu: RAE auto"
                                                          for d in PEER_DATASETS}),
-    ("fine-tuned RAE, per-query λ, the same CPU runs", {d: f"{d}_fine-tuned-auto-cpu: RAE per-query"
-                                                        for d in PEER_DATASETS}),
     *((f"fine-tuned {label}", {"foldoc": f"foldoc_ablation-full: {label}",
                                "wordnet": f"wordnet_fine-tuned-gpu: {label}",
                                "wordnet-hyper": f"wordnet-hyper_fine-tuned-gpu: {label}"})
@@ -356,7 +354,6 @@ PEER_ROWS = (  # (label, {dataset: the start of a results_table.json row's name,
     ("zero-shot RAE λ=0.5", {"foldoc": ("foldoc_zero-shot-auto", "rae"), "wordnet": ("wordnet_zero-shot", "rae"),
                              "wordnet-hyper": "wordnet-hyper_zero-shot-gpu: RAE λ=0.5"}),
     ("zero-shot RAE, auto λ (tune stage)", {d: f"{d}_zero-shot-auto: RAE auto" for d in PEER_DATASETS}),
-    ("zero-shot RAE, per-query λ", {d: f"{d}_zero-shot-auto: RAE per-query" for d in PEER_DATASETS}),
     *((f"{peer} (TF-IDF)", {d: peer for d in PEER_DATASETS}) for peer in (
         "omikuji Bonsai-like", "PECOS XR-Linear", "omikuji Parabel-like", "napkinXC PLT")),
 )

@@ -1,8 +1,8 @@
-"""Score the packaged model, the folder `raexmc predict` and `raexmc serve` load, on the test set through its own
-search and scoring: RAE at the settings it holds, its λ and b sweeps, RAE with the tune stage's per-query λ and
-optionally OvA+kNN; the dual encoder and kNN (at its own τ where tune chose one) search the index stage's indexes,
-each at its own depth. A chunk of test inputs at a time is measured, so memory does not grow with them. Writes
-metrics.json, per-instance metrics and plots, and with --scores each method's top-100 scores (score files)."""
+"""Score the packaged model, the folder `raexmc predict` and `raexmc serve` load, on the test set through its own search
+and scoring: RAE at the settings it holds, its λ and b sweeps and optionally OvA+kNN; the dual encoder and kNN (at
+its own τ where tune chose one) search the index stage's indexes, each at its own depth. A chunk of test inputs at a
+time is measured, so memory does not grow with them. Writes metrics.json, per-instance metrics and plots, and with
+--scores each method's top-100 scores (score files)."""
 
 from raexmc.numerics import pin_cpu_kernels
 
@@ -24,13 +24,12 @@ from raexmc.memory.keys_values import memory_keys
 from raexmc.pipeline.evaluation_folder import LOGGED, write_evaluation, write_scores
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.model import RaeModel
-from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
          index: Path = typer.Option(..., help="Index folder written by the index stage."),
-         tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
+         tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json."),
          predictor: Path = typer.Option(..., help="Model folder written by the package stage: the model measured."),
          out: Path = typer.Option(..., help="Evaluation folder to write."),
          scores: Path = typer.Option(None, help="Folder to write each method's test-set top-100 scores to, "
@@ -48,7 +47,6 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         device = search_device(p.search)  # where an exact index searches; a graph searches on the CPU
         rae = RaeModel.load(predictor, device, needs=("search",))
         served = served_model(predictor, rae, device)  # on the CPU, where a GPU's exact search is not the served one
-        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, rae.settings.tau, rae.settings.b)
         queries = np.asarray(load_embeddings(embeddings, "test"), dtype=np.float32)
         if len(queries) != data.size("test"):
             raise DataError(f"{len(queries)} test embeddings for {data.size('test')} test inputs: rerun embed",
@@ -56,8 +54,8 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         keys = memory_keys(embeddings) if memory_backend(index) == "exact" else None  # that backend keeps none
         baselines = load_joint_search(index, keys, p.infer.ef_search, device=device)
         measured, result, queries_per_s = measure_model(
-            rae, data, queries, p, propensity, knn_tau=selection.knn_tau, query_lambda=query_lambda,
-            baselines=baselines, served=served, chunk=chunk or None, progress=True, keep_scores=scores is not None)
+            rae, data, queries, p, propensity, knn_tau=selection.knn_tau, baselines=baselines,
+            served=served, chunk=chunk or None, progress=True, keep_scores=scores is not None)
         del baselines, keys, rae, served  # the indexes, before the outputs are written
         chosen = {"lambda": selection.lam, "tau": selection.tau, "metric": selection.metric, "auto": selection.auto}
         run.params({"selection": {**chosen, "retrieval": selection.retrieval,

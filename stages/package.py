@@ -2,7 +2,7 @@
 with the encoder, RAE's two indexes (the memory stage's own where it has them, else the index stage's; HNSW
 graphs built here where the index stage kept exact ones for a GPU: rae/packaging.py), the values and member
 counts of the memory RAE searches (memory.keep, method, prior), the labels' own ids and texts, the λ, τ and
-retrieval the tune stage chose (its per-query λ model where `infer.query_lambda` is true) and a model card.
+retrieval the tune stage chose and a model card.
 `raexmc predict` and `raexmc serve` load it (the track stage registers it once evaluate has measured it)."""
 
 from raexmc.numerics import pin_cpu_kernels
@@ -20,22 +20,19 @@ from raexmc.evaluation.selection_file import read_selection
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
 from raexmc.rae.model import RaeSettings
 from raexmc.rae.packaging import package_model
-from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          model: Path = typer.Option(..., help="Encoder folder written by the train stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder (keys, for an exact index)."),
          index: Path = typer.Option(..., help="Index folder written by the index stage."),
-         tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json and query_lambda.json."),
+         tune: Path = typer.Option(..., help="Folder with the tune stage's selection.json."),
          memory: Path = typer.Option(..., help="Memory folder written by the memory stage (RAE's input keys)."),
          out: Path = typer.Option(..., help="Model folder to write."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     with tracked_stage("package", params) as (p, _):
         selection, b = read_selection(tune), p.infer.b
-        query_lambda = read_query_lambda(tune / QUERY_LAMBDA_FILE, selection.tau, b)
-        lam = query_lambda if p.infer.query_lambda else selection.lam
-        settings = RaeSettings(lam, selection.tau, b, selection.rae_retrieval)
+        settings = RaeSettings(selection.lam, selection.tau, b, selection.rae_retrieval)
         # the package's version, not the git commit: a commit in the folder would change it at every commit, and a
         # fresh clone's repro could not give the lock's bytes back (the MLflow run carries the commit)
         about = {"dataset": dataset.name, "raexmc": raexmc.__version__,

@@ -2,8 +2,7 @@
 `infer.tau` auto, the best of the grid by `infer.auto_metric` (widened past a chosen edge); with numbers, those.
 It also chooses, where they say auto, the retrieval (joint or split) and a split's label share, the memory's keep
 (`memory.keep`) and its label prototypes' α (`memory.prototypes`), each with λ and τ chosen afresh, and kNN's own τ.
-Writes selection.json (the choice and every validation curve, which evaluate and package read), query_lambda.json
-(the per-query λ model fitted on the same validation retrieval, or the chosen λ where it does not beat it) and
+Writes selection.json (the choice and every validation curve, which evaluate and package read) and
 memory_choice.json (the keep and α the memory stage builds). It prints one line: the choice and the validation
 value of each alternative, named in full."""
 
@@ -19,7 +18,6 @@ from raexmc.data.dataset import Dataset
 from raexmc.evaluation.choice_report import choice_line, choice_metrics
 from raexmc.evaluation.memory_choice import MemoryTuning, choose_keep
 from raexmc.evaluation.propensity import chosen_propensity
-from raexmc.evaluation.query_lambda_fit import fit_on_selection
 from raexmc.evaluation.selection import select_knn
 from raexmc.evaluation.selection_file import SELECTION_FILE, write_selection
 from raexmc.evaluation.tune_settings import TuneSettings
@@ -28,14 +26,12 @@ from raexmc.io import atomic_dir, write_json
 from raexmc.memory.indexes import backend_for, search_device
 from raexmc.memory.input_memory import CHOICE_FILE, MemorySettings
 from raexmc.pipeline.tracking.stage import stage_cli, tracked_stage
-from raexmc.rae.query_lambda import QUERY_LAMBDA_FILE
 from raexmc.settings import AUTO
 
 
 def main(dataset: Path = typer.Option(..., help="Dataset folder written by the download stage."),
          embeddings: Path = typer.Option(..., help="Embeddings folder written by the embed stage."),
-         out: Path = typer.Option(..., help="Folder to write selection.json, query_lambda.json and "
-                                            "memory_choice.json into."),
+         out: Path = typer.Option(..., help="Folder to write selection.json and memory_choice.json into."),
          params: Path = typer.Option(Path("params.yaml"), help="Parameters file.")) -> None:
     with tracked_stage("tune", params) as (p, run):
         settings, device = TuneSettings.from_settings(p), search_device(p.search)
@@ -59,18 +55,16 @@ def main(dataset: Path = typer.Option(..., help="Dataset folder written by the d
         tuning = MemoryTuning(embeddings, folds, settings, propensity_ab, memory_at, backend, prototypes, device)
         retrieval, selection = tuning.at(keep) if grid is None else choose_keep(tuning, grid)
         chosen = memory_at(keep if selection.keep is None else selection.keep, selection.prototypes)
-        query_lambda, fit = fit_on_selection(retrieval, settings, selection, propensity_ab)
         # kNN searches every training input: the chosen memory's search is kNN's where it keeps them all, deep enough
         selection = selection.with_(baselines={"knn": select_knn(
             lambda depth: retrieval if chosen.full and retrieval.b >= depth else tuning.full_memory(depth),
             settings, propensity_ab)})
         with atomic_dir(out) as folder:
             write_selection(folder, selection)
-            write_json(folder / QUERY_LAMBDA_FILE, {**query_lambda.to_json(), "fit": fit})
             write_json(folder / CHOICE_FILE, {"keep": chosen.keep, "prototypes": chosen.prototypes})
-        run.metrics(choice_metrics(selection, fit))
-        run.artifact(*(out / name for name in (SELECTION_FILE, QUERY_LAMBDA_FILE, CHOICE_FILE)))
-        typer.echo(choice_line(selection, fit, query_lambda.fallback), err=True)
+        run.metrics(choice_metrics(selection))
+        run.artifact(*(out / name for name in (SELECTION_FILE, CHOICE_FILE)))
+        typer.echo(choice_line(selection), err=True)
 
 
 if __name__ == "__main__":

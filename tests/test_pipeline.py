@@ -55,8 +55,7 @@ def test_repro_runs_the_whole_dag_warns_of_nothing_and_ends_with_its_headline(re
                  "artifacts/tiny/eval/metrics.json", "artifacts/tiny/eval/per_instance.npz",
                  "artifacts/tiny/scores/rae.npz", "artifacts/tiny/model/sentence_bert_config.json",
                  "artifacts/tiny/significance.json",
-                 "artifacts/tiny/predictor/settings.json", "artifacts/tiny/tune/selection.json",
-                 "artifacts/tiny/tune/query_lambda.json"):
+                 "artifacts/tiny/predictor/settings.json", "artifacts/tiny/tune/selection.json"):
         assert (project / path).is_file(), path
     encoder_settings = json.loads((project / "artifacts/tiny/model/sentence_bert_config.json").read_text())
     assert encoder_settings == {"max_seq_length": 16, "do_lower_case": False}, "the token cache's input max length"
@@ -70,8 +69,6 @@ def test_repro_runs_the_whole_dag_warns_of_nothing_and_ends_with_its_headline(re
     assert chosen["auto"] == {"lambda": True, "tau": False, "retrieval": True, "label_share": True}  # the defaults
     assert (packaged["lambda"], packaged["tau"]) == (evaluated["lambda"], evaluated["tau"]) == (chosen["lambda"], 0.04)
     assert changed_stages(project) == set()  # dvc.yaml's metrics rows: test_dvc_s_metrics_and_plots_views_...
-    assert "rae_query_lambda" in json.loads((project / "artifacts/tiny/eval/metrics.json").read_text())
-    assert "rae_query_lambda_vs_rae" in json.loads((project / "artifacts/tiny/significance.json").read_text())
 
     client = MlflowClient(reproduced_once.store)
     runs = client.search_runs([client.get_experiment_by_name("rae-xmc").experiment_id])
@@ -111,9 +108,7 @@ def test_repro_runs_the_whole_dag_warns_of_nothing_and_ends_with_its_headline(re
     params = YAML().load(project / "params.yaml")
     del params["unrelated"]  # gone before a stage runs: the settings refuse a key they do not know
     YAML().dump(params, project / "params.yaml")
-    set_params(project, **{"infer.query_lambda": True})
-    assert changed_stages(project) == {"package"}, "the per-query λ switch only repackages"
-    set_params(project, **{"infer.query_lambda": False, "infer.lambda": 0.3})
+    set_params(project, **{"infer.lambda": 0.3})
     assert changed_stages(project) == {"tune"}, "λ reruns the choice (then evaluate and package), nothing before it"
     set_params(project, **{"infer.lambda": "auto", "infer.b": 100})
     # b is the packaged model's: evaluate reruns after package, on the folder it measures
@@ -475,7 +470,7 @@ def test_dvc_s_metrics_and_plots_views_of_a_reproduced_project(reproduced_projec
     bars = specs["artifacts/tiny/eval/segments_f1.json"]
     assert bars["mark"]["type"] == "bar" and bars["encoding"]["x"]["type"] == "nominal"
     assert bars["encoding"]["color"]["field"] == bars["encoding"]["xOffset"]["field"] == "method"
-    assert {row["method"] for row in bars["data"]["values"]} == {"rae", "dual_encoder", "knn", "rae_query_lambda"}
+    assert {row["method"] for row in bars["data"]["values"]} == {"rae", "dual_encoder", "knn"}
     dvc("plots", "show", "--out", str(tmp_path / "html"), cwd=project)
     assert "segments_f1" in (tmp_path / "html" / "index.html").read_text()
 

@@ -173,7 +173,6 @@ class InferSettings(Section):
     b_sweep: grid(AtLeast1)
     relevance: Relevance
     ova_knn: bool
-    query_lambda: bool
 
 
 class EvaluateSettings(Section):

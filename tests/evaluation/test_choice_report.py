@@ -18,25 +18,22 @@ RECORD = selection_record(keep=0.5, keep_curve=KEEP_CURVE, validation=VALIDATION
                           baselines={"knn": {"tau": 0.02, "auto": {"tau": True},
                                              "validation": [{"tau": 0.02, "P@1": 0.4}]}})
 SELECTION = Selection.model_validate(RECORD)
-FIT = {"uses_model": False, "cv_gain": -0.01}
 
 
 def test_the_metrics_hold_the_choice_its_curve_by_point_and_knns_tau_and_the_line_names_each_alternative():
-    assert choice_metrics(SELECTION, FIT) == {
+    assert choice_metrics(SELECTION) == {
         **{k: v for k, v in RECORD.items() if k not in ("validation", "keep_curve", "baselines")},
         "keep_curve": {"0.5": {k: v for k, v in KEEP_CURVE[0].items() if k != "keep"},
                        "1": {k: v for k, v in KEEP_CURVE[1].items() if k != "keep"}},
-        "baselines": {"knn": {"tau": 0.02, "auto": {"tau": True}}},
-        "query_lambda": {"uses_model": 0, "cv_gain": -0.01}}
-    assert choice_line(SELECTION, FIT, 0.5) == (
+        "baselines": {"knn": {"tau": 0.02, "auto": {"tau": True}}}}
+    assert choice_line(SELECTION) == (
         "tune chose keep 0.5 joint λ 0.5 τ 0.04 (validation P@1 0.61; split share 0.25 λ 0.3 τ 0.04: 0.59; "
-        "keep 1 split share 0.25 λ 0.3 τ 0.1: 0.6; fixed joint λ 0.5 τ 0.04: 0.58); kNN τ 0.02; "
-        "per-query λ falls back to 0.5")
+        "keep 1 split share 0.25 λ 0.3 τ 0.1: 0.6; fixed joint λ 0.5 τ 0.04: 0.58); kNN τ 0.02")
     split = Selection.model_validate(selection_record(
         retrieval="split", label_share=0.25, prototypes=0.3, fixed_label_share=0.5,
         validation=[{"lambda": 0.5, "tau": 0.04, "label_share": 0.25, "P@1": 0.61}],
         prototypes_curve=[{"prototypes": 0.0, "lambda": 0.1, "tau": 0.02, "label_share": 0.5, "P@1": 0.57},
                           {"prototypes": 0.3, "lambda": 0.5, "tau": 0.04, "label_share": 0.25, "P@1": 0.61}]))
-    assert choice_line(split, {**FIT, "uses_model": True}, 0.5) == (
+    assert choice_line(split) == (
         "tune chose α 0.3 split share 0.25 λ 0.5 τ 0.04 (validation P@1 0.61; α 0 split share 0.5 λ 0.1 τ 0.02: 0.57; "
-        "fixed split share 0.5 λ 0.5 τ 0.04: 0.58); kNN τ 0.04; per-query λ a model")
+        "fixed split share 0.5 λ 0.5 τ 0.04: 0.58); kNN τ 0.04")

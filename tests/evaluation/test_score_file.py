@@ -22,7 +22,7 @@ from raexmc.rae.ranking import top_k
 from test_propensity import evaluate_tiny
 from tests.helpers import make_ngame_folder, raexmc, write_jsonl_gz
 
-METHODS = ("rae", "dual_encoder", "knn", "rae_query_lambda")
+METHODS = ("rae", "dual_encoder", "knn")
 TESTED = ("P@1", "P@5", "PSP@5", "R@100")
 
 

@@ -52,7 +52,7 @@ def test_table_rows_and_tests_knn_s_own_tau_a_split_s_label_share_an_underflowed
     # missing outputs, or outputs of no method, are one line
     for metrics, line in ((None, "not found: run `dvc repro` (or the evaluate and significance stages) first"),
                           ({"retrieval": {"depth": 200}},
-                           "holds none of the methods rae, rae_query_lambda, dual_encoder, knn")):
+                           "holds none of the methods rae, dual_encoder, knn")):
         folder = tmp_path / ("c" if metrics is None else "d")
         if metrics is not None:
             (folder / "run" / "eval").mkdir(parents=True)
@@ -240,7 +240,7 @@ def metrics_entry(base: float) -> dict:
 
 def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_and_of_p_values_as_text(tmp_path):
     metrics = {"rae": metrics_entry(50), "dual_encoder": metrics_entry(30), "knn": {**metrics_entry(40), "tau": 0.2},
-               "rae_query_lambda": metrics_entry(51), "selection": {"lambda": 0.3, "tau": 0.04, "metric": "P@1"},
+               "ova_knn": metrics_entry(51), "selection": {"lambda": 0.3, "tau": 0.04, "metric": "P@1"},
                "retrieval": {"depth": 200}, "memory": {"keep": 1.0}}
     assert method_rows(metrics) == {
         "rae": {"P@1": 50, "P@5": 51, "nDCG@5": 52, "PSP@5": 53, "R@100": 54, "lambda": 0.3, "tau": 0.04},
@@ -252,7 +252,7 @@ def test_rae_and_its_baselines_each_get_a_row_of_five_metrics_and_of_p_values_as
     report = {"rae_vs_dual_encoder": {"P@1": {"p_value": 3.14e-12, "log10_p": -11.503},
                                       "R@100": {"p_value": 0.0, "log10_p": -616.4}},
               "rae_vs_knn": {"P@1": {"p_value": 0.5, "log10_p": -0.301}, "R@100": {"p_value": 1.0, "log10_p": 0.0}},
-              "rae_query_lambda_vs_rae": {"P@1": {"p_value": 1.0, "log10_p": 0.0}}}
+              "rae_vs_other": {"P@1": {"p_value": 1.0, "log10_p": 0.0}}}
     rows = p_value_rows(report)
     assert rows == {"rae_vs_dual_encoder": {"P@1": "3.1e-12", "R@100": "4.0e-617"},
                     "rae_vs_knn": {"P@1": "5.0e-01", "R@100": "1.0e+00"}}

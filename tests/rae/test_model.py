@@ -16,7 +16,6 @@ from raexmc.memory.hnsw import build_hnsw
 from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import save_index
 from raexmc.rae.model import RaeModel, RaeSettings
-from raexmc.rae.query_lambda import FEATURES, QueryLambda
 from raexmc.rae.reference import reference_scores
 from tests.helpers import reseal, softmax_error
 
@@ -41,7 +40,7 @@ def expected(lam: float = LAM, counts: np.ndarray | None = None) -> np.ndarray:
 
 
 def model(retrieval: RaeRetrieval = RaeRetrieval(), log_counts: np.ndarray | None = None,
-          lam: float | QueryLambda = LAM, search: JointSearch | None = None) -> RaeModel:
+          lam: float = LAM, search: JointSearch | None = None) -> RaeModel:
     return RaeModel(Y, RaeSettings(lam, TAU, B, retrieval), log_counts,
                     JointSearch(ExactIndex(X), ExactIndex(Z)) if search is None else search)
 
@@ -58,42 +57,28 @@ def test_top_k_ranks_the_scores_best_first_and_pads_what_no_key_reaches():
     assert (labels == -1).any(), "some query reaches fewer than 3 labels"
 
 
-def per_query_lambda() -> QueryLambda:
-    """A λ model whose seeded weights pick different λ for different queries of Q."""
-    width = len(FEATURES)
-    return QueryLambda(np.array([0.0, 0.5, 1.0]), 0.5, TAU, B, np.zeros(width), np.ones(width),
-                       np.random.default_rng(0).normal(size=(3, 1 + width)))
-
-
 def hnsw_search() -> JointSearch:
     return JointSearch(*(build_hnsw(keys, M=8, ef_construction=50, threads=1, progress=False) for keys in (X, Z)))
 
 
 @pytest.mark.parametrize("search", ["exact", "hnsw"])
-@pytest.mark.parametrize(("retrieval", "prior", "lam"), [(RaeRetrieval(), False, LAM),
-                                                         (RaeRetrieval("split", 0.25), True, LAM),
-                                                         (RaeRetrieval(), True, "per-query")])
-def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieval, prior, lam):
+@pytest.mark.parametrize(("retrieval", "prior"), [(RaeRetrieval(), False), (RaeRetrieval("split", 0.25), True),
+                                                  (RaeRetrieval(), True)])
+def test_a_saved_model_loads_back_scoring_identically(tmp_path, search, retrieval, prior):
     """Wherever it moved, at its saved beam."""
-    lam = per_query_lambda() if lam == "per-query" else lam
-    saved = model(retrieval, np.log(COUNTS.astype(np.float64)) if prior else None, lam,
-                  hnsw_search() if search == "hnsw" else None)
+    saved = model(retrieval, np.log(COUNTS.astype(np.float64)) if prior else None,
+                  search=hnsw_search() if search == "hnsw" else None)
     if search == "hnsw":
         saved.search.inputs.ef_search = saved.search.labels.ef_search = 7
     saved.save(tmp_path / "model")
     shutil.move(tmp_path / "model", tmp_path / "moved")  # nothing inside points back at where it was saved
     loaded = RaeModel.load(tmp_path / "moved", needs=())
-    assert loaded.settings.retrieval == retrieval and loaded.settings.per_query == (lam != LAM)
+    assert loaded.settings.retrieval == retrieval
     if search == "hnsw":
         assert (loaded.search.inputs.ef_search, loaded.search.labels.ef_search) == (7, 7)
     np.testing.assert_array_equal(loaded.scores_for(Q).toarray(), saved.scores_for(Q).toarray())
     for got, want in zip(loaded.top_k(Q, 2), saved.top_k(Q, 2)):
         np.testing.assert_array_equal(got, want)
-    if lam != LAM:  # each query mixed at the λ the model picks from its keys' features
-        chosen = lam.lambdas(*saved.retrieve(Q), Y)
-        assert len(set(chosen)) > 1, "the λ model picks different λ for these queries"
-        want = [expected(value, COUNTS)[q] for q, value in enumerate(chosen)]
-        np.testing.assert_allclose(loaded.scores_for(Q).toarray(), want, rtol=0, atol=SCORE_ERROR)
 
 
 def test_a_bare_scoring_model_saves_without_search_encoder_or_labels_with_its_model_card(tmp_path):
@@ -149,7 +134,7 @@ def test_bad_models_and_folders_are_refused_naming_what(tmp_path):
 @pytest.mark.parametrize(("key", "value"), [("lambda", 1.5), ("lambda", "half"), ("tau", 0), ("tau", None),
                                             ("b", 0), ("b", 2.5), ("ef_search", -1), ("ef_search", True),
                                             ("retrieval", "both"), ("label_share", 0.5), ("prior", "yes"),
-                                            ("query_lambda", 1), ("input_fields", "content"), ("about", [])])
+                                            ("query_lambda", True), ("input_fields", "content"), ("about", [])])
 def test_a_bad_settings_value_is_one_line_naming_settings_json_and_its_key(tmp_path, key, value):
     """Cause 7 of issue 50: a bad value gave a traceback, or a line that blamed params.yaml."""
     model().save(tmp_path / "model")

@@ -41,7 +41,6 @@ from raexmc.memory.merge import JointSearch, RaeRetrieval
 from raexmc.memory.persistence import saved_meta
 from raexmc.rae.model import RaeModel, RaeSettings
 from raexmc.rae.packaging import package_model
-from raexmc.rae.query_lambda import FEATURES, QUERY_LAMBDA_FILE, QueryLambda
 from raexmc.rae.ranking import top_k
 from raexmc.settings import load_settings
 from tests.helpers import REPO, local_server, memory_search, reseal, sh, write_params
@@ -152,33 +151,9 @@ def test_predictions_match_the_evaluate_path_one_at_a_time_as_in_a_batch(built):
     assert_same_answers(alone, batched, 2e-6)
 
 
-def with_query_lambda(built: Path, model: QueryLambda) -> None:
-    """Repackage the model with `model` as its per-query λ, written as it is (a stale one too)."""
-    package(built, RaeSettings(random_query_lambda(), SETTINGS["tau"], SETTINGS["b"]))
-    (built / "predictor" / QUERY_LAMBDA_FILE).write_text(json.dumps(model.to_json()))
-    reseal(built / "predictor")
-
-
-def random_query_lambda(tau: float = SETTINGS["tau"], b: int = SETTINGS["b"]) -> QueryLambda:
-    """A model that picks λ from {0, 0.2, 1} by seeded random weights: never the memory's 0.5."""
-    rng = np.random.default_rng(0)
-    width = len(FEATURES)
-    return QueryLambda(np.array([0.0, 0.2, 1.0]), 0.5, tau, b, np.zeros(width), np.ones(width),
-                       rng.normal(size=(3, 1 + width)))
-
-
 @pytest.mark.parametrize("built", ["exact"], indirect=True)
-def test_predictor_with_query_lambda_ranks_like_the_evaluation_path_and_encodes_at_the_embed_precision(built):
-    """infer.query_lambda true: a query text gets the λ and the ranking that evaluate's rae_query_lambda
-    gives its cached test embedding in the same memory."""
-    model = random_query_lambda()
-    with_query_lambda(built, model)
-    results, _ = predictor_of(built).predict([JYTHON], k=3)
-    top, scores = expected_top3_of_first_test_input(built, RaeSettings(model, model.tau, SETTINGS["b"]))
-    at_memory_lambda = first_test_input_scores(built)[0, top].toarray().ravel()
-    assert not np.allclose(scores, at_memory_lambda, atol=1e-3), "the λ model's λ is not the memory's 0.5"
-    assert_answers(results[0], top, scores)
-    # the package stage saves the embed stage's precision and load uses it, whatever the CPU would pick for auto
+def test_the_package_stage_saves_the_embed_precision_and_load_encodes_at_it(built):
+    """Whatever the CPU would pick for auto."""
     for precision in ("bf16", "fp32"):
         package(built, precision=precision)
         assert json.loads((built / "predictor" / "settings.json").read_text())["precision"] == precision
@@ -260,8 +235,7 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike_and_its_errors_are_on
         assert (np.diff(np.sort(row.data)) > 0).all(), "strictly decreasing: every tool ranks it alike"
 
     # errors: the tiny model has 5 labels, without -k the answer holds all 5 (10 would be refused as > L, as 6 is);
-    # encoder weights cut short (a copy or a save that stopped) were a traceback from safetensors; a query-λ model
-    # fitted at another τ than the folder's (a stale tune stage) is refused naming its file
+    # encoder weights cut short (a copy or a save that stopped) were a traceback from safetensors
     (tmp_path / "bad.jsonl").write_text('{"text": "perl"}\nnot json\n')
     bad = cli("--file", str(tmp_path / "bad.jsonl"))
     assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0
@@ -280,11 +254,6 @@ def test_predict_cli_reads_arguments_files_and_stdin_alike_and_its_errors_are_on
     [line] = cut.stderr.strip().splitlines()
     assert line.startswith(f"DataError: {weights}: cannot read the encoder's weights (Error while deserializing "), line
     assert line.endswith("): rerun the stage that writes it"), line
-    with_query_lambda(built, random_query_lambda(tau=0.1))  # repackaged: whole weights again
-    stale = cli("perl")
-    assert stale.exit_code == 2 and stale.stderr.strip().count("\n") == 0, stale.output
-    assert stale.stderr.startswith(f"DataError: artifacts/tiny/predictor/{QUERY_LAMBDA_FILE}: ")
-    assert "tau=0.1" in stale.stderr and "rerun the tune stage" in stale.stderr
 
 
 def test_an_int8_model_encodes_and_serves_queries_as_the_int8_embed_stage_did(tmp_path, pipelines, monkeypatch):

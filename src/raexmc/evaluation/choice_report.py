@@ -1,5 +1,4 @@
-"""The tune stage's choice (its selection.json and the per-query λ fit) as MLflow metrics and as one line for
-the user."""
+"""The tune stage's choice (its selection.json) as MLflow metrics and as one line for the user."""
 
 from __future__ import annotations
 
@@ -11,15 +10,15 @@ from .selection_file import Selection
 CURVES = (("keep_curve", "keep"), ("prototypes_curve", "prototypes"))  # a selection's curves, by their axis
 
 
-def choice_metrics(selection: Selection, fit: dict[str, Any]) -> dict[str, Any]:
-    """The choice and each of its curves a point at a time; kNN's τ without its validation rows; the fit's report."""
+def choice_metrics(selection: Selection) -> dict[str, Any]:
+    """The choice and each of its curves a point at a time; kNN's τ without its validation rows."""
     record = selection.record()  # the file's names, which the MLflow metrics keep
     # a curve one group per point ("keep_curve.0.25.P@1" and so on)
     curves = {name: {f"{row[axis]:g}": {k: v for k, v in row.items() if k != axis} for row in record[name]}
               for name, axis in CURVES if name in record}
     knn = selection.baselines.knn.model_dump(exclude_none=True, exclude={"validation"})
     return {**{k: v for k, v in record.items() if k not in ("validation", "baselines", *curves)}, **curves,
-            "baselines": {"knn": knn}, "query_lambda": {**fit, "uses_model": int(fit["uses_model"])}}
+            "baselines": {"knn": knn}}
 
 
 def point_name(row: dict[str, Any]) -> str:
@@ -53,11 +52,10 @@ def alternatives(selection: Selection) -> list[tuple[str, float]]:
     return [*named, ("fixed " + point_name(fixed), selection.fixed_val_value)]
 
 
-def choice_line(selection: Selection, fit: dict[str, Any], fallback: float) -> str:
-    """One line: what was chosen at which validation value, the alternatives, kNN's τ and the per-query λ."""
+def choice_line(selection: Selection) -> str:
+    """One line: what was chosen at which validation value, the alternatives and kNN's τ."""
     chosen = {"lambda": selection.lam, "tau": selection.tau, "label_share": selection.label_share,
               "keep": selection.keep, "prototypes": selection.prototypes}
     others = "; ".join(f"{name}: {value}" for name, value in alternatives(selection))
     return (f"tune chose {memory_name(chosen)}{point_name(chosen)} (validation {selection.metric} "
-            f"{selection.val_value}; {others}); kNN τ {selection.knn_tau:g}; per-query λ "
-            f"{'a model' if fit['uses_model'] else f'falls back to {fallback:g}'}")
+            f"{selection.val_value}; {others}); kNN τ {selection.knn_tau:g}")

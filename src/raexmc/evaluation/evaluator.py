@@ -219,7 +219,7 @@ def rank_chunks(evaluator: Evaluator, size: int | None,
                 rankings_of: Callable[[slice, ThreadPoolExecutor], list[Ranking]],
                 consume: Callable[[slice, Any, np.ndarray, sp.csr_matrix], None], workers: int = 1,
                 progress: str | None = None) -> None:
-    """The one sweep-and-rank loop (tune's curve, the per-query λ's targets, evaluate's methods and sweeps): `size`
+    """The one sweep-and-rank loop (tune's curve, evaluate's methods and sweeps): `size`
     (default QUERY_CHUNK) queries at a time, a chunk's `rankings_of(rows, pool)` scored, ranked and handed to
     `consume(rows, key, ranked, scores)` on `workers` threads; a chunk ends before the next begins, so numbers do not
     depend on the thread count."""

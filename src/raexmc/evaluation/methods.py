@@ -1,4 +1,4 @@
-"""RAE-XMC and its baselines (dual encoder, kNN, OvA+kNN, RAE with a λ per query) and RAE's λ and b sweeps, from one
+"""RAE-XMC and its baselines (dual encoder, kNN, OvA+kNN) and RAE's λ and b sweeps, from one
 set of searches; the baselines at their own depth, so that no RAE setting changes a baseline's number."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import scipy.sparse as sp
 
 from ..memory.search import Hits
 from ..rae.model import RaeModel, RaeSettings
-from ..rae.query_lambda import QueryLambda
 from ..rae.scoring import PAPER_B, key_probabilities, knn_scores, ova_knn_scores, train_key_counts
 from .evaluator import (
     CHUNK_BYTES,
@@ -29,7 +28,6 @@ from .evaluator import (
 from .retrievals import Retrievals, Search
 from .score_file import TopScores
 
-QUERY_LAMBDA_METHOD = "rae_query_lambda"  # its name beside rae, dual_encoder and knn in metrics.json, per_instance.npz
 KNN_B = PAPER_B  # kNN's own b, the inputs its softmax weighs: the paper's, whatever RAE's infer.b
 
 
@@ -56,8 +54,7 @@ def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, t
 
 
 def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lambda_sweep: Sequence[float],
-                   b_sweep: Sequence[int], knn: tuple[float | None, int | None], with_ova_knn: bool,
-                   query_lambda: QueryLambda | None) -> list[Ranking]:
+                   b_sweep: Sequence[int], knn: tuple[float | None, int | None], with_ova_knn: bool) -> list[Ranking]:
     """Every distinct ranking of a chunk's retrievals: the keys it is reported under (("method", name), ("lambda", i),
     ("b", i)) and its label scores when called. RAE's halves at (τ, b) serve every λ, and RAE at its own point is
     ranked once for the method and both sweeps; kNN is scored at `knn` (τ, b; None: RAE's)."""
@@ -66,7 +63,7 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lam
     parts = rae.parts(*keys)
     rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(lambda_sweep) if swept == lam),
                 *(("b", i) for i, swept in enumerate(b_sweep) if swept == b)]
-    rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts, *keys))]
+    rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts))]
     for name, scorer in method_scorers(found, Y_train, lam, tau, b, *knn).items():
         if name != "rae":
             rankings.append(([("method", name)], partial(scorer, slice(None))))
@@ -74,9 +71,7 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lam
         (z_ids, z_sims), (x_ids, x_sims) = found.labels, found.inputs
         rankings.append(([("method", "ova_knn")],
                          partial(ova_knn_scores, x_ids, x_sims, z_ids, z_sims, Y_train, lam, tau, b)))
-    if query_lambda is not None:
-        rankings.append(([("method", QUERY_LAMBDA_METHOD)], partial(rae.at(lam=query_lambda).mix, parts, *keys)))
-    rankings += [([("lambda", i)], partial(rae.at(lam=swept).mix, parts, *keys))
+    rankings += [([("lambda", i)], partial(rae.at(lam=swept).mix, parts))
                  for i, swept in enumerate(lambda_sweep) if swept != lam]
     rankings += [([("b", i)], partial(rae.at(b=swept).scores, *found.rae_at(swept)))
                  for i, swept in enumerate(b_sweep) if swept != b]
@@ -85,8 +80,7 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lam
 
 def evaluate_retrieval(search: Search, evaluator: Evaluator, rae: RaeModel, lambda_sweep: Sequence[float] = (),
                        b_sweep: Sequence[int] = (), knn_tau: float | None = None, knn_b: int | None = None,
-                       with_ova_knn: bool = False, query_lambda: QueryLambda | None = None,
-                       chunk: int | None = None, progress: bool = False, workers: int = 1,
+                       with_ova_knn: bool = False, chunk: int | None = None, progress: bool = False, workers: int = 1,
                        keep_scores: bool = False) -> dict[str, Any]:
     """Metrics of chunk_rankings' methods and sweeps from `search(rows)`'s retrievals, `chunk` queries at a time
     (default `chunk_queries` for `workers`) on `workers` threads: {"methods": {name: summary}, "per_instance":
@@ -103,8 +97,7 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, rae: RaeModel, lamb
     def rankings_of(rows: slice, _pool: Any) -> list[Ranking]:
         found = search(rows)
         queries[:] = [evaluator.chunk(rows)]
-        rankings = chunk_rankings(found, Y, rae, lambda_sweep, b_sweep, (knn_tau, knn_b), with_ova_knn,
-                                  query_lambda)
+        rankings = chunk_rankings(found, Y, rae, lambda_sweep, b_sweep, (knn_tau, knn_b), with_ova_knn)
         for keys, _ in rankings:
             for key in keys:
                 if key not in totals:

@@ -16,7 +16,6 @@ from ..memory.hnsw import resolve_threads
 from ..memory.keys_values import training_values
 from ..memory.merge import JointSearch, prefix
 from ..rae.model import RaeModel
-from ..rae.query_lambda import QueryLambda
 from ..settings import Settings
 from .evaluator import Evaluator
 from .methods import HEADLINE, KNN_B, baseline_depth, evaluate_retrieval
@@ -63,19 +62,17 @@ class ModelSearch:
 
 
 def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settings, propensity: Propensity, *,
-                  knn_tau: float, query_lambda: QueryLambda | None = None, baselines: JointSearch | None = None,
+                  knn_tau: float, baselines: JointSearch | None = None,
                   served: RaeModel | None = None, chunk: int | None = None, progress: bool = False,
                   keep_scores: bool = False) -> tuple[dict[str, Any], dict[str, Any], float]:
     """(metrics.json's metrics but selection, evaluate_retrieval's result, queries/s) of `model` on `data`'s test
     set (`queries`), the baselines from `baselines` (default: the model's own indexes), as `p` says."""
-    rae = model.settings
-    headline = model.at(lam=rae.lam.fallback) if rae.per_query else model  # the headline's λ: a number
     Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
     evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), propensity.ab)
     search = ModelSearch(model, baselines or model.search, queries, p.infer.b_sweep,
                          baseline_depth(evaluator.exclude))
-    result = evaluate_retrieval(search.in_blocks(), evaluator, headline, p.infer.lambda_sweep, p.infer.b_sweep,
-                                knn_tau, KNN_B, with_ova_knn=p.infer.ova_knn, query_lambda=query_lambda,
+    result = evaluate_retrieval(search.in_blocks(), evaluator, model, p.infer.lambda_sweep, p.infer.b_sweep,
+                                knn_tau, KNN_B, with_ova_knn=p.infer.ova_knn,
                                 chunk=chunk, progress=progress, workers=resolve_threads(p.evaluate.threads),
                                 keep_scores=keep_scores)
     methods = result["methods"]
@@ -83,8 +80,6 @@ def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settin
                "propensity": propensity.record(), "retrieval": {"depth": search.depth,
                                                                 "baseline_depth": search.baseline_depth},
                "served": served_sample(model, served, queries, evaluator)}
-    if query_lambda is not None:
-        metrics["query_lambda"] = {"uses_model": int(query_lambda.uses_model), "fallback": query_lambda.fallback}
     return metrics, result, search.queries_per_s()
 
 
@@ -109,8 +104,7 @@ def evaluate_folder(folder: str | os.PathLike, data: Dataset, p: Settings, prope
     knn_tau = model.about.get("selection", {}).get("knn_tau", model.settings.tau)  # the package stage's record
     metrics, result, _ = measure_model(
         model, data, queries, p, propensity or chosen_propensity(p.evaluate.propensity, data.names), knn_tau=knn_tau,
-        query_lambda=model.settings.lam if model.settings.per_query else None, served=served, progress=True,
-        keep_scores=keep_scores)
+        served=served, progress=True, keep_scores=keep_scores)
     return metrics, result
 
 

@@ -68,7 +68,7 @@ class ValidationCurve:
         def mixed(point: tuple[float, float], at_tau: dict) -> Any:
             tau, lam = point
             chunk_keys, parts = at_tau[tau]
-            return models[tau].at(lam=lam).mix(parts, *chunk_keys)
+            return models[tau].at(lam=lam).mix(parts)
 
         def rankings_of(chunk: slice, pool: ThreadPoolExecutor) -> list[Ranking]:
             at_tau = dict(zip(models, pool.map(partial(halves, chunk), models)))

@@ -1,5 +1,5 @@
 """The tune stage's choice as one typed record, `Selection`: what it writes to selection.json and what every reader
-(evaluate, package, the per-query λ fit, the stage's report) takes from it, each number in one form. A damaged or
+(evaluate, package, the stage's report) takes from it, each number in one form. A damaged or
 outdated file is one DataError naming it and the key."""
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from ..io import load_arrays
 
 METHOD = "rae"
 BASELINES = ("dual_encoder", "knn")
-VARIANTS = ("rae_query_lambda",)  # RAE variants tested against RAE, where a run has them
 PER_INSTANCE_ARTIFACT = "evaluate/per_instance.npz"  # as the evaluate stage logs it into its MLflow run
 
 
@@ -159,9 +158,8 @@ def _test(a: dict[str, np.ndarray], a_method: str, b: dict[str, np.ndarray], b_m
 def compare_runs(run: dict[str, np.ndarray], metrics: list[str], other: dict[str, np.ndarray] | None = None,
                  run_origin: str | os.PathLike = "per_instance.npz",
                  other_origin: str | os.PathLike = "significance.compare_with") -> dict[str, Any]:
-    """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ..., "rae_query_lambda_vs_rae": ... (where the run has
-    it)}; with `other`, each method against the other run's. A metric the run lacks is a ConfigError about
-    significance.metrics."""
+    """{"rae_vs_dual_encoder": {metric: test}, "rae_vs_knn": ...}; with `other`, each method against the other
+    run's. A metric the run lacks is a ConfigError about significance.metrics."""
     measured = sorted({key.split("/", 1)[1] for key in run if key.startswith(f"{METHOD}/")})
     unknown = [metric for metric in metrics if metric not in measured]
     if unknown:
@@ -169,9 +167,6 @@ def compare_runs(run: dict[str, np.ndarray], metrics: list[str], other: dict[str
                           f"{run_origin} (it has {', '.join(measured)})", PARAMS_FILE, "significance.metrics")
     report = {f"{METHOD}_vs_{baseline}": _test(run, METHOD, run, baseline, metrics, run_origin, run_origin)
               for baseline in BASELINES}
-    for variant in VARIANTS:
-        if any(key.startswith(f"{variant}/") for key in run):
-            report[f"{variant}_vs_{METHOD}"] = _test(run, variant, run, METHOD, metrics, run_origin, run_origin)
     if other is not None:
         for method in (METHOD, *BASELINES):
             report[f"{method}_vs_other"] = _test(run, method, other, method, metrics, run_origin, other_origin)

@@ -22,7 +22,7 @@ from ..io import write_json
 from .tracking.run import HEADLINE_METHODS as METHOD_ROWS  # rae.json, dual_encoder.json, knn.json
 from .tracking.run import HEADLINE_METRICS as KEY_METRICS
 
-METHODS = ("rae", "rae_query_lambda", "dual_encoder", "knn")
+METHODS = ("rae", "dual_encoder", "knn")
 TEST_ROWS = tuple(f"{METHOD}_vs_{baseline}" for baseline in BASELINES)  # rae_vs_dual_encoder.json, rae_vs_knn.json
 WORKSPACE = "workspace"  # the working tree, as `dvc exp show` calls it
 FileReader = Callable[[str], "str | None"]  # a path relative to the project -> its text, or None where it is absent

@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -20,7 +20,6 @@ from ..memory.merge import JointSearch, RaeRetrieval, rae_keys
 from ..memory.search import Hits
 from .model_folder import PARTS, read_model, save_model
 from .queries import checked_k
-from .query_lambda import QueryLambda
 from .ranking import top_k
 from .scoring import (
     PAPER_B,
@@ -57,27 +56,19 @@ class Timing:
         return {"total": sum(parts.values()), **parts}
 
 
-Lambda = Union[float, QueryLambda]  # a per-query λ model: its `fallback` is saved as the folder's λ
-
-
 @dataclass(frozen=True)
 class RaeSettings:
     """RAE's inference settings, by default the paper's; b None: every retrieved key."""
 
-    lam: Lambda = PAPER_LAMBDA
+    lam: float = PAPER_LAMBDA
     tau: float = PAPER_TAU
     b: int | None = PAPER_B
     retrieval: RaeRetrieval = RaeRetrieval()
 
     def __post_init__(self) -> None:
-        if not self.per_query:
-            object.__setattr__(self, "lam", check_lambda(self.lam))
+        object.__setattr__(self, "lam", check_lambda(self.lam))
         object.__setattr__(self, "tau", check_tau(self.tau))
         object.__setattr__(self, "b", check_b(self.b))
-
-    @property
-    def per_query(self) -> bool:
-        return hasattr(self.lam, "lambdas")
 
 
 @dataclass(frozen=True)
@@ -144,13 +135,12 @@ class RaeModel:
     def parts(self, ids: np.ndarray, sims: np.ndarray) -> Parts:
         return score_parts(ids, sims, self.values, self.settings.tau, self.settings.b)
 
-    def mix(self, parts: Parts, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
-        """The label scores from the score halves of the keys (ids, sims) at λ, or at each query's own λ."""
-        lam = self.settings.lam
-        return combine(parts, lam.lambdas(ids, sims, self.values, parts) if self.settings.per_query else lam)
+    def mix(self, parts: Parts) -> sp.csr_matrix:
+        """The label scores from the score halves of the retrieved keys at λ."""
+        return combine(parts, self.settings.lam)
 
     def scores(self, ids: np.ndarray, sims: np.ndarray) -> sp.csr_matrix:
-        return self.mix(self.parts(ids, sims), ids, sims)
+        return self.mix(self.parts(ids, sims))
 
     def scores_for(self, queries: np.ndarray) -> sp.csr_matrix:
         return self.scores(*self.retrieve(queries))

@@ -34,7 +34,6 @@ from ..memory.merge import JointSearch, recorded_retrieval
 from ..memory.persistence import META_FILE, load_index, save_index
 from ..memory.prior import log_prior
 from ..settings import AtLeast1, EmbedPrecision, Positive, Share, TextFields, record_value
-from .query_lambda import QUERY_LAMBDA_FILE, read_query_lambda
 
 FORMAT = 2  # manifest.json's "format": a folder of another format is refused rather than misread
 SETTINGS_FILE = "settings.json"
@@ -55,8 +54,7 @@ def save_model(model: Any, folder: str | os.PathLike) -> None:
     settings = model.settings
     if settings.b is None:
         raise ValueError("a saved model needs its b (RaeSettings.b): a folder's model retrieves b keys")
-    meta = {"lambda": settings.lam.fallback if settings.per_query else settings.lam,
-            "query_lambda": settings.per_query, "tau": settings.tau, "b": settings.b,
+    meta = {"lambda": settings.lam, "tau": settings.tau, "b": settings.b,
             "retrieval": settings.retrieval.mode, "label_share": settings.retrieval.label_share,
             "prior": model.log_counts is not None, "input_fields": model.input_fields,
             "input_max_len": None if model.encoder is None else model.encoder.max_len,
@@ -66,8 +64,6 @@ def save_model(model: Any, folder: str | os.PathLike) -> None:
         sp.save_npz(tmp / VALUES_FILE, sp.csr_matrix(model.values))
         if model.log_counts is not None:  # the counts are integers: exp then rounding gives them back exactly
             save_array(tmp / COUNTS_FILE, np.rint(np.exp(model.log_counts)).astype(np.int64))
-        if settings.per_query:
-            write_json(tmp / QUERY_LAMBDA_FILE, settings.lam.to_json())
         if model.search is not None:
             meta["ef_search"] = _save_search(model.search, tmp)
         if model.labels is not None:
@@ -102,9 +98,6 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
     values = load_sparse(folder / VALUES_FILE)
     _check_values(values.data, folder / VALUES_FILE)
     num_inputs, num_labels = values.shape
-    lam = settings["lambda"]
-    if settings["query_lambda"]:
-        lam = read_query_lambda(folder / QUERY_LAMBDA_FILE, settings["tau"], settings["b"])
     log_counts = None
     if settings["prior"]:
         counts = load_array(folder / COUNTS_FILE)
@@ -120,7 +113,8 @@ def read_model(folder: str | os.PathLike, device: str = "cpu", threads: int = 0,
     search = (_load_search(folder, values.shape, settings["ef_search"], threads, encoder and encoder.dim, device)
               if "search" in parts else None)
     return {"values": values, "log_counts": log_counts, "encoder": encoder, "labels": labels,
-            "settings": {"lam": lam, "tau": settings["tau"], "b": settings["b"], "retrieval": settings["retrieval"]},
+            "settings": {"lam": settings["lambda"], "tau": settings["tau"], "b": settings["b"],
+                         "retrieval": settings["retrieval"]},
             "search": search, "input_fields": settings["input_fields"], "about": settings["about"]}
 
 
@@ -192,14 +186,16 @@ def read_settings(path: Path) -> dict[str, Any]:
     raw = read_json(path)
     if not isinstance(raw, dict):
         raise DataError(f"not a JSON object: {RERUN}", path)
+    if raw.get("query_lambda"):  # written by 0.2.0 with infer.query_lambda, which later versions dropped
+        raise DataError(f"a per-query λ model, which this version does not serve: {RERUN}", path, "query_lambda")
 
     def value(key: str, kind: Any) -> Any:
         if key not in raw:
             raise DataError(f"lacks {key}: {RERUN}", path)
         return record_value(kind, raw[key], path, key, RERUN)
 
-    settings = {"lambda": value("lambda", Share), "query_lambda": value("query_lambda", bool),
-                "tau": value("tau", Positive), "b": value("b", AtLeast1), "ef_search": value("ef_search", AtLeast1),
+    settings = {"lambda": value("lambda", Share), "tau": value("tau", Positive), "b": value("b", AtLeast1),
+                "ef_search": value("ef_search", AtLeast1),
                 "prior": value("prior", bool), "input_fields": value("input_fields", TextFields),
                 "input_max_len": value("input_max_len", AtLeast1 | None),  # null: no encoder
                 "precision": value("precision", EmbedPrecision | None), "about": value("about", dict[str, Any])}
@@ -228,8 +224,8 @@ def model_card(model: Any, settings: dict[str, Any]) -> str:
              "## Use", "", USAGE.format(name="<this folder>"), "",
              "## Model", "",
              f"- {model.num_inputs} input keys, {model.num_labels} labels{_indexes(model.search, settings)}",
-             f"- lambda {'per query (query_lambda.json), fallback ' if settings['query_lambda'] else ''}"
-             f"{settings['lambda']}, tau {settings['tau']}, b {settings['b']}, retrieval {settings['retrieval']}"
+             f"- lambda {settings['lambda']}, tau {settings['tau']}, b {settings['b']}, "
+             f"retrieval {settings['retrieval']}"
              + ("" if settings["label_share"] is None else f" (label share {settings['label_share']})"),
              f"- prior (tau * log n on merged keys): {'on' if settings['prior'] else 'off'}",
              "- encoder: none" if model.encoder is None else

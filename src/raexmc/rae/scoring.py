@@ -116,20 +116,14 @@ def score_parts(ids: np.ndarray, sims: np.ndarray, Y_train: sp.spmatrix | np.nda
     return knn_part, p_label
 
 
-def combine(parts: Parts, lam: float | np.ndarray) -> sp.csr_matrix:
-    """lam * knn_part + (1 - lam) * label_part for a checked lam, or a λ per query (an array, each checked to lie in
-    [0, 1]), storing exactly the nonzero scores (ranking reads the stored entries)."""
+def combine(parts: Parts, lam: float) -> sp.csr_matrix:
+    """lam * knn_part + (1 - lam) * label_part for a checked lam, storing exactly the nonzero scores (ranking reads
+    the stored entries)."""
     knn_part, label_part = parts
     if knn_part.shape != label_part.shape:
         raise DataError(f"score parts have shapes {knn_part.shape} and {label_part.shape}")
-    if np.ndim(lam) != 0:
-        lam = np.asarray(lam, dtype=np.float64)
-        if lam.shape != (knn_part.shape[0],):
-            raise DataError(f"per-query lambdas have shape {lam.shape}, the scores {knn_part.shape[0]} rows")
-        if not np.all((lam >= 0.0) & (lam <= 1.0)):  # also false for nan
-            raise DataError("per-query lambdas must lie in [0, 1]")
-        scores = sp.csr_matrix(sp.diags(lam) @ knn_part + sp.diags(1.0 - lam) @ label_part)
-    elif lam in (0.0, 1.0):
+    if lam in (0.0, 1.0):
+
         scores = sp.csr_matrix(knn_part if lam == 1.0 else label_part, copy=True)
     else:
         scores = sp.csr_matrix(lam * knn_part + (1.0 - lam) * label_part)
