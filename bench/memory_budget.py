@@ -69,7 +69,7 @@ from raexmc.rae.scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU
 from raexmc.settings import load_settings
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-DEFAULT_COMPRESSIONS = "none,fp16-m16,sq8-m16,sq8-m12,sq8-m8,pca256-sq8-m16,sq4-m8,sq4-m6,sq4-m5,sq4-m4,pca256-sq4-m8"
+DEFAULT_COMPRESSIONS = "none,fp16-m16,sq8-m16,sq8-m12,sq8-m8,sq4-m8,sq4-m6,sq4-m5,sq4-m4"
 BUILT_FILE = "built.json"   # under scale's --work/index: the index stage's build seconds per key set
 # Reopens an index folder in a fresh process and prints how much its resident memory grew.
 _LOAD_RSS = """

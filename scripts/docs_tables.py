@@ -451,7 +451,7 @@ def prototypes(r: Records) -> Iterable[list[str]]:
                    *(p1("kmeans-labels+prototypes0.5", k) for k in (0.5, 0.25, 0.1, 0.0)), ""]
 
 
-COMPRESSIONS_SHOWN = ("none", "fp16-m16", "sq8-m12", "sq8-m8", "pca256-sq8-m16", "sq4-m6", "sq4-m5", "sq4-m4")
+COMPRESSIONS_SHOWN = ("none", "fp16-m16", "sq8-m12", "sq8-m8", "sq4-m6", "sq4-m5", "sq4-m4")
 
 
 def compression(r: Records) -> Iterable[list[Any]]:

@@ -152,7 +152,7 @@ class MemorySection(Section):
     prototypes: Auto | NonNegative
     prototypes_grid: grid(NonNegative)
     compression: str
-    """none | fp16 | sq8 | sq4, optionally pca<d>- before and -m<M> after (memory/compression.py)."""
+    """none | fp16 | sq8 | sq4, optionally -m<M> after (memory/compression.py)."""
 
 
 class InferSettings(Section):

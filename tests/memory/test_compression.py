@@ -12,7 +12,6 @@ from raexmc.errors import ConfigError, DataError
 from raexmc.evaluation.metrics import recall_at_k
 from raexmc.memory.compression import Compression, parse_compression
 from raexmc.memory.exact import ExactIndex
-from raexmc.memory.faiss_index import principal_directions
 from raexmc.memory.indexes import build_memory_indexes, load_joint_search, make_index, memory_backend
 from raexmc.memory.persistence import index_bytes, load_index, save_index, saved_meta
 
@@ -42,15 +41,14 @@ def build(keys: np.ndarray, name: str, M: int = 16):
 @pytest.mark.parametrize("name, want", [
     ("sq8", Compression("sq8", "sq8")),
     ("fp16-m12", Compression("fp16-m12", "fp16", M=12)),
-    ("pca192-sq4", Compression("pca192-sq4", "sq4", pca_dim=192)),
-    ("pca96-sq8-m8", Compression("pca96-sq8-m8", "sq8", pca_dim=96, M=8)),
+    ("sq4-m8", Compression("sq4-m8", "sq4", M=8)),
 ])
 def test_names_parse(name, want):
     assert parse_compression(name) == want
     assert parse_compression("none") is None
 
 
-@pytest.mark.parametrize("name", ["int8", "sq8-m1", "pca0-sq8", "pca-sq8", "sq8-m", "SQ8", "pq16", " sq8", ""])
+@pytest.mark.parametrize("name", ["int8", "sq8-m1", "pca96-sq8", "pca-sq8", "sq8-m", "SQ8", "pq16", " sq8", ""])
 def test_unknown_names_are_refused_in_one_line(name):
     with pytest.raises(ConfigError) as caught:
         parse_compression(name)
@@ -85,39 +83,21 @@ def test_sq4_scores_err_less_than_rounding_to_16_levels_of_min_to_max(clustered)
     assert np.sqrt((error ** 2).mean()) < rounding_rms.mean()
 
 
-def test_projection_keeps_inner_products_in_the_keys_span():
-    """Keys spanning 8 of 32 dimensions: their top 8 principal directions span them too, so q·k is
-    (Pq)·(Pk) for every query, and pca8 loses nothing beyond fp16 rounding."""
-    rng = np.random.default_rng(3)
-    basis = np.linalg.qr(rng.standard_normal((32, 8)))[0].T  # 8 orthonormal rows in 32 dimensions
-    keys = unit(rng.standard_normal((500, 8)) @ basis)
-    queries = unit(rng.standard_normal((20, 32)))
-    directions = principal_directions(keys, 8)
-    np.testing.assert_allclose(directions @ directions.T, np.eye(8), atol=1e-5)
-    np.testing.assert_allclose((queries @ directions.T) @ (keys @ directions.T).T, queries @ keys.T, atol=1e-5)
-    ids, sims = build(keys, "pca8-fp16").search(queries, 20)
-    np.testing.assert_allclose(sims, np.einsum("qd,qkd->qk", queries, keys[ids]), atol=2e-3)
-    assert recall_at_k(ids, ExactIndex(keys).search(queries, 20)[0]) >= 0.95
-
-
-@pytest.mark.parametrize("name, M, code_bytes", [("sq8", 16, DIM), ("sq4-m8", 8, DIM // 2),
-                                                 ("pca32-fp16", 16, 32 * 2)])
+@pytest.mark.parametrize("name, M, code_bytes", [("sq8", 16, DIM), ("sq4-m8", 8, DIM // 2), ("fp16", 16, DIM * 2)])
 def test_bytes_per_key_within_the_hand_count(clustered, tmp_path, name, M, code_bytes):
     """A key costs its code, 2M level-0 links of 4 bytes, an 8-byte offset and a 4-byte level, and on
     average under 8 bytes of upper-level links (1/M of the keys reach level 1, M links each); the file
-    adds a header and the projection (32 x 64 floats)."""
+    adds a header."""
     keys, _ = clustered
     save_index(build(keys, name), tmp_path / "index")
     per_key = code_bytes + 2 * M * 4 + 8 + 4 + 8
-    assert index_bytes(tmp_path / "index") <= N_KEYS * per_key + 4096 + 32 * DIM * 4
+    assert index_bytes(tmp_path / "index") <= N_KEYS * per_key + 4096
     assert index_bytes(tmp_path / "index") >= N_KEYS * (code_bytes + 2 * M * 4)
 
 
-@pytest.mark.parametrize(("backend", "name", "says"), [
-    ("exact", "sq8", "needs an hnsw index"), ("hnsw", "pca128-sq8", "projects to 128 dimensions, the keys have 64")])
-def test_what_cannot_be_built_is_refused(clustered, backend, name, says):
-    with pytest.raises(ConfigError, match=says):
-        make_index(backend, clustered[0], M=16, ef_construction=100, threads=1, progress=False, compression=name)
+def test_what_cannot_be_built_is_refused(clustered):
+    with pytest.raises(ConfigError, match="needs an hnsw index"):
+        make_index("exact", clustered[0], M=16, ef_construction=100, threads=1, progress=False, compression="sq8")
 
 
 def test_a_compressed_memory_serves_the_joint_search(clustered, tmp_path):

@@ -120,10 +120,10 @@ def test_index_stage_says_the_bytes_it_will_write(tmp_path, capsys):
 
 @pytest.mark.parametrize(("backend", "files", "graph"), [
     ("hnsw", ["hnsw.bin", "meta.json"], {"M": 12, "ef_construction": 80, "space": "ip"}),
-    ("faiss", ["faiss.bin", "meta.json"], {"M": 8, "ef_construction": 80, "compression": "pca8-sq8-m8"}),
+    ("faiss", ["faiss.bin", "meta.json"], {"M": 8, "ef_construction": 80, "compression": "sq8-m8"}),
     ("exact", ["meta.json"], {})])
 def test_save_load_round_trip(tmp_path, data, backend, files, graph):
-    """faiss: a compressed memory's index (projected, quantised, its own degree), which index.backend hnsw builds."""
+    """faiss: a compressed memory's index (quantised, its own degree), which index.backend hnsw builds."""
     keys, queries = data
     index = make_index("hnsw" if backend == "faiss" else backend, keys, M=12, ef_construction=80, threads=1,
                        progress=False, compression=graph.get("compression", "none"))
@@ -138,7 +138,7 @@ def test_save_load_round_trip(tmp_path, data, backend, files, graph):
     if graph:
         assert (loaded.M, loaded.ef_construction, loaded.ef_search) == (graph["M"], 80, 60)
     if backend == "faiss":
-        assert loaded.compression == "pca8-sq8-m8"
+        assert loaded.compression == "sq8-m8"
     if backend == "hnsw":
         assert loaded.graph.ef == 60 and load_index(folder, ef_search=123, threads=1).graph.ef == 123
     # Saving again replaces the folder whole, leaving no temporary folders behind.

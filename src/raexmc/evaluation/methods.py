@@ -59,8 +59,7 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lam
     ("b", i)) and its label scores when called. RAE's halves at (τ, b) serve every λ, and RAE at its own point is
     ranked once for the method and both sweeps; kNN is scored at `knn` (τ, b; None: RAE's)."""
     lam, tau, b = rae.settings.lam, rae.settings.tau, rae.settings.b
-    keys = found.joint
-    parts = rae.parts(*keys)
+    parts = rae.parts(*found.joint)
     rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(lambda_sweep) if swept == lam),
                 *(("b", i) for i, swept in enumerate(b_sweep) if swept == b)]
     rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts))]

@@ -61,14 +61,12 @@ class ValidationCurve:
         def keys(tau: float, chunk: slice) -> Hits:
             return models[tau].keys(*((hits[0][chunk], hits[1][chunk]) for hits in (inputs, labels)))
 
-        def halves(chunk: slice, tau: float) -> tuple[Hits, Any]:
-            chunk_keys = keys(tau, chunk)
-            return chunk_keys, models[tau].parts(*chunk_keys)
+        def halves(chunk: slice, tau: float) -> Any:
+            return models[tau].parts(*keys(tau, chunk))
 
         def mixed(point: tuple[float, float], at_tau: dict) -> Any:
             tau, lam = point
-            chunk_keys, parts = at_tau[tau]
-            return models[tau].at(lam=lam).mix(parts)
+            return models[tau].at(lam=lam).mix(at_tau[tau])
 
         def rankings_of(chunk: slice, pool: ThreadPoolExecutor) -> list[Ranking]:
             at_tau = dict(zip(models, pool.map(partial(halves, chunk), models)))

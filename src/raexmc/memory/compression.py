@@ -1,4 +1,4 @@
-"""`memory.compression`'s names parsed in one place: none, fp16 | sq8 | sq4, pca<d>-<codec>, ...-m<M> (the graph's
+"""`memory.compression`'s names parsed in one place: none, fp16 | sq8 | sq4, ...-m<M> (the graph's
 degree: hnswlib's at M=64 outweighs a quantised key, so a small memory needs a sparser graph too).
 """
 
@@ -11,17 +11,16 @@ from ..errors import PARAMS_FILE, ConfigError
 from .search import EXACT_MAX_KEYS
 
 NONE = "none"
-FORMS = "none, fp16 | sq8 | sq4, pca<d>-<codec>, each optionally ending in -m<M>"
-_NAME = re.compile(r"(?:pca(?P<dim>[1-9][0-9]*)-)?(?P<codec>fp16|sq8|sq4)(?:-m(?P<M>[1-9][0-9]*))?")
+FORMS = "none, fp16 | sq8 | sq4, each optionally ending in -m<M>"
+_NAME = re.compile(r"(?P<codec>fp16|sq8|sq4)(?:-m(?P<M>[1-9][0-9]*))?")
 
 
 @dataclass(frozen=True)
 class Compression:
-    """A parsed name: the codec, the projected dimension and the degree (None: every dimension, index.M)."""
+    """A parsed name: the codec and the degree (None: index.M)."""
 
     name: str
     codec: str
-    pca_dim: int | None = None
     M: int | None = None
 
 
@@ -32,10 +31,10 @@ def parse_compression(name: str) -> Compression | None:
     match = _NAME.fullmatch(str(name))
     if match is None:
         raise ConfigError(f"unknown compression {name!r} (known forms: {FORMS})", PARAMS_FILE, "memory.compression")
-    pca_dim, M = (int(match[group]) if match[group] else None for group in ("dim", "M"))
+    M = int(match["M"]) if match["M"] else None
     if M is not None and M < 2:
         raise ConfigError(f"compression {name!r}: M must be >= 2", PARAMS_FILE, "memory.compression")
-    return Compression(name=name, codec=match["codec"], pca_dim=pca_dim, M=M)
+    return Compression(name=name, codec=match["codec"], M=M)
 
 
 def checked_compression(name: str, backend: str) -> Compression | None:

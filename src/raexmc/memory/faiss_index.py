@@ -1,4 +1,4 @@
-"""A compressed memory index: faiss HNSW over scalar-quantised (optionally projected) keys, since hnswlib keeps
+"""A compressed memory index: faiss HNSW over scalar-quantised keys, since hnswlib keeps
 float32 keys and a memory with a size budget needs 2, 1 or half a byte a dimension.
 """
 
@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import PARAMS_FILE, ConfigError
 from .compression import Compression
 from .hnsw import INSERT_BATCH, PAPER_EF_SEARCH, QUERY_BATCH, resolve_threads
 from .search import Index, key_blocks, keys_to_index
 
-# Keys (a seeded sample) that fit the quantiser's ranges and the projection: enough for 384-768 dims.
+# Keys (a seeded sample) that fit the quantiser's ranges: enough for 384-768 dims.
 TRAIN_SAMPLE = 200_000
 # Codec -> faiss's quantiser and range fit: 8 bits spread min..max (FOLDOC's score error 0.0003); 4 bits take the
 # range of least squared error (RS_optim: error 0.0057 -> 0.0047, recall@200 0.928 -> 0.941 at M=6).
@@ -32,7 +31,7 @@ class FaissIndex(Index):
         import faiss
 
         self.index = index
-        self.graph = faiss.downcast_index(index.index if isinstance(index, faiss.IndexPreTransform) else index)
+        self.graph = faiss.downcast_index(index)
         self.compression, self.M, self.ef_construction = compression, int(M), int(ef_construction)
         self.ef_search, self.threads = int(ef_search), resolve_threads(threads)
 
@@ -46,13 +45,6 @@ class FaissIndex(Index):
         return found_ids, np.where(found_ids >= 0, found_sims, -np.inf)
 
 
-def principal_directions(keys: np.ndarray, dim: int, seed: int = 0) -> np.ndarray:
-    """The top `dim` uncentred principal directions of a key sample (centring changes the inner products' order)."""
-    sample = _sample(keys, seed).astype(np.float64)
-    _, vectors = np.linalg.eigh(sample.T @ sample)  # ascending eigenvalues
-    return np.ascontiguousarray(vectors[:, ::-1][:, :dim].T, dtype=np.float32)
-
-
 def _sample(keys: np.ndarray, seed: int) -> np.ndarray:
     if keys.shape[0] <= TRAIN_SAMPLE:
         return keys
@@ -63,26 +55,16 @@ def _sample(keys: np.ndarray, seed: int) -> np.ndarray:
 def build_faiss(keys: np.ndarray, compression: Compression, M: int, ef_construction: int, threads: int = 0,
                 seed: int = 0, ef_search: int = PAPER_EF_SEARCH, progress: bool = True,
                 progress_label: str = "keys") -> FaissIndex:
-    """Fit the projection and quantiser on a seeded sample, then insert every key into a faiss HNSW graph."""
+    """Fit the quantiser on a seeded sample, then insert every key into a faiss HNSW graph."""
     import faiss
 
     keys = keys_to_index(keys)
-    dim = keys.shape[1]
-    if compression.pca_dim is not None and compression.pca_dim > dim:
-        raise ConfigError(f"compression {compression.name!r} projects to {compression.pca_dim} dimensions, the keys "
-                          f"have {dim}", PARAMS_FILE, "memory.compression")
     degree = compression.M or M
     faiss.omp_set_num_threads(resolve_threads(threads))
     quantiser, range_fit = (getattr(faiss.ScalarQuantizer, name) for name in _QUANTISERS[compression.codec])
-    graph = faiss.IndexHNSWSQ(compression.pca_dim or dim, quantiser, int(degree), faiss.METRIC_INNER_PRODUCT)
-    faiss.downcast_index(graph.storage).sq.rangestat = range_fit
-    graph.hnsw.efConstruction = int(ef_construction)
-    index = graph
-    if compression.pca_dim is not None:
-        projection = faiss.LinearTransform(dim, compression.pca_dim, False)
-        faiss.copy_array_to_vector(principal_directions(keys, compression.pca_dim, seed).ravel(), projection.A)
-        projection.is_trained = True
-        index = faiss.IndexPreTransform(projection, graph)
+    index = faiss.IndexHNSWSQ(keys.shape[1], quantiser, int(degree), faiss.METRIC_INNER_PRODUCT)
+    faiss.downcast_index(index.storage).sq.rangestat = range_fit
+    index.hnsw.efConstruction = int(ef_construction)
     index.train(_sample(keys, seed))
     for _, chunk in key_blocks(keys, INSERT_BATCH, f"faiss build ({progress_label})", progress):
         index.add(chunk)
