@@ -24,6 +24,10 @@ __all__ = ["NO_ROOM", "atomic_dir", "atomic_file", "checked_writes", "mark_empty
            "remove_leftovers", "require_size", "save_array", "scratch_dir", "write_json", "writer_gone",
            "written_through"]
 
+EMPTY_MARK = ".empty"  # .dvcignore names it
+EMPTY_TEXT = "This run left this DVC output empty; DVC ignores this file (.dvcignore).\n"
+# `.<target>.<pid>-<random>.tmp`: what _temp_beside and tempfile's random names (a-z, 0-9, _) make.
+_TEMP_NAME = re.compile(r"\..+\.(?P<pid>\d+)-[a-z0-9_]+\.tmp")
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 """A write the storage has no room for: a full disk or quota, or a file larger than the filesystem or the
 process's file-size limit (`ulimit -f`) allows."""
@@ -95,8 +99,7 @@ def save_array(path: str | os.PathLike, array: np.ndarray) -> None:
 
 def new_memmap(path: str | os.PathLike, dtype: DTypeLike, shape: tuple[int, ...]) -> np.memmap:
     """A new .npy memmap, every byte reserved first: past the disk's space a store is a SIGBUS, a reserve an OSError."""
-    path = Path(path)
-    dtype = np.dtype(dtype)
+    path, dtype = Path(path), np.dtype(dtype)
     try:
         array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)  # a header, then a hole
         with open(path, "r+b") as handle:
@@ -124,12 +127,6 @@ def _reserve(handle: BinaryIO, start: int, end: int) -> None:
     for offset in range(start, end, len(zeros)):
         handle.write(zeros[:end - offset])
     handle.flush()
-
-
-def _umask() -> int:  # temporaries are created private; outputs should not be
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _temp_beside(target: Path, folder: bool) -> Path:
@@ -183,10 +180,6 @@ def remove_leftovers(target: Path) -> None:
             _remove(sibling)
 
 
-# `.<target>.<pid>-<random>.tmp`: what _temp_beside and tempfile's random names (a-z, 0-9, _) make.
-_TEMP_NAME = re.compile(r"\..+\.(?P<pid>\d+)-[a-z0-9_]+\.tmp")
-
-
 def remove_dead_temps(folder: str | os.PathLike) -> None:
     """Remove every dead writer's temporary under `folder` (a killed stage's output DVC restores is never rewritten)."""
     for parent, folders, files in os.walk(folder):
@@ -198,26 +191,34 @@ def remove_dead_temps(folder: str | os.PathLike) -> None:
 
 
 @contextmanager
-def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
-    """An empty temporary folder beside `target`, renamed to `target` on success; on an exception removed."""
-    target = Path(target)
+def _output_temp(target: Path, folder: bool) -> Iterator[Path]:
+    """A temporary beside `target` with an output's permissions (temporaries are created private), once a killed
+    writer's leftovers are removed; on an exception removed, the error naming `target`."""
     remove_leftovers(target)
-    tmp = _temp_beside(target, folder=True)
-    os.chmod(tmp, 0o777 & ~_umask())
+    tmp = _temp_beside(target, folder)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, (0o777 if folder else 0o666) & ~umask)
     try:
         yield tmp
     except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         _name_the_output(exc, tmp, target)
         raise
+
+
+@contextmanager
+def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """An empty temporary folder beside `target`, renamed to `target` on success; on an exception removed."""
+    target = Path(target)
+    with _output_temp(target, folder=True) as tmp:
+        yield tmp
+    old = target.with_name(f".{target.name}.old")
     if target.exists():
-        old = target.with_name(f".{target.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         target.rename(old)
-        tmp.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(target)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager
@@ -233,18 +234,10 @@ def scratch_dir(target: str | os.PathLike) -> Iterator[Path]:
 @contextmanager
 def atomic_file(target: str | os.PathLike, mode: str = "w", **open_kwargs: Any) -> Iterator[Any]:
     """A temporary file beside `target` open for writing, renamed over `target` on success."""
-    target = Path(target)
-    remove_leftovers(target)
-    tmp = _temp_beside(target, folder=False)
-    os.chmod(tmp, 0o666 & ~_umask())
-    try:
+    with _output_temp(Path(target), folder=False) as tmp:
         with open(tmp, mode, **open_kwargs) as handle:
             yield handle
         os.replace(tmp, target)
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        _name_the_output(exc, tmp, target)
-        raise
 
 
 def _name_the_output(exc: BaseException, tmp: Path, target: Path) -> None:
@@ -264,10 +257,6 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_file(path, "w", encoding="utf-8") as handle:
         json.dump(obj, handle, indent=2, sort_keys=True)
         handle.write("\n")
-
-
-EMPTY_MARK = ".empty"  # .dvcignore names it
-EMPTY_TEXT = "This run left this DVC output empty; DVC ignores this file (.dvcignore).\n"
 
 
 def mark_empty(folder: str | os.PathLike) -> None:
