@@ -22,6 +22,10 @@ from .atomic import write_json
 __all__ = ["MANIFEST_FILE", "checked_manifest", "file_digest", "load_array", "load_arrays", "load_sparse", "read_json",
            "verify", "write_manifest"]
 
+MANIFEST_FILE = "manifest.json"
+# What numpy and scipy raise on a truncated or foreign .npy/.npz file (a zip that is not one: BadZipFile).
+_UNREADABLE = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
+
 
 def read_json(path: str | os.PathLike) -> Any:
     """A JSON file's value, or DataError naming the file (and the line) when it is missing or not JSON."""
@@ -34,10 +38,6 @@ def read_json(path: str | os.PathLike) -> Any:
         raise DataError(f"not valid JSON ({exc.msg}): rerun the stage that writes it", path, exc.lineno) from None
     except UnicodeDecodeError:
         raise DataError("not UTF-8 text: rerun the stage that writes it", path) from None
-
-
-# What numpy and scipy raise on a truncated or foreign .npy/.npz file (a zip that is not one: BadZipFile).
-_UNREADABLE = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
 
 
 @contextmanager
@@ -63,9 +63,6 @@ def load_sparse(path: str | os.PathLike) -> sp.csr_matrix:
 def load_arrays(path: str | os.PathLike) -> dict[str, np.ndarray]:
     with _reading(Path(path), "archive"), np.load(path, allow_pickle=False) as archive:
         return {key: archive[key] for key in archive.files}
-
-
-MANIFEST_FILE = "manifest.json"
 
 
 def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
