@@ -36,6 +36,7 @@ VIEW = "headline"  # the UI's runs table that `raexmc results` links (view_path)
 _NOT_ALLOWED = re.compile(r"[^\w./\- :]")
 # The folder's own record of what it holds: their bytes are its digest, so two folders of the same data share one
 RECORD_FILES = ("stats.json", "source.json")
+_SQLITE_HEADER = b"SQLite format 3\0"
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -65,7 +66,6 @@ def param_texts(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def folder_digest(folder: Path) -> str:
-    """The first 16 hex digits of the SHA-256 of the folder's record files (those it has), in RECORD_FILES order."""
     digest = hashlib.sha256()
     for name in RECORD_FILES:
         if (folder / name).is_file():
@@ -81,9 +81,6 @@ def store_file() -> str:
     """The store as a user would name it: the SQLite file, or the tracking URI itself."""
     uri = tracking_uri()
     return uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else uri
-
-
-_SQLITE_HEADER = b"SQLite format 3\0"
 
 
 @contextmanager
@@ -125,12 +122,11 @@ def store_errors() -> Iterator[None]:
     level, db_log.level = db_log.level, logging.CRITICAL
     try:
         yield
-    except SQLAlchemyError as exc:
-        raise _store_error(_database_message(exc)) from None
-    except MlflowException as exc:
-        if not from_the_store(exc):
+    except (SQLAlchemyError, MlflowException) as exc:
+        failed = exc if isinstance(exc, SQLAlchemyError) else exc.__cause__
+        if not isinstance(failed, SQLAlchemyError):  # MLflow's own: what the store holds or lacks
             raise
-        raise _store_error(_database_message(exc.__cause__)) from None
+        raise _store_error(first_line(getattr(failed, "orig", None) or failed)) from None  # the database's own
     finally:
         db_log.setLevel(level)
 
@@ -140,10 +136,6 @@ def from_the_store(exc: BaseException) -> bool:
     from sqlalchemy.exc import SQLAlchemyError
 
     return isinstance(exc.__cause__, SQLAlchemyError)
-
-
-def _database_message(exc: BaseException) -> str:
-    return first_line(getattr(exc, "orig", None) or exc)  # the database's own ("database or disk is full")
 
 
 def _store_error(reason: str) -> StorageError:
@@ -382,11 +374,10 @@ def sigterm_raises() -> Iterator[None]:
 
 
 @contextmanager
-def stage_run(stage: str, params_path: str | os.PathLike = "params.yaml",
-              guard: ParamsGuard | None = None) -> Iterator[StageRun]:
+def stage_run(stage: str, guard: ParamsGuard | None = None) -> Iterator[StageRun]:
     """The pipeline's run for `stage`; on exit its duration and status: FINISHED, FAILED, or KILLED on Ctrl-C or
     SIGTERM (exit 143). A store that cannot be used ends the stage before its work."""
-    guard = guard or ParamsGuard(params_path)
+    guard = guard or ParamsGuard("params.yaml")
     journal, writes = stage_journal(stage)
     key, tags, name = run_identity(guard.path, guard.content or b"")
     opening = {"run": key, "open": {"tags": tags, "name": name, "params": param_texts(pipeline_params(guard.path))}}

@@ -26,6 +26,7 @@ from .run import StageRun, stage_run
 # Set by relaunch_under_torchrun for its workers: the folder where a rank leaves its one-line user error, which the
 # launcher prints once (instead of every rank printing it beside torchrun's failure report).
 RANK_ERRORS = "RAEXMC_RANK_ERRORS"
+DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)  # permissions, or a file system mounted read-only
 
 
 @contextmanager
@@ -47,9 +48,6 @@ def user_errors(params_path: str | os.PathLike | None = None) -> Iterator[None]:
         else:
             print(exc.one_line(), file=sys.stderr)
         raise typer.Exit(2) from None
-
-
-DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)  # permissions, or a file system mounted read-only
 
 
 def _storage_error(exc: OSError) -> StorageError:
@@ -81,7 +79,7 @@ def tracked_stage(name: str, params_path: str | os.PathLike = "params.yaml",
                 remove_dead_temps(folder)
             guard.check()
             guard.check_dvc_overrides(tree)
-            with stage_run(name, params_path, guard) as run:
+            with stage_run(name, guard) as run:
                 yield settings, run
 
 
