@@ -7,7 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,11 @@ class ParamsGuard:
         self.content = self._read()
 
     def _read(self) -> bytes | None:
-        try:
+        with suppress(FileNotFoundError):
             return self.path.read_bytes()
-        except FileNotFoundError:
-            return None
+        return None
 
     def check(self) -> None:
-        """ConcurrentRunError if the file changed since the stage read it."""
         if self._read() != self.content:
             raise ConcurrentRunError("changed while this stage ran (another `dvc exp run` in this workspace?), "
                                      f"so its results are not logged or kept; {PARALLEL_HINT}", self.path)
@@ -97,10 +95,9 @@ def one_stage_at_a_time(params_path: str | os.PathLike, stage: str) -> Iterator[
 
 
 def _proc(pid: int, name: str) -> bytes | None:
-    try:
+    with suppress(OSError):
         return Path(f"/proc/{pid}/{name}").read_bytes()
-    except OSError:
-        return None
+    return None
 
 
 def dvc_command() -> list[str] | None:

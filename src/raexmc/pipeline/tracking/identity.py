@@ -15,13 +15,12 @@ UNCOMMITTED = "uncommitted"  # the commit of a folder outside git
 OUTPUT_FOLDERS = ("data", "artifacts")  # where dvc.yaml's stages write: data/<dataset>, artifacts/<dataset>/...
 
 
-def project_root(start: str | os.PathLike | None = None) -> Path:
+def project_root() -> Path:
     """The DVC project owning this run: DVC_ROOT for experiments run in copies, else the nearest folder holding
-    `.dvc/` (or the start folder)."""
+    `.dvc/` (or the current folder)."""
     if os.environ.get("DVC_ROOT"):
         return Path(os.environ["DVC_ROOT"]).resolve()
-    here = Path(start or os.getcwd()).resolve()
-    return working_copy(here) or here
+    return working_copy(Path.cwd()) or Path.cwd().resolve()
 
 
 def working_copy(start: str | os.PathLike) -> Path | None:
