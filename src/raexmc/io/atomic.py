@@ -21,13 +21,11 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 __all__ = ["NO_ROOM", "atomic_dir", "atomic_file", "checked_writes", "mark_empty", "new_memmap", "remove_dead_temps",
-           "remove_leftovers", "require_size", "save_array", "scratch_dir", "write_json", "writer_gone",
-           "written_through"]
+           "require_size", "save_array", "scratch_dir", "write_json", "writer_gone", "written_through"]
 
 EMPTY_MARK = ".empty"  # .dvcignore names it
 EMPTY_TEXT = "This run left this DVC output empty; DVC ignores this file (.dvcignore).\n"
-# `.<target>.<pid>-<random>.tmp`: what _temp_beside and tempfile's random names (a-z, 0-9, _) make.
-_TEMP_NAME = re.compile(r"\..+\.(?P<pid>\d+)-[a-z0-9_]+\.tmp")
+_TEMP_NAME = re.compile(r"\..+\.(?P<pid>\d+)-[a-z0-9_]+\.tmp")  # _temp_beside's (tempfile's random part: a-z, 0-9, _)
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 """A write the storage has no room for: a full disk or quota, or a file larger than the filesystem or the
 process's file-size limit (`ulimit -f`) allows."""
@@ -49,8 +47,7 @@ class _CountedWrites:
     with their own (torch.save: a RuntimeError 'unexpected pos')."""
 
     def __init__(self, handle: BinaryIO):
-        self._handle = handle
-        self.count = 0
+        self._handle, self.count = handle, 0
         self.error: OSError | None = None
 
     def write(self, data: Any) -> int:
@@ -170,7 +167,7 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def remove_leftovers(target: Path) -> None:
+def _remove_leftovers(target: Path) -> None:
     """Remove a killed writer's temporary and the `.<name>.old` it set aside beside `target` (a running one's stays)."""
     if not target.parent.is_dir():
         return
@@ -194,7 +191,7 @@ def remove_dead_temps(folder: str | os.PathLike) -> None:
 def _output_temp(target: Path, folder: bool) -> Iterator[Path]:
     """A temporary beside `target` with an output's permissions (temporaries are created private), once a killed
     writer's leftovers are removed; on an exception removed, the error naming `target`."""
-    remove_leftovers(target)
+    _remove_leftovers(target)
     tmp = _temp_beside(target, folder)
     umask = os.umask(0)
     os.umask(umask)
