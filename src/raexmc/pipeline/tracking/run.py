@@ -392,14 +392,10 @@ def stage_run(stage: str, guard: ParamsGuard | None = None) -> Iterator[StageRun
         with sigterm_raises():
             yield run
         guard.check()  # the stage's results were made with the params it read: else FAILED, so DVC records nothing
-    except Terminated:
-        _mark_ended(run, "KILLED", writes)
-        raise SystemExit(128 + signal.SIGTERM) from None
-    except KeyboardInterrupt:
-        _mark_ended(run, "KILLED", writes)
-        raise
-    except BaseException:
-        _mark_ended(run, "FAILED", True)
+    except BaseException as exc:
+        _mark_ended(run, exc, writes)
+        if isinstance(exc, Terminated):
+            raise SystemExit(128 + signal.SIGTERM) from None
         raise
     run.metrics({"duration_s": round(time.monotonic() - started, 3)})
     run._log(status="FINISHED")
@@ -407,10 +403,11 @@ def stage_run(stage: str, guard: ParamsGuard | None = None) -> Iterator[StageRun
         write_journal(journal, run.opening)
 
 
-def _mark_ended(run: StageRun, status: str, write: bool) -> None:
-    """Journal a failed or killed stage's end and, with `write`, write it, unless the store fails (the error on its
-    way out is the one to report). A killed stage under DVC leaves it to the next writer (MLflow's import is slow)."""
+def _mark_ended(run: StageRun, exc: BaseException, writes: bool) -> None:
+    """Journal a stage's end (KILLED by Ctrl-C or SIGTERM, else FAILED) and write it, unless the store fails (the error
+    on its way out is the one to report). Killed under DVC, it leaves that to the next writer (MLflow loads slowly)."""
+    killed = isinstance(exc, (Terminated, KeyboardInterrupt))
     with suppress(StorageError, OSError):
-        run.journal.append({"run": run.opening["run"], "status": status})
-        if write:
+        run.journal.append({"run": run.opening["run"], "status": "KILLED" if killed else "FAILED"})
+        if writes or not killed:
             write_journal(run.journal, run.opening)
