@@ -53,10 +53,9 @@ class ParamsGuard:
             found = _dotted(tree, key)
             if wanted != found:
                 held = "nothing" if found is _MISSING else repr(found)
-                raise ConcurrentRunError(
-                    f"holds {held}, but the `dvc exp run` running this stage set {key}={text}: another "
-                    f"`dvc exp run` in this workspace rewrote it, so nothing is logged or kept; {PARALLEL_HINT}",
-                    self.path, key)
+                raise ConcurrentRunError(f"holds {held}, but the `dvc exp run` running this stage set {key}={text}: "
+                                         f"another `dvc exp run` in this workspace rewrote it, so nothing is logged "
+                                         f"or kept; {PARALLEL_HINT}", self.path, key)
 
 
 def _dotted(tree: dict[str, Any], key: str) -> Any:
@@ -70,8 +69,7 @@ def _dotted(tree: dict[str, Any], key: str) -> Any:
 
 @contextmanager
 def one_stage_at_a_time(params_path: str | os.PathLike, stage: str) -> Iterator[None]:
-    """Hold the working copy's stage lock: DVC runs an execution's stages one at a time, so another here is a
-    second execution's."""
+    """Hold the working copy's stage lock: DVC runs an execution's stages in turn, so another here is a second's."""
     root = working_copy(Path(params_path).resolve().parent)
     if root is None:
         yield

@@ -16,15 +16,13 @@ OUTPUT_FOLDERS = ("data", "artifacts")  # where dvc.yaml's stages write: data/<d
 
 
 def project_root() -> Path:
-    """The DVC project owning this run: DVC_ROOT for experiments run in copies, else the nearest folder holding
-    `.dvc/` (or the current folder)."""
+    """The project owning this run: DVC_ROOT in an experiment's copy, else the working copy (or the current folder)."""
     if os.environ.get("DVC_ROOT"):
         return Path(os.environ["DVC_ROOT"]).resolve()
     return working_copy(Path.cwd()) or Path.cwd().resolve()
 
 
 def working_copy(start: str | os.PathLike) -> Path | None:
-    """The nearest folder at or above `start` holding `.dvc/`; None outside a DVC project."""
     here = Path(start).resolve()
     return next((folder for folder in (here, *here.parents) if (folder / ".dvc").is_dir()), None)
 

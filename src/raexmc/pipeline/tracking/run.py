@@ -43,10 +43,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"a": {"b": 1}} -> {"a.b": 1}: params as they are named in params.yaml and `dvc exp show`."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
+        flat.update(flatten(value, f"{prefix}{key}.") if isinstance(value, Mapping) else {f"{prefix}{key}": value})
     return flat
 
 
@@ -92,7 +89,7 @@ def readable_store() -> Iterator[None]:
 
 
 def check_store() -> None:
-    """check_store without importing MLflow: the SQLite header, then SQLite's check of its pages."""
+    """readable_store's check without importing MLflow: the SQLite header, then SQLite's check of its pages."""
     path = Path(store_file())
     if urlparse(tracking_uri()).scheme != "sqlite" or not path.exists():
         return  # MLflow creates it
@@ -123,9 +120,9 @@ def store_errors() -> Iterator[None]:
     try:
         yield
     except (SQLAlchemyError, MlflowException) as exc:
-        failed = exc if isinstance(exc, SQLAlchemyError) else exc.__cause__
-        if not isinstance(failed, SQLAlchemyError):  # MLflow's own: what the store holds or lacks
+        if isinstance(exc, MlflowException) and not from_the_store(exc):
             raise
+        failed = exc.__cause__ if isinstance(exc, MlflowException) else exc
         raise _store_error(first_line(getattr(failed, "orig", None) or failed)) from None  # the database's own
     finally:
         db_log.setLevel(level)
@@ -255,9 +252,8 @@ def _client():
 
 
 def experiment_tags() -> dict[str, str]:
-    """MLflow 3 opens an experiment on its GenAI overview, with no metric column: the experiment says it is a
-    model-training one and carries a shared view, the chosen settings and headline metrics first, best RAE P@1 on
-    top."""
+    """MLflow 3 opens an experiment on its GenAI overview, with no metric column: so it says it is a model-training
+    one and carries a shared view, the chosen settings and headline metrics first, best RAE P@1 on top."""
     settings = ("selection.retrieval", "selection.label_share", "selection.lambda", "selection.tau")  # evaluate's
     metrics = [f"metrics.`evaluate/{metric_name(f'{method}.{name}')}`"
                for method in HEADLINE_METHODS for name in HEADLINE_METRICS]
@@ -278,9 +274,8 @@ def view_url(ui: str = "http://127.0.0.1:5000") -> str:
 
 def _pipeline_run(client, key: str, opening: dict[str, Any]) -> str:
     experiment, tags = client.get_experiment_by_name(EXPERIMENT), experiment_tags()
-    experiment_id = (experiment.experiment_id if experiment else
-                     client.create_experiment(EXPERIMENT, artifact_location=(project_root() / "mlartifacts").as_uri(),
-                                              tags=tags))
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(
+        EXPERIMENT, artifact_location=(project_root() / "mlartifacts").as_uri(), tags=tags)
     if experiment and not tags.items() <= experiment.tags.items():  # a store an older rae-xmc made
         for name, value in tags.items():
             client.set_experiment_tag(experiment_id, name, value)
@@ -309,8 +304,7 @@ def _dataset_input(uri: str, name: str, digest: str, context: str):
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-    source = get_dataset_source_from_json(json.dumps({"uri": uri}), "local")
-    dataset = MetaDataset(source, name=name, digest=digest)
+    dataset = MetaDataset(get_dataset_source_from_json(json.dumps({"uri": uri}), "local"), name=name, digest=digest)
     return DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
 
 
@@ -341,9 +335,8 @@ def write_journal(journal: Journal, opening: dict[str, Any]) -> str:
 
 
 def stage_journal(stage: str) -> tuple[Journal, bool]:
-    """The journal `stage` appends to, and whether it writes it to the store: under DVC the working copy's, which
-    the command's last stage writes (track, a stage the command names, or every stage of a command not read here);
-    by hand one of its own."""
+    """The journal `stage` appends to, and whether it writes it to the store: under DVC the working copy's, which the
+    command's last stage writes (track, one it names, or every stage of a command not read here); by hand its own."""
     root = working_copy(Path.cwd()) if os.environ.get("DVC_STAGE") else None
     if root is None:  # nothing runs after it to write its journal
         return Journal(Path(tempfile.mkdtemp(prefix="raexmc-journal-"))), True
