@@ -22,7 +22,6 @@ from ..io import write_json
 from .tracking.run import HEADLINE_METHODS as METHOD_ROWS  # rae.json, dual_encoder.json, knn.json
 from .tracking.run import HEADLINE_METRICS as KEY_METRICS
 
-METHODS = ("rae", "dual_encoder", "knn")
 TEST_ROWS = tuple(f"{METHOD}_vs_{baseline}" for baseline in BASELINES)  # rae_vs_dual_encoder.json, rae_vs_knn.json
 WORKSPACE = "workspace"  # the working tree, as `dvc exp show` calls it
 FileReader = Callable[[str], "str | None"]  # a path relative to the project -> its text, or None where it is absent
@@ -60,9 +59,9 @@ def summary(eval_dir: Path, significance_path: Path, selection_path: Path,
     """The run's settings, a row per method and the tests, as aligned text (track and `raexmc results` print it)."""
     results = _read(eval_dir / "metrics.json")
     tests = _read(significance_path)
-    methods = [m for m in METHODS if m in results]
+    methods = [m for m in METHOD_ROWS if m in results]
     if not methods:
-        raise DataError(f"holds none of the methods {', '.join(METHODS)}", eval_dir / "metrics.json")
+        raise DataError(f"holds none of the methods {', '.join(METHOD_ROWS)}", eval_dir / "metrics.json")
     lines = []
     chosen = results.get("selection")  # metrics.json's record of the tune stage's choice
     if chosen:
