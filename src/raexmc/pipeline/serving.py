@@ -31,6 +31,7 @@ from ..settings import PackageSettings
 from .tracking.run import from_the_store, readable_store, tracking_uri
 
 DEFAULT_K = 10
+SOURCE = "request"  # what errors about a request name in place of a file
 # The most records one request may hold. One request is scored on the server's cores while MLflow's scoring
 # timeout (60 s) runs: 5,000 records took 53.8 s on 2 cores (measured 2026-11-28), so 1,000 take about 11 s there.
 MAX_RECORDS = 1000
@@ -104,13 +105,13 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
     def request(self, model_input: pd.DataFrame, k: object) -> tuple[list, int]:
         """The queries and k of a request, checked (DataError, ConfigError); no records, no queries."""
         if len(model_input) and not {"text", "title"} & set(model_input.columns):
-            raise DataError('no query: each record needs a "text" (or "title") string', "request")
+            raise DataError('no query: each record needs a "text" (or "title") string', SOURCE)
         if len(model_input) > self.max_records:
             raise DataError(f"{len(model_input):,} records, over the limit of {self.max_records:,} per request "
-                            "(raexmc serve --max-records): send them in smaller requests", "request")
+                            "(raexmc serve --max-records): send them in smaller requests", SOURCE)
         if k == DEFAULT_K:  # the signature's default (MLflow fills it in): every label of a smaller model
             k = min(k, self.model.num_labels)
-        queries = [query_of(row, "request", number) for number, row in enumerate(model_input.to_dict("records"))]
+        queries = [query_of(row, SOURCE, number) for number, row in enumerate(model_input.to_dict("records"))]
         return queries, checked_k(k, self.model.num_labels)
 
 
@@ -128,8 +129,7 @@ def request_table(model_input: object) -> pd.DataFrame:
             return pd.DataFrame({"text": items})
         return pd.DataFrame(items)
     except (TypeError, ValueError) as error:  # not iterable, columns of different lengths, a list mixing kinds
-        raise DataError(f"not texts, records or columns of texts ({first_line(error, typed=True)})",
-                        "request") from None
+        raise DataError(f"not texts, records or columns of texts ({first_line(error, typed=True)})", SOURCE) from None
 
 
 def registered_name(package: PackageSettings, dataset: str) -> str:
