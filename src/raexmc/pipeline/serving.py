@@ -160,9 +160,8 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
         info = mlflow.pyfunc.log_model(
             name="predictor", python_model=str(code / "pipeline" / "pyfunc_model.py"),  # the model as code
             signature=SIGNATURE, input_example=INPUT_EXAMPLE, artifacts={"model": str(model)},
-            tags={WRITER_TAG: f"{socket.gethostname()}:{os.getpid()}"},
-            code_paths=[str(code)], pip_requirements=pinned_requirements(milvus=on_milvus(model)),
-            registered_model_name=model_name)
+            tags={WRITER_TAG: f"{socket.gethostname()}:{os.getpid()}"}, registered_model_name=model_name,
+            code_paths=[str(code)], pip_requirements=pinned_requirements(milvus=on_milvus(model)))
     client.set_registered_model_alias(model_name, alias, info.registered_model_version)
     return f"models:/{model_name}@{alias}"
 
