@@ -35,13 +35,12 @@ SOURCE = "request"  # what errors about a request name in place of a file
 # The most records one request may hold. One request is scored on the server's cores while MLflow's scoring
 # timeout (60 s) runs: 5,000 records took 53.8 s on 2 cores (measured 2026-11-28), so 1,000 take about 11 s there.
 MAX_RECORDS = 1000
-# PyTorch's index of CPU-only wheels (torch 2.13.0+cpu and its kin), which PyPI does not serve.
-CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"  # CPU-only wheels (torch 2.13.0+cpu, kin), not on PyPI
 # What the model's code imports (faiss: a compressed memory; onnx, onnxruntime: an int8 encoder; pydantic and
 # ruamel.yaml: raexmc.settings), beyond what these bring
-MILVUS_REQUIREMENTS = ("pymilvus", "milvus-lite")  # the extra raexmc[milvus], for a folder on Milvus
 REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "onnx", "onnxruntime", "numpy", "scipy", "pandas",
                 "mlflow", "pydantic", "ruamel.yaml")
+MILVUS_REQUIREMENTS = ("pymilvus", "milvus-lite")  # the extra raexmc[milvus], for a folder on Milvus
 # one label of an answer (RaeModel.label_answer): its id is its dataset's, a string, a number or null
 LABEL = Object([Property("label", "long"), Property("id", AnyType()), Property("text", "string"),
                 Property("score", "double")])
