@@ -22,8 +22,7 @@ from .settings import QUERY_THREADS, load_settings
 if TYPE_CHECKING:
     from .evaluation.propensity import Propensity
 
-# rich_markup_mode None: click's help, which names a flag alone (typer's rich help gives every flag, --help included,
-# a "<bool>" type)
+# rich_markup_mode None: click's help names a flag alone (typer's rich help gives every flag, --help too, "<bool>")
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"max_content_width": 120},  # click wraps at 80 columns otherwise
                   help="RAE-XMC: extreme multi-label classification with retrieval-augmented encoders. "
@@ -144,8 +143,7 @@ def predict(texts: list[str] = typer.Argument(None, metavar="TEXT", hidden=True)
                                   help="Labels per query (default 10, or every label of a smaller model)."),
             model: Path = typer.Option(None, "--model", "-m",
                                        help="A saved model folder (default: <artifacts>/<name>/predictor)."),
-            name: str = NAME,
-            artifacts: Path = ARTIFACTS,
+            name: str = NAME, artifacts: Path = ARTIFACTS,
             batch_size: int = typer.Option(32, min=1, help="Queries encoded and searched together."),
             device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N"),
             threads: int = typer.Option(QUERY_THREADS, min=0, help="CPU threads the queries run on (0: every "
@@ -232,15 +230,12 @@ def serve(name: str = NAME,
 
 
 @app.command()
-def results(name: str = NAME,
-            artifacts: Path = ARTIFACTS,
-            params: Path = PARAMS,
+def results(name: str = NAME, artifacts: Path = ARTIFACTS, params: Path = PARAMS,
             exp: list[str] = typer.Option(None, "--exp", metavar="NAME",
                                           help="A DVC experiment to set beside the others (its committed results); "
                                                "repeat for more."),
-            rev: list[str] = typer.Option(None, "--rev", metavar="REV",
-                                          help="A git revision (or `workspace`) to set beside the others; repeat for "
-                                               "more."),
+            rev: list[str] = typer.Option(None, "--rev", metavar="REV", help="A git revision (or `workspace`) to set "
+                                                                            "beside the others; repeat for more."),
             as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON (p-values as numbers, "
                                                                 "their log10 beside them).")) -> None:
     """Key metrics per method and RAE's paired t-tests: a readable `dvc metrics show`. With --exp or --rev, runs side

@@ -22,9 +22,9 @@ from ..io import write_json
 from .tracking.run import HEADLINE_METHODS as METHOD_ROWS  # rae.json, dual_encoder.json, knn.json
 from .tracking.run import HEADLINE_METRICS as KEY_METRICS
 
-METHODS = ("rae", "dual_encoder", "knn")
 TEST_ROWS = tuple(f"{METHOD}_vs_{baseline}" for baseline in BASELINES)  # rae_vs_dual_encoder.json, rae_vs_knn.json
 WORKSPACE = "workspace"  # the working tree, as `dvc exp show` calls it
+WIDTH = 120  # the side-by-side table wraps its columns to fit a terminal this wide
 FileReader = Callable[[str], "str | None"]  # a path relative to the project -> its text, or None where it is absent
 
 
@@ -55,23 +55,20 @@ def _read(path: Path) -> dict:
         raise DataError(f"not valid JSON ({exc.msg})", path, exc.lineno) from None
 
 
-def summary(eval_dir: Path, significance_path: Path, selection_path: Path,
-            metrics: tuple[str, ...] = KEY_METRICS) -> str:
+def summary(eval_dir: Path, significance_path: Path, selection_path: Path) -> str:
     """The run's settings, a row per method and the tests, as aligned text (track and `raexmc results` print it)."""
     results = _read(eval_dir / "metrics.json")
     tests = _read(significance_path)
-    methods = [m for m in METHODS if m in results]
+    methods = [m for m in METHOD_ROWS if m in results]
     if not methods:
-        raise DataError(f"holds none of the methods {', '.join(METHODS)}", eval_dir / "metrics.json")
-    lines = []
+        raise DataError(f"holds none of the methods {', '.join(METHOD_ROWS)}", eval_dir / "metrics.json")
     chosen = results.get("selection")  # metrics.json's record of the tune stage's choice
-    if chosen:
-        lines.append(settings_line(chosen, _read(selection_path), results.get("knn", {})))
+    lines = [settings_line(chosen, _read(selection_path), results.get("knn", {}))] if chosen else []
     width = max(len(m) for m in methods)
-    lines.append(f"{'method':<{width}}  " + "  ".join(f"{m:>7}" for m in metrics) + f"  {'F1@5 tail':>9}")
+    lines.append(f"{'method':<{width}}  " + "  ".join(f"{m:>7}" for m in KEY_METRICS) + f"  {'F1@5 tail':>9}")
     for method in methods:
         row = results[method]
-        cells = "  ".join(f"{row[m]:>7.2f}" if m in row else f"{'-':>7}" for m in metrics)
+        cells = "  ".join(f"{row[m]:>7.2f}" if m in row else f"{'-':>7}" for m in KEY_METRICS)
         tail = row.get("macro-F1@5", {}).get("tail")
         lines.append(f"{method:<{width}}  {cells}  {'-' if tail is None else f'{tail:.2f}':>9}")
     return "\n".join(lines + significance_lines(dict(sorted(tests.items()))))
@@ -188,9 +185,6 @@ def runs_of(root: Path, experiments: list[str], revisions: list[str], artifacts:
             for label, commit in wanted]
 
 
-WIDTH = 120  # the side-by-side table wraps its columns to fit a terminal this wide
-
-
 def _number(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -203,12 +197,11 @@ def _table_rows(runs: list[RunResults]) -> list[tuple[str, list[str]]]:
     for row in METHOD_ROWS:
         lines += [(f"{row} {m}", [_number(run.rows[row].get(m), ".2f") for run in runs]) for m in KEY_METRICS]
     for test in TEST_ROWS:
-        metrics = list(dict.fromkeys(m for run in runs for m in run.tests.get(test, {})))
         label = test.replace("_vs_", " vs ")
-        for m in metrics:
-            results = [run.tests.get(test, {}).get(m) for run in runs]
-            lines.append((f"{label} {m} Δ", [_number(r and r["mean_diff"], "+.2f") for r in results]))
-            lines.append((f"{label} {m} p", ["-" if r is None else p_value_text(r) for r in results]))
+        for metric in dict.fromkeys(m for run in runs for m in run.tests.get(test, {})):  # once each, first seen first
+            results = [run.tests.get(test, {}).get(metric) for run in runs]
+            lines.append((f"{label} {metric} Δ", [_number(r and r["mean_diff"], "+.2f") for r in results]))
+            lines.append((f"{label} {metric} p", ["-" if r is None else p_value_text(r) for r in results]))
     return lines
 
 

@@ -20,19 +20,17 @@ from ..errors import ConfigError, DataError, RaexmcError
 from ..rae.queries import DEEP_JSON
 from ..rae.shared_batches import MAX_BATCH_QUERIES
 from ..settings import QUERY_THREADS
-from .serving import MAX_RECORDS, RequestRefused
+from .serving import MAX_RECORDS, SOURCE, RequestRefused
 from .tracking.run import readable_store, tracking_uri
 
 if TYPE_CHECKING:
     import uvicorn
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-
-
-SOURCE = "request"  # what errors name in place of a file
 INPUT_FORMS = '"text", ["text", ...], records [{"text": ...}] or columns {"text": [...]}'
 JSON_TERMS = {"model_type": "Input should be a JSON object", "dict_type": "Input should be a JSON object",
               "list_type": "Input should be a JSON array"}  # pydantic's messages name Python types and classes
+MAX_BODY_BYTES = 1 << 20  # about 1 KiB for each of MAX_RECORDS records (the encoder cuts longer queries anyway)
 
 
 class QueryParams(BaseModel):
@@ -117,9 +115,6 @@ def accepted(model: type[BaseModel]) -> str:
 
 def spellings(field: FieldInfo) -> list[str]:
     return list(getattr(field.validation_alias, "choices", []))
-
-
-MAX_BODY_BYTES = 1 << 20  # about 1 KiB for each of MAX_RECORDS records (the encoder cuts longer queries anyway)
 
 
 def serve_model(model_uri: str, host: str, port: int, max_body_bytes: int = MAX_BODY_BYTES,

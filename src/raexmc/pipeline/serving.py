@@ -31,16 +31,16 @@ from ..settings import PackageSettings
 from .tracking.run import from_the_store, readable_store, tracking_uri
 
 DEFAULT_K = 10
+SOURCE = "request"  # what errors about a request name in place of a file
 # The most records one request may hold. One request is scored on the server's cores while MLflow's scoring
 # timeout (60 s) runs: 5,000 records took 53.8 s on 2 cores (measured 2026-11-28), so 1,000 take about 11 s there.
 MAX_RECORDS = 1000
-# PyTorch's index of CPU-only wheels (torch 2.13.0+cpu and its kin), which PyPI does not serve.
-CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"  # CPU-only wheels (torch 2.13.0+cpu, kin), not on PyPI
 # What the model's code imports (faiss: a compressed memory; onnx, onnxruntime: an int8 encoder; pydantic and
 # ruamel.yaml: raexmc.settings), beyond what these bring
-MILVUS_REQUIREMENTS = ("pymilvus", "milvus-lite")  # the extra raexmc[milvus], for a folder on Milvus
 REQUIREMENTS = ("torch", "transformers", "hnswlib", "faiss-cpu", "onnx", "onnxruntime", "numpy", "scipy", "pandas",
                 "mlflow", "pydantic", "ruamel.yaml")
+MILVUS_REQUIREMENTS = ("pymilvus", "milvus-lite")  # the extra raexmc[milvus], for a folder on Milvus
 # one label of an answer (RaeModel.label_answer): its id is its dataset's, a string, a number or null
 LABEL = Object([Property("label", "long"), Property("id", AnyType()), Property("text", "string"),
                 Property("score", "double")])
@@ -104,13 +104,13 @@ class RaexmcModel(mlflow.pyfunc.PythonModel):
     def request(self, model_input: pd.DataFrame, k: object) -> tuple[list, int]:
         """The queries and k of a request, checked (DataError, ConfigError); no records, no queries."""
         if len(model_input) and not {"text", "title"} & set(model_input.columns):
-            raise DataError('no query: each record needs a "text" (or "title") string', "request")
+            raise DataError('no query: each record needs a "text" (or "title") string', SOURCE)
         if len(model_input) > self.max_records:
             raise DataError(f"{len(model_input):,} records, over the limit of {self.max_records:,} per request "
-                            "(raexmc serve --max-records): send them in smaller requests", "request")
+                            "(raexmc serve --max-records): send them in smaller requests", SOURCE)
         if k == DEFAULT_K:  # the signature's default (MLflow fills it in): every label of a smaller model
             k = min(k, self.model.num_labels)
-        queries = [query_of(row, "request", number) for number, row in enumerate(model_input.to_dict("records"))]
+        queries = [query_of(row, SOURCE, number) for number, row in enumerate(model_input.to_dict("records"))]
         return queries, checked_k(k, self.model.num_labels)
 
 
@@ -128,8 +128,7 @@ def request_table(model_input: object) -> pd.DataFrame:
             return pd.DataFrame({"text": items})
         return pd.DataFrame(items)
     except (TypeError, ValueError) as error:  # not iterable, columns of different lengths, a list mixing kinds
-        raise DataError(f"not texts, records or columns of texts ({first_line(error, typed=True)})",
-                        "request") from None
+        raise DataError(f"not texts, records or columns of texts ({first_line(error, typed=True)})", SOURCE) from None
 
 
 def registered_name(package: PackageSettings, dataset: str) -> str:
@@ -160,9 +159,8 @@ def log_predictor(run_id: str, model: Path, model_name: str, alias: str) -> str:
         info = mlflow.pyfunc.log_model(
             name="predictor", python_model=str(code / "pipeline" / "pyfunc_model.py"),  # the model as code
             signature=SIGNATURE, input_example=INPUT_EXAMPLE, artifacts={"model": str(model)},
-            tags={WRITER_TAG: f"{socket.gethostname()}:{os.getpid()}"},
-            code_paths=[str(code)], pip_requirements=pinned_requirements(milvus=on_milvus(model)),
-            registered_model_name=model_name)
+            tags={WRITER_TAG: f"{socket.gethostname()}:{os.getpid()}"}, registered_model_name=model_name,
+            code_paths=[str(code)], pip_requirements=pinned_requirements(milvus=on_milvus(model)))
     client.set_registered_model_alias(model_name, alias, info.registered_model_version)
     return f"models:/{model_name}@{alias}"
 
