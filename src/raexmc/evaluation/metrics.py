@@ -171,8 +171,7 @@ def _mean_or_nan(values: np.ndarray) -> float:
 def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
     """How much of an exact search an approximate one (HNSW) finds: the mean over queries of the share of exact
     top-k ids it also found; -1 padding ignored, queries without an exact id not counted (1.0 when none has one)."""
-    approx_ids = np.asarray(approx_ids, dtype=np.int64)
-    exact_ids = np.asarray(exact_ids, dtype=np.int64)
+    approx_ids, exact_ids = np.asarray(approx_ids, dtype=np.int64), np.asarray(exact_ids, dtype=np.int64)
     if approx_ids.ndim != 2 or exact_ids.ndim != 2 or approx_ids.shape[0] != exact_ids.shape[0]:
         raise DataError(f"id matrices must be 2-D with the same rows, got {approx_ids.shape} and {exact_ids.shape}")
     valid = exact_ids >= 0

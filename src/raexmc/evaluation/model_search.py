@@ -69,16 +69,14 @@ def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settin
     set (`queries`), the baselines from `baselines` (default: the model's own indexes), as `p` says."""
     Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
     evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), propensity.ab)
-    search = ModelSearch(model, baselines or model.search, queries, p.infer.b_sweep,
-                         baseline_depth(evaluator.exclude))
+    search = ModelSearch(model, baselines or model.search, queries, p.infer.b_sweep, baseline_depth(evaluator.exclude))
     result = evaluate_retrieval(search.in_blocks(), evaluator, model, p.infer.lambda_sweep, p.infer.b_sweep,
-                                knn_tau, KNN_B, with_ova_knn=p.infer.ova_knn,
-                                chunk=chunk, progress=progress, workers=resolve_threads(p.evaluate.threads),
-                                keep_scores=keep_scores)
+                                knn_tau, KNN_B, with_ova_knn=p.infer.ova_knn, chunk=chunk, progress=progress,
+                                workers=resolve_threads(p.evaluate.threads), keep_scores=keep_scores)
     methods = result["methods"]
     metrics = {**methods, "knn": {**methods["knn"], "tau": knn_tau}, "memory": model.about.get("memory", {}),
-               "propensity": propensity.record(), "retrieval": {"depth": search.depth,
-                                                                "baseline_depth": search.baseline_depth},
+               "propensity": propensity.record(),
+               "retrieval": {"depth": search.depth, "baseline_depth": search.baseline_depth},
                "served": served_sample(model, served, queries, evaluator)}
     return metrics, result, search.queries_per_s()
 

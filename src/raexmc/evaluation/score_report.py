@@ -26,7 +26,6 @@ from .significance import difference_text, paired_ttest
 
 @dataclass
 class EvalData:
-
     Y_train: sp.csr_matrix
     Y_test: sp.csr_matrix
     exclude: sp.csr_matrix
