@@ -64,9 +64,8 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lam
     rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(lambda_sweep) if swept == lam),
                 *(("b", i) for i, swept in enumerate(b_sweep) if swept == b)]
     rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts))]
-    for name, scorer in method_scorers(found, Y_train, lam, tau, b, *knn).items():
-        if name != "rae":
-            rankings.append(([("method", name)], partial(scorer, slice(None))))
+    rankings += [([("method", name)], partial(scorer, slice(None)))
+                 for name, scorer in method_scorers(found, Y_train, lam, tau, b, *knn).items() if name != "rae"]
     if with_ova_knn:
         (z_ids, z_sims), (x_ids, x_sims) = found.labels, found.inputs
         rankings.append(([("method", "ova_knn")],

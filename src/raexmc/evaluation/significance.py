@@ -149,8 +149,7 @@ def _test(a: dict[str, np.ndarray], a_method: str, b: dict[str, np.ndarray], b_m
         if len(ours) != len(theirs):
             raise DataError(f"{len(theirs)} test queries, but this run has {len(ours)}: compare runs on the same "
                             f"test set", b_origin)
-        # percentage points, as the metrics are reported
-        out[metric] = paired_ttest(100 * ours, 100 * theirs)
+        out[metric] = paired_ttest(100 * ours, 100 * theirs)  # percentage points, as the metrics are reported
     return out
 
 
