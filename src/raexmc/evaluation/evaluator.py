@@ -21,7 +21,6 @@ from .metrics import (
     f1_counts,
     macro_f1_from_counts,
     over_mean_ideal,
-    per_instance_metrics,
     per_query_values,
     percent,
     propensity_ideals,
@@ -149,8 +148,9 @@ class Evaluator:
         return self.truth.shape[0]
 
     def rank(self, num_queries: int, scores_of: Scorer) -> np.ndarray:
-        """Top-100 labels from `scores_of(rows)`, a chunk of queries at a time; filtered pairs never ranked."""
-        return stacked_rankings([self.rank_rows(rows, scores_of(rows)) for rows in query_chunks(num_queries)])
+        """Top-100 labels from `scores_of(rows)`, QUERY_CHUNK queries at a time; filtered pairs never ranked."""
+        chunks = [slice(start, start + QUERY_CHUNK) for start in range(0, num_queries, QUERY_CHUNK)]
+        return stacked_rankings([self.rank_rows(rows, scores_of(rows)) for rows in chunks])
 
     def rank_rows(self, rows: slice, scores: sp.csr_matrix) -> np.ndarray:
         return top_k(scores, RANK_DEPTH, exclude=self.exclude[rows])
@@ -177,9 +177,6 @@ class Evaluator:
     def summary(self, ranked: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return self.result(self.totals(True, ranked))
 
-    def per_query_values(self, ranked: np.ndarray) -> dict[str, np.ndarray]:
-        return per_instance_metrics(ranked, self.truth, propensity=self.propensity)
-
 
 @dataclass
 class FoldedEvaluator(Evaluator):
@@ -187,22 +184,10 @@ class FoldedEvaluator(Evaluator):
 
     folds: tuple[Evaluator, ...] = ()
 
-    def fold_rankings(self, ranked: np.ndarray) -> list[tuple[Evaluator, np.ndarray]]:
-        bounds = np.cumsum([0] + [fold.num_queries for fold in self.folds])
-        return [(fold, ranked[start:stop]) for fold, start, stop in zip(self.folds, bounds[:-1], bounds[1:])]
-
     def summary(self, ranked: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        parts = [fold.totals(ranked=part) for fold, part in self.fold_rankings(ranked)]
+        bounds = np.cumsum([0] + [fold.num_queries for fold in self.folds])
+        parts = [fold.totals(ranked=ranked[start:stop]) for fold, start, stop in zip(self.folds, bounds, bounds[1:])]
         return RankingTotals.pooled(parts).result(self.relevant, self.train_freq)
-
-    def per_query_values(self, ranked: np.ndarray) -> dict[str, np.ndarray]:
-        values = [fold.per_query_values(part) for fold, part in self.fold_rankings(ranked)]
-        return {name: np.concatenate([v[name] for v in values]) for name in values[0]}
-
-
-def query_chunks(num_queries: int, size: int | None = None) -> list[slice]:
-    size = size or QUERY_CHUNK
-    return [slice(start, start + size) for start in range(0, num_queries, size)]
 
 
 def stacked_rankings(chunks: list[np.ndarray]) -> np.ndarray:
@@ -219,10 +204,9 @@ def rank_chunks(evaluator: Evaluator, size: int | None,
                 rankings_of: Callable[[slice, ThreadPoolExecutor], list[Ranking]],
                 consume: Callable[[slice, Any, np.ndarray, sp.csr_matrix], None], workers: int = 1,
                 progress: str | None = None) -> None:
-    """The one sweep-and-rank loop (tune's curve, evaluate's methods and sweeps): `size`
-    (default QUERY_CHUNK) queries at a time, a chunk's `rankings_of(rows, pool)` scored, ranked and handed to
-    `consume(rows, key, ranked, scores)` on `workers` threads; a chunk ends before the next begins, so numbers do not
-    depend on the thread count."""
+    """The one sweep-and-rank loop (tune's curve, evaluate's methods and sweeps): `size` (default QUERY_CHUNK)
+    queries at a time, a chunk's `rankings_of(rows, pool)` scored, ranked and handed to `consume(rows, key, ranked,
+    scores)` on `workers` threads; a chunk ends before the next begins, so numbers do not depend on the thread count."""
     from ..progress import progress_bar
 
     def rank(rows: slice, ranking: Ranking) -> None:

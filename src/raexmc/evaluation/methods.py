@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import scipy.sparse as sp
@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from ..memory.search import Hits
 from ..rae.model import RaeModel, RaeSettings
 from ..rae.scoring import PAPER_B, key_probabilities, knn_scores, ova_knn_scores, train_key_counts
+from ..settings import HeadlineMetric
 from .evaluator import (
     CHUNK_BYTES,
     F1_K,
@@ -63,9 +64,8 @@ def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lam
     rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(lambda_sweep) if swept == lam),
                 *(("b", i) for i, swept in enumerate(b_sweep) if swept == b)]
     rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts))]
-    for name, scorer in method_scorers(found, Y_train, lam, tau, b, *knn).items():
-        if name != "rae":
-            rankings.append(([("method", name)], partial(scorer, slice(None))))
+    rankings += [([("method", name)], partial(scorer, slice(None)))
+                 for name, scorer in method_scorers(found, Y_train, lam, tau, b, *knn).items() if name != "rae"]
     if with_ova_knn:
         (z_ids, z_sims), (x_ids, x_sims) = found.labels, found.inputs
         rankings.append(([("method", "ova_knn")],
@@ -129,7 +129,7 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, rae: RaeModel, lamb
             **({"scores": {name: top.matrix() for (_, name), top in kept.items()}} if keep_scores else {})}
 
 
-HEADLINE = ("P@1", "P@3", "P@5", "nDCG@5", "PSP@5", "R@10", "R@100")
+HEADLINE = get_args(HeadlineMetric)  # the metrics infer.auto_metric may name
 
 
 def segment_rows(methods: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -45,24 +45,12 @@ def hit_matrix(ranked: np.ndarray, truth: sp.csr_matrix) -> np.ndarray:
     return hits
 
 
-def _discounts(k: int) -> np.ndarray:
-    return 1.0 / np.log2(np.arange(2, k + 2))
-
-
-def _dcg(gains: np.ndarray, k: int) -> np.ndarray:
-    """Each row's DCG@k: a row-wise sum, as a BLAS product's rounding would depend on the chunk."""
-    return (gains[:, :k] * _discounts(k)).sum(axis=1)
-
-
-def _idcg(n_pos: np.ndarray, k: int) -> np.ndarray:
-    """Each row's best DCG@k with unit gains: the first min(k, #positives) discounts."""
-    return np.concatenate([[0.0], np.cumsum(_discounts(k))])[np.minimum(n_pos, k)]
-
-
 def _ndcg(gains: np.ndarray, n_pos: np.ndarray, k: int) -> np.ndarray:
-    """Each row's DCG@k of `gains` over its IDCG@k with unit gains, 0 where that is 0."""
-    idcg = _idcg(n_pos, k)
-    return np.divide(_dcg(gains, k), idcg, out=np.zeros_like(idcg), where=idcg > 0)
+    """Each row's DCG@k of `gains` over its IDCG@k with unit gains (the first min(k, #positives) discounts), 0 where
+    that is 0; DCG a row-wise sum, as a BLAS product's rounding would depend on the chunk."""
+    discounts = 1.0 / np.log2(np.arange(2, k + 2))
+    idcg = np.concatenate([[0.0], np.cumsum(discounts)])[np.minimum(n_pos, k)]
+    return np.divide((gains[:, :k] * discounts).sum(axis=1), idcg, out=np.zeros_like(idcg), where=idcg > 0)
 
 
 def _best_weights(truth: sp.csr_matrix, weight: np.ndarray, depth: int) -> np.ndarray:
@@ -82,7 +70,11 @@ def over_mean_ideal(gain: np.ndarray, mean_ideal: float) -> np.ndarray:
 
 
 def _ps_values(gains: np.ndarray, n_pos: np.ndarray, ks: Sequence[int]) -> dict[str, np.ndarray]:
-    """PSP@k's and PSnDCG@k's per-input sums of propensity-weighted `gains` (a ranking's, or the ideal one's)."""
+    """PSP@k's and PSnDCG@k's per-input sums of propensity-weighted `gains` (a ranking's, or the ideal one's): the
+    numerators or denominators of ratios of means, not means of ratios, as pyxclib defines them: PSP@k = mean_i[1/p
+    over i's hits in its top k] / mean_i[i's k largest 1/p over its positives]; PSnDCG@k likewise of PSDCG_i@k /
+    IDCG_i@k (IDCG with unit gains). Each input's value is divided by the test set's mean ideal, so the plain mean is
+    pyxclib's number and a paired t-test sees every system's numerators scaled alike."""
     return {**{f"PSP@{k}": gains[:, :k].sum(axis=1) for k in ks},
             **{f"PSnDCG@{k}": _ndcg(gains, n_pos, k) for k in ks}}
 
@@ -100,16 +92,6 @@ def _propensity_weights(truth: sp.csr_matrix, propensity: np.ndarray) -> np.ndar
     return 1.0 / propensity
 
 
-def _propensity_gains(ranked: np.ndarray, hits: np.ndarray, truth: sp.csr_matrix, propensity: np.ndarray,
-                      ks: Sequence[int]) -> dict[str, np.ndarray]:
-    """The numerators of PSP@k and PSnDCG@k, which pyxclib defines as ratios of means, not means of ratios:
-    PSP@k = mean_i[1/p over i's hits in its top k] / mean_i[i's k largest 1/p over its positives]; PSnDCG@k
-    likewise of PSDCG_i@k / IDCG_i@k (IDCG with unit gains). Each input's value is divided by the test set's mean
-    ideal, so the plain mean is pyxclib's number and a paired t-test sees every system's numerators scaled alike."""
-    weight = _propensity_weights(truth, propensity)
-    return _ps_values(np.where(hits, weight[np.maximum(ranked, 0)], 0.0), np.diff(truth.indptr), ks)
-
-
 def per_query_values(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int] = KS,
                      recall_ks: Sequence[int] = RECALL_KS,
                      propensity: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -119,8 +101,9 @@ def per_query_values(ranked: np.ndarray, truth: sp.csr_matrix, ks: Sequence[int]
     hits = hit_matrix(ranked, truth)
     n_pos = np.diff(truth.indptr)
     out = {**{f"P@{k}": hits[:, :k].sum(axis=1) / k for k in ks}, **{f"nDCG@{k}": _ndcg(hits, n_pos, k) for k in ks}}
-    if propensity is not None:
-        out.update(_propensity_gains(ranked, hits, truth, propensity, ks))
+    if propensity is not None:  # the numerators of PSP@k and PSnDCG@k
+        weight = _propensity_weights(truth, propensity)
+        out.update(_ps_values(np.where(hits, weight[np.maximum(ranked, 0)], 0.0), n_pos, ks))
     for k in recall_ks:
         out[f"R@{k}"] = hits[:, :k].sum(axis=1) / np.maximum(n_pos, 1)
     return out
@@ -188,8 +171,7 @@ def _mean_or_nan(values: np.ndarray) -> float:
 def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
     """How much of an exact search an approximate one (HNSW) finds: the mean over queries of the share of exact
     top-k ids it also found; -1 padding ignored, queries without an exact id not counted (1.0 when none has one)."""
-    approx_ids = np.asarray(approx_ids, dtype=np.int64)
-    exact_ids = np.asarray(exact_ids, dtype=np.int64)
+    approx_ids, exact_ids = np.asarray(approx_ids, dtype=np.int64), np.asarray(exact_ids, dtype=np.int64)
     if approx_ids.ndim != 2 or exact_ids.ndim != 2 or approx_ids.shape[0] != exact_ids.shape[0]:
         raise DataError(f"id matrices must be 2-D with the same rows, got {approx_ids.shape} and {exact_ids.shape}")
     valid = exact_ids >= 0

@@ -69,16 +69,14 @@ def measure_model(model: RaeModel, data: Dataset, queries: np.ndarray, p: Settin
     set (`queries`), the baselines from `baselines` (default: the model's own indexes), as `p` says."""
     Y_values = training_values(data.label_matrix("train"), p.infer.relevance, copy=False)
     evaluator = Evaluator(Y_values, data.label_matrix("test"), data.filter_matrix("test"), propensity.ab)
-    search = ModelSearch(model, baselines or model.search, queries, p.infer.b_sweep,
-                         baseline_depth(evaluator.exclude))
+    search = ModelSearch(model, baselines or model.search, queries, p.infer.b_sweep, baseline_depth(evaluator.exclude))
     result = evaluate_retrieval(search.in_blocks(), evaluator, model, p.infer.lambda_sweep, p.infer.b_sweep,
-                                knn_tau, KNN_B, with_ova_knn=p.infer.ova_knn,
-                                chunk=chunk, progress=progress, workers=resolve_threads(p.evaluate.threads),
-                                keep_scores=keep_scores)
+                                knn_tau, KNN_B, with_ova_knn=p.infer.ova_knn, chunk=chunk, progress=progress,
+                                workers=resolve_threads(p.evaluate.threads), keep_scores=keep_scores)
     methods = result["methods"]
     metrics = {**methods, "knn": {**methods["knn"], "tau": knn_tau}, "memory": model.about.get("memory", {}),
-               "propensity": propensity.record(), "retrieval": {"depth": search.depth,
-                                                                "baseline_depth": search.baseline_depth},
+               "propensity": propensity.record(),
+               "retrieval": {"depth": search.depth, "baseline_depth": search.baseline_depth},
                "served": served_sample(model, served, queries, evaluator)}
     return metrics, result, search.queries_per_s()
 
@@ -98,13 +96,11 @@ def evaluate_folder(folder: str | os.PathLike, data: Dataset, p: Settings, prope
                         f"dataset's {data.size('train')} training inputs and {data.size('labels')} labels, each its "
                         "own: the baselines search those (a smaller, compressed or prototype memory holds others)",
                         folder)
-    batch = embed_batch_size(p.embed.batch_size, device)
-    queries = embedded_queries(model, data, batch, p.embed.dtype)
-    served = served_model(folder, model, device)
+    queries = embedded_queries(model, data, embed_batch_size(p.embed.batch_size, device), p.embed.dtype)
     knn_tau = model.about.get("selection", {}).get("knn_tau", model.settings.tau)  # the package stage's record
     metrics, result, _ = measure_model(
         model, data, queries, p, propensity or chosen_propensity(p.evaluate.propensity, data.names), knn_tau=knn_tau,
-        served=served, progress=True, keep_scores=keep_scores)
+        served=served_model(folder, model, device), progress=True, keep_scores=keep_scores)
     return metrics, result
 
 
@@ -133,13 +129,13 @@ def served_model(folder: str | os.PathLike, model: RaeModel, device: str) -> Rae
     return RaeModel.load(folder, needs=("search",)) if device != "cpu" and exact else None
 
 
-def served_sample(model: RaeModel, served: RaeModel | None, queries: np.ndarray, evaluator: Evaluator,
-                  size: int = SERVED_SAMPLE) -> dict[str, Any]:
-    """RAE's headline metrics on `size` evenly spaced test queries through `model`'s search and the `served` one's;
-    {"same_search": 1} where `served` is None."""
+def served_sample(model: RaeModel, served: RaeModel | None, queries: np.ndarray,
+                  evaluator: Evaluator) -> dict[str, Any]:
+    """RAE's headline metrics on SERVED_SAMPLE evenly spaced test queries through `model`'s search and the `served`
+    one's; {"same_search": 1} where `served` is None."""
     if served is None:
         return {"same_search": 1}
-    rows = np.unique(np.linspace(0, len(queries) - 1, min(size, len(queries))).astype(np.int64))
+    rows = np.unique(np.linspace(0, len(queries) - 1, min(SERVED_SAMPLE, len(queries))).astype(np.int64))
     sample = Evaluator(evaluator.Y_train, evaluator.truth[rows], evaluator.exclude[rows], evaluator.propensity_ab)
     sampled = queries[rows]  # gathered once, for both searches and every chunk
 

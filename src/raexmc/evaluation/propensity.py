@@ -84,5 +84,4 @@ def chosen_propensity(setting: str | tuple[float, ...], names: Sequence[str]) ->
     """`evaluate.propensity`: "auto" looks the dataset's `names` up in the table; else the [A, B] it gives."""
     if setting == "auto":
         return table_propensity(names)
-    A, B = setting
-    return Propensity(A, B, "evaluate.propensity", "evaluate.propensity")
+    return Propensity(*setting, "evaluate.propensity", "evaluate.propensity")

@@ -51,9 +51,7 @@ class TopScores:
 
     def __init__(self, num_labels: int):
         self.num_labels = num_labels
-        self.counts: list[np.ndarray] = []
-        self.ids: list[np.ndarray] = []
-        self.values: list[np.ndarray] = []
+        self.counts, self.ids, self.values = [], [], []  # per chunk: each row's kept labels, their ids and scores
 
     def add(self, ranked: np.ndarray, scores: sp.csr_matrix | np.ndarray) -> None:
         kept = ranked >= 0

@@ -26,7 +26,6 @@ from .significance import difference_text, paired_ttest
 
 @dataclass
 class EvalData:
-
     Y_train: sp.csr_matrix
     Y_test: sp.csr_matrix
     exclude: sp.csr_matrix
@@ -65,8 +64,7 @@ def score_files(dataset: str | os.PathLike, scores: str | os.PathLike, compare: 
     """{"scores": metrics, "compare": metrics, "scores_vs_compare": {metric: paired t-test in percentage points}
     (with `compare`), "propensity": the pair used (default the table's), "files": the paths}."""
     with opened_dataset(dataset) as data:
-        test = EvalData(data.label_matrix("train"), data.label_matrix("test"), data.filter_matrix("test"),
-                        data.names)
+        test = EvalData(data.label_matrix("train"), data.label_matrix("test"), data.filter_matrix("test"), data.names)
     propensity = propensity or table_propensity(test.names)
     shape = test.Y_test.shape
     files = {"scores": scores, **({} if compare is None else {"compare": compare})}

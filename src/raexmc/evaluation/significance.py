@@ -75,9 +75,8 @@ def paired_ttest(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict
     n = diff.size
     mean_diff = float(diff.mean())
     if np.all(diff == diff[0]):
-        t = 0.0 if mean_diff == 0.0 else math.copysign(math.inf, mean_diff)
-        p_value = 1.0 if mean_diff == 0.0 else 0.0
-        log10_p = 0.0 if mean_diff == 0.0 else -math.inf
+        t, p_value, log10_p = ((0.0, 1.0, 0.0) if mean_diff == 0.0
+                               else (math.copysign(math.inf, mean_diff), 0.0, -math.inf))
         half_width = 0.0
     else:
         import scipy.stats  # see _log10_two_sided_p
@@ -150,8 +149,7 @@ def _test(a: dict[str, np.ndarray], a_method: str, b: dict[str, np.ndarray], b_m
         if len(ours) != len(theirs):
             raise DataError(f"{len(theirs)} test queries, but this run has {len(ours)}: compare runs on the same "
                             f"test set", b_origin)
-        # percentage points, as the metrics are reported
-        out[metric] = paired_ttest(100 * ours, 100 * theirs)
+        out[metric] = paired_ttest(100 * ours, 100 * theirs)  # percentage points, as the metrics are reported
     return out
 
 
