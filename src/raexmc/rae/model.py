@@ -21,17 +21,7 @@ from ..memory.search import Hits
 from .model_folder import PARTS, read_model, save_model
 from .queries import checked_k
 from .ranking import top_k
-from .scoring import (
-    PAPER_B,
-    PAPER_LAMBDA,
-    PAPER_TAU,
-    Parts,
-    check_b,
-    check_lambda,
-    check_tau,
-    combine,
-    score_parts,
-)
+from .scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU, Parts, check_b, check_lambda, check_tau, combine, score_parts
 
 PHASES = ("encode_s", "search_s", "score_s")
 
