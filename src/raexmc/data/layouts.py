@@ -132,8 +132,7 @@ def _lf_examples(path: Path) -> Iterator[Example]:
                 raise DataError("'target_rel' must be a list as long as 'target_ind'", path, line_no)
             relevance = [_relevance(raw, "target_rel", path, line_no) for raw in relevance]
         yield Example(_uid(record, path, line_no), _field(record, "title", str, path, line_no),
-                      record.get("content") or "", labels=labels, relevance=relevance,
-                      origin=(str(path), line_no))
+                      record.get("content") or "", labels=labels, relevance=relevance, origin=(str(path), line_no))
 
 
 def read_lf(folder: Path) -> LayoutReader:

@@ -36,9 +36,8 @@ def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str
     return throughput
 
 
-def embed_tokens(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, out: np.ndarray | None,
-                 batch_size: int, dtype: str, source: Path, desc: str, rank: int = 0,
-                 world_size: int = 1) -> dict[str, float]:
+def embed_tokens(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, out: np.ndarray | None, batch_size: int,
+                 dtype: str, source: Path, desc: str, rank: int = 0, world_size: int = 1) -> dict[str, float]:
     """Write the vectors of token rows, as `dtype`, into `out` (rank 0) in length-sorted batches, checked (a bad
     row named by its row of `source`); the throughput. Batch i goes to rank i % world_size: every text is embedded
     in the batch one process would use, so the file is one process's to the bit."""
