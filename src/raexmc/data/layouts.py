@@ -136,9 +136,8 @@ def _lf_examples(path: Path) -> Iterator[Example]:
 
 
 def read_lf(folder: Path) -> LayoutReader:
-    files = {"labels": folder / "lbl.json.gz", "train": folder / "trn.json.gz", "test": folder / "tst.json.gz"}
-    for path in files.values():
-        require_file(path)
+    names = {"labels": "lbl.json.gz", "train": "trn.json.gz", "test": "tst.json.gz"}
+    files = {key: require_file(folder / name) for key, name in names.items()}
     labels = (Text(_uid(record, files["labels"], line_no), _field(record, "title", str, files["labels"], line_no),
                    record.get("content") or "") for line_no, record in _json_records(files["labels"]))
     return LayoutReader("xc-lf", labels, _lf_examples(files["train"]),
