@@ -70,10 +70,8 @@ def gather_to_first(item: object, rank: int, world_size: int) -> list:
 def check_vectors(vectors: np.ndarray, rows: np.ndarray, source: Path) -> None:
     """DataError naming the first row whose vector is not finite or all zero: the encoder (or its precision) broke."""
     finite = np.isfinite(vectors).all(axis=1)
-    nonzero = vectors.any(axis=1)
-    bad = np.flatnonzero(~finite | ~nonzero)
+    bad = np.flatnonzero(~finite | ~vectors.any(axis=1))
     if len(bad):
-        first = bad[0]
-        what = "is not finite" if not finite[first] else "is all zero"
+        what = "is not finite" if not finite[bad[0]] else "is all zero"
         raise DataError(f"the embedding of this text {what}: check the encoder and embed.precision", source,
-                        f"row {rows[first]}")
+                        f"row {rows[bad[0]]}")
