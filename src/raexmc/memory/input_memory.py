@@ -107,13 +107,12 @@ def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, s
                        **index_settings) -> dict[str, Any]:
     """Select and index the keys, write the folder atomically and return memory.json's record."""
     meta: dict[str, Any] = {**asdict(settings), "num_inputs": len(train_inputs),
-                            "input_keys": kept_count(settings.keep, len(train_inputs))}
+                            "input_keys": kept_count(settings.keep, len(train_inputs)), "index": FULL_INDEX}
     compressed = parse_compression(settings.compression) is not None
     if labels is None and settings.needs_labels:
         raise ValueError("a compressed memory, one whose keys kmeans-labels selects or one with label "
                          "prototypes needs the labels' keys")
     with atomic_dir(out) as folder:
-        meta["index"] = FULL_INDEX
         if not settings.full or compressed:
             keys = train_inputs
             if not settings.full:
