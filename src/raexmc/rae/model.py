@@ -56,9 +56,8 @@ class RaeSettings:
     retrieval: RaeRetrieval = RaeRetrieval()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lam", check_lambda(self.lam))
-        object.__setattr__(self, "tau", check_tau(self.tau))
-        object.__setattr__(self, "b", check_b(self.b))
+        for name, check in (("lam", check_lambda), ("tau", check_tau), ("b", check_b)):
+            object.__setattr__(self, name, check(getattr(self, name)))
 
 
 @dataclass(frozen=True)
