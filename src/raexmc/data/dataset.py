@@ -45,9 +45,7 @@ class _CsrBuilder:
     """CSR rows in growable typed buffers, not a numpy array per row (at 1.3M labels those dominated memory)."""
 
     def __init__(self) -> None:
-        self.indptr = array("q", [0])
-        self.indices = array("i")
-        self.data = array("f")
+        self.indptr, self.indices, self.data = array("q", [0]), array("i"), array("f")
 
     def add_row(self, cols: np.ndarray, vals: np.ndarray) -> None:
         self.indices.frombytes(np.asarray(cols, np.int32).tobytes())

@@ -47,13 +47,12 @@ def split_validation(Y: sp.csr_matrix, fraction: float, seed: int) -> tuple[np.n
 
 def validation_folds(num_inputs: int, fraction: float, seed: int, folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(memory rows, validation rows) of `folds` disjoint validation sets of `fraction`, every other input memory."""
-    if folds < 1 or folds * int(round(num_inputs * fraction)) > num_inputs:
+    n_val = int(round(num_inputs * fraction))
+    if folds < 1 or folds * n_val > num_inputs:
         raise ValueError(f"{folds} disjoint folds of {fraction} of {num_inputs} inputs do not fit")
     order = np.random.default_rng([seed, 7]).permutation(num_inputs)
-    n_val = int(round(num_inputs * fraction))
-    starts = [fold * n_val for fold in range(folds)]
     return [(np.sort(np.concatenate([order[:start], order[start + n_val:]])), np.sort(order[start:start + n_val]))
-            for start in starts]
+            for start in (fold * n_val for fold in range(folds))]
 
 
 def query_sample(held_out: np.ndarray, cap: int, seed: int) -> np.ndarray:

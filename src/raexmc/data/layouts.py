@@ -132,14 +132,12 @@ def _lf_examples(path: Path) -> Iterator[Example]:
                 raise DataError("'target_rel' must be a list as long as 'target_ind'", path, line_no)
             relevance = [_relevance(raw, "target_rel", path, line_no) for raw in relevance]
         yield Example(_uid(record, path, line_no), _field(record, "title", str, path, line_no),
-                      record.get("content") or "", labels=labels, relevance=relevance,
-                      origin=(str(path), line_no))
+                      record.get("content") or "", labels=labels, relevance=relevance, origin=(str(path), line_no))
 
 
 def read_lf(folder: Path) -> LayoutReader:
-    files = {"labels": folder / "lbl.json.gz", "train": folder / "trn.json.gz", "test": folder / "tst.json.gz"}
-    for path in files.values():
-        require_file(path)
+    names = {"labels": "lbl.json.gz", "train": "trn.json.gz", "test": "tst.json.gz"}
+    files = {key: require_file(folder / name) for key, name in names.items()}
     labels = (Text(_uid(record, files["labels"], line_no), _field(record, "title", str, files["labels"], line_no),
                    record.get("content") or "") for line_no, record in _json_records(files["labels"]))
     return LayoutReader("xc-lf", labels, _lf_examples(files["train"]),

@@ -117,8 +117,7 @@ def build_dataset(name: str, spec: dict[str, Any], target: str | Path, xc_repo_u
     """Write dataset `name` (its catalogue entry `spec`) to `target`; Debian packages from `debian_mirror`."""
     source = _require(spec, "source", name)
     if source not in SOURCES:
-        raise ConfigError(f"unknown source '{source}' (choose from {', '.join(SOURCES)})",
-                          entry_file(name), "source")
+        raise ConfigError(f"unknown source '{source}' (choose from {', '.join(SOURCES)})", entry_file(name), "source")
     target = Path(target)
     if source == "synthetic":
         return write_synthetic(name, spec, target)

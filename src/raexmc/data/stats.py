@@ -30,15 +30,11 @@ def dataset_stats(Y_train: sp.csr_matrix, Y_test: sp.csr_matrix) -> dict[str, An
     segment = segment_of(train_freq)
     test_freq = label_frequency(Y_test)
     n_train, num_labels = Y_train.shape
-    return {
-        "N_train": int(n_train),
-        "N_test": int(Y_test.shape[0]),
-        "L": int(num_labels),
-        "avg_labels_per_input": round(float(Y_train.nnz / max(n_train, 1)), 4),
-        "avg_inputs_per_label": round(float(Y_train.nnz / max(num_labels, 1)), 4),
-        "avg_labels_per_test_input": round(float(Y_test.nnz / max(Y_test.shape[0], 1)), 4),
-        "labels_per_segment": {name: int((segment == name).sum()) for name in (*SEGMENTS, UNSEEN)},
-        "inputs_without_labels": {split: int((np.diff(Y.indptr) == 0).sum())
-                                  for split, Y in (("train", Y_train), ("test", Y_test))},
-        "test_labels_unseen_in_train": int(((test_freq > 0) & (train_freq == 0)).sum()),
-    }
+    return {"N_train": int(n_train), "N_test": int(Y_test.shape[0]), "L": int(num_labels),
+            "avg_labels_per_input": round(float(Y_train.nnz / max(n_train, 1)), 4),
+            "avg_inputs_per_label": round(float(Y_train.nnz / max(num_labels, 1)), 4),
+            "avg_labels_per_test_input": round(float(Y_test.nnz / max(Y_test.shape[0], 1)), 4),
+            "labels_per_segment": {name: int((segment == name).sum()) for name in (*SEGMENTS, UNSEEN)},
+            "inputs_without_labels": {split: int((np.diff(Y.indptr) == 0).sum())
+                                      for split, Y in (("train", Y_train), ("test", Y_test))},
+            "test_labels_unseen_in_train": int(((test_freq > 0) & (train_freq == 0)).sum())}

@@ -99,8 +99,7 @@ class SyntheticGenerator:
     """Streams the labels and each split's inputs, chunks made on `workers` processes (each its own stream)."""
 
     def __init__(self, shape: SyntheticShape, workers: int = 1):
-        self.shape = shape
-        self.workers = workers
+        self.shape, self.workers = shape, workers
         self.vocab = [pseudo_word(rank) for rank in range(shape.vocab_size)]
         self.word_cdf = _power_cdf(shape.vocab_size, WORD_ZIPF)
         self.num_topics = -(-shape.n_labels // shape.topic_size)

@@ -36,9 +36,8 @@ def embed_split(encoder: TextEncoder, cache: TokenCache, split: str, target: str
     return throughput
 
 
-def embed_tokens(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, out: np.ndarray | None,
-                 batch_size: int, dtype: str, source: Path, desc: str, rank: int = 0,
-                 world_size: int = 1) -> dict[str, float]:
+def embed_tokens(encoder: TextEncoder, ids: np.ndarray, lengths: np.ndarray, out: np.ndarray | None, batch_size: int,
+                 dtype: str, source: Path, desc: str, rank: int = 0, world_size: int = 1) -> dict[str, float]:
     """Write the vectors of token rows, as `dtype`, into `out` (rank 0) in length-sorted batches, checked (a bad
     row named by its row of `source`); the throughput. Batch i goes to rank i % world_size: every text is embedded
     in the batch one process would use, so the file is one process's to the bit."""
@@ -71,10 +70,8 @@ def gather_to_first(item: object, rank: int, world_size: int) -> list:
 def check_vectors(vectors: np.ndarray, rows: np.ndarray, source: Path) -> None:
     """DataError naming the first row whose vector is not finite or all zero: the encoder (or its precision) broke."""
     finite = np.isfinite(vectors).all(axis=1)
-    nonzero = vectors.any(axis=1)
-    bad = np.flatnonzero(~finite | ~nonzero)
+    bad = np.flatnonzero(~finite | ~vectors.any(axis=1))
     if len(bad):
-        first = bad[0]
-        what = "is not finite" if not finite[first] else "is all zero"
+        what = "is not finite" if not finite[bad[0]] else "is all zero"
         raise DataError(f"the embedding of this text {what}: check the encoder and embed.precision", source,
-                        f"row {rows[first]}")
+                        f"row {rows[bad[0]]}")

@@ -53,8 +53,7 @@ class TextEncoder:
     """Unit vectors of token rows or of raw texts (which need `tokenizer` and `max_len`), on a resolved `device`
     and `precision`; at int8 `embed` runs the ONNX model (encoder/int8.py), `encode` (training's) the fp32 one."""
 
-    def __init__(self, model: SentenceEncoder, device: str, precision: str, tokenizer=None,
-                 max_len: int | None = None):
+    def __init__(self, model: SentenceEncoder, device: str, precision: str, tokenizer=None, max_len: int | None = None):
         self.model, self.device, self.precision = model, device, precision
         self.tokenizer, self.max_len = tokenizer, max_len
         self._tokenize = None if max_len is None else RightPaddedTokenizer(tokenizer, max_len)

@@ -106,8 +106,7 @@ def build_hnsw(keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_
     keys = keys_to_index(keys)
     n_threads = resolve_threads(threads)
     graph = hnswlib.Index(space=SPACE, dim=keys.shape[1])
-    graph.init_index(max_elements=keys.shape[0], M=int(M), ef_construction=int(ef_construction),
-                     random_seed=int(seed))
+    graph.init_index(max_elements=keys.shape[0], M=int(M), ef_construction=int(ef_construction), random_seed=int(seed))
     for start, chunk in key_blocks(keys, INSERT_BATCH, f"hnsw build ({progress_label})", progress):
         graph.add_items(chunk, np.arange(start, start + chunk.shape[0]), num_threads=n_threads)
     return HnswIndex(graph, M=M, ef_construction=ef_construction, ef_search=ef_search, threads=n_threads)

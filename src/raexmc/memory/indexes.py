@@ -44,8 +44,7 @@ def search_device(search: SearchSettings) -> str:
 def backend_for(setting: str, embeddings: str | os.PathLike, device: str = "cpu") -> str:
     """`index.backend` resolved for the embed stage's joint keys (counted from the arrays' headers), so the
     index, memory and tune stages agree."""
-    return resolve_backend(setting, sum(len(load_embeddings(embeddings, split)) for split in KEY_SETS["joint"]),
-                           device)
+    return resolve_backend(setting, sum(len(load_embeddings(embeddings, split)) for split in KEY_SETS["joint"]), device)
 
 
 def make_index(backend: str, keys: np.ndarray, M: int = PAPER_M, ef_construction: int = PAPER_EF_CONSTRUCTION,

@@ -107,13 +107,12 @@ def build_input_memory(train_inputs: np.ndarray, values: sp.csr_matrix | None, s
                        **index_settings) -> dict[str, Any]:
     """Select and index the keys, write the folder atomically and return memory.json's record."""
     meta: dict[str, Any] = {**asdict(settings), "num_inputs": len(train_inputs),
-                            "input_keys": kept_count(settings.keep, len(train_inputs))}
+                            "input_keys": kept_count(settings.keep, len(train_inputs)), "index": FULL_INDEX}
     compressed = parse_compression(settings.compression) is not None
     if labels is None and settings.needs_labels:
         raise ValueError("a compressed memory, one whose keys kmeans-labels selects or one with label "
                          "prototypes needs the labels' keys")
     with atomic_dir(out) as folder:
-        meta["index"] = FULL_INDEX
         if not settings.full or compressed:
             keys = train_inputs
             if not settings.full:
@@ -204,7 +203,6 @@ class InputMemory:
                 raise ValueError(f"{self.folder} searches the index stage's indexes too: pass them as baselines")
             keys = {"inputs": self.own_keys(), "labels": None}  # only selected input keys can lack an index's copy
             self._own = JointSearch(*(load_index(own[key_set], keys=keys[key_set], ef_search=ef_search, threads=threads,
-                                                 device=device)
-                                      if key_set in own else getattr(baselines, key_set)
+                                                 device=device) if key_set in own else getattr(baselines, key_set)
                                       for key_set in INDEXED_KEY_SETS))
         return self._own

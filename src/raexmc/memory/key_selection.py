@@ -125,11 +125,10 @@ def _shares(sizes: np.ndarray, count: int) -> np.ndarray:
     return base + shares
 
 
-def spherical_kmeans_centroids(points: np.ndarray, k: int, rng: np.random.Generator,
-                               iterations: int = ITERATIONS) -> np.ndarray:
-    """k unit centroids by Lloyd's iterations on cosine similarity; an emptied cluster takes the worst-fit point."""
+def spherical_kmeans_centroids(points: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k unit centroids by ITERATIONS of Lloyd's on cosine similarity; an emptied cluster takes the worst-fit point."""
     centroids = points[rng.choice(len(points), k, replace=False)].copy()
-    for _ in range(iterations):
+    for _ in range(ITERATIONS):
         clusters, fit = assign(points, centroids)
         centroids = unit_rows(_membership(_fill_empty(clusters, fit, k), k) @ points)
     return centroids

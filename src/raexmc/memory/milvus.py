@@ -93,8 +93,7 @@ class MilvusIndex(Index):
     backend = "milvus"
 
     def __init__(self, meta: dict[str, Any], lite: Path | None = None, ef_search: int = 300, client: Any = None):
-        self.meta, self.lite, self.ef_search = dict(meta), lite, int(ef_search)
-        self._client = client
+        self.meta, self.lite, self.ef_search, self._client = dict(meta), lite, int(ef_search), client
 
     count = property(lambda self: int(self.meta["count"]))
     dim = property(lambda self: int(self.meta["dim"]))

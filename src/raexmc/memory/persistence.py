@@ -89,8 +89,7 @@ def _names_a_compression(name: Any) -> bool:
 
 
 def load_index(folder: str | os.PathLike, keys: np.ndarray | None = None, ef_search: int = PAPER_EF_SEARCH,
-               threads: int = 0,
-               device: str = "cpu") -> ExactIndex | TorchIndex | HnswIndex | FaissIndex | MilvusIndex:
+               threads: int = 0, device: str = "cpu") -> ExactIndex | TorchIndex | HnswIndex | FaissIndex | MilvusIndex:
     """Reopen an index `save_index` wrote; exact needs `keys` of the saved shape (TorchIndex on a GPU)."""
     folder = Path(folder)
     meta = saved_meta(folder)

@@ -28,8 +28,7 @@ def pool_size(k: int, n_keys: int, rescored: bool) -> int:
     return min(n_keys, k + max(MIN_MARGIN, k // 4) if rescored else k)
 
 
-def block_rows_for(free_bytes: int, n_keys: int, dim: int, score_bytes: int,
-                   max_rows: int = MAX_BLOCK_ROWS) -> int:
+def block_rows_for(free_bytes: int, n_keys: int, dim: int, score_bytes: int, max_rows: int = MAX_BLOCK_ROWS) -> int:
     """Queries per block that fit in `free_bytes`: the similarities twice (torch.topk's scratch) and the queries."""
     return power_of_two_rows(free_bytes, 2 * n_keys * score_bytes + dim * (4 + score_bytes), max_rows)
 

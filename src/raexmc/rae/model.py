@@ -21,17 +21,7 @@ from ..memory.search import Hits
 from .model_folder import PARTS, read_model, save_model
 from .queries import checked_k
 from .ranking import top_k
-from .scoring import (
-    PAPER_B,
-    PAPER_LAMBDA,
-    PAPER_TAU,
-    Parts,
-    check_b,
-    check_lambda,
-    check_tau,
-    combine,
-    score_parts,
-)
+from .scoring import PAPER_B, PAPER_LAMBDA, PAPER_TAU, Parts, check_b, check_lambda, check_tau, combine, score_parts
 
 PHASES = ("encode_s", "search_s", "score_s")
 
@@ -66,9 +56,8 @@ class RaeSettings:
     retrieval: RaeRetrieval = RaeRetrieval()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lam", check_lambda(self.lam))
-        object.__setattr__(self, "tau", check_tau(self.tau))
-        object.__setattr__(self, "b", check_b(self.b))
+        for name, check in (("lam", check_lambda), ("tau", check_tau), ("b", check_b)):
+            object.__setattr__(self, name, check(getattr(self, name)))
 
 
 @dataclass(frozen=True)

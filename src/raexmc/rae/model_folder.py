@@ -54,12 +54,11 @@ def save_model(model: Any, folder: str | os.PathLike) -> None:
     settings = model.settings
     if settings.b is None:
         raise ValueError("a saved model needs its b (RaeSettings.b): a folder's model retrieves b keys")
-    meta = {"lambda": settings.lam, "tau": settings.tau, "b": settings.b,
-            "retrieval": settings.retrieval.mode, "label_share": settings.retrieval.label_share,
-            "prior": model.log_counts is not None, "input_fields": model.input_fields,
+    meta = {"lambda": settings.lam, "tau": settings.tau, "b": settings.b, "retrieval": settings.retrieval.mode,
+            "label_share": settings.retrieval.label_share, "prior": model.log_counts is not None,
             "input_max_len": None if model.encoder is None else model.encoder.max_len,
             "precision": None if model.encoder is None else model.encoder.precision,
-            "ef_search": PAPER_EF_SEARCH, "about": dict(model.about)}
+            "input_fields": model.input_fields, "ef_search": PAPER_EF_SEARCH, "about": dict(model.about)}
     with atomic_dir(folder) as tmp:
         sp.save_npz(tmp / VALUES_FILE, sp.csr_matrix(model.values))
         if model.log_counts is not None:  # the counts are integers: exp then rounding gives them back exactly

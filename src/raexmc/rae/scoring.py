@@ -123,7 +123,6 @@ def combine(parts: Parts, lam: float) -> sp.csr_matrix:
     if knn_part.shape != label_part.shape:
         raise DataError(f"score parts have shapes {knn_part.shape} and {label_part.shape}")
     if lam in (0.0, 1.0):
-
         scores = sp.csr_matrix(knn_part if lam == 1.0 else label_part, copy=True)
     else:
         scores = sp.csr_matrix(lam * knn_part + (1.0 - lam) * label_part)
@@ -147,8 +146,7 @@ def ova_knn_scores(x_ids: np.ndarray, x_sims: np.ndarray, z_ids: np.ndarray, z_s
     if np.shape(x_ids)[0] != np.shape(z_ids)[0]:
         raise DataError(f"the two searches have {np.shape(x_ids)[0]} and {np.shape(z_ids)[0]} queries")
     Y = sp.csr_matrix(Y_train, dtype=np.float64)
-    return combine((knn_scores(x_ids, x_sims, Y, tau, b), key_probabilities(z_sims, z_ids, tau, Y.shape[1], b)),
-                   lam)
+    return combine((knn_scores(x_ids, x_sims, Y, tau, b), key_probabilities(z_sims, z_ids, tau, Y.shape[1], b)), lam)
 
 
 def train_key_counts(ids: np.ndarray, num_train: int, b: int | None = None) -> np.ndarray:

@@ -20,9 +20,8 @@ from .train import train_on, trainee
 TRAIN = TrainSection(nproc="auto", torchrun_args="", device="auto", precision="auto", schedule="fixed",
                      batch_size="auto", grad_cache_chunk="auto", lr="auto", max_steps="auto", warmup_steps="auto",
                      weight_decay=0.01, grad_clip=1.0, tau=0.04, hnm_steps="auto", hnm_topk=50, num_hard_negatives=2,
-                     hard_negatives=True, instance_negatives=True, val_fraction=0.05, val_b=200,
-                     val_max_queries=20000, val_lambda=0.5, validate_last=True, checkpoint_every=50,
-                     embed_batch_size="auto", seed=0)
+                     hard_negatives=True, instance_negatives=True, val_fraction=0.05, val_b=200, val_max_queries=20000,
+                     val_lambda=0.5, validate_last=True, checkpoint_every=50, embed_batch_size="auto", seed=0)
 
 
 def fine_tune(encoder: str | os.PathLike, inputs: Sequence[str | Text] = (),

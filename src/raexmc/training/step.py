@@ -63,13 +63,11 @@ def plan_batch(Y: sp.csr_matrix, rows: np.ndarray, positives: np.ndarray, negati
     chosen = negatives[rows].ravel()
     label_ids = np.unique(np.concatenate([positives, chosen[chosen >= 0]]))
     batch_labels = Y[rows]
-    return BatchPlan(
-        input_rows=shard(rows, ctx), label_rows=shard(pad_to_multiple(label_ids, ctx.world_size), ctx),
-        n_labels=len(label_ids),
-        positive_col=torch.from_numpy(np.searchsorted(label_ids, positives)).to(ctx.device),
-        is_positive=batch_label_masks(batch_labels, label_ids).to(ctx.device),
-        share=shared_label_mask(batch_labels).to(ctx.device) if settings.instance_negatives else None,
-        tau=settings.tau)
+    return BatchPlan(input_rows=shard(rows, ctx), label_rows=shard(pad_to_multiple(label_ids, ctx.world_size), ctx),
+                     n_labels=len(label_ids), tau=settings.tau,
+                     positive_col=torch.from_numpy(np.searchsorted(label_ids, positives)).to(ctx.device),
+                     is_positive=batch_label_masks(batch_labels, label_ids).to(ctx.device),
+                     share=shared_label_mask(batch_labels).to(ctx.device) if settings.instance_negatives else None)
 
 
 def split_encoder(encoder: TextEncoder, cache: TokenCache, split: str) -> Callable[[np.ndarray], torch.Tensor]:

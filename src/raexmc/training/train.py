@@ -65,8 +65,7 @@ class Journal:
         seconds = time.perf_counter() - self.window_start
         window = {"loss": self._window_loss(), "lr": lr,
                   "examples_per_s": self.window_steps * self.global_batch / max(seconds, 1e-9)}
-        self._record(step, {**(window if step > self.start_step else {}), "elapsed_s": self.elapsed_s(),
-                            **validation})
+        self._record(step, {**(window if step > self.start_step else {}), "elapsed_s": self.elapsed_s(), **validation})
         self._open_window()
 
     def stepped(self, loss: float) -> None:
