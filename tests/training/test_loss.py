@@ -244,3 +244,14 @@ def test_mask_builders_small_examples():
                                [False, False, True, False, True]]
     with pytest.raises(ValueError, match="distinct"):
         batch_label_masks(csr([[1]]), np.array([1, 2, 1]))
+
+
+def test_a_stored_zero_relevance_leaves_the_callers_matrix_and_the_next_mask_intact():
+    """plan_batch builds both masks from one float32 label matrix; a stored 0 (LF and NGAME files allow one) must
+    not compact that matrix's indices under its data, which would drop input 1's label 2 from the shared mask."""
+    labels = sp.csr_matrix((np.array([1, 0, 1, 1], dtype=np.float32), [0, 1, 2, 2], [0, 2, 3, 4]), shape=(3, 3))
+    before = labels.toarray()
+    assert batch_label_masks(labels, np.array([0, 1, 2])).tolist() == [[True, False, False], [False, False, True],
+                                                                       [False, False, True]]
+    np.testing.assert_array_equal(labels.toarray(), before)
+    assert shared_label_mask(labels).tolist() == [[True, False, False], [False, True, True], [False, True, True]]

@@ -13,6 +13,7 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
+from ..rae.pairs import as_pattern
 from ..rae.scoring import PAPER_TAU
 
 
@@ -57,25 +58,18 @@ def decoupled_infonce(x: Tensor, z: Tensor, positive_col: Tensor, is_positive: T
         return (torch.logsumexp(scores, dim=1) - positive_logit).mean()
 
 
-def _pattern(batch_labels: sp.spmatrix | sp.sparray) -> sp.csr_array:  # 1 at every stored positive
-    pattern = sp.csr_array(batch_labels, dtype=np.float64)
-    pattern.eliminate_zeros()
-    pattern.data[:] = 1.0
-    return pattern
-
-
 def batch_label_masks(batch_labels: sp.spmatrix | sp.sparray, batch_label_ids: np.ndarray) -> Tensor:
     """(B, M) bool: True where column m (label ``batch_label_ids[m]``) is any positive of input i; ``batch_labels``
     the batch's rows of the label matrix."""
     columns = np.asarray(batch_label_ids, dtype=np.int64).reshape(-1)
     if len(np.unique(columns)) != len(columns):
         raise ValueError("batch_label_ids must be distinct")
-    return torch.from_numpy(_pattern(batch_labels)[:, columns].toarray() > 0)
+    return torch.from_numpy(as_pattern(batch_labels)[:, columns].toarray() > 0)
 
 
 def shared_label_mask(batch_labels: sp.spmatrix | sp.sparray) -> Tensor:
     """(B, B) bool: inputs i and j share a positive label (diagonal True): ``Y_b Y_bᵀ > 0``."""
-    pattern = _pattern(batch_labels)
+    pattern = as_pattern(batch_labels)
     shared = (pattern @ pattern.T).toarray() > 0
     np.fill_diagonal(shared, True)
     return torch.from_numpy(np.ascontiguousarray(shared))
