@@ -154,7 +154,7 @@ def test_held_out_queries_are_not_keys_of_their_memory(tmp_path):
                                      held_out_labels(Y, sp.csr_matrix((40, 5)), rest_rows, val_rows), b=45)
 
     assert len(val_rows) == 10 and sorted([*val_rows, *rest_rows]) == list(range(40))
-    ids, sims = retrieval.hits(0.04)
+    ids, sims = retrieval.model(0.04).keys(retrieval.inputs, retrieval.labels)
     assert ((ids >= 0).sum(axis=1) == 30 + 5).all(), "the memory holds the 30 other inputs and the 5 labels"
     input_keys = (ids >= 0) & (ids < len(rest_rows))
     found_rows = rest_rows[ids[input_keys]]

@@ -74,10 +74,6 @@ class ValidationRetrieval:
         """RAE on this memory at τ, b and retrieval `rae` (at the paper's λ: the curve sets each)."""
         return RaeModel(self.memory_values, RaeSettings(tau=tau, b=self.b, retrieval=rae), self.log_counts)
 
-    def hits(self, tau: float, rae: RaeRetrieval = RaeRetrieval()) -> Hits:
-        """RAE's keys as `rae` takes them and scores them at `tau`: with the prior added when the memory has one."""
-        return self.model(tau, rae).keys(self.inputs, self.labels)
-
 
 def held_out_labels(Y_train: sp.csr_matrix, filters_train: sp.csr_matrix, rest_rows: np.ndarray,
                     val_rows: np.ndarray, relevance: str = "binary",
