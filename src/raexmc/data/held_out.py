@@ -51,8 +51,9 @@ def validation_folds(num_inputs: int, fraction: float, seed: int, folds: int) ->
     if folds < 1 or folds * n_val > num_inputs:
         raise ValueError(f"{folds} disjoint folds of {fraction} of {num_inputs} inputs do not fit")
     order = np.random.default_rng([seed, 7]).permutation(num_inputs)
+    starts = [fold * n_val for fold in range(folds)]
     return [(np.sort(np.concatenate([order[:start], order[start + n_val:]])), np.sort(order[start:start + n_val]))
-            for start in (fold * n_val for fold in range(folds))]
+            for start in starts]
 
 
 def query_sample(held_out: np.ndarray, cap: int, seed: int) -> np.ndarray:

@@ -98,9 +98,10 @@ def evaluate_folder(folder: str | os.PathLike, data: Dataset, p: Settings, prope
                         folder)
     queries = embedded_queries(model, data, embed_batch_size(p.embed.batch_size, device), p.embed.dtype)
     knn_tau = model.about.get("selection", {}).get("knn_tau", model.settings.tau)  # the package stage's record
+    served = served_model(folder, model, device)  # the folder as served, where evaluate searches otherwise
     metrics, result, _ = measure_model(
         model, data, queries, p, propensity or chosen_propensity(p.evaluate.propensity, data.names), knn_tau=knn_tau,
-        served=served_model(folder, model, device), progress=True, keep_scores=keep_scores)
+        served=served, progress=True, keep_scores=keep_scores)
     return metrics, result
 
 

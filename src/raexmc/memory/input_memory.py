@@ -203,6 +203,7 @@ class InputMemory:
                 raise ValueError(f"{self.folder} searches the index stage's indexes too: pass them as baselines")
             keys = {"inputs": self.own_keys(), "labels": None}  # only selected input keys can lack an index's copy
             self._own = JointSearch(*(load_index(own[key_set], keys=keys[key_set], ef_search=ef_search, threads=threads,
-                                                 device=device) if key_set in own else getattr(baselines, key_set)
+                                                 device=device)
+                                      if key_set in own else getattr(baselines, key_set)
                                       for key_set in INDEXED_KEY_SETS))
         return self._own

@@ -69,7 +69,8 @@ def _dotted(tree: dict[str, Any], key: str) -> Any:
 
 @contextmanager
 def one_stage_at_a_time(params_path: str | os.PathLike, stage: str) -> Iterator[None]:
-    """Hold the working copy's stage lock: DVC runs an execution's stages in turn, so another here is a second's."""
+    """Hold the working copy's stage lock: DVC runs an execution's stages one at a time, so another here is a
+    second execution's."""
     root = working_copy(Path(params_path).resolve().parent)
     if root is None:
         yield

@@ -43,7 +43,10 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"a": {"b": 1}} -> {"a.b": 1}: params as they are named in params.yaml and `dvc exp show`."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
-        flat.update(flatten(value, f"{prefix}{key}.") if isinstance(value, Mapping) else {f"{prefix}{key}": value})
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
     return flat
 
 
