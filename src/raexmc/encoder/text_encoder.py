@@ -15,11 +15,13 @@ from .model import check_vocabulary, load_tokenizer
 from .sentence import SentenceEncoder, load_encoder
 from .tokens import RightPaddedTokenizer, tokenizer_input
 
-# Token positions per encoder call for raw texts (predict, serve). CPU: 16 texts of 128 tokens, the size that ran
-# fastest on 384 FOLDOC test texts (MiniLM fp32, 1 thread: sorted batches of 8, 16, 32, 64 and 128 at 35, 34, 30, 31
-# and 26 texts/s, one batch of all at 18), which lets 64 title-length texts (32 tokens) share one call as
-# sentence-transformers' encode(batch_size=64) does. GPU: the embed stage's auto batch, at 128 tokens.
-TEXT_TOKENS = {"cpu": 16 * 128, "cuda": AUTO_EMBED_BATCH["cuda"] * 128}
+# Token positions per encoder call for raw texts (predict, serve). CPU: 1,024 (8 texts of 128 tokens, 32 of title
+# length), where MiniLM fp32 ran fastest per token on an AMD EPYC (2,048-token calls of 32-token texts ran 10-15%
+# slower on 1 and 2 threads, and 8 or 16 texts of 128 tokens tied). GPU: the embed stage's auto batch, at 128 tokens.
+TEXT_TOKENS = {"cpu": 8 * 128, "cuda": AUTO_EMBED_BATCH["cuda"] * 128}
+# What one more call costs, in token positions: on that CPU a call of one short text took 8-9 ms against 0.14-0.28 ms
+# a position in a full call, about 32 positions, 1/32 of a call's budget (on a GPU the same share, unmeasured).
+CALL_TOKENS = {device: tokens // 32 for device, tokens in TEXT_TOKENS.items()}
 
 
 def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
@@ -27,18 +29,26 @@ def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarr
     return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def token_budget_batches(lengths: np.ndarray, tokens: int) -> list[np.ndarray]:
-    """Row indices, longest first, in batches of at most `tokens` token positions (one row at least), each ending
-    before a text of at most half its longest, so padding never more than doubles a text."""
+def token_budget_batches(lengths: np.ndarray, tokens: int, call_tokens: int, max_rows: int) -> list[np.ndarray]:
+    """Row indices, longest first, in batches of at most `tokens` token positions and `max_rows` rows (one row at
+    least), cut where the encoder's work is least: the fewest padded positions plus `call_tokens` for each call. An
+    exact dynamic programme over the length-sorted texts (a batch is as wide as its first text), so a run of
+    shorter texts gets a call of its own only where that saves more padding than the call costs."""
     order = np.argsort(-np.asarray(lengths), kind="stable")
-    batches, start = [], 0
-    while start < len(order):
-        width, end = max(int(lengths[order[start]]), 1), start + 1
-        while end < len(order) and (end - start + 1) * width <= tokens and 2 * lengths[order[end]] > width:
-            end += 1
-        batches.append(order[start:end])
-        start = end
-    return batches
+    widths = np.maximum(np.asarray(lengths)[order], 1).astype(np.int64)
+    cost, start_of = np.zeros(len(order) + 1), np.zeros(len(order) + 1, dtype=np.int64)
+    for end in range(1, len(order) + 1):
+        first = max(0, end - max(min(tokens // widths[end - 1], max_rows), 1))  # no earlier start fits
+        rows = end - np.arange(first, end)
+        candidates = cost[first:end] + call_tokens + rows * widths[first:end]
+        candidates[:-1][rows[:-1] * widths[first:end - 1] > tokens] = np.inf
+        start_of[end] = first + int(np.argmin(candidates))
+        cost[end] = candidates[start_of[end] - first]
+    batches, end = [], len(order)
+    while end > 0:
+        batches.append(order[start_of[end]:end])
+        end = start_of[end]
+    return batches[::-1]
 
 
 def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
@@ -104,10 +114,11 @@ class TextEncoder:
             return self.encode(ids, lengths, rows).cpu().numpy()
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors of raw texts in their order, in length-sorted batches of TEXT_TOKENS."""
+        """Vectors of raw texts in their order, in length-sorted batches of TEXT_TOKENS (token_budget_batches)."""
         ids, lengths = self.tokenize(texts)
         vectors = np.empty((len(texts), self.dim), np.float32)
-        for rows in token_budget_batches(lengths, TEXT_TOKENS["cuda" if self.device.startswith("cuda") else "cpu"]):
+        kind = "cuda" if self.device.startswith("cuda") else "cpu"
+        for rows in token_budget_batches(lengths, TEXT_TOKENS[kind], CALL_TOKENS[kind], AUTO_EMBED_BATCH[kind]):
             vectors[rows] = self.embed(ids, lengths, rows)
         return vectors
 
