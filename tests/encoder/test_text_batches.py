@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from raexmc.encoder.device import AUTO_EMBED_BATCH
 from raexmc.encoder.text_encoder import CALL_TOKENS, TEXT_TOKENS, TextEncoder
 
 BUDGET, CALL = TEXT_TOKENS["cpu"], CALL_TOKENS["cpu"]
@@ -33,7 +34,8 @@ def test_a_batch_is_padded_to_its_own_longest_text_and_vectors_come_back_in_the_
     finally:
         hook.remove()
     full = BUDGET // 11
-    assert vectors.shape == (400, encoder.dim) and 200 * 8 > CALL and 200 * 3 <= BUDGET
+    assert 200 * 8 > CALL and 200 * 3 <= BUDGET and 200 <= AUTO_EMBED_BATCH["cpu"]  # the cuts' premises
+    assert vectors.shape == (400, encoder.dim)
     assert sorted(shapes) == sorted([(full, 11)] * (200 // full) + [(200 % full, 11), (200, 3)])
     assert sum(rows * width for rows, width in shapes) == 200 * (11 + 3)
     rng = np.random.default_rng(0)

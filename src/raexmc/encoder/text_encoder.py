@@ -20,7 +20,7 @@ from .tokens import RightPaddedTokenizer, tokenizer_input
 # slower on 1 and 2 threads, and 8 or 16 texts of 128 tokens tied). GPU: the embed stage's auto batch, at 128 tokens.
 TEXT_TOKENS = {"cpu": 8 * 128, "cuda": AUTO_EMBED_BATCH["cuda"] * 128}
 # What one more call costs, in token positions: on that CPU a call of one short text took 8-9 ms against 0.14-0.28 ms
-# a position in a full call, about 32 positions, 1/32 of a call's budget (on a GPU the same share, unmeasured).
+# a position in a full call (2 and 1 threads), 30-60 positions; 32 taken, 1/32 of a call (GPU: that share, untimed).
 CALL_TOKENS = {device: tokens // 32 for device, tokens in TEXT_TOKENS.items()}
 
 
@@ -38,12 +38,12 @@ def token_budget_batches(lengths: np.ndarray, tokens: int, call_tokens: int, max
     widths = np.maximum(np.asarray(lengths)[order], 1).astype(np.int64)
     cost, start_of = np.zeros(len(order) + 1), np.zeros(len(order) + 1, dtype=np.int64)
     for end in range(1, len(order) + 1):
-        first = max(0, end - max(min(tokens // widths[end - 1], max_rows), 1))  # no earlier start fits
+        most_rows = max(min(tokens // widths[end - 1], max_rows), 1)  # fits: a batch ending here is as wide as that
+        first = max(0, end - most_rows)
         rows = end - np.arange(first, end)
         candidates = cost[first:end] + call_tokens + rows * widths[first:end]
         candidates[:-1][rows[:-1] * widths[first:end - 1] > tokens] = np.inf
-        start_of[end] = first + int(np.argmin(candidates))
-        cost[end] = candidates[start_of[end] - first]
+        start_of[end], cost[end] = first + int(np.argmin(candidates)), candidates.min()
     batches, end = [], len(order)
     while end > 0:
         batches.append(order[start_of[end]:end])
@@ -117,7 +117,7 @@ class TextEncoder:
         """Vectors of raw texts in their order, in length-sorted batches of TEXT_TOKENS (token_budget_batches)."""
         ids, lengths = self.tokenize(texts)
         vectors = np.empty((len(texts), self.dim), np.float32)
-        kind = "cuda" if self.device.startswith("cuda") else "cpu"
+        kind = "cuda" if self.device.startswith("cuda") else "cpu"  # rows capped at the embed stage's auto batch
         for rows in token_budget_batches(lengths, TEXT_TOKENS[kind], CALL_TOKENS[kind], AUTO_EMBED_BATCH[kind]):
             vectors[rows] = self.embed(ids, lengths, rows)
         return vectors
