@@ -18,6 +18,16 @@ def words(count: int) -> str:
     return " ".join(["unix"] * count)
 
 
+def embedded_with_call_shapes(encoder: TextEncoder, texts: list[str]) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """embed_texts' vectors and the (rows, width) of every encoder call it made, in call order."""
+    shapes = []
+    hook = encoder.model.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
+    try:
+        return encoder.embed_texts(texts), shapes
+    finally:
+        hook.remove()
+
+
 def test_a_batch_is_padded_to_its_own_longest_text_and_vectors_come_back_in_the_order_of_the_texts(tiny_model):
     """200 texts of 9 tokens (+2) and 200 of 1 (+2), interleaved. Sorted by length, the long ones fill batches of
     BUDGET // 11 rows and the rest, and the short ones start their own (padding 200 of them by 8 costs more than a
@@ -27,12 +37,7 @@ def test_a_batch_is_padded_to_its_own_longest_text_and_vectors_come_back_in_the_
     the one it gets alone (no padding at all), to float32 rounding; the row numbers make every text's vector its
     own, so a vector given to another row would show."""
     encoder = TextEncoder.load(tiny_model, "cpu", "fp32", max_len=16)
-    shapes = []
-    hook = encoder.model.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
-    try:
-        vectors = encoder.embed_texts([words(9) if row % 2 else words(1) for row in range(400)])
-    finally:
-        hook.remove()
+    vectors, shapes = embedded_with_call_shapes(encoder, [words(9) if row % 2 else words(1) for row in range(400)])
     full = BUDGET // 11
     assert 200 * 8 > CALL and 200 * 3 <= BUDGET and 200 <= AUTO_EMBED_BATCH["cpu"]  # the cuts' premises
     assert vectors.shape == (400, encoder.dim)
@@ -57,10 +62,6 @@ def test_a_run_of_shorter_texts_gets_its_own_call_only_where_padding_it_costs_mo
     is the hand-computed trade of padded positions against CALL."""
     assert BUDGET == 32 * 32 and 18 < CALL < 144
     encoder = TextEncoder.load(tiny_model, "cpu", "fp32", max_len=40)
-    shapes = []
-    hook = encoder.model.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
-    try:
-        encoder.embed_texts([words(count) for count, times in counts.items() for _ in range(times)])
-    finally:
-        hook.remove()
+    texts = [words(count) for count, times in counts.items() for _ in range(times)]
+    _, shapes = embedded_with_call_shapes(encoder, texts)
     assert shapes == expected

@@ -55,8 +55,13 @@ def resolve_precision(precision: str, device: str, path: str | os.PathLike | Non
     return "bf16" if any(getattr(torch.cpu, name, lambda: False)() for name in checks) else "fp32"
 
 
+def device_kind(device: str) -> str:
+    """"cuda" for any CUDA device, else "cpu": the key of the per-device tables and torch.autocast's device type."""
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
 def embed_batch_size(setting: int | str, device: str) -> int:
-    return AUTO_EMBED_BATCH["cuda" if device.startswith("cuda") else "cpu"] if setting == "auto" else setting
+    return AUTO_EMBED_BATCH[device_kind(device)] if setting == "auto" else setting
 
 
 def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
@@ -65,4 +70,4 @@ def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
     import torch
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=dtype)
+    return torch.autocast(device_type=device_kind(device), dtype=dtype)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .device import AUTO_EMBED_BATCH, autocast, resolve_precision
+from .device import AUTO_EMBED_BATCH, autocast, device_kind, resolve_precision
 from .layout import write_sentence_config
 from .model import check_vocabulary, load_tokenizer
 from .sentence import SentenceEncoder, load_encoder
@@ -117,7 +117,7 @@ class TextEncoder:
         """Vectors of raw texts in their order, in length-sorted batches of TEXT_TOKENS (token_budget_batches)."""
         ids, lengths = self.tokenize(texts)
         vectors = np.empty((len(texts), self.dim), np.float32)
-        kind = "cuda" if self.device.startswith("cuda") else "cpu"  # rows capped at the embed stage's auto batch
+        kind = device_kind(self.device)  # rows at most the embed stage's auto batch
         for rows in token_budget_batches(lengths, TEXT_TOKENS[kind], CALL_TOKENS[kind], AUTO_EMBED_BATCH[kind]):
             vectors[rows] = self.embed(ids, lengths, rows)
         return vectors
