@@ -15,6 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .layout import Dense, Pooling, read_modules, write_modules
 from .model import load_checked, resolve_encoder
+from .unpadded import last_hidden_unpadded, unpads
 
 # Attention kernels without cuDNN's, which plans every new input shape anew (1.8 ms of CPU a layer call on an H200),
 # and our shapes change at every step and embed batch: on that H200 MiniLM's training step went 7,058 -> 12,005
@@ -41,6 +42,7 @@ class SentenceEncoder(nn.Module):
         self.transformer = transformer
         self.pooling = pooling
         self.dense = nn.ModuleList(dense)
+        self.unpads = unpads(transformer)
 
     @property
     def dim(self) -> int:
@@ -56,6 +58,16 @@ class SentenceEncoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         with sdpa_kernel(attention_without_cudnn()):
             hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self._vectors(hidden, attention_mask)
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """forward's vectors for calls without graph: a BERT on a CPU computes on its real tokens alone (where
+        a call has padding: a text alone keeps transformers' forward). A GPU's padded calls are the ones measured."""
+        if not self.unpads or input_ids.device.type != "cpu" or bool(attention_mask.all()):
+            return self(input_ids, attention_mask)
+        return self._vectors(last_hidden_unpadded(self.transformer, input_ids, attention_mask), attention_mask)
+
+    def _vectors(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         vectors = self.pooling(hidden, attention_mask)
         for layer in self.dense:
             vectors = layer(vectors)

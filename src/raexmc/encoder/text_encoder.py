@@ -15,13 +15,10 @@ from .model import check_vocabulary, load_tokenizer
 from .sentence import SentenceEncoder, load_encoder
 from .tokens import RightPaddedTokenizer, tokenizer_input
 
-# Token positions per encoder call for raw texts (predict, serve). CPU: 1,024 (8 texts of 128 tokens, 32 of title
+# Real tokens per encoder call for raw texts (predict, serve). CPU: 1,024 (8 texts of 128 tokens, 32 of title
 # length), where MiniLM fp32 ran fastest per token on an AMD EPYC (2,048-token calls of 32-token texts ran 10-15%
 # slower on 1 and 2 threads, and 8 or 16 texts of 128 tokens tied). GPU: the embed stage's auto batch, at 128 tokens.
 TEXT_TOKENS = {"cpu": 8 * 128, "cuda": AUTO_EMBED_BATCH["cuda"] * 128}
-# What one more call costs, in token positions: on that CPU a call of one short text took 8-9 ms against 0.14-0.28 ms
-# a position in a full call (2 and 1 threads), 30-60 positions; 32 taken, 1/32 of a call (GPU: that share, untimed).
-CALL_TOKENS = {device: tokens // 32 for device, tokens in TEXT_TOKENS.items()}
 
 
 def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
@@ -29,26 +26,18 @@ def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarr
     return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def token_budget_batches(lengths: np.ndarray, tokens: int, call_tokens: int, max_rows: int) -> list[np.ndarray]:
-    """Row indices, longest first, in batches of at most `tokens` token positions and `max_rows` rows (one row at
-    least), cut where the encoder's work is least: the fewest padded positions plus `call_tokens` for each call. An
-    exact dynamic programme over the length-sorted texts (a batch is as wide as its first text), so a run of
-    shorter texts gets a call of its own only where that saves more padding than the call costs."""
+def token_batches(lengths: np.ndarray, tokens: int, max_rows: int) -> list[np.ndarray]:
+    """Row indices, longest first, in runs of at most `tokens` real tokens and `max_rows` rows (one row at least):
+    calls of one size whatever the lengths, as a BERT on a CPU computes on the real tokens alone (SentenceEncoder.
+    embed) and a sorted run pads a text only to the run's longest, in attention (and in any other encoder)."""
     order = np.argsort(-np.asarray(lengths), kind="stable")
-    widths = np.maximum(np.asarray(lengths)[order], 1).astype(np.int64)
-    cost, start_of = np.zeros(len(order) + 1), np.zeros(len(order) + 1, dtype=np.int64)
-    for end in range(1, len(order) + 1):
-        most_rows = max(min(tokens // widths[end - 1], max_rows), 1)  # fits: a batch ending here is as wide as that
-        first = max(0, end - most_rows)
-        rows = end - np.arange(first, end)
-        candidates = cost[first:end] + call_tokens + rows * widths[first:end]
-        candidates[:-1][rows[:-1] * widths[first:end - 1] > tokens] = np.inf
-        start_of[end], cost[end] = first + int(np.argmin(candidates)), candidates.min()
-    batches, end = [], len(order)
-    while end > 0:
-        batches.append(order[start_of[end]:end])
-        end = start_of[end]
-    return batches[::-1]
+    batches, first, used = [], 0, 0
+    for position, length in enumerate(np.asarray(lengths)[order]):
+        if position > first and (used + length > tokens or position - first == max_rows):
+            batches.append(order[first:position])
+            first, used = position, 0
+        used += int(length)
+    return [*batches, order[first:]] if len(order) else []
 
 
 def batch_tensors(ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
@@ -110,15 +99,15 @@ class TextEncoder:
     def embed(self, ids: np.ndarray, lengths: np.ndarray, rows: np.ndarray) -> np.ndarray:
         if self._int8 is not None:
             return self._int8(*batch_tensors(ids, lengths, rows, self.device))
-        with torch.inference_mode():
-            return self.encode(ids, lengths, rows).cpu().numpy()
+        with torch.inference_mode(), autocast(self.device, self.precision):
+            return self.model.embed(*batch_tensors(ids, lengths, rows, self.device)).cpu().numpy()
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors of raw texts in their order, in length-sorted batches of TEXT_TOKENS (token_budget_batches)."""
+        """Vectors of raw texts in their order, in length-sorted batches of TEXT_TOKENS (token_batches)."""
         ids, lengths = self.tokenize(texts)
         vectors = np.empty((len(texts), self.dim), np.float32)
         kind = device_kind(self.device)  # rows at most the embed stage's auto batch
-        for rows in token_budget_batches(lengths, TEXT_TOKENS[kind], CALL_TOKENS[kind], AUTO_EMBED_BATCH[kind]):
+        for rows in token_batches(lengths, TEXT_TOKENS[kind], AUTO_EMBED_BATCH[kind]):
             vectors[rows] = self.embed(ids, lengths, rows)
         return vectors
 
