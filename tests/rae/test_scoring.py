@@ -11,6 +11,8 @@ import scipy.sparse as sp
 
 from raexmc.errors import DataError
 from raexmc.rae.model import RaeModel, RaeSettings
+from raexmc.rae.pairs import in_pattern
+from raexmc.rae.ranking import top_k, top_k_parts
 from raexmc.rae.scoring import (
     combine,
     key_probabilities,
@@ -210,3 +212,44 @@ def test_ova_knn_scores_match_dense_reference_and_differ_from_the_joint_softmax(
     if 0 < lam < 1:  # the joint memory normalises over both kinds of keys together, OvA+kNN over each separately
         joint = rae_scores(*exact_search(m["Q"], np.vstack([m["X"], m["Z"]]), 55), m["Y"], lam=lam, tau=tau, b=b)
         assert not np.allclose(got.toarray(), joint.toarray(), rtol=0, atol=1e-6)
+
+
+def test_cut_parts_rank_as_the_whole_parts_at_every_lambda_ties_and_excluded_pairs_included():
+    rng = np.random.default_rng(7)
+    Y = sp.random(300, 60, density=0.15, random_state=5, format="csr")
+    Y.data[:] = 1.0
+    ids = np.stack([rng.choice(360, size=40, replace=False) for _ in range(50)])
+    sims = -np.sort(-np.round(rng.uniform(0.2, 0.9, size=ids.shape), 1), axis=1)  # many exact ties
+    exclude = sp.random(50, 60, density=0.1, random_state=6, format="csr")
+    for tau, k in ((0.04, 1), (0.3, 5), (1.0, 20)):
+        parts = score_parts(ids, sims, Y, tau, 30)
+        cut = top_k_parts(parts, k, exclude)
+        assert cut[0].nnz < parts[0].nnz / 2 and cut[1] is parts[1]
+        for lam in (0.0, 1e-9, 0.1, 0.5, 0.77, 1.0):
+            whole = top_k(combine(parts, lam), k, exclude)
+            assert (top_k(combine(cut, lam), k, exclude) == whole).all(), (tau, k, lam)
+
+
+def test_a_label_one_ulp_below_the_kth_that_lambda_rounds_to_a_tie_is_kept():
+    # 0.3 * a rounds both values below to the same float, so at λ 0.3 the smaller label 0 wins the tie
+    high, low = 0.9415651814089914, np.nextafter(0.9415651814089914, 0.0)
+    assert 0.3 * high == 0.3 * low
+    knn = sp.csr_matrix(np.array([[low, high, 0.5]]))
+    parts = (knn, sp.csr_matrix((1, 3)))
+    assert top_k(combine(parts, 0.3), 1).tolist() == [[0]]
+    cut = top_k_parts(parts, 1)
+    assert cut[0].indices.tolist() == [0, 1] and top_k(combine(cut, 0.3), 1).tolist() == [[0]]
+
+
+@pytest.mark.parametrize("increasing", [True, False])
+def test_in_pattern_finds_the_stored_pairs_searching_either_way(increasing):
+    rng = np.random.default_rng(3)
+    pattern = sp.random(30, 40, density=0.05, random_state=4, format="csr")  # fewer pairs than asked
+    asked = sp.random(30, 40, density=0.5, random_state=8, format="csr")
+    rows, cols = asked.nonzero()  # increasing row·L + col, the order the pattern's keys are searched in
+    if not increasing:
+        order = rng.permutation(rows.size)
+        rows, cols = rows[order], cols[order]
+    stored = set(zip(*pattern.nonzero()))
+    expected = [(r, c) in stored for r, c in zip(rows, cols)]
+    assert sum(expected) > 5 and in_pattern(rows, cols, pattern).tolist() == expected

@@ -12,11 +12,13 @@ import scipy.sparse as sp
 
 from ..memory.search import Hits
 from ..rae.model import RaeModel, RaeSettings
+from ..rae.ranking import top_k_parts
 from ..rae.scoring import PAPER_B, key_probabilities, knn_scores, ova_knn_scores, train_key_counts
 from ..settings import HeadlineMetric
 from .evaluator import (
     CHUNK_BYTES,
     F1_K,
+    RANK_DEPTH,
     Evaluator,
     QueryChunk,
     Ranking,
@@ -55,12 +57,16 @@ def method_scorers(retrievals: Retrievals, Y_train: sp.csr_matrix, lam: float, t
 
 
 def chunk_rankings(found: Retrievals, Y_train: sp.csr_matrix, rae: RaeModel, lambda_sweep: Sequence[float],
-                   b_sweep: Sequence[int], knn: tuple[float | None, int | None], with_ova_knn: bool) -> list[Ranking]:
+                   b_sweep: Sequence[int], knn: tuple[float | None, int | None], with_ova_knn: bool,
+                   exclude: sp.csr_matrix) -> list[Ranking]:
     """Every distinct ranking of a chunk's retrievals: the keys it is reported under (("method", name), ("lambda", i),
-    ("b", i)) and its label scores when called. RAE's halves at (τ, b) serve every λ, and RAE at its own point is
-    ranked once for the method and both sweeps; kNN is scored at `knn` (τ, b; None: RAE's)."""
+    ("b", i)) and its label scores when called. RAE's halves at (τ, b) serve every λ (cut to what a top RANK_DEPTH
+    past `exclude` can hold where several λ share them), and RAE at its own point is ranked once for the method and
+    both sweeps; kNN is scored at `knn` (τ, b; None: RAE's)."""
     lam, tau, b = rae.settings.lam, rae.settings.tau, rae.settings.b
     parts = rae.parts(*found.joint)
+    if any(swept != lam for swept in lambda_sweep):
+        parts = top_k_parts(parts, RANK_DEPTH, exclude)
     rae_keys = [("method", "rae"), *(("lambda", i) for i, swept in enumerate(lambda_sweep) if swept == lam),
                 *(("b", i) for i, swept in enumerate(b_sweep) if swept == b)]
     rankings: list[Ranking] = [(rae_keys, partial(rae.mix, parts))]
@@ -96,7 +102,8 @@ def evaluate_retrieval(search: Search, evaluator: Evaluator, rae: RaeModel, lamb
     def rankings_of(rows: slice, _pool: Any) -> list[Ranking]:
         found = search(rows)
         queries[:] = [evaluator.chunk(rows)]
-        rankings = chunk_rankings(found, Y, rae, lambda_sweep, b_sweep, (knn_tau, knn_b), with_ova_knn)
+        rankings = chunk_rankings(found, Y, rae, lambda_sweep, b_sweep, (knn_tau, knn_b), with_ova_knn,
+                                  queries[0].exclude)
         for keys, _ in rankings:
             for key in keys:
                 if key not in totals:

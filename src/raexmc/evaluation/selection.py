@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -23,8 +24,9 @@ import numpy as np
 from ..memory.merge import DEFAULT_LABEL_SHARE, JOINT, SPLIT, RaeRetrieval
 from ..memory.search import Hits, empty_result
 from ..parallel import worker_count
+from ..rae.ranking import top_k_parts
 from ..rae.scoring import PAPER_LAMBDA, PAPER_TAU
-from .evaluator import CHUNK_BYTES, Ranking, chunk_queries, rank_chunks, stacked_rankings
+from .evaluator import CHUNK_BYTES, RANK_DEPTH, Ranking, chunk_queries, rank_chunks, stacked_rankings
 from .methods import HEADLINE, KNN_B
 from .selection_file import KnnChoice, Selection
 from .tune_settings import TuneSettings
@@ -56,13 +58,15 @@ class ValidationCurve:
         evaluator, inputs, labels = self.evaluator, self.retrieval.inputs, self.retrieval.labels
         models = {tau: self.retrieval.model(tau, rae) for tau, _ in points}
         ranked: dict[tuple[float, float], list[np.ndarray]] = {point: [] for point in points}
+        lambdas_at = Counter(tau for tau, _ in points)
         workers = min(len(points), worker_count())
 
         def keys(tau: float, chunk: slice) -> Hits:
             return models[tau].keys(*((hits[0][chunk], hits[1][chunk]) for hits in (inputs, labels)))
 
-        def halves(chunk: slice, tau: float) -> Any:
-            return models[tau].parts(*keys(tau, chunk))
+        def halves(chunk: slice, tau: float) -> Any:  # where several λ share them, cut to what their tops can hold
+            parts = models[tau].parts(*keys(tau, chunk))
+            return top_k_parts(parts, RANK_DEPTH, evaluator.exclude[chunk]) if lambdas_at[tau] > 1 else parts
 
         def mixed(point: tuple[float, float], at_tau: dict) -> Any:
             tau, lam = point

@@ -30,10 +30,18 @@ def row_ids(indptr: np.ndarray) -> np.ndarray:
 
 
 def in_pattern(rows: np.ndarray, cols: np.ndarray, pattern: sp.csr_matrix) -> np.ndarray:
-    """True where (rows[i], cols[i]) is stored in canonical CSR `pattern`: one binary search of the keys row·L + col."""
+    """True where (rows[i], cols[i]) is stored in canonical CSR `pattern`: one binary search of the keys row·L + col,
+    of the pattern's fewer keys in increasing ones (a score matrix's entries), else of the asked keys in its own."""
     width = np.int64(pattern.shape[1])
     stored = row_ids(pattern.indptr) * width + pattern.indices
     keys = rows.astype(np.int64) * width + cols
+    if stored.size < keys.size and np.all(keys[1:] > keys[:-1]):
+        found = np.zeros(keys.shape, dtype=bool)
+        pos = np.searchsorted(keys, stored)
+        inside = pos < keys.size
+        pos = pos[inside]
+        found[pos[keys[pos] == stored[inside]]] = True
+        return found
     pos = np.searchsorted(stored, keys)
     found = np.zeros(keys.shape, dtype=bool)
     inside = pos < stored.size

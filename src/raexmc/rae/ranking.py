@@ -57,13 +57,22 @@ def _nan_last(scores: np.ndarray) -> np.ndarray:
 
 def _row_top_candidates(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_rows: int,
                         k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The candidates that can reach their row's top k (ties included), cut by np.partition of a padded matrix
-    (sorting every candidate was most of evaluate's time); all stay where padding would outgrow them."""
+    """The candidates that can reach their row's top k (ties included); all where padding would outgrow them."""
+    threshold = _kth_largest(rows, vals, n_rows, k)
+    if threshold is None:
+        return rows, cols, vals
+    keep = vals >= threshold[rows]
+    return rows[keep], cols[keep], vals[keep]
+
+
+def _kth_largest(rows: np.ndarray, vals: np.ndarray, n_rows: int, k: int) -> np.ndarray | None:
+    """Each row's k-th largest value (-inf in a row of k or fewer), by np.partition of a padded matrix (sorting
+    every candidate was most of evaluate's time); None where k is 0, no row is wider or padding would outgrow."""
     widths = np.bincount(rows, minlength=n_rows)   # rows arrive sorted, so each row's candidates are contiguous
     wide = widths > k
     n_wide, width = int(wide.sum()), int(widths.max(initial=0))
     if k == 0 or n_wide == 0 or n_wide * width > _PAD_LIMIT * rows.size:
-        return rows, cols, vals
+        return None
     starts = np.cumsum(widths) - widths
     cell = np.arange(rows.size) + np.repeat((np.cumsum(wide) - 1) * width - starts, widths)  # its padded cell
     in_wide = np.repeat(wide, widths)
@@ -71,8 +80,26 @@ def _row_top_candidates(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_
     padded[cell[in_wide]] = vals[in_wide]
     threshold = np.full(n_rows, -np.inf)
     threshold[wide] = np.partition(padded.reshape(n_wide, width), width - k, axis=1)[:, width - k]
-    keep = vals >= np.repeat(threshold, widths)
-    return rows[keep], cols[keep], vals[keep]
+    return threshold
+
+
+def top_k_parts(parts: tuple[sp.csr_matrix, sp.csr_matrix], k: int,
+                exclude: sp.csr_matrix | None = None) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """RAE's score halves (rae.scoring.score_parts) cut to what can reach a row's top k at any λ in [0, 1]: every label
+    the label half scores, and of the labels the kNN half alone scores (a), those not excluded at or above their
+    row's k-th largest a less 4 ulps. λ·a keeps their order but may round neighbours to a tie, which 4 ulps cover;
+    so a λ sweep ranks about k + b entries a query instead of every label of the retrieved inputs, in the same order."""
+    knn, label = parts
+    rows = row_ids(knn.indptr)
+    in_label = in_pattern(rows, knn.indices, as_pattern(label))
+    allowed = np.ones(knn.nnz, dtype=bool) if exclude is None else ~in_pattern(rows, knn.indices, as_pattern(exclude))
+    alone = ~in_label & allowed
+    kth = _kth_largest(rows[alone], knn.data[alone], knn.shape[0], k)
+    if kth is None:
+        return parts
+    keep = in_label | (alone & (knn.data >= (kth - 4 * np.finfo(np.float64).eps * np.abs(kth))[rows]))
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[keep], minlength=knn.shape[0]))))
+    return sp.csr_matrix((knn.data[keep], knn.indices[keep], indptr), shape=knn.shape), label
 
 
 def _dense_candidates(block: np.ndarray, k: int,
